@@ -1,0 +1,42 @@
+// Kernel pairs over raw float pointers: the heavy loops behind the fused ops. Each forward saves
+// exactly what its backward needs; each backward *adds* into the gradients it is given (llm.c style).
+// Legend: N rows, C channels (the last dimension), V vocabulary.
+#pragma once
+#include <cstdint>
+
+namespace tfm::kernels {
+
+// out (N, C) = (inp - mean) * rstd * w + b; saves mean (N), rstd (N).
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                       const float* b, int64_t N, int64_t C, float eps);
+// Adds into dinp (N, C), dw (C), db (C); dw/db may be null when not needed.
+// Formula: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * w.
+void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                        const float* w, const float* mean, const float* rstd, int64_t N, int64_t C);
+
+// Row-wise softmax (numerically stable: the row max is subtracted first).
+void softmax_forward(float* out, const float* inp, int64_t N, int64_t C);
+// dinp += y * (dout - sum(dout * y)) per row.
+void softmax_backward(float* dinp, const float* dout, const float* out, int64_t N, int64_t C);
+void log_softmax_forward(float* out, const float* inp, int64_t N, int64_t C);
+// dinp += dout - exp(y) * sum(dout) per row.
+void log_softmax_backward(float* dinp, const float* dout, const float* out, int64_t N, int64_t C);
+
+// Cross-entropy of logits (N, V) against targets (N); rows whose target == ignore_index get loss 0.
+// Writes the per-row log-sum-exp (N) for the backward and returns the summed loss (double).
+double cross_entropy_forward(float* lse, const float* logits, const int32_t* targets, int64_t N,
+                             int64_t V, int32_t ignore_index);
+// dlogits += scale * (softmax(logits) - onehot(target)) for each non-ignored row.
+void cross_entropy_backward(float* dlogits, const float* logits, const float* lse, const int32_t* targets,
+                            int64_t N, int64_t V, int32_t ignore_index, float scale);
+
+// Exact GELU: y = x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)).
+void gelu_forward(float* out, const float* inp, int64_t n);
+// dinp += dout * (Phi(x) + x * phi(x)).
+void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n);
+
+// out (N, C) += bias (C) broadcast over rows; dbias (C) += column sums of dout (N, C).
+void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C);
+void bias_add_backward(float* dbias, const float* dout, int64_t N, int64_t C);
+
+}  // namespace tfm::kernels

@@ -1,0 +1,148 @@
+// Tensor: float32 values with a shape, strides and an offset over shared, pooled storage, and the
+// reverse-mode autograd engine.
+//
+// A Tensor is a cheap handle (a shared pointer); copies share the same tensor. Views (reshape,
+// transpose, permute, narrow) share storage and record how they index it. Every op that should be
+// differentiable records a Node: its inputs and a closure that *adds* the inputs' gradients given the
+// output's gradient. `backward()` sorts the graph topologically and walks it in reverse.
+//
+// Gradients are always contiguous tensors of their tensor's shape. A tensor's gradient buffer may be
+// placed by its owner (Module puts all parameter gradients in one flat buffer) with `set_grad`.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tfm/error.h"
+#include "tfm/random.h"
+
+namespace tfm {
+
+using Shape = std::vector<int64_t>;
+std::string shape_str(const Shape& shape);  // "[2, 3, 4]"
+int64_t shape_numel(const Shape& shape);
+Shape contiguous_strides(const Shape& shape);
+
+// A pooled float buffer shared by a tensor and its views.
+class Storage {
+ public:
+  explicit Storage(size_t n);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  float* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  float* data_;
+  size_t size_;
+};
+
+class Tensor;
+struct Node;
+struct TensorImpl;
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // --- factories (values are contiguous) ---
+  static Tensor empty(const Shape& shape);
+  static Tensor zeros(const Shape& shape);
+  static Tensor ones(const Shape& shape);
+  static Tensor full(const Shape& shape, float value);
+  static Tensor arange(int64_t n);  // [0, 1, ..., n-1]
+  static Tensor randn(const Shape& shape, Rng& rng, float mean = 0.0f, float std = 1.0f);
+  static Tensor uniform(const Shape& shape, Rng& rng, float low = 0.0f, float high = 1.0f);
+  static Tensor from_vector(const std::vector<float>& values, const Shape& shape);
+  // A tensor over existing storage (used for views into flat parameter buffers).
+  static Tensor view_of(std::shared_ptr<Storage> storage, const Shape& shape, int64_t offset);
+
+  // --- metadata ---
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const;
+  const Shape& strides() const;
+  int64_t offset() const;
+  int64_t dim() const { return static_cast<int64_t>(shape().size()); }
+  int64_t size(int64_t d) const;  // negative d counts from the end
+  int64_t numel() const;
+  bool is_contiguous() const;
+  const std::shared_ptr<Storage>& storage() const;
+  // Pointer to the first element (storage + offset). Index with strides unless contiguous.
+  float* data() const;
+
+  // --- values ---
+  float item() const;                                  // the single value of a 1-element tensor
+  float at(std::initializer_list<int64_t> idx) const;  // bounds-checked element read
+  std::vector<float> to_vector() const;                // values in row-major order
+  Tensor clone() const;                                // a contiguous copy, detached
+  void fill_(float value);                             // in place, not recorded
+  void copy_from(const Tensor& src);                   // in place, same shape, not recorded
+  std::string str(int64_t max_per_dim = 6) const;      // readable printing
+
+  // --- autograd ---
+  bool requires_grad() const;
+  Tensor& set_requires_grad(bool on = true);
+  Tensor grad() const;  // undefined until a backward pass reaches this tensor
+  void set_grad(const Tensor& g);
+  void zero_grad();  // zeros the gradient buffer in place (keeps it)
+  bool is_leaf() const;
+  const std::shared_ptr<Node>& grad_fn() const;
+  Tensor detach() const;  // same storage, no history
+  // Backward from a 1-element tensor (seed 1) or with an explicit upstream gradient of this shape.
+  // Unless retain_graph, the graph is freed as it is walked: intermediate gradients and closures
+  // go back to the pool, so the next step reuses their memory.
+  void backward(bool retain_graph = false) const;
+  void backward(const Tensor& upstream, bool retain_graph = false) const;
+
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape shape, strides;
+  int64_t offset = 0;
+  bool requires_grad = false;
+  std::shared_ptr<TensorImpl> grad;
+  std::shared_ptr<Node> grad_fn;
+};
+
+// A recorded op: the tensors it read and the closure that accumulates their gradients.
+struct Node {
+  const char* name;
+  std::vector<Tensor> inputs;
+  std::function<void(const Tensor& grad_out)> backward;
+};
+
+// --- helpers for writing ops (see ops.cpp) ---
+bool grad_enabled();
+// Records `out` as produced by op `name` from `inputs` when grad mode is on and any input needs a
+// gradient; `backward` receives out's gradient and adds into the inputs' gradients.
+void record(Tensor& out, const char* name, std::vector<Tensor> inputs,
+            std::function<void(const Tensor&)> backward);
+// The gradient buffer of t (contiguous, t's shape), created zero-filled on first use.
+float* grad_buffer(const Tensor& t);
+// t's values in a contiguous tensor: t itself when already contiguous, else a copy (not recorded).
+Tensor contiguous_values(const Tensor& t);
+
+// Disables graph recording in its scope (evaluation, sampling, optimizer updates).
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+}  // namespace tfm

@@ -1,0 +1,200 @@
+#include "tfm/kernels.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tfm::kernels {
+namespace {
+// Rows are split across OpenMP threads only when there is enough work to pay for it.
+constexpr int64_t kParallelWork = 1 << 15;
+}
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                       const float* b, int64_t N, int64_t C, float eps) {
+#pragma omp parallel for if (N * C > kParallelWork)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* x = inp + i * C;
+    float* y = out + i * C;
+    double sum = 0.0;
+    for (int64_t c = 0; c < C; ++c) sum += x[c];
+    const float m = static_cast<float>(sum / C);
+    double var = 0.0;
+    for (int64_t c = 0; c < C; ++c) {
+      const float d = x[c] - m;
+      var += d * d;
+    }
+    const float s = 1.0f / std::sqrt(static_cast<float>(var / C) + eps);
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) y[c] = (x[c] - m) * s * w[c] + b[c];
+    mean[i] = m;
+    rstd[i] = s;
+  }
+}
+
+void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                        const float* w, const float* mean, const float* rstd, int64_t N, int64_t C) {
+  // Parameter gradients: column sums, kept serial per column block so they need no reduction.
+  if (dw || db) {
+    for (int64_t i = 0; i < N; ++i) {
+      const float* x = inp + i * C;
+      const float* g = dout + i * C;
+      const float m = mean[i], s = rstd[i];
+      if (dw) {
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) dw[c] += g[c] * (x[c] - m) * s;
+      }
+      if (db) {
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) db[c] += g[c];
+      }
+    }
+  }
+  if (!dinp) return;
+#pragma omp parallel for if (N * C > kParallelWork)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* x = inp + i * C;
+    const float* g = dout + i * C;
+    float* dx = dinp + i * C;
+    const float m = mean[i], s = rstd[i];
+    float mean_g = 0.0f, mean_gx = 0.0f;
+    for (int64_t c = 0; c < C; ++c) {
+      const float gw = g[c] * w[c];
+      mean_g += gw;
+      mean_gx += gw * (x[c] - m) * s;
+    }
+    mean_g /= static_cast<float>(C);
+    mean_gx /= static_cast<float>(C);
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) {
+      const float xhat = (x[c] - m) * s;
+      dx[c] += s * (g[c] * w[c] - mean_g - xhat * mean_gx);
+    }
+  }
+}
+
+void softmax_forward(float* out, const float* inp, int64_t N, int64_t C) {
+#pragma omp parallel for if (N * C > kParallelWork)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* x = inp + i * C;
+    float* y = out + i * C;
+    float mx = -INFINITY;
+    for (int64_t c = 0; c < C; ++c) mx = std::max(mx, x[c]);
+    if (mx == -INFINITY) {  // every entry masked: define the row as all zeros, not NaN
+      std::fill_n(y, C, 0.0f);
+      continue;
+    }
+    float sum = 0.0f;
+    for (int64_t c = 0; c < C; ++c) {
+      y[c] = std::exp(x[c] - mx);
+      sum += y[c];
+    }
+    const float inv = 1.0f / sum;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) y[c] *= inv;
+  }
+}
+
+void softmax_backward(float* dinp, const float* dout, const float* out, int64_t N, int64_t C) {
+#pragma omp parallel for if (N * C > kParallelWork)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* g = dout + i * C;
+    const float* y = out + i * C;
+    float dot = 0.0f;
+    for (int64_t c = 0; c < C; ++c) dot += g[c] * y[c];
+    float* dx = dinp + i * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) dx[c] += y[c] * (g[c] - dot);
+  }
+}
+
+void log_softmax_forward(float* out, const float* inp, int64_t N, int64_t C) {
+#pragma omp parallel for if (N * C > kParallelWork)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* x = inp + i * C;
+    float* y = out + i * C;
+    float mx = -INFINITY;
+    for (int64_t c = 0; c < C; ++c) mx = std::max(mx, x[c]);
+    double sum = 0.0;
+    for (int64_t c = 0; c < C; ++c) sum += std::exp(static_cast<double>(x[c] - mx));
+    const float lse = mx + static_cast<float>(std::log(sum));
+    for (int64_t c = 0; c < C; ++c) y[c] = x[c] - lse;
+  }
+}
+
+void log_softmax_backward(float* dinp, const float* dout, const float* out, int64_t N, int64_t C) {
+#pragma omp parallel for if (N * C > kParallelWork)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* g = dout + i * C;
+    const float* y = out + i * C;
+    float sum = 0.0f;
+    for (int64_t c = 0; c < C; ++c) sum += g[c];
+    float* dx = dinp + i * C;
+    for (int64_t c = 0; c < C; ++c) dx[c] += g[c] - std::exp(y[c]) * sum;
+  }
+}
+
+double cross_entropy_forward(float* lse, const float* logits, const int32_t* targets, int64_t N,
+                             int64_t V, int32_t ignore_index) {
+  double total = 0.0;
+#pragma omp parallel for reduction(+ : total) if (N * V > kParallelWork)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* x = logits + i * V;
+    float mx = -INFINITY;
+    for (int64_t v = 0; v < V; ++v) mx = std::max(mx, x[v]);
+    double sum = 0.0;
+    for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(x[v] - mx));
+    lse[i] = mx + static_cast<float>(std::log(sum));
+    if (targets[i] != ignore_index) total += static_cast<double>(lse[i]) - x[targets[i]];
+  }
+  return total;
+}
+
+void cross_entropy_backward(float* dlogits, const float* logits, const float* lse, const int32_t* targets,
+                            int64_t N, int64_t V, int32_t ignore_index, float scale) {
+#pragma omp parallel for if (N * V > kParallelWork)
+  for (int64_t i = 0; i < N; ++i) {
+    if (targets[i] == ignore_index) continue;
+    const float* x = logits + i * V;
+    float* dx = dlogits + i * V;
+    const float l = lse[i];
+    for (int64_t v = 0; v < V; ++v) dx[v] += scale * std::exp(x[v] - l);
+    dx[targets[i]] -= scale;
+  }
+}
+
+void gelu_forward(float* out, const float* inp, int64_t n) {
+  constexpr float kInvSqrt2 = 0.70710678118654752f;
+#pragma omp parallel for simd if (n > kParallelWork)
+  for (int64_t i = 0; i < n; ++i) out[i] = 0.5f * inp[i] * (1.0f + std::erf(inp[i] * kInvSqrt2));
+}
+
+void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n) {
+  constexpr float kInvSqrt2 = 0.70710678118654752f;
+  constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+#pragma omp parallel for simd if (n > kParallelWork)
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    const float cdf = 0.5f * (1.0f + std::erf(x * kInvSqrt2));
+    const float pdf = kInvSqrt2Pi * std::exp(-0.5f * x * x);
+    dinp[i] += dout[i] * (cdf + x * pdf);
+  }
+}
+
+void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C) {
+#pragma omp parallel for if (N * C > kParallelWork)
+  for (int64_t i = 0; i < N; ++i) {
+    float* y = out + i * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) y[c] += bias[c];
+  }
+}
+
+void bias_add_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
+  for (int64_t i = 0; i < N; ++i) {
+    const float* g = dout + i * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) dbias[c] += g[c];
+  }
+}
+
+}  // namespace tfm::kernels

@@ -1,0 +1,783 @@
+// Every op: its forward, and beside it the closure that adds its inputs' gradients.
+#include "tfm/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "tfm/gemm.h"
+#include "tfm/kernels.h"
+#include "tfm/strided.h"
+
+namespace tfm {
+namespace {
+
+int64_t normalize_axis(const char* op, int64_t axis, int64_t rank) {
+  TFM_CHECK(axis >= -rank && axis < rank, op, "axis ", axis, " out of range for a tensor of rank ", rank);
+  return axis < 0 ? axis + rank : axis;
+}
+
+bool needs(const Tensor& t) { return t.defined() && t.requires_grad(); }
+
+Shape broadcast_shape(const char* op, const Shape& a, const Shape& b) {
+  const size_t rank = std::max(a.size(), b.size());
+  Shape out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    const int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    const int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    TFM_CHECK(da == db || da == 1 || db == 1, op, "shapes ", shape_str(a), " and ", shape_str(b),
+              " cannot be broadcast together");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+// grad (contiguous, of t's shape) += g (contiguous, same number of elements, same order).
+void accumulate_flat(const Tensor& t, const Tensor& g) {
+  float* dst = grad_buffer(t);
+  const float* src = g.data();
+  const int64_t n = t.numel();
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise binary ops. da(a, b) and db(a, b) are the partial derivatives of f.
+
+template <class F, class DA, class DB>
+Tensor binary(const char* name, const Tensor& a, const Tensor& b, F f, DA da, DB db) {
+  TFM_CHECK(a.defined() && b.defined(), name, "undefined operand");
+  const Shape out_shape = broadcast_shape(name, a.shape(), b.shape());
+  Tensor out = Tensor::empty(out_shape);
+  float* o = out.data();
+  const bool same = a.shape() == b.shape() && a.is_contiguous() && b.is_contiguous();
+  if (same) {
+    const float* pa = a.data();
+    const float* pb = b.data();
+    const int64_t n = out.numel();
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) o[i] = f(pa[i], pb[i]);
+  } else {
+    const Shape sa = strided::broadcast_strides(a.shape(), a.strides(), out_shape);
+    const Shape sb = strided::broadcast_strides(b.shape(), b.strides(), out_shape);
+    const Shape so = out.strides();
+    strided::for_each<3>(out_shape, {so.data(), sa.data(), sb.data()}, {o, a.data(), b.data()},
+                         [&](float** p) { *p[0] = f(*p[1], *p[2]); });
+  }
+  record(out, name, {a, b}, [a, b, da, db, same, out_shape](const Tensor& g) {
+    for (int which = 0; which < 2; ++which) {
+      const Tensor& t = which == 0 ? a : b;
+      if (!needs(t)) continue;
+      float* gt = grad_buffer(t);
+      if (same) {
+        const float* pa = a.data();
+        const float* pb = b.data();
+        const float* pg = g.data();
+        const int64_t n = g.numel();
+        if (which == 0) {
+          for (int64_t i = 0; i < n; ++i) gt[i] += pg[i] * da(pa[i], pb[i]);
+        } else {
+          for (int64_t i = 0; i < n; ++i) gt[i] += pg[i] * db(pa[i], pb[i]);
+        }
+        continue;
+      }
+      // Broadcast dims of t get stride 0 in its gradient, so contributions sum there.
+      const Shape sg = contiguous_strides(out_shape);
+      const Shape sa = strided::broadcast_strides(a.shape(), a.strides(), out_shape);
+      const Shape sb = strided::broadcast_strides(b.shape(), b.strides(), out_shape);
+      const Shape st = strided::broadcast_strides(t.shape(), contiguous_strides(t.shape()), out_shape);
+      strided::for_each<4>(out_shape, {sg.data(), sa.data(), sb.data(), st.data()},
+                           {g.data(), a.data(), b.data(), gt}, [&](float** p) {
+                             *p[3] += *p[0] * (which == 0 ? da(*p[1], *p[2]) : db(*p[1], *p[2]));
+                           });
+    }
+  });
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise unary ops. df(x, y) is dy/dx given the input x and the output y.
+
+template <class F, class DF>
+Tensor unary(const char* name, const Tensor& x_in, F f, DF df) {
+  TFM_CHECK(x_in.defined(), name, "undefined operand");
+  const Tensor x = contiguous_values(x_in);
+  Tensor out = Tensor::empty(x.shape());
+  const float* px = x.data();
+  float* po = out.data();
+  const int64_t n = x.numel();
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) po[i] = f(px[i]);
+  const Tensor y = out.detach();  // saved output, without a reference cycle
+  record(out, name, {x_in}, [x_in, x, y, df](const Tensor& g) {
+    float* gx = grad_buffer(x_in);
+    const float* pg = g.data();
+    const float* px = x.data();
+    const float* py = y.data();
+    const int64_t n = g.numel();
+    for (int64_t i = 0; i < n; ++i) gx[i] += pg[i] * df(px[i], py[i]);
+  });
+  return out;
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  return binary("add", a, b, [](float x, float y) { return x + y; }, [](float, float) { return 1.0f; },
+                [](float, float) { return 1.0f; });
+}
+Tensor sub(const Tensor& a, const Tensor& b) {
+  return binary("sub", a, b, [](float x, float y) { return x - y; }, [](float, float) { return 1.0f; },
+                [](float, float) { return -1.0f; });
+}
+Tensor mul(const Tensor& a, const Tensor& b) {
+  return binary("mul", a, b, [](float x, float y) { return x * y; }, [](float, float y) { return y; },
+                [](float x, float) { return x; });
+}
+Tensor div(const Tensor& a, const Tensor& b) {
+  return binary("div", a, b, [](float x, float y) { return x / y; }, [](float, float y) { return 1.0f / y; },
+                [](float x, float y) { return -x / (y * y); });
+}
+
+Tensor add(const Tensor& a, float s) {
+  return unary("add_scalar", a, [s](float x) { return x + s; }, [](float, float) { return 1.0f; });
+}
+Tensor sub(const Tensor& a, float s) { return add(a, -s); }
+Tensor mul(const Tensor& a, float s) {
+  return unary("mul_scalar", a, [s](float x) { return x * s; }, [s](float, float) { return s; });
+}
+Tensor div(const Tensor& a, float s) {
+  return unary("div_scalar", a, [s](float x) { return x / s; }, [s](float, float) { return 1.0f / s; });
+}
+Tensor rsub(float s, const Tensor& a) {
+  return unary("rsub_scalar", a, [s](float x) { return s - x; }, [](float, float) { return -1.0f; });
+}
+Tensor rdiv(float s, const Tensor& a) {
+  // d(s/x)/dx = -s/x^2 = -y/x
+  return unary("rdiv_scalar", a, [s](float x) { return s / x; }, [](float x, float y) { return -y / x; });
+}
+
+Tensor neg(const Tensor& x) {
+  return unary("neg", x, [](float v) { return -v; }, [](float, float) { return -1.0f; });
+}
+Tensor exp(const Tensor& x) {
+  return unary("exp", x, [](float v) { return std::exp(v); }, [](float, float y) { return y; });
+}
+Tensor log(const Tensor& x) {
+  return unary("log", x, [](float v) { return std::log(v); }, [](float v, float) { return 1.0f / v; });
+}
+Tensor sqrt(const Tensor& x) {
+  return unary("sqrt", x, [](float v) { return std::sqrt(v); }, [](float, float y) { return 0.5f / y; });
+}
+Tensor pow(const Tensor& x, float p) {
+  return unary("pow", x, [p](float v) { return std::pow(v, p); },
+               [p](float v, float) { return p * std::pow(v, p - 1.0f); });
+}
+Tensor tanh(const Tensor& x) {
+  return unary("tanh", x, [](float v) { return std::tanh(v); }, [](float, float y) { return 1.0f - y * y; });
+}
+Tensor relu(const Tensor& x) {
+  return unary("relu", x, [](float v) { return v > 0.0f ? v : 0.0f; },
+               [](float v, float) { return v > 0.0f ? 1.0f : 0.0f; });
+}
+
+Tensor gelu(const Tensor& x_in) {
+  const Tensor x = contiguous_values(x_in);
+  Tensor out = Tensor::empty(x.shape());
+  kernels::gelu_forward(out.data(), x.data(), x.numel());
+  record(out, "gelu", {x_in}, [x_in, x](const Tensor& g) {
+    kernels::gelu_backward(grad_buffer(x_in), g.data(), x.data(), x.numel());
+  });
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Matrix products
+
+namespace {
+
+// The last two dims of t as a BLAS operand: logical (rows, cols) = trans ? P^T : P, with P row-major
+// with leading dimension ld. `batch_offsets` lists where each matrix of the leading dims starts.
+struct MatOperand {
+  Tensor values;  // t, or a contiguous copy when its strides do not fit BLAS
+  int64_t rows = 0, cols = 0, ld = 0;
+  bool trans = false;
+  std::vector<int64_t> batch_offsets;
+};
+
+std::vector<int64_t> batch_offsets_of(const Tensor& t) {
+  const int64_t rank = t.dim();
+  Shape bshape(t.shape().begin(), t.shape().end() - 2);
+  Shape bstrides(t.strides().begin(), t.strides().end() - 2);
+  std::vector<int64_t> offsets;
+  offsets.reserve(static_cast<size_t>(shape_numel(bshape)));
+  if (rank == 2) return {0};
+  Shape index(bshape.size(), 0);
+  int64_t off = 0;
+  while (true) {
+    offsets.push_back(off);
+    int64_t d = static_cast<int64_t>(bshape.size()) - 1;
+    for (; d >= 0; --d) {
+      if (++index[d] < bshape[d]) {
+        off += bstrides[d];
+        break;
+      }
+      off -= bstrides[d] * (bshape[d] - 1);
+      index[d] = 0;
+    }
+    if (d < 0) break;
+  }
+  return offsets;
+}
+
+MatOperand mat_operand(const Tensor& t) {
+  MatOperand m;
+  const int64_t rank = t.dim();
+  m.rows = t.shape()[rank - 2];
+  m.cols = t.shape()[rank - 1];
+  const int64_t sr = t.strides()[rank - 2], sc = t.strides()[rank - 1];
+  if ((sc == 1 || m.cols == 1) && sr >= std::max<int64_t>(m.cols, 1)) {
+    m.values = t;
+    m.ld = sr;
+  } else if ((sr == 1 || m.rows == 1) && sc >= std::max<int64_t>(m.rows, 1) && m.cols > 1) {
+    m.values = t;
+    m.ld = sc;
+    m.trans = true;
+  } else {
+    m.values = contiguous_values(t);
+    m.ld = std::max<int64_t>(m.cols, 1);
+  }
+  m.batch_offsets = batch_offsets_of(m.values);
+  return m;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  TFM_CHECK(a.dim() >= 2 && b.dim() >= 2, "matmul", "operands need at least 2 dims, got ",
+            shape_str(a.shape()), " and ", shape_str(b.shape()));
+  const Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  TFM_CHECK(ba == bb || ba.empty() || bb.empty(), "matmul", "batch dims of ", shape_str(a.shape()), " and ",
+            shape_str(b.shape()), " must match (or one operand be 2-D)");
+  const MatOperand A = mat_operand(a), B = mat_operand(b);
+  const int64_t M = trans_a ? A.cols : A.rows, K = trans_a ? A.rows : A.cols;
+  const int64_t Kb = trans_b ? B.cols : B.rows, N = trans_b ? B.rows : B.cols;
+  TFM_CHECK(K == Kb, "matmul", "inner dims differ: ", shape_str(a.shape()), (trans_a ? "^T" : ""), " x ",
+            shape_str(b.shape()), (trans_b ? "^T" : ""), " (", K, " vs ", Kb, ")");
+  const bool at = A.trans != trans_a, bt = B.trans != trans_b;  // logical op(A), op(B) from raw storage
+  Shape out_shape = ba.empty() ? bb : ba;
+  out_shape.push_back(M);
+  out_shape.push_back(N);
+  Tensor out = Tensor::empty(out_shape);
+  const int64_t batches = std::max(A.batch_offsets.size(), B.batch_offsets.size());
+  const float* pa = A.values.data();
+  const float* pb = B.values.data();
+  // A shared right operand and a row-major left operand whose matrices follow each other: one GEMM.
+  const bool fold = B.batch_offsets.size() == 1 && !at && A.values.is_contiguous() && batches > 1;
+  if (fold) {
+    gemm(false, bt, batches * M, N, K, 1.0f, pa, A.ld, pb, B.ld, 0.0f, out.data(), N);
+  } else {
+    for (int64_t i = 0; i < batches; ++i) {
+      const float* ai = pa + A.batch_offsets[A.batch_offsets.size() == 1 ? 0 : i];
+      const float* bi = pb + B.batch_offsets[B.batch_offsets.size() == 1 ? 0 : i];
+      gemm(at, bt, M, N, K, 1.0f, ai, A.ld, bi, B.ld, 0.0f, out.data() + i * M * N, N);
+    }
+  }
+  record(out, "matmul", {a, b}, [a, b, A, B, at, bt, trans_a, trans_b, M, N, K, batches, fold](const Tensor& g) {
+    // With logical op(A) (M,K), op(B) (K,N): d op(A) = dC op(B)^T, d op(B) = op(A)^T dC. When the user
+    // asked for a transpose, the gradient of the stored operand is the transpose of those.
+    const float* pa = A.values.data();
+    const float* pb = B.values.data();
+    const float* pg = g.data();
+    if (needs(a)) {
+      float* ga = grad_buffer(a);
+      const int64_t a_mat = M * K;
+      if (fold && !trans_a) {
+        gemm(false, !bt, batches * M, K, N, 1.0f, pg, N, pb, B.ld, 1.0f, ga, K);
+      } else {
+        for (int64_t i = 0; i < batches; ++i) {
+          const float* bi = pb + B.batch_offsets[B.batch_offsets.size() == 1 ? 0 : i];
+          float* gai = ga + (A.batch_offsets.size() == 1 ? 0 : i * a_mat);
+          const float* gi = pg + i * M * N;
+          if (!trans_a)
+            gemm(false, !bt, M, K, N, 1.0f, gi, N, bi, B.ld, 1.0f, gai, K);
+          else
+            gemm(bt, true, K, M, N, 1.0f, bi, B.ld, gi, N, 1.0f, gai, M);
+        }
+      }
+    }
+    if (needs(b)) {
+      float* gb = grad_buffer(b);
+      const int64_t b_mat = K * N;
+      if (fold) {
+        if (!trans_b)
+          gemm(true, false, K, N, batches * M, 1.0f, pa, A.ld, pg, N, 1.0f, gb, N);
+        else
+          gemm(true, false, N, K, batches * M, 1.0f, pg, N, pa, A.ld, 1.0f, gb, K);
+      } else {
+        for (int64_t i = 0; i < batches; ++i) {
+          const float* ai = pa + A.batch_offsets[A.batch_offsets.size() == 1 ? 0 : i];
+          float* gbi = gb + (B.batch_offsets.size() == 1 ? 0 : i * b_mat);
+          const float* gi = pg + i * M * N;
+          if (!trans_b)
+            gemm(!at, false, K, N, M, 1.0f, ai, A.ld, gi, N, 1.0f, gbi, N);
+          else
+            gemm(true, at, N, K, M, 1.0f, gi, N, ai, A.ld, 1.0f, gbi, K);
+        }
+      }
+    }
+  });
+  return out;
+}
+
+Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
+  TFM_CHECK(x_in.dim() >= 1 && w_in.dim() == 2, "linear", "expected x (..., in) and w (out, in), got ",
+            shape_str(x_in.shape()), " and ", shape_str(w_in.shape()));
+  const int64_t in = w_in.size(1), out_dim = w_in.size(0);
+  TFM_CHECK(x_in.size(-1) == in, "linear", "x ", shape_str(x_in.shape()), " has ", x_in.size(-1),
+            " features, w ", shape_str(w_in.shape()), " expects ", in);
+  if (bias.defined())
+    TFM_CHECK(bias.dim() == 1 && bias.size(0) == out_dim, "linear", "bias ", shape_str(bias.shape()),
+              " does not match w ", shape_str(w_in.shape()));
+  const Tensor x = contiguous_values(x_in), w = contiguous_values(w_in);
+  const int64_t N = x.numel() / in;
+  Shape out_shape = x.shape();
+  out_shape.back() = out_dim;
+  Tensor out = Tensor::empty(out_shape);  // (N, out)
+  float beta = 0.0f;
+  if (bias.defined()) {
+    const Tensor bc = contiguous_values(bias);
+    for (int64_t i = 0; i < N; ++i) std::memcpy(out.data() + i * out_dim, bc.data(), sizeof(float) * out_dim);
+    beta = 1.0f;
+  }
+  gemm(false, true, N, out_dim, in, 1.0f, x.data(), in, w.data(), in, beta, out.data(), out_dim);
+  record(out, "linear", {x_in, w_in, bias}, [x_in, w_in, bias, x, w, N, in, out_dim](const Tensor& g) {
+    if (needs(x_in))  // dx (N, in) += dy (N, out) W (out, in)
+      gemm(false, false, N, in, out_dim, 1.0f, g.data(), out_dim, w.data(), in, 1.0f, grad_buffer(x_in), in);
+    if (needs(w_in))  // dW (out, in) += dy^T (out, N) x (N, in)
+      gemm(true, false, out_dim, in, N, 1.0f, g.data(), out_dim, x.data(), in, 1.0f, grad_buffer(w_in), in);
+    if (needs(bias)) kernels::bias_add_backward(grad_buffer(bias), g.data(), N, out_dim);
+  });
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reductions. The input is viewed as (outer, n, inner) around the reduced axis.
+
+namespace {
+struct AxisSplit {
+  int64_t outer = 1, n = 1, inner = 1;
+  Shape out_shape;
+};
+AxisSplit split_axis(const char* op, const Shape& shape, int64_t& axis, bool keepdim) {
+  axis = normalize_axis(op, axis, static_cast<int64_t>(shape.size()));
+  AxisSplit s;
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+    if (d < axis) s.outer *= shape[d];
+    if (d > axis) s.inner *= shape[d];
+    if (d != axis || keepdim) s.out_shape.push_back(d == axis ? 1 : shape[d]);
+  }
+  s.n = shape[axis];
+  return s;
+}
+}  // namespace
+
+Tensor sum(const Tensor& x_in) {
+  const Tensor x = contiguous_values(x_in);
+  double total = 0.0;
+  const float* p = x.data();
+  for (int64_t i = 0; i < x.numel(); ++i) total += p[i];
+  Tensor out = Tensor::full({}, static_cast<float>(total));
+  record(out, "sum", {x_in}, [x_in](const Tensor& g) {
+    float* gx = grad_buffer(x_in);
+    const float gv = g.data()[0];
+    for (int64_t i = 0; i < x_in.numel(); ++i) gx[i] += gv;
+  });
+  return out;
+}
+
+Tensor mean(const Tensor& x) {
+  TFM_CHECK(x.numel() > 0, "mean", "mean of an empty tensor of shape ", shape_str(x.shape()));
+  return mul(sum(x), 1.0f / static_cast<float>(x.numel()));
+}
+
+Tensor sum(const Tensor& x_in, int64_t axis, bool keepdim) {
+  const AxisSplit s = split_axis("sum", x_in.shape(), axis, keepdim);
+  const Tensor x = contiguous_values(x_in);
+  Tensor out = Tensor::zeros(s.out_shape);
+  const float* px = x.data();
+  float* po = out.data();
+  for (int64_t o = 0; o < s.outer; ++o)
+    for (int64_t j = 0; j < s.n; ++j)
+      for (int64_t i = 0; i < s.inner; ++i) po[o * s.inner + i] += px[(o * s.n + j) * s.inner + i];
+  record(out, "sum_axis", {x_in}, [x_in, s](const Tensor& g) {
+    float* gx = grad_buffer(x_in);
+    const float* pg = g.data();
+    for (int64_t o = 0; o < s.outer; ++o)
+      for (int64_t j = 0; j < s.n; ++j)
+        for (int64_t i = 0; i < s.inner; ++i) gx[(o * s.n + j) * s.inner + i] += pg[o * s.inner + i];
+  });
+  return out;
+}
+
+Tensor mean(const Tensor& x, int64_t axis, bool keepdim) {
+  const int64_t n = x.size(normalize_axis("mean", axis, x.dim()));
+  TFM_CHECK(n > 0, "mean", "mean over an empty axis of shape ", shape_str(x.shape()));
+  return mul(sum(x, axis, keepdim), 1.0f / static_cast<float>(n));
+}
+
+Tensor max(const Tensor& x_in, int64_t axis, bool keepdim) {
+  const AxisSplit s = split_axis("max", x_in.shape(), axis, keepdim);
+  TFM_CHECK(s.n > 0, "max", "max over an empty axis of shape ", shape_str(x_in.shape()));
+  const Tensor x = contiguous_values(x_in);
+  Tensor out = Tensor::empty(s.out_shape);
+  auto argmax = std::make_shared<std::vector<int64_t>>(static_cast<size_t>(s.outer * s.inner));
+  const float* px = x.data();
+  for (int64_t o = 0; o < s.outer; ++o)
+    for (int64_t i = 0; i < s.inner; ++i) {
+      int64_t best = 0;
+      for (int64_t j = 1; j < s.n; ++j)
+        if (px[(o * s.n + j) * s.inner + i] > px[(o * s.n + best) * s.inner + i]) best = j;
+      (*argmax)[o * s.inner + i] = best;
+      out.data()[o * s.inner + i] = px[(o * s.n + best) * s.inner + i];
+    }
+  record(out, "max_axis", {x_in}, [x_in, s, argmax](const Tensor& g) {
+    float* gx = grad_buffer(x_in);
+    for (int64_t o = 0; o < s.outer; ++o)
+      for (int64_t i = 0; i < s.inner; ++i)
+        gx[(o * s.n + (*argmax)[o * s.inner + i]) * s.inner + i] += g.data()[o * s.inner + i];
+  });
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Softmax, losses, normalisation
+
+Tensor softmax(const Tensor& x_in) {
+  TFM_CHECK(x_in.dim() >= 1, "softmax", "needs at least 1 dim, got a scalar");
+  const Tensor x = contiguous_values(x_in);
+  const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
+  Tensor out = Tensor::empty(x.shape());
+  kernels::softmax_forward(out.data(), x.data(), N, C);
+  const Tensor y = out.detach();
+  record(out, "softmax", {x_in}, [x_in, y, N, C](const Tensor& g) {
+    kernels::softmax_backward(grad_buffer(x_in), g.data(), y.data(), N, C);
+  });
+  return out;
+}
+
+Tensor log_softmax(const Tensor& x_in) {
+  TFM_CHECK(x_in.dim() >= 1, "log_softmax", "needs at least 1 dim, got a scalar");
+  const Tensor x = contiguous_values(x_in);
+  const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
+  Tensor out = Tensor::empty(x.shape());
+  kernels::log_softmax_forward(out.data(), x.data(), N, C);
+  const Tensor y = out.detach();
+  record(out, "log_softmax", {x_in}, [x_in, y, N, C](const Tensor& g) {
+    kernels::log_softmax_backward(grad_buffer(x_in), g.data(), y.data(), N, C);
+  });
+  return out;
+}
+
+Tensor cross_entropy(const Tensor& logits_in, const std::vector<int32_t>& targets, int32_t ignore_index) {
+  TFM_CHECK(logits_in.dim() >= 1, "cross_entropy", "logits need at least 1 dim");
+  const int64_t V = logits_in.size(-1), N = V ? logits_in.numel() / V : 0;
+  TFM_CHECK(static_cast<int64_t>(targets.size()) == N, "cross_entropy", "logits ", shape_str(logits_in.shape()),
+            " have ", N, " rows but ", targets.size(), " targets were given");
+  int64_t count = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    const int32_t t = targets[i];
+    if (t == ignore_index) continue;
+    TFM_CHECK(t >= 0 && t < V, "cross_entropy", "target ", t, " at row ", i, " is outside [0, ", V, ")");
+    ++count;
+  }
+  const Tensor logits = contiguous_values(logits_in);
+  Tensor lse = Tensor::empty({N});
+  const double total = kernels::cross_entropy_forward(lse.data(), logits.data(), targets.data(), N, V, ignore_index);
+  Tensor out = Tensor::full({}, count ? static_cast<float>(total / count) : 0.0f);
+  record(out, "cross_entropy", {logits_in},
+         [logits_in, logits, lse, targets, N, V, ignore_index, count](const Tensor& g) {
+           if (!count) return;
+           kernels::cross_entropy_backward(grad_buffer(logits_in), logits.data(), lse.data(), targets.data(), N, V,
+                                           ignore_index, g.data()[0] / static_cast<float>(count));
+         });
+  return out;
+}
+
+Tensor layer_norm(const Tensor& x_in, const Tensor& w, const Tensor& b, float eps) {
+  TFM_CHECK(x_in.dim() >= 1, "layer_norm", "needs at least 1 dim");
+  const int64_t C = x_in.size(-1), N = C ? x_in.numel() / C : 0;
+  TFM_CHECK(w.shape() == Shape{C} && b.shape() == Shape{C}, "layer_norm", "weight ", shape_str(w.shape()),
+            " and bias ", shape_str(b.shape()), " must be [", C, "] for input ", shape_str(x_in.shape()));
+  const Tensor x = contiguous_values(x_in), wc = contiguous_values(w), bc = contiguous_values(b);
+  Tensor out = Tensor::empty(x.shape());
+  Tensor mean = Tensor::empty({N}), rstd = Tensor::empty({N});
+  kernels::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), wc.data(), bc.data(), N, C, eps);
+  record(out, "layer_norm", {x_in, w, b}, [x_in, w, b, x, wc, mean, rstd, N, C](const Tensor& g) {
+    kernels::layernorm_backward(needs(x_in) ? grad_buffer(x_in) : nullptr, needs(w) ? grad_buffer(w) : nullptr,
+                                needs(b) ? grad_buffer(b) : nullptr, g.data(), x.data(), wc.data(), mean.data(),
+                                rstd.data(), N, C);
+  });
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Indexing and masking
+
+Tensor embedding(const Tensor& weight, const std::vector<int32_t>& ids, const Shape& ids_shape) {
+  TFM_CHECK(weight.dim() == 2, "embedding", "weight must be (V, C), got ", shape_str(weight.shape()));
+  TFM_CHECK(static_cast<int64_t>(ids.size()) == shape_numel(ids_shape), "embedding", ids.size(),
+            " ids for ids shape ", shape_str(ids_shape));
+  const int64_t V = weight.size(0), C = weight.size(1);
+  for (size_t i = 0; i < ids.size(); ++i)
+    TFM_CHECK(ids[i] >= 0 && ids[i] < V, "embedding", "id ", ids[i], " at position ", i, " is outside [0, ", V,
+              ") for weight ", shape_str(weight.shape()));
+  const Tensor w = contiguous_values(weight);
+  Shape out_shape = ids_shape;
+  out_shape.push_back(C);
+  Tensor out = Tensor::empty(out_shape);
+  for (size_t i = 0; i < ids.size(); ++i)
+    std::memcpy(out.data() + i * C, w.data() + static_cast<int64_t>(ids[i]) * C, sizeof(float) * C);
+  record(out, "embedding", {weight}, [weight, ids, C](const Tensor& g) {
+    float* gw = grad_buffer(weight);
+    const float* pg = g.data();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      float* row = gw + static_cast<int64_t>(ids[i]) * C;
+      const float* gi = pg + i * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) row[c] += gi[c];
+    }
+  });
+  return out;
+}
+
+Tensor dropout(const Tensor& x, float p, bool training, Rng& rng) {
+  TFM_CHECK(p >= 0.0f && p < 1.0f, "dropout", "probability ", p, " is outside [0, 1)");
+  if (!training || p == 0.0f) return x;
+  Tensor keep = Tensor::empty(x.shape());  // 0 or 1/(1-p)
+  const float scale = 1.0f / (1.0f - p);
+  float* pk = keep.data();
+  for (int64_t i = 0; i < keep.numel(); ++i) pk[i] = rng.uniform() < p ? 0.0f : scale;
+  // x * keep, with keep a constant (not a graph input).
+  const Tensor xc = contiguous_values(x);
+  Tensor out = Tensor::empty(x.shape());
+  for (int64_t i = 0; i < out.numel(); ++i) out.data()[i] = xc.data()[i] * pk[i];
+  record(out, "dropout", {x}, [x, keep](const Tensor& g) {
+    float* gx = grad_buffer(x);
+    for (int64_t i = 0; i < g.numel(); ++i) gx[i] += g.data()[i] * keep.data()[i];
+  });
+  return out;
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, float value) {
+  const Shape out_shape = broadcast_shape("masked_fill", x.shape(), mask.shape());
+  TFM_CHECK(out_shape == x.shape(), "masked_fill", "mask ", shape_str(mask.shape()),
+            " must broadcast to the input's shape ", shape_str(x.shape()));
+  Tensor out = Tensor::empty(out_shape);
+  const Shape so = out.strides();
+  const Shape sx = x.strides();
+  const Shape sm = strided::broadcast_strides(mask.shape(), mask.strides(), out_shape);
+  strided::for_each<3>(out_shape, {so.data(), sx.data(), sm.data()}, {out.data(), x.data(), mask.data()},
+                       [value](float** p) { *p[0] = *p[2] != 0.0f ? value : *p[1]; });
+  record(out, "masked_fill", {x}, [x, mask, out_shape](const Tensor& g) {
+    const Shape sg = contiguous_strides(out_shape);
+    const Shape sm = strided::broadcast_strides(mask.shape(), mask.strides(), out_shape);
+    strided::for_each<3>(out_shape, {sg.data(), sg.data(), sm.data()}, {grad_buffer(x), g.data(), mask.data()},
+                         [](float** p) {
+                           if (*p[2] == 0.0f) *p[0] += *p[1];
+                         });
+  });
+  return out;
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  const Shape out_shape = broadcast_shape("where", broadcast_shape("where", cond.shape(), a.shape()), b.shape());
+  Tensor out = Tensor::empty(out_shape);
+  const Shape so = out.strides();
+  const Shape sc = strided::broadcast_strides(cond.shape(), cond.strides(), out_shape);
+  const Shape sa = strided::broadcast_strides(a.shape(), a.strides(), out_shape);
+  const Shape sb = strided::broadcast_strides(b.shape(), b.strides(), out_shape);
+  strided::for_each<4>(out_shape, {so.data(), sc.data(), sa.data(), sb.data()},
+                       {out.data(), cond.data(), a.data(), b.data()},
+                       [](float** p) { *p[0] = *p[1] != 0.0f ? *p[2] : *p[3]; });
+  record(out, "where", {a, b}, [cond, a, b, out_shape](const Tensor& g) {
+    const Shape sg = contiguous_strides(out_shape);
+    const Shape sc = strided::broadcast_strides(cond.shape(), cond.strides(), out_shape);
+    for (int which = 0; which < 2; ++which) {
+      const Tensor& t = which == 0 ? a : b;
+      if (!needs(t)) continue;
+      const Shape st = strided::broadcast_strides(t.shape(), contiguous_strides(t.shape()), out_shape);
+      const bool want = which == 0;
+      strided::for_each<3>(out_shape, {st.data(), sg.data(), sc.data()}, {grad_buffer(t), g.data(), cond.data()},
+                           [want](float** p) {
+                             if ((*p[2] != 0.0f) == want) *p[0] += *p[1];
+                           });
+    }
+  });
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shape ops. Views share storage; their backward adds the view's gradient into the matching
+// positions of the base's gradient.
+
+namespace {
+Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = base.storage();
+  impl->shape = std::move(shape);
+  impl->strides = std::move(strides);
+  impl->offset = offset;
+  return Tensor(std::move(impl));
+}
+
+Shape infer_shape(const char* op, const Shape& from, Shape to) {
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < to.size(); ++i) {
+    if (to[i] == -1) {
+      TFM_CHECK(infer < 0, op, "only one -1 is allowed in ", shape_str(to));
+      infer = static_cast<int64_t>(i);
+    } else {
+      TFM_CHECK(to[i] >= 0, op, "invalid size in ", shape_str(to));
+      known *= to[i];
+    }
+  }
+  const int64_t n = shape_numel(from);
+  if (infer >= 0) {
+    TFM_CHECK(known > 0 && n % known == 0, op, "cannot reshape ", shape_str(from), " into ", shape_str(to));
+    to[infer] = n / known;
+  }
+  TFM_CHECK(shape_numel(to) == n, op, "cannot reshape ", shape_str(from), " (", n, " elements) into ",
+            shape_str(to), " (", shape_numel(to), " elements)");
+  return to;
+}
+}  // namespace
+
+Tensor contiguous(const Tensor& x) {
+  if (x.is_contiguous()) return x;
+  Tensor out = x.clone();
+  record(out, "contiguous", {x}, [x](const Tensor& g) { accumulate_flat(x, g); });
+  return out;
+}
+
+Tensor view(const Tensor& x, Shape shape) {
+  shape = infer_shape("view", x.shape(), std::move(shape));
+  TFM_CHECK(x.is_contiguous(), "view", "input of shape ", shape_str(x.shape()),
+            " is not contiguous; use reshape (which copies) or contiguous() first");
+  Tensor out = make_view(x, shape, contiguous_strides(shape), x.offset());
+  record(out, "view", {x}, [x](const Tensor& g) { accumulate_flat(x, g); });
+  return out;
+}
+
+Tensor reshape(const Tensor& x, Shape shape) {
+  shape = infer_shape("reshape", x.shape(), std::move(shape));
+  return view(contiguous(x), shape);
+}
+
+Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
+  const int64_t rank = x.dim();
+  TFM_CHECK(static_cast<int64_t>(dims.size()) == rank, "permute", dims.size(), " dims given for shape ",
+            shape_str(x.shape()));
+  std::vector<int64_t> perm(dims.size());
+  std::vector<bool> used(rank, false);
+  for (int64_t i = 0; i < rank; ++i) {
+    perm[i] = normalize_axis("permute", dims[i], rank);
+    TFM_CHECK(!used[perm[i]], "permute", "dimension ", perm[i], " repeated for shape ", shape_str(x.shape()));
+    used[perm[i]] = true;
+  }
+  Shape shape(rank), strides(rank);
+  for (int64_t i = 0; i < rank; ++i) {
+    shape[i] = x.shape()[perm[i]];
+    strides[i] = x.strides()[perm[i]];
+  }
+  Tensor out = make_view(x, shape, strides, x.offset());
+  record(out, "permute", {x}, [x, perm, shape](const Tensor& g) {
+    // The base's gradient seen through the same permutation, plus g.
+    const Shape base = contiguous_strides(x.shape());
+    Shape st(perm.size());
+    for (size_t i = 0; i < perm.size(); ++i) st[i] = base[perm[i]];
+    const Shape sg = contiguous_strides(shape);
+    strided::for_each<2>(shape, {st.data(), sg.data()}, {grad_buffer(x), g.data()},
+                         [](float** p) { *p[0] += *p[1]; });
+  });
+  return out;
+}
+
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
+  const int64_t rank = x.dim();
+  d0 = normalize_axis("transpose", d0, rank);
+  d1 = normalize_axis("transpose", d1, rank);
+  std::vector<int64_t> perm(rank);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[d0], perm[d1]);
+  return permute(x, perm);
+}
+
+Tensor narrow(const Tensor& x, int64_t axis, int64_t start, int64_t length) {
+  axis = normalize_axis("narrow", axis, x.dim());
+  TFM_CHECK(start >= 0 && length >= 0 && start + length <= x.size(axis), "narrow", "range [", start, ", ",
+            start + length, ") out of bounds for dim ", axis, " of shape ", shape_str(x.shape()));
+  Shape shape = x.shape();
+  shape[axis] = length;
+  Tensor out = make_view(x, shape, x.strides(), x.offset() + start * x.strides()[axis]);
+  record(out, "narrow", {x}, [x, axis, start, shape](const Tensor& g) {
+    const Shape st = contiguous_strides(x.shape());
+    const Shape sg = contiguous_strides(shape);
+    strided::for_each<2>(shape, {st.data(), sg.data()}, {grad_buffer(x) + start * st[axis], g.data()},
+                         [](float** p) { *p[0] += *p[1]; });
+  });
+  return out;
+}
+
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t axis) {
+  axis = normalize_axis("split", axis, x.dim());
+  int64_t total = 0;
+  for (int64_t s : sizes) total += s;
+  TFM_CHECK(total == x.size(axis), "split", "sizes add up to ", total, " but dim ", axis, " of ",
+            shape_str(x.shape()), " has ", x.size(axis));
+  std::vector<Tensor> parts;
+  int64_t start = 0;
+  for (int64_t s : sizes) {
+    parts.push_back(narrow(x, axis, start, s));
+    start += s;
+  }
+  return parts;
+}
+
+Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
+  TFM_CHECK(!xs.empty(), "concat", "no tensors given");
+  axis = normalize_axis("concat", axis, xs[0].dim());
+  Shape shape = xs[0].shape();
+  shape[axis] = 0;
+  for (const Tensor& t : xs) {
+    Shape a = t.shape(), b = xs[0].shape();
+    TFM_CHECK(a.size() == b.size(), "concat", "ranks differ: ", shape_str(a), " and ", shape_str(b));
+    a[axis] = b[axis] = 0;
+    TFM_CHECK(a == b, "concat", "shapes ", shape_str(t.shape()), " and ", shape_str(xs[0].shape()),
+              " differ outside dim ", axis);
+    shape[axis] += t.size(axis);
+  }
+  Tensor out = Tensor::empty(shape);
+  int64_t start = 0;
+  for (const Tensor& t : xs) {
+    Tensor dst = make_view(out, t.shape(), out.strides(), start * out.strides()[axis]);
+    dst.copy_from(t);
+    start += t.size(axis);
+  }
+  record(out, "concat", xs, [xs, axis, shape](const Tensor& g) {
+    const Shape sg = contiguous_strides(shape);
+    int64_t start = 0;
+    for (const Tensor& t : xs) {
+      if (needs(t)) {
+        const Shape st = contiguous_strides(t.shape());
+        strided::for_each<2>(t.shape(), {st.data(), sg.data()}, {grad_buffer(t), g.data() + start * sg[axis]},
+                             [](float** p) { *p[0] += *p[1]; });
+      }
+      start += t.size(axis);
+    }
+  });
+  return out;
+}
+
+}  // namespace tfm
