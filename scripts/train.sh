@@ -13,8 +13,11 @@ config="${1:-configs/shakespeare_char.json}"
 tfm_install
 tfm_build "$TFM_ROOT/build/release" -DCMAKE_BUILD_TYPE=Release -DTFM_BUILD_TESTS=OFF
 scripts/get_data.sh
-"$TFM_ROOT/build/release/tfm" train --config "$config" "$@"
-run_dir="$("$TFM_ROOT/build/release/tfm" config --config "$config" "$@" --get output.dir 2>/dev/null || true)"
-if [ -n "$run_dir" ] && [ -f scripts/plot.py ] && /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+# Runs go to runs/<config name> unless --out is given.
+out_args=()
+[[ " $* " == *" --out "* ]] || out_args=(--out "runs/$(basename "$config" .json)")
+"$TFM_ROOT/build/release/tfm" train --config "$config" "${out_args[@]}" "$@"
+run_dir="runs/$(basename "$config" .json)"
+if [ -f scripts/plot.py ] && [ -d "$run_dir" ] && /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
   /usr/bin/python3 scripts/plot.py "$run_dir" && echo "tfm: loss curve in $run_dir/loss.png"
 fi

@@ -1,0 +1,28 @@
+// Measures this machine's sgemm speed through tfm::gemm: the square peak that MFU figures are
+// quoted against, and the shapes a model's training step actually runs.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tfm/model.h"
+
+namespace tfm {
+
+struct GemmTiming {
+  std::string label;  // what the shape is for, e.g. "fc1 forward"
+  int64_t M = 0, N = 0, K = 0;
+  bool trans_a = false, trans_b = false;
+  double median_ms = 0.0;
+  double gflops = 0.0;  // 2*M*N*K / median time
+};
+
+// Times C = op(A) op(B) for at least min_seconds (after a warm-up) and returns the median.
+GemmTiming time_gemm(const std::string& label, int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b,
+                     double min_seconds);
+// The square n x n x n sgemm rate: the machine's measured peak for MFU.
+double measure_gemm_peak_gflops(int64_t n = 1024, double min_seconds = 1.0);
+// The matrix products of one training step of `config` at batch B and length T (forward and backward).
+std::vector<GemmTiming> time_model_gemms(const ModelConfig& config, int64_t B, int64_t T, double min_seconds);
+
+}  // namespace tfm
