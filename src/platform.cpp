@@ -28,7 +28,12 @@ std::string blas_summary() {
   if (std::getenv("TFM_BLAS_REEXEC"))
     os << " (AVX-512 CPU: restarted with OPENBLAS_CORETYPE=SkylakeX; TFM_NO_REEXEC=1 keeps the default)";
   else if (const char* core = std::getenv("OPENBLAS_CORETYPE"))
-    os << " (OPENBLAS_CORETYPE=" << core << " from the environment)";
+  {
+    os << " (OPENBLAS_CORETYPE=" << core << " from the environment";
+    if (__builtin_cpu_supports("avx512f") && std::string(core) != "SkylakeX" && std::string(core) != "Cooperlake")
+      os << "; this CPU has AVX-512: unset it to let tfm use the ~1.7x faster SkylakeX kernels";
+    os << ")";
+  }
   return os.str();
 }
 
