@@ -1,0 +1,185 @@
+// Layers: modules that own parameters and submodules, with the export names of ARCHITECTURE.md.
+// Legend: B batch, T time (Tq queries, Tk keys), C = d_model, H heads, Hkv key/value heads,
+// Dk = Dv = C / H per-head widths, F = d_ff, V vocabulary.
+//
+// A module registers pointers to its own Tensor members and submodules (which never move: modules are
+// neither copyable nor movable), so `named_parameters()` can hand out stable pointers and
+// `flatten_parameters()` can re-seat every parameter as a view into one flat value buffer whose
+// gradients are views into one flat gradient buffer.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tfm/random.h"
+#include "tfm/tensor.h"
+
+namespace tfm {
+
+class Module {
+ public:
+  Module() = default;
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // Every parameter of this module and its submodules in registration order, with dotted names.
+  std::vector<std::pair<std::string, Tensor*>> named_parameters();
+  int64_t parameter_count();
+
+  // Training mode (dropout active) and the generator dropout draws from; both reach all submodules.
+  void set_training(bool on);
+  bool training() const { return training_; }
+  void set_rng(Rng* rng);
+  Rng* rng() const { return rng_; }
+
+ protected:
+  // Registers a zero-filled parameter of `shape` held in `*slot` (a member of the module).
+  void register_parameter(const std::string& name, Tensor* slot, const Shape& shape);
+  // Registers a submodule; with an empty name its parameters appear without an extra prefix.
+  void register_module(const std::string& name, Module* module);
+
+ private:
+  struct Entry {
+    std::string name;
+    Tensor* parameter = nullptr;
+    Module* module = nullptr;
+  };
+  void collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor*>>& out);
+  std::vector<Entry> entries_;
+  bool training_ = false;
+  Rng* rng_ = nullptr;
+};
+
+// The flat buffers behind a module's parameters: values and gradients, each one allocation.
+struct ParameterBuffers {
+  std::shared_ptr<Storage> values, grads;
+  int64_t size = 0;
+  std::vector<int64_t> offsets;  // per parameter, in named_parameters() order
+};
+// Moves every parameter of `root` (keeping its current values) into one value buffer and sets its
+// gradient to the matching view of one zeroed gradient buffer.
+ParameterBuffers flatten_parameters(Module& root);
+
+class Linear : public Module {
+ public:
+  Linear(int64_t in, int64_t out, bool bias = true);
+  Tensor forward(const Tensor& x) const;  // (..., in) -> (..., out)
+  Tensor weight;                          // (out, in), as nn.Linear
+  Tensor bias;                            // (out), undefined without bias
+};
+
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num, int64_t dim);
+  // ids of shape ids_shape -> (ids_shape..., dim)
+  Tensor forward(const std::vector<int32_t>& ids, const Shape& ids_shape) const;
+  Tensor weight;  // (num, dim)
+};
+
+// P[i, 2j] = sin(i / 10000^(2j/C)), P[i, 2j+1] = cos(...), computed in double; not a parameter.
+class SinusoidalPositionalEncoding : public Module {
+ public:
+  SinusoidalPositionalEncoding(int64_t max_len, int64_t dim);
+  Tensor forward(int64_t start, int64_t T) const;  // rows [start, start + T): (T, C), a view
+  Tensor table;                                    // (max_len, C)
+};
+
+// Learned absolute positions: a (max_len, C) table whose rows are added to the embeddings.
+class LearnedPositionalEmbedding : public Module {
+ public:
+  LearnedPositionalEmbedding(int64_t max_len, int64_t dim);
+  Tensor forward(int64_t start, int64_t T) const;  // (T, C), differentiable
+  Tensor weight;                                   // (max_len, C)
+};
+
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t dim, float eps = 1e-5f);
+  Tensor forward(const Tensor& x) const;
+  Tensor weight, bias;  // (C), (C)
+  float eps;
+};
+
+// FFN(x) = fc2(act(fc1(x))), act = exact GELU or ReLU.
+class FeedForward : public Module {
+ public:
+  FeedForward(int64_t dim, int64_t hidden, const std::string& activation, bool bias = true);
+  Tensor forward(const Tensor& x) const;  // (..., C) -> (..., C)
+  Linear fc1, fc2;
+  bool gelu;
+};
+
+struct AttentionConfig {
+  int64_t d_model = 0;
+  int64_t n_heads = 1;
+  int64_t n_kv_heads = 0;  // 0 = n_heads; grouped-query when 1 < n_kv_heads < n_heads, multi-query when 1
+  int64_t kdim = 0;        // width of the key input, 0 = d_model (as nn.MultiheadAttention)
+  int64_t vdim = 0;        // width of the value input, 0 = d_model
+  bool bias = true;
+  bool causal = false;
+  float dropout = 0.0f;               // on the attention probabilities
+  std::string score = "dot";          // "dot": q.k / sqrt(Dk); "additive": w_v^T tanh(q + k) per head
+};
+
+// Multi-head attention in the general form: queries from one sequence, keys and values from the same
+// or another one (cross-attention, other length and widths). Q = query Wq^T (B, Tq, H*Dk),
+// K = key Wk^T (B, Tk, Hkv*Dk), V = value Wv^T (B, Tk, Hkv*Dv), out = concat_h(head_h) Wo^T.
+// Additive scoring uses the per-head projections as the W_q q and W_k k of Bahdanau's
+// w_v^T tanh(W_q q + W_k k), with one w_v of Dk weights per head (`score_v`, (H, Dk)).
+class MultiHeadAttention : public Module {
+ public:
+  explicit MultiHeadAttention(const AttentionConfig& config);
+  // query (B, Tq, C), key (B, Tk, kdim), value (B, Tk, vdim) -> (B, Tq, C). key_lengths: keys j >=
+  // key_lengths[b] are padding (empty = none).
+  Tensor forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                 const std::vector<int64_t>& key_lengths = {});
+  // Self-attention decoding step: x (B, T, C) holds the positions [past, past + T); their keys and
+  // values are written into the caches (B, max_len, Hkv*Dk) and the queries attend to [0, past + T).
+  Tensor forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v, int64_t past);
+
+  // When on, forward keeps the probabilities (B, H, Tq, Tk, before dropout) and the per-head outputs
+  // (B, Tq, H, Dv) of the last call.
+  bool record = false;
+  Tensor last_probabilities, last_head_outputs;
+
+  const AttentionConfig& config() const { return config_; }
+  int64_t head_dim() const { return head_dim_; }
+  Linear wq, wk, wv, wo;
+  Tensor score_v;  // (H, Dk), additive scoring only
+
+ private:
+  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                const std::vector<int64_t>& key_lengths);
+  AttentionConfig config_;
+  int64_t head_dim_;
+};
+
+struct BlockConfig {
+  AttentionConfig attention;  // d_model, heads, causal, bias, attention dropout, score
+  int64_t d_ff = 0;           // 0 = 4 * d_model
+  std::string activation = "gelu";
+  std::string norm_position = "pre";  // "pre": x + f(LN(x)); "post": LN(x + f(x))
+  float dropout = 0.0f;               // on each residual branch
+};
+
+// A Transformer encoder block (self-attention + feed-forward), named as the reference's Block:
+// ln1, ln2, attn, fc1, fc2.
+class EncoderBlock : public Module {
+ public:
+  explicit EncoderBlock(const BlockConfig& config);
+  Tensor forward(const Tensor& x, const std::vector<int64_t>& key_lengths = {});  // (B, T, C)
+  Tensor forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v, int64_t past);
+  LayerNorm ln1, ln2;
+  MultiHeadAttention attn;
+  FeedForward ffn;
+
+ private:
+  template <class Attend>
+  Tensor run(const Tensor& x, Attend&& attend);
+  BlockConfig config_;
+};
+
+}  // namespace tfm

@@ -1,0 +1,188 @@
+// Fused scaled-dot-product attention: the kernel pair over raw floats, then the op beside its backward.
+// Legend: B batch, Tq/Tk query/key length, H/Hkv query/key-value heads, Dk/Dv per-head widths.
+#include "tfm/attention.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "tfm/gemm.h"
+
+namespace tfm {
+namespace kernels {
+namespace {
+
+// Keys visible to query row i of sequence b: a prefix [0, n) of the keys, since both the causal mask
+// and key padding hide a suffix.
+int64_t visible_keys(int64_t i, int64_t b, const int64_t* key_lengths, bool causal, const AttentionDims& d) {
+  int64_t n = d.Tk;
+  if (causal) n = std::min(n, i + d.Tk - d.Tq + 1);
+  if (key_lengths) n = std::min(n, key_lengths[b]);
+  return std::max<int64_t>(n, 0);
+}
+
+}  // namespace
+
+void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v,
+                       const float* keep, float* scratch, const int64_t* key_lengths, bool causal,
+                       const AttentionDims& d) {
+  const int64_t group = d.H / d.Hkv;
+  const int64_t ldq = d.H * d.Dk, ldk = d.Hkv * d.Dk, ldv = d.Hkv * d.Dv, ldo = d.H * d.Dv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.Dk));
+  for (int64_t b = 0; b < d.B; ++b) {
+    for (int64_t h = 0; h < d.H; ++h) {
+      const int64_t g = h / group;
+      const float* qh = q + b * d.q_batch_stride + h * d.Dk;  // (Tq, Dk), ld H*Dk
+      const float* kg = k + b * d.k_batch_stride + g * d.Dk;  // (Tk, Dk), ld Hkv*Dk
+      const float* vg = v + b * d.v_batch_stride + g * d.Dv;  // (Tk, Dv), ld Hkv*Dv
+      float* p = probs + (b * d.H + h) * d.Tq * d.Tk;         // (Tq, Tk)
+      float* oh = out + b * d.Tq * ldo + h * d.Dv;            // (Tq, Dv), ld H*Dv
+      // S = Q K^T / sqrt(Dk), then an in-place softmax over each row's visible keys.
+      gemm(false, true, d.Tq, d.Tk, d.Dk, scale, qh, ldq, kg, ldk, 0.0f, p, d.Tk);
+      for (int64_t i = 0; i < d.Tq; ++i) {
+        float* row = p + i * d.Tk;
+        const int64_t n = visible_keys(i, b, key_lengths, causal, d);
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < n; ++j) mx = std::max(mx, row[j]);
+        float sum = 0.0f;
+        for (int64_t j = 0; j < n; ++j) {
+          row[j] = std::exp(row[j] - mx);
+          sum += row[j];
+        }
+        const float inv = n > 0 ? 1.0f / sum : 0.0f;
+        for (int64_t j = 0; j < n; ++j) row[j] *= inv;
+        for (int64_t j = n; j < d.Tk; ++j) row[j] = 0.0f;  // masked keys, or a fully masked row
+      }
+      // O = (P o M) V. P itself is kept for the backward, so the dropped copy goes to scratch.
+      const float* used = p;
+      if (keep) {
+        const float* m = keep + (b * d.H + h) * d.Tq * d.Tk;
+        for (int64_t i = 0; i < d.Tq * d.Tk; ++i) scratch[i] = p[i] * m[i];
+        used = scratch;
+      }
+      gemm(false, false, d.Tq, d.Dv, d.Tk, 1.0f, used, d.Tk, vg, ldv, 0.0f, oh, ldo);
+    }
+  }
+}
+
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                        const float* v, const float* probs, const float* keep, float* scratch,
+                        const AttentionDims& d) {
+  const int64_t group = d.H / d.Hkv;
+  const int64_t ldq = d.H * d.Dk, ldk = d.Hkv * d.Dk, ldv = d.Hkv * d.Dv, ldo = d.H * d.Dv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.Dk));
+  float* dp = scratch;                  // (Tq, Tk): dP, then dS in place
+  float* pd = scratch + d.Tq * d.Tk;    // (Tq, Tk): P o M when dropout is on
+  for (int64_t b = 0; b < d.B; ++b) {
+    for (int64_t h = 0; h < d.H; ++h) {
+      const int64_t g = h / group;
+      const float* qh = q + b * d.q_batch_stride + h * d.Dk;
+      const float* kg = k + b * d.k_batch_stride + g * d.Dk;
+      const float* vg = v + b * d.v_batch_stride + g * d.Dv;
+      const float* p = probs + (b * d.H + h) * d.Tq * d.Tk;
+      const float* m = keep ? keep + (b * d.H + h) * d.Tq * d.Tk : nullptr;
+      const float* doh = dout + b * d.Tq * ldo + h * d.Dv;  // (Tq, Dv), ld H*Dv
+      if (dv) {  // dV (Tk, Dv) += Pd^T dO
+        const float* used = p;
+        if (m) {
+          for (int64_t i = 0; i < d.Tq * d.Tk; ++i) pd[i] = p[i] * m[i];
+          used = pd;
+        }
+        gemm(true, false, d.Tk, d.Dv, d.Tq, 1.0f, used, d.Tk, doh, ldo, 1.0f, dv + b * d.Tk * ldv + g * d.Dv, ldv);
+      }
+      if (!dq && !dk) continue;
+      // dP = (dO V^T) o M;  dS = P o (dP - rowsum(dP o P))  (softmax backward, in place).
+      gemm(false, true, d.Tq, d.Tk, d.Dv, 1.0f, doh, ldo, vg, ldv, 0.0f, dp, d.Tk);
+      for (int64_t i = 0; i < d.Tq; ++i) {
+        float* row = dp + i * d.Tk;
+        const float* pr = p + i * d.Tk;
+        if (m)
+          for (int64_t j = 0; j < d.Tk; ++j) row[j] *= m[i * d.Tk + j];
+        float dot = 0.0f;
+        for (int64_t j = 0; j < d.Tk; ++j) dot += row[j] * pr[j];
+#pragma omp simd
+        for (int64_t j = 0; j < d.Tk; ++j) row[j] = pr[j] * (row[j] - dot);
+      }
+      if (dq)  // dQ (Tq, Dk) += dS K / sqrt(Dk)
+        gemm(false, false, d.Tq, d.Dk, d.Tk, scale, dp, d.Tk, kg, ldk, 1.0f, dq + b * d.Tq * ldq + h * d.Dk, ldq);
+      if (dk)  // dK (Tk, Dk) += dS^T Q / sqrt(Dk)
+        gemm(true, false, d.Tk, d.Dk, d.Tq, scale, dp, d.Tk, qh, ldq, 1.0f, dk + b * d.Tk * ldk + g * d.Dk, ldk);
+    }
+  }
+}
+
+}  // namespace kernels
+
+namespace {
+
+// t as (B, T, W) with packed rows: t itself when its last two dims are contiguous, else a copy.
+Tensor packed_rows(const Tensor& t) {
+  const bool ok = t.strides()[2] == 1 && (t.size(1) <= 1 || t.strides()[1] == t.size(2));
+  return ok ? t : contiguous_values(t);
+}
+
+bool needs(const Tensor& t) { return t.defined() && t.requires_grad(); }
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                                    const AttentionOptions& opt, Tensor* probabilities) {
+  const char* fn = "scaled_dot_product_attention";
+  TFM_CHECK(q_in.dim() == 3 && k_in.dim() == 3 && v_in.dim() == 3, fn, "expected q (B, Tq, H*Dk), k (B, Tk, Hkv*Dk), ",
+            "v (B, Tk, Hkv*Dv), got ", shape_str(q_in.shape()), ", ", shape_str(k_in.shape()), ", ",
+            shape_str(v_in.shape()));
+  kernels::AttentionDims d;
+  d.B = q_in.size(0);
+  d.Tq = q_in.size(1);
+  d.Tk = k_in.size(1);
+  d.H = opt.n_heads;
+  d.Hkv = opt.n_kv_heads ? opt.n_kv_heads : opt.n_heads;
+  TFM_CHECK(d.H > 0 && d.Hkv > 0 && d.H % d.Hkv == 0, fn, "n_heads ", d.H, " must be a multiple of n_kv_heads ", d.Hkv);
+  TFM_CHECK(q_in.size(2) % d.H == 0, fn, "q ", shape_str(q_in.shape()), " width is not a multiple of ", d.H, " heads");
+  d.Dk = q_in.size(2) / d.H;
+  TFM_CHECK(v_in.size(2) % d.Hkv == 0, fn, "v ", shape_str(v_in.shape()), " width is not a multiple of ", d.Hkv,
+            " kv heads");
+  d.Dv = v_in.size(2) / d.Hkv;
+  TFM_CHECK(k_in.size(0) == d.B && v_in.size(0) == d.B && v_in.size(1) == d.Tk && k_in.size(2) == d.Hkv * d.Dk, fn,
+            "q ", shape_str(q_in.shape()), " with ", d.H, " heads needs k (", d.B, ", Tk, ", d.Hkv * d.Dk,
+            ") and v (", d.B, ", Tk, Hkv*Dv), got k ", shape_str(k_in.shape()), ", v ", shape_str(v_in.shape()));
+  if (!opt.key_lengths.empty()) {
+    TFM_CHECK(static_cast<int64_t>(opt.key_lengths.size()) == d.B, fn, opt.key_lengths.size(),
+              " key lengths for batch ", d.B);
+    for (int64_t len : opt.key_lengths)
+      TFM_CHECK(len >= 0 && len <= d.Tk, fn, "key length ", len, " outside [0, ", d.Tk, "]");
+  }
+  const bool drop = opt.training && opt.dropout > 0.0f;
+  TFM_CHECK(!drop || (opt.rng && opt.dropout < 1.0f), fn, "dropout ", opt.dropout, " needs an Rng and p < 1");
+
+  const Tensor q = packed_rows(q_in), k = packed_rows(k_in), v = packed_rows(v_in);
+  d.q_batch_stride = q.strides()[0];
+  d.k_batch_stride = k.strides()[0];
+  d.v_batch_stride = v.strides()[0];
+  Tensor out = Tensor::empty({d.B, d.Tq, d.H * d.Dv});    // (B, Tq, H*Dv)
+  Tensor probs = Tensor::empty({d.B, d.H, d.Tq, d.Tk});   // (B, H, Tq, Tk)
+  Tensor keep;                                            // (B, H, Tq, Tk): 0 or 1/(1-p)
+  if (drop) {
+    // Drawn in the same order and with the same rule as the dropout op, so the composed form matches.
+    keep = Tensor::empty(probs.shape());
+    const float s = 1.0f / (1.0f - opt.dropout);
+    float* pk = keep.data();
+    for (int64_t i = 0; i < keep.numel(); ++i) pk[i] = opt.rng->uniform() < opt.dropout ? 0.0f : s;
+  }
+  Tensor scratch = drop ? Tensor::empty({d.Tq, d.Tk}) : Tensor();
+  kernels::attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), drop ? keep.data() : nullptr,
+                             drop ? scratch.data() : nullptr,
+                             opt.key_lengths.empty() ? nullptr : opt.key_lengths.data(), opt.causal, d);
+  record(out, "scaled_dot_product_attention", {q_in, k_in, v_in},
+         [q_in, k_in, v_in, q, k, v, probs, keep, d](const Tensor& g) {
+           Tensor scratch = Tensor::empty({2, d.Tq, d.Tk});
+           kernels::attention_backward(needs(q_in) ? grad_buffer(q_in) : nullptr,
+                                       needs(k_in) ? grad_buffer(k_in) : nullptr,
+                                       needs(v_in) ? grad_buffer(v_in) : nullptr, g.data(), q.data(), k.data(),
+                                       v.data(), probs.data(), keep.defined() ? keep.data() : nullptr,
+                                       scratch.data(), d);
+         });
+  if (probabilities) *probabilities = probs;
+  return out;
+}
+
+}  // namespace tfm

@@ -1,0 +1,239 @@
+// The reference language model (ARCHITECTURE.md) from the layers of nn.h, with every parameter in
+// one flat value buffer and one flat gradient buffer.
+// Legend: B batch, T time, C = d_model, H heads, Hkv kv heads, Dk = C / H, F = d_ff, V vocabulary.
+#include "tfm/model.h"
+
+#include <cmath>
+
+#include "tfm/nn.h"
+#include "tfm/ops.h"
+
+namespace tfm {
+namespace {
+
+ModelConfig checked(ModelConfig c) {
+  if (c.n_kv_heads == 0) c.n_kv_heads = c.n_heads;
+  TFM_CHECK(c.vocab_size > 0, "LanguageModel", "vocab_size must be positive, got ", c.vocab_size);
+  TFM_CHECK(c.n_layers >= 0 && c.max_seq_len > 0 && c.d_ff > 0, "LanguageModel", "n_layers ", c.n_layers,
+            ", max_seq_len ", c.max_seq_len, ", d_ff ", c.d_ff, " must be positive");
+  TFM_CHECK(c.positional_encoding == "sinusoidal" || c.positional_encoding == "learned", "LanguageModel",
+            "positional_encoding must be \"sinusoidal\" or \"learned\", got \"", c.positional_encoding, "\"");
+  TFM_CHECK(c.dropout >= 0.0f && c.dropout < 1.0f && c.attention_dropout >= 0.0f && c.attention_dropout < 1.0f,
+            "LanguageModel", "dropout ", c.dropout, " and attention_dropout ", c.attention_dropout,
+            " must be in [0, 1)");
+  return c;
+}
+
+BlockConfig block_config(const ModelConfig& c) {
+  BlockConfig b;
+  b.attention.d_model = c.d_model;
+  b.attention.n_heads = c.n_heads;
+  b.attention.n_kv_heads = c.n_kv_heads;
+  b.attention.bias = c.bias;
+  b.attention.causal = c.causal;
+  b.attention.dropout = c.attention_dropout;
+  b.attention.score = c.attention_score;
+  b.d_ff = c.d_ff;
+  b.activation = c.activation;
+  b.norm_position = c.norm_position;
+  b.dropout = c.dropout;
+  return b;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The module tree, registered in the reference's order: emb, pos, blocks.i, ln_f, head.
+struct Network : Module {
+  explicit Network(const ModelConfig& c) : config(c), emb(c.vocab_size, c.d_model) {
+    register_module("emb", &emb);
+    if (c.positional_encoding == "learned") {
+      pos = std::make_unique<LearnedPositionalEmbedding>(c.max_seq_len, c.d_model);
+      register_module("pos", pos.get());
+    } else {
+      pe = std::make_unique<SinusoidalPositionalEncoding>(c.max_seq_len, c.d_model);
+    }
+    for (int64_t i = 0; i < c.n_layers; ++i) {
+      blocks.push_back(std::make_unique<EncoderBlock>(block_config(c)));
+      register_module("blocks." + std::to_string(i), blocks.back().get());
+    }
+    if (c.norm_position == "pre") {
+      ln_f = std::make_unique<LayerNorm>(c.d_model);
+      register_module("ln_f", ln_f.get());
+    }
+    if (!c.tie_embeddings) {
+      head = std::make_unique<Linear>(c.d_model, c.vocab_size, false);
+      register_module("head", head.get());
+    }
+  }
+
+  // Token and position embeddings for positions [start, start + T): (B, T, C).
+  Tensor embed(const std::vector<int32_t>& tokens, int64_t B, int64_t T, int64_t start) {
+    TFM_CHECK(static_cast<int64_t>(tokens.size()) == B * T, "LanguageModel::forward", tokens.size(),
+              " tokens for B = ", B, ", T = ", T);
+    TFM_CHECK(start + T <= config.max_seq_len, "LanguageModel::forward", "positions up to ", start + T,
+              " exceed max_seq_len ", config.max_seq_len);
+    const Tensor x = emb.forward(tokens, {B, T});  // (B, T, C)
+    const Tensor h = pe ? x * std::sqrt(static_cast<float>(config.d_model)) + pe->forward(start, T)
+                        : x + pos->forward(start, T);
+    const bool drop = training() && config.dropout > 0.0f;
+    return drop ? dropout(h, config.dropout, true, *rng()) : h;
+  }
+
+  Tensor logits(const Tensor& x) {
+    const Tensor h = ln_f ? ln_f->forward(x) : x;           // (B, T, C)
+    return head ? head->forward(h) : linear(h, emb.weight, Tensor());  // (B, T, V): h E^T when tied
+  }
+
+  ModelConfig config;
+  Embedding emb;
+  std::unique_ptr<LearnedPositionalEmbedding> pos;
+  std::unique_ptr<SinusoidalPositionalEncoding> pe;
+  std::vector<std::unique_ptr<EncoderBlock>> blocks;
+  std::unique_ptr<LayerNorm> ln_f;
+  std::unique_ptr<Linear> head;
+};
+
+}  // namespace
+
+struct LanguageModel::Impl {
+  explicit Impl(const ModelConfig& c) : net(c) {}
+  Network net;
+  ParameterBuffers buffers;
+  std::vector<NamedParameter> parameters;
+  Rng dropout_rng{0};
+  bool record_attention = false;
+  std::vector<Tensor> probabilities, head_outputs;
+
+  void collect_recorded() {
+    probabilities.clear();
+    head_outputs.clear();
+    if (!record_attention) return;
+    for (auto& b : net.blocks) {
+      probabilities.push_back(b->attn.last_probabilities);
+      head_outputs.push_back(b->attn.last_head_outputs);
+    }
+  }
+};
+
+LanguageModel::LanguageModel(const ModelConfig& config, uint64_t init_seed)
+    : impl_(std::make_unique<Impl>(checked(config))) {
+  Network& net = impl_->net;
+  impl_->buffers = flatten_parameters(net);
+  impl_->dropout_rng.seed_with(init_seed + 1);
+  net.set_rng(&impl_->dropout_rng);
+  // Initialisation exactly as ARCHITECTURE.md and the reference, in its parameter order.
+  Rng rng(init_seed);
+  const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(config.n_layers));
+  const auto named = net.named_parameters();
+  for (size_t i = 0; i < named.size(); ++i) {
+    const std::string& name = named[i].first;
+    Tensor& t = *named[i].second;
+    float* p = t.data();
+    if (t.dim() == 2) {
+      const bool residual = ends_with(name, "attn.wo.weight") || ends_with(name, "fc2.weight");
+      const float std = residual ? residual_std : 0.02f;
+      for (int64_t j = 0; j < t.numel(); ++j) p[j] = std * rng.normal();
+    } else {
+      const bool gain = name.find("ln") != std::string::npos && ends_with(name, "weight");
+      t.fill_(gain ? 1.0f : 0.0f);
+    }
+    impl_->parameters.push_back({name, t, impl_->buffers.offsets[i], t.dim() >= 2});
+  }
+}
+
+LanguageModel::~LanguageModel() = default;
+
+const ModelConfig& LanguageModel::config() const { return impl_->net.config; }
+const std::vector<NamedParameter>& LanguageModel::parameters() const { return impl_->parameters; }
+
+const NamedParameter* LanguageModel::find_parameter(const std::string& name) const {
+  for (const NamedParameter& p : impl_->parameters)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+Tensor LanguageModel::flat_values() const { return Tensor::view_of(impl_->buffers.values, {impl_->buffers.size}, 0); }
+Tensor LanguageModel::flat_grads() const { return Tensor::view_of(impl_->buffers.grads, {impl_->buffers.size}, 0); }
+int64_t LanguageModel::parameter_count() const { return impl_->buffers.size; }
+
+std::vector<std::pair<std::string, int64_t>> LanguageModel::parameter_breakdown() const {
+  std::vector<std::pair<std::string, int64_t>> out = {{"embedding", 0}, {"positions", 0}, {"attention", 0},
+                                                      {"feed-forward", 0}, {"norms", 0}, {"head", 0}};
+  for (const NamedParameter& p : impl_->parameters) {
+    const std::string& n = p.name;
+    const size_t k = n.rfind("emb.", 0) == 0                 ? 0
+                     : n.rfind("pos.", 0) == 0               ? 1
+                     : n.find(".attn.") != std::string::npos ? 2
+                     : n.find(".fc") != std::string::npos    ? 3
+                     : n.find("ln") != std::string::npos     ? 4
+                                                             : 5;
+    out[k].second += p.value.numel();
+  }
+  return out;
+}
+
+FlopCount LanguageModel::flops_per_token(const ModelConfig& c, int64_t seq_len) {
+  // 2 FLOPs per multiply-add of every weight matrix a token passes through, plus attention's
+  // scores and weighted sum (2 * 2 * T * C per token and layer, causal counted in full).
+  const double C = static_cast<double>(c.d_model), Dk = C / static_cast<double>(c.n_heads);
+  const double kv = static_cast<double>(c.n_kv_heads) * Dk;
+  const double attn_weights = C * C + 2.0 * C * kv + C * C;  // Wq, Wk, Wv, Wo as they exist
+  const double ffn_weights = 2.0 * C * static_cast<double>(c.d_ff);
+  const double per_layer = 2.0 * (attn_weights + ffn_weights) + 2.0 * 2.0 * static_cast<double>(seq_len) * C;
+  FlopCount f;
+  f.forward_per_token = static_cast<double>(c.n_layers) * per_layer + 2.0 * C * static_cast<double>(c.vocab_size);
+  f.train_per_token = 3.0 * f.forward_per_token;
+  return f;
+}
+
+void LanguageModel::set_training(bool on) { impl_->net.set_training(on); }
+bool LanguageModel::training() const { return impl_->net.training(); }
+Rng& LanguageModel::dropout_rng() { return impl_->dropout_rng; }
+
+Tensor LanguageModel::forward(const std::vector<int32_t>& tokens, int64_t B, int64_t T) {
+  Network& net = impl_->net;
+  Tensor x = net.embed(tokens, B, T, 0);  // (B, T, C)
+  for (auto& block : net.blocks) x = block->forward(x);
+  impl_->collect_recorded();
+  return net.logits(x);
+}
+
+Tensor LanguageModel::loss(const Tensor& logits, const std::vector<int32_t>& targets) {
+  return cross_entropy(logits, targets);
+}
+
+KVCache LanguageModel::make_cache(int64_t B) const {
+  const ModelConfig& c = impl_->net.config;
+  KVCache cache;
+  cache.batch = B;
+  const int64_t width = c.n_kv_heads * (c.d_model / c.n_heads);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    cache.keys.push_back(Tensor::zeros({B, c.max_seq_len, width}));    // (B, T_max, Hkv*Dk)
+    cache.values.push_back(Tensor::zeros({B, c.max_seq_len, width}));  // (B, T_max, Hkv*Dv)
+  }
+  return cache;
+}
+
+Tensor LanguageModel::forward_cached(KVCache& cache, const std::vector<int32_t>& tokens, int64_t B, int64_t T_new) {
+  TFM_CHECK(B == cache.batch, "LanguageModel::forward_cached", "batch ", B, " but the cache was made for ",
+            cache.batch);
+  NoGradGuard no_grad;  // decoding only
+  Network& net = impl_->net;
+  Tensor x = net.embed(tokens, B, T_new, cache.length);  // (B, T_new, C)
+  for (size_t l = 0; l < net.blocks.size(); ++l)
+    x = net.blocks[l]->forward_cached(x, cache.keys[l], cache.values[l], cache.length);
+  cache.length += T_new;
+  impl_->collect_recorded();
+  return net.logits(x);
+}
+
+void LanguageModel::set_record_attention(bool on) {
+  impl_->record_attention = on;
+  for (auto& b : impl_->net.blocks) b->attn.record = on;
+}
+const std::vector<Tensor>& LanguageModel::attention_probabilities() const { return impl_->probabilities; }
+const std::vector<Tensor>& LanguageModel::head_outputs() const { return impl_->head_outputs; }
+
+}  // namespace tfm

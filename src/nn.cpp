@@ -1,0 +1,286 @@
+// Layers built from the engine's ops; attention goes through the fused op (dot scoring) or a
+// composition of primitive ops (additive scoring).
+// Legend: B batch, T time (Tq, Tk), C = d_model, H heads, Hkv kv heads, G = H / Hkv, Dk = Dv = C / H.
+#include "tfm/nn.h"
+
+#include <cmath>
+
+#include "tfm/attention.h"
+#include "tfm/ops.h"
+
+namespace tfm {
+
+// ---------------------------------------------------------------------------------------------
+// Module
+
+void Module::register_parameter(const std::string& name, Tensor* slot, const Shape& shape) {
+  *slot = Tensor::zeros(shape);
+  entries_.push_back({name, slot, nullptr});
+}
+
+void Module::register_module(const std::string& name, Module* module) { entries_.push_back({name, nullptr, module}); }
+
+void Module::collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor*>>& out) {
+  for (Entry& e : entries_) {
+    const std::string name = e.name.empty() ? prefix : prefix + e.name;
+    if (e.parameter)
+      out.emplace_back(name, e.parameter);
+    else
+      e.module->collect(e.name.empty() ? prefix : name + ".", out);
+  }
+}
+
+std::vector<std::pair<std::string, Tensor*>> Module::named_parameters() {
+  std::vector<std::pair<std::string, Tensor*>> out;
+  collect("", out);
+  return out;
+}
+
+int64_t Module::parameter_count() {
+  int64_t n = 0;
+  for (auto& [name, t] : named_parameters()) n += t->numel();
+  return n;
+}
+
+void Module::set_training(bool on) {
+  training_ = on;
+  for (Entry& e : entries_)
+    if (e.module) e.module->set_training(on);
+}
+
+void Module::set_rng(Rng* rng) {
+  rng_ = rng;
+  for (Entry& e : entries_)
+    if (e.module) e.module->set_rng(rng);
+}
+
+ParameterBuffers flatten_parameters(Module& root) {
+  ParameterBuffers buf;
+  auto params = root.named_parameters();
+  for (auto& [name, t] : params) {
+    buf.offsets.push_back(buf.size);
+    buf.size += t->numel();
+  }
+  buf.values = std::make_shared<Storage>(static_cast<size_t>(buf.size));
+  buf.grads = std::make_shared<Storage>(static_cast<size_t>(buf.size));
+  std::fill_n(buf.grads->data(), buf.size, 0.0f);
+  for (size_t i = 0; i < params.size(); ++i) {
+    Tensor& t = *params[i].second;
+    Tensor value = Tensor::view_of(buf.values, t.shape(), buf.offsets[i]);
+    value.copy_from(t);
+    value.set_requires_grad(true);
+    value.set_grad(Tensor::view_of(buf.grads, t.shape(), buf.offsets[i]));
+    t = value;
+  }
+  return buf;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Basic layers
+
+Linear::Linear(int64_t in, int64_t out, bool has_bias) {
+  register_parameter("weight", &weight, {out, in});
+  if (has_bias) register_parameter("bias", &bias, {out});
+}
+Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, bias); }
+
+Embedding::Embedding(int64_t num, int64_t dim) { register_parameter("weight", &weight, {num, dim}); }
+Tensor Embedding::forward(const std::vector<int32_t>& ids, const Shape& ids_shape) const {
+  return embedding(weight, ids, ids_shape);
+}
+
+SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(int64_t max_len, int64_t dim) {
+  table = Tensor::zeros({max_len, dim});  // (T, C)
+  for (int64_t i = 0; i < max_len; ++i)
+    for (int64_t j = 0; j < dim; j += 2) {
+      const double angle = static_cast<double>(i) / std::pow(10000.0, static_cast<double>(j) / dim);
+      table.data()[i * dim + j] = static_cast<float>(std::sin(angle));
+      if (j + 1 < dim) table.data()[i * dim + j + 1] = static_cast<float>(std::cos(angle));
+    }
+}
+Tensor SinusoidalPositionalEncoding::forward(int64_t start, int64_t T) const { return narrow(table, 0, start, T); }
+
+LearnedPositionalEmbedding::LearnedPositionalEmbedding(int64_t max_len, int64_t dim) {
+  register_parameter("weight", &weight, {max_len, dim});
+}
+Tensor LearnedPositionalEmbedding::forward(int64_t start, int64_t T) const { return narrow(weight, 0, start, T); }
+
+LayerNorm::LayerNorm(int64_t dim, float eps_) : eps(eps_) {
+  register_parameter("weight", &weight, {dim});
+  register_parameter("bias", &bias, {dim});
+  weight.fill_(1.0f);
+}
+Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight, bias, eps); }
+
+FeedForward::FeedForward(int64_t dim, int64_t hidden, const std::string& activation, bool bias)
+    : fc1(dim, hidden, bias), fc2(hidden, dim, bias), gelu(activation == "gelu") {
+  TFM_CHECK(activation == "gelu" || activation == "relu", "FeedForward", "activation must be \"gelu\" or \"relu\", got \"",
+            activation, "\"");
+  register_module("fc1", &fc1);
+  register_module("fc2", &fc2);
+}
+Tensor FeedForward::forward(const Tensor& x) const {
+  const Tensor h = fc1.forward(x);  // (..., F)
+  return fc2.forward(gelu ? tfm::gelu(h) : relu(h));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Multi-head attention
+
+namespace {
+AttentionConfig resolved(AttentionConfig c) {
+  if (c.n_kv_heads == 0) c.n_kv_heads = c.n_heads;
+  if (c.kdim == 0) c.kdim = c.d_model;
+  if (c.vdim == 0) c.vdim = c.d_model;
+  TFM_CHECK(c.d_model > 0 && c.n_heads > 0 && c.d_model % c.n_heads == 0, "MultiHeadAttention", "d_model ",
+            c.d_model, " must be a positive multiple of n_heads ", c.n_heads);
+  TFM_CHECK(c.n_kv_heads > 0 && c.n_heads % c.n_kv_heads == 0, "MultiHeadAttention", "n_heads ", c.n_heads,
+            " must be a multiple of n_kv_heads ", c.n_kv_heads);
+  TFM_CHECK(c.score == "dot" || c.score == "additive", "MultiHeadAttention", "attention_score must be \"dot\" or ",
+            "\"additive\", got \"", c.score, "\"");
+  return c;
+}
+
+// 1 where query i (at absolute position i + Tk - Tq) must not see key j: (B, 1, 1, Tq, Tk).
+Tensor attention_mask(int64_t B, int64_t Tq, int64_t Tk, bool causal, const std::vector<int64_t>& key_lengths) {
+  Tensor mask = Tensor::zeros({B, 1, 1, Tq, Tk});
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < Tq; ++i)
+      for (int64_t j = 0; j < Tk; ++j) {
+        const bool hidden = (causal && j > i + Tk - Tq) || (!key_lengths.empty() && j >= key_lengths[b]);
+        mask.data()[(b * Tq + i) * Tk + j] = hidden ? 1.0f : 0.0f;
+      }
+  return mask;
+}
+}  // namespace
+
+MultiHeadAttention::MultiHeadAttention(const AttentionConfig& config)
+    : wq(resolved(config).d_model, config.d_model, config.bias),
+      wk(resolved(config).kdim, resolved(config).n_kv_heads * (config.d_model / config.n_heads), config.bias),
+      wv(resolved(config).vdim, resolved(config).n_kv_heads * (config.d_model / config.n_heads), config.bias),
+      wo(config.d_model, config.d_model, config.bias),
+      config_(resolved(config)),
+      head_dim_(config.d_model / config.n_heads) {
+  register_module("wq", &wq);
+  register_module("wk", &wk);
+  register_module("wv", &wv);
+  register_module("wo", &wo);
+  if (config_.score == "additive") register_parameter("score_v", &score_v, {config_.n_heads, head_dim_});
+}
+
+Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                   const std::vector<int64_t>& key_lengths) {
+  TFM_CHECK(query.dim() == 3 && key.dim() == 3 && value.dim() == 3 && query.size(-1) == config_.d_model &&
+                key.size(-1) == config_.kdim && value.size(-1) == config_.vdim && key.size(1) == value.size(1) &&
+                query.size(0) == key.size(0) && key.size(0) == value.size(0),
+            "MultiHeadAttention::forward", "expected query (B, Tq, ", config_.d_model, "), key (B, Tk, ",
+            config_.kdim, "), value (B, Tk, ", config_.vdim, "), got ", shape_str(query.shape()), ", ",
+            shape_str(key.shape()), ", ", shape_str(value.shape()));
+  const Tensor q = wq.forward(query);  // (B, Tq, H*Dk)
+  const Tensor k = wk.forward(key);    // (B, Tk, Hkv*Dk)
+  const Tensor v = wv.forward(value);  // (B, Tk, Hkv*Dv)
+  return wo.forward(attend(q, k, v, config_.causal, key_lengths));
+}
+
+Tensor MultiHeadAttention::forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v, int64_t past) {
+  const int64_t T = x.size(1);
+  TFM_CHECK(past >= 0 && past + T <= cache_k.size(1), "MultiHeadAttention::forward_cached", past, " cached + ", T,
+            " new positions exceed the cache ", shape_str(cache_k.shape()));
+  const Tensor q = wq.forward(x);  // (B, T, H*Dk)
+  {
+    NoGradGuard no_grad;  // the cache is a buffer, not part of the graph
+    narrow(cache_k, 1, past, T).copy_from(wk.forward(x));
+    narrow(cache_v, 1, past, T).copy_from(wv.forward(x));
+  }
+  // Keys [0, past + T): views into the caches, strided per batch, read in place by the fused op.
+  const Tensor k = narrow(cache_k, 1, 0, past + T), v = narrow(cache_v, 1, 0, past + T);
+  return wo.forward(attend(q, k, v, config_.causal, {}));
+}
+
+Tensor MultiHeadAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                                  const std::vector<int64_t>& key_lengths) {
+  const int64_t B = q.size(0), Tq = q.size(1), Tk = k.size(1);
+  const int64_t H = config_.n_heads, Hkv = config_.n_kv_heads, G = H / Hkv, Dk = head_dim_;
+  const bool drop = training() && config_.dropout > 0.0f;
+  TFM_CHECK(!drop || rng(), "MultiHeadAttention", "attention dropout needs set_rng()");
+  Tensor o, probs;  // (B, Tq, H*Dv), (B, H, Tq, Tk)
+  if (config_.score == "dot") {
+    AttentionOptions opt;
+    opt.n_heads = H;
+    opt.n_kv_heads = Hkv;
+    opt.causal = causal;
+    opt.key_lengths = key_lengths;
+    opt.dropout = config_.dropout;
+    opt.training = training();
+    opt.rng = rng();
+    o = scaled_dot_product_attention(q, k, v, opt, record ? &probs : nullptr);
+  } else {
+    // Additive: s[b,h,i,j] = sum_d w_v[h,d] tanh(q[b,i,h,d] + k[b,j,g(h),d]), by broadcasting query
+    // heads grouped per kv head: (B, Hkv, G, Tq, 1, Dk) + (B, Hkv, 1, 1, Tk, Dk).
+    const Tensor qh = reshape(permute(reshape(q, {B, Tq, Hkv, G, Dk}), {0, 2, 3, 1, 4}), {B, Hkv, G, Tq, 1, Dk});
+    const Tensor kh = reshape(permute(reshape(k, {B, Tk, Hkv, Dk}), {0, 2, 1, 3}), {B, Hkv, 1, 1, Tk, Dk});
+    const Tensor e = tanh(qh + kh);                                            // (B, Hkv, G, Tq, Tk, Dk)
+    const Tensor s = sum(e * reshape(score_v, {Hkv, G, 1, 1, Dk}), -1);        // (B, Hkv, G, Tq, Tk)
+    // Masked scores get a large negative value, and the probabilities are multiplied by the visible
+    // mask afterwards, so a fully masked row gives zeros (softmax of -inf everywhere would be NaN).
+    const Tensor mask = attention_mask(B, Tq, Tk, causal, key_lengths);        // (B, 1, 1, Tq, Tk)
+    const Tensor p = softmax(masked_fill(s, mask, -1e30f)) * rsub(1.0f, mask);  // (B, Hkv, G, Tq, Tk)
+    if (record) probs = reshape(p, {B, H, Tq, Tk}).detach();
+    const Tensor pd = drop ? dropout(p, config_.dropout, true, *rng()) : p;
+    const Tensor vh = permute(reshape(v, {B, Tk, Hkv, Dk}), {0, 2, 1, 3});      // (B, Hkv, Tk, Dv)
+    const Tensor oh = matmul(reshape(pd, {B, Hkv, G * Tq, Tk}), vh);           // (B, Hkv, G*Tq, Dv)
+    o = reshape(permute(reshape(oh, {B, Hkv, G, Tq, Dk}), {0, 3, 1, 2, 4}), {B, Tq, H * Dk});
+  }
+  if (record) {
+    last_probabilities = probs;
+    last_head_outputs = reshape(o, {B, Tq, H, Dk}).detach();
+  }
+  return o;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encoder block
+
+namespace {
+BlockConfig resolved(BlockConfig c) {
+  if (c.d_ff == 0) c.d_ff = 4 * c.attention.d_model;
+  TFM_CHECK(c.norm_position == "pre" || c.norm_position == "post", "EncoderBlock", "norm_position must be \"pre\" ",
+            "or \"post\", got \"", c.norm_position, "\"");
+  return c;
+}
+}  // namespace
+
+EncoderBlock::EncoderBlock(const BlockConfig& config)
+    : ln1(config.attention.d_model),
+      ln2(config.attention.d_model),
+      attn(config.attention),
+      ffn(config.attention.d_model, resolved(config).d_ff, config.activation, config.attention.bias),
+      config_(resolved(config)) {
+  register_module("ln1", &ln1);
+  register_module("ln2", &ln2);
+  register_module("attn", &attn);
+  register_module("", &ffn);  // fc1, fc2 directly under the block, as in the reference
+}
+
+template <class Attend>
+Tensor EncoderBlock::run(const Tensor& x, Attend&& attend) {
+  const bool drop = training() && config_.dropout > 0.0f;
+  TFM_CHECK(!drop || rng(), "EncoderBlock", "dropout needs set_rng()");
+  auto residual = [&](const Tensor& t) { return drop ? dropout(t, config_.dropout, true, *rng()) : t; };
+  if (config_.norm_position == "pre") {
+    const Tensor h = x + residual(attend(ln1.forward(x)));  // (B, T, C)
+    return h + residual(ffn.forward(ln2.forward(h)));
+  }
+  const Tensor h = ln1.forward(x + residual(attend(x)));
+  return ln2.forward(h + residual(ffn.forward(h)));
+}
+
+Tensor EncoderBlock::forward(const Tensor& x, const std::vector<int64_t>& key_lengths) {
+  return run(x, [&](const Tensor& a) { return attn.forward(a, a, a, key_lengths); });
+}
+
+Tensor EncoderBlock::forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v, int64_t past) {
+  return run(x, [&](const Tensor& a) { return attn.forward_cached(a, cache_k, cache_v, past); });
+}
+
+}  // namespace tfm
