@@ -237,7 +237,12 @@ MatOperand mat_operand(const Tensor& t) {
   m.rows = t.shape()[rank - 2];
   m.cols = t.shape()[rank - 1];
   const int64_t sr = t.strides()[rank - 2], sc = t.strides()[rank - 1];
-  if ((sc == 1 || m.cols == 1) && sr >= std::max<int64_t>(m.cols, 1)) {
+  if (t.is_contiguous()) {
+    // Dense rows, cols apart. Not sr: a size-1 dim may carry any stride (a (B, 1, K) view from permute
+    // has sr = B * K), and the folded batched GEMM reads every batch's rows with this ld.
+    m.values = t;
+    m.ld = std::max<int64_t>(m.cols, 1);
+  } else if ((sc == 1 || m.cols == 1) && sr >= std::max<int64_t>(m.cols, 1)) {
     m.values = t;
     m.ld = sr;
   } else if ((sr == 1 || m.rows == 1) && sc >= std::max<int64_t>(m.rows, 1) && m.cols > 1) {
