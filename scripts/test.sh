@@ -1,16 +1,32 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds from scratch and runs every test through ctest.
-#   scripts/test.sh            # Release build (-O3 -march=native) + all tests
-# Environment: TFM_TEST_JOBS (parallel ctest jobs, default: number of cores).
+# Installs what is missing, builds from scratch and runs every test through ctest, twice:
+#   1. the Release build (-O3 -march=native, warnings as errors), all tests;
+#   2. an AddressSanitizer + UndefinedBehaviorSanitizer build (-O1 -g), the same tests.
+# Usage: scripts/test.sh
+# Environment: TFM_TEST_JOBS (parallel ctest jobs, default: cores), TFM_SANITIZE=0 skips step 2.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$TFM_ROOT"
 
 tfm_install
-build="$TFM_ROOT/build/test"
-rm -rf "$build"
-echo "tfm: building in $build"
-tfm_build "$build" -DCMAKE_BUILD_TYPE=Release -DTFM_WERROR=ON
-echo "tfm: running tests"
-cd "$build"
-ctest --output-on-failure -j "${TFM_TEST_JOBS:-$(nproc)}"
+jobs="${TFM_TEST_JOBS:-$(nproc)}"
+export OMP_WAIT_POLICY=passive  # idle OpenMP threads must not spin while ctest runs tests side by side
+
+release="$TFM_ROOT/build/test"
+rm -rf "$release"
+echo "tfm: Release build in $release"
+tfm_build "$release" -DCMAKE_BUILD_TYPE=Release -DTFM_WERROR=ON
+echo "tfm: tests (Release)"
+(cd "$release" && ctest --output-on-failure -j "$jobs")
+
+if [ "${TFM_SANITIZE:-1}" != "0" ]; then
+  asan="$TFM_ROOT/build/asan"
+  rm -rf "$asan"
+  echo "tfm: ASan+UBSan build in $asan"
+  tfm_build "$asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
+    -DTFM_SANITIZE=ON -DTFM_WERROR=ON
+  echo "tfm: tests (ASan+UBSan)"
+  export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1"
+  export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+  (cd "$asan" && ctest --output-on-failure -j "$jobs")
+fi
