@@ -1,0 +1,7 @@
+// libFuzzer entry point, compiled once per target with -DTFM_FUZZ_TARGET="name" (see CMakeLists.txt).
+#include "targets.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  tfm::fuzz::run(TFM_FUZZ_TARGET, data, size);
+  return 0;
+}
