@@ -1,0 +1,159 @@
+// Cross-check with PyTorch: the fixtures written by scripts/make_fixtures.py from
+// ../shared/reference/torch_lm.py (and torch.nn.MultiheadAttention) are loaded into our model and
+// layers; logits, loss and outputs must match to 1e-5, every gradient to 1e-4 relative to the
+// largest entry of its tensor. Set TFM_REPORT_DIFFS=1 to print the largest differences seen.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tfm/model.h"
+#include "tfm/nn.h"
+#include "tfm/ops.h"
+
+using namespace tfm;
+using json = nlohmann::json;
+
+namespace {
+
+json load_fixture(const std::string& name) {
+  const std::string path = std::string(TFM_SOURCE_DIR) + "/tests/fixtures/" + name + ".json";
+  std::ifstream in(path);
+  REQUIRE(in.good());
+  return json::parse(in);
+}
+
+Tensor to_tensor(const json& j) {
+  return Tensor::from_vector(j.at("data").get<std::vector<float>>(), j.at("shape").get<Shape>());
+}
+
+void copy_into(Tensor& dst, const json& j) {
+  REQUIRE(dst.shape() == j.at("shape").get<Shape>());
+  dst.copy_from(to_tensor(j));
+}
+
+double max_abs(const std::vector<float>& v) {
+  double m = 0.0;
+  for (float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
+  return m;
+}
+
+// Largest |ours - theirs| over the tensor.
+double max_diff(const Tensor& ours, const json& theirs) {
+  REQUIRE(ours.shape() == theirs.at("shape").get<Shape>());
+  const std::vector<float> a = ours.to_vector();
+  const std::vector<float> b = theirs.at("data").get<std::vector<float>>();
+  double m = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
+  return m;
+}
+
+void report(const std::string& what, double diff) {
+  if (std::getenv("TFM_REPORT_DIFFS")) std::printf("  %-48s max diff %.3g\n", what.c_str(), diff);
+}
+
+// Gradients: max |ours - theirs| <= 1e-4 * max |theirs| + 1e-6. The floor is for tensors whose
+// gradient is zero in exact arithmetic, like the key bias (softmax ignores a shift shared by a row),
+// where both sides hold only roundoff (~1e-8).
+void check_gradient(const std::string& name, const Tensor& grad, const json& theirs) {
+  INFO("gradient of " << name);
+  REQUIRE(grad.defined());
+  const double diff = max_diff(grad, theirs);
+  const double scale = max_abs(theirs.at("data").get<std::vector<float>>());
+  report("grad " + name + " (rel)", diff / std::max(scale, 1e-12));
+  CHECK(diff <= 1e-4 * scale + 1e-6);
+}
+
+ModelConfig config_from(const json& c) {
+  ModelConfig m;
+  m.vocab_size = c.at("vocab_size");
+  m.d_model = c.at("d_model");
+  m.n_layers = c.at("n_layers");
+  m.n_heads = c.at("n_heads");
+  m.n_kv_heads = c.at("n_kv_heads");
+  m.d_ff = c.at("d_ff");
+  m.max_seq_len = c.at("max_seq_len");
+  m.activation = c.at("activation");
+  m.norm_position = c.at("norm_position");
+  m.positional_encoding = c.at("positional_encoding");
+  m.causal = c.at("causal");
+  m.tie_embeddings = c.at("tie_embeddings");
+  m.bias = c.at("bias");
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("reference: language model logits, loss and gradients match PyTorch", "[reference][model]") {
+  const char* names[] = {"lm_pre_sinusoidal_tied", "lm_post_learned_untied", "lm_gqa_relu"};
+  for (const char* name : names) {
+    SECTION(name) {
+      const json fx = load_fixture(name);
+      LanguageModel model(config_from(fx.at("config")), 1);
+      const json& params = fx.at("params");
+      // Same names, same order, same count as torch_lm.py --print-names.
+      REQUIRE(model.parameters().size() == params.size());
+      int64_t count = 0;
+      for (const NamedParameter& p : model.parameters()) {
+        INFO("parameter " << p.name);
+        REQUIRE(params.contains(p.name));
+        Tensor v = p.value;
+        copy_into(v, params.at(p.name));
+        count += v.numel();
+      }
+      CHECK(model.parameter_count() == count);
+      const int64_t B = fx.at("B"), T = fx.at("T");
+      const auto tokens = fx.at("tokens").get<std::vector<int32_t>>();
+      const auto targets = fx.at("targets").get<std::vector<int32_t>>();
+
+      model.flat_grads().fill_(0.0f);
+      const Tensor logits = model.forward(tokens, B, T);
+      const Tensor loss = LanguageModel::loss(logits, targets);
+      const double logit_diff = max_diff(logits, fx.at("logits"));
+      const double loss_diff = std::fabs(loss.item() - fx.at("loss").get<double>());
+      report(std::string(name) + " logits", logit_diff);
+      report(std::string(name) + " loss", loss_diff);
+      CHECK(logit_diff <= 1e-5);
+      CHECK(loss_diff <= 1e-5);
+      loss.backward();
+      for (const NamedParameter& p : model.parameters()) check_gradient(p.name, p.value.grad(), fx.at("grads").at(p.name));
+    }
+  }
+}
+
+TEST_CASE("reference: cross-attention with kdim/vdim matches torch.nn.MultiheadAttention", "[reference][attention]") {
+  const json fx = load_fixture("mha_cross_kdim_vdim");
+  AttentionConfig cfg;
+  cfg.d_model = fx.at("d_model");
+  cfg.n_heads = fx.at("n_heads");
+  cfg.kdim = fx.at("kdim");
+  cfg.vdim = fx.at("vdim");
+  MultiHeadAttention mha(cfg);
+  mha.record = true;
+  auto params = mha.named_parameters();
+  REQUIRE(params.size() == fx.at("params").size());
+  for (auto& [name, t] : params) {
+    INFO("parameter " << name);
+    copy_into(*t, fx.at("params").at(name));
+    t->set_requires_grad(true);
+  }
+  Tensor query = to_tensor(fx.at("query")), key = to_tensor(fx.at("key")), value = to_tensor(fx.at("value"));
+  for (Tensor* t : {&query, &key, &value}) t->set_requires_grad(true);
+  const Tensor out = mha.forward(query, key, value, fx.at("key_lengths").get<std::vector<int64_t>>());
+  const double out_diff = max_diff(out, fx.at("out"));
+  const double prob_diff = max_diff(mha.last_probabilities, fx.at("probabilities"));
+  report("MultiheadAttention output", out_diff);
+  report("MultiheadAttention probabilities", prob_diff);
+  CHECK(out_diff <= 1e-5);
+  CHECK(prob_diff <= 1e-5);
+  sum(out * to_tensor(fx.at("r"))).backward();
+  for (auto& [name, t] : params) check_gradient(name, t->grad(), fx.at("grads").at(name));
+  check_gradient("query", query.grad(), fx.at("grads").at("query"));
+  check_gradient("key", key.grad(), fx.at("grads").at("key"));
+  check_gradient("value", value.grad(), fx.at("grads").at("value"));
+}
