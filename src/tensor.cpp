@@ -318,6 +318,10 @@ void Tensor::backward(const Tensor& upstream, bool retain_graph) const {
     order.push_back(std::move(t));
     stack.pop_back();
   }
+  // Intermediate gradients left by an earlier pass over a retained graph are stale: they would be
+  // added into again and pushed through the graph a second time. Only leaves accumulate.
+  for (const auto& t : order)
+    if (t->grad_fn) t->grad.reset();
   // Seed.
   float* g = grad_buffer(*this);
   const Tensor up = contiguous_values(upstream);

@@ -95,7 +95,8 @@ class Tensor {
   Tensor detach() const;  // same storage, no history
   // Backward from a 1-element tensor (seed 1) or with an explicit upstream gradient of this shape.
   // Unless retain_graph, the graph is freed as it is walked: intermediate gradients and closures
-  // go back to the pool, so the next step reuses their memory.
+  // go back to the pool, so the next step reuses their memory. With retain_graph the intermediate
+  // gradients stay readable until the next backward over the graph, which starts them from zero.
   void backward(bool retain_graph = false) const;
   void backward(const Tensor& upstream, bool retain_graph = false) const;
 
