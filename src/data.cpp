@@ -1,0 +1,242 @@
+#include "tfm/data.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "tfm/error.h"
+
+namespace tfm {
+namespace {
+
+std::string hex_byte(unsigned char b) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "0x%02X", b);
+  return buf;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw IoError(path + ": cannot read the data file (data.path): " + std::strerror(errno) +
+                  (path.find("tinyshakespeare") != std::string::npos ? "; scripts/get_data.sh fetches it" : ""));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw IoError(path + ": read error: " + std::strerror(errno));
+  return ss.str();
+}
+
+std::string show_symbol(uint32_t cp) {
+  if (cp == '\n') return "'\\n'";
+  if (cp < 0x20 || cp == 0x7F) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "U+%04X", cp);
+    return buf;
+  }
+  std::string s = "'";
+  append_utf8(s, cp);
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "' (U+%04X)", cp);
+  return s + buf;
+}
+
+}  // namespace
+
+std::vector<uint32_t> decode_utf8(const std::string& bytes, const std::string& source) {
+  std::vector<uint32_t> out;
+  out.reserve(bytes.size());
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  const size_t n = bytes.size();
+  auto fail = [&](size_t at, const std::string& why) {
+    throw IoError(source + ": invalid UTF-8 at byte offset " + std::to_string(at) + " (" + why +
+                  "); data.tokenizer = \"byte\" reads any file");
+  };
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char b = p[i];
+    if (b < 0x80) {
+      out.push_back(b);
+      ++i;
+      continue;
+    }
+    int len = 0;
+    uint32_t cp = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+    if (b >= 0xC2 && b <= 0xDF) {
+      len = 2, cp = b & 0x1F;
+    } else if (b >= 0xE0 && b <= 0xEF) {
+      len = 3, cp = b & 0x0F;
+      if (b == 0xE0) lo = 0xA0;  // no overlongs
+      if (b == 0xED) hi = 0x9F;  // no surrogates
+    } else if (b >= 0xF0 && b <= 0xF4) {
+      len = 4, cp = b & 0x07;
+      if (b == 0xF0) lo = 0x90;
+      if (b == 0xF4) hi = 0x8F;  // nothing above U+10FFFF
+    } else {
+      fail(i, "byte " + hex_byte(b) + " cannot start a character");
+    }
+    for (int k = 1; k < len; ++k) {
+      if (i + k >= n) fail(i, "the file ends inside a " + std::to_string(len) + "-byte character");
+      const unsigned char c = p[i + k];
+      const unsigned char l = k == 1 ? lo : 0x80, h = k == 1 ? hi : 0xBF;
+      if (c < l || c > h)
+        fail(i + k, "byte " + hex_byte(c) + " is not a valid continuation of the character at offset " +
+                        std::to_string(i));
+      cp = (cp << 6) | (c & 0x3F);
+    }
+    out.push_back(cp);
+    i += len;
+  }
+  return out;
+}
+
+void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// ---- Tokenizer ----
+
+Tokenizer::Tokenizer(Kind kind, std::vector<uint32_t> symbols) : kind_(kind), symbols_(std::move(symbols)) {
+  for (size_t i = 0; i < symbols_.size(); ++i) {
+    const uint32_t limit = kind_ == Kind::Byte ? 0xFF : 0x10FFFF;
+    if (symbols_[i] > limit || (i > 0 && symbols_[i] <= symbols_[i - 1]))
+      throw IoError("tokenizer: the vocabulary must be distinct ascending symbols <= " + std::to_string(limit) +
+                    "; symbol " + std::to_string(i) + " is " + std::to_string(symbols_[i]));
+  }
+}
+
+Tokenizer::Kind Tokenizer::parse_kind(const std::string& name) {
+  if (name == "char") return Kind::Char;
+  if (name == "byte") return Kind::Byte;
+  throw ConfigError("data.tokenizer: expected one of \"char\", \"byte\", got \"" + name + "\"");
+}
+
+Tokenizer Tokenizer::from_text(Kind kind, const std::string& text, const std::string& source) {
+  std::vector<uint32_t> symbols;
+  if (kind == Kind::Byte) {
+    for (uint32_t b = 0; b < 256; ++b) symbols.push_back(b);
+  } else {
+    std::vector<bool> seen(0x110000, false);
+    for (uint32_t cp : decode_utf8(text, source)) seen[cp] = true;
+    for (uint32_t cp = 0; cp < seen.size(); ++cp)
+      if (seen[cp]) symbols.push_back(cp);
+  }
+  return Tokenizer(kind, std::move(symbols));
+}
+
+std::vector<int32_t> Tokenizer::encode(const std::string& text, const std::string& source) const {
+  std::vector<int32_t> ids;
+  if (kind_ == Kind::Byte) {
+    ids.reserve(text.size());
+    for (unsigned char b : text) ids.push_back(b);
+    return ids;
+  }
+  const std::vector<uint32_t> cps = decode_utf8(text, source);
+  const uint32_t top = symbols_.empty() ? 0 : symbols_.back() + 1;
+  std::vector<int32_t> table(top, -1);  // code point -> id
+  for (size_t i = 0; i < symbols_.size(); ++i) table[symbols_[i]] = static_cast<int32_t>(i);
+  ids.reserve(cps.size());
+  for (size_t i = 0; i < cps.size(); ++i) {
+    const int32_t id = cps[i] < top ? table[cps[i]] : -1;
+    if (id < 0)
+      throw IoError(source + ": character " + show_symbol(cps[i]) + " at character " + std::to_string(i) +
+                    " is not in the vocabulary of " + std::to_string(symbols_.size()) + " symbols");
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+std::string Tokenizer::decode(int32_t id) const {
+  std::string out;
+  if (id < 0 || id >= size()) return out;
+  if (kind_ == Kind::Byte)
+    out += static_cast<char>(symbols_[id]);
+  else
+    append_utf8(out, symbols_[id]);
+  return out;
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::string out;
+  for (int32_t id : ids) out += decode(id);
+  return out;
+}
+
+// ---- Dataset ----
+
+namespace {
+
+Dataset split(const std::string& path, Tokenizer tok, std::vector<int32_t> ids, double val_fraction,
+              int64_t seq_len) {
+  Dataset d;
+  d.path = path;
+  d.tokenizer = std::move(tok);
+  const int64_t N = static_cast<int64_t>(ids.size());
+  // As torch_lm.py: int(len(data) * (1.0 - val_fraction)).
+  const int64_t n_train = static_cast<int64_t>(static_cast<double>(N) * (1.0 - val_fraction));
+  const int64_t need = seq_len + 2;  // randint(n - T - 1) needs n - T - 1 >= 1
+  auto too_short = [&](const char* which, int64_t n) {
+    if (n < need)
+      throw IoError(path + ": the " + which + " split has " + std::to_string(n) + " tokens (" + std::to_string(N) +
+                    " in the file, data.val_fraction = " + std::to_string(val_fraction) +
+                    "); one sequence needs train.seq_len + 2 = " + std::to_string(need) +
+                    " (use a longer text or a smaller train.seq_len)");
+  };
+  too_short("training", n_train);
+  too_short("validation", N - n_train);
+  d.train.assign(ids.begin(), ids.begin() + n_train);
+  d.val.assign(ids.begin() + n_train, ids.end());
+  return d;
+}
+
+}  // namespace
+
+Dataset load_dataset(const std::string& path, const std::string& tokenizer, double val_fraction, int64_t seq_len) {
+  const std::string text = read_file(path);
+  if (text.empty()) throw IoError(path + ": the data file is empty");
+  Tokenizer tok = Tokenizer::from_text(Tokenizer::parse_kind(tokenizer), text, path);
+  std::vector<int32_t> ids = tok.encode(text, path);
+  return split(path, std::move(tok), std::move(ids), val_fraction, seq_len);
+}
+
+Dataset load_dataset(const std::string& path, const Tokenizer& tokenizer, double val_fraction, int64_t seq_len) {
+  const std::string text = read_file(path);
+  if (text.empty()) throw IoError(path + ": the data file is empty");
+  std::vector<int32_t> ids = tokenizer.encode(text, path);
+  return split(path, tokenizer, std::move(ids), val_fraction, seq_len);
+}
+
+// ---- BatchSampler ----
+
+void BatchSampler::sample(const std::vector<int32_t>& tokens, int64_t B, int64_t T, std::vector<int32_t>& x,
+                          std::vector<int32_t>& y) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  TFM_CHECK(n - T - 1 >= 1, "BatchSampler::sample", "expected at least T + 2 = ", T + 2, " tokens, got ", n);
+  x.resize(B * T);
+  y.resize(B * T);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t i = static_cast<int64_t>(rng_.below(static_cast<uint64_t>(n - T - 1)));
+    std::copy(tokens.begin() + i, tokens.begin() + i + T, x.begin() + b * T);
+    std::copy(tokens.begin() + i + 1, tokens.begin() + i + T + 1, y.begin() + b * T);
+  }
+}
+
+}  // namespace tfm

@@ -1,0 +1,104 @@
+#include "tfm/optim.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "tfm/error.h"
+
+namespace tfm {
+
+double LrSchedule::at(int64_t step) const {
+  if (step < warmup) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
+  if (name == "constant") return lr;
+  if (name == "inverse_sqrt")
+    return lr * std::sqrt(static_cast<double>(std::max<int64_t>(warmup, 1)) / static_cast<double>(step + 1));
+  if (step >= total) return min_lr;
+  const double ratio = static_cast<double>(step - warmup) / static_cast<double>(std::max<int64_t>(1, total - warmup));
+  return min_lr + 0.5 * (1.0 + std::cos(M_PI * ratio)) * (lr - min_lr);
+}
+
+Optimizer::Optimizer(OptimizerConfig config, std::vector<ParamSegment> segments, int64_t total_size)
+    : config_(std::move(config)), segments_(std::move(segments)) {
+  TFM_CHECK(config_.name == "adamw" || config_.name == "sgd", "Optimizer", "expected \"adamw\" or \"sgd\", got \"",
+            config_.name, "\"");
+  for (const auto& s : segments_)
+    TFM_CHECK(s.offset >= 0 && s.size >= 0 && s.offset + s.size <= total_size, "Optimizer",
+              "segment [", s.offset, ", ", s.offset + s.size, ") outside the buffer of ", total_size);
+  state_.assign(config_.name == "adamw" ? 2 : 1, std::vector<float>(total_size, 0.0f));
+}
+
+void Optimizer::step(float* values, const float* grads, double lr) {
+  ++t_;
+  if (config_.name == "adamw") {
+    float* m = state_[0].data();
+    float* v = state_[1].data();
+    // Scalars computed in double as torch does with Python floats, applied in float.
+    const float b1 = static_cast<float>(config_.beta1), b2 = static_cast<float>(config_.beta2);
+    const float one_minus_b1 = static_cast<float>(1.0 - config_.beta1);
+    const float one_minus_b2 = static_cast<float>(1.0 - config_.beta2);
+    const double bc1 = 1.0 - std::pow(config_.beta1, static_cast<double>(t_));
+    const double bc2 = 1.0 - std::pow(config_.beta2, static_cast<double>(t_));
+    const float step_size = static_cast<float>(lr / bc1);
+    const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+    const float eps = static_cast<float>(config_.eps);
+    for (const auto& seg : segments_) {
+      const float keep = seg.decay ? static_cast<float>(1.0 - lr * config_.weight_decay) : 1.0f;
+      const int64_t end = seg.offset + seg.size;
+#pragma omp parallel for simd if (seg.size > (1 << 15))
+      for (int64_t i = seg.offset; i < end; ++i) {
+        const float g = grads[i];
+        float p = values[i] * keep;
+        m[i] = m[i] * b1 + g * one_minus_b1;
+        v[i] = v[i] * b2 + one_minus_b2 * (g * g);
+        const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+        p -= step_size * (m[i] / denom);
+        values[i] = p;
+      }
+    }
+  } else {
+    float* buf = state_[0].data();
+    const float mu = static_cast<float>(config_.momentum), lr_f = static_cast<float>(lr);
+    for (const auto& seg : segments_) {
+      const float wd = seg.decay ? static_cast<float>(config_.weight_decay) : 0.0f;
+      const int64_t end = seg.offset + seg.size;
+#pragma omp parallel for simd if (seg.size > (1 << 15))
+      for (int64_t i = seg.offset; i < end; ++i) {
+        const float g = grads[i] + wd * values[i];
+        buf[i] = mu * buf[i] + g;
+        values[i] -= lr_f * buf[i];
+      }
+    }
+  }
+}
+
+double grad_norm(const float* grads, int64_t n) {
+  // Partial sums over a fixed number of chunks, added in order: the same bits at any thread count
+  // (an OpenMP reduction may combine threads in any order).
+  constexpr int64_t kChunks = 64;
+  double partial[kChunks] = {};
+  const int64_t chunk = (n + kChunks - 1) / kChunks;
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (int64_t c = 0; c < kChunks; ++c) {
+    double s = 0.0;
+    const int64_t end = std::min(n, (c + 1) * chunk);
+    for (int64_t i = c * chunk; i < end; ++i) s += static_cast<double>(grads[i]) * grads[i];
+    partial[c] = s;
+  }
+  double sum = 0.0;
+  for (double s : partial) sum += s;
+  return std::sqrt(sum);
+}
+
+double clip_grad_norm(float* grads, int64_t n, double max_norm) {
+  const double norm = grad_norm(grads, n);
+  if (max_norm <= 0 || !std::isfinite(norm)) return norm;
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef < 1.0) {
+    const float c = static_cast<float>(coef);
+#pragma omp parallel for simd if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) grads[i] *= c;
+  }
+  return norm;
+}
+
+}  // namespace tfm
