@@ -13,8 +13,9 @@
 namespace tfm {
 namespace {
 
-int64_t normalize_axis(const char* op, int64_t axis, int64_t rank) {
-  TFM_CHECK(axis >= -rank && axis < rank, op, "axis ", axis, " out of range for a tensor of rank ", rank);
+int64_t normalize_axis(const char* op, int64_t axis, const Shape& shape) {
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  TFM_CHECK(axis >= -rank && axis < rank, op, "axis ", axis, " out of range for shape ", shape_str(shape));
   return axis < 0 ? axis + rank : axis;
 }
 
@@ -376,7 +377,7 @@ struct AxisSplit {
   Shape out_shape;
 };
 AxisSplit split_axis(const char* op, const Shape& shape, int64_t& axis, bool keepdim) {
-  axis = normalize_axis(op, axis, static_cast<int64_t>(shape.size()));
+  axis = normalize_axis(op, axis, shape);
   AxisSplit s;
   for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
     if (d < axis) s.outer *= shape[d];
@@ -427,7 +428,7 @@ Tensor sum(const Tensor& x_in, int64_t axis, bool keepdim) {
 }
 
 Tensor mean(const Tensor& x, int64_t axis, bool keepdim) {
-  const int64_t n = x.size(normalize_axis("mean", axis, x.dim()));
+  const int64_t n = x.size(normalize_axis("mean", axis, x.shape()));
   TFM_CHECK(n > 0, "mean", "mean over an empty axis of shape ", shape_str(x.shape()));
   return mul(sum(x, axis, keepdim), 1.0f / static_cast<float>(n));
 }
@@ -687,7 +688,7 @@ Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
   std::vector<int64_t> perm(dims.size());
   std::vector<bool> used(rank, false);
   for (int64_t i = 0; i < rank; ++i) {
-    perm[i] = normalize_axis("permute", dims[i], rank);
+    perm[i] = normalize_axis("permute", dims[i], x.shape());
     TFM_CHECK(!used[perm[i]], "permute", "dimension ", perm[i], " repeated for shape ", shape_str(x.shape()));
     used[perm[i]] = true;
   }
@@ -711,8 +712,8 @@ Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
 
 Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
   const int64_t rank = x.dim();
-  d0 = normalize_axis("transpose", d0, rank);
-  d1 = normalize_axis("transpose", d1, rank);
+  d0 = normalize_axis("transpose", d0, x.shape());
+  d1 = normalize_axis("transpose", d1, x.shape());
   std::vector<int64_t> perm(rank);
   std::iota(perm.begin(), perm.end(), 0);
   std::swap(perm[d0], perm[d1]);
@@ -720,7 +721,7 @@ Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
 }
 
 Tensor narrow(const Tensor& x, int64_t axis, int64_t start, int64_t length) {
-  axis = normalize_axis("narrow", axis, x.dim());
+  axis = normalize_axis("narrow", axis, x.shape());
   TFM_CHECK(start >= 0 && length >= 0 && start + length <= x.size(axis), "narrow", "range [", start, ", ",
             start + length, ") out of bounds for dim ", axis, " of shape ", shape_str(x.shape()));
   Shape shape = x.shape();
@@ -736,7 +737,7 @@ Tensor narrow(const Tensor& x, int64_t axis, int64_t start, int64_t length) {
 }
 
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t axis) {
-  axis = normalize_axis("split", axis, x.dim());
+  axis = normalize_axis("split", axis, x.shape());
   int64_t total = 0;
   for (int64_t s : sizes) total += s;
   TFM_CHECK(total == x.size(axis), "split", "sizes add up to ", total, " but dim ", axis, " of ",
@@ -752,7 +753,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
 
 Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
   TFM_CHECK(!xs.empty(), "concat", "no tensors given");
-  axis = normalize_axis("concat", axis, xs[0].dim());
+  axis = normalize_axis("concat", axis, xs[0].shape());
   Shape shape = xs[0].shape();
   shape[axis] = 0;
   for (const Tensor& t : xs) {
