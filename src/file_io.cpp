@@ -44,7 +44,7 @@ std::string read_file(const std::string& path, uint64_t max_bytes) {
   return bytes;
 }
 
-nlohmann::json parse_json(const char* data, size_t size, const std::string& what) {
+nlohmann::json parse_json_strict(const char* data, size_t size, const std::string& what) {
   using json = nlohmann::json;
   // One set of seen keys per open object; arrays push an empty marker so depth stays aligned.
   std::vector<std::vector<std::string>> keys;

@@ -130,7 +130,7 @@ Entry parse_entry(const std::string& name, const json& j, uint64_t data_size, co
 }
 
 Header parse_header(const char* text, size_t size, uint64_t data_size, const std::string& what) {
-  const json root = parse_json(text, size, what + ": header");
+  const json root = parse_json_strict(text, size, what + ": header");
   if (!root.is_object())
     throw IoError(detail::concat(what, ": header must be a JSON object, got ", type_name(root)));
   Header h;

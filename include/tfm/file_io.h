@@ -24,7 +24,7 @@ constexpr int kMaxJsonDepth = 64;
 // Parses JSON read from a file. Beyond nlohmann's checks (syntax with position, UTF-8), rejects
 // duplicate object keys (nlohmann silently keeps the last one) and nesting deeper than kMaxJsonDepth.
 // Errors are IoError("<what>: ...").
-nlohmann::json parse_json(const char* data, size_t size, const std::string& what);
+nlohmann::json parse_json_strict(const char* data, size_t size, const std::string& what);
 
 // Writes a file atomically: `AtomicFile f(path); f.write(...); f.commit();`. Until commit() the
 // data is in `path.tmp`; commit() flushes it to disk and renames it over `path`. Destroying an
