@@ -1,0 +1,79 @@
+// The training loop, evaluation and sampling of a run directory.
+//
+// A run directory (output.dir) holds: config.json (the resolved config), last.ckpt and best.ckpt
+// (checkpoint.h), train.log (the log) and metrics.jsonl (one JSON object per log interval).
+//
+// Reproducibility: the model's initial values come from `seed`, the training batches from a
+// BatchSampler seeded with seed + 1 and dropout from the model's own Rng; all three states go into
+// every checkpoint, so a run resumed from last.ckpt continues bit for bit as if never stopped.
+// Evaluation draws its batches from a fresh Rng(seed + 2) each time: every evaluation of a run sees
+// the same validation batches (comparable numbers) and never disturbs the training stream.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tfm/checkpoint.h"
+#include "tfm/config.h"
+#include "tfm/data.h"
+#include "tfm/model.h"
+
+namespace tfm {
+
+struct TrainOptions {
+  bool resume = false;                      // continue from output.dir/last.ckpt
+  int64_t stop_at_step = -1;                // stop as if interrupted once this step is done (tests)
+  const std::atomic<bool>* stop = nullptr;  // set by SIGINT/SIGTERM: finish the step, checkpoint, return
+  bool console = true;                      // log to stdout as well as train.log
+};
+
+struct TrainResult {
+  enum class Status { Finished, Interrupted, NonFinite };
+  Status status = Status::Finished;
+  int64_t step = 0;             // optimizer steps completed in total
+  std::vector<double> losses;   // training loss of each step run by this call
+  double val_loss = std::numeric_limits<double>::quiet_NaN();  // the last evaluation
+  double best_val_loss = std::numeric_limits<double>::infinity();
+  std::string message;          // for NonFinite: what went non-finite and where
+};
+
+// Trains config (a fresh run, or options.resume). Throws ConfigError/IoError for bad input before
+// any step is taken; a fresh run refuses a directory that already holds a checkpoint.
+TrainResult train(const Config& config, const TrainOptions& options = {});
+
+// A trained run loaded for evaluation or sampling.
+struct LoadedRun {
+  Config config;
+  Checkpoint checkpoint;
+  std::unique_ptr<LanguageModel> model;
+};
+// Loads DIR/<which>.ckpt ("last" or "best") and builds its model.
+LoadedRun load_run(const std::string& dir, const std::string& which = "last");
+
+// Copies checkpoint values into a model built from the same config; IoError naming what differs.
+void restore_model(LanguageModel& model, const Checkpoint& ckpt, const std::string& source);
+
+// The seed of the evaluation batches of a run (the same batches at every evaluation).
+uint64_t eval_seed(const Config& config);
+
+// Mean loss over `batches` random (B, T) batches of `tokens`, in eval mode without a graph.
+double evaluate(LanguageModel& model, const std::vector<int32_t>& tokens, int64_t B, int64_t T, int64_t batches,
+                uint64_t seed);
+
+struct SampleOptions {
+  std::string prompt;           // empty: start from a newline (or token 0 when there is none)
+  int64_t max_new_tokens = 500;
+  double temperature = 1.0;     // 0: greedy
+  int64_t top_k = 0;            // 0: all tokens
+  uint64_t seed = 1337;
+};
+// Generates with the model's KV cache; calls on_text with each new piece of text as it is made.
+// Returns the generated text (without the prompt).
+std::string generate(LanguageModel& model, const Tokenizer& tokenizer, const SampleOptions& options,
+                     const std::function<void(const std::string&)>& on_text = {});
+
+}  // namespace tfm

@@ -1,0 +1,205 @@
+#include "tfm/checkpoint.h"
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "tfm/error.h"
+#include "tfm/file_io.h"
+
+namespace tfm {
+namespace {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "checkpoints are written little-endian");
+
+constexpr char kMagic[8] = {'T', 'F', 'M', 'C', 'K', 'P', 'T', '\0'};
+constexpr size_t kHeaderBytes = 32;
+constexpr uint32_t kMaxNameBytes = 64;
+
+std::array<uint32_t, 256> make_crc_table() {
+  std::array<uint32_t, 256> t{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    t[i] = c;
+  }
+  return t;
+}
+
+template <class V>
+void put(std::string& out, V v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+void put_section(std::string& out, const std::string& name, const void* data, size_t n) {
+  put<uint32_t>(out, static_cast<uint32_t>(name.size()));
+  out += name;
+  put<uint64_t>(out, n);
+  out.append(static_cast<const char*>(data), n);
+}
+
+void put_floats(std::string& out, const std::string& name, const std::vector<float>& v) {
+  put_section(out, name, v.data(), v.size() * sizeof(float));
+}
+
+// Reads sections from the verified payload.
+class Reader {
+ public:
+  Reader(const std::string& path, const char* p, size_t n) : path_(path), p_(p), n_(n) {}
+  bool done() const { return pos_ == n_; }
+  template <class V>
+  V get(const char* what) {
+    need(sizeof(V), what);
+    V v;
+    std::memcpy(&v, p_ + pos_, sizeof v);
+    pos_ += sizeof v;
+    return v;
+  }
+  std::string bytes(size_t len, const char* what) {
+    need(len, what);
+    std::string s(p_ + pos_, len);
+    pos_ += len;
+    return s;
+  }
+
+ private:
+  void need(size_t len, const char* what) {
+    if (len > n_ - pos_)
+      throw IoError(path_ + ": corrupt checkpoint: " + what + " needs " + std::to_string(len) + " bytes at payload offset " +
+                    std::to_string(pos_) + ", only " + std::to_string(n_ - pos_) + " remain");
+  }
+  const std::string& path_;
+  const char* p_;
+  size_t n_;
+  size_t pos_ = 0;
+};
+
+std::vector<float> to_floats(const std::string& path, const std::string& name, const std::string& bytes) {
+  if (bytes.size() % sizeof(float) != 0)
+    throw IoError(path + ": corrupt checkpoint: section " + name + " has " + std::to_string(bytes.size()) +
+                  " bytes, not a whole number of float32 values");
+  std::vector<float> v(bytes.size() / sizeof(float));
+  std::memcpy(v.data(), bytes.data(), bytes.size());
+  return v;
+}
+
+nlohmann::json to_json(const std::string& path, const std::string& name, const std::string& bytes) {
+  try {
+    return nlohmann::json::parse(bytes);
+  } catch (const nlohmann::json::exception& e) {
+    throw IoError(path + ": corrupt checkpoint: section " + name + " is not valid JSON (" + e.what() + ")");
+  }
+}
+
+}  // namespace
+
+uint32_t crc32(const void* data, size_t n, uint32_t crc) {
+  static const std::array<uint32_t, 256> table = make_crc_table();
+  const auto* p = static_cast<const unsigned char*>(data);
+  crc = ~crc;
+  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+  return ~crc;
+}
+
+void save_checkpoint(const std::string& path, const Checkpoint& ckpt) {
+  std::string payload;
+  const std::string config = ckpt.config.dump(2);
+  nlohmann::json vocab = {{"kind", ckpt.tokenizer.kind_name()}, {"symbols", ckpt.tokenizer.symbols()}};
+  const std::string vocab_s = vocab.dump(), state_s = ckpt.state.dump(2);
+  put_section(payload, "config", config.data(), config.size());
+  put_section(payload, "vocab", vocab_s.data(), vocab_s.size());
+  put_section(payload, "state", state_s.data(), state_s.size());
+  put_floats(payload, "model", ckpt.model);
+  for (size_t i = 0; i < ckpt.optimizer.size(); ++i) put_floats(payload, "optim." + std::to_string(i), ckpt.optimizer[i]);
+  const uint32_t sections = 4 + static_cast<uint32_t>(ckpt.optimizer.size());
+
+  std::string header(kMagic, sizeof kMagic);
+  put<uint32_t>(header, kCheckpointVersion);
+  put<uint32_t>(header, sections);
+  put<uint64_t>(header, payload.size());
+  put<uint32_t>(header, crc32(payload.data(), payload.size()));
+  put<uint32_t>(header, 0);
+
+  AtomicFile file(path);  // PATH.tmp, fsync'd, renamed over PATH by commit()
+  file.write(header.data(), header.size());
+  file.write(payload.data(), payload.size());
+  file.commit();
+}
+
+Checkpoint load_checkpoint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(path + ": cannot read the checkpoint: " + std::strerror(errno));
+  std::error_code ec;
+  const uintmax_t file_size = std::filesystem::file_size(path, ec);
+  if (ec) throw IoError(path + ": cannot read the checkpoint: " + ec.message());
+  if (file_size < kHeaderBytes)
+    throw IoError(path + ": not a tfm checkpoint (" + std::to_string(file_size) + " bytes, shorter than the " +
+                  std::to_string(kHeaderBytes) + "-byte header)");
+  std::string header(kHeaderBytes, '\0');
+  in.read(header.data(), kHeaderBytes);
+  if (std::memcmp(header.data(), kMagic, sizeof kMagic) != 0)
+    throw IoError(path + ": not a tfm checkpoint (wrong magic number)");
+  uint32_t version, sections, crc;
+  uint64_t payload_size;
+  std::memcpy(&version, header.data() + 8, 4);
+  std::memcpy(&sections, header.data() + 12, 4);
+  std::memcpy(&payload_size, header.data() + 16, 8);
+  std::memcpy(&crc, header.data() + 24, 4);
+  if (version != kCheckpointVersion)
+    throw IoError(path + ": checkpoint format version " + std::to_string(version) + ", this tfm reads version " +
+                  std::to_string(kCheckpointVersion) + (version > kCheckpointVersion ? " (written by a newer tfm)" : ""));
+  if (sections < 4 || sections > kMaxSections)
+    throw IoError(path + ": corrupt checkpoint: " + std::to_string(sections) + " sections, expected 4 to " +
+                  std::to_string(kMaxSections));
+  if (payload_size != file_size - kHeaderBytes)
+    throw IoError(path + ": truncated or corrupt checkpoint: the header promises " + std::to_string(payload_size) +
+                  " payload bytes, the file has " + std::to_string(file_size - kHeaderBytes));
+  std::string payload(payload_size, '\0');  // bounded by the file's real size
+  in.read(payload.data(), static_cast<std::streamsize>(payload_size));
+  if (static_cast<uint64_t>(in.gcount()) != payload_size) throw IoError(path + ": read error in the checkpoint");
+  if (crc32(payload.data(), payload.size()) != crc)
+    throw IoError(path + ": corrupt checkpoint: checksum mismatch (the file was damaged after it was written)");
+
+  Checkpoint ckpt;
+  Reader r(path, payload.data(), payload.size());
+  bool has_config = false, has_vocab = false, has_state = false, has_model = false;
+  for (uint32_t s = 0; s < sections; ++s) {
+    const uint32_t name_len = r.get<uint32_t>("a section name length");
+    if (name_len == 0 || name_len > kMaxNameBytes)
+      throw IoError(path + ": corrupt checkpoint: section name of " + std::to_string(name_len) + " bytes");
+    const std::string name = r.bytes(name_len, "a section name");
+    const uint64_t len = r.get<uint64_t>("a section length");
+    const std::string data = r.bytes(len, ("section " + name).c_str());
+    if (name == "config") {
+      ckpt.config = to_json(path, name, data), has_config = true;
+    } else if (name == "vocab") {
+      const nlohmann::json v = to_json(path, name, data);
+      try {
+        ckpt.tokenizer = Tokenizer(Tokenizer::parse_kind(v.at("kind").get<std::string>()),
+                                   v.at("symbols").get<std::vector<uint32_t>>());
+      } catch (const nlohmann::json::exception& e) {
+        throw IoError(path + ": corrupt checkpoint: bad vocab section (" + e.what() + ")");
+      } catch (const Error& e) {
+        throw IoError(path + ": corrupt checkpoint: bad vocab section (" + e.what() + ")");
+      }
+      has_vocab = true;
+    } else if (name == "state") {
+      ckpt.state = to_json(path, name, data), has_state = true;
+      if (!ckpt.state.is_object()) throw IoError(path + ": corrupt checkpoint: the state section is not an object");
+    } else if (name == "model") {
+      ckpt.model = to_floats(path, name, data), has_model = true;
+    } else if (name.rfind("optim.", 0) == 0) {
+      ckpt.optimizer.push_back(to_floats(path, name, data));
+    } else {
+      throw IoError(path + ": corrupt checkpoint: unknown section \"" + name + "\"");
+    }
+  }
+  if (!r.done()) throw IoError(path + ": corrupt checkpoint: bytes after the last section");
+  if (!has_config || !has_vocab || !has_state || !has_model)
+    throw IoError(path + ": corrupt checkpoint: a section is missing (needs config, vocab, state, model)");
+  return ckpt;
+}
+
+}  // namespace tfm

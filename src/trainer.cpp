@@ -1,0 +1,489 @@
+#include "tfm/trainer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdarg>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "tfm/bench.h"
+#include "tfm/error.h"
+#include "tfm/file_io.h"
+#include "tfm/ops.h"
+#include "tfm/optim.h"
+#include "tfm/platform.h"
+
+namespace tfm {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// Distinct streams from one seed (the model's dropout Rng uses seed + 1 itself).
+constexpr uint64_t kSamplerSalt = 0x53414D504C455231ULL;  // "SAMPLER1"
+constexpr uint64_t kEvalSalt = 0x4556414C42415443ULL;     // "EVALBATC"
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string format(const char* fmt, ...) {
+  char buf[512];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, args);
+  va_end(args);
+  return buf;
+}
+
+std::string duration_str(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const int64_t t = static_cast<int64_t>(s + 0.5);
+  if (t >= 3600) return format("%ldh%02ldm", static_cast<long>(t / 3600), static_cast<long>(t / 60 % 60));
+  if (t >= 60) return format("%ldm%02lds", static_cast<long>(t / 60), static_cast<long>(t % 60));
+  return format("%lds", static_cast<long>(t));
+}
+
+std::string rate_str(double r) { return r >= 1e4 ? format("%.1fk", r / 1e3) : format("%.0f", r); }
+
+std::vector<ParamSegment> segments_of(const LanguageModel& model) {
+  std::vector<ParamSegment> segs;
+  for (const auto& p : model.parameters()) segs.push_back({p.offset, p.value.numel(), p.decay});
+  return segs;
+}
+
+OptimizerConfig optimizer_config(const Config& c) {
+  OptimizerConfig o;
+  o.name = c.string("train.optimizer.name");
+  o.beta1 = c.at("train.optimizer.betas")[0].get<double>();
+  o.beta2 = c.at("train.optimizer.betas")[1].get<double>();
+  o.weight_decay = c.number("train.optimizer.weight_decay");
+  o.momentum = c.number("train.optimizer.momentum");
+  return o;
+}
+
+LrSchedule schedule_of(const Config& c) {
+  LrSchedule s;
+  s.name = c.string("train.lr_schedule.name");
+  s.lr = c.number("train.optimizer.lr");
+  s.min_lr = c.number("train.lr_schedule.min_lr");
+  s.warmup = c.integer("train.lr_schedule.warmup_steps");
+  s.total = c.integer("train.max_steps");
+  return s;
+}
+
+json rng_json(const Rng::State& s) { return json(std::vector<uint64_t>(s.begin(), s.end())); }
+Rng::State rng_state(const json& j) {
+  const auto v = j.get<std::vector<uint64_t>>();
+  if (v.size() != 5) throw json::other_error::create(501, "an RNG state has 5 words", nullptr);
+  Rng::State s;
+  std::copy(v.begin(), v.end(), s.begin());
+  return s;
+}
+
+double json_loss(const json& j) { return j.is_number() ? j.get<double>() : std::numeric_limits<double>::infinity(); }
+
+// The first parameter whose gradient holds a NaN or Inf, or "" when all are finite.
+std::string first_nonfinite_grad(const LanguageModel& model) {
+  const float* g = model.flat_grads().data();
+  for (const auto& p : model.parameters())
+    for (int64_t i = 0; i < p.value.numel(); ++i)
+      if (!std::isfinite(g[p.offset + i])) return p.name;
+  return "";
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  AtomicFile f(path);
+  f.write(text.data(), text.size());
+  f.commit();
+}
+
+// Keys that must be equal between a checkpoint and the config that continues it.
+void check_resumable(const Config& from_ckpt, const Config& config, const std::string& source) {
+  for (const auto& path : differing_keys(from_ckpt, config)) {
+    const KeySpec* k = find_key(path);
+    if (k->resumable || path == "output.dir") continue;
+    throw ConfigError(path + ": " + source + " was trained with " + from_ckpt.at(path).dump() + ", the config has " +
+                      config.at(path).dump() + " (only keys marked 'May change on --resume' may differ)");
+  }
+}
+
+}  // namespace
+
+void restore_model(LanguageModel& model, const Checkpoint& ckpt, const std::string& source) {
+  const int64_t P = model.parameter_count();
+  if (static_cast<int64_t>(ckpt.model.size()) != P) {
+    const ModelConfig& m = model.config();
+    throw IoError(source + ": the checkpoint holds " + std::to_string(ckpt.model.size()) +
+                  " parameter values, the model of its config needs " + std::to_string(P) + " (vocab " +
+                  std::to_string(m.vocab_size) + ", d_model " + std::to_string(m.d_model) + ", n_layers " +
+                  std::to_string(m.n_layers) + ", d_ff " + std::to_string(m.d_ff) + ")");
+  }
+  std::copy(ckpt.model.begin(), ckpt.model.end(), model.flat_values().data());
+}
+
+uint64_t eval_seed(const Config& config) { return static_cast<uint64_t>(config.integer("seed")) ^ kEvalSalt; }
+
+double evaluate(LanguageModel& model, const std::vector<int32_t>& tokens, int64_t B, int64_t T, int64_t batches,
+                uint64_t seed) {
+  const bool was_training = model.training();
+  model.set_training(false);
+  NoGradGuard no_grad;
+  BatchSampler sampler(seed);
+  std::vector<int32_t> x, y;
+  double sum = 0.0;
+  for (int64_t i = 0; i < batches; ++i) {
+    sampler.sample(tokens, B, T, x, y);
+    sum += LanguageModel::loss(model.forward(x, B, T), y).item();
+  }
+  model.set_training(was_training);
+  return sum / static_cast<double>(batches);
+}
+
+TrainResult train(const Config& config, const TrainOptions& opt) {
+  const std::string dir = config.string("output.dir");
+  const std::string last_path = dir + "/last.ckpt", best_path = dir + "/best.ckpt";
+  const uint64_t seed = static_cast<uint64_t>(config.integer("seed"));
+  const int64_t B = config.integer("train.batch_size"), T = config.integer("train.seq_len");
+  const int64_t accum = config.integer("train.grad_accum_steps");
+  const int64_t max_steps = config.integer("train.max_steps");
+  const int64_t log_every = config.integer("train.log_interval");
+  const int64_t eval_every = config.integer("train.eval_interval");
+  const int64_t eval_steps = config.integer("train.eval_steps");
+  const int64_t ckpt_every = config.integer("train.checkpoint_interval");
+  const double grad_clip = config.number("train.grad_clip");
+
+  // ---- every check of the input before any work ----
+  Checkpoint resumed;
+  if (opt.resume) {
+    if (!fs::exists(last_path)) throw IoError(last_path + ": no checkpoint to resume from");
+    resumed = load_checkpoint(last_path);
+    Config trained;
+    try {
+      trained = resolve_config(resumed.config);
+    } catch (const ConfigError& e) {
+      throw IoError(last_path + ": the checkpoint's config is invalid: " + e.what());
+    }
+    check_resumable(trained, config, last_path);
+  } else if (fs::exists(last_path)) {
+    throw ConfigError("output.dir: " + dir + " already holds a run (last.ckpt); continue it with `tfm train --resume " +
+                      dir + "` or choose another directory with --out");
+  }
+  const std::string data_path = config.string("data.path");
+  const double val_fraction = config.number("data.val_fraction");
+  Dataset data = opt.resume ? load_dataset(data_path, resumed.tokenizer, val_fraction, T)
+                            : load_dataset(data_path, config.string("data.tokenizer"), val_fraction, T);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir))
+    throw IoError(dir + ": cannot create the run directory (output.dir): " + (ec ? ec.message() : "not a directory"));
+  if (::access(dir.c_str(), W_OK) != 0) throw IoError(dir + ": the run directory (output.dir) is not writable");
+  write_text_file(dir + "/config.json", config.tree.dump(2) + "\n");
+
+  // ---- the run ----
+  const int threads = platform::configure_threads(static_cast<int>(config.integer("train.threads")));
+  const ModelConfig mc = config.model(data.tokenizer.size());
+  LanguageModel model(mc, seed);
+  model.set_training(true);
+  const int64_t P = model.parameter_count();
+  Optimizer optim(optimizer_config(config), segments_of(model), P);
+  const LrSchedule schedule = schedule_of(config);
+  BatchSampler sampler(seed ^ kSamplerSalt);
+  int64_t step = 0;
+  double best_val = std::numeric_limits<double>::infinity();
+  double elapsed_before = 0.0;
+  if (opt.resume) {
+    restore_model(model, resumed, last_path);
+    try {
+      const json& s = resumed.state;
+      step = s.at("step").get<int64_t>();
+      best_val = json_loss(s.at("best_val_loss"));
+      elapsed_before = s.at("elapsed_s").get<double>();
+      sampler.rng().set_state(rng_state(s.at("rng").at("sampler")));
+      model.dropout_rng().set_state(rng_state(s.at("rng").at("dropout")));
+      if (s.at("optimizer").at("name").get<std::string>() != optim.config().name ||
+          resumed.optimizer.size() != optim.state().size())
+        throw IoError(last_path + ": the checkpoint's optimizer state is for \"" +
+                      s.at("optimizer").at("name").get<std::string>() + "\", the config uses \"" + optim.config().name + "\"");
+      for (size_t i = 0; i < resumed.optimizer.size(); ++i) {
+        if (static_cast<int64_t>(resumed.optimizer[i].size()) != P)
+          throw IoError(last_path + ": optimizer state " + std::to_string(i) + " has " +
+                        std::to_string(resumed.optimizer[i].size()) + " values, expected " + std::to_string(P));
+        optim.state()[i] = std::move(resumed.optimizer[i]);
+      }
+      optim.set_steps_taken(s.at("optimizer").at("steps").get<int64_t>());
+      if (step < 0) throw IoError(last_path + ": negative step in the checkpoint");
+    } catch (const json::exception& e) {
+      throw IoError(last_path + ": corrupt checkpoint state (" + e.what() + ")");
+    }
+  }
+
+  // Logging: console (unless quiet) and DIR/train.log, appended to on resume.
+  std::vector<spdlog::sink_ptr> sinks;
+  if (opt.console) {
+    auto console = std::make_shared<spdlog::sinks::stdout_color_sink_mt>();
+    console->set_pattern("%^%v%$");
+    sinks.push_back(console);
+  }
+  auto file_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(dir + "/train.log", !opt.resume);
+  file_sink->set_pattern("[%Y-%m-%d %H:%M:%S] [%l] %v");
+  sinks.push_back(file_sink);
+  spdlog::logger log("tfm", sinks.begin(), sinks.end());
+  log.flush_on(spdlog::level::info);
+  const bool tty = opt.console && ::isatty(STDOUT_FILENO);
+  bool progress_shown = false;
+  auto clear_progress = [&] {
+    if (progress_shown) std::fputs("\r\033[K", stdout), std::fflush(stdout), progress_shown = false;
+  };
+  auto info = [&](const std::string& s) { clear_progress(), log.info(s); };
+
+  std::ofstream metrics(dir + "/metrics.jsonl", opt.resume ? std::ios::app : std::ios::trunc);
+  if (!metrics) throw IoError(dir + "/metrics.jsonl: cannot open for writing");
+
+  const auto run_start = Clock::now();
+  auto elapsed = [&] { return elapsed_before + seconds_since(run_start); };
+  auto make_checkpoint = [&] {
+    Checkpoint c;
+    c.config = config.tree;
+    c.tokenizer = data.tokenizer;
+    c.state = {{"step", step},
+               {"best_val_loss", std::isfinite(best_val) ? json(best_val) : json(nullptr)},
+               {"elapsed_s", elapsed()},
+               {"rng", {{"sampler", rng_json(sampler.rng().state())}, {"dropout", rng_json(model.dropout_rng().state())}}},
+               {"optimizer", {{"name", optim.config().name}, {"steps", optim.steps_taken()}}}};
+    const float* v = model.flat_values().data();
+    c.model.assign(v, v + P);
+    c.optimizer = optim.state();
+    return c;
+  };
+
+  std::string breakdown;
+  for (const auto& [name, n] : model.parameter_breakdown()) breakdown += (breakdown.empty() ? "" : ", ") + name + " " + std::to_string(n);
+  info(format("tfm train: %s %s", opt.resume ? "resuming" : "run directory", dir.c_str()));
+  info(format("data: %s, %s tokenizer, vocabulary %ld, %zu train / %zu val tokens", data_path.c_str(),
+              data.tokenizer.kind_name().c_str(), static_cast<long>(data.tokenizer.size()), data.train.size(),
+              data.val.size()));
+  info(format("model: %ld parameters (%s)", static_cast<long>(P), breakdown.c_str()));
+  const double flops_per_token = LanguageModel::flops_per_token(mc, T).train_per_token;
+  const double peak_gflops = measure_gemm_peak_gflops(512, 0.2);
+  info(format("compute: %d thread(s), %s; measured sgemm peak %.1f GFLOP/s", threads, platform::blas_summary().c_str(),
+              peak_gflops));
+  info(format("batch: %ld x %ld tokens x %ld accumulation step(s); %ld steps%s", static_cast<long>(B),
+              static_cast<long>(T), static_cast<long>(accum), static_cast<long>(max_steps),
+              opt.resume ? format(", continuing after step %ld", static_cast<long>(step)).c_str() : ""));
+
+  TrainResult result;
+  result.best_val_loss = best_val;
+  Tensor values = model.flat_values(), grads = model.flat_grads();
+  std::vector<int32_t> x, y;
+  // Interval accumulators for the log line and metrics.jsonl.
+  double iv_time = 0.0, iv_loss = 0.0, iv_norm = 0.0;
+  int64_t iv_steps = 0;
+  int64_t saved_at = opt.resume ? step : -1;
+  const int64_t tokens_per_step = B * T * accum;
+  const int64_t first_step = step;
+
+  while (step < max_steps) {
+    const auto t0 = Clock::now();
+    grads.fill_(0.0f);
+    double loss_sum = 0.0;
+    for (int64_t a = 0; a < accum; ++a) {
+      sampler.sample(data.train, B, T, x, y);
+      Tensor loss = LanguageModel::loss(model.forward(x, B, T), y);
+      loss_sum += loss.item();
+      // Mean over the micro-batches: the same gradient as one batch of B * accum.
+      if (accum > 1) loss = loss * (1.0f / static_cast<float>(accum));
+      loss.backward();
+    }
+    const double train_loss = loss_sum / static_cast<double>(accum);
+    const double norm = std::isfinite(train_loss) ? clip_grad_norm(grads.data(), P, grad_clip) : NAN;
+    if (!std::isfinite(train_loss) || !std::isfinite(norm)) {
+      const std::string where = std::isfinite(train_loss)
+                                    ? "the gradient of " + first_nonfinite_grad(model) + " is not finite (loss " +
+                                          format("%.4f", train_loss) + ")"
+                                    : format("the training loss is %f", train_loss);
+      result.status = TrainResult::Status::NonFinite;
+      result.step = step;
+      result.message = format("step %ld: %s; training stopped. ", static_cast<long>(step + 1), where.c_str()) +
+                       (saved_at >= 0 ? format("%s (step %ld) is untouched; ", last_path.c_str(), static_cast<long>(saved_at))
+                                      : std::string("no checkpoint was written; ")) +
+                       "try a lower train.optimizer.lr or train.grad_clip";
+      clear_progress();
+      log.error(result.message);
+      return result;
+    }
+    const double lr = schedule.at(step);
+    optim.step(values.data(), grads.data(), lr);
+    ++step;
+    const double step_s = seconds_since(t0);
+    result.losses.push_back(train_loss);
+    iv_time += step_s, iv_loss += train_loss, iv_norm += norm, ++iv_steps;
+
+    double val_loss = NAN;
+    const bool eval_now = step % eval_every == 0 || step == max_steps;
+    if (eval_now) {
+      val_loss = evaluate(model, data.val, B, T, eval_steps, eval_seed(config));
+      result.val_loss = val_loss;
+      std::string note;
+      if (val_loss < best_val) {
+        best_val = val_loss;
+        result.best_val_loss = best_val;
+        save_checkpoint(best_path, make_checkpoint());
+        note = ", new best: saved best.ckpt";
+      }
+      info(format("step %ld/%ld | val loss %.4f (best %.4f)%s", static_cast<long>(step), static_cast<long>(max_steps),
+                  val_loss, best_val, note.c_str()));
+    }
+    if (step % log_every == 0 || eval_now || step == max_steps) {
+      const double ms = 1e3 * iv_time / iv_steps;
+      const double tok_s = static_cast<double>(tokens_per_step * iv_steps) / iv_time;
+      const double mfu = peak_gflops > 0 ? flops_per_token * tok_s / (peak_gflops * 1e9) : 0.0;
+      json rec = {{"step", step},
+                  {"train_loss", train_loss},
+                  {"train_loss_avg", iv_loss / iv_steps},
+                  {"lr", lr},
+                  {"grad_norm", iv_norm / iv_steps},
+                  {"tokens_per_s", tok_s},
+                  {"ms_per_step", ms},
+                  {"mfu", mfu},
+                  {"elapsed_s", elapsed()}};
+      if (eval_now) rec["val_loss"] = val_loss;
+      metrics << rec.dump() << "\n" << std::flush;
+      info(format("step %ld/%ld | loss %.4f | lr %.2e | grad norm %.3f | %.1f ms/step | %s tok/s | mfu %.1f%%",
+                  static_cast<long>(step), static_cast<long>(max_steps), iv_loss / iv_steps, lr, iv_norm / iv_steps, ms,
+                  rate_str(tok_s).c_str(), 100.0 * mfu));
+      iv_time = iv_loss = iv_norm = 0.0, iv_steps = 0;
+    }
+    const bool stop = (opt.stop && opt.stop->load()) || step == opt.stop_at_step;
+    if ((ckpt_every > 0 && step % ckpt_every == 0) || step == max_steps || stop) {
+      save_checkpoint(last_path, make_checkpoint());
+      saved_at = step;
+    }
+    if (stop && step < max_steps) {
+      result.status = TrainResult::Status::Interrupted;
+      result.step = step;
+      info(format("interrupted after step %ld: saved %s. Continue with: tfm train --resume %s", static_cast<long>(step),
+                  last_path.c_str(), dir.c_str()));
+      return result;
+    }
+    if (tty) {
+      const double rate = step_s > 0 ? static_cast<double>(tokens_per_step) / step_s : 0.0;
+      const double eta = step_s * static_cast<double>(max_steps - step);
+      std::printf("\r\033[Kstep %ld/%ld | loss %.4f | %s tok/s | ETA %s", static_cast<long>(step),
+                  static_cast<long>(max_steps), train_loss, rate_str(rate).c_str(), duration_str(eta).c_str());
+      std::fflush(stdout);
+      progress_shown = true;
+    }
+  }
+  result.step = step;
+  if (step == first_step) {
+    info(format("nothing to do: the run is at step %ld of train.max_steps = %ld (raise it with --set train.max_steps=N)",
+                static_cast<long>(step), static_cast<long>(max_steps)));
+  } else {
+    info(format("done: %ld steps in %s; val loss %.4f (best %.4f). Sample with: tfm sample --run %s",
+                static_cast<long>(step), duration_str(elapsed()).c_str(), result.val_loss, best_val, dir.c_str()));
+  }
+  clear_progress();
+  return result;
+}
+
+LoadedRun load_run(const std::string& dir, const std::string& which) {
+  if (which != "last" && which != "best")
+    throw ConfigError("--checkpoint: expected \"last\" or \"best\", got \"" + which + "\"");
+  const std::string path = dir + "/" + which + ".ckpt";
+  if (!fs::is_directory(dir)) throw IoError(dir + ": no such run directory");
+  if (!fs::exists(path)) throw IoError(path + ": no checkpoint here (has the run written one yet?)");
+  LoadedRun run;
+  run.checkpoint = load_checkpoint(path);
+  try {
+    run.config = resolve_config(run.checkpoint.config);
+  } catch (const ConfigError& e) {
+    throw IoError(path + ": the checkpoint's config is invalid: " + e.what());
+  }
+  run.model = std::make_unique<LanguageModel>(run.config.model(run.checkpoint.tokenizer.size()),
+                                              static_cast<uint64_t>(run.config.integer("seed")));
+  restore_model(*run.model, run.checkpoint, path);
+  return run;
+}
+
+namespace {
+
+int32_t pick_token(const float* logits, int64_t V, const SampleOptions& o, Rng& rng) {
+  if (o.temperature <= 0.0) return static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
+  std::vector<double> z(logits, logits + V);
+  for (double& v : z) v /= o.temperature;
+  if (o.top_k > 0 && o.top_k < V) {
+    std::vector<double> sorted = z;
+    std::nth_element(sorted.begin(), sorted.begin() + (o.top_k - 1), sorted.end(), std::greater<double>());
+    const double kth = sorted[o.top_k - 1];
+    for (double& v : z)
+      if (v < kth) v = -INFINITY;
+  }
+  const double mx = *std::max_element(z.begin(), z.end());
+  double sum = 0.0;
+  for (double& v : z) sum += (v = std::exp(v - mx));
+  const double u = static_cast<double>(rng.next_u64() >> 11) * (1.0 / 9007199254740992.0) * sum;
+  double acc = 0.0;
+  for (int64_t i = 0; i < V; ++i) {
+    acc += z[i];
+    if (u < acc) return static_cast<int32_t>(i);
+  }
+  for (int64_t i = V - 1; i >= 0; --i)
+    if (z[i] > 0) return static_cast<int32_t>(i);
+  return 0;
+}
+
+}  // namespace
+
+std::string generate(LanguageModel& model, const Tokenizer& tokenizer, const SampleOptions& o,
+                     const std::function<void(const std::string&)>& on_text) {
+  const bool was_training = model.training();
+  model.set_training(false);
+  NoGradGuard no_grad;
+  Rng rng(o.seed);
+  const int64_t L = model.config().max_seq_len, V = model.config().vocab_size;
+  std::vector<int32_t> ids = tokenizer.encode(o.prompt, "--prompt");
+  if (ids.empty()) {
+    const auto& s = tokenizer.symbols();
+    const auto nl = std::lower_bound(s.begin(), s.end(), static_cast<uint32_t>('\n'));
+    ids.push_back(nl != s.end() && *nl == '\n' ? static_cast<int32_t>(nl - s.begin()) : 0);
+  }
+  KVCache cache;
+  std::vector<float> last(V);
+  // (Re)fills the cache with the last `keep` tokens and keeps the logits of the final one.
+  auto refill = [&](size_t keep) {
+    cache = model.make_cache(1);
+    const std::vector<int32_t> window(ids.end() - static_cast<std::ptrdiff_t>(keep), ids.end());
+    const std::vector<float> logits = model.forward_cached(cache, window, 1, static_cast<int64_t>(window.size())).to_vector();
+    std::copy(logits.end() - V, logits.end(), last.begin());
+  };
+  refill(std::min<size_t>(ids.size(), static_cast<size_t>(L)));
+  std::string out;
+  for (int64_t i = 0; i < o.max_new_tokens; ++i) {
+    const int32_t next = pick_token(last.data(), V, o, rng);
+    ids.push_back(next);
+    const std::string piece = tokenizer.decode(next);
+    out += piece;
+    if (on_text) on_text(piece);
+    if (i + 1 == o.max_new_tokens) break;
+    if (cache.length >= L) {
+      // The context is full: restart from the newest half (amortised O(1) refills per token).
+      refill(std::min<size_t>(ids.size(), static_cast<size_t>(std::max<int64_t>(1, L / 2))));
+    } else {
+      const std::vector<float> logits = model.forward_cached(cache, {next}, 1, 1).to_vector();
+      std::copy(logits.end() - V, logits.end(), last.begin());
+    }
+  }
+  model.set_training(was_training);
+  return out;
+}
+
+}  // namespace tfm
