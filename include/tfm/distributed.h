@@ -1,0 +1,39 @@
+// Data-parallel training over MPI (Open MPI from Debian). Every rank holds the whole model, samples
+// its own batches, and the ranks average their gradients with one MPI_Allreduce over the flat
+// gradient buffer, so every rank applies the same update. Rank 0 alone logs, evaluates and writes
+// checkpoints.
+//
+// Without MPI at build time, or when the program was not started by mpirun, there is one rank and
+// every call here is a no-op: tfm behaves exactly as a single process.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tfm::dist {
+
+// Starts MPI when the process was launched by mpirun (Open MPI, MPICH or PMIx environment); call once
+// from main() before anything else uses it. Safe to call when MPI is absent.
+void init(int* argc, char*** argv);
+void finalize();
+
+bool active();  // more than one rank
+int rank();
+int size();
+bool is_root();
+std::string describe();  // "rank 0 of 2 (MPI)" or "single process"
+
+// data (n) <- mean over ranks of data, in place (MPI_Allreduce with MPI_SUM, then / size).
+void allreduce_mean(float* data, int64_t n);
+double allreduce_mean(double value);
+// data (n) on every rank <- data on `root`.
+void broadcast(float* data, int64_t n, int root = 0);
+void broadcast(uint64_t* data, int64_t n, int root = 0);
+// Every rank's `local` words, concatenated in rank order (size() * local.size()), on every rank.
+std::vector<uint64_t> allgather(const std::vector<uint64_t>& local);
+void barrier();
+
+// Seconds spent inside allreduce_mean(float*) since start, for the overhead figures.
+double allreduce_seconds();
+
+}  // namespace tfm::dist
