@@ -37,6 +37,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 
 namespace kernels {
 
+// Threads the kernels may use (OpenMP, over (batch, head) pairs); each needs its own scratch.
+int attention_scratch_threads();
+
 // Sizes and the batch strides of q, k, v (rows within a batch are packed: heads * D floats apart).
 struct AttentionDims {
   int64_t B = 0, Tq = 0, Tk = 0, H = 0, Hkv = 0, Dk = 0, Dv = 0;
@@ -44,18 +47,20 @@ struct AttentionDims {
 };
 
 // out (B, Tq, H*Dv), probs (B, H, Tq, Tk) softmax before dropout. keep (B, H, Tq, Tk) is the dropout
-// multiplier (0 or 1/(1-p)), or null without dropout; scratch (Tq * Tk) is used only with keep.
+// multiplier (0 or 1/(1-p)), or null without dropout; scratch (threads * Tq * Tk, threads =
+// attention_scratch_threads()) is used only with keep.
 // key_lengths (B) or null.
 void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v,
                        const float* keep, float* scratch, const int64_t* key_lengths, bool causal,
                        const AttentionDims& d);
 // Adds into dq (B, Tq, H*Dk), dk (B, Tk, Hkv*Dk), dv (B, Tk, Hkv*Dv) (contiguous; any may be null).
-// scratch holds 2 * Tq * Tk floats. With P the probabilities, M = keep and Pd = P o M:
+// key_lengths and causal as given to the forward (they bound the keys each block of rows touches).
+// scratch holds threads * 2 * Tq * Tk floats. With P the probabilities, M = keep and Pd = P o M:
 //   dV += Pd^T dO,  dP = (dO V^T) o M,  dS = P o (dP - rowsum(dP o P)),
 //   dQ += dS K / sqrt(Dk),  dK += dS^T Q / sqrt(Dk).
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                         const float* v, const float* probs, const float* keep, float* scratch,
-                        const AttentionDims& d);
+                        const int64_t* key_lengths, bool causal, const AttentionDims& d);
 
 }  // namespace kernels
 }  // namespace tfm
