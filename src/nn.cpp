@@ -155,12 +155,12 @@ Tensor attention_mask(int64_t B, int64_t Tq, int64_t Tk, bool causal, const std:
 }  // namespace
 
 MultiHeadAttention::MultiHeadAttention(const AttentionConfig& config)
-    : wq(resolved(config).d_model, config.d_model, config.bias),
-      wk(resolved(config).kdim, resolved(config).n_kv_heads * (config.d_model / config.n_heads), config.bias),
-      wv(resolved(config).vdim, resolved(config).n_kv_heads * (config.d_model / config.n_heads), config.bias),
-      wo(config.d_model, config.d_model, config.bias),
-      config_(resolved(config)),
-      head_dim_(config.d_model / config.n_heads) {
+    : config_(resolved(config)),
+      head_dim_(config_.d_model / config_.n_heads),
+      wq(config_.d_model, config_.n_heads * head_dim_, config_.bias),     // (H*Dk, C)
+      wk(config_.kdim, config_.n_kv_heads * head_dim_, config_.bias),     // (Hkv*Dk, kdim)
+      wv(config_.vdim, config_.n_kv_heads * head_dim_, config_.bias),     // (Hkv*Dv, vdim)
+      wo(config_.n_heads * head_dim_, config_.d_model, config_.bias) {  // (C, H*Dv)
   register_module("wq", &wq);
   register_module("wk", &wk);
   register_module("wv", &wv);
@@ -251,11 +251,11 @@ BlockConfig resolved(BlockConfig c) {
 }  // namespace
 
 EncoderBlock::EncoderBlock(const BlockConfig& config)
-    : ln1(config.attention.d_model),
-      ln2(config.attention.d_model),
-      attn(config.attention),
-      ffn(config.attention.d_model, resolved(config).d_ff, config.activation, config.attention.bias),
-      config_(resolved(config)) {
+    : config_(resolved(config)),
+      ln1(config_.attention.d_model),
+      ln2(config_.attention.d_model),
+      attn(config_.attention),
+      ffn(config_.attention.d_model, config_.d_ff, config_.activation, config_.attention.bias) {
   register_module("ln1", &ln1);
   register_module("ln2", &ln2);
   register_module("attn", &attn);

@@ -130,6 +130,10 @@ struct AttentionConfig {
 // Additive scoring uses the per-head projections as the W_q q and W_k k of Bahdanau's
 // w_v^T tanh(W_q q + W_k k), with one w_v of Dk weights per head (`score_v`, (H, Dk)).
 class MultiHeadAttention : public Module {
+  // Declared first: the projections are sized from the resolved config.
+  AttentionConfig config_;
+  int64_t head_dim_;
+
  public:
   explicit MultiHeadAttention(const AttentionConfig& config);
   // query (B, Tq, C), key (B, Tk, kdim), value (B, Tk, vdim) -> (B, Tq, C). key_lengths: keys j >=
@@ -153,8 +157,6 @@ class MultiHeadAttention : public Module {
  private:
   Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                 const std::vector<int64_t>& key_lengths);
-  AttentionConfig config_;
-  int64_t head_dim_;
 };
 
 struct BlockConfig {
@@ -168,6 +170,8 @@ struct BlockConfig {
 // A Transformer encoder block (self-attention + feed-forward), named as the reference's Block:
 // ln1, ln2, attn, fc1, fc2.
 class EncoderBlock : public Module {
+  BlockConfig config_;  // declared first: the layers are sized from the resolved config
+
  public:
   explicit EncoderBlock(const BlockConfig& config);
   Tensor forward(const Tensor& x, const std::vector<int64_t>& key_lengths = {});  // (B, T, C)
@@ -179,7 +183,6 @@ class EncoderBlock : public Module {
  private:
   template <class Attend>
   Tensor run(const Tensor& x, Attend&& attend);
-  BlockConfig config_;
 };
 
 }  // namespace tfm
