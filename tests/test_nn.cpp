@@ -261,3 +261,50 @@ TEST_CASE("nn: bad configurations name the layer", "[nn]") {
   CHECK_THROWS_WITH(MultiHeadAttention(cfg), Catch::Contains("attention_score"));
   CHECK_THROWS_WITH(FeedForward(4, 8, "tanh"), Catch::Contains("FeedForward"));
 }
+
+TEST_CASE("nn: additive scoring equals w_v^T tanh(W_q q + W_k k) written out with loops", "[nn]") {
+  AttentionConfig cfg;
+  cfg.d_model = 8;
+  cfg.n_heads = 4;
+  cfg.n_kv_heads = 2;
+  cfg.kdim = 5;
+  cfg.vdim = 3;
+  cfg.causal = true;
+  cfg.score = "additive";
+  MultiHeadAttention mha(cfg);
+  mha.record = true;
+  Rng rng(12);
+  parameters_of(mha, rng);
+  const int64_t B = 2, Tq = 3, Tk = 4, H = 4, Dk = 2;
+  const Tensor query = Tensor::randn({B, Tq, 8}, rng), key = Tensor::randn({B, Tk, 5}, rng);
+  const Tensor value = Tensor::randn({B, Tk, 3}, rng);
+  const std::vector<int64_t> lengths = {4, 3};
+  const Tensor out = mha.forward(query, key, value, lengths);
+  NoGradGuard no_grad;
+  const Tensor q = mha.wq.forward(query), k = mha.wk.forward(key), v = mha.wv.forward(value);
+  std::vector<float> o(static_cast<size_t>(B * Tq * H * Dk), 0.0f);  // (B, Tq, H*Dv) before Wo
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / 2;
+      for (int64_t i = 0; i < Tq; ++i) {
+        // Query i sits at absolute position i + Tk - Tq.
+        const int64_t visible = std::min(i + Tk - Tq + 1, lengths[b]);
+        std::vector<double> s(static_cast<size_t>(visible));
+        double mx = -1e300, total = 0.0;
+        for (int64_t j = 0; j < visible; ++j) {
+          for (int64_t e = 0; e < Dk; ++e)
+            s[j] += mha.score_v.at({h, e}) * std::tanh(q.at({b, i, h * Dk + e}) + k.at({b, j, g * Dk + e}));
+          mx = std::max(mx, s[j]);
+        }
+        for (double& x : s) total += (x = std::exp(x - mx));
+        for (int64_t j = 0; j < Tk; ++j) {
+          const double p = j < visible ? s[j] / total : 0.0;
+          CHECK(mha.last_probabilities.at({b, h, i, j}) == Approx(p).margin(1e-6));
+          for (int64_t e = 0; e < Dk; ++e) o[(b * Tq + i) * H * Dk + h * Dk + e] += p * v.at({b, j, g * Dk + e});
+        }
+      }
+    }
+  const Tensor expected = mha.wo.forward(Tensor::from_vector(o, {B, Tq, H * Dk}));
+  const std::vector<float> got = out.to_vector(), want = expected.to_vector();
+  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-5));
+}
