@@ -26,8 +26,16 @@ int64_t visible_keys(int64_t i, int64_t b, const int64_t* key_lengths, bool caus
 // row sees, which skips the masked upper triangle (about 3/8 of the work at T = 4 blocks).
 constexpr int64_t kRowBlock = 64;
 
-// Threads pay off once a (batch, head) pair has enough work to amortise the fork.
-bool parallel_worth_it(const AttentionDims& d) { return d.B * d.H > 1 && d.Tq * d.Tk * (d.Dk + d.Dv) >= 8192; }
+// Threads over (batch, head) pairs pay off while each GEMM is small enough that OpenBLAS runs it on
+// one thread (M*N*K <= 4 * 65536, its GEMM_MULTITHREAD_THRESHOLD): measured at the baby config's
+// shapes (B 12, T 64, H 4, Dk 32; best of 300) forward 0.65 -> 0.36 ms, backward 1.06 -> 0.74 ms on
+// 2 cores. Above it (T = 256, Dk 64) our threads did not help (backward 25 -> 31 ms with OpenBLAS on
+// one thread; its shared buffer pool is the likely cause), and OpenBLAS would thread each GEMM
+// itself, so those shapes stay serial.
+bool parallel_worth_it(const AttentionDims& d) {
+  const int64_t work = d.Tq * d.Tk * std::max(d.Dk, d.Dv);
+  return d.B * d.Hkv > 1 && work >= 8192 && work <= 4 * 65536;
+}
 
 }  // namespace
 
