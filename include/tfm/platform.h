@@ -4,10 +4,12 @@
 
 namespace tfm::platform {
 
-// OpenBLAS 0.3.21 picks its Haswell kernels on AVX-512 AMD CPUs; its SkylakeX kernels are ~1.7x faster
-// there. OpenBLAS reads OPENBLAS_CORETYPE only when the library loads, before main(), so when the CPU
-// has AVX-512 and the variable is unset this re-executes the program with OPENBLAS_CORETYPE=SkylakeX.
-// Set TFM_NO_REEXEC=1 (or OPENBLAS_CORETYPE yourself) to opt out. Returns when no re-exec happens.
+// Prepares the environment that OpenBLAS and OpenMP read once, when they load (before main), by
+// re-executing the program once with, each only when unset:
+//  - OPENBLAS_CORETYPE=SkylakeX on AVX-512 CPUs: OpenBLAS 0.3.21 picks its Haswell kernels on AVX-512
+//    AMD CPUs, and its SkylakeX kernels are ~1.7x faster there;
+//  - OMP_WAIT_POLICY=passive: idle threads sleep rather than spin and steal the cores.
+// TFM_NO_REEXEC=1 opts out. Returns when no re-exec happens.
 void select_blas_kernels(char** argv);
 
 // One line for the start-up log: OpenBLAS core, threads, and why that core was chosen.
