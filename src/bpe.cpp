@@ -48,7 +48,9 @@ size_t utf8_sequence(std::string_view s, size_t i, uint32_t* cp) {
 
 enum class CharClass { Letter, Digit, Space, Symbol };
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
 
 // Non-ASCII code points that GPT-2's regex would not count as letters: the common punctuation and
 // symbol blocks. Everything else non-ASCII (scripts of all languages) counts as a letter.
@@ -147,7 +149,8 @@ BpeTokenizer::BpeTokenizer() : BpeTokenizer(std::vector<Merge>{}) {}
 
 BpeTokenizer::BpeTokenizer(std::vector<Merge> merges, const std::string& what) : merges_(std::move(merges)) {
   if (merges_.size() > static_cast<size_t>(kBpeMaxVocab - 256))
-    throw IoError(detail::concat(what, ": ", merges_.size(), " merges, expected at most ", kBpeMaxVocab - 256));
+    throw IoError(
+        detail::concat(what, ": ", merges_.size(), " merges, expected at most ", kBpeMaxVocab - 256));
   vocab_.reserve(256 + merges_.size());
   for (int b = 0; b < 256; ++b) vocab_.emplace_back(1, static_cast<char>(b));
   ranks_.reserve(merges_.size());
@@ -155,8 +158,8 @@ BpeTokenizer::BpeTokenizer(std::vector<Merge> merges, const std::string& what) :
     const auto [a, b] = merges_[k];
     const int32_t limit = static_cast<int32_t>(256 + k);
     if (a < 0 || a >= limit || b < 0 || b >= limit)
-      throw IoError(detail::concat(what, ": merge ", k, " [", a, ", ", b, "] uses a token id outside [0, ", limit,
-                                   ") (a merge may only join earlier tokens)"));
+      throw IoError(detail::concat(what, ": merge ", k, " [", a, ", ", b, "] uses a token id outside [0, ",
+                                   limit, ") (a merge may only join earlier tokens)"));
     // Token lengths are bounded, else 64 self-merges would describe a 2^64-byte token.
     if (vocab_[a].size() + vocab_[b].size() > kBpeMaxChunkBytes)
       throw IoError(detail::concat(what, ": merge ", k, " [", a, ", ", b, "] makes a token of ",
@@ -181,7 +184,8 @@ BpeTokenizer::BpeTokenizer(std::vector<Merge> merges, const std::string& what) :
 
 BpeTokenizer BpeTokenizer::train(const std::string& text, int vocab_size) {
   if (vocab_size < 256 || vocab_size > kBpeMaxVocab)
-    throw ConfigError(detail::concat("bpe train: vocab_size must be in [256, ", kBpeMaxVocab, "], got ", vocab_size));
+    throw ConfigError(
+        detail::concat("bpe train: vocab_size must be in [256, ", kBpeMaxVocab, "], got ", vocab_size));
 
   std::unordered_map<std::string_view, int64_t> chunk_counts;
   for_each_chunk(text, [&](std::string_view c) { ++chunk_counts[c]; });
@@ -324,7 +328,8 @@ std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
 }
 
 const std::string& BpeTokenizer::token_bytes(int32_t id) const {
-  TFM_CHECK(id >= 0 && id < vocab_size(), "bpe token_bytes", "token id ", id, " is outside [0, ", vocab_size(), ")");
+  TFM_CHECK(id >= 0 && id < vocab_size(), "bpe token_bytes", "token id ", id, " is outside [0, ",
+            vocab_size(), ")");
   return vocab_[id];
 }
 
@@ -341,12 +346,18 @@ std::string BpeTokenizer::token_str(int32_t id) const {
       i += len;
       continue;
     }
-    if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\\') out += "\\\\";
-    else if (c >= 0x20 && c < 0x7F) out += static_cast<char>(c);
-    else out += {'\\', 'x', hex[c >> 4], hex[c & 15]};
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c == '\\')
+      out += "\\\\";
+    else if (c >= 0x20 && c < 0x7F)
+      out += static_cast<char>(c);
+    else
+      out += {'\\', 'x', hex[c >> 4], hex[c & 15]};
     ++i;
   }
   return out;
@@ -382,9 +393,11 @@ BpeTokenizer BpeTokenizer::parse(const uint8_t* data, size_t size, const std::st
   if (size > kMaxFileBytes)
     throw IoError(detail::concat(what, ": ", size, " bytes, expected at most ", kMaxFileBytes));
   const json root = parse_json_strict(reinterpret_cast<const char*>(data), size, what);
-  if (!root.is_object()) throw IoError(detail::concat(what, ": expected a JSON object, got ", root.type_name()));
+  if (!root.is_object())
+    throw IoError(detail::concat(what, ": expected a JSON object, got ", root.type_name()));
   for (const auto& item : root.items())
-    if (item.key() != "type" && item.key() != "version" && item.key() != "vocab_size" && item.key() != "merges")
+    if (item.key() != "type" && item.key() != "version" && item.key() != "vocab_size" &&
+        item.key() != "merges")
       throw IoError(detail::concat(what, ": unknown field \"", item.key(),
                                    "\" (expected type, version, vocab_size, merges)"));
   for (const char* key : {"type", "version", "merges"})
@@ -397,10 +410,12 @@ BpeTokenizer BpeTokenizer::parse(const uint8_t* data, size_t size, const std::st
   if (!version.is_number_integer())
     throw IoError(detail::concat(what, ": version must be an integer, got ", version.dump()));
   if (version.get<int64_t>() != 1)
-    throw IoError(detail::concat(what, ": unsupported version ", version.dump(), " (this build reads version 1)"));
+    throw IoError(
+        detail::concat(what, ": unsupported version ", version.dump(), " (this build reads version 1)"));
 
   const json& list = root["merges"];
-  if (!list.is_array()) throw IoError(detail::concat(what, ": merges must be an array, got ", list.type_name()));
+  if (!list.is_array())
+    throw IoError(detail::concat(what, ": merges must be an array, got ", list.type_name()));
   if (list.size() > static_cast<size_t>(kBpeMaxVocab - 256))
     throw IoError(detail::concat(what, ": ", list.size(), " merges, expected at most ", kBpeMaxVocab - 256));
   std::vector<Merge> merges;
@@ -409,8 +424,8 @@ BpeTokenizer BpeTokenizer::parse(const uint8_t* data, size_t size, const std::st
     const json& m = list[k];
     const auto is_id = [](const json& v) { return v.is_number_unsigned() && v.get<uint64_t>() <= INT32_MAX; };
     if (!m.is_array() || m.size() != 2 || !is_id(m[0]) || !is_id(m[1]))
-      throw IoError(detail::concat(what, ": merge ", k, " must be a pair of token ids [left, right], got ",
-                                   m.dump()));
+      throw IoError(
+          detail::concat(what, ": merge ", k, " must be a pair of token ids [left, right], got ", m.dump()));
     merges.emplace_back(m[0].get<int32_t>(), m[1].get<int32_t>());
   }
   if (root.contains("vocab_size")) {

@@ -13,7 +13,9 @@
 namespace tfm {
 
 namespace {
-std::string errno_str() { return std::strerror(errno); }
+std::string errno_str() {
+  return std::strerror(errno);
+}
 
 struct FileCloser {
   void operator()(std::FILE* f) const { std::fclose(f); }

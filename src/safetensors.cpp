@@ -38,7 +38,9 @@ struct Header {
   std::map<std::string, std::string> metadata;
 };
 
-const char* type_name(const json& j) { return j.type_name(); }
+const char* type_name(const json& j) {
+  return j.type_name();
+}
 
 // The header length field, and checks that the header fits in the file.
 uint64_t header_length(const uint8_t* bytes, uint64_t file_size, const std::string& what) {
@@ -48,8 +50,8 @@ uint64_t header_length(const uint8_t* bytes, uint64_t file_size, const std::stri
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[i];
   if (n > kSafetensorsMaxHeader)
-    throw IoError(detail::concat(what, ": header length ", n, " exceeds the limit of ",
-                                 kSafetensorsMaxHeader, " bytes"));
+    throw IoError(detail::concat(what, ": header length ", n, " exceeds the limit of ", kSafetensorsMaxHeader,
+                                 " bytes"));
   if (n > file_size - 8)
     throw IoError(detail::concat(what, ": header length ", n, " exceeds the ", file_size - 8,
                                  " bytes after the length field (truncated file?)"));
@@ -89,21 +91,25 @@ Entry parse_entry(const std::string& name, const json& j, uint64_t data_size, co
   Entry e;
   e.name = name;
   const json& shape = j["shape"];
-  if (!shape.is_array()) throw IoError(detail::concat(where, ": shape must be an array, got ", type_name(shape)));
+  if (!shape.is_array())
+    throw IoError(detail::concat(where, ": shape must be an array, got ", type_name(shape)));
   if (shape.size() > static_cast<size_t>(kMaxRank))
-    throw IoError(detail::concat(where, ": shape has ", shape.size(), " dimensions, expected at most ", kMaxRank));
+    throw IoError(
+        detail::concat(where, ": shape has ", shape.size(), " dimensions, expected at most ", kMaxRank));
   uint64_t nonzero_product = 1;
   bool has_zero = false;
   for (const json& d : shape) {
     if (d.is_number_integer() && !d.is_number_unsigned())
       throw IoError(detail::concat(where, ": shape has negative dimension ", d.get<int64_t>()));
     if (!d.is_number_unsigned())
-      throw IoError(detail::concat(where, ": shape dimensions must be non-negative integers, got ", d.dump()));
+      throw IoError(
+          detail::concat(where, ": shape dimensions must be non-negative integers, got ", d.dump()));
     const uint64_t v = d.get<uint64_t>();
     if (v == 0) {
       has_zero = true;
     } else if (v > kMaxElements / nonzero_product) {
-      throw IoError(detail::concat(where, ": shape ", shape.dump(), " has more than ", kMaxElements, " elements"));
+      throw IoError(
+          detail::concat(where, ": shape ", shape.dump(), " has more than ", kMaxElements, " elements"));
     } else {
       nonzero_product *= v;
     }
@@ -113,19 +119,20 @@ Entry parse_entry(const std::string& name, const json& j, uint64_t data_size, co
   const json& offsets = j["data_offsets"];
   if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
       !offsets[1].is_number_unsigned())
-    throw IoError(detail::concat(where, ": data_offsets must be [begin, end] with non-negative integers, got ",
-                                 offsets.dump()));
+    throw IoError(detail::concat(
+        where, ": data_offsets must be [begin, end] with non-negative integers, got ", offsets.dump()));
   e.begin = offsets[0].get<uint64_t>();
   e.end = offsets[1].get<uint64_t>();
   if (e.begin > e.end)
     throw IoError(detail::concat(where, ": data_offsets [", e.begin, ", ", e.end, "] begin after end"));
   if (e.end > data_size)
-    throw IoError(detail::concat(where, ": data_offsets [", e.begin, ", ", e.end, "] exceed the data section of ",
-                                 data_size, " bytes"));
+    throw IoError(detail::concat(where, ": data_offsets [", e.begin, ", ", e.end,
+                                 "] exceed the data section of ", data_size, " bytes"));
   const uint64_t expected = has_zero ? 0 : nonzero_product * sizeof(float);
   if (expected != e.end - e.begin)
     throw IoError(detail::concat(where, ": shape ", shape_str(e.shape), " needs ", expected,
-                                 " bytes of F32, data_offsets [", e.begin, ", ", e.end, "] give ", e.end - e.begin));
+                                 " bytes of F32, data_offsets [", e.begin, ", ", e.end, "] give ",
+                                 e.end - e.begin));
   return e;
 }
 
@@ -152,8 +159,8 @@ Header parse_header(const char* text, size_t size, uint64_t data_size, const std
                                    "] overlaps tensor \"", previous->name, "\" at [", previous->begin, ", ",
                                    previous->end, "]"));
     if (e.begin > cursor)
-      throw IoError(detail::concat(what, ": bytes [", cursor, ", ", e.begin, ") of the data section belong to no ",
-                                   "tensor (next is \"", e.name, "\")"));
+      throw IoError(detail::concat(what, ": bytes [", cursor, ", ", e.begin,
+                                   ") of the data section belong to no tensor (next is \"", e.name, "\")"));
     cursor = e.end;
     previous = &e;
   }
@@ -191,7 +198,8 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   std::vector<Tensor> values;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    TFM_CHECK(!name.empty() && name != "__metadata__", "save_safetensors", "invalid tensor name \"", name, "\"");
+    TFM_CHECK(!name.empty() && name != "__metadata__", "save_safetensors", "invalid tensor name \"", name,
+              "\"");
     TFM_CHECK(seen.insert(name).second, "save_safetensors", "duplicate tensor name \"", name, "\"");
     TFM_CHECK(t.defined(), "save_safetensors", "tensor \"", name, "\" is undefined");
     values.push_back(contiguous_values(t));

@@ -93,7 +93,8 @@ TEST_CASE("bpe: training merges the most frequent pair first, ties to the smalle
   REQUIRE(tok.encode("ab ab cd") == std::vector<int32_t>{256, 257, 259});
 
   // The requested size is respected.
-  REQUIRE(BpeTokenizer::train("ab ab ab ab ab cd cd", 258).merges() == std::vector<M>{{'a', 'b'}, {' ', 256}});
+  REQUIRE(BpeTokenizer::train("ab ab ab ab ab cd cd", 258).merges() ==
+          std::vector<M>{{'a', 'b'}, {' ', 256}});
   REQUIRE(BpeTokenizer::train("ab ab ab", 256).vocab_size() == 256);
 }
 
@@ -122,11 +123,11 @@ TEST_CASE("bpe: any byte string round-trips", "[bpe]") {
         kChinese,
         kEmoji,
         std::string("nul\0inside", 10),
-        "\xff\xfe\xc3(",                // invalid UTF-8
-        "\xe4\xbd",                     // truncated 你
-        "\xed\xa0\x80 surrogate",       // encoded surrogate (invalid)
-        "\xc0\xaf overlong",            // overlong '/'
-        repeat("ab", 2000),             // long runs
+        "\xff\xfe\xc3(",           // invalid UTF-8
+        "\xe4\xbd",                // truncated 你
+        "\xed\xa0\x80 surrogate",  // encoded surrogate (invalid)
+        "\xc0\xaf overlong",       // overlong '/'
+        repeat("ab", 2000),        // long runs
         repeat(" ", 600) + "x",
         "\r\n\t\v\f mixed  \n whitespace \t",
     };
@@ -160,14 +161,16 @@ TEST_CASE("bpe: training is deterministic", "[bpe]") {
 TEST_CASE("bpe: decode and training reject bad arguments", "[bpe]") {
   const BpeTokenizer tok = BpeTokenizer::train("ab ab ab", 300);
   REQUIRE_THROWS_AS(tok.decode({97, tok.vocab_size()}), Error);
-  REQUIRE_THROWS_WITH(tok.decode({97, -1}), StartsWith("bpe decode: token id -1 at position 1 is outside [0, "));
+  REQUIRE_THROWS_WITH(tok.decode({97, -1}),
+                      StartsWith("bpe decode: token id -1 at position 1 is outside [0, "));
   REQUIRE_THROWS_AS(BpeTokenizer::train("x", 255), ConfigError);
   REQUIRE_THROWS_WITH(BpeTokenizer::train("x", 255), Contains("vocab_size must be in [256,"));
   REQUIRE_THROWS_AS(BpeTokenizer::train("x", kBpeMaxVocab + 1), ConfigError);
 }
 
 TEST_CASE("bpe: tokens print readably", "[bpe]") {
-  const BpeTokenizer tok(std::vector<BpeTokenizer::Merge>{{'\n', '\n'}, {0xe4, 0xbd}, {257, 0xa0}, {' ', 't'}});
+  const BpeTokenizer tok(
+      std::vector<BpeTokenizer::Merge>{{'\n', '\n'}, {0xe4, 0xbd}, {257, 0xa0}, {' ', 't'}});
   REQUIRE(tok.token_str(256) == "\\n\\n");
   REQUIRE(tok.token_str(257) == "\\xe4\\xbd");  // half a character
   REQUIRE(tok.token_str(258) == "你");
@@ -194,8 +197,9 @@ TEST_CASE("bpe: save and load round trip", "[bpe]") {
 
 TEST_CASE("bpe: malformed tokenizer files are rejected with a clear message", "[bpe]") {
   std::string chain;  // each merge doubles the token: the 9th would be 512 bytes
-  for (int k = 0; k < 9; ++k) chain += (k ? ",[" : "[") + std::to_string(k ? 255 + k : 97) + "," +
-                                       std::to_string(k ? 255 + k : 97) + "]";
+  for (int k = 0; k < 9; ++k)
+    chain +=
+        (k ? ",[" : "[") + std::to_string(k ? 255 + k : 97) + "," + std::to_string(k ? 255 + k : 97) + "]";
   struct Case {
     const char* name;
     std::string text;
@@ -208,14 +212,19 @@ TEST_CASE("bpe: malformed tokenizer files are rejected with a clear message", "[
       {"missing type", R"({"version":1,"merges":[]})", "missing \"type\""},
       {"missing version", R"({"type":"byte_bpe","merges":[]})", "missing \"version\""},
       {"missing merges", R"({"type":"byte_bpe","version":1})", "missing \"merges\""},
-      {"wrong type", R"({"type":"wordpiece","version":1,"merges":[]})", "type must be \"byte_bpe\", got \"wordpiece\""},
+      {"wrong type", R"({"type":"wordpiece","version":1,"merges":[]})",
+       "type must be \"byte_bpe\", got \"wordpiece\""},
       {"future version", R"({"type":"byte_bpe","version":2,"merges":[]})", "unsupported version 2"},
-      {"version not a number", R"({"type":"byte_bpe","version":"1","merges":[]})", "version must be an integer"},
-      {"unknown field", R"({"type":"byte_bpe","version":1,"merges":[],"vocab":{}})", "unknown field \"vocab\""},
-      {"duplicate key", R"({"type":"byte_bpe","version":1,"merges":[],"merges":[]})", "duplicate JSON key \"merges\""},
+      {"version not a number", R"({"type":"byte_bpe","version":"1","merges":[]})",
+       "version must be an integer"},
+      {"unknown field", R"({"type":"byte_bpe","version":1,"merges":[],"vocab":{}})",
+       "unknown field \"vocab\""},
+      {"duplicate key", R"({"type":"byte_bpe","version":1,"merges":[],"merges":[]})",
+       "duplicate JSON key \"merges\""},
       {"merges not an array", R"({"type":"byte_bpe","version":1,"merges":{}})", "merges must be an array"},
       {"merge not a pair", R"({"type":"byte_bpe","version":1,"merges":[[1,2,3]]})", "merge 0 must be a pair"},
-      {"merge of strings", R"({"type":"byte_bpe","version":1,"merges":[["a","b"]]})", "merge 0 must be a pair"},
+      {"merge of strings", R"({"type":"byte_bpe","version":1,"merges":[["a","b"]]})",
+       "merge 0 must be a pair"},
       {"negative id", R"({"type":"byte_bpe","version":1,"merges":[[-1,2]]})", "merge 0 must be a pair"},
       {"huge id", R"({"type":"byte_bpe","version":1,"merges":[[1,99999999999]]})", "merge 0 must be a pair"},
       {"id from the future", R"({"type":"byte_bpe","version":1,"merges":[[97,98],[257,1]]})",

@@ -99,7 +99,8 @@ TEST_CASE("safetensors: round trip keeps names, order, shapes, values and metada
 
 TEST_CASE("safetensors: byte layout matches the format", "[safetensors]") {
   const std::string path = temp_path("layout.safetensors");
-  save_safetensors(path, {{"b", Tensor::from_vector({1.0f, -2.0f}, {2})}, {"a", Tensor::from_vector({0.5f}, {1})}},
+  save_safetensors(path,
+                   {{"b", Tensor::from_vector({1.0f, -2.0f}, {2})}, {"a", Tensor::from_vector({0.5f}, {1})}},
                    {{"k", "v"}});
   const std::string bytes = read_bytes(path);
   uint64_t n = 0;
@@ -146,7 +147,8 @@ TEST_CASE("safetensors: invalid arguments to save are refused and leave no file"
   REQUIRE_THROWS_WITH(save_safetensors(path, {{"__metadata__", t}}), Contains("invalid tensor name"));
   REQUIRE_THROWS_WITH(save_safetensors(path, {{"", t}}), Contains("invalid tensor name"));
   REQUIRE_THROWS_WITH(save_safetensors(path, {{"x", Tensor()}}), Contains("undefined"));
-  REQUIRE_THROWS_WITH(save_safetensors(path, {{"bad\xff", t}}), StartsWith(path) && Contains("cannot encode"));
+  REQUIRE_THROWS_WITH(save_safetensors(path, {{"bad\xff", t}}),
+                      StartsWith(path) && Contains("cannot encode"));
   REQUIRE_FALSE(std::filesystem::exists(path));
   REQUIRE_FALSE(std::filesystem::exists(path + ".tmp"));
   REQUIRE_THROWS_WITH(save_safetensors("/nonexistent-dir/x.safetensors", {{"a", t}}),
@@ -190,11 +192,14 @@ TEST_CASE("safetensors: malformed files are rejected with a clear message", "[sa
        "negative dimension -2"},
       {"fractional dim", make_file(R"({"w":{"dtype":"F32","shape":[2.0],"data_offsets":[0,8]}})", f8),
        "non-negative integers, got 2.0"},
-      {"too many dims", make_file(R"({"w":{"dtype":"F32","shape":[)" + ones(65) + R"(],"data_offsets":[0,4]}})", f4),
+      {"too many dims",
+       make_file(R"({"w":{"dtype":"F32","shape":[)" + ones(65) + R"(],"data_offsets":[0,4]}})", f4),
        "shape has 65 dimensions, expected at most 64"},
-      {"shape product overflows", make_file(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", f8),
+      {"shape product overflows",
+       make_file(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", f8),
        "has more than"},
-      {"zero dim with huge dims", make_file(R"({"w":{"dtype":"F32","shape":[0,4294967296,4294967296],"data_offsets":[0,0]}})"),
+      {"zero dim with huge dims",
+       make_file(R"({"w":{"dtype":"F32","shape":[0,4294967296,4294967296],"data_offsets":[0,0]}})"),
        "has more than"},
       {"shape/offset mismatch", make_file(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", f8),
        "shape [3] needs 12 bytes of F32, data_offsets [0, 8] give 8"},
@@ -206,10 +211,15 @@ TEST_CASE("safetensors: malformed files are rejected with a clear message", "[sa
        "begin after end"},
       {"offsets out of range", make_file(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", f8),
        "data_offsets [0, 16] exceed the data section of 8 bytes"},
-      {"huge offsets", make_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[18446744073709551608,18446744073709551615]}})", f8),
+      {"huge offsets",
+       make_file(
+           R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[18446744073709551608,18446744073709551615]}})",
+           f8),
        "exceed the data section"},
-      {"overlapping", make_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                                R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", f8),
+      {"overlapping",
+       make_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                 R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                 f8),
        "tensor \"b\" at data_offsets [4, 8] overlaps tensor \"a\" at [0, 8]"},
       {"gap", make_file(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", f8),
        "bytes [0, 4) of the data section belong to no tensor"},
@@ -229,7 +239,8 @@ TEST_CASE("safetensors: malformed files are rejected with a clear message", "[sa
 TEST_CASE("safetensors: a file truncated anywhere is rejected, never crashes", "[safetensors]") {
   Rng rng(11);
   const std::string path = temp_path("full.safetensors");
-  save_safetensors(path, {{"a", Tensor::randn({4, 4}, rng)}, {"b", Tensor::randn({3}, rng)}}, {{"step", "10"}});
+  save_safetensors(path, {{"a", Tensor::randn({4, 4}, rng)}, {"b", Tensor::randn({3}, rng)}},
+                   {{"step", "10"}});
   const std::string bytes = read_bytes(path);
   const std::string cut_path = temp_path("cut.safetensors");
   // Every cut point: inside the length field, the header, and the data section.

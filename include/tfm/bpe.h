@@ -66,7 +66,7 @@ class BpeTokenizer {
   void encode_chunk(std::string_view chunk, std::vector<int32_t>& out) const;
 
   std::vector<Merge> merges_;
-  std::vector<std::string> vocab_;                // id -> bytes
+  std::vector<std::string> vocab_;               // id -> bytes
   std::unordered_map<uint64_t, int32_t> ranks_;  // (left << 32 | right) -> merge index
 };
 

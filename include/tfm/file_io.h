@@ -5,9 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace tfm {
 
