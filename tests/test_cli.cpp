@@ -1,0 +1,136 @@
+// The tfm executable end to end on configs/tiny.json: train -> eval -> sample in a temporary
+// directory, exit statuses, and bad input giving status 2 with the key or file in the message.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+  int status = -1;
+  std::string out;  // stdout and stderr
+};
+
+// Runs `tfm ARGS` from the repository root.
+Run tfm(const std::string& args) {
+  const std::string cmd = std::string("cd '") + TFM_SOURCE_DIR + "' && '" + TFM_BINARY + "' " + args + " 2>&1";
+  Run r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+std::string temp_dir(const std::string& name) {
+  const std::string dir = "/tmp/tfm_test_cli_" + std::to_string(::getpid()) + "_" + name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("cli: train, eval, sample and resume on the tiny config", "[cli]") {
+  const std::string dir = temp_dir("e2e") + "/run";
+  Run r = tfm("train --config configs/tiny.json --out " + dir + " --set train.max_steps=30");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("step 30/30"));
+  CHECK_THAT(r.out, Catch::Contains("tfm sample --run " + dir));
+  for (const char* f : {"config.json", "last.ckpt", "best.ckpt", "train.log", "metrics.jsonl"})
+    CHECK(fs::exists(dir + "/" + f));
+
+  r = tfm("eval --run " + dir + " --batches 3");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::StartsWith("val loss "));
+  r = tfm("eval --run " + dir + " --split train --checkpoint best");
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::StartsWith("train loss "));
+
+  const Run s1 = tfm("sample --run " + dir + " --prompt 'First Citizen:' --max-new-tokens 50 --seed 7");
+  const Run s2 = tfm("sample --run " + dir + " --prompt 'First Citizen:' --max-new-tokens 50 --seed 7");
+  CHECK(s1.status == 0);
+  CHECK_THAT(s1.out, Catch::StartsWith("First Citizen:"));
+  CHECK(s1.out.size() > 50);
+  CHECK(s1.out == s2.out);
+
+  // Resume continues to a higher max_steps; a model key may not change.
+  r = tfm("train --resume " + dir + " --set train.max_steps=40");
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("step 40/40"));
+  r = tfm("train --resume " + dir + " --set model.n_layers=3");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("model.n_layers: cannot change when resuming"));
+  // A new run into the same directory would overwrite it: refused.
+  r = tfm("train --config configs/tiny.json --out " + dir);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("already holds a run"));
+}
+
+TEST_CASE("cli: bad input exits 2 naming the key or file", "[cli]") {
+  const std::string dir = temp_dir("bad");
+  std::ofstream(dir + "/unknown.json") << R"({"model": {"d_modle": 64}})";
+  std::ofstream(dir + "/range.json") << R"({"train": {"batch_size": -3}})";
+  std::ofstream(dir + "/syntax.json") << "{\n  \"model\": {\n    \"d_model\": 64,,\n  }\n}";
+  std::ofstream(dir + "/nodata.json") << R"({"data": {"path": "/nonexistent/text.txt"}})";
+  struct Case {
+    std::string args, fragment;
+  };
+  const Case cases[] = {
+      {"train --config " + dir + "/unknown.json --out " + dir + "/r1", "model.d_modle: unknown key; did you mean model.d_model?"},
+      {"train --config " + dir + "/range.json --out " + dir + "/r2", "train.batch_size: expected an integer >= 1, got -3"},
+      {"train --config " + dir + "/syntax.json --out " + dir + "/r3", dir + "/syntax.json:3:19: malformed JSON"},
+      {"train --config " + dir + "/nodata.json --out " + dir + "/r4", "/nonexistent/text.txt: cannot read"},
+      {"train --config " + dir + "/missing.json", dir + "/missing.json: cannot read"},
+      {"train --config configs/tiny.json --set model.n_heads=5 --out " + dir + "/r5", "model.d_model: expected a multiple of model.n_heads = 5"},
+      {"train --config configs/tiny.json --set train.seq_len=999 --out " + dir + "/r6", "train.seq_len"},
+      {"train --config configs/tiny.json --set oops --out " + dir + "/r7", "--set: expected key.path=value"},
+      {"train", "--config FILE"},
+      {"eval --run " + dir + "/no_such_run", dir + "/no_such_run"},
+      {"sample --run " + dir + "/no_such_run", dir + "/no_such_run"},
+      {"config --config configs/tiny.json --set model.activation=swish", "model.activation"},
+      {"frobnicate", ""},
+      {"train --config configs/tiny.json --bogus-flag", ""},
+  };
+  for (const auto& c : cases) {
+    const Run r = tfm(c.args);
+    INFO(c.args << "\n" << r.out);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.out, Catch::Contains(c.fragment));
+  }
+  // Nothing was created for the rejected runs.
+  CHECK_FALSE(fs::exists(dir + "/r1"));
+}
+
+TEST_CASE("cli: help teaches by example; config and info print", "[cli]") {
+  Run r = tfm("--help");
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("Examples:") && Catch::Contains("tfm train --config configs/shakespeare_char.json"));
+  r = tfm("train --help");
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("--resume"));
+  r = tfm("config --keys");
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("| `model.d_model` | integer | `128` |"));
+  r = tfm("config --config configs/tiny.json --set train.max_steps=7");
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("\"max_steps\": 7") && Catch::Contains("\"n_kv_heads\": 4"));
+  r = tfm("info --config configs/tiny.json");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("parameters:") && Catch::Contains("FLOPs per token") && Catch::Contains("memory"));
+}
