@@ -278,18 +278,40 @@ BpeTokenizer BpeTokenizer::train(const std::string& text, int vocab_size) {
 // Encoding and decoding
 
 // Applies merges in rank order, each to all its occurrences left to right: the same sequence of
-// rewrites training applied to this chunk.
+// rewrites training applied to this chunk. The rank of every adjacent pair is kept in `rank`, and a
+// merge looks up only the pairs that touch a new token (the others keep their rank), so a long
+// chunk costs a scan of small integers per merge rather than a hash lookup per pair.
 void BpeTokenizer::encode_chunk(std::string_view chunk, std::vector<int32_t>& out) const {
+  constexpr int32_t kNone = INT32_MAX;
+  const auto rank_of = [&](int32_t a, int32_t b) {
+    const auto it = ranks_.find(pair_key(a, b));
+    return it == ranks_.end() ? kNone : it->second;
+  };
   std::vector<int32_t> s(chunk.begin(), chunk.end());
   for (int32_t& id : s) id = static_cast<uint8_t>(id);
-  while (s.size() >= 2) {
-    int32_t best = INT32_MAX;
-    for (size_t i = 0; i + 1 < s.size(); ++i) {
-      const auto it = ranks_.find(pair_key(s[i], s[i + 1]));
-      if (it != ranks_.end() && it->second < best) best = it->second;
+  std::vector<int32_t> rank(s.empty() ? 0 : s.size() - 1);  // rank[i]: the merge joining s[i], s[i+1]
+  for (size_t i = 0; i < rank.size(); ++i) rank[i] = rank_of(s[i], s[i + 1]);
+  while (!rank.empty()) {
+    const int32_t best = *std::min_element(rank.begin(), rank.end());
+    if (best == kNone) break;
+    const int32_t id = 256 + best;
+    // In place: output position w <= input position i, so nothing is overwritten before it is read.
+    const size_t n = s.size();
+    size_t w = 0;
+    bool prev_merged = false;
+    int32_t prev_rank = kNone;  // rank of the input pair that started at the previous output's source
+    for (size_t i = 0; i < n;) {
+      const bool merge = i + 1 < n && rank[i] == best;
+      const int32_t sym = merge ? id : s[i];
+      const int32_t old_rank = !merge && i + 1 < n ? rank[i] : kNone;
+      if (w > 0) rank[w - 1] = (merge || prev_merged) ? rank_of(s[w - 1], sym) : prev_rank;
+      s[w++] = sym;
+      prev_merged = merge;
+      prev_rank = old_rank;
+      i += merge ? 2 : 1;
     }
-    if (best == INT32_MAX) break;
-    merge_pair(s, merges_[best].first, merges_[best].second, 256 + best);
+    s.resize(w);
+    rank.resize(w - 1);
   }
   out.insert(out.end(), s.begin(), s.end());
 }
