@@ -67,8 +67,9 @@ class Reader {
  private:
   void need(size_t len, const char* what) {
     if (len > n_ - pos_)
-      throw IoError(path_ + ": corrupt checkpoint: " + what + " needs " + std::to_string(len) + " bytes at payload offset " +
-                    std::to_string(pos_) + ", only " + std::to_string(n_ - pos_) + " remain");
+      throw IoError(path_ + ": corrupt checkpoint: " + what + " needs " + std::to_string(len) +
+                    " bytes at payload offset " + std::to_string(pos_) + ", only " +
+                    std::to_string(n_ - pos_) + " remain");
   }
   const std::string& path_;
   const char* p_;
@@ -112,7 +113,8 @@ void save_checkpoint(const std::string& path, const Checkpoint& ckpt) {
   put_section(payload, "vocab", vocab_s.data(), vocab_s.size());
   put_section(payload, "state", state_s.data(), state_s.size());
   put_floats(payload, "model", ckpt.model);
-  for (size_t i = 0; i < ckpt.optimizer.size(); ++i) put_floats(payload, "optim." + std::to_string(i), ckpt.optimizer[i]);
+  for (size_t i = 0; i < ckpt.optimizer.size(); ++i)
+    put_floats(payload, "optim." + std::to_string(i), ckpt.optimizer[i]);
   const uint32_t sections = 4 + static_cast<uint32_t>(ckpt.optimizer.size());
 
   std::string header(kMagic, sizeof kMagic);
@@ -135,8 +137,8 @@ Checkpoint load_checkpoint(const std::string& path) {
   const uintmax_t file_size = std::filesystem::file_size(path, ec);
   if (ec) throw IoError(path + ": cannot read the checkpoint: " + ec.message());
   if (file_size < kHeaderBytes)
-    throw IoError(path + ": not a tfm checkpoint (" + std::to_string(file_size) + " bytes, shorter than the " +
-                  std::to_string(kHeaderBytes) + "-byte header)");
+    throw IoError(path + ": not a tfm checkpoint (" + std::to_string(file_size) +
+                  " bytes, shorter than the " + std::to_string(kHeaderBytes) + "-byte header)");
   std::string header(kHeaderBytes, '\0');
   in.read(header.data(), kHeaderBytes);
   if (std::memcmp(header.data(), kMagic, sizeof kMagic) != 0)
@@ -148,19 +150,23 @@ Checkpoint load_checkpoint(const std::string& path) {
   std::memcpy(&payload_size, header.data() + 16, 8);
   std::memcpy(&crc, header.data() + 24, 4);
   if (version != kCheckpointVersion)
-    throw IoError(path + ": checkpoint format version " + std::to_string(version) + ", this tfm reads version " +
-                  std::to_string(kCheckpointVersion) + (version > kCheckpointVersion ? " (written by a newer tfm)" : ""));
+    throw IoError(path + ": checkpoint format version " + std::to_string(version) +
+                  ", this tfm reads version " + std::to_string(kCheckpointVersion) +
+                  (version > kCheckpointVersion ? " (written by a newer tfm)" : ""));
   if (sections < 4 || sections > kMaxSections)
     throw IoError(path + ": corrupt checkpoint: " + std::to_string(sections) + " sections, expected 4 to " +
                   std::to_string(kMaxSections));
   if (payload_size != file_size - kHeaderBytes)
-    throw IoError(path + ": truncated or corrupt checkpoint: the header promises " + std::to_string(payload_size) +
-                  " payload bytes, the file has " + std::to_string(file_size - kHeaderBytes));
+    throw IoError(path + ": truncated or corrupt checkpoint: the header promises " +
+                  std::to_string(payload_size) + " payload bytes, the file has " +
+                  std::to_string(file_size - kHeaderBytes));
   std::string payload(payload_size, '\0');  // bounded by the file's real size
   in.read(payload.data(), static_cast<std::streamsize>(payload_size));
-  if (static_cast<uint64_t>(in.gcount()) != payload_size) throw IoError(path + ": read error in the checkpoint");
+  if (static_cast<uint64_t>(in.gcount()) != payload_size)
+    throw IoError(path + ": read error in the checkpoint");
   if (crc32(payload.data(), payload.size()) != crc)
-    throw IoError(path + ": corrupt checkpoint: checksum mismatch (the file was damaged after it was written)");
+    throw IoError(path +
+                  ": corrupt checkpoint: checksum mismatch (the file was damaged after it was written)");
 
   Checkpoint ckpt;
   Reader r(path, payload.data(), payload.size());
@@ -187,7 +193,8 @@ Checkpoint load_checkpoint(const std::string& path) {
       has_vocab = true;
     } else if (name == "state") {
       ckpt.state = to_json(path, name, data), has_state = true;
-      if (!ckpt.state.is_object()) throw IoError(path + ": corrupt checkpoint: the state section is not an object");
+      if (!ckpt.state.is_object())
+        throw IoError(path + ": corrupt checkpoint: the state section is not an object");
     } else if (name == "model") {
       ckpt.model = to_floats(path, name, data), has_model = true;
     } else if (name.rfind("optim.", 0) == 0) {

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "tfm/error.h"
+#include "tfm/file_io.h"
 
 namespace tfm {
 using nlohmann::json;
@@ -74,15 +75,19 @@ std::vector<KeySpec> build_table() {
           .derived("4 * model.d_model")
           .min(1),
       Key("model.max_seq_len", T::Integer, 64, "Longest context (size of the position table).").min(1),
-      Key("model.dropout", T::Number, 0.0, "Dropout on embeddings and residual branches.").min(0).max(1, true),
+      Key("model.dropout", T::Number, 0.0, "Dropout on embeddings and residual branches.")
+          .min(0)
+          .max(1, true),
       Key("model.attention_dropout", T::Number, 0.0, "Dropout on the attention probabilities.")
           .min(0)
           .max(1, true),
       Key("model.activation", T::String, "gelu", "Feed-forward activation (GELU is the exact erf form).")
           .one_of({"gelu", "relu"}),
-      Key("model.norm_position", T::String, "pre", "LayerNorm before (pre) or after (post) each residual add.")
+      Key("model.norm_position", T::String, "pre",
+          "LayerNorm before (pre) or after (post) each residual add.")
           .one_of({"pre", "post"}),
-      Key("model.positional_encoding", T::String, "sinusoidal", "Fixed sinusoidal table or learned positions.")
+      Key("model.positional_encoding", T::String, "sinusoidal",
+          "Fixed sinusoidal table or learned positions.")
           .one_of({"sinusoidal", "learned"}),
       Key("model.causal", T::Boolean, true, "Mask future positions in attention."),
       Key("model.tie_embeddings", T::Boolean, true, "Output projection shares the token embedding."),
@@ -98,7 +103,9 @@ std::vector<KeySpec> build_table() {
       Key("train.grad_accum_steps", T::Integer, 1,
           "Micro-batches per optimizer step; the update equals one batch of B * grad_accum_steps.")
           .min(1),
-      Key("train.max_steps", T::Integer, 2000, "Optimizer steps; the cosine schedule ends here.").min(1).resumable(),
+      Key("train.max_steps", T::Integer, 2000, "Optimizer steps; the cosine schedule ends here.")
+          .min(1)
+          .resumable(),
       Key("train.grad_clip", T::Number, 1.0, "Clip the global gradient norm to this (0 = off).").min(0),
       Key("train.optimizer.name", T::String, "adamw",
           "`adamw` (decoupled weight decay on matrices only) or `sgd` (momentum, L2 decay on matrices).")
@@ -118,18 +125,22 @@ std::vector<KeySpec> build_table() {
       Key("train.lr_schedule.min_lr", T::Number, derived, "Final learning rate of the cosine schedule.")
           .derived("train.optimizer.lr / 10")
           .min(0),
-      Key("train.eval_interval", T::Integer, 250, "Evaluate (and keep best.ckpt) every this many steps and at the end.")
+      Key("train.eval_interval", T::Integer, 250,
+          "Evaluate (and keep best.ckpt) every this many steps and at the end.")
           .min(1)
           .resumable(),
       Key("train.eval_steps", T::Integer, 20, "Validation batches per evaluation.").min(1).resumable(),
-      Key("train.log_interval", T::Integer, 10, "Log a line and a metrics.jsonl record every this many steps.")
+      Key("train.log_interval", T::Integer, 10,
+          "Log a line and a metrics.jsonl record every this many steps.")
           .min(1)
           .resumable(),
       Key("train.checkpoint_interval", T::Integer, 250,
           "Write last.ckpt every this many steps (0 = only at the end or when interrupted).")
           .min(0)
           .resumable(),
-      Key("train.threads", T::Integer, 0, "CPU threads for OpenBLAS and OpenMP (0 = all cores).").min(0).resumable(),
+      Key("train.threads", T::Integer, 0, "CPU threads for OpenBLAS and OpenMP (0 = all cores).")
+          .min(0)
+          .resumable(),
       Key("output.dir", T::String, derived, "Run directory: checkpoints, logs, metrics, resolved config.")
           .derived("runs/<config file name>"),
   };
@@ -180,7 +191,8 @@ std::string number_str(double v) {
 
 bool is_section(const std::string& path) {
   for (const auto& k : config_keys())
-    if (k.path.size() > path.size() && k.path.compare(0, path.size(), path) == 0 && k.path[path.size()] == '.')
+    if (k.path.size() > path.size() && k.path.compare(0, path.size(), path) == 0 &&
+        k.path[path.size()] == '.')
       return true;
   return false;
 }
@@ -235,14 +247,17 @@ bool check_value(const KeySpec& k, const json& v, json& out, std::vector<std::st
       if (!v.is_number()) return fail();
       const double d = v.get<double>();
       // 2e3 is accepted as 2000; 2.5 is not an integer.
-      if (!v.is_number_integer() && (!std::isfinite(d) || std::floor(d) != d || std::fabs(d) > 9e15)) return fail();
-      if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      if (!v.is_number_integer() && (!std::isfinite(d) || std::floor(d) != d || std::fabs(d) > 9e15))
+        return fail();
+      if (v.is_number_unsigned() &&
+          v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
         return fail();
       const int64_t i = v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(d);
       if (!in_range(k, static_cast<double>(i))) return fail();
       // Sizes beyond 2^31 would only ever be typos; keep every size in int range.
       if (i > (int64_t{1} << 31)) {
-        errors.push_back(k.path + ": expected " + describe_expected(k) + " and at most 2^31, got " + shown(v));
+        errors.push_back(k.path + ": expected " + describe_expected(k) + " and at most 2^31, got " +
+                         shown(v));
         return false;
       }
       out = i;
@@ -258,7 +273,8 @@ bool check_value(const KeySpec& k, const json& v, json& out, std::vector<std::st
       return true;
     case T::String:
       if (!v.is_string()) return fail();
-      if (!k.choices.empty() && std::find(k.choices.begin(), k.choices.end(), v.get<std::string>()) == k.choices.end())
+      if (!k.choices.empty() &&
+          std::find(k.choices.begin(), k.choices.end(), v.get<std::string>()) == k.choices.end())
         return fail();
       if (k.choices.empty() && v.get<std::string>().empty()) {
         errors.push_back(k.path + ": expected a non-empty string, got \"\"");
@@ -337,16 +353,16 @@ void cross_checks(const json& t, std::vector<std::string>& errors) {
     errors.push_back("model.d_model: expected a multiple of model.n_heads = " + std::to_string(H) + ", got " +
                      std::to_string(C));
   if (H % Hkv != 0)
-    errors.push_back("model.n_kv_heads: expected a divisor of model.n_heads = " + std::to_string(H) + ", got " +
-                     std::to_string(Hkv));
+    errors.push_back("model.n_kv_heads: expected a divisor of model.n_heads = " + std::to_string(H) +
+                     ", got " + std::to_string(Hkv));
   if (i("train.seq_len") > i("model.max_seq_len"))
-    errors.push_back("train.seq_len: expected at most model.max_seq_len = " + std::to_string(i("model.max_seq_len")) +
-                     ", got " + std::to_string(i("train.seq_len")));
+    errors.push_back("train.seq_len: expected at most model.max_seq_len = " +
+                     std::to_string(i("model.max_seq_len")) + ", got " + std::to_string(i("train.seq_len")));
   const double lr = lookup(t, "train.optimizer.lr")->get<double>();
   const double min_lr = lookup(t, "train.lr_schedule.min_lr")->get<double>();
   if (lookup(t, "train.lr_schedule.name")->get<std::string>() == "cosine" && min_lr > lr)
-    errors.push_back("train.lr_schedule.min_lr: expected at most train.optimizer.lr = " + number_str(lr) + ", got " +
-                     number_str(min_lr));
+    errors.push_back("train.lr_schedule.min_lr: expected at most train.optimizer.lr = " + number_str(lr) +
+                     ", got " + number_str(min_lr));
 }
 
 std::string join_lines(const std::vector<std::string>& lines) {
@@ -387,10 +403,18 @@ const json& Config::at(const std::string& path) const {
   if (!v || !find_key(path)) throw Error("config: no key " + path + " in the resolved config");
   return *v;
 }
-int64_t Config::integer(const std::string& path) const { return at(path).get<int64_t>(); }
-double Config::number(const std::string& path) const { return at(path).get<double>(); }
-bool Config::boolean(const std::string& path) const { return at(path).get<bool>(); }
-std::string Config::string(const std::string& path) const { return at(path).get<std::string>(); }
+int64_t Config::integer(const std::string& path) const {
+  return at(path).get<int64_t>();
+}
+double Config::number(const std::string& path) const {
+  return at(path).get<double>();
+}
+bool Config::boolean(const std::string& path) const {
+  return at(path).get<bool>();
+}
+std::string Config::string(const std::string& path) const {
+  return at(path).get<std::string>();
+}
 
 ModelConfig Config::model(int64_t vocab_size) const {
   ModelConfig m;
@@ -417,7 +441,8 @@ ModelConfig Config::model(int64_t vocab_size) const {
 
 json parse_json(const std::string& text, const std::string& source) {
   try {
-    return json::parse(text);
+    const json syntax_only = json::parse(text);  // syntax first, for its position
+    (void)syntax_only;
   } catch (const json::parse_error& e) {
     // e.byte counts the characters read, the offending one included.
     const size_t pos = std::min<size_t>(e.byte > 0 ? e.byte - 1 : 0, text.size());
@@ -430,16 +455,20 @@ json parse_json(const std::string& text, const std::string& source) {
     const size_t colon = what.find(": ", c == std::string::npos ? 0 : c);
     if (colon != std::string::npos) what = what.substr(colon + 2);
     if (text.find_first_not_of(" \t\r\n") == std::string::npos) what = "the file is empty";
-    throw ConfigError(source + ":" + std::to_string(line) + ":" + std::to_string(column) + ": malformed JSON: " + what);
+    throw ConfigError(source + ":" + std::to_string(line) + ":" + std::to_string(column) +
+                      ": malformed JSON: " + what);
+  }
+  // Then what nlohmann lets through: duplicate keys (it keeps the last silently) and deep nesting.
+  try {
+    return parse_json_strict(text.data(), text.size(), source);
+  } catch (const IoError& e) {
+    throw ConfigError(e.what());
   }
 }
 
 json read_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(path + ": cannot read the config file (" + std::strerror(errno) + ")");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return parse_json(ss.str(), path);
+  constexpr uint64_t kMaxConfigBytes = 16 << 20;
+  return parse_json(read_file(path, kMaxConfigBytes), path);
 }
 
 void apply_override(json& tree, const std::string& assignment) {
@@ -460,7 +489,8 @@ void apply_override(json& tree, const std::string& assignment) {
     if (parts[i].empty()) throw ConfigError("--set: \"" + path + "\" is not a key path (empty component)");
     if (node->is_null()) *node = json::object();
     if (!node->is_object())
-      throw ConfigError(so_far + ": --set " + path + " needs an object here, but the config has " + shown(*node));
+      throw ConfigError(so_far + ": --set " + path + " needs an object here, but the config has " +
+                        shown(*node));
     so_far += (i ? "." : "") + parts[i];
     node = &(*node)[parts[i]];
   }
@@ -468,7 +498,8 @@ void apply_override(json& tree, const std::string& assignment) {
 }
 
 Config resolve_config(json user, const std::vector<std::string>& overrides) {
-  if (!user.is_object()) throw ConfigError("config: expected a JSON object at the top level, got " + shown(user));
+  if (!user.is_object())
+    throw ConfigError("config: expected a JSON object at the top level, got " + shown(user));
   for (const auto& o : overrides) apply_override(user, o);
   std::vector<std::string> errors;
   check_unknown(user, "", errors);
@@ -500,10 +531,12 @@ Config resolve_config(json user, const std::vector<std::string>& overrides) {
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   json user = read_json_file(path);
-  if (!user.is_object()) throw ConfigError(path + ": expected a JSON object at the top level, got " + shown(user));
+  if (!user.is_object())
+    throw ConfigError(path + ": expected a JSON object at the top level, got " + shown(user));
   for (const auto& o : overrides) apply_override(user, o);
   const json* dir = lookup(user, "output.dir");
-  if (!dir || dir->is_null()) assign(user, "output.dir", "runs/" + std::filesystem::path(path).stem().string());
+  if (!dir || dir->is_null())
+    assign(user, "output.dir", "runs/" + std::filesystem::path(path).stem().string());
   return resolve_config(std::move(user));
 }
 

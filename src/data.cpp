@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "tfm/error.h"
+#include "tfm/file_io.h"
 
 namespace tfm {
 namespace {
@@ -19,15 +20,15 @@ std::string hex_byte(unsigned char b) {
   return buf;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw IoError(path + ": cannot read the data file (data.path): " + std::strerror(errno) +
-                  (path.find("tinyshakespeare") != std::string::npos ? "; scripts/get_data.sh fetches it" : ""));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw IoError(path + ": read error: " + std::strerror(errno));
-  return ss.str();
+// The whole data file (bounded: token ids take 4 bytes per byte of text at worst).
+std::string read_data_file(const std::string& path) {
+  constexpr uint64_t kMaxDataBytes = uint64_t{1} << 31;
+  try {
+    return read_file(path, kMaxDataBytes);
+  } catch (const IoError& e) {
+    if (path.find("tinyshakespeare") == std::string::npos) throw;
+    throw IoError(std::string(e.what()) + " (data.path; scripts/get_data.sh fetches it)");
+  }
 }
 
 std::string show_symbol(uint32_t cp) {
@@ -118,8 +119,9 @@ Tokenizer::Tokenizer(Kind kind, std::vector<uint32_t> symbols) : kind_(kind), sy
   for (size_t i = 0; i < symbols_.size(); ++i) {
     const uint32_t limit = kind_ == Kind::Byte ? 0xFF : 0x10FFFF;
     if (symbols_[i] > limit || (i > 0 && symbols_[i] <= symbols_[i - 1]))
-      throw IoError("tokenizer: the vocabulary must be distinct ascending symbols <= " + std::to_string(limit) +
-                    "; symbol " + std::to_string(i) + " is " + std::to_string(symbols_[i]));
+      throw IoError(
+          "tokenizer: the vocabulary must be distinct ascending symbols <= " + std::to_string(limit) +
+          "; symbol " + std::to_string(i) + " is " + std::to_string(symbols_[i]));
   }
 }
 
@@ -195,8 +197,8 @@ Dataset split(const std::string& path, Tokenizer tok, std::vector<int32_t> ids, 
   const int64_t need = seq_len + 2;  // randint(n - T - 1) needs n - T - 1 >= 1
   auto too_short = [&](const char* which, int64_t n) {
     if (n < need)
-      throw IoError(path + ": the " + which + " split has " + std::to_string(n) + " tokens (" + std::to_string(N) +
-                    " in the file, data.val_fraction = " + std::to_string(val_fraction) +
+      throw IoError(path + ": the " + which + " split has " + std::to_string(n) + " tokens (" +
+                    std::to_string(N) + " in the file, data.val_fraction = " + std::to_string(val_fraction) +
                     "); one sequence needs train.seq_len + 2 = " + std::to_string(need) +
                     " (use a longer text or a smaller train.seq_len)");
   };
@@ -209,16 +211,18 @@ Dataset split(const std::string& path, Tokenizer tok, std::vector<int32_t> ids, 
 
 }  // namespace
 
-Dataset load_dataset(const std::string& path, const std::string& tokenizer, double val_fraction, int64_t seq_len) {
-  const std::string text = read_file(path);
+Dataset load_dataset(const std::string& path, const std::string& tokenizer, double val_fraction,
+                     int64_t seq_len) {
+  const std::string text = read_data_file(path);
   if (text.empty()) throw IoError(path + ": the data file is empty");
   Tokenizer tok = Tokenizer::from_text(Tokenizer::parse_kind(tokenizer), text, path);
   std::vector<int32_t> ids = tok.encode(text, path);
   return split(path, std::move(tok), std::move(ids), val_fraction, seq_len);
 }
 
-Dataset load_dataset(const std::string& path, const Tokenizer& tokenizer, double val_fraction, int64_t seq_len) {
-  const std::string text = read_file(path);
+Dataset load_dataset(const std::string& path, const Tokenizer& tokenizer, double val_fraction,
+                     int64_t seq_len) {
+  const std::string text = read_data_file(path);
   if (text.empty()) throw IoError(path + ": the data file is empty");
   std::vector<int32_t> ids = tokenizer.encode(text, path);
   return split(path, tokenizer, std::move(ids), val_fraction, seq_len);

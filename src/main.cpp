@@ -2,6 +2,7 @@
 // the one place that turns them into exit statuses (see kExitHelp).
 #include <signal.h>
 
+#include <CLI/CLI.hpp>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -9,8 +10,6 @@
 #include <iostream>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "tfm/checkpoint.h"
 #include "tfm/config.h"
@@ -62,10 +61,14 @@ void install_stop_handlers() {
 
 std::string human_count(double n) {
   char buf[32];
-  if (n >= 1e9) std::snprintf(buf, sizeof buf, "%.2fG", n / 1e9);
-  else if (n >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
-  else if (n >= 1e3) std::snprintf(buf, sizeof buf, "%.1fk", n / 1e3);
-  else std::snprintf(buf, sizeof buf, "%.0f", n);
+  if (n >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.2fG", n / 1e9);
+  else if (n >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
+  else if (n >= 1e3)
+    std::snprintf(buf, sizeof buf, "%.1fk", n / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f", n);
   return buf;
 }
 
@@ -77,8 +80,8 @@ std::string mib(double bytes) {
 
 // ---- commands ----
 
-int cmd_train(const std::string& config_file, const std::string& resume_dir, const std::vector<std::string>& sets,
-              const std::string& out, int64_t stop_at) {
+int cmd_train(const std::string& config_file, const std::string& resume_dir,
+              const std::vector<std::string>& sets, const std::string& out, int64_t stop_at) {
   if (config_file.empty() == resume_dir.empty())
     throw ConfigError("train: give either --config FILE (a new run) or --resume DIR (continue a run)");
   Config config;
@@ -112,27 +115,34 @@ int cmd_train(const std::string& config_file, const std::string& resume_dir, con
 }
 
 int cmd_eval(const std::string& dir, const std::string& split, int64_t batches, const std::string& which) {
-  if (split != "val" && split != "train") throw ConfigError("--split: expected \"val\" or \"train\", got \"" + split + "\"");
+  if (split != "val" && split != "train")
+    throw ConfigError("--split: expected \"val\" or \"train\", got \"" + split + "\"");
   LoadedRun run = load_run(dir, which);
   const Config& c = run.config;
   platform::configure_threads(static_cast<int>(c.integer("train.threads")));
   const int64_t B = c.integer("train.batch_size"), T = c.integer("train.seq_len");
-  if (batches < 0) throw ConfigError("--batches: expected a positive integer, got " + std::to_string(batches));
+  if (batches < 0)
+    throw ConfigError("--batches: expected a positive integer, got " + std::to_string(batches));
   if (batches == 0) batches = c.integer("train.eval_steps");
-  const Dataset data = load_dataset(c.string("data.path"), run.checkpoint.tokenizer, c.number("data.val_fraction"), T);
-  const double loss = evaluate(*run.model, split == "val" ? data.val : data.train, B, T, batches, eval_seed(c));
+  const Dataset data =
+      load_dataset(c.string("data.path"), run.checkpoint.tokenizer, c.number("data.val_fraction"), T);
+  const double loss =
+      evaluate(*run.model, split == "val" ? data.val : data.train, B, T, batches, eval_seed(c));
   const int64_t step = run.checkpoint.state.value("step", int64_t{0});
-  std::printf("%s loss %.4f over %ld batches of %ld x %ld tokens (%s/%s.ckpt, step %ld)\n", split.c_str(), loss,
-              static_cast<long>(batches), static_cast<long>(B), static_cast<long>(T), dir.c_str(), which.c_str(),
-              static_cast<long>(step));
+  std::printf("%s loss %.4f over %ld batches of %ld x %ld tokens (%s/%s.ckpt, step %ld)\n", split.c_str(),
+              loss, static_cast<long>(batches), static_cast<long>(B), static_cast<long>(T), dir.c_str(),
+              which.c_str(), static_cast<long>(step));
   return kExitOk;
 }
 
 int cmd_sample(const std::string& dir, const SampleOptions& o, std::string which) {
-  if (o.max_new_tokens < 0) throw ConfigError("--max-new-tokens: expected >= 0, got " + std::to_string(o.max_new_tokens));
+  if (o.max_new_tokens < 0)
+    throw ConfigError("--max-new-tokens: expected >= 0, got " + std::to_string(o.max_new_tokens));
   if (!(o.temperature >= 0) || !std::isfinite(o.temperature))
-    throw ConfigError("--temperature: expected a number >= 0 (0 = greedy), got " + std::to_string(o.temperature));
-  if (o.top_k < 0) throw ConfigError("--top-k: expected >= 0 (0 = all tokens), got " + std::to_string(o.top_k));
+    throw ConfigError("--temperature: expected a number >= 0 (0 = greedy), got " +
+                      std::to_string(o.temperature));
+  if (o.top_k < 0)
+    throw ConfigError("--top-k: expected >= 0 (0 = all tokens), got " + std::to_string(o.top_k));
   if (which.empty()) which = std::filesystem::exists(dir + "/best.ckpt") ? "best" : "last";
   LoadedRun run = load_run(dir, which);
   platform::configure_threads(static_cast<int>(run.config.integer("train.threads")));
@@ -145,14 +155,15 @@ int cmd_sample(const std::string& dir, const SampleOptions& o, std::string which
   return kExitOk;
 }
 
-int cmd_info(const std::string& file, const std::vector<std::string>& sets, int64_t vocab_override, bool measure) {
+int cmd_info(const std::string& file, const std::vector<std::string>& sets, int64_t vocab_override,
+             bool measure) {
   const Config c = load_config(file, sets);
   int64_t V = vocab_override;
   std::string vocab_note;
   if (V <= 0) {
     try {
-      const Dataset d = load_dataset(c.string("data.path"), c.string("data.tokenizer"), c.number("data.val_fraction"),
-                                     c.integer("train.seq_len"));
+      const Dataset d = load_dataset(c.string("data.path"), c.string("data.tokenizer"),
+                                     c.number("data.val_fraction"), c.integer("train.seq_len"));
       V = d.tokenizer.size();
       vocab_note = "from " + c.string("data.path");
     } catch (const Error& e) {
@@ -168,40 +179,47 @@ int cmd_info(const std::string& file, const std::vector<std::string>& sets, int6
   const int64_t C = mc.d_model, F = mc.d_ff, H = mc.n_heads, L = mc.n_layers, Hkv = mc.n_kv_heads;
   const int64_t P = model.parameter_count();
   std::printf("config %s (output.dir %s)\n", file.c_str(), c.string("output.dir").c_str());
-  std::printf("vocabulary: %ld symbols, %s tokenizer, %s\n", static_cast<long>(V), c.string("data.tokenizer").c_str(),
-              vocab_note.c_str());
-  std::printf("model: %ld layers, d_model %ld, %ld heads (%ld kv), d_ff %ld, context %ld\n", static_cast<long>(L),
-              static_cast<long>(C), static_cast<long>(H), static_cast<long>(Hkv), static_cast<long>(F),
-              static_cast<long>(mc.max_seq_len));
+  std::printf("vocabulary: %ld symbols, %s tokenizer, %s\n", static_cast<long>(V),
+              c.string("data.tokenizer").c_str(), vocab_note.c_str());
+  std::printf("model: %ld layers, d_model %ld, %ld heads (%ld kv), d_ff %ld, context %ld\n",
+              static_cast<long>(L), static_cast<long>(C), static_cast<long>(H), static_cast<long>(Hkv),
+              static_cast<long>(F), static_cast<long>(mc.max_seq_len));
   std::printf("parameters: %ld (%s)\n", static_cast<long>(P), human_count(static_cast<double>(P)).c_str());
   for (const auto& [name, n] : model.parameter_breakdown())
-    std::printf("  %-14s %12ld  %5.1f%%\n", name.c_str(), static_cast<long>(n), 100.0 * n / std::max<int64_t>(P, 1));
+    std::printf("  %-14s %12ld  %5.1f%%\n", name.c_str(), static_cast<long>(n),
+                100.0 * n / std::max<int64_t>(P, 1));
   const FlopCount f = LanguageModel::flops_per_token(mc, T);
   const double tokens = static_cast<double>(B * T * c.integer("train.grad_accum_steps"));
   std::printf("FLOPs per token at T = %ld: forward %s, training %s; per optimizer step (%.0f tokens): %s\n",
-              static_cast<long>(T), human_count(f.forward_per_token).c_str(), human_count(f.train_per_token).c_str(),
-              tokens, human_count(f.train_per_token * tokens).c_str());
+              static_cast<long>(T), human_count(f.forward_per_token).c_str(),
+              human_count(f.train_per_token).c_str(), tokens,
+              human_count(f.train_per_token * tokens).c_str());
   // Memory: parameters, gradients, optimizer state, and the activations a micro-batch keeps for
   // backward (per layer: ~9 (B,T,C) tensors, 2 (B,T,F), q/k/v, 2 (B,H,T,T) score tensors; then
   // the logits and their softmax).
   const double opt_bufs = c.string("train.optimizer.name") == "adamw" ? 2.0 : 1.0;
   const double params_b = 4.0 * P, grads_b = 4.0 * P, opt_b = 4.0 * P * opt_bufs;
   const double BT = static_cast<double>(B * T);
-  const double per_layer = BT * (9.0 * C + 2.0 * F + 2.0 * Hkv * (C / H)) + 2.0 * B * H * static_cast<double>(T) * T;
+  const double per_layer =
+      BT * (9.0 * C + 2.0 * F + 2.0 * Hkv * (C / H)) + 2.0 * B * H * static_cast<double>(T) * T;
   const double act_b = 4.0 * (L * per_layer + 3.0 * BT * C + 2.0 * BT * V);
-  std::printf("memory estimate (batch %ld x %ld): parameters %s, gradients %s, optimizer %s, activations %s; total %s\n",
-              static_cast<long>(B), static_cast<long>(T), mib(params_b).c_str(), mib(grads_b).c_str(),
-              mib(opt_b).c_str(), mib(act_b).c_str(), mib(params_b + grads_b + opt_b + act_b).c_str());
+  std::printf(
+      "memory estimate (batch %ld x %ld): parameters %s, gradients %s, optimizer %s, activations %s; total "
+      "%s\n",
+      static_cast<long>(B), static_cast<long>(T), mib(params_b).c_str(), mib(grads_b).c_str(),
+      mib(opt_b).c_str(), mib(act_b).c_str(), mib(params_b + grads_b + opt_b + act_b).c_str());
   if (measure) {
     platform::configure_threads(static_cast<int>(c.integer("train.threads")));
     std::vector<int32_t> x(B * T), y(B * T);
     Rng rng(1);
-    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<int32_t>(rng.below(V)), y[i] = static_cast<int32_t>(rng.below(V));
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = static_cast<int32_t>(rng.below(V)), y[i] = static_cast<int32_t>(rng.below(V));
     const size_t before = memory::stats().live_bytes;
     LanguageModel::loss(model.forward(x, B, T), y).backward();
     const size_t peak = memory::stats().peak_live_bytes;
     std::printf("measured: one training step peaked at %s of tensor memory (%s above the model)\n",
-                mib(static_cast<double>(peak)).c_str(), mib(static_cast<double>(peak - std::min(peak, before))).c_str());
+                mib(static_cast<double>(peak)).c_str(),
+                mib(static_cast<double>(peak - std::min(peak, before))).c_str());
   }
   return kExitOk;
 }
@@ -211,7 +229,8 @@ int cmd_config(const std::string& file, const std::vector<std::string>& sets, bo
     std::fputs(keys_markdown().c_str(), stdout);
     return kExitOk;
   }
-  if (file.empty()) throw ConfigError("config: give --config FILE (print it resolved) or --keys (list every key)");
+  if (file.empty())
+    throw ConfigError("config: give --config FILE (print it resolved) or --keys (list every key)");
   std::printf("%s\n", load_config(file, sets).tree.dump(2).c_str());
   return kExitOk;
 }
@@ -243,15 +262,19 @@ int main(int argc, char** argv) {
 
   auto* train = app.add_subcommand("train", "Train a model from a config, or continue a run");
   train->add_option("--config", config_file, "JSON config of a new run (configs/*.json)");
-  train->add_option("--resume", resume_dir, "Continue the run in DIR from its last.ckpt (bit-identical to an uninterrupted run)");
-  train->add_option("--set", sets, "Override a key: --set train.max_steps=500 (repeatable; on --resume only "
-                                   "logging/eval/checkpoint intervals, max_steps and threads)");
+  train->add_option("--resume", resume_dir,
+                    "Continue the run in DIR from its last.ckpt (bit-identical to an uninterrupted run)");
+  train->add_option("--set", sets,
+                    "Override a key: --set train.max_steps=500 (repeatable; on --resume only "
+                    "logging/eval/checkpoint intervals, max_steps and threads)");
   train->add_option("--out", out, "Run directory (default: output.dir, i.e. runs/<config name>)");
-  train->add_option("--stop-at", stop_at, "Stop as if interrupted after this step (for testing resume)")->group("");
-  train->footer("\nExamples:\n  tfm train --config configs/shakespeare_char.json\n"
-                "  tfm train --config configs/tiny.json --set train.max_steps=100 --out runs/tiny\n"
-                "  tfm train --resume runs/shakespeare_char --set train.max_steps=4000\n"
-                "Ctrl-C finishes the current step, writes last.ckpt and exits; --resume continues.\n");
+  train->add_option("--stop-at", stop_at, "Stop as if interrupted after this step (for testing resume)")
+      ->group("");
+  train->footer(
+      "\nExamples:\n  tfm train --config configs/shakespeare_char.json\n"
+      "  tfm train --config configs/tiny.json --set train.max_steps=100 --out runs/tiny\n"
+      "  tfm train --resume runs/shakespeare_char --set train.max_steps=4000\n"
+      "Ctrl-C finishes the current step, writes last.ckpt and exits; --resume continues.\n");
 
   auto* eval = app.add_subcommand("eval", "Mean loss of a trained run on random batches of its data");
   eval->add_option("--run", run_dir, "Run directory")->required();
@@ -264,24 +287,32 @@ int main(int argc, char** argv) {
   samp->add_option("--run", run_dir, "Run directory")->required();
   samp->add_option("--prompt", sample.prompt, "Text to continue (default: a newline)");
   samp->add_option("--max-new-tokens", sample.max_new_tokens, "Tokens to generate")->capture_default_str();
-  samp->add_option("--temperature", sample.temperature, "Softmax temperature (0 = greedy)")->capture_default_str();
-  samp->add_option("--top-k", sample.top_k, "Sample among the k most likely tokens (0 = all)")->capture_default_str();
+  samp->add_option("--temperature", sample.temperature, "Softmax temperature (0 = greedy)")
+      ->capture_default_str();
+  samp->add_option("--top-k", sample.top_k, "Sample among the k most likely tokens (0 = all)")
+      ->capture_default_str();
   samp->add_option("--seed", sample.seed, "Sampling seed (same seed, same text)")->capture_default_str();
   samp->add_option("--checkpoint", which, "last or best (default: best when it exists)");
-  samp->footer("\nExample:\n  tfm sample --run runs/shakespeare_char --prompt \"ROMEO:\" --temperature 0.8 --top-k 40\n");
+  samp->footer(
+      "\nExample:\n  tfm sample --run runs/shakespeare_char --prompt \"ROMEO:\" --temperature 0.8 --top-k "
+      "40\n");
 
   auto* info = app.add_subcommand("info", "Parameters per component, FLOPs per token and memory of a config");
   info->add_option("--config", config_file, "JSON config")->required();
   info->add_option("--set", sets, "Override a key (repeatable)");
   info->add_option("--vocab-size", vocab_size, "Vocabulary size when the data file is not at hand");
-  info->add_flag("--measure", measure, "Also run one training step and report the measured peak tensor memory");
+  info->add_flag("--measure", measure,
+                 "Also run one training step and report the measured peak tensor memory");
   info->footer("\nExample:\n  tfm info --config configs/shakespeare_char_large.json --measure\n");
 
-  auto* cfg = app.add_subcommand("config", "Print a config resolved (every default filled in), or the key table");
+  auto* cfg =
+      app.add_subcommand("config", "Print a config resolved (every default filled in), or the key table");
   cfg->add_option("--config", config_file, "JSON config");
   cfg->add_option("--set", sets, "Override a key (repeatable)");
   cfg->add_flag("--keys", keys, "List every key: type, default, allowed values, meaning (Markdown)");
-  cfg->footer("\nExamples:\n  tfm config --config configs/tiny.json --set model.d_model=64\n  tfm config --keys > keys.md\n");
+  cfg->footer(
+      "\nExamples:\n  tfm config --config configs/tiny.json --set model.d_model=64\n  tfm config --keys > "
+      "keys.md\n");
 
   try {
     app.parse(argc, argv);

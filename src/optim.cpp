@@ -13,17 +13,18 @@ double LrSchedule::at(int64_t step) const {
   if (name == "inverse_sqrt")
     return lr * std::sqrt(static_cast<double>(std::max<int64_t>(warmup, 1)) / static_cast<double>(step + 1));
   if (step >= total) return min_lr;
-  const double ratio = static_cast<double>(step - warmup) / static_cast<double>(std::max<int64_t>(1, total - warmup));
+  const double ratio =
+      static_cast<double>(step - warmup) / static_cast<double>(std::max<int64_t>(1, total - warmup));
   return min_lr + 0.5 * (1.0 + std::cos(M_PI * ratio)) * (lr - min_lr);
 }
 
 Optimizer::Optimizer(OptimizerConfig config, std::vector<ParamSegment> segments, int64_t total_size)
     : config_(std::move(config)), segments_(std::move(segments)) {
-  TFM_CHECK(config_.name == "adamw" || config_.name == "sgd", "Optimizer", "expected \"adamw\" or \"sgd\", got \"",
-            config_.name, "\"");
+  TFM_CHECK(config_.name == "adamw" || config_.name == "sgd", "Optimizer",
+            "expected \"adamw\" or \"sgd\", got \"", config_.name, "\"");
   for (const auto& s : segments_)
-    TFM_CHECK(s.offset >= 0 && s.size >= 0 && s.offset + s.size <= total_size, "Optimizer",
-              "segment [", s.offset, ", ", s.offset + s.size, ") outside the buffer of ", total_size);
+    TFM_CHECK(s.offset >= 0 && s.size >= 0 && s.offset + s.size <= total_size, "Optimizer", "segment [",
+              s.offset, ", ", s.offset + s.size, ") outside the buffer of ", total_size);
   state_.assign(config_.name == "adamw" ? 2 : 1, std::vector<float>(total_size, 0.0f));
 }
 

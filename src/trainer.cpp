@@ -1,18 +1,17 @@
 #include "tfm/trainer.h"
 
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstdarg>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-
-#include <spdlog/sinks/basic_file_sink.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
 
 #include "tfm/bench.h"
 #include "tfm/error.h"
@@ -32,7 +31,9 @@ constexpr uint64_t kSamplerSalt = 0x53414D504C455231ULL;  // "SAMPLER1"
 constexpr uint64_t kEvalSalt = 0x4556414C42415443ULL;     // "EVALBATC"
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 std::string format(const char* fmt, ...) {
@@ -52,7 +53,9 @@ std::string duration_str(double s) {
   return format("%lds", static_cast<long>(t));
 }
 
-std::string rate_str(double r) { return r >= 1e4 ? format("%.1fk", r / 1e3) : format("%.0f", r); }
+std::string rate_str(double r) {
+  return r >= 1e4 ? format("%.1fk", r / 1e3) : format("%.0f", r);
+}
 
 std::vector<ParamSegment> segments_of(const LanguageModel& model) {
   std::vector<ParamSegment> segs;
@@ -80,7 +83,9 @@ LrSchedule schedule_of(const Config& c) {
   return s;
 }
 
-json rng_json(const Rng::State& s) { return json(std::vector<uint64_t>(s.begin(), s.end())); }
+json rng_json(const Rng::State& s) {
+  return json(std::vector<uint64_t>(s.begin(), s.end()));
+}
 Rng::State rng_state(const json& j) {
   const auto v = j.get<std::vector<uint64_t>>();
   if (v.size() != 5) throw json::other_error::create(501, "an RNG state has 5 words", nullptr);
@@ -89,7 +94,9 @@ Rng::State rng_state(const json& j) {
   return s;
 }
 
-double json_loss(const json& j) { return j.is_number() ? j.get<double>() : std::numeric_limits<double>::infinity(); }
+double json_loss(const json& j) {
+  return j.is_number() ? j.get<double>() : std::numeric_limits<double>::infinity();
+}
 
 // The first parameter whose gradient holds a NaN or Inf, or "" when all are finite.
 std::string first_nonfinite_grad(const LanguageModel& model) {
@@ -111,8 +118,9 @@ void check_resumable(const Config& from_ckpt, const Config& config, const std::s
   for (const auto& path : differing_keys(from_ckpt, config)) {
     const KeySpec* k = find_key(path);
     if (k->resumable || path == "output.dir") continue;
-    throw ConfigError(path + ": " + source + " was trained with " + from_ckpt.at(path).dump() + ", the config has " +
-                      config.at(path).dump() + " (only keys marked 'May change on --resume' may differ)");
+    throw ConfigError(path + ": " + source + " was trained with " + from_ckpt.at(path).dump() +
+                      ", the config has " + config.at(path).dump() +
+                      " (only keys marked 'May change on --resume' may differ)");
   }
 }
 
@@ -130,10 +138,12 @@ void restore_model(LanguageModel& model, const Checkpoint& ckpt, const std::stri
   std::copy(ckpt.model.begin(), ckpt.model.end(), model.flat_values().data());
 }
 
-uint64_t eval_seed(const Config& config) { return static_cast<uint64_t>(config.integer("seed")) ^ kEvalSalt; }
+uint64_t eval_seed(const Config& config) {
+  return static_cast<uint64_t>(config.integer("seed")) ^ kEvalSalt;
+}
 
-double evaluate(LanguageModel& model, const std::vector<int32_t>& tokens, int64_t B, int64_t T, int64_t batches,
-                uint64_t seed) {
+double evaluate(LanguageModel& model, const std::vector<int32_t>& tokens, int64_t B, int64_t T,
+                int64_t batches, uint64_t seed) {
   const bool was_training = model.training();
   model.set_training(false);
   NoGradGuard no_grad;
@@ -174,8 +184,9 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
     }
     check_resumable(trained, config, last_path);
   } else if (fs::exists(last_path)) {
-    throw ConfigError("output.dir: " + dir + " already holds a run (last.ckpt); continue it with `tfm train --resume " +
-                      dir + "` or choose another directory with --out");
+    throw ConfigError("output.dir: " + dir +
+                      " already holds a run (last.ckpt); continue it with `tfm train --resume " + dir +
+                      "` or choose another directory with --out");
   }
   const std::string data_path = config.string("data.path");
   const double val_fraction = config.number("data.val_fraction");
@@ -184,8 +195,10 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec || !fs::is_directory(dir))
-    throw IoError(dir + ": cannot create the run directory (output.dir): " + (ec ? ec.message() : "not a directory"));
-  if (::access(dir.c_str(), W_OK) != 0) throw IoError(dir + ": the run directory (output.dir) is not writable");
+    throw IoError(
+        dir + ": cannot create the run directory (output.dir): " + (ec ? ec.message() : "not a directory"));
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw IoError(dir + ": the run directory (output.dir) is not writable");
   write_text_file(dir + "/config.json", config.tree.dump(2) + "\n");
 
   // ---- the run ----
@@ -212,11 +225,13 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
       if (s.at("optimizer").at("name").get<std::string>() != optim.config().name ||
           resumed.optimizer.size() != optim.state().size())
         throw IoError(last_path + ": the checkpoint's optimizer state is for \"" +
-                      s.at("optimizer").at("name").get<std::string>() + "\", the config uses \"" + optim.config().name + "\"");
+                      s.at("optimizer").at("name").get<std::string>() + "\", the config uses \"" +
+                      optim.config().name + "\"");
       for (size_t i = 0; i < resumed.optimizer.size(); ++i) {
         if (static_cast<int64_t>(resumed.optimizer[i].size()) != P)
           throw IoError(last_path + ": optimizer state " + std::to_string(i) + " has " +
-                        std::to_string(resumed.optimizer[i].size()) + " values, expected " + std::to_string(P));
+                        std::to_string(resumed.optimizer[i].size()) + " values, expected " +
+                        std::to_string(P));
         optim.state()[i] = std::move(resumed.optimizer[i]);
       }
       optim.set_steps_taken(s.at("optimizer").at("steps").get<int64_t>());
@@ -254,11 +269,13 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
     Checkpoint c;
     c.config = config.tree;
     c.tokenizer = data.tokenizer;
-    c.state = {{"step", step},
-               {"best_val_loss", std::isfinite(best_val) ? json(best_val) : json(nullptr)},
-               {"elapsed_s", elapsed()},
-               {"rng", {{"sampler", rng_json(sampler.rng().state())}, {"dropout", rng_json(model.dropout_rng().state())}}},
-               {"optimizer", {{"name", optim.config().name}, {"steps", optim.steps_taken()}}}};
+    c.state = {
+        {"step", step},
+        {"best_val_loss", std::isfinite(best_val) ? json(best_val) : json(nullptr)},
+        {"elapsed_s", elapsed()},
+        {"rng",
+         {{"sampler", rng_json(sampler.rng().state())}, {"dropout", rng_json(model.dropout_rng().state())}}},
+        {"optimizer", {{"name", optim.config().name}, {"steps", optim.steps_taken()}}}};
     const float* v = model.flat_values().data();
     c.model.assign(v, v + P);
     c.optimizer = optim.state();
@@ -266,7 +283,8 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
   };
 
   std::string breakdown;
-  for (const auto& [name, n] : model.parameter_breakdown()) breakdown += (breakdown.empty() ? "" : ", ") + name + " " + std::to_string(n);
+  for (const auto& [name, n] : model.parameter_breakdown())
+    breakdown += (breakdown.empty() ? "" : ", ") + name + " " + std::to_string(n);
   info(format("tfm train: %s %s", opt.resume ? "resuming" : "run directory", dir.c_str()));
   info(format("data: %s, %s tokenizer, vocabulary %ld, %zu train / %zu val tokens", data_path.c_str(),
               data.tokenizer.kind_name().c_str(), static_cast<long>(data.tokenizer.size()), data.train.size(),
@@ -274,8 +292,8 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
   info(format("model: %ld parameters (%s)", static_cast<long>(P), breakdown.c_str()));
   const double flops_per_token = LanguageModel::flops_per_token(mc, T).train_per_token;
   const double peak_gflops = measure_gemm_peak_gflops(512, 0.2);
-  info(format("compute: %d thread(s), %s; measured sgemm peak %.1f GFLOP/s", threads, platform::blas_summary().c_str(),
-              peak_gflops));
+  info(format("compute: %d thread(s), %s; measured sgemm peak %.1f GFLOP/s", threads,
+              platform::blas_summary().c_str(), peak_gflops));
   info(format("batch: %ld x %ld tokens x %ld accumulation step(s); %ld steps%s", static_cast<long>(B),
               static_cast<long>(T), static_cast<long>(accum), static_cast<long>(max_steps),
               opt.resume ? format(", continuing after step %ld", static_cast<long>(step)).c_str() : ""));
@@ -307,15 +325,17 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
     const double norm = std::isfinite(train_loss) ? clip_grad_norm(grads.data(), P, grad_clip) : NAN;
     if (!std::isfinite(train_loss) || !std::isfinite(norm)) {
       const std::string where = std::isfinite(train_loss)
-                                    ? "the gradient of " + first_nonfinite_grad(model) + " is not finite (loss " +
-                                          format("%.4f", train_loss) + ")"
+                                    ? "the gradient of " + first_nonfinite_grad(model) +
+                                          " is not finite (loss " + format("%.4f", train_loss) + ")"
                                     : format("the training loss is %f", train_loss);
       result.status = TrainResult::Status::NonFinite;
       result.step = step;
-      result.message = format("step %ld: %s; training stopped. ", static_cast<long>(step + 1), where.c_str()) +
-                       (saved_at >= 0 ? format("%s (step %ld) is untouched; ", last_path.c_str(), static_cast<long>(saved_at))
-                                      : std::string("no checkpoint was written; ")) +
-                       "try a lower train.optimizer.lr or train.grad_clip";
+      result.message =
+          format("step %ld: %s; training stopped. ", static_cast<long>(step + 1), where.c_str()) +
+          (saved_at >= 0
+               ? format("%s (step %ld) is untouched; ", last_path.c_str(), static_cast<long>(saved_at))
+               : std::string("no checkpoint was written; ")) +
+          "try a lower train.optimizer.lr or train.grad_clip";
       clear_progress();
       log.error(result.message);
       return result;
@@ -339,8 +359,8 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
         save_checkpoint(best_path, make_checkpoint());
         note = ", new best: saved best.ckpt";
       }
-      info(format("step %ld/%ld | val loss %.4f (best %.4f)%s", static_cast<long>(step), static_cast<long>(max_steps),
-                  val_loss, best_val, note.c_str()));
+      info(format("step %ld/%ld | val loss %.4f (best %.4f)%s", static_cast<long>(step),
+                  static_cast<long>(max_steps), val_loss, best_val, note.c_str()));
     }
     if (step % log_every == 0 || eval_now || step == max_steps) {
       const double ms = 1e3 * iv_time / iv_steps;
@@ -357,9 +377,10 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
                   {"elapsed_s", elapsed()}};
       if (eval_now) rec["val_loss"] = val_loss;
       metrics << rec.dump() << "\n" << std::flush;
-      info(format("step %ld/%ld | loss %.4f | lr %.2e | grad norm %.3f | %.1f ms/step | %s tok/s | mfu %.1f%%",
-                  static_cast<long>(step), static_cast<long>(max_steps), iv_loss / iv_steps, lr, iv_norm / iv_steps, ms,
-                  rate_str(tok_s).c_str(), 100.0 * mfu));
+      info(
+          format("step %ld/%ld | loss %.4f | lr %.2e | grad norm %.3f | %.1f ms/step | %s tok/s | mfu %.1f%%",
+                 static_cast<long>(step), static_cast<long>(max_steps), iv_loss / iv_steps, lr,
+                 iv_norm / iv_steps, ms, rate_str(tok_s).c_str(), 100.0 * mfu));
       iv_time = iv_loss = iv_norm = 0.0, iv_steps = 0;
     }
     const bool stop = (opt.stop && opt.stop->load()) || step == opt.stop_at_step;
@@ -370,26 +391,30 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
     if (stop && step < max_steps) {
       result.status = TrainResult::Status::Interrupted;
       result.step = step;
-      info(format("interrupted after step %ld: saved %s. Continue with: tfm train --resume %s", static_cast<long>(step),
-                  last_path.c_str(), dir.c_str()));
+      info(format("interrupted after step %ld: saved %s. Continue with: tfm train --resume %s",
+                  static_cast<long>(step), last_path.c_str(), dir.c_str()));
       return result;
     }
     if (tty) {
       const double rate = step_s > 0 ? static_cast<double>(tokens_per_step) / step_s : 0.0;
       const double eta = step_s * static_cast<double>(max_steps - step);
       std::printf("\r\033[Kstep %ld/%ld | loss %.4f | %s tok/s | ETA %s", static_cast<long>(step),
-                  static_cast<long>(max_steps), train_loss, rate_str(rate).c_str(), duration_str(eta).c_str());
+                  static_cast<long>(max_steps), train_loss, rate_str(rate).c_str(),
+                  duration_str(eta).c_str());
       std::fflush(stdout);
       progress_shown = true;
     }
   }
   result.step = step;
   if (step == first_step) {
-    info(format("nothing to do: the run is at step %ld of train.max_steps = %ld (raise it with --set train.max_steps=N)",
-                static_cast<long>(step), static_cast<long>(max_steps)));
+    info(
+        format("nothing to do: the run is at step %ld of train.max_steps = %ld (raise it with --set "
+               "train.max_steps=N)",
+               static_cast<long>(step), static_cast<long>(max_steps)));
   } else {
     info(format("done: %ld steps in %s; val loss %.4f (best %.4f). Sample with: tfm sample --run %s",
-                static_cast<long>(step), duration_str(elapsed()).c_str(), result.val_loss, best_val, dir.c_str()));
+                static_cast<long>(step), duration_str(elapsed()).c_str(), result.val_loss, best_val,
+                dir.c_str()));
   }
   clear_progress();
   return result;
@@ -462,7 +487,8 @@ std::string generate(LanguageModel& model, const Tokenizer& tokenizer, const Sam
   auto refill = [&](size_t keep) {
     cache = model.make_cache(1);
     const std::vector<int32_t> window(ids.end() - static_cast<std::ptrdiff_t>(keep), ids.end());
-    const std::vector<float> logits = model.forward_cached(cache, window, 1, static_cast<int64_t>(window.size())).to_vector();
+    const std::vector<float> logits =
+        model.forward_cached(cache, window, 1, static_cast<int64_t>(window.size())).to_vector();
     std::copy(logits.end() - V, logits.end(), last.begin());
   };
   refill(std::min<size_t>(ids.size(), static_cast<size_t>(L)));

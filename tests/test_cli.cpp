@@ -1,10 +1,9 @@
 // The tfm executable end to end on configs/tiny.json: train -> eval -> sample in a temporary
 // directory, exit statuses, and bad input giving status 2 with the key or file in the message.
-#include <catch2/catch.hpp>
-
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -22,7 +21,8 @@ struct Run {
 
 // Runs `tfm ARGS` from the repository root.
 Run tfm(const std::string& args) {
-  const std::string cmd = std::string("cd '") + TFM_SOURCE_DIR + "' && '" + TFM_BINARY + "' " + args + " 2>&1";
+  const std::string cmd =
+      std::string("cd '") + TFM_SOURCE_DIR + "' && '" + TFM_BINARY + "' " + args + " 2>&1";
   Run r;
   FILE* p = ::popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
@@ -91,12 +91,16 @@ TEST_CASE("cli: bad input exits 2 naming the key or file", "[cli]") {
     std::string args, fragment;
   };
   const Case cases[] = {
-      {"train --config " + dir + "/unknown.json --out " + dir + "/r1", "model.d_modle: unknown key; did you mean model.d_model?"},
-      {"train --config " + dir + "/range.json --out " + dir + "/r2", "train.batch_size: expected an integer >= 1, got -3"},
-      {"train --config " + dir + "/syntax.json --out " + dir + "/r3", dir + "/syntax.json:3:19: malformed JSON"},
-      {"train --config " + dir + "/nodata.json --out " + dir + "/r4", "/nonexistent/text.txt: cannot read"},
-      {"train --config " + dir + "/missing.json", dir + "/missing.json: cannot read"},
-      {"train --config configs/tiny.json --set model.n_heads=5 --out " + dir + "/r5", "model.d_model: expected a multiple of model.n_heads = 5"},
+      {"train --config " + dir + "/unknown.json --out " + dir + "/r1",
+       "model.d_modle: unknown key; did you mean model.d_model?"},
+      {"train --config " + dir + "/range.json --out " + dir + "/r2",
+       "train.batch_size: expected an integer >= 1, got -3"},
+      {"train --config " + dir + "/syntax.json --out " + dir + "/r3",
+       dir + "/syntax.json:3:19: malformed JSON"},
+      {"train --config " + dir + "/nodata.json --out " + dir + "/r4", "/nonexistent/text.txt: cannot open"},
+      {"train --config " + dir + "/missing.json", dir + "/missing.json: cannot open"},
+      {"train --config configs/tiny.json --set model.n_heads=5 --out " + dir + "/r5",
+       "model.d_model: expected a multiple of model.n_heads = 5"},
       {"train --config configs/tiny.json --set train.seq_len=999 --out " + dir + "/r6", "train.seq_len"},
       {"train --config configs/tiny.json --set oops --out " + dir + "/r7", "--set: expected key.path=value"},
       {"train", "--config FILE"},
@@ -119,7 +123,8 @@ TEST_CASE("cli: bad input exits 2 naming the key or file", "[cli]") {
 TEST_CASE("cli: help teaches by example; config and info print", "[cli]") {
   Run r = tfm("--help");
   CHECK(r.status == 0);
-  CHECK_THAT(r.out, Catch::Contains("Examples:") && Catch::Contains("tfm train --config configs/shakespeare_char.json"));
+  CHECK_THAT(r.out, Catch::Contains("Examples:") &&
+                        Catch::Contains("tfm train --config configs/shakespeare_char.json"));
   r = tfm("train --help");
   CHECK(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("--resume"));
@@ -132,5 +137,6 @@ TEST_CASE("cli: help teaches by example; config and info print", "[cli]") {
   r = tfm("info --config configs/tiny.json");
   INFO(r.out);
   CHECK(r.status == 0);
-  CHECK_THAT(r.out, Catch::Contains("parameters:") && Catch::Contains("FLOPs per token") && Catch::Contains("memory"));
+  CHECK_THAT(r.out, Catch::Contains("parameters:") && Catch::Contains("FLOPs per token") &&
+                        Catch::Contains("memory"));
 }

@@ -1,7 +1,6 @@
 // The config table: defaults, derived defaults, overrides and a table of bad configs, each with the
 // fragments its error message must contain (the key path, the value given, what is allowed).
 #include <catch2/catch.hpp>
-
 #include <fstream>
 #include <string>
 #include <vector>
@@ -70,9 +69,9 @@ TEST_CASE("config: derived defaults follow the keys they derive from", "[config]
 }
 
 TEST_CASE("config: --set overrides parse JSON and fall back to strings", "[config]") {
-  const Config c = resolve_config(json::object(), {"train.max_steps=50", "model.activation=relu",
-                                                   "train.optimizer.betas=[0.9,0.95]", "model.bias=false",
-                                                   "data.path=some file.txt", "train.max_steps=60"});
+  const Config c = resolve_config(
+      json::object(), {"train.max_steps=50", "model.activation=relu", "train.optimizer.betas=[0.9,0.95]",
+                       "model.bias=false", "data.path=some file.txt", "train.max_steps=60"});
   CHECK(c.integer("train.max_steps") == 60);  // the last one wins
   CHECK(c.string("model.activation") == "relu");
   CHECK(c.at("train.optimizer.betas") == json::array({0.9, 0.95}));
@@ -104,22 +103,26 @@ TEST_CASE("config: bad configs name the key, the value and what is allowed", "[c
       {R"({"model": {"positional_encoding": "rope"}})", {"model.positional_encoding", "\"learned\""}},
       {R"({"model": {"attention_score": "cosine"}})", {"model.attention_score", "\"additive\""}},
       {R"({"model": {"causal": 1}})", {"model.causal: expected true or false, got 1"}},
-      {R"({"model": {"d_model": 130, "n_heads": 4}})", {"model.d_model", "multiple of model.n_heads = 4", "130"}},
-      {R"({"model": {"n_heads": 4, "n_kv_heads": 3}})", {"model.n_kv_heads", "divisor of model.n_heads = 4", "3"}},
+      {R"({"model": {"d_model": 130, "n_heads": 4}})",
+       {"model.d_model", "multiple of model.n_heads = 4", "130"}},
+      {R"({"model": {"n_heads": 4, "n_kv_heads": 3}})",
+       {"model.n_kv_heads", "divisor of model.n_heads = 4", "3"}},
       {R"({"model": {"n_heads": 4, "n_kv_heads": 8}})", {"model.n_kv_heads", "8"}},
       {R"({"train": {"seq_len": 128}})", {"train.seq_len", "at most model.max_seq_len = 64", "128"}},
       {R"({"train": {"batch_size": 0}})", {"train.batch_size", ">= 1", "0"}},
       {R"({"train": {"max_steps": 3000000000}})", {"train.max_steps", "2^31"}},
       {R"({"train": {"grad_clip": -1}})", {"train.grad_clip", ">= 0", "-1"}},
       {R"({"train": {"grad_accum_steps": 0}})", {"train.grad_accum_steps", ">= 1"}},
-      {R"({"train": {"optimizer": {"name": "adam"}}})", {"train.optimizer.name", "\"adamw\", \"sgd\"", "\"adam\""}},
+      {R"({"train": {"optimizer": {"name": "adam"}}})",
+       {"train.optimizer.name", "\"adamw\", \"sgd\"", "\"adam\""}},
       {R"({"train": {"optimizer": {"lr": 0}}})", {"train.optimizer.lr", "> 0", "got 0"}},
       {R"({"train": {"optimizer": {"betas": [0.9]}}})", {"train.optimizer.betas", "two numbers", "[0.9]"}},
       {R"({"train": {"optimizer": {"betas": [0.9, 1.5]}}})", {"train.optimizer.betas", "[0, 1)"}},
       {R"({"train": {"optimizer": {"momentum": 1}}})", {"train.optimizer.momentum", "[0, 1)"}},
       {R"({"train": {"lr_schedule": {"name": "linear"}}})", {"train.lr_schedule.name", "\"inverse_sqrt\""}},
       {R"({"train": {"lr_schedule": {"warmup_steps": -5}}})", {"train.lr_schedule.warmup_steps", ">= 0"}},
-      {R"({"train": {"lr_schedule": {"min_lr": 0.01}}})", {"train.lr_schedule.min_lr", "at most train.optimizer.lr"}},
+      {R"({"train": {"lr_schedule": {"min_lr": 0.01}}})",
+       {"train.lr_schedule.min_lr", "at most train.optimizer.lr"}},
       {R"({"train": {"objective": "masked_lm"}})", {"train.objective", "\"causal_lm\""}},
       {R"({"train": {"threads": -2}})", {"train.threads", ">= 0"}},
       {R"({"data": {"tokenizer": "bpe"}})", {"data.tokenizer", "\"char\", \"byte\"", "\"bpe\""}},
@@ -156,7 +159,11 @@ TEST_CASE("config: malformed JSON reports line and column", "[config]") {
   } catch (const ConfigError& e) {
     CHECK_THAT(e.what(), Catch::StartsWith("x.json:1:"));
   }
-  CHECK_THROWS_WITH(parse_json("", "empty.json"), Catch::Contains("empty.json:1:1: malformed JSON: the file is empty"));
+  CHECK_THROWS_WITH(parse_json("", "empty.json"),
+                    Catch::Contains("empty.json:1:1: malformed JSON: the file is empty"));
+  CHECK_THROWS_WITH(
+      parse_json(R"({"model": {"d_model": 64, "d_model": 128}})", "dup.json"),
+      Catch::StartsWith("dup.json") && Catch::Contains("duplicate") && Catch::Contains("d_model"));
   CHECK_THROWS_AS(read_json_file("/nonexistent/cfg.json"), IoError);
   CHECK_THROWS_WITH(read_json_file("/nonexistent/cfg.json"), Catch::StartsWith("/nonexistent/cfg.json"));
 }
@@ -169,8 +176,9 @@ TEST_CASE("config: load_config names the run after the file; resume allows only 
   CHECK(load_config(path, {"output.dir=elsewhere"}).string("output.dir") == "elsewhere");
   const Config r = resume_config(c, {"train.max_steps=20", "train.log_interval=1"});
   CHECK(r.integer("train.max_steps") == 20);
-  CHECK_THROWS_WITH(resume_config(c, {"model.d_model=64"}),
-                    Catch::StartsWith("model.d_model: cannot change when resuming") && Catch::Contains("128"));
+  CHECK_THROWS_WITH(
+      resume_config(c, {"model.d_model=64"}),
+      Catch::StartsWith("model.d_model: cannot change when resuming") && Catch::Contains("128"));
   CHECK(differing_keys(c, r) == std::vector<std::string>{"train.max_steps", "train.log_interval"});
 }
 

@@ -1,6 +1,5 @@
 // Tokenizers, UTF-8 decoding, the train/validation split and the batch sampler.
 #include <catch2/catch.hpp>
-
 #include <fstream>
 #include <set>
 #include <string>
@@ -37,20 +36,21 @@ TEST_CASE("data: invalid UTF-8 names the file and the byte offset", "[data]") {
     size_t offset;
   };
   const std::vector<Case> cases = {
-      {"ab\xFF", 2},              // never valid
-      {"abc\xC3", 3},             // truncated
-      {"a\xC3(", 2},              // bad continuation: reported at the bad byte
-      {"\xC0\xAF", 0},            // overlong '/'
-      {"xx\xE0\x80\xAF", 3},      // overlong 3-byte
-      {"\xED\xA0\x80", 1},        // surrogate
-      {"\xF4\x90\x80\x80", 1},    // above U+10FFFF
-      {"ok\x80", 2},              // lone continuation byte
+      {"ab\xFF", 2},            // never valid
+      {"abc\xC3", 3},           // truncated
+      {"a\xC3(", 2},            // bad continuation: reported at the bad byte
+      {"\xC0\xAF", 0},          // overlong '/'
+      {"xx\xE0\x80\xAF", 3},    // overlong 3-byte
+      {"\xED\xA0\x80", 1},      // surrogate
+      {"\xF4\x90\x80\x80", 1},  // above U+10FFFF
+      {"ok\x80", 2},            // lone continuation byte
   };
   for (const auto& c : cases) {
     INFO(c.offset);
     CHECK_THROWS_AS(decode_utf8(c.bytes, "bad.txt"), IoError);
-    CHECK_THROWS_WITH(decode_utf8(c.bytes, "bad.txt"),
-                      Catch::StartsWith("bad.txt: invalid UTF-8 at byte offset " + std::to_string(c.offset) + " "));
+    CHECK_THROWS_WITH(
+        decode_utf8(c.bytes, "bad.txt"),
+        Catch::StartsWith("bad.txt: invalid UTF-8 at byte offset " + std::to_string(c.offset) + " "));
   }
   const std::string path = write_temp("invalid.txt", std::string(1000, 'a') + "\xFE" + "bc");
   CHECK_THROWS_WITH(load_dataset(path, "char", 0.1, 8), Catch::Contains("byte offset 1000"));
@@ -81,7 +81,7 @@ TEST_CASE("data: split sizes as ARCHITECTURE.md, and clear errors for bad files"
   CHECK(d.tokenizer.size() == 7);
 
   CHECK_THROWS_WITH(load_dataset("/nonexistent/x.txt", "char", 0.1, 16),
-                    Catch::StartsWith("/nonexistent/x.txt: cannot read"));
+                    Catch::StartsWith("/nonexistent/x.txt: cannot open"));
   CHECK_THROWS_WITH(load_dataset(write_temp("empty.txt", ""), "char", 0.1, 16), Catch::Contains("empty"));
   CHECK_THROWS_WITH(load_dataset(path, "char", 0.1, 100),
                     Catch::Contains("validation split has 101 tokens") && Catch::Contains("102"));

@@ -1,6 +1,5 @@
 // AdamW and SGD against hand-computed updates, the schedules against torch_lm.py's lr_at, clipping.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <string>
 #include <vector>
@@ -11,7 +10,8 @@ using namespace tfm;
 
 namespace {
 // torch_lm.py's lr_at, transcribed.
-double lr_at(int64_t step, double lr, double min_lr, int64_t warmup, int64_t total, const std::string& schedule) {
+double lr_at(int64_t step, double lr, double min_lr, int64_t warmup, int64_t total,
+             const std::string& schedule) {
   if (step < warmup) return lr * (step + 1) / static_cast<double>(warmup);
   if (schedule == "constant" || step >= total) return schedule == "constant" ? lr : min_lr;
   const double ratio = (step - warmup) / static_cast<double>(std::max<int64_t>(1, total - warmup));
@@ -100,5 +100,6 @@ TEST_CASE("optim: global-norm clipping as clip_grad_norm_", "[optim]") {
   CHECK(g[1] == 4.0f);
   // The norm of a large buffer is accumulated in double and independent of chunking.
   std::vector<float> big(1000003, 0.5f);
-  CHECK(grad_norm(big.data(), static_cast<int64_t>(big.size())) == Approx(std::sqrt(1000003.0) * 0.5).epsilon(1e-9));
+  CHECK(grad_norm(big.data(), static_cast<int64_t>(big.size())) ==
+        Approx(std::sqrt(1000003.0) * 0.5).epsilon(1e-9));
 }

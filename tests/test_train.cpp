@@ -1,9 +1,8 @@
 // The training loop end to end in-process: learning, gradient accumulation, bit-identical resume,
 // non-finite stops, sampling determinism and corrupt checkpoints.
-#include <catch2/catch.hpp>
-
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -28,15 +27,20 @@ std::string run_dir(const std::string& name) {
   return dir;
 }
 
-std::string tiny_data() { return std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt"; }
+std::string tiny_data() {
+  return std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt";
+}
 
 // A small, fast config; `extra` are --set style overrides.
 Config small_config(const std::string& dir, std::vector<std::string> extra = {}) {
-  std::vector<std::string> sets = {"data.path=" + tiny_data(), "output.dir=" + dir, "model.d_model=32",
-                                   "model.n_layers=2", "model.n_heads=4", "model.max_seq_len=16", "train.batch_size=4",
-                                   "train.max_steps=20", "train.eval_interval=10", "train.eval_steps=2",
-                                   "train.log_interval=1", "train.checkpoint_interval=5", "train.threads=1",
-                                   "train.lr_schedule.warmup_steps=5", "train.optimizer.lr=3e-3"};
+  std::vector<std::string> sets = {"data.path=" + tiny_data(), "output.dir=" + dir,
+                                   "model.d_model=32",         "model.n_layers=2",
+                                   "model.n_heads=4",          "model.max_seq_len=16",
+                                   "train.batch_size=4",       "train.max_steps=20",
+                                   "train.eval_interval=10",   "train.eval_steps=2",
+                                   "train.log_interval=1",     "train.checkpoint_interval=5",
+                                   "train.threads=1",          "train.lr_schedule.warmup_steps=5",
+                                   "train.optimizer.lr=3e-3"};
   sets.insert(sets.end(), extra.begin(), extra.end());
   return resolve_config(nlohmann::json::object(), sets);
 }
@@ -69,10 +73,11 @@ TEST_CASE("train: a tiny model overfits a short text to near-zero loss", "[train
   for (int i = 0; i < 8; ++i) text += unit;
   const std::string path = dir + "_data.txt";
   write_bytes(path, text);
-  const Config c = small_config(dir, {"data.path=" + path, "model.d_model=64", "train.seq_len=16", "train.batch_size=8",
-                                      "train.max_steps=200", "train.optimizer.lr=1e-2", "train.optimizer.weight_decay=0",
-                                      "train.lr_schedule.name=constant", "train.log_interval=50",
-                                      "train.eval_interval=200", "train.checkpoint_interval=0"});
+  const Config c =
+      small_config(dir, {"data.path=" + path, "model.d_model=64", "train.seq_len=16", "train.batch_size=8",
+                         "train.max_steps=200", "train.optimizer.lr=1e-2", "train.optimizer.weight_decay=0",
+                         "train.lr_schedule.name=constant", "train.log_interval=50",
+                         "train.eval_interval=200", "train.checkpoint_interval=0"});
   const TrainResult r = train(c, quiet());
   REQUIRE(r.status == TrainResult::Status::Finished);
   REQUIRE(r.losses.size() == 200);
@@ -91,7 +96,8 @@ TEST_CASE("train: a tiny model overfits a short text to near-zero loss", "[train
   int records = 0;
   while (std::getline(metrics, line)) {
     const auto j = nlohmann::json::parse(line);
-    for (const char* k : {"step", "train_loss", "lr", "grad_norm", "tokens_per_s", "ms_per_step", "elapsed_s"})
+    for (const char* k :
+         {"step", "train_loss", "lr", "grad_norm", "tokens_per_s", "ms_per_step", "elapsed_s"})
       CHECK(j.contains(k));
     ++records;
   }
@@ -124,7 +130,8 @@ TEST_CASE("train: grad accumulation 2 x B/2 gives the update of one batch of B",
 
 TEST_CASE("train: resuming from last.ckpt reproduces the uninterrupted run bit for bit", "[train]") {
   // Dropout on, so the model's dropout RNG must be restored too.
-  const std::vector<std::string> sets = {"model.dropout=0.1", "model.attention_dropout=0.1", "train.max_steps=16"};
+  const std::vector<std::string> sets = {"model.dropout=0.1", "model.attention_dropout=0.1",
+                                         "train.max_steps=16"};
   const std::string a = run_dir("resume_a"), b = run_dir("resume_b");
   const TrainResult full = train(small_config(a, sets), quiet());
   REQUIRE(full.losses.size() == 16);
@@ -157,9 +164,9 @@ TEST_CASE("train: resuming from last.ckpt reproduces the uninterrupted run bit f
 
 TEST_CASE("train: a non-finite loss stops with the step and leaves the last checkpoint", "[train]") {
   const std::string dir = run_dir("nan");
-  const Config c = small_config(dir, {"train.optimizer.lr=1e30", "train.lr_schedule.warmup_steps=0",
-                                      "train.checkpoint_interval=1", "train.grad_clip=0",
-                                      "train.optimizer.name=sgd", "train.optimizer.momentum=0"});
+  const Config c = small_config(
+      dir, {"train.optimizer.lr=1e30", "train.lr_schedule.warmup_steps=0", "train.checkpoint_interval=1",
+            "train.grad_clip=0", "train.optimizer.name=sgd", "train.optimizer.momentum=0"});
   const TrainResult r = train(c, quiet());
   REQUIRE(r.status == TrainResult::Status::NonFinite);
   CHECK_THAT(r.message, Catch::Contains("step " + std::to_string(r.step + 1)));
@@ -179,7 +186,8 @@ TEST_CASE("train: sampling is deterministic for a fixed seed and streams its tex
   o.max_new_tokens = 40;  // beyond max_seq_len = 16: the context window slides
   o.seed = 11;
   std::string streamed;
-  const std::string s1 = generate(*run.model, run.checkpoint.tokenizer, o, [&](const std::string& p) { streamed += p; });
+  const std::string s1 =
+      generate(*run.model, run.checkpoint.tokenizer, o, [&](const std::string& p) { streamed += p; });
   const std::string s2 = generate(*run.model, run.checkpoint.tokenizer, o);
   CHECK(s1 == s2);
   CHECK(s1 == streamed);
@@ -192,7 +200,8 @@ TEST_CASE("train: sampling is deterministic for a fixed seed and streams its tex
   o.seed = 99;
   CHECK(generate(*run.model, run.checkpoint.tokenizer, o) == g1);
   o.prompt = "\xE4\xB8\x96";  // not in the vocabulary
-  CHECK_THROWS_WITH(generate(*run.model, run.checkpoint.tokenizer, o), Catch::StartsWith("--prompt: character"));
+  CHECK_THROWS_WITH(generate(*run.model, run.checkpoint.tokenizer, o),
+                    Catch::StartsWith("--prompt: character"));
 }
 
 TEST_CASE("checkpoint: corrupt, truncated and foreign files are clear errors", "[train][checkpoint]") {
@@ -236,6 +245,7 @@ TEST_CASE("checkpoint: corrupt, truncated and foreign files are clear errors", "
   ck.model.pop_back();
   save_checkpoint(bad, ck);
   LanguageModel model(resolve_config(ck.config).model(ck.tokenizer.size()), 1);
-  CHECK_THROWS_WITH(restore_model(model, ck, bad), Catch::Contains("parameter values") && Catch::Contains("needs"));
+  CHECK_THROWS_WITH(restore_model(model, ck, bad),
+                    Catch::Contains("parameter values") && Catch::Contains("needs"));
   CHECK_FALSE(fs::exists(bad + ".tmp"));
 }

@@ -18,10 +18,9 @@
 // checkpoint where a good one was.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tfm/data.h"
 
@@ -33,9 +32,9 @@ constexpr uint32_t kMaxSections = 64;
 struct Checkpoint {
   nlohmann::json config;  // the resolved config the run was trained with
   Tokenizer tokenizer;
-  nlohmann::json state;                      // step, best_val_loss, rng, optimizer, elapsed_s
-  std::vector<float> model;                  // (P,) flat parameter values
-  std::vector<std::vector<float>> optimizer; // per state buffer, (P,) each
+  nlohmann::json state;                       // step, best_val_loss, rng, optimizer, elapsed_s
+  std::vector<float> model;                   // (P,) flat parameter values
+  std::vector<std::vector<float>> optimizer;  // per state buffer, (P,) each
 };
 
 void save_checkpoint(const std::string& path, const Checkpoint& ckpt);

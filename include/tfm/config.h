@@ -6,10 +6,9 @@
 // tfm::ConfigError whose message starts with the key path (or the file) and states expected vs got.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tfm/model.h"
 
@@ -18,15 +17,15 @@ namespace tfm {
 enum class KeyType { Integer, Number, Boolean, String, NumberPair };
 
 struct KeySpec {
-  std::string path;               // "train.optimizer.lr"
+  std::string path;  // "train.optimizer.lr"
   KeyType type;
-  nlohmann::json default_value;   // null: derived from other keys (see `derived`)
-  std::string derived;            // how a null default is computed, e.g. "model.n_heads"
-  double min = 0, max = 0;        // numeric range, used when has_min / has_max
+  nlohmann::json default_value;  // null: derived from other keys (see `derived`)
+  std::string derived;           // how a null default is computed, e.g. "model.n_heads"
+  double min = 0, max = 0;       // numeric range, used when has_min / has_max
   bool has_min = false, has_max = false;
   bool min_open = false, max_open = false;  // exclusive bounds
   std::vector<std::string> choices;         // allowed strings (empty: any)
-  bool resumable = false;         // may change with `train --resume DIR --set ...`
+  bool resumable = false;                   // may change with `train --resume DIR --set ...`
   std::string meaning;
 };
 

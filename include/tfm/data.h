@@ -50,9 +50,11 @@ struct Dataset {
 
 // Reads `path` and splits it. Throws IoError (missing, empty, invalid UTF-8) or ConfigError when a
 // split is too short for one sequence of `seq_len` (it needs seq_len + 2 tokens).
-Dataset load_dataset(const std::string& path, const std::string& tokenizer, double val_fraction, int64_t seq_len);
+Dataset load_dataset(const std::string& path, const std::string& tokenizer, double val_fraction,
+                     int64_t seq_len);
 // The same file encoded with an existing vocabulary (evaluating a trained run).
-Dataset load_dataset(const std::string& path, const Tokenizer& tokenizer, double val_fraction, int64_t seq_len);
+Dataset load_dataset(const std::string& path, const Tokenizer& tokenizer, double val_fraction,
+                     int64_t seq_len);
 
 // B random windows of T+1 tokens: offsets uniform in [0, n - T - 1) as torch.randint(n - T - 1).
 // Its state is one Rng, saved in checkpoints, so a resumed run draws the same batches.

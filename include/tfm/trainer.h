@@ -34,11 +34,11 @@ struct TrainOptions {
 struct TrainResult {
   enum class Status { Finished, Interrupted, NonFinite };
   Status status = Status::Finished;
-  int64_t step = 0;             // optimizer steps completed in total
-  std::vector<double> losses;   // training loss of each step run by this call
+  int64_t step = 0;                                            // optimizer steps completed in total
+  std::vector<double> losses;                                  // training loss of each step run by this call
   double val_loss = std::numeric_limits<double>::quiet_NaN();  // the last evaluation
   double best_val_loss = std::numeric_limits<double>::infinity();
-  std::string message;          // for NonFinite: what went non-finite and where
+  std::string message;  // for NonFinite: what went non-finite and where
 };
 
 // Trains config (a fresh run, or options.resume). Throws ConfigError/IoError for bad input before
@@ -61,14 +61,14 @@ void restore_model(LanguageModel& model, const Checkpoint& ckpt, const std::stri
 uint64_t eval_seed(const Config& config);
 
 // Mean loss over `batches` random (B, T) batches of `tokens`, in eval mode without a graph.
-double evaluate(LanguageModel& model, const std::vector<int32_t>& tokens, int64_t B, int64_t T, int64_t batches,
-                uint64_t seed);
+double evaluate(LanguageModel& model, const std::vector<int32_t>& tokens, int64_t B, int64_t T,
+                int64_t batches, uint64_t seed);
 
 struct SampleOptions {
-  std::string prompt;           // empty: start from a newline (or token 0 when there is none)
+  std::string prompt;  // empty: start from a newline (or token 0 when there is none)
   int64_t max_new_tokens = 500;
-  double temperature = 1.0;     // 0: greedy
-  int64_t top_k = 0;            // 0: all tokens
+  double temperature = 1.0;  // 0: greedy
+  int64_t top_k = 0;         // 0: all tokens
   uint64_t seed = 1337;
 };
 // Generates with the model's KV cache; calls on_text with each new piece of text as it is made.
