@@ -28,10 +28,11 @@ struct AttentionOptions {
   Rng* rng = nullptr;  // needed when dropout is active
 };
 
-// q (B, Tq, H*Dk), k (B, Tk, Hkv*Dk), v (B, Tk, Hkv*Dv) -> (B, Tq, H*Dv). Rows may be strided per
-// batch (e.g. a narrowed KV cache) but each (B, T) row must be contiguous. When `probabilities` is
-// given it receives the softmax probabilities before dropout, (B, H, Tq, Tk); rows with no visible
-// key are all zero (and so is their output).
+// q (B, Tq, H*Dk), k (B, Tk, Hkv*Dk), v (B, Tk, Hkv*Dv) -> (B, Tq, H*Dv). Inputs whose rows are
+// packed within a batch are read in place, whatever their batch stride (e.g. a narrowed KV cache);
+// other layouts are copied first. When `probabilities` is given it receives the softmax
+// probabilities before dropout, (B, H, Tq, Tk): the very tensor the backward uses, so read, never
+// write it. Rows with no visible key are all zero, and so is their output.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const AttentionOptions& options, Tensor* probabilities = nullptr);
 
