@@ -34,6 +34,11 @@ std::vector<int32_t> random_tokens(int64_t n, int64_t V, Rng& rng) {
   return t;
 }
 
+struct Variant {
+  const char* name;
+  ModelConfig config;
+};
+
 // Larger random weights than the 0.02 init, so every path carries a visible gradient.
 void randomize(LanguageModel& model, Rng& rng) {
   Tensor values = model.flat_values();
@@ -43,10 +48,6 @@ void randomize(LanguageModel& model, Rng& rng) {
 }  // namespace
 
 TEST_CASE("model: whole language model gradient check through the flat buffers", "[model][gradcheck]") {
-  struct Variant {
-    const char* name;
-    ModelConfig config;
-  };
   ModelConfig dropout_cfg = tiny("pre", "sinusoidal", true, 2, 1);
   dropout_cfg.dropout = 0.2f;
   dropout_cfg.attention_dropout = 0.3f;
@@ -102,10 +103,6 @@ TEST_CASE("model: whole language model gradient check through the flat buffers",
 }
 
 TEST_CASE("model: KV-cache decoding equals the full forward", "[model]") {
-  struct Variant {
-    const char* name;
-    ModelConfig config;
-  };
   ModelConfig additive = tiny("pre", "sinusoidal", true, 4, 2);
   additive.attention_score = "additive";
   const Variant variants[] = {
