@@ -107,11 +107,8 @@ int cmd_train(const std::string& config_file, const std::string& resume_dir,
   }
   install_stop_handlers();
   const TrainResult r = train(config, options);
-  if (r.status == TrainResult::Status::NonFinite) {
-    std::fprintf(stderr, "tfm: %s\n", r.message.c_str());
-    return kExitDiverged;
-  }
-  return kExitOk;
+  // The trainer has logged what happened (console and train.log).
+  return r.status == TrainResult::Status::NonFinite ? kExitDiverged : kExitOk;
 }
 
 int cmd_eval(const std::string& dir, const std::string& split, int64_t batches, const std::string& which) {

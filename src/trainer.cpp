@@ -324,10 +324,11 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
     const double train_loss = loss_sum / static_cast<double>(accum);
     const double norm = std::isfinite(train_loss) ? clip_grad_norm(grads.data(), P, grad_clip) : NAN;
     if (!std::isfinite(train_loss) || !std::isfinite(norm)) {
-      const std::string where = std::isfinite(train_loss)
-                                    ? "the gradient of " + first_nonfinite_grad(model) +
-                                          " is not finite (loss " + format("%.4f", train_loss) + ")"
-                                    : format("the training loss is %f", train_loss);
+      const std::string where =
+          std::isfinite(train_loss)
+              ? "the gradient of " + first_nonfinite_grad(model) + " is not finite (loss " +
+                    format("%.4f", train_loss) + ")"
+              : std::string("the training loss is ") + (std::isnan(train_loss) ? "NaN" : "infinite");
       result.status = TrainResult::Status::NonFinite;
       result.step = step;
       result.message =

@@ -1,5 +1,6 @@
 // The tfm executable end to end on configs/tiny.json: train -> eval -> sample in a temporary
 // directory, exit statuses, and bad input giving status 2 with the key or file in the message.
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 namespace fs = std::filesystem;
 
@@ -120,7 +122,7 @@ TEST_CASE("cli: bad input exits 2 naming the key or file", "[cli]") {
   CHECK_FALSE(fs::exists(dir + "/r1"));
 }
 
-TEST_CASE("cli: help teaches by example; config and info print", "[cli]") {
+TEST_CASE("cli: help teaches by example, config and info print", "[cli]") {
   Run r = tfm("--help");
   CHECK(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("Examples:") &&
@@ -139,4 +141,44 @@ TEST_CASE("cli: help teaches by example; config and info print", "[cli]") {
   CHECK(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("parameters:") && Catch::Contains("FLOPs per token") &&
                         Catch::Contains("memory"));
+}
+
+TEST_CASE("cli: SIGINT checkpoints and exits 0 and a NaN exits 3", "[cli]") {
+  const std::string dir = temp_dir("sigint");
+  const std::string log = dir + "/out.txt";
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    if (::chdir(TFM_SOURCE_DIR) != 0) ::_exit(127);
+    FILE* f = std::freopen(log.c_str(), "w", stdout);
+    if (!f) ::_exit(127);
+    ::dup2(::fileno(stdout), 2);
+    ::execl(TFM_BINARY, TFM_BINARY, "train", "--config", "configs/tiny.json", "--out", (dir + "/run").c_str(),
+            "--set", "train.max_steps=1000000", "--set", "train.log_interval=1", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // Wait until it is training, then interrupt it.
+  for (int i = 0;
+       i < 600 && !(fs::exists(dir + "/run/metrics.jsonl") && fs::file_size(dir + "/run/metrics.jsonl") > 0);
+       ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ::kill(pid, SIGINT);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  std::ifstream in(log);
+  std::stringstream out;
+  out << in.rdbuf();
+  INFO(out.str());
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);
+  CHECK_THAT(out.str(), Catch::Contains("interrupted after step") &&
+                            Catch::Contains("tfm train --resume " + dir + "/run"));
+  CHECK(fs::exists(dir + "/run/last.ckpt"));
+
+  const Run r =
+      tfm("train --config configs/tiny.json --out " + dir + "/nan --set train.optimizer.lr=1e30 " +
+          "--set train.lr_schedule.warmup_steps=0 --set train.grad_clip=0 --set train.checkpoint_interval=1");
+  INFO(r.out);
+  CHECK(r.status == 3);
+  CHECK_THAT(r.out, Catch::Contains("training stopped") && Catch::Contains("untouched"));
 }

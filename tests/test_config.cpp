@@ -168,7 +168,8 @@ TEST_CASE("config: malformed JSON reports line and column", "[config]") {
   CHECK_THROWS_WITH(read_json_file("/nonexistent/cfg.json"), Catch::StartsWith("/nonexistent/cfg.json"));
 }
 
-TEST_CASE("config: load_config names the run after the file; resume allows only resumable keys", "[config]") {
+TEST_CASE("config: load_config names the run after the file and resume allows only resumable keys",
+          "[config]") {
   const std::string path = "/tmp/tfm_test_config_named.json";
   std::ofstream(path) << R"({"train": {"max_steps": 10}})";
   const Config c = load_config(path);
