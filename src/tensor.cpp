@@ -191,6 +191,9 @@ std::string Tensor::str(int64_t max_per_dim) const {
   const Tensor c = contiguous_values(*this);
   const Shape& sh = shape();
   const Shape st = contiguous_strides(sh);
+  // Long dims show `half` values from each end; at least one, so max_per_dim < 2 never indexes past
+  // the end.
+  const int64_t half = std::max<int64_t>(1, max_per_dim / 2);
   std::function<void(size_t, int64_t)> rec = [&](size_t d, int64_t off) {
     if (d == sh.size()) {
       os << c.data()[off];
@@ -199,9 +202,9 @@ std::string Tensor::str(int64_t max_per_dim) const {
     os << "[";
     const int64_t n = sh[d];
     for (int64_t i = 0; i < n; ++i) {
-      if (n > max_per_dim && i == max_per_dim / 2) {
+      if (n > 2 * half && i == half) {
         os << "..., ";
-        i = n - max_per_dim / 2;
+        i = n - half;
       }
       rec(d + 1, off + i * st[d]);
       if (i + 1 < n) os << (d + 1 == sh.size() ? ", " : ",\n" + std::string(d + 8, ' '));

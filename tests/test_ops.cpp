@@ -91,7 +91,8 @@ void check_binary(const BinaryOp& op, const Maker& make_a, const Maker& make_b) 
     Shape a, b;
   };
   const std::vector<Case> cases = {{{3, 4}, {3, 4}}, {{3, 1, 4}, {2, 4}}, {{4}, {3, 4}},  {{3, 4}, {1}},
-                                   {{3, 1}, {1, 4}}, {{2, 3, 4}, {3, 1}}, {{1}, {2, 3}}, {{2, 1, 3}, {2, 4, 1}}};
+                                   {{3, 1}, {1, 4}}, {{2, 3, 4}, {3, 1}}, {{1}, {2, 3}}, {{2, 1, 3}, {2, 4, 1}},
+                                   {{2, 3}, {}},     {{}, {3}},          {{}, {}}};  // {} is 0-dim (a loss)
   SECTION("broadcasting shapes") {
     uint64_t seed = 10;
     for (const Case& c : cases) {

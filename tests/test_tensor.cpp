@@ -175,6 +175,11 @@ TEST_CASE("tensor: printing is readable", "[tensor]") {
   const std::string big = Tensor::arange(100).str();
   CHECK_THAT(big, Contains("...") && Contains("99") && Contains("shape=[100]"));
   CHECK_THAT(big, !Contains("50"));
+  CHECK_THAT(big, Contains("[0, 1, 2, ..., 97, 98, 99]"));
+  // Tiny limits still show one value from each end, never past the end.
+  CHECK_THAT(Tensor::from_vector({1, 2, 3, 4, 5}, {5}).str(1), Contains("[1, ..., 5]"));
+  CHECK_THAT(Tensor::from_vector({1, 2, 3, 4, 5}, {5}).str(0), Contains("[1, ..., 5]"));
+  CHECK_THAT(reshape(Tensor::arange(64), {8, 8}).str(2), Contains("[0, ..., 7]") && Contains("[56, ..., 63]"));
   Tensor w = Tensor::ones({2});
   w.set_requires_grad(true);
   CHECK_THAT(w.str(), Contains("requires_grad"));
