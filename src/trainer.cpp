@@ -113,6 +113,29 @@ void write_text_file(const std::string& path, const std::string& text) {
   f.commit();
 }
 
+// A run killed after its last checkpoint logged steps that the resumed run will log again: keep
+// only the records up to the checkpoint's step, so metrics.jsonl reads as one uninterrupted run.
+void drop_metrics_after(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept, line;
+  bool dropped = false;
+  while (std::getline(in, line)) {
+    int64_t s = -1;
+    try {
+      s = json::parse(line).at("step").get<int64_t>();
+    } catch (const json::exception&) {
+      dropped = true;  // a line cut short by the kill
+      continue;
+    }
+    if (s <= step)
+      kept += line + "\n";
+    else
+      dropped = true;
+  }
+  if (dropped) write_text_file(path, kept);
+}
+
 // Keys that must be equal between a checkpoint and the config that continues it.
 void check_resumable(const Config& from_ckpt, const Config& config, const std::string& source) {
   for (const auto& path : differing_keys(from_ckpt, config)) {
@@ -260,6 +283,7 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
   };
   auto info = [&](const std::string& s) { clear_progress(), log.info(s); };
 
+  if (opt.resume) drop_metrics_after(dir + "/metrics.jsonl", step);
   std::ofstream metrics(dir + "/metrics.jsonl", opt.resume ? std::ios::app : std::ios::trunc);
   if (!metrics) throw IoError(dir + "/metrics.jsonl: cannot open for writing");
 

@@ -154,6 +154,13 @@ TEST_CASE("train: resuming from last.ckpt reproduces the uninterrupted run bit f
   }
   CHECK(second.val_loss == full.val_loss);
   CHECK(load_checkpoint(a + "/last.ckpt").model == load_checkpoint(b + "/last.ckpt").model);
+  // metrics.jsonl reads as one run: steps 1..16 once each (log_interval = 1).
+  std::ifstream metrics(b + "/metrics.jsonl");
+  std::string line;
+  int64_t expect = 1;
+  while (std::getline(metrics, line))
+    CHECK(nlohmann::json::parse(line).at("step").get<int64_t>() == expect++);
+  CHECK(expect == 17);
 
   // A fresh run refuses a directory holding a run; resume refuses to change the model.
   CHECK_THROWS_AS(train(small_config(b, sets), quiet()), ConfigError);
