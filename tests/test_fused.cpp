@@ -28,10 +28,14 @@ Tensor normal(const Shape& shape, uint64_t seed) {
 void check_close(const std::vector<float>& got, const std::vector<double>& want, double atol = 1e-6,
                  double rtol = 1e-5) {
   REQUIRE(got.size() == want.size());
+  size_t bad = 0;
+  std::ostringstream first;  // the first few mismatches
   for (size_t i = 0; i < got.size(); ++i) {
-    INFO("element " << i << " (atol " << atol << ", rtol " << rtol << ")");
-    CHECK(got[i] == Approx(want[i]).margin(atol).epsilon(rtol));
+    if (std::fabs(got[i] - want[i]) <= atol + rtol * std::fabs(want[i])) continue;
+    if (bad++ < 4) first << "element " << i << ": got " << got[i] << " want " << want[i] << "; ";
   }
+  INFO(first.str() << "(atol " << atol << ", rtol " << rtol << ")");
+  CHECK(bad == 0);
 }
 void check_close(const Tensor& got, const std::vector<double>& want, double atol = 1e-6, double rtol = 1e-5) {
   check_close(got.to_vector(), want, atol, rtol);
@@ -287,6 +291,72 @@ TEST_CASE("fused: linear equals matmul(x, w^T) + bias", "[fused]") {
 TEST_CASE("fused: mean equals sum / n, and over an axis", "[fused]") {
   check_fused_vs_composed([](const Inputs& in) { return mean(in[0], 1, true); },
                           [](const Inputs& in) { return div(sum(in[0], 1, true), 3.0f); }, {normal({2, 3, 2}, 1)});
+}
+
+TEST_CASE("fused: matmul equals a broadcast multiply and sum", "[fused]") {
+  // a (B, M, K) x b (K, N) as sum over k of a (B, M, K, 1) * b (K, N), at sizes past BLAS's tiny cases.
+  const int64_t B = 2, M = 9, K = 33, N = 7;
+  check_fused_vs_composed([](const Inputs& in) { return matmul(in[0], in[1]); },
+                          [&](const Inputs& in) { return sum(mul(reshape(in[0], {B, M, K, 1}), in[1]), -2); },
+                          {normal({B, M, K}, 1), normal({K, N}, 2)});
+  check_fused_vs_composed(
+      [](const Inputs& in) { return matmul(in[0], in[1], true, true); },  // a (B, K, M), b (B, N, K)
+      [&](const Inputs& in) {
+        return sum(mul(reshape(transpose(in[0], 1, 2), {B, M, K, 1}), reshape(transpose(in[1], 1, 2), {B, 1, K, N})),
+                   -2);
+      },
+      {normal({B, K, M}, 3), normal({B, N, K}, 4)});
+}
+
+TEST_CASE("fused: kernels agree with their compositions on the parallel (large) path", "[fused]") {
+  // The kernels split rows across OpenMP threads above 2^15 elements; these inputs are (64, 520).
+  const Tensor x = normal({64, 520}, 1);
+  SECTION("softmax") {
+    check_fused_vs_composed([](const Inputs& in) { return softmax(in[0]); },
+                            [](const Inputs& in) {
+                              const Tensor e = exp(sub(in[0], max(in[0], -1, true)));
+                              return div(e, sum(e, -1, true));
+                            },
+                            {x});
+  }
+  SECTION("log_softmax") {
+    check_fused_vs_composed([](const Inputs& in) { return log_softmax(in[0]); },
+                            [](const Inputs& in) { return log(softmax(in[0])); }, {x});
+  }
+  SECTION("layer_norm") {
+    check_fused_vs_composed([](const Inputs& in) { return layer_norm(in[0], in[1], in[2]); },
+                            [](const Inputs& in) {
+                              const Tensor d = sub(in[0], mean(in[0], -1, true));
+                              const Tensor var = mean(pow(d, 2.0f), -1, true);
+                              return add(mul(div(d, sqrt(add(var, 1e-5f))), in[1]), in[2]);
+                            },
+                            {x, normal({520}, 2), normal({520}, 3)});
+  }
+  SECTION("cross_entropy") {
+    std::vector<int32_t> targets(64);
+    for (int i = 0; i < 64; ++i) targets[i] = i % 7 == 3 ? -100 : (i * 37) % 520;
+    int count = 0;
+    for (int32_t t : targets) count += t != -100;
+    const Tensor oh = one_hot(targets, 520);
+    check_fused_vs_composed(
+        [&](const Inputs& in) { return cross_entropy(in[0], targets); },
+        [&](const Inputs& in) { return mul(sum(mul(log_softmax(in[0]), oh)), -1.0f / static_cast<float>(count)); },
+        {x});
+  }
+  SECTION("gelu against x * Phi(x) computed here") {
+    Tensor xs = x.clone();
+    xs.set_requires_grad(true);
+    const Tensor y = gelu(xs);
+    sum(y).backward();
+    const std::vector<float> xv = x.to_vector(), yv = y.to_vector(), gv = xs.grad().to_vector();
+    int bad = 0;
+    for (size_t i = 0; i < xv.size(); ++i) {
+      const double v = xv[i], cdf = 0.5 * (1.0 + std::erf(v / std::sqrt(2.0)));
+      const double pdf = std::exp(-0.5 * v * v) / std::sqrt(2.0 * M_PI);
+      bad += std::fabs(yv[i] - v * cdf) > 1e-5 || std::fabs(gv[i] - (cdf + v * pdf)) > 1e-5;
+    }
+    CHECK(bad == 0);  // tolerance 1e-5 absolute
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
