@@ -258,13 +258,18 @@ int main(int argc, char** argv) {
   sample.top_k = 0;
 
   auto* train = app.add_subcommand("train", "Train a model from a config, or continue a run");
-  train->add_option("--config", config_file, "JSON config of a new run (configs/*.json)");
-  train->add_option("--resume", resume_dir,
-                    "Continue the run in DIR from its last.ckpt (bit-identical to an uninterrupted run)");
-  train->add_option("--set", sets,
-                    "Override a key: --set train.max_steps=500 (repeatable; on --resume only "
-                    "logging/eval/checkpoint intervals, max_steps and threads)");
-  train->add_option("--out", out, "Run directory (default: output.dir, i.e. runs/<config name>)");
+  train->add_option("--config", config_file, "JSON config of a new run (configs/*.json)")->type_name("FILE");
+  train
+      ->add_option("--resume", resume_dir,
+                   "Continue the run in DIR from its last.ckpt (bit-identical to an uninterrupted run)")
+      ->type_name("DIR");
+  train
+      ->add_option("--set", sets,
+                   "Override a key: --set train.max_steps=500 (repeatable; on --resume only "
+                   "logging/eval/checkpoint intervals, max_steps and threads)")
+      ->type_name("KEY=VALUE");
+  train->add_option("--out", out, "Run directory (default: output.dir, i.e. runs/<config name>)")
+      ->type_name("DIR");
   train->add_option("--stop-at", stop_at, "Stop as if interrupted after this step (for testing resume)")
       ->group("");
   train->footer(
@@ -274,14 +279,14 @@ int main(int argc, char** argv) {
       "Ctrl-C finishes the current step, writes last.ckpt and exits; --resume continues.\n");
 
   auto* eval = app.add_subcommand("eval", "Mean loss of a trained run on random batches of its data");
-  eval->add_option("--run", run_dir, "Run directory")->required();
+  eval->add_option("--run", run_dir, "Run directory")->type_name("DIR")->required();
   eval->add_option("--split", split, "val or train")->capture_default_str();
   eval->add_option("--batches", batches, "Number of batches (default: the run's train.eval_steps)");
   eval->add_option("--checkpoint", which, "last or best")->default_str("last");
   eval->footer("\nExample:\n  tfm eval --run runs/shakespeare_char --batches 200\n");
 
   auto* samp = app.add_subcommand("sample", "Generate text from a trained run (streams as it goes)");
-  samp->add_option("--run", run_dir, "Run directory")->required();
+  samp->add_option("--run", run_dir, "Run directory")->type_name("DIR")->required();
   samp->add_option("--prompt", sample.prompt, "Text to continue (default: a newline)");
   samp->add_option("--max-new-tokens", sample.max_new_tokens, "Tokens to generate")->capture_default_str();
   samp->add_option("--temperature", sample.temperature, "Softmax temperature (0 = greedy)")
@@ -295,8 +300,8 @@ int main(int argc, char** argv) {
       "40\n");
 
   auto* info = app.add_subcommand("info", "Parameters per component, FLOPs per token and memory of a config");
-  info->add_option("--config", config_file, "JSON config")->required();
-  info->add_option("--set", sets, "Override a key (repeatable)");
+  info->add_option("--config", config_file, "JSON config")->type_name("FILE")->required();
+  info->add_option("--set", sets, "Override a key (repeatable)")->type_name("KEY=VALUE");
   info->add_option("--vocab-size", vocab_size, "Vocabulary size when the data file is not at hand");
   info->add_flag("--measure", measure,
                  "Also run one training step and report the measured peak tensor memory");
@@ -304,8 +309,8 @@ int main(int argc, char** argv) {
 
   auto* cfg =
       app.add_subcommand("config", "Print a config resolved (every default filled in), or the key table");
-  cfg->add_option("--config", config_file, "JSON config");
-  cfg->add_option("--set", sets, "Override a key (repeatable)");
+  cfg->add_option("--config", config_file, "JSON config")->type_name("FILE");
+  cfg->add_option("--set", sets, "Override a key (repeatable)")->type_name("KEY=VALUE");
   cfg->add_flag("--keys", keys, "List every key: type, default, allowed values, meaning (Markdown)");
   cfg->footer(
       "\nExamples:\n  tfm config --config configs/tiny.json --set model.d_model=64\n  tfm config --keys > "
