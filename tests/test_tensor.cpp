@@ -384,6 +384,30 @@ TEST_CASE("autograd: a tensor used twice gets both contributions", "[autograd]")
   }
 }
 
+TEST_CASE("autograd: gradients land in a flat buffer placed with set_grad", "[autograd]") {
+  // As Module does: parameters are views into one storage, their gradients views into another.
+  auto values = std::make_shared<Storage>(10);
+  auto grads = std::make_shared<Storage>(10);
+  for (int i = 0; i < 10; ++i) values->data()[i] = static_cast<float>(i), grads->data()[i] = 0.0f;
+  Tensor w = Tensor::view_of(values, {2, 3}, 1), b = Tensor::view_of(values, {3}, 7);
+  CHECK(w.storage() == values);
+  CHECK(w.to_vector() == std::vector<float>{1, 2, 3, 4, 5, 6});
+  CHECK(b.to_vector() == std::vector<float>{7, 8, 9});
+  w.set_grad(Tensor::view_of(grads, {2, 3}, 1));
+  b.set_grad(Tensor::view_of(grads, {3}, 7));
+  w.set_requires_grad(true);
+  b.set_requires_grad(true);
+  const Tensor x = Tensor::from_vector({1, 2}, {1, 2});
+  sum(add(matmul(x, w), b)).backward();  // d/dw = x^T 1, d/db = 1
+  for (int pass = 0; pass < 2; ++pass) {
+    const std::vector<float> flat(grads->data(), grads->data() + 10);
+    const float k = static_cast<float>(pass + 1);
+    CHECK(flat == std::vector<float>{0, k, k, k, 2 * k, 2 * k, 2 * k, k, k, k});
+    if (pass == 0) sum(add(matmul(x, w), b)).backward();  // accumulates in place
+  }
+  REQUIRE_THROWS_WITH(Tensor::view_of(values, {2, 3}, 5), StartsWith("Tensor::view_of") && Contains("[2, 3]"));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Memory
 
