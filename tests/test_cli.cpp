@@ -11,10 +11,24 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace fs = std::filesystem;
 
 namespace {
+
+// Removes this process's temporary directories when the test binary exits.
+struct TempDirs {
+  std::vector<std::string> dirs;
+  ~TempDirs() {
+    std::error_code ec;
+    for (const auto& d : dirs) fs::remove_all(d, ec), fs::remove(d + "_data.txt", ec);
+  }
+};
+TempDirs& temp_dirs() {
+  static TempDirs t;
+  return t;
+}
 
 struct Run {
   int status = -1;
@@ -39,6 +53,7 @@ Run tfm(const std::string& args) {
 std::string temp_dir(const std::string& name) {
   const std::string dir = "/tmp/tfm_test_cli_" + std::to_string(::getpid()) + "_" + name;
   fs::remove_all(dir);
+  temp_dirs().dirs.push_back(dir);
   fs::create_directories(dir);
   return dir;
 }

@@ -1,6 +1,9 @@
 // The config table: defaults, derived defaults, overrides and a table of bad configs, each with the
 // fragments its error message must contain (the key path, the value given, what is allowed).
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -170,11 +173,12 @@ TEST_CASE("config: malformed JSON reports line and column", "[config]") {
 
 TEST_CASE("config: load_config names the run after the file and resume allows only resumable keys",
           "[config]") {
-  const std::string path = "/tmp/tfm_test_config_named.json";
+  const std::string path = "/tmp/tfm_test_config_" + std::to_string(::getpid()) + "_named.json";
   std::ofstream(path) << R"({"train": {"max_steps": 10}})";
   const Config c = load_config(path);
-  CHECK(c.string("output.dir") == "runs/tfm_test_config_named");
+  CHECK(c.string("output.dir") == "runs/tfm_test_config_" + std::to_string(::getpid()) + "_named");
   CHECK(load_config(path, {"output.dir=elsewhere"}).string("output.dir") == "elsewhere");
+  std::remove(path.c_str());
   const Config r = resume_config(c, {"train.max_steps=20", "train.log_interval=1"});
   CHECK(r.integer("train.max_steps") == 20);
   CHECK_THROWS_WITH(

@@ -1,5 +1,8 @@
 // Tokenizers, UTF-8 decoding, the train/validation split and the batch sampler.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <fstream>
 #include <set>
 #include <string>
@@ -10,9 +13,21 @@
 using namespace tfm;
 
 namespace {
+// Files to remove when the test binary exits.
+std::vector<std::string>& written() {
+  static struct Files {
+    std::vector<std::string> paths;
+    ~Files() {
+      for (const auto& p : paths) std::remove(p.c_str());
+    }
+  } files;
+  return files.paths;
+}
+
 std::string write_temp(const std::string& name, const std::string& bytes) {
-  const std::string path = "/tmp/tfm_test_data_" + name;
+  const std::string path = "/tmp/tfm_test_data_" + std::to_string(::getpid()) + "_" + name;
   std::ofstream(path, std::ios::binary) << bytes;
+  written().push_back(path);
   return path;
 }
 }  // namespace
