@@ -10,7 +10,7 @@ cd "$TFM_ROOT"
 
 tfm_install
 jobs="${TFM_TEST_JOBS:-$(nproc)}"
-export OMP_WAIT_POLICY=passive  # idle OpenMP threads must not spin while ctest runs tests side by side
+export OMP_WAIT_POLICY=passive  # ctest runs tests side by side: idle OpenMP threads must not spin
 
 release="$TFM_ROOT/build/test"
 rm -rf "$release"

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "tfm/gemm.h"
+#include "vecmath.h"
 
 #include <omp.h>
 
@@ -65,8 +66,9 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
         float mx = -INFINITY;
         for (int64_t j = 0; j < ni; ++j) mx = std::max(mx, row[j]);
         float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
         for (int64_t j = 0; j < ni; ++j) {
-          row[j] = std::exp(row[j] - mx);
+          row[j] = expf(row[j] - mx);
           sum += row[j];
         }
         const float inv = ni > 0 ? 1.0f / sum : 0.0f;

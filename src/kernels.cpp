@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "vecmath.h"
+
 namespace tfm::kernels {
 namespace {
 // Rows are split across OpenMP threads only when there is enough work to pay for it.
@@ -84,8 +86,9 @@ void softmax_forward(float* out, const float* inp, int64_t N, int64_t C) {
       continue;
     }
     float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
     for (int64_t c = 0; c < C; ++c) {
-      y[c] = std::exp(x[c] - mx);
+      y[c] = expf(x[c] - mx);
       sum += y[c];
     }
     const float inv = 1.0f / sum;
@@ -161,7 +164,8 @@ void cross_entropy_backward(float* dlogits, const float* logits, const float* ls
     const float* x = logits + i * V;
     float* dx = dlogits + i * V;
     const float l = lse[i];
-    for (int64_t v = 0; v < V; ++v) dx[v] += scale * std::exp(x[v] - l);
+#pragma omp simd
+    for (int64_t v = 0; v < V; ++v) dx[v] += scale * expf(x[v] - l);
     dx[targets[i]] -= scale;
   }
 }
@@ -169,7 +173,7 @@ void cross_entropy_backward(float* dlogits, const float* logits, const float* ls
 void gelu_forward(float* out, const float* inp, int64_t n) {
   constexpr float kInvSqrt2 = 0.70710678118654752f;
 #pragma omp parallel for simd if (n > kParallelWork)
-  for (int64_t i = 0; i < n; ++i) out[i] = 0.5f * inp[i] * (1.0f + std::erf(inp[i] * kInvSqrt2));
+  for (int64_t i = 0; i < n; ++i) out[i] = 0.5f * inp[i] * (1.0f + erff(inp[i] * kInvSqrt2));
 }
 
 void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n) {
@@ -178,8 +182,8 @@ void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n) 
 #pragma omp parallel for simd if (n > kParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
-    const float cdf = 0.5f * (1.0f + std::erf(x * kInvSqrt2));
-    const float pdf = kInvSqrt2Pi * std::exp(-0.5f * x * x);
+    const float cdf = 0.5f * (1.0f + erff(x * kInvSqrt2));
+    const float pdf = kInvSqrt2Pi * expf(-0.5f * x * x);
     dinp[i] += dout[i] * (cdf + x * pdf);
   }
 }

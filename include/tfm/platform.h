@@ -8,7 +8,8 @@ namespace tfm::platform {
 // re-executing the program once with, each only when unset:
 //  - OPENBLAS_CORETYPE=SkylakeX on AVX-512 CPUs: OpenBLAS 0.3.21 picks its Haswell kernels on AVX-512
 //    AMD CPUs, and its SkylakeX kernels are ~1.7x faster there;
-//  - OMP_WAIT_POLICY=passive: idle threads sleep rather than spin and steal the cores.
+//  - GOMP_SPINCOUNT=10000: idle OpenMP threads spin briefly, then sleep, rather than spinning long
+//    enough to steal the cores from anything else running (unless OMP_WAIT_POLICY is set).
 // TFM_NO_REEXEC=1 opts out. Returns when no re-exec happens.
 void select_blas_kernels(char** argv);
 
