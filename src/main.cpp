@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cli.h"
 #include "tfm/checkpoint.h"
 #include "tfm/config.h"
 #include "tfm/data.h"
@@ -25,7 +26,10 @@ namespace {
 
 using namespace tfm;
 
-constexpr int kExitOk = 0, kExitInternal = 1, kExitBadInput = 2, kExitDiverged = 3;
+using cli::kExitBadInput;
+using cli::kExitDiverged;
+using cli::kExitInternal;
+using cli::kExitOk;
 
 const char* kExamples = R"(
 Examples:
@@ -316,6 +320,9 @@ int main(int argc, char** argv) {
       "\nExamples:\n  tfm config --config configs/tiny.json --set model.d_model=64\n  tfm config --keys > "
       "keys.md\n");
 
+  std::vector<cli::Command> more = cli::add_bench_commands(app);
+  for (cli::Command& c : cli::add_insight_commands(app)) more.push_back(std::move(c));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -329,6 +336,8 @@ int main(int argc, char** argv) {
     if (samp->parsed()) return cmd_sample(run_dir, sample, which);
     if (info->parsed()) return cmd_info(config_file, sets, vocab_size, measure);
     if (cfg->parsed()) return cmd_config(config_file, sets, keys);
+    for (const cli::Command& c : more)
+      if (c.app->parsed()) return c.run();
   } catch (const ConfigError& e) {
     print_error(e.what());
     return kExitBadInput;
