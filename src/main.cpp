@@ -157,7 +157,7 @@ int cmd_sample(const std::string& dir, const SampleOptions& o, std::string which
 }
 
 int cmd_info(const std::string& file, const std::vector<std::string>& sets, int64_t vocab_override,
-             bool measure) {
+             bool measure, bool as_json) {
   const Config c = load_config(file, sets);
   int64_t V = vocab_override;
   std::string vocab_note;
@@ -179,6 +179,15 @@ int cmd_info(const std::string& file, const std::vector<std::string>& sets, int6
   const int64_t B = c.integer("train.batch_size"), T = c.integer("train.seq_len");
   const int64_t C = mc.d_model, F = mc.d_ff, H = mc.n_heads, L = mc.n_layers, Hkv = mc.n_kv_heads;
   const int64_t P = model.parameter_count();
+  if (as_json) {  // for scripts (scripts/bench.sh): the figures below, machine-readable
+    const FlopCount f = LanguageModel::flops_per_token(mc, T);
+    nlohmann::json j = {{"config", file}, {"vocab_size", V}, {"parameters", P},
+                        {"forward_flops_per_token", f.forward_per_token}, {"train_flops_per_token", f.train_per_token},
+                        {"batch_size", B}, {"seq_len", T}};
+    for (const auto& [name, n] : model.parameter_breakdown()) j["breakdown"][name] = n;
+    std::printf("%s\n", j.dump().c_str());
+    return kExitOk;
+  }
   std::printf("config %s (output.dir %s)\n", file.c_str(), c.string("output.dir").c_str());
   std::printf("vocabulary: %ld symbols, %s tokenizer, %s\n", static_cast<long>(V),
               c.string("data.tokenizer").c_str(), vocab_note.c_str());
@@ -256,7 +265,7 @@ int main(int argc, char** argv) {
   std::string config_file, resume_dir, out, run_dir, split = "val", which, prompt;
   std::vector<std::string> sets;
   int64_t stop_at = -1, batches = 0, vocab_size = 0;
-  bool keys = false, measure = false;
+  bool keys = false, measure = false, info_json = false;
   SampleOptions sample;
   sample.temperature = 0.8;
   sample.top_k = 0;
@@ -309,6 +318,7 @@ int main(int argc, char** argv) {
   info->add_option("--vocab-size", vocab_size, "Vocabulary size when the data file is not at hand");
   info->add_flag("--measure", measure,
                  "Also run one training step and report the measured peak tensor memory");
+  info->add_flag("--json", info_json, "Print parameters and FLOPs per token as one JSON object");
   info->footer("\nExample:\n  tfm info --config configs/shakespeare_char_large.json --measure\n");
 
   auto* cfg =
@@ -334,7 +344,7 @@ int main(int argc, char** argv) {
     if (train->parsed()) return cmd_train(config_file, resume_dir, sets, out, stop_at);
     if (eval->parsed()) return cmd_eval(run_dir, split, batches, which.empty() ? "last" : which);
     if (samp->parsed()) return cmd_sample(run_dir, sample, which);
-    if (info->parsed()) return cmd_info(config_file, sets, vocab_size, measure);
+    if (info->parsed()) return cmd_info(config_file, sets, vocab_size, measure, info_json);
     if (cfg->parsed()) return cmd_config(config_file, sets, keys);
     for (const cli::Command& c : more)
       if (c.app->parsed()) return c.run();
