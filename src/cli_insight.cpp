@@ -1,11 +1,200 @@
 // tfm attention | export | tokenizer: looking inside a run and moving its weights out (issue 7).
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
 #include "cli.h"
+#include "tfm/analysis.h"
+#include "tfm/bpe.h"
+#include "tfm/error.h"
+#include "tfm/file_io.h"
+#include "tfm/platform.h"
+#include "tfm/safetensors.h"
+#include "tfm/trainer.h"
 
 namespace tfm::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  AtomicFile f(path);
+  f.write(bytes.data(), bytes.size());
+  f.commit();
+}
+
+// A float32 C-order .npy file (format version 1.0): magic, version, header length, a Python dict
+// literal padded with spaces to a multiple of 64 bytes (newline last), then the raw values.
+void write_npy(const std::string& path, const Tensor& t) {
+  std::string shape;  // "(2, 3, 4)", but "(5,)" for rank 1
+  for (int64_t d : t.shape()) shape += (shape.empty() ? "(" : ", ") + std::to_string(d);
+  shape += t.shape().size() == 1 ? ",)" : ")";
+  std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
+  const size_t prefix = 10;  // magic (6) + version (2) + header length (2)
+  dict.append(63 - (prefix + dict.size()) % 64, ' ');
+  dict += '\n';
+  std::string out("\x93NUMPY\x01\x00", 8);
+  const auto n = static_cast<uint16_t>(dict.size());
+  out += static_cast<char>(n & 0xFF);
+  out += static_cast<char>(n >> 8);
+  out += dict;
+  const std::vector<float> v = t.to_vector();
+  out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+  write_bytes(path, out);
+}
+
+// scripts/NAME from the current directory (the repository root), else beside the binary's build
+// directory; "scripts/NAME" when neither exists.
+std::string find_script(const std::string& name) {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  std::vector<fs::path> candidates = {fs::path("scripts") / name};
+  if (!ec)
+    for (fs::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path())
+      candidates.push_back(dir / "scripts" / name);
+  for (const fs::path& p : candidates)
+    if (fs::exists(p, ec)) return p.string();
+  return "scripts/" + name;
+}
+
+// ---- tfm attention ----
+
+struct AttentionOptions {
+  std::string run, text, out, which = "last";
+  bool no_plot = false;
+};
+
+int run_attention(const AttentionOptions& o) {
+  LoadedRun run = load_run(o.run, o.which);
+  platform::configure_threads(static_cast<int>(run.config.integer("train.threads")));
+  const Tokenizer& tok = run.checkpoint.tokenizer;
+  const std::vector<int32_t> ids = tok.encode(o.text, "--text");
+  const int64_t max_len = run.model->config().max_seq_len;
+  if (ids.empty()) throw ConfigError("--text: empty");
+  if (static_cast<int64_t>(ids.size()) > max_len)
+    throw ConfigError("--text: " + std::to_string(ids.size()) + " tokens, the model's context (model.max_seq_len) is " +
+                      std::to_string(max_len));
+  std::vector<std::string> token_text;
+  for (int32_t id : ids) token_text.push_back(tok.decode(id));
+
+  const std::vector<LayerAttention> layers = analyze_attention(*run.model, ids);
+  const std::string out = o.out.empty() ? o.run + "/attention" : o.out;
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec || !fs::is_directory(out)) throw IoError(out + ": cannot create the output directory (--out)");
+  const std::string report = out + "/attention.json";
+  write_bytes(report, attention_report_json(layers, token_text).dump() + "\n");
+  for (size_t l = 0; l < layers.size(); ++l) {
+    write_npy(out + "/attention_layer" + std::to_string(l) + ".npy", layers[l].probabilities);
+    std::printf("layer %zu: mean head similarity rho = %.2f (output), %.2f (pattern)\n", l,
+                layers[l].mean_output_similarity, layers[l].mean_pattern_similarity);
+  }
+  std::printf("wrote %s and attention_layer{0..%zu}.npy (%zu tokens; probabilities (H, T, T) float32)\n",
+              report.c_str(), layers.size() - 1, ids.size());
+  const std::string script = find_script("plot_attention.py");
+  const std::string cmd = "/usr/bin/python3 '" + script + "' '" + report + "' --out '" + out + "'";
+  const bool can_plot = !o.no_plot && fs::exists(script) &&
+                        std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") == 0;
+  if (can_plot && std::system(cmd.c_str()) == 0) return kExitOk;
+  std::printf("to draw the heat maps (needs python3-matplotlib): %s\n", cmd.c_str());
+  return kExitOk;
+}
+
+// ---- tfm export ----
+
+struct ExportOptions {
+  std::string run, out, which = "last";
+};
+
+int run_export(const ExportOptions& o) {
+  const LoadedRun run = load_run(o.run, o.which);
+  NamedTensors tensors;
+  for (const NamedParameter& p : run.model->parameters()) tensors.emplace_back(p.name, p.value);
+  const Tokenizer& tok = run.checkpoint.tokenizer;
+  const std::map<std::string, std::string> metadata = {
+      {"format", "tfm"},
+      {"config", run.config.tree.dump()},
+      {"tokenizer", nlohmann::json{{"kind", tok.kind_name()}, {"symbols", tok.symbols()}}.dump()},
+      {"step", std::to_string(run.checkpoint.state.value("step", int64_t{0}))}};
+  save_safetensors(o.out, tensors, metadata);
+  std::printf("wrote %s: %zu float32 tensors, %ld parameters (%s/%s.ckpt)\n", o.out.c_str(), tensors.size(),
+              static_cast<long>(run.model->parameter_count()), o.run.c_str(), o.which.c_str());
+  return kExitOk;
+}
+
+// ---- tfm tokenizer train ----
+
+struct TokenizerTrainOptions {
+  std::string data, out;
+  int vocab_size = 512;
+};
+
+int run_tokenizer_train(const TokenizerTrainOptions& o) {
+  if (o.vocab_size < 256 || o.vocab_size > kBpeMaxVocab)
+    throw ConfigError("--vocab-size: expected 256 to " + std::to_string(kBpeMaxVocab) + ", got " +
+                      std::to_string(o.vocab_size));
+  const std::string text = read_file(o.data, uint64_t{1} << 31);
+  const auto t0 = std::chrono::steady_clock::now();
+  const BpeTokenizer bpe = BpeTokenizer::train(text, o.vocab_size);
+  const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto t1 = std::chrono::steady_clock::now();
+  const size_t n_tokens = bpe.encode(text).size();
+  const double encode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  bpe.save(o.out);
+  std::printf("wrote %s: vocabulary %d (asked %d), %zu bytes -> %zu tokens (%.2f bytes/token); "
+              "training %.2f s, encoding %.2f s\n",
+              o.out.c_str(), bpe.vocab_size(), o.vocab_size, text.size(), n_tokens,
+              n_tokens ? static_cast<double>(text.size()) / static_cast<double>(n_tokens) : 0.0, train_s, encode_s);
+  return kExitOk;
+}
+
+}  // namespace
 
 std::vector<Command> add_insight_commands(CLI::App& app) {
-  (void)app;
-  return {};
+  std::vector<Command> commands;
+
+  auto a = std::make_shared<AttentionOptions>();
+  auto* att = app.add_subcommand("attention", "Per-head attention maps and head similarity of a run on a text");
+  att->add_option("--run", a->run, "Run directory")->type_name("DIR")->required();
+  att->add_option("--text", a->text, "Text to analyse (at most model.max_seq_len tokens)")->required();
+  att->add_option("--out", a->out, "Output directory (default: DIR/attention)")->type_name("DIR");
+  att->add_option("--checkpoint", a->which, "last or best")->capture_default_str();
+  att->add_flag("--no-plot", a->no_plot, "Do not run scripts/plot_attention.py");
+  att->footer(
+      "\nWrites OUT/attention.json, OUT/attention_layerL.npy ((H, T, T) float32) and, with\n"
+      "python3-matplotlib, OUT/attention_layerL.png.\nExample:\n"
+      "  tfm attention --run runs/shakespeare_char --text \"ROMEO:\\nWhat light through yonder window breaks?\"\n");
+  commands.push_back({att, [a] { return run_attention(*a); }});
+
+  auto e = std::make_shared<ExportOptions>();
+  auto* exp = app.add_subcommand("export", "Write a run's weights as safetensors (float32, reference names)");
+  exp->add_option("--run", e->run, "Run directory")->type_name("DIR")->required();
+  exp->add_option("--out", e->out, "Output file")->type_name("FILE")->required();
+  exp->add_option("--checkpoint", e->which, "last or best")->capture_default_str();
+  exp->footer(
+      "\nNames and shapes as ../shared/ARCHITECTURE.md (weights (out, in) as PyTorch); metadata: config,\n"
+      "tokenizer. Load with `tfm train --init-from FILE` or `tfm sample --init-from FILE`.\nExample:\n"
+      "  tfm export --run runs/shakespeare_char --out model.safetensors\n");
+  commands.push_back({exp, [e] { return run_export(*e); }});
+
+  auto t = std::make_shared<TokenizerTrainOptions>();
+  auto* tok = app.add_subcommand("tokenizer", "Byte-level BPE tokenizers");
+  tok->require_subcommand(1);
+  auto* tok_train = tok->add_subcommand("train", "Learn a byte-level BPE vocabulary from a text file");
+  tok_train->add_option("--data", t->data, "Text file")->type_name("FILE")->required();
+  tok_train->add_option("--vocab-size", t->vocab_size, "Vocabulary size (256 bytes + merges)")
+      ->capture_default_str();
+  tok_train->add_option("--out", t->out, "Tokenizer file (JSON)")->type_name("FILE")->required();
+  tok_train->footer("\nExample:\n  tfm tokenizer train --data data/tinyshakespeare.txt --vocab-size 1024 --out tok.json\n");
+  commands.push_back({tok_train, [t] { return run_tokenizer_train(*t); }});
+  return commands;
 }
 
 }  // namespace tfm::cli

@@ -15,7 +15,9 @@
 #include "tfm/checkpoint.h"
 #include "tfm/config.h"
 #include "tfm/data.h"
+#include "tfm/distributed.h"
 #include "tfm/error.h"
+#include "tfm/file_io.h"
 #include "tfm/memory.h"
 #include "tfm/model.h"
 #include "tfm/ops.h"
@@ -85,13 +87,15 @@ std::string mib(double bytes) {
 // ---- commands ----
 
 int cmd_train(const std::string& config_file, const std::string& resume_dir,
-              const std::vector<std::string>& sets, const std::string& out, int64_t stop_at) {
+              const std::vector<std::string>& sets, const std::string& out, int64_t stop_at,
+              const std::string& init_from) {
   if (config_file.empty() == resume_dir.empty())
     throw ConfigError("train: give either --config FILE (a new run) or --resume DIR (continue a run)");
   Config config;
   TrainOptions options;
   options.stop = &g_stop;
   options.stop_at_step = stop_at;
+  options.init_from = init_from;
   if (!resume_dir.empty()) {
     if (!out.empty()) throw ConfigError("--out: a resumed run stays in its directory " + resume_dir);
     const Checkpoint ckpt = load_checkpoint(resume_dir + "/last.ckpt");
@@ -104,6 +108,7 @@ int cmd_train(const std::string& config_file, const std::string& resume_dir,
     trained.tree["output"]["dir"] = resume_dir;  // the directory may have moved since
     config = resume_config(trained, sets);
     options.resume = true;
+    if (!init_from.empty()) throw ConfigError("--init-from: only for a new run (--config), not with --resume");
   } else {
     std::vector<std::string> all = sets;
     if (!out.empty()) all.push_back("output.dir=" + nlohmann::json(out).dump());
@@ -115,7 +120,38 @@ int cmd_train(const std::string& config_file, const std::string& resume_dir,
   return r.status == TrainResult::Status::NonFinite ? kExitDiverged : kExitOk;
 }
 
-int cmd_eval(const std::string& dir, const std::string& split, int64_t batches, const std::string& which) {
+// One batch of `rows` validation windows (the first evaluation batch) and the model's logits for them:
+// {"tokens": (B, T) ids, "logits": (B, T, V)}, for torch_lm.py --check-logits.
+void dump_logits(LanguageModel& model, const Config& c, const std::vector<int32_t>& tokens, int64_t rows,
+                 const std::string& path) {
+  const int64_t T = c.integer("train.seq_len");
+  BatchSampler sampler(eval_seed(c));
+  std::vector<int32_t> x, y;
+  sampler.sample(tokens, rows, T, x, y);
+  model.set_training(false);
+  NoGradGuard no_grad;
+  const std::vector<float> logits = model.forward(x, rows, T).to_vector();
+  const int64_t V = model.config().vocab_size;
+  nlohmann::json j = {{"tokens", nlohmann::json::array()}, {"logits", nlohmann::json::array()}};
+  for (int64_t b = 0; b < rows; ++b) {
+    j["tokens"].push_back(std::vector<int32_t>(x.begin() + b * T, x.begin() + (b + 1) * T));
+    nlohmann::json seq = nlohmann::json::array();
+    for (int64_t t = 0; t < T; ++t) {
+      const float* row = logits.data() + (b * T + t) * V;
+      seq.push_back(std::vector<float>(row, row + V));
+    }
+    j["logits"].push_back(std::move(seq));
+  }
+  const std::string text = j.dump() + "\n";
+  AtomicFile f(path);
+  f.write(text.data(), text.size());
+  f.commit();
+  std::printf("wrote %s: logits of %ld x %ld validation tokens, vocabulary %ld\n", path.c_str(),
+              static_cast<long>(rows), static_cast<long>(T), static_cast<long>(V));
+}
+
+int cmd_eval(const std::string& dir, const std::string& split, int64_t batches, const std::string& which,
+             const std::string& dump_path) {
   if (split != "val" && split != "train")
     throw ConfigError("--split: expected \"val\" or \"train\", got \"" + split + "\"");
   LoadedRun run = load_run(dir, which);
@@ -124,9 +160,13 @@ int cmd_eval(const std::string& dir, const std::string& split, int64_t batches, 
   const int64_t B = c.integer("train.batch_size"), T = c.integer("train.seq_len");
   if (batches < 0)
     throw ConfigError("--batches: expected a positive integer, got " + std::to_string(batches));
-  if (batches == 0) batches = c.integer("train.eval_steps");
   const Dataset data =
       load_dataset(c.string("data.path"), run.checkpoint.tokenizer, c.number("data.val_fraction"), T);
+  if (!dump_path.empty()) {
+    dump_logits(*run.model, c, split == "val" ? data.val : data.train, batches == 0 ? 2 : batches, dump_path);
+    return kExitOk;
+  }
+  if (batches == 0) batches = c.integer("train.eval_steps");
   const double loss =
       evaluate(*run.model, split == "val" ? data.val : data.train, B, T, batches, eval_seed(c));
   const int64_t step = run.checkpoint.state.value("step", int64_t{0});
@@ -136,7 +176,7 @@ int cmd_eval(const std::string& dir, const std::string& split, int64_t batches, 
   return kExitOk;
 }
 
-int cmd_sample(const std::string& dir, const SampleOptions& o, std::string which) {
+int cmd_sample(const std::string& dir, const SampleOptions& o, std::string which, const std::string& init_from) {
   if (o.max_new_tokens < 0)
     throw ConfigError("--max-new-tokens: expected >= 0, got " + std::to_string(o.max_new_tokens));
   if (!(o.temperature >= 0) || !std::isfinite(o.temperature))
@@ -146,6 +186,7 @@ int cmd_sample(const std::string& dir, const SampleOptions& o, std::string which
     throw ConfigError("--top-k: expected >= 0 (0 = all tokens), got " + std::to_string(o.top_k));
   if (which.empty()) which = std::filesystem::exists(dir + "/best.ckpt") ? "best" : "last";
   LoadedRun run = load_run(dir, which);
+  if (!init_from.empty()) load_safetensors_into(*run.model, init_from);
   platform::configure_threads(static_cast<int>(run.config.integer("train.threads")));
   std::fputs(o.prompt.c_str(), stdout);
   generate(*run.model, run.checkpoint.tokenizer, o, [](const std::string& piece) {
@@ -255,14 +296,13 @@ void print_error(const std::string& what) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  tfm::platform::select_blas_kernels(argv);
+static int run_cli(int argc, char** argv) {
   CLI::App app{"tfm: train a small Transformer language model on text, evaluate it and sample from it."};
   app.footer(kExamples);
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Help for every command");
 
-  std::string config_file, resume_dir, out, run_dir, split = "val", which, prompt;
+  std::string config_file, resume_dir, out, run_dir, split = "val", which, prompt, init_from, dump_path;
   std::vector<std::string> sets;
   int64_t stop_at = -1, batches = 0, vocab_size = 0;
   bool keys = false, measure = false, info_json = false;
@@ -283,6 +323,8 @@ int main(int argc, char** argv) {
       ->type_name("KEY=VALUE");
   train->add_option("--out", out, "Run directory (default: output.dir, i.e. runs/<config name>)")
       ->type_name("DIR");
+  train->add_option("--init-from", init_from, "Initial weights from a safetensors file (tfm export)")
+      ->type_name("FILE");
   train->add_option("--stop-at", stop_at, "Stop as if interrupted after this step (for testing resume)")
       ->group("");
   train->footer(
@@ -296,6 +338,10 @@ int main(int argc, char** argv) {
   eval->add_option("--split", split, "val or train")->capture_default_str();
   eval->add_option("--batches", batches, "Number of batches (default: the run's train.eval_steps)");
   eval->add_option("--checkpoint", which, "last or best")->default_str("last");
+  eval->add_option("--dump-logits", dump_path,
+                   "Write one batch of --batches (default 2) sequences and their logits as JSON "
+                   "(for torch_lm.py --check-logits)")
+      ->type_name("FILE");
   eval->footer("\nExample:\n  tfm eval --run runs/shakespeare_char --batches 200\n");
 
   auto* samp = app.add_subcommand("sample", "Generate text from a trained run (streams as it goes)");
@@ -308,6 +354,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   samp->add_option("--seed", sample.seed, "Sampling seed (same seed, same text)")->capture_default_str();
   samp->add_option("--checkpoint", which, "last or best (default: best when it exists)");
+  samp->add_option("--init-from", init_from, "Weights from a safetensors file instead of the run's")
+      ->type_name("FILE");
   samp->footer(
       "\nExample:\n  tfm sample --run runs/shakespeare_char --prompt \"ROMEO:\" --temperature 0.8 --top-k "
       "40\n");
@@ -341,9 +389,9 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (train->parsed()) return cmd_train(config_file, resume_dir, sets, out, stop_at);
-    if (eval->parsed()) return cmd_eval(run_dir, split, batches, which.empty() ? "last" : which);
-    if (samp->parsed()) return cmd_sample(run_dir, sample, which);
+    if (train->parsed()) return cmd_train(config_file, resume_dir, sets, out, stop_at, init_from);
+    if (eval->parsed()) return cmd_eval(run_dir, split, batches, which.empty() ? "last" : which, dump_path);
+    if (samp->parsed()) return cmd_sample(run_dir, sample, which, init_from);
     if (info->parsed()) return cmd_info(config_file, sets, vocab_size, measure, info_json);
     if (cfg->parsed()) return cmd_config(config_file, sets, keys);
     for (const cli::Command& c : more)
@@ -362,4 +410,17 @@ int main(int argc, char** argv) {
     return kExitInternal;
   }
   return kExitInternal;
+}
+
+int main(int argc, char** argv) {
+  tfm::platform::select_blas_kernels(argv);
+  // MPI starts after the possible re-exec above, in the process image that runs (under mpirun too:
+  // the launcher's environment survives the exec). Without mpirun this does nothing.
+  tfm::dist::init(&argc, &argv);
+  const int status = run_cli(argc, argv);
+  // An error on one rank (the others may wait in a collective) ends the whole job. A NaN stop is
+  // seen by every rank at the same step (the loss and gradients are global), so it finalizes.
+  if (status != kExitOk && status != kExitDiverged && tfm::dist::active()) tfm::dist::abort(status);
+  tfm::dist::finalize();
+  return status;
 }

@@ -19,6 +19,7 @@
 #include "tfm/ops.h"
 #include "tfm/optim.h"
 #include "tfm/platform.h"
+#include "tfm/safetensors.h"
 
 namespace tfm {
 namespace fs = std::filesystem;
@@ -161,6 +162,21 @@ void restore_model(LanguageModel& model, const Checkpoint& ckpt, const std::stri
   std::copy(ckpt.model.begin(), ckpt.model.end(), model.flat_values().data());
 }
 
+void load_safetensors_into(LanguageModel& model, const std::string& path) {
+  const SafetensorsFile f = load_safetensors(path);
+  for (const auto& [name, t] : f.tensors)
+    if (!model.find_parameter(name)) throw IoError(path + ": tensor " + name + " is not a parameter of the model");
+  for (const auto& p : model.parameters()) {
+    if (!f.contains(p.name)) throw IoError(path + ": no tensor " + p.name + " (the model needs it)");
+    const Tensor& t = f.at(p.name);
+    if (t.shape() != p.value.shape())
+      throw IoError(path + ": tensor " + p.name + " has shape " + shape_str(t.shape()) + ", the model needs " +
+                    shape_str(p.value.shape()));
+    const std::vector<float> v = t.to_vector();
+    std::copy(v.begin(), v.end(), model.flat_values().data() + p.offset);
+  }
+}
+
 uint64_t eval_seed(const Config& config) {
   return static_cast<uint64_t>(config.integer("seed")) ^ kEvalSalt;
 }
@@ -236,6 +252,7 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
   int64_t step = 0;
   double best_val = std::numeric_limits<double>::infinity();
   double elapsed_before = 0.0;
+  if (!opt.resume && !opt.init_from.empty()) load_safetensors_into(model, opt.init_from);
   if (opt.resume) {
     restore_model(model, resumed, last_path);
     try {

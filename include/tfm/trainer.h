@@ -29,6 +29,7 @@ struct TrainOptions {
   int64_t stop_at_step = -1;                // stop as if interrupted once this step is done (tests)
   const std::atomic<bool>* stop = nullptr;  // set by SIGINT/SIGTERM: finish the step, checkpoint, return
   bool console = true;                      // log to stdout as well as train.log
+  std::string init_from;                    // safetensors file: initial weights of a fresh run (not on resume)
 };
 
 struct TrainResult {
@@ -56,6 +57,10 @@ LoadedRun load_run(const std::string& dir, const std::string& which = "last");
 
 // Copies checkpoint values into a model built from the same config; IoError naming what differs.
 void restore_model(LanguageModel& model, const Checkpoint& ckpt, const std::string& source);
+
+// Copies the tensors of a safetensors file (tfm export) into the model's parameters. Names and shapes
+// must match model.parameters() exactly; IoError("<path>: ...") naming the tensor otherwise.
+void load_safetensors_into(LanguageModel& model, const std::string& path);
 
 // The seed of the evaluation batches of a run (the same batches at every evaluation).
 uint64_t eval_seed(const Config& config);
