@@ -1,10 +1,7 @@
 #include "tfm/checkpoint.h"
 
 #include <array>
-#include <cerrno>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 
 #include "tfm/error.h"
 #include "tfm/file_io.h"
@@ -131,24 +128,23 @@ void save_checkpoint(const std::string& path, const Checkpoint& ckpt) {
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(path + ": cannot read the checkpoint: " + std::strerror(errno));
-  std::error_code ec;
-  const uintmax_t file_size = std::filesystem::file_size(path, ec);
-  if (ec) throw IoError(path + ": cannot read the checkpoint: " + ec.message());
-  if (file_size < kHeaderBytes)
-    throw IoError(path + ": not a tfm checkpoint (" + std::to_string(file_size) +
-                  " bytes, shorter than the " + std::to_string(kHeaderBytes) + "-byte header)");
-  std::string header(kHeaderBytes, '\0');
-  in.read(header.data(), kHeaderBytes);
-  if (std::memcmp(header.data(), kMagic, sizeof kMagic) != 0)
+  const std::string bytes = read_file(path, kMaxCheckpointBytes);  // bounded before allocating
+  return parse_checkpoint(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), path);
+}
+
+Checkpoint parse_checkpoint(const uint8_t* data, size_t size, const std::string& path) {
+  if (size < kHeaderBytes)
+    throw IoError(path + ": not a tfm checkpoint (" + std::to_string(size) + " bytes, shorter than the " +
+                  std::to_string(kHeaderBytes) + "-byte header)");
+  const char* header = reinterpret_cast<const char*>(data);
+  if (std::memcmp(header, kMagic, sizeof kMagic) != 0)
     throw IoError(path + ": not a tfm checkpoint (wrong magic number)");
   uint32_t version, sections, crc;
   uint64_t payload_size;
-  std::memcpy(&version, header.data() + 8, 4);
-  std::memcpy(&sections, header.data() + 12, 4);
-  std::memcpy(&payload_size, header.data() + 16, 8);
-  std::memcpy(&crc, header.data() + 24, 4);
+  std::memcpy(&version, header + 8, 4);
+  std::memcpy(&sections, header + 12, 4);
+  std::memcpy(&payload_size, header + 16, 8);
+  std::memcpy(&crc, header + 24, 4);
   if (version != kCheckpointVersion)
     throw IoError(path + ": checkpoint format version " + std::to_string(version) +
                   ", this tfm reads version " + std::to_string(kCheckpointVersion) +
@@ -156,20 +152,17 @@ Checkpoint load_checkpoint(const std::string& path) {
   if (sections < 4 || sections > kMaxSections)
     throw IoError(path + ": corrupt checkpoint: " + std::to_string(sections) + " sections, expected 4 to " +
                   std::to_string(kMaxSections));
-  if (payload_size != file_size - kHeaderBytes)
+  if (payload_size != size - kHeaderBytes)
     throw IoError(path + ": truncated or corrupt checkpoint: the header promises " +
                   std::to_string(payload_size) + " payload bytes, the file has " +
-                  std::to_string(file_size - kHeaderBytes));
-  std::string payload(payload_size, '\0');  // bounded by the file's real size
-  in.read(payload.data(), static_cast<std::streamsize>(payload_size));
-  if (static_cast<uint64_t>(in.gcount()) != payload_size)
-    throw IoError(path + ": read error in the checkpoint");
-  if (crc32(payload.data(), payload.size()) != crc)
+                  std::to_string(size - kHeaderBytes));
+  const char* payload = header + kHeaderBytes;
+  if (crc32(payload, payload_size) != crc)
     throw IoError(path +
                   ": corrupt checkpoint: checksum mismatch (the file was damaged after it was written)");
 
   Checkpoint ckpt;
-  Reader r(path, payload.data(), payload.size());
+  Reader r(path, payload, payload_size);
   bool has_config = false, has_vocab = false, has_state = false, has_model = false;
   for (uint32_t s = 0; s < sections; ++s) {
     const uint32_t name_len = r.get<uint32_t>("a section name length");

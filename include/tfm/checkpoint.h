@@ -17,6 +17,7 @@
 // Writes go to PATH.tmp, are fsync'd and renamed over PATH, so a crash never leaves a half-written
 // checkpoint where a good one was.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -28,6 +29,8 @@ namespace tfm {
 
 constexpr uint32_t kCheckpointVersion = 1;
 constexpr uint32_t kMaxSections = 64;
+// Largest checkpoint file load_checkpoint reads (64 GiB): a bound checked before allocating.
+constexpr uint64_t kMaxCheckpointBytes = uint64_t{1} << 36;
 
 struct Checkpoint {
   nlohmann::json config;  // the resolved config the run was trained with
@@ -40,6 +43,9 @@ struct Checkpoint {
 void save_checkpoint(const std::string& path, const Checkpoint& ckpt);
 // Throws IoError "PATH: ..." for a missing, truncated, corrupt or foreign file.
 Checkpoint load_checkpoint(const std::string& path);
+// The same reader over bytes in memory (load_checkpoint reads the file and calls it; fuzzers and
+// tests call it directly); errors are IoError("<what>: ...").
+Checkpoint parse_checkpoint(const uint8_t* data, size_t size, const std::string& what);
 
 // IEEE CRC-32 (the zlib / PNG polynomial), continuing from `crc`.
 uint32_t crc32(const void* data, size_t n, uint32_t crc = 0);
