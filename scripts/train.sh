@@ -13,11 +13,21 @@ config="${1:-configs/shakespeare_char.json}"
 tfm_install
 tfm_build "$TFM_ROOT/build/release" -DCMAKE_BUILD_TYPE=Release -DTFM_BUILD_TESTS=OFF
 scripts/get_data.sh
-# Runs go to runs/<config name> unless --out is given.
-out_args=()
-[[ " $* " == *" --out "* ]] || out_args=(--out "runs/$(basename "$config" .json)")
-"$TFM_ROOT/build/release/tfm" train --config "$config" "${out_args[@]}" "$@"
+# Runs go to runs/<config name> unless --out is given. A run that already has a checkpoint is
+# continued (tfm never overwrites a run); delete its directory to start over.
 run_dir="runs/$(basename "$config" .json)"
-if [ -f scripts/plot.py ] && [ -d "$run_dir" ] && /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+args=()  # the extra arguments without --out DIR
+while [ $# -gt 0 ]; do
+  if [ "$1" = "--out" ] && [ $# -ge 2 ]; then run_dir="$2"; shift 2; else args+=("$1"); shift; fi
+done
+if [ -f "$run_dir/last.ckpt" ]; then
+  echo "tfm: $run_dir already holds a run: continuing it (rm -r $run_dir to start over)"
+  "$TFM_ROOT/build/release/tfm" train --resume "$run_dir" "${args[@]}"
+else
+  "$TFM_ROOT/build/release/tfm" train --config "$config" --out "$run_dir" "${args[@]}"
+fi
+if [ -f scripts/plot.py ] && /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
   /usr/bin/python3 scripts/plot.py "$run_dir" && echo "tfm: loss curve in $run_dir/loss.png"
+else
+  echo "tfm: for a loss plot: apt-get install python3-matplotlib && /usr/bin/python3 scripts/plot.py $run_dir"
 fi
