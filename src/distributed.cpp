@@ -1,5 +1,6 @@
 #include "tfm/distributed.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 
@@ -13,6 +14,7 @@ namespace tfm::dist {
 namespace {
 int g_rank = 0;
 int g_size = 1;
+int g_local_size = 1;
 bool g_mpi = false;
 double g_allreduce_seconds = 0.0;
 
@@ -36,6 +38,11 @@ void init(int* argc, char*** argv) {
   check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+  MPI_Comm node;
+  check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &node),
+        "MPI_Comm_split_type");
+  MPI_Comm_size(node, &g_local_size);
+  MPI_Comm_free(&node);
   g_mpi = true;
 #else
   (void)argc;
@@ -50,12 +57,14 @@ void finalize() {
   g_mpi = false;
   g_rank = 0;
   g_size = 1;
+  g_local_size = 1;
 }
 
 bool active() { return g_size > 1; }
 int rank() { return g_rank; }
 int size() { return g_size; }
 bool is_root() { return g_rank == 0; }
+int local_size() { return g_local_size; }
 std::string describe() {
   if (!g_mpi) return "single process";
   return "rank " + std::to_string(g_rank) + " of " + std::to_string(g_size) + " (MPI)";
@@ -120,6 +129,25 @@ std::vector<uint64_t> allgather(const std::vector<uint64_t>& local) {
 void barrier() {
 #ifdef TFM_HAVE_MPI
   if (active()) MPI_Barrier(MPI_COMM_WORLD);
+#endif
+}
+
+bool any(bool flag) {
+  if (!active()) return flag;
+#ifdef TFM_HAVE_MPI
+  int local = flag ? 1 : 0, global = 0;
+  check(MPI_Allreduce(&local, &global, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD), "MPI_Allreduce");
+  return global != 0;
+#else
+  return flag;
+#endif
+}
+
+void abort(int code) {
+#ifdef TFM_HAVE_MPI
+  if (g_mpi) MPI_Abort(MPI_COMM_WORLD, code);
+#else
+  (void)code;
 #endif
 }
 

@@ -12,8 +12,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "tfm/bench.h"
+#include "tfm/distributed.h"
 #include "tfm/error.h"
 #include "tfm/file_io.h"
 #include "tfm/ops.h"
@@ -30,6 +32,13 @@ namespace {
 // Distinct streams from one seed (the model's dropout Rng uses seed + 1 itself).
 constexpr uint64_t kSamplerSalt = 0x53414D504C455231ULL;  // "SAMPLER1"
 constexpr uint64_t kEvalSalt = 0x4556414C42415443ULL;     // "EVALBATC"
+
+// Rank r's batch stream and dropout stream (data parallel): rank 0 draws exactly what a single
+// process draws, so `mpirun -np 1` equals a plain run; the others are offset by a golden-ratio step.
+constexpr uint64_t kRankStride = 0x9E3779B97F4A7C15ULL;
+uint64_t sampler_seed(uint64_t seed, int rank) {
+  return (seed ^ kSamplerSalt) + static_cast<uint64_t>(rank) * kRankStride;
+}
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
@@ -222,6 +231,14 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
       throw IoError(last_path + ": the checkpoint's config is invalid: " + e.what());
     }
     check_resumable(trained, config, last_path);
+    const json& rs = resumed.state;
+    const int64_t trained_ranks = rs.is_object() && rs.contains("ranks") && rs.at("ranks").is_number_integer()
+                                      ? rs.at("ranks").get<int64_t>()
+                                      : 1;
+    if (trained_ranks != dist::size())
+      throw ConfigError(last_path + ": the run was trained with " + std::to_string(trained_ranks) +
+                        " rank(s), this run has " + std::to_string(dist::size()) +
+                        " (resume with the same count: mpirun -np " + std::to_string(trained_ranks) + ")");
   } else if (fs::exists(last_path)) {
     throw ConfigError("output.dir: " + dir +
                       " already holds a run (last.ckpt); continue it with `tfm train --resume " + dir +
@@ -231,28 +248,41 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
   const double val_fraction = config.number("data.val_fraction");
   Dataset data = opt.resume ? load_dataset(data_path, resumed.tokenizer, val_fraction, T)
                             : load_dataset(data_path, config.string("data.tokenizer"), val_fraction, T);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir))
-    throw IoError(
-        dir + ": cannot create the run directory (output.dir): " + (ec ? ec.message() : "not a directory"));
-  if (::access(dir.c_str(), W_OK) != 0)
-    throw IoError(dir + ": the run directory (output.dir) is not writable");
-  write_text_file(dir + "/config.json", config.tree.dump(2) + "\n");
+  // Data parallel: only rank 0 writes (the run directory lives on its machine).
+  const int rank = dist::rank(), nranks = dist::size();
+  const bool root = dist::is_root();
+  if (root) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec || !fs::is_directory(dir))
+      throw IoError(
+          dir + ": cannot create the run directory (output.dir): " + (ec ? ec.message() : "not a directory"));
+    if (::access(dir.c_str(), W_OK) != 0)
+      throw IoError(dir + ": the run directory (output.dir) is not writable");
+    write_text_file(dir + "/config.json", config.tree.dump(2) + "\n");
+  }
 
   // ---- the run ----
-  const int threads = platform::configure_threads(static_cast<int>(config.integer("train.threads")));
+  // train.threads = 0: all cores, shared among the ranks on this machine (at least 1 each).
+  const int64_t threads_key = config.integer("train.threads");
+  const int threads = platform::configure_threads(
+      threads_key > 0 || !dist::active()
+          ? static_cast<int>(threads_key)
+          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / dist::local_size()));
   const ModelConfig mc = config.model(data.tokenizer.size());
   LanguageModel model(mc, seed);
   model.set_training(true);
   const int64_t P = model.parameter_count();
   Optimizer optim(optimizer_config(config), segments_of(model), P);
   const LrSchedule schedule = schedule_of(config);
-  BatchSampler sampler(seed ^ kSamplerSalt);
+  BatchSampler sampler(sampler_seed(seed, rank));
+  if (rank > 0) model.dropout_rng().seed_with(sampler_seed(seed + 1, rank));
   int64_t step = 0;
   double best_val = std::numeric_limits<double>::infinity();
   double elapsed_before = 0.0;
   if (!opt.resume && !opt.init_from.empty()) load_safetensors_into(model, opt.init_from);
+  // Every rank starts from rank 0's weights (the same seed gives the same init; this makes it certain).
+  if (!opt.resume) dist::broadcast(model.flat_values().data(), P, 0);
   if (opt.resume) {
     restore_model(model, resumed, last_path);
     try {
@@ -260,8 +290,10 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
       step = s.at("step").get<int64_t>();
       best_val = json_loss(s.at("best_val_loss"));
       elapsed_before = s.at("elapsed_s").get<double>();
-      sampler.rng().set_state(rng_state(s.at("rng").at("sampler")));
-      model.dropout_rng().set_state(rng_state(s.at("rng").at("dropout")));
+      // A multi-rank checkpoint holds every rank's streams under rng.ranks (rank 0's also at the top).
+      const json& r = nranks > 1 ? s.at("rng").at("ranks").at(static_cast<size_t>(rank)) : s.at("rng");
+      sampler.rng().set_state(rng_state(r.at("sampler")));
+      model.dropout_rng().set_state(rng_state(r.at("dropout")));
       if (s.at("optimizer").at("name").get<std::string>() != optim.config().name ||
           resumed.optimizer.size() != optim.state().size())
         throw IoError(last_path + ": the checkpoint's optimizer state is for \"" +
@@ -283,29 +315,54 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
 
   // Logging: console (unless quiet) and DIR/train.log, appended to on resume.
   std::vector<spdlog::sink_ptr> sinks;
-  if (opt.console) {
+  if (opt.console && root) {
     auto console = std::make_shared<spdlog::sinks::stdout_color_sink_mt>();
     console->set_pattern("%^%v%$");
     sinks.push_back(console);
   }
-  auto file_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(dir + "/train.log", !opt.resume);
-  file_sink->set_pattern("[%Y-%m-%d %H:%M:%S] [%l] %v");
-  sinks.push_back(file_sink);
+  if (root) {
+    auto file_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(dir + "/train.log", !opt.resume);
+    file_sink->set_pattern("[%Y-%m-%d %H:%M:%S] [%l] %v");
+    sinks.push_back(file_sink);
+  }
   spdlog::logger log("tfm", sinks.begin(), sinks.end());
   log.flush_on(spdlog::level::info);
-  const bool tty = opt.console && ::isatty(STDOUT_FILENO);
+  const bool tty = opt.console && root && ::isatty(STDOUT_FILENO);
   bool progress_shown = false;
   auto clear_progress = [&] {
     if (progress_shown) std::fputs("\r\033[K", stdout), std::fflush(stdout), progress_shown = false;
   };
   auto info = [&](const std::string& s) { clear_progress(), log.info(s); };
 
-  if (opt.resume) drop_metrics_after(dir + "/metrics.jsonl", step);
-  std::ofstream metrics(dir + "/metrics.jsonl", opt.resume ? std::ios::app : std::ios::trunc);
-  if (!metrics) throw IoError(dir + "/metrics.jsonl: cannot open for writing");
+  std::ofstream metrics;
+  if (root) {
+    if (opt.resume) drop_metrics_after(dir + "/metrics.jsonl", step);
+    metrics.open(dir + "/metrics.jsonl", opt.resume ? std::ios::app : std::ios::trunc);
+    if (!metrics) throw IoError(dir + "/metrics.jsonl: cannot open for writing");
+  }
 
   const auto run_start = Clock::now();
   auto elapsed = [&] { return elapsed_before + seconds_since(run_start); };
+  // Every rank's sampler and dropout states (10 words per rank), gathered on all ranks before any
+  // step that may write a checkpoint (the gather is collective; only rank 0 writes).
+  std::vector<uint64_t> rank_rngs;
+  auto gather_rngs = [&] {
+    std::vector<uint64_t> mine;
+    for (const Rng::State& s : {sampler.rng().state(), model.dropout_rng().state()})
+      mine.insert(mine.end(), s.begin(), s.end());
+    rank_rngs = dist::allgather(mine);
+  };
+  auto rng_json_all = [&] {
+    json rng = {{"sampler", rng_json(sampler.rng().state())}, {"dropout", rng_json(model.dropout_rng().state())}};
+    if (nranks == 1) return rng;
+    json ranks = json::array();
+    for (int r = 0; r < nranks; ++r) {
+      const auto w = rank_rngs.begin() + 10 * r;
+      ranks.push_back({{"sampler", std::vector<uint64_t>(w, w + 5)}, {"dropout", std::vector<uint64_t>(w + 5, w + 10)}});
+    }
+    rng["ranks"] = std::move(ranks);
+    return rng;
+  };
   auto make_checkpoint = [&] {
     Checkpoint c;
     c.config = config.tree;
@@ -314,9 +371,9 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
         {"step", step},
         {"best_val_loss", std::isfinite(best_val) ? json(best_val) : json(nullptr)},
         {"elapsed_s", elapsed()},
-        {"rng",
-         {{"sampler", rng_json(sampler.rng().state())}, {"dropout", rng_json(model.dropout_rng().state())}}},
+        {"rng", rng_json_all()},
         {"optimizer", {{"name", optim.config().name}, {"steps", optim.steps_taken()}}}};
+    if (nranks > 1) c.state["ranks"] = nranks;
     const float* v = model.flat_values().data();
     c.model.assign(v, v + P);
     c.optimizer = optim.state();
@@ -332,12 +389,16 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
               data.val.size()));
   info(format("model: %ld parameters (%s)", static_cast<long>(P), breakdown.c_str()));
   const double flops_per_token = LanguageModel::flops_per_token(mc, T).train_per_token;
-  const double peak_gflops = measure_gemm_peak_gflops(512, 0.2);
+  const double peak_gflops = root ? measure_gemm_peak_gflops(512, 0.2) : 0.0;
   info(format("compute: %d thread(s), %s; measured sgemm peak %.1f GFLOP/s", threads,
               platform::blas_summary().c_str(), peak_gflops));
   info(format("batch: %ld x %ld tokens x %ld accumulation step(s); %ld steps%s", static_cast<long>(B),
               static_cast<long>(T), static_cast<long>(accum), static_cast<long>(max_steps),
               opt.resume ? format(", continuing after step %ld", static_cast<long>(step)).c_str() : ""));
+  if (nranks > 1)
+    info(format("mpi: %d ranks x %d thread%s (%d on this machine); each rank samples its own batches, "
+                "gradients averaged with MPI_Allreduce over %ld floats per step",
+                nranks, threads, threads == 1 ? "" : "s", dist::local_size(), static_cast<long>(P)));
 
   TrainResult result;
   result.best_val_loss = best_val;
@@ -347,7 +408,8 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
   double iv_time = 0.0, iv_loss = 0.0, iv_norm = 0.0;
   int64_t iv_steps = 0;
   int64_t saved_at = opt.resume ? step : -1;
-  const int64_t tokens_per_step = B * T * accum;
+  const int64_t tokens_per_step = B * T * accum * nranks;
+  double run_step_s = 0.0;  // this call's steps, for the allreduce share
   const int64_t first_step = step;
 
   while (step < max_steps) {
@@ -362,7 +424,10 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
       if (accum > 1) loss = loss * (1.0f / static_cast<float>(accum));
       loss.backward();
     }
-    const double train_loss = loss_sum / static_cast<double>(accum);
+    // Data parallel: the mean over ranks of loss and gradient, before clipping, so the clip sees the
+    // global gradient and every rank applies the same update (no-ops in a single process).
+    const double train_loss = dist::allreduce_mean(loss_sum / static_cast<double>(accum));
+    dist::allreduce_mean(grads.data(), P);
     const double norm = std::isfinite(train_loss) ? clip_grad_norm(grads.data(), P, grad_clip) : NAN;
     if (!std::isfinite(train_loss) || !std::isfinite(norm)) {
       const std::string where =
@@ -386,12 +451,17 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
     optim.step(values.data(), grads.data(), lr);
     ++step;
     const double step_s = seconds_since(t0);
+    run_step_s += step_s;
+    if (opt.on_step) opt.on_step(step, model);
     result.losses.push_back(train_loss);
     iv_time += step_s, iv_loss += train_loss, iv_norm += norm, ++iv_steps;
 
     double val_loss = NAN;
     const bool eval_now = step % eval_every == 0 || step == max_steps;
-    if (eval_now) {
+    const bool stop = dist::any(opt.stop && opt.stop->load()) || step == opt.stop_at_step;
+    const bool save_now = (ckpt_every > 0 && step % ckpt_every == 0) || step == max_steps || stop;
+    if (nranks > 1 && (eval_now || save_now)) gather_rngs();
+    if (eval_now && root) {  // rank 0 alone evaluates: nothing collective happens in here
       val_loss = evaluate(model, data.val, B, T, eval_steps, eval_seed(config));
       result.val_loss = val_loss;
       std::string note;
@@ -404,10 +474,10 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
       info(format("step %ld/%ld | val loss %.4f (best %.4f)%s", static_cast<long>(step),
                   static_cast<long>(max_steps), val_loss, best_val, note.c_str()));
     }
-    if (step % log_every == 0 || eval_now || step == max_steps) {
+    if (root && (step % log_every == 0 || eval_now || step == max_steps)) {
       const double ms = 1e3 * iv_time / iv_steps;
       const double tok_s = static_cast<double>(tokens_per_step * iv_steps) / iv_time;
-      const double mfu = peak_gflops > 0 ? flops_per_token * tok_s / (peak_gflops * 1e9) : 0.0;
+      const double mfu = peak_gflops > 0 ? flops_per_token * tok_s / (peak_gflops * 1e9 * nranks) : 0.0;
       json rec = {{"step", step},
                   {"train_loss", train_loss},
                   {"train_loss_avg", iv_loss / iv_steps},
@@ -425,9 +495,8 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
                  iv_norm / iv_steps, ms, rate_str(tok_s).c_str(), 100.0 * mfu));
       iv_time = iv_loss = iv_norm = 0.0, iv_steps = 0;
     }
-    const bool stop = (opt.stop && opt.stop->load()) || step == opt.stop_at_step;
-    if ((ckpt_every > 0 && step % ckpt_every == 0) || step == max_steps || stop) {
-      save_checkpoint(last_path, make_checkpoint());
+    if (save_now) {
+      if (root) save_checkpoint(last_path, make_checkpoint());
       saved_at = step;
     }
     if (stop && step < max_steps) {
@@ -457,6 +526,13 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
     info(format("done: %ld steps in %s; val loss %.4f (best %.4f). Sample with: tfm sample --run %s",
                 static_cast<long>(step), duration_str(elapsed()).c_str(), result.val_loss, best_val,
                 dir.c_str()));
+    if (nranks > 1) {
+      const double steps_run = static_cast<double>(step - first_step);
+      info(format("allreduce: %.2f ms/step, %.1f%% of step (%.1f ms/step, %d ranks, %.1f MB of gradients)",
+                  1e3 * dist::allreduce_seconds() / steps_run,
+                  100.0 * dist::allreduce_seconds() / run_step_s, 1e3 * run_step_s / steps_run, nranks,
+                  4e-6 * static_cast<double>(P)));
+    }
   }
   clear_progress();
   return result;

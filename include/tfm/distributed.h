@@ -21,6 +21,9 @@ bool active();  // more than one rank
 int rank();
 int size();
 bool is_root();
+// Ranks on this machine (MPI_COMM_TYPE_SHARED); 1 without MPI. The default thread budget is
+// cores / local_size().
+int local_size();
 std::string describe();  // "rank 0 of 2 (MPI)" or "single process"
 
 // data (n) <- mean over ranks of data, in place (MPI_Allreduce with MPI_SUM, then / size).
@@ -32,6 +35,11 @@ void broadcast(uint64_t* data, int64_t n, int root = 0);
 // Every rank's `local` words, concatenated in rank order (size() * local.size()), on every rank.
 std::vector<uint64_t> allgather(const std::vector<uint64_t>& local);
 void barrier();
+// True on every rank when `flag` is true on any rank (a stop request seen by one rank stops all).
+bool any(bool flag);
+// Ends every rank of the job with `code` (MPI_Abort): an error on one rank must not leave the
+// others waiting in a collective. Returns only when MPI is not active.
+void abort(int code);
 
 // Seconds spent inside allreduce_mean(float*) since start, for the overhead figures.
 double allreduce_seconds();

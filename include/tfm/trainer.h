@@ -29,6 +29,8 @@ struct TrainOptions {
   int64_t stop_at_step = -1;                // stop as if interrupted once this step is done (tests)
   const std::atomic<bool>* stop = nullptr;  // set by SIGINT/SIGTERM: finish the step, checkpoint, return
   bool console = true;                      // log to stdout as well as train.log
+  // Called on every rank after each optimizer step (tests: parameters identical across ranks).
+  std::function<void(int64_t step, const LanguageModel& model)> on_step;
   std::string init_from;                    // safetensors file: initial weights of a fresh run (not on resume)
 };
 
