@@ -102,6 +102,7 @@ int run_attention(const AttentionOptions& o) {
   const std::string cmd = "/usr/bin/python3 '" + script + "' '" + report + "' --out '" + out + "'";
   const bool can_plot = !o.no_plot && fs::exists(script) &&
                         std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") == 0;
+  std::fflush(stdout);  // our lines before the script's
   if (can_plot && std::system(cmd.c_str()) == 0) return kExitOk;
   std::printf("to draw the heat maps (needs python3-matplotlib): %s\n", cmd.c_str());
   return kExitOk;
