@@ -204,7 +204,8 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
     keep = Tensor::empty(probs.shape());
     const float s = 1.0f / (1.0f - opt.dropout);
     float* pk = keep.data();
-    for (int64_t i = 0; i < keep.numel(); ++i) pk[i] = opt.rng->uniform() < opt.dropout ? 0.0f : s;
+    const int64_t n = keep.numel();
+    for (int64_t i = 0; i < n; ++i) pk[i] = opt.rng->uniform() < opt.dropout ? 0.0f : s;
   }
   const int64_t threads = kernels::attention_scratch_threads();
   Tensor scratch = drop ? Tensor::empty({threads, d.Tq, d.Tk}) : Tensor();

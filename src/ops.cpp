@@ -561,17 +561,23 @@ Tensor embedding(const Tensor& weight, const std::vector<int32_t>& ids, const Sh
 Tensor dropout(const Tensor& x, float p, bool training, Rng& rng) {
   TFM_CHECK(p >= 0.0f && p < 1.0f, "dropout", "probability ", p, " is outside [0, 1)");
   if (!training || p == 0.0f) return x;
-  Tensor keep = Tensor::empty(x.shape());  // 0 or 1/(1-p)
+  // The mask is not stored: backward replays the same draws from the generator's saved state, which
+  // costs a second pass of the (inlined) generator instead of a float per element of memory.
+  const Rng::State start = rng.state();
   const float scale = 1.0f / (1.0f - p);
-  float* pk = keep.data();
-  for (int64_t i = 0; i < keep.numel(); ++i) pk[i] = rng.uniform() < p ? 0.0f : scale;
-  // x * keep, with keep a constant (not a graph input).
   const Tensor xc = contiguous_values(x);
   Tensor out = Tensor::empty(x.shape());
-  for (int64_t i = 0; i < out.numel(); ++i) out.data()[i] = xc.data()[i] * pk[i];
-  record(out, "dropout", {x}, [x, keep](const Tensor& g) {
+  const float* px = xc.data();
+  float* po = out.data();
+  const int64_t n = out.numel();
+  for (int64_t i = 0; i < n; ++i) po[i] = rng.uniform() < p ? 0.0f : px[i] * scale;
+  record(out, "dropout", {x}, [x, start, p, scale](const Tensor& g) {
+    Rng replay;
+    replay.set_state(start);
     float* gx = grad_buffer(x);
-    for (int64_t i = 0; i < g.numel(); ++i) gx[i] += g.data()[i] * keep.data()[i];
+    const float* pg = g.data();
+    const int64_t n = g.numel();
+    for (int64_t i = 0; i < n; ++i) gx[i] += replay.uniform() < p ? 0.0f : pg[i] * scale;
   });
   return out;
 }

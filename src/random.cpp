@@ -5,7 +5,6 @@
 
 namespace tfm {
 namespace {
-uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 uint64_t splitmix64(uint64_t& x) {
   uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -19,20 +18,6 @@ void Rng::seed_with(uint64_t seed) {
   has_spare_ = false;
   spare_ = 0.0f;
 }
-
-uint64_t Rng::next_u64() {
-  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
-  const uint64_t t = s_[1] << 17;
-  s_[2] ^= s_[0];
-  s_[3] ^= s_[1];
-  s_[1] ^= s_[2];
-  s_[0] ^= s_[3];
-  s_[2] ^= t;
-  s_[3] = rotl(s_[3], 45);
-  return result;
-}
-
-float Rng::uniform() { return static_cast<float>(next_u64() >> 40) * (1.0f / 16777216.0f); }
 
 uint64_t Rng::below(uint64_t n) {
   // Lemire's multiply-shift with rejection: unbiased.

@@ -10,9 +10,19 @@ class Rng {
  public:
   explicit Rng(uint64_t seed = 1337) { seed_with(seed); }
   void seed_with(uint64_t seed);
-  uint64_t next_u64();
-  // Uniform in [0, 1).
-  float uniform();
+  uint64_t next_u64() {  // inline: dropout draws one per element
+    const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+    const uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = rotl(s_[3], 45);
+    return result;
+  }
+  // Uniform in [0, 1): the top 24 bits, so every value is an exact float.
+  float uniform() { return static_cast<float>(next_u64() >> 40) * (1.0f / 16777216.0f); }
   // Uniform integer in [0, n).
   uint64_t below(uint64_t n);
   // Standard normal (Box-Muller, both values used).
@@ -23,6 +33,7 @@ class Rng {
   void set_state(const State& s);
 
  private:
+  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
   std::array<uint64_t, 4> s_{};
   bool has_spare_ = false;
   float spare_ = 0.0f;
