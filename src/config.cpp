@@ -457,6 +457,12 @@ json parse_json(const std::string& text, const std::string& source) {
     if (text.find_first_not_of(" \t\r\n") == std::string::npos) what = "the file is empty";
     throw ConfigError(source + ":" + std::to_string(line) + ":" + std::to_string(column) +
                       ": malformed JSON: " + what);
+  } catch (const json::exception& e) {
+    // Not a syntax error but a value nlohmann cannot hold (406: a number like 1e999 overflows).
+    std::string what = e.what();
+    const size_t bracket = what.find("] ");
+    if (bracket != std::string::npos) what = what.substr(bracket + 2);
+    throw ConfigError(source + ": malformed JSON: " + what);
   }
   // Then what nlohmann lets through: duplicate keys (it keeps the last silently) and deep nesting.
   try {
