@@ -6,6 +6,7 @@
 // Resume under MPI drives the tfm binary: tests/mpi/test_mpi_resume.sh.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -118,10 +119,31 @@ void test_split_batch_matches_full_batch() {
   MPI_CHECK(max_vd <= 1e-5, "parameters after one step differ by %.3g", max_vd);
 }
 
+// `test_mpi_train --bench P`: the time of one allreduce_mean over P floats with the ranks already in
+// step (barrier first), i.e. the transfer alone, without the wait for a slower rank that the trainer's
+// figure includes. Median of 21.
+int bench_allreduce(int64_t P) {
+  std::vector<float> buf(static_cast<size_t>(P), 1.0f);
+  std::vector<double> ms;
+  for (int i = 0; i < 21; ++i) {
+    tfm::dist::barrier();
+    const double before = tfm::dist::allreduce_seconds();
+    tfm::dist::allreduce_mean(buf.data(), P);
+    ms.push_back(1e3 * (tfm::dist::allreduce_seconds() - before));
+  }
+  std::sort(ms.begin(), ms.end());
+  if (tfm::dist::is_root())
+    std::printf("allreduce_mean of %ld floats (%.1f MB) over %d ranks: median %.3f ms (min %.3f, max %.3f)\n",
+                static_cast<long>(P), 4e-6 * static_cast<double>(P), tfm::dist::size(), ms[10], ms[0], ms[20]);
+  tfm::dist::finalize();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   tfm::dist::init(&argc, &argv);
+  if (argc == 3 && std::string(argv[1]) == "--bench") return bench_allreduce(std::stoll(argv[2]));
   std::printf("%s\n", tfm::dist::describe().c_str());
   MPI_CHECK(tfm::dist::size() >= 2, "run under mpirun -np 2 (size is %d)", tfm::dist::size());
   // One run directory, named by rank 0's pid, shared by the ranks (only rank 0 writes into it).
