@@ -2,7 +2,8 @@
 # Sourced, not run. Everything here is idempotent and quick when nothing is missing.
 
 TFM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-TFM_PACKAGES=(g++ cmake make pkg-config libopenblas-dev libopenblas-openmp-dev libcli11-dev nlohmann-json3-dev libspdlog-dev catch2)
+TFM_PACKAGES=(g++ cmake make libopenblas-dev libopenblas-openmp-dev libcli11-dev nlohmann-json3-dev libspdlog-dev catch2
+  libopenmpi-dev openmpi-bin time)
 
 # tfm_install [extra packages...]: apt-get installs whatever of the packages is not installed yet.
 tfm_install() {
