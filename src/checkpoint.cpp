@@ -104,7 +104,7 @@ uint32_t crc32(const void* data, size_t n, uint32_t crc) {
 void save_checkpoint(const std::string& path, const Checkpoint& ckpt) {
   std::string payload;
   const std::string config = ckpt.config.dump(2);
-  nlohmann::json vocab = {{"kind", ckpt.tokenizer.kind_name()}, {"symbols", ckpt.tokenizer.symbols()}};
+  const nlohmann::json vocab = ckpt.tokenizer.to_json();  // symbols, or BPE merges
   const std::string vocab_s = vocab.dump(), state_s = ckpt.state.dump(2);
   put_section(payload, "config", config.data(), config.size());
   put_section(payload, "vocab", vocab_s.data(), vocab_s.size());
@@ -176,8 +176,7 @@ Checkpoint parse_checkpoint(const uint8_t* data, size_t size, const std::string&
     } else if (name == "vocab") {
       const nlohmann::json v = to_json(path, name, data);
       try {
-        ckpt.tokenizer = Tokenizer(Tokenizer::parse_kind(v.at("kind").get<std::string>()),
-                                   v.at("symbols").get<std::vector<uint32_t>>());
+        ckpt.tokenizer = Tokenizer::from_json(v);
       } catch (const nlohmann::json::exception& e) {
         throw IoError(path + ": corrupt checkpoint: bad vocab section (" + e.what() + ")");
       } catch (const Error& e) {

@@ -122,7 +122,7 @@ int run_export(const ExportOptions& o) {
   const std::map<std::string, std::string> metadata = {
       {"format", "tfm"},
       {"config", run.config.tree.dump()},
-      {"tokenizer", nlohmann::json{{"kind", tok.kind_name()}, {"symbols", tok.symbols()}}.dump()},
+      {"tokenizer", tok.to_json().dump()},
       {"step", std::to_string(run.checkpoint.state.value("step", int64_t{0}))}};
   save_safetensors(o.out, tensors, metadata);
   std::printf("wrote %s: %zu float32 tensors, %ld parameters (%s/%s.ckpt)\n", o.out.c_str(), tensors.size(),

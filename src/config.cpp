@@ -58,8 +58,11 @@ std::vector<KeySpec> build_table() {
           "Training text; a relative path is taken from the working directory."),
       Key("data.tokenizer", T::String, "char",
           "`char`: Unicode code points of the UTF-8 file, vocabulary = its sorted distinct characters; "
-          "`byte`: the 256 byte values.")
-          .one_of({"char", "byte"}),
+          "`byte`: the 256 byte values; `bpe`: byte-level BPE from data.tokenizer_path.")
+          .one_of({"char", "byte", "bpe"}),
+      Key("data.tokenizer_path", T::String, derived,
+          "Tokenizer file for data.tokenizer = `bpe` (`tfm tokenizer train`); the checkpoint keeps a copy.")
+          .derived("null (only bpe uses it)"),
       Key("data.val_fraction", T::Number, 0.1,
           "The first floor(N * (1 - f)) tokens train, the rest validate.")
           .min(0, true)
@@ -343,11 +346,14 @@ json derive(const std::string& path, const json& tree) {
   if (path == "train.seq_len") return *lookup(tree, "model.max_seq_len");
   if (path == "train.lr_schedule.min_lr") return lookup(tree, "train.optimizer.lr")->get<double>() / 10.0;
   if (path == "output.dir") return "runs/run";
+  if (path == "data.tokenizer_path") return nullptr;  // unset: only bpe reads it
   throw Error("config: no rule derives " + path);
 }
 
 void cross_checks(const json& t, std::vector<std::string>& errors) {
   auto i = [&](const char* p) { return lookup(t, p)->get<int64_t>(); };
+  if (lookup(t, "data.tokenizer")->get<std::string>() == "bpe" && lookup(t, "data.tokenizer_path")->is_null())
+    errors.push_back("data.tokenizer_path: required when data.tokenizer = \"bpe\" (make one with tfm tokenizer train)");
   const int64_t C = i("model.d_model"), H = i("model.n_heads"), Hkv = i("model.n_kv_heads");
   if (C % H != 0)
     errors.push_back("model.d_model: expected a multiple of model.n_heads = " + std::to_string(H) + ", got " +

@@ -128,7 +128,32 @@ Tokenizer::Tokenizer(Kind kind, std::vector<uint32_t> symbols) : kind_(kind), sy
 Tokenizer::Kind Tokenizer::parse_kind(const std::string& name) {
   if (name == "char") return Kind::Char;
   if (name == "byte") return Kind::Byte;
-  throw ConfigError("data.tokenizer: expected one of \"char\", \"byte\", got \"" + name + "\"");
+  if (name == "bpe") return Kind::Bpe;
+  throw ConfigError("data.tokenizer: expected one of \"char\", \"byte\", \"bpe\", got \"" + name + "\"");
+}
+
+Tokenizer::Tokenizer(BpeTokenizer bpe)
+    : kind_(Kind::Bpe), bpe_(std::make_shared<const BpeTokenizer>(std::move(bpe))) {}
+
+Tokenizer Tokenizer::load_bpe(const std::string& path) {
+  try {
+    return Tokenizer(BpeTokenizer::load(path));
+  } catch (const IoError& e) {
+    throw IoError(std::string("data.tokenizer_path: ") + e.what() +
+                  " (make one with: tfm tokenizer train --data FILE --vocab-size N --out " + path + ")");
+  }
+}
+
+nlohmann::json Tokenizer::to_json() const {
+  if (bpe_) return {{"kind", "bpe"}, {"merges", bpe_->merges()}};
+  return {{"kind", kind_name()}, {"symbols", symbols_}};
+}
+
+Tokenizer Tokenizer::from_json(const nlohmann::json& j) {
+  const Kind kind = parse_kind(j.at("kind").get<std::string>());
+  if (kind == Kind::Bpe)
+    return Tokenizer(BpeTokenizer(j.at("merges").get<std::vector<BpeTokenizer::Merge>>(), "tokenizer"));
+  return Tokenizer(kind, j.at("symbols").get<std::vector<uint32_t>>());
 }
 
 Tokenizer Tokenizer::from_text(Kind kind, const std::string& text, const std::string& source) {
@@ -145,6 +170,7 @@ Tokenizer Tokenizer::from_text(Kind kind, const std::string& text, const std::st
 }
 
 std::vector<int32_t> Tokenizer::encode(const std::string& text, const std::string& source) const {
+  if (bpe_) return bpe_->encode(text);  // every byte string encodes
   std::vector<int32_t> ids;
   if (kind_ == Kind::Byte) {
     ids.reserve(text.size());
@@ -169,6 +195,7 @@ std::vector<int32_t> Tokenizer::encode(const std::string& text, const std::strin
 std::string Tokenizer::decode(int32_t id) const {
   std::string out;
   if (id < 0 || id >= size()) return out;
+  if (bpe_) return bpe_->token_bytes(id);
   if (kind_ == Kind::Byte)
     out += static_cast<char>(symbols_[id]);
   else
@@ -215,7 +242,10 @@ Dataset load_dataset(const std::string& path, const std::string& tokenizer, doub
                      int64_t seq_len) {
   const std::string text = read_data_file(path);
   if (text.empty()) throw IoError(path + ": the data file is empty");
-  Tokenizer tok = Tokenizer::from_text(Tokenizer::parse_kind(tokenizer), text, path);
+  const Tokenizer::Kind kind = Tokenizer::parse_kind(tokenizer);
+  if (kind == Tokenizer::Kind::Bpe)
+    throw ConfigError("data.tokenizer: \"bpe\" reads its vocabulary from data.tokenizer_path (Tokenizer::load_bpe)");
+  Tokenizer tok = Tokenizer::from_text(kind, text, path);
   std::vector<int32_t> ids = tok.encode(text, path);
   return split(path, std::move(tok), std::move(ids), val_fraction, seq_len);
 }

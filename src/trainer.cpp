@@ -247,7 +247,9 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
   const std::string data_path = config.string("data.path");
   const double val_fraction = config.number("data.val_fraction");
   Dataset data = opt.resume ? load_dataset(data_path, resumed.tokenizer, val_fraction, T)
-                            : load_dataset(data_path, config.string("data.tokenizer"), val_fraction, T);
+                 : config.string("data.tokenizer") == "bpe"
+                     ? load_dataset(data_path, Tokenizer::load_bpe(config.string("data.tokenizer_path")), val_fraction, T)
+                     : load_dataset(data_path, config.string("data.tokenizer"), val_fraction, T);
   // Data parallel: only rank 0 writes (the run directory lives on its machine).
   const int rank = dist::rank(), nranks = dist::size();
   const bool root = dist::is_root();

@@ -5,9 +5,12 @@
 // values. Split (shared/ARCHITECTURE.md): the first floor(N * (1 - val_fraction)) tokens train.
 #pragma once
 #include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "tfm/bpe.h"
 #include "tfm/random.h"
 
 namespace tfm {
@@ -20,16 +23,24 @@ void append_utf8(std::string& out, uint32_t code_point);
 
 class Tokenizer {
  public:
-  enum class Kind { Char, Byte };
+  enum class Kind { Char, Byte, Bpe };
   Tokenizer() = default;
   Tokenizer(Kind kind, std::vector<uint32_t> symbols);  // symbols sorted ascending, distinct
   // The char vocabulary of a text (its sorted distinct code points), or the 256-byte vocabulary.
   static Tokenizer from_text(Kind kind, const std::string& text, const std::string& source);
-  static Kind parse_kind(const std::string& name);  // "char" | "byte"
+  static Kind parse_kind(const std::string& name);  // "char" | "byte" | "bpe"
+  // A byte-level BPE tokenizer (bpe.h): ids are its tokens, symbols() is empty.
+  explicit Tokenizer(BpeTokenizer bpe);
+  // The BPE tokenizer file of data.tokenizer_path; IoError "data.tokenizer_path: ..." when unusable.
+  static Tokenizer load_bpe(const std::string& path);
+  // {"kind": "char"|"byte", "symbols": [...]} or {"kind": "bpe", "merges": [[l, r], ...]} (checkpoints,
+  // export metadata); from_json throws IoError/json exceptions on a malformed object.
+  nlohmann::json to_json() const;
+  static Tokenizer from_json(const nlohmann::json& j);
 
   Kind kind() const { return kind_; }
-  std::string kind_name() const { return kind_ == Kind::Char ? "char" : "byte"; }
-  int64_t size() const { return static_cast<int64_t>(symbols_.size()); }
+  std::string kind_name() const { return kind_ == Kind::Char ? "char" : kind_ == Kind::Byte ? "byte" : "bpe"; }
+  int64_t size() const { return bpe_ ? bpe_->vocab_size() : static_cast<int64_t>(symbols_.size()); }
   const std::vector<uint32_t>& symbols() const { return symbols_; }
 
   // Throws IoError naming `source` and the offset of a symbol outside the vocabulary.
@@ -40,6 +51,7 @@ class Tokenizer {
  private:
   Kind kind_ = Kind::Char;
   std::vector<uint32_t> symbols_;
+  std::shared_ptr<const BpeTokenizer> bpe_;  // Kind::Bpe only
 };
 
 struct Dataset {
