@@ -596,6 +596,7 @@ std::string generate(LanguageModel& model, const Tokenizer& tokenizer, const Sam
   Rng rng(o.seed);
   const int64_t L = model.config().max_seq_len, V = model.config().vocab_size;
   std::vector<int32_t> ids = tokenizer.encode(o.prompt, "--prompt");
+  if (ids.empty() && tokenizer.kind() == Tokenizer::Kind::Bpe) ids = tokenizer.encode("\n", "--prompt");
   if (ids.empty()) {
     const auto& s = tokenizer.symbols();
     const auto nl = std::lower_bound(s.begin(), s.end(), static_cast<uint32_t>('\n'));
