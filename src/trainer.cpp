@@ -504,8 +504,9 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
     if (stop && step < max_steps) {
       result.status = TrainResult::Status::Interrupted;
       result.step = step;
-      info(format("interrupted after step %ld: saved %s. Continue with: tfm train --resume %s",
-                  static_cast<long>(step), last_path.c_str(), dir.c_str()));
+      info(format("interrupted after step %ld: saved %s. Continue with: %stfm train --resume %s",
+                  static_cast<long>(step), last_path.c_str(),
+                  nranks > 1 ? format("mpirun -np %d ", nranks).c_str() : "", dir.c_str()));
       return result;
     }
     if (tty) {
