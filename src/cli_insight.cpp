@@ -5,10 +5,9 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "cli.h"
 #include "tfm/analysis.h"
@@ -79,8 +78,8 @@ int run_attention(const AttentionOptions& o) {
   const int64_t max_len = run.model->config().max_seq_len;
   if (ids.empty()) throw ConfigError("--text: empty");
   if (static_cast<int64_t>(ids.size()) > max_len)
-    throw ConfigError("--text: " + std::to_string(ids.size()) + " tokens, the model's context (model.max_seq_len) is " +
-                      std::to_string(max_len));
+    throw ConfigError("--text: " + std::to_string(ids.size()) +
+                      " tokens, the model's context (model.max_seq_len) is " + std::to_string(max_len));
   std::vector<std::string> token_text;
   for (int32_t id : ids) token_text.push_back(tok.decode(id));
 
@@ -149,10 +148,11 @@ int run_tokenizer_train(const TokenizerTrainOptions& o) {
   const size_t n_tokens = bpe.encode(text).size();
   const double encode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   bpe.save(o.out);
-  std::printf("wrote %s: vocabulary %d (asked %d), %zu bytes -> %zu tokens (%.2f bytes/token); "
-              "training %.2f s, encoding %.2f s\n",
-              o.out.c_str(), bpe.vocab_size(), o.vocab_size, text.size(), n_tokens,
-              n_tokens ? static_cast<double>(text.size()) / static_cast<double>(n_tokens) : 0.0, train_s, encode_s);
+  std::printf(
+      "wrote %s: vocabulary %d (asked %d), %zu bytes -> %zu tokens (%.2f bytes/token); "
+      "training %.2f s, encoding %.2f s\n",
+      o.out.c_str(), bpe.vocab_size(), o.vocab_size, text.size(), n_tokens,
+      n_tokens ? static_cast<double>(text.size()) / static_cast<double>(n_tokens) : 0.0, train_s, encode_s);
   return kExitOk;
 }
 
@@ -162,7 +162,8 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
   std::vector<Command> commands;
 
   auto a = std::make_shared<AttentionOptions>();
-  auto* att = app.add_subcommand("attention", "Per-head attention maps and head similarity of a run on a text");
+  auto* att =
+      app.add_subcommand("attention", "Per-head attention maps and head similarity of a run on a text");
   att->add_option("--run", a->run, "Run directory")->type_name("DIR")->required();
   att->add_option("--text", a->text, "Text to analyse (at most model.max_seq_len tokens)")->required();
   att->add_option("--out", a->out, "Output directory (default: DIR/attention)")->type_name("DIR");
@@ -171,7 +172,8 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
   att->footer(
       "\nWrites OUT/attention.json, OUT/attention_layerL.npy ((H, T, T) float32) and, with\n"
       "python3-matplotlib, OUT/attention_layerL.png.\nExample:\n"
-      "  tfm attention --run runs/shakespeare_char --text \"ROMEO:\\nWhat light through yonder window breaks?\"\n");
+      "  tfm attention --run runs/shakespeare_char --text \"ROMEO:\\nWhat light through yonder window "
+      "breaks?\"\n");
   commands.push_back({att, [a] { return run_attention(*a); }});
 
   auto e = std::make_shared<ExportOptions>();
@@ -193,7 +195,8 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
   tok_train->add_option("--vocab-size", t->vocab_size, "Vocabulary size (256 bytes + merges)")
       ->capture_default_str();
   tok_train->add_option("--out", t->out, "Tokenizer file (JSON)")->type_name("FILE")->required();
-  tok_train->footer("\nExample:\n  tfm tokenizer train --data data/tinyshakespeare.txt --vocab-size 1024 --out tok.json\n");
+  tok_train->footer(
+      "\nExample:\n  tfm tokenizer train --data data/tinyshakespeare.txt --vocab-size 1024 --out tok.json\n");
   commands.push_back({tok_train, [t] { return run_tokenizer_train(*t); }});
   return commands;
 }

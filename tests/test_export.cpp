@@ -38,7 +38,9 @@ Run shell(const std::string& command) {
   return r;
 }
 
-Run cli(const std::string& args) { return shell(std::string("'") + TFM_BINARY + "' " + args); }
+Run cli(const std::string& args) {
+  return shell(std::string("'") + TFM_BINARY + "' " + args);
+}
 
 struct TempDir {
   std::string path;
@@ -102,7 +104,8 @@ TEST_CASE("export: safetensors round trip through --init-from, and the PyTorch r
   // logits stay the file's to ~1e-7 (a fresh initialisation would differ by ~1).
   r = cli("train --config configs/tiny.json --out " + run2 +
           " --set train.max_steps=1 --set train.optimizer.lr=1e-9 --set train.lr_schedule.min_lr=1e-9"
-          " --set train.lr_schedule.warmup_steps=0 --init-from " + st);
+          " --set train.lr_schedule.warmup_steps=0 --init-from " +
+          st);
   INFO(r.out);
   REQUIRE(r.status == 0);
   r = cli("eval --run " + run2 + " --dump-logits " + tmp.path + "/b.json --batches 2");
@@ -123,8 +126,8 @@ TEST_CASE("export: safetensors round trip through --init-from, and the PyTorch r
   CHECK(r.status == 0);
 
   if (shell("/usr/bin/python3 -c 'import torch, numpy' >/dev/null").status == 0) {
-    r = shell("/usr/bin/python3 ../shared/reference/torch_lm.py --config " + run + "/config.json --load-safetensors " +
-              st + " --check-logits " + tmp.path + "/a.json");
+    r = shell("/usr/bin/python3 ../shared/reference/torch_lm.py --config " + run +
+              "/config.json --load-safetensors " + st + " --check-logits " + tmp.path + "/a.json");
     INFO(r.out);
     REQUIRE(r.status == 0);
     const auto brace = r.out.rfind('{');
@@ -142,12 +145,13 @@ TEST_CASE("export: --init-from refuses a file whose tensors do not fit the model
   REQUIRE(cli("train --config configs/tiny.json --out " + run + " --set train.max_steps=2").status == 0);
   REQUIRE(cli("export --run " + run + " --out " + st).status == 0);
   // A wider model: every tensor's shape differs; the error names the first one.
-  Run r = cli("train --config configs/tiny.json --out " + tmp.path + "/wide --set model.d_model=64 --init-from " +
-              st);
+  Run r = cli("train --config configs/tiny.json --out " + tmp.path +
+              "/wide --set model.d_model=64 --init-from " + st);
   INFO(r.out);
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("has shape") && Catch::Contains(st));
-  r = cli("train --config configs/tiny.json --out " + tmp.path + "/missing --init-from " + tmp.path + "/nope.st");
+  r = cli("train --config configs/tiny.json --out " + tmp.path + "/missing --init-from " + tmp.path +
+          "/nope.st");
   CHECK(r.status == 2);
 }
 

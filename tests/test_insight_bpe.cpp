@@ -25,7 +25,8 @@ struct Run {
 };
 
 Run tfm_cli(const std::string& args) {
-  const std::string cmd = std::string("cd '") + TFM_SOURCE_DIR + "' && '" + TFM_BINARY + "' " + args + " 2>&1";
+  const std::string cmd =
+      std::string("cd '") + TFM_SOURCE_DIR + "' && '" + TFM_BINARY + "' " + args + " 2>&1";
   Run r;
   FILE* p = ::popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
@@ -39,7 +40,8 @@ Run tfm_cli(const std::string& args) {
 
 struct TempDir {
   std::string path;
-  explicit TempDir(const std::string& name) : path("/tmp/tfm_test_bpe_" + std::to_string(::getpid()) + "_" + name) {
+  explicit TempDir(const std::string& name)
+      : path("/tmp/tfm_test_bpe_" + std::to_string(::getpid()) + "_" + name) {
     fs::remove_all(path);
     fs::create_directories(path);
   }
@@ -53,8 +55,9 @@ struct TempDir {
 
 TEST_CASE("bpe tokenizer: Chinese and arbitrary bytes round-trip through tfm::Tokenizer and its JSON",
           "[bpe][data]") {
-  const std::string zh = "\xe5\xba\x8a\xe5\x89\x8d\xe6\x98\x8e\xe6\x9c\x88\xe5\x85\x89\xef\xbc\x8c"
-                         "\xe7\x96\x91\xe6\x98\xaf\xe5\x9c\xb0\xe4\xb8\x8a\xe9\x9c\x9c\xe3\x80\x82";  // 床前明月光，疑是地上霜。
+  const std::string zh =
+      "\xe5\xba\x8a\xe5\x89\x8d\xe6\x98\x8e\xe6\x9c\x88\xe5\x85\x89\xef\xbc\x8c"
+      "\xe7\x96\x91\xe6\x98\xaf\xe5\x9c\xb0\xe4\xb8\x8a\xe9\x9c\x9c\xe3\x80\x82";  // 床前明月光，疑是地上霜。
   std::string text;
   for (int i = 0; i < 20; ++i) text += zh + " Hello, world! " + std::to_string(i) + "\n";
   const tfm::Tokenizer tok(tfm::BpeTokenizer::train(text, 300));
@@ -65,7 +68,8 @@ TEST_CASE("bpe tokenizer: Chinese and arbitrary bytes round-trip through tfm::To
   const std::vector<int32_t> ids = tok.encode(zh, "zh");
   CHECK(ids.size() < zh.size());  // merges learned on the Chinese text apply
   CHECK(tok.decode(ids) == zh);
-  const std::string odd = std::string("\xff\xfe\x00 caf\xc3\xa9 \xe5\xba", 12);  // invalid UTF-8, NUL, cut char
+  const std::string odd =
+      std::string("\xff\xfe\x00 caf\xc3\xa9 \xe5\xba", 12);  // invalid UTF-8, NUL, cut char
   CHECK(tok.decode(tok.encode(odd, "odd")) == odd);
   std::string pieces;  // token by token (as sample streams it) gives the same bytes
   for (int32_t id : ids) pieces += tok.decode(id);
@@ -78,16 +82,19 @@ TEST_CASE("bpe tokenizer: Chinese and arbitrary bytes round-trip through tfm::To
   CHECK_THROWS_AS(tfm::Tokenizer::from_json({{"kind", "bpe"}, {"merges", {{1, 999}}}}), tfm::IoError);
 }
 
-TEST_CASE("bpe cli: tokenizer train, train 20 steps with data.tokenizer = bpe, resume-safe checkpoint, sample",
-          "[bpe][cli]") {
+TEST_CASE(
+    "bpe cli: tokenizer train, train 20 steps with data.tokenizer = bpe, resume-safe checkpoint, sample",
+    "[bpe][cli]") {
   TempDir tmp("e2e");
   const std::string tok = tmp.path + "/tok.json", run = tmp.path + "/run";
   Run r = tfm_cli("tokenizer train --data tests/data/tiny_shakespeare.txt --vocab-size 400 --out " + tok);
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("vocabulary 400") && Catch::Contains("bytes/token"));
-  r = tfm_cli("train --config configs/tiny.json --out " + run + " --set 'data.tokenizer=\"bpe\"' --set "
-              "'data.tokenizer_path=\"" + tok + "\"' --set train.max_steps=20");
+  r = tfm_cli("train --config configs/tiny.json --out " + run +
+              " --set 'data.tokenizer=\"bpe\"' --set "
+              "'data.tokenizer_path=\"" +
+              tok + "\"' --set train.max_steps=20");
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("bpe tokenizer, vocabulary 400"));
@@ -104,8 +111,10 @@ TEST_CASE("bpe cli: tokenizer train, train 20 steps with data.tokenizer = bpe, r
   CHECK(r.status == 0);
 
   // Missing or absent tokenizer file: status 2 naming the key.
-  r = tfm_cli("train --config configs/tiny.json --out " + tmp.path + "/r2 --set 'data.tokenizer=\"bpe\"' --set "
-              "'data.tokenizer_path=\"" + tok + "\"'");
+  r = tfm_cli("train --config configs/tiny.json --out " + tmp.path +
+              "/r2 --set 'data.tokenizer=\"bpe\"' --set "
+              "'data.tokenizer_path=\"" +
+              tok + "\"'");
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("data.tokenizer_path"));
   r = tfm_cli("train --config configs/tiny.json --out " + tmp.path + "/r3 --set 'data.tokenizer=\"bpe\"'");
