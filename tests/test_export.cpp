@@ -1,9 +1,6 @@
 // tfm export / --init-from / eval --dump-logits / attention through the CLI on configs/tiny.json:
 // the exported safetensors carry the reference names and shapes, loading them back gives the same
 // logits, and (when PyTorch is installed) torch_lm.py agrees with our logits to 1e-4.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -11,49 +8,18 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli_run.h"
 #include "tfm/model.h"
 #include "tfm/safetensors.h"
 #include "tfm/trainer.h"
 
-namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  int status = -1;
-  std::string out;  // stdout and stderr
-};
-
-// Runs a shell command from the repository root.
-Run shell(const std::string& command) {
-  const std::string cmd = std::string("cd '") + TFM_SOURCE_DIR + "' && " + command + " 2>&1";
-  Run r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
-
-Run cli(const std::string& args) {
-  return shell(std::string("'") + TFM_BINARY + "' " + args);
-}
-
-struct TempDir {
-  std::string path;
-  explicit TempDir(const std::string& name)
-      : path("/tmp/tfm_test_export_" + std::to_string(::getpid()) + "_" + name) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using tfm_test::CliRun;
+using tfm_test::run_shell;
+using tfm_test::run_tfm;
+using tfm_test::TempDir;
 
 nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);
@@ -72,13 +38,13 @@ double max_abs_diff(const nlohmann::json& a, const nlohmann::json& b) {
 
 TEST_CASE("export: safetensors round trip through --init-from, and the PyTorch reference's logits",
           "[export][cli]") {
-  TempDir tmp("roundtrip");
+  TempDir tmp("export_roundtrip");
   const std::string run = tmp.path + "/run", st = tmp.path + "/model.safetensors";
-  Run r = cli("train --config configs/tiny.json --out " + run + " --set train.max_steps=5");
+  CliRun r = run_tfm("train --config configs/tiny.json --out " + run + " --set train.max_steps=5");
   INFO(r.out);
   REQUIRE(r.status == 0);
 
-  r = cli("export --run " + run + " --out " + st);
+  r = run_tfm("export --run " + run + " --out " + st);
   INFO(r.out);
   REQUIRE(r.status == 0);
   // Names and shapes are the model's (ARCHITECTURE.md), weights (out, in); metadata has the config.
@@ -96,19 +62,19 @@ TEST_CASE("export: safetensors round trip through --init-from, and the PyTorch r
   CHECK(f.metadata.count("tokenizer") == 1);
 
   // Logits of the run, then of a fresh run initialised from the export without any step: identical.
-  r = cli("eval --run " + run + " --dump-logits " + tmp.path + "/a.json --batches 2");
+  r = run_tfm("eval --run " + run + " --dump-logits " + tmp.path + "/a.json --batches 2");
   INFO(r.out);
   REQUIRE(r.status == 0);
   const std::string run2 = tmp.path + "/run2";
   // One step at learning rate 1e-9 (max_steps >= 1, lr > 0): Adam moves each weight by ~1e-9, so the
   // logits stay the file's to ~1e-7 (a fresh initialisation would differ by ~1).
-  r = cli("train --config configs/tiny.json --out " + run2 +
-          " --set train.max_steps=1 --set train.optimizer.lr=1e-9 --set train.lr_schedule.min_lr=1e-9"
-          " --set train.lr_schedule.warmup_steps=0 --init-from " +
-          st);
+  r = run_tfm("train --config configs/tiny.json --out " + run2 +
+              " --set train.max_steps=1 --set train.optimizer.lr=1e-9 --set train.lr_schedule.min_lr=1e-9"
+              " --set train.lr_schedule.warmup_steps=0 --init-from " +
+              st);
   INFO(r.out);
   REQUIRE(r.status == 0);
-  r = cli("eval --run " + run2 + " --dump-logits " + tmp.path + "/b.json --batches 2");
+  r = run_tfm("eval --run " + run2 + " --dump-logits " + tmp.path + "/b.json --batches 2");
   REQUIRE(r.status == 0);
   const nlohmann::json a = read_json(tmp.path + "/a.json"), b = read_json(tmp.path + "/b.json");
   REQUIRE(a.at("tokens").size() == 2);
@@ -121,13 +87,13 @@ TEST_CASE("export: safetensors round trip through --init-from, and the PyTorch r
   CHECK(fresh.flat_values().to_vector() == loaded.model->flat_values().to_vector());
 
   // sample --init-from uses the file's weights.
-  r = cli("sample --run " + run + " --init-from " + st + " --max-new-tokens 5 --seed 1");
+  r = run_tfm("sample --run " + run + " --init-from " + st + " --max-new-tokens 5 --seed 1");
   INFO(r.out);
   CHECK(r.status == 0);
 
-  if (shell("/usr/bin/python3 -c 'import torch, numpy' >/dev/null").status == 0) {
-    r = shell("/usr/bin/python3 ../shared/reference/torch_lm.py --config " + run +
-              "/config.json --load-safetensors " + st + " --check-logits " + tmp.path + "/a.json");
+  if (run_shell("/usr/bin/python3 -c 'import torch, numpy' >/dev/null").status == 0) {
+    r = run_shell("/usr/bin/python3 ../shared/reference/torch_lm.py --config " + run +
+                  "/config.json --load-safetensors " + st + " --check-logits " + tmp.path + "/a.json");
     INFO(r.out);
     REQUIRE(r.status == 0);
     const auto brace = r.out.rfind('{');
@@ -140,26 +106,26 @@ TEST_CASE("export: safetensors round trip through --init-from, and the PyTorch r
 }
 
 TEST_CASE("export: --init-from refuses a file whose tensors do not fit the model", "[export][cli]") {
-  TempDir tmp("mismatch");
+  TempDir tmp("export_mismatch");
   const std::string run = tmp.path + "/run", st = tmp.path + "/model.safetensors";
-  REQUIRE(cli("train --config configs/tiny.json --out " + run + " --set train.max_steps=2").status == 0);
-  REQUIRE(cli("export --run " + run + " --out " + st).status == 0);
+  REQUIRE(run_tfm("train --config configs/tiny.json --out " + run + " --set train.max_steps=2").status == 0);
+  REQUIRE(run_tfm("export --run " + run + " --out " + st).status == 0);
   // A wider model: every tensor's shape differs; the error names the first one.
-  Run r = cli("train --config configs/tiny.json --out " + tmp.path +
-              "/wide --set model.d_model=64 --init-from " + st);
+  CliRun r = run_tfm("train --config configs/tiny.json --out " + tmp.path +
+                     "/wide --set model.d_model=64 --init-from " + st);
   INFO(r.out);
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("has shape") && Catch::Contains(st));
-  r = cli("train --config configs/tiny.json --out " + tmp.path + "/missing --init-from " + tmp.path +
-          "/nope.st");
+  r = run_tfm("train --config configs/tiny.json --out " + tmp.path + "/missing --init-from " + tmp.path +
+              "/nope.st");
   CHECK(r.status == 2);
 }
 
 TEST_CASE("attention: json, npy (H, T, T) per layer, summary lines, text checks", "[attention][cli]") {
-  TempDir tmp("attention");
+  TempDir tmp("export_attention");
   const std::string run = tmp.path + "/run", out = tmp.path + "/att";
-  REQUIRE(cli("train --config configs/tiny.json --out " + run + " --set train.max_steps=2").status == 0);
-  Run r = cli("attention --run " + run + " --text 'ROMEO: hi' --out " + out + " --no-plot");
+  REQUIRE(run_tfm("train --config configs/tiny.json --out " + run + " --set train.max_steps=2").status == 0);
+  CliRun r = run_tfm("attention --run " + run + " --text 'ROMEO: hi' --out " + out + " --no-plot");
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("layer 0: mean head similarity rho = ") && Catch::Contains("layer 1: "));
@@ -183,10 +149,10 @@ TEST_CASE("attention: json, npy (H, T, T) per layer, summary lines, text checks"
   CHECK(p[5] == 0.0f);  // causal: query 0 sees key 0 only
 
   // Unknown symbol and a text longer than the context: status 2 naming --text.
-  r = cli("attention --run " + run + " --text '\xe2\x82\xac' --no-plot --out " + out);
+  r = run_tfm("attention --run " + run + " --text '\xe2\x82\xac' --no-plot --out " + out);
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("--text"));
-  r = cli("attention --run " + run + " --text '" + std::string(40, 'a') + "' --no-plot --out " + out);
+  r = run_tfm("attention --run " + run + " --text '" + std::string(40, 'a') + "' --no-plot --out " + out);
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("--text") && Catch::Contains("max_seq_len"));
 }

@@ -1,14 +1,12 @@
 // BPE through the tokenizer plumbing and the CLI: tfm tokenizer train -> data.tokenizer = "bpe" ->
 // train 20 steps -> sample; checkpoints keep the merges; any byte string (Chinese, invalid UTF-8)
 // round-trips through tfm::Tokenizer.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <string>
 
+#include "cli_run.h"
 #include "tfm/bpe.h"
 #include "tfm/checkpoint.h"
 #include "tfm/data.h"
@@ -19,37 +17,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  int status = -1;
-  std::string out;
-};
-
-Run tfm_cli(const std::string& args) {
-  const std::string cmd =
-      std::string("cd '") + TFM_SOURCE_DIR + "' && '" + TFM_BINARY + "' " + args + " 2>&1";
-  Run r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
-
-struct TempDir {
-  std::string path;
-  explicit TempDir(const std::string& name)
-      : path("/tmp/tfm_test_bpe_" + std::to_string(::getpid()) + "_" + name) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using tfm_test::CliRun;
+using tfm_test::run_shell;
+using tfm_test::run_tfm;
+using tfm_test::TempDir;
 
 }  // namespace
 
@@ -85,13 +56,13 @@ TEST_CASE("bpe tokenizer: Chinese and arbitrary bytes round-trip through tfm::To
 TEST_CASE(
     "bpe cli: tokenizer train, train 20 steps with data.tokenizer = bpe, resume-safe checkpoint, sample",
     "[bpe][cli]") {
-  TempDir tmp("e2e");
+  TempDir tmp("bpe_e2e");
   const std::string tok = tmp.path + "/tok.json", run = tmp.path + "/run";
-  Run r = tfm_cli("tokenizer train --data tests/data/tiny_shakespeare.txt --vocab-size 400 --out " + tok);
+  CliRun r = run_tfm("tokenizer train --data tests/data/tiny_shakespeare.txt --vocab-size 400 --out " + tok);
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("vocabulary 400") && Catch::Contains("bytes/token"));
-  r = tfm_cli("train --config configs/tiny.json --out " + run +
+  r = run_tfm("train --config configs/tiny.json --out " + run +
               " --set 'data.tokenizer=\"bpe\"' --set "
               "'data.tokenizer_path=\"" +
               tok + "\"' --set train.max_steps=20");
@@ -103,21 +74,21 @@ TEST_CASE(
   const tfm::Checkpoint ck = tfm::load_checkpoint(run + "/last.ckpt");
   CHECK(ck.tokenizer.kind() == tfm::Tokenizer::Kind::Bpe);
   CHECK(ck.tokenizer.size() == 400);
-  r = tfm_cli("sample --run " + run + " --prompt 'ROMEO:' --max-new-tokens 10 --seed 3");
+  r = run_tfm("sample --run " + run + " --prompt 'ROMEO:' --max-new-tokens 10 --seed 3");
   INFO(r.out);
   CHECK(r.status == 0);
   CHECK(r.out.rfind("ROMEO:", 0) == 0);
-  r = tfm_cli("eval --run " + run + " --batches 2");
+  r = run_tfm("eval --run " + run + " --batches 2");
   CHECK(r.status == 0);
 
   // Missing or absent tokenizer file: status 2 naming the key.
-  r = tfm_cli("train --config configs/tiny.json --out " + tmp.path +
+  r = run_tfm("train --config configs/tiny.json --out " + tmp.path +
               "/r2 --set 'data.tokenizer=\"bpe\"' --set "
               "'data.tokenizer_path=\"" +
               tok + "\"'");
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("data.tokenizer_path"));
-  r = tfm_cli("train --config configs/tiny.json --out " + tmp.path + "/r3 --set 'data.tokenizer=\"bpe\"'");
+  r = run_tfm("train --config configs/tiny.json --out " + tmp.path + "/r3 --set 'data.tokenizer=\"bpe\"'");
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("data.tokenizer_path"));
 }

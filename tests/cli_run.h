@@ -1,0 +1,54 @@
+// Running the tfm executable (TFM_BINARY) or a shell command from the repository root in CLI tests,
+// and a per-process temporary directory removed when it goes out of scope.
+#pragma once
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+namespace tfm_test {
+
+struct CliRun {
+  int status = -1;
+  std::string out;  // stdout and stderr
+};
+
+// `command` run by the shell from the repository root, its output and exit status.
+inline CliRun run_shell(const std::string& command) {
+  const std::string cmd = std::string("cd '") + TFM_SOURCE_DIR + "' && " + command + " 2>&1";
+  CliRun r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+// `tfm ARGS` (ARGS as the shell reads them).
+inline CliRun run_tfm(const std::string& args) {
+  return run_shell(std::string("'") + TFM_BINARY + "' " + args);
+}
+
+// /tmp/tfm_test_<name>_<pid>, created empty, removed with everything in it at scope exit.
+struct TempDir {
+  std::string path;
+  explicit TempDir(const std::string& name)
+      : path("/tmp/tfm_test_" + name + "_" + std::to_string(::getpid())) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
+
+}  // namespace tfm_test
