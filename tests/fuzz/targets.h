@@ -5,8 +5,11 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <vector>
 
+#include "tfm/bpe.h"
 #include "tfm/checkpoint.h"
 #include "tfm/config.h"
 #include "tfm/data.h"
@@ -32,8 +35,27 @@ inline void utf8(const uint8_t* data, size_t size) {
 // Bytes -> the safetensors header and tensor table.
 inline void safetensors(const uint8_t* data, size_t size) { parse_safetensors(data, size, "fuzz.safetensors"); }
 
-// Bytes -> the checkpoint reader (every section validated before use).
-inline void checkpoint(const uint8_t* data, size_t size) { parse_checkpoint(data, size, "fuzz.ckpt"); }
+// Bytes -> the checkpoint reader (every section validated before use). A mutated input almost never
+// keeps a valid CRC-32, so the fuzzer would only ever meet the checksum check: re-stamp the CRC of
+// the payload (bytes 24..27) of a copy so the section parsers are reached. checkpoint_raw is the
+// input as given (the replay test runs both, so the checksum path stays covered).
+inline void checkpoint_raw(const uint8_t* data, size_t size) { parse_checkpoint(data, size, "fuzz.ckpt"); }
+inline void checkpoint(const uint8_t* data, size_t size) {
+  constexpr size_t kHeader = 32, kCrcOffset = 24;
+  if (size < kHeader) return checkpoint_raw(data, size);
+  std::vector<uint8_t> copy(data, data + size);
+  const uint32_t crc = crc32(copy.data() + kHeader, size - kHeader);
+  std::memcpy(copy.data() + kCrcOffset, &crc, sizeof crc);
+  parse_checkpoint(copy.data(), copy.size(), "fuzz.ckpt");
+}
+
+// Bytes -> a BPE tokenizer file; when it parses, a few bytes of the input must survive
+// encode -> decode unchanged (byte-level BPE is lossless for any bytes).
+inline void bpe(const uint8_t* data, size_t size) {
+  const BpeTokenizer tok = BpeTokenizer::parse(data, size, "fuzz.bpe");
+  const std::string sample(reinterpret_cast<const char*>(data), size < 64 ? size : 64);
+  if (tok.decode(tok.encode(sample)) != sample) __builtin_trap();  // a round-trip failure is a finding
+}
 
 // Runs target `name` on one input; false for an unknown name.
 inline bool run(const std::string& name, const uint8_t* data, size_t size) {
@@ -42,6 +64,8 @@ inline bool run(const std::string& name, const uint8_t* data, size_t size) {
     else if (name == "utf8") utf8(data, size);
     else if (name == "safetensors") safetensors(data, size);
     else if (name == "checkpoint") checkpoint(data, size);
+    else if (name == "checkpoint_raw") checkpoint_raw(data, size);
+    else if (name == "bpe") bpe(data, size);
     else return false;
   } catch (const tfm::Error&) {
     // A clear rejection is the expected outcome for malformed input.
