@@ -141,7 +141,7 @@ std::vector<KeySpec> build_table() {
           "Write last.ckpt every this many steps (0 = only at the end or when interrupted).")
           .min(0)
           .resumable(),
-      Key("train.threads", T::Integer, 0, "CPU threads for OpenBLAS and OpenMP (0 = all cores).")
+      Key("train.threads", T::Integer, 0, "CPU threads for OpenBLAS and OpenMP (0 = all cores; under mpirun, each rank's share of its machine's cores).")
           .min(0)
           .resumable(),
       Key("output.dir", T::String, derived, "Run directory: checkpoints, logs, metrics, resolved config.")
