@@ -64,7 +64,7 @@ def main():
         for k in range(panels, rows * cols):
             axes[k // cols][k % cols].axis("off")
         fig.suptitle(f"layer {layer['layer']}: attention probabilities per head", fontsize=12)
-        fig.tight_layout()
+        fig.tight_layout(rect=(0, 0, 1, 0.96))  # leave the top strip to the title
         path = os.path.join(out_dir, f"attention_layer{layer['layer']}.png")
         fig.savefig(path, dpi=90)
         plt.close(fig)
