@@ -110,6 +110,10 @@ std::vector<KeySpec> build_table() {
           .min(1)
           .resumable(),
       Key("train.grad_clip", T::Number, 1.0, "Clip the global gradient norm to this (0 = off).").min(0),
+      Key("train.skip_nonfinite", T::Boolean, false,
+          "On a NaN/Inf loss or gradient skip the batch (no update, a warning) instead of stopping; "
+          "still stops after 100 in a row.")
+          .resumable(),
       Key("train.optimizer.name", T::String, "adamw",
           "`adamw` (decoupled weight decay on matrices only) or `sgd` (momentum, L2 decay on matrices).")
           .one_of({"adamw", "sgd"}),

@@ -218,6 +218,9 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
   const int64_t eval_steps = config.integer("train.eval_steps");
   const int64_t ckpt_every = config.integer("train.checkpoint_interval");
   const double grad_clip = config.number("train.grad_clip");
+  const bool skip_nonfinite = config.boolean("train.skip_nonfinite");
+  constexpr int64_t kMaxSkipsInARow = 100;  // then the weights themselves are bad: stop
+  int64_t skipped = 0, skipped_in_a_row = 0;
 
   // ---- every check of the input before any work ----
   Checkpoint resumed;
@@ -437,6 +440,13 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
               ? "the gradient of " + first_nonfinite_grad(model) + " is not finite (loss " +
                     format("%.4f", train_loss) + ")"
               : std::string("the training loss is ") + (std::isnan(train_loss) ? "NaN" : "infinite");
+      if (skip_nonfinite && ++skipped_in_a_row <= kMaxSkipsInARow) {
+        // Marian's and llm.c's choice: drop this batch, keep the weights, draw the next batch.
+        ++skipped;
+        log.warn(format("step %ld: %s; batch skipped, no update (train.skip_nonfinite; %ld skipped so far)",
+                        static_cast<long>(step + 1), where.c_str(), static_cast<long>(skipped)));
+        continue;
+      }
       result.status = TrainResult::Status::NonFinite;
       result.step = step;
       result.message =
@@ -449,6 +459,7 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
       log.error(result.message);
       return result;
     }
+    skipped_in_a_row = 0;
     const double lr = schedule.at(step);
     optim.step(values.data(), grads.data(), lr);
     ++step;

@@ -250,3 +250,15 @@ TEST_CASE("reliability: corrupt checkpoints are rejected with a clear message", 
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("last.ckpt"));
 }
+
+TEST_CASE("reliability: train.skip_nonfinite skips bad batches, then stops when they never end", "[reliability]") {
+  TempDir tmp("skip");
+  // lr 1e30 with no clipping: step 1's update makes every later loss NaN, so each batch is skipped
+  // with a warning until the bound (100 in a row) stops the run with status 3 as without the option.
+  const Run r = cli("train " + kTiny + "--out " + tmp.path + "/run --set train.optimizer.lr=1e30 " +
+                    "--set train.lr_schedule.warmup_steps=0 --set train.grad_clip=0 --set train.skip_nonfinite=true");
+  INFO(r.out);
+  CHECK(r.status == 3);
+  CHECK_THAT(r.out, Catch::Contains("step 2: the training loss is NaN; batch skipped, no update") &&
+                        Catch::Contains("100 skipped so far") && Catch::Contains("training stopped"));
+}
