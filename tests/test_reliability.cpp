@@ -76,8 +76,9 @@ TEST_CASE("reliability: bad configs exit 2 naming the key or file", "[reliabilit
   // Files the configs point at.
   write(d + "/empty.txt", "");
   write(d + "/short.txt", "abc");
-  write(d + "/bad_utf8.txt", std::string("hello \xc3\x28 world, long enough to hold a batch or two. ", 60) +
-                                 std::string(200, 'x'));
+  std::string bad_utf8;  // invalid UTF-8 (\xc3 then '(') in a text long enough for several batches
+  for (int i = 0; i < 60; ++i) bad_utf8 += "hello \xc3\x28 world, long enough to hold a batch or two. ";
+  write(d + "/bad_utf8.txt", bad_utf8);
   write(d + "/a_file", "not a directory");
   write(d + "/empty.json", "");
   write(d + "/blank.json", "  \n\t\n");
