@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+
+#include "cli_run.h"
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -30,25 +32,9 @@ TempDirs& temp_dirs() {
   return t;
 }
 
-struct Run {
-  int status = -1;
-  std::string out;  // stdout and stderr
-};
-
-// Runs `tfm ARGS` from the repository root.
-Run tfm(const std::string& args) {
-  const std::string cmd =
-      std::string("cd '") + TFM_SOURCE_DIR + "' && '" + TFM_BINARY + "' " + args + " 2>&1";
-  Run r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
+using Run = tfm_test::CliRun;
+// Runs `tfm ARGS` from the repository root (tests/cli_run.h).
+Run tfm(const std::string& args) { return tfm_test::run_tfm(args); }
 
 std::string temp_dir(const std::string& name) {
   const std::string dir = "/tmp/tfm_test_cli_" + std::to_string(::getpid()) + "_" + name;

@@ -2,27 +2,17 @@
 // this fails when README.md's table differs from `tfm config --keys` (fix: scripts/update_readme_keys.sh).
 #include <catch2/catch.hpp>
 
-#include <array>
-#include <cstdio>
+#include "cli_run.h"
+
 #include <fstream>
 #include <sstream>
 #include <string>
 
-namespace {
-std::string run(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  REQUIRE(pclose(p) == 0);
-  return out;
-}
-}  // namespace
 
 TEST_CASE("readme: the config key table matches tfm config --keys", "[readme]") {
-  const std::string keys = run(std::string(TFM_BINARY) + " config --keys");
+  const tfm_test::CliRun r = tfm_test::run_tfm("config --keys");
+  REQUIRE(r.status == 0);
+  const std::string& keys = r.out;
   std::ifstream in(std::string(TFM_SOURCE_DIR) + "/README.md");
   REQUIRE(in.good());
   std::stringstream ss;

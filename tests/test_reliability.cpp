@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+
+#include "cli_run.h"
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -21,24 +23,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  int status = -1;
-  std::string out;  // stdout and stderr
-};
-
-// Runs `tfm ARGS` from the repository root.
-Run cli(const std::string& args) {
-  const std::string cmd = std::string("cd '") + TFM_SOURCE_DIR + "' && '" + TFM_BINARY + "' " + args + " 2>&1";
-  Run r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
+using Run = tfm_test::CliRun;
+// Runs `tfm ARGS` from the repository root (tests/cli_run.h).
+Run cli(const std::string& args) { return tfm_test::run_tfm(args); }
 
 // A fresh per-process directory, removed when the test binary exits.
 struct TempDir {
