@@ -25,7 +25,7 @@ int64_t visible_keys(int64_t i, int64_t b, const int64_t* key_lengths, bool caus
 
 // Queries are processed in blocks of rows: with a causal mask, a block only needs the keys its last
 // row sees, which skips the masked upper triangle (about 3/8 of the work at T = 4 blocks).
-constexpr int64_t kRowBlock = 64;
+constexpr int64_t kRowBlock = kAttentionRowBlock;
 
 // Threads over (batch, head) pairs, each GEMM on one thread (OpenBLAS's OpenMP build runs GEMMs
 // called inside a parallel region single-threaded), beat letting OpenBLAS thread each small GEMM:
@@ -39,52 +39,79 @@ bool parallel_worth_it(const AttentionDims& d) {
 
 int attention_scratch_threads() { return omp_get_max_threads(); }
 
-void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v,
+namespace {
+
+// S = Q K^T / sqrt(Dk) for a block of rows over the first n keys, then the softmax of each row over
+// its visible keys: the forward writes the row statistics (max, 1 / sum), the backward reuses them,
+// so both produce the same P bit for bit. Masked keys, and fully masked rows, get P = 0.
+// stats_in: the saved statistics (backward), or null to compute them into stats_out (forward).
+void block_probabilities(float* p, float* stats_out, const float* stats_in, const float* qb, const float* kg,
+                         int64_t rows, int64_t n, int64_t i0, int64_t b, const int64_t* key_lengths, bool causal,
+                         const AttentionDims& d) {
+  const int64_t ldq = d.H * d.Dk, ldk = d.Hkv * d.Dk;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.Dk));
+  gemm(false, true, rows, n, d.Dk, scale, qb, ldq, kg, ldk, 0.0f, p, d.Tk);
+  for (int64_t i = 0; i < rows; ++i) {
+    float* row = p + i * d.Tk;
+    const int64_t ni = visible_keys(i0 + i, b, key_lengths, causal, d);
+    float mx = -INFINITY, inv = 0.0f;
+    if (stats_in) {
+      mx = stats_in[2 * i];
+      inv = stats_in[2 * i + 1];
+    } else {
+      for (int64_t j = 0; j < ni; ++j) mx = std::max(mx, row[j]);
+    }
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < ni; ++j) {
+      row[j] = expf(row[j] - mx);
+      sum += row[j];
+    }
+    if (!stats_in) {
+      inv = ni > 0 ? 1.0f / sum : 0.0f;
+      stats_out[2 * i] = mx;
+      stats_out[2 * i + 1] = inv;
+    }
+#pragma omp simd
+    for (int64_t j = 0; j < ni; ++j) row[j] *= inv;
+    std::fill(row + ni, row + d.Tk, 0.0f);
+  }
+}
+
+}  // namespace
+
+void attention_forward(float* out, float* stats, float* probs, const float* q, const float* k, const float* v,
                        const float* keep, float* scratch, const int64_t* key_lengths, bool causal,
                        const AttentionDims& d) {
   const int64_t group = d.H / d.Hkv;
-  const int64_t ldq = d.H * d.Dk, ldk = d.Hkv * d.Dk, ldv = d.Hkv * d.Dv, ldo = d.H * d.Dv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d.Dk));
+  const int64_t ldq = d.H * d.Dk, ldv = d.Hkv * d.Dv, ldo = d.H * d.Dv;
   // (batch, head) pairs are independent: split them over the threads, each with its own scratch.
 #pragma omp parallel for schedule(static) if (parallel_worth_it(d))
   for (int64_t bh = 0; bh < d.B * d.H; ++bh) {
     const int64_t b = bh / d.H, h = bh % d.H, g = h / group;
-    float* scratch_t = scratch ? scratch + omp_get_thread_num() * d.Tq * d.Tk : nullptr;
+    const int64_t block = std::min(kRowBlock, d.Tq) * d.Tk;  // floats of one (rows, Tk) block
+    float* p_t = scratch + omp_get_thread_num() * 2 * block;   // (rows, Tk): P of a block
+    float* pd_t = p_t + block;                                // (rows, Tk): P o M
     const float* kg = k + b * d.k_batch_stride + g * d.Dk;  // (Tk, Dk), ld Hkv*Dk
     const float* vg = v + b * d.v_batch_stride + g * d.Dv;  // (Tk, Dv), ld Hkv*Dv
     for (int64_t i0 = 0; i0 < d.Tq; i0 += kRowBlock) {
       const int64_t rows = std::min(kRowBlock, d.Tq - i0);
       const int64_t n = visible_keys(i0 + rows - 1, b, key_lengths, causal, d);  // the block's widest row
-      const float* qb = q + b * d.q_batch_stride + i0 * ldq + h * d.Dk;  // (rows, Dk), ld H*Dk
-      float* p = probs + ((b * d.H + h) * d.Tq + i0) * d.Tk;             // (rows, Tk)
-      float* ob = out + (b * d.Tq + i0) * ldo + h * d.Dv;                // (rows, Dv), ld H*Dv
-      // S = Q K^T / sqrt(Dk) over the visible keys, then an in-place softmax per row.
-      gemm(false, true, rows, n, d.Dk, scale, qb, ldq, kg, ldk, 0.0f, p, d.Tk);
-      for (int64_t i = 0; i < rows; ++i) {
-        float* row = p + i * d.Tk;
-        const int64_t ni = visible_keys(i0 + i, b, key_lengths, causal, d);
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < ni; ++j) mx = std::max(mx, row[j]);
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t j = 0; j < ni; ++j) {
-          row[j] = expf(row[j] - mx);
-          sum += row[j];
-        }
-        const float inv = ni > 0 ? 1.0f / sum : 0.0f;
-        for (int64_t j = 0; j < ni; ++j) row[j] *= inv;
-        std::fill(row + ni, row + d.Tk, 0.0f);  // masked keys, or a fully masked row
-      }
+      const int64_t at = (b * d.H + h) * d.Tq + i0;                             // first row of the block
+      const float* qb = q + b * d.q_batch_stride + i0 * ldq + h * d.Dk;         // (rows, Dk), ld H*Dk
+      float* ob = out + (b * d.Tq + i0) * ldo + h * d.Dv;                       // (rows, Dv), ld H*Dv
+      float* p = probs ? probs + at * d.Tk : p_t;                               // (rows, Tk)
+      block_probabilities(p, stats + 2 * at, nullptr, qb, kg, rows, n, i0, b, key_lengths, causal, d);
       if (n == 0) {  // no key visible to the block: zero output
         for (int64_t i = 0; i < rows; ++i) std::fill_n(ob + i * ldo, d.Dv, 0.0f);
         continue;
       }
-      // O = (P o M) V. P itself is kept for the backward, so the dropped copy goes to scratch.
+      // O = (P o M) V.
       const float* used = p;
       if (keep) {
-        const float* m = keep + ((b * d.H + h) * d.Tq + i0) * d.Tk;
-        for (int64_t i = 0; i < rows * d.Tk; ++i) scratch_t[i] = p[i] * m[i];
-        used = scratch_t;
+        const float* m = keep + at * d.Tk;
+        for (int64_t i = 0; i < rows * d.Tk; ++i) pd_t[i] = p[i] * m[i];
+        used = pd_t;
       }
       gemm(false, false, rows, d.Dv, n, 1.0f, used, d.Tk, vg, ldv, 0.0f, ob, ldo);
     }
@@ -92,7 +119,7 @@ void attention_forward(float* out, float* probs, const float* q, const float* k,
 }
 
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                        const float* v, const float* probs, const float* keep, float* scratch,
+                        const float* v, const float* stats, const float* keep, float* scratch,
                         const int64_t* key_lengths, bool causal, const AttentionDims& d) {
   const int64_t group = d.H / d.Hkv;
   const int64_t ldq = d.H * d.Dk, ldk = d.Hkv * d.Dk, ldv = d.Hkv * d.Dv, ldo = d.H * d.Dv;
@@ -102,8 +129,10 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
 #pragma omp parallel for schedule(static) if (parallel_worth_it(d))
   for (int64_t bg = 0; bg < d.B * d.Hkv; ++bg) {
     const int64_t b = bg / d.Hkv, g = bg % d.Hkv;
-    float* dp = scratch + omp_get_thread_num() * 2 * d.Tq * d.Tk;  // (Tq, Tk): dP, then dS in place
-    float* pd = dp + d.Tq * d.Tk;                                  // (Tq, Tk): P o M with dropout
+    const int64_t block = std::min(kRowBlock, d.Tq) * d.Tk;  // floats of one (rows, Tk) block
+    float* p = scratch + omp_get_thread_num() * 3 * block;     // (rows, Tk): P, recomputed
+    float* dp = p + block;                                    // (rows, Tk): dP, then dS in place
+    float* pd = dp + block;                                   // (rows, Tk): P o M with dropout
     const float* kg = k + b * d.k_batch_stride + g * d.Dk;        // (Tk, Dk)
     const float* vg = v + b * d.v_batch_stride + g * d.Dv;        // (Tk, Dv)
     float* dkg = dk ? dk + b * d.Tk * ldk + g * d.Dk : nullptr;   // (Tk, Dk), ld Hkv*Dk
@@ -113,11 +142,11 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
         const int64_t rows = std::min(kRowBlock, d.Tq - i0);
         const int64_t n = visible_keys(i0 + rows - 1, b, key_lengths, causal, d);
         if (n == 0) continue;  // P is zero on the whole block: no gradient
-        const int64_t at = ((b * d.H + h) * d.Tq + i0) * d.Tk;
-        const float* p = probs + at;                                         // (rows, Tk)
-        const float* m = keep ? keep + at : nullptr;
+        const int64_t at = (b * d.H + h) * d.Tq + i0;
+        const float* m = keep ? keep + at * d.Tk : nullptr;
         const float* qb = q + b * d.q_batch_stride + i0 * ldq + h * d.Dk;   // (rows, Dk)
         const float* dob = dout + (b * d.Tq + i0) * ldo + h * d.Dv;         // (rows, Dv), ld H*Dv
+        block_probabilities(p, nullptr, stats + 2 * at, qb, kg, rows, n, i0, b, key_lengths, causal, d);
         if (dvg) {  // dV (n, Dv) += Pd^T dO
           const float* used = p;
           if (m) {
@@ -158,8 +187,6 @@ Tensor packed_rows(const Tensor& t) {
   return ok ? t : contiguous_values(t);
 }
 
-bool needs(const Tensor& t) { return t.defined() && t.requires_grad(); }
-
 }  // namespace
 
 Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
@@ -196,30 +223,34 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   d.q_batch_stride = q.strides()[0];
   d.k_batch_stride = k.strides()[0];
   d.v_batch_stride = v.strides()[0];
-  Tensor out = Tensor::empty({d.B, d.Tq, d.H * d.Dv});    // (B, Tq, H*Dv)
-  Tensor probs = Tensor::empty({d.B, d.H, d.Tq, d.Tk});   // (B, H, Tq, Tk)
-  Tensor keep;                                            // (B, H, Tq, Tk): 0 or 1/(1-p)
+  Tensor out = Tensor::empty({d.B, d.Tq, d.H * d.Dv});  // (B, Tq, H*Dv)
+  // Only the softmax's row statistics are saved (max and 1/sum per row, (B, H, Tq, 2)): the backward
+  // recomputes P block by block, which costs one more Q K^T GEMM but not B*H*Tq*Tk floats.
+  Tensor stats = Tensor::empty({d.B, d.H, d.Tq, 2});
+  Tensor probs = probabilities ? Tensor::empty({d.B, d.H, d.Tq, d.Tk}) : Tensor();  // (B, H, Tq, Tk)
+  Tensor keep;                                                                     // (B, H, Tq, Tk): 0 or 1/(1-p)
   if (drop) {
     // Drawn in the same order and with the same rule as the dropout op, so the composed form matches.
-    keep = Tensor::empty(probs.shape());
+    keep = Tensor::empty({d.B, d.H, d.Tq, d.Tk});
     const float s = 1.0f / (1.0f - opt.dropout);
     float* pk = keep.data();
     const int64_t n = keep.numel();
     for (int64_t i = 0; i < n; ++i) pk[i] = opt.rng->uniform() < opt.dropout ? 0.0f : s;
   }
   const int64_t threads = kernels::attention_scratch_threads();
-  Tensor scratch = drop ? Tensor::empty({threads, d.Tq, d.Tk}) : Tensor();
-  kernels::attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), drop ? keep.data() : nullptr,
-                             drop ? scratch.data() : nullptr,
+  Tensor scratch = Tensor::empty({threads, 2, std::min(kernels::kAttentionRowBlock, d.Tq), d.Tk});
+  kernels::attention_forward(out.data(), stats.data(), probs.defined() ? probs.data() : nullptr, q.data(), k.data(),
+                             v.data(), drop ? keep.data() : nullptr, scratch.data(),
                              opt.key_lengths.empty() ? nullptr : opt.key_lengths.data(), opt.causal, d);
   record(out, "scaled_dot_product_attention", {q_in, k_in, v_in},
-         [q_in, k_in, v_in, q, k, v, probs, keep, lengths = opt.key_lengths, causal = opt.causal, d](const Tensor& g) {
-           Tensor scratch = Tensor::empty({kernels::attention_scratch_threads(), 2, d.Tq, d.Tk});
-           kernels::attention_backward(needs(q_in) ? grad_buffer(q_in) : nullptr,
-                                       needs(k_in) ? grad_buffer(k_in) : nullptr,
-                                       needs(v_in) ? grad_buffer(v_in) : nullptr, g.data(), q.data(), k.data(),
-                                       v.data(), probs.data(), keep.defined() ? keep.data() : nullptr,
-                                       scratch.data(), lengths.empty() ? nullptr : lengths.data(), causal, d);
+         [rq = grad_ref(q_in), rk = grad_ref(k_in), rv = grad_ref(v_in), q, k, v, stats, keep,
+          lengths = opt.key_lengths, causal = opt.causal, d](const Tensor& g) {
+           Tensor scratch = Tensor::empty(
+               {kernels::attention_scratch_threads(), 3, std::min(kernels::kAttentionRowBlock, d.Tq), d.Tk});
+           kernels::attention_backward(rq ? grad_buffer(rq) : nullptr, rk ? grad_buffer(rk) : nullptr,
+                                       rv ? grad_buffer(rv) : nullptr, g.data(), q.data(), k.data(), v.data(),
+                                       stats.data(), keep.defined() ? keep.data() : nullptr, scratch.data(),
+                                       lengths.empty() ? nullptr : lengths.data(), causal, d);
          });
   if (probabilities) *probabilities = probs;
   return out;

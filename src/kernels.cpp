@@ -11,6 +11,15 @@ namespace {
 constexpr int64_t kParallelWork = 1 << 15;
 }
 
+namespace {
+// y = (x - m) * s * w + b for one row: shared by the forward and the recomputation, which must agree
+// to the bit.
+inline void layernorm_row(float* y, const float* x, const float* w, const float* b, float m, float s, int64_t C) {
+#pragma omp simd
+  for (int64_t c = 0; c < C; ++c) y[c] = (x[c] - m) * s * w[c] + b[c];
+}
+}  // namespace
+
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
                        const float* b, int64_t N, int64_t C, float eps) {
 #pragma omp parallel for if (N * C > kParallelWork)
@@ -26,11 +35,16 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
       var += d * d;
     }
     const float s = 1.0f / std::sqrt(static_cast<float>(var / C) + eps);
-#pragma omp simd
-    for (int64_t c = 0; c < C; ++c) y[c] = (x[c] - m) * s * w[c] + b[c];
+    layernorm_row(y, x, w, b, m, s, C);
     mean[i] = m;
     rstd[i] = s;
   }
+}
+
+void layernorm_apply(float* out, const float* inp, const float* w, const float* b, const float* mean,
+                     const float* rstd, int64_t N, int64_t C) {
+#pragma omp parallel for if (N * C > kParallelWork)
+  for (int64_t i = 0; i < N; ++i) layernorm_row(out + i * C, inp + i * C, w, b, mean[i], rstd[i], C);
 }
 
 void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,

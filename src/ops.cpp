@@ -19,7 +19,15 @@ int64_t normalize_axis(const char* op, int64_t axis, const Shape& shape) {
   return axis < 0 ? axis + rank : axis;
 }
 
-bool needs(const Tensor& t) { return t.defined() && t.requires_grad(); }
+
+// grad (contiguous, of the slot's shape) += g (contiguous, same number of elements, same order).
+void accumulate_flat(const GradRef& slot, const Tensor& g) {
+  float* dst = grad_buffer(slot);
+  const float* src = g.data();
+  const int64_t n = g.numel();
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
 
 Shape broadcast_shape(const char* op, const Shape& a, const Shape& b) {
   const size_t rank = std::max(a.size(), b.size());
@@ -34,19 +42,12 @@ Shape broadcast_shape(const char* op, const Shape& a, const Shape& b) {
   return out;
 }
 
-// grad (contiguous, of t's shape) += g (contiguous, same number of elements, same order).
-void accumulate_flat(const Tensor& t, const Tensor& g) {
-  float* dst = grad_buffer(t);
-  const float* src = g.data();
-  const int64_t n = t.numel();
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
-}
-
 // ---------------------------------------------------------------------------------------------
-// Elementwise binary ops. da(a, b) and db(a, b) are the partial derivatives of f.
+// Elementwise binary ops. da(a, b) and db(a, b) are the partial derivatives of f. When they are
+// constants (add, sub: kReadsValues false) the backward keeps only the inputs' gradient slots, so
+// the graph does not hold the operands' values.
 
-template <class F, class DA, class DB>
+template <bool kReadsValues, class F, class DA, class DB>
 Tensor binary(const char* name, const Tensor& a, const Tensor& b, F f, DA da, DB db) {
   TFM_CHECK(a.defined() && b.defined(), name, "undefined operand");
   const Shape out_shape = broadcast_shape(name, a.shape(), b.shape());
@@ -66,30 +67,38 @@ Tensor binary(const char* name, const Tensor& a, const Tensor& b, F f, DA da, DB
     strided::for_each<3>(out_shape, {so.data(), sa.data(), sb.data()}, {o, a.data(), b.data()},
                          [&](float** p) { *p[0] = f(*p[1], *p[2]); });
   }
-  record(out, name, {a, b}, [a, b, da, db, same, out_shape](const Tensor& g) {
+  // Values are saved only when the derivatives read them; otherwise the gradient itself stands in
+  // for them in the loops below (it has the output's shape, and da/db ignore their arguments).
+  const Tensor va = kReadsValues ? a : Tensor(), vb = kReadsValues ? b : Tensor();
+  const Shape shape_a = a.shape(), shape_b = b.shape();
+  record(out, name, {a, b}, [ra = grad_ref(a), rb = grad_ref(b), va, vb, shape_a, shape_b, da, db, same,
+                             out_shape](const Tensor& g) {
+    const Shape sg = contiguous_strides(out_shape);
     for (int which = 0; which < 2; ++which) {
-      const Tensor& t = which == 0 ? a : b;
-      if (!needs(t)) continue;
-      float* gt = grad_buffer(t);
+      const GradRef& r = which == 0 ? ra : rb;
+      if (!r) continue;
+      float* gt = grad_buffer(r);
+      const float* pa = kReadsValues ? va.data() : g.data();
+      const float* pb = kReadsValues ? vb.data() : g.data();
       if (same) {
-        const float* pa = a.data();
-        const float* pb = b.data();
         const float* pg = g.data();
         const int64_t n = g.numel();
         if (which == 0) {
+#pragma omp simd
           for (int64_t i = 0; i < n; ++i) gt[i] += pg[i] * da(pa[i], pb[i]);
         } else {
+#pragma omp simd
           for (int64_t i = 0; i < n; ++i) gt[i] += pg[i] * db(pa[i], pb[i]);
         }
         continue;
       }
-      // Broadcast dims of t get stride 0 in its gradient, so contributions sum there.
-      const Shape sg = contiguous_strides(out_shape);
-      const Shape sa = strided::broadcast_strides(a.shape(), a.strides(), out_shape);
-      const Shape sb = strided::broadcast_strides(b.shape(), b.strides(), out_shape);
-      const Shape st = strided::broadcast_strides(t.shape(), contiguous_strides(t.shape()), out_shape);
+      // Broadcast dims of the input get stride 0 in its gradient, so contributions sum there.
+      const Shape sa = kReadsValues ? strided::broadcast_strides(shape_a, va.strides(), out_shape) : sg;
+      const Shape sb = kReadsValues ? strided::broadcast_strides(shape_b, vb.strides(), out_shape) : sg;
+      const Shape& shape_t = which == 0 ? shape_a : shape_b;
+      const Shape st = strided::broadcast_strides(shape_t, contiguous_strides(shape_t), out_shape);
       strided::for_each<4>(out_shape, {sg.data(), sa.data(), sb.data(), st.data()},
-                           {g.data(), a.data(), b.data(), gt}, [&](float** p) {
+                           {g.data(), const_cast<float*>(pa), const_cast<float*>(pb), gt}, [&](float** p) {
                              *p[3] += *p[0] * (which == 0 ? da(*p[1], *p[2]) : db(*p[1], *p[2]));
                            });
     }
@@ -111,8 +120,8 @@ Tensor unary(const char* name, const Tensor& x_in, F f, DF df) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) po[i] = f(px[i]);
   const Tensor y = out.detach();  // saved output, without a reference cycle
-  record(out, name, {x_in}, [x_in, x, y, df](const Tensor& g) {
-    float* gx = grad_buffer(x_in);
+  record(out, name, {x_in}, [rx = grad_ref(x_in), x, y, df](const Tensor& g) {
+    float* gx = grad_buffer(rx);
     const float* pg = g.data();
     const float* px = x.data();
     const float* py = y.data();
@@ -122,46 +131,59 @@ Tensor unary(const char* name, const Tensor& x_in, F f, DF df) {
   return out;
 }
 
+// y = s * x + t elementwise: the backward needs neither x nor y, only s.
+Tensor affine(const char* name, const Tensor& x_in, float s, float t) {
+  TFM_CHECK(x_in.defined(), name, "undefined operand");
+  const Tensor x = contiguous_values(x_in);
+  Tensor out = Tensor::empty(x.shape());
+  const float* px = x.data();
+  float* po = out.data();
+  const int64_t n = x.numel();
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) po[i] = s * px[i] + t;
+  record(out, name, {x_in}, [rx = grad_ref(x_in), s](const Tensor& g) {
+    float* gx = grad_buffer(rx);
+    const float* pg = g.data();
+    const int64_t n = g.numel();
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) gx[i] += s * pg[i];
+  });
+  return out;
+}
+
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  return binary("add", a, b, [](float x, float y) { return x + y; }, [](float, float) { return 1.0f; },
+  return binary<false>("add", a, b, [](float x, float y) { return x + y; }, [](float, float) { return 1.0f; },
                 [](float, float) { return 1.0f; });
 }
 Tensor sub(const Tensor& a, const Tensor& b) {
-  return binary("sub", a, b, [](float x, float y) { return x - y; }, [](float, float) { return 1.0f; },
+  return binary<false>("sub", a, b, [](float x, float y) { return x - y; }, [](float, float) { return 1.0f; },
                 [](float, float) { return -1.0f; });
 }
 Tensor mul(const Tensor& a, const Tensor& b) {
-  return binary("mul", a, b, [](float x, float y) { return x * y; }, [](float, float y) { return y; },
+  return binary<true>("mul", a, b, [](float x, float y) { return x * y; }, [](float, float y) { return y; },
                 [](float x, float) { return x; });
 }
 Tensor div(const Tensor& a, const Tensor& b) {
-  return binary("div", a, b, [](float x, float y) { return x / y; }, [](float, float y) { return 1.0f / y; },
+  return binary<true>("div", a, b, [](float x, float y) { return x / y; }, [](float, float y) { return 1.0f / y; },
                 [](float x, float y) { return -x / (y * y); });
 }
 
-Tensor add(const Tensor& a, float s) {
-  return unary("add_scalar", a, [s](float x) { return x + s; }, [](float, float) { return 1.0f; });
-}
+Tensor add(const Tensor& a, float s) { return affine("add_scalar", a, 1.0f, s); }
 Tensor sub(const Tensor& a, float s) { return add(a, -s); }
-Tensor mul(const Tensor& a, float s) {
-  return unary("mul_scalar", a, [s](float x) { return x * s; }, [s](float, float) { return s; });
-}
+Tensor mul(const Tensor& a, float s) { return affine("mul_scalar", a, s, 0.0f); }
 Tensor div(const Tensor& a, float s) {
+  // x / s, not x * (1 / s): the forward rounds as the division does.
   return unary("div_scalar", a, [s](float x) { return x / s; }, [s](float, float) { return 1.0f / s; });
 }
-Tensor rsub(float s, const Tensor& a) {
-  return unary("rsub_scalar", a, [s](float x) { return s - x; }, [](float, float) { return -1.0f; });
-}
+Tensor rsub(float s, const Tensor& a) { return affine("rsub_scalar", a, -1.0f, s); }
 Tensor rdiv(float s, const Tensor& a) {
   // d(s/x)/dx = -s/x^2 = -y/x
   return unary("rdiv_scalar", a, [s](float x) { return s / x; }, [](float x, float y) { return -y / x; });
 }
 
-Tensor neg(const Tensor& x) {
-  return unary("neg", x, [](float v) { return -v; }, [](float, float) { return -1.0f; });
-}
+Tensor neg(const Tensor& x) { return affine("neg", x, -1.0f, 0.0f); }
 Tensor exp(const Tensor& x) {
   return unary("exp", x, [](float v) { return std::exp(v); }, [](float, float y) { return y; });
 }
@@ -187,8 +209,8 @@ Tensor gelu(const Tensor& x_in) {
   const Tensor x = contiguous_values(x_in);
   Tensor out = Tensor::empty(x.shape());
   kernels::gelu_forward(out.data(), x.data(), x.numel());
-  record(out, "gelu", {x_in}, [x_in, x](const Tensor& g) {
-    kernels::gelu_backward(grad_buffer(x_in), g.data(), x.data(), x.numel());
+  record(out, "gelu", {x_in}, [rx = grad_ref(x_in), x](const Tensor& g) {
+    kernels::gelu_backward(grad_buffer(rx), g.data(), x.data(), x.numel());
   });
   return out;
 }
@@ -290,14 +312,15 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
       gemm(at, bt, M, N, K, 1.0f, ai, A.ld, bi, B.ld, 0.0f, out.data() + i * M * N, N);
     }
   }
-  record(out, "matmul", {a, b}, [a, b, A, B, at, bt, trans_a, trans_b, M, N, K, batches, fold](const Tensor& g) {
+  record(out, "matmul", {a, b}, [ra = grad_ref(a), rb = grad_ref(b), A, B, at, bt, trans_a, trans_b, M, N, K, batches,
+                                 fold](const Tensor& g) {
     // With logical op(A) (M,K), op(B) (K,N): d op(A) = dC op(B)^T, d op(B) = op(A)^T dC. When the user
     // asked for a transpose, the gradient of the stored operand is the transpose of those.
     const float* pa = A.values.data();
     const float* pb = B.values.data();
     const float* pg = g.data();
-    if (needs(a)) {
-      float* ga = grad_buffer(a);
+    if (ra) {
+      float* ga = grad_buffer(ra);
       const int64_t a_mat = M * K;
       if (fold && !trans_a) {
         gemm(false, !bt, batches * M, K, N, 1.0f, pg, N, pb, B.ld, 1.0f, ga, K);
@@ -313,8 +336,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
         }
       }
     }
-    if (needs(b)) {
-      float* gb = grad_buffer(b);
+    if (rb) {
+      float* gb = grad_buffer(rb);
       const int64_t b_mat = K * N;
       if (fold) {
         if (!trans_b)
@@ -358,12 +381,15 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
     beta = 1.0f;
   }
   gemm(false, true, N, out_dim, in, 1.0f, x.data(), in, w.data(), in, beta, out.data(), out_dim);
-  record(out, "linear", {x_in, w_in, bias}, [x_in, w_in, bias, x, w, N, in, out_dim](const Tensor& g) {
-    if (needs(x_in))  // dx (N, in) += dy (N, out) W (out, in)
-      gemm(false, false, N, in, out_dim, 1.0f, g.data(), out_dim, w.data(), in, 1.0f, grad_buffer(x_in), in);
-    if (needs(w_in))  // dW (out, in) += dy^T (out, N) x (N, in)
-      gemm(true, false, out_dim, in, N, 1.0f, g.data(), out_dim, x.data(), in, 1.0f, grad_buffer(w_in), in);
-    if (needs(bias)) kernels::bias_add_backward(grad_buffer(bias), g.data(), N, out_dim);
+  // x is saved only when W needs a gradient, W only when x does.
+  const GradRef rx = grad_ref(x_in), rw = grad_ref(w_in), rb = grad_ref(bias);
+  record(out, "linear", {x_in, w_in, bias}, [rx, rw, rb, x = rw ? x : Tensor(), w = rx ? w : Tensor(), N, in,
+                                             out_dim](const Tensor& g) {
+    if (rx)  // dx (N, in) += dy (N, out) W (out, in)
+      gemm(false, false, N, in, out_dim, 1.0f, g.data(), out_dim, w.data(), in, 1.0f, grad_buffer(rx), in);
+    if (rw)  // dW (out, in) += dy^T (out, N) x (N, in)
+      gemm(true, false, out_dim, in, N, 1.0f, g.data(), out_dim, x.data(), in, 1.0f, grad_buffer(rw), in);
+    if (rb) kernels::bias_add_backward(grad_buffer(rb), g.data(), N, out_dim);
   });
   return out;
 }
@@ -395,10 +421,10 @@ Tensor sum(const Tensor& x_in) {
   const float* p = x.data();
   for (int64_t i = 0; i < x.numel(); ++i) total += p[i];
   Tensor out = Tensor::full({}, static_cast<float>(total));
-  record(out, "sum", {x_in}, [x_in](const Tensor& g) {
-    float* gx = grad_buffer(x_in);
+  record(out, "sum", {x_in}, [rx = grad_ref(x_in), n = x_in.numel()](const Tensor& g) {
+    float* gx = grad_buffer(rx);
     const float gv = g.data()[0];
-    for (int64_t i = 0; i < x_in.numel(); ++i) gx[i] += gv;
+    for (int64_t i = 0; i < n; ++i) gx[i] += gv;
   });
   return out;
 }
@@ -417,8 +443,8 @@ Tensor sum(const Tensor& x_in, int64_t axis, bool keepdim) {
   for (int64_t o = 0; o < s.outer; ++o)
     for (int64_t j = 0; j < s.n; ++j)
       for (int64_t i = 0; i < s.inner; ++i) po[o * s.inner + i] += px[(o * s.n + j) * s.inner + i];
-  record(out, "sum_axis", {x_in}, [x_in, s](const Tensor& g) {
-    float* gx = grad_buffer(x_in);
+  record(out, "sum_axis", {x_in}, [rx = grad_ref(x_in), s](const Tensor& g) {
+    float* gx = grad_buffer(rx);
     const float* pg = g.data();
     for (int64_t o = 0; o < s.outer; ++o)
       for (int64_t j = 0; j < s.n; ++j)
@@ -448,8 +474,8 @@ Tensor max(const Tensor& x_in, int64_t axis, bool keepdim) {
       (*argmax)[o * s.inner + i] = best;
       out.data()[o * s.inner + i] = px[(o * s.n + best) * s.inner + i];
     }
-  record(out, "max_axis", {x_in}, [x_in, s, argmax](const Tensor& g) {
-    float* gx = grad_buffer(x_in);
+  record(out, "max_axis", {x_in}, [rx = grad_ref(x_in), s, argmax](const Tensor& g) {
+    float* gx = grad_buffer(rx);
     for (int64_t o = 0; o < s.outer; ++o)
       for (int64_t i = 0; i < s.inner; ++i)
         gx[(o * s.n + (*argmax)[o * s.inner + i]) * s.inner + i] += g.data()[o * s.inner + i];
@@ -467,8 +493,8 @@ Tensor softmax(const Tensor& x_in) {
   Tensor out = Tensor::empty(x.shape());
   kernels::softmax_forward(out.data(), x.data(), N, C);
   const Tensor y = out.detach();
-  record(out, "softmax", {x_in}, [x_in, y, N, C](const Tensor& g) {
-    kernels::softmax_backward(grad_buffer(x_in), g.data(), y.data(), N, C);
+  record(out, "softmax", {x_in}, [rx = grad_ref(x_in), y, N, C](const Tensor& g) {
+    kernels::softmax_backward(grad_buffer(rx), g.data(), y.data(), N, C);
   });
   return out;
 }
@@ -480,8 +506,8 @@ Tensor log_softmax(const Tensor& x_in) {
   Tensor out = Tensor::empty(x.shape());
   kernels::log_softmax_forward(out.data(), x.data(), N, C);
   const Tensor y = out.detach();
-  record(out, "log_softmax", {x_in}, [x_in, y, N, C](const Tensor& g) {
-    kernels::log_softmax_backward(grad_buffer(x_in), g.data(), y.data(), N, C);
+  record(out, "log_softmax", {x_in}, [rx = grad_ref(x_in), y, N, C](const Tensor& g) {
+    kernels::log_softmax_backward(grad_buffer(rx), g.data(), y.data(), N, C);
   });
   return out;
 }
@@ -503,9 +529,9 @@ Tensor cross_entropy(const Tensor& logits_in, const std::vector<int32_t>& target
   const double total = kernels::cross_entropy_forward(lse.data(), logits.data(), targets.data(), N, V, ignore_index);
   Tensor out = Tensor::full({}, count ? static_cast<float>(total / count) : 0.0f);
   record(out, "cross_entropy", {logits_in},
-         [logits_in, logits, lse, targets, N, V, ignore_index, count](const Tensor& g) {
+         [rl = grad_ref(logits_in), logits, lse, targets, N, V, ignore_index, count](const Tensor& g) {
            if (!count) return;
-           kernels::cross_entropy_backward(grad_buffer(logits_in), logits.data(), lse.data(), targets.data(), N, V,
+           kernels::cross_entropy_backward(grad_buffer(rl), logits.data(), lse.data(), targets.data(), N, V,
                                            ignore_index, g.data()[0] / static_cast<float>(count));
          });
   return out;
@@ -520,10 +546,16 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& w, const Tensor& b, float ep
   Tensor out = Tensor::empty(x.shape());
   Tensor mean = Tensor::empty({N}), rstd = Tensor::empty({N});
   kernels::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), wc.data(), bc.data(), N, C, eps);
-  record(out, "layer_norm", {x_in, w, b}, [x_in, w, b, x, wc, mean, rstd, N, C](const Tensor& g) {
-    kernels::layernorm_backward(needs(x_in) ? grad_buffer(x_in) : nullptr, needs(w) ? grad_buffer(w) : nullptr,
-                                needs(b) ? grad_buffer(b) : nullptr, g.data(), x.data(), wc.data(), mean.data(),
-                                rstd.data(), N, C);
+  record(out, "layer_norm", {x_in, w, b},
+         [rx = grad_ref(x_in), rw = grad_ref(w), rb = grad_ref(b), x, wc, mean, rstd, N, C](const Tensor& g) {
+           kernels::layernorm_backward(rx ? grad_buffer(rx) : nullptr, rw ? grad_buffer(rw) : nullptr,
+                                       rb ? grad_buffer(rb) : nullptr, g.data(), x.data(), wc.data(), mean.data(),
+                                       rstd.data(), N, C);
+         });
+  // The output is cheap to recompute from what the backward keeps anyway (x, mean, rstd), so layers
+  // may release it once its consumers have saved it (Tensor::release_values).
+  set_recompute(out, [x, wc, bc, mean, rstd, N, C](float* dst) {
+    kernels::layernorm_apply(dst, x.data(), wc.data(), bc.data(), mean.data(), rstd.data(), N, C);
   });
   return out;
 }
@@ -545,8 +577,8 @@ Tensor embedding(const Tensor& weight, const std::vector<int32_t>& ids, const Sh
   Tensor out = Tensor::empty(out_shape);
   for (size_t i = 0; i < ids.size(); ++i)
     std::memcpy(out.data() + i * C, w.data() + static_cast<int64_t>(ids[i]) * C, sizeof(float) * C);
-  record(out, "embedding", {weight}, [weight, ids, C](const Tensor& g) {
-    float* gw = grad_buffer(weight);
+  record(out, "embedding", {weight}, [rw = grad_ref(weight), ids, C](const Tensor& g) {
+    float* gw = grad_buffer(rw);
     const float* pg = g.data();
     for (size_t i = 0; i < ids.size(); ++i) {
       float* row = gw + static_cast<int64_t>(ids[i]) * C;
@@ -571,10 +603,10 @@ Tensor dropout(const Tensor& x, float p, bool training, Rng& rng) {
   float* po = out.data();
   const int64_t n = out.numel();
   for (int64_t i = 0; i < n; ++i) po[i] = rng.uniform() < p ? 0.0f : px[i] * scale;
-  record(out, "dropout", {x}, [x, start, p, scale](const Tensor& g) {
+  record(out, "dropout", {x}, [rx = grad_ref(x), start, p, scale](const Tensor& g) {
     Rng replay;
     replay.set_state(start);
-    float* gx = grad_buffer(x);
+    float* gx = grad_buffer(rx);
     const float* pg = g.data();
     const int64_t n = g.numel();
     for (int64_t i = 0; i < n; ++i) gx[i] += replay.uniform() < p ? 0.0f : pg[i] * scale;
@@ -592,10 +624,10 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, float value) {
   const Shape sm = strided::broadcast_strides(mask.shape(), mask.strides(), out_shape);
   strided::for_each<3>(out_shape, {so.data(), sx.data(), sm.data()}, {out.data(), x.data(), mask.data()},
                        [value](float** p) { *p[0] = *p[2] != 0.0f ? value : *p[1]; });
-  record(out, "masked_fill", {x}, [x, mask, out_shape](const Tensor& g) {
+  record(out, "masked_fill", {x}, [rx = grad_ref(x), mask, out_shape](const Tensor& g) {
     const Shape sg = contiguous_strides(out_shape);
     const Shape sm = strided::broadcast_strides(mask.shape(), mask.strides(), out_shape);
-    strided::for_each<3>(out_shape, {sg.data(), sg.data(), sm.data()}, {grad_buffer(x), g.data(), mask.data()},
+    strided::for_each<3>(out_shape, {sg.data(), sg.data(), sm.data()}, {grad_buffer(rx), g.data(), mask.data()},
                          [](float** p) {
                            if (*p[2] == 0.0f) *p[0] += *p[1];
                          });
@@ -613,15 +645,15 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   strided::for_each<4>(out_shape, {so.data(), sc.data(), sa.data(), sb.data()},
                        {out.data(), cond.data(), a.data(), b.data()},
                        [](float** p) { *p[0] = *p[1] != 0.0f ? *p[2] : *p[3]; });
-  record(out, "where", {a, b}, [cond, a, b, out_shape](const Tensor& g) {
+  record(out, "where", {a, b}, [cond, ra = grad_ref(a), rb = grad_ref(b), out_shape](const Tensor& g) {
     const Shape sg = contiguous_strides(out_shape);
     const Shape sc = strided::broadcast_strides(cond.shape(), cond.strides(), out_shape);
     for (int which = 0; which < 2; ++which) {
-      const Tensor& t = which == 0 ? a : b;
-      if (!needs(t)) continue;
-      const Shape st = strided::broadcast_strides(t.shape(), contiguous_strides(t.shape()), out_shape);
+      const GradRef& r = which == 0 ? ra : rb;
+      if (!r) continue;
+      const Shape st = strided::broadcast_strides(r->shape, contiguous_strides(r->shape), out_shape);
       const bool want = which == 0;
-      strided::for_each<3>(out_shape, {st.data(), sg.data(), sc.data()}, {grad_buffer(t), g.data(), cond.data()},
+      strided::for_each<3>(out_shape, {st.data(), sg.data(), sc.data()}, {grad_buffer(r), g.data(), cond.data()},
                            [want](float** p) {
                              if ((*p[2] != 0.0f) == want) *p[0] += *p[1];
                            });
@@ -669,7 +701,7 @@ Shape infer_shape(const char* op, const Shape& from, Shape to) {
 Tensor contiguous(const Tensor& x) {
   if (x.is_contiguous()) return x;
   Tensor out = x.clone();
-  record(out, "contiguous", {x}, [x](const Tensor& g) { accumulate_flat(x, g); });
+  record(out, "contiguous", {x}, [rx = grad_ref(x)](const Tensor& g) { accumulate_flat(rx, g); });
   return out;
 }
 
@@ -678,7 +710,7 @@ Tensor view(const Tensor& x, Shape shape) {
   TFM_CHECK(x.is_contiguous(), "view", "input of shape ", shape_str(x.shape()),
             " is not contiguous; use reshape (which copies) or contiguous() first");
   Tensor out = make_view(x, shape, contiguous_strides(shape), x.offset());
-  record(out, "view", {x}, [x](const Tensor& g) { accumulate_flat(x, g); });
+  record(out, "view", {x}, [rx = grad_ref(x)](const Tensor& g) { accumulate_flat(rx, g); });
   return out;
 }
 
@@ -704,13 +736,13 @@ Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
     strides[i] = x.strides()[perm[i]];
   }
   Tensor out = make_view(x, shape, strides, x.offset());
-  record(out, "permute", {x}, [x, perm, shape](const Tensor& g) {
+  record(out, "permute", {x}, [rx = grad_ref(x), perm, shape](const Tensor& g) {
     // The base's gradient seen through the same permutation, plus g.
-    const Shape base = contiguous_strides(x.shape());
+    const Shape base = contiguous_strides(rx->shape);
     Shape st(perm.size());
     for (size_t i = 0; i < perm.size(); ++i) st[i] = base[perm[i]];
     const Shape sg = contiguous_strides(shape);
-    strided::for_each<2>(shape, {st.data(), sg.data()}, {grad_buffer(x), g.data()},
+    strided::for_each<2>(shape, {st.data(), sg.data()}, {grad_buffer(rx), g.data()},
                          [](float** p) { *p[0] += *p[1]; });
   });
   return out;
@@ -733,10 +765,10 @@ Tensor narrow(const Tensor& x, int64_t axis, int64_t start, int64_t length) {
   Shape shape = x.shape();
   shape[axis] = length;
   Tensor out = make_view(x, shape, x.strides(), x.offset() + start * x.strides()[axis]);
-  record(out, "narrow", {x}, [x, axis, start, shape](const Tensor& g) {
-    const Shape st = contiguous_strides(x.shape());
+  record(out, "narrow", {x}, [rx = grad_ref(x), axis, start, shape](const Tensor& g) {
+    const Shape st = contiguous_strides(rx->shape);
     const Shape sg = contiguous_strides(shape);
-    strided::for_each<2>(shape, {st.data(), sg.data()}, {grad_buffer(x) + start * st[axis], g.data()},
+    strided::for_each<2>(shape, {st.data(), sg.data()}, {grad_buffer(rx) + start * st[axis], g.data()},
                          [](float** p) { *p[0] += *p[1]; });
   });
   return out;
@@ -777,16 +809,18 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
     dst.copy_from(t);
     start += t.size(axis);
   }
-  record(out, "concat", xs, [xs, axis, shape](const Tensor& g) {
+  std::vector<std::pair<GradRef, Shape>> parts;  // each input's slot (null: no gradient) and shape
+  for (const Tensor& t : xs) parts.emplace_back(grad_ref(t), t.shape());
+  record(out, "concat", xs, [parts, axis, shape](const Tensor& g) {
     const Shape sg = contiguous_strides(shape);
     int64_t start = 0;
-    for (const Tensor& t : xs) {
-      if (needs(t)) {
-        const Shape st = contiguous_strides(t.shape());
-        strided::for_each<2>(t.shape(), {st.data(), sg.data()}, {grad_buffer(t), g.data() + start * sg[axis]},
+    for (const auto& [r, shape_t] : parts) {
+      if (r) {
+        const Shape st = contiguous_strides(shape_t);
+        strided::for_each<2>(shape_t, {st.data(), sg.data()}, {grad_buffer(r), g.data() + start * sg[axis]},
                              [](float** p) { *p[0] += *p[1]; });
       }
-      start += t.size(axis);
+      start += shape_t[axis];
     }
   });
   return out;

@@ -116,8 +116,29 @@ const TensorImpl& need(const TensorImpl* impl) {
 const Shape& Tensor::shape() const { return need(impl_.get()).shape; }
 const Shape& Tensor::strides() const { return need(impl_.get()).strides; }
 int64_t Tensor::offset() const { return need(impl_.get()).offset; }
-const std::shared_ptr<Storage>& Tensor::storage() const { return need(impl_.get()).storage; }
+namespace {
+// Recomputes released values (see Tensor::release_values) into fresh storage.
+void materialize(TensorImpl& impl) {
+  TFM_CHECK(impl.recompute != nullptr, "Tensor", "values of a ", shape_str(impl.shape),
+            " tensor were released and it has no recipe to recompute them");
+  auto storage = std::make_shared<Storage>(static_cast<size_t>(shape_numel(impl.shape)));
+  impl.recompute(storage->data());
+  impl.storage = std::move(storage);
+}
+}  // namespace
+
+const std::shared_ptr<Storage>& Tensor::storage() const {
+  TensorImpl& impl = const_cast<TensorImpl&>(need(impl_.get()));
+  if (!impl.storage) materialize(impl);
+  return impl.storage;
+}
 float* Tensor::data() const { return storage()->data() + offset(); }
+
+void Tensor::release_values() const {
+  TensorImpl& impl = const_cast<TensorImpl&>(need(impl_.get()));
+  if (impl.recompute && impl.storage) impl.storage.reset();
+}
+bool Tensor::values_released() const { return !need(impl_.get()).storage; }
 int64_t Tensor::numel() const { return shape_numel(shape()); }
 
 int64_t Tensor::size(int64_t d) const {
@@ -230,27 +251,54 @@ bool grad_enabled() { return g_grad_enabled; }
 NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }
 
-bool Tensor::requires_grad() const { return need(impl_.get()).requires_grad; }
+namespace {
+// t's gradient slot, created on first use.
+GradSlot& slot_of(const Tensor& t) {
+  TensorImpl& impl = const_cast<TensorImpl&>(need(t.impl()));
+  if (!impl.autograd) {
+    impl.autograd = std::make_shared<GradSlot>();
+    impl.autograd->shape = impl.shape;
+  }
+  return *impl.autograd;
+}
+const GradSlot* slot_if_any(const Tensor& t) { return need(t.impl()).autograd.get(); }
+}  // namespace
+
+bool Tensor::requires_grad() const {
+  const GradSlot* s = slot_if_any(*this);
+  return s && s->requires_grad;
+}
 Tensor& Tensor::set_requires_grad(bool on) {
   TFM_CHECK(is_leaf() || on, "Tensor::set_requires_grad", "cannot turn off gradients of a non-leaf tensor");
-  impl_->requires_grad = on;
+  slot_of(*this).requires_grad = on;
   return *this;
 }
-bool Tensor::is_leaf() const { return need(impl_.get()).grad_fn == nullptr; }
-const std::shared_ptr<Node>& Tensor::grad_fn() const { return need(impl_.get()).grad_fn; }
+bool Tensor::is_leaf() const {
+  const GradSlot* s = slot_if_any(*this);
+  return !s || !s->grad_fn;
+}
+const std::shared_ptr<Node>& Tensor::grad_fn() const {
+  static const std::shared_ptr<Node> none;
+  const GradSlot* s = slot_if_any(*this);
+  return s ? s->grad_fn : none;
+}
 
-Tensor Tensor::grad() const { return Tensor(need(impl_.get()).grad); }
+Tensor Tensor::grad() const {
+  const GradSlot* s = slot_if_any(*this);
+  return Tensor(s ? s->grad : nullptr);
+}
 
 void Tensor::set_grad(const Tensor& g) {
   if (g.defined())
     TFM_CHECK(g.shape() == shape() && g.is_contiguous(), "Tensor::set_grad", "gradient of shape ",
               shape_str(g.shape()), " (contiguous: ", g.is_contiguous(), ") for a tensor of shape ",
               shape_str(shape()));
-  impl_->grad = g.impl_ptr();
+  slot_of(*this).grad = g.impl_ptr();
 }
 
 void Tensor::zero_grad() {
-  if (impl_ && impl_->grad) Tensor(impl_->grad).fill_(0.0f);
+  const GradSlot* s = impl_ ? slot_if_any(*this) : nullptr;
+  if (s && s->grad) Tensor(s->grad).fill_(0.0f);
 }
 
 Tensor Tensor::detach() const {
@@ -262,24 +310,40 @@ Tensor Tensor::detach() const {
   return Tensor(std::move(impl));
 }
 
-void record(Tensor& out, const char* name, std::vector<Tensor> inputs,
+void record(Tensor& out, const char* name, const std::vector<Tensor>& inputs,
             std::function<void(const Tensor&)> backward) {
   if (!g_grad_enabled) return;
-  bool any = false;
-  for (const Tensor& t : inputs) any = any || (t.defined() && t.requires_grad());
-  if (!any) return;
   auto node = std::make_shared<Node>();
+  for (const Tensor& t : inputs)
+    if (GradRef r = grad_ref(t)) node->inputs.push_back(std::move(r));
+  if (node->inputs.empty()) return;
   node->name = name;
-  node->inputs = std::move(inputs);
   node->backward = std::move(backward);
-  out.impl()->requires_grad = true;
-  out.impl()->grad_fn = std::move(node);
+  GradSlot& s = slot_of(out);
+  s.requires_grad = true;
+  s.grad_fn = std::move(node);
 }
 
+GradRef grad_ref(const Tensor& t) {
+  if (!t.defined() || !t.requires_grad()) return nullptr;
+  return t.impl()->autograd;
+}
+
+float* grad_buffer(const GradRef& slot) {
+  TFM_CHECK(slot != nullptr, "grad_buffer", "tensor does not require grad");
+  if (!slot->grad) slot->grad = Tensor::zeros(slot->shape).impl_ptr();
+  return Tensor(slot->grad).data();
+}
 float* grad_buffer(const Tensor& t) {
-  TensorImpl* impl = t.impl();
-  if (!impl->grad) impl->grad = Tensor::zeros(impl->shape).impl_ptr();
-  return Tensor(impl->grad).data();
+  slot_of(t);
+  return grad_buffer(t.impl()->autograd);
+}
+
+void set_recompute(const Tensor& out, std::function<void(float* dst)> recipe) {
+  if (!g_grad_enabled) return;
+  TFM_CHECK(out.is_contiguous() && out.offset() == 0, "set_recompute", "only a contiguous op output of its own "
+            "storage can be recomputed, got shape ", shape_str(out.shape()));
+  out.impl()->recompute = std::move(recipe);
 }
 
 Tensor contiguous_values(const Tensor& t) {
@@ -300,19 +364,20 @@ void Tensor::backward(const Tensor& upstream, bool retain_graph) const {
             "or it was computed under NoGradGuard)");
   TFM_CHECK(upstream.shape() == shape(), "Tensor::backward", "upstream gradient shape ",
             shape_str(upstream.shape()), " does not match tensor shape ", shape_str(shape()));
-  // Topological order by iterative depth-first search. `order` owns the tensors, so freeing a node
-  // during the walk never frees a tensor that is still to be visited.
-  std::vector<std::shared_ptr<TensorImpl>> order;
-  std::unordered_set<TensorImpl*> seen;
-  std::vector<std::pair<std::shared_ptr<TensorImpl>, size_t>> stack;
-  stack.push_back({impl_, 0});
-  seen.insert(impl_.get());
+  // Topological order by iterative depth-first search over gradient slots. The walk holds no
+  // values: each closure frees what it saved as soon as its node has run.
+  std::vector<GradRef> order;
+  std::unordered_set<GradSlot*> seen;
+  std::vector<std::pair<GradRef, size_t>> stack;
+  GradRef root = grad_ref(*this);
+  stack.push_back({root, 0});
+  seen.insert(root.get());
   while (!stack.empty()) {
     auto& [t, next] = stack.back();
     Node* node = t->grad_fn.get();
     if (node && next < node->inputs.size()) {
-      const std::shared_ptr<TensorImpl>& in = node->inputs[next++].impl_ptr();
-      if (in && in->requires_grad && !seen.count(in.get())) {
+      const GradRef& in = node->inputs[next++];
+      if (in->requires_grad && !seen.count(in.get())) {
         seen.insert(in.get());
         stack.push_back({in, 0});
       }
@@ -326,17 +391,17 @@ void Tensor::backward(const Tensor& upstream, bool retain_graph) const {
   for (const auto& t : order)
     if (t->grad_fn) t->grad.reset();
   // Seed.
-  float* g = grad_buffer(*this);
+  float* g = grad_buffer(root);
   const Tensor up = contiguous_values(upstream);
   for (int64_t i = 0; i < numel(); ++i) g[i] += up.data()[i];
   // Reverse walk: a tensor comes after everything computed from it, so its gradient is complete when
   // its node runs.
   for (size_t i = order.size(); i-- > 0;) {
-    TensorImpl* t = order[i].get();
+    GradSlot* t = order[i].get();
     if (!t->grad_fn) continue;
     if (t->grad) t->grad_fn->backward(Tensor(t->grad));
     if (!retain_graph) {
-      t->grad_fn.reset();  // frees the closure and what it saved
+      t->grad_fn.reset();  // frees the closure and the values it saved
       t->grad.reset();     // intermediate gradients are not kept (as in PyTorch)
     }
   }

@@ -1,5 +1,6 @@
 // Fused scaled-dot-product attention: scores, masks, softmax, dropout and the weighted sum for every
-// (batch, head) through the GEMM wrapper, with its own backward from the saved probabilities.
+// (batch, head) through the GEMM wrapper, with its own backward. The probabilities are not kept: the
+// backward recomputes them block by block from Q, K and each row's softmax statistics.
 //
 // Legend: B batch, Tq query length, Tk key length, H query heads, Hkv key/value heads (H % Hkv == 0,
 // query head h reads kv head h / (H / Hkv)), Dk query/key width per head, Dv value width per head.
@@ -31,8 +32,8 @@ struct AttentionOptions {
 // q (B, Tq, H*Dk), k (B, Tk, Hkv*Dk), v (B, Tk, Hkv*Dv) -> (B, Tq, H*Dv). Inputs whose rows are
 // packed within a batch are read in place, whatever their batch stride (e.g. a narrowed KV cache);
 // other layouts are copied first. When `probabilities` is given it receives the softmax
-// probabilities before dropout, (B, H, Tq, Tk): the very tensor the backward uses, so read, never
-// write it. Rows with no visible key are all zero, and so is their output.
+// probabilities before dropout, (B, H, Tq, Tk) (for inspection: the backward does not read it).
+// Rows with no visible key are all zero, and so is their output.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const AttentionOptions& options, Tensor* probabilities = nullptr);
 
@@ -47,20 +48,24 @@ struct AttentionDims {
   int64_t q_batch_stride = 0, k_batch_stride = 0, v_batch_stride = 0;
 };
 
-// out (B, Tq, H*Dv), probs (B, H, Tq, Tk) softmax before dropout. keep (B, H, Tq, Tk) is the dropout
-// multiplier (0 or 1/(1-p)), or null without dropout; scratch (threads * Tq * Tk, threads =
-// attention_scratch_threads()) is used only with keep.
-// key_lengths (B) or null.
-void attention_forward(float* out, float* probs, const float* q, const float* k, const float* v,
+// Rows of queries processed together (a block's P lives in per-thread scratch).
+constexpr int64_t kAttentionRowBlock = 64;
+
+// out (B, Tq, H*Dv); stats (B, H, Tq, 2) receives each row's softmax max and 1/sum, which the
+// backward needs; probs (B, H, Tq, Tk), or null, receives the softmax before dropout. keep (B, H, Tq,
+// Tk) is the dropout multiplier (0 or 1/(1-p)), or null without dropout. scratch holds threads * 2 *
+// min(kAttentionRowBlock, Tq) * Tk floats (threads = attention_scratch_threads()). key_lengths (B)
+// or null.
+void attention_forward(float* out, float* stats, float* probs, const float* q, const float* k, const float* v,
                        const float* keep, float* scratch, const int64_t* key_lengths, bool causal,
                        const AttentionDims& d);
 // Adds into dq (B, Tq, H*Dk), dk (B, Tk, Hkv*Dk), dv (B, Tk, Hkv*Dv) (contiguous; any may be null).
-// key_lengths and causal as given to the forward (they bound the keys each block of rows touches).
-// scratch holds threads * 2 * Tq * Tk floats. With P the probabilities, M = keep and Pd = P o M:
+// stats, keep, key_lengths and causal as given to the forward; P is recomputed from q, k and stats.
+// scratch holds threads * 3 * min(kAttentionRowBlock, Tq) * Tk floats. With M = keep, Pd = P o M:
 //   dV += Pd^T dO,  dP = (dO V^T) o M,  dS = P o (dP - rowsum(dP o P)),
 //   dQ += dS K / sqrt(Dk),  dK += dS^T Q / sqrt(Dk).
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                        const float* v, const float* probs, const float* keep, float* scratch,
+                        const float* v, const float* stats, const float* keep, float* scratch,
                         const int64_t* key_lengths, bool causal, const AttentionDims& d);
 
 }  // namespace kernels

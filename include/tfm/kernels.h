@@ -9,6 +9,9 @@ namespace tfm::kernels {
 // out (N, C) = (inp - mean) * rstd * w + b; saves mean (N), rstd (N).
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
                        const float* b, int64_t N, int64_t C, float eps);
+// The forward's output again from the saved mean and rstd (bit-identical): recomputation.
+void layernorm_apply(float* out, const float* inp, const float* w, const float* b, const float* mean,
+                     const float* rstd, int64_t N, int64_t C);
 // Adds into dinp (N, C), dw (C), db (C); dw/db may be null when not needed.
 // Formula: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * w.
 void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,

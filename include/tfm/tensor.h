@@ -3,8 +3,14 @@
 //
 // A Tensor is a cheap handle (a shared pointer); copies share the same tensor. Views (reshape,
 // transpose, permute, narrow) share storage and record how they index it. Every op that should be
-// differentiable records a Node: its inputs and a closure that *adds* the inputs' gradients given the
-// output's gradient. `backward()` sorts the graph topologically and walks it in reverse.
+// differentiable records a Node: its inputs' gradient slots and a closure that *adds* the inputs'
+// gradients given the output's gradient. `backward()` sorts the graph topologically and walks it in
+// reverse.
+//
+// The graph links gradient slots (GradSlot), never values: an activation stays alive only while some
+// op's closure captured it because its backward reads it, and it goes back to the pool as soon as the
+// last such closure has run. Ops capture `grad_ref(x)` for an input whose gradient they write but
+// whose values they do not read.
 //
 // Gradients are always contiguous tensors of their tensor's shape. A tensor's gradient buffer may be
 // placed by its owner (Module puts all parameter gradients in one flat buffer) with `set_grad`.
@@ -44,6 +50,9 @@ class Storage {
 class Tensor;
 struct Node;
 struct TensorImpl;
+struct GradSlot;
+// A handle on a tensor's gradient slot, null for a tensor that needs no gradient.
+using GradRef = std::shared_ptr<GradSlot>;
 
 class Tensor {
  public:
@@ -93,6 +102,14 @@ class Tensor {
   bool is_leaf() const;
   const std::shared_ptr<Node>& grad_fn() const;
   Tensor detach() const;  // same storage, no history
+
+  // --- recomputation ---
+  // Drops the values of a tensor whose producing op attached a recipe (set_recompute); the next
+  // read of data() recomputes them into fresh pooled storage. A layer calls it once the forward has
+  // consumed a cheap-to-recompute activation that some backward saved, so the step keeps one copy
+  // of the inputs instead of two. Without a recipe (or with gradients off) it does nothing.
+  void release_values() const;
+  bool values_released() const;
   // Backward from a 1-element tensor (seed 1) or with an explicit upstream gradient of this shape.
   // Unless retain_graph, the graph is freed as it is walked: intermediate gradients and closures
   // go back to the pool, so the next step reuses their memory. With retain_graph the intermediate
@@ -107,30 +124,46 @@ class Tensor {
   std::shared_ptr<TensorImpl> impl_;
 };
 
-struct TensorImpl {
-  std::shared_ptr<Storage> storage;
-  Shape shape, strides;
-  int64_t offset = 0;
+// The autograd side of a tensor: whether it needs a gradient, where the gradient accumulates, and
+// the op that produced it. Kept apart from the values so that the graph does not hold them.
+struct GradSlot {
+  Shape shape;  // of the tensor, and so of its gradient
   bool requires_grad = false;
   std::shared_ptr<TensorImpl> grad;
   std::shared_ptr<Node> grad_fn;
 };
 
-// A recorded op: the tensors it read and the closure that accumulates their gradients.
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;  // null while released values await recomputation
+  Shape shape, strides;
+  int64_t offset = 0;
+  std::shared_ptr<GradSlot> autograd;             // created when the tensor first takes part in autograd
+  std::function<void(float* dst)> recompute;  // fills contiguous values (see release_values)
+};
+
+// A recorded op: its inputs' gradient slots (the graph's edges) and the closure that accumulates
+// their gradients.
 struct Node {
   const char* name;
-  std::vector<Tensor> inputs;
+  std::vector<GradRef> inputs;
   std::function<void(const Tensor& grad_out)> backward;
 };
 
 // --- helpers for writing ops (see ops.cpp) ---
 bool grad_enabled();
 // Records `out` as produced by op `name` from `inputs` when grad mode is on and any input needs a
-// gradient; `backward` receives out's gradient and adds into the inputs' gradients.
-void record(Tensor& out, const char* name, std::vector<Tensor> inputs,
+// gradient; `backward` receives out's gradient and adds into the inputs' gradients. The closure
+// should capture only what it reads: values its formula needs, and grad_ref() for the rest.
+void record(Tensor& out, const char* name, const std::vector<Tensor>& inputs,
             std::function<void(const Tensor&)> backward);
+// t's gradient slot when t needs a gradient, else null.
+GradRef grad_ref(const Tensor& t);
 // The gradient buffer of t (contiguous, t's shape), created zero-filled on first use.
 float* grad_buffer(const Tensor& t);
+float* grad_buffer(const GradRef& slot);
+// Attaches the recipe that recomputes a contiguous op output after release_values(); only while
+// gradients are recorded (outside a graph nothing is saved, so nothing is released).
+void set_recompute(const Tensor& out, std::function<void(float* dst)> recipe);
 // t's values in a contiguous tensor: t itself when already contiguous, else a copy (not recorded).
 Tensor contiguous_values(const Tensor& t);
 
