@@ -30,16 +30,20 @@ void put(std::string& out, V v) {
   out.append(reinterpret_cast<const char*>(&v), sizeof v);
 }
 
-void put_section(std::string& out, const std::string& name, const void* data, size_t n) {
-  put<uint32_t>(out, static_cast<uint32_t>(name.size()));
-  out += name;
-  put<uint64_t>(out, n);
-  out.append(static_cast<const char*>(data), n);
-}
-
-void put_floats(std::string& out, const std::string& name, const std::vector<float>& v) {
-  put_section(out, name, v.data(), v.size() * sizeof(float));
-}
+// One payload section, by reference.
+struct Section {
+  std::string name;
+  const void* data;
+  size_t size;
+  // The bytes before the data: u32 name length, name, u64 data length.
+  std::string prefix() const {
+    std::string out;
+    put<uint32_t>(out, static_cast<uint32_t>(name.size()));
+    out += name;
+    put<uint64_t>(out, size);
+    return out;
+  }
+};
 
 // Reads sections from the verified payload.
 class Reader {
@@ -101,30 +105,45 @@ uint32_t crc32(const void* data, size_t n, uint32_t crc) {
   return ~crc;
 }
 
-void save_checkpoint(const std::string& path, const Checkpoint& ckpt) {
-  std::string payload;
+void save_checkpoint(const std::string& path, const CheckpointView& ckpt) {
   const std::string config = ckpt.config.dump(2);
   const nlohmann::json vocab = ckpt.tokenizer.to_json();  // symbols, or BPE merges
   const std::string vocab_s = vocab.dump(), state_s = ckpt.state.dump(2);
-  put_section(payload, "config", config.data(), config.size());
-  put_section(payload, "vocab", vocab_s.data(), vocab_s.size());
-  put_section(payload, "state", state_s.data(), state_s.size());
-  put_floats(payload, "model", ckpt.model);
+  std::vector<Section> sections = {{"config", config.data(), config.size()},
+                                   {"vocab", vocab_s.data(), vocab_s.size()},
+                                   {"state", state_s.data(), state_s.size()},
+                                   {"model", ckpt.model, ckpt.parameters * sizeof(float)}};
   for (size_t i = 0; i < ckpt.optimizer.size(); ++i)
-    put_floats(payload, "optim." + std::to_string(i), ckpt.optimizer[i]);
-  const uint32_t sections = 4 + static_cast<uint32_t>(ckpt.optimizer.size());
-
+    sections.push_back({"optim." + std::to_string(i), ckpt.optimizer[i].data(), ckpt.optimizer[i].size() * sizeof(float)});
+  // The header carries the payload's size and CRC, so a first pass computes them over the buffers
+  // in place and a second streams the same bytes to the file.
+  uint64_t payload_size = 0;
+  uint32_t crc = 0;
+  for (const Section& s : sections) {
+    const std::string prefix = s.prefix();
+    payload_size += prefix.size() + s.size;
+    crc = crc32(s.data, s.size, crc32(prefix.data(), prefix.size(), crc));
+  }
   std::string header(kMagic, sizeof kMagic);
   put<uint32_t>(header, kCheckpointVersion);
-  put<uint32_t>(header, sections);
-  put<uint64_t>(header, payload.size());
-  put<uint32_t>(header, crc32(payload.data(), payload.size()));
+  put<uint32_t>(header, static_cast<uint32_t>(sections.size()));
+  put<uint64_t>(header, payload_size);
+  put<uint32_t>(header, crc);
   put<uint32_t>(header, 0);
 
   AtomicFile file(path);  // PATH.tmp, fsync'd, renamed over PATH by commit()
   file.write(header.data(), header.size());
-  file.write(payload.data(), payload.size());
+  for (const Section& s : sections) {
+    const std::string prefix = s.prefix();
+    file.write(prefix.data(), prefix.size());
+    file.write(s.data, s.size);
+  }
   file.commit();
+}
+
+void save_checkpoint(const std::string& path, const Checkpoint& ckpt) {
+  save_checkpoint(path, CheckpointView{ckpt.config, ckpt.tokenizer, ckpt.state, ckpt.model.data(), ckpt.model.size(),
+                                       ckpt.optimizer});
 }
 
 Checkpoint load_checkpoint(const std::string& path) {

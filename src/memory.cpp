@@ -65,6 +65,12 @@ Stats stats() {
   return p.stats;
 }
 
+void reset_peak() {
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lock(p.mu);
+  p.stats.peak_live_bytes = p.stats.live_bytes;
+}
+
 void trim() {
   Pool& p = pool();
   std::lock_guard<std::mutex> lock(p.mu);

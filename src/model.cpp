@@ -82,8 +82,10 @@ struct Network : Module {
   }
 
   Tensor logits(const Tensor& x) {
-    const Tensor h = ln_f ? ln_f->forward(x) : x;           // (B, T, C)
-    return head ? head->forward(h) : linear(h, emb.weight, Tensor());  // (B, T, V): h E^T when tied
+    const Tensor h = ln_f ? ln_f->forward(x) : x;                                  // (B, T, C)
+    const Tensor out = head ? head->forward(h) : linear(h, emb.weight, Tensor());  // (B, T, V): h E^T when tied
+    if (ln_f) h.release_values();  // recomputed in the head's backward from ln_f's saved input
+    return out;
   }
 
   ModelConfig config;

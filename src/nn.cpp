@@ -120,8 +120,8 @@ FeedForward::FeedForward(int64_t dim, int64_t hidden, const std::string& activat
   register_module("fc2", &fc2);
 }
 Tensor FeedForward::forward(const Tensor& x) const {
-  const Tensor h = fc1.forward(x);  // (..., F)
-  return fc2.forward(gelu ? tfm::gelu(h) : relu(h));
+  // One fused op: fc1 -> activation -> fc2, keeping only fc1's output (..., F) for the backward.
+  return feed_forward(x, fc1.weight, fc1.bias, fc2.weight, fc2.bias, gelu ? Activation::kGelu : Activation::kRelu);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -179,7 +179,11 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key, const
   const Tensor q = wq.forward(query);  // (B, Tq, H*Dk)
   const Tensor k = wk.forward(key);    // (B, Tk, Hkv*Dk)
   const Tensor v = wv.forward(value);  // (B, Tk, Hkv*Dv)
-  return wo.forward(attend(q, k, v, config_.causal, key_lengths));
+  const Tensor o = attend(q, k, v, config_.causal, key_lengths);  // (B, Tq, H*Dv)
+  // The attention's backward reads the queries; one GEMM recomputes them there, which is cheaper
+  // than keeping a (B, Tq, C) per layer through the whole step.
+  q.release_values();
+  return wo.forward(o);
 }
 
 Tensor MultiHeadAttention::forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v, int64_t past) {
@@ -267,12 +271,21 @@ Tensor EncoderBlock::run(const Tensor& x, Attend&& attend) {
   const bool drop = training() && config_.dropout > 0.0f;
   TFM_CHECK(!drop || rng(), "EncoderBlock", "dropout needs set_rng()");
   auto residual = [&](const Tensor& t) { return drop ? dropout(t, config_.dropout, true, *rng()) : t; };
+  // A LayerNorm output read by the sublayer's backward is released once the sublayer has run: the
+  // backward recomputes it from the norm's saved input, so the step keeps one (B, T, C) per norm.
   if (config_.norm_position == "pre") {
-    const Tensor h = x + residual(attend(ln1.forward(x)));  // (B, T, C)
-    return h + residual(ffn.forward(ln2.forward(h)));
+    const Tensor a = ln1.forward(x);                 // (B, T, C)
+    const Tensor h = x + residual(attend(a));        // (B, T, C)
+    a.release_values();
+    const Tensor f = ln2.forward(h);                 // (B, T, C)
+    const Tensor y = h + residual(ffn.forward(f));  // (B, T, C)
+    f.release_values();
+    return y;
   }
-  const Tensor h = ln1.forward(x + residual(attend(x)));
-  return ln2.forward(h + residual(ffn.forward(h)));
+  const Tensor h = ln1.forward(x + residual(attend(x)));  // (B, T, C)
+  const Tensor y = ln2.forward(h + residual(ffn.forward(h)));
+  h.release_values();
+  return y;
 }
 
 Tensor EncoderBlock::forward(const Tensor& x, const std::vector<int64_t>& key_lengths) {

@@ -360,6 +360,34 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   return out;
 }
 
+namespace {
+// out (N, out_dim) = x (N, in) W^T (+ bias): the forward of linear and of the feed-forward's layers.
+void linear_rows(float* out, const float* x, const float* w, const float* bias, int64_t N, int64_t in,
+                 int64_t out_dim) {
+  if (bias)
+    for (int64_t i = 0; i < N; ++i) std::memcpy(out + i * out_dim, bias, sizeof(float) * out_dim);
+  gemm(false, true, N, out_dim, in, 1.0f, x, in, w, in, bias ? 1.0f : 0.0f, out, out_dim);
+}
+
+void activation_forward(Activation act, float* out, const float* inp, int64_t n) {
+  if (act == Activation::kGelu) {
+    kernels::gelu_forward(out, inp, n);
+    return;
+  }
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+}
+// dinp += dout * act'(inp)
+void activation_backward(Activation act, float* dinp, const float* dout, const float* inp, int64_t n) {
+  if (act == Activation::kGelu) {
+    kernels::gelu_backward(dinp, dout, inp, n);
+    return;
+  }
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dinp[i] += inp[i] > 0.0f ? dout[i] : 0.0f;
+}
+}  // namespace
+
 Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
   TFM_CHECK(x_in.dim() >= 1 && w_in.dim() == 2, "linear", "expected x (..., in) and w (out, in), got ",
             shape_str(x_in.shape()), " and ", shape_str(w_in.shape()));
@@ -374,13 +402,8 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
   Shape out_shape = x.shape();
   out_shape.back() = out_dim;
   Tensor out = Tensor::empty(out_shape);  // (N, out)
-  float beta = 0.0f;
-  if (bias.defined()) {
-    const Tensor bc = contiguous_values(bias);
-    for (int64_t i = 0; i < N; ++i) std::memcpy(out.data() + i * out_dim, bc.data(), sizeof(float) * out_dim);
-    beta = 1.0f;
-  }
-  gemm(false, true, N, out_dim, in, 1.0f, x.data(), in, w.data(), in, beta, out.data(), out_dim);
+  const Tensor bc = bias.defined() ? contiguous_values(bias) : Tensor();
+  linear_rows(out.data(), x.data(), w.data(), bc.defined() ? bc.data() : nullptr, N, in, out_dim);
   // x is saved only when W needs a gradient, W only when x does.
   const GradRef rx = grad_ref(x_in), rw = grad_ref(w_in), rb = grad_ref(bias);
   record(out, "linear", {x_in, w_in, bias}, [rx, rw, rb, x = rw ? x : Tensor(), w = rx ? w : Tensor(), N, in,
@@ -391,6 +414,70 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
       gemm(true, false, out_dim, in, N, 1.0f, g.data(), out_dim, x.data(), in, 1.0f, grad_buffer(rw), in);
     if (rb) kernels::bias_add_backward(grad_buffer(rb), g.data(), N, out_dim);
   });
+  // Recomputable by one more GEMM: a layer may release an output that a backward saves (see
+  // MultiHeadAttention: the queries).
+  set_recompute(out, [x, w, bc, N, in, out_dim](float* dst) {
+    linear_rows(dst, x.data(), w.data(), bc.defined() ? bc.data() : nullptr, N, in, out_dim);
+  });
+  return out;
+}
+
+Tensor feed_forward(const Tensor& x_in, const Tensor& w1_in, const Tensor& b1, const Tensor& w2_in, const Tensor& b2,
+                    Activation act, int64_t chunk_rows) {
+  const char* fn = "feed_forward";
+  TFM_CHECK(x_in.dim() >= 1 && w1_in.dim() == 2 && w2_in.dim() == 2, fn, "expected x (..., C), w1 (F, C), ",
+            "w2 (C, F), got ", shape_str(x_in.shape()), ", ", shape_str(w1_in.shape()), ", ", shape_str(w2_in.shape()));
+  const int64_t C = w1_in.size(1), F = w1_in.size(0);
+  TFM_CHECK(x_in.size(-1) == C && w2_in.size(0) == C && w2_in.size(1) == F, fn, "x ", shape_str(x_in.shape()),
+            ", w1 ", shape_str(w1_in.shape()), " and w2 ", shape_str(w2_in.shape()),
+            " do not chain as (..., C) -> (..., F) -> (..., C)");
+  TFM_CHECK(!b1.defined() || b1.shape() == Shape{F}, fn, "b1 ", shape_str(b1.shape()), " must be [", F, "]");
+  TFM_CHECK(!b2.defined() || b2.shape() == Shape{C}, fn, "b2 ", shape_str(b2.shape()), " must be [", C, "]");
+  TFM_CHECK(chunk_rows > 0, fn, "chunk_rows must be positive, got ", chunk_rows);
+  const Tensor x = contiguous_values(x_in), w1 = contiguous_values(w1_in), w2 = contiguous_values(w2_in);
+  const Tensor b1c = b1.defined() ? contiguous_values(b1) : Tensor(), b2c = b2.defined() ? contiguous_values(b2) : Tensor();
+  const int64_t N = C ? x.numel() / C : 0;
+  const int64_t chunk = std::min(chunk_rows, std::max<int64_t>(N, 1));
+  Tensor h = Tensor::empty({N, F});  // (N, F): fc1's output, the one activation kept for the backward
+  linear_rows(h.data(), x.data(), w1.data(), b1c.defined() ? b1c.data() : nullptr, N, C, F);
+  Tensor out = Tensor::empty(x.shape());  // (..., C)
+  {
+    Tensor a = Tensor::empty({chunk, F});  // (chunk, F): act(h) of one chunk of rows
+    for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+      const int64_t rows = std::min(chunk, N - r0);
+      activation_forward(act, a.data(), h.data() + r0 * F, rows * F);
+      linear_rows(out.data() + r0 * C, a.data(), w2.data(), b2c.defined() ? b2c.data() : nullptr, rows, F, C);
+    }
+  }
+  const GradRef rx = grad_ref(x_in), rw1 = grad_ref(w1_in), rb1 = grad_ref(b1), rw2 = grad_ref(w2_in),
+                rb2 = grad_ref(b2);
+  record(out, "feed_forward", {x_in, w1_in, b1, w2_in, b2},
+         [rx, rw1, rb1, rw2, rb2, x, w1, w2, h, act, N, C, F, chunk](const Tensor& g) {
+           const bool need_h = rx || rw1 || rb1;
+           Tensor a = Tensor::empty({chunk, F});   // (chunk, F): act(h), then d h
+           Tensor da = Tensor::empty({chunk, F});  // (chunk, F): d act(h)
+           for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+             const int64_t rows = std::min(chunk, N - r0);
+             const float* gc = g.data() + r0 * C;  // (rows, C)
+             const float* hc = h.data() + r0 * F;  // (rows, F)
+             if (rw2) {  // dW2 (C, F) += g^T act(h)
+               activation_forward(act, a.data(), hc, rows * F);
+               gemm(true, false, C, F, rows, 1.0f, gc, C, a.data(), F, 1.0f, grad_buffer(rw2), F);
+             }
+             if (rb2) kernels::bias_add_backward(grad_buffer(rb2), gc, rows, C);
+             if (!need_h) continue;
+             // d act(h) (rows, F) = g W2;  dh = d act(h) * act'(h)
+             gemm(false, false, rows, F, C, 1.0f, gc, C, w2.data(), F, 0.0f, da.data(), F);
+             float* dh = a.data();
+             std::fill_n(dh, rows * F, 0.0f);
+             activation_backward(act, dh, da.data(), hc, rows * F);
+             if (rw1)  // dW1 (F, C) += dh^T x
+               gemm(true, false, F, C, rows, 1.0f, dh, F, x.data() + r0 * C, C, 1.0f, grad_buffer(rw1), C);
+             if (rb1) kernels::bias_add_backward(grad_buffer(rb1), dh, rows, F);
+             if (rx)  // dx (rows, C) += dh W1
+               gemm(false, false, rows, C, F, 1.0f, dh, F, w1.data(), C, 1.0f, grad_buffer(rx) + r0 * C, C);
+           }
+         });
   return out;
 }
 

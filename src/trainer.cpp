@@ -3,6 +3,7 @@
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "tfm/distributed.h"
 #include "tfm/error.h"
 #include "tfm/file_io.h"
+#include "tfm/memory.h"
 #include "tfm/ops.h"
 #include "tfm/optim.h"
 #include "tfm/platform.h"
@@ -368,21 +370,16 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
     rng["ranks"] = std::move(ranks);
     return rng;
   };
-  auto make_checkpoint = [&] {
-    Checkpoint c;
-    c.config = config.tree;
-    c.tokenizer = data.tokenizer;
-    c.state = {
-        {"step", step},
-        {"best_val_loss", std::isfinite(best_val) ? json(best_val) : json(nullptr)},
-        {"elapsed_s", elapsed()},
-        {"rng", rng_json_all()},
-        {"optimizer", {{"name", optim.config().name}, {"steps", optim.steps_taken()}}}};
-    if (nranks > 1) c.state["ranks"] = nranks;
-    const float* v = model.flat_values().data();
-    c.model.assign(v, v + P);
-    c.optimizer = optim.state();
-    return c;
+  // Writes the run's state to `path`, streaming the parameters and optimizer buffers (no copies).
+  auto save_run = [&](const std::string& path) {
+    json state = {{"step", step},
+                  {"best_val_loss", std::isfinite(best_val) ? json(best_val) : json(nullptr)},
+                  {"elapsed_s", elapsed()},
+                  {"rng", rng_json_all()},
+                  {"optimizer", {{"name", optim.config().name}, {"steps", optim.steps_taken()}}}};
+    if (nranks > 1) state["ranks"] = nranks;
+    save_checkpoint(path, CheckpointView{config.tree, data.tokenizer, state, model.flat_values().data(),
+                                         static_cast<size_t>(P), optim.state()});
   };
 
   std::string breakdown;
@@ -481,7 +478,7 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
       if (val_loss < best_val) {
         best_val = val_loss;
         result.best_val_loss = best_val;
-        save_checkpoint(best_path, make_checkpoint());
+        save_run(best_path);
         note = ", new best: saved best.ckpt";
       }
       info(format("step %ld/%ld | val loss %.4f (best %.4f)%s", static_cast<long>(step),
@@ -509,7 +506,7 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
       iv_time = iv_loss = iv_norm = 0.0, iv_steps = 0;
     }
     if (save_now) {
-      if (root) save_checkpoint(last_path, make_checkpoint());
+      if (root) save_run(last_path);
       saved_at = step;
     }
     if (stop && step < max_steps) {
@@ -540,6 +537,15 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
     info(format("done: %ld steps in %s; val loss %.4f (best %.4f). Sample with: tfm sample --run %s",
                 static_cast<long>(step), duration_str(elapsed()).c_str(), result.val_loss, best_val,
                 dir.c_str()));
+    // Where the memory went: tensors at their peak, what the caching pool holds for reuse, and the
+    // whole process (tensors + libraries + data) as the OS counts it.
+    const memory::Stats mem = memory::stats();
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    info(format("memory: tensors peaked at %.1f MiB; the pool holds %.1f MiB; process peak RSS %.1f MiB",
+                static_cast<double>(mem.peak_live_bytes) / (1 << 20),
+                static_cast<double>(mem.live_bytes + mem.cached_bytes) / (1 << 20),
+                static_cast<double>(usage.ru_maxrss) / 1024.0));
     if (nranks > 1) {
       const double steps_run = static_cast<double>(step - first_step);
       info(format("allreduce: %.2f ms/step, %.1f%% of step (%.1f ms/step, %d ranks, %.1f MB of gradients)",

@@ -288,6 +288,27 @@ TEST_CASE("fused: linear equals matmul(x, w^T) + bias", "[fused]") {
                           {normal({3, 4}, 4), normal({2, 4}, 5)});
 }
 
+TEST_CASE("fused: feed_forward equals linear -> activation -> linear", "[fused]") {
+  // Chunk sizes that split the 7 rows unevenly, one row at a time, and all at once.
+  for (const Activation act : {Activation::kGelu, Activation::kRelu})
+    for (const int64_t chunk : {int64_t{1}, int64_t{3}, int64_t{7}, kFeedForwardChunkRows}) {
+      INFO((act == Activation::kGelu ? "gelu" : "relu") << ", chunk_rows " << chunk);
+      const auto activate = [act](const Tensor& h) { return act == Activation::kGelu ? gelu(h) : relu(h); };
+      check_fused_vs_composed(
+          [act, chunk](const Inputs& in) { return feed_forward(in[0], in[1], in[2], in[3], in[4], act, chunk); },
+          [activate](const Inputs& in) { return linear(activate(linear(in[0], in[1], in[2])), in[3], in[4]); },
+          {normal({7, 4}, 1), normal({6, 4}, 2), normal({6}, 3), normal({4, 6}, 4), normal({4}, 5)});
+    }
+  SECTION("without biases, a 3-D input read through a transposed view") {
+    check_fused_vs_composed(
+        [](const Inputs& in) {
+          return feed_forward(transpose(in[0], 0, 1), in[1], Tensor(), in[2], Tensor(), Activation::kGelu, 2);
+        },
+        [](const Inputs& in) { return linear(gelu(linear(transpose(in[0], 0, 1), in[1], Tensor())), in[2], Tensor()); },
+        {normal({3, 2, 4}, 6), normal({5, 4}, 7), normal({4, 5}, 8)});
+  }
+}
+
 TEST_CASE("fused: mean equals sum / n, and over an axis", "[fused]") {
   check_fused_vs_composed([](const Inputs& in) { return mean(in[0], 1, true); },
                           [](const Inputs& in) { return div(sum(in[0], 1, true), 3.0f); }, {normal({2, 3, 2}, 1)});
@@ -437,6 +458,16 @@ TEST_CASE("errors: shape ops", "[errors]") {
   REQUIRE_THROWS_WITH(reshape(x, {4, -1}), StartsWith("reshape:") && Contains("[2, 3]"));
   REQUIRE_THROWS_WITH(reshape(x, {-1, -1}), StartsWith("reshape:"));
   REQUIRE_THROWS_WITH(view(x, {7}), StartsWith("view:") && Contains("[2, 3]") && Contains("[7]"));
+}
+
+TEST_CASE("errors: feed_forward shapes", "[errors]") {
+  const Tensor x = Tensor::zeros({2, 4}), w1 = Tensor::zeros({6, 4}), w2 = Tensor::zeros({4, 6});
+  CHECK_THROWS_WITH(feed_forward(x, w1, Tensor(), Tensor::zeros({3, 6}), Tensor(), Activation::kGelu),
+                    StartsWith("feed_forward") && Contains("do not chain"));
+  CHECK_THROWS_WITH(feed_forward(x, w1, Tensor::zeros({4}), w2, Tensor(), Activation::kGelu),
+                    StartsWith("feed_forward") && Contains("b1 [4] must be [6]"));
+  CHECK_THROWS_WITH(feed_forward(x, w1, Tensor(), w2, Tensor(), Activation::kGelu, 0),
+                    StartsWith("feed_forward") && Contains("chunk_rows"));
 }
 
 TEST_CASE("errors: losses, normalisation, indexing and masking", "[errors]") {

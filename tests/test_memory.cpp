@@ -1,10 +1,12 @@
 // Memory is planned, not churned: once the first steps have filled the caching allocator, a training
 // step (forward, backward, clipping, optimizer, and an evaluation in between) gets every buffer from
-// the cache and asks the OS for no fresh storage.
+// the cache and asks the OS for no fresh storage. And a step keeps only the activations its backward
+// needs: released values come back bit for bit, and a layer costs a bounded number of activations.
 #include <catch2/catch.hpp>
 
 #include "tfm/memory.h"
 #include "tfm/model.h"
+#include "tfm/ops.h"
 #include "tfm/optim.h"
 #include "tfm/trainer.h"
 
@@ -55,4 +57,92 @@ TEST_CASE("memory: steady-state training steps allocate no fresh storage", "[mem
     CHECK(memory::stats().fresh_allocs == before);
     CHECK(memory::stats().reused > reused_before);  // the steps did allocate, from the cache
   }
+}
+
+namespace {
+Tensor normal(const Shape& shape, uint64_t seed) {
+  Rng rng(seed);
+  return Tensor::randn(shape, rng);
+}
+std::vector<float> grads_of(const std::vector<Tensor>& ts) {
+  std::vector<float> out;
+  for (const Tensor& t : ts) {
+    const std::vector<float> g = t.grad().to_vector();
+    out.insert(out.end(), g.begin(), g.end());
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("recompute: released values come back bit for bit and leave the gradients unchanged", "[memory]") {
+  // x -> layer_norm -> a -> linear -> q -> q * q: a is saved by the linear, q by the product; both
+  // are released after use in one run and kept in the other.
+  std::vector<float> kept, released;
+  for (const bool release : {false, true}) {
+    std::vector<Tensor> leaves = {normal({3, 5, 8}, 1), normal({8}, 2), normal({8}, 3), normal({6, 8}, 4),
+                                  normal({6}, 5)};
+    for (Tensor& t : leaves) t.set_requires_grad(true);
+    const Tensor a = layer_norm(leaves[0], leaves[1], leaves[2]);
+    const Tensor q = linear(a, leaves[3], leaves[4]);
+    const Tensor y = q * q;
+    const std::vector<float> a_values = a.to_vector(), q_values = q.to_vector();
+    if (release) {
+      a.release_values();
+      q.release_values();
+      CHECK(a.values_released());
+      CHECK(q.values_released());
+      CHECK(q.to_vector() == q_values);  // recomputed through a, which is recomputed too
+      CHECK(a.to_vector() == a_values);
+      CHECK_FALSE(a.values_released());
+      a.release_values();
+      q.release_values();
+    }
+    sum(y * normal({3, 5, 6}, 6)).backward();
+    (release ? released : kept) = grads_of(leaves);
+  }
+  CHECK(released == kept);
+}
+
+TEST_CASE("recompute: release_values is a no-op without a recipe", "[memory]") {
+  const Tensor leaf = normal({4}, 1);
+  leaf.release_values();
+  CHECK_FALSE(leaf.values_released());
+  NoGradGuard no_grad;  // nothing is saved outside a graph, so ops attach no recipe
+  const Tensor a = layer_norm(leaf, Tensor::ones({4}), Tensor::zeros({4}));
+  a.release_values();
+  CHECK_FALSE(a.values_released());
+}
+
+TEST_CASE("memory: a layer keeps a bounded set of activations through the step", "[memory]") {
+  // Peak tensor memory of forward + backward for 2 and 4 layers: the difference is what two more
+  // layers cost. A pre-norm layer's backward needs its input, K, V, the attention output, the
+  // residual between the sublayers (5 x (B, T, C)) and fc1's output (B, T, F); Q, the norms' outputs,
+  // the probabilities and act(h) are recomputed. Allowed: those plus one (B, T, C) of slack.
+  const int64_t B = 4, T = 32, C = 32, F = 128;
+  size_t peak[2];
+  for (int i = 0; i < 2; ++i) {
+    ModelConfig c;
+    c.vocab_size = 17;
+    c.d_model = C;
+    c.n_layers = i == 0 ? 2 : 4;
+    c.n_heads = 4;
+    c.d_ff = F;
+    c.max_seq_len = T;
+    LanguageModel model(c, 3);
+    model.set_training(true);
+    Rng rng(5);
+    std::vector<int32_t> x(B * T), y(B * T);
+    for (size_t j = 0; j < x.size(); ++j)
+      x[j] = static_cast<int32_t>(rng.below(17)), y[j] = static_cast<int32_t>(rng.below(17));
+    LanguageModel::loss(model.forward(x, B, T), y).backward();  // warm-up
+    const size_t before = memory::stats().live_bytes;
+    memory::reset_peak();
+    LanguageModel::loss(model.forward(x, B, T), y).backward();
+    peak[i] = memory::stats().peak_live_bytes - before;
+    CHECK(memory::stats().live_bytes == before);  // nothing of the step outlives it
+  }
+  const double per_layer = static_cast<double>(peak[1] - peak[0]) / 2.0 / sizeof(float);
+  const double needed = 5.0 * B * T * C + static_cast<double>(B * T * F);
+  INFO("per layer: " << per_layer << " floats; the backward needs " << needed);
+  CHECK(per_layer <= needed + B * T * C);
 }

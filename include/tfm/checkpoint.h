@@ -40,6 +40,18 @@ struct Checkpoint {
   std::vector<std::vector<float>> optimizer;  // per state buffer, (P,) each
 };
 
+// What save_checkpoint writes, by reference: the training run's buffers are streamed into the file
+// section by section, without a copy of the parameters or the optimizer state.
+struct CheckpointView {
+  const nlohmann::json& config;
+  const Tokenizer& tokenizer;
+  const nlohmann::json& state;
+  const float* model;  // (P,)
+  size_t parameters;   // P
+  const std::vector<std::vector<float>>& optimizer;
+};
+
+void save_checkpoint(const std::string& path, const CheckpointView& ckpt);
 void save_checkpoint(const std::string& path, const Checkpoint& ckpt);
 // Throws IoError "PATH: ..." for a missing, truncated, corrupt or foreign file.
 Checkpoint load_checkpoint(const std::string& path);

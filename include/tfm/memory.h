@@ -19,6 +19,8 @@ struct Stats {
   size_t cached_bytes = 0;  // bytes held in the cache for reuse
 };
 Stats stats();
+// Starts a new peak: peak_live_bytes = live_bytes (to measure the peak of one stretch of work).
+void reset_peak();
 // Gives every cached buffer back to the OS.
 void trim();
 
