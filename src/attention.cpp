@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "tfm/gemm.h"
+#include "tfm/kernels.h"
 #include "vecmath.h"
 
 #include <omp.h>
@@ -230,12 +231,10 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   Tensor probs = probabilities ? Tensor::empty({d.B, d.H, d.Tq, d.Tk}) : Tensor();  // (B, H, Tq, Tk)
   Tensor keep;                                                                     // (B, H, Tq, Tk): 0 or 1/(1-p)
   if (drop) {
-    // Drawn in the same order and with the same rule as the dropout op, so the composed form matches.
+    // The dropout op's mask for a (B, H, Tq, Tk) tensor from the same generator, so the composed
+    // form (dropout of the probabilities) matches.
     keep = Tensor::empty({d.B, d.H, d.Tq, d.Tk});
-    const float s = 1.0f / (1.0f - opt.dropout);
-    float* pk = keep.data();
-    const int64_t n = keep.numel();
-    for (int64_t i = 0; i < n; ++i) pk[i] = opt.rng->uniform() < opt.dropout ? 0.0f : s;
+    kernels::dropout(keep.data(), nullptr, keep.numel(), opt.dropout, opt.rng->next_u64(), false);
   }
   const int64_t threads = kernels::attention_scratch_threads();
   Tensor scratch = Tensor::empty({threads, 2, std::min(kernels::kAttentionRowBlock, d.Tq), d.Tk});

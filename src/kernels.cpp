@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tfm/random.h"
 #include "vecmath.h"
 
 namespace tfm::kernels {
@@ -199,6 +200,22 @@ void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n) 
     const float cdf = 0.5f * (1.0f + erff(x * kInvSqrt2));
     const float pdf = kInvSqrt2Pi * expf(-0.5f * x * x);
     dinp[i] += dout[i] * (cdf + x * pdf);
+  }
+}
+
+void dropout(float* out, const float* in, int64_t n, float p, uint64_t seed, bool accumulate) {
+  const float scale = 1.0f / (1.0f - p);
+  const int64_t blocks = (n + kDropoutBlock - 1) / kDropoutBlock;
+#pragma omp parallel for schedule(static) if (n > kParallelWork)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    // The block's own stream: splitmix64 seeding decorrelates neighbouring (seed + block) values.
+    Rng rng(seed + static_cast<uint64_t>(blk) * 0x9e3779b97f4a7c15ULL);
+    const int64_t end = std::min(n, (blk + 1) * kDropoutBlock);
+    for (int64_t i = blk * kDropoutBlock; i < end; ++i) {
+      const float keep = rng.uniform() < p ? 0.0f : scale;
+      const float v = in ? keep * in[i] : keep;
+      out[i] = accumulate ? out[i] + v : v;
+    }
   }
 }
 

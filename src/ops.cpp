@@ -680,23 +680,14 @@ Tensor embedding(const Tensor& weight, const std::vector<int32_t>& ids, const Sh
 Tensor dropout(const Tensor& x, float p, bool training, Rng& rng) {
   TFM_CHECK(p >= 0.0f && p < 1.0f, "dropout", "probability ", p, " is outside [0, 1)");
   if (!training || p == 0.0f) return x;
-  // The mask is not stored: backward replays the same draws from the generator's saved state, which
-  // costs a second pass of the (inlined) generator instead of a float per element of memory.
-  const Rng::State start = rng.state();
-  const float scale = 1.0f / (1.0f - p);
+  // One draw from `rng` seeds the whole mask (kernels::dropout): the mask is not stored, the
+  // backward replays it from the seed.
+  const uint64_t seed = rng.next_u64();
   const Tensor xc = contiguous_values(x);
   Tensor out = Tensor::empty(x.shape());
-  const float* px = xc.data();
-  float* po = out.data();
-  const int64_t n = out.numel();
-  for (int64_t i = 0; i < n; ++i) po[i] = rng.uniform() < p ? 0.0f : px[i] * scale;
-  record(out, "dropout", {x}, [rx = grad_ref(x), start, p, scale](const Tensor& g) {
-    Rng replay;
-    replay.set_state(start);
-    float* gx = grad_buffer(rx);
-    const float* pg = g.data();
-    const int64_t n = g.numel();
-    for (int64_t i = 0; i < n; ++i) gx[i] += replay.uniform() < p ? 0.0f : pg[i] * scale;
+  kernels::dropout(out.data(), xc.data(), out.numel(), p, seed, false);
+  record(out, "dropout", {x}, [rx = grad_ref(x), seed, p](const Tensor& g) {
+    kernels::dropout(grad_buffer(rx), g.data(), g.numel(), p, seed, true);
   });
   return out;
 }
