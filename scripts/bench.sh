@@ -6,10 +6,11 @@
 #   scripts/bench.sh configs/shakespeare_char.json     # one config
 #
 # Environment: TFM_BENCH_REPEATS (alternations, default 3), TFM_BENCH_STEPS_SMALL / _LARGE (steps per
-# run for configs under / over 5M parameters; default 60 / 4), TFM_THREADS (default: all cores).
+# run for configs under / over 5M parameters; default 60 / 8), TFM_THREADS (default: all cores).
 #
 # What is measured: ms per training step (forward, backward, clipping, optimizer; no evaluation or
-# checkpoint), the median over a run's steps after the first 3, then the median over the repeats.
+# checkpoint). Both sides use the reference's own statistic, the upper median of every step of a run
+# (sorted(times)[n // 2], first steps included), then the median over the repeats.
 # tfm runs as it does for users (it picks OpenBLAS's SkylakeX kernels on AVX-512 CPUs); the reference
 # runs twice per repeat: as the environment has it, and with OPENBLAS_CORETYPE=SkylakeX, so the kernel
 # choice is visible on its own. MFU is against the sgemm peak `tfm bench gemm` measures first.
@@ -47,10 +48,10 @@ bench_ours() {
     --out "$out" --set train.max_steps="$steps" --set train.log_interval=1 --set train.eval_interval="$steps" \
     --set train.eval_steps=1 --set train.checkpoint_interval=0 --set train.threads="$threads" >/dev/null 2>&1
   /usr/bin/python3 - "$out/metrics.jsonl" "$work/time.txt" <<'PY'
-import json, statistics, sys
+import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-timed = [r for r in rows if r["step"] > 3] or rows
-ms = statistics.median(r["ms_per_step"] for r in timed)
+times = sorted(r["ms_per_step"] for r in rows)
+ms = times[len(times) // 2]  # as torch_lm.py computes its ms_per_step_median
 tokens_per_step = rows[-1]["tokens_per_s"] * rows[-1]["ms_per_step"] / 1e3
 rss = next(int(l.split(":")[1]) for l in open(sys.argv[2]) if "Maximum resident" in l)
 print(ms, tokens_per_step / (ms / 1e3), rss)
@@ -79,7 +80,7 @@ default_core="${OPENBLAS_CORETYPE:-}"
 for config in "${configs[@]}"; do
   run_tfm info --config "$config" --json >"$work/info.json"
   read -r params flops < <(/usr/bin/python3 -c "import json;i=json.load(open('$work/info.json'));print(i['parameters'], i['train_flops_per_token'])")
-  if [ "$params" -gt 5000000 ]; then steps="${TFM_BENCH_STEPS_LARGE:-4}"; else steps="${TFM_BENCH_STEPS_SMALL:-60}"; fi
+  if [ "$params" -gt 5000000 ]; then steps="${TFM_BENCH_STEPS_LARGE:-8}"; else steps="${TFM_BENCH_STEPS_SMALL:-60}"; fi
   echo "== $config ($params parameters, $steps steps per run, $repeats repeats)"
   for r in $(seq "$repeats"); do
     read -r o_ms o_tok o_rss < <(bench_ours "$config" "$steps")

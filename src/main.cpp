@@ -246,14 +246,19 @@ int cmd_info(const std::string& file, const std::vector<std::string>& sets, int6
               human_count(f.train_per_token).c_str(), tokens,
               human_count(f.train_per_token * tokens).c_str());
   // Memory: parameters, gradients, optimizer state, and the activations a micro-batch keeps for
-  // backward (per layer: ~9 (B,T,C) tensors, 2 (B,T,F), q/k/v, 2 (B,H,T,T) score tensors; then
-  // the logits and their softmax).
+  // backward. Per layer and token: the block's input, the attention output and the residual between
+  // the sublayers (C each; post-norm also the first norm's output), K and V, fc1's output (F), the
+  // softmax and norm statistics; Q, the norms' outputs, act(h) and the probabilities are recomputed
+  // (attention dropout keeps its (B, H, T, T) mask). On top: the backward's largest transient (~5 C
+  // per token) and the logits with their gradient.
   const double opt_bufs = c.string("train.optimizer.name") == "adamw" ? 2.0 : 1.0;
   const double params_b = 4.0 * P, grads_b = 4.0 * P, opt_b = 4.0 * P * opt_bufs;
   const double BT = static_cast<double>(B * T);
+  const double kv_width = static_cast<double>(Hkv * (C / H));
   const double per_layer =
-      BT * (9.0 * C + 2.0 * F + 2.0 * Hkv * (C / H)) + 2.0 * B * H * static_cast<double>(T) * T;
-  const double act_b = 4.0 * (L * per_layer + 3.0 * BT * C + 2.0 * BT * V);
+      BT * ((mc.norm_position == "pre" ? 3.0 : 4.0) * C + 2.0 * kv_width + F + 2.0 * H + 4.0) +
+      (mc.attention_dropout > 0.0f ? static_cast<double>(B * H) * T * T : 0.0);
+  const double act_b = 4.0 * (L * per_layer + 5.0 * BT * C + 2.0 * BT * V);
   std::printf(
       "memory estimate (batch %ld x %ld): parameters %s, gradients %s, optimizer %s, activations %s; total "
       "%s\n",
