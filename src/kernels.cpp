@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "tfm/random.h"
 #include "vecmath.h"
 
 namespace tfm::kernels {
@@ -27,10 +26,13 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
   for (int64_t i = 0; i < N; ++i) {
     const float* x = inp + i * C;
     float* y = out + i * C;
+    // Sums in double (vectorised: the reduction order is the compiler's, the precision is double's).
     double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
     for (int64_t c = 0; c < C; ++c) sum += x[c];
     const float m = static_cast<float>(sum / C);
     double var = 0.0;
+#pragma omp simd reduction(+ : var)
     for (int64_t c = 0; c < C; ++c) {
       const float d = x[c] - m;
       var += d * d;
@@ -205,17 +207,18 @@ void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n) 
 
 void dropout(float* out, const float* in, int64_t n, float p, uint64_t seed, bool accumulate) {
   const float scale = 1.0f / (1.0f - p);
-  const int64_t blocks = (n + kDropoutBlock - 1) / kDropoutBlock;
-#pragma omp parallel for schedule(static) if (n > kParallelWork)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    // The block's own stream: splitmix64 seeding decorrelates neighbouring (seed + block) values.
-    Rng rng(seed + static_cast<uint64_t>(blk) * 0x9e3779b97f4a7c15ULL);
-    const int64_t end = std::min(n, (blk + 1) * kDropoutBlock);
-    for (int64_t i = blk * kDropoutBlock; i < end; ++i) {
-      const float keep = rng.uniform() < p ? 0.0f : scale;
-      const float v = in ? keep * in[i] : keep;
-      out[i] = accumulate ? out[i] + v : v;
-    }
+#pragma omp parallel for simd if (n > kParallelWork)
+  for (int64_t i = 0; i < n; ++i) {
+    // SplitMix64 at counter i: the generator's i-th output, computed on its own (no state carried
+    // from element to element), so the loop vectorises and any element replays from the seed.
+    uint64_t z = seed + static_cast<uint64_t>(i + 1) * 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // top 24 bits: exact in [0, 1)
+    const float keep = u < p ? 0.0f : scale;
+    const float v = in ? keep * in[i] : keep;
+    out[i] = accumulate ? out[i] + v : v;
   }
 }
 

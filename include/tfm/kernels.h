@@ -39,11 +39,10 @@ void gelu_forward(float* out, const float* inp, int64_t n);
 void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n);
 
 // Dropout with replayable draws: element i is dropped (0) with probability p, else scaled by 1/(1-p).
-// Its draw comes from the generator of its block of kDropoutBlock elements, seeded from (seed, block
-// index), so blocks run in parallel and the backward replays the mask from the seed alone, with no
-// memory per element. out[i] = keep_i * in[i] (in == null: the multiplier itself), or += with
+// Its draw is SplitMix64's output for counter i from `seed` (a counter-based generator), so the
+// draws run vectorised on every thread and the backward replays the mask from the seed alone, with
+// no memory per element. out[i] = keep_i * in[i] (in == null: the multiplier itself), or += with
 // accumulate (the backward: in = dout, out = dinp).
-constexpr int64_t kDropoutBlock = 4096;
 void dropout(float* out, const float* in, int64_t n, float p, uint64_t seed, bool accumulate);
 
 // out (N, C) += bias (C) broadcast over rows; dbias (C) += column sums of dout (N, C).
