@@ -205,20 +205,32 @@ void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n) 
   }
 }
 
+namespace {
+// SplitMix64 at counter i: the generator's i-th output from `seed`, computed on its own (no state
+// carried from element to element), so loops over it vectorise and any element replays from the
+// seed. Returns the multiplier: 0 with probability p, else `scale`.
+inline float dropout_keep(uint64_t seed, int64_t i, float p, float scale) {
+  uint64_t z = seed + static_cast<uint64_t>(i + 1) * 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // top 24 bits: exact in [0, 1)
+  return u < p ? 0.0f : scale;
+}
+}  // namespace
+
 void dropout(float* out, const float* in, int64_t n, float p, uint64_t seed, bool accumulate) {
   const float scale = 1.0f / (1.0f - p);
+  // Three branch-free loops rather than one with branches inside, so each vectorises.
+  if (!in) {
 #pragma omp parallel for simd if (n > kParallelWork)
-  for (int64_t i = 0; i < n; ++i) {
-    // SplitMix64 at counter i: the generator's i-th output, computed on its own (no state carried
-    // from element to element), so the loop vectorises and any element replays from the seed.
-    uint64_t z = seed + static_cast<uint64_t>(i + 1) * 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
-    const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // top 24 bits: exact in [0, 1)
-    const float keep = u < p ? 0.0f : scale;
-    const float v = in ? keep * in[i] : keep;
-    out[i] = accumulate ? out[i] + v : v;
+    for (int64_t i = 0; i < n; ++i) out[i] = dropout_keep(seed, i, p, scale);
+  } else if (accumulate) {
+#pragma omp parallel for simd if (n > kParallelWork)
+    for (int64_t i = 0; i < n; ++i) out[i] += dropout_keep(seed, i, p, scale) * in[i];
+  } else {
+#pragma omp parallel for simd if (n > kParallelWork)
+    for (int64_t i = 0; i < n; ++i) out[i] = dropout_keep(seed, i, p, scale) * in[i];
   }
 }
 
