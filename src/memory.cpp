@@ -1,5 +1,7 @@
 #include "tfm/memory.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -8,6 +10,9 @@
 
 namespace tfm::memory {
 namespace {
+
+constexpr size_t kHugePageBytes = size_t{2} << 20;
+constexpr size_t kHugeBufferBytes = size_t{4} << 20;
 
 struct Pool {
   std::mutex mu;
@@ -39,9 +44,15 @@ float* acquire(size_t n) {
       return ptr;
     }
   }
-  const size_t rounded = (bytes + 63) / 64 * 64;
-  void* ptr = std::aligned_alloc(64, rounded);
+  // Large buffers (activations, gradients, weights) are 2 MiB-aligned and asked to be backed by
+  // transparent huge pages: a GEMM streaming a 100 MB operand then misses the TLB far less, and the
+  // first step faults 512x fewer pages. (With THP in "madvise" mode, as on Debian, nothing else asks.)
+  const bool huge = bytes >= kHugeBufferBytes;
+  const size_t align = huge ? kHugePageBytes : 64;
+  const size_t rounded = (bytes + align - 1) / align * align;
+  void* ptr = std::aligned_alloc(align, rounded);
   if (!ptr) throw std::bad_alloc();
+  if (huge) madvise(ptr, rounded, MADV_HUGEPAGE);  // advice only: failure leaves normal pages
   std::lock_guard<std::mutex> lock(p.mu);
   p.stats.fresh_allocs++;
   p.stats.live_bytes += bytes;

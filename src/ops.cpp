@@ -13,6 +13,10 @@
 namespace tfm {
 namespace {
 
+// Elementwise loops over more elements than this run on all OpenMP threads (memory-bound passes over
+// (B, T, C) activations); smaller ones stay on one thread.
+constexpr int64_t kParallelElements = 1 << 16;
+
 int64_t normalize_axis(const char* op, int64_t axis, const Shape& shape) {
   const int64_t rank = static_cast<int64_t>(shape.size());
   TFM_CHECK(axis >= -rank && axis < rank, op, "axis ", axis, " out of range for shape ", shape_str(shape));
@@ -25,7 +29,7 @@ void accumulate_flat(const GradRef& slot, const Tensor& g) {
   float* dst = grad_buffer(slot);
   const float* src = g.data();
   const int64_t n = g.numel();
-#pragma omp simd
+#pragma omp parallel for simd if (n > kParallelElements)
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
@@ -58,7 +62,7 @@ Tensor binary(const char* name, const Tensor& a, const Tensor& b, F f, DA da, DB
     const float* pa = a.data();
     const float* pb = b.data();
     const int64_t n = out.numel();
-#pragma omp simd
+#pragma omp parallel for simd if (n > kParallelElements)
     for (int64_t i = 0; i < n; ++i) o[i] = f(pa[i], pb[i]);
   } else {
     const Shape sa = strided::broadcast_strides(a.shape(), a.strides(), out_shape);
@@ -84,10 +88,10 @@ Tensor binary(const char* name, const Tensor& a, const Tensor& b, F f, DA da, DB
         const float* pg = g.data();
         const int64_t n = g.numel();
         if (which == 0) {
-#pragma omp simd
+#pragma omp parallel for simd if (n > kParallelElements)
           for (int64_t i = 0; i < n; ++i) gt[i] += pg[i] * da(pa[i], pb[i]);
         } else {
-#pragma omp simd
+#pragma omp parallel for simd if (n > kParallelElements)
           for (int64_t i = 0; i < n; ++i) gt[i] += pg[i] * db(pa[i], pb[i]);
         }
         continue;
@@ -139,13 +143,13 @@ Tensor affine(const char* name, const Tensor& x_in, float s, float t) {
   const float* px = x.data();
   float* po = out.data();
   const int64_t n = x.numel();
-#pragma omp simd
+#pragma omp parallel for simd if (n > kParallelElements)
   for (int64_t i = 0; i < n; ++i) po[i] = s * px[i] + t;
   record(out, name, {x_in}, [rx = grad_ref(x_in), s](const Tensor& g) {
     float* gx = grad_buffer(rx);
     const float* pg = g.data();
     const int64_t n = g.numel();
-#pragma omp simd
+#pragma omp parallel for simd if (n > kParallelElements)
     for (int64_t i = 0; i < n; ++i) gx[i] += s * pg[i];
   });
   return out;
@@ -364,8 +368,10 @@ namespace {
 // out (N, out_dim) = x (N, in) W^T (+ bias): the forward of linear and of the feed-forward's layers.
 void linear_rows(float* out, const float* x, const float* w, const float* bias, int64_t N, int64_t in,
                  int64_t out_dim) {
-  if (bias)
+  if (bias) {
+#pragma omp parallel for if (N * out_dim > kParallelElements)
     for (int64_t i = 0; i < N; ++i) std::memcpy(out + i * out_dim, bias, sizeof(float) * out_dim);
+  }
   gemm(false, true, N, out_dim, in, 1.0f, x, in, w, in, bias ? 1.0f : 0.0f, out, out_dim);
 }
 

@@ -56,7 +56,11 @@ Tensor Tensor::empty(const Shape& shape) {
 
 Tensor Tensor::full(const Shape& shape, float value) {
   Tensor t = empty(shape);
-  std::fill_n(t.data(), t.numel(), value);
+  float* p = t.data();
+  const int64_t n = t.numel();
+  // Gradient buffers start as zeros of activation size: fill them on every thread.
+#pragma omp parallel for simd if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) p[i] = value;
   return t;
 }
 Tensor Tensor::zeros(const Shape& shape) { return full(shape, 0.0f); }
