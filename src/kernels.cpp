@@ -247,7 +247,7 @@ void bias_add_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
   // Column sums: threads take blocks of columns, each summing its columns over every row, so no
   // reduction between threads is needed and the order of the sums does not depend on the threads.
   constexpr int64_t kCols = 64;
-#pragma omp parallel for schedule(static) if (N * C > kParallelWork)
+#pragma omp parallel for schedule(static) if (N * C > (1 << 20))
   for (int64_t c0 = 0; c0 < C; c0 += kCols) {
     const int64_t c1 = std::min(C, c0 + kCols);
     for (int64_t i = 0; i < N; ++i) {

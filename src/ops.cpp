@@ -14,8 +14,9 @@ namespace tfm {
 namespace {
 
 // Elementwise loops over more elements than this run on all OpenMP threads (memory-bound passes over
-// (B, T, C) activations); smaller ones stay on one thread.
-constexpr int64_t kParallelElements = 1 << 16;
+// large (B, T, C) activations); smaller ones stay on one thread, where a fork/join would cost more
+// than it saves (the small config's 98K-element tensors).
+constexpr int64_t kParallelElements = 1 << 20;
 
 int64_t normalize_axis(const char* op, int64_t axis, const Shape& shape) {
   const int64_t rank = static_cast<int64_t>(shape.size());

@@ -59,7 +59,7 @@ Tensor Tensor::full(const Shape& shape, float value) {
   float* p = t.data();
   const int64_t n = t.numel();
   // Gradient buffers start as zeros of activation size: fill them on every thread.
-#pragma omp parallel for simd if (n > (1 << 16))
+#pragma omp parallel for simd if (n > (1 << 20))
   for (int64_t i = 0; i < n; ++i) p[i] = value;
   return t;
 }
