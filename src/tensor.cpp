@@ -397,7 +397,9 @@ void Tensor::backward(const Tensor& upstream, bool retain_graph) const {
   // Seed.
   float* g = grad_buffer(root);
   const Tensor up = contiguous_values(upstream);
-  for (int64_t i = 0; i < numel(); ++i) g[i] += up.data()[i];
+  const float* pu = up.data();
+  const int64_t n = numel();
+  for (int64_t i = 0; i < n; ++i) g[i] += pu[i];
   // Reverse walk: a tensor comes after everything computed from it, so its gradient is complete when
   // its node runs.
   for (size_t i = order.size(); i-- > 0;) {
