@@ -114,16 +114,23 @@ Tensor binary(const char* name, const Tensor& a, const Tensor& b, F f, DA da, DB
 // ---------------------------------------------------------------------------------------------
 // Elementwise unary ops. df(x, y) is dy/dx given the input x and the output y.
 
-template <class F, class DF>
-Tensor unary(const char* name, const Tensor& x_in, F f, DF df) {
-  TFM_CHECK(x_in.defined(), name, "undefined operand");
-  const Tensor x = contiguous_values(x_in);
+// f of every element of x (contiguous), into a new contiguous tensor; not recorded.
+template <class F>
+Tensor map_elements(const Tensor& x, F f) {
   Tensor out = Tensor::empty(x.shape());
   const float* px = x.data();
   float* po = out.data();
   const int64_t n = x.numel();
-#pragma omp simd
+#pragma omp parallel for simd if (n > kParallelElements)
   for (int64_t i = 0; i < n; ++i) po[i] = f(px[i]);
+  return out;
+}
+
+template <class F, class DF>
+Tensor unary(const char* name, const Tensor& x_in, F f, DF df) {
+  TFM_CHECK(x_in.defined(), name, "undefined operand");
+  const Tensor x = contiguous_values(x_in);
+  Tensor out = map_elements(x, f);
   const Tensor y = out.detach();  // saved output, without a reference cycle
   record(out, name, {x_in}, [rx = grad_ref(x_in), x, y, df](const Tensor& g) {
     float* gx = grad_buffer(rx);
@@ -139,13 +146,7 @@ Tensor unary(const char* name, const Tensor& x_in, F f, DF df) {
 // y = s * x + t elementwise: the backward needs neither x nor y, only s.
 Tensor affine(const char* name, const Tensor& x_in, float s, float t) {
   TFM_CHECK(x_in.defined(), name, "undefined operand");
-  const Tensor x = contiguous_values(x_in);
-  Tensor out = Tensor::empty(x.shape());
-  const float* px = x.data();
-  float* po = out.data();
-  const int64_t n = x.numel();
-#pragma omp parallel for simd if (n > kParallelElements)
-  for (int64_t i = 0; i < n; ++i) po[i] = s * px[i] + t;
+  Tensor out = map_elements(contiguous_values(x_in), [s, t](float v) { return s * v + t; });
   record(out, name, {x_in}, [rx = grad_ref(x_in), s](const Tensor& g) {
     float* gx = grad_buffer(rx);
     const float* pg = g.data();

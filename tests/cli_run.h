@@ -1,5 +1,6 @@
 // Running the tfm executable (TFM_BINARY) or a shell command from the repository root in CLI tests,
-// and a per-process temporary directory removed when it goes out of scope.
+// a per-process temporary directory removed when it goes out of scope, and named scratch paths
+// removed when the test binary exits.
 #pragma once
 #include <sys/wait.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace tfm_test {
 
@@ -50,5 +52,22 @@ struct TempDir {
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
 };
+
+// /tmp/tfm_test_<group>_<pid>_<name>, removed if present (not created). It and a sibling
+// "<path>_data.txt" are removed when the test binary exits.
+inline std::string scratch_path(const std::string& group, const std::string& name) {
+  struct Registry {
+    std::vector<std::string> paths;
+    ~Registry() {
+      std::error_code ec;
+      for (const auto& p : paths) std::filesystem::remove_all(p, ec), std::filesystem::remove(p + "_data.txt", ec);
+    }
+  };
+  static Registry registry;
+  const std::string path = "/tmp/tfm_test_" + group + "_" + std::to_string(::getpid()) + "_" + name;
+  std::filesystem::remove_all(path);
+  registry.paths.push_back(path);
+  return path;
+}
 
 }  // namespace tfm_test

@@ -19,27 +19,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Removes this process's temporary directories when the test binary exits.
-struct TempDirs {
-  std::vector<std::string> dirs;
-  ~TempDirs() {
-    std::error_code ec;
-    for (const auto& d : dirs) fs::remove_all(d, ec), fs::remove(d + "_data.txt", ec);
-  }
-};
-TempDirs& temp_dirs() {
-  static TempDirs t;
-  return t;
-}
-
 using Run = tfm_test::CliRun;
 // Runs `tfm ARGS` from the repository root (tests/cli_run.h).
 Run tfm(const std::string& args) { return tfm_test::run_tfm(args); }
 
+// A fresh, empty directory, removed when the test binary exits.
 std::string temp_dir(const std::string& name) {
-  const std::string dir = "/tmp/tfm_test_cli_" + std::to_string(::getpid()) + "_" + name;
-  fs::remove_all(dir);
-  temp_dirs().dirs.push_back(dir);
+  const std::string dir = tfm_test::scratch_path("cli", name);
   fs::create_directories(dir);
   return dir;
 }

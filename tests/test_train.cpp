@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_run.h"
 #include "tfm/checkpoint.h"
 #include "tfm/config.h"
 #include "tfm/error.h"
@@ -20,26 +21,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Removes this process's temporary directories when the test binary exits.
-struct TempDirs {
-  std::vector<std::string> dirs;
-  ~TempDirs() {
-    std::error_code ec;
-    for (const auto& d : dirs) fs::remove_all(d, ec), fs::remove(d + "_data.txt", ec);
-  }
-};
-TempDirs& temp_dirs() {
-  static TempDirs t;
-  return t;
-}
-
-// A fresh, empty run directory per test.
-std::string run_dir(const std::string& name) {
-  const std::string dir = "/tmp/tfm_test_train_" + std::to_string(::getpid()) + "_" + name;
-  fs::remove_all(dir);
-  temp_dirs().dirs.push_back(dir);
-  return dir;
-}
+// A fresh run directory path per test (not created: the trainer makes it).
+std::string run_dir(const std::string& name) { return tfm_test::scratch_path("train", name); }
 
 std::string tiny_data() {
   return std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt";

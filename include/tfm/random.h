@@ -10,7 +10,7 @@ class Rng {
  public:
   explicit Rng(uint64_t seed = 1337) { seed_with(seed); }
   void seed_with(uint64_t seed);
-  uint64_t next_u64() {  // inline: dropout draws one per element
+  uint64_t next_u64() {  // inline: samplers and initialisers draw one per element
     const uint64_t result = rotl(s_[1] * 5, 7) * 9;
     const uint64_t t = s_[1] << 17;
     s_[2] ^= s_[0];
