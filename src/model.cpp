@@ -3,6 +3,7 @@
 // Legend: B batch, T time, C = d_model, H heads, Hkv kv heads, Dk = C / H, F = d_ff, V vocabulary.
 #include "tfm/model.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "tfm/nn.h"
@@ -99,12 +100,72 @@ struct Network : Module {
 
 }  // namespace
 
+// ---------------------------------------------------------------------------------------------
+// Model: the flat buffers and what every architecture shares
+
+Model::~Model() = default;
+
+void Model::adopt_parameters(Module& root, uint64_t init_seed, int64_t residual_layers) {
+  root_ = &root;
+  ParameterBuffers buffers = flatten_parameters(root);
+  values_ = buffers.values, grads_ = buffers.grads, size_ = buffers.size;
+  dropout_rng_.seed_with(init_seed + 1);
+  root.set_rng(&dropout_rng_);
+  // Initialisation exactly as ARCHITECTURE.md and the reference, in its parameter order.
+  Rng rng(init_seed);
+  const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(std::max<int64_t>(1, residual_layers)));
+  const auto named = root.named_parameters();
+  for (size_t i = 0; i < named.size(); ++i) {
+    const std::string& name = named[i].first;
+    Tensor& t = *named[i].second;
+    float* p = t.data();
+    if (t.dim() == 2) {
+      const bool residual = ends_with(name, "wo.weight") || ends_with(name, "fc2.weight");
+      const float std = residual ? residual_std : 0.02f;
+      for (int64_t j = 0; j < t.numel(); ++j) p[j] = std * rng.normal();
+    } else {
+      const bool gain = name.find("ln") != std::string::npos && ends_with(name, "weight");
+      t.fill_(gain ? 1.0f : 0.0f);
+    }
+    parameters_.push_back({name, t, buffers.offsets[i], t.dim() >= 2});
+  }
+}
+
+const NamedParameter* Model::find_parameter(const std::string& name) const {
+  for (const NamedParameter& p : parameters_)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+Tensor Model::flat_values() const { return Tensor::view_of(values_, {size_}, 0); }
+Tensor Model::flat_grads() const { return Tensor::view_of(grads_, {size_}, 0); }
+
+std::vector<std::pair<std::string, int64_t>> Model::parameter_breakdown() const {
+  std::vector<std::pair<std::string, int64_t>> out = {{"embedding", 0}, {"positions", 0}, {"attention", 0},
+                                                      {"feed-forward", 0}, {"norms", 0}, {"head", 0}};
+  for (const NamedParameter& p : parameters_) {
+    const std::string& n = p.name;
+    const size_t k = n.find("emb.") != std::string::npos && n.find("pos") == std::string::npos ? 0
+                     : n.find("pos.") != std::string::npos                                    ? 1
+                     : n.find("attn.") != std::string::npos ||
+                             n.find("cross.") != std::string::npos                            ? 2
+                     : n.find(".fc") != std::string::npos                                     ? 3
+                     : n.find("ln") != std::string::npos                                      ? 4
+                                                                                              : 5;
+    out[k].second += p.value.numel();
+  }
+  return out;
+}
+
+void Model::set_training(bool on) { root_->set_training(on); }
+bool Model::training() const { return root_->training(); }
+
+// ---------------------------------------------------------------------------------------------
+// LanguageModel
+
 struct LanguageModel::Impl {
   explicit Impl(const ModelConfig& c) : net(c) {}
   Network net;
-  ParameterBuffers buffers;
-  std::vector<NamedParameter> parameters;
-  Rng dropout_rng{0};
   bool record_attention = false;
   std::vector<Tensor> probabilities, head_outputs;
 
@@ -121,60 +182,12 @@ struct LanguageModel::Impl {
 
 LanguageModel::LanguageModel(const ModelConfig& config, uint64_t init_seed)
     : impl_(std::make_unique<Impl>(checked(config))) {
-  Network& net = impl_->net;
-  impl_->buffers = flatten_parameters(net);
-  impl_->dropout_rng.seed_with(init_seed + 1);
-  net.set_rng(&impl_->dropout_rng);
-  // Initialisation exactly as ARCHITECTURE.md and the reference, in its parameter order.
-  Rng rng(init_seed);
-  const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(config.n_layers));
-  const auto named = net.named_parameters();
-  for (size_t i = 0; i < named.size(); ++i) {
-    const std::string& name = named[i].first;
-    Tensor& t = *named[i].second;
-    float* p = t.data();
-    if (t.dim() == 2) {
-      const bool residual = ends_with(name, "attn.wo.weight") || ends_with(name, "fc2.weight");
-      const float std = residual ? residual_std : 0.02f;
-      for (int64_t j = 0; j < t.numel(); ++j) p[j] = std * rng.normal();
-    } else {
-      const bool gain = name.find("ln") != std::string::npos && ends_with(name, "weight");
-      t.fill_(gain ? 1.0f : 0.0f);
-    }
-    impl_->parameters.push_back({name, t, impl_->buffers.offsets[i], t.dim() >= 2});
-  }
+  adopt_parameters(impl_->net, init_seed, impl_->net.config.n_layers);
 }
 
 LanguageModel::~LanguageModel() = default;
 
 const ModelConfig& LanguageModel::config() const { return impl_->net.config; }
-const std::vector<NamedParameter>& LanguageModel::parameters() const { return impl_->parameters; }
-
-const NamedParameter* LanguageModel::find_parameter(const std::string& name) const {
-  for (const NamedParameter& p : impl_->parameters)
-    if (p.name == name) return &p;
-  return nullptr;
-}
-
-Tensor LanguageModel::flat_values() const { return Tensor::view_of(impl_->buffers.values, {impl_->buffers.size}, 0); }
-Tensor LanguageModel::flat_grads() const { return Tensor::view_of(impl_->buffers.grads, {impl_->buffers.size}, 0); }
-int64_t LanguageModel::parameter_count() const { return impl_->buffers.size; }
-
-std::vector<std::pair<std::string, int64_t>> LanguageModel::parameter_breakdown() const {
-  std::vector<std::pair<std::string, int64_t>> out = {{"embedding", 0}, {"positions", 0}, {"attention", 0},
-                                                      {"feed-forward", 0}, {"norms", 0}, {"head", 0}};
-  for (const NamedParameter& p : impl_->parameters) {
-    const std::string& n = p.name;
-    const size_t k = n.rfind("emb.", 0) == 0                 ? 0
-                     : n.rfind("pos.", 0) == 0               ? 1
-                     : n.find(".attn.") != std::string::npos ? 2
-                     : n.find(".fc") != std::string::npos    ? 3
-                     : n.find("ln") != std::string::npos     ? 4
-                                                             : 5;
-    out[k].second += p.value.numel();
-  }
-  return out;
-}
 
 FlopCount LanguageModel::flops_per_token(const ModelConfig& c, int64_t seq_len) {
   // 2 FLOPs per multiply-add of every weight matrix a token passes through, plus attention's
@@ -190,9 +203,6 @@ FlopCount LanguageModel::flops_per_token(const ModelConfig& c, int64_t seq_len) 
   return f;
 }
 
-void LanguageModel::set_training(bool on) { impl_->net.set_training(on); }
-bool LanguageModel::training() const { return impl_->net.training(); }
-Rng& LanguageModel::dropout_rng() { return impl_->dropout_rng; }
 
 Tensor LanguageModel::forward(const std::vector<int32_t>& tokens, int64_t B, int64_t T) {
   Network& net = impl_->net;

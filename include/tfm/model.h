@@ -33,6 +33,10 @@ struct ModelConfig {
   bool causal = true;
   bool tie_embeddings = true;
   bool bias = true;
+  // Encoder-decoder (seq2seq.h) only: vocab_size is the target side's.
+  int64_t source_vocab_size = 0;
+  int64_t n_encoder_layers = 0;
+  int64_t n_decoder_layers = 0;
 };
 
 // A parameter: its export name (ARCHITECTURE.md), and a view into the flat value buffer whose
@@ -57,28 +61,53 @@ struct FlopCount {
   double train_per_token = 0;    // forward + backward (backward = 2x forward)
 };
 
-class LanguageModel {
+class Module;
+
+// What every model shares, whatever its architecture: its parameters in one flat value buffer and
+// one flat gradient buffer (named views into them, in export order), training mode and the dropout
+// generator. The trainer, the optimizers, checkpoints and export see only this.
+class Model {
  public:
-  LanguageModel(const ModelConfig& config, uint64_t init_seed);
-  ~LanguageModel();
-  LanguageModel(const LanguageModel&) = delete;
-  LanguageModel& operator=(const LanguageModel&) = delete;
+  virtual ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
 
-  const ModelConfig& config() const;
-
-  // Parameters in the reference's order (torch_lm.py --print-names).
-  const std::vector<NamedParameter>& parameters() const;
+  const std::vector<NamedParameter>& parameters() const { return parameters_; }
   const NamedParameter* find_parameter(const std::string& name) const;
   Tensor flat_values() const;  // (P,)
   Tensor flat_grads() const;   // (P,)
-  int64_t parameter_count() const;
-  // Component -> count (embedding, positions, attention, feed-forward, norms, head), summing to the total.
+  int64_t parameter_count() const { return size_; }
+  // Component -> count (embedding, positions, attention, feed-forward, norms, head), summing to the
+  // total; classified by parameter name.
   std::vector<std::pair<std::string, int64_t>> parameter_breakdown() const;
-  static FlopCount flops_per_token(const ModelConfig& config, int64_t seq_len);
 
   void set_training(bool on);  // dropout is active only in training mode
   bool training() const;
-  Rng& dropout_rng();          // its state goes into checkpoints
+  Rng& dropout_rng() { return dropout_rng_; }  // its state goes into checkpoints
+
+ protected:
+  Model() = default;
+  // Moves every parameter of `root` into the flat buffers and initialises it as ARCHITECTURE.md
+  // does: matrices and embeddings N(0, 0.02), residual output projections (*wo.weight, *fc2.weight)
+  // N(0, 0.02 / sqrt(2 * residual_layers)), biases 0, LayerNorm gains 1; dropout draws from
+  // init_seed + 1. Derived constructors call it once, after building their module tree.
+  void adopt_parameters(Module& root, uint64_t init_seed, int64_t residual_layers);
+
+ private:
+  Module* root_ = nullptr;
+  std::shared_ptr<Storage> values_, grads_;
+  int64_t size_ = 0;
+  std::vector<NamedParameter> parameters_;
+  Rng dropout_rng_{0};
+};
+
+class LanguageModel : public Model {
+ public:
+  LanguageModel(const ModelConfig& config, uint64_t init_seed);
+  ~LanguageModel() override;
+
+  const ModelConfig& config() const;
+  static FlopCount flops_per_token(const ModelConfig& config, int64_t seq_len);
 
   // tokens: B*T ids, row-major (B, T) -> logits (B, T, V).
   Tensor forward(const std::vector<int32_t>& tokens, int64_t B, int64_t T);
