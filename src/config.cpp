@@ -46,29 +46,65 @@ struct Key {
     s.resumable = true;
     return *this;
   }
+  Key& only_for(std::vector<std::string> objectives) {
+    s.objectives = std::move(objectives);
+    return *this;
+  }
 };
 
 using T = KeyType;
+const std::vector<std::string> kLanguageModels = {"causal_lm", "masked_lm"};
+const std::vector<std::string> kSeq2Seq = {"seq2seq"};
 
 std::vector<KeySpec> build_table() {
   const json derived = nullptr;
   std::vector<Key> k = {
       Key("seed", T::Integer, 1337, "Seed of initialisation, dropout and batch sampling.").min(0),
       Key("data.path", T::String, "data/tinyshakespeare.txt",
-          "Training text; a relative path is taken from the working directory."),
+          "Training text (or sentence pairs for seq2seq); a relative path is taken from the working directory."),
+      Key("data.format", T::String, derived,
+          "`text`: one UTF-8 text (causal_lm, masked_lm); `pairs`: `source<TAB>target[<TAB>...]` lines (seq2seq).")
+          .derived("\"pairs\" for seq2seq, else \"text\"")
+          .one_of({"text", "pairs"}),
       Key("data.tokenizer", T::String, "char",
           "`char`: Unicode code points of the UTF-8 file, vocabulary = its sorted distinct characters; "
-          "`byte`: the 256 byte values; `bpe`: byte-level BPE from data.tokenizer_path.")
-          .one_of({"char", "byte", "bpe"}),
+          "`byte`: the 256 byte values; `bpe`: byte-level BPE from data.tokenizer_path; `word` (seq2seq): "
+          "lowercased words with punctuation split off, rarer than data.min_freq -> `<unk>`.")
+          .one_of({"char", "byte", "bpe", "word"}),
       Key("data.tokenizer_path", T::String, derived,
           "Tokenizer file for data.tokenizer = `bpe` (`tfm tokenizer train`); the checkpoint keeps a copy.")
           .derived("null (only bpe uses it)"),
       Key("data.val_fraction", T::Number, 0.1,
-          "The first floor(N * (1 - f)) tokens train, the rest validate.")
+          "The first floor(N * (1 - f)) tokens train, the rest validate (pairs: the last f of the pairs "
+          "after a shuffle by the seed).")
           .min(0, true)
           .max(1, true),
+      Key("data.max_pairs", T::Integer, 0, "Read only the first N pairs of the file (0 = all).")
+          .min(0)
+          .only_for(kSeq2Seq),
+      Key("data.min_freq", T::Integer, 1,
+          "Word tokenizer: a word seen fewer times in the training pairs becomes `<unk>`.")
+          .min(1)
+          .only_for(kSeq2Seq),
+      Key("data.max_source_len", T::Integer, derived, "Source tokens kept per sentence (then `<eos>`).")
+          .derived("model.max_seq_len - 1")
+          .min(1)
+          .only_for(kSeq2Seq),
+      Key("data.max_target_len", T::Integer, derived, "Target tokens kept per sentence (then `<eos>`).")
+          .derived("model.max_seq_len - 1")
+          .min(1)
+          .only_for(kSeq2Seq),
       Key("model.d_model", T::Integer, 128, "C: width of the residual stream.").min(1),
       Key("model.n_layers", T::Integer, 4, "Number of Transformer blocks.").min(1),
+      Key("model.n_encoder_layers", T::Integer, derived, "seq2seq: encoder blocks.")
+          .derived("model.n_layers")
+          .min(1)
+          .only_for(kSeq2Seq),
+      Key("model.n_decoder_layers", T::Integer, derived,
+          "seq2seq: decoder blocks (self-attention, cross-attention, feed-forward).")
+          .derived("model.n_layers")
+          .min(1)
+          .only_for(kSeq2Seq),
       Key("model.n_heads", T::Integer, 4, "H: attention (query) heads; must divide d_model.").min(1),
       Key("model.n_kv_heads", T::Integer, derived,
           "Key/value heads; must divide n_heads (fewer: grouped-query attention, 1: multi-query).")
@@ -92,17 +128,28 @@ std::vector<KeySpec> build_table() {
       Key("model.positional_encoding", T::String, "sinusoidal",
           "Fixed sinusoidal table or learned positions.")
           .one_of({"sinusoidal", "learned"}),
-      Key("model.causal", T::Boolean, true, "Mask future positions in attention."),
+      Key("model.causal", T::Boolean, true,
+          "Mask future positions in attention: true for causal_lm, false for masked_lm (seq2seq's decoder is "
+          "always causal, its encoder never).")
+          .only_for(kLanguageModels),
       Key("model.tie_embeddings", T::Boolean, true, "Output projection shares the token embedding."),
       Key("model.bias", T::Boolean, true, "Biases in the attention and feed-forward projections."),
       Key("model.attention_score", T::String, "dot", "Scaled dot-product or additive (Bahdanau) scores.")
           .one_of({"dot", "additive"}),
-      Key("train.objective", T::String, "causal_lm", "Training objective: next-token prediction.")
-          .one_of({"causal_lm"}),
+      Key("train.objective", T::String, "causal_lm",
+          "`causal_lm`: next-token prediction (decoder-only); `masked_lm`: BERT's masked tokens "
+          "(encoder-only); `seq2seq`: an encoder-decoder over sentence pairs (translation).")
+          .one_of({"causal_lm", "masked_lm", "seq2seq"}),
+      Key("train.mask_prob", T::Number, 0.15,
+          "masked_lm: each position is chosen with this probability (then [MASK] 80%, random 10%, kept 10%).")
+          .min(0, true)
+          .max(1, true)
+          .only_for({"masked_lm"}),
       Key("train.batch_size", T::Integer, 12, "B: sequences per micro-batch.").min(1),
       Key("train.seq_len", T::Integer, derived, "T: tokens per training sequence; at most model.max_seq_len.")
           .derived("model.max_seq_len")
-          .min(1),
+          .min(1)
+          .only_for(kLanguageModels),
       Key("train.grad_accum_steps", T::Integer, 1,
           "Micro-batches per optimizer step; the update equals one batch of B * grad_accum_steps.")
           .min(1),
@@ -351,6 +398,10 @@ json derive(const std::string& path, const json& tree) {
   if (path == "train.lr_schedule.min_lr") return lookup(tree, "train.optimizer.lr")->get<double>() / 10.0;
   if (path == "output.dir") return "runs/run";
   if (path == "data.tokenizer_path") return nullptr;  // unset: only bpe reads it
+  if (path == "data.format") return lookup(tree, "train.objective")->get<std::string>() == "seq2seq" ? "pairs" : "text";
+  if (path == "data.max_source_len" || path == "data.max_target_len")
+    return lookup(tree, "model.max_seq_len")->get<int64_t>() - 1;
+  if (path == "model.n_encoder_layers" || path == "model.n_decoder_layers") return *lookup(tree, "model.n_layers");
   throw Error("config: no rule derives " + path);
 }
 
@@ -368,6 +419,29 @@ void cross_checks(const json& t, std::vector<std::string>& errors) {
   if (i("train.seq_len") > i("model.max_seq_len"))
     errors.push_back("train.seq_len: expected at most model.max_seq_len = " +
                      std::to_string(i("model.max_seq_len")) + ", got " + std::to_string(i("train.seq_len")));
+  // What the objectives need of the model and the data (ARCHITECTURE.md, "Objectives").
+  const std::string objective = lookup(t, "train.objective")->get<std::string>();
+  const bool causal = lookup(t, "model.causal")->get<bool>();
+  if (objective == "causal_lm" && !causal)
+    errors.push_back("model.causal: train.objective \"causal_lm\" needs model.causal = true (a bidirectional "
+                     "model trained on the next token reads the answer through attention; for an encoder use "
+                     "train.objective \"masked_lm\")");
+  if (objective == "masked_lm" && causal)
+    errors.push_back("model.causal: train.objective \"masked_lm\" needs model.causal = false (a causal model "
+                     "cannot see the tokens after a [MASK])");
+  const std::string format = lookup(t, "data.format")->get<std::string>();
+  if ((objective == "seq2seq") != (format == "pairs"))
+    errors.push_back("data.format: train.objective \"" + objective + "\" reads " +
+                     (objective == "seq2seq" ? "\"pairs\"" : "\"text\"") + ", got \"" + format + "\"");
+  if (objective != "seq2seq" && lookup(t, "data.tokenizer")->get<std::string>() == "word")
+    errors.push_back("data.tokenizer: \"word\" is for train.objective \"seq2seq\" (sentence pairs); a text "
+                     "objective uses \"char\", \"byte\" or \"bpe\"");
+  if (objective == "seq2seq")
+    for (const char* side : {"data.max_source_len", "data.max_target_len"})
+      if (i(side) + 1 > i("model.max_seq_len"))
+        errors.push_back(std::string(side) + ": expected at most model.max_seq_len - 1 = " +
+                         std::to_string(i("model.max_seq_len") - 1) + " (room for <bos>/<eos>), got " +
+                         std::to_string(i(side)));
   const double lr = lookup(t, "train.optimizer.lr")->get<double>();
   const double min_lr = lookup(t, "train.lr_schedule.min_lr")->get<double>();
   if (lookup(t, "train.lr_schedule.name")->get<std::string>() == "cosine" && min_lr > lr)
@@ -444,6 +518,8 @@ ModelConfig Config::model(int64_t vocab_size) const {
   m.causal = boolean("model.causal");
   m.tie_embeddings = boolean("model.tie_embeddings");
   m.bias = boolean("model.bias");
+  m.n_encoder_layers = integer("model.n_encoder_layers");
+  m.n_decoder_layers = integer("model.n_decoder_layers");
   return m;
 }
 
@@ -540,6 +616,21 @@ Config resolve_config(json user, const std::vector<std::string>& overrides) {
   if (all_valid) {
     for (const KeySpec* k : to_derive) assign(tree, k->path, derive(k->path, tree));
     cross_checks(tree, errors);
+    // A key another objective reads, set to something other than its default, would be ignored: say so.
+    const std::string objective = lookup(tree, "train.objective")->get<std::string>();
+    for (const auto& k : config_keys()) {
+      if (k.objectives.empty() ||
+          std::find(k.objectives.begin(), k.objectives.end(), objective) != k.objectives.end())
+        continue;
+      const json* given = lookup(user, k.path);
+      if (!given || given->is_null()) continue;
+      const json fallback = k.default_value.is_null() ? derive(k.path, tree) : k.default_value;
+      if (*lookup(tree, k.path) == fallback) continue;
+      std::string owners;
+      for (const auto& o : k.objectives) owners += (owners.empty() ? "\"" : " or \"") + o + "\"";
+      errors.push_back(k.path + ": belongs to train.objective " + owners + "; this config's objective is \"" +
+                       objective + "\" (remove the key or change train.objective)");
+    }
   }
   if (!errors.empty()) throw ConfigError(join_lines(errors));
   return Config{tree};
@@ -557,10 +648,24 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 }
 
 Config resume_config(const Config& run, const std::vector<std::string>& overrides) {
-  Config next = resolve_config(run.tree, overrides);
+  // Keys of other objectives hold their (derived) defaults in a resolved tree: drop them, so they are
+  // derived afresh and only an override naming one is refused.
+  json tree = run.tree;
+  const std::string objective = run.string("train.objective");
+  for (const auto& k : config_keys())
+    if (!k.objectives.empty() && std::find(k.objectives.begin(), k.objectives.end(), objective) == k.objectives.end()) {
+      const auto parts = split_path(k.path);
+      json* node = &tree;
+      for (size_t p = 0; p + 1 < parts.size() && node; ++p) node = node->contains(parts[p]) ? &(*node)[parts[p]] : nullptr;
+      if (node) node->erase(parts.back());
+    }
+  Config next = resolve_config(std::move(tree), overrides);
   std::vector<std::string> errors;
   for (const auto& path : differing_keys(run, next)) {
-    if (find_key(path)->resumable) continue;
+    const KeySpec* k = find_key(path);
+    const bool foreign = !k->objectives.empty() &&
+                         std::find(k->objectives.begin(), k->objectives.end(), objective) == k->objectives.end();
+    if (k->resumable || foreign) continue;
     std::string allowed;
     for (const auto& k : config_keys())
       if (k.resumable) allowed += (allowed.empty() ? "" : ", ") + k.path;
@@ -593,6 +698,11 @@ std::string keys_markdown() {
     if (k.type == T::NumberPair) allowed = "each " + allowed;
     std::string meaning = k.meaning;
     if (k.resumable) meaning += " May change on `--resume`.";
+    if (!k.objectives.empty()) {
+      std::string owners;
+      for (const auto& o : k.objectives) owners += (owners.empty() ? "`" : ", `") + o + "`";
+      meaning += " Only " + owners + ".";
+    }
     os << "| `" << k.path << "` | " << names[static_cast<int>(k.type)] << " | `" << def << "` | " << allowed
        << " | " << meaning << " |\n";
   }

@@ -154,25 +154,29 @@ int cmd_eval(const std::string& dir, const std::string& split, int64_t batches, 
              const std::string& dump_path) {
   if (split != "val" && split != "train")
     throw ConfigError("--split: expected \"val\" or \"train\", got \"" + split + "\"");
-  LoadedRun run = load_run(dir, which);
+  LoadedRun run = load_run(dir, which, true);
   const Config& c = run.config;
   platform::configure_threads(static_cast<int>(c.integer("train.threads")));
   const int64_t B = c.integer("train.batch_size"), T = c.integer("train.seq_len");
   if (batches < 0)
     throw ConfigError("--batches: expected a positive integer, got " + std::to_string(batches));
-  const Dataset data =
-      load_dataset(c.string("data.path"), run.checkpoint.tokenizer, c.number("data.val_fraction"), T);
   if (!dump_path.empty()) {
+    if (!run.model)
+      throw ConfigError("--dump-logits: only for language-model runs (train.objective causal_lm or masked_lm)");
+    const Dataset data =
+        load_dataset(c.string("data.path"), run.checkpoint.tokenizer, c.number("data.val_fraction"), T);
     dump_logits(*run.model, c, split == "val" ? data.val : data.train, batches == 0 ? 2 : batches, dump_path);
     return kExitOk;
   }
   if (batches == 0) batches = c.integer("train.eval_steps");
-  const double loss =
-      evaluate(*run.model, split == "val" ? data.val : data.train, B, T, batches, eval_seed(c));
+  const Metrics m = run.objective->evaluate(split, batches, eval_seed(c));
   const int64_t step = run.checkpoint.state.value("step", int64_t{0});
-  std::printf("%s loss %.4f over %ld batches of %ld x %ld tokens (%s/%s.ckpt, step %ld)\n", split.c_str(),
-              loss, static_cast<long>(batches), static_cast<long>(B), static_cast<long>(T), dir.c_str(),
-              which.c_str(), static_cast<long>(step));
+  std::string extra;
+  for (const auto& [name, v] : m.values)
+    if (name != "loss") extra += ", " + name + " " + std::to_string(v).substr(0, 6);
+  std::printf("%s loss %.4f%s over %ld batches of %ld (%s/%s.ckpt, step %ld, %s)\n", split.c_str(), m.get("loss"),
+              extra.c_str(), static_cast<long>(batches), static_cast<long>(B), dir.c_str(), which.c_str(),
+              static_cast<long>(step), run.objective->name().c_str());
   return kExitOk;
 }
 
@@ -186,6 +190,10 @@ int cmd_sample(const std::string& dir, const SampleOptions& o, std::string which
     throw ConfigError("--top-k: expected >= 0 (0 = all tokens), got " + std::to_string(o.top_k));
   if (which.empty()) which = std::filesystem::exists(dir + "/best.ckpt") ? "best" : "last";
   LoadedRun run = load_run(dir, which);
+  if (!run.model || run.objective->name() != "causal_lm")
+    throw ConfigError("sample: " + dir + " was trained with train.objective \"" + run.objective->name() +
+                      "\"; sampling continues text, which needs a causal_lm run" +
+                      (run.objective->name() == "masked_lm" ? " (for masked_lm: tfm fill-mask)" : " (for seq2seq: tfm translate)"));
   if (!init_from.empty()) load_safetensors_into(*run.model, init_from);
   platform::configure_threads(static_cast<int>(run.config.integer("train.threads")));
   std::fputs(o.prompt.c_str(), stdout);

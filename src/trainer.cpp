@@ -17,6 +17,7 @@
 
 #include "tfm/bench.h"
 #include "tfm/distributed.h"
+#include "objective_text.h"
 #include "tfm/error.h"
 #include "tfm/file_io.h"
 #include "tfm/memory.h"
@@ -31,16 +32,9 @@ using nlohmann::json;
 
 namespace {
 
-// Distinct streams from one seed (the model's dropout Rng uses seed + 1 itself).
-constexpr uint64_t kSamplerSalt = 0x53414D504C455231ULL;  // "SAMPLER1"
-constexpr uint64_t kEvalSalt = 0x4556414C42415443ULL;     // "EVALBATC"
-
-// Rank r's batch stream and dropout stream (data parallel): rank 0 draws exactly what a single
-// process draws, so `mpirun -np 1` equals a plain run; the others are offset by a golden-ratio step.
-constexpr uint64_t kRankStride = 0x9E3779B97F4A7C15ULL;
-uint64_t sampler_seed(uint64_t seed, int rank) {
-  return (seed ^ kSamplerSalt) + static_cast<uint64_t>(rank) * kRankStride;
-}
+// Evaluation batches come from their own stream (the model's dropout Rng uses seed + 1, the
+// training batches sampler_seed(seed, rank): objective_text.h).
+constexpr uint64_t kEvalSalt = 0x4556414C42415443ULL;  // "EVALBATC"
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
@@ -69,7 +63,7 @@ std::string rate_str(double r) {
   return r >= 1e4 ? format("%.1fk", r / 1e3) : format("%.0f", r);
 }
 
-std::vector<ParamSegment> segments_of(const LanguageModel& model) {
+std::vector<ParamSegment> segments_of(const Model& model) {
   std::vector<ParamSegment> segs;
   for (const auto& p : model.parameters()) segs.push_back({p.offset, p.value.numel(), p.decay});
   return segs;
@@ -111,7 +105,7 @@ double json_loss(const json& j) {
 }
 
 // The first parameter whose gradient holds a NaN or Inf, or "" when all are finite.
-std::string first_nonfinite_grad(const LanguageModel& model) {
+std::string first_nonfinite_grad(const Model& model) {
   const float* g = model.flat_grads().data();
   for (const auto& p : model.parameters())
     for (int64_t i = 0; i < p.value.numel(); ++i)
@@ -161,19 +155,16 @@ void check_resumable(const Config& from_ckpt, const Config& config, const std::s
 
 }  // namespace
 
-void restore_model(LanguageModel& model, const Checkpoint& ckpt, const std::string& source) {
+void restore_model(Model& model, const Checkpoint& ckpt, const std::string& source) {
   const int64_t P = model.parameter_count();
-  if (static_cast<int64_t>(ckpt.model.size()) != P) {
-    const ModelConfig& m = model.config();
+  if (static_cast<int64_t>(ckpt.model.size()) != P)
     throw IoError(source + ": the checkpoint holds " + std::to_string(ckpt.model.size()) +
-                  " parameter values, the model of its config needs " + std::to_string(P) + " (vocab " +
-                  std::to_string(m.vocab_size) + ", d_model " + std::to_string(m.d_model) + ", n_layers " +
-                  std::to_string(m.n_layers) + ", d_ff " + std::to_string(m.d_ff) + ")");
-  }
+                  " parameter values, the model of its config needs " + std::to_string(P) + " (" +
+                  std::to_string(model.parameters().size()) + " tensors; was the config or the vocabulary changed?)");
   std::copy(ckpt.model.begin(), ckpt.model.end(), model.flat_values().data());
 }
 
-void load_safetensors_into(LanguageModel& model, const std::string& path) {
+void load_safetensors_into(Model& model, const std::string& path) {
   const SafetensorsFile f = load_safetensors(path);
   for (const auto& [name, t] : f.tensors)
     if (!model.find_parameter(name)) throw IoError(path + ": tensor " + name + " is not a parameter of the model");
@@ -190,22 +181,6 @@ void load_safetensors_into(LanguageModel& model, const std::string& path) {
 
 uint64_t eval_seed(const Config& config) {
   return static_cast<uint64_t>(config.integer("seed")) ^ kEvalSalt;
-}
-
-double evaluate(LanguageModel& model, const std::vector<int32_t>& tokens, int64_t B, int64_t T,
-                int64_t batches, uint64_t seed) {
-  const bool was_training = model.training();
-  model.set_training(false);
-  NoGradGuard no_grad;
-  BatchSampler sampler(seed);
-  std::vector<int32_t> x, y;
-  double sum = 0.0;
-  for (int64_t i = 0; i < batches; ++i) {
-    sampler.sample(tokens, B, T, x, y);
-    sum += LanguageModel::loss(model.forward(x, B, T), y).item();
-  }
-  model.set_training(was_training);
-  return sum / static_cast<double>(batches);
 }
 
 TrainResult train(const Config& config, const TrainOptions& opt) {
@@ -249,14 +224,11 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
                       " already holds a run (last.ckpt); continue it with `tfm train --resume " + dir +
                       "` or choose another directory with --out");
   }
-  const std::string data_path = config.string("data.path");
-  const double val_fraction = config.number("data.val_fraction");
-  Dataset data = opt.resume ? load_dataset(data_path, resumed.tokenizer, val_fraction, T)
-                 : config.string("data.tokenizer") == "bpe"
-                     ? load_dataset(data_path, Tokenizer::load_bpe(config.string("data.tokenizer_path")), val_fraction, T)
-                     : load_dataset(data_path, config.string("data.tokenizer"), val_fraction, T);
   // Data parallel: only rank 0 writes (the run directory lives on its machine).
   const int rank = dist::rank(), nranks = dist::size();
+  // The objective reads its data and builds its model (vocabularies from the checkpoint on resume).
+  const std::unique_ptr<Objective> objective = make_objective(config, opt.resume ? &resumed : nullptr, true, rank);
+  Model& model = objective->model();
   const bool root = dist::is_root();
   if (root) {
     std::error_code ec;
@@ -276,13 +248,11 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
       threads_key > 0 || !dist::active()
           ? static_cast<int>(threads_key)
           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / dist::local_size()));
-  const ModelConfig mc = config.model(data.tokenizer.size());
-  LanguageModel model(mc, seed);
   model.set_training(true);
   const int64_t P = model.parameter_count();
   Optimizer optim(optimizer_config(config), segments_of(model), P);
   const LrSchedule schedule = schedule_of(config);
-  BatchSampler sampler(sampler_seed(seed, rank));
+  Rng& sampler = objective->sampler_rng();
   if (rank > 0) model.dropout_rng().seed_with(sampler_seed(seed + 1, rank));
   int64_t step = 0;
   double best_val = std::numeric_limits<double>::infinity();
@@ -299,7 +269,7 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
       elapsed_before = s.at("elapsed_s").get<double>();
       // A multi-rank checkpoint holds every rank's streams under rng.ranks (rank 0's also at the top).
       const json& r = nranks > 1 ? s.at("rng").at("ranks").at(static_cast<size_t>(rank)) : s.at("rng");
-      sampler.rng().set_state(rng_state(r.at("sampler")));
+      sampler.set_state(rng_state(r.at("sampler")));
       model.dropout_rng().set_state(rng_state(r.at("dropout")));
       if (s.at("optimizer").at("name").get<std::string>() != optim.config().name ||
           resumed.optimizer.size() != optim.state().size())
@@ -355,12 +325,12 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
   std::vector<uint64_t> rank_rngs;
   auto gather_rngs = [&] {
     std::vector<uint64_t> mine;
-    for (const Rng::State& s : {sampler.rng().state(), model.dropout_rng().state()})
+    for (const Rng::State& s : {sampler.state(), model.dropout_rng().state()})
       mine.insert(mine.end(), s.begin(), s.end());
     rank_rngs = dist::allgather(mine);
   };
   auto rng_json_all = [&] {
-    json rng = {{"sampler", rng_json(sampler.rng().state())}, {"dropout", rng_json(model.dropout_rng().state())}};
+    json rng = {{"sampler", rng_json(sampler.state())}, {"dropout", rng_json(model.dropout_rng().state())}};
     if (nranks == 1) return rng;
     json ranks = json::array();
     for (int r = 0; r < nranks; ++r) {
@@ -378,7 +348,7 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
                   {"rng", rng_json_all()},
                   {"optimizer", {{"name", optim.config().name}, {"steps", optim.steps_taken()}}}};
     if (nranks > 1) state["ranks"] = nranks;
-    save_checkpoint(path, CheckpointView{config.tree, data.tokenizer, state, model.flat_values().data(),
+    save_checkpoint(path, CheckpointView{config.tree, objective->tokenizer(), state, model.flat_values().data(),
                                          static_cast<size_t>(P), optim.state()});
   };
 
@@ -386,11 +356,9 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
   for (const auto& [name, n] : model.parameter_breakdown())
     breakdown += (breakdown.empty() ? "" : ", ") + name + " " + std::to_string(n);
   info(format("tfm train: %s %s", opt.resume ? "resuming" : "run directory", dir.c_str()));
-  info(format("data: %s, %s tokenizer, vocabulary %ld, %zu train / %zu val tokens", data_path.c_str(),
-              data.tokenizer.kind_name().c_str(), static_cast<long>(data.tokenizer.size()), data.train.size(),
-              data.val.size()));
+  info("objective: " + objective->name() + "; data: " + objective->describe_data());
   info(format("model: %ld parameters (%s)", static_cast<long>(P), breakdown.c_str()));
-  const double flops_per_token = LanguageModel::flops_per_token(mc, T).train_per_token;
+  const double flops_per_token = objective->train_flops_per_token();
   // The same square n = 1024 peak `tfm bench gemm` reports (a 512 cube ran ~15% below it, which
   // inflated the logged MFU), timed for 0.3 s at start-up.
   const double peak_gflops = root ? measure_gemm_peak_gflops(1024, 0.3) : 0.0;
@@ -407,23 +375,23 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
   TrainResult result;
   result.best_val_loss = best_val;
   Tensor values = model.flat_values(), grads = model.flat_grads();
-  std::vector<int32_t> x, y;
   // Interval accumulators for the log line and metrics.jsonl.
-  double iv_time = 0.0, iv_loss = 0.0, iv_norm = 0.0;
+  double iv_time = 0.0, iv_loss = 0.0, iv_norm = 0.0, iv_tokens = 0.0;
   int64_t iv_steps = 0;
   int64_t saved_at = opt.resume ? step : -1;
-  const int64_t tokens_per_step = B * T * accum * nranks;
   double run_step_s = 0.0;  // this call's steps, for the allreduce share
   const int64_t first_step = step;
+  std::string progress_extra;  // the last evaluation's figures besides the loss, for the progress line
 
   while (step < max_steps) {
     const auto t0 = Clock::now();
     grads.fill_(0.0f);
-    double loss_sum = 0.0;
+    double loss_sum = 0.0, tokens = 0.0;
     for (int64_t a = 0; a < accum; ++a) {
-      sampler.sample(data.train, B, T, x, y);
-      Tensor loss = LanguageModel::loss(model.forward(x, B, T), y);
+      BatchLoss batch = objective->train_batch();
+      Tensor loss = batch.loss;
       loss_sum += loss.item();
+      tokens += static_cast<double>(batch.tokens);
       // Mean over the micro-batches: the same gradient as one batch of B * accum.
       if (accum > 1) loss = loss * (1.0f / static_cast<float>(accum));
       loss.backward();
@@ -431,6 +399,7 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
     // Data parallel: the mean over ranks of loss and gradient, before clipping, so the clip sees the
     // global gradient and every rank applies the same update (no-ops in a single process).
     const double train_loss = dist::allreduce_mean(loss_sum / static_cast<double>(accum));
+    const double step_tokens = dist::allreduce_mean(tokens) * nranks;  // every rank's real tokens
     dist::allreduce_mean(grads.data(), P);
     const double norm = std::isfinite(train_loss) ? clip_grad_norm(grads.data(), P, grad_clip) : NAN;
     if (!std::isfinite(train_loss) || !std::isfinite(norm)) {
@@ -466,15 +435,17 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
     run_step_s += step_s;
     if (opt.on_step) opt.on_step(step, model);
     result.losses.push_back(train_loss);
-    iv_time += step_s, iv_loss += train_loss, iv_norm += norm, ++iv_steps;
+    iv_time += step_s, iv_loss += train_loss, iv_norm += norm, iv_tokens += step_tokens, ++iv_steps;
 
     double val_loss = NAN;
+    Metrics val;
     const bool eval_now = step % eval_every == 0 || step == max_steps;
     const bool stop = dist::any(opt.stop && opt.stop->load()) || step == opt.stop_at_step;
     const bool save_now = (ckpt_every > 0 && step % ckpt_every == 0) || step == max_steps || stop;
     if (nranks > 1 && (eval_now || save_now)) gather_rngs();
     if (eval_now && root) {  // rank 0 alone evaluates: nothing collective happens in here
-      val_loss = evaluate(model, data.val, B, T, eval_steps, eval_seed(config));
+      val = objective->evaluate("val", eval_steps, eval_seed(config));
+      val_loss = val.get("loss");
       result.val_loss = val_loss;
       std::string note;
       if (val_loss < best_val) {
@@ -483,12 +454,18 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
         save_run(best_path);
         note = ", new best: saved best.ckpt";
       }
-      info(format("step %ld/%ld | val loss %.4f (best %.4f)%s", static_cast<long>(step),
-                  static_cast<long>(max_steps), val_loss, best_val, note.c_str()));
+      // The objective's other figures (masked_lm: accuracy; seq2seq: accuracy, BLEU) follow the loss,
+      // and the progress line keeps showing them until the next evaluation.
+      std::string extra;
+      for (const auto& [name, v] : val.values)
+        if (name != "loss") extra += format(" | val %s %.4g", name.c_str(), v);
+      progress_extra = extra;
+      info(format("step %ld/%ld | val loss %.4f (best %.4f)%s%s", static_cast<long>(step),
+                  static_cast<long>(max_steps), val_loss, best_val, extra.c_str(), note.c_str()));
     }
     if (root && (step % log_every == 0 || eval_now || step == max_steps)) {
       const double ms = 1e3 * iv_time / iv_steps;
-      const double tok_s = static_cast<double>(tokens_per_step * iv_steps) / iv_time;
+      const double tok_s = iv_tokens / iv_time;
       const double mfu = peak_gflops > 0 ? flops_per_token * tok_s / (peak_gflops * 1e9 * nranks) : 0.0;
       json rec = {{"step", step},
                   {"train_loss", train_loss},
@@ -499,13 +476,14 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
                   {"ms_per_step", ms},
                   {"mfu", mfu},
                   {"elapsed_s", elapsed()}};
-      if (eval_now) rec["val_loss"] = val_loss;
+      if (eval_now)
+        for (const auto& [name, v] : val.values) rec["val_" + name] = v;
       metrics << rec.dump() << "\n" << std::flush;
       info(
           format("step %ld/%ld | loss %.4f | lr %.2e | grad norm %.3f | %.1f ms/step | %s tok/s | mfu %.1f%%",
                  static_cast<long>(step), static_cast<long>(max_steps), iv_loss / iv_steps, lr,
                  iv_norm / iv_steps, ms, rate_str(tok_s).c_str(), 100.0 * mfu));
-      iv_time = iv_loss = iv_norm = 0.0, iv_steps = 0;
+      iv_time = iv_loss = iv_norm = iv_tokens = 0.0, iv_steps = 0;
     }
     if (save_now) {
       if (root) save_run(last_path);
@@ -520,10 +498,10 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
       return result;
     }
     if (tty) {
-      const double rate = step_s > 0 ? static_cast<double>(tokens_per_step) / step_s : 0.0;
+      const double rate = step_s > 0 ? step_tokens / step_s : 0.0;
       const double eta = step_s * static_cast<double>(max_steps - step);
-      std::printf("\r\033[Kstep %ld/%ld | loss %.4f | %s tok/s | ETA %s", static_cast<long>(step),
-                  static_cast<long>(max_steps), train_loss, rate_str(rate).c_str(),
+      std::printf("\r\033[Kstep %ld/%ld | loss %.4f%s | %s tok/s | ETA %s", static_cast<long>(step),
+                  static_cast<long>(max_steps), train_loss, progress_extra.c_str(), rate_str(rate).c_str(),
                   duration_str(eta).c_str());
       std::fflush(stdout);
       progress_shown = true;
@@ -560,7 +538,7 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
   return result;
 }
 
-LoadedRun load_run(const std::string& dir, const std::string& which) {
+LoadedRun load_run(const std::string& dir, const std::string& which, bool with_data) {
   if (which != "last" && which != "best")
     throw ConfigError("--checkpoint: expected \"last\" or \"best\", got \"" + which + "\"");
   const std::string path = dir + "/" + which + ".ckpt";
@@ -573,84 +551,10 @@ LoadedRun load_run(const std::string& dir, const std::string& which) {
   } catch (const ConfigError& e) {
     throw IoError(path + ": the checkpoint's config is invalid: " + e.what());
   }
-  run.model = std::make_unique<LanguageModel>(run.config.model(run.checkpoint.tokenizer.size()),
-                                              static_cast<uint64_t>(run.config.integer("seed")));
-  restore_model(*run.model, run.checkpoint, path);
+  run.objective = make_objective(run.config, &run.checkpoint, with_data);
+  restore_model(run.objective->model(), run.checkpoint, path);
+  run.model = dynamic_cast<LanguageModel*>(&run.objective->model());
   return run;
-}
-
-namespace {
-
-int32_t pick_token(const float* logits, int64_t V, const SampleOptions& o, Rng& rng) {
-  if (o.temperature <= 0.0) return static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
-  std::vector<double> z(logits, logits + V);
-  for (double& v : z) v /= o.temperature;
-  if (o.top_k > 0 && o.top_k < V) {
-    std::vector<double> sorted = z;
-    std::nth_element(sorted.begin(), sorted.begin() + (o.top_k - 1), sorted.end(), std::greater<double>());
-    const double kth = sorted[o.top_k - 1];
-    for (double& v : z)
-      if (v < kth) v = -INFINITY;
-  }
-  const double mx = *std::max_element(z.begin(), z.end());
-  double sum = 0.0;
-  for (double& v : z) sum += (v = std::exp(v - mx));
-  const double u = static_cast<double>(rng.next_u64() >> 11) * (1.0 / 9007199254740992.0) * sum;
-  double acc = 0.0;
-  for (int64_t i = 0; i < V; ++i) {
-    acc += z[i];
-    if (u < acc) return static_cast<int32_t>(i);
-  }
-  for (int64_t i = V - 1; i >= 0; --i)
-    if (z[i] > 0) return static_cast<int32_t>(i);
-  return 0;
-}
-
-}  // namespace
-
-std::string generate(LanguageModel& model, const Tokenizer& tokenizer, const SampleOptions& o,
-                     const std::function<void(const std::string&)>& on_text) {
-  const bool was_training = model.training();
-  model.set_training(false);
-  NoGradGuard no_grad;
-  Rng rng(o.seed);
-  const int64_t L = model.config().max_seq_len, V = model.config().vocab_size;
-  std::vector<int32_t> ids = tokenizer.encode(o.prompt, "--prompt");
-  if (ids.empty() && tokenizer.kind() == Tokenizer::Kind::Bpe) ids = tokenizer.encode("\n", "--prompt");
-  if (ids.empty()) {
-    const auto& s = tokenizer.symbols();
-    const auto nl = std::lower_bound(s.begin(), s.end(), static_cast<uint32_t>('\n'));
-    ids.push_back(nl != s.end() && *nl == '\n' ? static_cast<int32_t>(nl - s.begin()) : 0);
-  }
-  KVCache cache;
-  std::vector<float> last(V);
-  // (Re)fills the cache with the last `keep` tokens and keeps the logits of the final one.
-  auto refill = [&](size_t keep) {
-    cache = model.make_cache(1);
-    const std::vector<int32_t> window(ids.end() - static_cast<std::ptrdiff_t>(keep), ids.end());
-    const std::vector<float> logits =
-        model.forward_cached(cache, window, 1, static_cast<int64_t>(window.size())).to_vector();
-    std::copy(logits.end() - V, logits.end(), last.begin());
-  };
-  refill(std::min<size_t>(ids.size(), static_cast<size_t>(L)));
-  std::string out;
-  for (int64_t i = 0; i < o.max_new_tokens; ++i) {
-    const int32_t next = pick_token(last.data(), V, o, rng);
-    ids.push_back(next);
-    const std::string piece = tokenizer.decode(next);
-    out += piece;
-    if (on_text) on_text(piece);
-    if (i + 1 == o.max_new_tokens) break;
-    if (cache.length >= L) {
-      // The context is full: restart from the newest half (amortised O(1) refills per token).
-      refill(std::min<size_t>(ids.size(), static_cast<size_t>(std::max<int64_t>(1, L / 2))));
-    } else {
-      const std::vector<float> logits = model.forward_cached(cache, {next}, 1, 1).to_vector();
-      std::copy(logits.end() - V, logits.end(), last.begin());
-    }
-  }
-  model.set_training(was_training);
-  return out;
 }
 
 }  // namespace tfm

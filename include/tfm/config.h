@@ -26,6 +26,7 @@ struct KeySpec {
   bool min_open = false, max_open = false;  // exclusive bounds
   std::vector<std::string> choices;         // allowed strings (empty: any)
   bool resumable = false;                   // may change with `train --resume DIR --set ...`
+  std::vector<std::string> objectives;      // the train.objective values that read it (empty: all)
   std::string meaning;
 };
 

@@ -21,6 +21,7 @@
 #include "tfm/config.h"
 #include "tfm/data.h"
 #include "tfm/model.h"
+#include "tfm/objective.h"
 
 namespace tfm {
 
@@ -30,7 +31,7 @@ struct TrainOptions {
   const std::atomic<bool>* stop = nullptr;  // set by SIGINT/SIGTERM: finish the step, checkpoint, return
   bool console = true;                      // log to stdout as well as train.log
   // Called on every rank after each optimizer step (tests: parameters identical across ranks).
-  std::function<void(int64_t step, const LanguageModel& model)> on_step;
+  std::function<void(int64_t step, const Model& model)> on_step;
   std::string init_from;                    // safetensors file: initial weights of a fresh run (not on resume)
 };
 
@@ -48,21 +49,23 @@ struct TrainResult {
 // any step is taken; a fresh run refuses a directory that already holds a checkpoint.
 TrainResult train(const Config& config, const TrainOptions& options = {});
 
-// A trained run loaded for evaluation or sampling.
+// A trained run loaded for evaluation, sampling, filling masks or translating.
 struct LoadedRun {
   Config config;
   Checkpoint checkpoint;
-  std::unique_ptr<LanguageModel> model;
+  std::unique_ptr<Objective> objective;  // with the run's data only when load_run was asked for it
+  LanguageModel* model = nullptr;        // the objective's model when it is a LanguageModel, else null
 };
-// Loads DIR/<which>.ckpt ("last" or "best") and builds its model.
-LoadedRun load_run(const std::string& dir, const std::string& which = "last");
+// Loads DIR/<which>.ckpt ("last" or "best") and builds its objective and model.
+// With data, the objective reads the run's data files too (evaluation); without, it needs none.
+LoadedRun load_run(const std::string& dir, const std::string& which = "last", bool with_data = false);
 
 // Copies checkpoint values into a model built from the same config; IoError naming what differs.
-void restore_model(LanguageModel& model, const Checkpoint& ckpt, const std::string& source);
+void restore_model(Model& model, const Checkpoint& ckpt, const std::string& source);
 
 // Copies the tensors of a safetensors file (tfm export) into the model's parameters. Names and shapes
 // must match model.parameters() exactly; IoError("<path>: ...") naming the tensor otherwise.
-void load_safetensors_into(LanguageModel& model, const std::string& path);
+void load_safetensors_into(Model& model, const std::string& path);
 
 // The seed of the evaluation batches of a run (the same batches at every evaluation).
 uint64_t eval_seed(const Config& config);

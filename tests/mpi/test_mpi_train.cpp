@@ -51,7 +51,7 @@ void test_identical_parameters(const std::string& dir) {
   tfm::TrainOptions opt;
   opt.console = false;
   int64_t checked = 0;
-  opt.on_step = [&](int64_t step, const tfm::LanguageModel& model) {
+  opt.on_step = [&](int64_t step, const tfm::Model& model) {
     const tfm::Tensor v = model.flat_values();
     const std::vector<uint64_t> all = tfm::dist::allgather({fnv1a(v.data(), v.numel())});
     for (size_t r = 1; r < all.size(); ++r)

@@ -1,0 +1,89 @@
+// A training objective: how a batch is drawn, what the loss is, what evaluation measures and what
+// the model is. The training loop (trainer.cpp: schedule, clipping, accumulation, logging, eval,
+// checkpoints, signals, MPI) is written once against this interface; each objective lives in one
+// file:
+//   causal_lm  src/objective_causal_lm.cpp  decoder-only: next-token prediction (sampling: trainer.h)
+//   masked_lm  src/objective_masked_lm.cpp  encoder-only: BERT's masked tokens (fill_mask below)
+//   seq2seq    src/objective_seq2seq.cpp    encoder-decoder over sentence pairs (translate below)
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tfm/checkpoint.h"
+#include "tfm/config.h"
+#include "tfm/data.h"
+#include "tfm/model.h"
+#include "tfm/random.h"
+
+namespace tfm {
+
+// Named figures of one evaluation, in display order; the first is always "loss".
+struct Metrics {
+  std::vector<std::pair<std::string, double>> values;
+  double get(const std::string& name) const;  // NaN when absent
+  bool has(const std::string& name) const;
+  void set(const std::string& name, double value);
+};
+
+// One training micro-batch's loss (a scalar with its graph) and the real tokens it holds (padding
+// and unmasked positions excluded where the objective says so), for tokens/s.
+struct BatchLoss {
+  Tensor loss;
+  int64_t tokens = 0;
+};
+
+class Objective {
+ public:
+  virtual ~Objective() = default;
+  virtual std::string name() const = 0;
+  virtual Model& model() = 0;
+
+  // Vocabularies for checkpoints: the input side's, and the target side's when it has its own.
+  virtual const Tokenizer& tokenizer() const = 0;
+  virtual const Tokenizer* target_tokenizer() const { return nullptr; }
+
+  // The next training micro-batch of the configured size, drawn with sampler_rng(), forward in the
+  // model's current mode; the loss is a mean, ready for backward().
+  virtual BatchLoss train_batch() = 0;
+  // The state of the training batch stream (checkpointed, so a resumed run draws the same batches).
+  virtual Rng& sampler_rng() = 0;
+
+  // Evaluation in eval mode without a graph over `batches` batches of `split` ("val" | "train"),
+  // drawn from a fresh generator seeded with `seed` (the same batches at every evaluation).
+  virtual Metrics evaluate(const std::string& split, int64_t batches, uint64_t seed) = 0;
+
+  // Training FLOPs per counted token, for MFU.
+  virtual double train_flops_per_token() const = 0;
+  // One line about the data for the log ("data: ...").
+  virtual std::string describe_data() const = 0;
+  // Whether evaluate() can run (the data is loaded).
+  virtual bool has_data() const = 0;
+};
+
+// Builds the objective `train.objective` names and its model (initialised from `seed`).
+// Vocabularies come from `checkpoint` when given (resume, eval, sampling), else from the data.
+// With load_data the data files are read (training, eval); without, only the model is built and
+// evaluate()/train_batch() throw (sampling, translation, export need no data file).
+std::unique_ptr<Objective> make_objective(const Config& config, const Checkpoint* checkpoint, bool load_data,
+                                          int rank = 0);
+
+// ---- what each objective's model does at inference ----
+
+// masked_lm: every "[MASK]" in `text` is one masked position; the top_k candidates per position
+// with their probabilities, in order of the positions.
+struct MaskCandidates {
+  int64_t position = 0;  // token index in the encoded text
+  std::vector<std::pair<std::string, double>> candidates;
+};
+struct FillMaskResult {
+  std::vector<int32_t> tokens;  // the encoded input, [MASK] = mask id
+  std::vector<MaskCandidates> masks;
+};
+constexpr const char* kMaskToken = "[MASK]";
+FillMaskResult fill_mask(Objective& objective, const std::string& text, int64_t top_k);
+
+}  // namespace tfm

@@ -1,0 +1,109 @@
+// The objective factory and what the objectives share.
+#include "tfm/objective.h"
+
+#include <cmath>
+#include <limits>
+
+#include "objective_text.h"
+#include "tfm/error.h"
+
+namespace tfm {
+
+double Metrics::get(const std::string& name) const {
+  for (const auto& [n, v] : values)
+    if (n == name) return v;
+  return std::numeric_limits<double>::quiet_NaN();
+}
+bool Metrics::has(const std::string& name) const {
+  for (const auto& [n, v] : values)
+    if (n == name) return true;
+  return false;
+}
+void Metrics::set(const std::string& name, double value) {
+  for (auto& [n, v] : values)
+    if (n == name) {
+      v = value;
+      return;
+    }
+  values.emplace_back(name, value);
+}
+
+namespace {
+constexpr uint64_t kSamplerSalt = 0x53414D504C455231ULL;  // "SAMPLER1"
+constexpr uint64_t kRankStride = 0x9E3779B97F4A7C15ULL;
+}  // namespace
+
+uint64_t sampler_seed(uint64_t seed, int rank) {
+  return (seed ^ kSamplerSalt) + static_cast<uint64_t>(rank) * kRankStride;
+}
+
+// ---------------------------------------------------------------------------------------------
+// TextObjective
+
+namespace {
+
+Dataset load_text(const Config& c, const Checkpoint* ckpt, int64_t T) {
+  const std::string path = c.string("data.path");
+  const double f = c.number("data.val_fraction");
+  if (ckpt) return load_dataset(path, ckpt->tokenizer, f, T);
+  if (c.string("data.tokenizer") == "bpe")
+    return load_dataset(path, Tokenizer::load_bpe(c.string("data.tokenizer_path")), f, T);
+  return load_dataset(path, c.string("data.tokenizer"), f, T);
+}
+
+Tokenizer tokenizer_of(const Checkpoint* ckpt, const std::optional<Dataset>& data) {
+  if (data) return data->tokenizer;
+  TFM_CHECK(ckpt != nullptr, "make_objective", "without data the vocabulary must come from a checkpoint");
+  return ckpt->tokenizer;
+}
+
+}  // namespace
+
+TextObjective::TextObjective(const Config& config, const Checkpoint* ckpt, bool load_data, int rank,
+                             int64_t extra_vocab)
+    : config_(config),
+      B_(config.integer("train.batch_size")),
+      T_(config.integer("train.seq_len")),
+      tokenizer_(),
+      data_(load_data ? std::optional<Dataset>(load_text(config, ckpt, T_)) : std::nullopt),
+      model_(config.model(tokenizer_of(ckpt, data_).size() + extra_vocab),
+             static_cast<uint64_t>(config.integer("seed"))),
+      sampler_(sampler_seed(static_cast<uint64_t>(config.integer("seed")), rank)) {
+  tokenizer_ = tokenizer_of(ckpt, data_);
+}
+
+double TextObjective::train_flops_per_token() const {
+  return LanguageModel::flops_per_token(model_.config(), T_).train_per_token;
+}
+
+std::string TextObjective::describe_data() const {
+  if (!data_) return "no data loaded";
+  return data_->path + ", " + tokenizer_.kind_name() + " tokenizer, vocabulary " +
+         std::to_string(tokenizer_.size()) + ", " + std::to_string(data_->train.size()) + " train / " +
+         std::to_string(data_->val.size()) + " val tokens";
+}
+
+const std::vector<int32_t>& TextObjective::split_tokens(const std::string& split) const {
+  TFM_CHECK(data_.has_value(), name(), "built without data: no ", split, " split");
+  if (split == "val") return data_->val;
+  if (split == "train") return data_->train;
+  throw ConfigError("--split: expected \"val\" or \"train\", got \"" + split + "\"");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The factory
+
+std::unique_ptr<Objective> make_causal_lm(const Config&, const Checkpoint*, bool, int);
+std::unique_ptr<Objective> make_masked_lm(const Config&, const Checkpoint*, bool, int);
+std::unique_ptr<Objective> make_seq2seq(const Config&, const Checkpoint*, bool, int);
+
+std::unique_ptr<Objective> make_objective(const Config& config, const Checkpoint* checkpoint, bool load_data,
+                                          int rank) {
+  const std::string name = config.string("train.objective");
+  if (name == "causal_lm") return make_causal_lm(config, checkpoint, load_data, rank);
+  if (name == "masked_lm") return make_masked_lm(config, checkpoint, load_data, rank);
+  if (name == "seq2seq") return make_seq2seq(config, checkpoint, load_data, rank);
+  throw ConfigError("train.objective: unknown objective \"" + name + "\"");
+}
+
+}  // namespace tfm

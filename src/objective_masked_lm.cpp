@@ -1,0 +1,146 @@
+// masked_lm: BERT's objective for a bidirectional encoder (ARCHITECTURE.md). The vocabulary gains
+// one token, [MASK], with the last id. Batches are B random windows t[i:i+T]; each position is chosen
+// with probability train.mask_prob; a chosen position's input becomes [MASK] (80%), a uniformly random
+// ordinary token (10%) or stays itself (10%). The loss is the mean cross-entropy over the chosen
+// positions only, against the original tokens. Inference: fill_mask().
+#include <algorithm>
+#include <cmath>
+
+#include "objective_text.h"
+#include "tfm/error.h"
+#include "tfm/ops.h"
+
+namespace tfm {
+namespace {
+
+constexpr int32_t kIgnore = -100;  // cross_entropy's ignore_index: a position the loss does not read
+
+class MaskedLm : public TextObjective {
+ public:
+  MaskedLm(const Config& c, const Checkpoint* ckpt, bool load_data, int rank)
+      : TextObjective(c, ckpt, load_data, rank, 1), mask_prob_(c.number("train.mask_prob")) {
+    if (c.boolean("model.causal"))
+      throw ConfigError("model.causal: train.objective \"masked_lm\" needs model.causal = false (a causal "
+                        "model cannot see the tokens after a [MASK]; set model.causal=false)");
+  }
+  std::string name() const override { return "masked_lm"; }
+  int32_t mask_id() const { return static_cast<int32_t>(tokenizer_.size()); }
+
+  BatchLoss train_batch() override {
+    const int64_t chosen = draw(split_tokens("train"), sampler_, x_, y_);
+    return {cross_entropy(model_.forward(x_, B_, T_), y_, kIgnore), chosen};
+  }
+
+  Metrics evaluate(const std::string& split, int64_t batches, uint64_t seed) override {
+    const bool was_training = model_.training();
+    model_.set_training(false);
+    NoGradGuard no_grad;
+    BatchSampler sampler(seed);
+    std::vector<int32_t> x, y;
+    const int64_t V = model_.config().vocab_size;
+    double loss_sum = 0.0;
+    int64_t correct = 0, total = 0;
+    for (int64_t i = 0; i < batches; ++i) {
+      total += draw(split_tokens(split), sampler, x, y);
+      const Tensor logits = model_.forward(x, B_, T_);  // (B, T, V)
+      // As the reference: the mean over batches of each batch's mean over its chosen positions.
+      loss_sum += cross_entropy(logits, y, kIgnore).item();
+      const float* l = contiguous(logits).data();
+      for (int64_t p = 0; p < B_ * T_; ++p)
+        if (y[p] != kIgnore) correct += (std::max_element(l + p * V, l + (p + 1) * V) - (l + p * V)) == y[p];
+    }
+    model_.set_training(was_training);
+    Metrics m;
+    m.set("loss", loss_sum / static_cast<double>(batches));
+    m.set("accuracy", total > 0 ? static_cast<double>(correct) / static_cast<double>(total) : 0.0);
+    return m;
+  }
+
+ private:
+  // Draws B windows of T tokens and masks them (BERT's 80/10/10 rule) with the sampler's generator:
+  // x (B, T) the model's input, y (B, T) the original token at chosen positions, kIgnore elsewhere.
+  // Returns the number of chosen positions; a batch where none was chosen gets one, so its loss is
+  // defined (the reference's would be NaN; at mask_prob 0.15 and B*T = 768 it never happens).
+  int64_t draw(const std::vector<int32_t>& tokens, BatchSampler& sampler, std::vector<int32_t>& x,
+               std::vector<int32_t>& y) {
+    sampler.sample(tokens, B_, T_, x, y);  // y (the next tokens) is overwritten below
+    Rng& rng = sampler.rng();
+    const int64_t n = B_ * T_;
+    const uint64_t ordinary = static_cast<uint64_t>(tokenizer_.size());
+    int64_t chosen = 0;
+    for (int64_t p = 0; p < n; ++p) {
+      const bool pick = rng.uniform() < mask_prob_;
+      const float u = rng.uniform();
+      y[p] = pick ? x[p] : kIgnore;
+      if (!pick) continue;
+      ++chosen;
+      if (u < 0.8f)
+        x[p] = mask_id();
+      else if (u < 0.9f)
+        x[p] = static_cast<int32_t>(rng.below(ordinary));
+    }
+    if (chosen == 0) {
+      const int64_t p = static_cast<int64_t>(rng.below(static_cast<uint64_t>(n)));
+      y[p] = x[p], x[p] = mask_id(), chosen = 1;
+    }
+    return chosen;
+  }
+
+  double mask_prob_;
+  std::vector<int32_t> x_, y_;
+};
+
+}  // namespace
+
+std::unique_ptr<Objective> make_masked_lm(const Config& c, const Checkpoint* ckpt, bool load_data, int rank) {
+  return std::make_unique<MaskedLm>(c, ckpt, load_data, rank);
+}
+
+FillMaskResult fill_mask(Objective& objective, const std::string& text, int64_t top_k) {
+  auto* mlm = dynamic_cast<MaskedLm*>(&objective);
+  if (!mlm)
+    throw ConfigError("fill-mask: the run was trained with train.objective \"" + objective.name() +
+                      "\"; fill-mask needs a masked_lm run");
+  const Tokenizer& tok = mlm->tokenizer();
+  FillMaskResult r;
+  const std::string mask = kMaskToken;
+  size_t from = 0;
+  for (;;) {
+    const size_t at = text.find(mask, from);
+    const std::vector<int32_t> piece = tok.encode(text.substr(from, at == std::string::npos ? at : at - from), "--text");
+    r.tokens.insert(r.tokens.end(), piece.begin(), piece.end());
+    if (at == std::string::npos) break;
+    r.masks.push_back({static_cast<int64_t>(r.tokens.size()), {}});
+    r.tokens.push_back(mlm->mask_id());
+    from = at + mask.size();
+  }
+  if (r.masks.empty()) throw ConfigError("--text: no " + mask + " in the text (mark each position to fill with " + mask + ")");
+  LanguageModel& model = mlm->lm();
+  const int64_t T = static_cast<int64_t>(r.tokens.size()), L = model.config().max_seq_len;
+  if (T > L)
+    throw ConfigError("--text: " + std::to_string(T) + " tokens, the model reads at most model.max_seq_len = " +
+                      std::to_string(L));
+  const int64_t V = model.config().vocab_size, ordinary = tok.size();
+  const int64_t k = std::min<int64_t>(std::max<int64_t>(top_k, 1), ordinary);
+  const bool was_training = model.training();
+  model.set_training(false);
+  NoGradGuard no_grad;
+  const Tensor logits = contiguous(model.forward(r.tokens, 1, T));  // (1, T, V)
+  model.set_training(was_training);
+  for (MaskCandidates& m : r.masks) {
+    // Softmax over the ordinary tokens ([MASK] is never an answer).
+    const float* l = logits.data() + m.position * V;
+    const double mx = *std::max_element(l, l + ordinary);
+    std::vector<double> p(static_cast<size_t>(ordinary));
+    double sum = 0.0;
+    for (int64_t i = 0; i < ordinary; ++i) sum += (p[i] = std::exp(static_cast<double>(l[i]) - mx));
+    std::vector<int32_t> order(static_cast<size_t>(ordinary));
+    for (int64_t i = 0; i < ordinary; ++i) order[i] = static_cast<int32_t>(i);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    for (int64_t i = 0; i < k; ++i) m.candidates.emplace_back(tok.decode(order[i]), p[order[i]] / sum);
+  }
+  return r;
+}
+
+}  // namespace tfm

@@ -1,0 +1,40 @@
+// What the two text objectives share (causal_lm, masked_lm): a text file split into train and
+// validation tokens, one tokenizer, a LanguageModel and a window sampler. Internal to src/.
+#pragma once
+#include <optional>
+#include <string>
+
+#include "tfm/objective.h"
+
+namespace tfm {
+
+// Rank r's batch stream (data parallel): rank 0 draws exactly what a single process draws, so
+// `mpirun -np 1` equals a plain run; the others are offset by a golden-ratio step.
+uint64_t sampler_seed(uint64_t seed, int rank);
+
+class TextObjective : public Objective {
+ public:
+  // extra_vocab: symbols the model has past the tokenizer's (masked_lm's [MASK]).
+  TextObjective(const Config& config, const Checkpoint* checkpoint, bool load_data, int rank, int64_t extra_vocab);
+
+  Model& model() override { return model_; }
+  LanguageModel& lm() { return model_; }
+  const Tokenizer& tokenizer() const override { return tokenizer_; }
+  Rng& sampler_rng() override { return sampler_.rng(); }
+  double train_flops_per_token() const override;
+  std::string describe_data() const override;
+  bool has_data() const override { return data_.has_value(); }
+
+ protected:
+  // The tokens of a split; throws when the objective was built without data.
+  const std::vector<int32_t>& split_tokens(const std::string& split) const;
+
+  Config config_;
+  int64_t B_, T_;
+  Tokenizer tokenizer_;
+  std::optional<Dataset> data_;
+  LanguageModel model_;
+  BatchSampler sampler_;
+};
+
+}  // namespace tfm
