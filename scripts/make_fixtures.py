@@ -32,6 +32,10 @@ CONFIGS = {
     "lm_gqa_relu": dict(d_model=16, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=32, max_seq_len=8,
                         norm_position="pre", positional_encoding="sinusoidal", tie_embeddings=True,
                         activation="relu", bias=False),
+    # masked_lm: a bidirectional encoder, the loss over the chosen positions only (-100 elsewhere)
+    "mlm_bidirectional": dict(d_model=8, n_layers=2, n_heads=2, d_ff=24, max_seq_len=8,
+                              norm_position="pre", positional_encoding="sinusoidal", causal=False,
+                              tie_embeddings=True, activation="gelu"),
 }
 VOCAB, B, T = 11, 2, 6
 
@@ -63,6 +67,9 @@ def lm_fixture(name, model_cfg, seed):
                 p.mul_(0.3 / p.std())
     tokens = torch.randint(VOCAB, (B, T))
     targets = torch.randint(VOCAB, (B, T))
+    if not m["causal"]:  # masked_lm's loss reads the chosen positions only
+        targets = torch.where(torch.rand(B, T) < 0.4, targets, torch.full_like(targets, -100))
+        targets[0, 0] = 3  # at least one chosen position
     logits = model(tokens)
     loss = torch.nn.functional.cross_entropy(logits.view(-1, VOCAB), targets.view(-1))
     loss.backward()

@@ -23,5 +23,6 @@ struct Command {
 
 std::vector<Command> add_bench_commands(CLI::App& app);    // cli_bench.cpp: bench gemm
 std::vector<Command> add_insight_commands(CLI::App& app);  // cli_insight.cpp: attention, export, tokenizer
+std::vector<Command> add_objective_commands(CLI::App& app);  // cli_objectives.cpp: fill-mask, translate
 
 }  // namespace tfm::cli

@@ -40,6 +40,10 @@ Examples:
   tfm train --resume runs/shakespeare_char --set train.max_steps=4000
   tfm eval --run runs/shakespeare_char --batches 200
   tfm sample --run runs/shakespeare_char --prompt "ROMEO:" --max-new-tokens 300 --temperature 0.8 --top-k 40
+  tfm train --config configs/shakespeare_mlm.json       # encoder-only: masked LM
+  tfm fill-mask --run runs/shakespeare_mlm --text "To be, or not to b[MASK], that is the question"
+  tfm train --config configs/eng_fra_d2l.json           # encoder-decoder: translation
+  tfm translate --run runs/eng_fra_d2l --text "go ." --text "i lost ."
   tfm info --config configs/shakespeare_char_large.json
   tfm config --config configs/shakespeare_char.json --set model.n_layers=6
   tfm config --keys          # every config key with its default, allowed values and meaning
@@ -310,7 +314,9 @@ void print_error(const std::string& what) {
 }  // namespace
 
 static int run_cli(int argc, char** argv) {
-  CLI::App app{"tfm: train a small Transformer language model on text, evaluate it and sample from it."};
+  CLI::App app{
+      "tfm: train a small Transformer (decoder-only language model, masked-LM encoder or encoder-decoder "
+      "translator), evaluate it, and sample, fill masks or translate with it."};
   app.footer(kExamples);
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Help for every command");
@@ -393,6 +399,7 @@ static int run_cli(int argc, char** argv) {
 
   std::vector<cli::Command> more = cli::add_bench_commands(app);
   for (cli::Command& c : cli::add_insight_commands(app)) more.push_back(std::move(c));
+  for (cli::Command& c : cli::add_objective_commands(app)) more.push_back(std::move(c));
 
   try {
     app.parse(argc, argv);

@@ -40,6 +40,7 @@ class CausalLm : public TextObjective {
                         "for a bidirectional encoder use train.objective \"masked_lm\")");
   }
   std::string name() const override { return "causal_lm"; }
+  std::string usage_hint(const std::string& dir) const override { return "Sample with: tfm sample --run " + dir; }
 
   BatchLoss train_batch() override {
     sampler_.sample(split_tokens("train"), B_, T_, x_, y_);

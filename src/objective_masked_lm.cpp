@@ -24,11 +24,15 @@ class MaskedLm : public TextObjective {
                         "model cannot see the tokens after a [MASK]; set model.causal=false)");
   }
   std::string name() const override { return "masked_lm"; }
+  std::string usage_hint(const std::string& dir) const override {
+    return "Fill masks with: tfm fill-mask --run " + dir + " --text \"...[MASK]...\"";
+  }
   int32_t mask_id() const { return static_cast<int32_t>(tokenizer_.size()); }
 
   BatchLoss train_batch() override {
-    const int64_t chosen = draw(split_tokens("train"), sampler_, x_, y_);
-    return {cross_entropy(model_.forward(x_, B_, T_), y_, kIgnore), chosen};
+    draw(split_tokens("train"), sampler_, x_, y_);
+    // tokens/s counts every input token the encoder reads (as torch_lm.py does), not only the chosen.
+    return {cross_entropy(model_.forward(x_, B_, T_), y_, kIgnore), B_ * T_};
   }
 
   Metrics evaluate(const std::string& split, int64_t batches, uint64_t seed) override {

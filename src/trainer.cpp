@@ -514,9 +514,8 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
                "train.max_steps=N)",
                static_cast<long>(step), static_cast<long>(max_steps)));
   } else {
-    info(format("done: %ld steps in %s; val loss %.4f (best %.4f). Sample with: tfm sample --run %s",
-                static_cast<long>(step), duration_str(elapsed()).c_str(), result.val_loss, best_val,
-                dir.c_str()));
+    info(format("done: %ld steps in %s; val loss %.4f (best %.4f). %s", static_cast<long>(step),
+                duration_str(elapsed()).c_str(), result.val_loss, best_val, objective->usage_hint(dir).c_str()));
     // Where the memory went: tensors at their peak, what the caching pool holds for reuse, and the
     // whole process (tensors + libraries + data) as the OS counts it.
     const memory::Stats mem = memory::stats();

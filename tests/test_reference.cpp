@@ -92,7 +92,7 @@ ModelConfig config_from(const json& c) {
 }  // namespace
 
 TEST_CASE("reference: language model logits, loss and gradients match PyTorch", "[reference][model]") {
-  const char* names[] = {"lm_pre_sinusoidal_tied", "lm_post_learned_untied", "lm_gqa_relu"};
+  const char* names[] = {"lm_pre_sinusoidal_tied", "lm_post_learned_untied", "lm_gqa_relu", "mlm_bidirectional"};
   for (const char* name : names) {
     SECTION(name) {
       const json fx = load_fixture(name);
