@@ -13,7 +13,7 @@
 namespace tfm {
 namespace {
 
-constexpr int32_t kIgnore = -100;  // cross_entropy's ignore_index: a position the loss does not read
+constexpr int32_t kIgnore = kNotMasked;
 
 class MaskedLm : public TextObjective {
  public:
@@ -61,33 +61,11 @@ class MaskedLm : public TextObjective {
   }
 
  private:
-  // Draws B windows of T tokens and masks them (BERT's 80/10/10 rule) with the sampler's generator:
-  // x (B, T) the model's input, y (B, T) the original token at chosen positions, kIgnore elsewhere.
-  // Returns the number of chosen positions; a batch where none was chosen gets one, so its loss is
-  // defined (the reference's would be NaN; at mask_prob 0.15 and B*T = 768 it never happens).
+  // Draws B windows of T tokens (x (B, T)) and masks them with the sampler's generator; y (B, T).
   int64_t draw(const std::vector<int32_t>& tokens, BatchSampler& sampler, std::vector<int32_t>& x,
                std::vector<int32_t>& y) {
-    sampler.sample(tokens, B_, T_, x, y);  // y (the next tokens) is overwritten below
-    Rng& rng = sampler.rng();
-    const int64_t n = B_ * T_;
-    const uint64_t ordinary = static_cast<uint64_t>(tokenizer_.size());
-    int64_t chosen = 0;
-    for (int64_t p = 0; p < n; ++p) {
-      const bool pick = rng.uniform() < mask_prob_;
-      const float u = rng.uniform();
-      y[p] = pick ? x[p] : kIgnore;
-      if (!pick) continue;
-      ++chosen;
-      if (u < 0.8f)
-        x[p] = mask_id();
-      else if (u < 0.9f)
-        x[p] = static_cast<int32_t>(rng.below(ordinary));
-    }
-    if (chosen == 0) {
-      const int64_t p = static_cast<int64_t>(rng.below(static_cast<uint64_t>(n)));
-      y[p] = x[p], x[p] = mask_id(), chosen = 1;
-    }
-    return chosen;
+    sampler.sample(tokens, B_, T_, x, y);  // y (the next tokens) is overwritten by the masking
+    return mask_tokens(x, y, sampler.rng(), mask_prob_, mask_id(), tokenizer_.size());
   }
 
   double mask_prob_;
@@ -95,6 +73,30 @@ class MaskedLm : public TextObjective {
 };
 
 }  // namespace
+
+int64_t mask_tokens(std::vector<int32_t>& x, std::vector<int32_t>& y, Rng& rng, double mask_prob, int32_t mask_id,
+                    int64_t ordinary) {
+  const size_t n = x.size();
+  y.resize(n);
+  int64_t chosen = 0;
+  for (size_t p = 0; p < n; ++p) {
+    // Two draws per position whether chosen or not, so a position's fate depends on its index only.
+    const bool pick = rng.uniform() < mask_prob;
+    const float u = rng.uniform();
+    y[p] = pick ? x[p] : kNotMasked;
+    if (!pick) continue;
+    ++chosen;
+    if (u < 0.8f)
+      x[p] = mask_id;
+    else if (u < 0.9f)
+      x[p] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(ordinary)));
+  }
+  if (chosen == 0 && n > 0) {  // one position, so the loss is defined (the reference's would be NaN)
+    const size_t p = static_cast<size_t>(rng.below(n));
+    y[p] = x[p], x[p] = mask_id, chosen = 1;
+  }
+  return chosen;
+}
 
 std::unique_ptr<Objective> make_masked_lm(const Config& c, const Checkpoint* ckpt, bool load_data, int rank) {
   return std::make_unique<MaskedLm>(c, ckpt, load_data, rank);

@@ -75,6 +75,14 @@ std::unique_ptr<Objective> make_objective(const Config& config, const Checkpoint
 
 // ---- what each objective's model does at inference ----
 
+// masked_lm's rule (BERT's, ARCHITECTURE.md): each position of x is chosen with probability
+// mask_prob; a chosen one becomes mask_id (80%), a uniformly random ordinary token in [0, ordinary)
+// (10%) or stays (10%). y gets the original token at chosen positions and kNotMasked elsewhere. When
+// no position was chosen one is, so the loss is defined. Returns the number chosen.
+constexpr int32_t kNotMasked = -100;  // cross_entropy's ignore_index
+int64_t mask_tokens(std::vector<int32_t>& x, std::vector<int32_t>& y, Rng& rng, double mask_prob, int32_t mask_id,
+                    int64_t ordinary);
+
 // masked_lm: every "[MASK]" in `text` is one masked position; the top_k candidates per position
 // with their probabilities, in order of the positions.
 struct MaskCandidates {
