@@ -95,6 +95,14 @@ class LearnedPositionalEmbedding : public Module {
   Tensor weight;                                   // (max_len, C)
 };
 
+// The input of a Transformer stack (ARCHITECTURE.md step 1) for positions [start, start + T):
+// E[ids] * sqrt(C) + P[start:start+T] with the sinusoidal table, or E[ids] + W_pos[start:start+T]
+// with learned positions (exactly one of `sinusoidal`, `learned` is given), then dropout p when
+// `owner` is training (drawing from its rng). ids (B*T) -> (B, T, C). `where` names the caller in errors.
+Tensor embed_with_positions(const Module& owner, const Embedding& emb, const SinusoidalPositionalEncoding* sinusoidal,
+                            const LearnedPositionalEmbedding* learned, const std::vector<int32_t>& ids, int64_t B,
+                            int64_t T, int64_t start, float p, const char* where);
+
 class LayerNorm : public Module {
  public:
   explicit LayerNorm(int64_t dim, float eps = 1e-5f);
