@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "tfm/error.h"
@@ -115,6 +116,26 @@ void append_utf8(std::string& out, uint32_t cp) {
 
 // ---- Tokenizer ----
 
+namespace {
+
+// Lowercase for ASCII, Latin-1 and Latin Extended-A (U+0100-U+017F), which cover the Tatoeba
+// English-French pairs; other code points are kept.
+uint32_t to_lower(uint32_t cp) {
+  if (cp >= 'A' && cp <= 'Z') return cp + 32;
+  if (cp >= 0xC0 && cp <= 0xDE && cp != 0xD7) return cp + 32;  // À..Þ except ×
+  if (cp == 0x130) return 'i';                                  // İ
+  if (cp == 0x178) return 0xFF;                                 // Ÿ -> ÿ
+  const bool even_upper = (cp >= 0x100 && cp <= 0x137) || (cp >= 0x14A && cp <= 0x177);
+  const bool odd_upper = (cp >= 0x139 && cp <= 0x148) || (cp >= 0x179 && cp <= 0x17E);
+  if ((even_upper && cp % 2 == 0) || (odd_upper && cp % 2 == 1)) return cp + 1;
+  return cp;
+}
+
+bool is_space(uint32_t cp) { return cp == ' ' || cp == '\t' || cp == '\n' || cp == '\r' || cp == '\v' || cp == '\f'; }
+bool is_split_punctuation(uint32_t cp) { return cp == ',' || cp == '.' || cp == '!' || cp == '?'; }
+
+}  // namespace
+
 Tokenizer::Tokenizer(Kind kind, std::vector<uint32_t> symbols) : kind_(kind), symbols_(std::move(symbols)) {
   for (size_t i = 0; i < symbols_.size(); ++i) {
     const uint32_t limit = kind_ == Kind::Byte ? 0xFF : 0x10FFFF;
@@ -125,11 +146,40 @@ Tokenizer::Tokenizer(Kind kind, std::vector<uint32_t> symbols) : kind_(kind), sy
   }
 }
 
+Tokenizer::Tokenizer(std::vector<std::string> words) : kind_(Kind::Word), words_(std::move(words)) {
+  word_order_.resize(words_.size());
+  for (size_t i = 0; i < words_.size(); ++i) word_order_[i] = static_cast<int32_t>(i);
+  std::sort(word_order_.begin(), word_order_.end(), [&](int32_t a, int32_t b) { return words_[a] < words_[b]; });
+  for (size_t i = 0; i < words_.size(); ++i) {
+    if (words_[i].empty()) throw IoError("tokenizer: word " + std::to_string(i) + " is empty");
+    if (i > 0 && words_[word_order_[i]] == words_[word_order_[i - 1]])
+      throw IoError("tokenizer: the word \"" + words_[word_order_[i]] + "\" appears twice in the vocabulary");
+  }
+}
+
 Tokenizer::Kind Tokenizer::parse_kind(const std::string& name) {
   if (name == "char") return Kind::Char;
   if (name == "byte") return Kind::Byte;
   if (name == "bpe") return Kind::Bpe;
-  throw ConfigError("data.tokenizer: expected one of \"char\", \"byte\", \"bpe\", got \"" + name + "\"");
+  if (name == "word") return Kind::Word;
+  throw ConfigError("data.tokenizer: expected one of \"char\", \"byte\", \"bpe\", \"word\", got \"" + name + "\"");
+}
+
+std::string Tokenizer::kind_name() const {
+  switch (kind_) {
+    case Kind::Char: return "char";
+    case Kind::Byte: return "byte";
+    case Kind::Bpe: return "bpe";
+    case Kind::Word: return "word";
+  }
+  return "char";
+}
+
+int64_t Tokenizer::size() const {
+  const int64_t base = bpe_ ? bpe_->vocab_size()
+                       : kind_ == Kind::Word ? static_cast<int64_t>(words_.size())
+                                             : static_cast<int64_t>(symbols_.size());
+  return static_cast<int64_t>(specials_.size()) + base;
 }
 
 Tokenizer::Tokenizer(BpeTokenizer bpe)
@@ -144,58 +194,145 @@ Tokenizer Tokenizer::load_bpe(const std::string& path) {
   }
 }
 
+Tokenizer Tokenizer::with_specials(std::vector<std::string> specials) const {
+  Tokenizer t = *this;
+  t.unk_ = -1;
+  for (size_t i = 0; i < specials.size(); ++i) {
+    if (specials[i].empty()) throw IoError("tokenizer: special " + std::to_string(i) + " is empty");
+    for (size_t j = 0; j < i; ++j)
+      if (specials[j] == specials[i]) throw IoError("tokenizer: the special \"" + specials[i] + "\" appears twice");
+    if (specials[i] == "<unk>") t.unk_ = static_cast<int32_t>(i);
+  }
+  t.specials_ = std::move(specials);
+  return t;
+}
+
+int32_t Tokenizer::special_id(const std::string& name) const {
+  for (size_t i = 0; i < specials_.size(); ++i)
+    if (specials_[i] == name) return static_cast<int32_t>(i);
+  return -1;
+}
+
 nlohmann::json Tokenizer::to_json() const {
-  if (bpe_) return {{"kind", "bpe"}, {"merges", bpe_->merges()}};
-  return {{"kind", kind_name()}, {"symbols", symbols_}};
+  nlohmann::json j = bpe_ ? nlohmann::json{{"kind", "bpe"}, {"merges", bpe_->merges()}}
+                     : kind_ == Kind::Word ? nlohmann::json{{"kind", "word"}, {"words", words_}}
+                                           : nlohmann::json{{"kind", kind_name()}, {"symbols", symbols_}};
+  if (!specials_.empty()) j["specials"] = specials_;
+  return j;
 }
 
 Tokenizer Tokenizer::from_json(const nlohmann::json& j) {
   const Kind kind = parse_kind(j.at("kind").get<std::string>());
-  if (kind == Kind::Bpe)
-    return Tokenizer(BpeTokenizer(j.at("merges").get<std::vector<BpeTokenizer::Merge>>(), "tokenizer"));
-  return Tokenizer(kind, j.at("symbols").get<std::vector<uint32_t>>());
+  Tokenizer t = kind == Kind::Bpe ? Tokenizer(BpeTokenizer(j.at("merges").get<std::vector<BpeTokenizer::Merge>>(), "tokenizer"))
+                : kind == Kind::Word ? Tokenizer(j.at("words").get<std::vector<std::string>>())
+                                     : Tokenizer(kind, j.at("symbols").get<std::vector<uint32_t>>());
+  if (j.contains("specials")) return t.with_specials(j.at("specials").get<std::vector<std::string>>());
+  return t;
 }
 
-Tokenizer Tokenizer::from_text(Kind kind, const std::string& text, const std::string& source) {
+std::vector<std::string> Tokenizer::split_words(const std::string& text, const std::string& source) {
+  std::vector<std::string> words;
+  std::string word;
+  uint32_t prev = ' ';
+  auto flush = [&] {
+    if (!word.empty()) words.push_back(word);
+    word.clear();
+  };
+  for (uint32_t cp : decode_utf8(text, source)) {
+    if (cp == 0xA0 || cp == 0x202F) cp = ' ';  // non-breaking spaces (French puts them before ! and ?)
+    if (is_split_punctuation(cp) && !is_space(prev)) flush();  // d2l: a space before ,.!? when none precedes it
+    prev = cp;
+    if (is_space(cp)) {
+      flush();
+      continue;
+    }
+    append_utf8(word, to_lower(cp));
+  }
+  flush();
+  return words;
+}
+
+Tokenizer Tokenizer::from_texts(Kind kind, const std::vector<std::string>& texts, const std::string& source,
+                                int64_t min_freq) {
+  if (kind == Kind::Bpe)
+    throw ConfigError("data.tokenizer: \"bpe\" reads its vocabulary from data.tokenizer_path (Tokenizer::load_bpe)");
   std::vector<uint32_t> symbols;
   if (kind == Kind::Byte) {
     for (uint32_t b = 0; b < 256; ++b) symbols.push_back(b);
-  } else {
+  } else if (kind == Kind::Char) {
     std::vector<bool> seen(0x110000, false);
-    for (uint32_t cp : decode_utf8(text, source)) seen[cp] = true;
+    for (const std::string& text : texts)
+      for (uint32_t cp : decode_utf8(text, source)) seen[cp] = true;
     for (uint32_t cp = 0; cp < seen.size(); ++cp)
       if (seen[cp]) symbols.push_back(cp);
+  } else {
+    std::map<std::string, int64_t> counts;
+    for (const std::string& text : texts)
+      for (const std::string& w : split_words(text, source)) ++counts[w];
+    std::vector<std::pair<std::string, int64_t>> kept;
+    for (const auto& [w, n] : counts)
+      if (n >= min_freq) kept.emplace_back(w, n);
+    // Frequency descending, then the word (bytewise): the map's order, kept by a stable sort.
+    std::stable_sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    std::vector<std::string> words;
+    for (auto& [w, n] : kept) words.push_back(w);
+    return Tokenizer(std::move(words));
   }
   return Tokenizer(kind, std::move(symbols));
 }
 
+Tokenizer Tokenizer::from_text(Kind kind, const std::string& text, const std::string& source, int64_t min_freq) {
+  return from_texts(kind, {text}, source, min_freq);
+}
+
+int32_t Tokenizer::base_id(const std::string& word) const {
+  const auto it = std::lower_bound(word_order_.begin(), word_order_.end(), word,
+                                   [&](int32_t id, const std::string& w) { return words_[id] < w; });
+  return it != word_order_.end() && words_[*it] == word ? *it : -1;
+}
+
 std::vector<int32_t> Tokenizer::encode(const std::string& text, const std::string& source) const {
-  if (bpe_) return bpe_->encode(text);  // every byte string encodes
+  const int32_t shift = static_cast<int32_t>(specials_.size());
   std::vector<int32_t> ids;
-  if (kind_ == Kind::Byte) {
+  if (bpe_) {
+    ids = bpe_->encode(text);  // every byte string encodes
+  } else if (kind_ == Kind::Byte) {
     ids.reserve(text.size());
     for (unsigned char b : text) ids.push_back(b);
-    return ids;
+  } else if (kind_ == Kind::Word) {
+    const std::vector<std::string> words = split_words(text, source);
+    for (size_t i = 0; i < words.size(); ++i) {
+      const int32_t id = base_id(words[i]);
+      if (id < 0 && unk_ < 0)
+        throw IoError(source + ": word \"" + words[i] + "\" (word " + std::to_string(i) +
+                      ") is not in the vocabulary of " + std::to_string(words_.size()) + " words");
+      ids.push_back(id < 0 ? unk_ - shift : id);
+    }
+  } else {
+    const std::vector<uint32_t> cps = decode_utf8(text, source);
+    const uint32_t top = symbols_.empty() ? 0 : symbols_.back() + 1;
+    std::vector<int32_t> table(top, -1);  // code point -> id
+    for (size_t i = 0; i < symbols_.size(); ++i) table[symbols_[i]] = static_cast<int32_t>(i);
+    ids.reserve(cps.size());
+    for (size_t i = 0; i < cps.size(); ++i) {
+      const int32_t id = cps[i] < top ? table[cps[i]] : -1;
+      if (id < 0 && unk_ < 0)
+        throw IoError(source + ": character " + show_symbol(cps[i]) + " at character " + std::to_string(i) +
+                      " is not in the vocabulary of " + std::to_string(symbols_.size()) + " symbols");
+      ids.push_back(id < 0 ? unk_ - shift : id);
+    }
   }
-  const std::vector<uint32_t> cps = decode_utf8(text, source);
-  const uint32_t top = symbols_.empty() ? 0 : symbols_.back() + 1;
-  std::vector<int32_t> table(top, -1);  // code point -> id
-  for (size_t i = 0; i < symbols_.size(); ++i) table[symbols_[i]] = static_cast<int32_t>(i);
-  ids.reserve(cps.size());
-  for (size_t i = 0; i < cps.size(); ++i) {
-    const int32_t id = cps[i] < top ? table[cps[i]] : -1;
-    if (id < 0)
-      throw IoError(source + ": character " + show_symbol(cps[i]) + " at character " + std::to_string(i) +
-                    " is not in the vocabulary of " + std::to_string(symbols_.size()) + " symbols");
-    ids.push_back(id);
-  }
+  for (int32_t& id : ids) id += shift;
   return ids;
 }
 
 std::string Tokenizer::decode(int32_t id) const {
   std::string out;
   if (id < 0 || id >= size()) return out;
+  if (is_special(id)) return id == unk_ ? specials_[id] : out;
+  id -= static_cast<int32_t>(specials_.size());
   if (bpe_) return bpe_->token_bytes(id);
+  if (kind_ == Kind::Word) return words_[id];
   if (kind_ == Kind::Byte)
     out += static_cast<char>(symbols_[id]);
   else
@@ -203,9 +340,25 @@ std::string Tokenizer::decode(int32_t id) const {
   return out;
 }
 
+std::vector<std::string> Tokenizer::decode_tokens(const std::vector<int32_t>& ids) const {
+  std::vector<std::string> out;
+  for (int32_t id : ids)
+    if (id >= 0 && id < size() && (!is_special(id) || id == unk_)) out.push_back(decode(id));
+  return out;
+}
+
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string out;
-  for (int32_t id : ids) out += decode(id);
+  if (kind_ != Kind::Word) {
+    for (int32_t id : ids) out += decode(id);
+    return out;
+  }
+  // Words joined by spaces, without the space split_words put before ,.!?.
+  for (const std::string& w : decode_tokens(ids)) {
+    const bool attach = w.size() == 1 && is_split_punctuation(static_cast<unsigned char>(w[0]));
+    if (!out.empty() && !attach) out += ' ';
+    out += w;
+  }
   return out;
 }
 
@@ -242,10 +395,7 @@ Dataset load_dataset(const std::string& path, const std::string& tokenizer, doub
                      int64_t seq_len) {
   const std::string text = read_data_file(path);
   if (text.empty()) throw IoError(path + ": the data file is empty");
-  const Tokenizer::Kind kind = Tokenizer::parse_kind(tokenizer);
-  if (kind == Tokenizer::Kind::Bpe)
-    throw ConfigError("data.tokenizer: \"bpe\" reads its vocabulary from data.tokenizer_path (Tokenizer::load_bpe)");
-  Tokenizer tok = Tokenizer::from_text(kind, text, path);
+  Tokenizer tok = Tokenizer::from_text(Tokenizer::parse_kind(tokenizer), text, path);
   std::vector<int32_t> ids = tok.encode(text, path);
   return split(path, std::move(tok), std::move(ids), val_fraction, seq_len);
 }

@@ -71,15 +71,8 @@ struct Network : Module {
 
   // Token and position embeddings for positions [start, start + T): (B, T, C).
   Tensor embed(const std::vector<int32_t>& tokens, int64_t B, int64_t T, int64_t start) {
-    TFM_CHECK(static_cast<int64_t>(tokens.size()) == B * T, "LanguageModel::forward", tokens.size(),
-              " tokens for B = ", B, ", T = ", T);
-    TFM_CHECK(start + T <= config.max_seq_len, "LanguageModel::forward", "positions up to ", start + T,
-              " exceed max_seq_len ", config.max_seq_len);
-    const Tensor x = emb.forward(tokens, {B, T});  // (B, T, C)
-    const Tensor h = pe ? x * std::sqrt(static_cast<float>(config.d_model)) + pe->forward(start, T)
-                        : x + pos->forward(start, T);
-    const bool drop = training() && config.dropout > 0.0f;
-    return drop ? dropout(h, config.dropout, true, *rng()) : h;
+    return embed_with_positions(*this, emb, pe.get(), pos.get(), tokens, B, T, start, config.dropout,
+                                "LanguageModel::forward");
   }
 
   Tensor logits(const Tensor& x) {

@@ -105,6 +105,20 @@ LearnedPositionalEmbedding::LearnedPositionalEmbedding(int64_t max_len, int64_t 
 }
 Tensor LearnedPositionalEmbedding::forward(int64_t start, int64_t T) const { return narrow(weight, 0, start, T); }
 
+Tensor embed_with_positions(const Module& owner, const Embedding& emb, const SinusoidalPositionalEncoding* sinusoidal,
+                            const LearnedPositionalEmbedding* learned, const std::vector<int32_t>& ids, int64_t B,
+                            int64_t T, int64_t start, float p, const char* where) {
+  TFM_CHECK(static_cast<int64_t>(ids.size()) == B * T, where, ids.size(), " tokens for B = ", B, ", T = ", T);
+  const int64_t max_len = sinusoidal ? sinusoidal->table.size(0) : learned->weight.size(0);
+  TFM_CHECK(start + T <= max_len, where, "positions up to ", start + T, " exceed max_seq_len ", max_len);
+  const Tensor x = emb.forward(ids, {B, T});  // (B, T, C)
+  const float scale = std::sqrt(static_cast<float>(emb.weight.size(1)));
+  const Tensor h = sinusoidal ? x * scale + sinusoidal->forward(start, T) : x + learned->forward(start, T);  // (B, T, C)
+  const bool drop = owner.training() && p > 0.0f;
+  TFM_CHECK(!drop || owner.rng(), where, "dropout needs set_rng()");
+  return drop ? dropout(h, p, true, *owner.rng()) : h;
+}
+
 LayerNorm::LayerNorm(int64_t dim, float eps_) : eps(eps_) {
   register_parameter("weight", &weight, {dim});
   register_parameter("bias", &bias, {dim});
@@ -176,9 +190,25 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key, const
             "MultiHeadAttention::forward", "expected query (B, Tq, ", config_.d_model, "), key (B, Tk, ",
             config_.kdim, "), value (B, Tk, ", config_.vdim, "), got ", shape_str(query.shape()), ", ",
             shape_str(key.shape()), ", ", shape_str(value.shape()));
-  const Tensor q = wq.forward(query);  // (B, Tq, H*Dk)
-  const Tensor k = wk.forward(key);    // (B, Tk, Hkv*Dk)
-  const Tensor v = wv.forward(value);  // (B, Tk, Hkv*Dv)
+  const auto [k, v] = project_key_value(key, value);  // (B, Tk, Hkv*Dk), (B, Tk, Hkv*Dv)
+  return forward_projected(query, k, v, key_lengths);
+}
+
+std::pair<Tensor, Tensor> MultiHeadAttention::project_key_value(const Tensor& key, const Tensor& value) const {
+  return {wk.forward(key), wv.forward(value)};  // (B, Tk, Hkv*Dk), (B, Tk, Hkv*Dv)
+}
+
+Tensor MultiHeadAttention::forward_projected(const Tensor& query, const Tensor& k, const Tensor& v,
+                                             const std::vector<int64_t>& key_lengths) {
+  const int64_t kv_width = config_.n_kv_heads * head_dim_;
+  TFM_CHECK(query.dim() == 3 && k.dim() == 3 && v.dim() == 3 && query.size(-1) == config_.d_model &&
+                k.size(-1) == kv_width && v.size(-1) == kv_width && k.size(1) == v.size(1) &&
+                query.size(0) == k.size(0) && k.size(0) == v.size(0),
+            "MultiHeadAttention::forward_projected", "expected query (B, Tq, ", config_.d_model, "), k and v (B, Tk, ",
+            kv_width, "), got ", shape_str(query.shape()), ", ", shape_str(k.shape()), ", ", shape_str(v.shape()));
+  TFM_CHECK(key_lengths.empty() || static_cast<int64_t>(key_lengths.size()) == k.size(0),
+            "MultiHeadAttention::forward", "expected ", k.size(0), " key_lengths, got ", key_lengths.size());
+  const Tensor q = wq.forward(query);                               // (B, Tq, H*Dk)
   const Tensor o = attend(q, k, v, config_.causal, key_lengths);  // (B, Tq, H*Dv)
   // The attention's backward reads the queries; one GEMM recomputes them there, which is cheaper
   // than keeping a (B, Tq, C) per layer through the whole step.
@@ -243,19 +273,46 @@ Tensor MultiHeadAttention::attend(const Tensor& q, const Tensor& k, const Tensor
 }
 
 // ---------------------------------------------------------------------------------------------
-// Encoder block
+// Encoder and decoder blocks
 
 namespace {
-BlockConfig resolved(BlockConfig c) {
+BlockConfig resolved(BlockConfig c, const char* where) {
   if (c.d_ff == 0) c.d_ff = 4 * c.attention.d_model;
-  TFM_CHECK(c.norm_position == "pre" || c.norm_position == "post", "EncoderBlock", "norm_position must be \"pre\" ",
+  TFM_CHECK(c.norm_position == "pre" || c.norm_position == "post", where, "norm_position must be \"pre\" ",
             "or \"post\", got \"", c.norm_position, "\"");
   return c;
+}
+
+AttentionConfig with_causal(AttentionConfig c, bool causal) {
+  c.causal = causal;
+  return c;
+}
+
+// One residual sub-layer of a block: pre-norm x + Drop(f(LN(x))), post-norm LN(x + Drop(f(x))).
+// A tensor read by the sub-layer's backward is released once the sub-layer has run (its backward
+// recomputes it from the norm's saved input, so the step keeps one (B, T, C) per norm): pre-norm's
+// LN(x) always; post-norm's x when release_input (the previous sub-layer's norm output, not the
+// block's input).
+template <class F>
+Tensor residual_sublayer(const Module& block, const BlockConfig& c, const LayerNorm& ln, const Tensor& x,
+                         bool release_input, F&& f) {
+  const bool drop = block.training() && c.dropout > 0.0f;
+  TFM_CHECK(!drop || block.rng(), "Block", "dropout needs set_rng()");
+  auto residual = [&](const Tensor& t) { return drop ? dropout(t, c.dropout, true, *block.rng()) : t; };
+  if (c.norm_position == "pre") {
+    const Tensor a = ln.forward(x);             // (B, T, C)
+    const Tensor y = x + residual(f(a));        // (B, T, C)
+    a.release_values();
+    return y;
+  }
+  const Tensor y = ln.forward(x + residual(f(x)));  // (B, T, C)
+  if (release_input) x.release_values();
+  return y;
 }
 }  // namespace
 
 EncoderBlock::EncoderBlock(const BlockConfig& config)
-    : config_(resolved(config)),
+    : config_(resolved(config, "EncoderBlock")),
       ln1(config_.attention.d_model),
       ln2(config_.attention.d_model),
       attn(config_.attention),
@@ -268,24 +325,8 @@ EncoderBlock::EncoderBlock(const BlockConfig& config)
 
 template <class Attend>
 Tensor EncoderBlock::run(const Tensor& x, Attend&& attend) {
-  const bool drop = training() && config_.dropout > 0.0f;
-  TFM_CHECK(!drop || rng(), "EncoderBlock", "dropout needs set_rng()");
-  auto residual = [&](const Tensor& t) { return drop ? dropout(t, config_.dropout, true, *rng()) : t; };
-  // A LayerNorm output read by the sublayer's backward is released once the sublayer has run: the
-  // backward recomputes it from the norm's saved input, so the step keeps one (B, T, C) per norm.
-  if (config_.norm_position == "pre") {
-    const Tensor a = ln1.forward(x);                 // (B, T, C)
-    const Tensor h = x + residual(attend(a));        // (B, T, C)
-    a.release_values();
-    const Tensor f = ln2.forward(h);                 // (B, T, C)
-    const Tensor y = h + residual(ffn.forward(f));  // (B, T, C)
-    f.release_values();
-    return y;
-  }
-  const Tensor h = ln1.forward(x + residual(attend(x)));  // (B, T, C)
-  const Tensor y = ln2.forward(h + residual(ffn.forward(h)));
-  h.release_values();
-  return y;
+  const Tensor h = residual_sublayer(*this, config_, ln1, x, false, attend);  // (B, T, C)
+  return residual_sublayer(*this, config_, ln2, h, true, [&](const Tensor& a) { return ffn.forward(a); });
 }
 
 Tensor EncoderBlock::forward(const Tensor& x, const std::vector<int64_t>& key_lengths) {
@@ -294,6 +335,43 @@ Tensor EncoderBlock::forward(const Tensor& x, const std::vector<int64_t>& key_le
 
 Tensor EncoderBlock::forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v, int64_t past) {
   return run(x, [&](const Tensor& a) { return attn.forward_cached(a, cache_k, cache_v, past); });
+}
+
+DecoderBlock::DecoderBlock(const BlockConfig& config)
+    : config_(resolved(config, "DecoderBlock")),
+      ln1(config_.attention.d_model),
+      ln2(config_.attention.d_model),
+      ln3(config_.attention.d_model),
+      attn(with_causal(config_.attention, true)),
+      cross(with_causal(config_.attention, false)),
+      ffn(config_.attention.d_model, config_.d_ff, config_.activation, config_.attention.bias) {
+  register_module("ln1", &ln1);
+  register_module("attn", &attn);
+  register_module("ln2", &ln2);
+  register_module("cross", &cross);
+  register_module("ln3", &ln3);
+  register_module("", &ffn);
+}
+
+template <class SelfAttend, class CrossAttend>
+Tensor DecoderBlock::run(const Tensor& x, SelfAttend&& self_attend, CrossAttend&& cross_attend) {
+  const Tensor h1 = residual_sublayer(*this, config_, ln1, x, false, self_attend);    // (B, T, C)
+  const Tensor h2 = residual_sublayer(*this, config_, ln2, h1, true, cross_attend);  // (B, T, C)
+  return residual_sublayer(*this, config_, ln3, h2, true, [&](const Tensor& a) { return ffn.forward(a); });
+}
+
+Tensor DecoderBlock::forward(const Tensor& x, const Tensor& memory, const std::vector<int64_t>& memory_lengths) {
+  return run(
+      x, [&](const Tensor& a) { return attn.forward(a, a, a); },
+      [&](const Tensor& a) { return cross.forward(a, memory, memory, memory_lengths); });
+}
+
+Tensor DecoderBlock::forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v, int64_t past,
+                                    const Tensor& cross_k, const Tensor& cross_v,
+                                    const std::vector<int64_t>& memory_lengths) {
+  return run(
+      x, [&](const Tensor& a) { return attn.forward_cached(a, cache_k, cache_v, past); },
+      [&](const Tensor& a) { return cross.forward_projected(a, cross_k, cross_v, memory_lengths); });
 }
 
 }  // namespace tfm

@@ -95,6 +95,14 @@ class LearnedPositionalEmbedding : public Module {
   Tensor weight;                                   // (max_len, C)
 };
 
+// The input of a Transformer stack (ARCHITECTURE.md step 1) for positions [start, start + T):
+// E[ids] * sqrt(C) + P[start:start+T] with the sinusoidal table, or E[ids] + W_pos[start:start+T]
+// with learned positions (exactly one of `sinusoidal`, `learned` is given), then dropout p when
+// `owner` is training (drawing from its rng). ids (B*T) -> (B, T, C). `where` names the caller in errors.
+Tensor embed_with_positions(const Module& owner, const Embedding& emb, const SinusoidalPositionalEncoding* sinusoidal,
+                            const LearnedPositionalEmbedding* learned, const std::vector<int32_t>& ids, int64_t B,
+                            int64_t T, int64_t start, float p, const char* where);
+
 class LayerNorm : public Module {
  public:
   explicit LayerNorm(int64_t dim, float eps = 1e-5f);
@@ -140,6 +148,13 @@ class MultiHeadAttention : public Module {
   // key_lengths[b] are padding (empty = none).
   Tensor forward(const Tensor& query, const Tensor& key, const Tensor& value,
                  const std::vector<int64_t>& key_lengths = {});
+  // The two halves of forward, for keys and values that serve many queries (cross-attention while
+  // decoding: the encoder's output is projected once per sentence). project_key_value returns
+  // K = key Wk^T (B, Tk, Hkv*Dk) and V = value Wv^T (B, Tk, Hkv*Dv); forward_projected attends
+  // query (B, Tq, C) to them -> (B, Tq, C).
+  std::pair<Tensor, Tensor> project_key_value(const Tensor& key, const Tensor& value) const;
+  Tensor forward_projected(const Tensor& query, const Tensor& k, const Tensor& v,
+                           const std::vector<int64_t>& key_lengths = {});
   // Self-attention decoding step: x (B, T, C) holds the positions [past, past + T); their keys and
   // values are written into the caches (B, max_len, Hkv*Dk) and the queries attend to [0, past + T).
   Tensor forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v, int64_t past);
@@ -183,6 +198,32 @@ class EncoderBlock : public Module {
  private:
   template <class Attend>
   Tensor run(const Tensor& x, Attend&& attend);
+};
+
+// A Transformer decoder block (Vaswani et al. 2017; d2l's TransformerDecoderBlock): causal
+// self-attention, cross-attention to the encoder's output ("memory", padding masked by
+// memory_lengths), feed-forward; each a residual sub-layer, pre-norm x + Drop(f(LN(x))) or post-norm
+// LN(x + Drop(f(x))) (d2l's AddNorm). Names: ln1, attn, ln2, cross, ln3, fc1, fc2. The config's
+// attention.causal is ignored: self-attention is always causal, cross-attention never.
+class DecoderBlock : public Module {
+  BlockConfig config_;  // declared first: the layers are sized from the resolved config
+
+ public:
+  explicit DecoderBlock(const BlockConfig& config);
+  // x (B, T, C), memory (B, S, C) -> (B, T, C).
+  Tensor forward(const Tensor& x, const Tensor& memory, const std::vector<int64_t>& memory_lengths = {});
+  // Decoding step: x (B, T, C) holds positions [past, past + T); self-attention keys/values go to
+  // cache_k/cache_v (B, max_len, Hkv*Dk) as MultiHeadAttention::forward_cached; cross_k/cross_v
+  // (B, S, Hkv*Dk) are cross.project_key_value(memory, memory), computed once per sentence.
+  Tensor forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v, int64_t past, const Tensor& cross_k,
+                        const Tensor& cross_v, const std::vector<int64_t>& memory_lengths = {});
+  LayerNorm ln1, ln2, ln3;
+  MultiHeadAttention attn, cross;
+  FeedForward ffn;
+
+ private:
+  template <class SelfAttend, class CrossAttend>
+  Tensor run(const Tensor& x, SelfAttend&& self_attend, CrossAttend&& cross_attend);
 };
 
 }  // namespace tfm
