@@ -109,10 +109,12 @@ void save_checkpoint(const std::string& path, const CheckpointView& ckpt) {
   const std::string config = ckpt.config.dump(2);
   const nlohmann::json vocab = ckpt.tokenizer.to_json();  // symbols, or BPE merges
   const std::string vocab_s = vocab.dump(), state_s = ckpt.state.dump(2);
+  const std::string target_s = ckpt.target_tokenizer ? ckpt.target_tokenizer->to_json().dump() : "";
   std::vector<Section> sections = {{"config", config.data(), config.size()},
                                    {"vocab", vocab_s.data(), vocab_s.size()},
                                    {"state", state_s.data(), state_s.size()},
                                    {"model", ckpt.model, ckpt.parameters * sizeof(float)}};
+  if (ckpt.target_tokenizer) sections.push_back({"vocab.target", target_s.data(), target_s.size()});
   for (size_t i = 0; i < ckpt.optimizer.size(); ++i)
     sections.push_back({"optim." + std::to_string(i), ckpt.optimizer[i].data(), ckpt.optimizer[i].size() * sizeof(float)});
   // The header carries the payload's size and CRC, so a first pass computes them over the buffers
@@ -143,7 +145,8 @@ void save_checkpoint(const std::string& path, const CheckpointView& ckpt) {
 
 void save_checkpoint(const std::string& path, const Checkpoint& ckpt) {
   save_checkpoint(path, CheckpointView{ckpt.config, ckpt.tokenizer, ckpt.state, ckpt.model.data(), ckpt.model.size(),
-                                       ckpt.optimizer});
+                                       ckpt.optimizer,
+                                       ckpt.target_tokenizer ? &*ckpt.target_tokenizer : nullptr});
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
@@ -192,16 +195,19 @@ Checkpoint parse_checkpoint(const uint8_t* data, size_t size, const std::string&
     const std::string data = r.bytes(len, ("section " + name).c_str());
     if (name == "config") {
       ckpt.config = to_json(path, name, data), has_config = true;
-    } else if (name == "vocab") {
+    } else if (name == "vocab" || name == "vocab.target") {
       const nlohmann::json v = to_json(path, name, data);
       try {
-        ckpt.tokenizer = Tokenizer::from_json(v);
+        if (name == "vocab.target")
+          ckpt.target_tokenizer = Tokenizer::from_json(v);
+        else
+          ckpt.tokenizer = Tokenizer::from_json(v);
       } catch (const nlohmann::json::exception& e) {
         throw IoError(path + ": corrupt checkpoint: bad vocab section (" + e.what() + ")");
       } catch (const Error& e) {
         throw IoError(path + ": corrupt checkpoint: bad vocab section (" + e.what() + ")");
       }
-      has_vocab = true;
+      has_vocab = has_vocab || name == "vocab";
     } else if (name == "state") {
       ckpt.state = to_json(path, name, data), has_state = true;
       if (!ckpt.state.is_object())

@@ -1,6 +1,7 @@
 // What the encoder objectives' models do at inference: `tfm fill-mask` (masked_lm) and
 // `tfm translate` (seq2seq).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -8,6 +9,7 @@
 #include <string>
 
 #include "cli.h"
+#include "tfm/bleu.h"
 #include "tfm/error.h"
 #include "tfm/objective.h"
 #include "tfm/platform.h"
@@ -61,6 +63,73 @@ int fill_mask_command(const FillMaskOptions& o) {
   return kExitOk;
 }
 
+struct TranslateCliOptions {
+  std::string run, which;
+  std::vector<std::string> texts, references;
+  int64_t beam = 1, max_len = 0;
+  double alpha = 0.0;
+  std::string penalty = "gnmt";
+  bool json = false;
+};
+
+// Lines of stdin, translated as they come (a batch of one per line, so the output streams).
+int translate_command(const TranslateCliOptions& o) {
+  if (o.beam < 1) throw ConfigError("--beam: expected an integer >= 1 (1 = greedy), got " + std::to_string(o.beam));
+  if (o.max_len < 0) throw ConfigError("--max-len: expected >= 0 (0 = the run's data.max_target_len + 1), got " + std::to_string(o.max_len));
+  if (!(o.alpha >= 0.0) || !std::isfinite(o.alpha))
+    throw ConfigError("--length-penalty: expected a number >= 0, got " + std::to_string(o.alpha));
+  if (o.penalty != "gnmt" && o.penalty != "power")
+    throw ConfigError("--penalty: expected \"gnmt\" or \"power\", got \"" + o.penalty + "\"");
+  if (!o.references.empty() && o.references.size() != o.texts.size())
+    throw ConfigError("--reference: " + std::to_string(o.references.size()) + " given for " +
+                      std::to_string(o.texts.size()) + " --text (one reference per text, in order)");
+  const std::string which = o.which.empty() ? (std::filesystem::exists(o.run + "/best.ckpt") ? "best" : "last") : o.which;
+  LoadedRun run = load_run(o.run, which);
+  platform::configure_threads(static_cast<int>(run.config.integer("train.threads")));
+  TranslateOptions t;
+  t.beam = o.beam;
+  t.max_len = o.max_len;
+  t.alpha = static_cast<float>(o.alpha);
+  t.penalty = o.penalty == "power" ? LengthPenalty::Power : LengthPenalty::Gnmt;
+  // stdout carries the translations alone, one line per input, so the command pipes; the rest
+  // (references, BLEU) goes to stderr.
+  auto emit = [&](const std::string& text, const std::string& out, const std::string* reference) {
+    if (o.json) {
+      nlohmann::json j = {{"source", text}, {"translation", out}};
+      if (reference) {
+        const Tokens hyp = Tokenizer::split_words(out, "translation"), ref = Tokenizer::split_words(*reference, "--reference");
+        j["reference"] = *reference;
+        j["bleu"] = sentence_bleu(hyp, ref).score;
+        j["d2l_bleu"] = d2l_bleu(hyp, ref, 2);
+      }
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      std::printf("%s\n", out.c_str());
+      if (reference) {
+        const Tokens hyp = Tokenizer::split_words(out, "translation"), ref = Tokenizer::split_words(*reference, "--reference");
+        std::fprintf(stderr, "%s => %s, bleu %.3f (d2l, k = 2; reference: %s)\n", text.c_str(), out.c_str(),
+                     d2l_bleu(hyp, ref, 2), reference->c_str());
+      }
+    }
+    std::fflush(stdout);
+  };
+  if (!o.texts.empty()) {
+    const std::vector<std::string> out = translate_texts(*run.objective, o.texts, t);
+    for (size_t i = 0; i < out.size(); ++i) emit(o.texts[i], out[i], o.references.empty() ? nullptr : &o.references[i]);
+    return kExitOk;
+  }
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) {
+      std::printf("\n");
+      continue;
+    }
+    emit(line, translate_texts(*run.objective, {line}, t)[0], nullptr);
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 std::vector<Command> add_objective_commands(CLI::App& app) {
@@ -77,6 +146,30 @@ std::vector<Command> add_objective_commands(CLI::App& app) {
       "\nExample:\n  tfm fill-mask --run runs/shakespeare_mlm --text \"To be, or not to b[MASK], that is the "
       "question\" --top-k 5\n");
   out.push_back({f, [fm] { return fill_mask_command(*fm); }});
+
+  auto to = std::make_shared<TranslateCliOptions>();
+  auto* t = app.add_subcommand("translate", "Translate with a seq2seq run: --text arguments, or lines on stdin");
+  t->add_option("--run", to->run, "Run directory of a seq2seq run")->type_name("DIR")->required();
+  t->add_option("--text", to->texts, "A source sentence (repeatable); without --text, each line of stdin")
+      ->type_name("TEXT");
+  t->add_option("--reference", to->references,
+                "The expected translation of each --text, in order: stderr shows d2l's BLEU (k = 2) per sentence")
+      ->type_name("TEXT");
+  t->add_option("--beam", to->beam, "Beam width (1 = greedy)")->capture_default_str();
+  t->add_option("--length-penalty", to->alpha,
+                "alpha: beam scores are log-probability sums / penalty(len)^alpha (0 = none)")
+      ->capture_default_str();
+  t->add_option("--penalty", to->penalty, "gnmt: ((5 + len) / 6)^alpha (Wu et al. 2016); power: len^alpha")
+      ->capture_default_str();
+  t->add_option("--max-len", to->max_len, "Most tokens generated per sentence (0 = the run's data.max_target_len + 1)");
+  t->add_option("--checkpoint", to->which, "last or best (default: best when it exists)");
+  t->add_flag("--json", to->json, "One JSON object per line: source, translation (and reference, BLEU)");
+  t->footer(
+      "\nExamples:\n  tfm translate --run runs/eng_fra_d2l --text \"go .\" --text \"i lost .\"\n"
+      "  tfm translate --run runs/eng_fra --beam 4 --length-penalty 0.6 < sentences.txt > out.txt\n"
+      "  tfm translate --run runs/eng_fra_d2l --text \"go .\" --reference \"va !\"\n"
+      "stdout holds one line per input, the translation alone (detokenized), so it pipes.\n");
+  out.push_back({t, [to] { return translate_command(*to); }});
   return out;
 }
 

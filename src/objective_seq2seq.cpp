@@ -1,9 +1,202 @@
-// seq2seq: an encoder-decoder over sentence pairs (in progress).
+// seq2seq: an encoder-decoder over sentence pairs (seq2seq.h, pairs.h). Training is teacher forcing:
+// batches of B random training pairs padded to the longest in the batch, decoder input <bos> y,
+// target y <eos>, the loss the mean cross-entropy over the non-pad target tokens. Evaluation runs
+// over the validation pairs in order: loss, token accuracy (argmax = target, non-pad tokens) and
+// corpus BLEU of greedy translations (bleu.h: sacreBLEU's formula on d2l-tokenized words).
+// Inference: translate_texts().
+#include <algorithm>
+#include <cmath>
+
+#include "objective_text.h"
+#include "tfm/bleu.h"
 #include "tfm/error.h"
-#include "tfm/objective.h"
+#include "tfm/ops.h"
+#include "tfm/pairs.h"
+#include "tfm/seq2seq.h"
 
 namespace tfm {
-std::unique_ptr<Objective> make_seq2seq(const Config&, const Checkpoint*, bool, int) {
-  throw ConfigError("train.objective: \"seq2seq\" is not built yet");
+namespace {
+
+PairOptions pair_options(const Config& c) {
+  PairOptions o;
+  o.source_tokenizer = o.target_tokenizer = c.string("data.tokenizer");
+  if (o.source_tokenizer == "bpe") o.source_tokenizer_path = o.target_tokenizer_path = c.string("data.tokenizer_path");
+  o.min_freq = c.integer("data.min_freq");
+  o.max_pairs = c.integer("data.max_pairs");
+  o.val_fraction = c.number("data.val_fraction");
+  o.seed = static_cast<uint64_t>(c.integer("seed"));
+  o.max_source_len = c.integer("data.max_source_len");
+  o.max_target_len = c.integer("data.max_target_len");
+  return o;
 }
+
+std::optional<PairDataset> load_data_of(const Config& c, const Checkpoint* ckpt, bool load) {
+  if (!load) return std::nullopt;
+  const std::string path = c.string("data.path");
+  if (!ckpt) return load_pairs(path, pair_options(c));
+  if (!ckpt->target_tokenizer)
+    throw IoError("the checkpoint of this seq2seq run has no target vocabulary (section vocab.target)");
+  return load_pairs(path, pair_options(c), ckpt->tokenizer, *ckpt->target_tokenizer);
+}
+
+const Tokenizer& side(const Checkpoint* ckpt, const std::optional<PairDataset>& d, bool target) {
+  if (d) return target ? d->target_tokenizer : d->source_tokenizer;
+  TFM_CHECK(ckpt != nullptr, "make_objective", "without data the vocabularies must come from a checkpoint");
+  if (target && !ckpt->target_tokenizer)
+    throw IoError("the checkpoint of this seq2seq run has no target vocabulary (section vocab.target)");
+  return target ? *ckpt->target_tokenizer : ckpt->tokenizer;
+}
+
+ModelConfig model_config(const Config& c, const Tokenizer& source, const Tokenizer& target) {
+  ModelConfig m = c.model(target.size());
+  m.source_vocab_size = source.size();
+  return m;
+}
+
+double mean_length(const std::vector<SentencePair>& pairs, bool target) {
+  if (pairs.empty()) return 1.0;
+  double n = 0;
+  for (const SentencePair& p : pairs) n += static_cast<double>((target ? p.tgt : p.src).size() + 1);  // + <eos>
+  return n / static_cast<double>(pairs.size());
+}
+
+class Seq2Seq : public Objective {
+ public:
+  Seq2Seq(const Config& c, const Checkpoint* ckpt, bool load, int rank)
+      : config_(c),
+        B_(c.integer("train.batch_size")),
+        data_(load_data_of(c, ckpt, load)),
+        source_(side(ckpt, data_, false)),
+        target_(side(ckpt, data_, true)),
+        model_(model_config(c, source_, target_), static_cast<uint64_t>(c.integer("seed"))),
+        sampler_(sampler_seed(static_cast<uint64_t>(c.integer("seed")), rank)) {}
+
+  std::string name() const override { return "seq2seq"; }
+  Model& model() override { return model_; }
+  Seq2SeqModel& s2s() { return model_; }
+  const Tokenizer& tokenizer() const override { return source_; }
+  const Tokenizer* target_tokenizer() const override { return &target_; }
+  Rng& sampler_rng() override { return sampler_.rng(); }
+  bool has_data() const override { return data_.has_value(); }
+  int64_t max_source_len() const { return config_.integer("data.max_source_len"); }
+  int64_t max_target_len() const { return config_.integer("data.max_target_len"); }
+
+  BatchLoss train_batch() override {
+    const std::vector<SentencePair>& pairs = split("train");
+    const PairBatch b = make_pair_batch(pairs, sampler_.sample(static_cast<int64_t>(pairs.size()), B_));
+    const Tensor logits = model_.forward(b.src, b.src_lengths, b.B, b.S, b.tgt_in, b.T);  // (B, T, V)
+    // tokens/s counts the real tokens the model reads: source and target, padding excluded.
+    return {cross_entropy(logits, b.tgt_out, kPadId), b.real_source_tokens + b.real_target_tokens};
+  }
+
+  // Over the first min(n, batches * B) pairs of the split, in order (the same pairs every time; the
+  // seed is not needed). BLEU compares greedy translations with the references, both split into
+  // words as the word tokenizer does (so char/byte/bpe runs are scored on words too).
+  Metrics evaluate(const std::string& split_name, int64_t batches, uint64_t) override {
+    const std::vector<SentencePair>& pairs = split(split_name);
+    const int64_t n = std::min<int64_t>(static_cast<int64_t>(pairs.size()), batches * B_);
+    const bool was_training = model_.training();
+    model_.set_training(false);
+    NoGradGuard no_grad;
+    double loss_sum = 0.0;
+    int64_t tokens = 0, correct = 0;
+    std::vector<Tokens> hypotheses, references;
+    const int64_t V = model_.config().vocab_size;
+    TranslateOptions greedy;
+    greedy.max_len = max_target_len() + 1;
+    for (int64_t first = 0; first < n; first += B_) {
+      std::vector<int64_t> idx;
+      for (int64_t i = first; i < std::min(n, first + B_); ++i) idx.push_back(i);
+      const PairBatch b = make_pair_batch(pairs, idx);
+      const Tensor logits = contiguous(model_.forward(b.src, b.src_lengths, b.B, b.S, b.tgt_in, b.T));
+      loss_sum += cross_entropy(logits, b.tgt_out, kPadId).item() * static_cast<double>(b.real_target_tokens);
+      tokens += b.real_target_tokens;
+      const float* l = logits.data();
+      for (int64_t p = 0; p < b.B * b.T; ++p)
+        if (b.tgt_out[p] != kPadId)
+          correct += (std::max_element(l + p * V, l + (p + 1) * V) - (l + p * V)) == b.tgt_out[p];
+      const auto out = model_.translate(b.src, b.src_lengths, b.B, b.S, greedy);
+      for (size_t r = 0; r < out.size(); ++r) {
+        hypotheses.push_back(Tokenizer::split_words(target_.decode(out[r]), "translation"));
+        references.push_back(Tokenizer::split_words(pairs[static_cast<size_t>(idx[r])].target, data_->path));
+      }
+    }
+    model_.set_training(was_training);
+    Metrics m;
+    m.set("loss", tokens > 0 ? loss_sum / static_cast<double>(tokens) : 0.0);
+    m.set("accuracy", tokens > 0 ? static_cast<double>(correct) / static_cast<double>(tokens) : 0.0);
+    m.set("bleu", corpus_bleu(hypotheses, references).score);
+    return m;
+  }
+
+  double train_flops_per_token() const override {
+    // Seq2SeqModel counts per target token; tokens/s counts source + target tokens.
+    const double src = data_ ? mean_length(data_->train, false) : 1.0;
+    const double tgt = data_ ? mean_length(data_->train, true) : 1.0;
+    const auto f = Seq2SeqModel::flops_per_token(model_.config(), static_cast<int64_t>(std::lround(src)),
+                                                 static_cast<int64_t>(std::lround(tgt)));
+    return f.train_per_token * tgt / (src + tgt);
+  }
+
+  std::string describe_data() const override {
+    if (!data_) return "no data loaded";
+    return data_->path + ", " + std::to_string(data_->train.size()) + " train / " + std::to_string(data_->val.size()) +
+           " val pairs, " + source_.kind_name() + " tokenizer, vocabularies " + std::to_string(source_.size()) +
+           " source / " + std::to_string(target_.size()) + " target (specials included)";
+  }
+  std::string usage_hint(const std::string& dir) const override {
+    return "Translate with: tfm translate --run " + dir + " --text \"...\"";
+  }
+
+ private:
+  const std::vector<SentencePair>& split(const std::string& s) const {
+    TFM_CHECK(data_.has_value(), "seq2seq", "built without data: no ", s, " split");
+    if (s == "val") return data_->val;
+    if (s == "train") return data_->train;
+    throw ConfigError("--split: expected \"val\" or \"train\", got \"" + s + "\"");
+  }
+
+  Config config_;
+  int64_t B_;
+  std::optional<PairDataset> data_;
+  Tokenizer source_, target_;
+  Seq2SeqModel model_;
+  PairSampler sampler_;
+};
+
+}  // namespace
+
+std::unique_ptr<Objective> make_seq2seq(const Config& c, const Checkpoint* ckpt, bool load_data, int rank) {
+  return std::make_unique<Seq2Seq>(c, ckpt, load_data, rank);
+}
+
+std::vector<std::string> translate_texts(Objective& objective, const std::vector<std::string>& texts,
+                                         const TranslateOptions& options) {
+  auto* s = dynamic_cast<Seq2Seq*>(&objective);
+  if (!s)
+    throw ConfigError("translate: the run was trained with train.objective \"" + objective.name() +
+                      "\"; translation needs a seq2seq run");
+  if (texts.empty()) return {};
+  const Tokenizer& source = s->tokenizer();
+  // As training saw sources: truncated to data.max_source_len tokens, then <eos>.
+  std::vector<SentencePair> pairs(texts.size());
+  std::vector<int64_t> idx;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    pairs[i].src = source.encode(texts[i], "--text");
+    if (static_cast<int64_t>(pairs[i].src.size()) > s->max_source_len()) pairs[i].src.resize(s->max_source_len());
+    idx.push_back(static_cast<int64_t>(i));
+  }
+  const PairBatch b = make_pair_batch(pairs, idx);
+  TranslateOptions o = options;
+  if (o.max_len <= 0) o.max_len = s->max_target_len() + 1;
+  Seq2SeqModel& model = s->s2s();
+  const bool was_training = model.training();
+  model.set_training(false);
+  const auto out = model.translate(b.src, b.src_lengths, b.B, b.S, o);
+  model.set_training(was_training);
+  std::vector<std::string> result;
+  for (const auto& ids : out) result.push_back(s->target_tokenizer()->decode(ids));
+  return result;
+}
+
 }  // namespace tfm

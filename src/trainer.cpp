@@ -349,7 +349,8 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
                   {"optimizer", {{"name", optim.config().name}, {"steps", optim.steps_taken()}}}};
     if (nranks > 1) state["ranks"] = nranks;
     save_checkpoint(path, CheckpointView{config.tree, objective->tokenizer(), state, model.flat_values().data(),
-                                         static_cast<size_t>(P), optim.state()});
+                                         static_cast<size_t>(P), optim.state(),
+                                         objective->target_tokenizer()});
   };
 
   std::string breakdown;

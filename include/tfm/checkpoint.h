@@ -10,7 +10,8 @@
 //
 // Sections: "config" (resolved config JSON), "vocab" (JSON: tokenizer kind and symbols), "state" (JSON:
 // step, best val loss, RNG states of the data sampler and the model's dropout, optimizer step count,
-// elapsed time), "model" (P float32 values), "optim.0", "optim.1" (optimizer state, P float32 each).
+// elapsed time), "model" (P float32 values), "optim.0", "optim.1" (optimizer state, P float32 each),
+// and for an encoder-decoder "vocab.target" (the target side's tokenizer; "vocab" is the source's).
 // All integers little-endian. Every size is checked against the bytes actually present before
 // anything is allocated, and the checksum is verified before any section is parsed.
 //
@@ -20,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,7 +36,8 @@ constexpr uint64_t kMaxCheckpointBytes = uint64_t{1} << 36;
 
 struct Checkpoint {
   nlohmann::json config;  // the resolved config the run was trained with
-  Tokenizer tokenizer;
+  Tokenizer tokenizer;                        // the input (seq2seq: source) side's
+  std::optional<Tokenizer> target_tokenizer;  // seq2seq only
   nlohmann::json state;                       // step, best_val_loss, rng, optimizer, elapsed_s
   std::vector<float> model;                   // (P,) flat parameter values
   std::vector<std::vector<float>> optimizer;  // per state buffer, (P,) each
@@ -49,6 +52,7 @@ struct CheckpointView {
   const float* model;  // (P,)
   size_t parameters;   // P
   const std::vector<std::vector<float>>& optimizer;
+  const Tokenizer* target_tokenizer = nullptr;  // seq2seq only
 };
 
 void save_checkpoint(const std::string& path, const CheckpointView& ckpt);

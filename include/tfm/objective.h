@@ -18,6 +18,7 @@
 #include "tfm/data.h"
 #include "tfm/model.h"
 #include "tfm/random.h"
+#include "tfm/seq2seq.h"
 
 namespace tfm {
 
@@ -95,5 +96,11 @@ struct FillMaskResult {
 };
 constexpr const char* kMaskToken = "[MASK]";
 FillMaskResult fill_mask(Objective& objective, const std::string& text, int64_t top_k);
+
+// seq2seq: translations of `texts` (each encoded with the source vocabulary, unknown symbols as <unk>,
+// truncated to data.max_source_len), detokenized; greedy or beam search as `options` say
+// (options.max_len 0 = data.max_target_len + 1).
+std::vector<std::string> translate_texts(Objective& objective, const std::vector<std::string>& texts,
+                                         const TranslateOptions& options);
 
 }  // namespace tfm
