@@ -42,12 +42,15 @@ uint64_t fnv1a(const float* data, int64_t n) {
   return h;
 }
 
-// (a) A 2-rank run of the real trainer: parameters identical on all ranks after each step.
-void test_identical_parameters(const std::string& dir) {
-  tfm::Config config = tfm::load_config(std::string(TFM_SOURCE_DIR) + "/configs/tiny.json",
-                                        {"train.max_steps=5", "model.dropout=0.1", "train.eval_interval=5",
-                                         "output.dir=\"" + dir + "\"", "train.log_interval=1"});
-  config.tree["data"]["path"] = std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt";
+// (a) A 2-rank run of the real trainer: parameters identical on all ranks after each step, for
+// each objective (`extra`: the overrides that select it).
+void test_identical_parameters(const std::string& dir, std::vector<std::string> extra) {
+  std::vector<std::string> sets = {"train.max_steps=5", "model.dropout=0.1", "train.eval_interval=5",
+                                   "output.dir=\"" + dir + "\"", "train.log_interval=1"};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  tfm::Config config = tfm::load_config(std::string(TFM_SOURCE_DIR) + "/configs/tiny.json", sets);
+  if (config.string("train.objective") != "seq2seq")
+    config.tree["data"]["path"] = std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt";
   tfm::TrainOptions opt;
   opt.console = false;
   int64_t checked = 0;
@@ -152,7 +155,12 @@ int main(int argc, char** argv) {
   const std::string dir =
       (std::filesystem::temp_directory_path() / ("tfm_mpi_test_" + std::to_string(pid))).string();
   try {
-    test_identical_parameters(dir);
+    test_identical_parameters(dir + "/causal_lm", {});
+    test_identical_parameters(dir + "/masked_lm", {"train.objective=masked_lm", "model.causal=false"});
+    test_identical_parameters(dir + "/seq2seq",
+                              {"train.objective=seq2seq", "data.tokenizer=word", "train.batch_size=4",
+                               "data.val_fraction=0.2", "data.path=" + std::string(TFM_SOURCE_DIR) +
+                                                            "/tests/fixtures/eng_fra_head.txt"});
     test_split_batch_matches_full_batch();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: exception: %s\n", tfm::dist::rank(), e.what());
