@@ -115,17 +115,20 @@ struct ExportOptions {
 
 int run_export(const ExportOptions& o) {
   const LoadedRun run = load_run(o.run, o.which);
+  const Model& model = run.objective->model();
   NamedTensors tensors;
-  for (const NamedParameter& p : run.model->parameters()) tensors.emplace_back(p.name, p.value);
+  for (const NamedParameter& p : model.parameters()) tensors.emplace_back(p.name, p.value);
   const Tokenizer& tok = run.checkpoint.tokenizer;
-  const std::map<std::string, std::string> metadata = {
+  std::map<std::string, std::string> metadata = {
       {"format", "tfm"},
+      {"objective", run.objective->name()},
       {"config", run.config.tree.dump()},
       {"tokenizer", tok.to_json().dump()},
       {"step", std::to_string(run.checkpoint.state.value("step", int64_t{0}))}};
+  if (run.checkpoint.target_tokenizer) metadata["target_tokenizer"] = run.checkpoint.target_tokenizer->to_json().dump();
   save_safetensors(o.out, tensors, metadata);
-  std::printf("wrote %s: %zu float32 tensors, %ld parameters (%s/%s.ckpt)\n", o.out.c_str(), tensors.size(),
-              static_cast<long>(run.model->parameter_count()), o.run.c_str(), o.which.c_str());
+  std::printf("wrote %s: %zu float32 tensors, %ld parameters (%s/%s.ckpt, %s)\n", o.out.c_str(), tensors.size(),
+              static_cast<long>(model.parameter_count()), o.run.c_str(), o.which.c_str(), run.objective->name().c_str());
   return kExitOk;
 }
 
@@ -182,8 +185,9 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
   exp->add_option("--out", e->out, "Output file")->type_name("FILE")->required();
   exp->add_option("--checkpoint", e->which, "last or best")->capture_default_str();
   exp->footer(
-      "\nNames and shapes as ../shared/ARCHITECTURE.md (weights (out, in) as PyTorch); metadata: config,\n"
-      "tokenizer. Load with `tfm train --init-from FILE` or `tfm sample --init-from FILE`.\nExample:\n"
+      "\nNames and shapes as ../shared/ARCHITECTURE.md (weights (out, in) as PyTorch; an encoder-decoder's\n"
+      "names are listed in include/tfm/seq2seq.h); metadata: objective, config, tokenizer (and\n"
+      "target_tokenizer). Load with `tfm train --init-from FILE` or `tfm sample --init-from FILE`.\nExample:\n"
       "  tfm export --run runs/shakespeare_char --out model.safetensors\n");
   commands.push_back({exp, [e] { return run_export(*e); }});
 
