@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "fixture_compare.h"
 #include "tfm/model.h"
 #include "tfm/nn.h"
 #include "tfm/ops.h"
@@ -21,55 +22,7 @@ using json = nlohmann::json;
 
 namespace {
 
-json load_fixture(const std::string& name) {
-  const std::string path = std::string(TFM_SOURCE_DIR) + "/tests/fixtures/" + name + ".json";
-  std::ifstream in(path);
-  REQUIRE(in.good());
-  return json::parse(in);
-}
-
-Tensor to_tensor(const json& j) {
-  return Tensor::from_vector(j.at("data").get<std::vector<float>>(), j.at("shape").get<Shape>());
-}
-
-void copy_into(Tensor& dst, const json& j) {
-  REQUIRE(dst.shape() == j.at("shape").get<Shape>());
-  dst.copy_from(to_tensor(j));
-}
-
-double max_abs(const std::vector<float>& v) {
-  double m = 0.0;
-  for (float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
-  return m;
-}
-
-// Largest |ours - theirs| over the tensor.
-double max_diff(const Tensor& ours, const json& theirs) {
-  REQUIRE(ours.shape() == theirs.at("shape").get<Shape>());
-  const std::vector<float> a = ours.to_vector();
-  const std::vector<float> b = theirs.at("data").get<std::vector<float>>();
-  double m = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
-  return m;
-}
-
-void report(const std::string& what, double diff) {
-  if (std::getenv("TFM_REPORT_DIFFS")) std::printf("  %-48s max diff %.3g\n", what.c_str(), diff);
-}
-
-// Gradients: max |ours - theirs| <= 1e-4 * max |theirs| + 1e-6. The floor is for tensors whose
-// gradient is zero in exact arithmetic, like the key bias (softmax ignores a shift shared by a row),
-// where both sides hold only roundoff (~1e-8).
-void check_gradient(const std::string& name, const Tensor& grad, const json& theirs) {
-  INFO("gradient of " << name);
-  REQUIRE(grad.defined());
-  const double diff = max_diff(grad, theirs);
-  const double scale = max_abs(theirs.at("data").get<std::vector<float>>());
-  if (std::getenv("TFM_REPORT_DIFFS"))
-    std::printf("  %-48s max diff %.3g (relative to its largest entry %.3g: %.3g)\n", ("grad " + name).c_str(), diff,
-                scale, diff / std::max(scale, 1e-30));
-  CHECK(diff <= 1e-4 * scale + 1e-6);
-}
+using namespace tfm::testing;
 
 ModelConfig config_from(const json& c) {
   ModelConfig m;

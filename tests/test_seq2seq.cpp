@@ -11,6 +11,7 @@
 #include <set>
 
 #include "cli_run.h"
+#include "fixture_compare.h"
 #include "gradcheck.h"
 #include "tfm/bleu.h"
 #include "tfm/nn.h"
@@ -566,4 +567,55 @@ TEST_CASE("seq2seq: parameter names, breakdown and FLOPs", "[seq2seq]") {
   CHECK(encoder == Approx((LanguageModel::flops_per_token(lm, S).forward_per_token - lm0) * S / T));
   CHECK(Seq2SeqModel::flops_per_token(c, S, T).train_per_token ==
         Approx(3 * Seq2SeqModel::flops_per_token(c, S, T).forward_per_token));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Against PyTorch (scripts/make_fixtures.py's Seq2Seq, same names and weights)
+
+TEST_CASE("reference: encoder-decoder logits, loss and gradients match PyTorch", "[seq2seq][reference]") {
+  using namespace tfm::testing;
+  for (const char* name : {"seq2seq_pre_sinusoidal_tied", "seq2seq_post_learned_untied"}) {
+    SECTION(name) {
+      const json fx = load_fixture(name);
+      const json& jc = fx.at("config");
+      ModelConfig c;
+      c.vocab_size = jc.at("vocab_size");
+      c.source_vocab_size = jc.at("source_vocab_size");
+      c.d_model = jc.at("d_model");
+      c.n_encoder_layers = jc.at("n_encoder_layers");
+      c.n_decoder_layers = jc.at("n_decoder_layers");
+      c.n_heads = jc.at("n_heads");
+      c.n_kv_heads = jc.at("n_kv_heads");
+      c.d_ff = jc.at("d_ff");
+      c.max_seq_len = jc.at("max_seq_len");
+      c.activation = jc.at("activation");
+      c.norm_position = jc.at("norm_position");
+      c.positional_encoding = jc.at("positional_encoding");
+      c.tie_embeddings = jc.at("tie_embeddings");
+      c.bias = jc.at("bias");
+      Seq2SeqModel model(c, 1);
+      const json& params = fx.at("params");
+      REQUIRE(model.parameters().size() == params.size());  // same names, same count
+      for (const NamedParameter& p : model.parameters()) {
+        INFO("parameter " << p.name);
+        REQUIRE(params.contains(p.name));
+        Tensor v = p.value;
+        copy_into(v, params.at(p.name));
+      }
+      const int64_t B = fx.at("B"), S = fx.at("S"), T = fx.at("T");
+      model.flat_grads().fill_(0.0f);
+      const Tensor logits = model.forward(fx.at("src").get<std::vector<int32_t>>(),
+                                          fx.at("src_lengths").get<std::vector<int64_t>>(), B, S,
+                                          fx.at("tgt_in").get<std::vector<int32_t>>(), T);  // (B, T, V)
+      const Tensor loss = cross_entropy(logits, fx.at("tgt_out").get<std::vector<int32_t>>(), kPadId);
+      const double logit_diff = max_diff(logits, fx.at("logits"));
+      const double loss_diff = std::fabs(loss.item() - fx.at("loss").get<double>());
+      report(std::string(name) + " logits", logit_diff);
+      report(std::string(name) + " loss", loss_diff);
+      CHECK(logit_diff <= 1e-5);
+      CHECK(loss_diff <= 1e-5);
+      loss.backward();
+      for (const NamedParameter& p : model.parameters()) check_gradient(p.name, p.value.grad(), fx.at("grads").at(p.name));
+    }
+  }
 }
