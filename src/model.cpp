@@ -182,20 +182,21 @@ LanguageModel::~LanguageModel() = default;
 
 const ModelConfig& LanguageModel::config() const { return impl_->net.config; }
 
-FlopCount LanguageModel::flops_per_token(const ModelConfig& c, int64_t seq_len) {
-  // 2 FLOPs per multiply-add of every weight matrix a token passes through, plus attention's
-  // scores and weighted sum (2 * 2 * T * C per token and layer, causal counted in full).
+double block_flops_per_token(const ModelConfig& c, int64_t keys) {
   const double C = static_cast<double>(c.d_model), Dk = C / static_cast<double>(c.n_heads);
   const double kv = static_cast<double>(c.n_kv_heads) * Dk;
   const double attn_weights = C * C + 2.0 * C * kv + C * C;  // Wq, Wk, Wv, Wo as they exist
   const double ffn_weights = 2.0 * C * static_cast<double>(c.d_ff);
-  const double per_layer = 2.0 * (attn_weights + ffn_weights) + 2.0 * 2.0 * static_cast<double>(seq_len) * C;
+  return 2.0 * (attn_weights + ffn_weights) + 2.0 * 2.0 * static_cast<double>(keys) * C;
+}
+
+FlopCount LanguageModel::flops_per_token(const ModelConfig& c, int64_t seq_len) {
   FlopCount f;
-  f.forward_per_token = static_cast<double>(c.n_layers) * per_layer + 2.0 * C * static_cast<double>(c.vocab_size);
+  f.forward_per_token = static_cast<double>(c.n_layers) * block_flops_per_token(c, seq_len) +
+                        2.0 * static_cast<double>(c.d_model) * static_cast<double>(c.vocab_size);
   f.train_per_token = 3.0 * f.forward_per_token;
   return f;
 }
-
 
 Tensor LanguageModel::forward(const std::vector<int32_t>& tokens, int64_t B, int64_t T) {
   Network& net = impl_->net;

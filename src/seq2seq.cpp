@@ -172,19 +172,17 @@ Seq2SeqModel::~Seq2SeqModel() = default;
 const ModelConfig& Seq2SeqModel::config() const { return impl_->net.config; }
 
 FlopCount Seq2SeqModel::flops_per_token(const ModelConfig& c, int64_t src_len, int64_t tgt_len) {
-  // Weight matrices: 2 FLOPs per multiply-add per token; attention's scores and weighted sum
-  // 2 * 2 * Tk * C per query token. The encoder runs src_len / tgt_len source tokens per target token,
-  // and so do the cross-attention's key/value projections (once per source token).
+  // Per target token: the encoder's blocks at src_len / tgt_len source tokens per target token; each
+  // decoder block = a block over tgt_len keys plus cross-attention: Wq and Wo per target token, Wk and
+  // Wv per source token (projected once), scores and weighted sum over src_len keys; the head.
   const double C = static_cast<double>(c.d_model), Dk = C / static_cast<double>(c.n_heads);
   const double kv = static_cast<double>(c.n_kv_heads) * Dk;
-  const double S = static_cast<double>(src_len), T = static_cast<double>(tgt_len), ratio = S / T;
-  const double q_o = 2.0 * C * C, k_v = 2.0 * C * kv, ffn = 2.0 * C * static_cast<double>(c.d_ff);
-  const double encoder_layer = 2.0 * (q_o + k_v + ffn) + 4.0 * S * C;  // per source token
-  const double decoder_layer = 2.0 * (q_o + k_v + ffn) + 4.0 * T * C    // self-attention and FFN
-                               + 2.0 * q_o + 2.0 * k_v * ratio + 4.0 * S * C;  // cross-attention
+  const double S = static_cast<double>(src_len), ratio = S / static_cast<double>(tgt_len);
+  const double cross = 2.0 * 2.0 * C * C + 2.0 * 2.0 * C * kv * ratio + 2.0 * 2.0 * S * C;
   FlopCount f;
-  f.forward_per_token = static_cast<double>(c.n_encoder_layers) * encoder_layer * ratio +
-                        static_cast<double>(c.n_decoder_layers) * decoder_layer + 2.0 * C * static_cast<double>(c.vocab_size);
+  f.forward_per_token = static_cast<double>(c.n_encoder_layers) * block_flops_per_token(c, src_len) * ratio +
+                        static_cast<double>(c.n_decoder_layers) * (block_flops_per_token(c, tgt_len) + cross) +
+                        2.0 * C * static_cast<double>(c.vocab_size);
   f.train_per_token = 3.0 * f.forward_per_token;
   return f;
 }

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "tfm/model.h"
 #include "tfm/tensor.h"
 
 namespace tfm::testing {
@@ -67,6 +68,31 @@ inline void check_gradient(const std::string& name, const Tensor& grad, const js
     std::printf("  %-48s max diff %.3g (relative to its largest entry %.3g: %.3g)\n", ("grad " + name).c_str(), diff,
                 scale, diff / std::max(scale, 1e-30));
   CHECK(diff <= 1e-4 * scale + 1e-6);
+}
+
+// Copies the fixture's "params" into the model's parameters: the same names and count.
+inline void load_parameters(const Model& model, const json& params) {
+  REQUIRE(model.parameters().size() == params.size());
+  for (const NamedParameter& p : model.parameters()) {
+    INFO("parameter " << p.name);
+    REQUIRE(params.contains(p.name));
+    Tensor v = p.value;
+    copy_into(v, params.at(p.name));
+  }
+}
+
+// Logits and loss against the fixture's to 1e-5; then the backward (gradients zeroed first by the
+// caller) and every parameter's gradient against the fixture's "grads".
+inline void check_logits_loss_gradients(const std::string& name, const Model& model, const json& fx,
+                                        const Tensor& logits, const Tensor& loss) {
+  const double logit_diff = max_diff(logits, fx.at("logits"));
+  const double loss_diff = std::fabs(loss.item() - fx.at("loss").get<double>());
+  report(name + " logits", logit_diff);
+  report(name + " loss", loss_diff);
+  CHECK(logit_diff <= 1e-5);
+  CHECK(loss_diff <= 1e-5);
+  loss.backward();
+  for (const NamedParameter& p : model.parameters()) check_gradient(p.name, p.value.grad(), fx.at("grads").at(p.name));
 }
 
 }  // namespace tfm::testing

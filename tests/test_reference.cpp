@@ -50,17 +50,9 @@ TEST_CASE("reference: language model logits, loss and gradients match PyTorch", 
     SECTION(name) {
       const json fx = load_fixture(name);
       LanguageModel model(config_from(fx.at("config")), 1);
-      const json& params = fx.at("params");
-      // Same names, same order, same count as torch_lm.py --print-names.
-      REQUIRE(model.parameters().size() == params.size());
+      load_parameters(model, fx.at("params"));
       int64_t count = 0;
-      for (const NamedParameter& p : model.parameters()) {
-        INFO("parameter " << p.name);
-        REQUIRE(params.contains(p.name));
-        Tensor v = p.value;
-        copy_into(v, params.at(p.name));
-        count += v.numel();
-      }
+      for (const NamedParameter& p : model.parameters()) count += p.value.numel();
       CHECK(model.parameter_count() == count);
       const int64_t B = fx.at("B"), T = fx.at("T");
       const auto tokens = fx.at("tokens").get<std::vector<int32_t>>();
@@ -68,15 +60,7 @@ TEST_CASE("reference: language model logits, loss and gradients match PyTorch", 
 
       model.flat_grads().fill_(0.0f);
       const Tensor logits = model.forward(tokens, B, T);
-      const Tensor loss = LanguageModel::loss(logits, targets);
-      const double logit_diff = max_diff(logits, fx.at("logits"));
-      const double loss_diff = std::fabs(loss.item() - fx.at("loss").get<double>());
-      report(std::string(name) + " logits", logit_diff);
-      report(std::string(name) + " loss", loss_diff);
-      CHECK(logit_diff <= 1e-5);
-      CHECK(loss_diff <= 1e-5);
-      loss.backward();
-      for (const NamedParameter& p : model.parameters()) check_gradient(p.name, p.value.grad(), fx.at("grads").at(p.name));
+      check_logits_loss_gradients(name, model, fx, logits, LanguageModel::loss(logits, targets));
     }
   }
 }

@@ -356,8 +356,11 @@ TEST_CASE("seq2seq: model gradient check with source padding and S != T, pre and
 
 TEST_CASE("seq2seq: cached decoding equals the full decoder, causality and source padding", "[seq2seq]") {
   for (const char* norm : {"pre", "post"}) {
+    // post-norm also with multi-query attention and additive scoring (its own masking path)
     DYNAMIC_SECTION(norm << "-norm") {
-      Seq2SeqModel model(tiny_config(norm), 4);
+      ModelConfig c = tiny_config(norm);
+      if (std::string(norm) == "post") c.n_kv_heads = 1, c.attention_score = "additive";
+      Seq2SeqModel model(c, 4);
       spread_parameters(model, 5);
       Rng rng(9);
       const int64_t B = 3, S = 5, T = 6;
@@ -505,6 +508,23 @@ TEST_CASE("seq2seq: beam search finds a better sequence than greedy when one exi
   CHECK(better > 0);
 }
 
+TEST_CASE("seq2seq: dropout only in training mode; translate evaluates", "[seq2seq]") {
+  ModelConfig c = tiny_config("pre", 1, 1);
+  c.dropout = 0.2f;
+  c.attention_dropout = 0.1f;
+  Seq2SeqModel model(c, 31);
+  const std::vector<int32_t> src = {4, 5, 6, 2}, tgt = {1, 7, 8};
+  const Tensor eval1 = model.forward(src, {4}, 1, 4, tgt, 3);
+  CHECK(max_abs_diff(model.forward(src, {4}, 1, 4, tgt, 3), eval1) == 0.0);
+  model.set_training(true);
+  const Tensor train1 = model.forward(src, {4}, 1, 4, tgt, 3), train2 = model.forward(src, {4}, 1, 4, tgt, 3);
+  CHECK(max_abs_diff(train1, train2) > 1e-4);
+  const auto t1 = model.translate(src, {4}, 1, 4);
+  CHECK(model.training());  // restored
+  model.set_training(false);
+  CHECK(model.translate(src, {4}, 1, 4) == t1);
+}
+
 TEST_CASE("seq2seq: parameter names, breakdown and FLOPs", "[seq2seq]") {
   ModelConfig c = tiny_config("pre", 1, 1);
   c.tie_embeddings = false;
@@ -594,28 +614,14 @@ TEST_CASE("reference: encoder-decoder logits, loss and gradients match PyTorch",
       c.tie_embeddings = jc.at("tie_embeddings");
       c.bias = jc.at("bias");
       Seq2SeqModel model(c, 1);
-      const json& params = fx.at("params");
-      REQUIRE(model.parameters().size() == params.size());  // same names, same count
-      for (const NamedParameter& p : model.parameters()) {
-        INFO("parameter " << p.name);
-        REQUIRE(params.contains(p.name));
-        Tensor v = p.value;
-        copy_into(v, params.at(p.name));
-      }
+      load_parameters(model, fx.at("params"));
       const int64_t B = fx.at("B"), S = fx.at("S"), T = fx.at("T");
       model.flat_grads().fill_(0.0f);
       const Tensor logits = model.forward(fx.at("src").get<std::vector<int32_t>>(),
                                           fx.at("src_lengths").get<std::vector<int64_t>>(), B, S,
                                           fx.at("tgt_in").get<std::vector<int32_t>>(), T);  // (B, T, V)
-      const Tensor loss = cross_entropy(logits, fx.at("tgt_out").get<std::vector<int32_t>>(), kPadId);
-      const double logit_diff = max_diff(logits, fx.at("logits"));
-      const double loss_diff = std::fabs(loss.item() - fx.at("loss").get<double>());
-      report(std::string(name) + " logits", logit_diff);
-      report(std::string(name) + " loss", loss_diff);
-      CHECK(logit_diff <= 1e-5);
-      CHECK(loss_diff <= 1e-5);
-      loss.backward();
-      for (const NamedParameter& p : model.parameters()) check_gradient(p.name, p.value.grad(), fx.at("grads").at(p.name));
+      check_logits_loss_gradients(name, model, fx, logits,
+                                  cross_entropy(logits, fx.at("tgt_out").get<std::vector<int32_t>>(), kPadId));
     }
   }
 }

@@ -61,6 +61,11 @@ struct FlopCount {
   double train_per_token = 0;    // forward + backward (backward = 2x forward)
 };
 
+// FLOPs per token of one Transformer block of `c` (self-attention over `keys` keys and feed-forward):
+// 2 per multiply-add of Wq, Wk, Wv, Wo, W1, W2, plus attention's scores and weighted sum, 2 * 2 *
+// keys * C (causal counted in full).
+double block_flops_per_token(const ModelConfig& c, int64_t keys);
+
 class Module;
 
 // What every model shares, whatever its architecture: its parameters in one flat value buffer and
