@@ -13,32 +13,10 @@ namespace tfm {
 namespace {
 
 ModelConfig checked(ModelConfig c) {
-  if (c.n_kv_heads == 0) c.n_kv_heads = c.n_heads;
+  c = checked_common(c, "LanguageModel");
   TFM_CHECK(c.vocab_size > 0, "LanguageModel", "vocab_size must be positive, got ", c.vocab_size);
-  TFM_CHECK(c.n_layers >= 0 && c.max_seq_len > 0 && c.d_ff > 0, "LanguageModel", "n_layers ", c.n_layers,
-            ", max_seq_len ", c.max_seq_len, ", d_ff ", c.d_ff, " must be positive");
-  TFM_CHECK(c.positional_encoding == "sinusoidal" || c.positional_encoding == "learned", "LanguageModel",
-            "positional_encoding must be \"sinusoidal\" or \"learned\", got \"", c.positional_encoding, "\"");
-  TFM_CHECK(c.dropout >= 0.0f && c.dropout < 1.0f && c.attention_dropout >= 0.0f && c.attention_dropout < 1.0f,
-            "LanguageModel", "dropout ", c.dropout, " and attention_dropout ", c.attention_dropout,
-            " must be in [0, 1)");
+  TFM_CHECK(c.n_layers >= 0, "LanguageModel", "n_layers must be >= 0, got ", c.n_layers);
   return c;
-}
-
-BlockConfig block_config(const ModelConfig& c) {
-  BlockConfig b;
-  b.attention.d_model = c.d_model;
-  b.attention.n_heads = c.n_heads;
-  b.attention.n_kv_heads = c.n_kv_heads;
-  b.attention.bias = c.bias;
-  b.attention.causal = c.causal;
-  b.attention.dropout = c.attention_dropout;
-  b.attention.score = c.attention_score;
-  b.d_ff = c.d_ff;
-  b.activation = c.activation;
-  b.norm_position = c.norm_position;
-  b.dropout = c.dropout;
-  return b;
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -56,7 +34,7 @@ struct Network : Module {
       pe = std::make_unique<SinusoidalPositionalEncoding>(c.max_seq_len, c.d_model);
     }
     for (int64_t i = 0; i < c.n_layers; ++i) {
-      blocks.push_back(std::make_unique<EncoderBlock>(block_config(c)));
+      blocks.push_back(std::make_unique<EncoderBlock>(block_config(c, c.causal)));
       register_module("blocks." + std::to_string(i), blocks.back().get());
     }
     if (c.norm_position == "pre") {
@@ -75,12 +53,7 @@ struct Network : Module {
                                 "LanguageModel::forward");
   }
 
-  Tensor logits(const Tensor& x) {
-    const Tensor h = ln_f ? ln_f->forward(x) : x;                                  // (B, T, C)
-    const Tensor out = head ? head->forward(h) : linear(h, emb.weight, Tensor());  // (B, T, V): h E^T when tied
-    if (ln_f) h.release_values();  // recomputed in the head's backward from ln_f's saved input
-    return out;
-  }
+  Tensor logits(const Tensor& x) { return output_logits(x, ln_f.get(), head.get(), emb.weight); }
 
   ModelConfig config;
   Embedding emb;
@@ -95,6 +68,33 @@ struct Network : Module {
 
 // ---------------------------------------------------------------------------------------------
 // Model: the flat buffers and what every architecture shares
+
+ModelConfig checked_common(ModelConfig c, const char* where) {
+  if (c.n_kv_heads == 0) c.n_kv_heads = c.n_heads;
+  TFM_CHECK(c.max_seq_len > 0 && c.d_ff > 0, where, "max_seq_len ", c.max_seq_len, " and d_ff ", c.d_ff,
+            " must be positive");
+  TFM_CHECK(c.positional_encoding == "sinusoidal" || c.positional_encoding == "learned", where,
+            "positional_encoding must be \"sinusoidal\" or \"learned\", got \"", c.positional_encoding, "\"");
+  TFM_CHECK(c.dropout >= 0.0f && c.dropout < 1.0f && c.attention_dropout >= 0.0f && c.attention_dropout < 1.0f,
+            where, "dropout ", c.dropout, " and attention_dropout ", c.attention_dropout, " must be in [0, 1)");
+  return c;
+}
+
+BlockConfig block_config(const ModelConfig& c, bool causal) {
+  BlockConfig b;
+  b.attention.d_model = c.d_model;
+  b.attention.n_heads = c.n_heads;
+  b.attention.n_kv_heads = c.n_kv_heads;
+  b.attention.bias = c.bias;
+  b.attention.causal = causal;
+  b.attention.dropout = c.attention_dropout;
+  b.attention.score = c.attention_score;
+  b.d_ff = c.d_ff;
+  b.activation = c.activation;
+  b.norm_position = c.norm_position;
+  b.dropout = c.dropout;
+  return b;
+}
 
 Model::~Model() = default;
 

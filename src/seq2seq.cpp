@@ -16,34 +16,12 @@ namespace tfm {
 namespace {
 
 ModelConfig checked(ModelConfig c) {
-  if (c.n_kv_heads == 0) c.n_kv_heads = c.n_heads;
+  c = checked_common(c, "Seq2SeqModel");
   TFM_CHECK(c.vocab_size > 0 && c.source_vocab_size > 0, "Seq2SeqModel", "vocab_size ", c.vocab_size,
             " and source_vocab_size ", c.source_vocab_size, " must be positive");
   TFM_CHECK(c.n_encoder_layers >= 0 && c.n_decoder_layers >= 0, "Seq2SeqModel", "n_encoder_layers ",
             c.n_encoder_layers, " and n_decoder_layers ", c.n_decoder_layers, " must be >= 0");
-  TFM_CHECK(c.max_seq_len > 0 && c.d_ff > 0, "Seq2SeqModel", "max_seq_len ", c.max_seq_len, ", d_ff ", c.d_ff,
-            " must be positive");
-  TFM_CHECK(c.positional_encoding == "sinusoidal" || c.positional_encoding == "learned", "Seq2SeqModel",
-            "positional_encoding must be \"sinusoidal\" or \"learned\", got \"", c.positional_encoding, "\"");
-  TFM_CHECK(c.dropout >= 0.0f && c.dropout < 1.0f && c.attention_dropout >= 0.0f && c.attention_dropout < 1.0f,
-            "Seq2SeqModel", "dropout ", c.dropout, " and attention_dropout ", c.attention_dropout, " must be in [0, 1)");
   return c;
-}
-
-BlockConfig block_config(const ModelConfig& c, bool causal) {
-  BlockConfig b;
-  b.attention.d_model = c.d_model;
-  b.attention.n_heads = c.n_heads;
-  b.attention.n_kv_heads = c.n_kv_heads;
-  b.attention.bias = c.bias;
-  b.attention.causal = causal;
-  b.attention.dropout = c.attention_dropout;
-  b.attention.score = c.attention_score;
-  b.d_ff = c.d_ff;
-  b.activation = c.activation;
-  b.norm_position = c.norm_position;
-  b.dropout = c.dropout;
-  return b;
 }
 
 // Rows `rows` of t (R, ...) contiguous -> (rows.size(), ...), a copy (cache bookkeeping, not recorded).
@@ -108,12 +86,7 @@ struct Network : Module {
                 " is outside [1, S = ", S, "]");
   }
 
-  Tensor logits(const Tensor& y) {
-    const Tensor h = decoder_ln ? decoder_ln->forward(y) : y;                          // (B, T, C)
-    const Tensor out = head ? head->forward(h) : linear(h, tgt_emb.weight, Tensor());  // (B, T, V): h E^T when tied
-    if (decoder_ln) h.release_values();  // recomputed in the head's backward from ln_f's saved input
-    return out;
-  }
+  Tensor logits(const Tensor& y) { return output_logits(y, decoder_ln.get(), head.get(), tgt_emb.weight); }
 
   ModelConfig config;
   Embedding src_emb, tgt_emb;
