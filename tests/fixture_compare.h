@@ -70,6 +70,28 @@ inline void check_gradient(const std::string& name, const Tensor& grad, const js
   CHECK(diff <= 1e-4 * scale + 1e-6);
 }
 
+// The fixture's "config": the LM's keys (torch_lm.model_config) or the encoder-decoder's.
+inline ModelConfig config_from(const json& c) {
+  ModelConfig m;
+  m.vocab_size = c.at("vocab_size");
+  m.d_model = c.at("d_model");
+  m.n_heads = c.at("n_heads");
+  m.n_kv_heads = c.at("n_kv_heads");
+  m.d_ff = c.at("d_ff");
+  m.max_seq_len = c.at("max_seq_len");
+  m.activation = c.at("activation");
+  m.norm_position = c.at("norm_position");
+  m.positional_encoding = c.at("positional_encoding");
+  m.tie_embeddings = c.at("tie_embeddings");
+  m.bias = c.at("bias");
+  m.n_layers = c.value("n_layers", int64_t{0});
+  m.causal = c.value("causal", true);
+  m.source_vocab_size = c.value("source_vocab_size", int64_t{0});
+  m.n_encoder_layers = c.value("n_encoder_layers", int64_t{0});
+  m.n_decoder_layers = c.value("n_decoder_layers", int64_t{0});
+  return m;
+}
+
 // Copies the fixture's "params" into the model's parameters: the same names and count.
 inline void load_parameters(const Model& model, const json& params) {
   REQUIRE(model.parameters().size() == params.size());

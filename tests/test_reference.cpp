@@ -20,29 +20,7 @@
 using namespace tfm;
 using json = nlohmann::json;
 
-namespace {
-
 using namespace tfm::testing;
-
-ModelConfig config_from(const json& c) {
-  ModelConfig m;
-  m.vocab_size = c.at("vocab_size");
-  m.d_model = c.at("d_model");
-  m.n_layers = c.at("n_layers");
-  m.n_heads = c.at("n_heads");
-  m.n_kv_heads = c.at("n_kv_heads");
-  m.d_ff = c.at("d_ff");
-  m.max_seq_len = c.at("max_seq_len");
-  m.activation = c.at("activation");
-  m.norm_position = c.at("norm_position");
-  m.positional_encoding = c.at("positional_encoding");
-  m.causal = c.at("causal");
-  m.tie_embeddings = c.at("tie_embeddings");
-  m.bias = c.at("bias");
-  return m;
-}
-
-}  // namespace
 
 TEST_CASE("reference: language model logits, loss and gradients match PyTorch", "[reference][model]") {
   const char* names[] = {"lm_pre_sinusoidal_tied", "lm_post_learned_untied", "lm_gqa_relu"};

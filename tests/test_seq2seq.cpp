@@ -597,23 +597,7 @@ TEST_CASE("reference: encoder-decoder logits, loss and gradients match PyTorch",
   for (const char* name : {"seq2seq_pre_sinusoidal_tied", "seq2seq_post_learned_untied"}) {
     SECTION(name) {
       const json fx = load_fixture(name);
-      const json& jc = fx.at("config");
-      ModelConfig c;
-      c.vocab_size = jc.at("vocab_size");
-      c.source_vocab_size = jc.at("source_vocab_size");
-      c.d_model = jc.at("d_model");
-      c.n_encoder_layers = jc.at("n_encoder_layers");
-      c.n_decoder_layers = jc.at("n_decoder_layers");
-      c.n_heads = jc.at("n_heads");
-      c.n_kv_heads = jc.at("n_kv_heads");
-      c.d_ff = jc.at("d_ff");
-      c.max_seq_len = jc.at("max_seq_len");
-      c.activation = jc.at("activation");
-      c.norm_position = jc.at("norm_position");
-      c.positional_encoding = jc.at("positional_encoding");
-      c.tie_embeddings = jc.at("tie_embeddings");
-      c.bias = jc.at("bias");
-      Seq2SeqModel model(c, 1);
+      Seq2SeqModel model(config_from(fx.at("config")), 1);
       load_parameters(model, fx.at("params"));
       const int64_t B = fx.at("B"), S = fx.at("S"), T = fx.at("T");
       model.flat_grads().fill_(0.0f);
