@@ -244,7 +244,11 @@ std::vector<std::vector<int32_t>> Seq2SeqModel::translate(const std::vector<int3
   TFM_CHECK(max_len <= c.max_seq_len, "Seq2SeqModel::translate", "max_len ", max_len, " exceeds max_seq_len ",
             c.max_seq_len);
   NoGradGuard no_grad;
-  const bool was_training = training();
+  struct EvalMode {  // decoding runs without dropout; the caller's mode comes back even on an error
+    Model& m;
+    bool was;
+    ~EvalMode() { m.set_training(was); }
+  } eval_mode{*this, training()};
   set_training(false);
   const Tensor memory = encode(src, src_lengths, B, S);  // (B, S, C)
 
@@ -341,7 +345,9 @@ std::vector<std::vector<int32_t>> Seq2SeqModel::translate(const std::vector<int3
     }
     prefix = std::move(next_prefix);
     score = std::move(next_score);
-    if (o.use_cache) select_rows(cache, parent);
+    bool moved = false;
+    for (int64_t r = 0; r < R; ++r) moved = moved || parent[r] != r;
+    if (o.use_cache && moved) select_rows(cache, parent);
   }
 
   std::vector<std::vector<int32_t>> out(B);
@@ -357,7 +363,6 @@ std::vector<std::vector<int32_t>> Seq2SeqModel::translate(const std::vector<int3
     }
     if (!out[b].empty() && out[b].back() == o.eos) out[b].pop_back();
   }
-  set_training(was_training);
   return out;
 }
 
