@@ -289,6 +289,28 @@ TEST_CASE("seq2seq: corpus BLEU by hand", "[seq2seq][bleu]") {
   CHECK_THROWS(corpus_bleu(std::vector<std::string>{"a"}, std::vector<std::string>{}));
 }
 
+TEST_CASE("seq2seq: BLEU equals sacreBLEU's own test values", "[seq2seq][bleu]") {
+  // sacreBLEU test/test_bleu.py: test_case_statistics, test_case_scoring, and corpus_bleu with
+  // tokenize='none' on its README example (two references per sentence) = 49.1919566.
+  const BleuScore stats = sentence_bleu(split_whitespace("am I am a character sequence"),
+                                        split_whitespace("I am a symbol string sequence a a"));
+  CHECK(stats.matches == std::vector<int64_t>{4, 2, 1, 0});
+  CHECK(stats.totals == std::vector<int64_t>{6, 5, 4, 3});
+  CHECK(bleu_from_counts({9, 7, 5, 3}, {10, 8, 6, 4}, 11, 11).score == Approx(83.75922397).epsilon(1e-9));
+  const std::vector<std::string> hyps = {"The dog bit the man.", "It wasn't surprising.", "The man had just bitten him."};
+  const std::vector<std::vector<std::string>> streams = {
+      {"The dog bit the man.", "It was not unexpected.", "The man bit him first."},
+      {"The dog had bit the man.", "No one was surprised.", "The man had bitten the dog."}};
+  std::vector<Tokens> h;
+  std::vector<std::vector<Tokens>> refs(hyps.size());
+  for (size_t i = 0; i < hyps.size(); ++i) {
+    h.push_back(split_whitespace(hyps[i]));
+    for (const auto& stream : streams) refs[i].push_back(split_whitespace(stream[i]));
+  }
+  CHECK(corpus_bleu(h, refs).score == Approx(49.1919566).epsilon(1e-9));
+  CHECK(corpus_bleu(std::vector<Tokens>(3), refs).score == 0.0);  // empty hypotheses
+}
+
 TEST_CASE("seq2seq: d2l's BLEU", "[seq2seq][bleu]") {
   CHECK(d2l_bleu({"va", "!"}, {"va", "!"}, 2) == Approx(1.0));
   // p1 = 3/4, p2 = 1/3, weights 1/2 and 1/4.
