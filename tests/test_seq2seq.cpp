@@ -215,7 +215,17 @@ TEST_CASE("seq2seq: pair file errors name file:line and what is wrong", "[seq2se
   CHECK_THROWS_AS(load_pairs(dir.path + "/missing.txt", PairOptions{}), IoError);
   PairOptions one;
   one.val_fraction = 0.5;
-  CHECK_THROWS_AS(load_pairs(write_file(dir, "e.txt", "Go.\tVa !\n"), one), ConfigError);
+  const std::string single = write_file(dir, "e.txt", "Go.\tVa !\n");
+  CHECK_THROWS_AS(load_pairs(single, one), ConfigError);  // no pair left to train
+  one.val_fraction = 0.0;
+  one.min_freq = 0;
+  CHECK_THROWS_AS(load_pairs(single, one), ConfigError);
+  // Existing tokenizers must carry the seq2seq specials.
+  const Tokenizer plain = Tokenizer::from_text(Tokenizer::Kind::Word, "go va", "t");
+  one.min_freq = 1;
+  CHECK(load_pairs(single, one, plain.with_specials(seq2seq_specials()), plain.with_specials(seq2seq_specials()))
+            .train.size() == 1);
+  CHECK(error_of([&] { load_pairs(single, one, plain, plain); }).find("must carry the specials") != std::string::npos);
 }
 
 TEST_CASE("seq2seq: the eng-fra excerpt loads with d2l's tokens", "[seq2seq][data]") {
