@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "tfm/error.h"
 #include "tfm/file_io.h"
@@ -118,6 +119,17 @@ PairDataset load_pairs(const std::string& path, const PairOptions& options, cons
   d.target_tokenizer = target;
   encode_pairs(d, options);
   return d;
+}
+
+std::vector<std::vector<int64_t>> group_by_source(const std::vector<SentencePair>& pairs) {
+  std::vector<std::vector<int64_t>> groups;
+  std::map<std::string, size_t> group_of;  // source text -> its group
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const auto [it, added] = group_of.emplace(pairs[i].source, groups.size());
+    if (added) groups.emplace_back();
+    groups[it->second].push_back(static_cast<int64_t>(i));
+  }
+  return groups;
 }
 
 PairBatch make_pair_batch(const std::vector<SentencePair>& pairs, const std::vector<int64_t>& indices) {

@@ -233,6 +233,17 @@ TEST_CASE("seq2seq: the eng-fra excerpt loads with d2l's tokens", "[seq2seq][dat
   o.val_fraction = 0.0;
   const PairDataset d = load_pairs(std::string(TFM_SOURCE_DIR) + "/tests/fixtures/eng_fra_head.txt", o);
   REQUIRE(d.train.size() == 12);
+  // Go. x3, Hi. x2, Run! x7: each source once, with all of its targets.
+  const auto groups = group_by_source(d.train);
+  std::map<std::string, size_t> group_sizes;
+  for (const auto& g : groups) {
+    for (int64_t i : g) CHECK(d.train[i].source == d.train[g[0]].source);
+    group_sizes[d.train[g[0]].source] = g.size();
+  }
+  CHECK(group_sizes.size() == groups.size());
+  CHECK(group_sizes["Go."] == 3);
+  CHECK(group_sizes["Hi."] == 2);
+  CHECK(group_sizes["Run!"] == 7);
   for (const SentencePair& p : d.train)
     if (p.line == 1) {
       CHECK(d.source_tokenizer.decode_tokens(p.src) == std::vector<std::string>{"go", "."});
