@@ -202,6 +202,31 @@ TEST_CASE("seq2seq: pairs are shuffled by the seed, split, tokenized from train 
   CHECK(e.source_tokenizer.words() == d.source_tokenizer.words());
 }
 
+TEST_CASE("seq2seq: a BPE source side from its tokenizer file, a byte target side", "[seq2seq][data]") {
+  tfm_test::TempDir dir("seq2seq_pairs_bpe");
+  const std::string path = write_file(dir, "pairs.txt", "low lower\tbas\nlowest low\tplus bas\nnew\tneuf\n");
+  const std::string bpe = dir.path + "/bpe.json";
+  BpeTokenizer::train("low lower lowest low low", 260).save(bpe);
+  PairOptions o;
+  o.val_fraction = 0.0;
+  o.source_tokenizer = "bpe";
+  o.source_tokenizer_path = bpe;
+  o.target_tokenizer = "byte";
+  const PairDataset d = load_pairs(path, o);
+  CHECK(d.source_tokenizer.kind() == Tokenizer::Kind::Bpe);
+  CHECK(d.source_tokenizer.size() == 4 + 260);
+  CHECK(d.target_tokenizer.size() == 4 + 256);
+  for (const SentencePair& p : d.train) {
+    CHECK(d.source_tokenizer.decode(p.src) == p.source);
+    CHECK(d.target_tokenizer.decode(p.tgt) == p.target);
+    CHECK(p.tgt.size() == p.target.size());
+    if (p.source.rfind("low", 0) == 0) CHECK(p.src.size() < p.source.size());  // merges used
+    for (int32_t id : p.src) CHECK(id >= 4);
+  }
+  o.source_tokenizer_path = dir.path + "/missing.json";
+  CHECK(error_of([&] { load_pairs(path, o); }).rfind("data.tokenizer_path: ", 0) == 0);
+}
+
 TEST_CASE("seq2seq: pair file errors name file:line and what is wrong", "[seq2seq][data]") {
   tfm_test::TempDir dir("seq2seq_pair_errors");
   const std::string no_tab = write_file(dir, "a.txt", "Go.\tVa !\nHi. Salut !\n");
