@@ -5,11 +5,13 @@
 
 For each tiny model config: the weights (names as torch_lm.py --print-names), input tokens, targets,
 logits, loss and every parameter's gradient, from ../shared/reference/torch_lm.py's own model. Plus
-torch.nn.MultiheadAttention cross-attention with kdim/vdim != d_model and a key-padding mask.
+torch.nn.MultiheadAttention cross-attention with kdim/vdim != d_model and a key-padding mask, and the
+encoder-decoder of include/tfm/seq2seq.h written out below (Seq2Seq, same parameter names) with source
+padding, S != T and a padded target (loss ignore_index = <pad> = 0).
 JSON: {"name": {"shape": [...], "data": [...]}} tensors, float32 values printed with 9 significant
 digits (enough to round-trip a float32). The fixtures are committed so the tests need no Python.
 """
-import json, os, sys
+import json, math, os, sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -116,9 +118,164 @@ def mha_fixture(seed):
     })
 
 
+# ---- the encoder-decoder (include/tfm/seq2seq.h), written out with the same parameter names ----
+F = torch.nn.functional
+nn = torch.nn
+
+
+class Attention(nn.Module):
+    """Queries from x, keys/values from mem (= x for self-attention); causal and key-padding masks."""
+
+    def __init__(self, d, h, hkv, bias):
+        super().__init__()
+        self.h, self.hkv, self.dk = h, hkv, d // h
+        self.wq = nn.Linear(d, h * self.dk, bias=bias)
+        self.wk = nn.Linear(d, hkv * self.dk, bias=bias)
+        self.wv = nn.Linear(d, hkv * self.dk, bias=bias)
+        self.wo = nn.Linear(h * self.dk, d, bias=bias)
+
+    def forward(self, x, mem, causal=False, key_lengths=None):
+        B, Tq, _ = x.shape
+        Tk = mem.shape[1]
+        q = self.wq(x).view(B, Tq, self.h, self.dk).transpose(1, 2)
+        k = self.wk(mem).view(B, Tk, self.hkv, self.dk).transpose(1, 2)
+        v = self.wv(mem).view(B, Tk, self.hkv, self.dk).transpose(1, 2)
+        k = k.repeat_interleave(self.h // self.hkv, dim=1)
+        v = v.repeat_interleave(self.h // self.hkv, dim=1)
+        s = q @ k.transpose(-2, -1) / math.sqrt(self.dk)  # (B, H, Tq, Tk)
+        if causal:
+            s = s.masked_fill(torch.ones(Tq, Tk, dtype=torch.bool).triu(1), float("-inf"))
+        if key_lengths is not None:
+            pad = torch.arange(Tk)[None, :] >= torch.tensor(key_lengths)[:, None]  # (B, Tk)
+            s = s.masked_fill(pad[:, None, None, :], float("-inf"))
+        o = (torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, Tq, self.h * self.dk)
+        return self.wo(o)
+
+
+class Seq2SeqBlock(nn.Module):
+    """Encoder block (ln1, ln2, attn, fc1, fc2) or decoder block (ln1, attn, ln2, cross, ln3, fc1, fc2)."""
+
+    def __init__(self, m, decoder):
+        super().__init__()
+        d, bias = m["d_model"], m["bias"]
+        self.pre, self.decoder = m["norm_position"] == "pre", decoder
+        self.ln1, self.ln2 = nn.LayerNorm(d, eps=1e-5), nn.LayerNorm(d, eps=1e-5)
+        self.attn = Attention(d, m["n_heads"], m["n_kv_heads"], bias)
+        if decoder:
+            self.cross = Attention(d, m["n_heads"], m["n_kv_heads"], bias)
+            self.ln3 = nn.LayerNorm(d, eps=1e-5)
+        self.fc1 = nn.Linear(d, m["d_ff"], bias=bias)
+        self.fc2 = nn.Linear(m["d_ff"], d, bias=bias)
+        self.act = F.gelu if m["activation"] == "gelu" else F.relu
+
+    def sublayer(self, ln, x, f):
+        return x + f(ln(x)) if self.pre else ln(x + f(x))
+
+    def forward(self, x, mem, src_lengths):
+        if not self.decoder:
+            x = self.sublayer(self.ln1, x, lambda a: self.attn(a, a, key_lengths=src_lengths))
+            return self.sublayer(self.ln2, x, lambda a: self.fc2(self.act(self.fc1(a))))
+        x = self.sublayer(self.ln1, x, lambda a: self.attn(a, a, causal=True))
+        x = self.sublayer(self.ln2, x, lambda a: self.cross(a, mem, key_lengths=src_lengths))
+        return self.sublayer(self.ln3, x, lambda a: self.fc2(self.act(self.fc1(a))))
+
+
+class Seq2Seq(nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        d = m["d_model"]
+        self.m, self.pre = m, m["norm_position"] == "pre"
+        self.sinusoidal = m["positional_encoding"] == "sinusoidal"
+        self.register_buffer("pe", torch_lm.sinusoidal(m["max_seq_len"], d))
+        self.src_emb = nn.Embedding(m["source_vocab_size"], d)
+        if not self.sinusoidal:
+            self.src_pos = nn.Embedding(m["max_seq_len"], d)
+        self.encoder = nn.Module()
+        self.encoder.blocks = nn.ModuleList(Seq2SeqBlock(m, False) for _ in range(m["n_encoder_layers"]))
+        if self.pre:
+            self.encoder.ln_f = nn.LayerNorm(d, eps=1e-5)
+        self.tgt_emb = nn.Embedding(m["vocab_size"], d)
+        if not self.sinusoidal:
+            self.tgt_pos = nn.Embedding(m["max_seq_len"], d)
+        self.decoder = nn.Module()
+        self.decoder.blocks = nn.ModuleList(Seq2SeqBlock(m, True) for _ in range(m["n_decoder_layers"]))
+        if self.pre:
+            self.decoder.ln_f = nn.LayerNorm(d, eps=1e-5)
+        if not m["tie_embeddings"]:
+            self.head = nn.Linear(d, m["vocab_size"], bias=False)
+
+    def embed(self, emb, pos, ids):
+        T = ids.shape[1]
+        if self.sinusoidal:
+            return emb(ids) * math.sqrt(self.m["d_model"]) + self.pe[:T]
+        return emb(ids) + pos.weight[:T]
+
+    def forward(self, src, src_lengths, tgt_in):
+        x = self.embed(self.src_emb, getattr(self, "src_pos", None), src)
+        for b in self.encoder.blocks:
+            x = b(x, None, src_lengths)
+        mem = self.encoder.ln_f(x) if self.pre else x
+        y = self.embed(self.tgt_emb, getattr(self, "tgt_pos", None), tgt_in)
+        for b in self.decoder.blocks:
+            y = b(y, mem, src_lengths)
+        if self.pre:
+            y = self.decoder.ln_f(y)
+        return self.head(y) if not self.m["tie_embeddings"] else y @ self.tgt_emb.weight.t()
+
+
+SEQ2SEQ_CONFIGS = {
+    # pre-norm, sinusoidal, tied target embedding / head, GELU
+    "seq2seq_pre_sinusoidal_tied": dict(norm_position="pre", positional_encoding="sinusoidal",
+                                        tie_embeddings=True, activation="gelu", n_heads=2, n_kv_heads=2),
+    # post-norm (d2l's AddNorm), learned positions, untied head, ReLU, multi-query attention
+    "seq2seq_post_learned_untied": dict(norm_position="post", positional_encoding="learned",
+                                        tie_embeddings=False, activation="relu", n_heads=2, n_kv_heads=1),
+}
+
+
+def seq2seq_fixture(name, overrides, seed):
+    torch.manual_seed(seed)
+    m = dict(vocab_size=13, source_vocab_size=11, d_model=16, n_encoder_layers=2, n_decoder_layers=2, d_ff=32,
+             max_seq_len=8, bias=True, attention_score="dot")
+    m.update(overrides)
+    model = Seq2Seq(m)
+    with torch.no_grad():  # away from the init, as lm_fixture
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.add_(0.1 * torch.randn_like(p))
+            else:
+                p.mul_(0.3 / p.std())
+    Bs, S, T = 3, 5, 4
+    src_lengths = [5, 3, 2]  # <eos> included; the rest is <pad> = 0
+    tgt_lengths = [4, 2, 3]  # tgt_out real tokens; tgt_in = <bos> y, pad after
+    src = torch.zeros(Bs, S, dtype=torch.long)
+    tgt_in = torch.zeros(Bs, T, dtype=torch.long)
+    tgt_out = torch.zeros(Bs, T, dtype=torch.long)
+    for b in range(Bs):
+        src[b, :src_lengths[b] - 1] = torch.randint(4, m["source_vocab_size"], (src_lengths[b] - 1,))
+        src[b, src_lengths[b] - 1] = 2
+        y = torch.randint(4, m["vocab_size"], (tgt_lengths[b] - 1,))
+        tgt_in[b, 0] = 1
+        tgt_in[b, 1:tgt_lengths[b]] = y
+        tgt_out[b, :tgt_lengths[b] - 1] = y
+        tgt_out[b, tgt_lengths[b] - 1] = 2
+    logits = model(src, src_lengths, tgt_in)
+    loss = F.cross_entropy(logits.reshape(-1, m["vocab_size"]), tgt_out.view(-1), ignore_index=0)
+    loss.backward()
+    write(name, {
+        "config": m, "B": Bs, "S": S, "T": T, "src": src.view(-1).tolist(), "src_lengths": src_lengths,
+        "tgt_in": tgt_in.view(-1).tolist(), "tgt_out": tgt_out.view(-1).tolist(),
+        "params": {n: tensor(p) for n, p in model.named_parameters()},
+        "logits": tensor(logits), "loss": float(loss),
+        "grads": {n: tensor(p.grad) for n, p in model.named_parameters()},
+    })
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     torch.set_num_threads(1)
     for i, (name, cfg) in enumerate(CONFIGS.items()):
         lm_fixture(name, cfg, 100 + i)
     mha_fixture(200)
+    for i, (name, cfg) in enumerate(SEQ2SEQ_CONFIGS.items()):
+        seq2seq_fixture(name, cfg, 300 + i)

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 
 #include "tfm/error.h"
@@ -21,13 +22,16 @@ std::map<std::string, int64_t> ngram_counts(const Tokens& tokens, int n) {
   return counts;
 }
 
-// Hypothesis n-grams that appear in the reference, each counted at most as often as there.
-int64_t clipped_matches(const Tokens& hypothesis, const Tokens& reference, int n) {
-  const auto ref = ngram_counts(reference, n);
+// Hypothesis n-grams that appear in a reference, each counted at most as often as in the reference
+// that holds it most.
+int64_t clipped_matches(const Tokens& hypothesis, const std::vector<const Tokens*>& references, int n) {
+  std::map<std::string, int64_t> most;
+  for (const Tokens* r : references)
+    for (const auto& [gram, count] : ngram_counts(*r, n)) most[gram] = std::max(most[gram], count);
   int64_t matches = 0;
   for (const auto& [gram, count] : ngram_counts(hypothesis, n)) {
-    const auto it = ref.find(gram);
-    if (it != ref.end()) matches += std::min(count, it->second);
+    const auto it = most.find(gram);
+    if (it != most.end()) matches += std::min(count, it->second);
   }
   return matches;
 }
@@ -49,35 +53,63 @@ Tokens split_whitespace(const std::string& text) {
   return out;
 }
 
-BleuScore corpus_bleu(const std::vector<Tokens>& hypotheses, const std::vector<Tokens>& references, int max_n) {
-  TFM_CHECK(hypotheses.size() == references.size(), "corpus_bleu", hypotheses.size(), " hypotheses but ",
-            references.size(), " references");
-  TFM_CHECK(max_n >= 1, "corpus_bleu", "max_n must be >= 1, got ", max_n);
+BleuScore bleu_from_counts(const std::vector<int64_t>& matches, const std::vector<int64_t>& totals, int64_t sys_len,
+                           int64_t ref_len) {
+  TFM_CHECK(!matches.empty() && matches.size() == totals.size(), "bleu_from_counts", "expected matches and totals ",
+            "of the same size >= 1, got ", matches.size(), " and ", totals.size());
+  const size_t max_n = matches.size();
   BleuScore s;
-  s.matches.assign(max_n, 0);
-  s.totals.assign(max_n, 0);
+  s.matches = matches;
+  s.totals = totals;
+  s.sys_len = sys_len;
+  s.ref_len = ref_len;
   s.precisions.assign(max_n, 0.0);
-  for (size_t i = 0; i < hypotheses.size(); ++i) {
-    const int64_t len = static_cast<int64_t>(hypotheses[i].size());
-    s.sys_len += len;
-    s.ref_len += static_cast<int64_t>(references[i].size());
-    for (int n = 1; n <= max_n; ++n) {
-      s.matches[n - 1] += clipped_matches(hypotheses[i], references[i], n);
-      s.totals[n - 1] += std::max<int64_t>(0, len - n + 1);
-    }
-  }
-  s.bp = s.sys_len >= s.ref_len ? 1.0
-         : s.sys_len > 0        ? std::exp(1.0 - static_cast<double>(s.ref_len) / static_cast<double>(s.sys_len))
-                                : 0.0;
+  s.bp = sys_len >= ref_len ? 1.0
+         : sys_len > 0      ? std::exp(1.0 - static_cast<double>(ref_len) / static_cast<double>(sys_len))
+                            : 0.0;
   double log_sum = 0.0;
   bool zero = false;
-  for (int n = 0; n < max_n; ++n) {
-    if (s.totals[n] > 0) s.precisions[n] = 100.0 * static_cast<double>(s.matches[n]) / static_cast<double>(s.totals[n]);
-    if (s.matches[n] == 0) zero = true;  // no smoothing: BLEU is 0 (sacreBLEU's log(0) = -1e10)
+  for (size_t n = 0; n < max_n; ++n) {
+    if (totals[n] > 0) s.precisions[n] = 100.0 * static_cast<double>(matches[n]) / static_cast<double>(totals[n]);
+    if (matches[n] == 0) zero = true;  // no smoothing: BLEU is 0 (sacreBLEU's log(0) = -1e10)
     else log_sum += std::log(s.precisions[n]);
   }
-  s.score = zero ? 0.0 : s.bp * std::exp(log_sum / max_n);
+  s.score = zero ? 0.0 : s.bp * std::exp(log_sum / static_cast<double>(max_n));
   return s;
+}
+
+BleuScore corpus_bleu(const std::vector<Tokens>& hypotheses, const std::vector<std::vector<Tokens>>& references,
+                      int max_n) {
+  TFM_CHECK(hypotheses.size() == references.size(), "corpus_bleu", hypotheses.size(), " hypotheses but ",
+            references.size(), " reference lists");
+  TFM_CHECK(max_n >= 1, "corpus_bleu", "max_n must be >= 1, got ", max_n);
+  std::vector<int64_t> matches(max_n, 0), totals(max_n, 0);
+  int64_t sys_len = 0, ref_len = 0;
+  for (size_t i = 0; i < hypotheses.size(); ++i) {
+    TFM_CHECK(!references[i].empty(), "corpus_bleu", "sentence ", i, " has no reference");
+    const int64_t len = static_cast<int64_t>(hypotheses[i].size());
+    std::vector<const Tokens*> refs;
+    int64_t closest = -1;
+    for (const Tokens& r : references[i]) {
+      refs.push_back(&r);
+      const int64_t rl = static_cast<int64_t>(r.size());
+      const int64_t d = std::abs(rl - len), best = std::abs(closest - len);
+      if (closest < 0 || d < best || (d == best && rl < closest)) closest = rl;
+    }
+    sys_len += len;
+    ref_len += closest;
+    for (int n = 1; n <= max_n; ++n) {
+      matches[n - 1] += clipped_matches(hypotheses[i], refs, n);
+      totals[n - 1] += std::max<int64_t>(0, len - n + 1);
+    }
+  }
+  return bleu_from_counts(matches, totals, sys_len, ref_len);
+}
+
+BleuScore corpus_bleu(const std::vector<Tokens>& hypotheses, const std::vector<Tokens>& references, int max_n) {
+  std::vector<std::vector<Tokens>> lists;
+  for (const Tokens& r : references) lists.push_back({r});
+  return corpus_bleu(hypotheses, lists, max_n);
 }
 
 BleuScore corpus_bleu(const std::vector<std::string>& hypotheses, const std::vector<std::string>& references,
@@ -97,7 +129,8 @@ double d2l_bleu(const Tokens& prediction, const Tokens& label, int k) {
   if (len_pred == 0) return 0.0;
   double score = std::exp(std::min(0.0, 1.0 - static_cast<double>(len_label) / static_cast<double>(len_pred)));
   for (int n = 1; n <= std::min<int64_t>(k, len_pred); ++n) {
-    const double p = static_cast<double>(clipped_matches(prediction, label, n)) / static_cast<double>(len_pred - n + 1);
+    const double p =
+        static_cast<double>(clipped_matches(prediction, {&label}, n)) / static_cast<double>(len_pred - n + 1);
     score *= std::pow(p, std::pow(0.5, n));
   }
   return score;

@@ -13,32 +13,10 @@ namespace tfm {
 namespace {
 
 ModelConfig checked(ModelConfig c) {
-  if (c.n_kv_heads == 0) c.n_kv_heads = c.n_heads;
+  c = checked_common(c, "LanguageModel");
   TFM_CHECK(c.vocab_size > 0, "LanguageModel", "vocab_size must be positive, got ", c.vocab_size);
-  TFM_CHECK(c.n_layers >= 0 && c.max_seq_len > 0 && c.d_ff > 0, "LanguageModel", "n_layers ", c.n_layers,
-            ", max_seq_len ", c.max_seq_len, ", d_ff ", c.d_ff, " must be positive");
-  TFM_CHECK(c.positional_encoding == "sinusoidal" || c.positional_encoding == "learned", "LanguageModel",
-            "positional_encoding must be \"sinusoidal\" or \"learned\", got \"", c.positional_encoding, "\"");
-  TFM_CHECK(c.dropout >= 0.0f && c.dropout < 1.0f && c.attention_dropout >= 0.0f && c.attention_dropout < 1.0f,
-            "LanguageModel", "dropout ", c.dropout, " and attention_dropout ", c.attention_dropout,
-            " must be in [0, 1)");
+  TFM_CHECK(c.n_layers >= 0, "LanguageModel", "n_layers must be >= 0, got ", c.n_layers);
   return c;
-}
-
-BlockConfig block_config(const ModelConfig& c) {
-  BlockConfig b;
-  b.attention.d_model = c.d_model;
-  b.attention.n_heads = c.n_heads;
-  b.attention.n_kv_heads = c.n_kv_heads;
-  b.attention.bias = c.bias;
-  b.attention.causal = c.causal;
-  b.attention.dropout = c.attention_dropout;
-  b.attention.score = c.attention_score;
-  b.d_ff = c.d_ff;
-  b.activation = c.activation;
-  b.norm_position = c.norm_position;
-  b.dropout = c.dropout;
-  return b;
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -56,7 +34,7 @@ struct Network : Module {
       pe = std::make_unique<SinusoidalPositionalEncoding>(c.max_seq_len, c.d_model);
     }
     for (int64_t i = 0; i < c.n_layers; ++i) {
-      blocks.push_back(std::make_unique<EncoderBlock>(block_config(c)));
+      blocks.push_back(std::make_unique<EncoderBlock>(block_config(c, c.causal)));
       register_module("blocks." + std::to_string(i), blocks.back().get());
     }
     if (c.norm_position == "pre") {
@@ -75,12 +53,7 @@ struct Network : Module {
                                 "LanguageModel::forward");
   }
 
-  Tensor logits(const Tensor& x) {
-    const Tensor h = ln_f ? ln_f->forward(x) : x;                                  // (B, T, C)
-    const Tensor out = head ? head->forward(h) : linear(h, emb.weight, Tensor());  // (B, T, V): h E^T when tied
-    if (ln_f) h.release_values();  // recomputed in the head's backward from ln_f's saved input
-    return out;
-  }
+  Tensor logits(const Tensor& x) { return output_logits(x, ln_f.get(), head.get(), emb.weight); }
 
   ModelConfig config;
   Embedding emb;
@@ -95,6 +68,33 @@ struct Network : Module {
 
 // ---------------------------------------------------------------------------------------------
 // Model: the flat buffers and what every architecture shares
+
+ModelConfig checked_common(ModelConfig c, const char* where) {
+  if (c.n_kv_heads == 0) c.n_kv_heads = c.n_heads;
+  TFM_CHECK(c.max_seq_len > 0 && c.d_ff > 0, where, "max_seq_len ", c.max_seq_len, " and d_ff ", c.d_ff,
+            " must be positive");
+  TFM_CHECK(c.positional_encoding == "sinusoidal" || c.positional_encoding == "learned", where,
+            "positional_encoding must be \"sinusoidal\" or \"learned\", got \"", c.positional_encoding, "\"");
+  TFM_CHECK(c.dropout >= 0.0f && c.dropout < 1.0f && c.attention_dropout >= 0.0f && c.attention_dropout < 1.0f,
+            where, "dropout ", c.dropout, " and attention_dropout ", c.attention_dropout, " must be in [0, 1)");
+  return c;
+}
+
+BlockConfig block_config(const ModelConfig& c, bool causal) {
+  BlockConfig b;
+  b.attention.d_model = c.d_model;
+  b.attention.n_heads = c.n_heads;
+  b.attention.n_kv_heads = c.n_kv_heads;
+  b.attention.bias = c.bias;
+  b.attention.causal = causal;
+  b.attention.dropout = c.attention_dropout;
+  b.attention.score = c.attention_score;
+  b.d_ff = c.d_ff;
+  b.activation = c.activation;
+  b.norm_position = c.norm_position;
+  b.dropout = c.dropout;
+  return b;
+}
 
 Model::~Model() = default;
 
@@ -182,20 +182,21 @@ LanguageModel::~LanguageModel() = default;
 
 const ModelConfig& LanguageModel::config() const { return impl_->net.config; }
 
-FlopCount LanguageModel::flops_per_token(const ModelConfig& c, int64_t seq_len) {
-  // 2 FLOPs per multiply-add of every weight matrix a token passes through, plus attention's
-  // scores and weighted sum (2 * 2 * T * C per token and layer, causal counted in full).
+double block_flops_per_token(const ModelConfig& c, int64_t keys) {
   const double C = static_cast<double>(c.d_model), Dk = C / static_cast<double>(c.n_heads);
   const double kv = static_cast<double>(c.n_kv_heads) * Dk;
   const double attn_weights = C * C + 2.0 * C * kv + C * C;  // Wq, Wk, Wv, Wo as they exist
   const double ffn_weights = 2.0 * C * static_cast<double>(c.d_ff);
-  const double per_layer = 2.0 * (attn_weights + ffn_weights) + 2.0 * 2.0 * static_cast<double>(seq_len) * C;
+  return 2.0 * (attn_weights + ffn_weights) + 2.0 * 2.0 * static_cast<double>(keys) * C;
+}
+
+FlopCount LanguageModel::flops_per_token(const ModelConfig& c, int64_t seq_len) {
   FlopCount f;
-  f.forward_per_token = static_cast<double>(c.n_layers) * per_layer + 2.0 * C * static_cast<double>(c.vocab_size);
+  f.forward_per_token = static_cast<double>(c.n_layers) * block_flops_per_token(c, seq_len) +
+                        2.0 * static_cast<double>(c.d_model) * static_cast<double>(c.vocab_size);
   f.train_per_token = 3.0 * f.forward_per_token;
   return f;
 }
-
 
 Tensor LanguageModel::forward(const std::vector<int32_t>& tokens, int64_t B, int64_t T) {
   Network& net = impl_->net;

@@ -126,6 +126,13 @@ LayerNorm::LayerNorm(int64_t dim, float eps_) : eps(eps_) {
 }
 Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight, bias, eps); }
 
+Tensor output_logits(const Tensor& x, const LayerNorm* ln_f, const Linear* head, const Tensor& embedding) {
+  const Tensor h = ln_f ? ln_f->forward(x) : x;                                  // (B, T, C)
+  const Tensor out = head ? head->forward(h) : linear(h, embedding, Tensor());  // (B, T, V): h E^T when tied
+  if (ln_f) h.release_values();  // recomputed in the head's backward from ln_f's saved input
+  return out;
+}
+
 FeedForward::FeedForward(int64_t dim, int64_t hidden, const std::string& activation, bool bias)
     : fc1(dim, hidden, bias), fc2(hidden, dim, bias), gelu(activation == "gelu") {
   TFM_CHECK(activation == "gelu" || activation == "relu", "FeedForward", "activation must be \"gelu\" or \"relu\", got \"",

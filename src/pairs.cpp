@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "tfm/error.h"
 #include "tfm/file_io.h"
@@ -46,9 +47,10 @@ std::vector<SentencePair> read_pairs(const std::string& path, int64_t max_pairs)
 
 // Reads, shuffles (Fisher-Yates over Rng(seed)) and splits: the last n_val pairs validate.
 PairDataset read_and_split(const std::string& path, const PairOptions& o) {
-  TFM_CHECK(o.max_pairs >= 0 && o.max_source_len >= 0 && o.max_target_len >= 0, "load_pairs",
-            "max_pairs ", o.max_pairs, ", max_source_len ", o.max_source_len, ", max_target_len ", o.max_target_len,
-            " must be >= 0");
+  if (o.max_pairs < 0 || o.max_source_len < 0 || o.max_target_len < 0 || o.min_freq < 1)
+    throw ConfigError("load_pairs: max_pairs " + std::to_string(o.max_pairs) + ", max_source_len " +
+                      std::to_string(o.max_source_len) + ", max_target_len " + std::to_string(o.max_target_len) +
+                      " must be >= 0 and min_freq " + std::to_string(o.min_freq) + " >= 1");
   if (!(o.val_fraction >= 0.0 && o.val_fraction < 1.0))
     throw ConfigError("load_pairs: val_fraction must be in [0, 1), got " + std::to_string(o.val_fraction));
   std::vector<SentencePair> pairs = read_pairs(path, o.max_pairs);
@@ -68,9 +70,9 @@ PairDataset read_and_split(const std::string& path, const PairOptions& o) {
 }
 
 void check_specials(const Tokenizer& t, const char* side) {
-  TFM_CHECK(t.special_id("<pad>") == kPadId && t.special_id("<bos>") == kBosId && t.special_id("<eos>") == kEosId &&
-                t.special_id("<unk>") == kUnkId,
-            "load_pairs", "the ", side, " tokenizer must carry the specials <pad>, <bos>, <eos>, <unk> at ids 0-3");
+  if (t.specials() != seq2seq_specials())
+    throw ConfigError(std::string("load_pairs: the ") + side +
+                      " tokenizer must carry the specials <pad>, <bos>, <eos>, <unk> at ids 0-3 (seq2seq_specials())");
 }
 
 // Encodes every pair with the dataset's tokenizers, truncating to the options' limits.
@@ -103,7 +105,6 @@ Tokenizer build_tokenizer(const std::string& kind_name, const std::string& bpe_p
 std::vector<std::string> seq2seq_specials() { return {"<pad>", "<bos>", "<eos>", "<unk>"}; }
 
 PairDataset load_pairs(const std::string& path, const PairOptions& options) {
-  TFM_CHECK(options.min_freq >= 1, "load_pairs", "min_freq must be >= 1, got ", options.min_freq);
   PairDataset d = read_and_split(path, options);
   d.source_tokenizer = build_tokenizer(options.source_tokenizer, options.source_tokenizer_path, d.train, true, options);
   d.target_tokenizer = build_tokenizer(options.target_tokenizer, options.target_tokenizer_path, d.train, false, options);
@@ -118,6 +119,17 @@ PairDataset load_pairs(const std::string& path, const PairOptions& options, cons
   d.target_tokenizer = target;
   encode_pairs(d, options);
   return d;
+}
+
+std::vector<std::vector<int64_t>> group_by_source(const std::vector<SentencePair>& pairs) {
+  std::vector<std::vector<int64_t>> groups;
+  std::map<std::string, size_t> group_of;  // source text -> its group
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const auto [it, added] = group_of.emplace(pairs[i].source, groups.size());
+    if (added) groups.emplace_back();
+    groups[it->second].push_back(static_cast<int64_t>(i));
+  }
+  return groups;
 }
 
 PairBatch make_pair_batch(const std::vector<SentencePair>& pairs, const std::vector<int64_t>& indices) {

@@ -16,34 +16,12 @@ namespace tfm {
 namespace {
 
 ModelConfig checked(ModelConfig c) {
-  if (c.n_kv_heads == 0) c.n_kv_heads = c.n_heads;
+  c = checked_common(c, "Seq2SeqModel");
   TFM_CHECK(c.vocab_size > 0 && c.source_vocab_size > 0, "Seq2SeqModel", "vocab_size ", c.vocab_size,
             " and source_vocab_size ", c.source_vocab_size, " must be positive");
   TFM_CHECK(c.n_encoder_layers >= 0 && c.n_decoder_layers >= 0, "Seq2SeqModel", "n_encoder_layers ",
             c.n_encoder_layers, " and n_decoder_layers ", c.n_decoder_layers, " must be >= 0");
-  TFM_CHECK(c.max_seq_len > 0 && c.d_ff > 0, "Seq2SeqModel", "max_seq_len ", c.max_seq_len, ", d_ff ", c.d_ff,
-            " must be positive");
-  TFM_CHECK(c.positional_encoding == "sinusoidal" || c.positional_encoding == "learned", "Seq2SeqModel",
-            "positional_encoding must be \"sinusoidal\" or \"learned\", got \"", c.positional_encoding, "\"");
-  TFM_CHECK(c.dropout >= 0.0f && c.dropout < 1.0f && c.attention_dropout >= 0.0f && c.attention_dropout < 1.0f,
-            "Seq2SeqModel", "dropout ", c.dropout, " and attention_dropout ", c.attention_dropout, " must be in [0, 1)");
   return c;
-}
-
-BlockConfig block_config(const ModelConfig& c, bool causal) {
-  BlockConfig b;
-  b.attention.d_model = c.d_model;
-  b.attention.n_heads = c.n_heads;
-  b.attention.n_kv_heads = c.n_kv_heads;
-  b.attention.bias = c.bias;
-  b.attention.causal = causal;
-  b.attention.dropout = c.attention_dropout;
-  b.attention.score = c.attention_score;
-  b.d_ff = c.d_ff;
-  b.activation = c.activation;
-  b.norm_position = c.norm_position;
-  b.dropout = c.dropout;
-  return b;
 }
 
 // Rows `rows` of t (R, ...) contiguous -> (rows.size(), ...), a copy (cache bookkeeping, not recorded).
@@ -108,12 +86,7 @@ struct Network : Module {
                 " is outside [1, S = ", S, "]");
   }
 
-  Tensor logits(const Tensor& y) {
-    const Tensor h = decoder_ln ? decoder_ln->forward(y) : y;                          // (B, T, C)
-    const Tensor out = head ? head->forward(h) : linear(h, tgt_emb.weight, Tensor());  // (B, T, V): h E^T when tied
-    if (decoder_ln) h.release_values();  // recomputed in the head's backward from ln_f's saved input
-    return out;
-  }
+  Tensor logits(const Tensor& y) { return output_logits(y, decoder_ln.get(), head.get(), tgt_emb.weight); }
 
   ModelConfig config;
   Embedding src_emb, tgt_emb;
@@ -172,19 +145,17 @@ Seq2SeqModel::~Seq2SeqModel() = default;
 const ModelConfig& Seq2SeqModel::config() const { return impl_->net.config; }
 
 FlopCount Seq2SeqModel::flops_per_token(const ModelConfig& c, int64_t src_len, int64_t tgt_len) {
-  // Weight matrices: 2 FLOPs per multiply-add per token; attention's scores and weighted sum
-  // 2 * 2 * Tk * C per query token. The encoder runs src_len / tgt_len source tokens per target token,
-  // and so do the cross-attention's key/value projections (once per source token).
+  // Per target token: the encoder's blocks at src_len / tgt_len source tokens per target token; each
+  // decoder block = a block over tgt_len keys plus cross-attention: Wq and Wo per target token, Wk and
+  // Wv per source token (projected once), scores and weighted sum over src_len keys; the head.
   const double C = static_cast<double>(c.d_model), Dk = C / static_cast<double>(c.n_heads);
   const double kv = static_cast<double>(c.n_kv_heads) * Dk;
-  const double S = static_cast<double>(src_len), T = static_cast<double>(tgt_len), ratio = S / T;
-  const double q_o = 2.0 * C * C, k_v = 2.0 * C * kv, ffn = 2.0 * C * static_cast<double>(c.d_ff);
-  const double encoder_layer = 2.0 * (q_o + k_v + ffn) + 4.0 * S * C;  // per source token
-  const double decoder_layer = 2.0 * (q_o + k_v + ffn) + 4.0 * T * C    // self-attention and FFN
-                               + 2.0 * q_o + 2.0 * k_v * ratio + 4.0 * S * C;  // cross-attention
+  const double S = static_cast<double>(src_len), ratio = S / static_cast<double>(tgt_len);
+  const double cross = 2.0 * 2.0 * C * C + 2.0 * 2.0 * C * kv * ratio + 2.0 * 2.0 * S * C;
   FlopCount f;
-  f.forward_per_token = static_cast<double>(c.n_encoder_layers) * encoder_layer * ratio +
-                        static_cast<double>(c.n_decoder_layers) * decoder_layer + 2.0 * C * static_cast<double>(c.vocab_size);
+  f.forward_per_token = static_cast<double>(c.n_encoder_layers) * block_flops_per_token(c, src_len) * ratio +
+                        static_cast<double>(c.n_decoder_layers) * (block_flops_per_token(c, tgt_len) + cross) +
+                        2.0 * C * static_cast<double>(c.vocab_size);
   f.train_per_token = 3.0 * f.forward_per_token;
   return f;
 }
@@ -273,7 +244,11 @@ std::vector<std::vector<int32_t>> Seq2SeqModel::translate(const std::vector<int3
   TFM_CHECK(max_len <= c.max_seq_len, "Seq2SeqModel::translate", "max_len ", max_len, " exceeds max_seq_len ",
             c.max_seq_len);
   NoGradGuard no_grad;
-  const bool was_training = training();
+  struct EvalMode {  // decoding runs without dropout; the caller's mode comes back even on an error
+    Model& m;
+    bool was;
+    ~EvalMode() { m.set_training(was); }
+  } eval_mode{*this, training()};
   set_training(false);
   const Tensor memory = encode(src, src_lengths, B, S);  // (B, S, C)
 
@@ -370,7 +345,9 @@ std::vector<std::vector<int32_t>> Seq2SeqModel::translate(const std::vector<int3
     }
     prefix = std::move(next_prefix);
     score = std::move(next_score);
-    if (o.use_cache) select_rows(cache, parent);
+    bool moved = false;
+    for (int64_t r = 0; r < R; ++r) moved = moved || parent[r] != r;
+    if (o.use_cache && moved) select_rows(cache, parent);
   }
 
   std::vector<std::vector<int32_t>> out(B);
@@ -386,7 +363,6 @@ std::vector<std::vector<int32_t>> Seq2SeqModel::translate(const std::vector<int3
     }
     if (!out[b].empty() && out[b].back() == o.eos) out[b].pop_back();
   }
-  set_training(was_training);
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "fixture_compare.h"
 #include "tfm/model.h"
 #include "tfm/nn.h"
 #include "tfm/ops.h"
@@ -19,77 +20,7 @@
 using namespace tfm;
 using json = nlohmann::json;
 
-namespace {
-
-json load_fixture(const std::string& name) {
-  const std::string path = std::string(TFM_SOURCE_DIR) + "/tests/fixtures/" + name + ".json";
-  std::ifstream in(path);
-  REQUIRE(in.good());
-  return json::parse(in);
-}
-
-Tensor to_tensor(const json& j) {
-  return Tensor::from_vector(j.at("data").get<std::vector<float>>(), j.at("shape").get<Shape>());
-}
-
-void copy_into(Tensor& dst, const json& j) {
-  REQUIRE(dst.shape() == j.at("shape").get<Shape>());
-  dst.copy_from(to_tensor(j));
-}
-
-double max_abs(const std::vector<float>& v) {
-  double m = 0.0;
-  for (float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
-  return m;
-}
-
-// Largest |ours - theirs| over the tensor.
-double max_diff(const Tensor& ours, const json& theirs) {
-  REQUIRE(ours.shape() == theirs.at("shape").get<Shape>());
-  const std::vector<float> a = ours.to_vector();
-  const std::vector<float> b = theirs.at("data").get<std::vector<float>>();
-  double m = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
-  return m;
-}
-
-void report(const std::string& what, double diff) {
-  if (std::getenv("TFM_REPORT_DIFFS")) std::printf("  %-48s max diff %.3g\n", what.c_str(), diff);
-}
-
-// Gradients: max |ours - theirs| <= 1e-4 * max |theirs| + 1e-6. The floor is for tensors whose
-// gradient is zero in exact arithmetic, like the key bias (softmax ignores a shift shared by a row),
-// where both sides hold only roundoff (~1e-8).
-void check_gradient(const std::string& name, const Tensor& grad, const json& theirs) {
-  INFO("gradient of " << name);
-  REQUIRE(grad.defined());
-  const double diff = max_diff(grad, theirs);
-  const double scale = max_abs(theirs.at("data").get<std::vector<float>>());
-  if (std::getenv("TFM_REPORT_DIFFS"))
-    std::printf("  %-48s max diff %.3g (relative to its largest entry %.3g: %.3g)\n", ("grad " + name).c_str(), diff,
-                scale, diff / std::max(scale, 1e-30));
-  CHECK(diff <= 1e-4 * scale + 1e-6);
-}
-
-ModelConfig config_from(const json& c) {
-  ModelConfig m;
-  m.vocab_size = c.at("vocab_size");
-  m.d_model = c.at("d_model");
-  m.n_layers = c.at("n_layers");
-  m.n_heads = c.at("n_heads");
-  m.n_kv_heads = c.at("n_kv_heads");
-  m.d_ff = c.at("d_ff");
-  m.max_seq_len = c.at("max_seq_len");
-  m.activation = c.at("activation");
-  m.norm_position = c.at("norm_position");
-  m.positional_encoding = c.at("positional_encoding");
-  m.causal = c.at("causal");
-  m.tie_embeddings = c.at("tie_embeddings");
-  m.bias = c.at("bias");
-  return m;
-}
-
-}  // namespace
+using namespace tfm::testing;
 
 TEST_CASE("reference: language model logits, loss and gradients match PyTorch", "[reference][model]") {
   const char* names[] = {"lm_pre_sinusoidal_tied", "lm_post_learned_untied", "lm_gqa_relu", "mlm_bidirectional"};
@@ -97,17 +28,9 @@ TEST_CASE("reference: language model logits, loss and gradients match PyTorch", 
     SECTION(name) {
       const json fx = load_fixture(name);
       LanguageModel model(config_from(fx.at("config")), 1);
-      const json& params = fx.at("params");
-      // Same names, same order, same count as torch_lm.py --print-names.
-      REQUIRE(model.parameters().size() == params.size());
+      load_parameters(model, fx.at("params"));
       int64_t count = 0;
-      for (const NamedParameter& p : model.parameters()) {
-        INFO("parameter " << p.name);
-        REQUIRE(params.contains(p.name));
-        Tensor v = p.value;
-        copy_into(v, params.at(p.name));
-        count += v.numel();
-      }
+      for (const NamedParameter& p : model.parameters()) count += p.value.numel();
       CHECK(model.parameter_count() == count);
       const int64_t B = fx.at("B"), T = fx.at("T");
       const auto tokens = fx.at("tokens").get<std::vector<int32_t>>();
@@ -115,15 +38,7 @@ TEST_CASE("reference: language model logits, loss and gradients match PyTorch", 
 
       model.flat_grads().fill_(0.0f);
       const Tensor logits = model.forward(tokens, B, T);
-      const Tensor loss = LanguageModel::loss(logits, targets);
-      const double logit_diff = max_diff(logits, fx.at("logits"));
-      const double loss_diff = std::fabs(loss.item() - fx.at("loss").get<double>());
-      report(std::string(name) + " logits", logit_diff);
-      report(std::string(name) + " loss", loss_diff);
-      CHECK(logit_diff <= 1e-5);
-      CHECK(loss_diff <= 1e-5);
-      loss.backward();
-      for (const NamedParameter& p : model.parameters()) check_gradient(p.name, p.value.grad(), fx.at("grads").at(p.name));
+      check_logits_loss_gradients(name, model, fx, logits, LanguageModel::loss(logits, targets));
     }
   }
 }

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "cli_run.h"
+#include "fixture_compare.h"
 #include "gradcheck.h"
 #include "tfm/bleu.h"
 #include "tfm/nn.h"
@@ -201,6 +202,31 @@ TEST_CASE("seq2seq: pairs are shuffled by the seed, split, tokenized from train 
   CHECK(e.source_tokenizer.words() == d.source_tokenizer.words());
 }
 
+TEST_CASE("seq2seq: a BPE source side from its tokenizer file, a byte target side", "[seq2seq][data]") {
+  tfm_test::TempDir dir("seq2seq_pairs_bpe");
+  const std::string path = write_file(dir, "pairs.txt", "low lower\tbas\nlowest low\tplus bas\nnew\tneuf\n");
+  const std::string bpe = dir.path + "/bpe.json";
+  BpeTokenizer::train("low lower lowest low low", 260).save(bpe);
+  PairOptions o;
+  o.val_fraction = 0.0;
+  o.source_tokenizer = "bpe";
+  o.source_tokenizer_path = bpe;
+  o.target_tokenizer = "byte";
+  const PairDataset d = load_pairs(path, o);
+  CHECK(d.source_tokenizer.kind() == Tokenizer::Kind::Bpe);
+  CHECK(d.source_tokenizer.size() == 4 + 260);
+  CHECK(d.target_tokenizer.size() == 4 + 256);
+  for (const SentencePair& p : d.train) {
+    CHECK(d.source_tokenizer.decode(p.src) == p.source);
+    CHECK(d.target_tokenizer.decode(p.tgt) == p.target);
+    CHECK(p.tgt.size() == p.target.size());
+    if (p.source.rfind("low", 0) == 0) CHECK(p.src.size() < p.source.size());  // merges used
+    for (int32_t id : p.src) CHECK(id >= 4);
+  }
+  o.source_tokenizer_path = dir.path + "/missing.json";
+  CHECK(error_of([&] { load_pairs(path, o); }).rfind("data.tokenizer_path: ", 0) == 0);
+}
+
 TEST_CASE("seq2seq: pair file errors name file:line and what is wrong", "[seq2seq][data]") {
   tfm_test::TempDir dir("seq2seq_pair_errors");
   const std::string no_tab = write_file(dir, "a.txt", "Go.\tVa !\nHi. Salut !\n");
@@ -214,7 +240,17 @@ TEST_CASE("seq2seq: pair file errors name file:line and what is wrong", "[seq2se
   CHECK_THROWS_AS(load_pairs(dir.path + "/missing.txt", PairOptions{}), IoError);
   PairOptions one;
   one.val_fraction = 0.5;
-  CHECK_THROWS_AS(load_pairs(write_file(dir, "e.txt", "Go.\tVa !\n"), one), ConfigError);
+  const std::string single = write_file(dir, "e.txt", "Go.\tVa !\n");
+  CHECK_THROWS_AS(load_pairs(single, one), ConfigError);  // no pair left to train
+  one.val_fraction = 0.0;
+  one.min_freq = 0;
+  CHECK_THROWS_AS(load_pairs(single, one), ConfigError);
+  // Existing tokenizers must carry the seq2seq specials.
+  const Tokenizer plain = Tokenizer::from_text(Tokenizer::Kind::Word, "go va", "t");
+  one.min_freq = 1;
+  CHECK(load_pairs(single, one, plain.with_specials(seq2seq_specials()), plain.with_specials(seq2seq_specials()))
+            .train.size() == 1);
+  CHECK(error_of([&] { load_pairs(single, one, plain, plain); }).find("must carry the specials") != std::string::npos);
 }
 
 TEST_CASE("seq2seq: the eng-fra excerpt loads with d2l's tokens", "[seq2seq][data]") {
@@ -222,6 +258,17 @@ TEST_CASE("seq2seq: the eng-fra excerpt loads with d2l's tokens", "[seq2seq][dat
   o.val_fraction = 0.0;
   const PairDataset d = load_pairs(std::string(TFM_SOURCE_DIR) + "/tests/fixtures/eng_fra_head.txt", o);
   REQUIRE(d.train.size() == 12);
+  // Go. x3, Hi. x2, Run! x7: each source once, with all of its targets.
+  const auto groups = group_by_source(d.train);
+  std::map<std::string, size_t> group_sizes;
+  for (const auto& g : groups) {
+    for (int64_t i : g) CHECK(d.train[i].source == d.train[g[0]].source);
+    group_sizes[d.train[g[0]].source] = g.size();
+  }
+  CHECK(group_sizes.size() == groups.size());
+  CHECK(group_sizes["Go."] == 3);
+  CHECK(group_sizes["Hi."] == 2);
+  CHECK(group_sizes["Run!"] == 7);
   for (const SentencePair& p : d.train)
     if (p.line == 1) {
       CHECK(d.source_tokenizer.decode_tokens(p.src) == std::vector<std::string>{"go", "."});
@@ -286,6 +333,28 @@ TEST_CASE("seq2seq: corpus BLEU by hand", "[seq2seq][bleu]") {
   CHECK(corpus.score == Approx(100.0 * std::pow(5.0 / 6.0 * 3.0 / 4.0, 0.25)));
   CHECK(corpus_bleu(std::vector<std::string>{"a b c d e"}, std::vector<std::string>{"a b c d e"}).score == Approx(100.0));
   CHECK_THROWS(corpus_bleu(std::vector<std::string>{"a"}, std::vector<std::string>{}));
+}
+
+TEST_CASE("seq2seq: BLEU equals sacreBLEU's own test values", "[seq2seq][bleu]") {
+  // sacreBLEU test/test_bleu.py: test_case_statistics, test_case_scoring, and corpus_bleu with
+  // tokenize='none' on its README example (two references per sentence) = 49.1919566.
+  const BleuScore stats = sentence_bleu(split_whitespace("am I am a character sequence"),
+                                        split_whitespace("I am a symbol string sequence a a"));
+  CHECK(stats.matches == std::vector<int64_t>{4, 2, 1, 0});
+  CHECK(stats.totals == std::vector<int64_t>{6, 5, 4, 3});
+  CHECK(bleu_from_counts({9, 7, 5, 3}, {10, 8, 6, 4}, 11, 11).score == Approx(83.75922397).epsilon(1e-9));
+  const std::vector<std::string> hyps = {"The dog bit the man.", "It wasn't surprising.", "The man had just bitten him."};
+  const std::vector<std::vector<std::string>> streams = {
+      {"The dog bit the man.", "It was not unexpected.", "The man bit him first."},
+      {"The dog had bit the man.", "No one was surprised.", "The man had bitten the dog."}};
+  std::vector<Tokens> h;
+  std::vector<std::vector<Tokens>> refs(hyps.size());
+  for (size_t i = 0; i < hyps.size(); ++i) {
+    h.push_back(split_whitespace(hyps[i]));
+    for (const auto& stream : streams) refs[i].push_back(split_whitespace(stream[i]));
+  }
+  CHECK(corpus_bleu(h, refs).score == Approx(49.1919566).epsilon(1e-9));
+  CHECK(corpus_bleu(std::vector<Tokens>(3), refs).score == 0.0);  // empty hypotheses
 }
 
 TEST_CASE("seq2seq: d2l's BLEU", "[seq2seq][bleu]") {
@@ -355,8 +424,11 @@ TEST_CASE("seq2seq: model gradient check with source padding and S != T, pre and
 
 TEST_CASE("seq2seq: cached decoding equals the full decoder, causality and source padding", "[seq2seq]") {
   for (const char* norm : {"pre", "post"}) {
+    // post-norm also with multi-query attention and additive scoring (its own masking path)
     DYNAMIC_SECTION(norm << "-norm") {
-      Seq2SeqModel model(tiny_config(norm), 4);
+      ModelConfig c = tiny_config(norm);
+      if (std::string(norm) == "post") c.n_kv_heads = 1, c.attention_score = "additive";
+      Seq2SeqModel model(c, 4);
       spread_parameters(model, 5);
       Rng rng(9);
       const int64_t B = 3, S = 5, T = 6;
@@ -504,6 +576,23 @@ TEST_CASE("seq2seq: beam search finds a better sequence than greedy when one exi
   CHECK(better > 0);
 }
 
+TEST_CASE("seq2seq: dropout only in training mode; translate evaluates", "[seq2seq]") {
+  ModelConfig c = tiny_config("pre", 1, 1);
+  c.dropout = 0.2f;
+  c.attention_dropout = 0.1f;
+  Seq2SeqModel model(c, 31);
+  const std::vector<int32_t> src = {4, 5, 6, 2}, tgt = {1, 7, 8};
+  const Tensor eval1 = model.forward(src, {4}, 1, 4, tgt, 3);
+  CHECK(max_abs_diff(model.forward(src, {4}, 1, 4, tgt, 3), eval1) == 0.0);
+  model.set_training(true);
+  const Tensor train1 = model.forward(src, {4}, 1, 4, tgt, 3), train2 = model.forward(src, {4}, 1, 4, tgt, 3);
+  CHECK(max_abs_diff(train1, train2) > 1e-4);
+  const auto t1 = model.translate(src, {4}, 1, 4);
+  CHECK(model.training());  // restored
+  model.set_training(false);
+  CHECK(model.translate(src, {4}, 1, 4) == t1);
+}
+
 TEST_CASE("seq2seq: parameter names, breakdown and FLOPs", "[seq2seq]") {
   ModelConfig c = tiny_config("pre", 1, 1);
   c.tie_embeddings = false;
@@ -566,4 +655,25 @@ TEST_CASE("seq2seq: parameter names, breakdown and FLOPs", "[seq2seq]") {
   CHECK(encoder == Approx((LanguageModel::flops_per_token(lm, S).forward_per_token - lm0) * S / T));
   CHECK(Seq2SeqModel::flops_per_token(c, S, T).train_per_token ==
         Approx(3 * Seq2SeqModel::flops_per_token(c, S, T).forward_per_token));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Against PyTorch (scripts/make_fixtures.py's Seq2Seq, same names and weights)
+
+TEST_CASE("reference: encoder-decoder logits, loss and gradients match PyTorch", "[seq2seq][reference]") {
+  using namespace tfm::testing;
+  for (const char* name : {"seq2seq_pre_sinusoidal_tied", "seq2seq_post_learned_untied"}) {
+    SECTION(name) {
+      const json fx = load_fixture(name);
+      Seq2SeqModel model(config_from(fx.at("config")), 1);
+      load_parameters(model, fx.at("params"));
+      const int64_t B = fx.at("B"), S = fx.at("S"), T = fx.at("T");
+      model.flat_grads().fill_(0.0f);
+      const Tensor logits = model.forward(fx.at("src").get<std::vector<int32_t>>(),
+                                          fx.at("src_lengths").get<std::vector<int64_t>>(), B, S,
+                                          fx.at("tgt_in").get<std::vector<int32_t>>(), T);  // (B, T, V)
+      check_logits_loss_gradients(name, model, fx, logits,
+                                  cross_entropy(logits, fx.at("tgt_out").get<std::vector<int32_t>>(), kPadId));
+    }
+  }
 }

@@ -27,6 +27,14 @@ struct BleuScore {
 
 // hypotheses[i] is scored against references[i]; Error when the sizes differ.
 BleuScore corpus_bleu(const std::vector<Tokens>& hypotheses, const std::vector<Tokens>& references, int max_n = 4);
+// Several references per sentence (references[i] = those of hypothesis i, at least one), as sacreBLEU:
+// an n-gram's matches are clipped to its largest count in any reference, and the reference length
+// is the one closest to the hypothesis's (the shorter on a tie).
+BleuScore corpus_bleu(const std::vector<Tokens>& hypotheses, const std::vector<std::vector<Tokens>>& references,
+                      int max_n = 4);
+// BLEU from summed statistics (sacreBLEU's compute_bleu without smoothing): matches and totals per n.
+BleuScore bleu_from_counts(const std::vector<int64_t>& matches, const std::vector<int64_t>& totals, int64_t sys_len,
+                           int64_t ref_len);
 // The same on whitespace-separated strings (sacreBLEU's tokenize='none').
 BleuScore corpus_bleu(const std::vector<std::string>& hypotheses, const std::vector<std::string>& references,
                       int max_n = 4);

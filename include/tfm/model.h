@@ -61,6 +61,19 @@ struct FlopCount {
   double train_per_token = 0;    // forward + backward (backward = 2x forward)
 };
 
+// FLOPs per token of one Transformer block of `c` (self-attention over `keys` keys and feed-forward):
+// 2 per multiply-add of Wq, Wk, Wv, Wo, W1, W2, plus attention's scores and weighted sum, 2 * 2 *
+// keys * C (causal counted in full).
+double block_flops_per_token(const ModelConfig& c, int64_t keys);
+
+struct BlockConfig;
+// The block config (nn.h) of a model config: d_model, heads, kv heads, d_ff, activation, norm
+// position, dropouts, bias and scoring, with the given causality.
+BlockConfig block_config(const ModelConfig& c, bool causal);
+// What every architecture checks: d_ff and max_seq_len positive, the positional encoding's name,
+// dropouts in [0, 1); resolves n_kv_heads = 0 to n_heads. Errors start with `where`.
+ModelConfig checked_common(ModelConfig c, const char* where);
+
 class Module;
 
 // What every model shares, whatever its architecture: its parameters in one flat value buffer and

@@ -111,6 +111,10 @@ class LayerNorm : public Module {
   float eps;
 };
 
+// A stack's output (ARCHITECTURE.md step 5): h = ln_f(x) when ln_f is given, else x; logits = h E^T
+// with the embedding E (V, C) when head is null (tied), else head(h). x (B, T, C) -> (B, T, V).
+Tensor output_logits(const Tensor& x, const LayerNorm* ln_f, const Linear* head, const Tensor& embedding);
+
 // FFN(x) = fc2(act(fc1(x))), act = exact GELU or ReLU.
 class FeedForward : public Module {
  public:

@@ -54,6 +54,11 @@ PairDataset load_pairs(const std::string& path, const PairOptions& options);
 PairDataset load_pairs(const std::string& path, const PairOptions& options, const Tokenizer& source,
                        const Tokenizer& target);
 
+// Indices of `pairs` grouped by identical source text, groups in order of first appearance (Tatoeba
+// has several translations of one sentence: translate each source once and score it against all of
+// its targets with multi-reference corpus_bleu).
+std::vector<std::vector<int64_t>> group_by_source(const std::vector<SentencePair>& pairs);
+
 // A padded batch. src ends each sentence with <eos> (as d2l), tgt_in = <bos> y, tgt_out = y <eos>;
 // <pad> (0) elsewhere.
 struct PairBatch {

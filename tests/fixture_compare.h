@@ -1,0 +1,120 @@
+// Loading the PyTorch fixtures of scripts/make_fixtures.py and comparing tensors with them: values to
+// an absolute tolerance, gradients to 1e-4 relative to the largest entry of their tensor. Set
+// TFM_REPORT_DIFFS=1 to print the largest differences seen.
+#pragma once
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tfm/model.h"
+#include "tfm/tensor.h"
+
+namespace tfm::testing {
+
+using json = nlohmann::json;
+
+inline json load_fixture(const std::string& name) {
+  const std::string path = std::string(TFM_SOURCE_DIR) + "/tests/fixtures/" + name + ".json";
+  std::ifstream in(path);
+  REQUIRE(in.good());
+  return json::parse(in);
+}
+
+inline Tensor to_tensor(const json& j) {
+  return Tensor::from_vector(j.at("data").get<std::vector<float>>(), j.at("shape").get<Shape>());
+}
+
+inline void copy_into(Tensor& dst, const json& j) {
+  REQUIRE(dst.shape() == j.at("shape").get<Shape>());
+  dst.copy_from(to_tensor(j));
+}
+
+inline double max_abs(const std::vector<float>& v) {
+  double m = 0.0;
+  for (float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
+  return m;
+}
+
+// Largest |ours - theirs| over the tensor.
+inline double max_diff(const Tensor& ours, const json& theirs) {
+  REQUIRE(ours.shape() == theirs.at("shape").get<Shape>());
+  const std::vector<float> a = ours.to_vector();
+  const std::vector<float> b = theirs.at("data").get<std::vector<float>>();
+  double m = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
+  return m;
+}
+
+inline void report(const std::string& what, double diff) {
+  if (std::getenv("TFM_REPORT_DIFFS")) std::printf("  %-48s max diff %.3g\n", what.c_str(), diff);
+}
+
+// Gradients: max |ours - theirs| <= 1e-4 * max |theirs| + 1e-6. The floor is for tensors whose
+// gradient is zero in exact arithmetic, like the key bias (softmax ignores a shift shared by a row),
+// where both sides hold only roundoff (~1e-8).
+inline void check_gradient(const std::string& name, const Tensor& grad, const json& theirs) {
+  INFO("gradient of " << name);
+  REQUIRE(grad.defined());
+  const double diff = max_diff(grad, theirs);
+  const double scale = max_abs(theirs.at("data").get<std::vector<float>>());
+  if (std::getenv("TFM_REPORT_DIFFS"))
+    std::printf("  %-48s max diff %.3g (relative to its largest entry %.3g: %.3g)\n", ("grad " + name).c_str(), diff,
+                scale, diff / std::max(scale, 1e-30));
+  CHECK(diff <= 1e-4 * scale + 1e-6);
+}
+
+// The fixture's "config": the LM's keys (torch_lm.model_config) or the encoder-decoder's.
+inline ModelConfig config_from(const json& c) {
+  ModelConfig m;
+  m.vocab_size = c.at("vocab_size");
+  m.d_model = c.at("d_model");
+  m.n_heads = c.at("n_heads");
+  m.n_kv_heads = c.at("n_kv_heads");
+  m.d_ff = c.at("d_ff");
+  m.max_seq_len = c.at("max_seq_len");
+  m.activation = c.at("activation");
+  m.norm_position = c.at("norm_position");
+  m.positional_encoding = c.at("positional_encoding");
+  m.tie_embeddings = c.at("tie_embeddings");
+  m.bias = c.at("bias");
+  m.n_layers = c.value("n_layers", int64_t{0});
+  m.causal = c.value("causal", true);
+  m.source_vocab_size = c.value("source_vocab_size", int64_t{0});
+  m.n_encoder_layers = c.value("n_encoder_layers", int64_t{0});
+  m.n_decoder_layers = c.value("n_decoder_layers", int64_t{0});
+  return m;
+}
+
+// Copies the fixture's "params" into the model's parameters: the same names and count.
+inline void load_parameters(const Model& model, const json& params) {
+  REQUIRE(model.parameters().size() == params.size());
+  for (const NamedParameter& p : model.parameters()) {
+    INFO("parameter " << p.name);
+    REQUIRE(params.contains(p.name));
+    Tensor v = p.value;
+    copy_into(v, params.at(p.name));
+  }
+}
+
+// Logits and loss against the fixture's to 1e-5; then the backward (gradients zeroed first by the
+// caller) and every parameter's gradient against the fixture's "grads".
+inline void check_logits_loss_gradients(const std::string& name, const Model& model, const json& fx,
+                                        const Tensor& logits, const Tensor& loss) {
+  const double logit_diff = max_diff(logits, fx.at("logits"));
+  const double loss_diff = std::fabs(loss.item() - fx.at("loss").get<double>());
+  report(name + " logits", logit_diff);
+  report(name + " loss", loss_diff);
+  CHECK(logit_diff <= 1e-5);
+  CHECK(loss_diff <= 1e-5);
+  loss.backward();
+  for (const NamedParameter& p : model.parameters()) check_gradient(p.name, p.value.grad(), fx.at("grads").at(p.name));
+}
+
+}  // namespace tfm::testing
