@@ -1,24 +1,283 @@
 #include "tfm/gemm.h"
 
+#include <omp.h>
+
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
 
 #include <cblas.h>
+#include <immintrin.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "tfm/error.h"
 
 namespace tfm {
 namespace {
+
 std::atomic<uint64_t> g_flops{0};
+std::atomic<Precision> g_precision{Precision::fp32};
+// TFM_GEMM_BACKEND or oneDNN; a bad value is reported when the CLI resolves train.gemm_backend.
+GemmBackend default_backend() {
+  try {
+    return resolve_gemm_backend("auto");
+  } catch (const ConfigError&) {
+    return GemmBackend::onednn;
+  }
 }
+std::atomic<GemmBackend> g_backend{default_backend()};
+
+// ---- bfloat16 rounding ----
+
+// src (rows, cols) with leading dimension ld -> dst (rows, cols) packed.
+void round_rows_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, uint16_t* dst) {
+  // Rows in parallel only for big operands outside a parallel region (attention calls gemm per head
+  // from its own threads).
+#pragma omp parallel for if (rows * cols > (1 << 18) && !omp_in_parallel())
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* s = src + r * ld;
+    uint16_t* d = dst + r * cols;
+    int64_t c = 0;
+#ifdef __AVX512BF16__
+    for (; c + 16 <= cols; c += 16)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + c),
+                          reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_loadu_ps(s + c))));
+#endif
+    for (; c < cols; ++c) d[c] = to_bf16(s[c]);
+  }
+}
+
+// A thread's grow-only scratch: steady-state products allocate nothing.
+template <class T>
+T* scratch(std::vector<T>& buf, int64_t n) {
+  if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
+  return buf.data();
+}
+
+// ---- the registered weight buffer's bfloat16 copy ----
+struct Mirror {
+  std::mutex mu;
+  const float* base = nullptr;
+  int64_t n = 0;
+  std::vector<uint16_t> bf16;
+  std::atomic<uint64_t> version{0}, mirrored{~uint64_t{0}};
+};
+Mirror& mirror() {
+  static Mirror m;
+  return m;
+}
+
+// The bfloat16 copy of `p` when it lies in the registered buffer (refreshed if the weights changed).
+const uint16_t* mirrored(const float* p) {
+  Mirror& m = mirror();
+  const float* base = m.base;
+  if (base == nullptr || p < base || p >= base + m.n) return nullptr;
+  if (m.mirrored.load(std::memory_order_acquire) != m.version.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(m.mu);
+    const uint64_t v = m.version.load(std::memory_order_acquire);
+    if (m.mirrored.load(std::memory_order_relaxed) != v) {
+      round_rows_bf16(m.base, 1, m.n, m.n, m.bf16.data());
+      m.mirrored.store(v, std::memory_order_release);
+    }
+  }
+  return m.bf16.data() + (p - base);
+}
+
+// op(X) (rows, cols) stored with leading dimension ld as a bfloat16 matrix: the mirror (same ld), or
+// rounded into `buf` (packed, ld = stored columns).
+const uint16_t* bf16_operand(const float* x, bool trans, int64_t rows, int64_t cols, int64_t ld,
+                             std::vector<uint16_t>& buf, int64_t& ld_out) {
+  if (const uint16_t* w = mirrored(x)) {
+    ld_out = ld;
+    return w;
+  }
+  const int64_t stored_rows = trans ? cols : rows, stored_cols = trans ? rows : cols;
+  uint16_t* d = scratch(buf, stored_rows * stored_cols);
+  round_rows_bf16(x, stored_rows, stored_cols, ld, d);
+  ld_out = stored_cols;
+  return d;
+}
+
+// ---- OpenBLAS ----
+void sgemm_openblas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                    const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), alpha, A,
+              static_cast<blasint>(lda), B, static_cast<blasint>(ldb), beta, C, static_cast<blasint>(ldc));
+}
+
+// bfloat16 on OpenBLAS (no sbgemm in Debian's build): sgemm on operands rounded to bfloat16 values.
+void bf16_openblas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  thread_local std::vector<float> fa, fb;
+  auto rounded = [](const float* x, int64_t rows, int64_t cols, int64_t ld, std::vector<float>& buf) {
+    float* d = scratch(buf, rows * cols);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) d[r * cols + c] = from_bf16(to_bf16(x[r * ld + c]));
+    return d;
+  };
+  const float* a = rounded(A, ta ? K : M, ta ? M : K, lda, fa);
+  const float* b = rounded(B, tb ? N : K, tb ? K : N, ldb, fb);
+  sgemm_openblas(ta, tb, M, N, K, alpha, a, ta ? M : K, b, tb ? K : N, beta, C, ldc);
+}
+
+// ---- oneDNN ----
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+// One matmul primitive per shape, transposes, leading dimensions and scalars.
+using MatmulKey = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, float, float>;
+struct Matmul {
+  dnnl::matmul prim;
+  dnnl::memory::desc a, b, c, scratchpad;
+};
+
+const Matmul& matmul_for(const MatmulKey& key) {
+  static std::mutex mu;
+  static std::map<MatmulKey, Matmul> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  const auto [M, N, K, ta, tb, lda, ldb, ldc, alpha, beta] = key;
+  using dt = dnnl::memory::data_type;
+  // op(A) (M, K) and op(B) (K, N) as strided views: a transpose is swapped strides, no copy.
+  const dnnl::memory::desc a({M, K}, dt::bf16, ta ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
+  const dnnl::memory::desc b({K, N}, dt::bf16, tb ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
+  const dnnl::memory::desc c({M, N}, dt::f32, dnnl::memory::dims{ldc, 1});
+  dnnl::primitive_attr attr;
+  // A caller-owned scratchpad per thread: the library's shared one is not safe under concurrent calls.
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  if (beta != 0.0f) {
+    dnnl::post_ops po;
+    po.append_sum(beta);
+    attr.set_post_ops(po);
+  }
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine());
+  return cache.emplace(key, Matmul{dnnl::matmul(pd), a, b, c, pd.scratchpad_desc()}).first->second;
+}
+
+constexpr int64_t kSerialMacs = int64_t{1} << 20;
+
+void bf16_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  thread_local std::vector<uint16_t> ba, bb;
+  thread_local std::vector<uint8_t> pad;
+  int64_t la = 0, lb = 0;
+  const uint16_t* a = bf16_operand(A, ta, M, K, lda, ba, la);
+  const uint16_t* b = bf16_operand(B, tb, K, N, ldb, bb, lb);
+  const Matmul& mm = matmul_for(MatmulKey{M, N, K, ta, tb, la, lb, ldc, alpha, beta});
+  thread_local dnnl::stream stream(engine());
+  // oneDNN's matmul splits every product over all threads; a small one (attention's per-head blocks)
+  // then costs more in the fork/join than in the arithmetic, so it runs on the calling thread.
+  const int threads = omp_get_max_threads();
+  const bool serial = threads > 1 && M * N * K < kSerialMacs;
+  if (serial) omp_set_num_threads(1);
+  dnnl::memory ma(mm.a, engine(), const_cast<uint16_t*>(a));
+  dnnl::memory mb(mm.b, engine(), const_cast<uint16_t*>(b));
+  dnnl::memory mc(mm.c, engine(), C);
+  dnnl::memory ms(mm.scratchpad, engine(), scratch(pad, static_cast<int64_t>(mm.scratchpad.get_size()) + 1));
+  mm.prim.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}});
+  stream.wait();
+  if (serial) omp_set_num_threads(threads);
+}
+
+void sgemm_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const dnnl_status_t s = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  TFM_CHECK(s == dnnl_success, "gemm", "dnnl_sgemm failed with status ", static_cast<int>(s), " on (", M, ", ",
+            N, ", ", K, ")");
+}
+
+}  // namespace
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   g_flops.fetch_add(static_cast<uint64_t>(2 * M * N * K), std::memory_order_relaxed);
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), alpha, A,
-              static_cast<blasint>(lda), B, static_cast<blasint>(ldb), beta, C, static_cast<blasint>(ldc));
+  const bool bf16 = g_precision.load(std::memory_order_relaxed) == Precision::bf16 && K > 0;
+  if (g_backend.load(std::memory_order_relaxed) == GemmBackend::openblas)
+    (bf16 ? bf16_openblas : sgemm_openblas)(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else
+    (bf16 ? bf16_onednn : sgemm_onednn)(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 uint64_t gemm_flops() { return g_flops.load(std::memory_order_relaxed); }
+
+void set_gemm_precision(Precision p) { g_precision.store(p); }
+Precision gemm_precision() { return g_precision.load(); }
+void set_gemm_backend(GemmBackend b) { g_backend.store(b); }
+GemmBackend gemm_backend() { return g_backend.load(); }
+const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : "fp32"; }
+const char* gemm_backend_name(GemmBackend b) { return b == GemmBackend::onednn ? "onednn" : "openblas"; }
+
+Precision parse_precision(const std::string& name, const std::string& where) {
+  if (name == "fp32") return Precision::fp32;
+  if (name == "bf16") return Precision::bf16;
+  throw ConfigError(where + ": expected \"fp32\" or \"bf16\", got \"" + name + "\"");
+}
+
+GemmBackend resolve_gemm_backend(const std::string& name, const std::string& where) {
+  if (name == "openblas") return GemmBackend::openblas;
+  if (name == "onednn") return GemmBackend::onednn;
+  if (name == "auto") {
+    const char* env = std::getenv("TFM_GEMM_BACKEND");
+    return env && *env && std::string(env) != "auto" ? resolve_gemm_backend(env, "TFM_GEMM_BACKEND")
+                                                     : GemmBackend::onednn;
+  }
+  throw ConfigError(where + ": expected \"auto\", \"openblas\" or \"onednn\", got \"" + name + "\"");
+}
+
+GemmModeGuard::GemmModeGuard(Precision p, GemmBackend b) : precision_(gemm_precision()), backend_(gemm_backend()) {
+  set_gemm_precision(p);
+  set_gemm_backend(b);
+}
+GemmModeGuard::~GemmModeGuard() {
+  set_gemm_precision(precision_);
+  set_gemm_backend(backend_);
+}
+
+WeightMirror::WeightMirror(const float* base, int64_t n) {
+  Mirror& m = mirror();
+  std::lock_guard<std::mutex> lock(m.mu);
+  TFM_CHECK(m.base == nullptr, "WeightMirror", "expected no registered buffer, got one of ", m.n, " floats");
+  m.bf16.assign(static_cast<size_t>(n), 0);
+  m.n = n;
+  m.version.fetch_add(1);
+  m.base = base;
+}
+WeightMirror::~WeightMirror() {
+  Mirror& m = mirror();
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.base = nullptr;
+  m.n = 0;
+  std::vector<uint16_t>().swap(m.bf16);
+}
+void weights_changed(const float* values) {
+  Mirror& m = mirror();
+  if (values == m.base) m.version.fetch_add(1, std::memory_order_release);
+}
+
+uint16_t to_bf16(float x) {
+  uint32_t u = 0;
+  std::memcpy(&u, &x, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+float from_bf16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float x = 0.0f;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
 
 void set_blas_threads(int n) {
   if (n > 0) openblas_set_num_threads(n);
@@ -26,5 +285,12 @@ void set_blas_threads(int n) {
 int blas_threads() { return openblas_get_num_threads(); }
 const char* blas_core_name() { return openblas_get_corename(); }
 const char* blas_config() { return openblas_get_config(); }
+
+std::string onednn_version() {
+  const dnnl_version_t* v = dnnl_version();
+  const char* runtime = v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : v->cpu_runtime == DNNL_RUNTIME_TBB ? "TBB" : "other";
+  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) +
+         " (" + runtime + " threads)";
+}
 
 }  // namespace tfm

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "tfm/error.h"
+#include "tfm/gemm.h"
 
 namespace tfm {
 
@@ -70,6 +71,7 @@ void Optimizer::step(float* values, const float* grads, double lr) {
       }
     }
   }
+  weights_changed(values);  // bfloat16 products re-round the weights once, on their next use
 }
 
 double grad_norm(const float* grads, int64_t n) {
