@@ -5,9 +5,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <mutex>
-#include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include <cblas.h>
@@ -132,36 +131,55 @@ dnnl::engine& engine() {
   return e;
 }
 
-// One matmul primitive per shape, transposes, leading dimensions and scalars.
-using MatmulKey = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, float, float>;
+// One matmul primitive per shape, transposes, leading dimensions and scalars, with its memory objects,
+// per thread: a product then takes no lock and allocates nothing (oneDNN's own primitive cache makes
+// the second thread's copy cheap).
+struct MatmulKey {
+  int64_t M, N, K, lda, ldb, ldc;
+  bool ta, tb;
+  float alpha, beta;
+  bool operator==(const MatmulKey& o) const {
+    return M == o.M && N == o.N && K == o.K && lda == o.lda && ldb == o.ldb && ldc == o.ldc && ta == o.ta &&
+           tb == o.tb && alpha == o.alpha && beta == o.beta;
+  }
+};
+struct MatmulKeyHash {
+  size_t operator()(const MatmulKey& k) const {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t v : {k.M, k.N, k.K, k.lda, k.ldb, k.ldc, int64_t{k.ta} * 2 + int64_t{k.tb}})
+      h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull;
+    uint32_t ab[2];
+    std::memcpy(&ab[0], &k.alpha, 4);
+    std::memcpy(&ab[1], &k.beta, 4);
+    return static_cast<size_t>((h ^ ab[0]) * 1099511628211ull ^ ab[1]);
+  }
+};
 struct Matmul {
   dnnl::matmul prim;
-  dnnl::memory::desc a, b, c, scratchpad;
+  dnnl::memory a, b, c, scratchpad;
+  size_t scratch_bytes = 0;
 };
 
-const Matmul& matmul_for(const MatmulKey& key) {
-  static std::mutex mu;
-  static std::map<MatmulKey, Matmul> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
-  const auto [M, N, K, ta, tb, lda, ldb, ldc, alpha, beta] = key;
+Matmul make_matmul(const MatmulKey& k) {
   using dt = dnnl::memory::data_type;
+  using dims = dnnl::memory::dims;
   // op(A) (M, K) and op(B) (K, N) as strided views: a transpose is swapped strides, no copy.
-  const dnnl::memory::desc a({M, K}, dt::bf16, ta ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
-  const dnnl::memory::desc b({K, N}, dt::bf16, tb ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
-  const dnnl::memory::desc c({M, N}, dt::f32, dnnl::memory::dims{ldc, 1});
+  const dnnl::memory::desc a({k.M, k.K}, dt::bf16, k.ta ? dims{1, k.lda} : dims{k.lda, 1});
+  const dnnl::memory::desc b({k.K, k.N}, dt::bf16, k.tb ? dims{1, k.ldb} : dims{k.ldb, 1});
+  const dnnl::memory::desc c({k.M, k.N}, dt::f32, dims{k.ldc, 1});
   dnnl::primitive_attr attr;
   // A caller-owned scratchpad per thread: the library's shared one is not safe under concurrent calls.
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-  if (beta != 0.0f) {
+  if (k.alpha != 1.0f) attr.set_output_scales(0, {k.alpha});
+  if (k.beta != 0.0f) {
     dnnl::post_ops po;
-    po.append_sum(beta);
+    po.append_sum(k.beta);
     attr.set_post_ops(po);
   }
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine());
-  return cache.emplace(key, Matmul{dnnl::matmul(pd), a, b, c, pd.scratchpad_desc()}).first->second;
+  const dnnl::memory::desc pad = pd.scratchpad_desc();
+  return Matmul{dnnl::matmul(pd), dnnl::memory(a, engine(), nullptr), dnnl::memory(b, engine(), nullptr),
+                dnnl::memory(c, engine(), nullptr), dnnl::memory(pad, engine(), nullptr), pad.get_size()};
 }
 
 constexpr int64_t kSerialMacs = int64_t{1} << 20;
@@ -173,19 +191,26 @@ void bf16_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
   int64_t la = 0, lb = 0;
   const uint16_t* a = bf16_operand(A, ta, M, K, lda, ba, la);
   const uint16_t* b = bf16_operand(B, tb, K, N, ldb, bb, lb);
-  const Matmul& mm = matmul_for(MatmulKey{M, N, K, ta, tb, la, lb, ldc, alpha, beta});
+  thread_local std::unordered_map<MatmulKey, Matmul, MatmulKeyHash> cache;
+  const MatmulKey key{M, N, K, la, lb, ldc, ta, tb, alpha, beta};
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, make_matmul(key)).first;
+  Matmul& mm = it->second;
   thread_local dnnl::stream stream(engine());
   // oneDNN's matmul splits every product over all threads; a small one (attention's per-head blocks)
   // then costs more in the fork/join than in the arithmetic, so it runs on the calling thread.
   const int threads = omp_get_max_threads();
   const bool serial = threads > 1 && M * N * K < kSerialMacs;
   if (serial) omp_set_num_threads(1);
-  dnnl::memory ma(mm.a, engine(), const_cast<uint16_t*>(a));
-  dnnl::memory mb(mm.b, engine(), const_cast<uint16_t*>(b));
-  dnnl::memory mc(mm.c, engine(), C);
-  dnnl::memory ms(mm.scratchpad, engine(), scratch(pad, static_cast<int64_t>(mm.scratchpad.get_size()) + 1));
-  mm.prim.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}});
-  stream.wait();
+  mm.a.set_data_handle(const_cast<uint16_t*>(a));
+  mm.b.set_data_handle(const_cast<uint16_t*>(b));
+  mm.c.set_data_handle(C);
+  mm.scratchpad.set_data_handle(scratch(pad, static_cast<int64_t>(mm.scratch_bytes) + 1));
+  const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, mm.a.get()}, {DNNL_ARG_WEIGHTS, mm.b.get()},
+                                  {DNNL_ARG_DST, mm.c.get()}, {DNNL_ARG_SCRATCHPAD, mm.scratchpad.get()}};
+  const dnnl_status_t s = dnnl_primitive_execute(mm.prim.get(), stream.get(), 4, args);
+  TFM_CHECK(s == dnnl_success, "gemm", "oneDNN bf16 matmul failed with status ", static_cast<int>(s), " on (", M,
+            ", ", N, ", ", K, ")");
   if (serial) omp_set_num_threads(threads);
 }
 
