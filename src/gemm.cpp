@@ -138,15 +138,16 @@ struct MatmulKey {
   int64_t M, N, K, lda, ldb, ldc;
   bool ta, tb;
   float alpha, beta;
+  int threads;
   bool operator==(const MatmulKey& o) const {
     return M == o.M && N == o.N && K == o.K && lda == o.lda && ldb == o.ldb && ldc == o.ldc && ta == o.ta &&
-           tb == o.tb && alpha == o.alpha && beta == o.beta;
+           tb == o.tb && alpha == o.alpha && beta == o.beta && threads == o.threads;
   }
 };
 struct MatmulKeyHash {
   size_t operator()(const MatmulKey& k) const {
     uint64_t h = 1469598103934665603ull;
-    for (int64_t v : {k.M, k.N, k.K, k.lda, k.ldb, k.ldc, int64_t{k.ta} * 2 + int64_t{k.tb}})
+    for (int64_t v : {k.M, k.N, k.K, k.lda, k.ldb, k.ldc, int64_t{k.ta} * 2 + int64_t{k.tb}, int64_t{k.threads}})
       h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull;
     uint32_t ab[2];
     std::memcpy(&ab[0], &k.alpha, 4);
@@ -191,17 +192,18 @@ void bf16_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
   int64_t la = 0, lb = 0;
   const uint16_t* a = bf16_operand(A, ta, M, K, lda, ba, la);
   const uint16_t* b = bf16_operand(B, tb, K, N, ldb, bb, lb);
+  // A primitive splits its work over the thread count it was created with; it runs on one thread when
+  // small (the fork/join would cost more than the arithmetic) or called from a parallel region
+  // (attention's per-head products), and is created under, and cached with, that count.
+  const int threads = omp_get_max_threads();
+  const bool serial = threads > 1 && (omp_in_parallel() || M * N * K < kSerialMacs);
+  if (serial) omp_set_num_threads(1);
   thread_local std::unordered_map<MatmulKey, Matmul, MatmulKeyHash> cache;
-  const MatmulKey key{M, N, K, la, lb, ldc, ta, tb, alpha, beta};
+  const MatmulKey key{M, N, K, la, lb, ldc, ta, tb, alpha, beta, serial ? 1 : threads};
   auto it = cache.find(key);
   if (it == cache.end()) it = cache.emplace(key, make_matmul(key)).first;
   Matmul& mm = it->second;
   thread_local dnnl::stream stream(engine());
-  // oneDNN's matmul splits every product over all threads; a small one (attention's per-head blocks)
-  // then costs more in the fork/join than in the arithmetic, so it runs on the calling thread.
-  const int threads = omp_get_max_threads();
-  const bool serial = threads > 1 && M * N * K < kSerialMacs;
-  if (serial) omp_set_num_threads(1);
   mm.a.set_data_handle(const_cast<uint16_t*>(a));
   mm.b.set_data_handle(const_cast<uint16_t*>(b));
   mm.c.set_data_handle(C);

@@ -105,12 +105,15 @@ TEST_CASE("gemm: bfloat16 products are float32 sums of rounded operands, on both
 TEST_CASE("gemm: bfloat16 from OpenMP threads, as attention calls it per head", "[gemm]") {
   for (GemmBackend backend : kBackends) {
     const GemmModeGuard mode(Precision::bf16, backend);
-    const Operands o = make(16, 24, 32, false, true, 3);
-    const std::vector<double> want = reference(o, 1.0f, 0.0f, true);
-    std::vector<double> diffs(8, 0.0);
+    // A small product and one above the size that runs on all threads outside a parallel region.
+    for (const Operands& o : {make(16, 24, 32, false, true, 3), make(128, 96, 128, true, false, 4)}) {
+      const std::vector<double> want = reference(o, 1.0f, 0.0f, true);
+      std::vector<double> diffs(4, 0.0);
 #pragma omp parallel for num_threads(2)
-    for (int i = 0; i < 8; ++i) diffs[static_cast<size_t>(i)] = max_diff(run(o, 1.0f, 0.0f), want);
-    for (double d : diffs) CHECK(d < 1e-5);
+      for (int i = 0; i < 4; ++i) diffs[static_cast<size_t>(i)] = max_diff(run(o, 1.0f, 0.0f), want);
+      for (double d : diffs) CHECK(d < 1e-5);
+      CHECK(max_diff(run(o, 1.0f, 0.0f), want) < 1e-5);  // and the same shape outside one
+    }
   }
 }
 
