@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -33,21 +34,35 @@ std::atomic<GemmBackend> g_backend{default_backend()};
 
 // ---- bfloat16 rounding ----
 
-// src (rows, cols) with leading dimension ld -> dst (rows, cols) packed.
-void round_rows_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, uint16_t* dst) {
-  // Rows in parallel only for big operands outside a parallel region (attention calls gemm per head
-  // from its own threads).
-#pragma omp parallel for if (rows * cols > (1 << 18) && !omp_in_parallel())
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* s = src + r * ld;
-    uint16_t* d = dst + r * cols;
-    int64_t c = 0;
+// One row of n floats rounded to bfloat16: its bits (uint16_t) or its value as a float (for sgemm on
+// rounded operands).
+template <class Out>
+void round_row_bf16(const float* s, int64_t n, Out* d) {
+  int64_t c = 0;
 #ifdef __AVX512BF16__
-    for (; c + 16 <= cols; c += 16)
+  if constexpr (std::is_same_v<Out, uint16_t>)
+    for (; c + 16 <= n; c += 16)
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + c),
                           reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_loadu_ps(s + c))));
 #endif
-    for (; c < cols; ++c) d[c] = to_bf16(s[c]);
+  for (; c < n; ++c) {
+    if constexpr (std::is_same_v<Out, uint16_t>)
+      d[c] = to_bf16(s[c]);
+    else
+      d[c] = from_bf16(to_bf16(s[c]));
+  }
+}
+
+// src (rows, cols) with leading dimension ld -> dst (rows, cols) packed, rounded to bfloat16.
+template <class Out>
+void round_rows_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, Out* dst) {
+  // Threads only for big operands outside a parallel region (attention calls gemm per head from its
+  // own threads); a small one does not even enter an OpenMP region (~1 us each).
+  if (rows * cols > (1 << 18) && !omp_in_parallel()) {
+#pragma omp parallel for
+    for (int64_t r = 0; r < rows; ++r) round_row_bf16(src + r * ld, cols, dst + r * cols);
+  } else {
+    for (int64_t r = 0; r < rows; ++r) round_row_bf16(src + r * ld, cols, dst + r * cols);
   }
 }
 
@@ -80,7 +95,10 @@ const uint16_t* mirrored(const float* p) {
     std::lock_guard<std::mutex> lock(m.mu);
     const uint64_t v = m.version.load(std::memory_order_acquire);
     if (m.mirrored.load(std::memory_order_relaxed) != v) {
-      round_rows_bf16(m.base, 1, m.n, m.n, m.bf16.data());
+      // As rows of 4096, so that a big buffer is rounded on all threads.
+      const int64_t rows = m.n / 4096, tail = m.n - rows * 4096;
+      round_rows_bf16(m.base, rows, 4096, 4096, m.bf16.data());
+      round_row_bf16(m.base + rows * 4096, tail, m.bf16.data() + rows * 4096);
       m.mirrored.store(v, std::memory_order_release);
     }
   }
@@ -110,19 +128,24 @@ void sgemm_openblas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alp
               static_cast<blasint>(lda), B, static_cast<blasint>(ldb), beta, C, static_cast<blasint>(ldc));
 }
 
-// bfloat16 on OpenBLAS (no sbgemm in Debian's build): sgemm on operands rounded to bfloat16 values.
-void bf16_openblas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+using Sgemm = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t,
+                       float, float*, int64_t);
+
+// bfloat16 products as sgemm on operands rounded to bfloat16 values: the same products (exact in
+// float32), float32 sums. OpenBLAS's only bf16 (Debian's build has no sbgemm), and oneDNN's for small
+// products, where its bf16 matmul costs more per call than it saves (attention's 64x64x32 blocks:
+// ~2x slower than sgemm).
+void bf16_by_sgemm(Sgemm sgemm, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   thread_local std::vector<float> fa, fb;
   auto rounded = [](const float* x, int64_t rows, int64_t cols, int64_t ld, std::vector<float>& buf) {
     float* d = scratch(buf, rows * cols);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) d[r * cols + c] = from_bf16(to_bf16(x[r * ld + c]));
+    round_rows_bf16(x, rows, cols, ld, d);
     return d;
   };
   const float* a = rounded(A, ta ? K : M, ta ? M : K, lda, fa);
   const float* b = rounded(B, tb ? N : K, tb ? K : N, ldb, fb);
-  sgemm_openblas(ta, tb, M, N, K, alpha, a, ta ? M : K, b, tb ? K : N, beta, C, ldc);
+  sgemm(ta, tb, M, N, K, alpha, a, ta ? M : K, b, tb ? K : N, beta, C, ldc);
 }
 
 // ---- oneDNN ----
@@ -183,7 +206,8 @@ Matmul make_matmul(const MatmulKey& k) {
                 dnnl::memory(c, engine(), nullptr), dnnl::memory(pad, engine(), nullptr), pad.get_size()};
 }
 
-constexpr int64_t kSerialMacs = int64_t{1} << 20;
+// Below this many multiply-adds a bf16 product runs as sgemm on rounded operands (bf16_by_sgemm).
+constexpr int64_t kMatmulMinMacs = int64_t{1} << 20;
 
 void bf16_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
@@ -192,11 +216,11 @@ void bf16_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
   int64_t la = 0, lb = 0;
   const uint16_t* a = bf16_operand(A, ta, M, K, lda, ba, la);
   const uint16_t* b = bf16_operand(B, tb, K, N, ldb, bb, lb);
-  // A primitive splits its work over the thread count it was created with; it runs on one thread when
-  // small (the fork/join would cost more than the arithmetic) or called from a parallel region
-  // (attention's per-head products), and is created under, and cached with, that count.
+  // A primitive splits its work over the thread count it was created with; called from a parallel
+  // region (attention's per-head products) it runs on one thread, and is created under, and cached
+  // with, that count.
   const int threads = omp_get_max_threads();
-  const bool serial = threads > 1 && (omp_in_parallel() || M * N * K < kSerialMacs);
+  const bool serial = threads > 1 && omp_in_parallel();
   if (serial) omp_set_num_threads(1);
   thread_local std::unordered_map<MatmulKey, Matmul, MatmulKeyHash> cache;
   const MatmulKey key{M, N, K, la, lb, ldc, ta, tb, alpha, beta, serial ? 1 : threads};
@@ -230,10 +254,14 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   if (M == 0 || N == 0) return;
   g_flops.fetch_add(static_cast<uint64_t>(2 * M * N * K), std::memory_order_relaxed);
   const bool bf16 = g_precision.load(std::memory_order_relaxed) == Precision::bf16 && K > 0;
-  if (g_backend.load(std::memory_order_relaxed) == GemmBackend::openblas)
-    (bf16 ? bf16_openblas : sgemm_openblas)(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  const bool onednn = g_backend.load(std::memory_order_relaxed) == GemmBackend::onednn;
+  if (!bf16)
+    (onednn ? sgemm_onednn : sgemm_openblas)(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else if (onednn && M * N * K >= kMatmulMinMacs)
+    bf16_onednn(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   else
-    (bf16 ? bf16_onednn : sgemm_onednn)(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    bf16_by_sgemm(onednn ? sgemm_onednn : sgemm_openblas, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta,
+                  C, ldc);
 }
 
 uint64_t gemm_flops() { return g_flops.load(std::memory_order_relaxed); }

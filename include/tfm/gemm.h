@@ -9,7 +9,8 @@
 //    torch.autocast does for matrix products). Operands are rounded to bfloat16 (nearest even) at the
 //    GEMM; a registered weight buffer is rounded once per optimizer step instead (WeightMirror).
 //    OpenBLAS has no bfloat16 kernels here: it runs sgemm on the rounded values (the same products,
-//    exact in float32; only the summation order differs), for tests, not speed.
+//    exact in float32; only the summation order differs), for tests, not speed. oneDNN does the same
+//    for products under 2^20 multiply-adds, where its bf16 matmul costs more per call than it saves.
 #pragma once
 #include <cstdint>
 #include <string>
