@@ -3,7 +3,7 @@
 
 TFM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TFM_PACKAGES=(g++ cmake make libopenblas-dev libopenblas-openmp-dev libcli11-dev nlohmann-json3-dev libspdlog-dev catch2
-  libopenmpi-dev openmpi-bin time)
+  libopenmpi-dev openmpi-bin time libdnnl-dev)
 
 # tfm_install [extra packages...]: apt-get installs whatever of the packages is not installed yet.
 tfm_install() {

@@ -1,4 +1,5 @@
-// tfm bench gemm: this machine's sgemm speed through our GEMM wrapper, the peak MFU is quoted against.
+// tfm bench gemm: this machine's GEMM speed through our wrapper, per backend and precision: the peaks
+// MFU is quoted against.
 #include <cstdio>
 #include <string>
 
@@ -7,6 +8,7 @@
 #include "cli.h"
 #include "tfm/bench.h"
 #include "tfm/config.h"
+#include "tfm/gemm.h"
 #include "tfm/platform.h"
 
 namespace tfm::cli {
@@ -20,32 +22,63 @@ struct BenchGemmOptions {
   bool json = false;
 };
 
+// Every backend and precision: the square peak and, with --config, the step's products.
 int run_bench_gemm(const BenchGemmOptions& o) {
   const int threads = platform::configure_threads(o.threads);
-  const double peak = measure_gemm_peak_gflops(o.n, o.seconds);
-  nlohmann::json out = {{"peak_gflops", peak}, {"n", o.n}, {"threads", threads}, {"blas", platform::blas_summary()}};
-  std::vector<GemmTiming> shapes;
+  struct Mode {
+    GemmBackend backend;
+    Precision precision;
+    const char* note;
+  };
+  const Mode modes[] = {{GemmBackend::openblas, Precision::fp32, ""},
+                        {GemmBackend::onednn, Precision::fp32, ""},
+                        {GemmBackend::onednn, Precision::bf16, ""},
+                        {GemmBackend::openblas, Precision::bf16, " (emulated: sgemm on rounded operands)"}};
+  const GemmBackend default_backend = resolve_gemm_backend("auto", "TFM_GEMM_BACKEND");
+  nlohmann::json out = {{"n", o.n}, {"threads", threads}, {"blas", platform::blas_summary()},
+                        {"onednn", onednn_version()}, {"default_backend", gemm_backend_name(default_backend)}};
+  ModelConfig m;
+  int64_t B = 0, T = 0;
   if (!o.config.empty()) {
     const Config c = load_config(o.config);
-    const ModelConfig m = c.model(256);  // the vocabulary only sizes the head; 256 covers char and byte
-    shapes = time_model_gemms(m, c.integer("train.batch_size"), c.integer("train.seq_len"), o.seconds / 4);
-    for (const GemmTiming& t : shapes)
-      out["shapes"].push_back({{"label", t.label}, {"M", t.M}, {"N", t.N}, {"K", t.K}, {"trans_a", t.trans_a},
+    m = c.model(256);  // the vocabulary only sizes the head; 256 covers char and byte
+    B = c.integer("train.batch_size");
+    T = c.integer("train.seq_len");
+  }
+  std::vector<std::vector<GemmTiming>> shapes;
+  for (const Mode& mode : modes) {
+    const GemmModeGuard guard(mode.precision, mode.backend);
+    const double peak = measure_gemm_peak_gflops(o.n, o.seconds);
+    nlohmann::json j = {{"backend", gemm_backend_name(mode.backend)}, {"precision", precision_name(mode.precision)},
+                        {"peak_gflops", peak}};
+    if (!o.json)
+      std::printf("%-8s %s %ld^3: %7.1f GFLOP/s%s\n", gemm_backend_name(mode.backend), precision_name(mode.precision),
+                  static_cast<long>(o.n), peak, mode.note);
+    if (!o.config.empty()) {
+      shapes.push_back(time_model_gemms(m, B, T, o.seconds / 4));
+      for (const GemmTiming& t : shapes.back())
+        j["shapes"].push_back({{"label", t.label}, {"M", t.M}, {"N", t.N}, {"K", t.K}, {"trans_a", t.trans_a},
                                {"trans_b", t.trans_b}, {"ms", t.median_ms}, {"gflops", t.gflops}});
+    }
+    out["modes"].push_back(j);
   }
   if (o.json) {
     std::printf("%s\n", out.dump().c_str());
     return kExitOk;
   }
-  std::printf("%s\nsgemm %ld x %ld x %ld: %.1f GFLOP/s (median of repeated runs over %.1f s)\n",
-              platform::blas_summary().c_str(), static_cast<long>(o.n), static_cast<long>(o.n),
-              static_cast<long>(o.n), peak, o.seconds);
+  std::printf("%s; %s; train.gemm_backend \"auto\" = %s (median of repeated runs over %.2f s each)\n",
+              platform::blas_summary().c_str(), onednn_version().c_str(), gemm_backend_name(default_backend),
+              o.seconds);
   if (!shapes.empty()) {
-    std::printf("\n%-36s %8s %8s %8s  %9s %10s  %s\n", "matrix product of a training step", "M", "N", "K", "ms",
-                "GFLOP/s", "of peak");
-    for (const GemmTiming& t : shapes)
-      std::printf("%-36s %8ld %8ld %8ld  %9.3f %10.1f  %5.1f%%\n", t.label.c_str(), static_cast<long>(t.M),
-                  static_cast<long>(t.N), static_cast<long>(t.K), t.median_ms, t.gflops, 100.0 * t.gflops / peak);
+    std::printf("\n%-36s %6s %6s %6s  %s\n", "GFLOP/s of a training step's products", "M", "N", "K",
+                "openblas fp32 | onednn fp32 | onednn bf16 | openblas bf16 (emulated)");
+    for (size_t i = 0; i < shapes[0].size(); ++i) {
+      const GemmTiming& t = shapes[0][i];
+      std::printf("%-36s %6ld %6ld %6ld ", t.label.c_str(), static_cast<long>(t.M), static_cast<long>(t.N),
+                  static_cast<long>(t.K));
+      for (const auto& mode_shapes : shapes) std::printf(" %10.1f", mode_shapes[i].gflops);
+      std::printf("\n");
+    }
   }
   return kExitOk;
 }
@@ -53,10 +86,10 @@ int run_bench_gemm(const BenchGemmOptions& o) {
 }  // namespace
 
 std::vector<Command> add_bench_commands(CLI::App& app) {
-  auto* bench = app.add_subcommand("bench", "Measure this machine: sgemm GFLOP/s (the peak MFU is quoted against)");
+  auto* bench = app.add_subcommand("bench", "Measure this machine: GEMM GFLOP/s per backend and precision (the peaks MFU is quoted against)");
   bench->require_subcommand(1);
   auto o = std::make_shared<BenchGemmOptions>();
-  auto* gemm = bench->add_subcommand("gemm", "sgemm GFLOP/s: square peak, and a config's matrix products");
+  auto* gemm = bench->add_subcommand("gemm", "GEMM GFLOP/s of OpenBLAS and oneDNN in fp32 and bf16: square peak, and a config's matrix products");
   gemm->add_option("--threads", o->threads, "Threads (0 = all cores)")->capture_default_str();
   gemm->add_option("--n", o->n, "Size of the square product")->capture_default_str()->check(CLI::Range(16, 8192));
   gemm->add_option("--seconds", o->seconds, "Time to spend per measurement")->capture_default_str()->check(

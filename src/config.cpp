@@ -195,6 +195,16 @@ std::vector<KeySpec> build_table() {
       Key("train.threads", T::Integer, 0, "CPU threads for OpenBLAS and OpenMP (0 = all cores; under mpirun, each rank's share of its machine's cores).")
           .min(0)
           .resumable(),
+      Key("train.precision", T::String, "fp32",
+          "Matrix products: `fp32`, or `bf16` operands with float32 accumulation (as torch.autocast); "
+          "weights, optimizer state, norms, softmax, loss and checkpoints stay float32.")
+          .one_of({"fp32", "bf16"})
+          .resumable(),
+      Key("train.gemm_backend", T::String, "auto",
+          "GEMM library: `openblas`, `onednn`, or `auto` (the TFM_GEMM_BACKEND environment variable if set, "
+          "else onednn). OpenBLAS has no bf16 kernels: it emulates them (same numbers, no speed-up).")
+          .one_of({"auto", "openblas", "onednn"})
+          .resumable(),
       Key("output.dir", T::String, derived, "Run directory: checkpoints, logs, metrics, resolved config.")
           .derived("runs/<config file name>"),
   };

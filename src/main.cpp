@@ -18,6 +18,7 @@
 #include "tfm/distributed.h"
 #include "tfm/error.h"
 #include "tfm/file_io.h"
+#include "tfm/gemm.h"
 #include "tfm/memory.h"
 #include "tfm/model.h"
 #include "tfm/ops.h"
@@ -161,6 +162,9 @@ int cmd_eval(const std::string& dir, const std::string& split, int64_t batches, 
   LoadedRun run = load_run(dir, which, true);
   const Config& c = run.config;
   platform::configure_threads(static_cast<int>(c.integer("train.threads")));
+  // The run's precision, as its evaluations during training (and torch_lm.py --bf16) ran.
+  const GemmModeGuard gemm_mode(parse_precision(c.string("train.precision")),
+                                resolve_gemm_backend(c.string("train.gemm_backend")));
   const int64_t B = c.integer("train.batch_size"), T = c.integer("train.seq_len");
   if (batches < 0)
     throw ConfigError("--batches: expected a positive integer, got " + std::to_string(batches));

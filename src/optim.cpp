@@ -1,9 +1,12 @@
 #include "tfm/optim.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 
 #include "tfm/error.h"
+#include "tfm/gemm.h"
 
 namespace tfm {
 
@@ -28,8 +31,27 @@ Optimizer::Optimizer(OptimizerConfig config, std::vector<ParamSegment> segments,
   state_.assign(config_.name == "adamw" ? 2 : 1, std::vector<float>(total_size, 0.0f));
 }
 
+namespace {
+// Runs fn(segment, begin, end) over every segment, split evenly over the threads inside ONE parallel
+// region: a step is one fork/join whatever the number of tensors (it was one per tensor over 32k
+// elements, and the smaller tensors ran on one thread). Elementwise, so the bits do not depend on
+// the thread count.
+template <class Fn>
+void for_each_share(const std::vector<ParamSegment>& segments, int64_t total, const Fn& fn) {
+#pragma omp parallel if (total > (1 << 15))
+  {
+    const int64_t nth = omp_get_num_threads(), tid = omp_get_thread_num();
+    for (const ParamSegment& seg : segments) {
+      const int64_t begin = seg.offset + seg.size * tid / nth, end = seg.offset + seg.size * (tid + 1) / nth;
+      fn(seg, begin, end);
+    }
+  }
+}
+}  // namespace
+
 void Optimizer::step(float* values, const float* grads, double lr) {
   ++t_;
+  const int64_t total = static_cast<int64_t>(state_[0].size());
   if (config_.name == "adamw") {
     float* m = state_[0].data();
     float* v = state_[1].data();
@@ -42,11 +64,11 @@ void Optimizer::step(float* values, const float* grads, double lr) {
     const float step_size = static_cast<float>(lr / bc1);
     const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
     const float eps = static_cast<float>(config_.eps);
-    for (const auto& seg : segments_) {
-      const float keep = seg.decay ? static_cast<float>(1.0 - lr * config_.weight_decay) : 1.0f;
-      const int64_t end = seg.offset + seg.size;
-#pragma omp parallel for simd if (seg.size > (1 << 15))
-      for (int64_t i = seg.offset; i < end; ++i) {
+    const float decayed = static_cast<float>(1.0 - lr * config_.weight_decay);
+    for_each_share(segments_, total, [&](const ParamSegment& seg, int64_t begin, int64_t end) {
+      const float keep = seg.decay ? decayed : 1.0f;
+#pragma omp simd
+      for (int64_t i = begin; i < end; ++i) {
         const float g = grads[i];
         float p = values[i] * keep;
         m[i] = m[i] * b1 + g * one_minus_b1;
@@ -55,21 +77,22 @@ void Optimizer::step(float* values, const float* grads, double lr) {
         p -= step_size * (m[i] / denom);
         values[i] = p;
       }
-    }
+    });
   } else {
     float* buf = state_[0].data();
     const float mu = static_cast<float>(config_.momentum), lr_f = static_cast<float>(lr);
-    for (const auto& seg : segments_) {
-      const float wd = seg.decay ? static_cast<float>(config_.weight_decay) : 0.0f;
-      const int64_t end = seg.offset + seg.size;
-#pragma omp parallel for simd if (seg.size > (1 << 15))
-      for (int64_t i = seg.offset; i < end; ++i) {
+    const float wd_f = static_cast<float>(config_.weight_decay);
+    for_each_share(segments_, total, [&](const ParamSegment& seg, int64_t begin, int64_t end) {
+      const float wd = seg.decay ? wd_f : 0.0f;
+#pragma omp simd
+      for (int64_t i = begin; i < end; ++i) {
         const float g = grads[i] + wd * values[i];
         buf[i] = mu * buf[i] + g;
         values[i] -= lr_f * buf[i];
       }
-    }
+    });
   }
+  weights_changed(values);  // bfloat16 products re-round the weights once, on their next use
 }
 
 double grad_norm(const float* grads, int64_t n) {

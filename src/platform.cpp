@@ -54,6 +54,17 @@ std::string blas_summary() {
   return os.str();
 }
 
+std::string gemm_summary() {
+  const GemmBackend b = gemm_backend();
+  std::string s = std::string("matrix products ") + precision_name(gemm_precision()) + " on " + gemm_backend_name(b);
+  if (b == GemmBackend::onednn)
+    s += " (" + onednn_version() + (gemm_precision() == Precision::bf16 ? ", bf16 matmul)" : ", dnnl_sgemm)");
+  else if (gemm_precision() == Precision::bf16)
+    s += " (bf16 emulated: sgemm on rounded operands, no speed-up; train.gemm_backend \"onednn\" runs bf16 kernels)";
+  if (const char* env = std::getenv("TFM_GEMM_BACKEND")) s += std::string(" (TFM_GEMM_BACKEND=") + env + ")";
+  return s;
+}
+
 int configure_threads(int requested) {
   int n = requested > 0 ? requested : static_cast<int>(std::thread::hardware_concurrency());
   if (n <= 0) n = 1;

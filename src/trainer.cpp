@@ -20,6 +20,7 @@
 #include "objective_text.h"
 #include "tfm/error.h"
 #include "tfm/file_io.h"
+#include "tfm/gemm.h"
 #include "tfm/memory.h"
 #include "tfm/ops.h"
 #include "tfm/optim.h"
@@ -248,6 +249,9 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
       threads_key > 0 || !dist::active()
           ? static_cast<int>(threads_key)
           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / dist::local_size()));
+  // Precision and GEMM backend live below the model: every product of this run (any objective) uses them.
+  const GemmModeGuard gemm_mode(parse_precision(config.string("train.precision")),
+                                resolve_gemm_backend(config.string("train.gemm_backend")));
   model.set_training(true);
   const int64_t P = model.parameter_count();
   Optimizer optim(optimizer_config(config), segments_of(model), P);
@@ -361,10 +365,11 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
   info(format("model: %ld parameters (%s)", static_cast<long>(P), breakdown.c_str()));
   const double flops_per_token = objective->train_flops_per_token();
   // The same square n = 1024 peak `tfm bench gemm` reports (a 512 cube ran ~15% below it, which
-  // inflated the logged MFU), timed for 0.3 s at start-up.
+  // inflated the logged MFU), timed for 0.3 s at start-up in the precision and backend in use.
   const double peak_gflops = root ? measure_gemm_peak_gflops(1024, 0.3) : 0.0;
-  info(format("compute: %d thread(s), %s; measured sgemm peak %.1f GFLOP/s", threads,
-              platform::blas_summary().c_str(), peak_gflops));
+  info(format("compute: %d thread(s), %s; %s; measured %s peak %.1f GFLOP/s", threads,
+              platform::blas_summary().c_str(), platform::gemm_summary().c_str(),
+              precision_name(gemm_precision()), peak_gflops));
   info(format("batch: %ld x %ld tokens x %ld accumulation step(s); %ld steps%s", static_cast<long>(B),
               static_cast<long>(T), static_cast<long>(accum), static_cast<long>(max_steps),
               opt.resume ? format(", continuing after step %ld", static_cast<long>(step)).c_str() : ""));
@@ -376,6 +381,8 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
   TrainResult result;
   result.best_val_loss = best_val;
   Tensor values = model.flat_values(), grads = model.flat_grads();
+  // bf16 products read the weights from one bfloat16 copy, refreshed after each optimizer step.
+  const WeightMirror weight_mirror(values.data(), P);
   // Interval accumulators for the log line and metrics.jsonl.
   double iv_time = 0.0, iv_loss = 0.0, iv_norm = 0.0, iv_tokens = 0.0;
   int64_t iv_steps = 0;

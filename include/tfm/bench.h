@@ -1,4 +1,4 @@
-// Measures this machine's sgemm speed through tfm::gemm: the square peak that MFU figures are
+// Measures this machine's GEMM speed through tfm::gemm (in the current backend and precision): the square peak MFU figures are
 // quoted against, and the shapes a model's training step actually runs.
 #pragma once
 #include <cstdint>
@@ -20,7 +20,7 @@ struct GemmTiming {
 // Times C = op(A) op(B) for at least min_seconds (after a warm-up) and returns the median.
 GemmTiming time_gemm(const std::string& label, int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b,
                      double min_seconds);
-// The square n x n x n sgemm rate: the machine's measured peak for MFU.
+// The square n x n x n rate in the current backend and precision: the measured peak for MFU.
 double measure_gemm_peak_gflops(int64_t n = 1024, double min_seconds = 1.0);
 // The matrix products of one training step of `config` at batch B and length T (forward and backward).
 std::vector<GemmTiming> time_model_gemms(const ModelConfig& config, int64_t B, int64_t T, double min_seconds);

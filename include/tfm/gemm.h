@@ -1,10 +1,24 @@
-// The one GEMM wrapper: every matrix product in tfm goes through here, to OpenBLAS cblas_sgemm.
+// The one GEMM wrapper: every matrix product in tfm goes through here.
 //   C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C,  all row-major,
 // op(X) = X^T when trans is set. With beta = 1 a backward pass accumulates straight into a gradient.
+//
+// Below the model, two process-wide settings decide how a product runs (the trainer sets them, so
+// every layer and objective gets them without knowing):
+//  - the backend: OpenBLAS cblas_sgemm, or oneDNN (dnnl_sgemm for float32, matmul for bfloat16);
+//  - the precision: float32, or bfloat16 operands with float32 accumulation and a float32 C (what
+//    torch.autocast does for matrix products). Operands are rounded to bfloat16 (nearest even) at the
+//    GEMM; a registered weight buffer is rounded once per optimizer step instead (WeightMirror).
+//    OpenBLAS has no bfloat16 kernels here: it runs sgemm on the rounded values (the same products,
+//    exact in float32; only the summation order differs), for tests, not speed. oneDNN does the same
+//    for products under 2^20 multiply-adds, where its bf16 matmul costs more per call than it saves.
 #pragma once
 #include <cstdint>
+#include <string>
 
 namespace tfm {
+
+enum class Precision { fp32, bf16 };
+enum class GemmBackend { openblas, onednn };
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
@@ -12,11 +26,56 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 // Floating-point operations issued through gemm() since start (2*M*N*K each), for MFU figures.
 uint64_t gemm_flops();
 
+void set_gemm_precision(Precision p);
+Precision gemm_precision();
+void set_gemm_backend(GemmBackend b);
+GemmBackend gemm_backend();
+const char* precision_name(Precision p);
+const char* gemm_backend_name(GemmBackend b);
+// "fp32" | "bf16" (train.precision); anything else is a ConfigError naming `where`.
+Precision parse_precision(const std::string& name, const std::string& where = "train.precision");
+// "openblas" | "onednn" | "auto" (train.gemm_backend). "auto" takes TFM_GEMM_BACKEND when set, else
+// oneDNN (faster on the model's shapes in both precisions, `tfm bench gemm`).
+GemmBackend resolve_gemm_backend(const std::string& name, const std::string& where = "train.gemm_backend");
+
+// Sets precision and backend for a scope and restores the previous ones when it ends.
+class GemmModeGuard {
+ public:
+  GemmModeGuard(Precision p, GemmBackend b);
+  ~GemmModeGuard();
+  GemmModeGuard(const GemmModeGuard&) = delete;
+  GemmModeGuard& operator=(const GemmModeGuard&) = delete;
+
+ private:
+  Precision precision_;
+  GemmBackend backend_;
+};
+
+// Registers [base, base + n) (the model's flat parameter buffer) for the scope: a bfloat16 product
+// reads an operand inside it from a bfloat16 copy of the whole buffer, made on first use after each
+// weights_changed() (Optimizer::step calls it), instead of rounding the weight in every GEMM.
+// One buffer at a time; outside the scope every operand is rounded at the GEMM.
+class WeightMirror {
+ public:
+  WeightMirror(const float* base, int64_t n);
+  ~WeightMirror();
+  WeightMirror(const WeightMirror&) = delete;
+  WeightMirror& operator=(const WeightMirror&) = delete;
+};
+// The values of the registered buffer starting at `values` changed (no-op for any other pointer).
+void weights_changed(const float* values);
+
+// float32 -> bfloat16, round to nearest even (NaN stays NaN), and back.
+uint16_t to_bf16(float x);
+float from_bf16(uint16_t h);
+
 // OpenBLAS threads (set once at start-up; 0 = leave OpenBLAS's choice).
 void set_blas_threads(int n);
 int blas_threads();
 // The OpenBLAS core type in use (e.g. "Haswell", "SkylakeX") and its build configuration.
 const char* blas_core_name();
 const char* blas_config();
+// oneDNN's version and threading runtime, e.g. "oneDNN 2.6.3 (OpenMP)".
+std::string onednn_version();
 
 }  // namespace tfm

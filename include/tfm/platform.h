@@ -1,4 +1,4 @@
-// Start-up decisions about the machine: which OpenBLAS kernels to use and how many threads.
+// Start-up decisions about the machine: which OpenBLAS kernels to use, how many threads, which GEMM.
 #pragma once
 #include <string>
 
@@ -15,6 +15,9 @@ void select_blas_kernels(char** argv);
 
 // One line for the start-up log: OpenBLAS core, threads, and why that core was chosen.
 std::string blas_summary();
+
+// One line for the start-up log: the GEMM backend and precision in use, and why.
+std::string gemm_summary();
 
 // Threads to use: `requested` when > 0, else the number of cores. Sets OpenBLAS and OpenMP to it.
 int configure_threads(int requested);
