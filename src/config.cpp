@@ -148,6 +148,11 @@ std::vector<KeySpec> build_table() {
       Key("train.threads", T::Integer, 0, "CPU threads for OpenBLAS and OpenMP (0 = all cores; under mpirun, each rank's share of its machine's cores).")
           .min(0)
           .resumable(),
+      Key("train.skip_memory_check", T::Boolean, false,
+          "Build the model even when the memory estimate (`tfm info`) exceeds the memory available to the "
+          "process (MemAvailable, cgroup limit); by default such a config is refused before anything large "
+          "is allocated.")
+          .resumable(),
       Key("output.dir", T::String, derived, "Run directory: checkpoints, logs, metrics, resolved config.")
           .derived("runs/<config file name>"),
   };

@@ -22,6 +22,7 @@
 #include "tfm/model.h"
 #include "tfm/ops.h"
 #include "tfm/platform.h"
+#include "tfm/preflight.h"
 #include "tfm/trainer.h"
 
 namespace {
@@ -216,6 +217,8 @@ int cmd_info(const std::string& file, const std::vector<std::string>& sets, int6
     vocab_note = "from --vocab-size";
   }
   const ModelConfig mc = c.model(V);
+  const MemoryEstimate memory = estimate_training_memory(c, V);  // preflight.h
+  check_memory(memory, c, "info");
   LanguageModel model(mc, 0);
   const int64_t B = c.integer("train.batch_size"), T = c.integer("train.seq_len");
   const int64_t C = mc.d_model, F = mc.d_ff, H = mc.n_heads, L = mc.n_layers, Hkv = mc.n_kv_heads;
@@ -224,7 +227,7 @@ int cmd_info(const std::string& file, const std::vector<std::string>& sets, int6
     const FlopCount f = LanguageModel::flops_per_token(mc, T);
     nlohmann::json j = {{"config", file}, {"vocab_size", V}, {"parameters", P},
                         {"forward_flops_per_token", f.forward_per_token}, {"train_flops_per_token", f.train_per_token},
-                        {"batch_size", B}, {"seq_len", T}};
+                        {"batch_size", B}, {"seq_len", T}, {"memory_estimate_bytes", memory.total()}};
     for (const auto& [name, n] : model.parameter_breakdown()) j["breakdown"][name] = n;
     std::printf("%s\n", j.dump().c_str());
     return kExitOk;
@@ -245,25 +248,8 @@ int cmd_info(const std::string& file, const std::vector<std::string>& sets, int6
               static_cast<long>(T), human_count(f.forward_per_token).c_str(),
               human_count(f.train_per_token).c_str(), tokens,
               human_count(f.train_per_token * tokens).c_str());
-  // Memory: parameters, gradients, optimizer state, and the activations a micro-batch keeps for
-  // backward. Per layer and token: the block's input, the attention output and the residual between
-  // the sublayers (C each; post-norm also the first norm's output), K and V, fc1's output (F), the
-  // softmax and norm statistics; Q, the norms' outputs, act(h) and the probabilities are recomputed
-  // (attention dropout keeps its (B, H, T, T) mask). On top: the backward's largest transient (~5 C
-  // per token) and the logits with their gradient.
-  const double opt_bufs = c.string("train.optimizer.name") == "adamw" ? 2.0 : 1.0;
-  const double params_b = 4.0 * P, grads_b = 4.0 * P, opt_b = 4.0 * P * opt_bufs;
-  const double BT = static_cast<double>(B * T);
-  const double kv_width = static_cast<double>(Hkv * (C / H));
-  const double per_layer =
-      BT * ((mc.norm_position == "pre" ? 3.0 : 4.0) * C + 2.0 * kv_width + F + 2.0 * H + 4.0) +
-      (mc.attention_dropout > 0.0f ? static_cast<double>(B * H) * T * T : 0.0);
-  const double act_b = 4.0 * (L * per_layer + 5.0 * BT * C + 2.0 * BT * V);
-  std::printf(
-      "memory estimate (batch %ld x %ld): parameters %s, gradients %s, optimizer %s, activations %s; total "
-      "%s\n",
-      static_cast<long>(B), static_cast<long>(T), mib(params_b).c_str(), mib(grads_b).c_str(),
-      mib(opt_b).c_str(), mib(act_b).c_str(), mib(params_b + grads_b + opt_b + act_b).c_str());
+  std::printf("memory estimate (batch %ld x %ld): %s\n", static_cast<long>(B), static_cast<long>(T),
+              memory.summary().c_str());
   if (measure) {
     platform::configure_threads(static_cast<int>(c.integer("train.threads")));
     std::vector<int32_t> x(B * T), y(B * T);

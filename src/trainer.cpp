@@ -23,6 +23,8 @@
 #include "tfm/ops.h"
 #include "tfm/optim.h"
 #include "tfm/platform.h"
+#include "tfm/preflight.h"
+#include "tfm/run_lock.h"
 #include "tfm/safetensors.h"
 
 namespace tfm {
@@ -223,6 +225,8 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
   const bool skip_nonfinite = config.boolean("train.skip_nonfinite");
   constexpr int64_t kMaxSkipsInARow = 100;  // then the weights themselves are bad: stop
   int64_t skipped = 0, skipped_in_a_row = 0;
+  // One writer per run directory (run_lock.h): held until train() returns; rank 0 writes, so it holds it.
+  const RunLock run_lock = dist::is_root() ? RunLock::acquire(dir) : RunLock();
 
   // ---- every check of the input before any work ----
   Checkpoint resumed;
@@ -255,6 +259,8 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
                  : config.string("data.tokenizer") == "bpe"
                      ? load_dataset(data_path, Tokenizer::load_bpe(config.string("data.tokenizer_path")), val_fraction, T)
                      : load_dataset(data_path, config.string("data.tokenizer"), val_fraction, T);
+  // A config that cannot fit is refused here, before the model is built (preflight.h).
+  check_memory(estimate_training_memory(config, data.tokenizer.size()), config, "train", dist::local_size());
   // Data parallel: only rank 0 writes (the run directory lives on its machine).
   const int rank = dist::rank(), nranks = dist::size();
   const bool root = dist::is_root();
@@ -573,7 +579,10 @@ LoadedRun load_run(const std::string& dir, const std::string& which) {
   } catch (const ConfigError& e) {
     throw IoError(path + ": the checkpoint's config is invalid: " + e.what());
   }
-  run.model = std::make_unique<LanguageModel>(run.config.model(run.checkpoint.tokenizer.size()),
+  const ModelConfig mc = run.config.model(run.checkpoint.tokenizer.size());
+  check_memory(estimate_inference_memory(mc, run.config.integer("train.batch_size"), run.config.integer("train.seq_len")),
+               run.config, "loading " + path);
+  run.model = std::make_unique<LanguageModel>(mc,
                                               static_cast<uint64_t>(run.config.integer("seed")));
   restore_model(*run.model, run.checkpoint, path);
   return run;
