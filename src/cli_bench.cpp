@@ -57,10 +57,10 @@ std::vector<Command> add_bench_commands(CLI::App& app) {
   bench->require_subcommand(1);
   auto o = std::make_shared<BenchGemmOptions>();
   auto* gemm = bench->add_subcommand("gemm", "sgemm GFLOP/s: square peak, and a config's matrix products");
-  gemm->add_option("--threads", o->threads, "Threads (0 = all cores)")->capture_default_str();
-  gemm->add_option("--n", o->n, "Size of the square product")->capture_default_str()->check(CLI::Range(16, 8192));
+  gemm->add_option("--threads", o->threads, "Threads (0 = all cores)")->capture_default_str()->check(integer_in(0, 1024));
+  gemm->add_option("--n", o->n, "Size of the square product")->capture_default_str()->check(integer_in(16, 8192));
   gemm->add_option("--seconds", o->seconds, "Time to spend per measurement")->capture_default_str()->check(
-      CLI::Range(0.01, 60.0));
+      number_in(0.01, 60.0));
   gemm->add_option("--config", o->config, "Also time the matrix products of this config's training step")
       ->type_name("FILE");
   gemm->add_flag("--json", o->json, "One JSON object instead of a table");

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,12 @@ using cli::kExitBadInput;
 using cli::kExitDiverged;
 using cli::kExitInternal;
 using cli::kExitOk;
+using cli::integer_in;
+using cli::number_in;
+
+// Upper bound of count flags (--batches, --max-new-tokens, ...): far above any sensible use, far below
+// an overflow.
+constexpr int64_t kMaxFlagCount = 1000000000;
 
 const char* kExamples = R"(
 Examples:
@@ -159,8 +166,6 @@ int cmd_eval(const std::string& dir, const std::string& split, int64_t batches, 
   const Config& c = run.config;
   platform::configure_threads(static_cast<int>(c.integer("train.threads")));
   const int64_t B = c.integer("train.batch_size"), T = c.integer("train.seq_len");
-  if (batches < 0)
-    throw ConfigError("--batches: expected a positive integer, got " + std::to_string(batches));
   const Dataset data =
       load_dataset(c.string("data.path"), run.checkpoint.tokenizer, c.number("data.val_fraction"), T);
   if (!dump_path.empty()) {
@@ -178,16 +183,13 @@ int cmd_eval(const std::string& dir, const std::string& split, int64_t batches, 
 }
 
 int cmd_sample(const std::string& dir, const SampleOptions& o, std::string which, const std::string& init_from) {
-  if (o.max_new_tokens < 0)
-    throw ConfigError("--max-new-tokens: expected >= 0, got " + std::to_string(o.max_new_tokens));
-  if (!(o.temperature >= 0) || !std::isfinite(o.temperature))
-    throw ConfigError("--temperature: expected a number >= 0 (0 = greedy), got " +
-                      std::to_string(o.temperature));
-  if (o.top_k < 0)
-    throw ConfigError("--top-k: expected >= 0 (0 = all tokens), got " + std::to_string(o.top_k));
   if (which.empty()) which = std::filesystem::exists(dir + "/best.ckpt") ? "best" : "last";
   LoadedRun run = load_run(dir, which);
   if (!init_from.empty()) load_safetensors_into(*run.model, init_from);
+  const int64_t V = run.model->config().vocab_size;
+  if (o.top_k > V)
+    throw ConfigError("--top-k: expected 0 to " + std::to_string(V) + " (the vocabulary of " + dir + "), got " +
+                      std::to_string(o.top_k));
   platform::configure_threads(static_cast<int>(run.config.integer("train.threads")));
   std::fputs(o.prompt.c_str(), stdout);
   generate(*run.model, run.checkpoint.tokenizer, o, [](const std::string& piece) {
@@ -317,7 +319,8 @@ static int run_cli(int argc, char** argv) {
   train->add_option("--init-from", init_from, "Initial weights from a safetensors file (tfm export)")
       ->type_name("FILE");
   train->add_option("--stop-at", stop_at, "Stop as if interrupted after this step (for testing resume)")
-      ->group("");
+      ->group("")
+      ->check(integer_in(-1, kMaxFlagCount));
   train->footer(
       "\nExamples:\n  tfm train --config configs/shakespeare_char.json\n"
       "  tfm train --config configs/tiny.json --set train.max_steps=100 --out runs/tiny\n"
@@ -327,7 +330,8 @@ static int run_cli(int argc, char** argv) {
   auto* eval = app.add_subcommand("eval", "Mean loss of a trained run on random batches of its data");
   eval->add_option("--run", run_dir, "Run directory")->type_name("DIR")->required();
   eval->add_option("--split", split, "val or train")->capture_default_str();
-  eval->add_option("--batches", batches, "Number of batches (default: the run's train.eval_steps)");
+  eval->add_option("--batches", batches, "Number of batches (default: the run's train.eval_steps)")
+      ->check(integer_in(1, kMaxFlagCount));
   eval->add_option("--checkpoint", which, "last or best")->default_str("last");
   eval->add_option("--dump-logits", dump_path,
                    "Write one batch of --batches (default 2) sequences and their logits as JSON "
@@ -338,12 +342,19 @@ static int run_cli(int argc, char** argv) {
   auto* samp = app.add_subcommand("sample", "Generate text from a trained run (streams as it goes)");
   samp->add_option("--run", run_dir, "Run directory")->type_name("DIR")->required();
   samp->add_option("--prompt", sample.prompt, "Text to continue (default: a newline)");
-  samp->add_option("--max-new-tokens", sample.max_new_tokens, "Tokens to generate")->capture_default_str();
+  samp->add_option("--max-new-tokens", sample.max_new_tokens, "Tokens to generate")
+      ->capture_default_str()
+      ->check(integer_in(0, kMaxFlagCount));
   samp->add_option("--temperature", sample.temperature, "Softmax temperature (0 = greedy)")
-      ->capture_default_str();
-  samp->add_option("--top-k", sample.top_k, "Sample among the k most likely tokens (0 = all)")
-      ->capture_default_str();
-  samp->add_option("--seed", sample.seed, "Sampling seed (same seed, same text)")->capture_default_str();
+      ->capture_default_str()
+      ->check(number_in(0, 100));
+  samp->add_option("--top-k", sample.top_k,
+                   "Sample among the k most likely tokens (0 = all; at most the vocabulary)")
+      ->capture_default_str()
+      ->check(integer_in(0, kMaxFlagCount));
+  samp->add_option("--seed", sample.seed, "Sampling seed (same seed, same text)")
+      ->capture_default_str()
+      ->check(integer_in(0, std::numeric_limits<int64_t>::max()));
   samp->add_option("--checkpoint", which, "last or best (default: best when it exists)");
   samp->add_option("--init-from", init_from, "Weights from a safetensors file instead of the run's")
       ->type_name("FILE");
@@ -354,7 +365,8 @@ static int run_cli(int argc, char** argv) {
   auto* info = app.add_subcommand("info", "Parameters per component, FLOPs per token and memory of a config");
   info->add_option("--config", config_file, "JSON config")->type_name("FILE")->required();
   info->add_option("--set", sets, "Override a key (repeatable)")->type_name("KEY=VALUE");
-  info->add_option("--vocab-size", vocab_size, "Vocabulary size when the data file is not at hand");
+  info->add_option("--vocab-size", vocab_size, "Vocabulary size when the data file is not at hand")
+      ->check(integer_in(1, kMaxFlagCount));
   info->add_flag("--measure", measure,
                  "Also run one training step and report the measured peak tensor memory");
   info->add_flag("--json", info_json, "Print parameters and FLOPs per token as one JSON object");

@@ -30,7 +30,7 @@ std::string kv(const std::string& key, int64_t value) { return key + " = " + std
 // post-norm also the first norm's output), K and V, fc1's output (F), the softmax and norm statistics;
 // Q, the norms' outputs, act(h) and the probabilities are recomputed (attention dropout keeps its
 // (B, H, T, T) mask). On top: the backward's largest transient (~5 C per token) and the logits with
-// their gradient.
+// their gradient. The README's memory section tells how each was brought down.
 double activation_bytes(const ModelConfig& mc, double B, double T) {
   const double C = static_cast<double>(mc.d_model), H = static_cast<double>(mc.n_heads);
   const double kv_width = static_cast<double>(mc.n_kv_heads) * (C / H);
@@ -38,7 +38,12 @@ double activation_bytes(const ModelConfig& mc, double B, double T) {
   const double per_layer = BT * ((mc.norm_position == "pre" ? 3.0 : 4.0) * C + 2.0 * kv_width +
                                  static_cast<double>(mc.d_ff) + 2.0 * H + 4.0) +
                            (mc.attention_dropout > 0.0f ? B * H * T * T : 0.0);
-  return kFloat * (static_cast<double>(mc.n_layers) * per_layer + 5.0 * BT * C +
+  // Additive scores are composed of primitive ops over (B, H, T, T, Dk): each layer keeps tanh's output
+  // and a few (B, H, T, T) score tensors; the backward's gradients of that size are transient.
+  const double scores = B * H * T * T;
+  const double additive = mc.attention_score == "additive" ? scores * (C / H + 4.0) : 0.0;
+  const double additive_transient = mc.attention_score == "additive" ? 3.0 * scores * (C / H) : 0.0;
+  return kFloat * (static_cast<double>(mc.n_layers) * (per_layer + additive) + additive_transient + 5.0 * BT * C +
                    2.0 * BT * static_cast<double>(mc.vocab_size));
 }
 
