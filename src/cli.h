@@ -62,5 +62,6 @@ inline CLI::Validator number_in(double lo, double hi) {
 
 std::vector<Command> add_bench_commands(CLI::App& app);    // cli_bench.cpp: bench gemm
 std::vector<Command> add_insight_commands(CLI::App& app);  // cli_insight.cpp: attention, export, tokenizer
+std::vector<Command> add_gradcheck_commands(CLI::App& app);  // cli_gradcheck.cpp: gradcheck
 
 }  // namespace tfm::cli

@@ -383,6 +383,7 @@ static int run_cli(int argc, char** argv) {
 
   std::vector<cli::Command> more = cli::add_bench_commands(app);
   for (cli::Command& c : cli::add_insight_commands(app)) more.push_back(std::move(c));
+  for (cli::Command& c : cli::add_gradcheck_commands(app)) more.push_back(std::move(c));
 
   try {
     app.parse(argc, argv);
