@@ -7,6 +7,7 @@
 #include "cli.h"
 #include "tfm/bench.h"
 #include "tfm/config.h"
+#include "tfm/preflight.h"
 #include "tfm/platform.h"
 
 namespace tfm::cli {
@@ -28,6 +29,7 @@ int run_bench_gemm(const BenchGemmOptions& o) {
   if (!o.config.empty()) {
     const Config c = load_config(o.config);
     const ModelConfig m = c.model(256);  // the vocabulary only sizes the head; 256 covers char and byte
+    check_memory(estimate_training_memory(c, 256), c, "bench gemm");  // its matrices are a step's (preflight.h)
     shapes = time_model_gemms(m, c.integer("train.batch_size"), c.integer("train.seq_len"), o.seconds / 4);
     for (const GemmTiming& t : shapes)
       out["shapes"].push_back({{"label", t.label}, {"M", t.M}, {"N", t.N}, {"K", t.K}, {"trans_a", t.trans_a},

@@ -44,15 +44,9 @@ struct Tiny {
   }
 };
 
-ModelConfig tiny_config() {
+ModelConfig tiny_config() {  // grouped-query (4 heads, 2 kv), 2 layers, C = 16
   ModelConfig c;
-  c.vocab_size = 11;
-  c.d_model = 16;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.d_ff = 32;
-  c.max_seq_len = 6;
+  c.vocab_size = 11, c.d_model = 16, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.d_ff = 32, c.max_seq_len = 6;
   return c;
 }
 
