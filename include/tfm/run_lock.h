@@ -22,7 +22,8 @@ class RunLock {
   bool held() const { return fd_ >= 0; }
   const std::string& path() const { return path_; }
 
-  // The PID written in DIR/train.lock when some process holds it, else 0 (for messages and tests).
+  // The PID of the process holding DIR/train.lock (from /proc/locks), else 0. Never takes the lock,
+  // so it can be polled while a writer starts.
   static long holder(const std::string& dir);
   static constexpr const char* kFileName = "train.lock";
 
