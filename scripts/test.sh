@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds from scratch and runs every test through ctest, twice:
-#   1. the Release build (-O3 -march=native, warnings as errors), all tests;
+#   1. the Release build (-O3 -march=native, warnings as errors), all tests, then `cmake --install` into
+#      a temporary prefix and examples/ built and run against the installed package;
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build (-O1 -g), the same tests.
 # Usage: scripts/test.sh
 # Environment: TFM_TEST_JOBS (parallel ctest jobs, default: cores), TFM_SANITIZE=0 skips step 2.
@@ -18,6 +19,8 @@ echo "tfm: Release build in $release"
 tfm_build "$release" -DCMAKE_BUILD_TYPE=Release -DTFM_WERROR=ON
 echo "tfm: tests (Release)"
 (cd "$release" && ctest --output-on-failure -j "$jobs")
+echo "tfm: install into a temporary prefix, build and run examples/ against it"
+"$TFM_ROOT/scripts/check_install.sh" "$release"
 
 if [ "${TFM_SANITIZE:-1}" != "0" ]; then
   asan="$TFM_ROOT/build/asan"

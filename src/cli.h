@@ -1,7 +1,12 @@
 // Commands beyond train/eval/sample/info/config, one family per file (src/cli_<family>.cpp), so the
 // CLI grows without every change going through main.cpp.
 #pragma once
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -21,8 +26,43 @@ struct Command {
   std::function<int()> run;
 };
 
+// Validators for numeric flags, so every one is range- and type-checked like a config key: CLI11
+// prefixes the flag ("--batches: expected an integer in [1, 1000000], got \"0\"") and main exits 2.
+inline CLI::Validator integer_in(int64_t lo, int64_t hi) {
+  const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, range](std::string& text) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const long long v = std::strtoll(text.c_str(), &end, 10);
+        if (text.empty() || *end != '\0' || errno == ERANGE || v < lo || v > hi)
+          return "expected an integer in " + range + ", got \"" + text + "\"";
+        return "";
+      },
+      "INT in " + range);
+}
+inline CLI::Validator number_in(double lo, double hi) {
+  auto str = [](double v) {
+    std::string s = std::to_string(v);
+    s.erase(s.find_last_not_of('0') + 1);
+    if (!s.empty() && s.back() == '.') s.pop_back();
+    return s;
+  };
+  const std::string range = "[" + str(lo) + ", " + str(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, range](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || *end != '\0' || !std::isfinite(v) || v < lo || v > hi)
+          return "expected a number in " + range + ", got \"" + text + "\"";
+        return "";
+      },
+      "NUMBER in " + range);
+}
+
 std::vector<Command> add_bench_commands(CLI::App& app);    // cli_bench.cpp: bench gemm
 std::vector<Command> add_insight_commands(CLI::App& app);  // cli_insight.cpp: attention, export, tokenizer
 std::vector<Command> add_objective_commands(CLI::App& app);  // cli_objectives.cpp: fill-mask, translate
+std::vector<Command> add_gradcheck_commands(CLI::App& app);  // cli_gradcheck.cpp: gradcheck
 
 }  // namespace tfm::cli

@@ -9,6 +9,7 @@
 #include "tfm/bench.h"
 #include "tfm/config.h"
 #include "tfm/gemm.h"
+#include "tfm/preflight.h"
 #include "tfm/platform.h"
 
 namespace tfm::cli {
@@ -42,6 +43,7 @@ int run_bench_gemm(const BenchGemmOptions& o) {
   if (!o.config.empty()) {
     const Config c = load_config(o.config);
     m = c.model(256);  // the vocabulary only sizes the head; 256 covers char and byte
+    check_memory(estimate_training_memory(c, 256), c, "bench gemm");  // its matrices are a step's (preflight.h)
     B = c.integer("train.batch_size");
     T = c.integer("train.seq_len");
   }
@@ -90,10 +92,10 @@ std::vector<Command> add_bench_commands(CLI::App& app) {
   bench->require_subcommand(1);
   auto o = std::make_shared<BenchGemmOptions>();
   auto* gemm = bench->add_subcommand("gemm", "GEMM GFLOP/s of OpenBLAS and oneDNN in fp32 and bf16: square peak, and a config's matrix products");
-  gemm->add_option("--threads", o->threads, "Threads (0 = all cores)")->capture_default_str();
-  gemm->add_option("--n", o->n, "Size of the square product")->capture_default_str()->check(CLI::Range(16, 8192));
+  gemm->add_option("--threads", o->threads, "Threads (0 = all cores)")->capture_default_str()->check(integer_in(0, 1024));
+  gemm->add_option("--n", o->n, "Size of the square product")->capture_default_str()->check(integer_in(16, 8192));
   gemm->add_option("--seconds", o->seconds, "Time to spend per measurement")->capture_default_str()->check(
-      CLI::Range(0.01, 60.0));
+      number_in(0.01, 60.0));
   gemm->add_option("--config", o->config, "Also time the matrix products of this config's training step")
       ->type_name("FILE");
   gemm->add_flag("--json", o->json, "One JSON object instead of a table");

@@ -197,7 +197,8 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
   auto* tok_train = tok->add_subcommand("train", "Learn a byte-level BPE vocabulary from a text file");
   tok_train->add_option("--data", t->data, "Text file")->type_name("FILE")->required();
   tok_train->add_option("--vocab-size", t->vocab_size, "Vocabulary size (256 bytes + merges)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(integer_in(256, kBpeMaxVocab));
   tok_train->add_option("--out", t->out, "Tokenizer file (JSON)")->type_name("FILE")->required();
   tok_train->footer(
       "\nExample:\n  tfm tokenizer train --data data/tinyshakespeare.txt --vocab-size 1024 --out tok.json\n");

@@ -203,7 +203,11 @@ std::vector<KeySpec> build_table() {
       Key("train.gemm_backend", T::String, "auto",
           "GEMM library: `openblas`, `onednn`, or `auto` (the TFM_GEMM_BACKEND environment variable if set, "
           "else onednn). OpenBLAS has no bf16 kernels: it emulates them (same numbers, no speed-up).")
-          .one_of({"auto", "openblas", "onednn"})
+          .one_of({"auto", "openblas", "onednn"}),
+      Key("train.skip_memory_check", T::Boolean, false,
+          "Build the model even when the memory estimate (`tfm info`) exceeds the memory available to the "
+          "process (MemAvailable, cgroup limit); by default such a config is refused before anything large "
+          "is allocated.")
           .resumable(),
       Key("output.dir", T::String, derived, "Run directory: checkpoints, logs, metrics, resolved config.")
           .derived("runs/<config file name>"),

@@ -1,10 +1,12 @@
 #include "tfm/file_io.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <vector>
 
@@ -121,6 +123,16 @@ void AtomicFile::commit() {
     std::remove(tmp_path_.c_str());
     throw IoError(detail::concat(path_, ": cannot rename ", tmp_path_, " to it: ", e));
   }
+  // The rename is an entry in the directory: fsync the directory too, or a power cut can bring back
+  // the old entry (or none) even though the file's data is on disk.
+  const std::string dir = std::filesystem::path(path_).parent_path().string();
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw IoError(detail::concat(path_, ": cannot open its directory to sync it: ", errno_str()));
+  // EINVAL: a file system that cannot sync directories (nothing more to do there).
+  const bool synced = ::fsync(fd) == 0 || errno == EINVAL;
+  const std::string sync_err = synced ? "" : errno_str();
+  ::close(fd);
+  if (!synced) throw IoError(detail::concat(path_, ": cannot sync its directory after the rename: ", sync_err));
 }
 
 }  // namespace tfm

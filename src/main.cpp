@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,8 +23,11 @@
 #include "tfm/gemm.h"
 #include "tfm/memory.h"
 #include "tfm/model.h"
+#include "tfm/objective.h"
 #include "tfm/ops.h"
 #include "tfm/platform.h"
+#include "tfm/preflight.h"
+#include "tfm/seq2seq.h"
 #include "tfm/trainer.h"
 
 namespace {
@@ -33,6 +38,12 @@ using cli::kExitBadInput;
 using cli::kExitDiverged;
 using cli::kExitInternal;
 using cli::kExitOk;
+using cli::integer_in;
+using cli::number_in;
+
+// Upper bound of count flags (--batches, --max-new-tokens, ...): far above any sensible use, far below
+// an overflow.
+constexpr int64_t kMaxFlagCount = 1000000000;
 
 const char* kExamples = R"(
 Examples:
@@ -166,8 +177,6 @@ int cmd_eval(const std::string& dir, const std::string& split, int64_t batches, 
   const GemmModeGuard gemm_mode(parse_precision(c.string("train.precision")),
                                 resolve_gemm_backend(c.string("train.gemm_backend")));
   const int64_t B = c.integer("train.batch_size"), T = c.integer("train.seq_len");
-  if (batches < 0)
-    throw ConfigError("--batches: expected a positive integer, got " + std::to_string(batches));
   if (!dump_path.empty()) {
     if (!run.model)
       throw ConfigError("--dump-logits: only for language-model runs (train.objective causal_lm or masked_lm)");
@@ -189,13 +198,6 @@ int cmd_eval(const std::string& dir, const std::string& split, int64_t batches, 
 }
 
 int cmd_sample(const std::string& dir, const SampleOptions& o, std::string which, const std::string& init_from) {
-  if (o.max_new_tokens < 0)
-    throw ConfigError("--max-new-tokens: expected >= 0, got " + std::to_string(o.max_new_tokens));
-  if (!(o.temperature >= 0) || !std::isfinite(o.temperature))
-    throw ConfigError("--temperature: expected a number >= 0 (0 = greedy), got " +
-                      std::to_string(o.temperature));
-  if (o.top_k < 0)
-    throw ConfigError("--top-k: expected >= 0 (0 = all tokens), got " + std::to_string(o.top_k));
   if (which.empty()) which = std::filesystem::exists(dir + "/best.ckpt") ? "best" : "last";
   LoadedRun run = load_run(dir, which);
   if (!run.model || run.objective->name() != "causal_lm")
@@ -203,6 +205,10 @@ int cmd_sample(const std::string& dir, const SampleOptions& o, std::string which
                       "\"; sampling continues text, which needs a causal_lm run" +
                       (run.objective->name() == "masked_lm" ? " (for masked_lm: tfm fill-mask)" : " (for seq2seq: tfm translate)"));
   if (!init_from.empty()) load_safetensors_into(*run.model, init_from);
+  const int64_t V = run.model->config().vocab_size;
+  if (o.top_k > V)
+    throw ConfigError("--top-k: expected 0 to " + std::to_string(V) + " (the vocabulary of " + dir + "), got " +
+                      std::to_string(o.top_k));
   platform::configure_threads(static_cast<int>(run.config.integer("train.threads")));
   std::fputs(o.prompt.c_str(), stdout);
   generate(*run.model, run.checkpoint.tokenizer, o, [](const std::string& piece) {
@@ -216,78 +222,99 @@ int cmd_sample(const std::string& dir, const SampleOptions& o, std::string which
 int cmd_info(const std::string& file, const std::vector<std::string>& sets, int64_t vocab_override,
              bool measure, bool as_json) {
   const Config c = load_config(file, sets);
-  int64_t V = vocab_override;
+  const std::string objective_name = c.string("train.objective");
+  const bool seq2seq = objective_name == "seq2seq";
+  // The objective builds the model from its data's vocabularies (memory-checked before it allocates).
+  // A language model whose data file is missing, or with --vocab-size, gets an assumed vocabulary.
+  const MemoryCheck check{"info", true, 1};
+  std::unique_ptr<Objective> objective;
+  std::unique_ptr<LanguageModel> lm;
   std::string vocab_note;
-  if (V <= 0) {
+  if (vocab_override > 0 && seq2seq)
+    throw ConfigError("--vocab-size: not for train.objective \"seq2seq\" (both vocabularies come from data.path)");
+  if (vocab_override <= 0) {
     try {
-      const Dataset d = load_dataset(c.string("data.path"), c.string("data.tokenizer"),
-                                     c.number("data.val_fraction"), c.integer("train.seq_len"));
-      V = d.tokenizer.size();
+      objective = make_objective(c, nullptr, {true, 0, check});
       vocab_note = "from " + c.string("data.path");
-    } catch (const Error& e) {
-      V = c.string("data.tokenizer") == "byte" ? 256 : 65;
+    } catch (const IoError& e) {
+      if (seq2seq) throw;
+      vocab_override = (c.string("data.tokenizer") == "byte" ? 256 : 65) + (objective_name == "masked_lm" ? 1 : 0);
       vocab_note = std::string("assumed (") + e.what() + "; --vocab-size N sets it)";
     }
   } else {
     vocab_note = "from --vocab-size";
   }
-  const ModelConfig mc = c.model(V);
-  LanguageModel model(mc, 0);
-  const int64_t B = c.integer("train.batch_size"), T = c.integer("train.seq_len");
-  const int64_t C = mc.d_model, F = mc.d_ff, H = mc.n_heads, L = mc.n_layers, Hkv = mc.n_kv_heads;
+  if (!objective) {
+    const ModelConfig mc = c.model(vocab_override);
+    lm = std::make_unique<LanguageModel>(memory_checked(mc, c, &check), 0);
+  }
+  Model& model = objective ? objective->model() : *lm;
+  const ModelConfig& mc = objective ? (seq2seq ? dynamic_cast<Seq2SeqModel&>(model).config()
+                                               : dynamic_cast<LanguageModel&>(model).config())
+                                    : lm->config();
+  const MemoryEstimate memory = estimate_memory(c, mc, true);  // preflight.h
+  const int64_t B = c.integer("train.batch_size");
+  // Tokens the loss counts per sequence: the window, or a pair's target side at its longest.
+  const int64_t T = seq2seq ? c.integer("data.max_target_len") + 1 : c.integer("train.seq_len");
   const int64_t P = model.parameter_count();
+  const double train_flops = objective ? objective->train_flops_per_token()
+                                       : LanguageModel::flops_per_token(mc, T).train_per_token;
+  const std::string vocab = seq2seq ? std::to_string(mc.source_vocab_size) + " source + " +
+                                          std::to_string(mc.vocab_size) + " target"
+                                    : std::to_string(mc.vocab_size);
   if (as_json) {  // for scripts (scripts/bench.sh): the figures below, machine-readable
-    const FlopCount f = LanguageModel::flops_per_token(mc, T);
-    nlohmann::json j = {{"config", file}, {"vocab_size", V}, {"parameters", P},
-                        {"forward_flops_per_token", f.forward_per_token}, {"train_flops_per_token", f.train_per_token},
-                        {"batch_size", B}, {"seq_len", T}};
+    nlohmann::json j = {{"config", file}, {"objective", objective_name}, {"vocab_size", mc.vocab_size},
+                        {"parameters", P}, {"forward_flops_per_token", train_flops / 3.0},
+                        {"train_flops_per_token", train_flops}, {"batch_size", B}, {"seq_len", T},
+                        {"memory_estimate_bytes", memory.total()}};
+    if (seq2seq) j["source_vocab_size"] = mc.source_vocab_size;
     for (const auto& [name, n] : model.parameter_breakdown()) j["breakdown"][name] = n;
     std::printf("%s\n", j.dump().c_str());
     return kExitOk;
   }
-  std::printf("config %s (output.dir %s)\n", file.c_str(), c.string("output.dir").c_str());
-  std::printf("vocabulary: %ld symbols, %s tokenizer, %s\n", static_cast<long>(V),
-              c.string("data.tokenizer").c_str(), vocab_note.c_str());
-  std::printf("model: %ld layers, d_model %ld, %ld heads (%ld kv), d_ff %ld, context %ld\n",
-              static_cast<long>(L), static_cast<long>(C), static_cast<long>(H), static_cast<long>(Hkv),
-              static_cast<long>(F), static_cast<long>(mc.max_seq_len));
+  std::printf("config %s (output.dir %s), objective %s\n", file.c_str(), c.string("output.dir").c_str(),
+              objective_name.c_str());
+  std::printf("vocabulary: %s symbols, %s tokenizer, %s\n", vocab.c_str(), c.string("data.tokenizer").c_str(),
+              vocab_note.c_str());
+  const std::string layers = seq2seq ? std::to_string(mc.n_encoder_layers) + " encoder + " +
+                                           std::to_string(mc.n_decoder_layers) + " decoder layers"
+                                     : std::to_string(mc.n_layers) + " layers";
+  std::printf("model: %s, d_model %ld, %ld heads (%ld kv), d_ff %ld, context %ld\n", layers.c_str(),
+              static_cast<long>(mc.d_model), static_cast<long>(mc.n_heads), static_cast<long>(mc.n_kv_heads),
+              static_cast<long>(mc.d_ff), static_cast<long>(mc.max_seq_len));
   std::printf("parameters: %ld (%s)\n", static_cast<long>(P), human_count(static_cast<double>(P)).c_str());
   for (const auto& [name, n] : model.parameter_breakdown())
     std::printf("  %-14s %12ld  %5.1f%%\n", name.c_str(), static_cast<long>(n),
                 100.0 * n / std::max<int64_t>(P, 1));
-  const FlopCount f = LanguageModel::flops_per_token(mc, T);
-  const double tokens = static_cast<double>(B * T * c.integer("train.grad_accum_steps"));
-  std::printf("FLOPs per token at T = %ld: forward %s, training %s; per optimizer step (%.0f tokens): %s\n",
-              static_cast<long>(T), human_count(f.forward_per_token).c_str(),
-              human_count(f.train_per_token).c_str(), tokens,
-              human_count(f.train_per_token * tokens).c_str());
-  // Memory: parameters, gradients, optimizer state, and the activations a micro-batch keeps for
-  // backward. Per layer and token: the block's input, the attention output and the residual between
-  // the sublayers (C each; post-norm also the first norm's output), K and V, fc1's output (F), the
-  // softmax and norm statistics; Q, the norms' outputs, act(h) and the probabilities are recomputed
-  // (attention dropout keeps its (B, H, T, T) mask). On top: the backward's largest transient (~5 C
-  // per token) and the logits with their gradient.
-  const double opt_bufs = c.string("train.optimizer.name") == "adamw" ? 2.0 : 1.0;
-  const double params_b = 4.0 * P, grads_b = 4.0 * P, opt_b = 4.0 * P * opt_bufs;
-  const double BT = static_cast<double>(B * T);
-  const double kv_width = static_cast<double>(Hkv * (C / H));
-  const double per_layer =
-      BT * ((mc.norm_position == "pre" ? 3.0 : 4.0) * C + 2.0 * kv_width + F + 2.0 * H + 4.0) +
-      (mc.attention_dropout > 0.0f ? static_cast<double>(B * H) * T * T : 0.0);
-  const double act_b = 4.0 * (L * per_layer + 5.0 * BT * C + 2.0 * BT * V);
-  std::printf(
-      "memory estimate (batch %ld x %ld): parameters %s, gradients %s, optimizer %s, activations %s; total "
-      "%s\n",
-      static_cast<long>(B), static_cast<long>(T), mib(params_b).c_str(), mib(grads_b).c_str(),
-      mib(opt_b).c_str(), mib(act_b).c_str(), mib(params_b + grads_b + opt_b + act_b).c_str());
+  if (seq2seq) {
+    std::printf("FLOPs per target token (the data's mean lengths): forward %s, training %s\n",
+                human_count(train_flops / 3.0).c_str(), human_count(train_flops).c_str());
+    std::printf("memory estimate (batch %ld pairs of at most %ld + %ld tokens): %s\n", static_cast<long>(B),
+                static_cast<long>(c.integer("data.max_source_len") + 1), static_cast<long>(T),
+                memory.summary().c_str());
+  } else {
+    const double tokens = static_cast<double>(B * T * c.integer("train.grad_accum_steps"));
+    std::printf("FLOPs per token at T = %ld: forward %s, training %s; per optimizer step (%.0f tokens): %s\n",
+                static_cast<long>(T), human_count(train_flops / 3.0).c_str(), human_count(train_flops).c_str(),
+                tokens, human_count(train_flops * tokens).c_str());
+    std::printf("memory estimate (batch %ld x %ld): %s\n", static_cast<long>(B), static_cast<long>(T),
+                memory.summary().c_str());
+  }
   if (measure) {
     platform::configure_threads(static_cast<int>(c.integer("train.threads")));
-    std::vector<int32_t> x(B * T), y(B * T);
-    Rng rng(1);
-    for (size_t i = 0; i < x.size(); ++i)
-      x[i] = static_cast<int32_t>(rng.below(V)), y[i] = static_cast<int32_t>(rng.below(V));
     const size_t before = memory::stats().live_bytes;
-    LanguageModel::loss(model.forward(x, B, T), y).backward();
+    memory::reset_peak();
+    if (objective) {  // one real training batch of the objective
+      model.set_training(true);
+      objective->train_batch().loss.backward();
+    } else {
+      std::vector<int32_t> x(B * T), y(B * T);
+      Rng rng(1);
+      const int64_t V = mc.vocab_size;
+      for (size_t i = 0; i < x.size(); ++i)
+        x[i] = static_cast<int32_t>(rng.below(V)), y[i] = static_cast<int32_t>(rng.below(V));
+      LanguageModel::loss(lm->forward(x, B, T), y).backward();
+    }
     const size_t peak = memory::stats().peak_live_bytes;
     std::printf("measured: one training step peaked at %s of tensor memory (%s above the model)\n",
                 mib(static_cast<double>(peak)).c_str(),
@@ -349,7 +376,8 @@ static int run_cli(int argc, char** argv) {
   train->add_option("--init-from", init_from, "Initial weights from a safetensors file (tfm export)")
       ->type_name("FILE");
   train->add_option("--stop-at", stop_at, "Stop as if interrupted after this step (for testing resume)")
-      ->group("");
+      ->group("")
+      ->check(integer_in(-1, kMaxFlagCount));
   train->footer(
       "\nExamples:\n  tfm train --config configs/shakespeare_char.json\n"
       "  tfm train --config configs/tiny.json --set train.max_steps=100 --out runs/tiny\n"
@@ -359,7 +387,8 @@ static int run_cli(int argc, char** argv) {
   auto* eval = app.add_subcommand("eval", "Mean loss of a trained run on random batches of its data");
   eval->add_option("--run", run_dir, "Run directory")->type_name("DIR")->required();
   eval->add_option("--split", split, "val or train")->capture_default_str();
-  eval->add_option("--batches", batches, "Number of batches (default: the run's train.eval_steps)");
+  eval->add_option("--batches", batches, "Number of batches (default: the run's train.eval_steps)")
+      ->check(integer_in(1, kMaxFlagCount));
   eval->add_option("--checkpoint", which, "last or best")->default_str("last");
   eval->add_option("--dump-logits", dump_path,
                    "Write one batch of --batches (default 2) sequences and their logits as JSON "
@@ -370,12 +399,19 @@ static int run_cli(int argc, char** argv) {
   auto* samp = app.add_subcommand("sample", "Generate text from a trained run (streams as it goes)");
   samp->add_option("--run", run_dir, "Run directory")->type_name("DIR")->required();
   samp->add_option("--prompt", sample.prompt, "Text to continue (default: a newline)");
-  samp->add_option("--max-new-tokens", sample.max_new_tokens, "Tokens to generate")->capture_default_str();
+  samp->add_option("--max-new-tokens", sample.max_new_tokens, "Tokens to generate")
+      ->capture_default_str()
+      ->check(integer_in(0, kMaxFlagCount));
   samp->add_option("--temperature", sample.temperature, "Softmax temperature (0 = greedy)")
-      ->capture_default_str();
-  samp->add_option("--top-k", sample.top_k, "Sample among the k most likely tokens (0 = all)")
-      ->capture_default_str();
-  samp->add_option("--seed", sample.seed, "Sampling seed (same seed, same text)")->capture_default_str();
+      ->capture_default_str()
+      ->check(number_in(0, 100));
+  samp->add_option("--top-k", sample.top_k,
+                   "Sample among the k most likely tokens (0 = all; at most the vocabulary)")
+      ->capture_default_str()
+      ->check(integer_in(0, kMaxFlagCount));
+  samp->add_option("--seed", sample.seed, "Sampling seed (same seed, same text)")
+      ->capture_default_str()
+      ->check(integer_in(0, std::numeric_limits<int64_t>::max()));
   samp->add_option("--checkpoint", which, "last or best (default: best when it exists)");
   samp->add_option("--init-from", init_from, "Weights from a safetensors file instead of the run's")
       ->type_name("FILE");
@@ -386,7 +422,8 @@ static int run_cli(int argc, char** argv) {
   auto* info = app.add_subcommand("info", "Parameters per component, FLOPs per token and memory of a config");
   info->add_option("--config", config_file, "JSON config")->type_name("FILE")->required();
   info->add_option("--set", sets, "Override a key (repeatable)")->type_name("KEY=VALUE");
-  info->add_option("--vocab-size", vocab_size, "Vocabulary size when the data file is not at hand");
+  info->add_option("--vocab-size", vocab_size, "Vocabulary size when the data file is not at hand")
+      ->check(integer_in(1, kMaxFlagCount));
   info->add_flag("--measure", measure,
                  "Also run one training step and report the measured peak tensor memory");
   info->add_flag("--json", info_json, "Print parameters and FLOPs per token as one JSON object");
@@ -404,6 +441,7 @@ static int run_cli(int argc, char** argv) {
   std::vector<cli::Command> more = cli::add_bench_commands(app);
   for (cli::Command& c : cli::add_insight_commands(app)) more.push_back(std::move(c));
   for (cli::Command& c : cli::add_objective_commands(app)) more.push_back(std::move(c));
+  for (cli::Command& c : cli::add_gradcheck_commands(app)) more.push_back(std::move(c));
 
   try {
     app.parse(argc, argv);

@@ -59,16 +59,17 @@ Tokenizer tokenizer_of(const Checkpoint* ckpt, const std::optional<Dataset>& dat
 
 }  // namespace
 
-TextObjective::TextObjective(const Config& config, const Checkpoint* ckpt, bool load_data, int rank,
+TextObjective::TextObjective(const Config& config, const Checkpoint* ckpt, const ObjectiveOptions& o,
                              int64_t extra_vocab)
     : config_(config),
       B_(config.integer("train.batch_size")),
       T_(config.integer("train.seq_len")),
       tokenizer_(),
-      data_(load_data ? std::optional<Dataset>(load_text(config, ckpt, T_)) : std::nullopt),
-      model_(config.model(tokenizer_of(ckpt, data_).size() + extra_vocab),
+      data_(o.load_data ? std::optional<Dataset>(load_text(config, ckpt, T_)) : std::nullopt),
+      model_(memory_checked(config.model(tokenizer_of(ckpt, data_).size() + extra_vocab), config,
+                            o.memory ? &*o.memory : nullptr),
              static_cast<uint64_t>(config.integer("seed"))),
-      sampler_(sampler_seed(static_cast<uint64_t>(config.integer("seed")), rank)) {
+      sampler_(sampler_seed(static_cast<uint64_t>(config.integer("seed")), o.rank)) {
   tokenizer_ = tokenizer_of(ckpt, data_);
 }
 
@@ -93,16 +94,16 @@ const std::vector<int32_t>& TextObjective::split_tokens(const std::string& split
 // ---------------------------------------------------------------------------------------------
 // The factory
 
-std::unique_ptr<Objective> make_causal_lm(const Config&, const Checkpoint*, bool, int);
-std::unique_ptr<Objective> make_masked_lm(const Config&, const Checkpoint*, bool, int);
-std::unique_ptr<Objective> make_seq2seq(const Config&, const Checkpoint*, bool, int);
+std::unique_ptr<Objective> make_causal_lm(const Config&, const Checkpoint*, const ObjectiveOptions&);
+std::unique_ptr<Objective> make_masked_lm(const Config&, const Checkpoint*, const ObjectiveOptions&);
+std::unique_ptr<Objective> make_seq2seq(const Config&, const Checkpoint*, const ObjectiveOptions&);
 
-std::unique_ptr<Objective> make_objective(const Config& config, const Checkpoint* checkpoint, bool load_data,
-                                          int rank) {
+std::unique_ptr<Objective> make_objective(const Config& config, const Checkpoint* checkpoint,
+                                          const ObjectiveOptions& options) {
   const std::string name = config.string("train.objective");
-  if (name == "causal_lm") return make_causal_lm(config, checkpoint, load_data, rank);
-  if (name == "masked_lm") return make_masked_lm(config, checkpoint, load_data, rank);
-  if (name == "seq2seq") return make_seq2seq(config, checkpoint, load_data, rank);
+  if (name == "causal_lm") return make_causal_lm(config, checkpoint, options);
+  if (name == "masked_lm") return make_masked_lm(config, checkpoint, options);
+  if (name == "seq2seq") return make_seq2seq(config, checkpoint, options);
   throw ConfigError("train.objective: unknown objective \"" + name + "\"");
 }
 

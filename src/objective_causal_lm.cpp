@@ -32,8 +32,8 @@ namespace {
 
 class CausalLm : public TextObjective {
  public:
-  CausalLm(const Config& c, const Checkpoint* ckpt, bool load_data, int rank)
-      : TextObjective(c, ckpt, load_data, rank, 0) {
+  CausalLm(const Config& c, const Checkpoint* ckpt, const ObjectiveOptions& o)
+      : TextObjective(c, ckpt, o, 0) {
     if (!c.boolean("model.causal"))
       throw ConfigError("model.causal: train.objective \"causal_lm\" needs model.causal = true (a "
                         "bidirectional model trained on the next token reads the answer through attention; "
@@ -45,6 +45,14 @@ class CausalLm : public TextObjective {
   BatchLoss train_batch() override {
     sampler_.sample(split_tokens("train"), B_, T_, x_, y_);
     return {LanguageModel::loss(model_.forward(x_, B_, T_), y_), B_ * T_};
+  }
+
+  std::function<Tensor()> random_batch_loss(Rng& rng) override {
+    const int64_t V = model_.config().vocab_size;
+    std::vector<int32_t> x(B_ * T_), y(B_ * T_);
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = static_cast<int32_t>(rng.below(V)), y[i] = static_cast<int32_t>(rng.below(V));
+    return [this, x, y] { return LanguageModel::loss(model_.forward(x, B_, T_), y); };
   }
 
   Metrics evaluate(const std::string& split, int64_t batches, uint64_t seed) override {
@@ -129,8 +137,8 @@ std::string generate(LanguageModel& model, const Tokenizer& tokenizer, const Sam
   return out;
 }
 
-std::unique_ptr<Objective> make_causal_lm(const Config& c, const Checkpoint* ckpt, bool load_data, int rank) {
-  return std::make_unique<CausalLm>(c, ckpt, load_data, rank);
+std::unique_ptr<Objective> make_causal_lm(const Config& c, const Checkpoint* ckpt, const ObjectiveOptions& o) {
+  return std::make_unique<CausalLm>(c, ckpt, o);
 }
 
 }  // namespace tfm

@@ -17,8 +17,8 @@ constexpr int32_t kIgnore = kNotMasked;
 
 class MaskedLm : public TextObjective {
  public:
-  MaskedLm(const Config& c, const Checkpoint* ckpt, bool load_data, int rank)
-      : TextObjective(c, ckpt, load_data, rank, 1), mask_prob_(c.number("train.mask_prob")) {
+  MaskedLm(const Config& c, const Checkpoint* ckpt, const ObjectiveOptions& o)
+      : TextObjective(c, ckpt, o, 1), mask_prob_(c.number("train.mask_prob")) {
     if (c.boolean("model.causal"))
       throw ConfigError("model.causal: train.objective \"masked_lm\" needs model.causal = false (a causal "
                         "model cannot see the tokens after a [MASK]; set model.causal=false)");
@@ -33,6 +33,14 @@ class MaskedLm : public TextObjective {
     draw(split_tokens("train"), sampler_, x_, y_);
     // tokens/s counts every input token the encoder reads (as torch_lm.py does), not only the chosen.
     return {cross_entropy(model_.forward(x_, B_, T_), y_, kIgnore), B_ * T_};
+  }
+
+  std::function<Tensor()> random_batch_loss(Rng& rng) override {
+    const int64_t ordinary = tokenizer_.size();
+    std::vector<int32_t> x(B_ * T_), y;
+    for (int32_t& t : x) t = static_cast<int32_t>(rng.below(ordinary));
+    mask_tokens(x, y, rng, mask_prob_, mask_id(), ordinary);
+    return [this, x, y] { return cross_entropy(model_.forward(x, B_, T_), y, kIgnore); };
   }
 
   Metrics evaluate(const std::string& split, int64_t batches, uint64_t seed) override {
@@ -98,8 +106,8 @@ int64_t mask_tokens(std::vector<int32_t>& x, std::vector<int32_t>& y, Rng& rng, 
   return chosen;
 }
 
-std::unique_ptr<Objective> make_masked_lm(const Config& c, const Checkpoint* ckpt, bool load_data, int rank) {
-  return std::make_unique<MaskedLm>(c, ckpt, load_data, rank);
+std::unique_ptr<Objective> make_masked_lm(const Config& c, const Checkpoint* ckpt, const ObjectiveOptions& o) {
+  return std::make_unique<MaskedLm>(c, ckpt, o);
 }
 
 FillMaskResult fill_mask(Objective& objective, const std::string& text, int64_t top_k) {

@@ -62,14 +62,15 @@ double mean_length(const std::vector<SentencePair>& pairs, bool target) {
 
 class Seq2Seq : public Objective {
  public:
-  Seq2Seq(const Config& c, const Checkpoint* ckpt, bool load, int rank)
+  Seq2Seq(const Config& c, const Checkpoint* ckpt, const ObjectiveOptions& o)
       : config_(c),
         B_(c.integer("train.batch_size")),
-        data_(load_data_of(c, ckpt, load)),
+        data_(load_data_of(c, ckpt, o.load_data)),
         source_(side(ckpt, data_, false)),
         target_(side(ckpt, data_, true)),
-        model_(model_config(c, source_, target_), static_cast<uint64_t>(c.integer("seed"))),
-        sampler_(sampler_seed(static_cast<uint64_t>(c.integer("seed")), rank)) {}
+        model_(memory_checked(model_config(c, source_, target_), c, o.memory ? &*o.memory : nullptr),
+               static_cast<uint64_t>(c.integer("seed"))),
+        sampler_(sampler_seed(static_cast<uint64_t>(c.integer("seed")), o.rank)) {}
 
   std::string name() const override { return "seq2seq"; }
   Model& model() override { return model_; }
@@ -84,9 +85,32 @@ class Seq2Seq : public Objective {
   BatchLoss train_batch() override {
     const std::vector<SentencePair>& pairs = split("train");
     const PairBatch b = make_pair_batch(pairs, sampler_.sample(static_cast<int64_t>(pairs.size()), B_));
-    const Tensor logits = model_.forward(b.src, b.src_lengths, b.B, b.S, b.tgt_in, b.T);  // (B, T, V)
     // tokens/s counts the real tokens the model reads: source and target, padding excluded.
-    return {cross_entropy(logits, b.tgt_out, kPadId), b.real_source_tokens + b.real_target_tokens};
+    return {loss_of(b), b.real_source_tokens + b.real_target_tokens};
+  }
+
+  std::function<Tensor()> random_batch_loss(Rng& rng) override {
+    // Lengths from 1 to the longest allowed, ordinary ids only (after the specials).
+    const auto sentence = [&rng](int64_t max_len, const Tokenizer& tok) {
+      const int64_t first = static_cast<int64_t>(tok.specials().size()), n = tok.size() - first;
+      std::vector<int32_t> s(static_cast<size_t>(1 + rng.below(static_cast<uint64_t>(max_len))));
+      for (int32_t& t : s) t = static_cast<int32_t>(first + static_cast<int64_t>(rng.below(static_cast<uint64_t>(n))));
+      return s;
+    };
+    std::vector<SentencePair> pairs(static_cast<size_t>(B_));
+    std::vector<int64_t> all(static_cast<size_t>(B_));
+    for (int64_t i = 0; i < B_; ++i) {
+      pairs[i].src = sentence(max_source_len(), source_);
+      pairs[i].tgt = sentence(max_target_len(), target_);
+      all[i] = i;
+    }
+    return [this, b = make_pair_batch(pairs, all)] { return loss_of(b); };
+  }
+
+  // Teacher forcing: the mean cross-entropy over the batch's non-pad target tokens.
+  Tensor loss_of(const PairBatch& b) {
+    const Tensor logits = model_.forward(b.src, b.src_lengths, b.B, b.S, b.tgt_in, b.T);  // (B, T, V)
+    return cross_entropy(logits, b.tgt_out, kPadId);
   }
 
   // Over the first min(n, batches * B) pairs of the split, in order (the same pairs every time; the
@@ -166,8 +190,8 @@ class Seq2Seq : public Objective {
 
 }  // namespace
 
-std::unique_ptr<Objective> make_seq2seq(const Config& c, const Checkpoint* ckpt, bool load_data, int rank) {
-  return std::make_unique<Seq2Seq>(c, ckpt, load_data, rank);
+std::unique_ptr<Objective> make_seq2seq(const Config& c, const Checkpoint* ckpt, const ObjectiveOptions& o) {
+  return std::make_unique<Seq2Seq>(c, ckpt, o);
 }
 
 std::vector<std::string> translate_texts(Objective& objective, const std::vector<std::string>& texts,

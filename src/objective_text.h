@@ -15,7 +15,8 @@ uint64_t sampler_seed(uint64_t seed, int rank);
 class TextObjective : public Objective {
  public:
   // extra_vocab: symbols the model has past the tokenizer's (masked_lm's [MASK]).
-  TextObjective(const Config& config, const Checkpoint* checkpoint, bool load_data, int rank, int64_t extra_vocab);
+  TextObjective(const Config& config, const Checkpoint* checkpoint, const ObjectiveOptions& options,
+                int64_t extra_vocab);
 
   Model& model() override { return model_; }
   LanguageModel& lm() { return model_; }

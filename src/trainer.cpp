@@ -25,6 +25,8 @@
 #include "tfm/ops.h"
 #include "tfm/optim.h"
 #include "tfm/platform.h"
+#include "tfm/preflight.h"
+#include "tfm/run_lock.h"
 #include "tfm/safetensors.h"
 
 namespace tfm {
@@ -199,6 +201,8 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
   const bool skip_nonfinite = config.boolean("train.skip_nonfinite");
   constexpr int64_t kMaxSkipsInARow = 100;  // then the weights themselves are bad: stop
   int64_t skipped = 0, skipped_in_a_row = 0;
+  // One writer per run directory (run_lock.h): held until train() returns; rank 0 writes, so it holds it.
+  const RunLock run_lock = dist::is_root() ? RunLock::acquire(dir) : RunLock();
 
   // ---- every check of the input before any work ----
   Checkpoint resumed;
@@ -228,7 +232,9 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
   // Data parallel: only rank 0 writes (the run directory lives on its machine).
   const int rank = dist::rank(), nranks = dist::size();
   // The objective reads its data and builds its model (vocabularies from the checkpoint on resume).
-  const std::unique_ptr<Objective> objective = make_objective(config, opt.resume ? &resumed : nullptr, true, rank);
+  // A config that cannot fit is refused there, before the model is built (preflight.h).
+  const std::unique_ptr<Objective> objective = make_objective(
+      config, opt.resume ? &resumed : nullptr, {true, rank, MemoryCheck{"train", true, dist::local_size()}});
   Model& model = objective->model();
   const bool root = dist::is_root();
   if (root) {
@@ -558,7 +564,8 @@ LoadedRun load_run(const std::string& dir, const std::string& which, bool with_d
   } catch (const ConfigError& e) {
     throw IoError(path + ": the checkpoint's config is invalid: " + e.what());
   }
-  run.objective = make_objective(run.config, &run.checkpoint, with_data);
+  run.objective = make_objective(run.config, &run.checkpoint,
+                                 {with_data, 0, MemoryCheck{"loading " + path, false, 1}});
   restore_model(run.objective->model(), run.checkpoint, path);
   run.model = dynamic_cast<LanguageModel*>(&run.objective->model());
   return run;

@@ -26,8 +26,9 @@ constexpr int kMaxJsonDepth = 64;
 nlohmann::json parse_json_strict(const char* data, size_t size, const std::string& what);
 
 // Writes a file atomically: `AtomicFile f(path); f.write(...); f.commit();`. Until commit() the
-// data is in `path.tmp`; commit() flushes it to disk and renames it over `path`. Destroying an
-// uncommitted AtomicFile removes the temporary and leaves `path` as it was.
+// data is in `path.tmp`; commit() flushes it to disk, renames it over `path` and fsyncs the directory
+// (so the new name itself survives a power cut). Destroying an uncommitted AtomicFile removes the
+// temporary and leaves `path` as it was.
 class AtomicFile {
  public:
   explicit AtomicFile(const std::string& path);

@@ -7,6 +7,7 @@
 //   seq2seq    src/objective_seq2seq.cpp    encoder-decoder over sentence pairs (translate below)
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,6 +18,7 @@
 #include "tfm/config.h"
 #include "tfm/data.h"
 #include "tfm/model.h"
+#include "tfm/preflight.h"
 #include "tfm/random.h"
 #include "tfm/seq2seq.h"
 
@@ -52,6 +54,11 @@ class Objective {
   virtual BatchLoss train_batch() = 0;
   // The state of the training batch stream (checkpointed, so a resumed run draws the same batches).
   virtual Rng& sampler_rng() = 0;
+  // One batch of the training shape with uniformly random ordinary tokens drawn from `rng` (no data
+  // needed; seq2seq: random lengths, so padding is exercised), and the training loss of it as a
+  // closure that reruns the model on its current weights: what `tfm gradcheck` differentiates. In
+  // eval mode the closure is a deterministic function of the weights.
+  virtual std::function<Tensor()> random_batch_loss(Rng& rng) = 0;
 
   // Evaluation in eval mode without a graph over `batches` batches of `split` ("val" | "train"),
   // drawn from a fresh generator seeded with `seed` (the same batches at every evaluation).
@@ -67,12 +74,21 @@ class Objective {
   virtual bool has_data() const = 0;
 };
 
+// How make_objective builds an objective.
+struct ObjectiveOptions {
+  // Read the data files (training, eval); without, only the model is built and evaluate() and
+  // train_batch() throw (sampling, translation, export need no data file).
+  bool load_data = true;
+  int rank = 0;  // MPI rank: each rank draws its own batches
+  // When set, the pre-flight memory check (preflight.h) runs once the vocabularies are known, before
+  // the model is allocated.
+  std::optional<MemoryCheck> memory;
+};
+
 // Builds the objective `train.objective` names and its model (initialised from `seed`).
 // Vocabularies come from `checkpoint` when given (resume, eval, sampling), else from the data.
-// With load_data the data files are read (training, eval); without, only the model is built and
-// evaluate()/train_batch() throw (sampling, translation, export need no data file).
-std::unique_ptr<Objective> make_objective(const Config& config, const Checkpoint* checkpoint, bool load_data,
-                                          int rank = 0);
+std::unique_ptr<Objective> make_objective(const Config& config, const Checkpoint* checkpoint,
+                                          const ObjectiveOptions& options);
 
 // ---- what each objective's model does at inference ----
 

@@ -1,0 +1,47 @@
+// Every numeric flag of the command line is range- and type-checked like a config key: a bad value
+// exits 2 with a message that names the flag and the allowed range (vocabulary-dependent bounds are
+// checked once the run is loaded).
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "cli_run.h"
+
+TEST_CASE("cli flags: bad numeric values exit 2 naming the flag and the range", "[cli][flags]") {
+  const std::string dir = tfm_test::scratch_path("flags", "run");
+  tfm_test::CliRun r = tfm_test::run_tfm("train --config configs/tiny.json --out " + dir + " --set train.max_steps=2");
+  REQUIRE(r.status == 0);
+  struct Case {
+    std::string args, fragment;
+  };
+  const std::string run = " --run " + dir;
+  const std::vector<Case> cases = {
+      {"eval" + run + " --batches 0", "--batches: expected an integer in [1, 1000000000], got \"0\""},
+      {"eval" + run + " --batches -5", "--batches: expected an integer in [1, "},
+      {"eval" + run + " --batches 2.5", "--batches: expected an integer in [1, "},
+      {"eval" + run + " --batches lots", "--batches: expected an integer in [1, "},
+      {"sample" + run + " --max-new-tokens -1", "--max-new-tokens: expected an integer in [0, 1000000000]"},
+      {"sample" + run + " --max-new-tokens 1e12", "--max-new-tokens: expected an integer in [0, "},
+      {"sample" + run + " --temperature -0.5", "--temperature: expected a number in [0, 100], got \"-0.5\""},
+      {"sample" + run + " --temperature nan", "--temperature: expected a number in [0, 100]"},
+      {"sample" + run + " --temperature inf", "--temperature: expected a number in [0, 100]"},
+      {"sample" + run + " --top-k -1", "--top-k: expected an integer in [0, "},
+      {"sample" + run + " --top-k 57", "--top-k: expected 0 to 56 (the vocabulary of " + dir + "), got 57"},
+      {"sample" + run + " --seed -3", "--seed: expected an integer in [0, 9223372036854775807]"},
+      {"info --config configs/tiny.json --vocab-size 0", "--vocab-size: expected an integer in [1, "},
+      {"tokenizer train --data x --out y --vocab-size 255", "--vocab-size: expected an integer in [256, 1048576]"},
+      {"bench gemm --threads -1", "--threads: expected an integer in [0, 1024]"},
+      {"bench gemm --n 8", "--n: expected an integer in [16, 8192]"},
+      {"bench gemm --seconds 0", "--seconds: expected a number in [0.01, 60]"},
+  };
+  for (const Case& c : cases) {
+    r = tfm_test::run_tfm(c.args);
+    INFO("tfm " << c.args << "\n" << r.out);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.out, Catch::Contains(c.fragment));
+  }
+  // The edges of each range are accepted.
+  CHECK(tfm_test::run_tfm("eval" + run + " --batches 1").status == 0);
+  CHECK(tfm_test::run_tfm("sample" + run + " --max-new-tokens 0 --top-k 56 --temperature 0").status == 0);
+}

@@ -1,0 +1,142 @@
+// The pre-flight memory check (preflight.h): the parameter count from the shapes equals the built
+// model's for every model option, the estimate stays close to the tensor memory a training step really
+// peaks at, and a config that cannot fit exits 2 before anything large is allocated, naming its keys,
+// the estimate and the available memory (train.skip_memory_check lets it through).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cli_run.h"
+#include "tfm/config.h"
+#include "tfm/memory.h"
+#include "tfm/model.h"
+#include "tfm/preflight.h"
+
+using namespace tfm;
+
+namespace {
+
+// Model options that change the parameter count or the activations.
+const std::vector<std::vector<std::string>> kVariants = {
+    {},
+    {"model.n_kv_heads=2"},
+    {"model.n_kv_heads=1", "model.attention_score=\"additive\""},
+    {"model.norm_position=\"post\"", "model.positional_encoding=\"learned\""},
+    {"model.tie_embeddings=false", "model.bias=false", "model.activation=\"relu\""},
+    {"model.attention_dropout=0.1", "model.dropout=0.1"},
+    {"train.optimizer.name=\"sgd\"", "model.d_ff=96"},
+};
+
+Config small_config(std::vector<std::string> sets) {
+  sets.insert(sets.begin(), {"model.d_model=32", "model.n_layers=2", "model.n_heads=4", "model.max_seq_len=32",
+                             "train.batch_size=4", "train.seq_len=32"});
+  return resolve_config(nlohmann::json::object(), sets);
+}
+
+}  // namespace
+
+TEST_CASE("preflight: the parameter count from the shapes equals the built model's", "[preflight]") {
+  for (const auto& sets : kVariants) {
+    const Config c = small_config(sets);
+    const ModelConfig mc = c.model(37);
+    const LanguageModel model(mc, 1);
+    INFO(c.tree["model"].dump());
+    CHECK(parameter_count(mc) == static_cast<double>(model.parameter_count()));
+  }
+}
+
+TEST_CASE("preflight: the estimate is close to the measured peak of a training step", "[preflight]") {
+  // Tensor memory of one forward + backward from an empty graph: parameters, gradients, activations and
+  // the position table (the optimizer's state is not tensor memory; it is added exactly).
+  for (const auto& sets : kVariants) {
+    const Config c = small_config(sets);
+    const int64_t V = 65, B = c.integer("train.batch_size"), T = c.integer("train.seq_len");
+    const MemoryEstimate e = estimate_training_memory(c, V);
+    const size_t base = memory::stats().live_bytes;
+    memory::reset_peak();
+    double measured = 0;
+    {
+      LanguageModel model(c.model(V), 1);
+      model.set_training(true);
+      std::vector<int32_t> x(B * T), y(B * T);
+      Rng rng(3);
+      for (size_t i = 0; i < x.size(); ++i)
+        x[i] = static_cast<int32_t>(rng.below(V)), y[i] = static_cast<int32_t>(rng.below(V));
+      LanguageModel::loss(model.forward(x, B, T), y).backward();
+      measured = static_cast<double>(memory::stats().peak_live_bytes - base);
+    }
+    const double estimated = e.total() - e.optimizer;
+    INFO(c.tree["model"].dump() << ": estimated " << estimated << " bytes, measured " << measured);
+    CHECK(estimated >= 0.75 * measured);
+    CHECK(estimated <= 1.35 * measured);
+  }
+}
+
+TEST_CASE("preflight: the drivers of an estimate are its largest component's keys", "[preflight]") {
+  const MemoryEstimate batch = estimate_training_memory(small_config({"train.batch_size=100000000"}), 65);
+  REQUIRE(!batch.drivers.empty());
+  CHECK(batch.drivers[0] == "train.batch_size = 100000000");
+  const MemoryEstimate table = estimate_training_memory(small_config({"model.max_seq_len=1000000000"}), 65);
+  CHECK(table.drivers[0] == "model.max_seq_len = 1000000000");
+  CHECK(table.position_table == 4.0 * 1e9 * 32);
+  const MemoryEstimate layers = estimate_training_memory(small_config({"model.n_layers=100000"}), 65);
+  CHECK(std::find(layers.drivers.begin(), layers.drivers.end(), "model.n_layers = 100000") != layers.drivers.end());
+  const AvailableMemory avail = available_memory();
+  CHECK(avail.bytes > 0);
+  CHECK(!avail.source.empty());
+}
+
+TEST_CASE("preflight: configs that cannot fit exit 2 before building the model", "[preflight][cli]") {
+  const std::string dir = tfm_test::scratch_path("preflight", "run");
+  struct Case {
+    std::string set, key;
+  };
+  for (const Case& k : {Case{"train.batch_size=100000000", "train.batch_size = 100000000"},
+                        Case{"model.n_layers=100000", "model.n_layers = 100000"},
+                        Case{"model.max_seq_len=1000000000", "model.max_seq_len = 1000000000"}}) {
+    const tfm_test::CliRun r =
+        tfm_test::run_tfm("train --config configs/tiny.json --out " + dir + " --set " + k.set);
+    INFO(r.out);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.out, Catch::Contains("tfm: error: train.") || Catch::Contains("tfm: error: model."));
+    CHECK_THAT(r.out, Catch::Contains(k.key));
+    CHECK_THAT(r.out, Catch::Contains("train needs an estimated"));
+    CHECK_THAT(r.out, Catch::Contains("available to this process"));
+    CHECK_THAT(r.out, Catch::Contains("train.skip_memory_check=true"));
+    CHECK(!std::filesystem::exists(dir + "/last.ckpt"));
+    const tfm_test::CliRun info = tfm_test::run_tfm("info --config configs/tiny.json --set " + k.set);
+    CHECK(info.status == 2);
+    CHECK_THAT(info.out, Catch::Contains("info needs an estimated"));
+  }
+}
+
+TEST_CASE("preflight: train.skip_memory_check lets a config through; eval and sample are guarded", "[preflight][cli]") {
+  // TFM_AVAILABLE_MEMORY_MB rehearses a machine with 0.1 MiB free: the tiny config (1.3 MiB) cannot fit.
+  const std::string dir = tfm_test::scratch_path("preflight", "skip");
+  const std::string small = "TFM_AVAILABLE_MEMORY_MB=0.1 ";
+  tfm_test::CliRun r = tfm_test::run_shell(small + "'" + TFM_BINARY + "' train --config configs/tiny.json --out " +
+                                           dir + " --set train.max_steps=2");
+  INFO(r.out);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("(TFM_AVAILABLE_MEMORY_MB)"));
+  r = tfm_test::run_shell(small + "'" + TFM_BINARY + "' train --config configs/tiny.json --out " + dir +
+                          " --set train.max_steps=2 --set train.skip_memory_check=true");
+  REQUIRE(r.status == 0);
+  // The run's config keeps skip_memory_check = true: flip it back on resume, then readers are guarded.
+  r = tfm_test::run_shell(small + "'" + TFM_BINARY + "' train --resume " + dir +
+                          " --set train.max_steps=3 --set train.skip_memory_check=false");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("train.skip_memory_check=true"));
+  r = tfm_test::run_shell("'" + std::string(TFM_BINARY) + "' train --resume " + dir +
+                          " --set train.max_steps=3 --set train.skip_memory_check=false");
+  REQUIRE(r.status == 0);
+  for (const std::string& cmd : {"eval --run " + dir, "sample --run " + dir + " --max-new-tokens 5"}) {
+    r = tfm_test::run_shell(small + "'" + TFM_BINARY + "' " + cmd);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.out, Catch::Contains("needs an estimated"));
+    CHECK(tfm_test::run_tfm(cmd).status == 0);
+  }
+}
