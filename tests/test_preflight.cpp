@@ -13,6 +13,9 @@
 #include "tfm/config.h"
 #include "tfm/memory.h"
 #include "tfm/model.h"
+#include "tfm/ops.h"
+#include "tfm/pairs.h"
+#include "tfm/seq2seq.h"
 #include "tfm/preflight.h"
 
 using namespace tfm;
@@ -138,5 +141,49 @@ TEST_CASE("preflight: train.skip_memory_check lets a config through; eval and sa
     CHECK(r.status == 2);
     CHECK_THAT(r.out, Catch::Contains("needs an estimated"));
     CHECK(tfm_test::run_tfm(cmd).status == 0);
+  }
+}
+
+TEST_CASE("preflight: the encoder-decoder's estimate is close to its measured peak", "[preflight][seq2seq]") {
+  // B pairs at the longest lengths (S = max_source_len + 1 with <eos>, T = max_target_len + 1 with
+  // <bos>), each variant as the LM test above; parameters from the shapes equal the built model's.
+  const std::vector<std::vector<std::string>> variants = {
+      {},
+      {"model.norm_position=\"post\"", "model.positional_encoding=\"learned\"", "model.tie_embeddings=false"},
+      {"model.n_kv_heads=1", "model.attention_score=\"additive\"", "model.n_encoder_layers=1"},
+      {"data.max_source_len=20", "data.max_target_len=7", "model.attention_dropout=0.1", "model.dropout=0.1"},
+  };
+  for (std::vector<std::string> sets : variants) {
+    sets.insert(sets.begin(), {"train.objective=\"seq2seq\"", "data.format=\"pairs\"", "data.tokenizer=\"word\"",
+                               "model.d_model=32", "model.n_layers=2", "model.n_heads=4", "model.max_seq_len=32",
+                               "train.batch_size=8"});
+    const Config c = resolve_config(nlohmann::json::object(), sets);
+    ModelConfig mc = c.model(41);
+    mc.source_vocab_size = 53;
+    const MemoryEstimate e = estimate_memory(c, mc, true);
+    const int64_t B = c.integer("train.batch_size"), S = c.integer("data.max_source_len") + 1,
+                  T = c.integer("data.max_target_len") + 1;
+    const size_t base = memory::stats().live_bytes;
+    memory::reset_peak();
+    double measured = 0;
+    {
+      Seq2SeqModel model(mc, 1);
+      INFO(c.tree["model"].dump());
+      CHECK(parameter_count(mc) == static_cast<double>(model.parameter_count()));
+      model.set_training(true);
+      Rng rng(3);
+      std::vector<int32_t> src(B * S), tgt_in(B * T), tgt_out(B * T);
+      for (int32_t& t : src) t = static_cast<int32_t>(4 + rng.below(49));
+      for (size_t i = 0; i < tgt_in.size(); ++i)
+        tgt_in[i] = static_cast<int32_t>(4 + rng.below(37)), tgt_out[i] = static_cast<int32_t>(4 + rng.below(37));
+      const std::vector<int64_t> lengths(static_cast<size_t>(B), S);
+      cross_entropy(model.forward(src, lengths, B, S, tgt_in, T), tgt_out, kPadId).backward();
+      measured = static_cast<double>(memory::stats().peak_live_bytes - base);
+    }
+    const double estimated = e.total() - e.optimizer;
+    INFO(c.tree["model"].dump() << " " << c.tree["data"].dump() << ": estimated " << estimated << " bytes, measured "
+                                << measured);
+    CHECK(estimated >= 0.75 * measured);
+    CHECK(estimated <= 1.35 * measured);
   }
 }
