@@ -31,6 +31,7 @@ struct GradcheckOptions {
   double eps = 1e-3;
   int directions = 4;
   int64_t seed = 1;
+  int threads = 1;
 };
 
 // The same model, small, as --set overrides: at most 4 heads of width 4 (C <= 16), d_ff = 2 C, at
@@ -77,7 +78,7 @@ int run_gradcheck(const GradcheckOptions& o) {
     for (const std::string& s : shrink_sets(c)) sets.push_back(s);
     c = load_config(o.config, sets);
   }
-  platform::configure_threads(1);
+  platform::configure_threads(o.threads);
   const bool seq2seq = c.string("train.objective") == "seq2seq";
   const Checkpoint vocab = synthetic_vocabularies(c, o.vocab_size);
   const std::unique_ptr<Objective> objective =
@@ -167,6 +168,9 @@ std::vector<Command> add_gradcheck_commands(CLI::App& app) {
   gc->add_option("--directions", o->directions, "Random directions per parameter tensor")
       ->capture_default_str()
       ->check(integer_in(1, 1000));
+  gc->add_option("--threads", o->threads, "Threads (0 = all cores): the multithreaded kernels are checked too")
+      ->capture_default_str()
+      ->check(integer_in(0, 1024));
   gc->add_option("--seed", o->seed, "Seed of the weights, tokens and directions")
       ->capture_default_str()
       ->check(integer_in(0, 1000000000));
