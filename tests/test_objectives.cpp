@@ -47,7 +47,7 @@ std::vector<nlohmann::json> read_metrics(const std::string& dir) {
 
 }  // namespace
 
-TEST_CASE("objectives: masked_lm masks as BERT does (15% chosen; 80% [MASK], 10% random, 10% kept)", "[objective]") {
+TEST_CASE("objectives: masked_lm masks as BERT does (15% chosen, 80% [MASK], 10% random, 10% kept)", "[objective]") {
   const int64_t n = 200000, ordinary = 50;
   const int32_t mask_id = 50;
   std::vector<int32_t> original(n), x, y;
@@ -212,7 +212,7 @@ Config s2s_config(const std::string& dir, const std::string& data, std::vector<s
 
 }  // namespace
 
-TEST_CASE("objectives: seq2seq learns a toy translation through the loop; BLEU, translate, the CLI",
+TEST_CASE("objectives: seq2seq learns a toy translation through the loop, BLEU, translate, the CLI",
           "[objective][seq2seq][train]") {
   tfm_test::TempDir tmp("objectives_s2s");
   const std::string data = write_reversal_pairs(tmp.path, 600);

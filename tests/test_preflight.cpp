@@ -116,7 +116,7 @@ TEST_CASE("preflight: configs that cannot fit exit 2 before building the model",
   }
 }
 
-TEST_CASE("preflight: train.skip_memory_check lets a config through; eval and sample are guarded", "[preflight][cli]") {
+TEST_CASE("preflight: train.skip_memory_check lets a config through, eval and sample are guarded", "[preflight][cli]") {
   // TFM_AVAILABLE_MEMORY_MB rehearses a machine with 0.1 MiB free: the tiny config (1.3 MiB) cannot fit.
   const std::string dir = tfm_test::scratch_path("preflight", "skip");
   const std::string small = "TFM_AVAILABLE_MEMORY_MB=0.1 ";

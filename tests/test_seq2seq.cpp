@@ -121,7 +121,7 @@ TEST_CASE("seq2seq: word vocabulary by frequency with min_freq, specials, unk an
   CHECK(back.encode("c b x", "t") == std::vector<int32_t>{6, 4, kUnkId});
 }
 
-TEST_CASE("seq2seq: specials on char and byte tokenizers; old JSON loads", "[seq2seq][data]") {
+TEST_CASE("seq2seq: specials on char and byte tokenizers, old JSON loads", "[seq2seq][data]") {
   const Tokenizer chars = Tokenizer::from_texts(Tokenizer::Kind::Char, {"ab", "ba c"}, "t").with_specials(seq2seq_specials());
   // Base symbols ' ', a, b, c at 4..7.
   CHECK(chars.size() == 8);
@@ -576,7 +576,7 @@ TEST_CASE("seq2seq: beam search finds a better sequence than greedy when one exi
   CHECK(better > 0);
 }
 
-TEST_CASE("seq2seq: dropout only in training mode; translate evaluates", "[seq2seq]") {
+TEST_CASE("seq2seq: dropout only in training mode, translate evaluates", "[seq2seq]") {
   ModelConfig c = tiny_config("pre", 1, 1);
   c.dropout = 0.2f;
   c.attention_dropout = 0.1f;

@@ -87,7 +87,7 @@ TEST_CASE("tensor: randn and uniform are seeded and reproducible", "[tensor]") {
 // ---------------------------------------------------------------------------------------------
 // Views without copies
 
-TEST_CASE("tensor: views share storage; contiguous copies only when needed", "[tensor]") {
+TEST_CASE("tensor: views share storage, contiguous copies only when needed", "[tensor]") {
   const Tensor x = Tensor::from_vector({0, 1, 2, 3, 4, 5}, {2, 3});
 
   SECTION("reshape of a contiguous tensor is a view") {
@@ -226,7 +226,7 @@ TEST_CASE("autograd: gradients accumulate across backward calls", "[autograd]") 
   }
 }
 
-TEST_CASE("autograd: requires_grad propagates; backward needs it", "[autograd]") {
+TEST_CASE("autograd: requires_grad propagates, backward needs it", "[autograd]") {
   Tensor x = Tensor::ones({2});
   const Tensor c = Tensor::ones({2});
   CHECK_FALSE(x.requires_grad());

@@ -255,7 +255,7 @@ TEST_CASE("checkpoint: corrupt, truncated and foreign files are clear errors", "
   CHECK_FALSE(fs::exists(bad + ".tmp"));
 }
 
-TEST_CASE("train: bf16 products follow the fp32 loss curve; resume is bit-identical in bf16", "[train][bf16]") {
+TEST_CASE("train: bf16 products follow the fp32 loss curve, resume is bit-identical in bf16", "[train][bf16]") {
   const std::vector<std::string> sets = {"train.max_steps=40", "train.eval_interval=40"};
   auto with = [&](std::vector<std::string> extra) {
     extra.insert(extra.begin(), sets.begin(), sets.end());
