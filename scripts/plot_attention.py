@@ -7,6 +7,10 @@ Writes, for every layer L, OUT_DIR/attention_layer{L}.png: a grid with one heat 
 position down, key position across, tokens on the axes) and, in a column at the right, the
 head-similarity matrix rho (cosine of the heads' contributions after Wo: 1 = redundant, 0 =
 complementary) with the colour scales. Sized to read at README width (~900 px).
+
+A seq2seq report (a sentence pair) gives OUT_DIR/attention_seq2seq_layer{L}.png instead: one row per
+kind of attention (encoder self-attention, decoder self-attention, cross-attention) and one column per
+head; cross-attention has the target tokens down (the token each row predicts) and the source across.
 Needs Debian's python3-matplotlib.
 """
 import argparse
@@ -38,6 +42,9 @@ def main():
 
     from matplotlib.gridspec import GridSpec
 
+    if report.get("kind") == "seq2seq":
+        plot_pair(report, out_dir, plt)
+        return
     tokens = [label(t) for t in report["tokens"]]
     n = len(tokens)
     for layer in report["layers"]:
@@ -103,6 +110,41 @@ def main():
         fig.suptitle(f"layer {layer['layer']}: attention probabilities per head", fontsize=13)
         path = os.path.join(out_dir, f"attention_layer{layer['layer']}.png")
         fig.savefig(path, dpi=120)
+        plt.close(fig)
+        print(path)
+
+
+def plot_pair(report, out_dir, plt):
+    src = [label(t) for t in report["source_tokens"]]
+    tgt = [label(t) for t in report["target_tokens"]]
+    tgt_in = ["<bos>"] + tgt[:-1]  # what the decoder reads at each row
+    kinds = [("encoder", "encoder self-attention", src, src),
+             ("decoder_self", "decoder self-attention (causal)", tgt, tgt_in),
+             ("cross", "cross-attention: target queries x source keys", tgt, src)]
+    for layer in range(max(len(report[k]) for k, *_ in kinds)):
+        present = [(k, title, rows, cols) for k, title, rows, cols in kinds if layer < len(report[k])]
+        heads = len(report[present[0][0]][layer]["probabilities"])
+        n = max(len(src), len(tgt))
+        panel = min(2.4, 9.6 / heads)
+        font = max(6.0, min(10.0, 1.1 * panel * 72 / n))
+        fig, axes = plt.subplots(len(present), heads, figsize=(heads * panel + 1.2, len(present) * (panel + 0.5) + 0.6),
+                                 constrained_layout=True, squeeze=False)
+        for r, (kind, title, rows, cols) in enumerate(present):
+            entry = report[kind][layer]
+            for h in range(heads):
+                ax = axes[r][h]
+                im = ax.imshow(entry["probabilities"][h], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+                ax.set_xticks(range(len(cols)))
+                ax.set_xticklabels(cols, fontsize=font, rotation=90)
+                ax.set_yticks(range(len(rows)))
+                ax.set_yticklabels(rows if h == 0 else [], fontsize=font)
+                ax.tick_params(length=2, pad=1)
+                ax.set_title(f"head {h}" if r == 0 else "", fontsize=10)
+            axes[r][0].set_ylabel(f"{title}\n(similarity {entry['mean_pattern_similarity']:.2f})", fontsize=9)
+        fig.colorbar(im, ax=axes, fraction=0.02, pad=0.01).set_label("attention probability", fontsize=9)
+        fig.suptitle(f"layer {layer}: {' '.join(src)}  =>  {' '.join(tgt)}", fontsize=11)
+        path = os.path.join(out_dir, f"attention_seq2seq_layer{layer}.png")
+        fig.savefig(path, dpi=110)
         plt.close(fig)
         print(path)
 

@@ -85,6 +85,27 @@ std::vector<LayerAttention> analyze_attention(LanguageModel& model, const std::v
   return layers;
 }
 
+nlohmann::json pair_attention_report_json(const PairAttention& a) {
+  nlohmann::json report = {{"kind", "seq2seq"}, {"source_tokens", a.source_tokens}, {"target_tokens", a.target_tokens}};
+  report["similarity"] = "pattern_similarity: cosine of the heads' attention maps (1 = the same pattern)";
+  const auto kind = [](const std::vector<Tensor>& layers) {
+    nlohmann::json out = nlohmann::json::array();
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const Tensor p = contiguous_values(layers[l]);  // (H, rows, cols)
+      const Tensor sim = row_cosines(p.data(), p.size(0), p.size(1) * p.size(2));
+      out.push_back({{"layer", l},
+                     {"probabilities", to_json(p)},
+                     {"pattern_similarity", to_json(sim)},
+                     {"mean_pattern_similarity", mean_off_diagonal(sim)}});
+    }
+    return out;
+  };
+  report["encoder"] = kind(a.encoder);
+  report["decoder_self"] = kind(a.decoder_self);
+  report["cross"] = kind(a.cross);
+  return report;
+}
+
 nlohmann::json attention_report_json(const std::vector<LayerAttention>& layers,
                                      const std::vector<std::string>& token_text) {
   nlohmann::json report;

@@ -14,6 +14,7 @@
 #include "tfm/bpe.h"
 #include "tfm/error.h"
 #include "tfm/file_io.h"
+#include "tfm/objective.h"
 #include "tfm/platform.h"
 #include "tfm/safetensors.h"
 #include "tfm/trainer.h"
@@ -66,13 +67,64 @@ std::string find_script(const std::string& name) {
 // ---- tfm attention ----
 
 struct AttentionOptions {
-  std::string run, text, out, which = "last";
+  std::string run, text, target, out, which = "last";
   bool no_plot = false;
 };
+
+// Runs scripts/plot_attention.py on the report when matplotlib is there, else says how to.
+int plot_attention(const std::string& report, const std::string& out, bool no_plot) {
+  const std::string script = find_script("plot_attention.py");
+  const std::string cmd = "/usr/bin/python3 '" + script + "' '" + report + "' --out '" + out + "'";
+  const bool can_plot = !no_plot && fs::exists(script) &&
+                        std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") == 0;
+  std::fflush(stdout);  // our lines before the script's
+  if (can_plot && std::system(cmd.c_str()) == 0) return kExitOk;
+  std::printf("to draw the heat maps (needs python3-matplotlib): %s\n", cmd.c_str());
+  return kExitOk;
+}
+
+std::string output_dir(const AttentionOptions& o) {
+  const std::string out = o.out.empty() ? o.run + "/attention" : o.out;
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec || !fs::is_directory(out)) throw IoError(out + ": cannot create the output directory (--out)");
+  return out;
+}
+
+// An encoder-decoder: encoder self-attention, decoder self-attention and cross-attention per layer.
+int run_pair_attention(const AttentionOptions& o, LoadedRun& run) {
+  const PairAttention a = pair_attention(*run.objective, o.text, o.target);
+  const std::string out = output_dir(o);
+  const std::string report = out + "/attention.json";
+  const nlohmann::json j = pair_attention_report_json(a);
+  write_bytes(report, j.dump() + "\n");
+  std::string target;
+  for (size_t t = 0; t + 1 < a.target_tokens.size(); ++t) target += (t ? " " : "") + a.target_tokens[t];
+  std::printf("pair: %s => %s%s\n", o.text.c_str(), target.c_str(),
+              o.target.empty() ? " (the run's greedy translation; --target sets another)" : "");
+  for (const char* kind : {"encoder", "decoder_self", "cross"}) {
+    const std::vector<Tensor>& layers = std::string(kind) == "encoder"        ? a.encoder
+                                        : std::string(kind) == "decoder_self" ? a.decoder_self
+                                                                              : a.cross;
+    for (size_t l = 0; l < layers.size(); ++l) {
+      write_npy(out + "/attention_" + kind + "_layer" + std::to_string(l) + ".npy", layers[l]);
+      std::printf("%s layer %zu: mean head pattern similarity %.2f\n", kind, l,
+                  j[kind][l]["mean_pattern_similarity"].get<double>());
+    }
+  }
+  std::printf("wrote %s and attention_{encoder,decoder_self,cross}_layerL.npy (%zu source, %zu target tokens; "
+              "(H, rows, cols) float32)\n",
+              report.c_str(), a.source_tokens.size(), a.target_tokens.size());
+  return plot_attention(report, out, o.no_plot);
+}
 
 int run_attention(const AttentionOptions& o) {
   LoadedRun run = load_run(o.run, o.which);
   platform::configure_threads(static_cast<int>(run.config.integer("train.threads")));
+  if (!run.model) return run_pair_attention(o, run);
+  if (!o.target.empty())
+    throw ConfigError("--target: only for seq2seq runs (this run's train.objective is \"" + run.objective->name() +
+                      "\")");
   const Tokenizer& tok = run.checkpoint.tokenizer;
   const std::vector<int32_t> ids = tok.encode(o.text, "--text");
   const int64_t max_len = run.model->config().max_seq_len;
@@ -84,10 +136,7 @@ int run_attention(const AttentionOptions& o) {
   for (int32_t id : ids) token_text.push_back(tok.decode(id));
 
   const std::vector<LayerAttention> layers = analyze_attention(*run.model, ids);
-  const std::string out = o.out.empty() ? o.run + "/attention" : o.out;
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  if (ec || !fs::is_directory(out)) throw IoError(out + ": cannot create the output directory (--out)");
+  const std::string out = output_dir(o);
   const std::string report = out + "/attention.json";
   write_bytes(report, attention_report_json(layers, token_text).dump() + "\n");
   for (size_t l = 0; l < layers.size(); ++l) {
@@ -97,14 +146,7 @@ int run_attention(const AttentionOptions& o) {
   }
   std::printf("wrote %s and attention_layer{0..%zu}.npy (%zu tokens; probabilities (H, T, T) float32)\n",
               report.c_str(), layers.size() - 1, ids.size());
-  const std::string script = find_script("plot_attention.py");
-  const std::string cmd = "/usr/bin/python3 '" + script + "' '" + report + "' --out '" + out + "'";
-  const bool can_plot = !o.no_plot && fs::exists(script) &&
-                        std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") == 0;
-  std::fflush(stdout);  // our lines before the script's
-  if (can_plot && std::system(cmd.c_str()) == 0) return kExitOk;
-  std::printf("to draw the heat maps (needs python3-matplotlib): %s\n", cmd.c_str());
-  return kExitOk;
+  return plot_attention(report, out, o.no_plot);
 }
 
 // ---- tfm export ----
@@ -166,9 +208,11 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
 
   auto a = std::make_shared<AttentionOptions>();
   auto* att =
-      app.add_subcommand("attention", "Per-head attention maps and head similarity of a run on a text");
+      app.add_subcommand("attention", "Per-head attention maps and head similarity of a run on a text (seq2seq: self- and cross-attention of a pair)");
   att->add_option("--run", a->run, "Run directory")->type_name("DIR")->required();
   att->add_option("--text", a->text, "Text to analyse (at most model.max_seq_len tokens)")->required();
+  att->add_option("--target", a->target,
+                  "seq2seq runs: the target side, teacher-forced (default: the run's greedy translation)");
   att->add_option("--out", a->out, "Output directory (default: DIR/attention)")->type_name("DIR");
   att->add_option("--checkpoint", a->which, "last or best")->capture_default_str();
   att->add_flag("--no-plot", a->no_plot, "Do not run scripts/plot_attention.py");
@@ -176,7 +220,10 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
       "\nWrites OUT/attention.json, OUT/attention_layerL.npy ((H, T, T) float32) and, with\n"
       "python3-matplotlib, OUT/attention_layerL.png.\nExample:\n"
       "  tfm attention --run runs/shakespeare_char --text \"ROMEO:\\nWhat light through yonder window "
-      "breaks?\"\n");
+      "breaks?\"\n"
+      "A seq2seq run writes attention_{encoder,decoder_self,cross}_layerL.{npy,png}: cross-attention\n"
+      "has target tokens down (the token each row predicts) and source tokens across:\n"
+      "  tfm attention --run runs/eng_fra --text \"i'm home .\" [--target \"je suis chez moi .\"]\n");
   commands.push_back({att, [a] { return run_attention(*a); }});
 
   auto e = std::make_shared<ExportOptions>();

@@ -194,6 +194,56 @@ std::unique_ptr<Objective> make_seq2seq(const Config& c, const Checkpoint* ckpt,
   return std::make_unique<Seq2Seq>(c, ckpt, o);
 }
 
+namespace {
+Seq2Seq& seq2seq_of(Objective& objective, const char* what) {
+  auto* s = dynamic_cast<Seq2Seq*>(&objective);
+  if (!s)
+    throw ConfigError(std::string(what) + ": the run was trained with train.objective \"" + objective.name() +
+                      "\"; this needs a seq2seq run");
+  return *s;
+}
+
+// Axis labels: a token's text, a special's name.
+std::vector<std::string> labels(const Tokenizer& tok, const std::vector<int32_t>& ids) {
+  std::vector<std::string> out;
+  for (int32_t id : ids) out.push_back(tok.is_special(id) ? tok.specials()[static_cast<size_t>(id)] : tok.decode(id));
+  return out;
+}
+}  // namespace
+
+PairAttention pair_attention(Objective& objective, const std::string& source, const std::string& target) {
+  Seq2Seq& s = seq2seq_of(objective, "attention");
+  const std::string tgt_text = target.empty() ? translate_texts(objective, {source}, {}).at(0) : target;
+  SentencePair pair;
+  pair.src = s.tokenizer().encode(source, "--text");
+  if (pair.src.empty()) throw ConfigError("--text: no tokens");
+  if (static_cast<int64_t>(pair.src.size()) > s.max_source_len()) pair.src.resize(s.max_source_len());
+  pair.tgt = s.target_tokenizer()->encode(tgt_text, "--target");
+  if (static_cast<int64_t>(pair.tgt.size()) > s.max_target_len()) pair.tgt.resize(s.max_target_len());
+  const PairBatch b = make_pair_batch({pair}, std::vector<int64_t>{0});
+  Seq2SeqModel& model = s.s2s();
+  NoGradGuard no_grad;
+  const bool was_training = model.training();
+  model.set_training(false);
+  model.set_record_attention(true);
+  model.forward(b.src, b.src_lengths, 1, b.S, b.tgt_in, b.T);
+  model.set_record_attention(false);
+  model.set_training(was_training);
+  PairAttention a;
+  a.source_tokens = labels(s.tokenizer(), b.src);
+  a.target_tokens = labels(*s.target_tokenizer(), b.tgt_out);
+  const int64_t H = model.config().n_heads;
+  const auto take = [H](const std::vector<Tensor>& probs, int64_t rows, int64_t cols) {
+    std::vector<Tensor> out;
+    for (const Tensor& p : probs) out.push_back(reshape(contiguous_values(p), {H, rows, cols}).clone());  // (1, H, r, c)
+    return out;
+  };
+  a.encoder = take(model.encoder_attention(), b.S, b.S);
+  a.decoder_self = take(model.decoder_self_attention(), b.T, b.T);
+  a.cross = take(model.decoder_cross_attention(), b.T, b.S);
+  return a;
+}
+
 std::vector<std::string> translate_texts(Objective& objective, const std::vector<std::string>& texts,
                                          const TranslateOptions& options) {
   auto* s = dynamic_cast<Seq2Seq*>(&objective);

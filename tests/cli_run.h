@@ -8,6 +8,8 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,12 @@ struct CliRun {
 };
 
 // `command` run by the shell from the repository root, its output and exit status.
+// A file's whole content ("" when it cannot be read; the caller's checks then fail).
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
 inline CliRun run_shell(const std::string& command) {
   const std::string cmd = std::string("cd '") + TFM_SOURCE_DIR + "' && " + command + " 2>&1";
   CliRun r;

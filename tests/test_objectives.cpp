@@ -259,6 +259,54 @@ TEST_CASE("objectives: seq2seq learns a toy translation through the loop, BLEU, 
   c = tfm_test::run_tfm("eval --run " + dir + " --batches 2");
   REQUIRE(c.status == 0);
   CHECK_THAT(c.out, Catch::Contains("bleu"));
+
+  // tfm attention on a pair: encoder self (H, S, S), decoder self (H, T, T, causal) and cross (H, T, S)
+  // per layer, every row a distribution; the greedy translation is the default target.
+  const std::string att = tmp.path + "/attention";
+  c = tfm_test::run_tfm("attention --run " + dir + " --text \"one two three.\" --no-plot --out " + att);
+  INFO(c.out);
+  REQUIRE(c.status == 0);
+  CHECK_THAT(c.out, Catch::Contains("=> trois deux un"));
+  const nlohmann::json a = nlohmann::json::parse(tfm_test::read_file(att + "/attention.json"));
+  const size_t S = a.at("source_tokens").size(), T = a.at("target_tokens").size();
+  CHECK(S == 5);  // one two three . <eos>
+  CHECK(a.at("target_tokens").back() == "<eos>");
+  CHECK(a.at("cross").size() == 2);
+  for (const char* kind : {"encoder", "decoder_self", "cross"})
+    for (const auto& layer : a.at(kind)) {
+      const auto& p = layer.at("probabilities");
+      REQUIRE(static_cast<int64_t>(p.size()) == run.config.integer("model.n_heads"));
+      const std::string k = kind;
+      const size_t rows = k == "encoder" ? S : T, cols = k == "decoder_self" ? T : S;
+      for (const auto& head : p) {
+        REQUIRE(head.size() == rows);
+        for (size_t i = 0; i < rows; ++i) {
+          const auto& row = head[i];
+          CHECK(row.size() == cols);
+          double sum = 0;
+          for (size_t j = 0; j < row.size(); ++j) {
+            sum += row[j].get<double>();
+            if (k == "decoder_self" && j > i) CHECK(row[j].get<double>() == 0.0);
+          }
+          CHECK(sum == Approx(1.0).margin(1e-5));
+        }
+      }
+    }
+  c = tfm_test::run_tfm("attention --run " + dir + " --text \"one two.\" --target \"deux un.\" --no-plot --out " + att);
+  CHECK(c.status == 0);
+  CHECK(nlohmann::json::parse(tfm_test::read_file(att + "/attention.json")).at("target_tokens").size() == 4);
+
+  // Export names the objective and both vocabularies; --init-from starts a new run from the weights.
+  c = tfm_test::run_tfm("export --run " + dir + " --out " + tmp.path + "/w.safetensors");
+  REQUIRE(c.status == 0);
+  const std::string dir2 = tmp.path + "/from_export";
+  const TrainResult r2 = train(s2s_config(dir2, data, {"train.max_steps=1"}), [&] {
+    TrainOptions o = quiet();
+    o.init_from = tmp.path + "/w.safetensors";
+    return o;
+  }());
+  REQUIRE(r2.status == TrainResult::Status::Finished);
+  CHECK(r2.losses.front() < 0.5);  // starts where the exported run was, not from scratch (~2.5)
 }
 
 TEST_CASE("objectives: seq2seq resumes bit-identically", "[objective][seq2seq][train]") {

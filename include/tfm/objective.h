@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "tfm/analysis.h"
 #include "tfm/checkpoint.h"
 #include "tfm/config.h"
 #include "tfm/data.h"
@@ -118,5 +119,9 @@ FillMaskResult fill_mask(Objective& objective, const std::string& text, int64_t 
 // (options.max_len 0 = data.max_target_len + 1).
 std::vector<std::string> translate_texts(Objective& objective, const std::vector<std::string>& texts,
                                          const TranslateOptions& options);
+
+// The attention maps of a seq2seq run on one pair (analysis.h): `source` read as translate reads it,
+// `target` teacher-forced (empty: the run's greedy translation of the source).
+PairAttention pair_attention(Objective& objective, const std::string& source, const std::string& target);
 
 }  // namespace tfm
