@@ -89,6 +89,12 @@ class Seq2Seq : public Objective {
     return {loss_of(b), b.real_source_tokens + b.real_target_tokens};
   }
 
+  std::string describe_batch() const override {
+    return std::to_string(B_) + " pairs (padded to the longest in the batch; at most " +
+           std::to_string(max_source_len() + 1) + " source + " + std::to_string(max_target_len() + 1) +
+           " target tokens)";
+  }
+
   std::function<Tensor()> random_batch_loss(Rng& rng) override {
     // Lengths from 1 to the longest allowed, ordinary ids only (after the specials).
     const auto sentence = [&rng](int64_t max_len, const Tokenizer& tok) {

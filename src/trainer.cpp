@@ -190,7 +190,6 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
   const std::string dir = config.string("output.dir");
   const std::string last_path = dir + "/last.ckpt", best_path = dir + "/best.ckpt";
   const uint64_t seed = static_cast<uint64_t>(config.integer("seed"));
-  const int64_t B = config.integer("train.batch_size"), T = config.integer("train.seq_len");
   const int64_t accum = config.integer("train.grad_accum_steps");
   const int64_t max_steps = config.integer("train.max_steps");
   const int64_t log_every = config.integer("train.log_interval");
@@ -376,8 +375,8 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
   info(format("compute: %d thread(s), %s; %s; measured %s peak %.1f GFLOP/s", threads,
               platform::blas_summary().c_str(), platform::gemm_summary().c_str(),
               precision_name(gemm_precision()), peak_gflops));
-  info(format("batch: %ld x %ld tokens x %ld accumulation step(s); %ld steps%s", static_cast<long>(B),
-              static_cast<long>(T), static_cast<long>(accum), static_cast<long>(max_steps),
+  info(format("batch: %s x %ld accumulation step(s); %ld steps%s", objective->describe_batch().c_str(),
+              static_cast<long>(accum), static_cast<long>(max_steps),
               opt.resume ? format(", continuing after step %ld", static_cast<long>(step)).c_str() : ""));
   if (nranks > 1)
     info(format("mpi: %d ranks x %d thread%s (%d on this machine); each rank samples its own batches, "

@@ -69,6 +69,8 @@ class Objective {
   virtual double train_flops_per_token() const = 0;
   // One line about the data for the log ("data: ...").
   virtual std::string describe_data() const = 0;
+  // The shape of a training micro-batch for the log ("12 x 64 tokens").
+  virtual std::string describe_batch() const = 0;
   // What to run next on a trained run in `dir` (the log's last line).
   virtual std::string usage_hint(const std::string& dir) const = 0;
   // Whether evaluate() can run (the data is loaded).
