@@ -13,6 +13,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include "tfm/bench.h"
@@ -186,368 +188,480 @@ uint64_t eval_seed(const Config& config) {
   return static_cast<uint64_t>(config.integer("seed")) ^ kEvalSalt;
 }
 
-TrainResult train(const Config& config, const TrainOptions& opt) {
-  const std::string dir = config.string("output.dir");
-  const std::string last_path = dir + "/last.ckpt", best_path = dir + "/best.ckpt";
-  const uint64_t seed = static_cast<uint64_t>(config.integer("seed"));
-  const int64_t accum = config.integer("train.grad_accum_steps");
-  const int64_t max_steps = config.integer("train.max_steps");
-  const int64_t log_every = config.integer("train.log_interval");
-  const int64_t eval_every = config.integer("train.eval_interval");
-  const int64_t eval_steps = config.integer("train.eval_steps");
-  const int64_t ckpt_every = config.integer("train.checkpoint_interval");
-  const double grad_clip = config.number("train.grad_clip");
-  const bool skip_nonfinite = config.boolean("train.skip_nonfinite");
-  constexpr int64_t kMaxSkipsInARow = 100;  // then the weights themselves are bad: stop
-  int64_t skipped = 0, skipped_in_a_row = 0;
-  // One writer per run directory (run_lock.h): held until train() returns; rank 0 writes, so it holds it.
-  const RunLock run_lock = dist::is_root() ? RunLock::acquire(dir) : RunLock();
+namespace {
 
-  // ---- every check of the input before any work ----
-  Checkpoint resumed;
-  if (opt.resume) {
-    if (!fs::exists(last_path)) throw IoError(last_path + ": no checkpoint to resume from");
-    resumed = load_checkpoint(last_path);
-    Config trained;
-    try {
-      trained = resolve_config(resumed.config);
-    } catch (const ConfigError& e) {
-      throw IoError(last_path + ": the checkpoint's config is invalid: " + e.what());
+// The run's log: the console (unless quiet) and DIR/train.log (appended to on resume), with a live
+// progress line on a TTY that every logged line clears first. Ranks other than 0 log nothing.
+class RunLog {
+ public:
+  RunLog(const std::string& dir, bool console, bool root, bool append) {
+    std::vector<spdlog::sink_ptr> sinks;
+    if (console && root) {
+      auto c = std::make_shared<spdlog::sinks::stdout_color_sink_mt>();
+      c->set_pattern("%^%v%$");
+      sinks.push_back(c);
     }
-    check_resumable(trained, config, last_path);
-    const json& rs = resumed.state;
-    const int64_t trained_ranks = rs.is_object() && rs.contains("ranks") && rs.at("ranks").is_number_integer()
-                                      ? rs.at("ranks").get<int64_t>()
-                                      : 1;
-    if (trained_ranks != dist::size())
-      throw ConfigError(last_path + ": the run was trained with " + std::to_string(trained_ranks) +
-                        " rank(s), this run has " + std::to_string(dist::size()) +
-                        " (resume with the same count: mpirun -np " + std::to_string(trained_ranks) + ")");
-  } else if (fs::exists(last_path)) {
-    throw ConfigError("output.dir: " + dir +
-                      " already holds a run (last.ckpt); continue it with `tfm train --resume " + dir +
-                      "` or choose another directory with --out");
+    if (root) {
+      auto f = std::make_shared<spdlog::sinks::basic_file_sink_mt>(dir + "/train.log", !append);
+      f->set_pattern("[%Y-%m-%d %H:%M:%S] [%l] %v");
+      sinks.push_back(f);
+    }
+    log_ = std::make_unique<spdlog::logger>("tfm", sinks.begin(), sinks.end());
+    log_->flush_on(spdlog::level::info);
+    tty_ = console && root && ::isatty(STDOUT_FILENO);
   }
-  // Data parallel: only rank 0 writes (the run directory lives on its machine).
-  const int rank = dist::rank(), nranks = dist::size();
-  // The objective reads its data and builds its model (vocabularies from the checkpoint on resume).
-  // A config that cannot fit is refused there, before the model is built (preflight.h).
-  const std::unique_ptr<Objective> objective = make_objective(
-      config, opt.resume ? &resumed : nullptr, {true, rank, MemoryCheck{"train", true, dist::local_size()}});
-  Model& model = objective->model();
-  const bool root = dist::is_root();
-  if (root) {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec || !fs::is_directory(dir))
-      throw IoError(
-          dir + ": cannot create the run directory (output.dir): " + (ec ? ec.message() : "not a directory"));
-    if (::access(dir.c_str(), W_OK) != 0)
-      throw IoError(dir + ": the run directory (output.dir) is not writable");
-    write_text_file(dir + "/config.json", config.tree.dump(2) + "\n");
+  void info(const std::string& s) { clear_progress(), log_->info(s); }
+  void warn(const std::string& s) { clear_progress(), log_->warn(s); }
+  void error(const std::string& s) { clear_progress(), log_->error(s); }
+  // Replaces the progress line (TTY only).
+  void progress(const std::string& line) {
+    if (!tty_) return;
+    std::printf("\r\033[K%s", line.c_str());
+    std::fflush(stdout);
+    shown_ = true;
+  }
+  void clear_progress() {
+    if (shown_) std::fputs("\r\033[K", stdout), std::fflush(stdout), shown_ = false;
   }
 
-  // ---- the run ----
+ private:
+  std::unique_ptr<spdlog::logger> log_;
+  bool tty_ = false, shown_ = false;
+};
+
+// One call of train(): the constructor checks the input and builds everything (a resumed run's state
+// restored); run() is the loop. The objective (objective.h) knows what a batch, its loss and an
+// evaluation are; everything here is the same for every objective.
+class TrainingRun {
+ public:
+  TrainingRun(const Config& config, const TrainOptions& opt);
+  TrainResult run();
+
+ private:
+  // What one optimizer step measured: the loss and gradient norm averaged over ranks, the real tokens.
+  struct StepStats {
+    double loss = 0, norm = 0, tokens = 0, seconds = 0;
+  };
+  const Checkpoint* check_resume();  // the resumed checkpoint, or nullptr for a fresh run
+  void create_run_directory();
+  void configure_compute();
+  void restore_state();
+  void open_outputs();
+  void log_header();
+  StepStats forward_backward();
+  std::string nonfinite_reason(double loss) const;
+  Metrics evaluate_and_keep_best();
+  void log_interval(double lr, const Metrics* val);
+  void save(const std::string& path);
+  nlohmann::json rng_json_all() const;
+  void gather_rngs();
+  void log_summary();
+  double elapsed() const { return elapsed_before_ + seconds_since(start_); }
+
+  const Config& config_;
+  const TrainOptions& opt_;
+  const std::string dir_, last_path_, best_path_;
+  const int64_t accum_, max_steps_, log_every_, eval_every_, eval_steps_, ckpt_every_;
+  const double grad_clip_;
+  const bool skip_nonfinite_;
+  const int rank_, nranks_;
+  const bool root_;
+  RunLock lock_;  // one writer per run directory (run_lock.h), held until train() returns
+  Checkpoint resumed_;
+  std::unique_ptr<Objective> objective_;
+  int threads_ = 1;
+  std::optional<GemmModeGuard> gemm_mode_;  // precision and backend for every product of the run
+  std::unique_ptr<Optimizer> optim_;
+  LrSchedule schedule_;
+  int64_t P_ = 0;
+  Tensor values_, grads_;
+  std::optional<WeightMirror> weight_mirror_;  // bf16 products read the weights' bfloat16 copy
+  std::unique_ptr<RunLog> log_;
+  std::ofstream metrics_;
+  double peak_gflops_ = 0, flops_per_token_ = 0;
+
+  int64_t step_ = 0, first_step_ = 0, saved_at_ = -1;
+  double best_val_ = std::numeric_limits<double>::infinity();
+  double elapsed_before_ = 0;
+  Clock::time_point start_ = Clock::now();
+  std::vector<uint64_t> rank_rngs_;  // every rank's sampler and dropout states, gathered before a save
+  int64_t skipped_ = 0, skipped_in_a_row_ = 0;
+  // Interval accumulators for the log line and metrics.jsonl.
+  double iv_time_ = 0, iv_loss_ = 0, iv_norm_ = 0, iv_tokens_ = 0, last_loss_ = 0;
+  int64_t iv_steps_ = 0;
+  double run_step_s_ = 0;       // this call's steps, for the allreduce share
+  std::string progress_extra_;  // the last evaluation's figures besides the loss, for the progress line
+  TrainResult result_;
+};
+
+TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt)
+    : config_(config),
+      opt_(opt),
+      dir_(config.string("output.dir")),
+      last_path_(dir_ + "/last.ckpt"),
+      best_path_(dir_ + "/best.ckpt"),
+      accum_(config.integer("train.grad_accum_steps")),
+      max_steps_(config.integer("train.max_steps")),
+      log_every_(config.integer("train.log_interval")),
+      eval_every_(config.integer("train.eval_interval")),
+      eval_steps_(config.integer("train.eval_steps")),
+      ckpt_every_(config.integer("train.checkpoint_interval")),
+      grad_clip_(config.number("train.grad_clip")),
+      skip_nonfinite_(config.boolean("train.skip_nonfinite")),
+      rank_(dist::rank()),
+      nranks_(dist::size()),
+      root_(dist::is_root()),
+      lock_(root_ ? RunLock::acquire(dir_) : RunLock()),  // rank 0 writes, so it holds the lock
+      schedule_(schedule_of(config)) {
+  // Every check of the input before any work. The objective reads its data and builds its model
+  // (vocabularies from the checkpoint on resume); a config that cannot fit is refused there, before
+  // the model is built (preflight.h).
+  const Checkpoint* ckpt = check_resume();
+  objective_ = make_objective(config_, ckpt, {true, rank_, MemoryCheck{"train", true, dist::local_size()}});
+  create_run_directory();
+  configure_compute();
+  Model& model = objective_->model();
+  model.set_training(true);
+  P_ = model.parameter_count();
+  optim_ = std::make_unique<Optimizer>(optimizer_config(config_), segments_of(model), P_);
+  if (rank_ > 0)
+    model.dropout_rng().seed_with(sampler_seed(static_cast<uint64_t>(config_.integer("seed")) + 1, rank_));
+  if (opt_.resume) {
+    restore_state();
+  } else {
+    if (!opt_.init_from.empty()) load_safetensors_into(model, opt_.init_from);
+    // Every rank starts from rank 0's weights (the same seed gives the same init; this makes it certain).
+    dist::broadcast(model.flat_values().data(), P_, 0);
+  }
+  first_step_ = step_;
+  values_ = model.flat_values();
+  grads_ = model.flat_grads();
+  weight_mirror_.emplace(values_.data(), P_);
+  open_outputs();
+  log_header();
+  result_.best_val_loss = best_val_;
+}
+
+const Checkpoint* TrainingRun::check_resume() {
+  if (!opt_.resume) {
+    if (fs::exists(last_path_))
+      throw ConfigError("output.dir: " + dir_ + " already holds a run (last.ckpt); continue it with `tfm train --resume " +
+                        dir_ + "` or choose another directory with --out");
+    return nullptr;
+  }
+  if (!fs::exists(last_path_)) throw IoError(last_path_ + ": no checkpoint to resume from");
+  resumed_ = load_checkpoint(last_path_);
+  Config trained;
+  try {
+    trained = resolve_config(resumed_.config);
+  } catch (const ConfigError& e) {
+    throw IoError(last_path_ + ": the checkpoint's config is invalid: " + e.what());
+  }
+  check_resumable(trained, config_, last_path_);
+  const json& rs = resumed_.state;
+  const int64_t trained_ranks =
+      rs.is_object() && rs.contains("ranks") && rs.at("ranks").is_number_integer() ? rs.at("ranks").get<int64_t>() : 1;
+  if (trained_ranks != nranks_)
+    throw ConfigError(last_path_ + ": the run was trained with " + std::to_string(trained_ranks) +
+                      " rank(s), this run has " + std::to_string(nranks_) +
+                      " (resume with the same count: mpirun -np " + std::to_string(trained_ranks) + ")");
+  return &resumed_;
+}
+
+// Data parallel: only rank 0 writes (the run directory lives on its machine).
+void TrainingRun::create_run_directory() {
+  if (!root_) return;
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec || !fs::is_directory(dir_))
+    throw IoError(dir_ + ": cannot create the run directory (output.dir): " + (ec ? ec.message() : "not a directory"));
+  if (::access(dir_.c_str(), W_OK) != 0) throw IoError(dir_ + ": the run directory (output.dir) is not writable");
+  write_text_file(dir_ + "/config.json", config_.tree.dump(2) + "\n");
+}
+
+void TrainingRun::configure_compute() {
   // train.threads = 0: all cores, shared among the ranks on this machine (at least 1 each).
-  const int64_t threads_key = config.integer("train.threads");
-  const int threads = platform::configure_threads(
-      threads_key > 0 || !dist::active()
-          ? static_cast<int>(threads_key)
+  const int64_t key = config_.integer("train.threads");
+  threads_ = platform::configure_threads(
+      key > 0 || !dist::active()
+          ? static_cast<int>(key)
           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / dist::local_size()));
   // Precision and GEMM backend live below the model: every product of this run (any objective) uses them.
-  const GemmModeGuard gemm_mode(parse_precision(config.string("train.precision")),
-                                resolve_gemm_backend(config.string("train.gemm_backend")));
-  model.set_training(true);
-  const int64_t P = model.parameter_count();
-  Optimizer optim(optimizer_config(config), segments_of(model), P);
-  const LrSchedule schedule = schedule_of(config);
-  Rng& sampler = objective->sampler_rng();
-  if (rank > 0) model.dropout_rng().seed_with(sampler_seed(seed + 1, rank));
-  int64_t step = 0;
-  double best_val = std::numeric_limits<double>::infinity();
-  double elapsed_before = 0.0;
-  if (!opt.resume && !opt.init_from.empty()) load_safetensors_into(model, opt.init_from);
-  // Every rank starts from rank 0's weights (the same seed gives the same init; this makes it certain).
-  if (!opt.resume) dist::broadcast(model.flat_values().data(), P, 0);
-  if (opt.resume) {
-    restore_model(model, resumed, last_path);
-    try {
-      const json& s = resumed.state;
-      step = s.at("step").get<int64_t>();
-      best_val = json_loss(s.at("best_val_loss"));
-      elapsed_before = s.at("elapsed_s").get<double>();
-      // A multi-rank checkpoint holds every rank's streams under rng.ranks (rank 0's also at the top).
-      const json& r = nranks > 1 ? s.at("rng").at("ranks").at(static_cast<size_t>(rank)) : s.at("rng");
-      sampler.set_state(rng_state(r.at("sampler")));
-      model.dropout_rng().set_state(rng_state(r.at("dropout")));
-      if (s.at("optimizer").at("name").get<std::string>() != optim.config().name ||
-          resumed.optimizer.size() != optim.state().size())
-        throw IoError(last_path + ": the checkpoint's optimizer state is for \"" +
-                      s.at("optimizer").at("name").get<std::string>() + "\", the config uses \"" +
-                      optim.config().name + "\"");
-      for (size_t i = 0; i < resumed.optimizer.size(); ++i) {
-        if (static_cast<int64_t>(resumed.optimizer[i].size()) != P)
-          throw IoError(last_path + ": optimizer state " + std::to_string(i) + " has " +
-                        std::to_string(resumed.optimizer[i].size()) + " values, expected " +
-                        std::to_string(P));
-        optim.state()[i] = std::move(resumed.optimizer[i]);
-      }
-      optim.set_steps_taken(s.at("optimizer").at("steps").get<int64_t>());
-      if (step < 0) throw IoError(last_path + ": negative step in the checkpoint");
-    } catch (const json::exception& e) {
-      throw IoError(last_path + ": corrupt checkpoint state (" + e.what() + ")");
+  gemm_mode_.emplace(parse_precision(config_.string("train.precision")),
+                     resolve_gemm_backend(config_.string("train.gemm_backend")));
+}
+
+// The weights, the optimizer state, the step, the best val loss and every rank's random streams.
+void TrainingRun::restore_state() {
+  Model& model = objective_->model();
+  restore_model(model, resumed_, last_path_);
+  try {
+    const json& s = resumed_.state;
+    step_ = s.at("step").get<int64_t>();
+    best_val_ = json_loss(s.at("best_val_loss"));
+    elapsed_before_ = s.at("elapsed_s").get<double>();
+    // A multi-rank checkpoint holds every rank's streams under rng.ranks (rank 0's also at the top).
+    const json& r = nranks_ > 1 ? s.at("rng").at("ranks").at(static_cast<size_t>(rank_)) : s.at("rng");
+    objective_->sampler_rng().set_state(rng_state(r.at("sampler")));
+    model.dropout_rng().set_state(rng_state(r.at("dropout")));
+    const std::string name = s.at("optimizer").at("name").get<std::string>();
+    if (name != optim_->config().name || resumed_.optimizer.size() != optim_->state().size())
+      throw IoError(last_path_ + ": the checkpoint's optimizer state is for \"" + name + "\", the config uses \"" +
+                    optim_->config().name + "\"");
+    for (size_t i = 0; i < resumed_.optimizer.size(); ++i) {
+      if (static_cast<int64_t>(resumed_.optimizer[i].size()) != P_)
+        throw IoError(last_path_ + ": optimizer state " + std::to_string(i) + " has " +
+                      std::to_string(resumed_.optimizer[i].size()) + " values, expected " + std::to_string(P_));
+      optim_->state()[i] = std::move(resumed_.optimizer[i]);
     }
+    optim_->set_steps_taken(s.at("optimizer").at("steps").get<int64_t>());
+    if (step_ < 0) throw IoError(last_path_ + ": negative step in the checkpoint");
+  } catch (const json::exception& e) {
+    throw IoError(last_path_ + ": corrupt checkpoint state (" + e.what() + ")");
   }
+  saved_at_ = step_;
+}
 
-  // Logging: console (unless quiet) and DIR/train.log, appended to on resume.
-  std::vector<spdlog::sink_ptr> sinks;
-  if (opt.console && root) {
-    auto console = std::make_shared<spdlog::sinks::stdout_color_sink_mt>();
-    console->set_pattern("%^%v%$");
-    sinks.push_back(console);
-  }
-  if (root) {
-    auto file_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(dir + "/train.log", !opt.resume);
-    file_sink->set_pattern("[%Y-%m-%d %H:%M:%S] [%l] %v");
-    sinks.push_back(file_sink);
-  }
-  spdlog::logger log("tfm", sinks.begin(), sinks.end());
-  log.flush_on(spdlog::level::info);
-  const bool tty = opt.console && root && ::isatty(STDOUT_FILENO);
-  bool progress_shown = false;
-  auto clear_progress = [&] {
-    if (progress_shown) std::fputs("\r\033[K", stdout), std::fflush(stdout), progress_shown = false;
-  };
-  auto info = [&](const std::string& s) { clear_progress(), log.info(s); };
+void TrainingRun::open_outputs() {
+  log_ = std::make_unique<RunLog>(dir_, opt_.console, root_, opt_.resume);
+  if (!root_) return;
+  if (opt_.resume) drop_metrics_after(dir_ + "/metrics.jsonl", step_);
+  metrics_.open(dir_ + "/metrics.jsonl", opt_.resume ? std::ios::app : std::ios::trunc);
+  if (!metrics_) throw IoError(dir_ + "/metrics.jsonl: cannot open for writing");
+}
 
-  std::ofstream metrics;
-  if (root) {
-    if (opt.resume) drop_metrics_after(dir + "/metrics.jsonl", step);
-    metrics.open(dir + "/metrics.jsonl", opt.resume ? std::ios::app : std::ios::trunc);
-    if (!metrics) throw IoError(dir + "/metrics.jsonl: cannot open for writing");
-  }
-
-  const auto run_start = Clock::now();
-  auto elapsed = [&] { return elapsed_before + seconds_since(run_start); };
-  // Every rank's sampler and dropout states (10 words per rank), gathered on all ranks before any
-  // step that may write a checkpoint (the gather is collective; only rank 0 writes).
-  std::vector<uint64_t> rank_rngs;
-  auto gather_rngs = [&] {
-    std::vector<uint64_t> mine;
-    for (const Rng::State& s : {sampler.state(), model.dropout_rng().state()})
-      mine.insert(mine.end(), s.begin(), s.end());
-    rank_rngs = dist::allgather(mine);
-  };
-  auto rng_json_all = [&] {
-    json rng = {{"sampler", rng_json(sampler.state())}, {"dropout", rng_json(model.dropout_rng().state())}};
-    if (nranks == 1) return rng;
-    json ranks = json::array();
-    for (int r = 0; r < nranks; ++r) {
-      const auto w = rank_rngs.begin() + 10 * r;
-      ranks.push_back({{"sampler", std::vector<uint64_t>(w, w + 5)}, {"dropout", std::vector<uint64_t>(w + 5, w + 10)}});
-    }
-    rng["ranks"] = std::move(ranks);
-    return rng;
-  };
-  // Writes the run's state to `path`, streaming the parameters and optimizer buffers (no copies).
-  auto save_run = [&](const std::string& path) {
-    json state = {{"step", step},
-                  {"best_val_loss", std::isfinite(best_val) ? json(best_val) : json(nullptr)},
-                  {"elapsed_s", elapsed()},
-                  {"rng", rng_json_all()},
-                  {"optimizer", {{"name", optim.config().name}, {"steps", optim.steps_taken()}}}};
-    if (nranks > 1) state["ranks"] = nranks;
-    save_checkpoint(path, CheckpointView{config.tree, objective->tokenizer(), state, model.flat_values().data(),
-                                         static_cast<size_t>(P), optim.state(),
-                                         objective->target_tokenizer()});
-  };
-
+void TrainingRun::log_header() {
+  const Model& model = objective_->model();
   std::string breakdown;
   for (const auto& [name, n] : model.parameter_breakdown())
     breakdown += (breakdown.empty() ? "" : ", ") + name + " " + std::to_string(n);
-  info(format("tfm train: %s %s", opt.resume ? "resuming" : "run directory", dir.c_str()));
-  info("objective: " + objective->name() + "; data: " + objective->describe_data());
-  info(format("model: %ld parameters (%s)", static_cast<long>(P), breakdown.c_str()));
-  const double flops_per_token = objective->train_flops_per_token();
+  log_->info(format("tfm train: %s %s", opt_.resume ? "resuming" : "run directory", dir_.c_str()));
+  log_->info("objective: " + objective_->name() + "; data: " + objective_->describe_data());
+  log_->info(format("model: %ld parameters (%s)", static_cast<long>(P_), breakdown.c_str()));
+  flops_per_token_ = objective_->train_flops_per_token();
   // The same square n = 1024 peak `tfm bench gemm` reports (a 512 cube ran ~15% below it, which
   // inflated the logged MFU), timed for 0.3 s at start-up in the precision and backend in use.
-  const double peak_gflops = root ? measure_gemm_peak_gflops(1024, 0.3) : 0.0;
-  info(format("compute: %d thread(s), %s; %s; measured %s peak %.1f GFLOP/s", threads,
-              platform::blas_summary().c_str(), platform::gemm_summary().c_str(),
-              precision_name(gemm_precision()), peak_gflops));
-  info(format("batch: %s x %ld accumulation step(s); %ld steps%s", objective->describe_batch().c_str(),
-              static_cast<long>(accum), static_cast<long>(max_steps),
-              opt.resume ? format(", continuing after step %ld", static_cast<long>(step)).c_str() : ""));
-  if (nranks > 1)
-    info(format("mpi: %d ranks x %d thread%s (%d on this machine); each rank samples its own batches, "
-                "gradients averaged with MPI_Allreduce over %ld floats per step",
-                nranks, threads, threads == 1 ? "" : "s", dist::local_size(), static_cast<long>(P)));
+  peak_gflops_ = root_ ? measure_gemm_peak_gflops(1024, 0.3) : 0.0;
+  log_->info(format("compute: %d thread(s), %s; %s; measured %s peak %.1f GFLOP/s", threads_,
+                    platform::blas_summary().c_str(), platform::gemm_summary().c_str(),
+                    precision_name(gemm_precision()), peak_gflops_));
+  log_->info(format("batch: %s x %ld accumulation step(s); %ld steps%s", objective_->describe_batch().c_str(),
+                    static_cast<long>(accum_), static_cast<long>(max_steps_),
+                    opt_.resume ? format(", continuing after step %ld", static_cast<long>(step_)).c_str() : ""));
+  if (nranks_ > 1)
+    log_->info(format("mpi: %d ranks x %d thread%s (%d on this machine); each rank samples its own batches, "
+                      "gradients averaged with MPI_Allreduce over %ld floats per step",
+                      nranks_, threads_, threads_ == 1 ? "" : "s", dist::local_size(), static_cast<long>(P_)));
+}
 
-  TrainResult result;
-  result.best_val_loss = best_val;
-  Tensor values = model.flat_values(), grads = model.flat_grads();
-  // bf16 products read the weights from one bfloat16 copy, refreshed after each optimizer step.
-  const WeightMirror weight_mirror(values.data(), P);
-  // Interval accumulators for the log line and metrics.jsonl.
-  double iv_time = 0.0, iv_loss = 0.0, iv_norm = 0.0, iv_tokens = 0.0;
-  int64_t iv_steps = 0;
-  int64_t saved_at = opt.resume ? step : -1;
-  double run_step_s = 0.0;  // this call's steps, for the allreduce share
-  const int64_t first_step = step;
-  std::string progress_extra;  // the last evaluation's figures besides the loss, for the progress line
+// The accumulated gradient of one optimizer step, averaged over the ranks, and its clipped norm.
+TrainingRun::StepStats TrainingRun::forward_backward() {
+  const auto t0 = Clock::now();
+  grads_.fill_(0.0f);
+  double loss_sum = 0.0, tokens = 0.0;
+  for (int64_t a = 0; a < accum_; ++a) {
+    const BatchLoss batch = objective_->train_batch();
+    Tensor loss = batch.loss;
+    loss_sum += loss.item();
+    tokens += static_cast<double>(batch.tokens);
+    // Mean over the micro-batches: the same gradient as one batch of B * accum.
+    if (accum_ > 1) loss = loss * (1.0f / static_cast<float>(accum_));
+    loss.backward();
+  }
+  // Data parallel: the mean over ranks of loss and gradient, before clipping, so the clip sees the
+  // global gradient and every rank applies the same update (no-ops in a single process).
+  StepStats s;
+  s.loss = dist::allreduce_mean(loss_sum / static_cast<double>(accum_));
+  s.tokens = dist::allreduce_mean(tokens) * nranks_;  // every rank's real tokens
+  dist::allreduce_mean(grads_.data(), P_);
+  s.norm = std::isfinite(s.loss) ? clip_grad_norm(grads_.data(), P_, grad_clip_) : NAN;
+  s.seconds = seconds_since(t0);
+  return s;
+}
 
-  while (step < max_steps) {
-    const auto t0 = Clock::now();
-    grads.fill_(0.0f);
-    double loss_sum = 0.0, tokens = 0.0;
-    for (int64_t a = 0; a < accum; ++a) {
-      BatchLoss batch = objective->train_batch();
-      Tensor loss = batch.loss;
-      loss_sum += loss.item();
-      tokens += static_cast<double>(batch.tokens);
-      // Mean over the micro-batches: the same gradient as one batch of B * accum.
-      if (accum > 1) loss = loss * (1.0f / static_cast<float>(accum));
-      loss.backward();
-    }
-    // Data parallel: the mean over ranks of loss and gradient, before clipping, so the clip sees the
-    // global gradient and every rank applies the same update (no-ops in a single process).
-    const double train_loss = dist::allreduce_mean(loss_sum / static_cast<double>(accum));
-    const double step_tokens = dist::allreduce_mean(tokens) * nranks;  // every rank's real tokens
-    dist::allreduce_mean(grads.data(), P);
-    const double norm = std::isfinite(train_loss) ? clip_grad_norm(grads.data(), P, grad_clip) : NAN;
-    if (!std::isfinite(train_loss) || !std::isfinite(norm)) {
-      const std::string where =
-          std::isfinite(train_loss)
-              ? "the gradient of " + first_nonfinite_grad(model) + " is not finite (loss " +
-                    format("%.4f", train_loss) + ")"
-              : std::string("the training loss is ") + (std::isnan(train_loss) ? "NaN" : "infinite");
-      if (skip_nonfinite && ++skipped_in_a_row <= kMaxSkipsInARow) {
+std::string TrainingRun::nonfinite_reason(double loss) const {
+  if (!std::isfinite(loss)) return std::string("the training loss is ") + (std::isnan(loss) ? "NaN" : "infinite");
+  return "the gradient of " + first_nonfinite_grad(objective_->model()) + " is not finite (loss " +
+         format("%.4f", loss) + ")";
+}
+
+// Rank 0 alone evaluates (nothing collective happens in here); a new best is saved as best.ckpt.
+Metrics TrainingRun::evaluate_and_keep_best() {
+  const Metrics val = objective_->evaluate("val", eval_steps_, eval_seed(config_));
+  const double val_loss = val.get("loss");
+  result_.val_loss = val_loss;
+  std::string note;
+  if (val_loss < best_val_) {
+    best_val_ = val_loss;
+    result_.best_val_loss = best_val_;
+    save(best_path_);
+    note = ", new best: saved best.ckpt";
+  }
+  // The objective's other figures (masked_lm: accuracy; seq2seq: accuracy, BLEU) follow the loss, and
+  // the progress line keeps showing them until the next evaluation.
+  std::string extra;
+  for (const auto& [name, v] : val.values)
+    if (name != "loss") extra += format(" | val %s %.4g", name.c_str(), v);
+  progress_extra_ = extra;
+  log_->info(format("step %ld/%ld | val loss %.4f (best %.4f)%s%s", static_cast<long>(step_),
+                    static_cast<long>(max_steps_), val_loss, best_val_, extra.c_str(), note.c_str()));
+  return val;
+}
+
+// One metrics.jsonl record and log line for the steps since the last one.
+void TrainingRun::log_interval(double lr, const Metrics* val) {
+  const double ms = 1e3 * iv_time_ / static_cast<double>(iv_steps_);
+  const double tok_s = iv_tokens_ / iv_time_;
+  const double mfu = peak_gflops_ > 0 ? flops_per_token_ * tok_s / (peak_gflops_ * 1e9 * nranks_) : 0.0;
+  const double n = static_cast<double>(iv_steps_);
+  json rec = {{"step", step_},
+              {"train_loss", last_loss_},
+              {"train_loss_avg", iv_loss_ / n},
+              {"lr", lr},
+              {"grad_norm", iv_norm_ / n},
+              {"tokens_per_s", tok_s},
+              {"ms_per_step", ms},
+              {"mfu", mfu},
+              {"elapsed_s", elapsed()}};
+  if (val)
+    for (const auto& [name, v] : val->values) rec["val_" + name] = v;
+  metrics_ << rec.dump() << "\n" << std::flush;
+  log_->info(format("step %ld/%ld | loss %.4f | lr %.2e | grad norm %.3f | %.1f ms/step | %s tok/s | mfu %.1f%%",
+                    static_cast<long>(step_), static_cast<long>(max_steps_), iv_loss_ / n, lr, iv_norm_ / n, ms,
+                    rate_str(tok_s).c_str(), 100.0 * mfu));
+  iv_time_ = iv_loss_ = iv_norm_ = iv_tokens_ = 0.0, iv_steps_ = 0;
+}
+
+// Every rank's sampler and dropout states (10 words per rank), gathered on all ranks before any step
+// that may write a checkpoint (the gather is collective; only rank 0 writes).
+void TrainingRun::gather_rngs() {
+  Model& model = objective_->model();
+  std::vector<uint64_t> mine;
+  for (const Rng::State& s : {objective_->sampler_rng().state(), model.dropout_rng().state()})
+    mine.insert(mine.end(), s.begin(), s.end());
+  rank_rngs_ = dist::allgather(mine);
+}
+
+json TrainingRun::rng_json_all() const {
+  Model& model = objective_->model();
+  json rng = {{"sampler", rng_json(objective_->sampler_rng().state())}, {"dropout", rng_json(model.dropout_rng().state())}};
+  if (nranks_ == 1) return rng;
+  json ranks = json::array();
+  for (int r = 0; r < nranks_; ++r) {
+    const auto w = rank_rngs_.begin() + 10 * r;
+    ranks.push_back({{"sampler", std::vector<uint64_t>(w, w + 5)}, {"dropout", std::vector<uint64_t>(w + 5, w + 10)}});
+  }
+  rng["ranks"] = std::move(ranks);
+  return rng;
+}
+
+// Writes the run's state to `path`, streaming the parameters and optimizer buffers (no copies).
+void TrainingRun::save(const std::string& path) {
+  json state = {{"step", step_},
+                {"best_val_loss", std::isfinite(best_val_) ? json(best_val_) : json(nullptr)},
+                {"elapsed_s", elapsed()},
+                {"rng", rng_json_all()},
+                {"optimizer", {{"name", optim_->config().name}, {"steps", optim_->steps_taken()}}}};
+  if (nranks_ > 1) state["ranks"] = nranks_;
+  save_checkpoint(path, CheckpointView{config_.tree, objective_->tokenizer(), state, values_.data(),
+                                       static_cast<size_t>(P_), optim_->state(), objective_->target_tokenizer()});
+}
+
+TrainResult TrainingRun::run() {
+  constexpr int64_t kMaxSkipsInARow = 100;  // then the weights themselves are bad: stop
+  while (step_ < max_steps_) {
+    const StepStats s = forward_backward();
+    if (!std::isfinite(s.loss) || !std::isfinite(s.norm)) {
+      const std::string where = nonfinite_reason(s.loss);
+      if (skip_nonfinite_ && ++skipped_in_a_row_ <= kMaxSkipsInARow) {
         // Marian's and llm.c's choice: drop this batch, keep the weights, draw the next batch.
-        ++skipped;
-        log.warn(format("step %ld: %s; batch skipped, no update (train.skip_nonfinite; %ld skipped so far)",
-                        static_cast<long>(step + 1), where.c_str(), static_cast<long>(skipped)));
+        ++skipped_;
+        log_->warn(format("step %ld: %s; batch skipped, no update (train.skip_nonfinite; %ld skipped so far)",
+                          static_cast<long>(step_ + 1), where.c_str(), static_cast<long>(skipped_)));
         continue;
       }
-      result.status = TrainResult::Status::NonFinite;
-      result.step = step;
-      result.message =
-          format("step %ld: %s; training stopped. ", static_cast<long>(step + 1), where.c_str()) +
-          (saved_at >= 0
-               ? format("%s (step %ld) is untouched; ", last_path.c_str(), static_cast<long>(saved_at))
-               : std::string("no checkpoint was written; ")) +
+      result_.status = TrainResult::Status::NonFinite;
+      result_.step = step_;
+      result_.message =
+          format("step %ld: %s; training stopped. ", static_cast<long>(step_ + 1), where.c_str()) +
+          (saved_at_ >= 0 ? format("%s (step %ld) is untouched; ", last_path_.c_str(), static_cast<long>(saved_at_))
+                          : std::string("no checkpoint was written; ")) +
           "try a lower train.optimizer.lr or train.grad_clip";
-      clear_progress();
-      log.error(result.message);
-      return result;
+      log_->error(result_.message);
+      return result_;
     }
-    skipped_in_a_row = 0;
-    const double lr = schedule.at(step);
-    optim.step(values.data(), grads.data(), lr);
-    ++step;
-    const double step_s = seconds_since(t0);
-    run_step_s += step_s;
-    if (opt.on_step) opt.on_step(step, model);
-    result.losses.push_back(train_loss);
-    iv_time += step_s, iv_loss += train_loss, iv_norm += norm, iv_tokens += step_tokens, ++iv_steps;
+    skipped_in_a_row_ = 0;
+    const double lr = schedule_.at(step_);
+    optim_->step(values_.data(), grads_.data(), lr);
+    ++step_;
+    run_step_s_ += s.seconds;
+    if (opt_.on_step) opt_.on_step(step_, objective_->model());
+    result_.losses.push_back(s.loss);
+    last_loss_ = s.loss;
+    iv_time_ += s.seconds, iv_loss_ += s.loss, iv_norm_ += s.norm, iv_tokens_ += s.tokens, ++iv_steps_;
 
-    double val_loss = NAN;
+    const bool eval_now = step_ % eval_every_ == 0 || step_ == max_steps_;
+    const bool stop = dist::any(opt_.stop && opt_.stop->load()) || step_ == opt_.stop_at_step;
+    const bool save_now = (ckpt_every_ > 0 && step_ % ckpt_every_ == 0) || step_ == max_steps_ || stop;
+    if (nranks_ > 1 && (eval_now || save_now)) gather_rngs();
     Metrics val;
-    const bool eval_now = step % eval_every == 0 || step == max_steps;
-    const bool stop = dist::any(opt.stop && opt.stop->load()) || step == opt.stop_at_step;
-    const bool save_now = (ckpt_every > 0 && step % ckpt_every == 0) || step == max_steps || stop;
-    if (nranks > 1 && (eval_now || save_now)) gather_rngs();
-    if (eval_now && root) {  // rank 0 alone evaluates: nothing collective happens in here
-      val = objective->evaluate("val", eval_steps, eval_seed(config));
-      val_loss = val.get("loss");
-      result.val_loss = val_loss;
-      std::string note;
-      if (val_loss < best_val) {
-        best_val = val_loss;
-        result.best_val_loss = best_val;
-        save_run(best_path);
-        note = ", new best: saved best.ckpt";
-      }
-      // The objective's other figures (masked_lm: accuracy; seq2seq: accuracy, BLEU) follow the loss,
-      // and the progress line keeps showing them until the next evaluation.
-      std::string extra;
-      for (const auto& [name, v] : val.values)
-        if (name != "loss") extra += format(" | val %s %.4g", name.c_str(), v);
-      progress_extra = extra;
-      info(format("step %ld/%ld | val loss %.4f (best %.4f)%s%s", static_cast<long>(step),
-                  static_cast<long>(max_steps), val_loss, best_val, extra.c_str(), note.c_str()));
-    }
-    if (root && (step % log_every == 0 || eval_now || step == max_steps)) {
-      const double ms = 1e3 * iv_time / iv_steps;
-      const double tok_s = iv_tokens / iv_time;
-      const double mfu = peak_gflops > 0 ? flops_per_token * tok_s / (peak_gflops * 1e9 * nranks) : 0.0;
-      json rec = {{"step", step},
-                  {"train_loss", train_loss},
-                  {"train_loss_avg", iv_loss / iv_steps},
-                  {"lr", lr},
-                  {"grad_norm", iv_norm / iv_steps},
-                  {"tokens_per_s", tok_s},
-                  {"ms_per_step", ms},
-                  {"mfu", mfu},
-                  {"elapsed_s", elapsed()}};
-      if (eval_now)
-        for (const auto& [name, v] : val.values) rec["val_" + name] = v;
-      metrics << rec.dump() << "\n" << std::flush;
-      info(
-          format("step %ld/%ld | loss %.4f | lr %.2e | grad norm %.3f | %.1f ms/step | %s tok/s | mfu %.1f%%",
-                 static_cast<long>(step), static_cast<long>(max_steps), iv_loss / iv_steps, lr,
-                 iv_norm / iv_steps, ms, rate_str(tok_s).c_str(), 100.0 * mfu));
-      iv_time = iv_loss = iv_norm = iv_tokens = 0.0, iv_steps = 0;
-    }
+    if (eval_now && root_) val = evaluate_and_keep_best();
+    if (root_ && (step_ % log_every_ == 0 || eval_now)) log_interval(lr, eval_now ? &val : nullptr);
     if (save_now) {
-      if (root) save_run(last_path);
-      saved_at = step;
+      if (root_) save(last_path_);
+      saved_at_ = step_;
     }
-    if (stop && step < max_steps) {
-      result.status = TrainResult::Status::Interrupted;
-      result.step = step;
-      info(format("interrupted after step %ld: saved %s. Continue with: %stfm train --resume %s",
-                  static_cast<long>(step), last_path.c_str(),
-                  nranks > 1 ? format("mpirun -np %d ", nranks).c_str() : "", dir.c_str()));
-      return result;
+    if (stop && step_ < max_steps_) {
+      result_.status = TrainResult::Status::Interrupted;
+      result_.step = step_;
+      log_->info(format("interrupted after step %ld: saved %s. Continue with: %stfm train --resume %s",
+                        static_cast<long>(step_), last_path_.c_str(),
+                        nranks_ > 1 ? format("mpirun -np %d ", nranks_).c_str() : "", dir_.c_str()));
+      return result_;
     }
-    if (tty) {
-      const double rate = step_s > 0 ? step_tokens / step_s : 0.0;
-      const double eta = step_s * static_cast<double>(max_steps - step);
-      std::printf("\r\033[Kstep %ld/%ld | loss %.4f%s | %s tok/s | ETA %s", static_cast<long>(step),
-                  static_cast<long>(max_steps), train_loss, progress_extra.c_str(), rate_str(rate).c_str(),
-                  duration_str(eta).c_str());
-      std::fflush(stdout);
-      progress_shown = true;
-    }
+    const double rate = s.seconds > 0 ? s.tokens / s.seconds : 0.0;
+    log_->progress(format("step %ld/%ld | loss %.4f%s | %s tok/s | ETA %s", static_cast<long>(step_),
+                          static_cast<long>(max_steps_), s.loss, progress_extra_.c_str(), rate_str(rate).c_str(),
+                          duration_str(s.seconds * static_cast<double>(max_steps_ - step_)).c_str()));
   }
-  result.step = step;
-  if (step == first_step) {
-    info(
-        format("nothing to do: the run is at step %ld of train.max_steps = %ld (raise it with --set "
-               "train.max_steps=N)",
-               static_cast<long>(step), static_cast<long>(max_steps)));
-  } else {
-    info(format("done: %ld steps in %s; val loss %.4f (best %.4f). %s", static_cast<long>(step),
-                duration_str(elapsed()).c_str(), result.val_loss, best_val, objective->usage_hint(dir).c_str()));
-    // Where the memory went: tensors at their peak, what the caching pool holds for reuse, and the
-    // whole process (tensors + libraries + data) as the OS counts it.
-    const memory::Stats mem = memory::stats();
-    rusage usage{};
-    getrusage(RUSAGE_SELF, &usage);
-    info(format("memory: tensors peaked at %.1f MiB; the pool holds %.1f MiB; process peak RSS %.1f MiB",
-                static_cast<double>(mem.peak_live_bytes) / (1 << 20),
-                static_cast<double>(mem.live_bytes + mem.cached_bytes) / (1 << 20),
-                static_cast<double>(usage.ru_maxrss) / 1024.0));
-    if (nranks > 1) {
-      const double steps_run = static_cast<double>(step - first_step);
-      info(format("allreduce: %.2f ms/step, %.1f%% of step (%.1f ms/step, %d ranks, %.1f MB of gradients)",
-                  1e3 * dist::allreduce_seconds() / steps_run,
-                  100.0 * dist::allreduce_seconds() / run_step_s, 1e3 * run_step_s / steps_run, nranks,
-                  4e-6 * static_cast<double>(P)));
-    }
+  result_.step = step_;
+  log_summary();
+  log_->clear_progress();
+  return result_;
+}
+
+void TrainingRun::log_summary() {
+  if (step_ == first_step_) {
+    log_->info(format("nothing to do: the run is at step %ld of train.max_steps = %ld (raise it with --set "
+                      "train.max_steps=N)",
+                      static_cast<long>(step_), static_cast<long>(max_steps_)));
+    return;
   }
-  clear_progress();
-  return result;
+  log_->info(format("done: %ld steps in %s; val loss %.4f (best %.4f). %s", static_cast<long>(step_),
+                    duration_str(elapsed()).c_str(), result_.val_loss, best_val_,
+                    objective_->usage_hint(dir_).c_str()));
+  // Where the memory went: tensors at their peak, what the caching pool holds for reuse, and the whole
+  // process (tensors + libraries + data) as the OS counts it.
+  const memory::Stats mem = memory::stats();
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  log_->info(format("memory: tensors peaked at %.1f MiB; the pool holds %.1f MiB; process peak RSS %.1f MiB",
+                    static_cast<double>(mem.peak_live_bytes) / (1 << 20),
+                    static_cast<double>(mem.live_bytes + mem.cached_bytes) / (1 << 20),
+                    static_cast<double>(usage.ru_maxrss) / 1024.0));
+  if (nranks_ > 1) {
+    const double steps_run = static_cast<double>(step_ - first_step_);
+    log_->info(format("allreduce: %.2f ms/step, %.1f%% of step (%.1f ms/step, %d ranks, %.1f MB of gradients)",
+                      1e3 * dist::allreduce_seconds() / steps_run, 100.0 * dist::allreduce_seconds() / run_step_s_,
+                      1e3 * run_step_s_ / steps_run, nranks_, 4e-6 * static_cast<double>(P_)));
+  }
+}
+
+}  // namespace
+
+TrainResult train(const Config& config, const TrainOptions& opt) {
+  TrainingRun run(config, opt);
+  return run.run();
 }
 
 LoadedRun load_run(const std::string& dir, const std::string& which, bool with_data) {
