@@ -31,11 +31,7 @@ Config mlm_config(const std::string& dir, std::vector<std::string> extra = {}) {
   return resolve_config(nlohmann::json::object(), sets);
 }
 
-TrainOptions quiet() {
-  TrainOptions o;
-  o.console = false;
-  return o;
-}
+using tfm_test::quiet;
 
 std::vector<nlohmann::json> read_metrics(const std::string& dir) {
   std::ifstream in(dir + "/metrics.jsonl");

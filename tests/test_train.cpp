@@ -43,11 +43,7 @@ Config small_config(const std::string& dir, std::vector<std::string> extra = {})
   return resolve_config(nlohmann::json::object(), sets);
 }
 
-TrainOptions quiet() {
-  TrainOptions o;
-  o.console = false;
-  return o;
-}
+using tfm_test::quiet;
 
 std::string file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
