@@ -13,8 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "tfm/trainer.h"
-
 namespace tfm_test {
 
 struct CliRun {
@@ -23,13 +21,6 @@ struct CliRun {
 };
 
 // `command` run by the shell from the repository root, its output and exit status.
-// Training options for tests: nothing on the console (DIR/train.log is still written).
-inline tfm::TrainOptions quiet() {
-  tfm::TrainOptions o;
-  o.console = false;
-  return o;
-}
-
 // A file's whole content ("" when it cannot be read; the caller's checks then fail).
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

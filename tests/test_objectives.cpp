@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli_run.h"
+#include "train_options.h"
 #include "tfm/config.h"
 #include "tfm/error.h"
 #include "tfm/objective.h"

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli_run.h"
+#include "train_options.h"
 #include "tfm/checkpoint.h"
 #include "tfm/config.h"
 #include "tfm/error.h"
