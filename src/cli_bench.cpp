@@ -1,6 +1,9 @@
 // tfm bench gemm: this machine's GEMM speed through our wrapper, per backend and precision: the peaks
 // MFU is quoted against.
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -8,6 +11,9 @@
 #include "cli.h"
 #include "tfm/bench.h"
 #include "tfm/config.h"
+#include "tfm/error.h"
+#include "tfm/file_io.h"
+#include "tfm/nn.h"
 #include "tfm/gemm.h"
 #include "tfm/preflight.h"
 #include "tfm/platform.h"
@@ -85,6 +91,94 @@ int run_bench_gemm(const BenchGemmOptions& o) {
   return kExitOk;
 }
 
+// ---- tfm bench attention ----
+
+struct BenchAttentionOptions {
+  std::vector<int64_t> lengths = {64, 128, 256, 512, 1024, 2048, 4096};
+  int64_t d_model = 128, heads = 4, kv_heads = 0, batch = 1;
+  bool causal = false, json = false, no_plot = false;
+  int threads = 0;
+  double seconds = 0.3;
+  std::string out;
+};
+
+std::string mib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", bytes / (1 << 20));
+  return buf;
+}
+
+int run_bench_attention(const BenchAttentionOptions& o) {
+  if (o.d_model % o.heads != 0)
+    throw ConfigError("--heads: " + std::to_string(o.heads) + " does not divide --d-model " + std::to_string(o.d_model));
+  if (o.kv_heads > 0 && o.heads % o.kv_heads != 0)
+    throw ConfigError("--kv-heads: " + std::to_string(o.kv_heads) + " does not divide --heads " + std::to_string(o.heads));
+  for (size_t i = 1; i < o.lengths.size(); ++i)
+    if (o.lengths[i] <= o.lengths[i - 1])
+      throw ConfigError("--seq-lens: expected increasing lengths, got " + std::to_string(o.lengths[i - 1]) + " then " +
+                        std::to_string(o.lengths[i]));
+  if (o.lengths.size() < 2) throw ConfigError("--seq-lens: give two or more lengths (the exponents are fitted)");
+  const int threads = platform::configure_threads(o.threads);
+  AttentionConfig c;
+  c.d_model = o.d_model, c.n_heads = o.heads, c.n_kv_heads = o.kv_heads, c.causal = o.causal;
+  const std::vector<AttentionTiming> t = time_attention(c, o.batch, o.lengths, o.seconds);
+  // Exponents over the upper half of the lengths, where the n^2 terms weigh most.
+  const size_t from = t.size() / 2 == t.size() - 1 ? 0 : t.size() / 2;
+  std::vector<double> n, ms, flops, peak, matrix;
+  for (size_t i = from; i < t.size(); ++i) {
+    n.push_back(static_cast<double>(t[i].n));
+    ms.push_back(t[i].median_ms);
+    flops.push_back(t[i].flops);
+    peak.push_back(std::max(t[i].peak_bytes, 1.0));
+    matrix.push_back(t[i].matrix_bytes);
+  }
+  const double a_time = fitted_exponent(n, ms), a_flops = fitted_exponent(n, flops);
+  const double a_mem = fitted_exponent(n, peak), a_matrix = fitted_exponent(n, matrix);
+  nlohmann::json j = {{"d_model", o.d_model}, {"heads", o.heads}, {"kv_heads", o.kv_heads > 0 ? o.kv_heads : o.heads},
+                      {"batch", o.batch}, {"causal", o.causal}, {"threads", threads},
+                      {"fit_from_n", t[from].n}, {"time_exponent", a_time}, {"flops_exponent", a_flops},
+                      {"memory_exponent", a_mem}, {"matrix_exponent", a_matrix}};
+  for (const AttentionTiming& x : t)
+    j["lengths"].push_back({{"n", x.n}, {"ms", x.median_ms}, {"flops", x.flops},
+                            {"gflops", x.flops / (x.median_ms * 1e-3) / 1e9}, {"peak_bytes", x.peak_bytes},
+                            {"attention_matrix_bytes", x.matrix_bytes}});
+  std::string report;
+  if (!o.out.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.out, ec);
+    if (ec || !std::filesystem::is_directory(o.out)) throw IoError(o.out + ": cannot create the output directory (--out)");
+    report = o.out + "/bench_attention.json";
+    write_file_atomically(report, j.dump(1) + "\n");
+  }
+  if (o.json) {
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("one attention layer, forward + backward: d_model %ld, %ld heads (%ld kv), batch %ld, %s, %d thread(s)\n",
+                static_cast<long>(o.d_model), static_cast<long>(o.heads),
+                static_cast<long>(o.kv_heads > 0 ? o.kv_heads : o.heads), static_cast<long>(o.batch),
+                o.causal ? "causal" : "bidirectional", threads);
+    std::printf("%8s %11s %9s %14s %22s\n", "n", "ms", "GFLOP/s", "peak MiB", "B*H*n^2 floats (MiB)");
+    for (const AttentionTiming& x : t)
+      std::printf("%8ld %11.3f %9.1f %14s %22s\n", static_cast<long>(x.n), x.median_ms,
+                  x.flops / (x.median_ms * 1e-3) / 1e9, mib(x.peak_bytes).c_str(), mib(x.matrix_bytes).c_str());
+    std::printf("fitted over n >= %ld: time ~ n^%.2f (the formula's FLOPs 2(n^2 d + n d^2)-like: n^%.2f); "
+                "memory ~ n^%.2f (an unfused layer's attention matrices: n^%.2f)\n",
+                static_cast<long>(t[from].n), a_time, a_flops, a_mem, a_matrix);
+    std::printf("tfm's fused attention keeps no (B, H, n, n) matrix: it recomputes the probabilities from Q, K and\n"
+                "each row's max and 1/sum in the backward, so its memory grows with n d, not h n^2.\n");
+  }
+  if (report.empty()) return kExitOk;
+  const std::string script = "scripts/plot_bench_attention.py";
+  const std::string cmd = "/usr/bin/python3 '" + script + "' '" + report + "'";
+  std::fflush(stdout);
+  if (!o.no_plot && std::filesystem::exists(script) &&
+      std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") == 0 &&
+      std::system((cmd + (o.json ? " >/dev/null" : "")).c_str()) == 0)
+    return kExitOk;
+  if (!o.json) std::printf("to draw it (needs python3-matplotlib): %s\n", cmd.c_str());
+  return kExitOk;
+}
+
 }  // namespace
 
 std::vector<Command> add_bench_commands(CLI::App& app) {
@@ -103,7 +197,33 @@ std::vector<Command> add_bench_commands(CLI::App& app) {
       "\nExamples:\n  tfm bench gemm\n  tfm bench gemm --config configs/shakespeare_char_large.json\n"
       "On AVX-512 CPUs tfm uses OpenBLAS's SkylakeX kernels (see the first line); compare with\n"
       "  TFM_NO_REEXEC=1 tfm bench gemm\n");
-  return {{gemm, [o] { return run_bench_gemm(*o); }}};
+  auto a = std::make_shared<BenchAttentionOptions>();
+  auto* att = bench->add_subcommand(
+      "attention", "Forward + backward time and memory of one multi-head attention layer against sequence length");
+  att->add_option("--seq-lens", a->lengths, "Sequence lengths, increasing")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(integer_in(1, 1 << 20));
+  att->add_option("--d-model", a->d_model, "Model width C")->capture_default_str()->check(integer_in(1, 65536));
+  att->add_option("--heads", a->heads, "Attention heads H (must divide --d-model)")
+      ->capture_default_str()
+      ->check(integer_in(1, 4096));
+  att->add_option("--kv-heads", a->kv_heads, "Key/value heads (0 = --heads; GQA/MQA below it)")
+      ->capture_default_str()
+      ->check(integer_in(0, 4096));
+  att->add_option("--batch", a->batch, "Sequences per step")->capture_default_str()->check(integer_in(1, 4096));
+  att->add_flag("--causal", a->causal, "Causal mask (skips the masked half of the score blocks)");
+  att->add_option("--threads", a->threads, "Threads (0 = all cores)")->capture_default_str()->check(integer_in(0, 1024));
+  att->add_option("--seconds", a->seconds, "Time to spend per length")->capture_default_str()->check(number_in(0.001, 60.0));
+  att->add_option("--out", a->out, "Write DIR/bench_attention.json and, with matplotlib, DIR/bench_attention.png")
+      ->type_name("DIR");
+  att->add_flag("--no-plot", a->no_plot, "With --out: do not run scripts/plot_bench_attention.py");
+  att->add_flag("--json", a->json, "One JSON object instead of the table");
+  att->footer(
+      "\nThe seeds' cost analysis (5.3.11): time O(n^2 d + n d^2), memory O(h n^2) for the attention\n"
+      "matrices. The exponents are fitted (least squares in log-log) over the upper half of the lengths.\n"
+      "Examples:\n  tfm bench attention\n  tfm bench attention --seq-lens 128,256,512,1024 --d-model 256 --heads 8 --out runs/bench\n");
+  return {{gemm, [o] { return run_bench_gemm(*o); }}, {att, [a] { return run_bench_attention(*a); }}};
 }
 
 }  // namespace tfm::cli

@@ -24,12 +24,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void write_bytes(const std::string& path, const std::string& bytes) {
-  AtomicFile f(path);
-  f.write(bytes.data(), bytes.size());
-  f.commit();
-}
-
 // A float32 C-order .npy file (format version 1.0): magic, version, header length, a Python dict
 // literal padded with spaces to a multiple of 64 bytes (newline last), then the raw values.
 void write_npy(const std::string& path, const Tensor& t) {
@@ -47,7 +41,7 @@ void write_npy(const std::string& path, const Tensor& t) {
   out += dict;
   const std::vector<float> v = t.to_vector();
   out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
-  write_bytes(path, out);
+  write_file_atomically(path, out);
 }
 
 // scripts/NAME from the current directory (the repository root), else beside the binary's build
@@ -97,7 +91,7 @@ int run_pair_attention(const AttentionOptions& o, LoadedRun& run) {
   const std::string out = output_dir(o);
   const std::string report = out + "/attention.json";
   const nlohmann::json j = pair_attention_report_json(a);
-  write_bytes(report, j.dump() + "\n");
+  write_file_atomically(report, j.dump() + "\n");
   std::string target;
   for (size_t t = 0; t + 1 < a.target_tokens.size(); ++t) target += (t ? " " : "") + a.target_tokens[t];
   std::printf("pair: %s => %s%s\n", o.text.c_str(), target.c_str(),
@@ -138,7 +132,7 @@ int run_attention(const AttentionOptions& o) {
   const std::vector<LayerAttention> layers = analyze_attention(*run.model, ids);
   const std::string out = output_dir(o);
   const std::string report = out + "/attention.json";
-  write_bytes(report, attention_report_json(layers, token_text).dump() + "\n");
+  write_file_atomically(report, attention_report_json(layers, token_text).dump() + "\n");
   for (size_t l = 0; l < layers.size(); ++l) {
     write_npy(out + "/attention_layer" + std::to_string(l) + ".npy", layers[l].probabilities);
     std::printf("layer %zu: mean head similarity rho = %.2f (output), %.2f (pattern)\n", l,

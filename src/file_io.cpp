@@ -135,4 +135,10 @@ void AtomicFile::commit() {
   if (!synced) throw IoError(detail::concat(path_, ": cannot sync its directory after the rename: ", sync_err));
 }
 
+void write_file_atomically(const std::string& path, const std::string& bytes) {
+  AtomicFile f(path);
+  f.write(bytes.data(), bytes.size());
+  f.commit();
+}
+
 }  // namespace tfm

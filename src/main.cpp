@@ -158,10 +158,7 @@ void dump_logits(LanguageModel& model, const Config& c, const std::vector<int32_
     }
     j["logits"].push_back(std::move(seq));
   }
-  const std::string text = j.dump() + "\n";
-  AtomicFile f(path);
-  f.write(text.data(), text.size());
-  f.commit();
+  write_file_atomically(path, j.dump() + "\n");
   std::printf("wrote %s: logits of %ld x %ld validation tokens, vocabulary %ld\n", path.c_str(),
               static_cast<long>(rows), static_cast<long>(T), static_cast<long>(V));
 }

@@ -118,12 +118,6 @@ std::string first_nonfinite_grad(const Model& model) {
   return "";
 }
 
-void write_text_file(const std::string& path, const std::string& text) {
-  AtomicFile f(path);
-  f.write(text.data(), text.size());
-  f.commit();
-}
-
 // A run killed after its last checkpoint logged steps that the resumed run will log again: keep
 // only the records up to the checkpoint's step, so metrics.jsonl reads as one uninterrupted run.
 void drop_metrics_after(const std::string& path, int64_t step) {
@@ -144,7 +138,7 @@ void drop_metrics_after(const std::string& path, int64_t step) {
     else
       dropped = true;
   }
-  if (dropped) write_text_file(path, kept);
+  if (dropped) write_file_atomically(path, kept);
 }
 
 // Keys that must be equal between a checkpoint and the config that continues it.
@@ -376,7 +370,7 @@ void TrainingRun::create_run_directory() {
   if (ec || !fs::is_directory(dir_))
     throw IoError(dir_ + ": cannot create the run directory (output.dir): " + (ec ? ec.message() : "not a directory"));
   if (::access(dir_.c_str(), W_OK) != 0) throw IoError(dir_ + ": the run directory (output.dir) is not writable");
-  write_text_file(dir_ + "/config.json", config_.tree.dump(2) + "\n");
+  write_file_atomically(dir_ + "/config.json", config_.tree.dump(2) + "\n");
 }
 
 void TrainingRun::configure_compute() {

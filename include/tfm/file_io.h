@@ -44,4 +44,7 @@ class AtomicFile {
   std::FILE* file_ = nullptr;
 };
 
+// A whole file written through AtomicFile.
+void write_file_atomically(const std::string& path, const std::string& bytes);
+
 }  // namespace tfm
