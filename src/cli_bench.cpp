@@ -161,7 +161,7 @@ int run_bench_attention(const BenchAttentionOptions& o) {
     for (const AttentionTiming& x : t)
       std::printf("%8ld %11.3f %9.1f %14s %22s\n", static_cast<long>(x.n), x.median_ms,
                   x.flops / (x.median_ms * 1e-3) / 1e9, mib(x.peak_bytes).c_str(), mib(x.matrix_bytes).c_str());
-    std::printf("fitted over n >= %ld: time ~ n^%.2f (the formula's FLOPs 2(n^2 d + n d^2)-like: n^%.2f); "
+    std::printf("fitted over n >= %ld: time ~ n^%.2f (the formula's FLOPs, O(n^2 d + n d^2): n^%.2f); "
                 "memory ~ n^%.2f (an unfused layer's attention matrices: n^%.2f)\n",
                 static_cast<long>(t[from].n), a_time, a_flops, a_mem, a_matrix);
     std::printf("tfm's fused attention keeps no (B, H, n, n) matrix: it recomputes the probabilities from Q, K and\n"
