@@ -11,6 +11,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "tfm/tensor.h"
+#include "tfm/trainer.h"
+
 namespace tfm::cli {
 
 // Exit statuses of every command.
@@ -64,5 +67,12 @@ std::vector<Command> add_bench_commands(CLI::App& app);    // cli_bench.cpp: ben
 std::vector<Command> add_insight_commands(CLI::App& app);  // cli_insight.cpp: attention, export, tokenizer
 std::vector<Command> add_objective_commands(CLI::App& app);  // cli_objectives.cpp: fill-mask, translate
 std::vector<Command> add_gradcheck_commands(CLI::App& app);  // cli_gradcheck.cpp: gradcheck
+std::vector<Command> add_heads_commands(CLI::App& app);      // cli_heads.cpp: heads
+
+// --mask-heads L:H,... (cli_heads.cpp): per layer an (H) gate of ones with 0 at each masked head;
+// ConfigError naming the flag on a bad item or an index out of range.
+std::vector<tfm::Tensor> parse_head_mask(const std::string& spec, int64_t layers, int64_t heads);
+// Sets the gates of --mask-heads on a run's language model (nothing when spec is empty).
+void apply_head_mask(tfm::LoadedRun& run, const std::string& spec);
 
 }  // namespace tfm::cli

@@ -61,7 +61,7 @@ std::string find_script(const std::string& name) {
 // ---- tfm attention ----
 
 struct AttentionOptions {
-  std::string run, text, target, out, which = "last";
+  std::string run, text, target, out, which = "last", mask_heads;
   bool no_plot = false;
 };
 
@@ -115,7 +115,13 @@ int run_pair_attention(const AttentionOptions& o, LoadedRun& run) {
 int run_attention(const AttentionOptions& o) {
   LoadedRun run = load_run(o.run, o.which);
   platform::configure_threads(static_cast<int>(run.config.integer("train.threads")));
-  if (!run.model) return run_pair_attention(o, run);
+  if (!run.model) {
+    if (!o.mask_heads.empty())
+      throw ConfigError("--mask-heads: only for causal_lm and masked_lm runs (this run's train.objective is \"" +
+                        run.objective->name() + "\")");
+    return run_pair_attention(o, run);
+  }
+  apply_head_mask(run, o.mask_heads);
   if (!o.target.empty())
     throw ConfigError("--target: only for seq2seq runs (this run's train.objective is \"" + run.objective->name() +
                       "\")");
@@ -208,6 +214,8 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
   att->add_option("--target", a->target,
                   "seq2seq runs: the target side, teacher-forced (default: the run's greedy translation)");
   att->add_option("--out", a->out, "Output directory (default: DIR/attention)")->type_name("DIR");
+  att->add_option("--mask-heads", a->mask_heads, "Mask attention heads: LAYER:HEAD,... (0-based; their output is zero)")
+      ->type_name("L:H,...");
   att->add_option("--checkpoint", a->which, "last or best")->capture_default_str();
   att->add_flag("--no-plot", a->no_plot, "Do not run scripts/plot_attention.py");
   att->footer(

@@ -164,10 +164,11 @@ void dump_logits(LanguageModel& model, const Config& c, const std::vector<int32_
 }
 
 int cmd_eval(const std::string& dir, const std::string& split, int64_t batches, const std::string& which,
-             const std::string& dump_path) {
+             const std::string& dump_path, const std::string& mask_heads) {
   if (split != "val" && split != "train")
     throw ConfigError("--split: expected \"val\" or \"train\", got \"" + split + "\"");
   LoadedRun run = load_run(dir, which, true);
+  cli::apply_head_mask(run, mask_heads);
   const Config& c = run.config;
   platform::configure_threads(static_cast<int>(c.integer("train.threads")));
   // The run's precision, as its evaluations during training (and torch_lm.py --bf16) ran.
@@ -194,7 +195,8 @@ int cmd_eval(const std::string& dir, const std::string& split, int64_t batches, 
   return kExitOk;
 }
 
-int cmd_sample(const std::string& dir, const SampleOptions& o, std::string which, const std::string& init_from) {
+int cmd_sample(const std::string& dir, const SampleOptions& o, std::string which, const std::string& init_from,
+               const std::string& mask_heads) {
   if (which.empty()) which = std::filesystem::exists(dir + "/best.ckpt") ? "best" : "last";
   LoadedRun run = load_run(dir, which);
   if (!run.model || run.objective->name() != "causal_lm")
@@ -202,6 +204,7 @@ int cmd_sample(const std::string& dir, const SampleOptions& o, std::string which
                       "\"; sampling continues text, which needs a causal_lm run" +
                       (run.objective->name() == "masked_lm" ? " (for masked_lm: tfm fill-mask)" : " (for seq2seq: tfm translate)"));
   if (!init_from.empty()) load_safetensors_into(*run.model, init_from);
+  cli::apply_head_mask(run, mask_heads);
   const int64_t V = run.model->config().vocab_size;
   if (o.top_k > V)
     throw ConfigError("--top-k: expected 0 to " + std::to_string(V) + " (the vocabulary of " + dir + "), got " +
@@ -349,7 +352,7 @@ static int run_cli(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Help for every command");
 
-  std::string config_file, resume_dir, out, run_dir, split = "val", which, prompt, init_from, dump_path;
+  std::string config_file, resume_dir, out, run_dir, split = "val", which, prompt, init_from, dump_path, mask_heads;
   std::vector<std::string> sets;
   int64_t stop_at = -1, batches = 0, vocab_size = 0;
   bool keys = false, measure = false, info_json = false;
@@ -391,7 +394,10 @@ static int run_cli(int argc, char** argv) {
                    "Write one batch of --batches (default 2) sequences and their logits as JSON "
                    "(for torch_lm.py --check-logits)")
       ->type_name("FILE");
-  eval->footer("\nExample:\n  tfm eval --run runs/shakespeare_char --batches 200\n");
+  eval->add_option("--mask-heads", mask_heads, "Mask attention heads: LAYER:HEAD,... (0-based; their output is zero)")
+      ->type_name("L:H,...");
+  eval->footer("\nExamples:\n  tfm eval --run runs/shakespeare_char --batches 200\n"
+               "  tfm eval --run runs/shakespeare_char --batches 200 --mask-heads 0:1,3:2\n");
 
   auto* samp = app.add_subcommand("sample", "Generate text from a trained run (streams as it goes)");
   samp->add_option("--run", run_dir, "Run directory")->type_name("DIR")->required();
@@ -410,6 +416,8 @@ static int run_cli(int argc, char** argv) {
       ->capture_default_str()
       ->check(integer_in(0, std::numeric_limits<int64_t>::max()));
   samp->add_option("--checkpoint", which, "last or best (default: best when it exists)");
+  samp->add_option("--mask-heads", mask_heads, "Mask attention heads: LAYER:HEAD,... (0-based; their output is zero)")
+      ->type_name("L:H,...");
   samp->add_option("--init-from", init_from, "Weights from a safetensors file instead of the run's")
       ->type_name("FILE");
   samp->footer(
@@ -439,6 +447,7 @@ static int run_cli(int argc, char** argv) {
   for (cli::Command& c : cli::add_insight_commands(app)) more.push_back(std::move(c));
   for (cli::Command& c : cli::add_objective_commands(app)) more.push_back(std::move(c));
   for (cli::Command& c : cli::add_gradcheck_commands(app)) more.push_back(std::move(c));
+  for (cli::Command& c : cli::add_heads_commands(app)) more.push_back(std::move(c));
 
   try {
     app.parse(argc, argv);
@@ -449,8 +458,8 @@ static int run_cli(int argc, char** argv) {
 
   try {
     if (train->parsed()) return cmd_train(config_file, resume_dir, sets, out, stop_at, init_from);
-    if (eval->parsed()) return cmd_eval(run_dir, split, batches, which.empty() ? "last" : which, dump_path);
-    if (samp->parsed()) return cmd_sample(run_dir, sample, which, init_from);
+    if (eval->parsed()) return cmd_eval(run_dir, split, batches, which.empty() ? "last" : which, dump_path, mask_heads);
+    if (samp->parsed()) return cmd_sample(run_dir, sample, which, init_from, mask_heads);
     if (info->parsed()) return cmd_info(config_file, sets, vocab_size, measure, info_json);
     if (cfg->parsed()) return cmd_config(config_file, sets, keys);
     for (const cli::Command& c : more)

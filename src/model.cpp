@@ -239,6 +239,13 @@ void LanguageModel::set_record_attention(bool on) {
   impl_->record_attention = on;
   for (auto& b : impl_->net.blocks) b->attn.record = on;
 }
+void LanguageModel::set_head_gates(const std::vector<Tensor>& gates) {
+  auto& blocks = impl_->net.blocks;
+  TFM_CHECK(gates.empty() || gates.size() == blocks.size(), "LanguageModel::set_head_gates", "expected ",
+            blocks.size(), " gates (one per layer) or none, got ", gates.size());
+  for (size_t l = 0; l < blocks.size(); ++l) blocks[l]->attn.head_gate = gates.empty() ? Tensor() : gates[l];
+}
+
 const std::vector<Tensor>& LanguageModel::attention_probabilities() const { return impl_->probabilities; }
 const std::vector<Tensor>& LanguageModel::head_outputs() const { return impl_->head_outputs; }
 

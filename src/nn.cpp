@@ -272,6 +272,11 @@ Tensor MultiHeadAttention::attend(const Tensor& q, const Tensor& k, const Tensor
     const Tensor oh = matmul(reshape(pd, {B, Hkv, G * Tq, Tk}), vh);           // (B, Hkv, G*Tq, Dv)
     o = reshape(permute(reshape(oh, {B, Hkv, G, Tq, Dk}), {0, 3, 1, 2, 4}), {B, Tq, H * Dk});
   }
+  if (head_gate.defined()) {
+    TFM_CHECK(head_gate.dim() == 1 && head_gate.size(0) == H, "MultiHeadAttention", "head_gate must be (",
+              H, "), got ", shape_str(head_gate.shape()));
+    o = reshape(reshape(o, {B, Tq, H, Dk}) * reshape(head_gate, {1, 1, H, 1}), {B, Tq, H * Dk});
+  }
   if (record) {
     last_probabilities = probs;
     last_head_outputs = reshape(o, {B, Tq, H, Dk}).detach();

@@ -47,6 +47,13 @@ class CausalLm : public TextObjective {
     return {LanguageModel::loss(model_.forward(x_, B_, T_), y_), B_ * T_};
   }
 
+  Tensor split_batch_loss(const std::string& split, uint64_t seed) override {
+    BatchSampler sampler(seed);
+    std::vector<int32_t> x, y;
+    sampler.sample(split_tokens(split), B_, T_, x, y);
+    return LanguageModel::loss(model_.forward(x, B_, T_), y);
+  }
+
   std::function<Tensor()> random_batch_loss(Rng& rng) override {
     const int64_t V = model_.config().vocab_size;
     std::vector<int32_t> x(B_ * T_), y(B_ * T_);

@@ -35,6 +35,13 @@ class MaskedLm : public TextObjective {
     return {cross_entropy(model_.forward(x_, B_, T_), y_, kIgnore), B_ * T_};
   }
 
+  Tensor split_batch_loss(const std::string& split, uint64_t seed) override {
+    BatchSampler sampler(seed);
+    std::vector<int32_t> x, y;
+    draw(split_tokens(split), sampler, x, y);
+    return cross_entropy(model_.forward(x, B_, T_), y, kIgnore);
+  }
+
   std::function<Tensor()> random_batch_loss(Rng& rng) override {
     const int64_t ordinary = tokenizer_.size();
     std::vector<int32_t> x(B_ * T_), y;

@@ -95,6 +95,12 @@ class Seq2Seq : public Objective {
            " target tokens)";
   }
 
+  Tensor split_batch_loss(const std::string& split_name, uint64_t seed) override {
+    const std::vector<SentencePair>& pairs = split(split_name);
+    PairSampler sampler(seed);
+    return loss_of(make_pair_batch(pairs, sampler.sample(static_cast<int64_t>(pairs.size()), B_)));
+  }
+
   std::function<Tensor()> random_batch_loss(Rng& rng) override {
     // Lengths from 1 to the longest allowed, ordinary ids only (after the specials).
     const auto sentence = [&rng](int64_t max_len, const Tokenizer& tok) {

@@ -134,6 +134,9 @@ class LanguageModel : public Model {
 
   // When on, each forward keeps every layer's attention probabilities: per layer (B, H, T_q, T_k).
   void set_record_attention(bool on);
+  // Per layer, an (H) gate on the heads' outputs (MultiHeadAttention::head_gate); an empty vector
+  // removes them. Masks heads (gate 0) and measures their importance (dL/dgate).
+  void set_head_gates(const std::vector<Tensor>& gates);
   const std::vector<Tensor>& attention_probabilities() const;
   // When on, each forward keeps every layer's per-head attention outputs before Wo: (B, T, H, Dk).
   const std::vector<Tensor>& head_outputs() const;

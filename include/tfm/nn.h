@@ -167,6 +167,10 @@ class MultiHeadAttention : public Module {
   // (B, Tq, H, Dv) of the last call.
   bool record = false;
   Tensor last_probabilities, last_head_outputs;
+  // When defined, (H): each head's output is multiplied by its gate before Wo. A gate of 0 masks the
+  // head (tfm eval --mask-heads); with requires_grad, backward gives dL/dgate, Michel et al.'s head
+  // importance at gate 1 (tfm heads). Undefined (the default) costs nothing.
+  Tensor head_gate;
 
   const AttentionConfig& config() const { return config_; }
   int64_t head_dim() const { return head_dim_; }

@@ -60,6 +60,10 @@ class Objective {
   // closure that reruns the model on its current weights: what `tfm gradcheck` differentiates. In
   // eval mode the closure is a deterministic function of the weights.
   virtual std::function<Tensor()> random_batch_loss(Rng& rng) = 0;
+  // The loss, with its graph, of one batch of `split` drawn from a generator seeded with `seed`, in
+  // the model's current mode: the same batch for the same seed (tfm heads measures every head on the
+  // same batches).
+  virtual Tensor split_batch_loss(const std::string& split, uint64_t seed) = 0;
 
   // Evaluation in eval mode without a graph over `batches` batches of `split` ("val" | "train"),
   // drawn from a fresh generator seeded with `seed` (the same batches at every evaluation).
