@@ -33,9 +33,12 @@ def main():
     for ax, m, title, fmt in ((a, delta, "val loss change, head masked alone", "{:+.3f}"),
                               (b, score, "gradient score |dL/dξ| (per-layer l2 = 1)", "{:.2f}")):
         im = ax.imshow(m, cmap="viridis", aspect="auto")
+        lo, hi = min(map(min, m)), max(map(max, m))
         for i in range(L):
             for j in range(H):
-                ax.text(j, i, fmt.format(m[i][j]), ha="center", va="center", fontsize=8, color="white")
+                bright = hi > lo and (m[i][j] - lo) / (hi - lo) > 0.6  # light cells of viridis: dark text
+                ax.text(j, i, fmt.format(m[i][j]), ha="center", va="center", fontsize=8,
+                        color="black" if bright else "white")
         ax.set_xticks(range(H))
         ax.set_yticks(range(L))
         ax.set_xlabel("head")
