@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <atomic>
 #include <cstdlib>
 #include <functional>
 #include <string>
@@ -68,6 +69,10 @@ std::vector<Command> add_insight_commands(CLI::App& app);  // cli_insight.cpp: a
 std::vector<Command> add_objective_commands(CLI::App& app);  // cli_objectives.cpp: fill-mask, translate
 std::vector<Command> add_gradcheck_commands(CLI::App& app);  // cli_gradcheck.cpp: gradcheck
 std::vector<Command> add_heads_commands(CLI::App& app);      // cli_heads.cpp: heads
+std::vector<Command> add_sweep_commands(CLI::App& app);      // cli_sweep.cpp: sweep
+
+// Ctrl-C / SIGTERM set the returned flag (main.cpp): training finishes its step and checkpoints.
+const std::atomic<bool>* stop_on_signals();
 
 // --mask-heads L:H,... (cli_heads.cpp): per layer an (H) gate of ones with 0 at each masked head;
 // ConfigError naming the flag on a bad item or an index out of range.

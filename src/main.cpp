@@ -344,6 +344,13 @@ void print_error(const std::string& what) {
 
 }  // namespace
 
+namespace tfm::cli {
+const std::atomic<bool>* stop_on_signals() {
+  install_stop_handlers();
+  return &g_stop;
+}
+}  // namespace tfm::cli
+
 static int run_cli(int argc, char** argv) {
   CLI::App app{
       "tfm: train a small Transformer (decoder-only language model, masked-LM encoder or encoder-decoder "
@@ -448,6 +455,7 @@ static int run_cli(int argc, char** argv) {
   for (cli::Command& c : cli::add_objective_commands(app)) more.push_back(std::move(c));
   for (cli::Command& c : cli::add_gradcheck_commands(app)) more.push_back(std::move(c));
   for (cli::Command& c : cli::add_heads_commands(app)) more.push_back(std::move(c));
+  for (cli::Command& c : cli::add_sweep_commands(app)) more.push_back(std::move(c));
 
   try {
     app.parse(argc, argv);

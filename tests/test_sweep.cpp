@@ -1,0 +1,78 @@
+// tfm sweep (issue 15): every grid point trained once with the same seed, one directory each, a
+// stopped or extended sweep continued rather than restarted, sweep.jsonl with each point's cost and
+// val loss, and bad grids refused before anything trains.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli_run.h"
+
+namespace {
+
+std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<nlohmann::json> out;
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("sweep: trains each point once, continues a stopped sweep, writes sweep.jsonl", "[sweep][cli]") {
+  const std::string out = tfm_test::scratch_path("sweep", "grid");
+  const std::string base = "sweep --config configs/tiny.json --no-plot --out " + out +
+                           " --grid model.n_kv_heads=4,1 --grid model.attention_score=dot,additive";
+  tfm_test::CliRun r = tfm_test::run_tfm(base + " --set train.max_steps=2 --set train.eval_interval=2");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  auto points = read_jsonl(out + "/sweep.jsonl");
+  REQUIRE(points.size() == 4);
+  CHECK(points[0].at("model.n_kv_heads") == 4);
+  CHECK(points[1].at("model.attention_score") == "additive");
+  CHECK(points[2].at("model.n_kv_heads") == 1);
+  // K and V of 2 layers in float32: 2 * 2 * Hkv * Dk * 4 bytes (Dk = 32 / 4).
+  CHECK(points[0].at("kv_cache_bytes_per_token") == 2 * 2 * 4 * 8 * 4);
+  CHECK(points[2].at("kv_cache_bytes_per_token") == 2 * 2 * 1 * 8 * 4);
+  CHECK(points[2].at("parameters").get<int64_t>() < points[0].at("parameters").get<int64_t>());  // fewer Wk, Wv rows
+  for (const auto& p : points) {
+    CHECK(p.at("step") == 2);
+    CHECK(std::isfinite(p.at("val_loss").get<double>()));
+    CHECK(p.at("train_flops_per_token").get<double>() > 0);
+    CHECK(std::filesystem::exists(p.at("dir").get<std::string>() + "/last.ckpt"));
+  }
+
+  // The same command again trains nothing; a longer one continues every point from step 2.
+  r = tfm_test::run_tfm(base + " --set train.max_steps=2 --set train.eval_interval=2");
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, !Catch::Contains("sweep: 1/4"));
+  r = tfm_test::run_tfm(base + " --set train.max_steps=4 --set train.eval_interval=2");
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("continuing after step 2"));
+  points = read_jsonl(out + "/sweep.jsonl");
+  REQUIRE(points.size() == 4);
+  for (const auto& p : points) CHECK(p.at("step") == 4);
+}
+
+TEST_CASE("sweep: a bad grid is refused before anything trains", "[sweep][cli]") {
+  const std::string out = tfm_test::scratch_path("sweep", "bad");
+  struct Case {
+    std::string grid, expect;
+  };
+  for (const Case& c : {Case{"model.nope=1,2", "--grid: model.nope is not a config key"},
+                        Case{"model.n_heads", "--grid: expected KEY=V1,V2,..."},
+                        Case{"model.n_heads=4,,8", "--grid: an empty value"},
+                        Case{"model.n_heads=4,3", "--grid point model.n_heads=3: "}}) {
+    const tfm_test::CliRun r =
+        tfm_test::run_tfm("sweep --config configs/tiny.json --no-plot --out " + out + " --grid " + c.grid);
+    INFO(c.grid << "\n" << r.out);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.out, Catch::Contains(c.expect));
+    CHECK(!std::filesystem::exists(out + "/model.n_heads=4"));
+  }
+}
