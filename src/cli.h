@@ -71,6 +71,13 @@ std::vector<Command> add_gradcheck_commands(CLI::App& app);  // cli_gradcheck.cp
 std::vector<Command> add_heads_commands(CLI::App& app);      // cli_heads.cpp: heads
 std::vector<Command> add_sweep_commands(CLI::App& app);      // cli_sweep.cpp: sweep
 
+// scripts/NAME from the current directory (the repository root), else beside the binary's build
+// directory; "scripts/NAME" when neither exists (cli_plot.cpp).
+std::string find_script(const std::string& name);
+// Runs `python3 scripts/NAME ARGS...` when matplotlib is installed and no_plot is off; otherwise
+// prints the command to run (unless quiet, which also silences the script). True when it drew.
+bool run_plot_script(const std::string& name, const std::vector<std::string>& args, bool no_plot, bool quiet = false);
+
 // Ctrl-C / SIGTERM set the returned flag (main.cpp): training finishes its step and checkpoints.
 const std::atomic<bool>* stop_on_signals();
 

@@ -168,14 +168,7 @@ int run_bench_attention(const BenchAttentionOptions& o) {
                 "each row's max and 1/sum in the backward, so its memory grows with n d, not h n^2.\n");
   }
   if (report.empty()) return kExitOk;
-  const std::string script = "scripts/plot_bench_attention.py";
-  const std::string cmd = "/usr/bin/python3 '" + script + "' '" + report + "'";
-  std::fflush(stdout);
-  if (!o.no_plot && std::filesystem::exists(script) &&
-      std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") == 0 &&
-      std::system((cmd + (o.json ? " >/dev/null" : "")).c_str()) == 0)
-    return kExitOk;
-  if (!o.json) std::printf("to draw it (needs python3-matplotlib): %s\n", cmd.c_str());
+  run_plot_script("plot_bench_attention.py", {report}, o.no_plot, o.json);
   return kExitOk;
 }
 

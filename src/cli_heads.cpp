@@ -182,12 +182,7 @@ int run_heads(const HeadsOptions& o) {
   std::printf("%ld of %ld heads can be masked before the val loss rises by more than 0.05\n",
               static_cast<long>(can_go), static_cast<long>(L * H));
   std::printf("wrote %s\n", report.c_str());
-  const std::string cmd = "/usr/bin/python3 'scripts/plot_heads.py' '" + report + "'";
-  std::fflush(stdout);
-  if (!o.no_plot && std::filesystem::exists("scripts/plot_heads.py") &&
-      std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") == 0 && std::system(cmd.c_str()) == 0)
-    return kExitOk;
-  std::printf("to draw it (needs python3-matplotlib): %s\n", cmd.c_str());
+  run_plot_script("plot_heads.py", {report}, o.no_plot);
   return kExitOk;
 }
 

@@ -44,38 +44,12 @@ void write_npy(const std::string& path, const Tensor& t) {
   write_file_atomically(path, out);
 }
 
-// scripts/NAME from the current directory (the repository root), else beside the binary's build
-// directory; "scripts/NAME" when neither exists.
-std::string find_script(const std::string& name) {
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  std::vector<fs::path> candidates = {fs::path("scripts") / name};
-  if (!ec)
-    for (fs::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path())
-      candidates.push_back(dir / "scripts" / name);
-  for (const fs::path& p : candidates)
-    if (fs::exists(p, ec)) return p.string();
-  return "scripts/" + name;
-}
-
 // ---- tfm attention ----
 
 struct AttentionOptions {
   std::string run, text, target, out, which = "last", mask_heads;
   bool no_plot = false;
 };
-
-// Runs scripts/plot_attention.py on the report when matplotlib is there, else says how to.
-int plot_attention(const std::string& report, const std::string& out, bool no_plot) {
-  const std::string script = find_script("plot_attention.py");
-  const std::string cmd = "/usr/bin/python3 '" + script + "' '" + report + "' --out '" + out + "'";
-  const bool can_plot = !no_plot && fs::exists(script) &&
-                        std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") == 0;
-  std::fflush(stdout);  // our lines before the script's
-  if (can_plot && std::system(cmd.c_str()) == 0) return kExitOk;
-  std::printf("to draw the heat maps (needs python3-matplotlib): %s\n", cmd.c_str());
-  return kExitOk;
-}
 
 std::string output_dir(const AttentionOptions& o) {
   const std::string out = o.out.empty() ? o.run + "/attention" : o.out;
@@ -109,7 +83,8 @@ int run_pair_attention(const AttentionOptions& o, LoadedRun& run) {
   std::printf("wrote %s and attention_{encoder,decoder_self,cross}_layerL.npy (%zu source, %zu target tokens; "
               "(H, rows, cols) float32)\n",
               report.c_str(), a.source_tokens.size(), a.target_tokens.size());
-  return plot_attention(report, out, o.no_plot);
+  run_plot_script("plot_attention.py", {report, "--out", out}, o.no_plot);
+  return kExitOk;
 }
 
 int run_attention(const AttentionOptions& o) {
@@ -146,7 +121,8 @@ int run_attention(const AttentionOptions& o) {
   }
   std::printf("wrote %s and attention_layer{0..%zu}.npy (%zu tokens; probabilities (H, T, T) float32)\n",
               report.c_str(), layers.size() - 1, ids.size());
-  return plot_attention(report, out, o.no_plot);
+  run_plot_script("plot_attention.py", {report, "--out", out}, o.no_plot);
+  return kExitOk;
 }
 
 // ---- tfm export ----

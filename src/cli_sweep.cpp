@@ -192,12 +192,7 @@ int run_sweep(const SweepOptions& o) {
                 r["val_loss"].get<double>(), r["ms_per_step"].get<double>(), r["tokens_per_s"].get<double>());
   }
   std::printf("wrote %s/sweep.jsonl\n", out.c_str());
-  const std::string cmd = "/usr/bin/python3 'scripts/plot_sweep.py' '" + out + "/sweep.jsonl' '" + axes[0].key + "'";
-  std::fflush(stdout);
-  if (!o.no_plot && fs::exists("scripts/plot_sweep.py") &&
-      std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") == 0 && std::system(cmd.c_str()) == 0)
-    return kExitOk;
-  std::printf("to draw it (needs python3-matplotlib): %s\n", cmd.c_str());
+  run_plot_script("plot_sweep.py", {out + "/sweep.jsonl", axes[0].key}, o.no_plot);
   return kExitOk;
 }
 

@@ -591,6 +591,12 @@ void apply_override(json& tree, const std::string& assignment) {
   json* node = &tree;
   std::string so_far;
   const auto parts = split_path(path);
+  if (value.is_null()) {  // KEY=null removes the key: its default (or the value it derives from) applies
+    for (size_t i = 0; i + 1 < parts.size() && node->is_object() && node->contains(parts[i]); ++i)
+      node = &(*node)[parts[i]];
+    if (node->is_object() && !parts.empty()) node->erase(parts.back());
+    return;
+  }
   for (size_t i = 0; i < parts.size(); ++i) {
     if (parts[i].empty()) throw ConfigError("--set: \"" + path + "\" is not a key path (empty component)");
     if (node->is_null()) *node = json::object();
