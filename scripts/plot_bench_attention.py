@@ -8,23 +8,18 @@ Writes DIR/bench_attention.png: left, forward + backward time (log-log) with the
 step's tensor memory beside the B*H*n^2 floats an unfused layer keeps for its attention matrices.
 Needs Debian's python3-matplotlib.
 """
-import json
 import os
 import sys
+
+import tfm_plot
 
 
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     path = sys.argv[1]
-    try:
-        with open(path, encoding="utf-8") as f:
-            r = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        sys.exit(f"plot_bench_attention.py: {path}: {e}")
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    r = tfm_plot.load_json(path, "plot_bench_attention.py")
+    plt = tfm_plot.pyplot()
 
     rows = r["lengths"]
     n = [x["n"] for x in rows]

@@ -7,23 +7,18 @@ Writes heads.png beside the report: left, the loss change when each head alone i
 numbers in the cells); middle, the normalized gradient score |dL/dxi| (Michel et al. 2019); right, the
 validation loss as the least important heads are masked. Needs Debian's python3-matplotlib.
 """
-import json
 import os
 import sys
+
+import tfm_plot
 
 
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     path = sys.argv[1]
-    try:
-        with open(path, encoding="utf-8") as f:
-            r = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        sys.exit(f"plot_heads.py: {path}: {e}")
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    r = tfm_plot.load_json(path, "plot_heads.py")
+    plt = tfm_plot.pyplot()
 
     delta = [l["loss_change_when_masked"] for l in r["layer"]]
     score = [l["normalized_score"] for l in r["layer"]]
