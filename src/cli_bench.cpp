@@ -175,7 +175,7 @@ int run_bench_attention(const BenchAttentionOptions& o) {
 }  // namespace
 
 std::vector<Command> add_bench_commands(CLI::App& app) {
-  auto* bench = app.add_subcommand("bench", "Measure this machine: GEMM GFLOP/s per backend and precision (the peaks MFU is quoted against)");
+  auto* bench = app.add_subcommand("bench", "Measure this machine: GEMM GFLOP/s per backend and precision (the peaks MFU is quoted against), and one attention layer against sequence length");
   bench->require_subcommand(1);
   auto o = std::make_shared<BenchGemmOptions>();
   auto* gemm = bench->add_subcommand("gemm", "GEMM GFLOP/s of OpenBLAS and oneDNN in fp32 and bf16: square peak, and a config's matrix products");

@@ -57,6 +57,8 @@ Examples:
   tfm train --config configs/eng_fra_d2l.json           # encoder-decoder: translation
   tfm translate --run runs/eng_fra_d2l --text "go ." --text "i lost ."
   tfm info --config configs/shakespeare_char_large.json
+  tfm heads --run runs/shakespeare_char                 # what each attention head is worth
+  tfm sweep --config configs/shakespeare_char.json --grid model.n_heads=1,2,4,8
   tfm config --config configs/shakespeare_char.json --set model.n_layers=6
   tfm config --keys          # every config key with its default, allowed values and meaning
 
