@@ -97,7 +97,8 @@ std::vector<AttentionTiming> time_attention(const AttentionConfig& config, int64
       ms.push_back(std::chrono::duration<double, std::milli>(clock::now() - t0).count());
       if (ms.size() >= 1000) break;
     }
-    t.peak_bytes = static_cast<double>(memory::stats().peak_live_bytes - std::min(live, memory::stats().peak_live_bytes));
+    const size_t peak = memory::stats().peak_live_bytes;
+    t.peak_bytes = static_cast<double>(peak - std::min(live, peak));
     std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
     t.median_ms = ms[ms.size() / 2];
     const double Bn = static_cast<double>(B * n), dn = static_cast<double>(n), dC = static_cast<double>(C);

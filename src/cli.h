@@ -71,6 +71,9 @@ std::vector<Command> add_gradcheck_commands(CLI::App& app);  // cli_gradcheck.cp
 std::vector<Command> add_heads_commands(CLI::App& app);      // cli_heads.cpp: heads
 std::vector<Command> add_sweep_commands(CLI::App& app);      // cli_sweep.cpp: sweep
 
+// Creates `dir` (and its parents) for a command's output files; IoError naming it and `flag` when it
+// cannot (cli_plot.cpp).
+void make_output_dir(const std::string& dir, const std::string& flag = "--out");
 // scripts/NAME from the current directory (the repository root), else beside the binary's build
 // directory; "scripts/NAME" when neither exists (cli_plot.cpp).
 std::string find_script(const std::string& name);

@@ -102,12 +102,6 @@ struct BenchAttentionOptions {
   std::string out;
 };
 
-std::string mib(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", bytes / (1 << 20));
-  return buf;
-}
-
 int run_bench_attention(const BenchAttentionOptions& o) {
   if (o.d_model % o.heads != 0)
     throw ConfigError("--heads: " + std::to_string(o.heads) + " does not divide --d-model " + std::to_string(o.d_model));
@@ -144,9 +138,7 @@ int run_bench_attention(const BenchAttentionOptions& o) {
                             {"attention_matrix_bytes", x.matrix_bytes}});
   std::string report;
   if (!o.out.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(o.out, ec);
-    if (ec || !std::filesystem::is_directory(o.out)) throw IoError(o.out + ": cannot create the output directory (--out)");
+    make_output_dir(o.out);
     report = o.out + "/bench_attention.json";
     write_file_atomically(report, j.dump(1) + "\n");
   }
@@ -159,8 +151,8 @@ int run_bench_attention(const BenchAttentionOptions& o) {
                 o.causal ? "causal" : "bidirectional", threads);
     std::printf("%8s %11s %9s %14s %22s\n", "n", "ms", "GFLOP/s", "peak MiB", "B*H*n^2 floats (MiB)");
     for (const AttentionTiming& x : t)
-      std::printf("%8ld %11.3f %9.1f %14s %22s\n", static_cast<long>(x.n), x.median_ms,
-                  x.flops / (x.median_ms * 1e-3) / 1e9, mib(x.peak_bytes).c_str(), mib(x.matrix_bytes).c_str());
+      std::printf("%8ld %11.3f %9.1f %14.2f %22.2f\n", static_cast<long>(x.n), x.median_ms,
+                  x.flops / (x.median_ms * 1e-3) / 1e9, x.peak_bytes / (1 << 20), x.matrix_bytes / (1 << 20));
     std::printf("fitted over n >= %ld: time ~ n^%.2f (the formula's FLOPs, O(n^2 d + n d^2): n^%.2f); "
                 "memory ~ n^%.2f (an unfused layer's attention matrices: n^%.2f)\n",
                 static_cast<long>(t[from].n), a_time, a_flops, a_mem, a_matrix);

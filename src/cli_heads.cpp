@@ -155,9 +155,7 @@ int run_heads(const HeadsOptions& o) {
                           {"normalized_score", score[l]}, {"ranking", rank}});
   }
   const std::string out = o.out.empty() ? o.run + "/heads" : o.out;
-  std::error_code ec;
-  std::filesystem::create_directories(out, ec);
-  if (ec || !std::filesystem::is_directory(out)) throw IoError(out + ": cannot create the output directory (--out)");
+  make_output_dir(out);
   const std::string report = out + "/heads.json";
   write_file_atomically(report, j.dump(1) + "\n");
   if (o.json) {

@@ -53,9 +53,7 @@ struct AttentionOptions {
 
 std::string output_dir(const AttentionOptions& o) {
   const std::string out = o.out.empty() ? o.run + "/attention" : o.out;
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  if (ec || !fs::is_directory(out)) throw IoError(out + ": cannot create the output directory (--out)");
+  make_output_dir(out);
   return out;
 }
 

@@ -1,4 +1,5 @@
-// Running the plotting scripts (scripts/plot_*.py, Debian's python3-matplotlib) from the commands.
+// Where the commands put their reports and how they draw them (scripts/plot_*.py, Debian's
+// python3-matplotlib).
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -6,10 +7,17 @@
 #include <vector>
 
 #include "cli.h"
+#include "tfm/error.h"
 
 namespace tfm::cli {
 
 namespace fs = std::filesystem;
+
+void make_output_dir(const std::string& dir, const std::string& flag) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) throw IoError(dir + ": cannot create the output directory (" + flag + ")");
+}
 
 std::string find_script(const std::string& name) {
   std::error_code ec;

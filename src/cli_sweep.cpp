@@ -140,7 +140,7 @@ int run_sweep(const SweepOptions& o) {
     }
     dirs.push_back(dir);
   }
-  fs::create_directories(out);
+  make_output_dir(out);
   const std::atomic<bool>* stop = stop_on_signals();
   json all = json::array();
   for (size_t i = 0; i < points.size(); ++i) {

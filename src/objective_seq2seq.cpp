@@ -81,6 +81,13 @@ class Seq2Seq : public Objective {
   bool has_data() const override { return data_.has_value(); }
   int64_t max_source_len() const { return config_.integer("data.max_source_len"); }
   int64_t max_target_len() const { return config_.integer("data.max_target_len"); }
+  // A source text as training saw it: encoded, truncated to data.max_source_len tokens (make_pair_batch
+  // appends <eos>). `what` names the flag in errors.
+  std::vector<int32_t> encode_source(const std::string& text, const char* what) const {
+    std::vector<int32_t> ids = source_.encode(text, what);
+    if (static_cast<int64_t>(ids.size()) > max_source_len()) ids.resize(static_cast<size_t>(max_source_len()));
+    return ids;
+  }
 
   BatchLoss train_batch() override {
     const std::vector<SentencePair>& pairs = split("train");
@@ -227,9 +234,8 @@ PairAttention pair_attention(Objective& objective, const std::string& source, co
   Seq2Seq& s = seq2seq_of(objective, "attention");
   const std::string tgt_text = target.empty() ? translate_texts(objective, {source}, {}).at(0) : target;
   SentencePair pair;
-  pair.src = s.tokenizer().encode(source, "--text");
+  pair.src = s.encode_source(source, "--text");
   if (pair.src.empty()) throw ConfigError("--text: no tokens");
-  if (static_cast<int64_t>(pair.src.size()) > s.max_source_len()) pair.src.resize(s.max_source_len());
   pair.tgt = s.target_tokenizer()->encode(tgt_text, "--target");
   if (static_cast<int64_t>(pair.tgt.size()) > s.max_target_len()) pair.tgt.resize(s.max_target_len());
   const PairBatch b = make_pair_batch({pair}, std::vector<int64_t>{0});
@@ -263,13 +269,10 @@ std::vector<std::string> translate_texts(Objective& objective, const std::vector
     throw ConfigError("translate: the run was trained with train.objective \"" + objective.name() +
                       "\"; translation needs a seq2seq run");
   if (texts.empty()) return {};
-  const Tokenizer& source = s->tokenizer();
-  // As training saw sources: truncated to data.max_source_len tokens, then <eos>.
   std::vector<SentencePair> pairs(texts.size());
   std::vector<int64_t> idx;
   for (size_t i = 0; i < texts.size(); ++i) {
-    pairs[i].src = source.encode(texts[i], "--text");
-    if (static_cast<int64_t>(pairs[i].src.size()) > s->max_source_len()) pairs[i].src.resize(s->max_source_len());
+    pairs[i].src = s->encode_source(texts[i], "--text");
     idx.push_back(static_cast<int64_t>(i));
   }
   const PairBatch b = make_pair_batch(pairs, idx);

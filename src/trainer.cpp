@@ -207,6 +207,7 @@ class RunLog {
   void info(const std::string& s) { clear_progress(), log_->info(s); }
   void warn(const std::string& s) { clear_progress(), log_->warn(s); }
   void error(const std::string& s) { clear_progress(), log_->error(s); }
+  bool shows_progress() const { return tty_; }
   // Replaces the progress line (TTY only).
   void progress(const std::string& line) {
     if (!tty_) return;
@@ -613,6 +614,7 @@ TrainResult TrainingRun::run() {
                         nranks_ > 1 ? format("mpirun -np %d ", nranks_).c_str() : "", dir_.c_str()));
       return result_;
     }
+    if (!log_->shows_progress()) continue;  // no line to format off a TTY
     const double rate = s.seconds > 0 ? s.tokens / s.seconds : 0.0;
     log_->progress(format("step %ld/%ld | loss %.4f%s | %s tok/s | ETA %s", static_cast<long>(step_),
                           static_cast<long>(max_steps_), s.loss, progress_extra_.c_str(), rate_str(rate).c_str(),
