@@ -49,7 +49,7 @@ def main():
         ax.set_ylabel(y)
         if len(groups) > 1:
             ax.legend(fontsize=8)
-    fig.suptitle(f"{os.path.dirname(os.path.abspath(path))}: {len(rows)} points", fontsize=10)
+    fig.suptitle(f"{os.path.basename(os.path.dirname(os.path.abspath(path)))}: {len(rows)} points", fontsize=10)
     out = os.path.join(os.path.dirname(os.path.abspath(path)), "sweep.png")
     fig.savefig(out, dpi=110)
     print(out)
