@@ -136,6 +136,20 @@ std::vector<KeySpec> build_table() {
       Key("model.bias", T::Boolean, true, "Biases in the attention and feed-forward projections."),
       Key("model.attention_score", T::String, "dot", "Scaled dot-product or additive (Bahdanau) scores.")
           .one_of({"dot", "additive"}),
+      Key("model.head_gating", T::String, "none",
+          "`topk`: a learned gate picks model.head_topk heads per token and weights them by the softmax of "
+          "their gate logits (Mixture of Attention heads); the other heads' attention is not computed.")
+          .one_of({"none", "topk"}),
+      Key("model.head_topk", T::Integer, 2, "topk gating: heads each token uses (at most model.n_heads).").min(1),
+      Key("model.head_balance_loss", T::Number, 0.01,
+          "topk gating: weight of the load-balancing loss that keeps the gate from collapsing onto few heads.")
+          .min(0),
+      Key("model.head_mixing", T::String, "none",
+          "Cross-head interaction: `talking_heads` mixes the heads' attention logits and probabilities with "
+          "learned H x H matrices; `group_mlp` mixes them inside model.head_groups groups and replaces the "
+          "output projection by a two-layer GELU MLP.")
+          .one_of({"none", "talking_heads", "group_mlp"}),
+      Key("model.head_groups", T::Integer, 2, "group_mlp: groups of heads (must divide model.n_heads).").min(1),
       Key("train.objective", T::String, "causal_lm",
           "`causal_lm`: next-token prediction (decoder-only); `masked_lm`: BERT's masked tokens "
           "(encoder-only); `seq2seq`: an encoder-decoder over sentence pairs (translation).")
@@ -430,6 +444,20 @@ void cross_checks(const json& t, std::vector<std::string>& errors) {
   if (H % Hkv != 0)
     errors.push_back("model.n_kv_heads: expected a divisor of model.n_heads = " + std::to_string(H) +
                      ", got " + std::to_string(Hkv));
+  const std::string gating = lookup(t, "model.head_gating")->get<std::string>();
+  const std::string mixing = lookup(t, "model.head_mixing")->get<std::string>();
+  if (gating == "topk" && i("model.head_topk") > H)
+    errors.push_back("model.head_topk: expected at most model.n_heads = " + std::to_string(H) + ", got " +
+                     std::to_string(i("model.head_topk")));
+  if (gating == "topk" && lookup(t, "model.attention_score")->get<std::string>() != "dot")
+    errors.push_back("model.head_gating: \"topk\" needs model.attention_score = \"dot\" (the fused kernel skips "
+                     "the unselected heads' rows)");
+  if (gating == "topk" && mixing != "none")
+    errors.push_back("model.head_gating: \"topk\" cannot be combined with model.head_mixing = \"" + mixing +
+                     "\" (mixing reads every head's logits, gating skips most of them)");
+  if (mixing == "group_mlp" && H % i("model.head_groups") != 0)
+    errors.push_back("model.head_groups: expected a divisor of model.n_heads = " + std::to_string(H) + ", got " +
+                     std::to_string(i("model.head_groups")));
   if (i("train.seq_len") > i("model.max_seq_len"))
     errors.push_back("train.seq_len: expected at most model.max_seq_len = " +
                      std::to_string(i("model.max_seq_len")) + ", got " + std::to_string(i("train.seq_len")));
@@ -529,6 +557,11 @@ ModelConfig Config::model(int64_t vocab_size) const {
   m.norm_position = string("model.norm_position");
   m.positional_encoding = string("model.positional_encoding");
   m.attention_score = string("model.attention_score");
+  m.head_gating = string("model.head_gating");
+  m.head_topk = integer("model.head_topk");
+  m.head_balance_loss = static_cast<float>(number("model.head_balance_loss"));
+  m.head_mixing = string("model.head_mixing");
+  m.head_groups = integer("model.head_groups");
   m.causal = boolean("model.causal");
   m.tie_embeddings = boolean("model.tie_embeddings");
   m.bias = boolean("model.bias");

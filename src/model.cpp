@@ -89,6 +89,11 @@ BlockConfig block_config(const ModelConfig& c, bool causal) {
   b.attention.causal = causal;
   b.attention.dropout = c.attention_dropout;
   b.attention.score = c.attention_score;
+  b.attention.gating = c.head_gating;
+  b.attention.top_k = c.head_topk;
+  b.attention.balance_loss = c.head_balance_loss;
+  b.attention.mixing = c.head_mixing;
+  b.attention.groups = c.head_groups;
   b.d_ff = c.d_ff;
   b.activation = c.activation;
   b.norm_position = c.norm_position;

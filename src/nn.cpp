@@ -159,6 +159,16 @@ AttentionConfig resolved(AttentionConfig c) {
             " must be a multiple of n_kv_heads ", c.n_kv_heads);
   TFM_CHECK(c.score == "dot" || c.score == "additive", "MultiHeadAttention", "attention_score must be \"dot\" or ",
             "\"additive\", got \"", c.score, "\"");
+  TFM_CHECK(c.gating == "none" || c.gating == "topk", "MultiHeadAttention", "gating must be \"none\" or \"topk\", got \"",
+            c.gating, "\"");
+  TFM_CHECK(c.gating == "none" || (c.top_k >= 1 && c.top_k <= c.n_heads && c.score == "dot" && c.mixing == "none"),
+            "MultiHeadAttention", "topk gating needs 1 <= top_k <= n_heads (got ", c.top_k, " of ", c.n_heads,
+            "), dot-product scores and no head mixing");
+  TFM_CHECK(c.mixing == "none" || c.mixing == "talking_heads" || c.mixing == "group_mlp", "MultiHeadAttention",
+            "mixing must be \"none\", \"talking_heads\" or \"group_mlp\", got \"", c.mixing, "\"");
+  if (c.mixing != "group_mlp") c.groups = 1;  // talking_heads: one group of all heads
+  TFM_CHECK(c.groups >= 1 && c.n_heads % c.groups == 0, "MultiHeadAttention", "head groups ", c.groups,
+            " must divide n_heads ", c.n_heads);
   return c;
 }
 

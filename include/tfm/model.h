@@ -30,6 +30,11 @@ struct ModelConfig {
   std::string norm_position = "pre";            // "pre" | "post"
   std::string positional_encoding = "sinusoidal";  // "sinusoidal" | "learned"
   std::string attention_score = "dot";          // "dot" (scaled dot-product) | "additive"
+  std::string head_gating = "none";             // "none" | "topk" (AttentionConfig)
+  int64_t head_topk = 2;
+  float head_balance_loss = 0.01f;
+  std::string head_mixing = "none";             // "none" | "talking_heads" | "group_mlp"
+  int64_t head_groups = 2;
   bool causal = true;
   bool tie_embeddings = true;
   bool bias = true;

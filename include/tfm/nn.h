@@ -134,6 +134,12 @@ struct AttentionConfig {
   bool causal = false;
   float dropout = 0.0f;               // on the attention probabilities
   std::string score = "dot";          // "dot": q.k / sqrt(Dk); "additive": w_v^T tanh(q + k) per head
+  // Head variants (the seeds' sparse and grouped heads; see MultiHeadAttention).
+  std::string gating = "none";  // "none" | "topk": each query uses its top_k heads by a learned gate
+  int64_t top_k = 2;
+  float balance_loss = 0.01f;   // weight of the gate's load-balancing term (auxiliary_loss)
+  std::string mixing = "none";  // "none" | "talking_heads" | "group_mlp"
+  int64_t groups = 2;           // group_mlp: head groups
 };
 
 // Multi-head attention in the general form: queries from one sequence, keys and values from the same
