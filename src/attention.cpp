@@ -40,25 +40,64 @@ bool parallel_worth_it(const AttentionDims& d) {
 
 int attention_scratch_threads() { return omp_get_max_threads(); }
 
+int64_t attention_scratch_floats(const AttentionDims& d, bool backward) {
+  const int64_t rows = std::min(kAttentionRowBlock, d.Tq);
+  const int64_t blocks = (backward ? 3 : 2) * rows * d.Tk;  // P (and dP, Pd)
+  // Gathered rows (head gating): Q and O (forward); Q, dO and dQ (backward).
+  const int64_t gathered = d.row_list ? rows * (backward ? 2 * d.Dk + d.Dv : d.Dk + d.Dv) : 0;
+  return blocks + gathered;
+}
+
 namespace {
 
-// S = Q K^T / sqrt(Dk) for a block of rows over the first n keys, then the softmax of each row over
-// its visible keys: the forward writes the row statistics (max, 1 / sum), the backward reuses them,
-// so both produce the same P bit for bit. Masked keys, and fully masked rows, get P = 0.
-// stats_in: the saved statistics (backward), or null to compute them into stats_out (forward).
-void block_probabilities(float* p, float* stats_out, const float* stats_in, const float* qb, const float* kg,
-                         int64_t rows, int64_t n, int64_t i0, int64_t b, const int64_t* key_lengths, bool causal,
-                         const AttentionDims& d) {
-  const int64_t ldq = d.H * d.Dk, ldk = d.Hkv * d.Dk;
+// A block of query rows of one (batch, head): `rows` consecutive rows from i0, or, with head gating,
+// rows index[0..rows) of the (batch, head)'s selected rows (increasing).
+struct RowBlock {
+  int64_t rows = 0, i0 = 0;
+  const int64_t* index = nullptr;
+  int64_t row(int64_t i) const { return index ? index[i] : i0 + i; }
+  int64_t last() const { return row(rows - 1); }
+};
+
+// The rows of (b, h) that attend: [begin, end) of the selected-row list, or all Tq rows.
+std::pair<int64_t, int64_t> row_range(int64_t b, int64_t h, const AttentionDims& d) {
+  if (!d.row_list) return {0, d.Tq};
+  return {d.row_offsets[b * d.H + h], d.row_offsets[b * d.H + h + 1]};
+}
+RowBlock row_block(int64_t begin, int64_t at, int64_t end, const AttentionDims& d) {
+  RowBlock r;
+  r.rows = std::min(kRowBlock, end - at);
+  if (d.row_list)
+    r.index = d.row_list + at;
+  else
+    r.i0 = at - begin;
+  return r;
+}
+
+// Copies `rows` rows of `cols` floats: row blk.row(i) of src (ld lds) -> row i of dst (ld ldd).
+void gather_rows(float* dst, int64_t ldd, const float* src, int64_t lds, const RowBlock& blk, int64_t cols) {
+  for (int64_t i = 0; i < blk.rows; ++i) std::copy_n(src + blk.row(i) * lds, cols, dst + i * ldd);
+}
+
+// S = Q K^T / sqrt(Dk) for a block of rows (qb: the block's rows, ld ldq) over the first n keys, then
+// the softmax of each row over its visible keys: the forward writes the row statistics (max, 1 / sum)
+// of row r at stats_out[2r], the backward reuses them, so both produce the same P bit for bit. Masked
+// keys, and fully masked rows, get P = 0. stats_in: the saved statistics (backward), or null to
+// compute them into stats_out (forward). Both are the (batch, head)'s (Tq, 2) statistics.
+void block_probabilities(float* p, float* stats_out, const float* stats_in, const float* qb, int64_t ldq,
+                         const float* kg, const RowBlock& blk, int64_t n, int64_t b, const int64_t* key_lengths,
+                         bool causal, const AttentionDims& d) {
+  const int64_t ldk = d.Hkv * d.Dk;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.Dk));
-  gemm(false, true, rows, n, d.Dk, scale, qb, ldq, kg, ldk, 0.0f, p, d.Tk);
-  for (int64_t i = 0; i < rows; ++i) {
+  gemm(false, true, blk.rows, n, d.Dk, scale, qb, ldq, kg, ldk, 0.0f, p, d.Tk);
+  for (int64_t i = 0; i < blk.rows; ++i) {
     float* row = p + i * d.Tk;
-    const int64_t ni = visible_keys(i0 + i, b, key_lengths, causal, d);
+    const int64_t r = blk.row(i);
+    const int64_t ni = visible_keys(r, b, key_lengths, causal, d);
     float mx = -INFINITY, inv = 0.0f;
     if (stats_in) {
-      mx = stats_in[2 * i];
-      inv = stats_in[2 * i + 1];
+      mx = stats_in[2 * r];
+      inv = stats_in[2 * r + 1];
     } else {
       for (int64_t j = 0; j < ni; ++j) mx = std::max(mx, row[j]);
     }
@@ -70,12 +109,20 @@ void block_probabilities(float* p, float* stats_out, const float* stats_in, cons
     }
     if (!stats_in) {
       inv = ni > 0 ? 1.0f / sum : 0.0f;
-      stats_out[2 * i] = mx;
-      stats_out[2 * i + 1] = inv;
+      stats_out[2 * r] = mx;
+      stats_out[2 * r + 1] = inv;
     }
 #pragma omp simd
     for (int64_t j = 0; j < ni; ++j) row[j] *= inv;
     std::fill(row + ni, row + d.Tk, 0.0f);
+  }
+}
+
+// P o M for a block into pd (M: the (batch, head)'s (Tq, Tk) dropout multipliers).
+void apply_keep(float* pd, const float* p, const float* keep_bh, const RowBlock& blk, const AttentionDims& d) {
+  for (int64_t i = 0; i < blk.rows; ++i) {
+    const float* m = keep_bh + blk.row(i) * d.Tk;
+    for (int64_t j = 0; j < d.Tk; ++j) pd[i * d.Tk + j] = p[i * d.Tk + j] * m[j];
   }
 }
 
@@ -86,35 +133,56 @@ void attention_forward(float* out, float* stats, float* probs, const float* q, c
                        const AttentionDims& d) {
   const int64_t group = d.H / d.Hkv;
   const int64_t ldq = d.H * d.Dk, ldv = d.Hkv * d.Dv, ldo = d.H * d.Dv;
+  const int64_t per_thread = attention_scratch_floats(d, false);
   // (batch, head) pairs are independent: split them over the threads, each with its own scratch.
 #pragma omp parallel for schedule(static) if (parallel_worth_it(d))
   for (int64_t bh = 0; bh < d.B * d.H; ++bh) {
     const int64_t b = bh / d.H, h = bh % d.H, g = h / group;
     const int64_t block = std::min(kRowBlock, d.Tq) * d.Tk;  // floats of one (rows, Tk) block
-    float* p_t = scratch + omp_get_thread_num() * 2 * block;   // (rows, Tk): P of a block
+    float* p_t = scratch + omp_get_thread_num() * per_thread;  // (rows, Tk): P of a block
     float* pd_t = p_t + block;                                // (rows, Tk): P o M
+    float* qc = pd_t + block;                                 // gathered: (rows, Dk) Q rows
+    float* oc = qc + kRowBlock * d.Dk;                        // gathered: (rows, Dv) outputs
     const float* kg = k + b * d.k_batch_stride + g * d.Dk;  // (Tk, Dk), ld Hkv*Dk
     const float* vg = v + b * d.v_batch_stride + g * d.Dv;  // (Tk, Dv), ld Hkv*Dv
-    for (int64_t i0 = 0; i0 < d.Tq; i0 += kRowBlock) {
-      const int64_t rows = std::min(kRowBlock, d.Tq - i0);
-      const int64_t n = visible_keys(i0 + rows - 1, b, key_lengths, causal, d);  // the block's widest row
-      const int64_t at = (b * d.H + h) * d.Tq + i0;                             // first row of the block
-      const float* qb = q + b * d.q_batch_stride + i0 * ldq + h * d.Dk;         // (rows, Dk), ld H*Dk
-      float* ob = out + (b * d.Tq + i0) * ldo + h * d.Dv;                       // (rows, Dv), ld H*Dv
-      float* p = probs ? probs + at * d.Tk : p_t;                               // (rows, Tk)
-      block_probabilities(p, stats + 2 * at, nullptr, qb, kg, rows, n, i0, b, key_lengths, causal, d);
+    const float* qh = q + b * d.q_batch_stride + h * d.Dk;  // (Tq, Dk), ld H*Dk
+    float* oh = out + b * d.Tq * ldo + h * d.Dv;            // (Tq, Dv), ld H*Dv
+    float* stats_bh = stats + 2 * bh * d.Tq;                // (Tq, 2)
+    float* probs_bh = probs ? probs + bh * d.Tq * d.Tk : nullptr;  // (Tq, Tk)
+    const auto [begin, end] = row_range(b, h, d);
+    if (d.row_list) {  // head gating: rows this head does not serve give zero output (and P)
+      for (int64_t i = 0; i < d.Tq; ++i) std::fill_n(oh + i * ldo, d.Dv, 0.0f);
+      if (probs_bh) std::fill_n(probs_bh, d.Tq * d.Tk, 0.0f);
+    }
+    for (int64_t at = begin; at < end; at += kRowBlock) {
+      const RowBlock blk = row_block(begin, at, end, d);
+      const int64_t n = visible_keys(blk.last(), b, key_lengths, causal, d);  // the block's widest row
+      const float* qb = qh + blk.row(0) * ldq;  // (rows, Dk), ld H*Dk (consecutive rows)
+      int64_t ldqb = ldq;
+      if (blk.index) {
+        gather_rows(qc, d.Dk, qh, ldq, blk, d.Dk);
+        qb = qc, ldqb = d.Dk;
+      }
+      // Consecutive rows write P straight into probs; gathered ones are copied there below.
+      float* p = probs_bh && !blk.index ? probs_bh + blk.row(0) * d.Tk : p_t;  // (rows, Tk)
+      block_probabilities(p, stats_bh, nullptr, qb, ldqb, kg, blk, n, b, key_lengths, causal, d);
+      if (probs_bh && blk.index)
+        for (int64_t i = 0; i < blk.rows; ++i) std::copy_n(p + i * d.Tk, d.Tk, probs_bh + blk.row(i) * d.Tk);
+      float* ob = blk.index ? oc : oh + blk.row(0) * ldo;  // (rows, Dv)
+      const int64_t ldob = blk.index ? d.Dv : ldo;
       if (n == 0) {  // no key visible to the block: zero output
-        for (int64_t i = 0; i < rows; ++i) std::fill_n(ob + i * ldo, d.Dv, 0.0f);
-        continue;
+        for (int64_t i = 0; i < blk.rows; ++i) std::fill_n(ob + i * ldob, d.Dv, 0.0f);
+      } else {
+        // O = (P o M) V.
+        const float* used = p;
+        if (keep) {
+          apply_keep(pd_t, p, keep + bh * d.Tq * d.Tk, blk, d);
+          used = pd_t;
+        }
+        gemm(false, false, blk.rows, d.Dv, n, 1.0f, used, d.Tk, vg, ldv, 0.0f, ob, ldob);
       }
-      // O = (P o M) V.
-      const float* used = p;
-      if (keep) {
-        const float* m = keep + at * d.Tk;
-        for (int64_t i = 0; i < rows * d.Tk; ++i) pd_t[i] = p[i] * m[i];
-        used = pd_t;
-      }
-      gemm(false, false, rows, d.Dv, n, 1.0f, used, d.Tk, vg, ldv, 0.0f, ob, ldo);
+      if (blk.index)
+        for (int64_t i = 0; i < blk.rows; ++i) std::copy_n(oc + i * d.Dv, d.Dv, oh + blk.row(i) * ldo);
     }
   }
 }
@@ -125,54 +193,79 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
   const int64_t group = d.H / d.Hkv;
   const int64_t ldq = d.H * d.Dk, ldk = d.Hkv * d.Dk, ldv = d.Hkv * d.Dv, ldo = d.H * d.Dv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.Dk));
+  const int64_t per_thread = attention_scratch_floats(d, true);
   // Parallel over (batch, kv head): the query heads sharing a kv head add into the same dK/dV
   // block, so they run one after another in the same thread.
 #pragma omp parallel for schedule(static) if (parallel_worth_it(d))
   for (int64_t bg = 0; bg < d.B * d.Hkv; ++bg) {
     const int64_t b = bg / d.Hkv, g = bg % d.Hkv;
     const int64_t block = std::min(kRowBlock, d.Tq) * d.Tk;  // floats of one (rows, Tk) block
-    float* p = scratch + omp_get_thread_num() * 3 * block;     // (rows, Tk): P, recomputed
+    float* p = scratch + omp_get_thread_num() * per_thread;    // (rows, Tk): P, recomputed
     float* dp = p + block;                                    // (rows, Tk): dP, then dS in place
     float* pd = dp + block;                                   // (rows, Tk): P o M with dropout
+    float* qc = pd + block;                                   // gathered: (rows, Dk) Q rows
+    float* doc = qc + kRowBlock * d.Dk;                       // gathered: (rows, Dv) dO rows
+    float* dqc = doc + kRowBlock * d.Dv;                      // gathered: (rows, Dk) dQ rows
     const float* kg = k + b * d.k_batch_stride + g * d.Dk;        // (Tk, Dk)
     const float* vg = v + b * d.v_batch_stride + g * d.Dv;        // (Tk, Dv)
     float* dkg = dk ? dk + b * d.Tk * ldk + g * d.Dk : nullptr;   // (Tk, Dk), ld Hkv*Dk
     float* dvg = dv ? dv + b * d.Tk * ldv + g * d.Dv : nullptr;   // (Tk, Dv), ld Hkv*Dv
     for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-      for (int64_t i0 = 0; i0 < d.Tq; i0 += kRowBlock) {
-        const int64_t rows = std::min(kRowBlock, d.Tq - i0);
-        const int64_t n = visible_keys(i0 + rows - 1, b, key_lengths, causal, d);
+      const int64_t bh = b * d.H + h;
+      const float* qh = q + b * d.q_batch_stride + h * d.Dk;   // (Tq, Dk), ld H*Dk
+      const float* doh = dout + b * d.Tq * ldo + h * d.Dv;     // (Tq, Dv), ld H*Dv
+      float* dqh = dq ? dq + b * d.Tq * ldq + h * d.Dk : nullptr;  // (Tq, Dk), ld H*Dk
+      const auto [begin, end] = row_range(b, h, d);
+      for (int64_t at = begin; at < end; at += kRowBlock) {
+        const RowBlock blk = row_block(begin, at, end, d);
+        const int64_t n = visible_keys(blk.last(), b, key_lengths, causal, d);
         if (n == 0) continue;  // P is zero on the whole block: no gradient
-        const int64_t at = (b * d.H + h) * d.Tq + i0;
-        const float* m = keep ? keep + at * d.Tk : nullptr;
-        const float* qb = q + b * d.q_batch_stride + i0 * ldq + h * d.Dk;   // (rows, Dk)
-        const float* dob = dout + (b * d.Tq + i0) * ldo + h * d.Dv;         // (rows, Dv), ld H*Dv
-        block_probabilities(p, nullptr, stats + 2 * at, qb, kg, rows, n, i0, b, key_lengths, causal, d);
+        const float* qb = qh + blk.row(0) * ldq;  // (rows, Dk)
+        const float* dob = doh + blk.row(0) * ldo;  // (rows, Dv)
+        int64_t ldqb = ldq, ldob = ldo;
+        if (blk.index) {
+          gather_rows(qc, d.Dk, qh, ldq, blk, d.Dk);
+          gather_rows(doc, d.Dv, doh, ldo, blk, d.Dv);
+          qb = qc, dob = doc, ldqb = d.Dk, ldob = d.Dv;
+        }
+        const float* keep_bh = keep ? keep + bh * d.Tq * d.Tk : nullptr;
+        block_probabilities(p, nullptr, stats + 2 * bh * d.Tq, qb, ldqb, kg, blk, n, b, key_lengths, causal, d);
         if (dvg) {  // dV (n, Dv) += Pd^T dO
           const float* used = p;
-          if (m) {
-            for (int64_t i = 0; i < rows * d.Tk; ++i) pd[i] = p[i] * m[i];
+          if (keep_bh) {
+            apply_keep(pd, p, keep_bh, blk, d);
             used = pd;
           }
-          gemm(true, false, n, d.Dv, rows, 1.0f, used, d.Tk, dob, ldo, 1.0f, dvg, ldv);
+          gemm(true, false, n, d.Dv, blk.rows, 1.0f, used, d.Tk, dob, ldob, 1.0f, dvg, ldv);
         }
-        if (!dq && !dkg) continue;
+        if (!dqh && !dkg) continue;
         // dP = (dO V^T) o M;  dS = P o (dP - rowsum(dP o P))  (softmax backward, in place).
-        gemm(false, true, rows, n, d.Dv, 1.0f, dob, ldo, vg, ldv, 0.0f, dp, d.Tk);
-        for (int64_t i = 0; i < rows; ++i) {
+        gemm(false, true, blk.rows, n, d.Dv, 1.0f, dob, ldob, vg, ldv, 0.0f, dp, d.Tk);
+        for (int64_t i = 0; i < blk.rows; ++i) {
           float* row = dp + i * d.Tk;
           const float* pr = p + i * d.Tk;
-          if (m)
-            for (int64_t j = 0; j < n; ++j) row[j] *= m[i * d.Tk + j];
+          if (keep_bh) {
+            const float* m = keep_bh + blk.row(i) * d.Tk;
+            for (int64_t j = 0; j < n; ++j) row[j] *= m[j];
+          }
           float dot = 0.0f;
           for (int64_t j = 0; j < n; ++j) dot += row[j] * pr[j];
 #pragma omp simd
           for (int64_t j = 0; j < n; ++j) row[j] = pr[j] * (row[j] - dot);
         }
-        if (dq)  // dQ (rows, Dk) += dS K / sqrt(Dk)
-          gemm(false, false, rows, d.Dk, n, scale, dp, d.Tk, kg, ldk, 1.0f, dq + (b * d.Tq + i0) * ldq + h * d.Dk, ldq);
+        if (dqh) {  // dQ (rows, Dk) += dS K / sqrt(Dk)
+          if (blk.index) {
+            gemm(false, false, blk.rows, d.Dk, n, scale, dp, d.Tk, kg, ldk, 0.0f, dqc, d.Dk);
+            for (int64_t i = 0; i < blk.rows; ++i) {
+              float* dst = dqh + blk.row(i) * ldq;
+              for (int64_t c = 0; c < d.Dk; ++c) dst[c] += dqc[i * d.Dk + c];
+            }
+          } else {
+            gemm(false, false, blk.rows, d.Dk, n, scale, dp, d.Tk, kg, ldk, 1.0f, dqh + blk.row(0) * ldq, ldq);
+          }
+        }
         if (dkg)  // dK (n, Dk) += dS^T Q / sqrt(Dk)
-          gemm(true, false, n, d.Dk, rows, scale, dp, d.Tk, qb, ldq, 1.0f, dkg, ldk);
+          gemm(true, false, n, d.Dk, blk.rows, scale, dp, d.Tk, qb, ldqb, 1.0f, dkg, ldk);
       }
     }
   }
@@ -236,20 +329,39 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
     keep = Tensor::empty({d.B, d.H, d.Tq, d.Tk});
     kernels::dropout(keep.data(), nullptr, keep.numel(), opt.dropout, opt.rng->next_u64(), false);
   }
+  // Head gating: the selected rows of each (batch, head) as one list, row_offsets (B*H + 1) into it.
+  std::vector<int64_t> row_offsets, row_list;
+  if (!opt.active_rows.empty()) {
+    TFM_CHECK(static_cast<int64_t>(opt.active_rows.size()) == d.B * d.Tq * d.H, fn, "active_rows holds ",
+              opt.active_rows.size(), " flags, expected B*Tq*H = ", d.B * d.Tq * d.H);
+    row_offsets.assign(d.B * d.H + 1, 0);
+    for (int64_t b = 0; b < d.B; ++b)
+      for (int64_t h = 0; h < d.H; ++h) {
+        for (int64_t i = 0; i < d.Tq; ++i)
+          if (opt.active_rows[(b * d.Tq + i) * d.H + h]) row_list.push_back(i);
+        row_offsets[b * d.H + h + 1] = static_cast<int64_t>(row_list.size());
+      }
+    row_list.push_back(0);  // never read: keeps data() non-null when no row is selected
+    d.row_offsets = row_offsets.data();
+    d.row_list = row_list.data();
+  }
   const int64_t threads = kernels::attention_scratch_threads();
-  Tensor scratch = Tensor::empty({threads, 2, std::min(kernels::kAttentionRowBlock, d.Tq), d.Tk});
+  Tensor scratch = Tensor::empty({threads, kernels::attention_scratch_floats(d, false)});
   kernels::attention_forward(out.data(), stats.data(), probs.defined() ? probs.data() : nullptr, q.data(), k.data(),
                              v.data(), drop ? keep.data() : nullptr, scratch.data(),
                              opt.key_lengths.empty() ? nullptr : opt.key_lengths.data(), opt.causal, d);
   record(out, "scaled_dot_product_attention", {q_in, k_in, v_in},
          [rq = grad_ref(q_in), rk = grad_ref(k_in), rv = grad_ref(v_in), q, k, v, stats, keep,
-          lengths = opt.key_lengths, causal = opt.causal, d](const Tensor& g) {
-           Tensor scratch = Tensor::empty(
-               {kernels::attention_scratch_threads(), 3, std::min(kernels::kAttentionRowBlock, d.Tq), d.Tk});
+          lengths = opt.key_lengths, causal = opt.causal, d, row_offsets = std::move(row_offsets),
+          row_list = std::move(row_list)](const Tensor& g) {
+           kernels::AttentionDims db = d;  // the row lists now live in this closure
+           db.row_offsets = row_list.empty() ? nullptr : row_offsets.data();
+           db.row_list = row_list.empty() ? nullptr : row_list.data();
+           Tensor scratch = Tensor::empty({kernels::attention_scratch_threads(), kernels::attention_scratch_floats(db, true)});
            kernels::attention_backward(rq ? grad_buffer(rq) : nullptr, rk ? grad_buffer(rk) : nullptr,
                                        rv ? grad_buffer(rv) : nullptr, g.data(), q.data(), k.data(), v.data(),
                                        stats.data(), keep.defined() ? keep.data() : nullptr, scratch.data(),
-                                       lengths.empty() ? nullptr : lengths.data(), causal, d);
+                                       lengths.empty() ? nullptr : lengths.data(), causal, db);
          });
   if (probabilities) *probabilities = probs;
   return out;

@@ -102,7 +102,8 @@ int run_gradcheck(const GradcheckOptions& o) {
     Tensor values = model.flat_values();
     const float std = 1.2f / std::sqrt(static_cast<float>(c.integer("model.d_model")));
     for (int64_t i = 0; i < values.numel(); ++i) values.data()[i] = initial[i] + std * rng.normal();
-    const std::function<Tensor()> loss = objective->random_batch_loss(rng);
+    const std::function<Tensor()> batch_loss = objective->random_batch_loss(rng);
+    const std::function<Tensor()> loss = [&model, batch_loss] { return model.with_auxiliary_loss(batch_loss()); };
     g.seed = rng.next_u64();
     return gradient_check(loss, values, model.flat_grads(), model.parameters(), g);
   };

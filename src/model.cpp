@@ -155,6 +155,40 @@ std::vector<std::pair<std::string, int64_t>> Model::parameter_breakdown() const 
   return out;
 }
 
+Tensor Model::take_auxiliary_loss() {
+  Tensor total;
+  for (Module* m : root_->modules())
+    if (auto* a = dynamic_cast<MultiHeadAttention*>(m)) {
+      const Tensor t = a->take_auxiliary_loss();
+      if (t.defined()) total = total.defined() ? total + t : t;
+    }
+  return total;
+}
+
+Tensor Model::with_auxiliary_loss(const Tensor& loss) {
+  const Tensor aux = take_auxiliary_loss();
+  return aux.defined() ? loss + aux : loss;
+}
+
+std::vector<std::pair<std::string, std::vector<double>>> Model::take_head_usage() {
+  std::vector<std::pair<std::string, std::vector<double>>> out;
+  for (Module* m : root_->modules()) {
+    auto* a = dynamic_cast<MultiHeadAttention*>(m);
+    if (!a || !a->gate) continue;
+    // The layer's name: its gate's parameter name without ".gate.weight".
+    std::string name;
+    for (const NamedParameter& p : parameters_)
+      if (p.value.data() == a->gate->weight.data()) name = p.name.substr(0, p.name.size() - std::string(".gate.weight").size());
+    std::vector<double> share(a->head_tokens.size(), 0.0);
+    for (size_t h = 0; h < share.size(); ++h)
+      share[h] = a->tokens_seen > 0 ? a->head_tokens[h] / a->tokens_seen : 0.0;
+    out.emplace_back(name, share);
+    std::fill(a->head_tokens.begin(), a->head_tokens.end(), 0.0);
+    a->tokens_seen = 0;
+  }
+  return out;
+}
+
 void Model::set_training(bool on) { root_->set_training(on); }
 bool Model::training() const { return root_->training(); }
 
@@ -187,12 +221,21 @@ LanguageModel::~LanguageModel() = default;
 
 const ModelConfig& LanguageModel::config() const { return impl_->net.config; }
 
+double computed_head_share(const ModelConfig& c) {
+  return c.head_gating == "topk" ? static_cast<double>(c.head_topk) / static_cast<double>(c.n_heads) : 1.0;
+}
+double gate_weight_count(const ModelConfig& c) {
+  return c.head_gating == "topk" ? static_cast<double>(c.n_heads) * static_cast<double>(c.d_model) : 0.0;
+}
+
 double block_flops_per_token(const ModelConfig& c, int64_t keys) {
   const double C = static_cast<double>(c.d_model), Dk = C / static_cast<double>(c.n_heads);
   const double kv = static_cast<double>(c.n_kv_heads) * Dk;
-  const double attn_weights = C * C + 2.0 * C * kv + C * C;  // Wq, Wk, Wv, Wo as they exist
+  // Wq, Wk, Wv, Wo as they exist, and the gate. Top-k gating computes k of the H heads' attention
+  // per token; the projections stay dense (every head's K and V serve the tokens that pick it).
+  const double attn_weights = C * C + 2.0 * C * kv + C * C + gate_weight_count(c);
   const double ffn_weights = 2.0 * C * static_cast<double>(c.d_ff);
-  return 2.0 * (attn_weights + ffn_weights) + 2.0 * 2.0 * static_cast<double>(keys) * C;
+  return 2.0 * (attn_weights + ffn_weights) + 2.0 * 2.0 * static_cast<double>(keys) * C * computed_head_share(c);
 }
 
 FlopCount LanguageModel::flops_per_token(const ModelConfig& c, int64_t seq_len) {

@@ -30,6 +30,14 @@ void Module::collect(const std::string& prefix, std::vector<std::pair<std::strin
   }
 }
 
+std::vector<Module*> Module::modules() {
+  std::vector<Module*> out = {this};
+  for (Entry& e : entries_)
+    if (e.module)
+      for (Module* m : e.module->modules()) out.push_back(m);
+  return out;
+}
+
 std::vector<std::pair<std::string, Tensor*>> Module::named_parameters() {
   std::vector<std::pair<std::string, Tensor*>> out;
   collect("", out);
@@ -197,6 +205,50 @@ MultiHeadAttention::MultiHeadAttention(const AttentionConfig& config)
   register_module("wv", &wv);
   register_module("wo", &wo);
   if (config_.score == "additive") register_parameter("score_v", &score_v, {config_.n_heads, head_dim_});
+  if (config_.gating == "topk") {
+    gate = std::make_unique<Linear>(config_.d_model, config_.n_heads, false);  // (H, C)
+    register_module("gate", gate.get());
+    head_tokens.assign(config_.n_heads, 0.0);
+  }
+}
+
+Tensor MultiHeadAttention::take_auxiliary_loss() {
+  Tensor t = auxiliary_loss_;
+  auxiliary_loss_ = Tensor();
+  return t;
+}
+
+Tensor MultiHeadAttention::gate_weights(const Tensor& x, std::vector<uint8_t>& active_rows) {
+  const int64_t B = x.size(0), Tq = x.size(1), H = config_.n_heads, k = config_.top_k;
+  const Tensor logits = gate->forward(x);  // (B, Tq, H), contiguous
+  // The selection is not differentiable (as in any mixture of experts): the gradient reaches the
+  // gate through the softmax over the selected logits, and through the balance term.
+  active_rows.assign(B * Tq * H, 0);
+  Tensor unselected = Tensor::ones({B, Tq, H});  // 1 = not among the token's top k
+  std::vector<int64_t> order(H);
+  const float* g = logits.data();
+  for (int64_t r = 0; r < B * Tq; ++r) {
+    for (int64_t h = 0; h < H; ++h) order[h] = h;
+    // Highest logits first; ties go to the lower head index, so the choice is deterministic.
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
+      return g[r * H + a] > g[r * H + b] || (g[r * H + a] == g[r * H + b] && a < b);
+    });
+    for (int64_t j = 0; j < k; ++j) {
+      active_rows[r * H + order[j]] = 1;
+      unselected.data()[r * H + order[j]] = 0.0f;
+      head_tokens[order[j]] += 1.0;
+    }
+  }
+  tokens_seen += static_cast<double>(B * Tq);
+  if (config_.balance_loss > 0.0f) {
+    // f_h: share of the B*Tq*k slots that went to head h (a constant); P_h: mean gate probability.
+    std::vector<float> f(H, 0.0f);
+    for (int64_t r = 0; r < B * Tq * H; ++r) f[r % H] += active_rows[r] ? 1.0f : 0.0f;
+    for (float& v : f) v /= static_cast<float>(B * Tq * k);
+    const Tensor p = mean(reshape(softmax(logits), {B * Tq, H}), 0);                         // (H)
+    auxiliary_loss_ = sum(p * Tensor::from_vector(f, {H})) * (config_.balance_loss * static_cast<float>(H));
+  }
+  return softmax(masked_fill(logits, unselected, -1e30f));  // (B, Tq, H): 0 outside the top k
 }
 
 Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
@@ -226,7 +278,7 @@ Tensor MultiHeadAttention::forward_projected(const Tensor& query, const Tensor& 
   TFM_CHECK(key_lengths.empty() || static_cast<int64_t>(key_lengths.size()) == k.size(0),
             "MultiHeadAttention::forward", "expected ", k.size(0), " key_lengths, got ", key_lengths.size());
   const Tensor q = wq.forward(query);                               // (B, Tq, H*Dk)
-  const Tensor o = attend(q, k, v, config_.causal, key_lengths);  // (B, Tq, H*Dv)
+  const Tensor o = attend(query, q, k, v, config_.causal, key_lengths);  // (B, Tq, H*Dv)
   // The attention's backward reads the queries; one GEMM recomputes them there, which is cheaper
   // than keeping a (B, Tq, C) per layer through the whole step.
   q.release_values();
@@ -245,10 +297,10 @@ Tensor MultiHeadAttention::forward_cached(const Tensor& x, Tensor& cache_k, Tens
   }
   // Keys [0, past + T): views into the caches, strided per batch, read in place by the fused op.
   const Tensor k = narrow(cache_k, 1, 0, past + T), v = narrow(cache_v, 1, 0, past + T);
-  return wo.forward(attend(q, k, v, config_.causal, {}));
+  return wo.forward(attend(x, q, k, v, config_.causal, {}));
 }
 
-Tensor MultiHeadAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+Tensor MultiHeadAttention::attend(const Tensor& x, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                                   const std::vector<int64_t>& key_lengths) {
   const int64_t B = q.size(0), Tq = q.size(1), Tk = k.size(1);
   const int64_t H = config_.n_heads, Hkv = config_.n_kv_heads, G = H / Hkv, Dk = head_dim_;
@@ -264,7 +316,10 @@ Tensor MultiHeadAttention::attend(const Tensor& q, const Tensor& k, const Tensor
     opt.dropout = config_.dropout;
     opt.training = training();
     opt.rng = rng();
-    o = scaled_dot_product_attention(q, k, v, opt, record ? &probs : nullptr);
+    Tensor weights;  // (B, Tq, H), gating only
+    if (gate) weights = gate_weights(x, opt.active_rows);
+    o = scaled_dot_product_attention(q, k, v, opt, record ? &probs : nullptr);  // (B, Tq, H*Dv)
+    if (gate) o = reshape(reshape(o, {B, Tq, H, Dk}) * reshape(weights, {B, Tq, H, 1}), {B, Tq, H * Dk});
   } else {
     // Additive: s[b,h,i,j] = sum_d w_v[h,d] tanh(q[b,i,h,d] + k[b,j,g(h),d]), by broadcasting query
     // heads grouped per kv head: (B, Hkv, G, Tq, 1, Dk) + (B, Hkv, 1, 1, Tk, Dk).

@@ -37,7 +37,7 @@ double block_floats(const ModelConfig& mc, double B, double T, double keys) {
   const double kv_width = static_cast<double>(mc.n_kv_heads) * (C / H);
   const double BT = B * T;
   const double per_layer = BT * ((mc.norm_position == "pre" ? 3.0 : 4.0) * C + static_cast<double>(mc.d_ff) +
-                                 2.0 * H + 4.0) +
+                                 2.0 * H + 4.0 + (mc.head_gating == "topk" ? 4.0 * H : 0.0)) +
                            B * keys * 2.0 * kv_width + (mc.attention_dropout > 0.0f ? B * H * T * keys : 0.0);
   // Additive scores are composed of primitive ops over (B, H, T, T, Dk): each layer keeps tanh's output
   // and a few (B, H, T, T) score tensors.
@@ -184,7 +184,7 @@ double parameter_count(const ModelConfig& mc) {
   const double Hkv = static_cast<double>(mc.n_kv_heads > 0 ? mc.n_kv_heads : mc.n_heads);
   const double kv_width = Hkv * (C / H), b = mc.bias ? 1.0 : 0.0;
   const double attention = C * C + C * kv_width * 2 + C * C + b * (2 * C + 2 * kv_width) +
-                           (mc.attention_score == "additive" ? C : 0.0);
+                           (mc.attention_score == "additive" ? C : 0.0) + gate_weight_count(mc);
   const double ffn = 2 * C * F + b * (F + C);
   const double block = attention + ffn + 4 * C;  // + two LayerNorms
   const double positions = mc.positional_encoding == "learned" ? static_cast<double>(mc.max_seq_len) * C : 0.0;

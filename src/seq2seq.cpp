@@ -151,7 +151,8 @@ FlopCount Seq2SeqModel::flops_per_token(const ModelConfig& c, int64_t src_len, i
   const double C = static_cast<double>(c.d_model), Dk = C / static_cast<double>(c.n_heads);
   const double kv = static_cast<double>(c.n_kv_heads) * Dk;
   const double S = static_cast<double>(src_len), ratio = S / static_cast<double>(tgt_len);
-  const double cross = 2.0 * 2.0 * C * C + 2.0 * 2.0 * C * kv * ratio + 2.0 * 2.0 * S * C;
+  const double cross = 2.0 * 2.0 * C * C + 2.0 * gate_weight_count(c) + 2.0 * 2.0 * C * kv * ratio +
+                       2.0 * 2.0 * S * C * computed_head_share(c);
   FlopCount f;
   f.forward_per_token = static_cast<double>(c.n_encoder_layers) * block_flops_per_token(c, src_len) * ratio +
                         static_cast<double>(c.n_decoder_layers) * (block_flops_per_token(c, tgt_len) + cross) +

@@ -273,6 +273,7 @@ class TrainingRun {
   std::optional<WeightMirror> weight_mirror_;  // bf16 products read the weights' bfloat16 copy
   std::unique_ptr<RunLog> log_;
   std::ofstream metrics_;
+  json head_usage_;  // top-k gating: the last evaluation's share of tokens per head, per layer
   double peak_gflops_ = 0, flops_per_token_ = 0;
 
   int64_t step_ = 0, first_step_ = 0, saved_at_ = -1;
@@ -458,6 +459,9 @@ TrainingRun::StepStats TrainingRun::forward_backward() {
     const BatchLoss batch = objective_->train_batch();
     Tensor loss = batch.loss;
     loss_sum += loss.item();
+    // Top-k head gating's load balancing joins the gradient, not the logged loss (which stays the
+    // objective's, comparable across variants).
+    loss = objective_->model().with_auxiliary_loss(loss);
     tokens += static_cast<double>(batch.tokens);
     // Mean over the micro-batches: the same gradient as one batch of B * accum.
     if (accum_ > 1) loss = loss * (1.0f / static_cast<float>(accum_));
@@ -482,7 +486,16 @@ std::string TrainingRun::nonfinite_reason(double loss) const {
 
 // Rank 0 alone evaluates (nothing collective happens in here); a new best is saved as best.ckpt.
 Metrics TrainingRun::evaluate_and_keep_best() {
+  Model& model = objective_->model();
+  model.take_head_usage();  // top-k gating: count the evaluation's tokens only
   const Metrics val = objective_->evaluate("val", eval_steps_, eval_seed(config_));
+  head_usage_ = json();
+  for (const auto& [layer, share] : model.take_head_usage()) {
+    head_usage_[layer] = share;
+    std::string line;
+    for (double f : share) line += format(" %.2f", f);
+    log_->info(format("step %ld | head usage %s:%s", static_cast<long>(step_), layer.c_str(), line.c_str()));
+  }
   const double val_loss = val.get("loss");
   result_.val_loss = val_loss;
   std::string note;
@@ -520,6 +533,7 @@ void TrainingRun::log_interval(double lr, const Metrics* val) {
               {"elapsed_s", elapsed()}};
   if (val)
     for (const auto& [name, v] : val->values) rec["val_" + name] = v;
+  if (val && !head_usage_.is_null()) rec["val_head_usage"] = head_usage_;  // {layer: [share per head]}
   metrics_ << rec.dump() << "\n" << std::flush;
   log_->info(format("step %ld/%ld | loss %.4f | lr %.2e | grad norm %.3f | %.1f ms/step | %s tok/s | mfu %.1f%%",
                     static_cast<long>(step_), static_cast<long>(max_steps_), iv_loss_ / n, lr, iv_norm_ / n, ms,

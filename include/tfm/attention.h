@@ -27,6 +27,10 @@ struct AttentionOptions {
   float dropout = 0.0f;  // on the probabilities, only when training
   bool training = false;
   Rng* rng = nullptr;  // needed when dropout is active
+  // Head gating: (B, Tq, H) flags, row-major; query row i of head h is computed only when
+  // active_rows[(b * Tq + i) * H + h] is set, other rows' outputs are zero and get no gradient (their
+  // cost is skipped, not masked). Empty = every row.
+  std::vector<uint8_t> active_rows;
 };
 
 // q (B, Tq, H*Dk), k (B, Tk, Hkv*Dk), v (B, Tk, Hkv*Dv) -> (B, Tq, H*Dv). Inputs whose rows are
@@ -46,22 +50,29 @@ int attention_scratch_threads();
 struct AttentionDims {
   int64_t B = 0, Tq = 0, Tk = 0, H = 0, Hkv = 0, Dk = 0, Dv = 0;
   int64_t q_batch_stride = 0, k_batch_stride = 0, v_batch_stride = 0;
+  // Head gating: the query rows of (b, h) to compute are row_list[row_offsets[b*H + h] ..
+  // row_offsets[b*H + h + 1]) (increasing); the others output zero. Null = every row.
+  const int64_t* row_offsets = nullptr;
+  const int64_t* row_list = nullptr;
 };
+
+// Scratch floats one thread needs for the forward (backward = false) or the backward.
+int64_t attention_scratch_floats(const AttentionDims& d, bool backward);
 
 // Rows of queries processed together (a block's P lives in per-thread scratch).
 constexpr int64_t kAttentionRowBlock = 64;
 
 // out (B, Tq, H*Dv); stats (B, H, Tq, 2) receives each row's softmax max and 1/sum, which the
 // backward needs; probs (B, H, Tq, Tk), or null, receives the softmax before dropout. keep (B, H, Tq,
-// Tk) is the dropout multiplier (0 or 1/(1-p)), or null without dropout. scratch holds threads * 2 *
-// min(kAttentionRowBlock, Tq) * Tk floats (threads = attention_scratch_threads()). key_lengths (B)
+// Tk) is the dropout multiplier (0 or 1/(1-p)), or null without dropout. scratch holds threads *
+// attention_scratch_floats(d, false) floats (threads = attention_scratch_threads()). key_lengths (B)
 // or null.
 void attention_forward(float* out, float* stats, float* probs, const float* q, const float* k, const float* v,
                        const float* keep, float* scratch, const int64_t* key_lengths, bool causal,
                        const AttentionDims& d);
 // Adds into dq (B, Tq, H*Dk), dk (B, Tk, Hkv*Dk), dv (B, Tk, Hkv*Dv) (contiguous; any may be null).
 // stats, keep, key_lengths and causal as given to the forward; P is recomputed from q, k and stats.
-// scratch holds threads * 3 * min(kAttentionRowBlock, Tq) * Tk floats. With M = keep, Pd = P o M:
+// scratch holds threads * attention_scratch_floats(d, true) floats. With M = keep, Pd = P o M:
 //   dV += Pd^T dO,  dP = (dO V^T) o M,  dS = P o (dP - rowsum(dP o P)),
 //   dQ += dS K / sqrt(Dk),  dK += dS^T Q / sqrt(Dk).
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,

@@ -70,6 +70,10 @@ struct FlopCount {
 // 2 per multiply-add of Wq, Wk, Wv, Wo, W1, W2, plus attention's scores and weighted sum, 2 * 2 *
 // keys * C (causal counted in full).
 double block_flops_per_token(const ModelConfig& c, int64_t keys);
+// Top-k head gating: the share of (query, head) pairs whose attention is computed, k / H (1 without
+// gating: the scores and weighted sum scale by it), and the gate's weights per attention layer (H C).
+double computed_head_share(const ModelConfig& c);
+double gate_weight_count(const ModelConfig& c);
 
 struct BlockConfig;
 // The block config (nn.h) of a model config: d_model, heads, kv heads, d_ff, activation, norm
@@ -98,6 +102,18 @@ class Model {
   // Component -> count (embedding, positions, attention, feed-forward, norms, head), summing to the
   // total; classified by parameter name.
   std::vector<std::pair<std::string, int64_t>> parameter_breakdown() const;
+
+  // The sum of the layers' auxiliary losses from the last forward with a graph (top-k head gating's
+  // load balancing), cleared by reading; undefined when there is none. The training step adds it to
+  // the objective's loss.
+  Tensor take_auxiliary_loss();
+  // loss + take_auxiliary_loss() (loss itself when there is none): the loss a training step
+  // differentiates, and the one tfm gradcheck checks.
+  Tensor with_auxiliary_loss(const Tensor& loss);
+  // Top-k head gating: per attention layer (in module order, named as its parameters' prefix), the
+  // fraction of the tokens each head served since the last call; the counts restart. Empty without
+  // gating.
+  std::vector<std::pair<std::string, std::vector<double>>> take_head_usage();
 
   void set_training(bool on);  // dropout is active only in training mode
   bool training() const;

@@ -28,6 +28,8 @@ class Module {
   // Every parameter of this module and its submodules in registration order, with dotted names.
   std::vector<std::pair<std::string, Tensor*>> named_parameters();
   int64_t parameter_count();
+  // This module and all its submodules, depth first in registration order.
+  std::vector<Module*> modules();
 
   // Training mode (dropout active) and the generator dropout draws from; both reach all submodules.
   void set_training(bool on);
@@ -183,9 +185,29 @@ class MultiHeadAttention : public Module {
   Linear wq, wk, wv, wo;
   Tensor score_v;  // (H, Dk), additive scoring only
 
+  // Top-k head gating (gating "topk"; the seeds' eq. 5.3.12, Mixture of Attention heads, Zhang et
+  // al. 2022): the gate gives H logits per query token, G = x Wg^T (B, Tq, H); each token uses its
+  // top_k heads, weighted by the softmax of their logits (the other heads' weights are 0):
+  //   out = Wo concat_h(w_h * head_h),  w = softmax over TopK(G) of G.
+  // A (token, head) pair outside the top k is not computed (the fused kernel skips its query row).
+  std::unique_ptr<Linear> gate;  // (H, C), no bias; null without gating
+  // The load-balancing term of the last forward that recorded a graph (Switch Transformer's, over
+  // heads): balance_loss * H * sum_h f_h P_h, f_h the fraction of the top-k slots head h took, P_h
+  // its mean gate probability. Minimal (= balance_loss) when heads are used evenly. Read and
+  // cleared by take_auxiliary_loss(); undefined when there is none.
+  Tensor take_auxiliary_loss();
+  // Tokens each head served since the last reset (gating only), and the tokens seen: usage
+  // fractions for the eval log.
+  std::vector<double> head_tokens;
+  double tokens_seen = 0;
+
  private:
-  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+  // x: the queries' input (B, Tq, C), read by the gate.
+  Tensor attend(const Tensor& x, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                 const std::vector<int64_t>& key_lengths);
+  // Top-k gating: the selected rows for the fused kernel and the heads' weights (B, Tq, H).
+  Tensor gate_weights(const Tensor& x, std::vector<uint8_t>& active_rows);
+  Tensor auxiliary_loss_;
 };
 
 struct BlockConfig {
