@@ -271,6 +271,66 @@ def seq2seq_fixture(name, overrides, seed):
     })
 
 
+# ---- top-k head gating (MultiHeadAttention with gating "topk"; the seeds' eq. 5.3.12) ----
+class TopKGatedAttention(nn.Module):
+    """Self-attention where each token uses its k highest-scoring heads (Mixture of Attention heads):
+    out = Wo concat_h(w_h head_h), w = softmax over the token's top-k gate logits G = x Wg^T (0 for the
+    other heads); plus the Switch Transformer's balance term, weight * H * sum_h f_h P_h."""
+
+    def __init__(self, d, h, hkv, k, balance):
+        super().__init__()
+        self.h, self.hkv, self.dk, self.k, self.balance = h, hkv, d // h, k, balance
+        self.wq = nn.Linear(d, d)
+        self.wk = nn.Linear(d, hkv * self.dk)
+        self.wv = nn.Linear(d, hkv * self.dk)
+        self.wo = nn.Linear(d, d)
+        self.gate = nn.Linear(d, h, bias=False)
+
+    def forward(self, x, key_lengths, causal):
+        B, T, C = x.shape
+        q = self.wq(x).view(B, T, self.h, self.dk).transpose(1, 2)                      # (B, H, T, Dk)
+        rep = self.h // self.hkv
+        k = self.wk(x).view(B, T, self.hkv, self.dk).transpose(1, 2).repeat_interleave(rep, 1)
+        v = self.wv(x).view(B, T, self.hkv, self.dk).transpose(1, 2).repeat_interleave(rep, 1)
+        s = q @ k.transpose(-1, -2) / math.sqrt(self.dk)                                 # (B, H, T, T)
+        hidden = torch.zeros(B, 1, T, T, dtype=torch.bool)
+        for b in range(B):
+            hidden[b, :, :, key_lengths[b]:] = True
+        if causal:
+            hidden = hidden | torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+        p = torch.softmax(s.masked_fill(hidden, float("-inf")), -1)
+        heads = (p @ v).transpose(1, 2)                                                  # (B, T, H, Dk)
+        g = self.gate(x)                                                                 # (B, T, H)
+        top = torch.topk(g, self.k, -1).indices
+        chosen = torch.zeros_like(g, dtype=torch.bool).scatter(-1, top, True)
+        w = torch.softmax(g.masked_fill(~chosen, float("-inf")), -1)                    # (B, T, H)
+        out = self.wo((heads * w.unsqueeze(-1)).reshape(B, T, C))
+        f = chosen.float().sum((0, 1)) / (B * T * self.k)                                # (H)
+        aux = self.balance * self.h * (f * torch.softmax(g, -1).mean((0, 1))).sum()
+        return out, aux
+
+
+def gating_fixture(seed):
+    torch.manual_seed(seed)
+    d, h, hkv, k, balance, T = 16, 4, 2, 2, 0.5, 5
+    layer = TopKGatedAttention(d, h, hkv, k, balance)
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.normal_(0, 0.4)
+    x = torch.randn(B, T, d, requires_grad=True)
+    key_lengths = [5, 3]
+    out, aux = layer(x, key_lengths, causal=True)
+    r = torch.randn_like(out)
+    ((out * r).sum() + aux).backward()
+    write("mha_topk_gating", {
+        "d_model": d, "n_heads": h, "n_kv_heads": hkv, "top_k": k, "balance_loss": balance, "causal": True,
+        "key_lengths": key_lengths, "x": tensor(x), "r": tensor(r),
+        "params": {n: tensor(p) for n, p in layer.named_parameters()},
+        "out": tensor(out), "aux": float(aux),
+        "grads": dict({n: tensor(p.grad) for n, p in layer.named_parameters()}, x=tensor(x.grad)),
+    })
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     torch.set_num_threads(1)
@@ -279,3 +339,4 @@ if __name__ == "__main__":
     mha_fixture(200)
     for i, (name, cfg) in enumerate(SEQ2SEQ_CONFIGS.items()):
         seq2seq_fixture(name, cfg, 300 + i)
+    gating_fixture(400)

@@ -142,7 +142,7 @@ void attention_forward(float* out, float* stats, float* probs, const float* q, c
     float* p_t = scratch + omp_get_thread_num() * per_thread;  // (rows, Tk): P of a block
     float* pd_t = p_t + block;                                // (rows, Tk): P o M
     float* qc = pd_t + block;                                 // gathered: (rows, Dk) Q rows
-    float* oc = qc + kRowBlock * d.Dk;                        // gathered: (rows, Dv) outputs
+    float* oc = qc + std::min(kRowBlock, d.Tq) * d.Dk;                       // gathered: (rows, Dv) outputs
     const float* kg = k + b * d.k_batch_stride + g * d.Dk;  // (Tk, Dk), ld Hkv*Dk
     const float* vg = v + b * d.v_batch_stride + g * d.Dv;  // (Tk, Dv), ld Hkv*Dv
     const float* qh = q + b * d.q_batch_stride + h * d.Dk;  // (Tq, Dk), ld H*Dk
@@ -204,8 +204,8 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
     float* dp = p + block;                                    // (rows, Tk): dP, then dS in place
     float* pd = dp + block;                                   // (rows, Tk): P o M with dropout
     float* qc = pd + block;                                   // gathered: (rows, Dk) Q rows
-    float* doc = qc + kRowBlock * d.Dk;                       // gathered: (rows, Dv) dO rows
-    float* dqc = doc + kRowBlock * d.Dv;                      // gathered: (rows, Dk) dQ rows
+    float* doc = qc + std::min(kRowBlock, d.Tq) * d.Dk;                      // gathered: (rows, Dv) dO rows
+    float* dqc = doc + std::min(kRowBlock, d.Tq) * d.Dv;                     // gathered: (rows, Dk) dQ rows
     const float* kg = k + b * d.k_batch_stride + g * d.Dk;        // (Tk, Dk)
     const float* vg = v + b * d.v_batch_stride + g * d.Dv;        // (Tk, Dv)
     float* dkg = dk ? dk + b * d.Tk * ldk + g * d.Dk : nullptr;   // (Tk, Dk), ld Hkv*Dk

@@ -176,3 +176,98 @@ TEST_CASE("attention: bad shapes are reported with the op's name", "[attention]"
   opt.key_lengths = {5};
   CHECK_THROWS_WITH(scaled_dot_product_attention(x, x, x, opt), Catch::Contains("key length 5"));
 }
+
+namespace {
+
+// Head gating's row selection: (B, Tq, H) flags, about half set, with one head of the first sequence
+// serving no row and one serving every row (the edge cases of the kernel's row lists).
+std::vector<uint8_t> random_rows(const Case& c, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<uint8_t> active(c.B * c.Tq * c.H);
+  for (int64_t r = 0; r < c.B * c.Tq; ++r)
+    for (int64_t h = 0; h < c.H; ++h) active[r * c.H + h] = h == 0 ? 0 : h == 1 ? 1 : rng.uniform() < 0.5;
+  for (int64_t r = c.Tq; r < c.B * c.Tq; ++r) active[r * c.H] = rng.uniform() < 0.5;  // b >= 1: random
+  return active;
+}
+
+Tensor gated_fused(const Tensor& q, const Tensor& k, const Tensor& v, const Case& c, const std::vector<uint8_t>& rows,
+                   Tensor* probs, uint64_t seed) {
+  Rng rng(seed);
+  AttentionOptions opt;
+  opt.n_heads = c.H;
+  opt.n_kv_heads = c.Hkv;
+  opt.causal = c.causal;
+  opt.key_lengths = c.key_lengths;
+  opt.dropout = c.dropout;
+  opt.training = c.dropout > 0.0f;
+  opt.rng = &rng;
+  opt.active_rows = rows;
+  return scaled_dot_product_attention(q, k, v, opt, probs);
+}
+
+// The dense op's output with the unselected (query, head) rows multiplied by 0: (B, Tq, H*Dv).
+Tensor dense_then_zeroed(const Tensor& q, const Tensor& k, const Tensor& v, const Case& c,
+                         const std::vector<uint8_t>& rows, Tensor* probs, uint64_t seed) {
+  std::vector<float> m(rows.begin(), rows.end());
+  const Tensor o = fused(q, k, v, c, probs, seed);
+  return reshape(reshape(o, {c.B, c.Tq, c.H, c.Dv}) * Tensor::from_vector(m, {c.B, c.Tq, c.H, 1}),
+                 {c.B, c.Tq, c.H * c.Dv});
+}
+
+}  // namespace
+
+TEST_CASE("attention: selected rows (head gating) equal the dense op with the other rows zeroed", "[attention]") {
+  for (const Case& c : cases()) {
+    SECTION(c.name) {
+      Rng rng(12);
+      Tensor q = Tensor::randn({c.B, c.Tq, c.H * c.Dk}, rng);
+      Tensor k = Tensor::randn({c.B, c.Tk, c.Hkv * c.Dk}, rng);
+      Tensor v = Tensor::randn({c.B, c.Tk, c.Hkv * c.Dv}, rng);
+      const Tensor r = Tensor::randn({c.B, c.Tq, c.H * c.Dv}, rng);
+      const std::vector<uint8_t> rows = random_rows(c, 4);
+      std::vector<Tensor> grads[2];
+      Tensor outs[2], probs[2];
+      for (int which = 0; which < 2; ++which) {
+        for (Tensor* t : {&q, &k, &v}) {
+          t->set_grad(Tensor());
+          t->set_requires_grad(true);
+        }
+        outs[which] = which == 0 ? gated_fused(q, k, v, c, rows, &probs[which], 5)
+                                 : dense_then_zeroed(q, k, v, c, rows, &probs[which], 5);
+        sum(outs[which] * r).backward();
+        grads[which] = {q.grad(), k.grad(), v.grad()};
+      }
+      require_close(outs[0], outs[1], 1e-5f, "output");
+      require_close(grads[0][0], grads[1][0], 1e-5f, "dq");
+      require_close(grads[0][1], grads[1][1], 1e-5f, "dk");
+      require_close(grads[0][2], grads[1][2], 1e-5f, "dv");
+      // Probabilities: the dense ones on selected rows (to rounding: a gathered block is a GEMM of
+      // another shape), exactly zero on the others.
+      float worst = 0.0f;
+      for (int64_t b = 0; b < c.B; ++b)
+        for (int64_t i = 0; i < c.Tq; ++i)
+          for (int64_t h = 0; h < c.H; ++h) {
+            const bool on = rows[(b * c.Tq + i) * c.H + h];
+            for (int64_t j = 0; j < c.Tk; ++j) {
+              if (!on) REQUIRE(probs[0].at({b, h, i, j}) == 0.0f);
+              worst = std::max(worst, std::fabs(probs[0].at({b, h, i, j}) - (on ? probs[1].at({b, h, i, j}) : 0.0f)));
+            }
+          }
+      CHECK(worst <= 1e-6f);
+    }
+  }
+}
+
+TEST_CASE("attention: selected rows (head gating) gradient check", "[attention][gradcheck]") {
+  for (const Case& c : cases()) {
+    if (c.Tq > 8) continue;
+    SECTION(c.name) {
+      Rng rng(3);
+      const std::vector<uint8_t> rows = random_rows(c, 6);
+      testing::check_gradients(
+          [&](const std::vector<Tensor>& in) { return gated_fused(in[0], in[1], in[2], c, rows, nullptr, 9); },
+          {Tensor::randn({c.B, c.Tq, c.H * c.Dk}, rng), Tensor::randn({c.B, c.Tk, c.Hkv * c.Dk}, rng),
+           Tensor::randn({c.B, c.Tk, c.Hkv * c.Dv}, rng)});
+    }
+  }
+}

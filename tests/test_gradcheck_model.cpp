@@ -95,6 +95,10 @@ TEST_CASE("gradcheck: tfm gradcheck passes on every shipped config, objective an
   // tied); here grouped-query cross-attention with additive scores and learned positions.
   args.push_back("--config configs/eng_fra.json --set model.n_kv_heads=2 --set model.attention_score=additive "
                  "--set model.positional_encoding=learned");
+  // Top-k head gating: the gate's gradient (through the selected heads' softmax and the balance
+  // loss, which the checked loss includes); a seq2seq model gates all three attentions.
+  args.push_back(base + " --set model.n_heads=8 --set model.head_gating=topk --set model.head_topk=3");
+  args.push_back("--config configs/eng_fra_d2l.json --set model.head_gating=topk --set model.head_topk=1");
   for (const std::string& a : args) {
     const tfm_test::CliRun r = tfm_test::run_tfm("gradcheck " + a);
     INFO("tfm gradcheck " << a << "\n" << r.out);

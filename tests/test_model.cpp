@@ -105,7 +105,10 @@ TEST_CASE("model: whole language model gradient check through the flat buffers",
 TEST_CASE("model: KV-cache decoding equals the full forward", "[model]") {
   ModelConfig additive = tiny("pre", "sinusoidal", true, 4, 2);
   additive.attention_score = "additive";
+  ModelConfig topk = tiny("pre", "sinusoidal", true, 4, 2);
+  topk.head_gating = "topk", topk.head_topk = 2;
   const Variant variants[] = {
+      {"GQA, top-k head gating", topk},
       {"MHA, pre-norm", tiny("pre", "sinusoidal", true, 4, 4)},
       {"GQA, post-norm, learned positions", tiny("post", "learned", false, 4, 2)},
       {"MQA", tiny("pre", "learned", true, 4, 1)},

@@ -31,6 +31,7 @@ const std::vector<std::vector<std::string>> kVariants = {
     {"model.tie_embeddings=false", "model.bias=false", "model.activation=\"relu\""},
     {"model.attention_dropout=0.1", "model.dropout=0.1"},
     {"train.optimizer.name=\"sgd\"", "model.d_ff=96"},
+    {"model.head_gating=\"topk\"", "model.head_topk=2"},
 };
 
 Config small_config(std::vector<std::string> sets) {

@@ -74,3 +74,34 @@ TEST_CASE("reference: cross-attention with kdim/vdim matches torch.nn.MultiheadA
   check_gradient("key", key.grad(), fx.at("grads").at("key"));
   check_gradient("value", value.grad(), fx.at("grads").at("value"));
 }
+
+TEST_CASE("reference: top-k head gating equals a PyTorch version, output, balance loss and gradients", "[reference]") {
+  const json fx = load_fixture("mha_topk_gating");
+  AttentionConfig cfg;
+  cfg.d_model = fx.at("d_model");
+  cfg.n_heads = fx.at("n_heads");
+  cfg.n_kv_heads = fx.at("n_kv_heads");
+  cfg.causal = fx.at("causal");
+  cfg.gating = "topk";
+  cfg.top_k = fx.at("top_k");
+  cfg.balance_loss = fx.at("balance_loss");
+  MultiHeadAttention mha(cfg);
+  auto params = mha.named_parameters();
+  REQUIRE(params.size() == fx.at("params").size());
+  for (auto& [name, t] : params) {
+    INFO("parameter " << name);
+    copy_into(*t, fx.at("params").at(name));
+    t->set_requires_grad(true);
+  }
+  Tensor x = to_tensor(fx.at("x"));
+  x.set_requires_grad(true);
+  const Tensor out = mha.forward(x, x, x, fx.at("key_lengths").get<std::vector<int64_t>>());
+  const Tensor aux = mha.take_auxiliary_loss();
+  const double out_diff = max_diff(out, fx.at("out"));
+  report("top-k gated attention output", out_diff);
+  CHECK(out_diff <= 1e-5);
+  CHECK(aux.item() == Approx(fx.at("aux").get<double>()).epsilon(1e-5));
+  (sum(out * to_tensor(fx.at("r"))) + aux).backward();
+  for (auto& [name, t] : params) check_gradient(name, t->grad(), fx.at("grads").at(name));
+  check_gradient("x", x.grad(), fx.at("grads").at("x"));
+}
