@@ -94,6 +94,10 @@ class Model {
   // total; classified by parameter name.
   std::vector<std::pair<std::string, int64_t>> parameter_breakdown() const;
 
+  // Points every parameter's value at `source`'s value buffer (same architecture): a data-parallel
+  // replica reads the master's weights with no copy; its gradients stay its own.
+  void share_values_of(const Model& source);
+
   void set_training(bool on);  // dropout is active only in training mode
   bool training() const;
   Rng& dropout_rng() { return dropout_rng_; }  // its state goes into checkpoints
