@@ -209,6 +209,13 @@ std::vector<KeySpec> build_table() {
       Key("train.threads", T::Integer, 0, "CPU threads for OpenBLAS and OpenMP (0 = all cores; under mpirun, each rank's share of its machine's cores).")
           .min(0)
           .resumable(),
+      Key("train.data_parallel", T::Integer, 1,
+          "Workers that each take a share of the micro-batch's rows through the whole forward and backward "
+          "with one-thread kernels, their gradients summed at the end (data parallelism inside the process): "
+          "1 = off (every kernel uses all train.threads), 0 = one per thread, N = N. Fewer OpenMP fork/joins: "
+          "faster for small models on few cores. At most train.batch_size.")
+          .min(0)
+          .resumable(),
       Key("train.precision", T::String, "fp32",
           "Matrix products: `fp32`, or `bf16` operands with float32 accumulation (as torch.autocast); "
           "weights, optimizer state, norms, softmax, loss and checkpoints stay float32.")
@@ -461,6 +468,10 @@ void cross_checks(const json& t, std::vector<std::string>& errors) {
   if (i("train.seq_len") > i("model.max_seq_len"))
     errors.push_back("train.seq_len: expected at most model.max_seq_len = " +
                      std::to_string(i("model.max_seq_len")) + ", got " + std::to_string(i("train.seq_len")));
+  if (i("train.data_parallel") > i("train.batch_size"))
+    errors.push_back("train.data_parallel: expected at most train.batch_size = " +
+                     std::to_string(i("train.batch_size")) + " workers (each takes whole rows), got " +
+                     std::to_string(i("train.data_parallel")));
   // What the objectives need of the model and the data (ARCHITECTURE.md, "Objectives").
   const std::string objective = lookup(t, "train.objective")->get<std::string>();
   const bool causal = lookup(t, "model.causal")->get<bool>();

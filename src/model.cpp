@@ -129,6 +129,22 @@ void Model::adopt_parameters(Module& root, uint64_t init_seed, int64_t residual_
   }
 }
 
+void Model::share_values_of(const Model& source) {
+  TFM_CHECK(source.size_ == size_ && source.parameters_.size() == parameters_.size(), "Model::share_values_of",
+            "the source has ", source.size_, " parameter values in ", source.parameters_.size(),
+            " tensors, this model ", size_, " in ", parameters_.size());
+  const auto named = root_->named_parameters();
+  for (size_t i = 0; i < named.size(); ++i) {
+    NamedParameter& p = parameters_[i];
+    Tensor value = Tensor::view_of(source.values_, p.value.shape(), p.offset);
+    value.set_requires_grad(true);
+    value.set_grad(Tensor::view_of(grads_, p.value.shape(), p.offset));
+    *named[i].second = value;
+    p.value = value;
+  }
+  values_ = source.values_;
+}
+
 const NamedParameter* Model::find_parameter(const std::string& name) const {
   for (const NamedParameter& p : parameters_)
     if (p.name == name) return &p;

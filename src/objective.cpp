@@ -6,6 +6,7 @@
 
 #include "objective_text.h"
 #include "tfm/error.h"
+#include "tfm/ops.h"
 
 namespace tfm {
 
@@ -26,6 +27,18 @@ void Metrics::set(const std::string& name, double value) {
       return;
     }
   values.emplace_back(name, value);
+}
+
+std::vector<std::pair<int64_t, int64_t>> shard_rows(int64_t B, int parts) {
+  TFM_CHECK(parts >= 1 && parts <= B, "shard_rows", "cannot cut ", B, " rows into ", parts, " shards");
+  std::vector<std::pair<int64_t, int64_t>> out;
+  int64_t begin = 0;
+  for (int i = 0; i < parts; ++i) {
+    const int64_t end = begin + B / parts + (i < B % parts ? 1 : 0);
+    out.emplace_back(begin, end);
+    begin = end;
+  }
+  return out;
 }
 
 namespace {
@@ -89,6 +102,33 @@ const std::vector<int32_t>& TextObjective::split_tokens(const std::string& split
   if (split == "val") return data_->val;
   if (split == "train") return data_->train;
   throw ConfigError("--split: expected \"val\" or \"train\", got \"" + split + "\"");
+}
+
+std::unique_ptr<Model> TextObjective::replica() {
+  auto m = std::make_unique<LanguageModel>(model_.config(), static_cast<uint64_t>(config_.integer("seed")));
+  m->share_values_of(model_);
+  m->set_training(model_.training());
+  return m;
+}
+
+BatchShards TextObjective::shards_of(
+    const std::vector<int32_t>& x, const std::vector<int32_t>& y, int parts,
+    const std::function<int64_t(const std::vector<int32_t>&)>& counted,
+    const std::function<Tensor(LanguageModel&, const std::vector<int32_t>&, const std::vector<int32_t>&, int64_t)>&
+        loss) const {
+  BatchShards out;
+  out.tokens = B_ * T_;
+  const double total = static_cast<double>(counted(y));
+  for (const auto& [begin, end] : shard_rows(B_, parts)) {
+    std::vector<int32_t> xs(x.begin() + begin * T_, x.begin() + end * T_), ys(y.begin() + begin * T_, y.begin() + end * T_);
+    const int64_t n = counted(ys), rows = end - begin;
+    const float share = static_cast<float>(static_cast<double>(n) / total);
+    out.losses.push_back([xs = std::move(xs), ys = std::move(ys), n, rows, share, loss](Model& m) {
+      if (n == 0) return Tensor();
+      return loss(dynamic_cast<LanguageModel&>(m), xs, ys, rows) * share;
+    });
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -96,6 +96,33 @@ class Seq2Seq : public Objective {
     return {loss_of(b), b.real_source_tokens + b.real_target_tokens};
   }
 
+  // Each shard is padded to its own longest pair (padding changes no real position's value); shard i's
+  // share is its real target tokens / the batch's.
+  BatchShards train_batch_shards(int parts) override {
+    const std::vector<SentencePair>& pairs = split("train");
+    const std::vector<int64_t> drawn = sampler_.sample(static_cast<int64_t>(pairs.size()), B_);
+    const PairBatch whole = make_pair_batch(pairs, drawn);
+    BatchShards out;
+    out.tokens = whole.real_source_tokens + whole.real_target_tokens;
+    for (const auto& [begin, end] : shard_rows(B_, parts)) {
+      PairBatch b = make_pair_batch(pairs, std::vector<int64_t>(drawn.begin() + begin, drawn.begin() + end));
+      const float share = static_cast<float>(static_cast<double>(b.real_target_tokens) /
+                                             static_cast<double>(whole.real_target_tokens));
+      out.losses.push_back([b = std::move(b), share](Model& m) {
+        if (b.real_target_tokens == 0) return Tensor();
+        return loss_on(dynamic_cast<Seq2SeqModel&>(m), b) * share;
+      });
+    }
+    return out;
+  }
+
+  std::unique_ptr<Model> replica() override {
+    auto m = std::make_unique<Seq2SeqModel>(model_.config(), static_cast<uint64_t>(config_.integer("seed")));
+    m->share_values_of(model_);
+    m->set_training(model_.training());
+    return m;
+  }
+
   std::string describe_batch() const override {
     return std::to_string(B_) + " pairs (padded to the longest in the batch; at most " +
            std::to_string(max_source_len() + 1) + " source + " + std::to_string(max_target_len() + 1) +
@@ -127,8 +154,9 @@ class Seq2Seq : public Objective {
   }
 
   // Teacher forcing: the mean cross-entropy over the batch's non-pad target tokens.
-  Tensor loss_of(const PairBatch& b) {
-    const Tensor logits = model_.forward(b.src, b.src_lengths, b.B, b.S, b.tgt_in, b.T);  // (B, T, V)
+  Tensor loss_of(const PairBatch& b) { return loss_on(model_, b); }
+  static Tensor loss_on(Seq2SeqModel& model, const PairBatch& b) {
+    const Tensor logits = model.forward(b.src, b.src_lengths, b.B, b.S, b.tgt_in, b.T);  // (B, T, V)
     return cross_entropy(logits, b.tgt_out, kPadId);
   }
 

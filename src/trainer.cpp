@@ -4,6 +4,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -244,6 +246,8 @@ class TrainingRun {
   void open_outputs();
   void log_header();
   StepStats forward_backward();
+  std::pair<double, double> sharded_micro_batch();
+  void sum_replica_grads();
   std::string nonfinite_reason(double loss) const;
   Metrics evaluate_and_keep_best();
   void log_interval(double lr, const Metrics* val);
@@ -265,6 +269,11 @@ class TrainingRun {
   Checkpoint resumed_;
   std::unique_ptr<Objective> objective_;
   int threads_ = 1;
+  // train.data_parallel: workers_ threads each run a shard of every micro-batch through the whole
+  // forward and backward with one-thread kernels (one fork/join per micro-batch instead of ~100);
+  // worker 0 on the objective's model, worker w on replicas_[w - 1] (the same weights, its own gradients).
+  int workers_ = 1;
+  std::vector<std::unique_ptr<Model>> replicas_;
   std::optional<GemmModeGuard> gemm_mode_;  // precision and backend for every product of the run
   std::unique_ptr<Optimizer> optim_;
   LrSchedule schedule_;
@@ -318,6 +327,7 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt)
   configure_compute();
   Model& model = objective_->model();
   model.set_training(true);
+  for (int w = 1; w < workers_; ++w) replicas_.push_back(objective_->replica());
   P_ = model.parameter_count();
   optim_ = std::make_unique<Optimizer>(optimizer_config(config_), segments_of(model), P_);
   if (rank_ > 0)
@@ -382,6 +392,9 @@ void TrainingRun::configure_compute() {
       key > 0 || !dist::active()
           ? static_cast<int>(key)
           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / dist::local_size()));
+  // 0: one worker per thread (never more than the rows of a micro-batch).
+  const int64_t dp = config_.integer("train.data_parallel");
+  workers_ = static_cast<int>(std::min<int64_t>(dp == 0 ? threads_ : dp, config_.integer("train.batch_size")));
   // Precision and GEMM backend live below the model: every product of this run (any objective) uses them.
   gemm_mode_.emplace(parse_precision(config_.string("train.precision")),
                      resolve_gemm_backend(config_.string("train.gemm_backend")));
@@ -441,6 +454,10 @@ void TrainingRun::log_header() {
   log_->info(format("compute: %d thread(s), %s; %s; measured %s peak %.1f GFLOP/s", threads_,
                     platform::blas_summary().c_str(), platform::gemm_summary().c_str(),
                     precision_name(gemm_precision()), peak_gflops_));
+  if (workers_ > 1)
+    log_->info(format("data parallel: %d workers, each a share of every micro-batch's rows on one thread; "
+                      "gradients summed in memory (train.data_parallel)",
+                      workers_));
   log_->info(format("batch: %s x %ld accumulation step(s); %ld steps%s", objective_->describe_batch().c_str(),
                     static_cast<long>(accum_), static_cast<long>(max_steps_),
                     opt_.resume ? format(", continuing after step %ld", static_cast<long>(step_)).c_str() : ""));
@@ -456,6 +473,11 @@ TrainingRun::StepStats TrainingRun::forward_backward() {
   grads_.fill_(0.0f);
   double loss_sum = 0.0, tokens = 0.0;
   for (int64_t a = 0; a < accum_; ++a) {
+    if (workers_ > 1) {
+      const auto [loss, n] = sharded_micro_batch();
+      loss_sum += loss, tokens += n;
+      continue;
+    }
     const BatchLoss batch = objective_->train_batch();
     Tensor loss = batch.loss;
     loss_sum += loss.item();
@@ -467,6 +489,7 @@ TrainingRun::StepStats TrainingRun::forward_backward() {
     if (accum_ > 1) loss = loss * (1.0f / static_cast<float>(accum_));
     loss.backward();
   }
+  if (workers_ > 1) sum_replica_grads();
   // Data parallel: the mean over ranks of loss and gradient, before clipping, so the clip sees the
   // global gradient and every rank applies the same update (no-ops in a single process).
   StepStats s;
@@ -476,6 +499,62 @@ TrainingRun::StepStats TrainingRun::forward_backward() {
   s.norm = std::isfinite(s.loss) ? clip_grad_norm(grads_.data(), P_, grad_clip_) : NAN;
   s.seconds = seconds_since(t0);
   return s;
+}
+
+// One micro-batch over the workers: its loss (the shards' sum) and real tokens. Worker 0's gradient
+// lands in grads_, the others' in their replicas' buffers (sum_replica_grads adds them).
+std::pair<double, double> TrainingRun::sharded_micro_batch() {
+  const BatchShards shards = objective_->train_batch_shards(workers_);
+  Model& master = objective_->model();
+  // Each replica's dropout stream is seeded from the master's, so the checkpointed master state is
+  // all a resumed run needs to draw the same masks.
+  for (auto& r : replicas_) r->dropout_rng().seed_with(master.dropout_rng().next_u64());
+  std::vector<double> losses(static_cast<size_t>(workers_), 0.0);
+  std::exception_ptr error;
+#pragma omp parallel num_threads(workers_)
+  {
+    const int w = omp_get_thread_num();
+    omp_set_num_threads(1);  // this worker's kernels (nested regions, oneDNN) run on its own thread
+    try {
+      Model& model = w == 0 ? master : *replicas_[static_cast<size_t>(w - 1)];
+      Tensor loss = shards.losses[static_cast<size_t>(w)](model);
+      if (loss.defined()) {
+        losses[static_cast<size_t>(w)] = loss.item();
+        // Top-k gating's balance term over this shard's tokens, a 1/workers share of it per shard
+        // (the term of the whole batch up to how the shards' head usage differs).
+        const Tensor aux = model.take_auxiliary_loss();
+        if (aux.defined()) loss = loss + aux * (1.0f / static_cast<float>(workers_));
+        // Mean over the micro-batches: the same gradient as one batch of B * accum.
+        if (accum_ > 1) loss = loss * (1.0f / static_cast<float>(accum_));
+        loss.backward();
+      }
+    } catch (...) {
+#pragma omp critical(tfm_data_parallel_error)
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+  double loss = 0.0;
+  for (double l : losses) loss += l;
+  return {loss, static_cast<double>(shards.tokens)};
+}
+
+// grads_ += every replica's gradient, in worker order (the same sums every run), and the replicas'
+// buffers back to zero for the next step: one pass over each buffer.
+void TrainingRun::sum_replica_grads() {
+  float* g = grads_.data();
+  const int64_t P = P_;
+#pragma omp parallel num_threads(workers_)
+  {
+    const int n = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t begin = P * t / n, end = P * (t + 1) / n;
+    for (const auto& r : replicas_) {
+      float* rg = r->flat_grads().data();
+#pragma omp simd
+      for (int64_t i = begin; i < end; ++i) g[i] += rg[i];
+      std::fill(rg + begin, rg + end, 0.0f);
+    }
+  }
 }
 
 std::string TrainingRun::nonfinite_reason(double loss) const {

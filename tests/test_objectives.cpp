@@ -1,6 +1,8 @@
 // The training objectives: masked_lm's masking rule, each objective through the one training loop,
 // and the inference commands that go with them.
 #include <algorithm>
+#include <cmath>
+#include <memory>
 #include <catch2/catch.hpp>
 #include <numeric>
 #include <filesystem>
@@ -325,4 +327,125 @@ TEST_CASE("objectives: seq2seq resumes bit-identically", "[objective][seq2seq][t
   joined.insert(joined.end(), b2.losses.begin(), b2.losses.end());
   CHECK(joined == a.losses);
   CHECK(b2.val_loss == a.val_loss);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Data parallelism inside one process (train.data_parallel)
+
+namespace {
+
+// ||a - b|| / ||b||: float rounding of sums taken in another order stays near 1e-7.
+double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0.0, n = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), n += double(b[i]) * b[i];
+  return std::sqrt(d / n);
+}
+
+// The shards' gradients, summed over the objective's model and one replica, against the gradient of
+// the same whole batch (the sampler rewound in between).
+void check_shards_sum_to_the_batch(const Config& config, int parts) {
+  auto objective = make_objective(config, nullptr, {});
+  Model& model = objective->model();
+  model.set_training(true);
+  const Rng::State start = objective->sampler_rng().state();
+  model.flat_grads().fill_(0.0f);
+  const BatchLoss whole = objective->train_batch();
+  whole.loss.backward();
+  const std::vector<float> expected = model.flat_grads().to_vector();
+
+  objective->sampler_rng().set_state(start);
+  model.flat_grads().fill_(0.0f);
+  std::vector<std::unique_ptr<Model>> replicas;
+  for (int w = 1; w < parts; ++w) replicas.push_back(objective->replica());
+  const BatchShards shards = objective->train_batch_shards(parts);
+  REQUIRE(static_cast<int>(shards.losses.size()) == parts);
+  CHECK(shards.tokens == whole.tokens);
+  double loss = 0.0;
+  for (int w = 0; w < parts; ++w) {
+    Tensor l = shards.losses[w](w == 0 ? model : *replicas[w - 1]);
+    if (!l.defined()) continue;
+    loss += l.item();
+    l.backward();
+  }
+  std::vector<float> got = model.flat_grads().to_vector();
+  for (const auto& r : replicas) {
+    const std::vector<float> g = r->flat_grads().to_vector();
+    for (size_t i = 0; i < got.size(); ++i) got[i] += g[i];
+    // The replica read the model's weights, not a copy.
+    CHECK(r->flat_values().data() == model.flat_values().data());
+  }
+  CHECK(loss == Approx(whole.loss.item()).epsilon(1e-6));
+  CHECK(relative_error(got, expected) < 5e-6);
+}
+
+}  // namespace
+
+TEST_CASE("objectives: data-parallel shards' gradients sum to the whole batch's", "[objective][data_parallel]") {
+  tfm_test::TempDir tmp("objectives_dp_grad");
+  SECTION("causal_lm, 2 and 3 workers (uneven rows)") {
+    const Config c = mlm_config(tmp.path + "/c", {"train.objective=causal_lm", "model.causal=true", "train.batch_size=7"});
+    check_shards_sum_to_the_batch(c, 2);
+    check_shards_sum_to_the_batch(c, 3);
+  }
+  SECTION("masked_lm: shards weighted by their masked positions") {
+    check_shards_sum_to_the_batch(mlm_config(tmp.path + "/m"), 2);
+  }
+  SECTION("seq2seq: shards padded to their own longest pair") {
+    const std::string data = write_reversal_pairs(tmp.path, 200);
+    check_shards_sum_to_the_batch(s2s_config(tmp.path + "/s", data, {"train.batch_size=9"}), 2);
+  }
+}
+
+TEST_CASE("objectives: a data-parallel run follows the ordinary run's loss", "[objective][data_parallel][train]") {
+  tfm_test::TempDir tmp("objectives_dp_train");
+  const auto compare = [](const TrainResult& a, const TrainResult& b) {
+    REQUIRE(a.losses.size() == b.losses.size());
+    for (size_t i = 0; i < a.losses.size(); ++i) CHECK(a.losses[i] == Approx(b.losses[i]).epsilon(1e-4));
+  };
+  SECTION("masked_lm") {
+    const std::vector<std::string> run = {"train.max_steps=20", "train.threads=2"};
+    auto dp = run;
+    dp.push_back("train.data_parallel=2");
+    compare(train(mlm_config(tmp.path + "/dp", dp), quiet()), train(mlm_config(tmp.path + "/one", run), quiet()));
+  }
+  SECTION("seq2seq, 3 workers with gradient accumulation") {
+    const std::string data = write_reversal_pairs(tmp.path, 200);
+    const std::vector<std::string> run = {"train.max_steps=10", "train.threads=2", "train.grad_accum_steps=2"};
+    auto dp = run;
+    dp.push_back("train.data_parallel=3");
+    compare(train(s2s_config(tmp.path + "/sdp", data, dp), quiet()),
+            train(s2s_config(tmp.path + "/sone", data, run), quiet()));
+  }
+}
+
+TEST_CASE("objectives: train.data_parallel is checked", "[objective][data_parallel][config]") {
+  const auto message = [](std::vector<std::string> sets) {
+    try {
+      resolve_config(nlohmann::json::object(), sets);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK_THAT(message({"train.data_parallel=-1"}), Catch::Contains("train.data_parallel: expected an integer >= 0"));
+  CHECK_THAT(message({"train.batch_size=4", "train.data_parallel=5"}),
+             Catch::Contains("train.data_parallel: expected at most train.batch_size = 4"));
+}
+
+TEST_CASE("objectives: a data-parallel run with dropout resumes bit-identically", "[objective][data_parallel][train]") {
+  tfm_test::TempDir tmp("objectives_dp_resume");
+  // The replicas' dropout streams are seeded from the model's, which the checkpoint holds.
+  const std::vector<std::string> run = {"train.max_steps=20", "train.checkpoint_interval=10", "model.dropout=0.1",
+                                        "train.threads=2", "train.data_parallel=2"};
+  const TrainResult a = train(mlm_config(tmp.path + "/whole", run), quiet());
+  TrainOptions stop = quiet();
+  stop.stop_at_step = 7;
+  const TrainResult b1 = train(mlm_config(tmp.path + "/split", run), stop);
+  REQUIRE(b1.status == TrainResult::Status::Interrupted);
+  TrainOptions resume = quiet();
+  resume.resume = true;
+  const TrainResult b2 = train(mlm_config(tmp.path + "/split", run), resume);
+  std::vector<double> joined = b1.losses;
+  joined.insert(joined.end(), b2.losses.begin(), b2.losses.end());
+  CHECK(joined == a.losses);
 }

@@ -114,6 +114,9 @@ class Model {
   // fraction of the tokens each head served since the last call; the counts restart. Empty without
   // gating.
   std::vector<std::pair<std::string, std::vector<double>>> take_head_usage();
+  // Points every parameter's value at `source`'s value buffer (same architecture): a data-parallel
+  // replica reads the master's weights with no copy; its gradients stay its own.
+  void share_values_of(const Model& source);
 
   void set_training(bool on);  // dropout is active only in training mode
   bool training() const;

@@ -40,6 +40,21 @@ struct BatchLoss {
   int64_t tokens = 0;
 };
 
+// One training micro-batch cut into shards of whole rows for data-parallel workers inside one process
+// (train.data_parallel; trainer.cpp). losses[i] computes shard i's loss, with its graph, on any model
+// of the objective's architecture (model() or a replica()); the shards' losses sum to the whole
+// batch's loss (each is its own mean scaled by its share of the counted positions), so their
+// gradients sum to the whole batch's gradient. A shard with no counted position returns an undefined
+// tensor (nothing to add).
+struct BatchShards {
+  std::vector<std::function<Tensor(Model&)>> losses;
+  int64_t tokens = 0;  // as BatchLoss::tokens, over the whole batch
+};
+
+// Rows [begin, end) of each of `parts` shards of B rows, as even as can be (the first B % parts get
+// one more).
+std::vector<std::pair<int64_t, int64_t>> shard_rows(int64_t B, int parts);
+
 class Objective {
  public:
   virtual ~Objective() = default;
@@ -53,6 +68,13 @@ class Objective {
   // The next training micro-batch of the configured size, drawn with sampler_rng(), forward in the
   // model's current mode; the loss is a mean, ready for backward().
   virtual BatchLoss train_batch() = 0;
+  // The next training micro-batch, drawn exactly as train_batch() draws it (the same stream), cut
+  // into `parts` shards (parts <= the batch's rows).
+  virtual BatchShards train_batch_shards(int parts) = 0;
+  // A model of model()'s architecture for a data-parallel worker: model()'s parameter values (the
+  // same storage, so an optimizer step is seen by both), its own gradient buffer (zeros) and dropout
+  // generator, in model()'s mode.
+  virtual std::unique_ptr<Model> replica() = 0;
   // The state of the training batch stream (checkpointed, so a resumed run draws the same batches).
   virtual Rng& sampler_rng() = 0;
   // One batch of the training shape with uniformly random ordinary tokens drawn from `rng` (no data
