@@ -349,7 +349,7 @@ Tensor MultiHeadAttention::attend_mixed(const Tensor& q, const Tensor& k, const 
                                         const std::vector<int64_t>& key_lengths, Tensor* probabilities) {
   const int64_t B = q.size(0), Tq = q.size(1), Tk = k.size(1);
   const int64_t H = config_.n_heads, Hkv = config_.n_kv_heads, G = H / Hkv, Dk = head_dim_;
-  Tensor s;  // (B, H, Tq, Tk): query head h = kv head h / G, G queries heads per kv head
+  Tensor s;  // (B, H, Tq, Tk): query head h = kv head h / G, G query heads per kv head
   if (config_.score == "dot") {
     // Scaling q (B, Tq, H*Dk) rather than the scores (B, H, Tq, Tk): the same result, fewer floats.
     const Tensor qs = q * (1.0f / std::sqrt(static_cast<float>(Dk)));
