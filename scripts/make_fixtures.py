@@ -7,7 +7,10 @@ For each tiny model config: the weights (names as torch_lm.py --print-names), in
 logits, loss and every parameter's gradient, from ../shared/reference/torch_lm.py's own model. Plus
 torch.nn.MultiheadAttention cross-attention with kdim/vdim != d_model and a key-padding mask, and the
 encoder-decoder of include/tfm/seq2seq.h written out below (Seq2Seq, same parameter names) with source
-padding, S != T and a padded target (loss ignore_index = <pad> = 0).
+padding, S != T and a padded target (loss ignore_index = <pad> = 0). And the head variants of
+include/tfm/nn.h with a causal mask and key padding: the head-mixing layers (MixedAttention below:
+talking_heads with grouped-query K/V, group_mlp with additive scores) for tests/test_head_mixing.cpp,
+and top-k head gating (TopKGatedAttention, with its balance loss) for tests/test_reference.cpp.
 JSON: {"name": {"shape": [...], "data": [...]}} tensors, float32 values printed with 9 significant
 digits (enough to round-trip a float32). The fixtures are committed so the tests need no Python.
 """
@@ -331,6 +334,77 @@ def gating_fixture(seed):
     })
 
 
+
+# ---- head mixing (include/tfm/nn.h: talking_heads, group_mlp), written out with our parameter names ----
+class MixedAttention(nn.Module):
+    """Self-attention whose heads' logits and probabilities are mixed inside g groups of n = H / g heads:
+    S'[b, grp*n + o] = sum_i mix_logits[grp, o, i] S[b, grp*n + i] before the masks and softmax, the
+    probabilities likewise with mix_weights after it; group_mlp's output is out_mlp = fc2(gelu(fc1(o)))."""
+
+    def __init__(self, d, h, hkv, score, mixing, groups):
+        super().__init__()
+        self.h, self.hkv, self.dk, self.score, self.mixing = h, hkv, d // h, score, mixing
+        self.g = groups if mixing == "group_mlp" else 1
+        n = h // self.g
+        self.wq = nn.Linear(d, h * self.dk)
+        self.wk = nn.Linear(d, hkv * self.dk)
+        self.wv = nn.Linear(d, hkv * self.dk)
+        if mixing == "group_mlp":
+            self.out_mlp = nn.ModuleDict({"fc1": nn.Linear(d, d), "fc2": nn.Linear(d, d)})
+        else:
+            self.wo = nn.Linear(h * self.dk, d)
+        if score == "additive":
+            self.score_v = nn.Parameter(torch.randn(h, self.dk))
+        # Random, away from the identity, so the mixing is exercised.
+        self.mix_logits = nn.Parameter(torch.eye(n).repeat(self.g, 1, 1) + 0.5 * torch.randn(self.g, n, n))
+        self.mix_weights = nn.Parameter(torch.eye(n).repeat(self.g, 1, 1) + 0.5 * torch.randn(self.g, n, n))
+
+    def mix(self, x, m):  # x (B, H, Tq, Tk), m (g, n, n) [group, out, in]
+        B, H, Tq, Tk = x.shape
+        x = x.view(B, self.g, H // self.g, Tq, Tk)
+        return torch.einsum("goi,bgiqk->bgoqk", m, x).reshape(B, H, Tq, Tk)
+
+    def forward(self, x, key_lengths):
+        B, T, _ = x.shape
+        q = self.wq(x).view(B, T, self.h, self.dk).transpose(1, 2)  # (B, H, T, Dk)
+        k = self.wk(x).view(B, T, self.hkv, self.dk).transpose(1, 2).repeat_interleave(self.h // self.hkv, dim=1)
+        v = self.wv(x).view(B, T, self.hkv, self.dk).transpose(1, 2).repeat_interleave(self.h // self.hkv, dim=1)
+        if self.score == "dot":
+            s = q @ k.transpose(-2, -1) / math.sqrt(self.dk)  # (B, H, T, T)
+        else:  # w_v^T tanh(q + k) per head
+            s = (torch.tanh(q[:, :, :, None, :] + k[:, :, None, :, :]) * self.score_v[None, :, None, None, :]).sum(-1)
+        s = self.mix(s, self.mix_logits)  # mixed before the masks
+        hidden = torch.ones(T, T, dtype=torch.bool).triu(1)[None, None] | \
+            (torch.arange(T)[None, :] >= torch.tensor(key_lengths)[:, None])[:, None, None, :]
+        p = torch.softmax(s.masked_fill(hidden, float("-inf")), dim=-1)
+        p = self.mix(p, self.mix_weights)
+        o = (p @ v).transpose(1, 2).reshape(B, T, self.h * self.dk)
+        out = self.out_mlp["fc2"](F.gelu(self.out_mlp["fc1"](o))) if self.mixing == "group_mlp" else self.wo(o)
+        return out, p
+
+
+def head_mixing_fixture(name, h, hkv, score, mixing, groups, seed):
+    torch.manual_seed(seed)
+    d, Bs, T = 8, 2, 5
+    layer = MixedAttention(d, h, hkv, score, mixing, groups)
+    with torch.no_grad():  # biases away from zero too
+        for n_, p in layer.named_parameters():
+            if n_.endswith("bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    x = torch.randn(Bs, T, d, requires_grad=True)
+    key_lengths = [5, 3]
+    out, probs = layer(x, key_lengths)
+    r = torch.randn_like(out)
+    (out * r).sum().backward()
+    write(name, {
+        "d_model": d, "n_heads": h, "n_kv_heads": hkv, "score": score, "mixing": mixing, "groups": groups,
+        "key_lengths": key_lengths, "x": tensor(x), "r": tensor(r),
+        "params": {n_: tensor(p) for n_, p in layer.named_parameters()},
+        "out": tensor(out), "probabilities": tensor(probs),
+        "grads": dict({n_: tensor(p.grad) for n_, p in layer.named_parameters()}, x=tensor(x.grad)),
+    })
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     torch.set_num_threads(1)
@@ -340,3 +414,5 @@ if __name__ == "__main__":
     for i, (name, cfg) in enumerate(SEQ2SEQ_CONFIGS.items()):
         seq2seq_fixture(name, cfg, 300 + i)
     gating_fixture(400)
+    head_mixing_fixture("head_mixing_talking_heads_gqa", 4, 2, "dot", "talking_heads", 1, 400)
+    head_mixing_fixture("head_mixing_group_mlp_additive", 4, 4, "additive", "group_mlp", 2, 401)

@@ -71,7 +71,10 @@ std::vector<LayerAttention> analyze_attention(LanguageModel& model, const std::v
     // Head contributions c_i = o_i Wo_i^T: (H, T, C) from o (T, H, Dk) and Wo (C, H*Dk).
     const Tensor o = contiguous_values(model.head_outputs()[l]);
     const NamedParameter* wo = model.find_parameter("blocks." + std::to_string(l) + ".attn.wo.weight");
-    TFM_CHECK(wo != nullptr, "analyze_attention", "model has no blocks.", l, ".attn.wo.weight");
+    TFM_CHECK(wo != nullptr, "analyze_attention", "model has no blocks.", l, ".attn.wo.weight",
+              cfg.head_mixing == "group_mlp" ? " (model.head_mixing = group_mlp replaces Wo by an MLP, through "
+                                               "which the heads' contributions do not separate)"
+                                             : "");
     const Tensor w = contiguous_values(wo->value);
     Tensor contrib = Tensor::empty({H, T, C});
     for (int64_t h = 0; h < H; ++h)

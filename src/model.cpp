@@ -117,7 +117,16 @@ void Model::adopt_parameters(Module& root, uint64_t init_seed, int64_t residual_
     const std::string& name = named[i].first;
     Tensor& t = *named[i].second;
     float* p = t.data();
-    if (t.dim() == 2) {
+    // Head mixing matrices (g, n, n) start as identities, so a mixing layer starts as the standard one;
+    // they are not decayed either: weight decay pulls towards zero, which for a mixing matrix is not
+    // "no effect" but "no attention" (the identity is what a user expects it to stay near).
+    const bool mixing = ends_with(name, "mix_logits") || ends_with(name, "mix_weights");
+    if (mixing) {
+      const int64_t n = t.size(1);
+      t.fill_(0.0f);
+      for (int64_t g = 0; g < t.size(0); ++g)
+        for (int64_t h = 0; h < n; ++h) p[(g * n + h) * n + h] = 1.0f;
+    } else if (t.dim() == 2) {
       const bool residual = ends_with(name, "wo.weight") || ends_with(name, "fc2.weight");
       const float std = residual ? residual_std : 0.02f;
       for (int64_t j = 0; j < t.numel(); ++j) p[j] = std * rng.normal();
@@ -125,7 +134,7 @@ void Model::adopt_parameters(Module& root, uint64_t init_seed, int64_t residual_
       const bool gain = name.find("ln") != std::string::npos && ends_with(name, "weight");
       t.fill_(gain ? 1.0f : 0.0f);
     }
-    parameters_.push_back({name, t, buffers.offsets[i], t.dim() >= 2});
+    parameters_.push_back({name, t, buffers.offsets[i], t.dim() >= 2 && !mixing});
   }
 }
 
@@ -244,14 +253,31 @@ double gate_weight_count(const ModelConfig& c) {
   return c.head_gating == "topk" ? static_cast<double>(c.n_heads) * static_cast<double>(c.d_model) : 0.0;
 }
 
+double attention_output_weights(const ModelConfig& c) {
+  const double C = static_cast<double>(c.d_model);
+  return c.head_mixing == "group_mlp" ? 2.0 * C * C : C * C;  // out_mlp's fc1 and fc2, or Wo
+}
+
+double head_mixing_flops_per_token(const ModelConfig& c, int64_t keys) {
+  if (c.head_mixing == "none") return 0.0;
+  // Each mixed logit (and each mixed probability) of a query head is a sum over the n = H / g heads of
+  // its group, n multiply-adds, for each of the `keys` keys: 2 n keys per query head per mix, over H
+  // heads and two mixes (logits, probabilities): 2 * 2 * H * n * keys per token.
+  const double H = static_cast<double>(c.n_heads);
+  const double n = c.head_mixing == "group_mlp" ? H / static_cast<double>(c.head_groups) : H;
+  return 2.0 * 2.0 * H * n * static_cast<double>(keys);
+}
+
 double block_flops_per_token(const ModelConfig& c, int64_t keys) {
   const double C = static_cast<double>(c.d_model), Dk = C / static_cast<double>(c.n_heads);
   const double kv = static_cast<double>(c.n_kv_heads) * Dk;
-  // Wq, Wk, Wv, Wo as they exist, and the gate. Top-k gating computes k of the H heads' attention
-  // per token; the projections stay dense (every head's K and V serve the tokens that pick it).
-  const double attn_weights = C * C + 2.0 * C * kv + C * C + gate_weight_count(c);
+  // Wq, Wk, Wv, Wo (or group_mlp's MLP) as they exist, and the gate. Top-k gating computes k of the H
+  // heads' attention per token; the projections stay dense (every head's K and V serve the tokens
+  // that pick it).
+  const double attn_weights = C * C + 2.0 * C * kv + attention_output_weights(c) + gate_weight_count(c);
   const double ffn_weights = 2.0 * C * static_cast<double>(c.d_ff);
-  return 2.0 * (attn_weights + ffn_weights) + 2.0 * 2.0 * static_cast<double>(keys) * C * computed_head_share(c);
+  return 2.0 * (attn_weights + ffn_weights) + 2.0 * 2.0 * static_cast<double>(keys) * C * computed_head_share(c) +
+         head_mixing_flops_per_token(c, keys);
 }
 
 FlopCount LanguageModel::flops_per_token(const ModelConfig& c, int64_t seq_len) {

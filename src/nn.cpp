@@ -191,25 +191,77 @@ Tensor attention_mask(int64_t B, int64_t Tq, int64_t Tk, bool causal, const std:
       }
   return mask;
 }
+
+// Additive scores s[b,h,i,j] = sum_d w_v[h,d] tanh(q[b,i,h,d] + k[b,j,g(h),d]), by broadcasting query
+// heads grouped per kv head: (B, Hkv, G, Tq, 1, Dk) + (B, Hkv, 1, 1, Tk, Dk). q (B, Tq, H*Dk), k (B, Tk,
+// Hkv*Dk), score_v (H, Dk) -> (B, Hkv, G, Tq, Tk).
+Tensor additive_scores(const Tensor& q, const Tensor& k, const Tensor& score_v, int64_t Hkv, int64_t G) {
+  const int64_t B = q.size(0), Tq = q.size(1), Tk = k.size(1), Dk = score_v.size(1);
+  const Tensor qh =
+      reshape(permute(reshape(q, {B, Tq, Hkv, G, Dk}), {0, 2, 3, 1, 4}), {B, Hkv, G, Tq, 1, Dk});
+  const Tensor kh = reshape(permute(reshape(k, {B, Tk, Hkv, Dk}), {0, 2, 1, 3}), {B, Hkv, 1, 1, Tk, Dk});
+  const Tensor e = tanh(qh + kh);                            // (B, Hkv, G, Tq, Tk, Dk)
+  return sum(e * reshape(score_v, {Hkv, G, 1, 1, Dk}), -1);  // (B, Hkv, G, Tq, Tk)
+}
+
+// The heads' outputs from probabilities p (B, H, Tq, Tk) (or (B, Hkv, G, Tq, Tk)) and values v (B, Tk,
+// Hkv*Dv), query head h reading kv head h / G -> (B, Tq, H*Dv).
+Tensor weighted_values(const Tensor& p, const Tensor& v, int64_t Hkv, int64_t G) {
+  const int64_t B = v.size(0), Tk = v.size(1), Dv = v.size(2) / Hkv, Tq = p.numel() / (B * Hkv * G * Tk);
+  const Tensor vh = permute(reshape(v, {B, Tk, Hkv, Dv}), {0, 2, 1, 3});  // (B, Hkv, Tk, Dv)
+  const Tensor oh = matmul(reshape(p, {B, Hkv, G * Tq, Tk}), vh);         // (B, Hkv, G*Tq, Dv)
+  return reshape(permute(reshape(oh, {B, Hkv, G, Tq, Dv}), {0, 3, 1, 2, 4}), {B, Tq, Hkv * G * Dv});
+}
+
+// Mixes x (B, H, Tq, Tk) across the heads inside each of the g groups of mix (g, n, n):
+// out[b, group*n + o] = sum_i mix[group, o, i] x[b, group*n + i]. One GEMM per (batch, group), (n, n)
+// by (n, Tq*Tk); mix is broadcast over the batch (its gradient sums over it) because matmul's batch
+// dims must match.
+Tensor mix_heads(const Tensor& x, const Tensor& mix) {
+  const int64_t B = x.size(0), H = x.size(1), Tq = x.size(2), Tk = x.size(3);
+  const int64_t g = mix.size(0), n = mix.size(1);
+  const Tensor m =
+      B == 1 ? reshape(mix, {1, g, n, n}) : reshape(mix, {1, g, n, n}) * Tensor::ones({B, 1, 1, 1});
+  const Tensor mixed = matmul(m, reshape(x, {B, g, n, Tq * Tk}));  // (B, g, n, Tq*Tk)
+  return reshape(mixed, {B, H, Tq, Tk});
+}
 }  // namespace
 
 MultiHeadAttention::MultiHeadAttention(const AttentionConfig& config)
     : config_(resolved(config)),
       head_dim_(config_.d_model / config_.n_heads),
-      wq(config_.d_model, config_.n_heads * head_dim_, config_.bias),     // (H*Dk, C)
-      wk(config_.kdim, config_.n_kv_heads * head_dim_, config_.bias),     // (Hkv*Dk, kdim)
-      wv(config_.vdim, config_.n_kv_heads * head_dim_, config_.bias),     // (Hkv*Dv, vdim)
-      wo(config_.n_heads * head_dim_, config_.d_model, config_.bias) {  // (C, H*Dv)
+      wq(config_.d_model, config_.n_heads * head_dim_, config_.bias),  // (H*Dk, C)
+      wk(config_.kdim, config_.n_kv_heads * head_dim_, config_.bias),  // (Hkv*Dk, kdim)
+      wv(config_.vdim, config_.n_kv_heads * head_dim_, config_.bias),  // (Hkv*Dv, vdim)
+      // (C, H*Dv); empty with group_mlp, whose out_mlp takes its place (no C x C floats left unused)
+      wo(config_.mixing == "group_mlp" ? 0 : config_.n_heads * head_dim_,
+         config_.mixing == "group_mlp" ? 0 : config_.d_model, config_.bias) {
   register_module("wq", &wq);
   register_module("wk", &wk);
   register_module("wv", &wv);
-  register_module("wo", &wo);
+  if (config_.mixing == "group_mlp") {
+    // Named out_mlp.fc1/fc2: counted as attention ("attn."/"cross." in the name) and fc2, which writes
+    // into the residual stream as wo does, gets the residual output initialisation.
+    out_mlp = std::make_unique<FeedForward>(config_.d_model, config_.d_model, "gelu", config_.bias);
+    register_module("out_mlp", out_mlp.get());
+  } else {
+    register_module("wo", &wo);
+  }
   if (config_.score == "additive") register_parameter("score_v", &score_v, {config_.n_heads, head_dim_});
+  if (config_.mixing != "none") {
+    const int64_t g = config_.groups, n = config_.n_heads / g;
+    register_parameter("mix_logits", &mix_logits, {g, n, n});    // (g, n, n)
+    register_parameter("mix_weights", &mix_weights, {g, n, n});  // (g, n, n)
+  }
   if (config_.gating == "topk") {
     gate = std::make_unique<Linear>(config_.d_model, config_.n_heads, false);  // (H, C)
     register_module("gate", gate.get());
     head_tokens.assign(config_.n_heads, 0.0);
   }
+}
+
+Tensor MultiHeadAttention::project_output(const Tensor& o) const {
+  return out_mlp ? out_mlp->forward(o) : wo.forward(o);  // (B, Tq, H*Dv) -> (B, Tq, C)
 }
 
 Tensor MultiHeadAttention::take_auxiliary_loss() {
@@ -282,7 +334,7 @@ Tensor MultiHeadAttention::forward_projected(const Tensor& query, const Tensor& 
   // The attention's backward reads the queries; one GEMM recomputes them there, which is cheaper
   // than keeping a (B, Tq, C) per layer through the whole step.
   q.release_values();
-  return wo.forward(o);
+  return project_output(o);
 }
 
 Tensor MultiHeadAttention::forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v, int64_t past) {
@@ -297,7 +349,7 @@ Tensor MultiHeadAttention::forward_cached(const Tensor& x, Tensor& cache_k, Tens
   }
   // Keys [0, past + T): views into the caches, strided per batch, read in place by the fused op.
   const Tensor k = narrow(cache_k, 1, 0, past + T), v = narrow(cache_v, 1, 0, past + T);
-  return wo.forward(attend(x, q, k, v, config_.causal, {}));
+  return project_output(attend(x, q, k, v, config_.causal, {}));
 }
 
 Tensor MultiHeadAttention::attend(const Tensor& x, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
@@ -307,7 +359,9 @@ Tensor MultiHeadAttention::attend(const Tensor& x, const Tensor& q, const Tensor
   const bool drop = training() && config_.dropout > 0.0f;
   TFM_CHECK(!drop || rng(), "MultiHeadAttention", "attention dropout needs set_rng()");
   Tensor o, probs;  // (B, Tq, H*Dv), (B, H, Tq, Tk)
-  if (config_.score == "dot") {
+  if (config_.mixing != "none") {
+    o = attend_mixed(q, k, v, causal, key_lengths, record ? &probs : nullptr);
+  } else if (config_.score == "dot") {
     AttentionOptions opt;
     opt.n_heads = H;
     opt.n_kv_heads = Hkv;
@@ -321,21 +375,14 @@ Tensor MultiHeadAttention::attend(const Tensor& x, const Tensor& q, const Tensor
     o = scaled_dot_product_attention(q, k, v, opt, record ? &probs : nullptr);  // (B, Tq, H*Dv)
     if (gate) o = reshape(reshape(o, {B, Tq, H, Dk}) * reshape(weights, {B, Tq, H, 1}), {B, Tq, H * Dk});
   } else {
-    // Additive: s[b,h,i,j] = sum_d w_v[h,d] tanh(q[b,i,h,d] + k[b,j,g(h),d]), by broadcasting query
-    // heads grouped per kv head: (B, Hkv, G, Tq, 1, Dk) + (B, Hkv, 1, 1, Tk, Dk).
-    const Tensor qh = reshape(permute(reshape(q, {B, Tq, Hkv, G, Dk}), {0, 2, 3, 1, 4}), {B, Hkv, G, Tq, 1, Dk});
-    const Tensor kh = reshape(permute(reshape(k, {B, Tk, Hkv, Dk}), {0, 2, 1, 3}), {B, Hkv, 1, 1, Tk, Dk});
-    const Tensor e = tanh(qh + kh);                                            // (B, Hkv, G, Tq, Tk, Dk)
-    const Tensor s = sum(e * reshape(score_v, {Hkv, G, 1, 1, Dk}), -1);        // (B, Hkv, G, Tq, Tk)
+    const Tensor s = additive_scores(q, k, score_v, Hkv, G);  // (B, Hkv, G, Tq, Tk)
     // Masked scores get a large negative value, and the probabilities are multiplied by the visible
     // mask afterwards, so a fully masked row gives zeros (softmax of -inf everywhere would be NaN).
     const Tensor mask = attention_mask(B, Tq, Tk, causal, key_lengths);        // (B, 1, 1, Tq, Tk)
     const Tensor p = softmax(masked_fill(s, mask, -1e30f)) * rsub(1.0f, mask);  // (B, Hkv, G, Tq, Tk)
     if (record) probs = reshape(p, {B, H, Tq, Tk}).detach();
     const Tensor pd = drop ? dropout(p, config_.dropout, true, *rng()) : p;
-    const Tensor vh = permute(reshape(v, {B, Tk, Hkv, Dk}), {0, 2, 1, 3});      // (B, Hkv, Tk, Dv)
-    const Tensor oh = matmul(reshape(pd, {B, Hkv, G * Tq, Tk}), vh);           // (B, Hkv, G*Tq, Dv)
-    o = reshape(permute(reshape(oh, {B, Hkv, G, Tq, Dk}), {0, 3, 1, 2, 4}), {B, Tq, H * Dk});
+    o = weighted_values(pd, v, Hkv, G);  // (B, Tq, H*Dv)
   }
   if (head_gate.defined()) {
     TFM_CHECK(head_gate.dim() == 1 && head_gate.size(0) == H, "MultiHeadAttention", "head_gate must be (",
@@ -347,6 +394,37 @@ Tensor MultiHeadAttention::attend(const Tensor& x, const Tensor& q, const Tensor
     last_head_outputs = reshape(o, {B, Tq, H, Dk}).detach();
   }
   return o;
+}
+
+// Talking-heads attention (Shazeer et al. 2020) and its grouped form, by composed ops so that autograd
+// gives the backward: logits S of the layer's scoring, mixed across the heads of each group before the
+// masks (a mask is the same for every head, so mixing first lets no hidden key leak in, and the mixing
+// never sees the -1e30 fill), softmax, the probabilities mixed again, dropout on them, times V.
+Tensor MultiHeadAttention::attend_mixed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                                        const std::vector<int64_t>& key_lengths, Tensor* probabilities) {
+  const int64_t B = q.size(0), Tq = q.size(1), Tk = k.size(1);
+  const int64_t H = config_.n_heads, Hkv = config_.n_kv_heads, G = H / Hkv, Dk = head_dim_;
+  Tensor s;  // (B, H, Tq, Tk): query head h = kv head h / G, G query heads per kv head
+  if (config_.score == "dot") {
+    // Scaling q (B, Tq, H*Dk) rather than the scores (B, H, Tq, Tk): the same result, fewer floats.
+    const Tensor qs = q * (1.0f / std::sqrt(static_cast<float>(Dk)));
+    const Tensor qh =
+        reshape(permute(reshape(qs, {B, Tq, Hkv, G, Dk}), {0, 2, 3, 1, 4}), {B, Hkv, G * Tq, Dk});
+    const Tensor kh = permute(reshape(k, {B, Tk, Hkv, Dk}), {0, 2, 1, 3});  // (B, Hkv, Tk, Dk)
+    s = reshape(matmul(qh, kh, false, true), {B, H, Tq, Tk});  // (B, Hkv, G*Tq, Tk) -> (B, H, Tq, Tk)
+  } else {
+    s = reshape(additive_scores(q, k, score_v, Hkv, G), {B, H, Tq, Tk});
+  }
+  // As the additive path: masked logits get a large negative value and the probabilities are multiplied
+  // by the visible mask, so a row with no visible key is all zero (and stays so through the mixing).
+  const Tensor mask = reshape(attention_mask(B, Tq, Tk, causal, key_lengths), {B, 1, Tq, Tk});
+  const Tensor sm = mix_heads(s, mix_logits);                                  // (B, H, Tq, Tk)
+  const Tensor p = softmax(masked_fill(sm, mask, -1e30f)) * rsub(1.0f, mask);  // (B, H, Tq, Tk)
+  const Tensor pm = mix_heads(p, mix_weights);                                 // (B, H, Tq, Tk)
+  if (probabilities) *probabilities = pm.detach();
+  const bool drop = training() && config_.dropout > 0.0f;
+  const Tensor pd = drop ? dropout(pm, config_.dropout, true, *rng()) : pm;
+  return weighted_values(pd, v, Hkv, G);  // (B, Tq, H*Dv)
 }
 
 // ---------------------------------------------------------------------------------------------

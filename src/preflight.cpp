@@ -31,6 +31,19 @@ std::string kv(const std::string& key, int64_t value) { return key + " = " + std
 // Q, the norms' outputs, act(h) and the probabilities are recomputed (attention dropout keeps its
 // (B, H, T, T) mask). On top: the backward's largest transient (~5 C per token) and the logits with
 // their gradient. The README's memory section tells how each was brought down.
+// Head mixing (nn.h) is composed of primitive ops too: each layer keeps the logits, the softmax's output,
+// the masked probabilities and the mixed ones, (B, H, T, keys) each, and the queries' (B, T, C) copy in
+// head-major layout; group_mlp's out_mlp keeps its hidden layer, (B, T, C) more.
+double mixing_floats(const ModelConfig& mc, double B, double T, double keys) {
+  if (mc.head_mixing == "none") return 0.0;
+  const double C = static_cast<double>(mc.d_model), H = static_cast<double>(mc.n_heads);
+  return 4.0 * B * H * T * keys + B * T * C * (mc.head_mixing == "group_mlp" ? 2.0 : 1.0);
+}
+// The backward's transient gradients of those (B, H, T, keys) tensors.
+double mixing_transient(const ModelConfig& mc, double B, double T, double keys) {
+  return mc.head_mixing == "none" ? 0.0 : 3.0 * B * static_cast<double>(mc.n_heads) * T * keys;
+}
+
 // A block over B x T queries attending to `keys` positions (self-attention: keys = T).
 double block_floats(const ModelConfig& mc, double B, double T, double keys) {
   const double C = static_cast<double>(mc.d_model), H = static_cast<double>(mc.n_heads);
@@ -42,7 +55,8 @@ double block_floats(const ModelConfig& mc, double B, double T, double keys) {
   // Additive scores are composed of primitive ops over (B, H, T, T, Dk): each layer keeps tanh's output
   // and a few (B, H, T, T) score tensors.
   const double scores = B * H * T * keys;
-  return per_layer + (mc.attention_score == "additive" ? scores * (C / H + 4.0) : 0.0);
+  return per_layer + (mc.attention_score == "additive" ? scores * (C / H + 4.0) : 0.0) +
+         mixing_floats(mc, B, T, keys);
 }
 // The backward's transient (B, H, T, keys, Dk) gradients of additive scoring.
 double additive_transient(const ModelConfig& mc, double B, double T, double keys) {
@@ -59,13 +73,16 @@ double activation_bytes(const ModelConfig& mc, double B, double S, double T) {
   const double V = static_cast<double>(mc.vocab_size);
   if (mc.source_vocab_size == 0)
     return kFloat * (static_cast<double>(mc.n_layers) * block_floats(mc, B, T, T) +
-                     additive_transient(mc, B, T, T) + 5.0 * B * T * C + 2.0 * B * T * V);
+                     std::max(additive_transient(mc, B, T, T), mixing_transient(mc, B, T, T)) +
+                     5.0 * B * T * C + 2.0 * B * T * V);
   const double cross = B * T * (3.0 * C + 2.0 * H + 4.0) + B * S * 2.0 * kv_width +
-                       (mc.attention_score == "additive" ? B * H * T * S * (C / H + 4.0) : 0.0);
+                       (mc.attention_score == "additive" ? B * H * T * S * (C / H + 4.0) : 0.0) +
+                       mixing_floats(mc, B, T, S);
   const double encoder = static_cast<double>(mc.n_encoder_layers) * block_floats(mc, B, S, S);
   const double decoder = static_cast<double>(mc.n_decoder_layers) * (block_floats(mc, B, T, T) + cross);
   const double transient = std::max({additive_transient(mc, B, S, S), additive_transient(mc, B, T, T),
-                                     additive_transient(mc, B, T, S)});
+                                     additive_transient(mc, B, T, S), mixing_transient(mc, B, S, S),
+                                     mixing_transient(mc, B, T, T), mixing_transient(mc, B, T, S)});
   return kFloat * (encoder + decoder + transient + 5.0 * B * std::max(S, T) * C + 2.0 * B * T * V);
 }
 
@@ -183,8 +200,14 @@ double parameter_count(const ModelConfig& mc) {
   const double F = static_cast<double>(mc.d_ff), H = static_cast<double>(mc.n_heads);
   const double Hkv = static_cast<double>(mc.n_kv_heads > 0 ? mc.n_kv_heads : mc.n_heads);
   const double kv_width = Hkv * (C / H), b = mc.bias ? 1.0 : 0.0;
-  const double attention = C * C + C * kv_width * 2 + C * C + b * (2 * C + 2 * kv_width) +
-                           (mc.attention_score == "additive" ? C : 0.0) + gate_weight_count(mc);
+  // Wo, or with group_mlp its replacement out_mlp (fc1, fc2: C x C each); head mixing's mix_logits and
+  // mix_weights are (g, H/g, H/g) each, g = 1 for talking_heads.
+  const bool mlp = mc.head_mixing == "group_mlp";
+  const double output = mlp ? 2 * C * C + b * 2 * C : C * C + b * C;
+  const double groups = mlp ? static_cast<double>(mc.head_groups) : 1.0;
+  const double mixing = mc.head_mixing == "none" ? 0.0 : 2 * H * H / groups;
+  const double attention = C * C + C * kv_width * 2 + b * (C + 2 * kv_width) + output +
+                           (mc.attention_score == "additive" ? C : 0.0) + mixing + gate_weight_count(mc);
   const double ffn = 2 * C * F + b * (F + C);
   const double block = attention + ffn + 4 * C;  // + two LayerNorms
   const double positions = mc.positional_encoding == "learned" ? static_cast<double>(mc.max_seq_len) * C : 0.0;

@@ -147,12 +147,14 @@ const ModelConfig& Seq2SeqModel::config() const { return impl_->net.config; }
 FlopCount Seq2SeqModel::flops_per_token(const ModelConfig& c, int64_t src_len, int64_t tgt_len) {
   // Per target token: the encoder's blocks at src_len / tgt_len source tokens per target token; each
   // decoder block = a block over tgt_len keys plus cross-attention: Wq and Wo per target token, Wk and
-  // Wv per source token (projected once), scores and weighted sum over src_len keys; the head.
+  // Wv per source token (projected once), scores and weighted sum over src_len keys (and the heads'
+  // mixing over them, if any); the head.
   const double C = static_cast<double>(c.d_model), Dk = C / static_cast<double>(c.n_heads);
   const double kv = static_cast<double>(c.n_kv_heads) * Dk;
   const double S = static_cast<double>(src_len), ratio = S / static_cast<double>(tgt_len);
-  const double cross = 2.0 * 2.0 * C * C + 2.0 * gate_weight_count(c) + 2.0 * 2.0 * C * kv * ratio +
-                       2.0 * 2.0 * S * C * computed_head_share(c);
+  const double cross = 2.0 * (C * C + attention_output_weights(c) + gate_weight_count(c)) +
+                       2.0 * 2.0 * C * kv * ratio + 2.0 * 2.0 * S * C * computed_head_share(c) +
+                       head_mixing_flops_per_token(c, src_len);
   FlopCount f;
   f.forward_per_token = static_cast<double>(c.n_encoder_layers) * block_flops_per_token(c, src_len) * ratio +
                         static_cast<double>(c.n_decoder_layers) * (block_flops_per_token(c, tgt_len) + cross) +

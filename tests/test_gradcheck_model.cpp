@@ -91,6 +91,9 @@ TEST_CASE("gradcheck: tfm gradcheck passes on every shipped config, objective an
   // replaced by a new one (src/cli_gradcheck.cpp); 28 of 28 seeds passed when this was written.
   args.push_back(base + " --set model.activation=relu --set model.bias=false --set model.tie_embeddings=false");
   args.push_back(base + " --set model.causal=false --set train.objective=masked_lm");
+  // Head mixing (composed ops): talking heads over grouped-query K/V; group_mlp's groups and MLP output.
+  args.push_back("--config configs/tiny.json --set model.head_mixing=talking_heads --set model.n_kv_heads=2");
+  args.push_back("--config configs/tiny.json --set model.head_mixing=group_mlp");
   // The encoder-decoder: its shipped configs are in the list above (post-norm ReLU untied; pre-norm
   // tied); here grouped-query cross-attention with additive scores and learned positions.
   args.push_back("--config configs/eng_fra.json --set model.n_kv_heads=2 --set model.attention_score=additive "

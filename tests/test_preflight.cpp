@@ -32,6 +32,8 @@ const std::vector<std::vector<std::string>> kVariants = {
     {"model.attention_dropout=0.1", "model.dropout=0.1"},
     {"train.optimizer.name=\"sgd\"", "model.d_ff=96"},
     {"model.head_gating=\"topk\"", "model.head_topk=2"},
+    {"model.head_mixing=\"talking_heads\"", "model.n_kv_heads=2"},
+    {"model.head_mixing=\"group_mlp\"", "model.head_groups=2", "model.attention_score=\"additive\""},
 };
 
 Config small_config(std::vector<std::string> sets) {

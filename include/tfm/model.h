@@ -50,7 +50,7 @@ struct NamedParameter {
   std::string name;
   Tensor value;
   int64_t offset = 0;  // into the flat buffers
-  bool decay = false;  // AdamW weight decay applies (rank >= 2)
+  bool decay = false;  // AdamW weight decay applies (rank >= 2, head mixing matrices excepted)
 };
 
 // Per-layer key/value cache for incremental decoding.
@@ -68,12 +68,18 @@ struct FlopCount {
 
 // FLOPs per token of one Transformer block of `c` (self-attention over `keys` keys and feed-forward):
 // 2 per multiply-add of Wq, Wk, Wv, Wo, W1, W2, plus attention's scores and weighted sum, 2 * 2 *
-// keys * C (causal counted in full).
+// keys * C (causal counted in full), and head mixing's 2 * 2 * H * (H / g) * keys (two mixes over the
+// heads of a group per query head and key); group_mlp's output MLP counts 2 C x C weights for Wo's one.
 double block_flops_per_token(const ModelConfig& c, int64_t keys);
 // Top-k head gating: the share of (query, head) pairs whose attention is computed, k / H (1 without
 // gating: the scores and weighted sum scale by it), and the gate's weights per attention layer (H C).
 double computed_head_share(const ModelConfig& c);
 double gate_weight_count(const ModelConfig& c);
+// Weights of an attention layer's output projection: Wo (C x C), or with head_mixing = group_mlp its
+// replacement, a C -> C -> C MLP (2 C x C).
+double attention_output_weights(const ModelConfig& c);
+// FLOPs per query token of an attention layer's head mixing over `keys` keys (0 without mixing).
+double head_mixing_flops_per_token(const ModelConfig& c, int64_t keys);
 
 struct BlockConfig;
 // The block config (nn.h) of a model config: d_model, heads, kv heads, d_ff, activation, norm
@@ -126,8 +132,9 @@ class Model {
   Model() = default;
   // Moves every parameter of `root` into the flat buffers and initialises it as ARCHITECTURE.md
   // does: matrices and embeddings N(0, 0.02), residual output projections (*wo.weight, *fc2.weight)
-  // N(0, 0.02 / sqrt(2 * residual_layers)), biases 0, LayerNorm gains 1; dropout draws from
-  // init_seed + 1. Derived constructors call it once, after building their module tree.
+  // N(0, 0.02 / sqrt(2 * residual_layers)), biases 0, LayerNorm gains 1, head mixing matrices
+  // (*mix_logits, *mix_weights) identities and not decayed; dropout draws from init_seed + 1. Derived
+  // constructors call it once, after building their module tree.
   void adopt_parameters(Module& root, uint64_t init_seed, int64_t residual_layers);
 
  private:

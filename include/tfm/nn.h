@@ -149,6 +149,14 @@ struct AttentionConfig {
 // K = key Wk^T (B, Tk, Hkv*Dk), V = value Wv^T (B, Tk, Hkv*Dv), out = concat_h(head_h) Wo^T.
 // Additive scoring uses the per-head projections as the W_q q and W_k k of Bahdanau's
 // w_v^T tanh(W_q q + W_k k), with one w_v of Dk weights per head (`score_v`, (H, Dk)).
+//
+// Head mixing (config.mixing, legend g = groups, n = H / g heads per group): the heads are split into
+// g groups of n consecutive heads. Within each group the logits S (B, H, Tq, Tk) of either scoring are
+// mixed across heads, S'_o = sum_i mix_logits[group, o, i] S_i, before the masks and the softmax, and
+// the probabilities after it, P'_o = sum_i mix_weights[group, o, i] P_i; out_h = P'_h V_{kv(h)}.
+// talking_heads is one group of all H heads (Shazeer et al. 2020, "Talking-Heads Attention");
+// group_mlp (the seeds' eq. 5.3.13) mixes inside g groups and replaces Wo by out_mlp, a C -> C -> C
+// GELU MLP over the concatenated heads, which carries information between the groups.
 class MultiHeadAttention : public Module {
   // Declared first: the projections are sized from the resolved config.
   AttentionConfig config_;
@@ -182,8 +190,11 @@ class MultiHeadAttention : public Module {
 
   const AttentionConfig& config() const { return config_; }
   int64_t head_dim() const { return head_dim_; }
-  Linear wq, wk, wv, wo;
-  Tensor score_v;  // (H, Dk), additive scoring only
+  Linear wq, wk, wv, wo;  // wo is empty (0 x 0) and unregistered with group_mlp: out_mlp replaces it
+  Tensor score_v;         // (H, Dk), additive scoring only
+  // Head mixing only: (g, n, n) each, [group, output head, input head]; identity at initialisation.
+  Tensor mix_logits, mix_weights;
+  std::unique_ptr<FeedForward> out_mlp;  // group_mlp only: fc1 (C, C), fc2 (C, C), GELU
 
   // Top-k head gating (gating "topk"; the seeds' eq. 5.3.12, Mixture of Attention heads, Zhang et
   // al. 2022): the gate gives H logits per query token, G = x Wg^T (B, Tq, H); each token uses its
@@ -208,6 +219,12 @@ class MultiHeadAttention : public Module {
   // Top-k gating: the selected rows for the fused kernel and the heads' weights (B, Tq, H).
   Tensor gate_weights(const Tensor& x, std::vector<uint8_t>& active_rows);
   Tensor auxiliary_loss_;
+  // The mixed path of attend (mixing != "none"): q (B, Tq, H*Dk), k, v (B, Tk, Hkv*Dk) -> (B, Tq, H*Dv);
+  // `probabilities`, when given, receives the mixed probabilities (B, H, Tq, Tk) before dropout.
+  Tensor attend_mixed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                      const std::vector<int64_t>& key_lengths, Tensor* probabilities);
+  // Concatenated heads (B, Tq, H*Dv) -> (B, Tq, C): wo, or out_mlp with group_mlp.
+  Tensor project_output(const Tensor& o) const;
 };
 
 struct BlockConfig {
