@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tfm/model.h"
+#include "tfm/nn.h"
 #include "tfm/tensor.h"
 
 namespace tfm::testing {
@@ -36,6 +37,20 @@ inline void copy_into(Tensor& dst, const json& j) {
   dst.copy_from(to_tensor(j));
 }
 
+// Every parameter of `m` set from the fixture's "params" (same names) and made a leaf that requires
+// grad; returns them by name.
+inline std::vector<std::pair<std::string, Tensor*>> load_parameters(Module& m, const json& fx) {
+  auto params = m.named_parameters();
+  REQUIRE(params.size() == fx.at("params").size());
+  for (auto& [name, t] : params) {
+    INFO("parameter " << name);
+    REQUIRE(fx.at("params").contains(name));
+    copy_into(*t, fx.at("params").at(name));
+    t->set_requires_grad(true);
+  }
+  return params;
+}
+
 inline double max_abs(const std::vector<float>& v) {
   double m = 0.0;
   for (float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
@@ -49,6 +64,15 @@ inline double max_diff(const Tensor& ours, const json& theirs) {
   const std::vector<float> b = theirs.at("data").get<std::vector<float>>();
   double m = 0.0;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
+  return m;
+}
+
+// Largest |a - b| over two tensors of one shape.
+inline double max_abs_diff(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.shape() == b.shape());
+  const std::vector<float> x = a.to_vector(), y = b.to_vector();
+  double m = 0.0;
+  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(x[i]) - y[i]));
   return m;
 }
 

@@ -2,6 +2,7 @@
 // and central-difference gradient checks of the fused op, for each mask and head configuration.
 // Legend: B batch, Tq/Tk query/key length, H/Hkv heads, Dk/Dv per-head widths.
 #include <cmath>
+#include <functional>
 
 #include "gradcheck.h"
 #include "tfm/attention.h"
@@ -96,32 +97,47 @@ const std::vector<Case>& cases() {
   return all;
 }
 
+// Two forms of the op on the same random q, k, v of case c: their outputs, probabilities and the
+// gradients (dq, dk, dv) of sum(out * R) for one random R.
+struct Compared {
+  Tensor outs[2], probs[2];
+  std::vector<Tensor> grads[2];
+};
+using Form = std::function<Tensor(const Tensor& q, const Tensor& k, const Tensor& v, Tensor* probs)>;
+Compared compare_forms(const Case& c, uint64_t seed, const Form& first, const Form& second) {
+  Rng rng(seed);
+  Tensor q = Tensor::randn({c.B, c.Tq, c.H * c.Dk}, rng);
+  Tensor k = Tensor::randn({c.B, c.Tk, c.Hkv * c.Dk}, rng);
+  Tensor v = Tensor::randn({c.B, c.Tk, c.Hkv * c.Dv}, rng);
+  const Tensor r = Tensor::randn({c.B, c.Tq, c.H * c.Dv}, rng);
+  Compared out;
+  for (int which = 0; which < 2; ++which) {
+    for (Tensor* t : {&q, &k, &v}) {
+      t->set_grad(Tensor());
+      t->set_requires_grad(true);
+    }
+    out.outs[which] = (which == 0 ? first : second)(q, k, v, &out.probs[which]);
+    sum(out.outs[which] * r).backward();
+    out.grads[which] = {q.grad(), k.grad(), v.grad()};
+  }
+  require_close(out.outs[0], out.outs[1], 1e-5f, "output");
+  require_close(out.grads[0][0], out.grads[1][0], 1e-5f, "dq");
+  require_close(out.grads[0][1], out.grads[1][1], 1e-5f, "dk");
+  require_close(out.grads[0][2], out.grads[1][2], 1e-5f, "dv");
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("attention: fused op equals the composed form, values and gradients", "[attention]") {
   for (const Case& c : cases()) {
     SECTION(c.name) {
-      Rng rng(11);
-      Tensor q = Tensor::randn({c.B, c.Tq, c.H * c.Dk}, rng);
-      Tensor k = Tensor::randn({c.B, c.Tk, c.Hkv * c.Dk}, rng);
-      Tensor v = Tensor::randn({c.B, c.Tk, c.Hkv * c.Dv}, rng);
-      const Tensor r = Tensor::randn({c.B, c.Tq, c.H * c.Dv}, rng);
-      std::vector<Tensor> grads[2];
-      Tensor outs[2], probs[2];
-      for (int which = 0; which < 2; ++which) {
-        for (Tensor* t : {&q, &k, &v}) {
-          t->set_grad(Tensor());
-          t->set_requires_grad(true);
-        }
-        outs[which] = which == 0 ? fused(q, k, v, c, &probs[which], 5) : composed(q, k, v, c, &probs[which], 5);
-        sum(outs[which] * r).backward();
-        grads[which] = {q.grad(), k.grad(), v.grad()};
-      }
-      require_close(outs[0], outs[1], 1e-5f, "output");
+      const Compared cmp = compare_forms(
+          c, 11, [&](const Tensor& q, const Tensor& k, const Tensor& v, Tensor* p) { return fused(q, k, v, c, p, 5); },
+          [&](const Tensor& q, const Tensor& k, const Tensor& v, Tensor* p) { return composed(q, k, v, c, p, 5); });
+      const Tensor* outs = cmp.outs;
+      const Tensor* probs = cmp.probs;
       require_close(probs[0], probs[1], 1e-6f, "probabilities");
-      require_close(grads[0][0], grads[1][0], 1e-5f, "dq");
-      require_close(grads[0][1], grads[1][1], 1e-5f, "dk");
-      require_close(grads[0][2], grads[1][2], 1e-5f, "dv");
       // Rows with no visible key: zero probabilities and zero output, never NaN.
       const Tensor mask = hidden_mask(c);
       for (int64_t b = 0; b < c.B; ++b)
@@ -219,28 +235,14 @@ Tensor dense_then_zeroed(const Tensor& q, const Tensor& k, const Tensor& v, cons
 TEST_CASE("attention: selected rows (head gating) equal the dense op with the other rows zeroed", "[attention]") {
   for (const Case& c : cases()) {
     SECTION(c.name) {
-      Rng rng(12);
-      Tensor q = Tensor::randn({c.B, c.Tq, c.H * c.Dk}, rng);
-      Tensor k = Tensor::randn({c.B, c.Tk, c.Hkv * c.Dk}, rng);
-      Tensor v = Tensor::randn({c.B, c.Tk, c.Hkv * c.Dv}, rng);
-      const Tensor r = Tensor::randn({c.B, c.Tq, c.H * c.Dv}, rng);
       const std::vector<uint8_t> rows = random_rows(c, 4);
-      std::vector<Tensor> grads[2];
-      Tensor outs[2], probs[2];
-      for (int which = 0; which < 2; ++which) {
-        for (Tensor* t : {&q, &k, &v}) {
-          t->set_grad(Tensor());
-          t->set_requires_grad(true);
-        }
-        outs[which] = which == 0 ? gated_fused(q, k, v, c, rows, &probs[which], 5)
-                                 : dense_then_zeroed(q, k, v, c, rows, &probs[which], 5);
-        sum(outs[which] * r).backward();
-        grads[which] = {q.grad(), k.grad(), v.grad()};
-      }
-      require_close(outs[0], outs[1], 1e-5f, "output");
-      require_close(grads[0][0], grads[1][0], 1e-5f, "dq");
-      require_close(grads[0][1], grads[1][1], 1e-5f, "dk");
-      require_close(grads[0][2], grads[1][2], 1e-5f, "dv");
+      const Compared cmp = compare_forms(
+          c, 12,
+          [&](const Tensor& q, const Tensor& k, const Tensor& v, Tensor* p) { return gated_fused(q, k, v, c, rows, p, 5); },
+          [&](const Tensor& q, const Tensor& k, const Tensor& v, Tensor* p) {
+            return dense_then_zeroed(q, k, v, c, rows, p, 5);
+          });
+      const Tensor* probs = cmp.probs;
       // Probabilities: the dense ones on selected rows (to rounding: a gathered block is a GEMM of
       // another shape), exactly zero on the others.
       float worst = 0.0f;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli_run.h"
+#include "fixture_compare.h"
 #include "gradcheck.h"
 #include "tfm/model.h"
 #include "tfm/nn.h"
@@ -41,13 +42,7 @@ void copy_shared(Module& from, Module& to) {
       if (n2 == name) t2->copy_from(*t);
 }
 
-double max_diff(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.shape() == b.shape());
-  const std::vector<float> x = a.to_vector(), y = b.to_vector();
-  double worst = 0;
-  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(x[i]) - y[i]));
-  return worst;
-}
+using testing::max_abs_diff;
 
 }  // namespace
 
@@ -92,7 +87,7 @@ TEST_CASE("head gating: the layer is sum over the token's top-k heads of softmax
         }
       }
       const Tensor expected = plain.wo.forward(Tensor::from_vector(mixed, {B, T, H * Dk}));
-      CHECK(max_diff(out, expected) < 1e-5);
+      CHECK(max_abs_diff(out, expected) < 1e-5);
     }
   }
 }
@@ -111,7 +106,7 @@ TEST_CASE("head gating: k = H with a zero gate is the standard layer with each h
     const Tensor x = Tensor::randn({2, 6, 16}, rng);
     NoGradGuard no_grad;
     const std::vector<int64_t> lengths = causal ? std::vector<int64_t>{} : std::vector<int64_t>{6, 3};
-    CHECK(max_diff(layer.forward(x, x, x, lengths), plain.forward(x, x, x, lengths)) < 1e-6);
+    CHECK(max_abs_diff(layer.forward(x, x, x, lengths), plain.forward(x, x, x, lengths)) < 1e-6);
   }
 }
 

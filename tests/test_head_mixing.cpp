@@ -46,13 +46,7 @@ AttentionConfig attention_config(const std::string& mixing, const std::string& s
   return c;
 }
 
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.shape() == b.shape());
-  const auto x = a.to_vector(), y = b.to_vector();
-  double m = 0;
-  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(x[i]) - y[i]));
-  return m;
-}
+using testing::max_abs_diff;
 
 ModelConfig tiny_lm(const std::string& mixing, int64_t kv_heads, const std::string& score = "dot") {
   ModelConfig c;
@@ -193,14 +187,7 @@ TEST_CASE("reference: head mixing layers match PyTorch", "[reference][head_mixin
       c.groups = fx.at("groups");
       MultiHeadAttention mha(c);
       mha.record = true;
-      auto params = mha.named_parameters();
-      REQUIRE(params.size() == fx.at("params").size());
-      for (auto& [pname, t] : params) {
-        INFO("parameter " << pname);
-        REQUIRE(fx.at("params").contains(pname));
-        testing::copy_into(*t, fx.at("params").at(pname));
-        t->set_requires_grad(true);
-      }
+      auto params = testing::load_parameters(mha, fx);
       Tensor x = testing::to_tensor(fx.at("x"));
       x.set_requires_grad(true);
       const Tensor out = mha.forward(x, x, x, fx.at("key_lengths").get<std::vector<int64_t>>());

@@ -52,13 +52,7 @@ TEST_CASE("reference: cross-attention with kdim/vdim matches torch.nn.MultiheadA
   cfg.vdim = fx.at("vdim");
   MultiHeadAttention mha(cfg);
   mha.record = true;
-  auto params = mha.named_parameters();
-  REQUIRE(params.size() == fx.at("params").size());
-  for (auto& [name, t] : params) {
-    INFO("parameter " << name);
-    copy_into(*t, fx.at("params").at(name));
-    t->set_requires_grad(true);
-  }
+  auto params = load_parameters(mha, fx);
   Tensor query = to_tensor(fx.at("query")), key = to_tensor(fx.at("key")), value = to_tensor(fx.at("value"));
   for (Tensor* t : {&query, &key, &value}) t->set_requires_grad(true);
   const Tensor out = mha.forward(query, key, value, fx.at("key_lengths").get<std::vector<int64_t>>());
@@ -86,13 +80,7 @@ TEST_CASE("reference: top-k head gating equals a PyTorch version, output, balanc
   cfg.top_k = fx.at("top_k");
   cfg.balance_loss = fx.at("balance_loss");
   MultiHeadAttention mha(cfg);
-  auto params = mha.named_parameters();
-  REQUIRE(params.size() == fx.at("params").size());
-  for (auto& [name, t] : params) {
-    INFO("parameter " << name);
-    copy_into(*t, fx.at("params").at(name));
-    t->set_requires_grad(true);
-  }
+  auto params = load_parameters(mha, fx);
   Tensor x = to_tensor(fx.at("x"));
   x.set_requires_grad(true);
   const Tensor out = mha.forward(x, x, x, fx.at("key_lengths").get<std::vector<int64_t>>());

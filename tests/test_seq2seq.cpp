@@ -70,13 +70,7 @@ std::vector<int32_t> random_ids(int64_t n, int64_t lo, int64_t hi, Rng& rng) {
   return ids;
 }
 
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.shape() == b.shape());
-  const auto x = a.to_vector(), y = b.to_vector();
-  double m = 0;
-  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(x[i]) - y[i]));
-  return m;
-}
+using testing::max_abs_diff;
 
 }  // namespace
 
