@@ -52,7 +52,9 @@ Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const Case& c
   return reshape(permute(matmul(p, vh), {0, 2, 1, 3}), {c.B, c.Tq, c.H * c.Dv});  // (B, Tq, H*Dv)
 }
 
-Tensor fused(const Tensor& q, const Tensor& k, const Tensor& v, const Case& c, Tensor* probs, uint64_t seed) {
+// rows: head gating's selected (query, head) rows (AttentionOptions::active_rows), empty = all.
+Tensor fused(const Tensor& q, const Tensor& k, const Tensor& v, const Case& c, Tensor* probs, uint64_t seed,
+             const std::vector<uint8_t>& rows = {}) {
   Rng rng(seed);
   AttentionOptions opt;
   opt.n_heads = c.H;
@@ -62,6 +64,7 @@ Tensor fused(const Tensor& q, const Tensor& k, const Tensor& v, const Case& c, T
   opt.dropout = c.dropout;
   opt.training = c.dropout > 0.0f;
   opt.rng = &rng;
+  opt.active_rows = rows;
   return scaled_dot_product_attention(q, k, v, opt, probs);
 }
 
@@ -206,21 +209,6 @@ std::vector<uint8_t> random_rows(const Case& c, uint64_t seed) {
   return active;
 }
 
-Tensor gated_fused(const Tensor& q, const Tensor& k, const Tensor& v, const Case& c, const std::vector<uint8_t>& rows,
-                   Tensor* probs, uint64_t seed) {
-  Rng rng(seed);
-  AttentionOptions opt;
-  opt.n_heads = c.H;
-  opt.n_kv_heads = c.Hkv;
-  opt.causal = c.causal;
-  opt.key_lengths = c.key_lengths;
-  opt.dropout = c.dropout;
-  opt.training = c.dropout > 0.0f;
-  opt.rng = &rng;
-  opt.active_rows = rows;
-  return scaled_dot_product_attention(q, k, v, opt, probs);
-}
-
 // The dense op's output with the unselected (query, head) rows multiplied by 0: (B, Tq, H*Dv).
 Tensor dense_then_zeroed(const Tensor& q, const Tensor& k, const Tensor& v, const Case& c,
                          const std::vector<uint8_t>& rows, Tensor* probs, uint64_t seed) {
@@ -238,7 +226,7 @@ TEST_CASE("attention: selected rows (head gating) equal the dense op with the ot
       const std::vector<uint8_t> rows = random_rows(c, 4);
       const Compared cmp = compare_forms(
           c, 12,
-          [&](const Tensor& q, const Tensor& k, const Tensor& v, Tensor* p) { return gated_fused(q, k, v, c, rows, p, 5); },
+          [&](const Tensor& q, const Tensor& k, const Tensor& v, Tensor* p) { return fused(q, k, v, c, p, 5, rows); },
           [&](const Tensor& q, const Tensor& k, const Tensor& v, Tensor* p) {
             return dense_then_zeroed(q, k, v, c, rows, p, 5);
           });
@@ -267,7 +255,7 @@ TEST_CASE("attention: selected rows (head gating) gradient check", "[attention][
       Rng rng(3);
       const std::vector<uint8_t> rows = random_rows(c, 6);
       testing::check_gradients(
-          [&](const std::vector<Tensor>& in) { return gated_fused(in[0], in[1], in[2], c, rows, nullptr, 9); },
+          [&](const std::vector<Tensor>& in) { return fused(in[0], in[1], in[2], c, nullptr, 9, rows); },
           {Tensor::randn({c.B, c.Tq, c.H * c.Dk}, rng), Tensor::randn({c.B, c.Tk, c.Hkv * c.Dk}, rng),
            Tensor::randn({c.B, c.Tk, c.Hkv * c.Dv}, rng)});
     }
