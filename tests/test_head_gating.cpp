@@ -176,7 +176,7 @@ TEST_CASE("head gating: the balance loss is balance_loss * H * sum f_h P_h, summ
   CHECK_FALSE(plain.take_auxiliary_loss().defined());
 }
 
-TEST_CASE("head gating: training logs each head's usage, sampling and export work", "[gating][cli]") {
+TEST_CASE("head gating: training logs each head's usage, sampling and export work, bad head keys are named", "[gating][cli]") {
   const std::string dir = tfm_test::scratch_path("gating", "run");
   const std::string sets = " --set model.head_gating=topk --set model.head_topk=2 --set train.max_steps=60";
   tfm_test::CliRun r = tfm_test::run_tfm("train --config configs/tiny.json --out " + dir + sets);
@@ -208,7 +208,11 @@ TEST_CASE("head gating: training logs each head's usage, sampling and export wor
   for (const auto& [set, expect] : std::vector<std::pair<std::string, std::string>>{
            {"--set model.head_gating=topk --set model.head_topk=5", "model.head_topk: expected at most model.n_heads = 4"},
            {"--set model.head_gating=sparse", "model.head_gating"},
-           {"--set model.head_gating=topk --set model.attention_score=additive", "needs model.attention_score"}}) {
+           {"--set model.head_gating=topk --set model.attention_score=additive", "needs model.attention_score"},
+           {"--set model.head_gating=topk --set model.head_mixing=talking_heads", "cannot be combined"},
+           {"--set model.head_mixing=group_mlp --set model.head_groups=3",
+            "model.head_groups: expected a divisor of model.n_heads = 4, got 3"},
+           {"--set model.head_mixing=mixed", "model.head_mixing"}}) {
     const tfm_test::CliRun bad = tfm_test::run_tfm("info --config configs/tiny.json " + set);
     INFO(set << "\n" << bad.out);
     CHECK(bad.status == 2);
