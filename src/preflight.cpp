@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "tfm/error.h"
 
@@ -223,11 +224,24 @@ double parameter_count(const ModelConfig& mc) {
 MemoryEstimate estimate_memory(const Config& config, const ModelConfig& mc, bool training) {
   const int64_t B = config.integer("train.batch_size");
   const double optimizer_buffers = !training ? 0.0 : config.string("train.optimizer.name") == "adamw" ? 2.0 : 1.0;
-  if (mc.source_vocab_size > 0)  // sources end with <eos>; decoder inputs start with <bos>
-    return estimate(mc, B, config.integer("data.max_source_len") + 1, config.integer("data.max_target_len") + 1,
-                    optimizer_buffers, training);
-  const int64_t T = config.integer("train.seq_len");
-  return estimate(mc, B, T, T, optimizer_buffers, training);
+  MemoryEstimate e;
+  if (mc.source_vocab_size > 0) {  // sources end with <eos>; decoder inputs start with <bos>
+    e = estimate(mc, B, config.integer("data.max_source_len") + 1, config.integer("data.max_target_len") + 1,
+                 optimizer_buffers, training);
+  } else {
+    const int64_t T = config.integer("train.seq_len");
+    e = estimate(mc, B, T, T, optimizer_buffers, training);
+  }
+  // train.data_parallel: every worker but the first has a replica with its own gradient buffer (the
+  // weights are shared; the activations are the same batch split between the workers). 0 = one
+  // worker per thread, as the trainer resolves it.
+  if (training) {
+    const int64_t dp = config.integer("train.data_parallel"), threads = config.integer("train.threads");
+    const int64_t per_thread = threads > 0 ? threads : std::max<int64_t>(1, std::thread::hardware_concurrency());
+    const int64_t workers = std::min<int64_t>(dp == 0 ? per_thread : dp, B);
+    e.gradients *= static_cast<double>(std::max<int64_t>(workers, 1));
+  }
+  return e;
 }
 
 MemoryEstimate estimate_training_memory(const Config& config, int64_t vocab_size) {

@@ -81,6 +81,16 @@ TEST_CASE("preflight: the estimate is close to the measured peak of a training s
   }
 }
 
+TEST_CASE("preflight: data-parallel workers each count a gradient buffer", "[preflight]") {
+  const ModelConfig mc = small_config({}).model(37);
+  const double one = estimate_memory(small_config({}), mc, true).gradients;
+  CHECK(one == Approx(4.0 * parameter_count(mc)));
+  CHECK(estimate_memory(small_config({"train.data_parallel=3"}), mc, true).gradients == Approx(3 * one));
+  CHECK(estimate_memory(small_config({"train.data_parallel=0", "train.threads=2"}), mc, true).gradients ==
+        Approx(2 * one));
+  CHECK(estimate_memory(small_config({"train.data_parallel=3"}), mc, false).gradients == 0.0);
+}
+
 TEST_CASE("preflight: the drivers of an estimate are its largest component's keys", "[preflight]") {
   const MemoryEstimate batch = estimate_training_memory(small_config({"train.batch_size=100000000"}), 65);
   REQUIRE(!batch.drivers.empty());
