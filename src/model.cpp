@@ -105,6 +105,8 @@ Model::~Model() = default;
 
 void Model::adopt_parameters(Module& root, uint64_t init_seed, int64_t residual_layers) {
   root_ = &root;
+  for (Module* m : root.modules())
+    if (auto* a = dynamic_cast<MultiHeadAttention*>(m); a && a->gate) gated_.push_back(a);
   ParameterBuffers buffers = flatten_parameters(root);
   values_ = buffers.values, grads_ = buffers.grads, size_ = buffers.size;
   dropout_rng_.seed_with(init_seed + 1);
@@ -182,11 +184,10 @@ std::vector<std::pair<std::string, int64_t>> Model::parameter_breakdown() const 
 
 Tensor Model::take_auxiliary_loss() {
   Tensor total;
-  for (Module* m : root_->modules())
-    if (auto* a = dynamic_cast<MultiHeadAttention*>(m)) {
-      const Tensor t = a->take_auxiliary_loss();
-      if (t.defined()) total = total.defined() ? total + t : t;
-    }
+  for (MultiHeadAttention* a : gated_) {
+    const Tensor t = a->take_auxiliary_loss();
+    if (t.defined()) total = total.defined() ? total + t : t;
+  }
   return total;
 }
 
@@ -197,9 +198,7 @@ Tensor Model::with_auxiliary_loss(const Tensor& loss) {
 
 std::vector<std::pair<std::string, std::vector<double>>> Model::take_head_usage() {
   std::vector<std::pair<std::string, std::vector<double>>> out;
-  for (Module* m : root_->modules()) {
-    auto* a = dynamic_cast<MultiHeadAttention*>(m);
-    if (!a || !a->gate) continue;
+  for (MultiHeadAttention* a : gated_) {
     // The layer's name: its gate's parameter name without ".gate.weight".
     std::string name;
     for (const NamedParameter& p : parameters_)

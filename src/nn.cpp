@@ -278,6 +278,7 @@ Tensor MultiHeadAttention::gate_weights(const Tensor& x, std::vector<uint8_t>& a
   active_rows.assign(B * Tq * H, 0);
   Tensor unselected = Tensor::ones({B, Tq, H});  // 1 = not among the token's top k
   std::vector<int64_t> order(H);
+  std::vector<float> picked(H, 0.0f);  // tokens that chose each head in this call
   const float* g = logits.data();
   for (int64_t r = 0; r < B * Tq; ++r) {
     for (int64_t h = 0; h < H; ++h) order[h] = h;
@@ -288,17 +289,18 @@ Tensor MultiHeadAttention::gate_weights(const Tensor& x, std::vector<uint8_t>& a
     for (int64_t j = 0; j < k; ++j) {
       active_rows[r * H + order[j]] = 1;
       unselected.data()[r * H + order[j]] = 0.0f;
-      head_tokens[order[j]] += 1.0;
+      picked[order[j]] += 1.0f;
     }
   }
+  for (int64_t h = 0; h < H; ++h) head_tokens[h] += picked[h];
   tokens_seen += static_cast<double>(B * Tq);
+  // Computed on every forward, with or without a graph: it is part of the model's training loss, and
+  // tfm gradcheck evaluates that loss without one.
   if (config_.balance_loss > 0.0f) {
     // f_h: share of the B*Tq*k slots that went to head h (a constant); P_h: mean gate probability.
-    std::vector<float> f(H, 0.0f);
-    for (int64_t r = 0; r < B * Tq * H; ++r) f[r % H] += active_rows[r] ? 1.0f : 0.0f;
-    for (float& v : f) v /= static_cast<float>(B * Tq * k);
-    const Tensor p = mean(reshape(softmax(logits), {B * Tq, H}), 0);                         // (H)
-    auxiliary_loss_ = sum(p * Tensor::from_vector(f, {H})) * (config_.balance_loss * static_cast<float>(H));
+    for (float& f : picked) f /= static_cast<float>(B * Tq * k);
+    const Tensor p = mean(reshape(softmax(logits), {B * Tq, H}), 0);  // (H)
+    auxiliary_loss_ = sum(p * Tensor::from_vector(picked, {H})) * (config_.balance_loss * static_cast<float>(H));
   }
   return softmax(masked_fill(logits, unselected, -1e30f));  // (B, Tq, H): 0 outside the top k
 }

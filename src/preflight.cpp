@@ -204,7 +204,7 @@ double parameter_count(const ModelConfig& mc) {
   // Wo, or with group_mlp its replacement out_mlp (fc1, fc2: C x C each); head mixing's mix_logits and
   // mix_weights are (g, H/g, H/g) each, g = 1 for talking_heads.
   const bool mlp = mc.head_mixing == "group_mlp";
-  const double output = mlp ? 2 * C * C + b * 2 * C : C * C + b * C;
+  const double output = attention_output_weights(mc) + b * (mlp ? 2 * C : C);  // Wo or out_mlp, with biases
   const double groups = mlp ? static_cast<double>(mc.head_groups) : 1.0;
   const double mixing = mc.head_mixing == "none" ? 0.0 : 2 * H * H / groups;
   const double attention = C * C + C * kv_width * 2 + b * (C + 2 * kv_width) + output +
@@ -236,12 +236,17 @@ MemoryEstimate estimate_memory(const Config& config, const ModelConfig& mc, bool
   // weights are shared; the activations are the same batch split between the workers). 0 = one
   // worker per thread, as the trainer resolves it.
   if (training) {
-    const int64_t dp = config.integer("train.data_parallel"), threads = config.integer("train.threads");
-    const int64_t per_thread = threads > 0 ? threads : std::max<int64_t>(1, std::thread::hardware_concurrency());
-    const int64_t workers = std::min<int64_t>(dp == 0 ? per_thread : dp, B);
-    e.gradients *= static_cast<double>(std::max<int64_t>(workers, 1));
+    const int64_t threads = config.integer("train.threads");
+    const int64_t workers =
+        data_parallel_workers(config, threads > 0 ? threads : std::max<int64_t>(1, std::thread::hardware_concurrency()));
+    e.gradients *= static_cast<double>(workers);
   }
   return e;
+}
+
+int64_t data_parallel_workers(const Config& config, int64_t threads) {
+  const int64_t dp = config.integer("train.data_parallel");
+  return std::max<int64_t>(1, std::min<int64_t>(dp == 0 ? threads : dp, config.integer("train.batch_size")));
 }
 
 MemoryEstimate estimate_training_memory(const Config& config, int64_t vocab_size) {

@@ -393,8 +393,7 @@ void TrainingRun::configure_compute() {
           ? static_cast<int>(key)
           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / dist::local_size()));
   // 0: one worker per thread (never more than the rows of a micro-batch).
-  const int64_t dp = config_.integer("train.data_parallel");
-  workers_ = static_cast<int>(std::min<int64_t>(dp == 0 ? threads_ : dp, config_.integer("train.batch_size")));
+  workers_ = static_cast<int>(data_parallel_workers(config_, threads_));
   // Precision and GEMM backend live below the model: every product of this run (any objective) uses them.
   gemm_mode_.emplace(parse_precision(config_.string("train.precision")),
                      resolve_gemm_backend(config_.string("train.gemm_backend")));

@@ -90,6 +90,7 @@ BlockConfig block_config(const ModelConfig& c, bool causal);
 ModelConfig checked_common(ModelConfig c, const char* where);
 
 class Module;
+class MultiHeadAttention;
 
 // What every model shares, whatever its architecture: its parameters in one flat value buffer and
 // one flat gradient buffer (named views into them, in export order), training mode and the dropout
@@ -109,7 +110,7 @@ class Model {
   // total; classified by parameter name.
   std::vector<std::pair<std::string, int64_t>> parameter_breakdown() const;
 
-  // The sum of the layers' auxiliary losses from the last forward with a graph (top-k head gating's
+  // The sum of the layers' auxiliary losses from the last forward (top-k head gating's
   // load balancing), cleared by reading; undefined when there is none. The training step adds it to
   // the objective's loss.
   Tensor take_auxiliary_loss();
@@ -139,6 +140,9 @@ class Model {
 
  private:
   Module* root_ = nullptr;
+  // The attention layers with top-k gating, found once in adopt_parameters: the training step asks
+  // them for the balance term without walking the module tree (and asks nobody without gating).
+  std::vector<MultiHeadAttention*> gated_;
   std::shared_ptr<Storage> values_, grads_;
   int64_t size_ = 0;
   std::vector<NamedParameter> parameters_;

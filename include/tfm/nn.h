@@ -202,7 +202,7 @@ class MultiHeadAttention : public Module {
   //   out = Wo concat_h(w_h * head_h),  w = softmax over TopK(G) of G.
   // A (token, head) pair outside the top k is not computed (the fused kernel skips its query row).
   std::unique_ptr<Linear> gate;  // (H, C), no bias; null without gating
-  // The load-balancing term of the last forward that recorded a graph (Switch Transformer's, over
+  // The load-balancing term of the last forward (Switch Transformer's, over
   // heads): balance_loss * H * sum_h f_h P_h, f_h the fraction of the top-k slots head h took, P_h
   // its mean gate probability. Minimal (= balance_loss) when heads are used evenly. Read and
   // cleared by take_auxiliary_loss(); undefined when there is none.

@@ -38,6 +38,9 @@ double parameter_count(const ModelConfig& mc);
 // data.max_target_len tokens (+1 each for <eos>, <bos>); training adds gradients, train.optimizer.name's
 // state and the backward's activations.
 MemoryEstimate estimate_memory(const Config& config, const ModelConfig& mc, bool training);
+// train.data_parallel's workers for a run with `threads` threads: 0 = one per thread, else the key's
+// value, never more than the rows of a micro-batch (train.batch_size).
+int64_t data_parallel_workers(const Config& config, int64_t threads);
 // estimate_memory of config.model(vocab_size), training.
 MemoryEstimate estimate_training_memory(const Config& config, int64_t vocab_size);
 // Evaluation or sampling without a graph: the parameters and one forward of (B, T) tokens.
