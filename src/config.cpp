@@ -209,11 +209,14 @@ std::vector<KeySpec> build_table() {
       Key("train.threads", T::Integer, 0, "CPU threads for OpenBLAS and OpenMP (0 = all cores; under mpirun, each rank's share of its machine's cores).")
           .min(0)
           .resumable(),
-      Key("train.data_parallel", T::Integer, 1,
+      Key("train.data_parallel", T::Integer, derived,
           "Workers that each take a share of the micro-batch's rows through the whole forward and backward "
           "with one-thread kernels, their gradients summed at the end (data parallelism inside the process): "
           "1 = off (every kernel uses all train.threads), 0 = one per thread, N = N. Fewer OpenMP fork/joins: "
-          "faster for small models on few cores. At most train.batch_size.")
+          "faster for small models on few cores; each extra worker holds a gradient buffer. At most "
+          "train.batch_size.")
+          .derived("0 when a micro-batch's feed-forward product (tokens x model.d_model x model.d_ff) is under "
+                   "2^30 multiply-adds, else 1")
           .min(0)
           .resumable(),
       Key("train.precision", T::String, "fp32",
@@ -437,6 +440,18 @@ json derive(const std::string& path, const json& tree) {
   if (path == "data.max_source_len" || path == "data.max_target_len")
     return lookup(tree, "model.max_seq_len")->get<int64_t>() - 1;
   if (path == "model.n_encoder_layers" || path == "model.n_decoder_layers") return *lookup(tree, "model.n_layers");
+  if (path == "train.data_parallel") {
+    // Small products (the shipped small configs: ~5e7 multiply-adds in fc1) spend much of a step in
+    // OpenMP fork/joins, and one worker per thread runs 0.71-0.90x the time; at the large config's 1e10 it
+    // gains 2% and costs a fifth more memory (README, "Performance").
+    auto i = [&](const char* p) { return lookup(tree, p)->get<int64_t>(); };
+    const bool pairs = lookup(tree, "train.objective")->get<std::string>() == "seq2seq";
+    const double tokens = static_cast<double>(i("train.batch_size")) *
+                          static_cast<double>(pairs ? i("data.max_source_len") + i("data.max_target_len") + 2
+                                                    : i("train.seq_len"));
+    const double macs = tokens * static_cast<double>(i("model.d_model")) * static_cast<double>(i("model.d_ff"));
+    return macs < static_cast<double>(int64_t{1} << 30) ? 0 : 1;
+  }
   throw Error("config: no rule derives " + path);
 }
 

@@ -403,14 +403,15 @@ TEST_CASE("objectives: a data-parallel run follows the ordinary run's loss", "[o
     for (size_t i = 0; i < a.losses.size(); ++i) CHECK(a.losses[i] == Approx(b.losses[i]).epsilon(1e-4));
   };
   SECTION("masked_lm") {
-    const std::vector<std::string> run = {"train.max_steps=20", "train.threads=2"};
+    const std::vector<std::string> run = {"train.max_steps=20", "train.threads=2", "train.data_parallel=1"};
     auto dp = run;
     dp.push_back("train.data_parallel=2");
     compare(train(mlm_config(tmp.path + "/dp", dp), quiet()), train(mlm_config(tmp.path + "/one", run), quiet()));
   }
   SECTION("seq2seq, 3 workers with gradient accumulation") {
     const std::string data = write_reversal_pairs(tmp.path, 200);
-    const std::vector<std::string> run = {"train.max_steps=10", "train.threads=2", "train.grad_accum_steps=2"};
+    const std::vector<std::string> run = {"train.max_steps=10", "train.threads=2", "train.grad_accum_steps=2",
+                                          "train.data_parallel=1"};
     auto dp = run;
     dp.push_back("train.data_parallel=3");
     compare(train(s2s_config(tmp.path + "/sdp", data, dp), quiet()),
@@ -430,6 +431,26 @@ TEST_CASE("objectives: train.data_parallel is checked", "[objective][data_parall
   CHECK_THAT(message({"train.data_parallel=-1"}), Catch::Contains("train.data_parallel: expected an integer >= 0"));
   CHECK_THAT(message({"train.batch_size=4", "train.data_parallel=5"}),
              Catch::Contains("train.data_parallel: expected at most train.batch_size = 4"));
+}
+
+TEST_CASE("objectives: train.data_parallel defaults to one worker per thread for small products only",
+          "[objective][data_parallel][config]") {
+  const auto workers = [](const std::string& config, std::vector<std::string> sets) {
+    return load_config(std::string(TFM_SOURCE_DIR) + "/" + config, sets).integer("train.data_parallel");
+  };
+  // fc1's multiply-adds per micro-batch: 12 x 64 x 128 x 512 = 5.0e7; 64 x 256 x 384 x 1536 = 9.7e9.
+  CHECK(workers("configs/shakespeare_char.json", {}) == 0);
+  CHECK(workers("configs/shakespeare_mlm.json", {}) == 0);
+  CHECK(workers("configs/eng_fra.json", {}) == 0);
+  CHECK(workers("configs/shakespeare_char_large.json", {}) == 1);
+  // The rule reads the batch: the large model on 4 sequences of 256 tokens is 6.0e8 multiply-adds.
+  CHECK(workers("configs/shakespeare_char_large.json", {"train.batch_size=4"}) == 0);
+  // 2^30 exactly is not under it: 2^30 = 2^7 x 2^7 x 2^8 x 2^8.
+  CHECK(workers("configs/tiny.json", {"train.batch_size=128", "train.seq_len=128", "model.max_seq_len=128",
+                                      "model.d_model=256", "model.d_ff=256"}) == 1);
+  // A value given is kept.
+  CHECK(workers("configs/shakespeare_char.json", {"train.data_parallel=1"}) == 1);
+  CHECK(workers("configs/shakespeare_char_large.json", {"train.data_parallel=3"}) == 3);
 }
 
 TEST_CASE("objectives: a data-parallel run with dropout resumes bit-identically", "[objective][data_parallel][train]") {

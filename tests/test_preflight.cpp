@@ -83,7 +83,7 @@ TEST_CASE("preflight: the estimate is close to the measured peak of a training s
 
 TEST_CASE("preflight: data-parallel workers each count a gradient buffer", "[preflight]") {
   const ModelConfig mc = small_config({}).model(37);
-  const double one = estimate_memory(small_config({}), mc, true).gradients;
+  const double one = estimate_memory(small_config({"train.data_parallel=1"}), mc, true).gradients;
   CHECK(one == Approx(4.0 * parameter_count(mc)));
   CHECK(estimate_memory(small_config({"train.data_parallel=3"}), mc, true).gradients == Approx(3 * one));
   CHECK(estimate_memory(small_config({"train.data_parallel=0", "train.threads=2"}), mc, true).gradients ==
