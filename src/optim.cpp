@@ -47,6 +47,36 @@ void for_each_share(const std::vector<ParamSegment>& segments, int64_t total, co
     }
   }
 }
+// The update of n elements. Plain restrict pointers and scalars, no captured references: the
+// compiler then keeps everything in registers and vectorises (through a lambda's captures it reloaded
+// every pointer after each store and ran scalar sqrt/div, 7.7% of a small-config step). The same
+// formula; where the vector code fuses a multiply-add the scalar code did not, the last bit can differ
+// (grad norms after 100 steps agreed to 7 digits).
+void adamw_range(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v, int64_t n,
+                 float keep, float b1, float one_minus_b1, float b2, float one_minus_b2, float bc2_sqrt, float eps,
+                 float step_size) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i];
+    const float mi = m[i] * b1 + gi * one_minus_b1;
+    const float vi = v[i] * b2 + one_minus_b2 * (gi * gi);
+    m[i] = mi;
+    v[i] = vi;
+    const float denom = __builtin_sqrtf(vi) / bc2_sqrt + eps;  // v >= 0: no errno path needed
+    p[i] = p[i] * keep - step_size * (mi / denom);
+  }
+}
+
+void sgd_range(float* __restrict p, const float* __restrict g, float* __restrict buf, int64_t n, float wd, float mu,
+               float lr) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] + wd * p[i];
+    buf[i] = mu * buf[i] + gi;
+    p[i] -= lr * buf[i];
+  }
+}
+
 }  // namespace
 
 void Optimizer::step(float* values, const float* grads, double lr) {
@@ -66,30 +96,15 @@ void Optimizer::step(float* values, const float* grads, double lr) {
     const float eps = static_cast<float>(config_.eps);
     const float decayed = static_cast<float>(1.0 - lr * config_.weight_decay);
     for_each_share(segments_, total, [&](const ParamSegment& seg, int64_t begin, int64_t end) {
-      const float keep = seg.decay ? decayed : 1.0f;
-#pragma omp simd
-      for (int64_t i = begin; i < end; ++i) {
-        const float g = grads[i];
-        float p = values[i] * keep;
-        m[i] = m[i] * b1 + g * one_minus_b1;
-        v[i] = v[i] * b2 + one_minus_b2 * (g * g);
-        const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
-        p -= step_size * (m[i] / denom);
-        values[i] = p;
-      }
+      adamw_range(values + begin, grads + begin, m + begin, v + begin, end - begin, seg.decay ? decayed : 1.0f, b1,
+                  one_minus_b1, b2, one_minus_b2, bc2_sqrt, eps, step_size);
     });
   } else {
     float* buf = state_[0].data();
     const float mu = static_cast<float>(config_.momentum), lr_f = static_cast<float>(lr);
     const float wd_f = static_cast<float>(config_.weight_decay);
     for_each_share(segments_, total, [&](const ParamSegment& seg, int64_t begin, int64_t end) {
-      const float wd = seg.decay ? wd_f : 0.0f;
-#pragma omp simd
-      for (int64_t i = begin; i < end; ++i) {
-        const float g = grads[i] + wd * values[i];
-        buf[i] = mu * buf[i] + g;
-        values[i] -= lr_f * buf[i];
-      }
+      sgd_range(values + begin, grads + begin, buf + begin, end - begin, seg.decay ? wd_f : 0.0f, mu, lr_f);
     });
   }
   weights_changed(values);  // bfloat16 products re-round the weights once, on their next use
@@ -105,6 +120,8 @@ double grad_norm(const float* grads, int64_t n) {
   for (int64_t c = 0; c < kChunks; ++c) {
     double s = 0.0;
     const int64_t end = std::min(n, (c + 1) * chunk);
+    // Vector lanes summed in a fixed order: the bits depend on the build, not on the threads.
+#pragma omp simd reduction(+ : s)
     for (int64_t i = c * chunk; i < end; ++i) s += static_cast<double>(grads[i]) * grads[i];
     partial[c] = s;
   }
