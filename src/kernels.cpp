@@ -51,7 +51,8 @@ void layernorm_apply(float* out, const float* inp, const float* w, const float* 
 }
 
 void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
-                        const float* w, const float* mean, const float* rstd, int64_t N, int64_t C) {
+                        const float* w, const float* mean, const float* rstd, int64_t N, int64_t C,
+                        bool overwrite_dinp) {
   // Parameter gradients: column sums, kept serial per column block so they need no reduction.
   if (dw || db) {
     for (int64_t i = 0; i < N; ++i) {
@@ -83,10 +84,12 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
     }
     mean_g /= static_cast<float>(C);
     mean_gx /= static_cast<float>(C);
+    if (overwrite_dinp) {
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) {
-      const float xhat = (x[c] - m) * s;
-      dx[c] += s * (g[c] * w[c] - mean_g - xhat * mean_gx);
+      for (int64_t c = 0; c < C; ++c) dx[c] = s * (g[c] * w[c] - mean_g - (x[c] - m) * s * mean_gx);
+    } else {
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) dx[c] += s * (g[c] * w[c] - mean_g - (x[c] - m) * s * mean_gx);
     }
   }
 }
@@ -202,6 +205,26 @@ void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n) 
     const float cdf = 0.5f * (1.0f + erff(x * kInvSqrt2));
     const float pdf = kInvSqrt2Pi * expf(-0.5f * x * x);
     dinp[i] += dout[i] * (cdf + x * pdf);
+  }
+}
+
+void gelu_with_slope(float* out, float* slope, const float* inp, int64_t n) {
+  constexpr float kInvSqrt2 = 0.70710678118654752f;
+  constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+  if (out) {
+#pragma omp parallel for simd if (n > kParallelWork)
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = inp[i];
+      const float e = erff(x * kInvSqrt2);
+      out[i] = 0.5f * x * (1.0f + e);
+      slope[i] = 0.5f * (1.0f + e) + x * (kInvSqrt2Pi * expf(-0.5f * x * x));
+    }
+  } else {
+#pragma omp parallel for simd if (n > kParallelWork)
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = inp[i];
+      slope[i] = 0.5f * (1.0f + erff(x * kInvSqrt2)) + x * (kInvSqrt2Pi * expf(-0.5f * x * x));
+    }
   }
 }
 

@@ -82,21 +82,24 @@ Tensor binary(const char* name, const Tensor& a, const Tensor& b, F f, DA da, DB
     for (int which = 0; which < 2; ++which) {
       const GradRef& r = which == 0 ? ra : rb;
       if (!r) continue;
-      float* gt = grad_buffer(r);
       const float* pa = kReadsValues ? va.data() : g.data();
       const float* pb = kReadsValues ? vb.data() : g.data();
-      if (same) {
+      if (same) {  // every element written: the first writer stores instead of adding to zeros
+        const GradTarget t = grad_target(r);
+        float* gt = t.data;
+        const float keep = t.beta;
         const float* pg = g.data();
         const int64_t n = g.numel();
         if (which == 0) {
 #pragma omp parallel for simd if (n > kParallelElements)
-          for (int64_t i = 0; i < n; ++i) gt[i] += pg[i] * da(pa[i], pb[i]);
+          for (int64_t i = 0; i < n; ++i) gt[i] = (keep != 0.0f ? gt[i] : 0.0f) + pg[i] * da(pa[i], pb[i]);
         } else {
 #pragma omp parallel for simd if (n > kParallelElements)
-          for (int64_t i = 0; i < n; ++i) gt[i] += pg[i] * db(pa[i], pb[i]);
+          for (int64_t i = 0; i < n; ++i) gt[i] = (keep != 0.0f ? gt[i] : 0.0f) + pg[i] * db(pa[i], pb[i]);
         }
         continue;
       }
+      float* gt = grad_buffer(r);
       // Broadcast dims of the input get stride 0 in its gradient, so contributions sum there.
       const Shape sa = kReadsValues ? strided::broadcast_strides(shape_a, va.strides(), out_shape) : sg;
       const Shape sb = kReadsValues ? strided::broadcast_strides(shape_b, vb.strides(), out_shape) : sg;
@@ -385,14 +388,15 @@ void activation_forward(Activation act, float* out, const float* inp, int64_t n)
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
 }
-// dinp += dout * act'(inp)
-void activation_backward(Activation act, float* dinp, const float* dout, const float* inp, int64_t n) {
+// out = act(inp) (skipped when out is null) and slope = act'(inp).
+void activation_with_slope(Activation act, float* out, float* slope, const float* inp, int64_t n) {
   if (act == Activation::kGelu) {
-    kernels::gelu_backward(dinp, dout, inp, n);
+    kernels::gelu_with_slope(out, slope, inp, n);
     return;
   }
+  if (out) activation_forward(act, out, inp, n);
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) dinp[i] += inp[i] > 0.0f ? dout[i] : 0.0f;
+  for (int64_t i = 0; i < n; ++i) slope[i] = inp[i] > 0.0f ? 1.0f : 0.0f;
 }
 }  // namespace
 
@@ -416,8 +420,10 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
   const GradRef rx = grad_ref(x_in), rw = grad_ref(w_in), rb = grad_ref(bias);
   record(out, "linear", {x_in, w_in, bias}, [rx, rw, rb, x = rw ? x : Tensor(), w = rx ? w : Tensor(), N, in,
                                              out_dim](const Tensor& g) {
-    if (rx)  // dx (N, in) += dy (N, out) W (out, in)
-      gemm(false, false, N, in, out_dim, 1.0f, g.data(), out_dim, w.data(), in, 1.0f, grad_buffer(rx), in);
+    if (rx) {  // dx (N, in) (+)= dy (N, out) W (out, in)
+      const GradTarget gx = grad_target(rx);
+      gemm(false, false, N, in, out_dim, 1.0f, g.data(), out_dim, w.data(), in, gx.beta, gx.data, in);
+    }
     if (rw)  // dW (out, in) += dy^T (out, N) x (N, in)
       gemm(true, false, out_dim, in, N, 1.0f, g.data(), out_dim, x.data(), in, 1.0f, grad_buffer(rw), in);
     if (rb) kernels::bias_add_backward(grad_buffer(rb), g.data(), N, out_dim);
@@ -462,28 +468,34 @@ Tensor feed_forward(const Tensor& x_in, const Tensor& w1_in, const Tensor& b1, c
   record(out, "feed_forward", {x_in, w1_in, b1, w2_in, b2},
          [rx, rw1, rb1, rw2, rb2, x, w1, w2, h, act, N, C, F, chunk](const Tensor& g) {
            const bool need_h = rx || rw1 || rb1;
-           Tensor a = Tensor::empty({chunk, F});   // (chunk, F): act(h), then d h
-           Tensor da = Tensor::empty({chunk, F});  // (chunk, F): d act(h)
+           Tensor a = Tensor::empty({chunk, F});      // (chunk, F): act(h), then d act(h)
+           Tensor slope = Tensor::empty({chunk, F});  // (chunk, F): act'(h), then dh
+           // Every row of dx is written once (row blocks): the first writer stores.
+           const GradTarget gx = rx ? grad_target(rx) : GradTarget{nullptr, 1.0f};
            for (int64_t r0 = 0; r0 < N; r0 += chunk) {
              const int64_t rows = std::min(chunk, N - r0);
              const float* gc = g.data() + r0 * C;  // (rows, C)
              const float* hc = h.data() + r0 * F;  // (rows, F)
-             if (rw2) {  // dW2 (C, F) += g^T act(h)
+             // act(h) and act'(h) in one pass (GELU: one erf for both).
+             if (need_h)
+               activation_with_slope(act, rw2 ? a.data() : nullptr, slope.data(), hc, rows * F);
+             else if (rw2)
                activation_forward(act, a.data(), hc, rows * F);
+             if (rw2)  // dW2 (C, F) += g^T act(h)
                gemm(true, false, C, F, rows, 1.0f, gc, C, a.data(), F, 1.0f, grad_buffer(rw2), F);
-             }
              if (rb2) kernels::bias_add_backward(grad_buffer(rb2), gc, rows, C);
              if (!need_h) continue;
              // d act(h) (rows, F) = g W2;  dh = d act(h) * act'(h)
-             gemm(false, false, rows, F, C, 1.0f, gc, C, w2.data(), F, 0.0f, da.data(), F);
-             float* dh = a.data();
-             std::fill_n(dh, rows * F, 0.0f);
-             activation_backward(act, dh, da.data(), hc, rows * F);
+             gemm(false, false, rows, F, C, 1.0f, gc, C, w2.data(), F, 0.0f, a.data(), F);
+             float* dh = slope.data();
+             const float* da = a.data();
+#pragma omp simd
+             for (int64_t i = 0; i < rows * F; ++i) dh[i] *= da[i];
              if (rw1)  // dW1 (F, C) += dh^T x
                gemm(true, false, F, C, rows, 1.0f, dh, F, x.data() + r0 * C, C, 1.0f, grad_buffer(rw1), C);
              if (rb1) kernels::bias_add_backward(grad_buffer(rb1), dh, rows, F);
-             if (rx)  // dx (rows, C) += dh W1
-               gemm(false, false, rows, C, F, 1.0f, dh, F, w1.data(), C, 1.0f, grad_buffer(rx) + r0 * C, C);
+             if (rx)  // dx (rows, C) (+)= dh W1
+               gemm(false, false, rows, C, F, 1.0f, dh, F, w1.data(), C, gx.beta, gx.data + r0 * C, C);
            }
          });
   return out;
@@ -643,9 +655,10 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& w, const Tensor& b, float ep
   kernels::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), wc.data(), bc.data(), N, C, eps);
   record(out, "layer_norm", {x_in, w, b},
          [rx = grad_ref(x_in), rw = grad_ref(w), rb = grad_ref(b), x, wc, mean, rstd, N, C](const Tensor& g) {
-           kernels::layernorm_backward(rx ? grad_buffer(rx) : nullptr, rw ? grad_buffer(rw) : nullptr,
-                                       rb ? grad_buffer(rb) : nullptr, g.data(), x.data(), wc.data(), mean.data(),
-                                       rstd.data(), N, C);
+           const GradTarget gx = rx ? grad_target(rx) : GradTarget{nullptr, 1.0f};
+           kernels::layernorm_backward(gx.data, rw ? grad_buffer(rw) : nullptr, rb ? grad_buffer(rb) : nullptr,
+                                       g.data(), x.data(), wc.data(), mean.data(), rstd.data(), N, C,
+                                       gx.overwrite());
          });
   // The output is cheap to recompute from what the backward keeps anyway (x, mean, rstd), so layers
   // may release it once its consumers have saved it (Tensor::release_values).
@@ -695,7 +708,8 @@ Tensor dropout(const Tensor& x, float p, bool training, Rng& rng) {
   Tensor out = Tensor::empty(x.shape());
   kernels::dropout(out.data(), xc.data(), out.numel(), p, seed, false);
   record(out, "dropout", {x}, [rx = grad_ref(x), seed, p](const Tensor& g) {
-    kernels::dropout(grad_buffer(rx), g.data(), g.numel(), p, seed, true);
+    const GradTarget gx = grad_target(rx);
+    kernels::dropout(gx.data, g.data(), g.numel(), p, seed, !gx.overwrite());
   });
   return out;
 }

@@ -12,10 +12,11 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 // The forward's output again from the saved mean and rstd (bit-identical): recomputation.
 void layernorm_apply(float* out, const float* inp, const float* w, const float* b, const float* mean,
                      const float* rstd, int64_t N, int64_t C);
-// Adds into dinp (N, C), dw (C), db (C); dw/db may be null when not needed.
-// Formula: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * w.
+// Adds into dinp (N, C) (stores with overwrite_dinp), dw (C), db (C); dw/db may be null when not
+// needed. Formula: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * w.
 void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
-                        const float* w, const float* mean, const float* rstd, int64_t N, int64_t C);
+                        const float* w, const float* mean, const float* rstd, int64_t N, int64_t C,
+                        bool overwrite_dinp = false);
 
 // Row-wise softmax (numerically stable: the row max is subtracted first).
 void softmax_forward(float* out, const float* inp, int64_t N, int64_t C);
@@ -37,6 +38,10 @@ void cross_entropy_backward(float* dlogits, const float* logits, const float* ls
 void gelu_forward(float* out, const float* inp, int64_t n);
 // dinp += dout * (Phi(x) + x * phi(x)).
 void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n);
+// Both at once, for a backward that needs the output too: out = GELU(x) (when out is not null) and
+// slope = Phi(x) + x * phi(x), with one erf per element; the same bits as gelu_forward and the
+// factor gelu_backward multiplies dout by.
+void gelu_with_slope(float* out, float* slope, const float* inp, int64_t n);
 
 // Dropout with replayable draws: element i is dropped (0) with probability p, else scaled by 1/(1-p).
 // Its draw is SplitMix64's output for counter i from `seed` (a counter-based generator), so the

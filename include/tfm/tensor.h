@@ -161,6 +161,15 @@ GradRef grad_ref(const Tensor& t);
 // The gradient buffer of t (contiguous, t's shape), created zero-filled on first use.
 float* grad_buffer(const Tensor& t);
 float* grad_buffer(const GradRef& slot);
+// For a backward that writes EVERY element of the slot's gradient: the buffer, and the beta to write
+// it with. The first writer gets a new buffer that is not zero-filled and beta 0 (store); a later one
+// gets the existing buffer and beta 1 (add). A partial writer must use grad_buffer().
+struct GradTarget {
+  float* data;
+  float beta;
+  bool overwrite() const { return beta == 0.0f; }
+};
+GradTarget grad_target(const GradRef& slot);
 // Attaches the recipe that recomputes a contiguous op output after release_values(); only while
 // gradients are recorded (outside a graph nothing is saved, so nothing is released).
 void set_recompute(const Tensor& out, std::function<void(float* dst)> recipe);
