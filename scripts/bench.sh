@@ -8,7 +8,8 @@
 #
 # Environment: TFM_BENCH_REPEATS (alternations, default 3), TFM_BENCH_STEPS_SMALL / _LARGE (steps per
 # run for configs under / over 5M parameters; default 60 / 8), TFM_THREADS (default: all cores),
-# TFM_BENCH_DATA_PARALLEL (tfm's train.data_parallel, default 1 = off; 0 = one worker per thread).
+# TFM_BENCH_DATA_PARALLEL (tfm's train.data_parallel; default: the config's own, which for the shipped
+# small configs is one worker per thread and for the large one 1 = off).
 #
 # What is measured: ms per training step (forward, backward, clipping, optimizer; no evaluation or
 # checkpoint). Both sides use the reference's own statistic, the upper median of every step of a run
@@ -40,7 +41,7 @@ trap 'rm -rf "$work"' EXIT
 run_tfm() { env -u OPENBLAS_CORETYPE -u TFM_REEXEC "$tfm" "$@"; }
 
 echo "tfm bench: $(nproc) cores, $threads threads, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
-  "tfm train.data_parallel ${TFM_BENCH_DATA_PARALLEL:-1}"
+  "tfm train.data_parallel ${TFM_BENCH_DATA_PARALLEL:-as each config sets or derives it}"
 run_tfm bench gemm --threads "$threads" --json >"$work/gemm.json"
 read -r backend peak_fp32 peak_bf16 < <(/usr/bin/python3 - "$work/gemm.json" <<'PY'
 import json, sys
@@ -57,7 +58,7 @@ bench_ours() {
   /usr/bin/time -v -o "$work/time.txt" env -u OPENBLAS_CORETYPE -u TFM_REEXEC "$tfm" train --config "$config" \
     --out "$out" --set train.max_steps="$steps" --set train.log_interval=1 --set train.eval_interval="$steps" \
     --set train.eval_steps=1 --set train.checkpoint_interval=0 --set train.threads="$threads" --set train.precision="$precision" \
-    --set train.data_parallel="${TFM_BENCH_DATA_PARALLEL:-1}" >/dev/null 2>&1
+    ${TFM_BENCH_DATA_PARALLEL:+--set train.data_parallel="$TFM_BENCH_DATA_PARALLEL"} >/dev/null 2>&1
   /usr/bin/python3 - "$out/metrics.jsonl" "$work/time.txt" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]

@@ -1,6 +1,7 @@
 // The objective factory and what the objectives share.
 #include "tfm/objective.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -111,11 +112,10 @@ std::unique_ptr<Model> TextObjective::replica() {
   return m;
 }
 
-BatchShards TextObjective::shards_of(
-    const std::vector<int32_t>& x, const std::vector<int32_t>& y, int parts,
-    const std::function<int64_t(const std::vector<int32_t>&)>& counted,
-    const std::function<Tensor(LanguageModel&, const std::vector<int32_t>&, const std::vector<int32_t>&, int64_t)>&
-        loss) const {
+BatchShards TextObjective::shards_of(const std::vector<int32_t>& x, const std::vector<int32_t>& y, int parts) const {
+  const auto counted = [](const std::vector<int32_t>& t) {
+    return static_cast<int64_t>(t.size()) - std::count(t.begin(), t.end(), kNotMasked);
+  };
   BatchShards out;
   out.tokens = B_ * T_;
   const double total = static_cast<double>(counted(y));
@@ -123,9 +123,9 @@ BatchShards TextObjective::shards_of(
     std::vector<int32_t> xs(x.begin() + begin * T_, x.begin() + end * T_), ys(y.begin() + begin * T_, y.begin() + end * T_);
     const int64_t n = counted(ys), rows = end - begin;
     const float share = static_cast<float>(static_cast<double>(n) / total);
-    out.losses.push_back([xs = std::move(xs), ys = std::move(ys), n, rows, share, loss](Model& m) {
+    out.losses.push_back([xs = std::move(xs), ys = std::move(ys), n, rows, share, T = T_](Model& m) {
       if (n == 0) return Tensor();
-      return loss(dynamic_cast<LanguageModel&>(m), xs, ys, rows) * share;
+      return cross_entropy(dynamic_cast<LanguageModel&>(m).forward(xs, rows, T), ys, kNotMasked) * share;
     });
   }
   return out;

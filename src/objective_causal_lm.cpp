@@ -50,12 +50,7 @@ class CausalLm : public TextObjective {
   // Every position counts: shard i's share is its rows / B.
   BatchShards train_batch_shards(int parts) override {
     sampler_.sample(split_tokens("train"), B_, T_, x_, y_);
-    const int64_t T = T_;
-    return shards_of(
-        x_, y_, parts, [](const std::vector<int32_t>& y) { return static_cast<int64_t>(y.size()); },
-        [T](LanguageModel& m, const std::vector<int32_t>& x, const std::vector<int32_t>& y, int64_t rows) {
-          return LanguageModel::loss(m.forward(x, rows, T), y);
-        });
+    return shards_of(x_, y_, parts);
   }
 
   Tensor split_batch_loss(const std::string& split, uint64_t seed) override {

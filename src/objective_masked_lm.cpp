@@ -38,13 +38,7 @@ class MaskedLm : public TextObjective {
   // Only the chosen positions count: shard i's share is its chosen / the batch's chosen.
   BatchShards train_batch_shards(int parts) override {
     draw(split_tokens("train"), sampler_, x_, y_);
-    const int64_t T = T_;
-    return shards_of(
-        x_, y_, parts,
-        [](const std::vector<int32_t>& y) { return static_cast<int64_t>(y.size() - std::count(y.begin(), y.end(), kIgnore)); },
-        [T](LanguageModel& m, const std::vector<int32_t>& x, const std::vector<int32_t>& y, int64_t rows) {
-          return cross_entropy(m.forward(x, rows, T), y, kIgnore);
-        });
+    return shards_of(x_, y_, parts);
   }
 
   Tensor split_batch_loss(const std::string& split, uint64_t seed) override {

@@ -33,12 +33,10 @@ class TextObjective : public Objective {
  protected:
   // The tokens of a split; throws when the objective was built without data.
   const std::vector<int32_t>& split_tokens(const std::string& split) const;
-  // The shards of a drawn batch x, y (B, T) whose loss is `loss(model, x, y, rows)`, the mean over a
-  // shard's counted positions: `counted(y)` counts them, and shard i is scaled by its share of them.
-  BatchShards shards_of(const std::vector<int32_t>& x, const std::vector<int32_t>& y, int parts,
-                        const std::function<int64_t(const std::vector<int32_t>&)>& counted,
-                        const std::function<Tensor(LanguageModel&, const std::vector<int32_t>&,
-                                                   const std::vector<int32_t>&, int64_t)>& loss) const;
+  // The shards of a drawn batch x, y (B, T), both text objectives' loss: the cross-entropy over the
+  // positions whose target is not kNotMasked (all of them for causal_lm), each shard scaled by its
+  // share of those positions so that the shards' sum is the batch's mean.
+  BatchShards shards_of(const std::vector<int32_t>& x, const std::vector<int32_t>& y, int parts) const;
 
   Config config_;
   int64_t B_, T_;

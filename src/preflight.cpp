@@ -8,6 +8,7 @@
 #include <sstream>
 #include <thread>
 
+#include "tfm/distributed.h"
 #include "tfm/error.h"
 
 namespace tfm {
@@ -235,13 +236,15 @@ MemoryEstimate estimate_memory(const Config& config, const ModelConfig& mc, bool
   // train.data_parallel: every worker but the first has a replica with its own gradient buffer (the
   // weights are shared; the activations are the same batch split between the workers). 0 = one
   // worker per thread, as the trainer resolves it.
-  if (training) {
-    const int64_t threads = config.integer("train.threads");
-    const int64_t workers =
-        data_parallel_workers(config, threads > 0 ? threads : std::max<int64_t>(1, std::thread::hardware_concurrency()));
-    e.gradients *= static_cast<double>(workers);
-  }
+  if (training) e.gradients *= static_cast<double>(data_parallel_workers(config, training_threads(config)));
   return e;
+}
+
+int64_t training_threads(const Config& config) {
+  const int64_t key = config.integer("train.threads");
+  if (key > 0) return key;
+  const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  return dist::active() ? std::max<int64_t>(1, cores / dist::local_size()) : cores;
 }
 
 int64_t data_parallel_workers(const Config& config, int64_t threads) {

@@ -387,11 +387,7 @@ void TrainingRun::create_run_directory() {
 
 void TrainingRun::configure_compute() {
   // train.threads = 0: all cores, shared among the ranks on this machine (at least 1 each).
-  const int64_t key = config_.integer("train.threads");
-  threads_ = platform::configure_threads(
-      key > 0 || !dist::active()
-          ? static_cast<int>(key)
-          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / dist::local_size()));
+  threads_ = platform::configure_threads(static_cast<int>(training_threads(config_)));
   // 0: one worker per thread (never more than the rows of a micro-batch).
   workers_ = static_cast<int>(data_parallel_workers(config_, threads_));
   // Precision and GEMM backend live below the model: every product of this run (any objective) uses them.

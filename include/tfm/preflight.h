@@ -41,6 +41,9 @@ MemoryEstimate estimate_memory(const Config& config, const ModelConfig& mc, bool
 // train.data_parallel's workers for a run with `threads` threads: 0 = one per thread, else the key's
 // value, never more than the rows of a micro-batch (train.batch_size).
 int64_t data_parallel_workers(const Config& config, int64_t threads);
+// The threads a training process of this config runs: train.threads, or for 0 all cores, shared among
+// the ranks on this machine under mpirun (at least 1 each). The trainer and the estimate both ask here.
+int64_t training_threads(const Config& config);
 // estimate_memory of config.model(vocab_size), training.
 MemoryEstimate estimate_training_memory(const Config& config, int64_t vocab_size);
 // Evaluation or sampling without a graph: the parameters and one forward of (B, T) tokens.
