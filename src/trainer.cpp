@@ -562,7 +562,12 @@ std::string TrainingRun::nonfinite_reason(double loss) const {
 Metrics TrainingRun::evaluate_and_keep_best() {
   Model& model = objective_->model();
   model.take_head_usage();  // top-k gating: count the evaluation's tokens only
+  // Data-parallel workers step on shards of the batch, the evaluation on whole batches: tensors of other
+  // sizes than the cached ones (the pool reuses by exact size). Handing the cache back before and after
+  // keeps the two sets from being held at once (small config, 2 workers: peak RSS 89.5 -> 83.0 MiB).
+  if (workers_ > 1) memory::trim();
   const Metrics val = objective_->evaluate("val", eval_steps_, eval_seed(config_));
+  if (workers_ > 1) memory::trim();
   head_usage_ = json();
   for (const auto& [layer, share] : model.take_head_usage()) {
     head_usage_[layer] = share;
@@ -652,6 +657,10 @@ void TrainingRun::save(const std::string& path) {
 
 TrainResult TrainingRun::run() {
   constexpr int64_t kMaxSkipsInARow = 100;  // then the weights themselves are bad: stop
+  // What set-up freed (initialisation's random tensors, the data's temporaries) has shapes no step
+  // asks for again: give it back rather than hold it beside the steps' buffers (small config: peak
+  // RSS 83.0 -> 71.5 MiB with 2 workers, 81.1 -> 69.1 with one; large: 1726 -> 1707 MiB).
+  memory::trim();
   while (step_ < max_steps_) {
     const StepStats s = forward_backward();
     if (!std::isfinite(s.loss) || !std::isfinite(s.norm)) {
