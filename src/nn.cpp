@@ -356,14 +356,12 @@ Tensor MultiHeadAttention::forward_cached(const Tensor& x, Tensor& cache_k, Tens
 
 Tensor MultiHeadAttention::attend(const Tensor& x, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                                   const std::vector<int64_t>& key_lengths) {
-  const int64_t B = q.size(0), Tq = q.size(1), Tk = k.size(1);
-  const int64_t H = config_.n_heads, Hkv = config_.n_kv_heads, G = H / Hkv, Dk = head_dim_;
+  const int64_t B = q.size(0), Tq = q.size(1);
+  const int64_t H = config_.n_heads, Hkv = config_.n_kv_heads, Dk = head_dim_;
   const bool drop = training() && config_.dropout > 0.0f;
   TFM_CHECK(!drop || rng(), "MultiHeadAttention", "attention dropout needs set_rng()");
   Tensor o, probs;  // (B, Tq, H*Dv), (B, H, Tq, Tk)
-  if (config_.mixing != "none") {
-    o = attend_mixed(q, k, v, causal, key_lengths, record ? &probs : nullptr);
-  } else if (config_.score == "dot") {
+  if (config_.score == "dot" && config_.mixing == "none") {
     AttentionOptions opt;
     opt.n_heads = H;
     opt.n_kv_heads = Hkv;
@@ -377,14 +375,7 @@ Tensor MultiHeadAttention::attend(const Tensor& x, const Tensor& q, const Tensor
     o = scaled_dot_product_attention(q, k, v, opt, record ? &probs : nullptr);  // (B, Tq, H*Dv)
     if (gate) o = reshape(reshape(o, {B, Tq, H, Dk}) * reshape(weights, {B, Tq, H, 1}), {B, Tq, H * Dk});
   } else {
-    const Tensor s = additive_scores(q, k, score_v, Hkv, G);  // (B, Hkv, G, Tq, Tk)
-    // Masked scores get a large negative value, and the probabilities are multiplied by the visible
-    // mask afterwards, so a fully masked row gives zeros (softmax of -inf everywhere would be NaN).
-    const Tensor mask = attention_mask(B, Tq, Tk, causal, key_lengths);        // (B, 1, 1, Tq, Tk)
-    const Tensor p = softmax(masked_fill(s, mask, -1e30f)) * rsub(1.0f, mask);  // (B, Hkv, G, Tq, Tk)
-    if (record) probs = reshape(p, {B, H, Tq, Tk}).detach();
-    const Tensor pd = drop ? dropout(p, config_.dropout, true, *rng()) : p;
-    o = weighted_values(pd, v, Hkv, G);  // (B, Tq, H*Dv)
+    o = attend_composed(q, k, v, causal, key_lengths, record ? &probs : nullptr);
   }
   if (head_gate.defined()) {
     TFM_CHECK(head_gate.dim() == 1 && head_gate.size(0) == H, "MultiHeadAttention", "head_gate must be (",
@@ -398,12 +389,13 @@ Tensor MultiHeadAttention::attend(const Tensor& x, const Tensor& q, const Tensor
   return o;
 }
 
-// Talking-heads attention (Shazeer et al. 2020) and its grouped form, by composed ops so that autograd
-// gives the backward: logits S of the layer's scoring, mixed across the heads of each group before the
-// masks (a mask is the same for every head, so mixing first lets no hidden key leak in, and the mixing
-// never sees the -1e30 fill), softmax, the probabilities mixed again, dropout on them, times V.
-Tensor MultiHeadAttention::attend_mixed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                                        const std::vector<int64_t>& key_lengths, Tensor* probabilities) {
+// Additive scores, and talking-heads attention (Shazeer et al. 2020) with its grouped form, by composed
+// ops so that autograd gives the backward: logits S of the layer's scoring, mixed across the heads of
+// each group before the masks (a mask is the same for every head, so mixing first lets no hidden key
+// leak in, and the mixing never sees the -1e30 fill), softmax, the probabilities mixed again, dropout on
+// them, times V. Without mixing the two mixes are skipped: plain additive attention.
+Tensor MultiHeadAttention::attend_composed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                                           const std::vector<int64_t>& key_lengths, Tensor* probabilities) {
   const int64_t B = q.size(0), Tq = q.size(1), Tk = k.size(1);
   const int64_t H = config_.n_heads, Hkv = config_.n_kv_heads, G = H / Hkv, Dk = head_dim_;
   Tensor s;  // (B, H, Tq, Tk): query head h = kv head h / G, G query heads per kv head
@@ -417,12 +409,14 @@ Tensor MultiHeadAttention::attend_mixed(const Tensor& q, const Tensor& k, const 
   } else {
     s = reshape(additive_scores(q, k, score_v, Hkv, G), {B, H, Tq, Tk});
   }
-  // As the additive path: masked logits get a large negative value and the probabilities are multiplied
-  // by the visible mask, so a row with no visible key is all zero (and stays so through the mixing).
+  // Masked logits get a large negative value and the probabilities are multiplied by the visible mask,
+  // so a row with no visible key is all zero (softmax of -inf everywhere would be NaN), and stays so
+  // through the mixing.
+  const bool mixing = config_.mixing != "none";
   const Tensor mask = reshape(attention_mask(B, Tq, Tk, causal, key_lengths), {B, 1, Tq, Tk});
-  const Tensor sm = mix_heads(s, mix_logits);                                  // (B, H, Tq, Tk)
+  const Tensor sm = mixing ? mix_heads(s, mix_logits) : s;                     // (B, H, Tq, Tk)
   const Tensor p = softmax(masked_fill(sm, mask, -1e30f)) * rsub(1.0f, mask);  // (B, H, Tq, Tk)
-  const Tensor pm = mix_heads(p, mix_weights);                                 // (B, H, Tq, Tk)
+  const Tensor pm = mixing ? mix_heads(p, mix_weights) : p;                    // (B, H, Tq, Tk)
   if (probabilities) *probabilities = pm.detach();
   const bool drop = training() && config_.dropout > 0.0f;
   const Tensor pd = drop ? dropout(pm, config_.dropout, true, *rng()) : pm;

@@ -219,10 +219,11 @@ class MultiHeadAttention : public Module {
   // Top-k gating: the selected rows for the fused kernel and the heads' weights (B, Tq, H).
   Tensor gate_weights(const Tensor& x, std::vector<uint8_t>& active_rows);
   Tensor auxiliary_loss_;
-  // The mixed path of attend (mixing != "none"): q (B, Tq, H*Dk), k, v (B, Tk, Hkv*Dk) -> (B, Tq, H*Dv);
-  // `probabilities`, when given, receives the mixed probabilities (B, H, Tq, Tk) before dropout.
-  Tensor attend_mixed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                      const std::vector<int64_t>& key_lengths, Tensor* probabilities);
+  // attend by composed ops, for additive scores and head mixing (the fused kernel does dot scores
+  // without mixing): q (B, Tq, H*Dk), k, v (B, Tk, Hkv*Dk) -> (B, Tq, H*Dv); `probabilities`, when
+  // given, receives the (mixed) probabilities (B, H, Tq, Tk) before dropout.
+  Tensor attend_composed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                         const std::vector<int64_t>& key_lengths, Tensor* probabilities);
   // Concatenated heads (B, Tq, H*Dv) -> (B, Tq, C): wo, or out_mlp with group_mlp.
   Tensor project_output(const Tensor& o) const;
 };
