@@ -263,7 +263,7 @@ double head_mixing_flops_per_token(const ModelConfig& c, int64_t keys) {
   // its group, n multiply-adds, for each of the `keys` keys: 2 n keys per query head per mix, over H
   // heads and two mixes (logits, probabilities): 2 * 2 * H * n * keys per token.
   const double H = static_cast<double>(c.n_heads);
-  const double n = c.head_mixing == "group_mlp" ? H / static_cast<double>(c.head_groups) : H;
+  const double n = H / static_cast<double>(head_mixing_groups(c.head_mixing, c.head_groups));
   return 2.0 * 2.0 * H * n * static_cast<double>(keys);
 }
 

@@ -174,7 +174,7 @@ AttentionConfig resolved(AttentionConfig c) {
             "), dot-product scores and no head mixing");
   TFM_CHECK(c.mixing == "none" || c.mixing == "talking_heads" || c.mixing == "group_mlp", "MultiHeadAttention",
             "mixing must be \"none\", \"talking_heads\" or \"group_mlp\", got \"", c.mixing, "\"");
-  if (c.mixing != "group_mlp") c.groups = 1;  // talking_heads: one group of all heads
+  c.groups = head_mixing_groups(c.mixing, c.groups);
   TFM_CHECK(c.groups >= 1 && c.n_heads % c.groups == 0, "MultiHeadAttention", "head groups ", c.groups,
             " must divide n_heads ", c.n_heads);
   return c;

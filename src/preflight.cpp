@@ -10,6 +10,7 @@
 
 #include "tfm/distributed.h"
 #include "tfm/error.h"
+#include "tfm/nn.h"
 
 namespace tfm {
 namespace {
@@ -206,7 +207,7 @@ double parameter_count(const ModelConfig& mc) {
   // mix_weights are (g, H/g, H/g) each, g = 1 for talking_heads.
   const bool mlp = mc.head_mixing == "group_mlp";
   const double output = attention_output_weights(mc) + b * (mlp ? 2 * C : C);  // Wo or out_mlp, with biases
-  const double groups = mlp ? static_cast<double>(mc.head_groups) : 1.0;
+  const double groups = static_cast<double>(head_mixing_groups(mc.head_mixing, mc.head_groups));
   const double mixing = mc.head_mixing == "none" ? 0.0 : 2 * H * H / groups;
   const double attention = C * C + C * kv_width * 2 + b * (C + 2 * kv_width) + output +
                            (mc.attention_score == "additive" ? C : 0.0) + mixing + gate_weight_count(mc);

@@ -144,6 +144,13 @@ struct AttentionConfig {
   int64_t groups = 2;           // group_mlp: head groups
 };
 
+// The groups head mixing mixes within: group_mlp's `groups`; talking_heads mixes all heads as one
+// group (and without mixing there is one trivial group). The layer, its FLOPs and its parameter count
+// all ask here.
+inline int64_t head_mixing_groups(const std::string& mixing, int64_t groups) {
+  return mixing == "group_mlp" ? groups : 1;
+}
+
 // Multi-head attention in the general form: queries from one sequence, keys and values from the same
 // or another one (cross-attention, other length and widths). Q = query Wq^T (B, Tq, H*Dk),
 // K = key Wk^T (B, Tk, Hkv*Dk), V = value Wv^T (B, Tk, Hkv*Dv), out = concat_h(head_h) Wo^T.
