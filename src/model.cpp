@@ -147,11 +147,7 @@ void Model::share_values_of(const Model& source) {
   const auto named = root_->named_parameters();
   for (size_t i = 0; i < named.size(); ++i) {
     NamedParameter& p = parameters_[i];
-    Tensor value = Tensor::view_of(source.values_, p.value.shape(), p.offset);
-    value.set_requires_grad(true);
-    value.set_grad(Tensor::view_of(grads_, p.value.shape(), p.offset));
-    *named[i].second = value;
-    p.value = value;
+    p.value = *named[i].second = flat_parameter(source.values_, grads_, p.value.shape(), p.offset);
   }
   values_ = source.values_;
 }

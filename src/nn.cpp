@@ -74,13 +74,19 @@ ParameterBuffers flatten_parameters(Module& root) {
   std::fill_n(buf.grads->data(), buf.size, 0.0f);
   for (size_t i = 0; i < params.size(); ++i) {
     Tensor& t = *params[i].second;
-    Tensor value = Tensor::view_of(buf.values, t.shape(), buf.offsets[i]);
+    Tensor value = flat_parameter(buf.values, buf.grads, t.shape(), buf.offsets[i]);
     value.copy_from(t);
-    value.set_requires_grad(true);
-    value.set_grad(Tensor::view_of(buf.grads, t.shape(), buf.offsets[i]));
     t = value;
   }
   return buf;
+}
+
+Tensor flat_parameter(const std::shared_ptr<Storage>& values, const std::shared_ptr<Storage>& grads,
+                      const Shape& shape, int64_t offset) {
+  Tensor value = Tensor::view_of(values, shape, offset);
+  value.set_requires_grad(true);
+  value.set_grad(Tensor::view_of(grads, shape, offset));
+  return value;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -106,10 +106,7 @@ const std::vector<int32_t>& TextObjective::split_tokens(const std::string& split
 }
 
 std::unique_ptr<Model> TextObjective::replica() {
-  auto m = std::make_unique<LanguageModel>(model_.config(), static_cast<uint64_t>(config_.integer("seed")));
-  m->share_values_of(model_);
-  m->set_training(model_.training());
-  return m;
+  return replica_of(model_, static_cast<uint64_t>(config_.integer("seed")));
 }
 
 BatchShards TextObjective::shards_of(const std::vector<int32_t>& x, const std::vector<int32_t>& y, int parts) const {

@@ -117,10 +117,7 @@ class Seq2Seq : public Objective {
   }
 
   std::unique_ptr<Model> replica() override {
-    auto m = std::make_unique<Seq2SeqModel>(model_.config(), static_cast<uint64_t>(config_.integer("seed")));
-    m->share_values_of(model_);
-    m->set_training(model_.training());
-    return m;
+    return replica_of(model_, static_cast<uint64_t>(config_.integer("seed")));
   }
 
   std::string describe_batch() const override {

@@ -64,6 +64,10 @@ struct ParameterBuffers {
 // Moves every parameter of `root` (keeping its current values) into one value buffer and sets its
 // gradient to the matching view of one zeroed gradient buffer.
 ParameterBuffers flatten_parameters(Module& root);
+// A parameter of `shape` at `offset` of the flat buffers: its value view into `values`, needing a
+// gradient, which is the same view into `grads` (flatten_parameters, and replicas sharing weights).
+Tensor flat_parameter(const std::shared_ptr<Storage>& values, const std::shared_ptr<Storage>& grads,
+                      const Shape& shape, int64_t offset);
 
 class Linear : public Module {
  public:

@@ -114,6 +114,16 @@ struct ObjectiveOptions {
   std::optional<MemoryCheck> memory;
 };
 
+// replica() for an objective whose model is an M (LanguageModel, Seq2SeqModel): built from the same
+// config and seed, then re-seated on `model`'s values.
+template <class M>
+std::unique_ptr<Model> replica_of(const M& model, uint64_t seed) {
+  auto m = std::make_unique<M>(model.config(), seed);
+  m->share_values_of(model);
+  m->set_training(model.training());
+  return m;
+}
+
 // Builds the objective `train.objective` names and its model (initialised from `seed`).
 // Vocabularies come from `checkpoint` when given (resume, eval, sampling), else from the data.
 std::unique_ptr<Objective> make_objective(const Config& config, const Checkpoint* checkpoint,
