@@ -442,8 +442,9 @@ json derive(const std::string& path, const json& tree) {
   if (path == "model.n_encoder_layers" || path == "model.n_decoder_layers") return *lookup(tree, "model.n_layers");
   if (path == "train.data_parallel") {
     // Small products (the shipped small configs: ~5e7 multiply-adds in fc1) spend much of a step in
-    // OpenMP fork/joins, and one worker per thread runs 0.71-0.90x the time; at the large config's 1e10 it
-    // gains 2% and costs a fifth more memory (README, "Performance").
+    // OpenMP fork/joins, and one worker per thread runs 0.71-0.90x the time; the large model gains
+    // 2-7% at 6e8-1.2e9, nothing at 2.4e9, 2% at its config's 1e10 for a fifth more memory (README,
+    // "Scale out").
     auto i = [&](const char* p) { return lookup(tree, p)->get<int64_t>(); };
     const bool pairs = lookup(tree, "train.objective")->get<std::string>() == "seq2seq";
     const double tokens = static_cast<double>(i("train.batch_size")) *
