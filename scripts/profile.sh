@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Where a training step's time goes: samples `tfm train` with perf once the first steps are done
-# (start-up, first-touch page faults and the primitive caches out of the picture) and sorts the
-# samples into what a step is made of: matrix products, bfloat16 rounding, attention, elementwise math,
-# the optimizer, memory traffic, the OpenMP runtime and the OS.
+# Where a training step's time goes: samples `tfm train` with perf from the end of the first steps
+# (start-up, first-touch page faults and the primitive caches out of the picture) to the end of the
+# next-to-last one (the final evaluation and checkpoint out of it too), and sorts the samples into
+# what a step is made of: matrix products, bfloat16 rounding, attention, elementwise math, the
+# optimizer, memory traffic, the OpenMP runtime and the OS.
 #
 #   scripts/profile.sh configs/shakespeare_char.json                       # 300 steps, 100 skipped
 #   scripts/profile.sh configs/shakespeare_char_large.json --set train.precision=bf16
@@ -17,7 +18,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$TFM_ROOT"
 
-[ $# -ge 1 ] || { sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge 1 ] || { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; exit 2; }
 config="$1"
 shift
 [ -f "$config" ] || { echo "profile.sh: $config: no such config file" >&2; exit 2; }
@@ -34,26 +35,32 @@ default_steps=300
 /usr/bin/python3 -c "import sys; sys.exit(0 if float('$params') > 5e6 else 1)" && default_steps=10
 steps="${TFM_PROFILE_STEPS:-$default_steps}"
 skip="${TFM_PROFILE_SKIP:-$((steps / 3))}"
-[ "$skip" -lt "$steps" ] || { echo "profile.sh: TFM_PROFILE_SKIP ($skip) must be below the steps ($steps)" >&2; exit 2; }
+last=$((steps - 1))
+[ "$skip" -lt "$last" ] || { echo "profile.sh: TFM_PROFILE_SKIP ($skip) must be below the steps - 1 ($last)" >&2; exit 2; }
 
 build/release/tfm train --config "$config" --out "$work/run" "$@" --set train.max_steps="$steps" \
   --set train.log_interval=1 --set train.eval_interval=1000000 --set train.eval_steps=1 \
   --set train.checkpoint_interval=0 >"$work/train.out" 2>&1 &
 pid=$!
-# Attach once step `skip` has been logged (the trainer's own log line: "step K/N | ...").
-until grep -q "^step $skip/$steps " "$work/train.out" 2>/dev/null; do
-  kill -0 "$pid" 2>/dev/null || { cat "$work/train.out" >&2; echo "profile.sh: training ended early" >&2; exit 1; }
-  sleep 0.05
-done
+# Waits until step $1 has been logged (the trainer's own log line: "step K/N | loss ...").
+wait_for_step() {
+  until grep -q "^step $1/$steps | loss" "$work/train.out" 2>/dev/null; do
+    kill -0 "$pid" 2>/dev/null || { cat "$work/train.out" >&2; echo "profile.sh: training ended early" >&2; exit 1; }
+    sleep 0.05
+  done
+}
+wait_for_step "$skip"
 perf record -F 999 -o "$work/perf.data" -p "$pid" >/dev/null 2>"$work/perf.err" &
 perf_pid=$!
-wait "$pid" || { cat "$work/train.out" >&2; exit 1; }
+wait_for_step "$last"
+kill -INT "$perf_pid"
 wait "$perf_pid" || true
+wait "$pid" || { cat "$work/train.out" >&2; exit 1; }
 [ -s "$work/perf.data" ] || { cat "$work/perf.err" >&2; echo "profile.sh: perf recorded nothing (kernel.perf_event_paranoid?)" >&2; exit 1; }
 
 head -n 4 "$work/train.out" | grep -E '^(model|compute|batch):' || true
 perf report -i "$work/perf.data" --no-children --sort dso,sym -g none --stdio -t $'\t' 2>/dev/null |
-  /usr/bin/python3 "$TFM_ROOT/scripts/profile_categories.py" "$work/run/train.log" "$skip" "$steps"
+  /usr/bin/python3 "$TFM_ROOT/scripts/profile_categories.py" "$work/run/train.log" "$skip" "$last"
 if [ "${TFM_PROFILE_KEEP:-0}" = 1 ]; then
   cp "$work/perf.data" "$TFM_ROOT/perf.data.profile" && echo "perf data: $TFM_ROOT/perf.data.profile (perf report -i ...)"
 fi
