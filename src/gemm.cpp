@@ -105,18 +105,34 @@ const uint16_t* mirrored(const float* p) {
   return m.bf16.data() + (p - base);
 }
 
+// What a thread's operand buffer holds: the rounding of (src, rows, cols, ld), made inside the
+// outermost SameOperandsScope numbered `scope` (0: outside any). Reusable only inside that same scope:
+// a pointer rounded before it may hold other values by now.
+struct RoundedFrom {
+  const float* src = nullptr;
+  int64_t rows = 0, cols = 0, ld = 0;
+  uint64_t scope = 0;
+};
+thread_local int t_same_operands = 0;  // depth of nested scopes
+thread_local uint64_t t_scope = 0;     // number of the current outermost scope
+
 // op(X) (rows, cols) stored with leading dimension ld as a bfloat16 matrix: the mirror (same ld), or
-// rounded into `buf` (packed, ld = stored columns).
+// rounded into `buf` (packed, ld = stored columns), or what `buf` already holds of it (`held`).
 const uint16_t* bf16_operand(const float* x, bool trans, int64_t rows, int64_t cols, int64_t ld,
-                             std::vector<uint16_t>& buf, int64_t& ld_out) {
+                             std::vector<uint16_t>& buf, RoundedFrom& held, int64_t& ld_out) {
   if (const uint16_t* w = mirrored(x)) {
     ld_out = ld;
     return w;
   }
   const int64_t stored_rows = trans ? cols : rows, stored_cols = trans ? rows : cols;
+  ld_out = stored_cols;
+  const uint64_t scope = t_same_operands > 0 ? t_scope : 0;
+  if (scope != 0 && held.scope == scope && held.src == x && held.rows == stored_rows && held.cols == stored_cols &&
+      held.ld == ld)
+    return buf.data();
   uint16_t* d = scratch(buf, stored_rows * stored_cols);
   round_rows_bf16(x, stored_rows, stored_cols, ld, d);
-  ld_out = stored_cols;
+  held = RoundedFrom{x, stored_rows, stored_cols, ld, scope};
   return d;
 }
 
@@ -212,10 +228,11 @@ constexpr int64_t kMatmulMinMacs = int64_t{1} << 20;
 void bf16_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   thread_local std::vector<uint16_t> ba, bb;
+  thread_local RoundedFrom held_a, held_b;
   thread_local std::vector<uint8_t> pad;
   int64_t la = 0, lb = 0;
-  const uint16_t* a = bf16_operand(A, ta, M, K, lda, ba, la);
-  const uint16_t* b = bf16_operand(B, tb, K, N, ldb, bb, lb);
+  const uint16_t* a = bf16_operand(A, ta, M, K, lda, ba, held_a, la);
+  const uint16_t* b = bf16_operand(B, tb, K, N, ldb, bb, held_b, lb);
   // A primitive splits its work over the thread count it was created with; called from a parallel
   // region (attention's per-head products) it runs on one thread, and is created under, and cached
   // with, that count.
@@ -315,6 +332,11 @@ WeightMirror::~WeightMirror() {
   m.n = 0;
   std::vector<uint16_t>().swap(m.bf16);
 }
+SameOperandsScope::SameOperandsScope() {
+  if (t_same_operands++ == 0) ++t_scope;
+}
+SameOperandsScope::~SameOperandsScope() { --t_same_operands; }
+
 void weights_changed(const float* values) {
   Mirror& m = mirror();
   if (values == m.base) m.version.fetch_add(1, std::memory_order_release);

@@ -269,15 +269,26 @@ void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C) {
 void bias_add_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
   // Column sums: threads take blocks of columns, each summing its columns over every row, so no
   // reduction between threads is needed and the order of the sums does not depend on the threads.
+  // A block's sums live in a local array (registers), not in dbias: through dbias, which might alias
+  // dout, every row reloaded and stored them.
   constexpr int64_t kCols = 64;
 #pragma omp parallel for schedule(static) if (N * C > (1 << 20))
   for (int64_t c0 = 0; c0 < C; c0 += kCols) {
-    const int64_t c1 = std::min(C, c0 + kCols);
-    for (int64_t i = 0; i < N; ++i) {
-      const float* g = dout + i * C;
+    const int64_t width = std::min(kCols, C - c0);
+    float sums[kCols] = {};
+    if (width == kCols) {
+      for (int64_t i = 0; i < N; ++i) {
+        const float* g = dout + i * C + c0;
 #pragma omp simd
-      for (int64_t c = c0; c < c1; ++c) dbias[c] += g[c];
+        for (int64_t c = 0; c < kCols; ++c) sums[c] += g[c];
+      }
+    } else {
+      for (int64_t i = 0; i < N; ++i) {
+        const float* g = dout + i * C + c0;
+        for (int64_t c = 0; c < width; ++c) sums[c] += g[c];
+      }
     }
+    for (int64_t c = 0; c < width; ++c) dbias[c0 + c] += sums[c];
   }
 }
 

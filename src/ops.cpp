@@ -420,6 +420,7 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
   const GradRef rx = grad_ref(x_in), rw = grad_ref(w_in), rb = grad_ref(bias);
   record(out, "linear", {x_in, w_in, bias}, [rx, rw, rb, x = rw ? x : Tensor(), w = rx ? w : Tensor(), N, in,
                                              out_dim](const Tensor& g) {
+    const SameOperandsScope same;  // dy: rounded to bfloat16 once for both products
     if (rx) {  // dx (N, in) (+)= dy (N, out) W (out, in)
       const GradTarget gx = grad_target(rx);
       gemm(false, false, N, in, out_dim, 1.0f, g.data(), out_dim, w.data(), in, gx.beta, gx.data, in);
@@ -481,16 +482,20 @@ Tensor feed_forward(const Tensor& x_in, const Tensor& w1_in, const Tensor& b1, c
                activation_with_slope(act, rw2 ? a.data() : nullptr, slope.data(), hc, rows * F);
              else if (rw2)
                activation_forward(act, a.data(), hc, rows * F);
-             if (rw2)  // dW2 (C, F) += g^T act(h)
-               gemm(true, false, C, F, rows, 1.0f, gc, C, a.data(), F, 1.0f, grad_buffer(rw2), F);
-             if (rb2) kernels::bias_add_backward(grad_buffer(rb2), gc, rows, C);
-             if (!need_h) continue;
-             // d act(h) (rows, F) = g W2;  dh = d act(h) * act'(h)
-             gemm(false, false, rows, F, C, 1.0f, gc, C, w2.data(), F, 0.0f, a.data(), F);
+             {
+               const SameOperandsScope same;  // g: rounded to bfloat16 once for dW2 and d act(h)
+               if (rw2)  // dW2 (C, F) += g^T act(h)
+                 gemm(true, false, C, F, rows, 1.0f, gc, C, a.data(), F, 1.0f, grad_buffer(rw2), F);
+               if (rb2) kernels::bias_add_backward(grad_buffer(rb2), gc, rows, C);
+               if (!need_h) continue;
+               // d act(h) (rows, F) = g W2;  dh = d act(h) * act'(h)
+               gemm(false, false, rows, F, C, 1.0f, gc, C, w2.data(), F, 0.0f, a.data(), F);
+             }
              float* dh = slope.data();
              const float* da = a.data();
 #pragma omp simd
              for (int64_t i = 0; i < rows * F; ++i) dh[i] *= da[i];
+             const SameOperandsScope same_dh;  // dh: rounded to bfloat16 once for dW1 and dx
              if (rw1)  // dW1 (F, C) += dh^T x
                gemm(true, false, F, C, rows, 1.0f, dh, F, x.data() + r0 * C, C, 1.0f, grad_buffer(rw1), C);
              if (rb1) kernels::bias_add_backward(grad_buffer(rb1), dh, rows, F);

@@ -131,6 +131,39 @@ TEST_CASE("gemm: a registered weight buffer is re-rounded after weights_changed"
   CHECK_THROWS_WITH(WeightMirror(o.b.data(), 4), Catch::StartsWith("WeightMirror"));
 }
 
+TEST_CASE("gemm: SameOperandsScope reuses an operand's rounding inside its scope only", "[gemm]") {
+  const GemmModeGuard mode(Precision::bf16, GemmBackend::onednn);
+  // 128^3 = 2^21 multiply-adds: oneDNN's bf16 matmul, which rounds into the thread's operand buffers.
+  Operands o = make(128, 128, 128, false, false, 9);
+  const std::vector<double> before = reference(o, 1.0f, 0.0f, true);
+  auto change_a = [&] {  // new values at the same address
+    for (float& x : o.a) x = -0.5f * x + 0.25f;
+  };
+  SECTION("a rounding made outside, or before, a scope is never reused") {
+    CHECK(max_diff(run(o, 1.0f, 0.0f), before) < 1e-4);
+    change_a();
+    CHECK(max_diff(run(o, 1.0f, 0.0f), reference(o, 1.0f, 0.0f, true)) < 1e-4);
+    const SameOperandsScope same;
+    change_a();
+    CHECK(max_diff(run(o, 1.0f, 0.0f), reference(o, 1.0f, 0.0f, true)) < 1e-4);
+  }
+  SECTION("inside one scope the second product reads the first one's rounding") {
+    const SameOperandsScope same;
+    CHECK(max_diff(run(o, 1.0f, 0.0f), before) < 1e-4);
+    change_a();  // breaks the scope's promise on purpose: the old rounding shows through
+    CHECK(max_diff(run(o, 1.0f, 0.0f), before) < 1e-4);
+  }
+  SECTION("dY read as op(A) = dY, then as op(A) = dY^T, as a linear backward does") {
+    const SameOperandsScope same;
+    CHECK(max_diff(run(o, 1.0f, 0.0f), before) < 1e-4);
+    Operands t = o;  // the same stored A, now transposed: (M, K) = (128, 128) read as A^T
+    t.ta = true;
+    std::vector<float> c = t.c;
+    gemm(true, false, t.M, t.N, t.K, 1.0f, o.a.data(), t.lda, t.b.data(), t.ldb, 0.0f, c.data(), t.ldc);
+    CHECK(max_diff(c, reference(t, 1.0f, 0.0f, true)) < 1e-4);
+  }
+}
+
 TEST_CASE("gemm: bfloat16 rounding is to nearest even and keeps specials", "[gemm]") {
   CHECK(to_bf16(1.0f) == 0x3f80);
   CHECK(from_bf16(to_bf16(1.0f + std::ldexp(1.0f, -8))) == 1.0f);                                  // tie: even

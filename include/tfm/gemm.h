@@ -65,6 +65,19 @@ class WeightMirror {
 // The values of the registered buffer starting at `values` changed (no-op for any other pointer).
 void weights_changed(const float* values);
 
+// Inside the scope, a bfloat16 product on this thread may reuse the rounding of an operand that the
+// previous product rounded from the same memory (pointer, stored shape, leading dimension) instead of
+// rounding it again. The caller promises that memory read as an operand more than once inside the
+// scope holds the same values each time: a backward's dY, read by both its dX and its dW product.
+// Scopes nest; outside them nothing is reused (a rounding made before the scope never is).
+class SameOperandsScope {
+ public:
+  SameOperandsScope();
+  ~SameOperandsScope();
+  SameOperandsScope(const SameOperandsScope&) = delete;
+  SameOperandsScope& operator=(const SameOperandsScope&) = delete;
+};
+
 // float32 -> bfloat16, round to nearest even (NaN stays NaN), and back.
 uint16_t to_bf16(float x);
 float from_bf16(uint16_t h);
