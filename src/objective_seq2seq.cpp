@@ -101,13 +101,17 @@ class Seq2Seq : public Objective {
   BatchShards train_batch_shards(int parts) override {
     const std::vector<SentencePair>& pairs = split("train");
     const std::vector<int64_t> drawn = sampler_.sample(static_cast<int64_t>(pairs.size()), B_);
-    const PairBatch whole = make_pair_batch(pairs, drawn);
+    // Each shard padded to its own longest pair; the batch's real tokens are the shards' sum.
+    std::vector<PairBatch> shards;
+    int64_t targets = 0;
     BatchShards out;
-    out.tokens = whole.real_source_tokens + whole.real_target_tokens;
     for (const auto& [begin, end] : shard_rows(B_, parts)) {
-      PairBatch b = make_pair_batch(pairs, std::vector<int64_t>(drawn.begin() + begin, drawn.begin() + end));
-      const float share = static_cast<float>(static_cast<double>(b.real_target_tokens) /
-                                             static_cast<double>(whole.real_target_tokens));
+      shards.push_back(make_pair_batch(pairs, std::vector<int64_t>(drawn.begin() + begin, drawn.begin() + end)));
+      targets += shards.back().real_target_tokens;
+      out.tokens += shards.back().real_source_tokens + shards.back().real_target_tokens;
+    }
+    for (PairBatch& b : shards) {
+      const float share = static_cast<float>(static_cast<double>(b.real_target_tokens) / static_cast<double>(targets));
       out.losses.push_back([b = std::move(b), share](Model& m) {
         if (b.real_target_tokens == 0) return Tensor();
         return loss_on(dynamic_cast<Seq2SeqModel&>(m), b) * share;
