@@ -32,7 +32,7 @@ trap 'rm -rf "$work"' EXIT
 params="$(build/release/tfm info --config "$config" "$@" --json 2>/dev/null |
   /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["parameters"])' 2>/dev/null || echo 0)"
 default_steps=300
-/usr/bin/python3 -c "import sys; sys.exit(0 if float('$params') > 5e6 else 1)" && default_steps=10
+[ "$params" -gt 5000000 ] && default_steps=10
 steps="${TFM_PROFILE_STEPS:-$default_steps}"
 skip="${TFM_PROFILE_SKIP:-$((steps / 3))}"
 last=$((steps - 1))

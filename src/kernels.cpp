@@ -84,12 +84,10 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
     }
     mean_g /= static_cast<float>(C);
     mean_gx /= static_cast<float>(C);
-    if (overwrite_dinp) {
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) dx[c] = s * (g[c] * w[c] - mean_g - (x[c] - m) * s * mean_gx);
-    } else {
-#pragma omp simd
-      for (int64_t c = 0; c < C; ++c) dx[c] += s * (g[c] * w[c] - mean_g - (x[c] - m) * s * mean_gx);
+    for (int64_t c = 0; c < C; ++c) {
+      const float xhat = (x[c] - m) * s;
+      dx[c] = (overwrite_dinp ? 0.0f : dx[c]) + s * (g[c] * w[c] - mean_g - xhat * mean_gx);
     }
   }
 }
@@ -211,20 +209,12 @@ void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n) 
 void gelu_with_slope(float* out, float* slope, const float* inp, int64_t n) {
   constexpr float kInvSqrt2 = 0.70710678118654752f;
   constexpr float kInvSqrt2Pi = 0.39894228040143268f;
-  if (out) {
 #pragma omp parallel for simd if (n > kParallelWork)
-    for (int64_t i = 0; i < n; ++i) {
-      const float x = inp[i];
-      const float e = erff(x * kInvSqrt2);
-      out[i] = 0.5f * x * (1.0f + e);
-      slope[i] = 0.5f * (1.0f + e) + x * (kInvSqrt2Pi * expf(-0.5f * x * x));
-    }
-  } else {
-#pragma omp parallel for simd if (n > kParallelWork)
-    for (int64_t i = 0; i < n; ++i) {
-      const float x = inp[i];
-      slope[i] = 0.5f * (1.0f + erff(x * kInvSqrt2)) + x * (kInvSqrt2Pi * expf(-0.5f * x * x));
-    }
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    const float e = erff(x * kInvSqrt2);
+    out[i] = 0.5f * x * (1.0f + e);
+    slope[i] = 0.5f * (1.0f + e) + x * (kInvSqrt2Pi * expf(-0.5f * x * x));
   }
 }
 
@@ -276,17 +266,10 @@ void bias_add_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
   for (int64_t c0 = 0; c0 < C; c0 += kCols) {
     const int64_t width = std::min(kCols, C - c0);
     float sums[kCols] = {};
-    if (width == kCols) {
-      for (int64_t i = 0; i < N; ++i) {
-        const float* g = dout + i * C + c0;
+    for (int64_t i = 0; i < N; ++i) {
+      const float* g = dout + i * C + c0;
 #pragma omp simd
-        for (int64_t c = 0; c < kCols; ++c) sums[c] += g[c];
-      }
-    } else {
-      for (int64_t i = 0; i < N; ++i) {
-        const float* g = dout + i * C + c0;
-        for (int64_t c = 0; c < width; ++c) sums[c] += g[c];
-      }
+      for (int64_t c = 0; c < width; ++c) sums[c] += g[c];
     }
     for (int64_t c = 0; c < width; ++c) dbias[c0 + c] += sums[c];
   }

@@ -388,13 +388,13 @@ void activation_forward(Activation act, float* out, const float* inp, int64_t n)
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
 }
-// out = act(inp) (skipped when out is null) and slope = act'(inp).
+// out = act(inp) and slope = act'(inp).
 void activation_with_slope(Activation act, float* out, float* slope, const float* inp, int64_t n) {
   if (act == Activation::kGelu) {
     kernels::gelu_with_slope(out, slope, inp, n);
     return;
   }
-  if (out) activation_forward(act, out, inp, n);
+  activation_forward(act, out, inp, n);
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) slope[i] = inp[i] > 0.0f ? 1.0f : 0.0f;
 }
@@ -479,7 +479,7 @@ Tensor feed_forward(const Tensor& x_in, const Tensor& w1_in, const Tensor& b1, c
              const float* hc = h.data() + r0 * F;  // (rows, F)
              // act(h) and act'(h) in one pass (GELU: one erf for both).
              if (need_h)
-               activation_with_slope(act, rw2 ? a.data() : nullptr, slope.data(), hc, rows * F);
+               activation_with_slope(act, a.data(), slope.data(), hc, rows * F);
              else if (rw2)
                activation_forward(act, a.data(), hc, rows * F);
              {

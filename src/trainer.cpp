@@ -17,7 +17,6 @@
 #include <fstream>
 #include <memory>
 #include <optional>
-#include <thread>
 
 #include "tfm/bench.h"
 #include "tfm/distributed.h"
@@ -386,7 +385,6 @@ void TrainingRun::create_run_directory() {
 }
 
 void TrainingRun::configure_compute() {
-  // train.threads = 0: all cores, shared among the ranks on this machine (at least 1 each).
   threads_ = platform::configure_threads(static_cast<int>(training_threads(config_)));
   // 0: one worker per thread (never more than the rows of a micro-batch).
   workers_ = static_cast<int>(data_parallel_workers(config_, threads_));

@@ -38,8 +38,8 @@ void cross_entropy_backward(float* dlogits, const float* logits, const float* ls
 void gelu_forward(float* out, const float* inp, int64_t n);
 // dinp += dout * (Phi(x) + x * phi(x)).
 void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n);
-// Both at once, for a backward that needs the output too: out = GELU(x) (when out is not null) and
-// slope = Phi(x) + x * phi(x), with one erf per element; the same bits as gelu_forward and the
+// Both at once, for a backward that needs the output too: out = GELU(x) and slope = Phi(x) + x * phi(x),
+// with one erf per element; the same bits as gelu_forward and the
 // factor gelu_backward multiplies dout by.
 void gelu_with_slope(float* out, float* slope, const float* inp, int64_t n);
 
