@@ -56,7 +56,15 @@ wait_for_step "$last"
 kill -INT "$perf_pid"
 wait "$perf_pid" || true
 wait "$pid" || { cat "$work/train.out" >&2; exit 1; }
-[ -s "$work/perf.data" ] || { cat "$work/perf.err" >&2; echo "profile.sh: perf recorded nothing (kernel.perf_event_paranoid?)" >&2; exit 1; }
+if [ ! -s "$work/perf.data" ]; then
+  cat "$work/perf.err" >&2
+  if grep -q 'No such process' "$work/perf.err"; then
+    echo "profile.sh: the run ended before perf could attach: give it more steps (TFM_PROFILE_STEPS)" >&2
+  else
+    echo "profile.sh: perf recorded nothing (kernel.perf_event_paranoid?)" >&2
+  fi
+  exit 1
+fi
 
 head -n 4 "$work/train.out" | grep -E '^(model|compute|batch):' || true
 perf report -i "$work/perf.data" --no-children --sort dso,sym -g none --stdio -t $'\t' 2>/dev/null |
