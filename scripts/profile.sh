@@ -53,7 +53,7 @@ wait_for_step "$skip"
 perf record -F 999 -o "$work/perf.data" -p "$pid" >/dev/null 2>"$work/perf.err" &
 perf_pid=$!
 wait_for_step "$last"
-kill -INT "$perf_pid"
+kill -INT "$perf_pid" 2>/dev/null || true  # perf may have ended already (the run did)
 wait "$perf_pid" || true
 wait "$pid" || { cat "$work/train.out" >&2; exit 1; }
 if [ ! -s "$work/perf.data" ]; then
