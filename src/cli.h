@@ -4,7 +4,6 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
-#include <atomic>
 #include <cstdlib>
 #include <functional>
 #include <string>
@@ -80,9 +79,6 @@ std::string find_script(const std::string& name);
 // Runs `python3 scripts/NAME ARGS...` when matplotlib is installed and no_plot is off; otherwise
 // prints the command to run (unless quiet, which also silences the script). True when it drew.
 bool run_plot_script(const std::string& name, const std::vector<std::string>& args, bool no_plot, bool quiet = false);
-
-// Ctrl-C / SIGTERM set the returned flag (main.cpp): training finishes its step and checkpoints.
-const std::atomic<bool>* stop_on_signals();
 
 // --mask-heads L:H,... (cli_heads.cpp): per layer an (H) gate of ones with 0 at each masked head;
 // ConfigError naming the flag on a bad item or an index out of range.

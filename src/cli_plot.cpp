@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "tfm/error.h"
+#include "tfm/platform.h"
 
 namespace tfm::cli {
 
@@ -37,8 +38,8 @@ bool run_plot_script(const std::string& name, const std::vector<std::string>& ar
   for (const std::string& a : args) cmd += " '" + a + "'";
   std::fflush(stdout);  // our lines before the script's
   if (!no_plot && fs::exists(script) &&
-      std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") == 0 &&
-      std::system((cmd + (quiet ? " >/dev/null" : "")).c_str()) == 0)
+      platform::run_shell("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") == 0 &&
+      platform::run_shell((cmd + (quiet ? " >/dev/null" : ""))) == 0)
     return true;
   if (!quiet) std::printf("to draw it (needs python3-matplotlib): %s\n", cmd.c_str());
   return false;

@@ -2,6 +2,7 @@
 // directory each, resumable, and tabulates what each point costs and reaches (issue 15: heads
 // against width, MHA/GQA/MQA, ...).
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "tfm/error.h"
 #include "tfm/file_io.h"
 #include "tfm/objective.h"
+#include "tfm/platform.h"
 #include "tfm/trainer.h"
 
 namespace tfm::cli {
@@ -141,7 +143,7 @@ int run_sweep(const SweepOptions& o) {
     dirs.push_back(dir);
   }
   make_output_dir(out);
-  const std::atomic<bool>* stop = stop_on_signals();
+  const std::atomic<bool>* stop = platform::stop_on_signals();
   json all = json::array();
   for (size_t i = 0; i < points.size(); ++i) {
     const std::string& dir = dirs[i];

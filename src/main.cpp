@@ -1,9 +1,7 @@
 // The tfm command line: train, eval, sample, info, config. Library code throws typed errors; this is
 // the one place that turns them into exit statuses (see kExitHelp).
-#include <signal.h>
 
 #include <CLI/CLI.hpp>
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -67,22 +65,6 @@ Exit status: 0 done (or interrupted and checkpointed), 1 internal error,
              2 bad config, argument or file, 3 training stopped on a NaN/Inf.
 )";
 
-std::atomic<bool> g_stop{false};
-
-extern "C" void on_stop_signal(int sig) {
-  g_stop.store(true);
-  // A second Ctrl-C ends the program at once (checkpoints are written atomically, so that is safe).
-  ::signal(sig, SIG_DFL);
-}
-
-void install_stop_handlers() {
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
-}
-
 std::string human_count(double n) {
   char buf[32];
   if (n >= 1e9)
@@ -111,7 +93,7 @@ int cmd_train(const std::string& config_file, const std::string& resume_dir,
     throw ConfigError("train: give either --config FILE (a new run) or --resume DIR (continue a run)");
   Config config;
   TrainOptions options;
-  options.stop = &g_stop;
+  options.stop = platform::stop_on_signals();
   options.stop_at_step = stop_at;
   options.init_from = init_from;
   if (!resume_dir.empty()) {
@@ -132,7 +114,6 @@ int cmd_train(const std::string& config_file, const std::string& resume_dir,
     if (!out.empty()) all.push_back("output.dir=" + nlohmann::json(out).dump());
     config = load_config(config_file, all);
   }
-  install_stop_handlers();
   const TrainResult r = train(config, options);
   // The trainer has logged what happened (console and train.log).
   return r.status == TrainResult::Status::NonFinite ? kExitDiverged : kExitOk;
@@ -356,13 +337,6 @@ void print_error(const std::string& what) {
 }
 
 }  // namespace
-
-namespace tfm::cli {
-const std::atomic<bool>* stop_on_signals() {
-  install_stop_handlers();
-  return &g_stop;
-}
-}  // namespace tfm::cli
 
 static int run_cli(int argc, char** argv) {
   CLI::App app{

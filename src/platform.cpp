@@ -1,8 +1,13 @@
 #include "tfm/platform.h"
 
 #include <omp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <sstream>
 #include <string>
@@ -13,6 +18,22 @@
 namespace tfm::platform {
 namespace {
 bool has_avx512() { return __builtin_cpu_supports("avx512f"); }
+
+std::atomic<bool> g_stop{false};
+
+extern "C" void on_stop_signal(int sig) {
+  g_stop.store(true);
+  // A second Ctrl-C ends the program at once (checkpoints are written atomically, so that is safe).
+  ::signal(sig, SIG_DFL);
+}
+
+sigset_t stop_signal_set() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
 }  // namespace
 
 void select_blas_kernels(char** argv) {
@@ -71,6 +92,49 @@ int configure_threads(int requested) {
   set_blas_threads(n);
   omp_set_num_threads(n);
   return n;
+}
+
+const std::atomic<bool>* stop_on_signals() {
+  static const bool installed = [] {
+    const sigset_t set = stop_signal_set();
+    // Threads inherit their creator's mask: blocking here covers every thread started from now on.
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+#pragma omp parallel
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);  // OpenMP's threads that already exist
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, nullptr);
+    ::sigaction(SIGTERM, &sa, nullptr);
+    // The one thread that takes them (it computes nothing). Any other thread a library started before
+    // this call may take one too, which is harmless unless it runs oneDNN's kernels.
+    std::thread([set] {
+      pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+      for (;;) ::pause();
+    }).detach();
+    return true;
+  }();
+  (void)installed;
+  return &g_stop;
+}
+
+int run_shell(const std::string& command) {
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, defaults = stop_signal_set();
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  const char* argv[] = {"sh", "-c", command.c_str(), nullptr};
+  pid_t pid = 0;
+  const int err = posix_spawn(&pid, "/bin/sh", nullptr, &attr, const_cast<char* const*>(argv), environ);
+  posix_spawnattr_destroy(&attr);
+  if (err != 0) return -1;
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 }  // namespace tfm::platform

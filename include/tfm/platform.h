@@ -1,5 +1,6 @@
 // Start-up decisions about the machine: which OpenBLAS kernels to use, how many threads, which GEMM.
 #pragma once
+#include <atomic>
 #include <string>
 
 namespace tfm::platform {
@@ -21,5 +22,17 @@ std::string gemm_summary();
 
 // Threads to use: `requested` when > 0, else the number of cores. Sets OpenBLAS and OpenMP to it.
 int configure_threads(int requested);
+
+// Ctrl-C and SIGTERM set the returned flag (training finishes its step, checkpoints and returns); a
+// second one ends the program. The signals are taken by a thread of their own and blocked in this
+// thread and in OpenMP's, and so in every thread these start later: oneDNN 2.6's JIT sgemm kernels
+// point rsp into the heap while they run (oneDNN issue #4845, fixed upstream in 2026), so a handler
+// run on a computing thread writes its frame over the heap. Idempotent; call before training starts.
+const std::atomic<bool>* stop_on_signals();
+
+// Runs `command` with /bin/sh, as std::system does, but with the signals a default process has: a
+// child of a thread that blocks SIGINT would otherwise ignore Ctrl-C. Returns the exit status, or
+// -1 when it could not start or was killed by a signal.
+int run_shell(const std::string& command);
 
 }  // namespace tfm::platform
