@@ -146,7 +146,7 @@ TEST_CASE("cli: SIGINT checkpoints and exits 0 and a NaN exits 3", "[cli]") {
   }
   // Wait until it is training, then interrupt it.
   for (int i = 0;
-       i < 600 && !(fs::exists(dir + "/run/metrics.jsonl") && fs::file_size(dir + "/run/metrics.jsonl") > 0);
+       i < 1200 && !(fs::exists(dir + "/run/metrics.jsonl") && fs::file_size(dir + "/run/metrics.jsonl") > 0);
        ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   ::kill(pid, SIGINT);
@@ -156,6 +156,7 @@ TEST_CASE("cli: SIGINT checkpoints and exits 0 and a NaN exits 3", "[cli]") {
   std::stringstream out;
   out << in.rdbuf();
   INFO(out.str());
+  INFO("ended by signal " << (WIFSIGNALED(st) ? WTERMSIG(st) : 0));
   REQUIRE(WIFEXITED(st));
   CHECK(WEXITSTATUS(st) == 0);
   CHECK_THAT(out.str(), Catch::Contains("interrupted after step") &&

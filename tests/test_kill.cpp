@@ -162,7 +162,7 @@ TEST_CASE("kill: SIGTERM finishes the step, checkpoints and exits 0 like SIGINT"
   std::vector<std::string> args = train_args(run);
   args.back() = "train.max_steps=1000000";
   const pid_t pid = spawn(args, log);
-  for (int i = 0; i < 600 && !(fs::exists(run + "/metrics.jsonl") && fs::file_size(run + "/metrics.jsonl") > 0); ++i)
+  for (int i = 0; i < 3000 && !(fs::exists(run + "/metrics.jsonl") && fs::file_size(run + "/metrics.jsonl") > 0); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   ::kill(pid, SIGTERM);
   const int status = wait_status(pid);
