@@ -178,15 +178,17 @@ struct MatmulKey {
   bool ta, tb;
   float alpha, beta;
   int threads;
+  bool bias;
   bool operator==(const MatmulKey& o) const {
     return M == o.M && N == o.N && K == o.K && lda == o.lda && ldb == o.ldb && ldc == o.ldc && ta == o.ta &&
-           tb == o.tb && alpha == o.alpha && beta == o.beta && threads == o.threads;
+           tb == o.tb && alpha == o.alpha && beta == o.beta && threads == o.threads && bias == o.bias;
   }
 };
 struct MatmulKeyHash {
   size_t operator()(const MatmulKey& k) const {
     uint64_t h = 1469598103934665603ull;
-    for (int64_t v : {k.M, k.N, k.K, k.lda, k.ldb, k.ldc, int64_t{k.ta} * 2 + int64_t{k.tb}, int64_t{k.threads}})
+    for (int64_t v : {k.M, k.N, k.K, k.lda, k.ldb, k.ldc, int64_t{k.ta} * 4 + int64_t{k.tb} * 2 + int64_t{k.bias},
+                      int64_t{k.threads}})
       h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull;
     uint32_t ab[2];
     std::memcpy(&ab[0], &k.alpha, 4);
@@ -196,7 +198,7 @@ struct MatmulKeyHash {
 };
 struct Matmul {
   dnnl::matmul prim;
-  dnnl::memory a, b, c, scratchpad;
+  dnnl::memory a, b, c, scratchpad, bias;
   size_t scratch_bytes = 0;
 };
 
@@ -216,17 +218,25 @@ Matmul make_matmul(const MatmulKey& k) {
     po.append_sum(k.beta);
     attr.set_post_ops(po);
   }
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine());
+  // The bias (1, N): one float32 row broadcast over the M rows, added in the kernel.
+  const dnnl::memory::desc bias({1, k.N}, dt::f32, dims{k.N, 1});
+  const dnnl::matmul::primitive_desc pd(k.bias ? dnnl::matmul::desc(a, b, bias, c) : dnnl::matmul::desc(a, b, c),
+                                        attr, engine());
   const dnnl::memory::desc pad = pd.scratchpad_desc();
-  return Matmul{dnnl::matmul(pd), dnnl::memory(a, engine(), nullptr), dnnl::memory(b, engine(), nullptr),
-                dnnl::memory(c, engine(), nullptr), dnnl::memory(pad, engine(), nullptr), pad.get_size()};
+  return Matmul{dnnl::matmul(pd),
+                dnnl::memory(a, engine(), nullptr),
+                dnnl::memory(b, engine(), nullptr),
+                dnnl::memory(c, engine(), nullptr),
+                dnnl::memory(pad, engine(), nullptr),
+                k.bias ? dnnl::memory(bias, engine(), nullptr) : dnnl::memory(),
+                pad.get_size()};
 }
 
 // Below this many multiply-adds a bf16 product runs as sgemm on rounded operands (bf16_by_sgemm).
 constexpr int64_t kMatmulMinMacs = int64_t{1} << 20;
 
 void bf16_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias = nullptr) {
   thread_local std::vector<uint16_t> ba, bb;
   thread_local RoundedFrom held_a, held_b;
   thread_local std::vector<uint8_t> pad;
@@ -240,7 +250,7 @@ void bf16_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
   const bool serial = threads > 1 && omp_in_parallel();
   if (serial) omp_set_num_threads(1);
   thread_local std::unordered_map<MatmulKey, Matmul, MatmulKeyHash> cache;
-  const MatmulKey key{M, N, K, la, lb, ldc, ta, tb, alpha, beta, serial ? 1 : threads};
+  const MatmulKey key{M, N, K, la, lb, ldc, ta, tb, alpha, beta, serial ? 1 : threads, bias != nullptr};
   auto it = cache.find(key);
   if (it == cache.end()) it = cache.emplace(key, make_matmul(key)).first;
   Matmul& mm = it->second;
@@ -249,9 +259,13 @@ void bf16_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
   mm.b.set_data_handle(const_cast<uint16_t*>(b));
   mm.c.set_data_handle(C);
   mm.scratchpad.set_data_handle(scratch(pad, static_cast<int64_t>(mm.scratch_bytes) + 1));
-  const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, mm.a.get()}, {DNNL_ARG_WEIGHTS, mm.b.get()},
-                                  {DNNL_ARG_DST, mm.c.get()}, {DNNL_ARG_SCRATCHPAD, mm.scratchpad.get()}};
-  const dnnl_status_t s = dnnl_primitive_execute(mm.prim.get(), stream.get(), 4, args);
+  if (bias) mm.bias.set_data_handle(const_cast<float*>(bias));
+  const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, mm.a.get()},
+                                  {DNNL_ARG_WEIGHTS, mm.b.get()},
+                                  {DNNL_ARG_DST, mm.c.get()},
+                                  {DNNL_ARG_SCRATCHPAD, mm.scratchpad.get()},
+                                  {DNNL_ARG_BIAS, bias ? mm.bias.get() : nullptr}};
+  const dnnl_status_t s = dnnl_primitive_execute(mm.prim.get(), stream.get(), bias ? 5 : 4, args);
   TFM_CHECK(s == dnnl_success, "gemm", "oneDNN bf16 matmul failed with status ", static_cast<int>(s), " on (", M,
             ", ", N, ", ", K, ")");
   if (serial) omp_set_num_threads(threads);
@@ -264,21 +278,41 @@ void sgemm_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
             N, ", ", K, ")");
 }
 
+// Which kernel runs a product: the precision and backend in use, and for bf16 on oneDNN, its size.
+bool bf16_now(int64_t K) { return g_precision.load(std::memory_order_relaxed) == Precision::bf16 && K > 0; }
+bool onednn_now() { return g_backend.load(std::memory_order_relaxed) == GemmBackend::onednn; }
+bool bf16_matmul(int64_t M, int64_t N, int64_t K) {
+  return bf16_now(K) && onednn_now() && M * N * K >= kMatmulMinMacs;
+}
+
 }  // namespace
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   g_flops.fetch_add(static_cast<uint64_t>(2 * M * N * K), std::memory_order_relaxed);
-  const bool bf16 = g_precision.load(std::memory_order_relaxed) == Precision::bf16 && K > 0;
-  const bool onednn = g_backend.load(std::memory_order_relaxed) == GemmBackend::onednn;
-  if (!bf16)
-    (onednn ? sgemm_onednn : sgemm_openblas)(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  else if (onednn && M * N * K >= kMatmulMinMacs)
+  const Sgemm sgemm = onednn_now() ? sgemm_onednn : sgemm_openblas;
+  if (bf16_matmul(M, N, K))
     bf16_onednn(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else if (bf16_now(K))
+    bf16_by_sgemm(sgemm, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   else
-    bf16_by_sgemm(onednn ? sgemm_onednn : sgemm_openblas, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta,
-                  C, ldc);
+    sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+               int64_t lda, const float* B, int64_t ldb, const float* bias, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  // oneDNN's output scale (alpha) would scale the bias too.
+  if (alpha == 1.0f && bf16_matmul(M, N, K)) {
+    g_flops.fetch_add(static_cast<uint64_t>(2 * M * N * K), std::memory_order_relaxed);
+    bf16_onednn(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc, bias);
+    return;
+  }
+  // The rows start as the bias and the product accumulates onto them (no second pass over C).
+#pragma omp parallel for if (M * N > (int64_t{1} << 20))
+  for (int64_t i = 0; i < M; ++i) std::memcpy(C + i * ldc, bias, sizeof(float) * N);
+  gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 1.0f, C, ldc);
 }
 
 uint64_t gemm_flops() { return g_flops.load(std::memory_order_relaxed); }

@@ -373,11 +373,10 @@ namespace {
 // out (N, out_dim) = x (N, in) W^T (+ bias): the forward of linear and of the feed-forward's layers.
 void linear_rows(float* out, const float* x, const float* w, const float* bias, int64_t N, int64_t in,
                  int64_t out_dim) {
-  if (bias) {
-#pragma omp parallel for if (N * out_dim > kParallelElements)
-    for (int64_t i = 0; i < N; ++i) std::memcpy(out + i * out_dim, bias, sizeof(float) * out_dim);
-  }
-  gemm(false, true, N, out_dim, in, 1.0f, x, in, w, in, bias ? 1.0f : 0.0f, out, out_dim);
+  if (bias)
+    gemm_bias(false, true, N, out_dim, in, 1.0f, x, in, w, in, bias, out, out_dim);
+  else
+    gemm(false, true, N, out_dim, in, 1.0f, x, in, w, in, 0.0f, out, out_dim);
 }
 
 void activation_forward(Activation act, float* out, const float* inp, int64_t n) {

@@ -102,6 +102,33 @@ TEST_CASE("gemm: bfloat16 products are float32 sums of rounded operands, on both
         }
 }
 
+TEST_CASE("gemm: gemm_bias adds the bias to every row, on every path", "[gemm]") {
+  // 37x29x53 runs as sgemm in both precisions; 130x97x90 (over 2^20 multiply-adds) with alpha 1 on
+  // oneDNN's bf16 matmul, which adds the bias in its kernel (with alpha != 1 it would scale the bias too).
+  for (float alpha : {1.0f, 0.5f})
+    for (GemmBackend backend : kBackends)
+      for (Precision precision : {Precision::fp32, Precision::bf16})
+        for (bool large : {false, true})
+          for (bool ta : {false, true})
+            for (bool tb : {false, true}) {
+              const GemmModeGuard mode(precision, backend);
+              INFO(gemm_backend_name(backend) << " " << precision_name(precision) << " large " << large << " ta "
+                                              << ta << " tb " << tb << " alpha " << alpha);
+              const Operands o = large ? make(130, 97, 90, ta, tb, 5) : make(37, 29, 53, ta, tb, 5);
+              std::vector<float> bias(static_cast<size_t>(o.N));
+              for (int64_t j = 0; j < o.N; ++j) bias[j] = 0.1f * static_cast<float>(j % 7) - 0.3f;
+              std::vector<float> got = o.c;
+              gemm_bias(o.ta, o.tb, o.M, o.N, o.K, alpha, o.a.data(), o.lda, o.b.data(), o.ldb, bias.data(),
+                        got.data(), o.ldc);
+              std::vector<double> want = reference(o, alpha, 0.0f, precision == Precision::bf16);
+              for (int64_t i = 0; i < o.M; ++i)
+                for (int64_t j = 0; j < o.N; ++j) want[i * o.ldc + j] += bias[j];
+              CHECK(max_diff(got, want) < 1e-5);
+              for (int64_t i = 0; i < o.M; ++i)  // C's row padding is left alone
+                for (int64_t j = o.N; j < o.ldc; ++j) CHECK(got[i * o.ldc + j] == o.c[i * o.ldc + j]);
+            }
+}
+
 TEST_CASE("gemm: bfloat16 from OpenMP threads, as attention calls it per head", "[gemm]") {
   for (GemmBackend backend : kBackends) {
     const GemmModeGuard mode(Precision::bf16, backend);

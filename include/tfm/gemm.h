@@ -23,6 +23,11 @@ enum class GemmBackend { openblas, onednn };
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+// C (M, N) = alpha * op(A) op(B) + bias, bias (N) added to every row: a linear layer's forward. oneDNN's
+// bf16 matmul adds it in the kernel; the other paths copy it into C's rows and accumulate onto it.
+void gemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+               int64_t lda, const float* B, int64_t ldb, const float* bias, float* C, int64_t ldc);
+
 // Floating-point operations issued through gemm() since start (2*M*N*K each), for MFU figures.
 uint64_t gemm_flops();
 
