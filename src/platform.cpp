@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <sstream>
@@ -99,8 +100,9 @@ const std::atomic<bool>* stop_on_signals() {
     const sigset_t set = stop_signal_set();
     // Threads inherit their creator's mask: blocking here covers every thread started from now on.
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
-#pragma omp parallel
-    pthread_sigmask(SIG_BLOCK, &set, nullptr);  // OpenMP's threads that already exist
+    // OpenMP's threads that already exist: its pool is at most the largest team run so far.
+#pragma omp parallel num_threads(std::max(omp_get_max_threads(), omp_get_num_procs()))
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
     struct sigaction sa {};
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
