@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Times tfm against the PyTorch reference (../shared/reference/torch_lm.py) on the same configs, the
+# Times tfm against the PyTorch reference (scripts/torch_lm.py) on the same configs, the
 # same machine and the same threads, in both precisions, alternating the four runs several times, and
 # prints a table of medians.
 #
@@ -27,8 +27,7 @@ configs=("$@")
 [ ${#configs[@]} -gt 0 ] || configs=(configs/shakespeare_char.json configs/shakespeare_char_large.json)
 repeats="${TFM_BENCH_REPEATS:-3}"
 threads="${TFM_THREADS:-$(nproc)}"
-reference="$TFM_ROOT/../shared/reference/torch_lm.py"
-[ -f "$reference" ] || { echo "bench.sh: $reference not found (shared/ beside the repo)" >&2; exit 2; }
+reference="$TFM_ROOT/scripts/torch_lm.py"
 
 tfm_install time python3-torch python3-numpy
 tfm_build "$TFM_ROOT/build/release" -DCMAKE_BUILD_TYPE=Release -DTFM_BUILD_TESTS=OFF

@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """Writes the PyTorch cross-check fixtures that tests/test_reference.cpp loads.
 
-    /usr/bin/python3 scripts/make_fixtures.py      # rewrites tests/fixtures/*.json
+    /usr/bin/python3 scripts/make_fixtures.py                # rewrites tests/fixtures/*.json
+    /usr/bin/python3 scripts/make_fixtures.py --out DIR      # writes them to DIR instead
 
 For each tiny model config: the weights (names as torch_lm.py --print-names), input tokens, targets,
-logits, loss and every parameter's gradient, from ../shared/reference/torch_lm.py's own model. Plus
+logits, loss and every parameter's gradient, from scripts/torch_lm.py's own model (the reference of
+docs/architecture.md). Plus
 torch.nn.MultiheadAttention cross-attention with kdim/vdim != d_model and a key-padding mask, and the
 encoder-decoder of include/tfm/seq2seq.h written out below (Seq2Seq, same parameter names) with source
 padding, S != T and a padded target (loss ignore_index = <pad> = 0). And the head variants of
@@ -14,15 +16,31 @@ and top-k head gating (TopKGatedAttention, with its balance loss) for tests/test
 JSON: {"name": {"shape": [...], "data": [...]}} tensors, float32 values printed with 9 significant
 digits (enough to round-trip a float32). The fixtures are committed so the tests need no Python.
 """
-import json, math, os, sys
+import argparse, json, math, os, sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(REPO, "..", "shared", "reference"))
+sys.path.insert(0, HERE)  # scripts/torch_lm.py
+
+
+def cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
+    except OSError:
+        return set()
+
+
+# The committed fixtures were written with OpenBLAS's Haswell (AVX2) kernels. Other kernels round
+# differently (AVX-512's move logits and gradients by up to 3e-6, far inside the tests' tolerances);
+# pinning them where the CPU can run them makes a rewrite change only what the code changed.
+# Set before torch loads OpenBLAS; an OPENBLAS_CORETYPE of the caller's wins.
+if "OPENBLAS_CORETYPE" not in os.environ and {"avx2", "fma"} <= cpu_flags():
+    os.environ["OPENBLAS_CORETYPE"] = "Haswell"
 import torch  # noqa: E402
 import torch_lm  # noqa: E402
 
-OUT = os.path.join(REPO, "tests", "fixtures")
+OUT = os.path.join(REPO, "tests", "fixtures")  # --out changes it
 
 CONFIGS = {
     # pre-norm, sinusoidal positions, tied head, multi-head attention, GELU
@@ -274,7 +292,7 @@ def seq2seq_fixture(name, overrides, seed):
     })
 
 
-# ---- top-k head gating (MultiHeadAttention with gating "topk"; the seeds' eq. 5.3.12) ----
+# ---- top-k head gating (MultiHeadAttention with gating "topk"; Mixture of Attention heads, Zhang et al. 2022) ----
 class TopKGatedAttention(nn.Module):
     """Self-attention where each token uses its k highest-scoring heads (Mixture of Attention heads):
     out = Wo concat_h(w_h head_h), w = softmax over the token's top-k gate logits G = x Wg^T (0 for the
@@ -406,6 +424,9 @@ def head_mixing_fixture(name, h, hkv, score, mixing, groups, seed):
 
 
 if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=OUT, help="output directory (default: tests/fixtures)")
+    OUT = ap.parse_args().out
     os.makedirs(OUT, exist_ok=True)
     torch.set_num_threads(1)
     for i, (name, cfg) in enumerate(CONFIGS.items()):
