@@ -4,7 +4,7 @@
 #      a temporary prefix and examples/ built and run against the installed package;
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build (-O1 -g1), the same tests. -g1 keeps the
 #      line tables the sanitizers' stack traces need (file:line) without the full debug information,
-#      which compiles ~15% faster (src/main.cpp: 36 s against 42 s) and keeps the run near 15 minutes.
+#      which compiles ~15% faster (the CLI's main.cpp: 36 s against 42 s) and keeps the run near 15 minutes.
 # Usage: scripts/test.sh
 # Environment: TFM_TEST_JOBS (parallel ctest jobs, default: cores), TFM_SANITIZE=0 skips step 2.
 set -euo pipefail

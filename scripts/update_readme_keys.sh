@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates the config-key table in README.md (between the keys:begin/keys:end markers) from the
-# code's own table (`tfm config --keys`). tests/test_readme.cpp fails when the two differ.
+# code's own table (`tfm config --keys`). tests/cli/test_readme.cpp fails when the two differ.
 #   scripts/update_readme_keys.sh [path/to/tfm]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "tfm/model.h"
-#include "tfm/nn.h"
-#include "tfm/tensor.h"
+#include "tfm/models/model.h"
+#include "tfm/nn/layers.h"
+#include "tfm/engine/tensor.h"
 
 namespace tfm::testing {
 

@@ -13,8 +13,8 @@
 #include <sstream>
 #include <vector>
 
-#include "tfm/ops.h"
-#include "tfm/tensor.h"
+#include "tfm/engine/ops.h"
+#include "tfm/engine/tensor.h"
 
 namespace tfm::testing {
 

@@ -1,6 +1,6 @@
 // Training options shared by the tests that call tfm::train() directly.
 #pragma once
-#include "tfm/trainer.h"
+#include "tfm/training/trainer.h"
 
 namespace tfm_test {
 

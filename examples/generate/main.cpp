@@ -3,8 +3,9 @@
 #include <cstdio>
 #include <string>
 
-#include "tfm/error.h"
-#include "tfm/trainer.h"
+#include "tfm/engine/error.h"
+#include "tfm/models/sampling.h"
+#include "tfm/training/trainer.h"
 
 int main(int argc, char** argv) {
   if (argc < 2) return std::fprintf(stderr, "usage: %s RUN_DIR [PROMPT]\n", argv[0]), 2;

@@ -3,10 +3,10 @@
 #include <cstdio>
 #include <vector>
 
-#include "tfm/data.h"
-#include "tfm/model.h"
-#include "tfm/optim.h"
-#include "tfm/trainer.h"
+#include "tfm/data/tokenizer.h"
+#include "tfm/models/model.h"
+#include "tfm/training/optim.h"
+#include "tfm/training/trainer.h"
 
 int main(int argc, char** argv) {
   using namespace tfm;

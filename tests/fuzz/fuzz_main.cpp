@@ -1,6 +1,6 @@
 // libFuzzer entry point, compiled once per target with -DTFM_FUZZ_TARGET="name" (see CMakeLists.txt).
 #include "targets.h"
-#include "tfm/memory.h"
+#include "tfm/engine/memory.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tfm::fuzz::run(TFM_FUZZ_TARGET, data, size);

@@ -1,6 +1,6 @@
 // Fuzz targets: one function per reader of untrusted input. libFuzzer drives them (fuzz_main.cpp,
 // scripts/fuzz.sh) and the normal test suite replays the committed corpora and every input that
-// once crashed (tests/test_fuzz_corpus.cpp). A target may throw tfm::Error (a clear rejection);
+// once crashed (tests/fuzz/test_fuzz_corpus.cpp). A target may throw tfm::Error (a clear rejection);
 // anything else – a crash, a sanitizer report, another exception type – is a finding.
 #pragma once
 #include <cstddef>
@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "tfm/bpe.h"
-#include "tfm/checkpoint.h"
-#include "tfm/config.h"
-#include "tfm/data.h"
-#include "tfm/error.h"
-#include "tfm/safetensors.h"
+#include "tfm/data/bpe.h"
+#include "tfm/training/checkpoint.h"
+#include "tfm/config/config.h"
+#include "tfm/data/tokenizer.h"
+#include "tfm/engine/error.h"
+#include "tfm/engine/safetensors.h"
 
 namespace tfm::fuzz {
 

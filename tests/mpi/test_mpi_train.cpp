@@ -14,12 +14,12 @@
 #include <string>
 #include <vector>
 
-#include "tfm/config.h"
-#include "tfm/distributed.h"
-#include "tfm/model.h"
-#include "tfm/optim.h"
-#include "tfm/random.h"
-#include "tfm/trainer.h"
+#include "tfm/config/config.h"
+#include "tfm/training/distributed.h"
+#include "tfm/models/model.h"
+#include "tfm/training/optim.h"
+#include "tfm/engine/random.h"
+#include "tfm/training/trainer.h"
 
 namespace {
 

@@ -1,0 +1,50 @@
+// What each attention head does: per layer and head, the attention probabilities on a text, and how
+// alike the heads of a layer are (the question multi-head attention is about).
+//
+// Head similarity rho_ij is the cosine similarity of two heads' contributions to the layer's output:
+// head i contributes c_i = o_i Wo[:, i*Dk:(i+1)*Dk]^T (T, C), its attention output pushed through its
+// slice of the output projection, so all heads are compared in the same d_model space (their raw
+// Dk-wide outputs live in unrelated coordinates). rho near 1: redundant heads; near 0: complementary.
+// The similarity of the attention patterns themselves (cosine of the flattened (T, T) maps) is
+// reported beside it.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tfm/models/model.h"
+
+namespace tfm {
+
+struct LayerAttention {
+  Tensor probabilities;       // (H, T, T)
+  Tensor output_similarity;   // (H, H): rho_ij of the heads' contributions
+  Tensor pattern_similarity;  // (H, H): cosine of the attention maps
+  double mean_output_similarity = 0.0;   // mean off-diagonal rho (0 with a single head)
+  double mean_pattern_similarity = 0.0;
+};
+
+// Runs the model in eval mode on one sequence of tokens (T <= max_seq_len) and analyses every layer.
+std::vector<LayerAttention> analyze_attention(LanguageModel& model, const std::vector<int32_t>& tokens);
+
+// {"tokens": [...], "layers": [{"layer": l, "probabilities": [H][T][T], "output_similarity": [H][H],
+//   "pattern_similarity": [H][H], "mean_output_similarity": x, "mean_pattern_similarity": y}]}
+nlohmann::json attention_report_json(const std::vector<LayerAttention>& layers,
+                                     const std::vector<std::string>& token_text);
+
+// An encoder-decoder's attention on one sentence pair (objective.h's pair_attention computes it):
+// per layer, the encoder's self-attention (H, S, S), the decoder's causal self-attention (H, T, T)
+// and its cross-attention (H, T, S): queries from the target side, keys and values from the source.
+struct PairAttention {
+  std::vector<std::string> source_tokens;  // S: the source's tokens, then <eos>
+  std::vector<std::string> target_tokens;  // T: row t is the decoder predicting this token (<eos> last)
+  std::vector<Tensor> encoder, decoder_self, cross;
+};
+
+// {"kind": "seq2seq", "source_tokens": [...], "target_tokens": [...], "encoder" | "decoder_self" |
+//  "cross": [{"layer": l, "probabilities": [H][rows][cols], "pattern_similarity": [H][H],
+//  "mean_pattern_similarity": x}]}
+nlohmann::json pair_attention_report_json(const PairAttention& attention);
+
+}  // namespace tfm

@@ -1,0 +1,77 @@
+// The run configuration: ONE table of keys (config_keys()) drives the defaults, the validation, the
+// `--set` overrides and the documentation (`tfm config --keys`), so none of them can drift apart.
+//
+// A config is JSON (shared/ARCHITECTURE.md); every key is optional. Resolving it fills in every
+// default, so the resolved tree holds every key of the table and nothing else. Errors are
+// tfm::ConfigError whose message starts with the key path (or the file) and states expected vs got.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tfm/models/model.h"
+
+namespace tfm {
+
+enum class KeyType { Integer, Number, Boolean, String, NumberPair };
+
+struct KeySpec {
+  std::string path;  // "train.optimizer.lr"
+  KeyType type;
+  nlohmann::json default_value;  // null: derived from other keys (see `derived`)
+  std::string derived;           // how a null default is computed, e.g. "model.n_heads"
+  double min = 0, max = 0;       // numeric range, used when has_min / has_max
+  bool has_min = false, has_max = false;
+  bool min_open = false, max_open = false;  // exclusive bounds
+  std::vector<std::string> choices;         // allowed strings (empty: any)
+  bool resumable = false;                   // may change with `train --resume DIR --set ...`
+  std::vector<std::string> objectives;      // the train.objective values that read it (empty: all)
+  std::string meaning;
+};
+
+// Every key, in documentation order.
+const std::vector<KeySpec>& config_keys();
+const KeySpec* find_key(const std::string& path);
+
+// A resolved, validated configuration.
+struct Config {
+  nlohmann::json tree;  // every key of the table, nested as in the file
+
+  const nlohmann::json& at(const std::string& path) const;  // throws tfm::Error for unknown paths
+  int64_t integer(const std::string& path) const;
+  double number(const std::string& path) const;
+  bool boolean(const std::string& path) const;
+  std::string string(const std::string& path) const;
+
+  // The model's part, for a vocabulary of `vocab_size` symbols.
+  ModelConfig model(int64_t vocab_size) const;
+};
+
+// Parses JSON text; a syntax error throws ConfigError "SOURCE:LINE:COLUMN: malformed JSON: ...".
+nlohmann::json parse_json(const std::string& text, const std::string& source);
+// Reads and parses a JSON file (IoError when unreadable).
+nlohmann::json read_json_file(const std::string& path);
+
+// Applies "key.path=value" to `tree` (value parsed as JSON, else taken as a string).
+void apply_override(nlohmann::json& tree, const std::string& assignment);
+
+// Validates `user` (after the overrides) and fills in every default. All problems are reported in
+// one ConfigError, one per line, each starting with its key path.
+Config resolve_config(nlohmann::json user, const std::vector<std::string>& overrides = {});
+// read_json_file + resolve_config; a default output.dir becomes runs/<file name without .json>.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// On resume: applies `overrides` to a run's resolved config; only resumable keys may change.
+Config resume_config(const Config& run, const std::vector<std::string>& overrides);
+
+// Keys whose values differ between two resolved configs (for "checkpoint does not match" errors).
+std::vector<std::string> differing_keys(const Config& a, const Config& b, const std::string& prefix = "");
+
+// The key table as Markdown (for the README): key, type, default, allowed, meaning.
+std::string keys_markdown();
+
+// Levenshtein distance, for did-you-mean suggestions.
+size_t edit_distance(const std::string& a, const std::string& b);
+
+}  // namespace tfm

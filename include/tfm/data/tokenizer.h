@@ -1,0 +1,127 @@
+// Text to tokens, the train/validation split and seeded random batches.
+//
+// The char tokenizer works on Unicode code points of a UTF-8 file; its vocabulary is the sorted set
+// of distinct code points (= torch_lm.py's sorted(set(text))). The byte tokenizer uses the 256 byte
+// values. The word tokenizer is d2l's machine-translation preprocessing (see Kind::Word). Split
+// (shared/ARCHITECTURE.md): the first floor(N * (1 - val_fraction)) tokens train.
+//
+// Special tokens: any tokenizer may carry a list of specials (e.g. seq2seq's "<pad>", "<bos>",
+// "<eos>", "<unk>") that take ids [0, S); the base vocabulary's ids are shifted by S. With "<unk>"
+// among them, a symbol or word outside the vocabulary encodes to <unk> instead of throwing.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tfm/data/bpe.h"
+#include "tfm/engine/random.h"
+
+namespace tfm {
+
+// Decodes UTF-8 strictly (no overlongs, surrogates or values above U+10FFFF); on invalid input throws
+// IoError "SOURCE: invalid UTF-8 at byte offset N (...)".
+std::vector<uint32_t> decode_utf8(const std::string& bytes, const std::string& source);
+// Appends the UTF-8 encoding of one code point.
+void append_utf8(std::string& out, uint32_t code_point);
+
+class Tokenizer {
+ public:
+  // Word: d2l's preprocessing (split_words): U+00A0 and U+202F become spaces, letters are lowercased
+  // (ASCII, Latin-1 and Latin Extended-A: "É" -> "é"), a space is inserted before ',', '.', '!', '?'
+  // when none precedes it, and the text is split on whitespace. decode() joins the words with spaces
+  // and removes the space before ,.!? again.
+  enum class Kind { Char, Byte, Bpe, Word };
+  Tokenizer() = default;
+  Tokenizer(Kind kind, std::vector<uint32_t> symbols);  // symbols sorted ascending, distinct
+  explicit Tokenizer(std::vector<std::string> words);   // a Kind::Word vocabulary, distinct words
+  // The char vocabulary of a text (its sorted distinct code points), the 256-byte vocabulary, or the
+  // word vocabulary: the words seen at least min_freq times, by frequency (descending), then bytewise.
+  static Tokenizer from_text(Kind kind, const std::string& text, const std::string& source, int64_t min_freq = 1);
+  // The same over several texts (sentences), which are not joined: no character is added between them.
+  static Tokenizer from_texts(Kind kind, const std::vector<std::string>& texts, const std::string& source,
+                              int64_t min_freq = 1);
+  static Kind parse_kind(const std::string& name);  // "char" | "byte" | "bpe" | "word"
+  // The words of a text after d2l's preprocessing (Kind::Word); IoError naming `source` on invalid UTF-8.
+  static std::vector<std::string> split_words(const std::string& text, const std::string& source);
+  // A byte-level BPE tokenizer (bpe.h): ids are its tokens, symbols() is empty.
+  explicit Tokenizer(BpeTokenizer bpe);
+  // The BPE tokenizer file of data.tokenizer_path; IoError "data.tokenizer_path: ..." when unusable.
+  static Tokenizer load_bpe(const std::string& path);
+  // {"kind": "char"|"byte", "symbols": [...]}, {"kind": "word", "words": [...]} or {"kind": "bpe",
+  // "merges": [[l, r], ...]}, plus "specials": [...] when there are any (checkpoints, export
+  // metadata); from_json throws IoError/json exceptions on a malformed object.
+  nlohmann::json to_json() const;
+  static Tokenizer from_json(const nlohmann::json& j);
+
+  // A copy whose ids [0, S) are `specials` (distinct, non-empty) and whose base ids are shifted by S;
+  // replaces any specials this tokenizer had.
+  Tokenizer with_specials(std::vector<std::string> specials) const;
+  const std::vector<std::string>& specials() const { return specials_; }
+  int32_t special_id(const std::string& name) const;  // its id, or -1 when not a special here
+  bool is_special(int32_t id) const { return id >= 0 && id < static_cast<int32_t>(specials_.size()); }
+
+  Kind kind() const { return kind_; }
+  std::string kind_name() const;
+  int64_t size() const;  // specials + base vocabulary
+  const std::vector<uint32_t>& symbols() const { return symbols_; }  // char/byte
+  const std::vector<std::string>& words() const { return words_; }    // word
+
+  // Throws IoError naming `source` and the offset of a symbol (or word) outside the vocabulary,
+  // unless "<unk>" is a special.
+  std::vector<int32_t> encode(const std::string& text, const std::string& source) const;
+  // Specials other than <unk> are skipped; <unk> reads "<unk>". Word: detokenized (see Kind::Word).
+  std::string decode(const std::vector<int32_t>& ids) const;
+  std::string decode(int32_t id) const;  // one token's text ("" for a skipped special)
+  // Each token's text, specials other than <unk> skipped: the words of a word tokenizer (for BLEU).
+  std::vector<std::string> decode_tokens(const std::vector<int32_t>& ids) const;
+
+ private:
+  int32_t base_id(const std::string& word) const;  // word -> base id, -1 when unknown
+  Kind kind_ = Kind::Char;
+  std::vector<uint32_t> symbols_;
+  std::vector<std::string> words_;              // Kind::Word only, in id order
+  std::vector<int32_t> word_order_;             // base ids sorted by word, for lookup
+  std::shared_ptr<const BpeTokenizer> bpe_;     // Kind::Bpe only
+  std::vector<std::string> specials_;
+  int32_t unk_ = -1;                            // the id of "<unk>", -1 without it
+};
+
+// The vocabularies of a trained run (checkpoints keep them): the input side's and, for an
+// encoder-decoder, the target side's.
+struct Vocabulary {
+  Tokenizer tokenizer;                        // the input (seq2seq: source) side's
+  std::optional<Tokenizer> target_tokenizer;  // seq2seq only
+};
+
+struct Dataset {
+  Tokenizer tokenizer;
+  std::vector<int32_t> train, val;
+  std::string path;
+};
+
+// Reads `path` and splits it. Throws IoError (missing, empty, invalid UTF-8) or ConfigError when a
+// split is too short for one sequence of `seq_len` (it needs seq_len + 2 tokens).
+Dataset load_dataset(const std::string& path, const std::string& tokenizer, double val_fraction,
+                     int64_t seq_len);
+// The same file encoded with an existing vocabulary (evaluating a trained run).
+Dataset load_dataset(const std::string& path, const Tokenizer& tokenizer, double val_fraction,
+                     int64_t seq_len);
+
+// B random windows of T+1 tokens: offsets uniform in [0, n - T - 1) as torch.randint(n - T - 1).
+// Its state is one Rng, saved in checkpoints, so a resumed run draws the same batches.
+class BatchSampler {
+ public:
+  explicit BatchSampler(uint64_t seed) : rng_(seed) {}
+  // x, y: (B, T) row-major; y is x shifted by one token.
+  void sample(const std::vector<int32_t>& tokens, int64_t B, int64_t T, std::vector<int32_t>& x,
+              std::vector<int32_t>& y);
+  Rng& rng() { return rng_; }
+
+ private:
+  Rng rng_;
+};
+
+}  // namespace tfm

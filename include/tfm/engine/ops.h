@@ -1,0 +1,101 @@
+// Differentiable ops. Each op in ops.cpp computes its result and records, beside it, the closure
+// that adds its inputs' gradients. Inputs may be non-contiguous views; results are contiguous
+// unless the op is a view (reshape/view, transpose, permute, narrow, split).
+//
+// Errors throw tfm::Error with a message starting with the op's name and stating the shapes.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "tfm/engine/tensor.h"
+
+namespace tfm {
+
+// ---- elementwise, NumPy broadcasting ----
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+// scalar variants
+Tensor add(const Tensor& a, float s);
+Tensor sub(const Tensor& a, float s);
+Tensor mul(const Tensor& a, float s);
+Tensor div(const Tensor& a, float s);
+Tensor rsub(float s, const Tensor& a);  // s - a
+Tensor rdiv(float s, const Tensor& a);  // s / a
+
+// ---- elementwise, unary ----
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor pow(const Tensor& x, float p);
+Tensor tanh(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor gelu(const Tensor& x);  // exact: x * Phi(x)
+
+// ---- matrix products (all through gemm()) ----
+// a (..., M, K), b (..., K, N) -> (..., M, N); with trans_a a is (..., K, M), with trans_b b is
+// (..., N, K). Leading batch dims must match, or one side may be 2-D and shared by every batch.
+// Transposed views are passed to BLAS as transposed operands, without a copy.
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+// x (..., in) times w (out, in) transposed, plus bias (out) when defined: nn.Linear's layout.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
+
+// The transformer's feed-forward sublayer as one op: linear(act(linear(x, w1, b1)), w2, b2) with
+// x (..., C), w1 (F, C), b1 (F), w2 (C, F), b2 (C) -> (..., C); biases may be undefined. Its
+// backward keeps x and fc1's output h (N, F) only: act(h) and its gradient are recomputed in
+// chunks of `chunk_rows` rows, so neither (N, F) tensor exists whole, in the forward or backward.
+enum class Activation { kGelu, kRelu };
+constexpr int64_t kFeedForwardChunkRows = 1024;
+Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2,
+                    Activation act, int64_t chunk_rows = kFeedForwardChunkRows);
+
+// ---- reductions ----
+Tensor sum(const Tensor& x);  // all elements -> 0-dim
+Tensor mean(const Tensor& x);
+Tensor sum(const Tensor& x, int64_t axis, bool keepdim = false);
+Tensor mean(const Tensor& x, int64_t axis, bool keepdim = false);
+Tensor max(const Tensor& x, int64_t axis, bool keepdim = false);  // gradient goes to the first max
+
+// ---- normalisation and losses (fused) ----
+Tensor softmax(const Tensor& x);      // over the last dim
+Tensor log_softmax(const Tensor& x);  // over the last dim
+// Mean cross-entropy of logits (..., V) against one target per row; rows whose target equals
+// ignore_index count neither in the sum nor in the mean (0 when every row is ignored).
+Tensor cross_entropy(const Tensor& logits, const std::vector<int32_t>& targets, int32_t ignore_index = -100);
+// LayerNorm over the last dim: (x - mean) / sqrt(var + eps) * w + b, biased variance as in PyTorch.
+Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, float eps = 1e-5f);
+
+// ---- indexing and masking ----
+// weight (V, C), ids of ids_shape -> (ids_shape..., C). Backward scatter-adds into weight's gradient.
+Tensor embedding(const Tensor& weight, const std::vector<int32_t>& ids, const Shape& ids_shape);
+// Zeroes each element with probability p and scales the rest by 1/(1-p); identity unless training.
+Tensor dropout(const Tensor& x, float p, bool training, Rng& rng);
+// Masks are float tensors broadcastable to x: an entry != 0 is true.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, float value);
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+
+// ---- shape ----
+Tensor concat(const std::vector<Tensor>& xs, int64_t axis);
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t axis);  // views
+Tensor reshape(const Tensor& x, Shape shape);  // a view when strides allow, else a copy; one -1 allowed
+Tensor view(const Tensor& x, Shape shape);     // a view or an error
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);
+Tensor permute(const Tensor& x, const std::vector<int64_t>& dims);
+Tensor narrow(const Tensor& x, int64_t axis, int64_t start, int64_t length);
+Tensor contiguous(const Tensor& x);
+
+// Operators for readable composed math.
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator+(const Tensor& a, float s) { return add(a, s); }
+inline Tensor operator-(const Tensor& a, float s) { return sub(a, s); }
+inline Tensor operator*(const Tensor& a, float s) { return mul(a, s); }
+inline Tensor operator/(const Tensor& a, float s) { return div(a, s); }
+inline Tensor operator*(float s, const Tensor& a) { return mul(a, s); }
+inline Tensor operator-(const Tensor& a) { return neg(a); }
+
+}  // namespace tfm

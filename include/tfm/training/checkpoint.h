@@ -1,0 +1,68 @@
+// One versioned, checksummed binary file per checkpoint.
+//
+//   offset 0   "TFMCKPT\0"                  magic
+//          8   u32 format version            (kCheckpointVersion)
+//         12   u32 number of sections        (at most kMaxSections)
+//         16   u64 payload size in bytes     (must equal file size - 32)
+//         24   u32 CRC-32 of the payload     (IEEE, as zlib)
+//         28   u32 reserved (0)
+//         32   payload: sections, each  u32 name length, name, u64 data length, data
+//
+// Sections: "config" (resolved config JSON), "vocab" (JSON: tokenizer kind and symbols), "state" (JSON:
+// step, best val loss, RNG states of the data sampler and the model's dropout, optimizer step count,
+// elapsed time), "model" (P float32 values), "optim.0", "optim.1" (optimizer state, P float32 each),
+// and for an encoder-decoder "vocab.target" (the target side's tokenizer; "vocab" is the source's).
+// All integers little-endian. Every size is checked against the bytes actually present before
+// anything is allocated, and the checksum is verified before any section is parsed.
+//
+// Writes go to PATH.tmp, are fsync'd and renamed over PATH, so a crash never leaves a half-written
+// checkpoint where a good one was.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tfm/data/tokenizer.h"
+
+namespace tfm {
+
+constexpr uint32_t kCheckpointVersion = 1;
+constexpr uint32_t kMaxSections = 64;
+// Largest checkpoint file load_checkpoint reads (64 GiB): a bound checked before allocating.
+constexpr uint64_t kMaxCheckpointBytes = uint64_t{1} << 36;
+
+// The vocabularies (Vocabulary: tokenizer, target_tokenizer) and the rest of a run's state.
+struct Checkpoint : Vocabulary {
+  nlohmann::json config;  // the resolved config the run was trained with
+  nlohmann::json state;                       // step, best_val_loss, rng, optimizer, elapsed_s
+  std::vector<float> model;                   // (P,) flat parameter values
+  std::vector<std::vector<float>> optimizer;  // per state buffer, (P,) each
+};
+
+// What save_checkpoint writes, by reference: the training run's buffers are streamed into the file
+// section by section, without a copy of the parameters or the optimizer state.
+struct CheckpointView {
+  const nlohmann::json& config;
+  const Tokenizer& tokenizer;
+  const nlohmann::json& state;
+  const float* model;  // (P,)
+  size_t parameters;   // P
+  const std::vector<std::vector<float>>& optimizer;
+  const Tokenizer* target_tokenizer = nullptr;  // seq2seq only
+};
+
+void save_checkpoint(const std::string& path, const CheckpointView& ckpt);
+void save_checkpoint(const std::string& path, const Checkpoint& ckpt);
+// Throws IoError "PATH: ..." for a missing, truncated, corrupt or foreign file.
+Checkpoint load_checkpoint(const std::string& path);
+// The same reader over bytes in memory (load_checkpoint reads the file and calls it; fuzzers and
+// tests call it directly); errors are IoError("<what>: ...").
+Checkpoint parse_checkpoint(const uint8_t* data, size_t size, const std::string& what);
+
+// IEEE CRC-32 (the zlib / PNG polynomial), continuing from `crc`.
+uint32_t crc32(const void* data, size_t n, uint32_t crc = 0);
+
+}  // namespace tfm

@@ -1,0 +1,79 @@
+// Pre-flight memory check: a config that cannot fit is refused before anything large is allocated
+// (the model, its position table, the optimizer state), with the keys that drive the estimate, the
+// estimate and the memory available to the process. `tfm info` prints the same estimate, and a test
+// keeps it honest against the peak a training step measures (memory::stats()).
+// Legend: B batch, T time, C = d_model, H heads, Hkv key/value heads, F = d_ff, L layers, V vocabulary.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tfm/config/config.h"
+#include "tfm/models/model.h"
+
+namespace tfm {
+
+// Bytes, as doubles: an absurd config (n_layers = 1e5, batch_size = 1e8) must not overflow the estimate.
+struct MemoryEstimate {
+  double parameters = 0;      // the flat value buffer (4 P)
+  double gradients = 0;       // the flat gradient buffer (training only)
+  double optimizer = 0;       // AdamW's two moments or SGD's momentum (training only)
+  double activations = 0;     // what the forward keeps for the backward, plus the largest transients
+  double position_table = 0;  // the sinusoidal (max_seq_len, C) table (learned positions are parameters)
+  // Config keys behind the estimate with their values, the largest component's first ("key = value").
+  std::vector<std::string> drivers;
+  double total() const { return parameters + gradients + optimizer + activations + position_table; }
+  // "parameters 3.1 MiB, gradients 3.1 MiB, ...; total 12.0 MiB"
+  std::string summary() const;
+};
+
+// Parameters of the model a config describes, counted from the shapes without building it (equals
+// LanguageModel::parameter_count(), or Seq2SeqModel's when mc.source_vocab_size > 0; a test checks
+// every model option).
+double parameter_count(const ModelConfig& mc);
+
+// The model `mc` (a language model, or an encoder-decoder when mc.source_vocab_size > 0) under
+// config's batch: (B, T) = (train.batch_size, train.seq_len), or B pairs of data.max_source_len and
+// data.max_target_len tokens (+1 each for <eos>, <bos>); training adds gradients, train.optimizer.name's
+// state and the backward's activations.
+MemoryEstimate estimate_memory(const Config& config, const ModelConfig& mc, bool training);
+// train.data_parallel's workers for a run with `threads` threads: 0 = one per thread, else the key's
+// value, never more than the rows of a micro-batch (train.batch_size).
+int64_t data_parallel_workers(const Config& config, int64_t threads);
+// The threads a training process of this config runs: train.threads, or for 0 all cores, shared among
+// the ranks on this machine under mpirun (at least 1 each). The trainer and the estimate both ask here.
+int64_t training_threads(const Config& config);
+// estimate_memory of config.model(vocab_size), training.
+MemoryEstimate estimate_training_memory(const Config& config, int64_t vocab_size);
+// Evaluation or sampling without a graph: the parameters and one forward of (B, T) tokens.
+MemoryEstimate estimate_inference_memory(const ModelConfig& mc, int64_t B, int64_t T);
+
+struct AvailableMemory {
+  double bytes = 0;
+  std::string source;  // "MemAvailable" | "cgroup v2 limit" | "cgroup v1 limit" | "TFM_AVAILABLE_MEMORY_MB"
+};
+// The memory this process can still use: the smaller of /proc/meminfo's MemAvailable and what its
+// cgroup (v2 memory.max, or v1 memory.limit_in_bytes, of its group and every ancestor) leaves. The
+// environment variable TFM_AVAILABLE_MEMORY_MB overrides both (to rehearse a smaller machine).
+AvailableMemory available_memory();
+
+// Throws ConfigError when `processes` copies of the estimate (MPI ranks on this machine) exceed the
+// available memory, unless train.skip_memory_check is true. The message starts with the driving keys
+// and states the estimate and the available figure; `what` names the command ("train", "eval", ...).
+void check_memory(const MemoryEstimate& estimate, const Config& config, const std::string& what,
+                  int processes = 1);
+
+// What a command that builds a model asks make_objective to check (ObjectiveOptions::check_model): each
+// objective calls it between reading its vocabularies and building its model, so every objective's
+// model is covered.
+struct MemoryCheck {
+  std::string what;       // the command, for the message: "train", "eval", "loading runs/x/last.ckpt"
+  bool training = false;  // gradients, optimizer state and the backward's activations too
+  int processes = 1;      // MPI ranks on this machine
+};
+// A check of a model config: check_memory(estimate_memory(config, mc, check.training), ...).
+std::function<void(const ModelConfig&)> memory_check(const Config& config, MemoryCheck check);
+
+}  // namespace tfm

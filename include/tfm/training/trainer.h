@@ -1,0 +1,73 @@
+// The training loop, evaluation and sampling of a run directory.
+//
+// A run directory (output.dir) holds: config.json (the resolved config), last.ckpt and best.ckpt
+// (checkpoint.h), train.log (the log) and metrics.jsonl (one JSON object per log interval).
+//
+// Reproducibility: the model's initial values come from `seed`, the training batches from a
+// BatchSampler seeded with seed + 1 and dropout from the model's own Rng; all three states go into
+// every checkpoint, so a run resumed from last.ckpt continues bit for bit as if never stopped.
+// Evaluation draws its batches from a fresh Rng(seed + 2) each time: every evaluation of a run sees
+// the same validation batches (comparable numbers) and never disturbs the training stream.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tfm/training/checkpoint.h"
+#include "tfm/config/config.h"
+#include "tfm/data/tokenizer.h"
+#include "tfm/models/model.h"
+#include "tfm/objectives/objective.h"
+
+namespace tfm {
+
+struct TrainOptions {
+  bool resume = false;                      // continue from output.dir/last.ckpt
+  int64_t stop_at_step = -1;                // stop as if interrupted once this step is done (tests)
+  const std::atomic<bool>* stop = nullptr;  // set by SIGINT/SIGTERM: finish the step, checkpoint, return
+  bool console = true;                      // log to stdout as well as train.log
+  // Called on every rank after each optimizer step (tests: parameters identical across ranks).
+  std::function<void(int64_t step, const Model& model)> on_step;
+  std::string init_from;                    // safetensors file: initial weights of a fresh run (not on resume)
+};
+
+struct TrainResult {
+  enum class Status { Finished, Interrupted, NonFinite };
+  Status status = Status::Finished;
+  int64_t step = 0;                                            // optimizer steps completed in total
+  std::vector<double> losses;                                  // training loss of each step run by this call
+  double val_loss = std::numeric_limits<double>::quiet_NaN();  // the last evaluation
+  double best_val_loss = std::numeric_limits<double>::infinity();
+  std::string message;  // for NonFinite: what went non-finite and where
+};
+
+// Trains config (a fresh run, or options.resume). Throws ConfigError/IoError for bad input before
+// any step is taken; a fresh run refuses a directory that already holds a checkpoint.
+TrainResult train(const Config& config, const TrainOptions& options = {});
+
+// A trained run loaded for evaluation, sampling, filling masks or translating.
+struct LoadedRun {
+  Config config;
+  Checkpoint checkpoint;
+  std::unique_ptr<Objective> objective;  // with the run's data only when load_run was asked for it
+  LanguageModel* model = nullptr;        // the objective's model when it is a LanguageModel, else null
+};
+// Loads DIR/<which>.ckpt ("last" or "best") and builds its objective and model.
+// With data, the objective reads the run's data files too (evaluation); without, it needs none.
+LoadedRun load_run(const std::string& dir, const std::string& which = "last", bool with_data = false);
+
+// Copies checkpoint values into a model built from the same config; IoError naming what differs.
+void restore_model(Model& model, const Checkpoint& ckpt, const std::string& source);
+
+// Copies the tensors of a safetensors file (tfm export) into the model's parameters. Names and shapes
+// must match model.parameters() exactly; IoError("<path>: ...") naming the tensor otherwise.
+void load_safetensors_into(Model& model, const std::string& path);
+
+// The seed of the evaluation batches of a run (the same batches at every evaluation).
+uint64_t eval_seed(const Config& config);
+
+}  // namespace tfm

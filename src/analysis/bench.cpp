@@ -1,0 +1,128 @@
+#include "tfm/analysis/bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "tfm/engine/error.h"
+#include "tfm/engine/gemm.h"
+#include "tfm/engine/memory.h"
+#include "tfm/nn/layers.h"
+#include "tfm/engine/ops.h"
+#include "tfm/engine/tensor.h"
+
+namespace tfm {
+
+GemmTiming time_gemm(const std::string& label, int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b,
+                     double min_seconds) {
+  Rng rng(1);
+  const Tensor a = Tensor::uniform({M, K}, rng, -1.0f, 1.0f);
+  const Tensor b = Tensor::uniform({K, N}, rng, -1.0f, 1.0f);
+  Tensor c = Tensor::zeros({M, N});
+  const int64_t lda = trans_a ? M : K, ldb = trans_b ? K : N;
+  using clock = std::chrono::steady_clock;
+  gemm(trans_a, trans_b, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), N);  // warm-up
+  std::vector<double> ms;
+  const auto start = clock::now();
+  while (ms.size() < 3 || std::chrono::duration<double>(clock::now() - start).count() < min_seconds) {
+    const auto t0 = clock::now();
+    gemm(trans_a, trans_b, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), N);
+    ms.push_back(std::chrono::duration<double, std::milli>(clock::now() - t0).count());
+    if (ms.size() >= 10000) break;
+  }
+  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
+  GemmTiming t{label, M, N, K, trans_a, trans_b, ms[ms.size() / 2], 0.0};
+  t.gflops = 2.0 * M * N * K / (t.median_ms * 1e-3) / 1e9;
+  return t;
+}
+
+double measure_gemm_peak_gflops(int64_t n, double min_seconds) {
+  return time_gemm("square", n, n, n, false, false, min_seconds).gflops;
+}
+
+std::vector<GemmTiming> time_model_gemms(const ModelConfig& cfg, int64_t B, int64_t T, double min_seconds) {
+  const int64_t N = B * T, C = cfg.d_model, Dk = cfg.d_model / cfg.n_heads;
+  const int64_t kv = cfg.n_kv_heads * Dk, F = cfg.d_ff, V = std::max<int64_t>(cfg.vocab_size, 1);
+  // (label, M, N, K, trans_a, trans_b) in the layouts linear() and attention use.
+  struct Shape6 {
+    const char* label;
+    int64_t M, N, K;
+    bool ta, tb;
+  };
+  const std::vector<Shape6> shapes = {
+      {"q projection forward", N, C, C, false, true},
+      {"k/v projection forward", N, kv, C, false, true},
+      {"attention scores (per head)", T, T, Dk, false, true},
+      {"attention weighted sum (per head)", T, Dk, T, false, false},
+      {"fc1 forward", N, F, C, false, true},
+      {"fc2 forward", N, C, F, false, true},
+      {"fc1 backward, input grad", N, C, F, false, false},
+      {"fc1 backward, weight grad", F, C, N, true, false},
+      {"lm head forward", N, V, C, false, true},
+  };
+  std::vector<GemmTiming> out;
+  for (const Shape6& s : shapes) out.push_back(time_gemm(s.label, s.M, s.N, s.K, s.ta, s.tb, min_seconds));
+  return out;
+}
+
+std::vector<AttentionTiming> time_attention(const AttentionConfig& config, int64_t B,
+                                            const std::vector<int64_t>& lengths, double min_seconds) {
+  MultiHeadAttention layer(config);
+  Rng rng(7);
+  for (auto& [name, p] : layer.named_parameters())
+    if (p->dim() >= 2) *p = Tensor::randn(p->shape(), rng, 0.0f, 0.02f).set_requires_grad(true);
+  const int64_t C = config.d_model, H = config.n_heads, Dk = C / H;
+  const int64_t kv = (config.n_kv_heads > 0 ? config.n_kv_heads : H) * Dk;
+  using clock = std::chrono::steady_clock;
+  std::vector<AttentionTiming> out;
+  for (const int64_t n : lengths) {
+    TFM_CHECK(n >= 1, "time_attention", "sequence length ", n, " must be >= 1");
+    Tensor x = Tensor::randn({B, n, C}, rng, 0.0f, 1.0f);  // (B, n, C)
+    x.set_requires_grad(true);
+    const auto step = [&] {
+      sum(layer.forward(x, x, x)).backward();
+      for (auto& [name, p] : layer.named_parameters()) p->zero_grad();
+      x.zero_grad();
+    };
+    step();  // warm-up: first-touch of the pool's buffers
+    AttentionTiming t;
+    t.n = n;
+    const size_t live = memory::stats().live_bytes;
+    memory::reset_peak();
+    std::vector<double> ms;
+    const auto start = clock::now();
+    while (ms.size() < 3 || std::chrono::duration<double>(clock::now() - start).count() < min_seconds) {
+      const auto t0 = clock::now();
+      step();
+      ms.push_back(std::chrono::duration<double, std::milli>(clock::now() - t0).count());
+      if (ms.size() >= 1000) break;
+    }
+    const size_t peak = memory::stats().peak_live_bytes;
+    t.peak_bytes = static_cast<double>(peak - std::min(live, peak));
+    std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
+    t.median_ms = ms[ms.size() / 2];
+    const double Bn = static_cast<double>(B * n), dn = static_cast<double>(n), dC = static_cast<double>(C);
+    const double forward = 2.0 * Bn * dC * (2.0 * dC + 2.0 * static_cast<double>(kv)) + 4.0 * Bn * dn * dC;
+    t.flops = 3.0 * forward;
+    t.matrix_bytes = 4.0 * static_cast<double>(B * H) * dn * dn;
+    out.push_back(t);
+  }
+  return out;
+}
+
+double fitted_exponent(const std::vector<double>& x, const std::vector<double>& y) {
+  TFM_CHECK(x.size() == y.size() && x.size() >= 2, "fitted_exponent", "expected two or more (x, y) pairs, got ",
+            x.size(), " and ", y.size());
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  const double m = static_cast<double>(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    TFM_CHECK(x[i] > 0 && y[i] > 0, "fitted_exponent", "values must be positive, got (", x[i], ", ", y[i], ")");
+    const double lx = std::log(x[i]), ly = std::log(y[i]);
+    sx += lx, sy += ly, sxx += lx * lx, sxy += lx * ly;
+  }
+  const double den = m * sxx - sx * sx;
+  TFM_CHECK(den > 0, "fitted_exponent", "the x values must not all be equal");
+  return (m * sxy - sx * sy) / den;
+}
+
+}  // namespace tfm

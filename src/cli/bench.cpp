@@ -1,0 +1,214 @@
+// tfm bench gemm: this machine's GEMM speed through our wrapper, per backend and precision: the peaks
+// MFU is quoted against.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+#include "tfm/analysis/bench.h"
+#include "tfm/config/config.h"
+#include "tfm/engine/error.h"
+#include "tfm/engine/file_io.h"
+#include "tfm/nn/layers.h"
+#include "tfm/engine/gemm.h"
+#include "tfm/training/preflight.h"
+#include "tfm/engine/platform.h"
+
+namespace tfm::cli {
+namespace {
+
+struct BenchGemmOptions {
+  int threads = 0;
+  int64_t n = 1024;
+  double seconds = 1.0;
+  std::string config;
+  bool json = false;
+};
+
+// Every backend and precision: the square peak and, with --config, the step's products.
+int run_bench_gemm(const BenchGemmOptions& o) {
+  const int threads = platform::configure_threads(o.threads);
+  struct Mode {
+    GemmBackend backend;
+    Precision precision;
+    const char* note;
+  };
+  const Mode modes[] = {{GemmBackend::openblas, Precision::fp32, ""},
+                        {GemmBackend::onednn, Precision::fp32, ""},
+                        {GemmBackend::onednn, Precision::bf16, ""},
+                        {GemmBackend::openblas, Precision::bf16, " (emulated: sgemm on rounded operands)"}};
+  const GemmBackend default_backend = resolve_gemm_backend("auto", "TFM_GEMM_BACKEND");
+  nlohmann::json out = {{"n", o.n}, {"threads", threads}, {"blas", platform::blas_summary()},
+                        {"onednn", onednn_version()}, {"default_backend", gemm_backend_name(default_backend)}};
+  ModelConfig m;
+  int64_t B = 0, T = 0;
+  if (!o.config.empty()) {
+    const Config c = load_config(o.config);
+    m = c.model(256);  // the vocabulary only sizes the head; 256 covers char and byte
+    check_memory(estimate_training_memory(c, 256), c, "bench gemm");  // its matrices are a step's (preflight.h)
+    B = c.integer("train.batch_size");
+    T = c.integer("train.seq_len");
+  }
+  std::vector<std::vector<GemmTiming>> shapes;
+  for (const Mode& mode : modes) {
+    const GemmModeGuard guard(mode.precision, mode.backend);
+    const double peak = measure_gemm_peak_gflops(o.n, o.seconds);
+    nlohmann::json j = {{"backend", gemm_backend_name(mode.backend)}, {"precision", precision_name(mode.precision)},
+                        {"peak_gflops", peak}};
+    if (!o.json)
+      std::printf("%-8s %s %ld^3: %7.1f GFLOP/s%s\n", gemm_backend_name(mode.backend), precision_name(mode.precision),
+                  static_cast<long>(o.n), peak, mode.note);
+    if (!o.config.empty()) {
+      shapes.push_back(time_model_gemms(m, B, T, o.seconds / 4));
+      for (const GemmTiming& t : shapes.back())
+        j["shapes"].push_back({{"label", t.label}, {"M", t.M}, {"N", t.N}, {"K", t.K}, {"trans_a", t.trans_a},
+                               {"trans_b", t.trans_b}, {"ms", t.median_ms}, {"gflops", t.gflops}});
+    }
+    out["modes"].push_back(j);
+  }
+  if (o.json) {
+    std::printf("%s\n", out.dump().c_str());
+    return kExitOk;
+  }
+  std::printf("%s; %s; train.gemm_backend \"auto\" = %s (median of repeated runs over %.2f s each)\n",
+              platform::blas_summary().c_str(), onednn_version().c_str(), gemm_backend_name(default_backend),
+              o.seconds);
+  if (!shapes.empty()) {
+    std::printf("\n%-36s %6s %6s %6s  %s\n", "GFLOP/s of a training step's products", "M", "N", "K",
+                "openblas fp32 | onednn fp32 | onednn bf16 | openblas bf16 (emulated)");
+    for (size_t i = 0; i < shapes[0].size(); ++i) {
+      const GemmTiming& t = shapes[0][i];
+      std::printf("%-36s %6ld %6ld %6ld ", t.label.c_str(), static_cast<long>(t.M), static_cast<long>(t.N),
+                  static_cast<long>(t.K));
+      for (const auto& mode_shapes : shapes) std::printf(" %10.1f", mode_shapes[i].gflops);
+      std::printf("\n");
+    }
+  }
+  return kExitOk;
+}
+
+// ---- tfm bench attention ----
+
+struct BenchAttentionOptions {
+  std::vector<int64_t> lengths = {64, 128, 256, 512, 1024, 2048, 4096};
+  int64_t d_model = 128, heads = 4, kv_heads = 0, batch = 1;
+  bool causal = false, json = false, no_plot = false;
+  int threads = 0;
+  double seconds = 0.3;
+  std::string out;
+};
+
+int run_bench_attention(const BenchAttentionOptions& o) {
+  if (o.d_model % o.heads != 0)
+    throw ConfigError("--heads: " + std::to_string(o.heads) + " does not divide --d-model " + std::to_string(o.d_model));
+  if (o.kv_heads > 0 && o.heads % o.kv_heads != 0)
+    throw ConfigError("--kv-heads: " + std::to_string(o.kv_heads) + " does not divide --heads " + std::to_string(o.heads));
+  for (size_t i = 1; i < o.lengths.size(); ++i)
+    if (o.lengths[i] <= o.lengths[i - 1])
+      throw ConfigError("--seq-lens: expected increasing lengths, got " + std::to_string(o.lengths[i - 1]) + " then " +
+                        std::to_string(o.lengths[i]));
+  if (o.lengths.size() < 2) throw ConfigError("--seq-lens: give two or more lengths (the exponents are fitted)");
+  const int threads = platform::configure_threads(o.threads);
+  AttentionConfig c;
+  c.d_model = o.d_model, c.n_heads = o.heads, c.n_kv_heads = o.kv_heads, c.causal = o.causal;
+  const std::vector<AttentionTiming> t = time_attention(c, o.batch, o.lengths, o.seconds);
+  // Exponents over the upper half of the lengths, where the n^2 terms weigh most.
+  const size_t from = t.size() / 2 == t.size() - 1 ? 0 : t.size() / 2;
+  std::vector<double> n, ms, flops, peak, matrix;
+  for (size_t i = from; i < t.size(); ++i) {
+    n.push_back(static_cast<double>(t[i].n));
+    ms.push_back(t[i].median_ms);
+    flops.push_back(t[i].flops);
+    peak.push_back(std::max(t[i].peak_bytes, 1.0));
+    matrix.push_back(t[i].matrix_bytes);
+  }
+  const double a_time = fitted_exponent(n, ms), a_flops = fitted_exponent(n, flops);
+  const double a_mem = fitted_exponent(n, peak), a_matrix = fitted_exponent(n, matrix);
+  nlohmann::json j = {{"d_model", o.d_model}, {"heads", o.heads}, {"kv_heads", o.kv_heads > 0 ? o.kv_heads : o.heads},
+                      {"batch", o.batch}, {"causal", o.causal}, {"threads", threads},
+                      {"fit_from_n", t[from].n}, {"time_exponent", a_time}, {"flops_exponent", a_flops},
+                      {"memory_exponent", a_mem}, {"matrix_exponent", a_matrix}};
+  for (const AttentionTiming& x : t)
+    j["lengths"].push_back({{"n", x.n}, {"ms", x.median_ms}, {"flops", x.flops},
+                            {"gflops", x.flops / (x.median_ms * 1e-3) / 1e9}, {"peak_bytes", x.peak_bytes},
+                            {"attention_matrix_bytes", x.matrix_bytes}});
+  std::string report;
+  if (!o.out.empty()) {
+    make_output_dir(o.out);
+    report = o.out + "/bench_attention.json";
+    write_file_atomically(report, j.dump(1) + "\n");
+  }
+  if (o.json) {
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("one attention layer, forward + backward: d_model %ld, %ld heads (%ld kv), batch %ld, %s, %d thread(s)\n",
+                static_cast<long>(o.d_model), static_cast<long>(o.heads),
+                static_cast<long>(o.kv_heads > 0 ? o.kv_heads : o.heads), static_cast<long>(o.batch),
+                o.causal ? "causal" : "bidirectional", threads);
+    std::printf("%8s %11s %9s %14s %22s\n", "n", "ms", "GFLOP/s", "peak MiB", "B*H*n^2 floats (MiB)");
+    for (const AttentionTiming& x : t)
+      std::printf("%8ld %11.3f %9.1f %14.2f %22.2f\n", static_cast<long>(x.n), x.median_ms,
+                  x.flops / (x.median_ms * 1e-3) / 1e9, x.peak_bytes / (1 << 20), x.matrix_bytes / (1 << 20));
+    std::printf("fitted over n >= %ld: time ~ n^%.2f (the formula's FLOPs, O(n^2 d + n d^2): n^%.2f); "
+                "memory ~ n^%.2f (an unfused layer's attention matrices: n^%.2f)\n",
+                static_cast<long>(t[from].n), a_time, a_flops, a_mem, a_matrix);
+    std::printf("tfm's fused attention keeps no (B, H, n, n) matrix: it recomputes the probabilities from Q, K and\n"
+                "each row's max and 1/sum in the backward, so its memory grows with n d, not h n^2.\n");
+  }
+  if (report.empty()) return kExitOk;
+  run_plot_script("plot_bench_attention.py", {report}, o.no_plot, o.json);
+  return kExitOk;
+}
+
+}  // namespace
+
+std::vector<Command> add_bench_commands(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "Measure this machine: GEMM GFLOP/s per backend and precision (the peaks MFU is quoted against), and one attention layer against sequence length");
+  bench->require_subcommand(1);
+  auto o = std::make_shared<BenchGemmOptions>();
+  auto* gemm = bench->add_subcommand("gemm", "GEMM GFLOP/s of OpenBLAS and oneDNN in fp32 and bf16: square peak, and a config's matrix products");
+  gemm->add_option("--threads", o->threads, "Threads (0 = all cores)")->capture_default_str()->check(integer_in(0, 1024));
+  gemm->add_option("--n", o->n, "Size of the square product")->capture_default_str()->check(integer_in(16, 8192));
+  gemm->add_option("--seconds", o->seconds, "Time to spend per measurement")->capture_default_str()->check(
+      number_in(0.01, 60.0));
+  gemm->add_option("--config", o->config, "Also time the matrix products of this config's training step")
+      ->type_name("FILE");
+  gemm->add_flag("--json", o->json, "One JSON object instead of a table");
+  gemm->footer(
+      "\nExamples:\n  tfm bench gemm\n  tfm bench gemm --config configs/shakespeare_char_large.json\n"
+      "On AVX-512 CPUs tfm uses OpenBLAS's SkylakeX kernels (see the first line); compare with\n"
+      "  TFM_NO_REEXEC=1 tfm bench gemm\n");
+  auto a = std::make_shared<BenchAttentionOptions>();
+  auto* att = bench->add_subcommand(
+      "attention", "Forward + backward time and memory of one multi-head attention layer against sequence length");
+  att->add_option("--seq-lens", a->lengths, "Sequence lengths, increasing")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(integer_in(1, 1 << 20));
+  att->add_option("--d-model", a->d_model, "Model width C")->capture_default_str()->check(integer_in(1, 65536));
+  att->add_option("--heads", a->heads, "Attention heads H (must divide --d-model)")
+      ->capture_default_str()
+      ->check(integer_in(1, 4096));
+  att->add_option("--kv-heads", a->kv_heads, "Key/value heads (0 = --heads; GQA/MQA below it)")
+      ->capture_default_str()
+      ->check(integer_in(0, 4096));
+  att->add_option("--batch", a->batch, "Sequences per step")->capture_default_str()->check(integer_in(1, 4096));
+  att->add_flag("--causal", a->causal, "Causal mask (skips the masked half of the score blocks)");
+  att->add_option("--threads", a->threads, "Threads (0 = all cores)")->capture_default_str()->check(integer_in(0, 1024));
+  att->add_option("--seconds", a->seconds, "Time to spend per length")->capture_default_str()->check(number_in(0.001, 60.0));
+  att->add_option("--out", a->out, "Write DIR/bench_attention.json and, with matplotlib, DIR/bench_attention.png")
+      ->type_name("DIR");
+  att->add_flag("--no-plot", a->no_plot, "With --out: do not run scripts/plot_bench_attention.py");
+  att->add_flag("--json", a->json, "One JSON object instead of the table");
+  att->footer(
+      "\nThe seeds' cost analysis (5.3.11): time O(n^2 d + n d^2), memory O(h n^2) for the attention\n"
+      "matrices. The exponents are fitted (least squares in log-log) over the upper half of the lengths.\n"
+      "Examples:\n  tfm bench attention\n  tfm bench attention --seq-lens 128,256,512,1024 --d-model 256 --heads 8 --out runs/bench\n");
+  return {{gemm, [o] { return run_bench_gemm(*o); }}, {att, [a] { return run_bench_attention(*a); }}};
+}
+
+}  // namespace tfm::cli

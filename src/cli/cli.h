@@ -1,0 +1,89 @@
+// Commands beyond train/eval/sample/info/config, one family per file (src/cli_<family>.cpp), so the
+// CLI grows without every change going through main.cpp.
+#pragma once
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "tfm/engine/tensor.h"
+#include "tfm/training/trainer.h"
+
+namespace tfm::cli {
+
+// Exit statuses of every command.
+constexpr int kExitOk = 0;
+constexpr int kExitInternal = 1;
+constexpr int kExitBadInput = 2;  // bad config, argument or file (tfm::ConfigError, tfm::IoError)
+constexpr int kExitDiverged = 3;  // training stopped on a NaN/Inf
+
+// A registered subcommand and what runs when the command line selected it (returns the exit status;
+// tfm::ConfigError / tfm::IoError thrown from it become status 2 in main).
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;
+};
+
+// Validators for numeric flags, so every one is range- and type-checked like a config key: CLI11
+// prefixes the flag ("--batches: expected an integer in [1, 1000000], got \"0\"") and main exits 2.
+inline CLI::Validator integer_in(int64_t lo, int64_t hi) {
+  const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, range](std::string& text) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const long long v = std::strtoll(text.c_str(), &end, 10);
+        if (text.empty() || *end != '\0' || errno == ERANGE || v < lo || v > hi)
+          return "expected an integer in " + range + ", got \"" + text + "\"";
+        return "";
+      },
+      "INT in " + range);
+}
+inline CLI::Validator number_in(double lo, double hi) {
+  auto str = [](double v) {
+    std::string s = std::to_string(v);
+    s.erase(s.find_last_not_of('0') + 1);
+    if (!s.empty() && s.back() == '.') s.pop_back();
+    return s;
+  };
+  const std::string range = "[" + str(lo) + ", " + str(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, range](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || *end != '\0' || !std::isfinite(v) || v < lo || v > hi)
+          return "expected a number in " + range + ", got \"" + text + "\"";
+        return "";
+      },
+      "NUMBER in " + range);
+}
+
+std::vector<Command> add_bench_commands(CLI::App& app);    // cli_bench.cpp: bench gemm
+std::vector<Command> add_insight_commands(CLI::App& app);  // cli_insight.cpp: attention, export, tokenizer
+std::vector<Command> add_objective_commands(CLI::App& app);  // cli_objectives.cpp: fill-mask, translate
+std::vector<Command> add_gradcheck_commands(CLI::App& app);  // cli_gradcheck.cpp: gradcheck
+std::vector<Command> add_heads_commands(CLI::App& app);      // cli_heads.cpp: heads
+std::vector<Command> add_sweep_commands(CLI::App& app);      // cli_sweep.cpp: sweep
+
+// Creates `dir` (and its parents) for a command's output files; IoError naming it and `flag` when it
+// cannot (cli_plot.cpp).
+void make_output_dir(const std::string& dir, const std::string& flag = "--out");
+// scripts/NAME from the current directory (the repository root), else beside the binary's build
+// directory; "scripts/NAME" when neither exists (cli_plot.cpp).
+std::string find_script(const std::string& name);
+// Runs `python3 scripts/NAME ARGS...` when matplotlib is installed and no_plot is off; otherwise
+// prints the command to run (unless quiet, which also silences the script). True when it drew.
+bool run_plot_script(const std::string& name, const std::vector<std::string>& args, bool no_plot, bool quiet = false);
+
+// --mask-heads L:H,... (cli_heads.cpp): per layer an (H) gate of ones with 0 at each masked head;
+// ConfigError naming the flag on a bad item or an index out of range.
+std::vector<tfm::Tensor> parse_head_mask(const std::string& spec, int64_t layers, int64_t heads);
+// Sets the gates of --mask-heads on a run's language model (nothing when spec is empty).
+void apply_head_mask(tfm::LoadedRun& run, const std::string& spec);
+
+}  // namespace tfm::cli

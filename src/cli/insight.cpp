@@ -1,0 +1,232 @@
+// tfm attention | export | tokenizer: looking inside a run and moving its weights out (issue 7).
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "tfm/analysis/attention_maps.h"
+#include "tfm/data/bpe.h"
+#include "tfm/engine/error.h"
+#include "tfm/engine/file_io.h"
+#include "tfm/objectives/objective.h"
+#include "tfm/engine/platform.h"
+#include "tfm/engine/safetensors.h"
+#include "tfm/training/trainer.h"
+
+namespace tfm::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A float32 C-order .npy file (format version 1.0): magic, version, header length, a Python dict
+// literal padded with spaces to a multiple of 64 bytes (newline last), then the raw values.
+void write_npy(const std::string& path, const Tensor& t) {
+  std::string shape;  // "(2, 3, 4)", but "(5,)" for rank 1
+  for (int64_t d : t.shape()) shape += (shape.empty() ? "(" : ", ") + std::to_string(d);
+  shape += t.shape().size() == 1 ? ",)" : ")";
+  std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
+  const size_t prefix = 10;  // magic (6) + version (2) + header length (2)
+  dict.append(63 - (prefix + dict.size()) % 64, ' ');
+  dict += '\n';
+  std::string out("\x93NUMPY\x01\x00", 8);
+  const auto n = static_cast<uint16_t>(dict.size());
+  out += static_cast<char>(n & 0xFF);
+  out += static_cast<char>(n >> 8);
+  out += dict;
+  const std::vector<float> v = t.to_vector();
+  out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+  write_file_atomically(path, out);
+}
+
+// ---- tfm attention ----
+
+struct AttentionOptions {
+  std::string run, text, target, out, which = "last", mask_heads;
+  bool no_plot = false;
+};
+
+std::string output_dir(const AttentionOptions& o) {
+  const std::string out = o.out.empty() ? o.run + "/attention" : o.out;
+  make_output_dir(out);
+  return out;
+}
+
+// An encoder-decoder: encoder self-attention, decoder self-attention and cross-attention per layer.
+int run_pair_attention(const AttentionOptions& o, LoadedRun& run) {
+  const PairAttention a = pair_attention(*run.objective, o.text, o.target);
+  const std::string out = output_dir(o);
+  const std::string report = out + "/attention.json";
+  const nlohmann::json j = pair_attention_report_json(a);
+  write_file_atomically(report, j.dump() + "\n");
+  std::string target;
+  for (size_t t = 0; t + 1 < a.target_tokens.size(); ++t) target += (t ? " " : "") + a.target_tokens[t];
+  std::printf("pair: %s => %s%s\n", o.text.c_str(), target.c_str(),
+              o.target.empty() ? " (the run's greedy translation; --target sets another)" : "");
+  for (const char* kind : {"encoder", "decoder_self", "cross"}) {
+    const std::vector<Tensor>& layers = std::string(kind) == "encoder"        ? a.encoder
+                                        : std::string(kind) == "decoder_self" ? a.decoder_self
+                                                                              : a.cross;
+    for (size_t l = 0; l < layers.size(); ++l) {
+      write_npy(out + "/attention_" + kind + "_layer" + std::to_string(l) + ".npy", layers[l]);
+      std::printf("%s layer %zu: mean head pattern similarity %.2f\n", kind, l,
+                  j[kind][l]["mean_pattern_similarity"].get<double>());
+    }
+  }
+  std::printf("wrote %s and attention_{encoder,decoder_self,cross}_layerL.npy (%zu source, %zu target tokens; "
+              "(H, rows, cols) float32)\n",
+              report.c_str(), a.source_tokens.size(), a.target_tokens.size());
+  run_plot_script("plot_attention.py", {report, "--out", out}, o.no_plot);
+  return kExitOk;
+}
+
+int run_attention(const AttentionOptions& o) {
+  LoadedRun run = load_run(o.run, o.which);
+  platform::configure_threads(static_cast<int>(run.config.integer("train.threads")));
+  if (!run.model) {
+    if (!o.mask_heads.empty())
+      throw ConfigError("--mask-heads: only for causal_lm and masked_lm runs (this run's train.objective is \"" +
+                        run.objective->name() + "\")");
+    return run_pair_attention(o, run);
+  }
+  apply_head_mask(run, o.mask_heads);
+  if (!o.target.empty())
+    throw ConfigError("--target: only for seq2seq runs (this run's train.objective is \"" + run.objective->name() +
+                      "\")");
+  const Tokenizer& tok = run.checkpoint.tokenizer;
+  const std::vector<int32_t> ids = tok.encode(o.text, "--text");
+  const int64_t max_len = run.model->config().max_seq_len;
+  if (ids.empty()) throw ConfigError("--text: empty");
+  if (static_cast<int64_t>(ids.size()) > max_len)
+    throw ConfigError("--text: " + std::to_string(ids.size()) +
+                      " tokens, the model's context (model.max_seq_len) is " + std::to_string(max_len));
+  std::vector<std::string> token_text;
+  for (int32_t id : ids) token_text.push_back(tok.decode(id));
+
+  const std::vector<LayerAttention> layers = analyze_attention(*run.model, ids);
+  const std::string out = output_dir(o);
+  const std::string report = out + "/attention.json";
+  write_file_atomically(report, attention_report_json(layers, token_text).dump() + "\n");
+  for (size_t l = 0; l < layers.size(); ++l) {
+    write_npy(out + "/attention_layer" + std::to_string(l) + ".npy", layers[l].probabilities);
+    std::printf("layer %zu: mean head similarity rho = %.2f (output), %.2f (pattern)\n", l,
+                layers[l].mean_output_similarity, layers[l].mean_pattern_similarity);
+  }
+  std::printf("wrote %s and attention_layer{0..%zu}.npy (%zu tokens; probabilities (H, T, T) float32)\n",
+              report.c_str(), layers.size() - 1, ids.size());
+  run_plot_script("plot_attention.py", {report, "--out", out}, o.no_plot);
+  return kExitOk;
+}
+
+// ---- tfm export ----
+
+struct ExportOptions {
+  std::string run, out, which = "last";
+};
+
+int run_export(const ExportOptions& o) {
+  const LoadedRun run = load_run(o.run, o.which);
+  const Model& model = run.objective->model();
+  NamedTensors tensors;
+  for (const NamedParameter& p : model.parameters()) tensors.emplace_back(p.name, p.value);
+  const Tokenizer& tok = run.checkpoint.tokenizer;
+  std::map<std::string, std::string> metadata = {
+      {"format", "tfm"},
+      {"objective", run.objective->name()},
+      {"config", run.config.tree.dump()},
+      {"tokenizer", tok.to_json().dump()},
+      {"step", std::to_string(run.checkpoint.state.value("step", int64_t{0}))}};
+  if (run.checkpoint.target_tokenizer) metadata["target_tokenizer"] = run.checkpoint.target_tokenizer->to_json().dump();
+  save_safetensors(o.out, tensors, metadata);
+  std::printf("wrote %s: %zu float32 tensors, %ld parameters (%s/%s.ckpt, %s)\n", o.out.c_str(), tensors.size(),
+              static_cast<long>(model.parameter_count()), o.run.c_str(), o.which.c_str(), run.objective->name().c_str());
+  return kExitOk;
+}
+
+// ---- tfm tokenizer train ----
+
+struct TokenizerTrainOptions {
+  std::string data, out;
+  int vocab_size = 512;
+};
+
+int run_tokenizer_train(const TokenizerTrainOptions& o) {
+  if (o.vocab_size < 256 || o.vocab_size > kBpeMaxVocab)
+    throw ConfigError("--vocab-size: expected 256 to " + std::to_string(kBpeMaxVocab) + ", got " +
+                      std::to_string(o.vocab_size));
+  const std::string text = read_file(o.data, uint64_t{1} << 31);
+  const auto t0 = std::chrono::steady_clock::now();
+  const BpeTokenizer bpe = BpeTokenizer::train(text, o.vocab_size);
+  const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto t1 = std::chrono::steady_clock::now();
+  const size_t n_tokens = bpe.encode(text).size();
+  const double encode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  bpe.save(o.out);
+  std::printf(
+      "wrote %s: vocabulary %d (asked %d), %zu bytes -> %zu tokens (%.2f bytes/token); "
+      "training %.2f s, encoding %.2f s\n",
+      o.out.c_str(), bpe.vocab_size(), o.vocab_size, text.size(), n_tokens,
+      n_tokens ? static_cast<double>(text.size()) / static_cast<double>(n_tokens) : 0.0, train_s, encode_s);
+  return kExitOk;
+}
+
+}  // namespace
+
+std::vector<Command> add_insight_commands(CLI::App& app) {
+  std::vector<Command> commands;
+
+  auto a = std::make_shared<AttentionOptions>();
+  auto* att =
+      app.add_subcommand("attention", "Per-head attention maps and head similarity of a run on a text (seq2seq: self- and cross-attention of a pair)");
+  att->add_option("--run", a->run, "Run directory")->type_name("DIR")->required();
+  att->add_option("--text", a->text, "Text to analyse (at most model.max_seq_len tokens)")->required();
+  att->add_option("--target", a->target,
+                  "seq2seq runs: the target side, teacher-forced (default: the run's greedy translation)");
+  att->add_option("--out", a->out, "Output directory (default: DIR/attention)")->type_name("DIR");
+  att->add_option("--mask-heads", a->mask_heads, "Mask attention heads: LAYER:HEAD,... (0-based; their output is zero)")
+      ->type_name("L:H,...");
+  att->add_option("--checkpoint", a->which, "last or best")->capture_default_str();
+  att->add_flag("--no-plot", a->no_plot, "Do not run scripts/plot_attention.py");
+  att->footer(
+      "\nWrites OUT/attention.json, OUT/attention_layerL.npy ((H, T, T) float32) and, with\n"
+      "python3-matplotlib, OUT/attention_layerL.png.\nExample:\n"
+      "  tfm attention --run runs/shakespeare_char --text \"ROMEO:\\nWhat light through yonder window "
+      "breaks?\"\n"
+      "A seq2seq run writes attention_{encoder,decoder_self,cross}_layerL.{npy,png}: cross-attention\n"
+      "has target tokens down (the token each row predicts) and source tokens across:\n"
+      "  tfm attention --run runs/eng_fra --text \"i'm home .\" [--target \"je suis chez moi .\"]\n");
+  commands.push_back({att, [a] { return run_attention(*a); }});
+
+  auto e = std::make_shared<ExportOptions>();
+  auto* exp = app.add_subcommand("export", "Write a run's weights as safetensors (float32, reference names)");
+  exp->add_option("--run", e->run, "Run directory")->type_name("DIR")->required();
+  exp->add_option("--out", e->out, "Output file")->type_name("FILE")->required();
+  exp->add_option("--checkpoint", e->which, "last or best")->capture_default_str();
+  exp->footer(
+      "\nNames and shapes as ../shared/ARCHITECTURE.md (weights (out, in) as PyTorch; an encoder-decoder's\n"
+      "names are listed in include/tfm/seq2seq.h); metadata: objective, config, tokenizer (and\n"
+      "target_tokenizer). Load with `tfm train --init-from FILE` or `tfm sample --init-from FILE`.\nExample:\n"
+      "  tfm export --run runs/shakespeare_char --out model.safetensors\n");
+  commands.push_back({exp, [e] { return run_export(*e); }});
+
+  auto t = std::make_shared<TokenizerTrainOptions>();
+  auto* tok = app.add_subcommand("tokenizer", "Byte-level BPE tokenizers");
+  tok->require_subcommand(1);
+  auto* tok_train = tok->add_subcommand("train", "Learn a byte-level BPE vocabulary from a text file");
+  tok_train->add_option("--data", t->data, "Text file")->type_name("FILE")->required();
+  tok_train->add_option("--vocab-size", t->vocab_size, "Vocabulary size (256 bytes + merges)")
+      ->capture_default_str()
+      ->check(integer_in(256, kBpeMaxVocab));
+  tok_train->add_option("--out", t->out, "Tokenizer file (JSON)")->type_name("FILE")->required();
+  tok_train->footer(
+      "\nExample:\n  tfm tokenizer train --data data/tinyshakespeare.txt --vocab-size 1024 --out tok.json\n");
+  commands.push_back({tok_train, [t] { return run_tokenizer_train(*t); }});
+  return commands;
+}
+
+}  // namespace tfm::cli

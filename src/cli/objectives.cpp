@@ -1,0 +1,176 @@
+// What the encoder objectives' models do at inference: `tfm fill-mask` (masked_lm) and
+// `tfm translate` (seq2seq).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli.h"
+#include "tfm/analysis/bleu.h"
+#include "tfm/engine/error.h"
+#include "tfm/objectives/objective.h"
+#include "tfm/engine/platform.h"
+#include "tfm/training/trainer.h"
+
+namespace tfm::cli {
+namespace {
+
+struct FillMaskOptions {
+  std::string run, which, text;
+  int64_t top_k = 5;
+  bool json = false;
+};
+
+int fill_mask_command(const FillMaskOptions& o) {
+  if (o.top_k < 1) throw ConfigError("--top-k: expected an integer >= 1, got " + std::to_string(o.top_k));
+  const std::string which = o.which.empty() ? (std::filesystem::exists(o.run + "/best.ckpt") ? "best" : "last") : o.which;
+  LoadedRun run = load_run(o.run, which);
+  platform::configure_threads(static_cast<int>(run.config.integer("train.threads")));
+  if (o.top_k > run.objective->tokenizer().size())
+    throw ConfigError("--top-k: expected at most the vocabulary's " + std::to_string(run.objective->tokenizer().size()) +
+                      " tokens, got " + std::to_string(o.top_k));
+  const FillMaskResult r = fill_mask(*run.objective, o.text, o.top_k);
+  if (o.json) {
+    nlohmann::json out = {{"text", o.text}, {"masks", nlohmann::json::array()}};
+    for (const MaskCandidates& m : r.masks) {
+      nlohmann::json c = nlohmann::json::array();
+      for (const auto& [token, p] : m.candidates) c.push_back({{"token", token}, {"probability", p}});
+      out["masks"].push_back({{"position", m.position}, {"candidates", c}});
+    }
+    std::printf("%s\n", out.dump().c_str());
+    return kExitOk;
+  }
+  const Tokenizer& tok = run.objective->tokenizer();
+  for (size_t i = 0; i < r.masks.size(); ++i) {
+    const MaskCandidates& m = r.masks[i];
+    // The mask in its context: up to 12 tokens each side, the mask shown as [MASK].
+    std::string left, right;
+    for (int64_t p = std::max<int64_t>(0, m.position - 12); p < m.position; ++p)
+      left += r.tokens[p] < tok.size() ? tok.decode(r.tokens[p]) : kMaskToken;
+    for (int64_t p = m.position + 1; p < std::min<int64_t>(static_cast<int64_t>(r.tokens.size()), m.position + 13); ++p)
+      right += r.tokens[p] < tok.size() ? tok.decode(r.tokens[p]) : kMaskToken;
+    std::printf("mask %zu (token %ld): %s%s%s\n", i + 1, static_cast<long>(m.position), left.c_str(), kMaskToken,
+                right.c_str());
+    for (const auto& [token, p] : m.candidates) {
+      std::string shown = token == "\n" ? "\\n" : token == " " ? "' '" : token;
+      std::printf("  %-8s %6.2f%%  %s%s%s\n", shown.c_str(), 100.0 * p, left.c_str(), token == "\n" ? "\\n" : token.c_str(),
+                  right.c_str());
+    }
+  }
+  return kExitOk;
+}
+
+struct TranslateCliOptions {
+  std::string run, which;
+  std::vector<std::string> texts, references;
+  int64_t beam = 1, max_len = 0;
+  double alpha = 0.0;
+  std::string penalty = "gnmt";
+  bool json = false;
+};
+
+// Lines of stdin, translated as they come (a batch of one per line, so the output streams).
+int translate_command(const TranslateCliOptions& o) {
+  if (o.beam < 1) throw ConfigError("--beam: expected an integer >= 1 (1 = greedy), got " + std::to_string(o.beam));
+  if (o.max_len < 0) throw ConfigError("--max-len: expected >= 0 (0 = the run's data.max_target_len + 1), got " + std::to_string(o.max_len));
+  if (!(o.alpha >= 0.0) || !std::isfinite(o.alpha))
+    throw ConfigError("--length-penalty: expected a number >= 0, got " + std::to_string(o.alpha));
+  if (o.penalty != "gnmt" && o.penalty != "power")
+    throw ConfigError("--penalty: expected \"gnmt\" or \"power\", got \"" + o.penalty + "\"");
+  if (!o.references.empty() && o.references.size() != o.texts.size())
+    throw ConfigError("--reference: " + std::to_string(o.references.size()) + " given for " +
+                      std::to_string(o.texts.size()) + " --text (one reference per text, in order)");
+  const std::string which = o.which.empty() ? (std::filesystem::exists(o.run + "/best.ckpt") ? "best" : "last") : o.which;
+  LoadedRun run = load_run(o.run, which);
+  platform::configure_threads(static_cast<int>(run.config.integer("train.threads")));
+  TranslateOptions t;
+  t.beam = o.beam;
+  t.max_len = o.max_len;
+  t.alpha = static_cast<float>(o.alpha);
+  t.penalty = o.penalty == "power" ? LengthPenalty::Power : LengthPenalty::Gnmt;
+  // stdout carries the translations alone, one line per input, so the command pipes; the rest
+  // (references, BLEU) goes to stderr.
+  auto emit = [&](const std::string& text, const std::string& out, const std::string* reference) {
+    if (o.json) {
+      nlohmann::json j = {{"source", text}, {"translation", out}};
+      if (reference) {
+        const Tokens hyp = Tokenizer::split_words(out, "translation"), ref = Tokenizer::split_words(*reference, "--reference");
+        j["reference"] = *reference;
+        j["bleu"] = sentence_bleu(hyp, ref).score;
+        j["d2l_bleu"] = d2l_bleu(hyp, ref, 2);
+      }
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      std::printf("%s\n", out.c_str());
+      if (reference) {
+        const Tokens hyp = Tokenizer::split_words(out, "translation"), ref = Tokenizer::split_words(*reference, "--reference");
+        std::fprintf(stderr, "%s => %s, bleu %.3f (d2l, k = 2; reference: %s)\n", text.c_str(), out.c_str(),
+                     d2l_bleu(hyp, ref, 2), reference->c_str());
+      }
+    }
+    std::fflush(stdout);
+  };
+  if (!o.texts.empty()) {
+    const std::vector<std::string> out = translate_texts(*run.objective, o.texts, t);
+    for (size_t i = 0; i < out.size(); ++i) emit(o.texts[i], out[i], o.references.empty() ? nullptr : &o.references[i]);
+    return kExitOk;
+  }
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) {
+      std::printf("\n");
+      continue;
+    }
+    emit(line, translate_texts(*run.objective, {line}, t)[0], nullptr);
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+std::vector<Command> add_objective_commands(CLI::App& app) {
+  std::vector<Command> out;
+  auto fm = std::make_shared<FillMaskOptions>();
+  auto* f = app.add_subcommand("fill-mask", "Fill each [MASK] of a text with a masked_lm run's top-k candidates");
+  f->add_option("--run", fm->run, "Run directory of a masked_lm run")->type_name("DIR")->required();
+  f->add_option("--text", fm->text, "Text with one or more [MASK] (each is one token: a character for the char tokenizer)")
+      ->required();
+  f->add_option("--top-k", fm->top_k, "Candidates per mask")->capture_default_str();
+  f->add_option("--checkpoint", fm->which, "last or best (default: best when it exists)");
+  f->add_flag("--json", fm->json, "Print one JSON object: per mask its position and candidates with probabilities");
+  f->footer(
+      "\nExample:\n  tfm fill-mask --run runs/shakespeare_mlm --text \"To be, or not to b[MASK], that is the "
+      "question\" --top-k 5\n");
+  out.push_back({f, [fm] { return fill_mask_command(*fm); }});
+
+  auto to = std::make_shared<TranslateCliOptions>();
+  auto* t = app.add_subcommand("translate", "Translate with a seq2seq run: --text arguments, or lines on stdin");
+  t->add_option("--run", to->run, "Run directory of a seq2seq run")->type_name("DIR")->required();
+  t->add_option("--text", to->texts, "A source sentence (repeatable); without --text, each line of stdin")
+      ->type_name("TEXT");
+  t->add_option("--reference", to->references,
+                "The expected translation of each --text, in order: stderr shows d2l's BLEU (k = 2) per sentence")
+      ->type_name("TEXT");
+  t->add_option("--beam", to->beam, "Beam width (1 = greedy)")->capture_default_str();
+  t->add_option("--length-penalty", to->alpha,
+                "alpha: beam scores are log-probability sums / penalty(len)^alpha (0 = none)")
+      ->capture_default_str();
+  t->add_option("--penalty", to->penalty, "gnmt: ((5 + len) / 6)^alpha (Wu et al. 2016); power: len^alpha")
+      ->capture_default_str();
+  t->add_option("--max-len", to->max_len, "Most tokens generated per sentence (0 = the run's data.max_target_len + 1)");
+  t->add_option("--checkpoint", to->which, "last or best (default: best when it exists)");
+  t->add_flag("--json", to->json, "One JSON object per line: source, translation (and reference, BLEU)");
+  t->footer(
+      "\nExamples:\n  tfm translate --run runs/eng_fra_d2l --text \"go .\" --text \"i lost .\"\n"
+      "  tfm translate --run runs/eng_fra --beam 4 --length-penalty 0.6 < sentences.txt > out.txt\n"
+      "  tfm translate --run runs/eng_fra_d2l --text \"go .\" --reference \"va !\"\n"
+      "stdout holds one line per input, the translation alone (detokenized), so it pipes.\n");
+  out.push_back({t, [to] { return translate_command(*to); }});
+  return out;
+}
+
+}  // namespace tfm::cli

@@ -1,0 +1,48 @@
+// Where the commands put their reports and how they draw them (scripts/plot_*.py, Debian's
+// python3-matplotlib).
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "tfm/engine/error.h"
+#include "tfm/engine/platform.h"
+
+namespace tfm::cli {
+
+namespace fs = std::filesystem;
+
+void make_output_dir(const std::string& dir, const std::string& flag) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) throw IoError(dir + ": cannot create the output directory (" + flag + ")");
+}
+
+std::string find_script(const std::string& name) {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  std::vector<fs::path> candidates = {fs::path("scripts") / name};
+  if (!ec)
+    for (fs::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path())
+      candidates.push_back(dir / "scripts" / name);
+  for (const fs::path& p : candidates)
+    if (fs::exists(p, ec)) return p.string();
+  return "scripts/" + name;
+}
+
+bool run_plot_script(const std::string& name, const std::vector<std::string>& args, bool no_plot, bool quiet) {
+  const std::string script = find_script(name);
+  std::string cmd = "/usr/bin/python3 '" + script + "'";
+  for (const std::string& a : args) cmd += " '" + a + "'";
+  std::fflush(stdout);  // our lines before the script's
+  if (!no_plot && fs::exists(script) &&
+      platform::run_shell("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") == 0 &&
+      platform::run_shell((cmd + (quiet ? " >/dev/null" : ""))) == 0)
+    return true;
+  if (!quiet) std::printf("to draw it (needs python3-matplotlib): %s\n", cmd.c_str());
+  return false;
+}
+
+}  // namespace tfm::cli

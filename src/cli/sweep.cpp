@@ -1,0 +1,225 @@
+// tfm sweep: trains every point of a grid of config values with the same seed and data, one run
+// directory each, resumable, and tabulates what each point costs and reaches (issue 15: heads
+// against width, MHA/GQA/MQA, ...).
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+#include "tfm/training/checkpoint.h"
+#include "tfm/config/config.h"
+#include "tfm/engine/error.h"
+#include "tfm/engine/file_io.h"
+#include "tfm/objectives/objective.h"
+#include "tfm/engine/platform.h"
+#include "tfm/training/trainer.h"
+
+namespace tfm::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct SweepOptions {
+  std::string config, out;
+  std::vector<std::string> grid, sets;
+  bool json = false, no_plot = false;
+};
+
+struct Axis {
+  std::string key;
+  std::vector<std::string> values;  // as written: JSON values (strings quoted or bare words)
+};
+
+// "model.n_heads=1,2,4" -> {model.n_heads, [1, 2, 4]}; the key must exist.
+Axis parse_axis(const std::string& spec) {
+  const size_t eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+    throw ConfigError("--grid: expected KEY=V1,V2,... (e.g. model.n_heads=1,2,4), got \"" + spec + "\"");
+  Axis a{spec.substr(0, eq), {}};
+  if (!find_key(a.key))
+    throw ConfigError("--grid: " + a.key + " is not a config key (tfm config --keys lists them)");
+  size_t start = eq + 1;
+  while (start <= spec.size()) {
+    const size_t end = std::min(spec.find(',', start), spec.size());
+    const std::string v = spec.substr(start, end - start);
+    if (v.empty()) throw ConfigError("--grid: an empty value in \"" + spec + "\"");
+    a.values.push_back(v);
+    start = end + 1;
+  }
+  return a;
+}
+
+// Every combination of the axes' values, the first axis slowest.
+std::vector<std::vector<std::string>> points_of(const std::vector<Axis>& axes) {
+  std::vector<std::vector<std::string>> points = {{}};
+  for (const Axis& a : axes) {
+    std::vector<std::vector<std::string>> next;
+    for (const auto& p : points)
+      for (const std::string& v : a.values) {
+        auto q = p;
+        q.push_back(v);
+        next.push_back(q);
+      }
+    points = next;
+  }
+  return points;
+}
+
+// A point's directory name: "model.n_heads=4,model.d_model=128" with path-unsafe characters replaced.
+std::string point_name(const std::vector<Axis>& axes, const std::vector<std::string>& values) {
+  std::string s;
+  for (size_t i = 0; i < axes.size(); ++i) s += (i ? "," : "") + axes[i].key + "=" + values[i];
+  for (char& c : s)
+    if (c == '/' || c == '"' || c == '\'' || c == ' ') c = '_';
+  return s;
+}
+
+// What a finished point cost and reached, from its run directory.
+json measure(const std::string& dir, const Config& config) {
+  json rec;
+  std::ifstream in(dir + "/metrics.jsonl");
+  std::string line;
+  std::vector<double> ms, tok;
+  double val = NAN;
+  while (std::getline(in, line)) {
+    const json r = json::parse(line, nullptr, false);
+    if (r.is_discarded()) continue;
+    if (r.contains("ms_per_step")) ms.push_back(r["ms_per_step"].get<double>());
+    if (r.contains("tokens_per_s")) tok.push_back(r["tokens_per_s"].get<double>());
+    if (r.contains("val_loss")) val = r["val_loss"].get<double>();
+  }
+  const auto median = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  LoadedRun run = load_run(dir, "last");
+  const Model& model = run.objective->model();
+  const int64_t C = config.integer("model.d_model"), H = config.integer("model.n_heads");
+  const int64_t kv = config.integer("model.n_kv_heads") > 0 ? config.integer("model.n_kv_heads") : H;
+  const int64_t layers = config.string("train.objective") == "seq2seq" ? config.integer("model.n_decoder_layers")
+                                                                       : config.integer("model.n_layers");
+  rec["parameters"] = model.parameter_count();
+  rec["train_flops_per_token"] = run.objective->train_flops_per_token();
+  rec["kv_cache_bytes_per_token"] = 2 * layers * kv * (C / H) * 4;  // K and V, float32, every layer
+  rec["val_loss"] = val;
+  rec["ms_per_step"] = median(ms);
+  rec["tokens_per_s"] = median(tok);
+  rec["step"] = run.checkpoint.state.value("step", int64_t{0});
+  return rec;
+}
+
+int run_sweep(const SweepOptions& o) {
+  std::vector<Axis> axes;
+  for (const std::string& g : o.grid) axes.push_back(parse_axis(g));
+  if (axes.empty()) throw ConfigError("--grid: give at least one KEY=V1,V2,...");
+  for (size_t i = 0; i < axes.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (axes[i].key == axes[j].key) throw ConfigError("--grid: " + axes[i].key + " appears twice");
+  const std::string out = o.out.empty() ? "runs/sweep_" + fs::path(o.config).stem().string() : o.out;
+  // Every point's config is resolved before anything is trained: a bad value fails the sweep at once.
+  const auto points = points_of(axes);
+  std::vector<Config> configs;
+  std::vector<std::string> dirs;
+  for (const auto& p : points) {
+    std::vector<std::string> sets = o.sets;
+    for (size_t i = 0; i < axes.size(); ++i) sets.push_back(axes[i].key + "=" + p[i]);
+    const std::string dir = out + "/" + point_name(axes, p);
+    sets.push_back("output.dir=" + json(dir).dump());
+    try {
+      configs.push_back(load_config(o.config, sets));
+    } catch (const ConfigError& e) {
+      throw ConfigError(std::string("--grid point ") + point_name(axes, p) + ": " + e.what());
+    }
+    dirs.push_back(dir);
+  }
+  make_output_dir(out);
+  const std::atomic<bool>* stop = platform::stop_on_signals();
+  json all = json::array();
+  for (size_t i = 0; i < points.size(); ++i) {
+    const std::string& dir = dirs[i];
+    const int64_t max_steps = configs[i].integer("train.max_steps");
+    int64_t step = -1;
+    if (fs::exists(dir + "/last.ckpt")) step = load_checkpoint(dir + "/last.ckpt").state.value("step", int64_t{0});
+    if (step < max_steps) {
+      std::fprintf(stderr, "sweep: %zu/%zu %s: %s\n", i + 1, points.size(), point_name(axes, points[i]).c_str(),
+                   step < 0 ? "training" : ("continuing after step " + std::to_string(step)).c_str());
+      TrainOptions t;
+      t.console = false;
+      t.stop = stop;
+      t.resume = step >= 0;
+      const TrainResult r = train(configs[i], t);
+      if (r.status == TrainResult::Status::Interrupted) {
+        std::fprintf(stderr, "sweep: interrupted; run the same command again to continue\n");
+        return kExitOk;
+      }
+      if (r.status == TrainResult::Status::NonFinite)
+        throw Error("--grid point " + point_name(axes, points[i]) + ": " + r.message);
+    }
+    json rec = measure(dir, configs[i]);
+    for (size_t a = 0; a < axes.size(); ++a) rec[axes[a].key] = json::parse(points[i][a], nullptr, false).is_discarded()
+                                                                   ? json(points[i][a])
+                                                                   : json::parse(points[i][a]);
+    rec["dir"] = dir;
+    all.push_back(rec);
+  }
+  std::string lines;
+  for (const json& r : all) lines += r.dump() + "\n";
+  write_file_atomically(out + "/sweep.jsonl", lines);
+  if (o.json) {
+    std::printf("%s\n", json({{"points", all}, {"keys", [&] {
+                                json k = json::array();
+                                for (const Axis& a : axes) k.push_back(a.key);
+                                return k;
+                              }()}}).dump().c_str());
+    return kExitOk;
+  }
+  for (const Axis& a : axes) std::printf("| %s ", a.key.c_str());
+  std::printf("| parameters | train FLOPs/token | KV cache bytes/token | val loss | ms/step | tokens/s |\n");
+  for (size_t a = 0; a <= axes.size() + 5; ++a) std::printf("|---");
+  std::printf("|\n");
+  for (const json& r : all) {
+    for (const Axis& a : axes) std::printf("| %s ", r[a.key].dump().c_str());
+    std::printf("| %ld | %.3g | %ld | %.4f | %.1f | %.0f |\n", static_cast<long>(r["parameters"].get<int64_t>()),
+                r["train_flops_per_token"].get<double>(), static_cast<long>(r["kv_cache_bytes_per_token"].get<int64_t>()),
+                r["val_loss"].get<double>(), r["ms_per_step"].get<double>(), r["tokens_per_s"].get<double>());
+  }
+  std::printf("wrote %s/sweep.jsonl\n", out.c_str());
+  run_plot_script("plot_sweep.py", {out + "/sweep.jsonl", axes[0].key}, o.no_plot);
+  return kExitOk;
+}
+
+}  // namespace
+
+std::vector<Command> add_sweep_commands(CLI::App& app) {
+  auto o = std::make_shared<SweepOptions>();
+  auto* s = app.add_subcommand("sweep", "Train every point of a grid of config values and tabulate cost and val loss");
+  s->add_option("--config", o->config, "JSON config every point starts from")->type_name("FILE")->required();
+  s->add_option("--grid", o->grid, "A swept key and its values (repeatable: the grid is their product)")
+      ->type_name("KEY=V1,V2,...")
+      ->required();
+  s->add_option("--set", o->sets, "Override a key for every point (repeatable)")->type_name("KEY=VALUE");
+  s->add_option("--out", o->out, "Sweep directory (default: runs/sweep_<config name>)")->type_name("DIR");
+  s->add_flag("--json", o->json, "The table as one JSON object");
+  s->add_flag("--no-plot", o->no_plot, "Do not run scripts/plot_sweep.py");
+  s->footer(
+      "\nEach point trains in OUT/<key=value,...> with the same seed and data; a finished point is not\n"
+      "trained again and an interrupted one continues (run the same command again), so a stopped sweep\n"
+      "picks up where it was. Writes OUT/sweep.jsonl (one line per point: the grid values, parameters,\n"
+      "training FLOPs per token, KV-cache bytes per token, val loss, ms/step, tokens/s) and, with\n"
+      "python3-matplotlib, OUT/sweep.png (val loss against the first key).\nExamples:\n"
+      "  tfm sweep --config configs/shakespeare_char.json --grid model.n_heads=1,2,4,8,16,32\n"
+      "  tfm sweep --config configs/shakespeare_char.json --set model.n_heads=8 --grid model.n_kv_heads=8,4,2,1\n");
+  return {{s, [o] { return run_sweep(*o); }}};
+}
+
+}  // namespace tfm::cli

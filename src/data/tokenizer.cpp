@@ -1,0 +1,426 @@
+#include "tfm/data/tokenizer.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "tfm/engine/error.h"
+#include "tfm/engine/file_io.h"
+
+namespace tfm {
+namespace {
+
+std::string hex_byte(unsigned char b) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "0x%02X", b);
+  return buf;
+}
+
+// The whole data file (bounded: token ids take 4 bytes per byte of text at worst).
+std::string read_data_file(const std::string& path) {
+  constexpr uint64_t kMaxDataBytes = uint64_t{1} << 31;
+  try {
+    return read_file(path, kMaxDataBytes);
+  } catch (const IoError& e) {
+    if (path.find("tinyshakespeare") == std::string::npos) throw;
+    throw IoError(std::string(e.what()) + " (data.path; scripts/get_data.sh fetches it)");
+  }
+}
+
+std::string show_symbol(uint32_t cp) {
+  if (cp == '\n') return "'\\n'";
+  if (cp < 0x20 || cp == 0x7F) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "U+%04X", cp);
+    return buf;
+  }
+  std::string s = "'";
+  append_utf8(s, cp);
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "' (U+%04X)", cp);
+  return s + buf;
+}
+
+}  // namespace
+
+std::vector<uint32_t> decode_utf8(const std::string& bytes, const std::string& source) {
+  std::vector<uint32_t> out;
+  out.reserve(bytes.size());
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  const size_t n = bytes.size();
+  auto fail = [&](size_t at, const std::string& why) {
+    throw IoError(source + ": invalid UTF-8 at byte offset " + std::to_string(at) + " (" + why +
+                  "); data.tokenizer = \"byte\" reads any file");
+  };
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char b = p[i];
+    if (b < 0x80) {
+      out.push_back(b);
+      ++i;
+      continue;
+    }
+    int len = 0;
+    uint32_t cp = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+    if (b >= 0xC2 && b <= 0xDF) {
+      len = 2, cp = b & 0x1F;
+    } else if (b >= 0xE0 && b <= 0xEF) {
+      len = 3, cp = b & 0x0F;
+      if (b == 0xE0) lo = 0xA0;  // no overlongs
+      if (b == 0xED) hi = 0x9F;  // no surrogates
+    } else if (b >= 0xF0 && b <= 0xF4) {
+      len = 4, cp = b & 0x07;
+      if (b == 0xF0) lo = 0x90;
+      if (b == 0xF4) hi = 0x8F;  // nothing above U+10FFFF
+    } else {
+      fail(i, "byte " + hex_byte(b) + " cannot start a character");
+    }
+    for (int k = 1; k < len; ++k) {
+      if (i + k >= n) fail(i, "the file ends inside a " + std::to_string(len) + "-byte character");
+      const unsigned char c = p[i + k];
+      const unsigned char l = k == 1 ? lo : 0x80, h = k == 1 ? hi : 0xBF;
+      if (c < l || c > h)
+        fail(i + k, "byte " + hex_byte(c) + " is not a valid continuation of the character at offset " +
+                        std::to_string(i));
+      cp = (cp << 6) | (c & 0x3F);
+    }
+    out.push_back(cp);
+    i += len;
+  }
+  return out;
+}
+
+void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// ---- Tokenizer ----
+
+namespace {
+
+// Lowercase for ASCII, Latin-1 and Latin Extended-A (U+0100-U+017F), which cover the Tatoeba
+// English-French pairs; other code points are kept.
+uint32_t to_lower(uint32_t cp) {
+  if (cp >= 'A' && cp <= 'Z') return cp + 32;
+  if (cp >= 0xC0 && cp <= 0xDE && cp != 0xD7) return cp + 32;  // À..Þ except ×
+  if (cp == 0x130) return 'i';                                  // İ
+  if (cp == 0x178) return 0xFF;                                 // Ÿ -> ÿ
+  const bool even_upper = (cp >= 0x100 && cp <= 0x137) || (cp >= 0x14A && cp <= 0x177);
+  const bool odd_upper = (cp >= 0x139 && cp <= 0x148) || (cp >= 0x179 && cp <= 0x17E);
+  if ((even_upper && cp % 2 == 0) || (odd_upper && cp % 2 == 1)) return cp + 1;
+  return cp;
+}
+
+bool is_space(uint32_t cp) { return cp == ' ' || cp == '\t' || cp == '\n' || cp == '\r' || cp == '\v' || cp == '\f'; }
+bool is_split_punctuation(uint32_t cp) { return cp == ',' || cp == '.' || cp == '!' || cp == '?'; }
+
+}  // namespace
+
+Tokenizer::Tokenizer(Kind kind, std::vector<uint32_t> symbols) : kind_(kind), symbols_(std::move(symbols)) {
+  for (size_t i = 0; i < symbols_.size(); ++i) {
+    const uint32_t limit = kind_ == Kind::Byte ? 0xFF : 0x10FFFF;
+    if (symbols_[i] > limit || (i > 0 && symbols_[i] <= symbols_[i - 1]))
+      throw IoError(
+          "tokenizer: the vocabulary must be distinct ascending symbols <= " + std::to_string(limit) +
+          "; symbol " + std::to_string(i) + " is " + std::to_string(symbols_[i]));
+  }
+}
+
+Tokenizer::Tokenizer(std::vector<std::string> words) : kind_(Kind::Word), words_(std::move(words)) {
+  word_order_.resize(words_.size());
+  for (size_t i = 0; i < words_.size(); ++i) word_order_[i] = static_cast<int32_t>(i);
+  std::sort(word_order_.begin(), word_order_.end(), [&](int32_t a, int32_t b) { return words_[a] < words_[b]; });
+  for (size_t i = 0; i < words_.size(); ++i) {
+    if (words_[i].empty()) throw IoError("tokenizer: word " + std::to_string(i) + " is empty");
+    if (i > 0 && words_[word_order_[i]] == words_[word_order_[i - 1]])
+      throw IoError("tokenizer: the word \"" + words_[word_order_[i]] + "\" appears twice in the vocabulary");
+  }
+}
+
+Tokenizer::Kind Tokenizer::parse_kind(const std::string& name) {
+  if (name == "char") return Kind::Char;
+  if (name == "byte") return Kind::Byte;
+  if (name == "bpe") return Kind::Bpe;
+  if (name == "word") return Kind::Word;
+  throw ConfigError("data.tokenizer: expected one of \"char\", \"byte\", \"bpe\", \"word\", got \"" + name + "\"");
+}
+
+std::string Tokenizer::kind_name() const {
+  switch (kind_) {
+    case Kind::Char: return "char";
+    case Kind::Byte: return "byte";
+    case Kind::Bpe: return "bpe";
+    case Kind::Word: return "word";
+  }
+  return "char";
+}
+
+int64_t Tokenizer::size() const {
+  const int64_t base = bpe_ ? bpe_->vocab_size()
+                       : kind_ == Kind::Word ? static_cast<int64_t>(words_.size())
+                                             : static_cast<int64_t>(symbols_.size());
+  return static_cast<int64_t>(specials_.size()) + base;
+}
+
+Tokenizer::Tokenizer(BpeTokenizer bpe)
+    : kind_(Kind::Bpe), bpe_(std::make_shared<const BpeTokenizer>(std::move(bpe))) {}
+
+Tokenizer Tokenizer::load_bpe(const std::string& path) {
+  try {
+    return Tokenizer(BpeTokenizer::load(path));
+  } catch (const IoError& e) {
+    throw IoError(std::string("data.tokenizer_path: ") + e.what() +
+                  " (make one with: tfm tokenizer train --data FILE --vocab-size N --out " + path + ")");
+  }
+}
+
+Tokenizer Tokenizer::with_specials(std::vector<std::string> specials) const {
+  Tokenizer t = *this;
+  t.unk_ = -1;
+  for (size_t i = 0; i < specials.size(); ++i) {
+    if (specials[i].empty()) throw IoError("tokenizer: special " + std::to_string(i) + " is empty");
+    for (size_t j = 0; j < i; ++j)
+      if (specials[j] == specials[i]) throw IoError("tokenizer: the special \"" + specials[i] + "\" appears twice");
+    if (specials[i] == "<unk>") t.unk_ = static_cast<int32_t>(i);
+  }
+  t.specials_ = std::move(specials);
+  return t;
+}
+
+int32_t Tokenizer::special_id(const std::string& name) const {
+  for (size_t i = 0; i < specials_.size(); ++i)
+    if (specials_[i] == name) return static_cast<int32_t>(i);
+  return -1;
+}
+
+nlohmann::json Tokenizer::to_json() const {
+  nlohmann::json j = bpe_ ? nlohmann::json{{"kind", "bpe"}, {"merges", bpe_->merges()}}
+                     : kind_ == Kind::Word ? nlohmann::json{{"kind", "word"}, {"words", words_}}
+                                           : nlohmann::json{{"kind", kind_name()}, {"symbols", symbols_}};
+  if (!specials_.empty()) j["specials"] = specials_;
+  return j;
+}
+
+Tokenizer Tokenizer::from_json(const nlohmann::json& j) {
+  const Kind kind = parse_kind(j.at("kind").get<std::string>());
+  Tokenizer t = kind == Kind::Bpe ? Tokenizer(BpeTokenizer(j.at("merges").get<std::vector<BpeTokenizer::Merge>>(), "tokenizer"))
+                : kind == Kind::Word ? Tokenizer(j.at("words").get<std::vector<std::string>>())
+                                     : Tokenizer(kind, j.at("symbols").get<std::vector<uint32_t>>());
+  if (j.contains("specials")) return t.with_specials(j.at("specials").get<std::vector<std::string>>());
+  return t;
+}
+
+std::vector<std::string> Tokenizer::split_words(const std::string& text, const std::string& source) {
+  std::vector<std::string> words;
+  std::string word;
+  uint32_t prev = ' ';
+  auto flush = [&] {
+    if (!word.empty()) words.push_back(word);
+    word.clear();
+  };
+  for (uint32_t cp : decode_utf8(text, source)) {
+    if (cp == 0xA0 || cp == 0x202F) cp = ' ';  // non-breaking spaces (French puts them before ! and ?)
+    if (is_split_punctuation(cp) && !is_space(prev)) flush();  // d2l: a space before ,.!? when none precedes it
+    prev = cp;
+    if (is_space(cp)) {
+      flush();
+      continue;
+    }
+    append_utf8(word, to_lower(cp));
+  }
+  flush();
+  return words;
+}
+
+Tokenizer Tokenizer::from_texts(Kind kind, const std::vector<std::string>& texts, const std::string& source,
+                                int64_t min_freq) {
+  if (kind == Kind::Bpe)
+    throw ConfigError("data.tokenizer: \"bpe\" reads its vocabulary from data.tokenizer_path (Tokenizer::load_bpe)");
+  std::vector<uint32_t> symbols;
+  if (kind == Kind::Byte) {
+    for (uint32_t b = 0; b < 256; ++b) symbols.push_back(b);
+  } else if (kind == Kind::Char) {
+    std::vector<bool> seen(0x110000, false);
+    for (const std::string& text : texts)
+      for (uint32_t cp : decode_utf8(text, source)) seen[cp] = true;
+    for (uint32_t cp = 0; cp < seen.size(); ++cp)
+      if (seen[cp]) symbols.push_back(cp);
+  } else {
+    std::map<std::string, int64_t> counts;
+    for (const std::string& text : texts)
+      for (const std::string& w : split_words(text, source)) ++counts[w];
+    std::vector<std::pair<std::string, int64_t>> kept;
+    for (const auto& [w, n] : counts)
+      if (n >= min_freq) kept.emplace_back(w, n);
+    // Frequency descending, then the word (bytewise): the map's order, kept by a stable sort.
+    std::stable_sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    std::vector<std::string> words;
+    for (auto& [w, n] : kept) words.push_back(w);
+    return Tokenizer(std::move(words));
+  }
+  return Tokenizer(kind, std::move(symbols));
+}
+
+Tokenizer Tokenizer::from_text(Kind kind, const std::string& text, const std::string& source, int64_t min_freq) {
+  return from_texts(kind, {text}, source, min_freq);
+}
+
+int32_t Tokenizer::base_id(const std::string& word) const {
+  const auto it = std::lower_bound(word_order_.begin(), word_order_.end(), word,
+                                   [&](int32_t id, const std::string& w) { return words_[id] < w; });
+  return it != word_order_.end() && words_[*it] == word ? *it : -1;
+}
+
+std::vector<int32_t> Tokenizer::encode(const std::string& text, const std::string& source) const {
+  const int32_t shift = static_cast<int32_t>(specials_.size());
+  std::vector<int32_t> ids;
+  if (bpe_) {
+    ids = bpe_->encode(text);  // every byte string encodes
+  } else if (kind_ == Kind::Byte) {
+    ids.reserve(text.size());
+    for (unsigned char b : text) ids.push_back(b);
+  } else if (kind_ == Kind::Word) {
+    const std::vector<std::string> words = split_words(text, source);
+    for (size_t i = 0; i < words.size(); ++i) {
+      const int32_t id = base_id(words[i]);
+      if (id < 0 && unk_ < 0)
+        throw IoError(source + ": word \"" + words[i] + "\" (word " + std::to_string(i) +
+                      ") is not in the vocabulary of " + std::to_string(words_.size()) + " words");
+      ids.push_back(id < 0 ? unk_ - shift : id);
+    }
+  } else {
+    const std::vector<uint32_t> cps = decode_utf8(text, source);
+    const uint32_t top = symbols_.empty() ? 0 : symbols_.back() + 1;
+    std::vector<int32_t> table(top, -1);  // code point -> id
+    for (size_t i = 0; i < symbols_.size(); ++i) table[symbols_[i]] = static_cast<int32_t>(i);
+    ids.reserve(cps.size());
+    for (size_t i = 0; i < cps.size(); ++i) {
+      const int32_t id = cps[i] < top ? table[cps[i]] : -1;
+      if (id < 0 && unk_ < 0)
+        throw IoError(source + ": character " + show_symbol(cps[i]) + " at character " + std::to_string(i) +
+                      " is not in the vocabulary of " + std::to_string(symbols_.size()) + " symbols");
+      ids.push_back(id < 0 ? unk_ - shift : id);
+    }
+  }
+  for (int32_t& id : ids) id += shift;
+  return ids;
+}
+
+std::string Tokenizer::decode(int32_t id) const {
+  std::string out;
+  if (id < 0 || id >= size()) return out;
+  if (is_special(id)) return id == unk_ ? specials_[id] : out;
+  id -= static_cast<int32_t>(specials_.size());
+  if (bpe_) return bpe_->token_bytes(id);
+  if (kind_ == Kind::Word) return words_[id];
+  if (kind_ == Kind::Byte)
+    out += static_cast<char>(symbols_[id]);
+  else
+    append_utf8(out, symbols_[id]);
+  return out;
+}
+
+std::vector<std::string> Tokenizer::decode_tokens(const std::vector<int32_t>& ids) const {
+  std::vector<std::string> out;
+  for (int32_t id : ids)
+    if (id >= 0 && id < size() && (!is_special(id) || id == unk_)) out.push_back(decode(id));
+  return out;
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::string out;
+  if (kind_ != Kind::Word) {
+    for (int32_t id : ids) out += decode(id);
+    return out;
+  }
+  // Words joined by spaces, without the space split_words put before ,.!?.
+  for (const std::string& w : decode_tokens(ids)) {
+    const bool attach = w.size() == 1 && is_split_punctuation(static_cast<unsigned char>(w[0]));
+    if (!out.empty() && !attach) out += ' ';
+    out += w;
+  }
+  return out;
+}
+
+// ---- Dataset ----
+
+namespace {
+
+Dataset split(const std::string& path, Tokenizer tok, std::vector<int32_t> ids, double val_fraction,
+              int64_t seq_len) {
+  Dataset d;
+  d.path = path;
+  d.tokenizer = std::move(tok);
+  const int64_t N = static_cast<int64_t>(ids.size());
+  // As torch_lm.py: int(len(data) * (1.0 - val_fraction)).
+  const int64_t n_train = static_cast<int64_t>(static_cast<double>(N) * (1.0 - val_fraction));
+  const int64_t need = seq_len + 2;  // randint(n - T - 1) needs n - T - 1 >= 1
+  auto too_short = [&](const char* which, int64_t n) {
+    if (n < need)
+      throw IoError(path + ": the " + which + " split has " + std::to_string(n) + " tokens (" +
+                    std::to_string(N) + " in the file, data.val_fraction = " + std::to_string(val_fraction) +
+                    "); one sequence needs train.seq_len + 2 = " + std::to_string(need) +
+                    " (use a longer text or a smaller train.seq_len)");
+  };
+  too_short("training", n_train);
+  too_short("validation", N - n_train);
+  d.train.assign(ids.begin(), ids.begin() + n_train);
+  d.val.assign(ids.begin() + n_train, ids.end());
+  return d;
+}
+
+}  // namespace
+
+Dataset load_dataset(const std::string& path, const std::string& tokenizer, double val_fraction,
+                     int64_t seq_len) {
+  const std::string text = read_data_file(path);
+  if (text.empty()) throw IoError(path + ": the data file is empty");
+  Tokenizer tok = Tokenizer::from_text(Tokenizer::parse_kind(tokenizer), text, path);
+  std::vector<int32_t> ids = tok.encode(text, path);
+  return split(path, std::move(tok), std::move(ids), val_fraction, seq_len);
+}
+
+Dataset load_dataset(const std::string& path, const Tokenizer& tokenizer, double val_fraction,
+                     int64_t seq_len) {
+  const std::string text = read_data_file(path);
+  if (text.empty()) throw IoError(path + ": the data file is empty");
+  std::vector<int32_t> ids = tokenizer.encode(text, path);
+  return split(path, tokenizer, std::move(ids), val_fraction, seq_len);
+}
+
+// ---- BatchSampler ----
+
+void BatchSampler::sample(const std::vector<int32_t>& tokens, int64_t B, int64_t T, std::vector<int32_t>& x,
+                          std::vector<int32_t>& y) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  TFM_CHECK(n - T - 1 >= 1, "BatchSampler::sample", "expected at least T + 2 = ", T + 2, " tokens, got ", n);
+  x.resize(B * T);
+  y.resize(B * T);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t i = static_cast<int64_t>(rng_.below(static_cast<uint64_t>(n - T - 1)));
+    std::copy(tokens.begin() + i, tokens.begin() + i + T, x.begin() + b * T);
+    std::copy(tokens.begin() + i + 1, tokens.begin() + i + T + 1, y.begin() + b * T);
+  }
+}
+
+}  // namespace tfm

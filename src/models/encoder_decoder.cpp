@@ -1,0 +1,381 @@
+// The Transformer encoder-decoder of seq2seq.h: the module tree, teacher-forced forward, incremental
+// decoding with self- and cross-attention caches, greedy and beam search.
+// Legend: B batch, S source length, T target length, C = d_model, H heads, Hkv kv heads, Dk = C / H,
+// V target vocabulary, Vs source vocabulary, N beam width, R = cache rows (B or B * N).
+#include "tfm/models/encoder_decoder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "tfm/nn/layers.h"
+#include "tfm/engine/ops.h"
+
+namespace tfm {
+namespace {
+
+ModelConfig checked(ModelConfig c) {
+  c = checked_common(c, "Seq2SeqModel");
+  TFM_CHECK(c.vocab_size > 0 && c.source_vocab_size > 0, "Seq2SeqModel", "vocab_size ", c.vocab_size,
+            " and source_vocab_size ", c.source_vocab_size, " must be positive");
+  TFM_CHECK(c.n_encoder_layers >= 0 && c.n_decoder_layers >= 0, "Seq2SeqModel", "n_encoder_layers ",
+            c.n_encoder_layers, " and n_decoder_layers ", c.n_decoder_layers, " must be >= 0");
+  return c;
+}
+
+// Rows `rows` of t (R, ...) contiguous -> (rows.size(), ...), a copy (cache bookkeeping, not recorded).
+Tensor select_batch_rows(const Tensor& t, const std::vector<int64_t>& rows) {
+  Shape shape = t.shape();
+  const int64_t R = shape[0], row = t.numel() / std::max<int64_t>(R, 1);
+  shape[0] = static_cast<int64_t>(rows.size());
+  const Tensor src = contiguous_values(t);
+  Tensor out = Tensor::empty(shape);  // (rows, ...)
+  for (size_t i = 0; i < rows.size(); ++i) {
+    TFM_CHECK(rows[i] >= 0 && rows[i] < R, "Seq2SeqModel::select_rows", "row ", rows[i], " outside [0, ", R, ")");
+    std::memcpy(out.data() + static_cast<int64_t>(i) * row, src.data() + rows[i] * row, sizeof(float) * row);
+  }
+  return out;
+}
+
+// The module tree, registered in the order of seq2seq.h's parameter names.
+struct Network : Module {
+  explicit Network(const ModelConfig& c)
+      : config(c), src_emb(c.source_vocab_size, c.d_model), tgt_emb(c.vocab_size, c.d_model) {
+    const bool learned = c.positional_encoding == "learned";
+    register_module("src_emb", &src_emb);
+    if (learned) {
+      src_pos = std::make_unique<LearnedPositionalEmbedding>(c.max_seq_len, c.d_model);
+      register_module("src_pos", src_pos.get());
+    } else {
+      pe = std::make_unique<SinusoidalPositionalEncoding>(c.max_seq_len, c.d_model);
+    }
+    for (int64_t i = 0; i < c.n_encoder_layers; ++i) {
+      encoder.push_back(std::make_unique<EncoderBlock>(block_config(c, false)));
+      register_module("encoder.blocks." + std::to_string(i), encoder.back().get());
+    }
+    const bool pre = c.norm_position == "pre";
+    if (pre) {
+      encoder_ln = std::make_unique<LayerNorm>(c.d_model);
+      register_module("encoder.ln_f", encoder_ln.get());
+    }
+    register_module("tgt_emb", &tgt_emb);
+    if (learned) {
+      tgt_pos = std::make_unique<LearnedPositionalEmbedding>(c.max_seq_len, c.d_model);
+      register_module("tgt_pos", tgt_pos.get());
+    }
+    for (int64_t i = 0; i < c.n_decoder_layers; ++i) {
+      decoder.push_back(std::make_unique<DecoderBlock>(block_config(c, true)));
+      register_module("decoder.blocks." + std::to_string(i), decoder.back().get());
+    }
+    if (pre) {
+      decoder_ln = std::make_unique<LayerNorm>(c.d_model);
+      register_module("decoder.ln_f", decoder_ln.get());
+    }
+    if (!c.tie_embeddings) {
+      head = std::make_unique<Linear>(c.d_model, c.vocab_size, false);
+      register_module("head", head.get());
+    }
+  }
+
+  void check_source(const std::vector<int64_t>& src_lengths, int64_t B, int64_t S, const char* where) const {
+    TFM_CHECK(static_cast<int64_t>(src_lengths.size()) == B, where, "expected ", B, " src_lengths, got ",
+              src_lengths.size());
+    for (int64_t b = 0; b < B; ++b)
+      TFM_CHECK(src_lengths[b] >= 1 && src_lengths[b] <= S, where, "src_lengths[", b, "] = ", src_lengths[b],
+                " is outside [1, S = ", S, "]");
+  }
+
+  Tensor logits(const Tensor& y) { return output_logits(y, decoder_ln.get(), head.get(), tgt_emb.weight); }
+
+  ModelConfig config;
+  Embedding src_emb, tgt_emb;
+  std::unique_ptr<LearnedPositionalEmbedding> src_pos, tgt_pos;
+  std::unique_ptr<SinusoidalPositionalEncoding> pe;  // both sides' table
+  std::vector<std::unique_ptr<EncoderBlock>> encoder;
+  std::vector<std::unique_ptr<DecoderBlock>> decoder;
+  std::unique_ptr<LayerNorm> encoder_ln, decoder_ln;
+  std::unique_ptr<Linear> head;
+};
+
+// A live or finished hypothesis of beam search.
+struct Hypothesis {
+  std::vector<int32_t> tokens;  // generated, <bos> excluded
+  double score = 0;             // sum of log-probabilities
+};
+
+double length_penalty(const TranslateOptions& o, int64_t len) {
+  if (o.alpha == 0.0f) return 1.0;
+  const double l = static_cast<double>(len);
+  return o.penalty == LengthPenalty::Gnmt ? std::pow((5.0 + l) / 6.0, o.alpha) : std::pow(l, o.alpha);
+}
+
+}  // namespace
+
+struct Seq2SeqModel::Impl {
+  explicit Impl(const ModelConfig& c) : net(c) {}
+  Network net;
+  bool record_attention = false;
+  std::vector<Tensor> encoder_probs, self_probs, cross_probs;
+
+  void collect_encoder() {
+    encoder_probs.clear();
+    if (record_attention)
+      for (auto& b : net.encoder) encoder_probs.push_back(b->attn.last_probabilities);
+  }
+  void collect_decoder() {
+    self_probs.clear();
+    cross_probs.clear();
+    if (!record_attention) return;
+    for (auto& b : net.decoder) {
+      self_probs.push_back(b->attn.last_probabilities);
+      cross_probs.push_back(b->cross.last_probabilities);
+    }
+  }
+};
+
+Seq2SeqModel::Seq2SeqModel(const ModelConfig& config, uint64_t init_seed)
+    : impl_(std::make_unique<Impl>(checked(config))) {
+  const ModelConfig& c = impl_->net.config;
+  adopt_parameters(impl_->net, init_seed, c.n_encoder_layers + c.n_decoder_layers);
+}
+
+Seq2SeqModel::~Seq2SeqModel() = default;
+
+const ModelConfig& Seq2SeqModel::config() const { return impl_->net.config; }
+
+FlopCount Seq2SeqModel::flops_per_token(const ModelConfig& c, int64_t src_len, int64_t tgt_len) {
+  // Per target token: the encoder's blocks at src_len / tgt_len source tokens per target token; each
+  // decoder block = a block over tgt_len keys plus cross-attention: Wq and Wo per target token, Wk and
+  // Wv per source token (projected once), scores and weighted sum over src_len keys (and the heads'
+  // mixing over them, if any); the head.
+  const double C = static_cast<double>(c.d_model), Dk = C / static_cast<double>(c.n_heads);
+  const double kv = static_cast<double>(c.n_kv_heads) * Dk;
+  const double S = static_cast<double>(src_len), ratio = S / static_cast<double>(tgt_len);
+  const double cross = 2.0 * (C * C + attention_output_weights(c) + gate_weight_count(c)) +
+                       2.0 * 2.0 * C * kv * ratio + 2.0 * 2.0 * S * C * computed_head_share(c) +
+                       head_mixing_flops_per_token(c, src_len);
+  FlopCount f;
+  f.forward_per_token = static_cast<double>(c.n_encoder_layers) * block_flops_per_token(c, src_len) * ratio +
+                        static_cast<double>(c.n_decoder_layers) * (block_flops_per_token(c, tgt_len) + cross) +
+                        2.0 * C * static_cast<double>(c.vocab_size);
+  f.train_per_token = 3.0 * f.forward_per_token;
+  return f;
+}
+
+Tensor Seq2SeqModel::encode(const std::vector<int32_t>& src, const std::vector<int64_t>& src_lengths, int64_t B,
+                            int64_t S) {
+  Network& net = impl_->net;
+  net.check_source(src_lengths, B, S, "Seq2SeqModel::encode");
+  Tensor x = embed_with_positions(net, net.src_emb, net.pe.get(), net.src_pos.get(), src, B, S, 0, net.config.dropout,
+                                  "Seq2SeqModel::encode");  // (B, S, C)
+  for (auto& block : net.encoder) x = block->forward(x, src_lengths);
+  impl_->collect_encoder();
+  return net.encoder_ln ? net.encoder_ln->forward(x) : x;  // (B, S, C)
+}
+
+Tensor Seq2SeqModel::decode(const Tensor& memory, const std::vector<int64_t>& src_lengths,
+                            const std::vector<int32_t>& tgt_in, int64_t T) {
+  Network& net = impl_->net;
+  TFM_CHECK(memory.dim() == 3 && memory.size(2) == net.config.d_model, "Seq2SeqModel::decode",
+            "expected memory (B, S, ", net.config.d_model, "), got ", shape_str(memory.shape()));
+  const int64_t B = memory.size(0);
+  net.check_source(src_lengths, B, memory.size(1), "Seq2SeqModel::decode");
+  Tensor y = embed_with_positions(net, net.tgt_emb, net.pe.get(), net.tgt_pos.get(), tgt_in, B, T, 0,
+                                  net.config.dropout, "Seq2SeqModel::decode");  // (B, T, C)
+  for (auto& block : net.decoder) y = block->forward(y, memory, src_lengths);
+  impl_->collect_decoder();
+  return net.logits(y);  // (B, T, V)
+}
+
+Tensor Seq2SeqModel::forward(const std::vector<int32_t>& src, const std::vector<int64_t>& src_lengths, int64_t B,
+                             int64_t S, const std::vector<int32_t>& tgt_in, int64_t T) {
+  const Tensor memory = encode(src, src_lengths, B, S);  // (B, S, C)
+  return decode(memory, src_lengths, tgt_in, T);         // (B, T, V)
+}
+
+Seq2SeqCache Seq2SeqModel::make_cache(const Tensor& memory, const std::vector<int64_t>& src_lengths) const {
+  NoGradGuard no_grad;
+  const Network& net = impl_->net;
+  const ModelConfig& c = net.config;
+  TFM_CHECK(memory.dim() == 3 && memory.size(2) == c.d_model, "Seq2SeqModel::make_cache",
+            "expected memory (B, S, ", c.d_model, "), got ", shape_str(memory.shape()));
+  Seq2SeqCache cache;
+  cache.rows = memory.size(0);
+  cache.source_len = memory.size(1);
+  net.check_source(src_lengths, cache.rows, cache.source_len, "Seq2SeqModel::make_cache");
+  cache.src_lengths = src_lengths;
+  const int64_t width = c.n_kv_heads * (c.d_model / c.n_heads);
+  for (const auto& block : net.decoder) {
+    cache.self_keys.push_back(Tensor::zeros({cache.rows, c.max_seq_len, width}));    // (R, T_max, Hkv*Dk)
+    cache.self_values.push_back(Tensor::zeros({cache.rows, c.max_seq_len, width}));  // (R, T_max, Hkv*Dv)
+    auto [k, v] = block->cross.project_key_value(memory, memory);                    // (R, S, Hkv*Dk) each
+    cache.cross_keys.push_back(k);
+    cache.cross_values.push_back(v);
+  }
+  return cache;
+}
+
+Tensor Seq2SeqModel::forward_cached(Seq2SeqCache& cache, const std::vector<int32_t>& tgt, int64_t T_new) {
+  NoGradGuard no_grad;  // decoding only
+  Network& net = impl_->net;
+  Tensor y = embed_with_positions(net, net.tgt_emb, net.pe.get(), net.tgt_pos.get(), tgt, cache.rows, T_new,
+                                  cache.length, net.config.dropout, "Seq2SeqModel::forward_cached");  // (R, T_new, C)
+  for (size_t l = 0; l < net.decoder.size(); ++l)
+    y = net.decoder[l]->forward_cached(y, cache.self_keys[l], cache.self_values[l], cache.length, cache.cross_keys[l],
+                                       cache.cross_values[l], cache.src_lengths);
+  cache.length += T_new;
+  impl_->collect_decoder();
+  return net.logits(y);  // (R, T_new, V)
+}
+
+void Seq2SeqModel::select_rows(Seq2SeqCache& cache, const std::vector<int64_t>& rows) {
+  for (auto* list : {&cache.self_keys, &cache.self_values, &cache.cross_keys, &cache.cross_values})
+    for (Tensor& t : *list) t = select_batch_rows(t, rows);
+  std::vector<int64_t> lengths;
+  for (int64_t r : rows) lengths.push_back(cache.src_lengths[r]);
+  cache.src_lengths = lengths;
+  cache.rows = static_cast<int64_t>(rows.size());
+}
+
+std::vector<std::vector<int32_t>> Seq2SeqModel::translate(const std::vector<int32_t>& src,
+                                                          const std::vector<int64_t>& src_lengths, int64_t B,
+                                                          int64_t S, const TranslateOptions& o) {
+  const ModelConfig& c = impl_->net.config;
+  const int64_t N = o.beam, V = c.vocab_size, max_len = o.max_len > 0 ? o.max_len : c.max_seq_len;
+  TFM_CHECK(N >= 1, "Seq2SeqModel::translate", "beam must be >= 1, got ", N);
+  TFM_CHECK(max_len <= c.max_seq_len, "Seq2SeqModel::translate", "max_len ", max_len, " exceeds max_seq_len ",
+            c.max_seq_len);
+  NoGradGuard no_grad;
+  struct EvalMode {  // decoding runs without dropout; the caller's mode comes back even on an error
+    Model& m;
+    bool was;
+    ~EvalMode() { m.set_training(was); }
+  } eval_mode{*this, training()};
+  set_training(false);
+  const Tensor memory = encode(src, src_lengths, B, S);  // (B, S, C)
+
+  // R = B * N rows, row b * N + i = hypothesis i of source b; every row starts as <bos>.
+  const int64_t R = B * N;
+  std::vector<int64_t> expand(R);
+  for (int64_t r = 0; r < R; ++r) expand[r] = r / N;
+  std::vector<int64_t> row_lengths(R);
+  for (int64_t r = 0; r < R; ++r) row_lengths[r] = src_lengths[expand[r]];
+  Tensor row_memory = select_batch_rows(memory, expand);  // (R, S, C)
+  Seq2SeqCache cache;
+  if (o.use_cache) cache = make_cache(row_memory, row_lengths);
+  std::vector<std::vector<int32_t>> prefix(R, std::vector<int32_t>{o.bos});  // <bos> + generated
+  const double kNone = -std::numeric_limits<double>::infinity();
+  std::vector<double> score(R, kNone);  // sum of log-probabilities; -inf = no hypothesis in this row
+  for (int64_t b = 0; b < B; ++b) score[b * N] = 0.0;  // one hypothesis per source to start
+  std::vector<std::vector<Hypothesis>> finished(B);
+  std::vector<bool> done(B, false);
+
+  // Log-probabilities (R, V) of the next token after each row's prefix.
+  auto next_log_probs = [&](int64_t t) {
+    Tensor logits;  // (R, 1, V)
+    if (o.use_cache) {
+      std::vector<int32_t> last(R);
+      for (int64_t r = 0; r < R; ++r) last[r] = prefix[r].back();
+      logits = forward_cached(cache, last, 1);
+    } else {
+      std::vector<int32_t> all;
+      for (const auto& p : prefix) all.insert(all.end(), p.begin(), p.end());
+      logits = narrow(decode(row_memory, row_lengths, all, t + 1), 1, t, 1);
+    }
+    return log_softmax(reshape(logits, {R, V})).to_vector();  // (R, V)
+  };
+
+  for (int64_t t = 0; t < max_len && std::count(done.begin(), done.end(), false) > 0; ++t) {
+    const std::vector<float> logp = next_log_probs(t);
+    std::vector<int64_t> parent(R);
+    std::vector<std::vector<int32_t>> next_prefix(R);
+    std::vector<double> next_score(R, kNone);
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t i = 0; i < N; ++i) parent[b * N + i] = b * N + i;  // done sources keep their rows
+      if (done[b]) {
+        for (int64_t i = 0; i < N; ++i) next_prefix[b * N + i] = prefix[b * N + i];
+        for (int64_t i = 0; i < N; ++i) next_prefix[b * N + i].push_back(o.eos);
+        continue;
+      }
+      // The 2N best extensions (score desc, then row and token asc): enough for N that do not end.
+      struct Candidate {
+        double score;
+        int64_t row;
+        int32_t token;
+      };
+      std::vector<Candidate> cand;
+      for (int64_t i = 0; i < N; ++i) {
+        const int64_t r = b * N + i;
+        if (score[r] == kNone) continue;
+        for (int64_t v = 0; v < V; ++v)
+          cand.push_back({score[r] + static_cast<double>(logp[r * V + v]), r, static_cast<int32_t>(v)});
+      }
+      const size_t keep = std::min(cand.size(), static_cast<size_t>(2 * N));
+      std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(keep), cand.end(),
+                        [](const Candidate& x, const Candidate& y) {
+                          if (x.score != y.score) return x.score > y.score;
+                          return x.row != y.row ? x.row < y.row : x.token < y.token;
+                        });
+      int64_t n_live = 0;
+      for (size_t k = 0; k < keep && n_live < N; ++k) {
+        const Candidate& cd = cand[k];
+        std::vector<int32_t> tokens(prefix[cd.row].begin() + 1, prefix[cd.row].end());
+        tokens.push_back(cd.token);
+        if (cd.token == o.eos) {
+          // An ending hypothesis counts only when it ranks among the N best (as GNMT / fairseq).
+          if (static_cast<int64_t>(k) < N) finished[b].push_back({tokens, cd.score});
+          continue;
+        }
+        const int64_t r = b * N + n_live++;
+        parent[r] = cd.row;
+        next_prefix[r] = prefix[cd.row];
+        next_prefix[r].push_back(cd.token);
+        next_score[r] = cd.score;
+        if (t + 1 == max_len) finished[b].push_back({tokens, cd.score});  // out of room: ends here
+      }
+      for (int64_t i = n_live; i < N; ++i) {  // rows without a hypothesis (score -inf) copy the first
+        const int64_t r = b * N + i;
+        if (n_live > 0) {
+          parent[r] = parent[b * N];
+          next_prefix[r] = next_prefix[b * N];
+        } else {
+          next_prefix[r] = prefix[r];
+          next_prefix[r].push_back(o.eos);
+        }
+      }
+      if (static_cast<int64_t>(finished[b].size()) >= N || n_live == 0 || t + 1 == max_len) done[b] = true;
+    }
+    prefix = std::move(next_prefix);
+    score = std::move(next_score);
+    bool moved = false;
+    for (int64_t r = 0; r < R; ++r) moved = moved || parent[r] != r;
+    if (o.use_cache && moved) select_rows(cache, parent);
+  }
+
+  std::vector<std::vector<int32_t>> out(B);
+  for (int64_t b = 0; b < B; ++b) {
+    double best = kNone;
+    for (const Hypothesis& h : finished[b]) {
+      const int64_t len = static_cast<int64_t>(h.tokens.size());  // <eos> included when it ended there
+      const double s = h.score / length_penalty(o, len);
+      if (s > best) {
+        best = s;
+        out[b] = h.tokens;
+      }
+    }
+    if (!out[b].empty() && out[b].back() == o.eos) out[b].pop_back();
+  }
+  return out;
+}
+
+void Seq2SeqModel::set_record_attention(bool on) {
+  impl_->record_attention = on;
+  for (auto& b : impl_->net.encoder) b->attn.record = on;
+  for (auto& b : impl_->net.decoder) b->attn.record = b->cross.record = on;
+}
+const std::vector<Tensor>& Seq2SeqModel::encoder_attention() const { return impl_->encoder_probs; }
+const std::vector<Tensor>& Seq2SeqModel::decoder_self_attention() const { return impl_->self_probs; }
+const std::vector<Tensor>& Seq2SeqModel::decoder_cross_attention() const { return impl_->cross_probs; }
+
+}  // namespace tfm

@@ -1,0 +1,137 @@
+// The objective factory and what the objectives share.
+#include "tfm/objectives/objective.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "text_objective.h"
+#include "tfm/engine/error.h"
+#include "tfm/engine/ops.h"
+
+namespace tfm {
+
+double Metrics::get(const std::string& name) const {
+  for (const auto& [n, v] : values)
+    if (n == name) return v;
+  return std::numeric_limits<double>::quiet_NaN();
+}
+bool Metrics::has(const std::string& name) const {
+  for (const auto& [n, v] : values)
+    if (n == name) return true;
+  return false;
+}
+void Metrics::set(const std::string& name, double value) {
+  for (auto& [n, v] : values)
+    if (n == name) {
+      v = value;
+      return;
+    }
+  values.emplace_back(name, value);
+}
+
+std::vector<std::pair<int64_t, int64_t>> shard_rows(int64_t B, int parts) {
+  TFM_CHECK(parts >= 1 && parts <= B, "shard_rows", "cannot cut ", B, " rows into ", parts, " shards");
+  std::vector<std::pair<int64_t, int64_t>> out;
+  int64_t begin = 0;
+  for (int i = 0; i < parts; ++i) {
+    const int64_t end = begin + B / parts + (i < B % parts ? 1 : 0);
+    out.emplace_back(begin, end);
+    begin = end;
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// TextObjective
+
+namespace {
+
+Dataset load_text(const Config& c, const Vocabulary* ckpt, int64_t T) {
+  const std::string path = c.string("data.path");
+  const double f = c.number("data.val_fraction");
+  if (ckpt) return load_dataset(path, ckpt->tokenizer, f, T);
+  if (c.string("data.tokenizer") == "bpe")
+    return load_dataset(path, Tokenizer::load_bpe(c.string("data.tokenizer_path")), f, T);
+  return load_dataset(path, c.string("data.tokenizer"), f, T);
+}
+
+Tokenizer tokenizer_of(const Vocabulary* ckpt, const std::optional<Dataset>& data) {
+  if (data) return data->tokenizer;
+  TFM_CHECK(ckpt != nullptr, "make_objective", "without data the vocabulary must come from a checkpoint");
+  return ckpt->tokenizer;
+}
+
+}  // namespace
+
+TextObjective::TextObjective(const Config& config, const Vocabulary* ckpt, const ObjectiveOptions& o,
+                             int64_t extra_vocab)
+    : config_(config),
+      B_(config.integer("train.batch_size")),
+      T_(config.integer("train.seq_len")),
+      tokenizer_(),
+      data_(o.load_data ? std::optional<Dataset>(load_text(config, ckpt, T_)) : std::nullopt),
+      model_(checked_model(config.model(tokenizer_of(ckpt, data_).size() + extra_vocab), o),
+             static_cast<uint64_t>(config.integer("seed"))),
+      sampler_(rank_seed(static_cast<uint64_t>(config.integer("seed")), o.rank)) {
+  tokenizer_ = tokenizer_of(ckpt, data_);
+}
+
+double TextObjective::train_flops_per_token() const {
+  return LanguageModel::flops_per_token(model_.config(), T_).train_per_token;
+}
+
+std::string TextObjective::describe_data() const {
+  if (!data_) return "no data loaded";
+  return data_->path + ", " + tokenizer_.kind_name() + " tokenizer, vocabulary " +
+         std::to_string(tokenizer_.size()) + ", " + std::to_string(data_->train.size()) + " train / " +
+         std::to_string(data_->val.size()) + " val tokens";
+}
+
+const std::vector<int32_t>& TextObjective::split_tokens(const std::string& split) const {
+  TFM_CHECK(data_.has_value(), name(), "built without data: no ", split, " split");
+  if (split == "val") return data_->val;
+  if (split == "train") return data_->train;
+  throw ConfigError("--split: expected \"val\" or \"train\", got \"" + split + "\"");
+}
+
+std::unique_ptr<Model> TextObjective::replica() {
+  return replica_of(model_, static_cast<uint64_t>(config_.integer("seed")));
+}
+
+BatchShards TextObjective::shards_of(const std::vector<int32_t>& x, const std::vector<int32_t>& y, int parts) const {
+  const auto counted = [](const std::vector<int32_t>& t) {
+    return static_cast<int64_t>(t.size()) - std::count(t.begin(), t.end(), kNotMasked);
+  };
+  BatchShards out;
+  out.tokens = B_ * T_;
+  const double total = static_cast<double>(counted(y));
+  for (const auto& [begin, end] : shard_rows(B_, parts)) {
+    std::vector<int32_t> xs(x.begin() + begin * T_, x.begin() + end * T_), ys(y.begin() + begin * T_, y.begin() + end * T_);
+    const int64_t n = counted(ys), rows = end - begin;
+    const float share = static_cast<float>(static_cast<double>(n) / total);
+    out.losses.push_back([xs = std::move(xs), ys = std::move(ys), n, rows, share, T = T_](Model& m) {
+      if (n == 0) return Tensor();
+      return cross_entropy(dynamic_cast<LanguageModel&>(m).forward(xs, rows, T), ys, kNotMasked) * share;
+    });
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The factory
+
+std::unique_ptr<Objective> make_causal_lm(const Config&, const Vocabulary*, const ObjectiveOptions&);
+std::unique_ptr<Objective> make_masked_lm(const Config&, const Vocabulary*, const ObjectiveOptions&);
+std::unique_ptr<Objective> make_seq2seq(const Config&, const Vocabulary*, const ObjectiveOptions&);
+
+std::unique_ptr<Objective> make_objective(const Config& config, const Vocabulary* vocabulary,
+                                          const ObjectiveOptions& options) {
+  const std::string name = config.string("train.objective");
+  if (name == "causal_lm") return make_causal_lm(config, vocabulary, options);
+  if (name == "masked_lm") return make_masked_lm(config, vocabulary, options);
+  if (name == "seq2seq") return make_seq2seq(config, vocabulary, options);
+  throw ConfigError("train.objective: unknown objective \"" + name + "\"");
+}
+
+}  // namespace tfm

@@ -1,0 +1,320 @@
+// seq2seq: an encoder-decoder over sentence pairs (seq2seq.h, pairs.h). Training is teacher forcing:
+// batches of B random training pairs padded to the longest in the batch, decoder input <bos> y,
+// target y <eos>, the loss the mean cross-entropy over the non-pad target tokens. Evaluation runs
+// over the validation pairs in order: loss, token accuracy (argmax = target, non-pad tokens) and
+// corpus BLEU of greedy translations (bleu.h: sacreBLEU's formula on d2l-tokenized words).
+// Inference: translate_texts().
+#include <algorithm>
+#include <cmath>
+
+#include "text_objective.h"
+#include "tfm/analysis/bleu.h"
+#include "tfm/engine/error.h"
+#include "tfm/engine/ops.h"
+#include "tfm/data/pairs.h"
+#include "tfm/models/encoder_decoder.h"
+
+namespace tfm {
+namespace {
+
+PairOptions pair_options(const Config& c) {
+  PairOptions o;
+  o.source_tokenizer = o.target_tokenizer = c.string("data.tokenizer");
+  if (o.source_tokenizer == "bpe") o.source_tokenizer_path = o.target_tokenizer_path = c.string("data.tokenizer_path");
+  o.min_freq = c.integer("data.min_freq");
+  o.max_pairs = c.integer("data.max_pairs");
+  o.val_fraction = c.number("data.val_fraction");
+  o.seed = static_cast<uint64_t>(c.integer("seed"));
+  o.max_source_len = c.integer("data.max_source_len");
+  o.max_target_len = c.integer("data.max_target_len");
+  return o;
+}
+
+std::optional<PairDataset> load_data_of(const Config& c, const Vocabulary* ckpt, bool load) {
+  if (!load) return std::nullopt;
+  const std::string path = c.string("data.path");
+  if (!ckpt) return load_pairs(path, pair_options(c));
+  if (!ckpt->target_tokenizer)
+    throw IoError("the checkpoint of this seq2seq run has no target vocabulary (section vocab.target)");
+  return load_pairs(path, pair_options(c), ckpt->tokenizer, *ckpt->target_tokenizer);
+}
+
+const Tokenizer& side(const Vocabulary* ckpt, const std::optional<PairDataset>& d, bool target) {
+  if (d) return target ? d->target_tokenizer : d->source_tokenizer;
+  TFM_CHECK(ckpt != nullptr, "make_objective", "without data the vocabularies must come from a checkpoint");
+  if (target && !ckpt->target_tokenizer)
+    throw IoError("the checkpoint of this seq2seq run has no target vocabulary (section vocab.target)");
+  return target ? *ckpt->target_tokenizer : ckpt->tokenizer;
+}
+
+ModelConfig model_config(const Config& c, const Tokenizer& source, const Tokenizer& target) {
+  ModelConfig m = c.model(target.size());
+  m.source_vocab_size = source.size();
+  return m;
+}
+
+double mean_length(const std::vector<SentencePair>& pairs, bool target) {
+  if (pairs.empty()) return 1.0;
+  double n = 0;
+  for (const SentencePair& p : pairs) n += static_cast<double>((target ? p.tgt : p.src).size() + 1);  // + <eos>
+  return n / static_cast<double>(pairs.size());
+}
+
+class Seq2Seq : public Objective {
+ public:
+  Seq2Seq(const Config& c, const Vocabulary* ckpt, const ObjectiveOptions& o)
+      : config_(c),
+        B_(c.integer("train.batch_size")),
+        data_(load_data_of(c, ckpt, o.load_data)),
+        source_(side(ckpt, data_, false)),
+        target_(side(ckpt, data_, true)),
+        model_(checked_model(model_config(c, source_, target_), o),
+               static_cast<uint64_t>(c.integer("seed"))),
+        sampler_(rank_seed(static_cast<uint64_t>(c.integer("seed")), o.rank)) {}
+
+  std::string name() const override { return "seq2seq"; }
+  Model& model() override { return model_; }
+  Seq2SeqModel& s2s() { return model_; }
+  const Tokenizer& tokenizer() const override { return source_; }
+  const Tokenizer* target_tokenizer() const override { return &target_; }
+  Rng& sampler_rng() override { return sampler_.rng(); }
+  bool has_data() const override { return data_.has_value(); }
+  int64_t max_source_len() const { return config_.integer("data.max_source_len"); }
+  int64_t max_target_len() const { return config_.integer("data.max_target_len"); }
+  // A source text as training saw it: encoded, truncated to data.max_source_len tokens (make_pair_batch
+  // appends <eos>). `what` names the flag in errors.
+  std::vector<int32_t> encode_source(const std::string& text, const char* what) const {
+    std::vector<int32_t> ids = source_.encode(text, what);
+    if (static_cast<int64_t>(ids.size()) > max_source_len()) ids.resize(static_cast<size_t>(max_source_len()));
+    return ids;
+  }
+
+  BatchLoss train_batch() override {
+    const std::vector<SentencePair>& pairs = split("train");
+    const PairBatch b = make_pair_batch(pairs, sampler_.sample(static_cast<int64_t>(pairs.size()), B_));
+    // tokens/s counts the real tokens the model reads: source and target, padding excluded.
+    return {loss_of(b), b.real_source_tokens + b.real_target_tokens};
+  }
+
+  // Each shard is padded to its own longest pair (padding changes no real position's value); shard i's
+  // share is its real target tokens / the batch's.
+  BatchShards train_batch_shards(int parts) override {
+    const std::vector<SentencePair>& pairs = split("train");
+    const std::vector<int64_t> drawn = sampler_.sample(static_cast<int64_t>(pairs.size()), B_);
+    // Each shard padded to its own longest pair; the batch's real tokens are the shards' sum.
+    std::vector<PairBatch> shards;
+    int64_t targets = 0;
+    BatchShards out;
+    for (const auto& [begin, end] : shard_rows(B_, parts)) {
+      shards.push_back(make_pair_batch(pairs, std::vector<int64_t>(drawn.begin() + begin, drawn.begin() + end)));
+      targets += shards.back().real_target_tokens;
+      out.tokens += shards.back().real_source_tokens + shards.back().real_target_tokens;
+    }
+    for (PairBatch& b : shards) {
+      const float share = static_cast<float>(static_cast<double>(b.real_target_tokens) / static_cast<double>(targets));
+      out.losses.push_back([b = std::move(b), share](Model& m) {
+        if (b.real_target_tokens == 0) return Tensor();
+        return loss_on(dynamic_cast<Seq2SeqModel&>(m), b) * share;
+      });
+    }
+    return out;
+  }
+
+  std::unique_ptr<Model> replica() override {
+    return replica_of(model_, static_cast<uint64_t>(config_.integer("seed")));
+  }
+
+  std::string describe_batch() const override {
+    return std::to_string(B_) + " pairs (padded to the longest in the batch; at most " +
+           std::to_string(max_source_len() + 1) + " source + " + std::to_string(max_target_len() + 1) +
+           " target tokens)";
+  }
+
+  Tensor split_batch_loss(const std::string& split_name, uint64_t seed) override {
+    const std::vector<SentencePair>& pairs = split(split_name);
+    PairSampler sampler(seed);
+    return loss_of(make_pair_batch(pairs, sampler.sample(static_cast<int64_t>(pairs.size()), B_)));
+  }
+
+  std::function<Tensor()> random_batch_loss(Rng& rng) override {
+    // Lengths from 1 to the longest allowed, ordinary ids only (after the specials).
+    const auto sentence = [&rng](int64_t max_len, const Tokenizer& tok) {
+      const int64_t first = static_cast<int64_t>(tok.specials().size()), n = tok.size() - first;
+      std::vector<int32_t> s(static_cast<size_t>(1 + rng.below(static_cast<uint64_t>(max_len))));
+      for (int32_t& t : s) t = static_cast<int32_t>(first + static_cast<int64_t>(rng.below(static_cast<uint64_t>(n))));
+      return s;
+    };
+    std::vector<SentencePair> pairs(static_cast<size_t>(B_));
+    std::vector<int64_t> all(static_cast<size_t>(B_));
+    for (int64_t i = 0; i < B_; ++i) {
+      pairs[i].src = sentence(max_source_len(), source_);
+      pairs[i].tgt = sentence(max_target_len(), target_);
+      all[i] = i;
+    }
+    return [this, b = make_pair_batch(pairs, all)] { return loss_of(b); };
+  }
+
+  // Teacher forcing: the mean cross-entropy over the batch's non-pad target tokens.
+  Tensor loss_of(const PairBatch& b) { return loss_on(model_, b); }
+  static Tensor loss_on(Seq2SeqModel& model, const PairBatch& b) {
+    const Tensor logits = model.forward(b.src, b.src_lengths, b.B, b.S, b.tgt_in, b.T);  // (B, T, V)
+    return cross_entropy(logits, b.tgt_out, kPadId);
+  }
+
+  // Over the first min(n, batches * B) pairs of the split, in order (the same pairs every time; the
+  // seed is not needed). BLEU compares greedy translations with the references, both split into
+  // words as the word tokenizer does (so char/byte/bpe runs are scored on words too).
+  Metrics evaluate(const std::string& split_name, int64_t batches, uint64_t) override {
+    const std::vector<SentencePair>& pairs = split(split_name);
+    const int64_t n = std::min<int64_t>(static_cast<int64_t>(pairs.size()), batches * B_);
+    const bool was_training = model_.training();
+    model_.set_training(false);
+    NoGradGuard no_grad;
+    double loss_sum = 0.0;
+    int64_t tokens = 0, correct = 0;
+    std::vector<Tokens> hypotheses, references;
+    const int64_t V = model_.config().vocab_size;
+    TranslateOptions greedy;
+    greedy.max_len = max_target_len() + 1;
+    for (int64_t first = 0; first < n; first += B_) {
+      std::vector<int64_t> idx;
+      for (int64_t i = first; i < std::min(n, first + B_); ++i) idx.push_back(i);
+      const PairBatch b = make_pair_batch(pairs, idx);
+      const Tensor logits = contiguous(model_.forward(b.src, b.src_lengths, b.B, b.S, b.tgt_in, b.T));
+      loss_sum += cross_entropy(logits, b.tgt_out, kPadId).item() * static_cast<double>(b.real_target_tokens);
+      tokens += b.real_target_tokens;
+      const float* l = logits.data();
+      for (int64_t p = 0; p < b.B * b.T; ++p)
+        if (b.tgt_out[p] != kPadId)
+          correct += (std::max_element(l + p * V, l + (p + 1) * V) - (l + p * V)) == b.tgt_out[p];
+      const auto out = model_.translate(b.src, b.src_lengths, b.B, b.S, greedy);
+      for (size_t r = 0; r < out.size(); ++r) {
+        hypotheses.push_back(Tokenizer::split_words(target_.decode(out[r]), "translation"));
+        references.push_back(Tokenizer::split_words(pairs[static_cast<size_t>(idx[r])].target, data_->path));
+      }
+    }
+    model_.set_training(was_training);
+    Metrics m;
+    m.set("loss", tokens > 0 ? loss_sum / static_cast<double>(tokens) : 0.0);
+    m.set("accuracy", tokens > 0 ? static_cast<double>(correct) / static_cast<double>(tokens) : 0.0);
+    m.set("bleu", corpus_bleu(hypotheses, references).score);
+    return m;
+  }
+
+  double train_flops_per_token() const override {
+    // Seq2SeqModel counts per target token; tokens/s counts source + target tokens.
+    const double src = data_ ? mean_length(data_->train, false) : 1.0;
+    const double tgt = data_ ? mean_length(data_->train, true) : 1.0;
+    const auto f = Seq2SeqModel::flops_per_token(model_.config(), static_cast<int64_t>(std::lround(src)),
+                                                 static_cast<int64_t>(std::lround(tgt)));
+    return f.train_per_token * tgt / (src + tgt);
+  }
+
+  std::string describe_data() const override {
+    if (!data_) return "no data loaded";
+    return data_->path + ", " + std::to_string(data_->train.size()) + " train / " + std::to_string(data_->val.size()) +
+           " val pairs, " + source_.kind_name() + " tokenizer, vocabularies " + std::to_string(source_.size()) +
+           " source / " + std::to_string(target_.size()) + " target (specials included)";
+  }
+  std::string usage_hint(const std::string& dir) const override {
+    return "Translate with: tfm translate --run " + dir + " --text \"...\"";
+  }
+
+ private:
+  const std::vector<SentencePair>& split(const std::string& s) const {
+    TFM_CHECK(data_.has_value(), "seq2seq", "built without data: no ", s, " split");
+    if (s == "val") return data_->val;
+    if (s == "train") return data_->train;
+    throw ConfigError("--split: expected \"val\" or \"train\", got \"" + s + "\"");
+  }
+
+  Config config_;
+  int64_t B_;
+  std::optional<PairDataset> data_;
+  Tokenizer source_, target_;
+  Seq2SeqModel model_;
+  PairSampler sampler_;
+};
+
+}  // namespace
+
+std::unique_ptr<Objective> make_seq2seq(const Config& c, const Vocabulary* ckpt, const ObjectiveOptions& o) {
+  return std::make_unique<Seq2Seq>(c, ckpt, o);
+}
+
+namespace {
+Seq2Seq& seq2seq_of(Objective& objective, const char* what) {
+  auto* s = dynamic_cast<Seq2Seq*>(&objective);
+  if (!s)
+    throw ConfigError(std::string(what) + ": the run was trained with train.objective \"" + objective.name() +
+                      "\"; this needs a seq2seq run");
+  return *s;
+}
+
+// Axis labels: a token's text, a special's name.
+std::vector<std::string> labels(const Tokenizer& tok, const std::vector<int32_t>& ids) {
+  std::vector<std::string> out;
+  for (int32_t id : ids) out.push_back(tok.is_special(id) ? tok.specials()[static_cast<size_t>(id)] : tok.decode(id));
+  return out;
+}
+}  // namespace
+
+PairAttention pair_attention(Objective& objective, const std::string& source, const std::string& target) {
+  Seq2Seq& s = seq2seq_of(objective, "attention");
+  const std::string tgt_text = target.empty() ? translate_texts(objective, {source}, {}).at(0) : target;
+  SentencePair pair;
+  pair.src = s.encode_source(source, "--text");
+  if (pair.src.empty()) throw ConfigError("--text: no tokens");
+  pair.tgt = s.target_tokenizer()->encode(tgt_text, "--target");
+  if (static_cast<int64_t>(pair.tgt.size()) > s.max_target_len()) pair.tgt.resize(s.max_target_len());
+  const PairBatch b = make_pair_batch({pair}, std::vector<int64_t>{0});
+  Seq2SeqModel& model = s.s2s();
+  NoGradGuard no_grad;
+  const bool was_training = model.training();
+  model.set_training(false);
+  model.set_record_attention(true);
+  model.forward(b.src, b.src_lengths, 1, b.S, b.tgt_in, b.T);
+  model.set_record_attention(false);
+  model.set_training(was_training);
+  PairAttention a;
+  a.source_tokens = labels(s.tokenizer(), b.src);
+  a.target_tokens = labels(*s.target_tokenizer(), b.tgt_out);
+  const int64_t H = model.config().n_heads;
+  const auto take = [H](const std::vector<Tensor>& probs, int64_t rows, int64_t cols) {
+    std::vector<Tensor> out;
+    for (const Tensor& p : probs) out.push_back(reshape(contiguous_values(p), {H, rows, cols}).clone());  // (1, H, r, c)
+    return out;
+  };
+  a.encoder = take(model.encoder_attention(), b.S, b.S);
+  a.decoder_self = take(model.decoder_self_attention(), b.T, b.T);
+  a.cross = take(model.decoder_cross_attention(), b.T, b.S);
+  return a;
+}
+
+std::vector<std::string> translate_texts(Objective& objective, const std::vector<std::string>& texts,
+                                         const TranslateOptions& options) {
+  auto* s = dynamic_cast<Seq2Seq*>(&objective);
+  if (!s)
+    throw ConfigError("translate: the run was trained with train.objective \"" + objective.name() +
+                      "\"; translation needs a seq2seq run");
+  if (texts.empty()) return {};
+  std::vector<SentencePair> pairs(texts.size());
+  std::vector<int64_t> idx;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    pairs[i].src = s->encode_source(texts[i], "--text");
+    idx.push_back(static_cast<int64_t>(i));
+  }
+  const PairBatch b = make_pair_batch(pairs, idx);
+  TranslateOptions o = options;
+  if (o.max_len <= 0) o.max_len = s->max_target_len() + 1;
+  Seq2SeqModel& model = s->s2s();
+  const bool was_training = model.training();
+  model.set_training(false);
+  const auto out = model.translate(b.src, b.src_lengths, b.B, b.S, o);
+  model.set_training(was_training);
+  std::vector<std::string> result;
+  for (const auto& ids : out) result.push_back(s->target_tokenizer()->decode(ids));
+  return result;
+}
+
+}  // namespace tfm

@@ -1,0 +1,229 @@
+#include "tfm/training/checkpoint.h"
+
+#include <array>
+#include <cstring>
+
+#include "tfm/engine/error.h"
+#include "tfm/engine/file_io.h"
+
+namespace tfm {
+namespace {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "checkpoints are written little-endian");
+
+constexpr char kMagic[8] = {'T', 'F', 'M', 'C', 'K', 'P', 'T', '\0'};
+constexpr size_t kHeaderBytes = 32;
+constexpr uint32_t kMaxNameBytes = 64;
+
+std::array<uint32_t, 256> make_crc_table() {
+  std::array<uint32_t, 256> t{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    t[i] = c;
+  }
+  return t;
+}
+
+template <class V>
+void put(std::string& out, V v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+// One payload section, by reference.
+struct Section {
+  std::string name;
+  const void* data;
+  size_t size;
+  // The bytes before the data: u32 name length, name, u64 data length.
+  std::string prefix() const {
+    std::string out;
+    put<uint32_t>(out, static_cast<uint32_t>(name.size()));
+    out += name;
+    put<uint64_t>(out, size);
+    return out;
+  }
+};
+
+// Reads sections from the verified payload.
+class Reader {
+ public:
+  Reader(const std::string& path, const char* p, size_t n) : path_(path), p_(p), n_(n) {}
+  bool done() const { return pos_ == n_; }
+  template <class V>
+  V get(const char* what) {
+    need(sizeof(V), what);
+    V v;
+    std::memcpy(&v, p_ + pos_, sizeof v);
+    pos_ += sizeof v;
+    return v;
+  }
+  std::string bytes(size_t len, const char* what) {
+    need(len, what);
+    std::string s(p_ + pos_, len);
+    pos_ += len;
+    return s;
+  }
+
+ private:
+  void need(size_t len, const char* what) {
+    if (len > n_ - pos_)
+      throw IoError(path_ + ": corrupt checkpoint: " + what + " needs " + std::to_string(len) +
+                    " bytes at payload offset " + std::to_string(pos_) + ", only " +
+                    std::to_string(n_ - pos_) + " remain");
+  }
+  const std::string& path_;
+  const char* p_;
+  size_t n_;
+  size_t pos_ = 0;
+};
+
+std::vector<float> to_floats(const std::string& path, const std::string& name, const std::string& bytes) {
+  if (bytes.size() % sizeof(float) != 0)
+    throw IoError(path + ": corrupt checkpoint: section " + name + " has " + std::to_string(bytes.size()) +
+                  " bytes, not a whole number of float32 values");
+  std::vector<float> v(bytes.size() / sizeof(float));
+  std::memcpy(v.data(), bytes.data(), bytes.size());
+  return v;
+}
+
+nlohmann::json to_json(const std::string& path, const std::string& name, const std::string& bytes) {
+  try {
+    return nlohmann::json::parse(bytes);
+  } catch (const nlohmann::json::exception& e) {
+    throw IoError(path + ": corrupt checkpoint: section " + name + " is not valid JSON (" + e.what() + ")");
+  }
+}
+
+}  // namespace
+
+uint32_t crc32(const void* data, size_t n, uint32_t crc) {
+  static const std::array<uint32_t, 256> table = make_crc_table();
+  const auto* p = static_cast<const unsigned char*>(data);
+  crc = ~crc;
+  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+  return ~crc;
+}
+
+void save_checkpoint(const std::string& path, const CheckpointView& ckpt) {
+  const std::string config = ckpt.config.dump(2);
+  const nlohmann::json vocab = ckpt.tokenizer.to_json();  // symbols, or BPE merges
+  const std::string vocab_s = vocab.dump(), state_s = ckpt.state.dump(2);
+  const std::string target_s = ckpt.target_tokenizer ? ckpt.target_tokenizer->to_json().dump() : "";
+  std::vector<Section> sections = {{"config", config.data(), config.size()},
+                                   {"vocab", vocab_s.data(), vocab_s.size()},
+                                   {"state", state_s.data(), state_s.size()},
+                                   {"model", ckpt.model, ckpt.parameters * sizeof(float)}};
+  if (ckpt.target_tokenizer) sections.push_back({"vocab.target", target_s.data(), target_s.size()});
+  for (size_t i = 0; i < ckpt.optimizer.size(); ++i)
+    sections.push_back({"optim." + std::to_string(i), ckpt.optimizer[i].data(), ckpt.optimizer[i].size() * sizeof(float)});
+  // The header carries the payload's size and CRC, so a first pass computes them over the buffers
+  // in place and a second streams the same bytes to the file.
+  uint64_t payload_size = 0;
+  uint32_t crc = 0;
+  for (const Section& s : sections) {
+    const std::string prefix = s.prefix();
+    payload_size += prefix.size() + s.size;
+    crc = crc32(s.data, s.size, crc32(prefix.data(), prefix.size(), crc));
+  }
+  std::string header(kMagic, sizeof kMagic);
+  put<uint32_t>(header, kCheckpointVersion);
+  put<uint32_t>(header, static_cast<uint32_t>(sections.size()));
+  put<uint64_t>(header, payload_size);
+  put<uint32_t>(header, crc);
+  put<uint32_t>(header, 0);
+
+  AtomicFile file(path);  // PATH.tmp, fsync'd, renamed over PATH by commit()
+  file.write(header.data(), header.size());
+  for (const Section& s : sections) {
+    const std::string prefix = s.prefix();
+    file.write(prefix.data(), prefix.size());
+    file.write(s.data, s.size);
+  }
+  file.commit();
+}
+
+void save_checkpoint(const std::string& path, const Checkpoint& ckpt) {
+  save_checkpoint(path, CheckpointView{ckpt.config, ckpt.tokenizer, ckpt.state, ckpt.model.data(), ckpt.model.size(),
+                                       ckpt.optimizer,
+                                       ckpt.target_tokenizer ? &*ckpt.target_tokenizer : nullptr});
+}
+
+Checkpoint load_checkpoint(const std::string& path) {
+  const std::string bytes = read_file(path, kMaxCheckpointBytes);  // bounded before allocating
+  return parse_checkpoint(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), path);
+}
+
+Checkpoint parse_checkpoint(const uint8_t* data, size_t size, const std::string& path) {
+  if (size < kHeaderBytes)
+    throw IoError(path + ": not a tfm checkpoint (" + std::to_string(size) + " bytes, shorter than the " +
+                  std::to_string(kHeaderBytes) + "-byte header)");
+  const char* header = reinterpret_cast<const char*>(data);
+  if (std::memcmp(header, kMagic, sizeof kMagic) != 0)
+    throw IoError(path + ": not a tfm checkpoint (wrong magic number)");
+  uint32_t version, sections, crc;
+  uint64_t payload_size;
+  std::memcpy(&version, header + 8, 4);
+  std::memcpy(&sections, header + 12, 4);
+  std::memcpy(&payload_size, header + 16, 8);
+  std::memcpy(&crc, header + 24, 4);
+  if (version != kCheckpointVersion)
+    throw IoError(path + ": checkpoint format version " + std::to_string(version) +
+                  ", this tfm reads version " + std::to_string(kCheckpointVersion) +
+                  (version > kCheckpointVersion ? " (written by a newer tfm)" : ""));
+  if (sections < 4 || sections > kMaxSections)
+    throw IoError(path + ": corrupt checkpoint: " + std::to_string(sections) + " sections, expected 4 to " +
+                  std::to_string(kMaxSections));
+  if (payload_size != size - kHeaderBytes)
+    throw IoError(path + ": truncated or corrupt checkpoint: the header promises " +
+                  std::to_string(payload_size) + " payload bytes, the file has " +
+                  std::to_string(size - kHeaderBytes));
+  const char* payload = header + kHeaderBytes;
+  if (crc32(payload, payload_size) != crc)
+    throw IoError(path +
+                  ": corrupt checkpoint: checksum mismatch (the file was damaged after it was written)");
+
+  Checkpoint ckpt;
+  Reader r(path, payload, payload_size);
+  bool has_config = false, has_vocab = false, has_state = false, has_model = false;
+  for (uint32_t s = 0; s < sections; ++s) {
+    const uint32_t name_len = r.get<uint32_t>("a section name length");
+    if (name_len == 0 || name_len > kMaxNameBytes)
+      throw IoError(path + ": corrupt checkpoint: section name of " + std::to_string(name_len) + " bytes");
+    const std::string name = r.bytes(name_len, "a section name");
+    const uint64_t len = r.get<uint64_t>("a section length");
+    const std::string data = r.bytes(len, ("section " + name).c_str());
+    if (name == "config") {
+      ckpt.config = to_json(path, name, data), has_config = true;
+    } else if (name == "vocab" || name == "vocab.target") {
+      const nlohmann::json v = to_json(path, name, data);
+      try {
+        if (name == "vocab.target")
+          ckpt.target_tokenizer = Tokenizer::from_json(v);
+        else
+          ckpt.tokenizer = Tokenizer::from_json(v);
+      } catch (const nlohmann::json::exception& e) {
+        throw IoError(path + ": corrupt checkpoint: bad vocab section (" + e.what() + ")");
+      } catch (const Error& e) {
+        throw IoError(path + ": corrupt checkpoint: bad vocab section (" + e.what() + ")");
+      }
+      has_vocab = has_vocab || name == "vocab";
+    } else if (name == "state") {
+      ckpt.state = to_json(path, name, data), has_state = true;
+      if (!ckpt.state.is_object())
+        throw IoError(path + ": corrupt checkpoint: the state section is not an object");
+    } else if (name == "model") {
+      ckpt.model = to_floats(path, name, data), has_model = true;
+    } else if (name.rfind("optim.", 0) == 0) {
+      ckpt.optimizer.push_back(to_floats(path, name, data));
+    } else {
+      throw IoError(path + ": corrupt checkpoint: unknown section \"" + name + "\"");
+    }
+  }
+  if (!r.done()) throw IoError(path + ": corrupt checkpoint: bytes after the last section");
+  if (!has_config || !has_vocab || !has_state || !has_model)
+    throw IoError(path + ": corrupt checkpoint: a section is missing (needs config, vocab, state, model)");
+  return ckpt;
+}
+
+}  // namespace tfm

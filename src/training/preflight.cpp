@@ -1,0 +1,303 @@
+#include "tfm/training/preflight.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "tfm/training/distributed.h"
+#include "tfm/engine/error.h"
+#include "tfm/nn/layers.h"
+
+namespace tfm {
+namespace {
+
+constexpr double kFloat = 4.0;  // bytes per float32
+
+std::string bytes_str(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (b >= 1024.0 && u < 6) b /= 1024.0, ++u;
+  char buf[48];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+  return buf;
+}
+
+std::string kv(const std::string& key, int64_t value) { return key + " = " + std::to_string(value); }
+
+// Activations of one micro-batch, as tfm keeps them (see the README's memory section). Per layer and
+// token: the block's input, the attention output and the residual between the sublayers (C each;
+// post-norm also the first norm's output), K and V, fc1's output (F), the softmax and norm statistics;
+// Q, the norms' outputs, act(h) and the probabilities are recomputed (attention dropout keeps its
+// (B, H, T, T) mask). On top: the backward's largest transient (~5 C per token) and the logits with
+// their gradient. The README's memory section tells how each was brought down.
+// Head mixing (nn.h) is composed of primitive ops too: each layer keeps the logits, the softmax's output,
+// the masked probabilities and the mixed ones, (B, H, T, keys) each, and the queries' (B, T, C) copy in
+// head-major layout; group_mlp's out_mlp keeps its hidden layer, (B, T, C) more.
+double mixing_floats(const ModelConfig& mc, double B, double T, double keys) {
+  if (mc.head_mixing == "none") return 0.0;
+  const double C = static_cast<double>(mc.d_model), H = static_cast<double>(mc.n_heads);
+  return 4.0 * B * H * T * keys + B * T * C * (mc.head_mixing == "group_mlp" ? 2.0 : 1.0);
+}
+// The backward's transient gradients of those (B, H, T, keys) tensors.
+double mixing_transient(const ModelConfig& mc, double B, double T, double keys) {
+  return mc.head_mixing == "none" ? 0.0 : 3.0 * B * static_cast<double>(mc.n_heads) * T * keys;
+}
+
+// A block over B x T queries attending to `keys` positions (self-attention: keys = T).
+double block_floats(const ModelConfig& mc, double B, double T, double keys) {
+  const double C = static_cast<double>(mc.d_model), H = static_cast<double>(mc.n_heads);
+  const double kv_width = static_cast<double>(mc.n_kv_heads) * (C / H);
+  const double BT = B * T;
+  const double per_layer = BT * ((mc.norm_position == "pre" ? 3.0 : 4.0) * C + static_cast<double>(mc.d_ff) +
+                                 2.0 * H + 4.0 + (mc.head_gating == "topk" ? 4.0 * H : 0.0)) +
+                           B * keys * 2.0 * kv_width + (mc.attention_dropout > 0.0f ? B * H * T * keys : 0.0);
+  // Additive scores are composed of primitive ops over (B, H, T, T, Dk): each layer keeps tanh's output
+  // and a few (B, H, T, T) score tensors.
+  const double scores = B * H * T * keys;
+  return per_layer + (mc.attention_score == "additive" ? scores * (C / H + 4.0) : 0.0) +
+         mixing_floats(mc, B, T, keys);
+}
+// The backward's transient (B, H, T, keys, Dk) gradients of additive scoring.
+double additive_transient(const ModelConfig& mc, double B, double T, double keys) {
+  const double C = static_cast<double>(mc.d_model), H = static_cast<double>(mc.n_heads);
+  return mc.attention_score == "additive" ? 3.0 * B * H * T * keys * (C / H) : 0.0;
+}
+
+// A language model over (B, T); an encoder-decoder over B sources of S and targets of T tokens: the
+// encoder's blocks over S, the decoder's over T plus cross-attention (its queries' norm, output and
+// residual, the softmax statistics, and K, V over the S source positions).
+double activation_bytes(const ModelConfig& mc, double B, double S, double T) {
+  const double C = static_cast<double>(mc.d_model), H = static_cast<double>(mc.n_heads);
+  const double kv_width = static_cast<double>(mc.n_kv_heads) * (C / H);
+  const double V = static_cast<double>(mc.vocab_size);
+  if (mc.source_vocab_size == 0)
+    return kFloat * (static_cast<double>(mc.n_layers) * block_floats(mc, B, T, T) +
+                     std::max(additive_transient(mc, B, T, T), mixing_transient(mc, B, T, T)) +
+                     5.0 * B * T * C + 2.0 * B * T * V);
+  const double cross = B * T * (3.0 * C + 2.0 * H + 4.0) + B * S * 2.0 * kv_width +
+                       (mc.attention_score == "additive" ? B * H * T * S * (C / H + 4.0) : 0.0) +
+                       mixing_floats(mc, B, T, S);
+  const double encoder = static_cast<double>(mc.n_encoder_layers) * block_floats(mc, B, S, S);
+  const double decoder = static_cast<double>(mc.n_decoder_layers) * (block_floats(mc, B, T, T) + cross);
+  const double transient = std::max({additive_transient(mc, B, S, S), additive_transient(mc, B, T, T),
+                                     additive_transient(mc, B, T, S), mixing_transient(mc, B, S, S),
+                                     mixing_transient(mc, B, T, T), mixing_transient(mc, B, T, S)});
+  return kFloat * (encoder + decoder + transient + 5.0 * B * std::max(S, T) * C + 2.0 * B * T * V);
+}
+
+// The keys of the model's size ("key = value"): what drives parameters, gradients and optimizer state.
+std::vector<std::string> model_keys(const ModelConfig& mc) {
+  std::vector<std::string> keys;
+  if (mc.source_vocab_size > 0)
+    keys = {kv("model.n_encoder_layers", mc.n_encoder_layers), kv("model.n_decoder_layers", mc.n_decoder_layers)};
+  else
+    keys = {kv("model.n_layers", mc.n_layers)};
+  keys.push_back(kv("model.d_model", mc.d_model));
+  keys.push_back(kv("model.d_ff", mc.d_ff));
+  if (mc.positional_encoding == "learned") keys.push_back(kv("model.max_seq_len", mc.max_seq_len));
+  return keys;
+}
+
+// (S = T for a language model.)
+MemoryEstimate estimate(const ModelConfig& mc, int64_t B, int64_t S, int64_t T, double optimizer_buffers,
+                        bool training) {
+  MemoryEstimate e;
+  const double P = parameter_count(mc);
+  e.parameters = kFloat * P;
+  e.gradients = training ? kFloat * P : 0.0;
+  e.optimizer = kFloat * P * optimizer_buffers;
+  e.position_table = mc.positional_encoding == "sinusoidal"
+                         ? kFloat * static_cast<double>(mc.max_seq_len) * static_cast<double>(mc.d_model)
+                         : 0.0;
+  e.activations = activation_bytes(mc, static_cast<double>(B), static_cast<double>(S), static_cast<double>(T));
+  // The keys of the largest component drive the estimate; the others would be noise in a message.
+  const double model_bytes = e.parameters + e.gradients + e.optimizer;
+  if (e.position_table >= model_bytes && e.position_table >= e.activations) {
+    e.drivers = {kv("model.max_seq_len", mc.max_seq_len), kv("model.d_model", mc.d_model)};
+  } else if (e.activations >= model_bytes) {
+    e.drivers = {kv("train.batch_size", B)};
+    if (mc.source_vocab_size > 0)
+      e.drivers.push_back(kv("data.max_source_len", S - 1)), e.drivers.push_back(kv("data.max_target_len", T - 1));
+    else
+      e.drivers.push_back(kv("train.seq_len", T));
+    for (const std::string& k : model_keys(mc)) e.drivers.push_back(k);
+  } else {
+    e.drivers = model_keys(mc);
+  }
+  return e;
+}
+
+// The first number on the line of `file` that starts with `key` (e.g. "MemAvailable:"), or -1.
+double read_keyed(const std::string& file, const std::string& key) {
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.compare(0, key.size(), key) == 0) return std::strtod(line.c_str() + key.size(), nullptr);
+  return -1;
+}
+
+// A single number in a file ("max" or missing: -1).
+double read_number(const std::string& file) {
+  std::ifstream in(file);
+  std::string s;
+  if (!(in >> s) || s == "max") return -1;
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  return end != s.c_str() ? v : -1;
+}
+
+// The smallest headroom (limit - usage + reclaimable page cache) over the process's cgroup and its
+// ancestors; -1 when no limit applies.
+double cgroup_headroom(std::string* source) {
+  std::ifstream in("/proc/self/cgroup");
+  std::string line;
+  double best = -1;
+  auto consider = [&](double limit, double usage, double inactive, const char* what) {
+    // v1 reports "no limit" as a huge page-rounded number.
+    if (limit < 0 || limit > 1e18 || usage < 0) return;
+    const double headroom = std::max(0.0, limit - usage + std::max(0.0, inactive));
+    if (best < 0 || headroom < best) best = headroom, *source = what;
+  };
+  while (std::getline(in, line)) {
+    const size_t a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1);
+    std::string path = line.substr(b + 1);
+    const bool v2 = line.compare(0, 2, "0:") == 0 && controllers.empty();
+    const bool v1 = !v2 && ("," + controllers + ",").find(",memory,") != std::string::npos;
+    if (!v1 && !v2) continue;
+    const std::string root = v2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/memory";
+    for (;;) {  // the group and each ancestor up to the root of the mount
+      const std::string dir = root + (path == "/" ? "" : path);
+      if (v2)
+        consider(read_number(dir + "/memory.max"), read_number(dir + "/memory.current"),
+                 read_keyed(dir + "/memory.stat", "inactive_file "), "cgroup v2 memory.max");
+      else
+        consider(read_number(dir + "/memory.limit_in_bytes"), read_number(dir + "/memory.usage_in_bytes"),
+                 read_keyed(dir + "/memory.stat", "total_inactive_file "), "cgroup v1 memory.limit_in_bytes");
+      if (path.empty() || path == "/") break;
+      const size_t slash = path.rfind('/');
+      path = slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+std::string MemoryEstimate::summary() const {
+  std::string s = "parameters " + bytes_str(parameters);
+  if (gradients > 0) s += ", gradients " + bytes_str(gradients);
+  if (optimizer > 0) s += ", optimizer " + bytes_str(optimizer);
+  s += ", activations " + bytes_str(activations);
+  if (position_table > 0) s += ", position table " + bytes_str(position_table);
+  return s + "; total " + bytes_str(total());
+}
+
+double parameter_count(const ModelConfig& mc) {
+  const double V = static_cast<double>(mc.vocab_size), C = static_cast<double>(mc.d_model);
+  const double F = static_cast<double>(mc.d_ff), H = static_cast<double>(mc.n_heads);
+  const double Hkv = static_cast<double>(mc.n_kv_heads > 0 ? mc.n_kv_heads : mc.n_heads);
+  const double kv_width = Hkv * (C / H), b = mc.bias ? 1.0 : 0.0;
+  // Wo, or with group_mlp its replacement out_mlp (fc1, fc2: C x C each); head mixing's mix_logits and
+  // mix_weights are (g, H/g, H/g) each, g = 1 for talking_heads.
+  const bool mlp = mc.head_mixing == "group_mlp";
+  const double output = attention_output_weights(mc) + b * (mlp ? 2 * C : C);  // Wo or out_mlp, with biases
+  const double groups = static_cast<double>(head_mixing_groups(mc.head_mixing, mc.head_groups));
+  const double mixing = mc.head_mixing == "none" ? 0.0 : 2 * H * H / groups;
+  const double attention = C * C + C * kv_width * 2 + b * (C + 2 * kv_width) + output +
+                           (mc.attention_score == "additive" ? C : 0.0) + mixing + gate_weight_count(mc);
+  const double ffn = 2 * C * F + b * (F + C);
+  const double block = attention + ffn + 4 * C;  // + two LayerNorms
+  const double positions = mc.positional_encoding == "learned" ? static_cast<double>(mc.max_seq_len) * C : 0.0;
+  const double final_norm = mc.norm_position == "pre" ? 2 * C : 0.0;
+  const double head = mc.tie_embeddings ? 0.0 : V * C;
+  if (mc.source_vocab_size > 0)  // encoder-decoder: both sides' embeddings; decoder blocks add cross-attention
+    return (static_cast<double>(mc.source_vocab_size) + V) * C + 2 * positions +
+           static_cast<double>(mc.n_encoder_layers) * block +
+           static_cast<double>(mc.n_decoder_layers) * (block + attention + 2 * C) + 2 * final_norm + head;
+  return V * C + positions + static_cast<double>(mc.n_layers) * block + final_norm + head;
+}
+
+MemoryEstimate estimate_memory(const Config& config, const ModelConfig& mc, bool training) {
+  const int64_t B = config.integer("train.batch_size");
+  const double optimizer_buffers = !training ? 0.0 : config.string("train.optimizer.name") == "adamw" ? 2.0 : 1.0;
+  MemoryEstimate e;
+  if (mc.source_vocab_size > 0) {  // sources end with <eos>; decoder inputs start with <bos>
+    e = estimate(mc, B, config.integer("data.max_source_len") + 1, config.integer("data.max_target_len") + 1,
+                 optimizer_buffers, training);
+  } else {
+    const int64_t T = config.integer("train.seq_len");
+    e = estimate(mc, B, T, T, optimizer_buffers, training);
+  }
+  // train.data_parallel: every worker but the first has a replica with its own gradient buffer (the
+  // weights are shared; the activations are the same batch split between the workers). 0 = one
+  // worker per thread, as the trainer resolves it.
+  if (training) e.gradients *= static_cast<double>(data_parallel_workers(config, training_threads(config)));
+  return e;
+}
+
+int64_t training_threads(const Config& config) {
+  const int64_t key = config.integer("train.threads");
+  if (key > 0) return key;
+  const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  return dist::active() ? std::max<int64_t>(1, cores / dist::local_size()) : cores;
+}
+
+int64_t data_parallel_workers(const Config& config, int64_t threads) {
+  const int64_t dp = config.integer("train.data_parallel");
+  return std::max<int64_t>(1, std::min<int64_t>(dp == 0 ? threads : dp, config.integer("train.batch_size")));
+}
+
+MemoryEstimate estimate_training_memory(const Config& config, int64_t vocab_size) {
+  return estimate_memory(config, config.model(vocab_size), true);
+}
+
+MemoryEstimate estimate_inference_memory(const ModelConfig& mc, int64_t B, int64_t T) {
+  return estimate(mc, B, T, T, 0.0, false);
+}
+
+std::function<void(const ModelConfig&)> memory_check(const Config& config, MemoryCheck check) {
+  return [config, check](const ModelConfig& mc) {
+    check_memory(estimate_memory(config, mc, check.training), config, check.what, check.processes);
+  };
+}
+
+AvailableMemory available_memory() {
+  AvailableMemory a;
+  if (const char* env = std::getenv("TFM_AVAILABLE_MEMORY_MB"); env && *env) {
+    a.bytes = std::strtod(env, nullptr) * 1024.0 * 1024.0;
+    a.source = "TFM_AVAILABLE_MEMORY_MB";
+    return a;
+  }
+  const double kib = read_keyed("/proc/meminfo", "MemAvailable:");
+  a.bytes = kib >= 0 ? kib * 1024.0 : -1;
+  a.source = "MemAvailable";
+  std::string cg_source;
+  const double cg = cgroup_headroom(&cg_source);
+  if (cg >= 0 && (a.bytes < 0 || cg < a.bytes)) a.bytes = cg, a.source = cg_source;
+  return a;
+}
+
+void check_memory(const MemoryEstimate& estimate, const Config& config, const std::string& what, int processes) {
+  if (config.boolean("train.skip_memory_check")) return;
+  const AvailableMemory avail = available_memory();
+  if (avail.bytes < 0) return;  // nothing to compare with (no /proc): let the allocator decide
+  const double need = estimate.total() * std::max(1, processes);
+  if (need <= avail.bytes) return;
+  std::string keys;
+  for (const std::string& k : estimate.drivers) keys += (keys.empty() ? "" : ", ") + k;
+  std::ostringstream os;
+  os << keys << ": " << what << " needs an estimated " << bytes_str(need);
+  if (processes > 1) os << " (" << processes << " ranks on this machine, each " << bytes_str(estimate.total()) << ")";
+  os << " (" << estimate.summary() << "), more than the " << bytes_str(avail.bytes)
+     << " available to this process (" << avail.source << "); make them smaller, or set "
+     << "train.skip_memory_check=true to go on anyway";
+  throw ConfigError(os.str());
+}
+
+}  // namespace tfm

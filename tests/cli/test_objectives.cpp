@@ -1,0 +1,195 @@
+// The training objectives: masked_lm's masking rule, each objective through the one training loop,
+// and the inference commands that go with them.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <catch2/catch.hpp>
+#include <numeric>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cli_run.h"
+#include "train_options.h"
+#include "tfm/config/config.h"
+#include "tfm/engine/error.h"
+#include "tfm/objectives/objective.h"
+#include "tfm/training/trainer.h"
+
+using namespace tfm;
+
+namespace {
+
+
+using tfm_test::quiet;
+
+std::vector<nlohmann::json> read_metrics(const std::string& dir) {
+  std::ifstream in(dir + "/metrics.jsonl");
+  std::vector<nlohmann::json> out;
+  std::string line;
+  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("objectives: the CLI names the objective a run needs", "[objective][cli]") {
+  const std::string dir = tfm_test::scratch_path("objectives", "mlm_cli");
+  auto r = tfm_test::run_tfm("train --config configs/tiny.json --set train.objective=masked_lm --out " + dir);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("model.causal") && Catch::Contains("masked_lm"));
+  r = tfm_test::run_tfm("train --config configs/tiny.json --set train.objective=masked_lm --set model.causal=false "
+                        "--set train.max_steps=20 --out " + dir);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("tfm fill-mask --run"));
+  r = tfm_test::run_tfm("fill-mask --run " + dir + " --text \"ROMEO: [MASK]\" --top-k 4 --json");
+  REQUIRE(r.status == 0);
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  CHECK(j.at("masks").size() == 1);
+  CHECK(j.at("masks")[0].at("candidates").size() == 4);
+  r = tfm_test::run_tfm("sample --run " + dir);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("fill-mask"));
+  r = tfm_test::run_tfm("fill-mask --run " + dir + " --text \"no mask\"");
+  CHECK(r.status == 2);
+  r = tfm_test::run_tfm("fill-mask --run " + dir + " --text \"[MASK]\" --top-k 0");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("--top-k"));
+}
+
+namespace {
+
+// A toy translation task a small encoder-decoder learns in seconds: English number words to French
+// ones in reverse order ("one two three" -> "trois deux un"), 2 to 5 words, with a final "." / "!".
+std::string write_reversal_pairs(const std::string& dir, int n) {
+  const char* en[] = {"one", "two", "three", "four", "five", "six", "seven", "eight"};
+  const char* fr[] = {"un", "deux", "trois", "quatre", "cinq", "six", "sept", "huit"};
+  Rng rng(11);
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/pairs.txt";
+  std::ofstream out(path);
+  for (int i = 0; i < n; ++i) {
+    const int len = 2 + static_cast<int>(rng.below(4));
+    std::vector<int> w(static_cast<size_t>(len));
+    for (int& x : w) x = static_cast<int>(rng.below(8));
+    std::string s, t;
+    for (int j = 0; j < len; ++j) s += std::string(j ? " " : "") + en[w[j]];
+    for (int j = len - 1; j >= 0; --j) t += std::string(j < len - 1 ? " " : "") + fr[w[j]];
+    const bool excl = rng.below(2) == 0;
+    out << s << (excl ? "!" : ".") << "\t" << t << (excl ? " !" : ".") << "\tsynthetic\n";
+  }
+  return path;
+}
+
+Config s2s_config(const std::string& dir, const std::string& data, std::vector<std::string> extra = {}) {
+  std::vector<std::string> sets = {"data.path=" + data, "output.dir=" + dir, "train.objective=seq2seq",
+                                   "data.tokenizer=word", "data.val_fraction=0.1", "model.d_model=32",
+                                   "model.n_encoder_layers=2", "model.n_decoder_layers=2", "model.n_heads=4",
+                                   "model.d_ff=64", "model.max_seq_len=8", "train.batch_size=32",
+                                   "train.max_steps=800", "train.eval_interval=400", "train.eval_steps=4",
+                                   "train.log_interval=50", "train.checkpoint_interval=100", "train.threads=1",
+                                   "train.lr_schedule.warmup_steps=50", "train.optimizer.lr=5e-3",
+                                   "train.optimizer.weight_decay=0"};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  return resolve_config(nlohmann::json::object(), sets);
+}
+
+}  // namespace
+
+TEST_CASE("objectives: seq2seq learns a toy translation through the loop, BLEU, translate, the CLI",
+          "[objective][seq2seq][train]") {
+  tfm_test::TempDir tmp("objectives_s2s");
+  const std::string data = write_reversal_pairs(tmp.path, 600);
+  const std::string dir = tmp.path + "/run";
+  const TrainResult r = train(s2s_config(dir, data), quiet());
+  REQUIRE(r.status == TrainResult::Status::Finished);
+  const auto metrics = read_metrics(dir);
+  const nlohmann::json& last = metrics.back();
+  INFO(last.dump());
+  REQUIRE(last.contains("val_bleu"));
+  CHECK(last.at("val_accuracy").get<double>() > 0.9);
+  CHECK(last.at("val_bleu").get<double>() > 70.0);
+  CHECK(last.at("val_loss").get<double>() < 0.5);
+
+  LoadedRun run = load_run(dir, "last");  // no data needed: both vocabularies are in the checkpoint
+  REQUIRE(run.objective->name() == "seq2seq");
+  REQUIRE(run.checkpoint.target_tokenizer.has_value());
+  CHECK(run.model == nullptr);  // not a LanguageModel
+  TranslateOptions greedy, beam;
+  beam.beam = 4;
+  const auto g = translate_texts(*run.objective, {"one two three.", "eight six!"}, greedy);
+  const auto b = translate_texts(*run.objective, {"one two three.", "eight six!"}, beam);
+  CHECK(g[0] == "trois deux un.");
+  CHECK(g[1] == "six huit!");  // detokenized: no space before ,.!? (d2l's convention)
+  CHECK(b == g);  // a task this clear has one best answer
+  CHECK_THROWS_WITH(fill_mask(*run.objective, "[MASK]", 1), Catch::Contains("masked_lm"));
+
+  // The CLI: --text, and lines on stdin, one translation per line on stdout and nothing else.
+  auto c = tfm_test::run_shell("printf 'one two.\\nfive four three!\\n' | '" + std::string(TFM_BINARY) +
+                               "' translate --run " + dir + " --checkpoint last 2>/dev/null");
+  REQUIRE(c.status == 0);
+  CHECK(c.out == "deux un.\ntrois quatre cinq!\n");
+  c = tfm_test::run_tfm("translate --run " + dir + " --text \"seven one.\" --reference \"un sept.\" --beam 2 --json");
+  REQUIRE(c.status == 0);
+  const auto j = nlohmann::json::parse(c.out.substr(c.out.find('{')));
+  CHECK(j.at("translation") == "un sept.");
+  CHECK(j.at("d2l_bleu").get<double>() == Approx(1.0));
+  c = tfm_test::run_tfm("translate --run " + dir + " --text x --beam 0");
+  CHECK(c.status == 2);
+  CHECK_THAT(c.out, Catch::Contains("--beam"));
+  c = tfm_test::run_tfm("sample --run " + dir);
+  CHECK(c.status == 2);
+  CHECK_THAT(c.out, Catch::Contains("tfm translate"));
+  c = tfm_test::run_tfm("eval --run " + dir + " --batches 2");
+  REQUIRE(c.status == 0);
+  CHECK_THAT(c.out, Catch::Contains("bleu"));
+
+  // tfm attention on a pair: encoder self (H, S, S), decoder self (H, T, T, causal) and cross (H, T, S)
+  // per layer, every row a distribution; the greedy translation is the default target.
+  const std::string att = tmp.path + "/attention";
+  c = tfm_test::run_tfm("attention --run " + dir + " --text \"one two three.\" --no-plot --out " + att);
+  INFO(c.out);
+  REQUIRE(c.status == 0);
+  CHECK_THAT(c.out, Catch::Contains("=> trois deux un"));
+  const nlohmann::json a = nlohmann::json::parse(tfm_test::read_file(att + "/attention.json"));
+  const size_t S = a.at("source_tokens").size(), T = a.at("target_tokens").size();
+  CHECK(S == 5);  // one two three . <eos>
+  CHECK(a.at("target_tokens").back() == "<eos>");
+  CHECK(a.at("cross").size() == 2);
+  for (const char* kind : {"encoder", "decoder_self", "cross"})
+    for (const auto& layer : a.at(kind)) {
+      const auto& p = layer.at("probabilities");
+      REQUIRE(static_cast<int64_t>(p.size()) == run.config.integer("model.n_heads"));
+      const std::string k = kind;
+      const size_t rows = k == "encoder" ? S : T, cols = k == "decoder_self" ? T : S;
+      for (const auto& head : p) {
+        REQUIRE(head.size() == rows);
+        for (size_t i = 0; i < rows; ++i) {
+          const auto& row = head[i];
+          CHECK(row.size() == cols);
+          double sum = 0;
+          for (size_t j = 0; j < row.size(); ++j) {
+            sum += row[j].get<double>();
+            if (k == "decoder_self" && j > i) CHECK(row[j].get<double>() == 0.0);
+          }
+          CHECK(sum == Approx(1.0).margin(1e-5));
+        }
+      }
+    }
+  c = tfm_test::run_tfm("attention --run " + dir + " --text \"one two.\" --target \"deux un.\" --no-plot --out " + att);
+  CHECK(c.status == 0);
+  CHECK(nlohmann::json::parse(tfm_test::read_file(att + "/attention.json")).at("target_tokens").size() == 4);
+
+  // Export names the objective and both vocabularies; --init-from starts a new run from the weights.
+  c = tfm_test::run_tfm("export --run " + dir + " --out " + tmp.path + "/w.safetensors");
+  REQUIRE(c.status == 0);
+  const std::string dir2 = tmp.path + "/from_export";
+  const TrainResult r2 = train(s2s_config(dir2, data, {"train.max_steps=1"}), [&] {
+    TrainOptions o = quiet();
+    o.init_from = tmp.path + "/w.safetensors";
+    return o;
+  }());
+  REQUIRE(r2.status == TrainResult::Status::Finished);
+  CHECK(r2.losses.front() < 0.5);  // starts where the exported run was, not from scratch (~2.5)
+}

@@ -1,0 +1,91 @@
+// The pre-flight memory check (preflight.h): the parameter count from the shapes equals the built
+// model's for every model option, the estimate stays close to the tensor memory a training step really
+// peaks at, and a config that cannot fit exits 2 before anything large is allocated, naming its keys,
+// the estimate and the available memory (train.skip_memory_check lets it through).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cli_run.h"
+#include "tfm/config/config.h"
+#include "tfm/engine/memory.h"
+#include "tfm/models/model.h"
+#include "tfm/engine/ops.h"
+#include "tfm/data/pairs.h"
+#include "tfm/models/encoder_decoder.h"
+#include "tfm/training/preflight.h"
+
+using namespace tfm;
+
+namespace {
+
+// Model options that change the parameter count or the activations.
+const std::vector<std::vector<std::string>> kVariants = {
+    {},
+    {"model.n_kv_heads=2"},
+    {"model.n_kv_heads=1", "model.attention_score=\"additive\""},
+    {"model.norm_position=\"post\"", "model.positional_encoding=\"learned\""},
+    {"model.tie_embeddings=false", "model.bias=false", "model.activation=\"relu\""},
+    {"model.attention_dropout=0.1", "model.dropout=0.1"},
+    {"train.optimizer.name=\"sgd\"", "model.d_ff=96"},
+    {"model.head_gating=\"topk\"", "model.head_topk=2"},
+    {"model.head_mixing=\"talking_heads\"", "model.n_kv_heads=2"},
+    {"model.head_mixing=\"group_mlp\"", "model.head_groups=2", "model.attention_score=\"additive\""},
+};
+
+}  // namespace
+
+TEST_CASE("preflight: configs that cannot fit exit 2 before building the model", "[preflight][cli]") {
+  const std::string dir = tfm_test::scratch_path("preflight", "run");
+  struct Case {
+    std::string set, key;
+  };
+  for (const Case& k : {Case{"train.batch_size=100000000", "train.batch_size = 100000000"},
+                        Case{"model.n_layers=100000", "model.n_layers = 100000"},
+                        Case{"model.max_seq_len=1000000000", "model.max_seq_len = 1000000000"}}) {
+    const tfm_test::CliRun r =
+        tfm_test::run_tfm("train --config configs/tiny.json --out " + dir + " --set " + k.set);
+    INFO(r.out);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.out, Catch::Contains("tfm: error: train.") || Catch::Contains("tfm: error: model."));
+    CHECK_THAT(r.out, Catch::Contains(k.key));
+    CHECK_THAT(r.out, Catch::Contains("train needs an estimated"));
+    CHECK_THAT(r.out, Catch::Contains("available to this process"));
+    CHECK_THAT(r.out, Catch::Contains("train.skip_memory_check=true"));
+    CHECK(!std::filesystem::exists(dir + "/last.ckpt"));
+    const tfm_test::CliRun info = tfm_test::run_tfm("info --config configs/tiny.json --set " + k.set);
+    CHECK(info.status == 2);
+    CHECK_THAT(info.out, Catch::Contains("info needs an estimated"));
+  }
+}
+
+TEST_CASE("preflight: train.skip_memory_check lets a config through, eval and sample are guarded", "[preflight][cli]") {
+  // TFM_AVAILABLE_MEMORY_MB rehearses a machine with 0.1 MiB free: the tiny config (1.3 MiB) cannot fit.
+  const std::string dir = tfm_test::scratch_path("preflight", "skip");
+  const std::string small = "TFM_AVAILABLE_MEMORY_MB=0.1 ";
+  tfm_test::CliRun r = tfm_test::run_shell(small + "'" + TFM_BINARY + "' train --config configs/tiny.json --out " +
+                                           dir + " --set train.max_steps=2");
+  INFO(r.out);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("(TFM_AVAILABLE_MEMORY_MB)"));
+  r = tfm_test::run_shell(small + "'" + TFM_BINARY + "' train --config configs/tiny.json --out " + dir +
+                          " --set train.max_steps=2 --set train.skip_memory_check=true");
+  REQUIRE(r.status == 0);
+  // The run's config keeps skip_memory_check = true: flip it back on resume, then readers are guarded.
+  r = tfm_test::run_shell(small + "'" + TFM_BINARY + "' train --resume " + dir +
+                          " --set train.max_steps=3 --set train.skip_memory_check=false");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("train.skip_memory_check=true"));
+  r = tfm_test::run_shell("'" + std::string(TFM_BINARY) + "' train --resume " + dir +
+                          " --set train.max_steps=3 --set train.skip_memory_check=false");
+  REQUIRE(r.status == 0);
+  for (const std::string& cmd : {"eval --run " + dir, "sample --run " + dir + " --max-new-tokens 5"}) {
+    r = tfm_test::run_shell(small + "'" + TFM_BINARY + "' " + cmd);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.out, Catch::Contains("needs an estimated"));
+    CHECK(tfm_test::run_tfm(cmd).status == 0);
+  }
+}

@@ -1,0 +1,252 @@
+// Issue 6's bad-input catalogue: bad configs through the CLI (exit 2, a message naming the key or
+// file) and corrupt checkpoints (truncated at every tenth, seeded bit flips, wrong magic, future
+// version, a tensor count that does not match the config), each rejected with a clear message.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include "cli_run.h"
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tfm/training/checkpoint.h"
+#include "tfm/engine/error.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Run = tfm_test::CliRun;
+// Runs `tfm ARGS` from the repository root (tests/cli_run.h).
+Run cli(const std::string& args) { return tfm_test::run_tfm(args); }
+
+// A fresh per-process directory, removed when the test binary exits.
+struct TempDir {
+  std::string path;
+  explicit TempDir(const std::string& name)
+      : path("/tmp/tfm_test_rel_" + std::to_string(::getpid()) + "_" + name) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+void write(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+std::string read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// A tiny model so a checkpoint is ~18 KB and trains in milliseconds.
+const std::string kTiny =
+    "--config configs/tiny.json --set model.d_model=8 --set model.n_layers=1 --set model.n_heads=2 "
+    "--set model.max_seq_len=8 --set train.seq_len=8 ";
+
+}  // namespace
+
+TEST_CASE("reliability: bad configs exit 2 naming the key or file", "[reliability]") {
+  TempDir tmp("configs");
+  const std::string d = tmp.path;
+  // Files the configs point at.
+  write(d + "/empty.txt", "");
+  write(d + "/short.txt", "abc");
+  std::string bad_utf8;  // invalid UTF-8 (\xc3 then '(') in a text long enough for several batches
+  for (int i = 0; i < 60; ++i) bad_utf8 += "hello \xc3\x28 world, long enough to hold a batch or two. ";
+  write(d + "/bad_utf8.txt", bad_utf8);
+  write(d + "/a_file", "not a directory");
+  write(d + "/empty.json", "");
+  write(d + "/blank.json", "  \n\t\n");
+  write(d + "/syntax.json", "{\n  \"seed\": 1,\n  \"model\": {\"d_model\": 32,,}\n}");
+  write(d + "/unclosed.json", "{\"train\": {\"max_steps\": 5}");
+  write(d + "/trailing.json", "{\"seed\": 1} xyz");
+  write(d + "/dup.json", "{\"seed\": 1, \"seed\": 2}");
+  write(d + "/overflow.json", "{\"seed\": 1e999}");
+  write(d + "/not_utf8.json", "{\"output\": {\"dir\": \"r\xff\xfe\"}}");
+  write(d + "/array.json", "[1, 2, 3]");
+  write(d + "/deep.json", std::string(200, '[') + std::string(200, ']'));
+  struct Case {
+    std::string args, fragment;
+  };
+  const std::string c = "train " + kTiny + "--out " + d + "/run ";
+  const Case cases[] = {
+      // Malformed JSON, with line and column.
+      {"train --config " + d + "/syntax.json", d + "/syntax.json:3:27: malformed JSON"},
+      {"train --config " + d + "/unclosed.json", d + "/unclosed.json:1:"},
+      {"train --config " + d + "/trailing.json", d + "/trailing.json:1:"},
+      {"train --config " + d + "/empty.json", "empty"},
+      {"train --config " + d + "/blank.json", "empty"},
+      {"train --config " + d + "/dup.json", "seed"},
+      {"train --config " + d + "/overflow.json", "1e999"},
+      {"train --config " + d + "/not_utf8.json", d + "/not_utf8.json"},
+      {"train --config " + d + "/array.json", "object"},
+      {"train --config " + d + "/deep.json", d + "/deep.json"},
+      {"train --config " + d + "/missing.json", d + "/missing.json: cannot open"},
+      // Wrong types.
+      {c + "--set model.d_model='\"big\"'", "model.d_model"},
+      {c + "--set train.batch_size=2.5", "train.batch_size"},
+      {c + "--set model.causal=3", "model.causal"},
+      {c + "--set train.optimizer.betas=0.9", "train.optimizer.betas"},
+      {c + "--set data.path=7", "data.path"},
+      // Out of range.
+      {c + "--set train.batch_size=0", "train.batch_size"},
+      {c + "--set model.dropout=1.5", "model.dropout"},
+      {c + "--set train.optimizer.lr=-1", "train.optimizer.lr"},
+      {c + "--set train.max_steps=99999999999", "train.max_steps"},
+      {c + "--set data.val_fraction=1", "data.val_fraction"},
+      {c + "--set train.grad_clip=-0.5", "train.grad_clip"},
+      // Inconsistent values.
+      {c + "--set model.n_heads=3", "model.n_heads = 3"},
+      {c + "--set train.seq_len=64", "train.seq_len"},
+      {c + "--set model.n_kv_heads=3", "model.n_kv_heads"},
+      {c + "--set train.lr_schedule.min_lr=1", "train.lr_schedule.min_lr"},
+      // Unknown keys.
+      {c + "--set model.d_modle=8", "model.d_modle"},
+      {c + "--set trian.max_steps=8", "trian"},
+      {c + "--set train.optimizer.lrate=0.1", "train.optimizer.lrate"},
+      // Data: missing, empty, shorter than one batch, invalid UTF-8, unreadable tokenizer.
+      {c + "--set data.path=" + d + "/nope.txt", d + "/nope.txt"},
+      {c + "--set data.path=" + d + "/empty.txt", d + "/empty.txt"},
+      {c + "--set data.path=" + d + "/short.txt", "short.txt"},
+      {c + "--set data.path=" + d + "/bad_utf8.txt", d + "/bad_utf8.txt"},
+      {c + "--set data.path=" + d, d},
+      {c + "--set data.tokenizer=bpe --set data.tokenizer_path=" + d + "/nope.json", d + "/nope.json"},
+      // Output directory that cannot be created (a file is in the way) or written.
+      {"train " + kTiny + "--out " + d + "/a_file/run", d + "/a_file"},
+      {"train " + kTiny + "--out /proc/tfm_run", "/proc/tfm_run"},
+  };
+  int tried = 0;
+  for (const auto& k : cases) {
+    const Run r = cli(k.args);
+    INFO(k.args << "\n" << r.out);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.out, Catch::Contains(k.fragment));
+    CHECK_THAT(r.out, !Catch::Contains("terminate") && !Catch::Contains("Sanitizer"));
+    ++tried;
+  }
+  CHECK(tried >= 30);
+  CHECK_FALSE(fs::exists(d + "/run/last.ckpt"));
+}
+
+TEST_CASE("reliability: corrupt checkpoints are rejected with a clear message", "[reliability]") {
+  TempDir tmp("ckpt");
+  const std::string d = tmp.path;
+  const Run train = cli("train " + kTiny + "--set train.max_steps=2 --out " + d + "/run");
+  INFO(train.out);
+  REQUIRE(train.status == 0);
+  const std::string good = read(d + "/run/last.ckpt");
+  REQUIRE(good.size() > 1000);
+  const auto parse = [](const std::string& bytes) {
+    return tfm::parse_checkpoint(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "bad.ckpt");
+  };
+  REQUIRE_NOTHROW(parse(good));
+
+  struct Case {
+    std::string name, bytes, fragment;
+  };
+  std::vector<Case> cases;
+  // Truncated at every tenth of the file (and empty).
+  for (int i = 0; i < 10; ++i)
+    cases.push_back({"truncated at " + std::to_string(i) + "/10", good.substr(0, good.size() * i / 10),
+                     i == 0 ? "shorter than the 32-byte header" : ""});
+  cases.push_back({"one byte short", good.substr(0, good.size() - 1), "truncated"});
+  cases.push_back({"one byte extra", good + "x", "truncated or corrupt"});
+  // Seeded single-bit flips anywhere in the file.
+  std::mt19937_64 rng(6);
+  for (int i = 0; i < 24; ++i) {
+    std::string b = good;
+    const size_t pos = rng() % b.size();
+    b[pos] = static_cast<char>(b[pos] ^ (1 << (rng() % 8)));
+    cases.push_back({"bit flip at " + std::to_string(pos), b, ""});
+  }
+  // Bit flips in each header field.
+  for (size_t pos : {0, 7, 8, 12, 16, 23, 24, 27, 32, 36}) {
+    std::string b = good;
+    b[pos] = static_cast<char>(b[pos] ^ 0x10);
+    cases.push_back({"header flip at " + std::to_string(pos), b, ""});
+  }
+  {
+    std::string b = good;
+    std::memcpy(b.data(), "PK\3\4zip!", 8);
+    cases.push_back({"wrong magic", b, "wrong magic number"});
+    uint32_t v = tfm::kCheckpointVersion + 1;
+    b = good;
+    std::memcpy(b.data() + 8, &v, 4);
+    cases.push_back({"future version", b, "written by a newer tfm"});
+    uint64_t huge = ~uint64_t{0};
+    b = good;
+    std::memcpy(b.data() + 16, &huge, 8);
+    cases.push_back({"huge payload size", b, "promises"});
+    uint32_t sections = 1000;
+    b = good;
+    std::memcpy(b.data() + 12, &sections, 4);
+    cases.push_back({"too many sections", b, "sections"});
+    cases.push_back({"random bytes", std::string(4096, '\x5a'), "not a tfm checkpoint"});
+  }
+
+  int tried = 0;
+  for (const auto& c : cases) {
+    INFO(c.name);
+    try {
+      parse(c.bytes);
+      FAIL("accepted");
+    } catch (const tfm::IoError& e) {
+      const std::string msg = e.what();
+      INFO(msg);
+      CHECK_THAT(msg, Catch::StartsWith("bad.ckpt: "));
+      CHECK_THAT(msg, Catch::Contains(c.fragment));
+    }
+    ++tried;
+  }
+  CHECK(tried >= 50);
+
+  // Through the CLI: a few of them in place of last.ckpt give exit 2 naming the file, no crash.
+  for (size_t i : {size_t{3}, size_t{15}, cases.size() - 4}) {
+    write(d + "/run/last.ckpt", cases[i].bytes);
+    const Run r = cli("eval --run " + d + "/run");
+    INFO(cases[i].name << "\n" << r.out);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.out, Catch::Contains("last.ckpt"));
+  }
+
+  // Tensor shape mismatch with the config: a valid file (checksum right) whose model holds one
+  // value too few, and one whose config asks for a wider model than the values stored.
+  tfm::Checkpoint ck = parse(good);
+  ck.model.pop_back();
+  tfm::save_checkpoint(d + "/run/last.ckpt", ck);
+  Run r = cli("eval --run " + d + "/run");
+  INFO(r.out);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("last.ckpt") && Catch::Contains("the checkpoint holds"));
+  ck = parse(good);
+  ck.config["model"]["d_model"] = 16;
+  tfm::save_checkpoint(d + "/run/last.ckpt", ck);
+  r = cli("eval --run " + d + "/run");
+  INFO(r.out);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("last.ckpt"));
+}
+
+TEST_CASE("reliability: train.skip_nonfinite skips bad batches, then stops when they never end", "[reliability]") {
+  TempDir tmp("skip");
+  // lr 1e30 with no clipping: step 1's update makes every later loss NaN, so each batch is skipped
+  // with a warning until the bound (100 in a row) stops the run with status 3 as without the option.
+  const Run r = cli("train " + kTiny + "--out " + tmp.path + "/run --set train.optimizer.lr=1e30 " +
+                    "--set train.lr_schedule.warmup_steps=0 --set train.grad_clip=0 --set train.skip_nonfinite=true");
+  INFO(r.out);
+  CHECK(r.status == 3);
+  CHECK_THAT(r.out, Catch::Contains("step 2: the training loss is NaN; batch skipped, no update") &&
+                        Catch::Contains("100 skipped so far") && Catch::Contains("training stopped"));
+}

@@ -1,0 +1,210 @@
+// The config table: defaults, derived defaults, overrides and a table of bad configs, each with the
+// fragments its error message must contain (the key path, the value given, what is allowed).
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tfm/config/config.h"
+#include "tfm/engine/error.h"
+
+using namespace tfm;
+using nlohmann::json;
+
+namespace {
+std::string error_of(const json& user, const std::vector<std::string>& overrides = {}) {
+  try {
+    resolve_config(user, overrides);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("config: defaults are ARCHITECTURE.md's", "[config]") {
+  const Config c = resolve_config(json::object());
+  CHECK(c.integer("seed") == 1337);
+  CHECK(c.string("data.tokenizer") == "char");
+  CHECK(c.number("data.val_fraction") == 0.1);
+  CHECK(c.integer("model.d_model") == 128);
+  CHECK(c.integer("model.n_layers") == 4);
+  CHECK(c.integer("model.n_heads") == 4);
+  CHECK(c.integer("model.n_kv_heads") == 4);
+  CHECK(c.integer("model.d_ff") == 512);
+  CHECK(c.integer("model.max_seq_len") == 64);
+  CHECK(c.string("model.activation") == "gelu");
+  CHECK(c.string("model.attention_score") == "dot");
+  CHECK(c.boolean("model.tie_embeddings"));
+  CHECK(c.integer("train.batch_size") == 12);
+  CHECK(c.integer("train.seq_len") == 64);
+  CHECK(c.integer("train.max_steps") == 2000);
+  CHECK(c.number("train.grad_clip") == 1.0);
+  CHECK(c.string("train.optimizer.name") == "adamw");
+  CHECK(c.number("train.optimizer.lr") == 1e-3);
+  CHECK(c.at("train.optimizer.betas") == json::array({0.9, 0.99}));
+  CHECK(c.number("train.optimizer.weight_decay") == 0.1);
+  CHECK(c.string("train.lr_schedule.name") == "cosine");
+  CHECK(c.integer("train.lr_schedule.warmup_steps") == 100);
+  CHECK(c.number("train.lr_schedule.min_lr") == Approx(1e-4));
+  CHECK(c.integer("train.eval_interval") == 250);
+  CHECK(c.integer("train.eval_steps") == 20);
+  CHECK(c.integer("train.grad_accum_steps") == 1);
+  CHECK(c.integer("train.threads") == 0);
+  CHECK(c.string("train.objective") == "causal_lm");
+  // Every key of the table is in the resolved tree.
+  for (const auto& k : config_keys()) CHECK_NOTHROW(c.at(k.path));
+}
+
+TEST_CASE("config: derived defaults follow the keys they derive from", "[config]") {
+  const Config c = resolve_config(json::parse(R"({"model": {"d_model": 96, "n_heads": 6, "max_seq_len": 32},
+                                                 "train": {"optimizer": {"lr": 3e-3}}})"));
+  CHECK(c.integer("model.n_kv_heads") == 6);
+  CHECK(c.integer("model.d_ff") == 384);
+  CHECK(c.integer("train.seq_len") == 32);
+  CHECK(c.number("train.lr_schedule.min_lr") == Approx(3e-4));
+  // An explicit null means "the default".
+  const Config n = resolve_config(json::parse(R"({"model": {"n_kv_heads": null}})"));
+  CHECK(n.integer("model.n_kv_heads") == 4);
+}
+
+TEST_CASE("config: --set overrides parse JSON and fall back to strings", "[config]") {
+  const Config c = resolve_config(
+      json::object(), {"train.max_steps=50", "model.activation=relu", "train.optimizer.betas=[0.9,0.95]",
+                       "model.bias=false", "data.path=some file.txt", "train.max_steps=60"});
+  CHECK(c.integer("train.max_steps") == 60);  // the last one wins
+  CHECK(c.string("model.activation") == "relu");
+  CHECK(c.at("train.optimizer.betas") == json::array({0.9, 0.95}));
+  CHECK_FALSE(c.boolean("model.bias"));
+  CHECK(c.string("data.path") == "some file.txt");
+  CHECK(resolve_config(json::object(), {"train.max_steps=2e3"}).integer("train.max_steps") == 2000);
+  CHECK_THAT(error_of(json::object(), {"train.max_steps"}), Catch::Contains("key.path=value"));
+  CHECK_THAT(error_of(json::object(), {"model.d_modle=3"}), Catch::Contains("did you mean model.d_model"));
+  // KEY=null removes a key the file sets: its default, or the key it derives from, applies again.
+  const json file = {{"model", {{"n_heads", 4}, {"n_kv_heads", 4}}}, {"train", {{"max_steps", 7}}}};
+  const Config d = resolve_config(file, {"model.n_heads=8", "model.n_kv_heads=null", "train.max_steps=null",
+                                         "data.min_freq=null"});
+  CHECK(d.integer("model.n_kv_heads") == 8);
+  CHECK(d.integer("train.max_steps") == 2000);
+}
+
+TEST_CASE("config: bad configs name the key, the value and what is allowed", "[config]") {
+  struct Case {
+    const char* json;
+    std::vector<std::string> fragments;
+  };
+  const std::vector<Case> cases = {
+      {R"({"model": {"d_modle": 128}})", {"model.d_modle", "unknown key", "did you mean model.d_model?"}},
+      {R"({"lr": 0.001})", {"lr: unknown key", "did you mean train.optimizer.lr?"}},
+      {R"({"trian": {}})", {"trian: unknown key", "did you mean train?"}},
+      {R"({"model": 5})", {"model: expected an object", "5"}},
+      {R"({"model": {"d_model": "128"}})", {"model.d_model: expected an integer >= 1", "got \"128\""}},
+      {R"({"model": {"d_model": 0}})", {"model.d_model: expected an integer >= 1, got 0"}},
+      {R"({"model": {"d_model": 12.5}})", {"model.d_model", "integer", "12.5"}},
+      {R"({"model": {"n_layers": -1}})", {"model.n_layers", ">= 1", "-1"}},
+      {R"({"model": {"dropout": 1.0}})", {"model.dropout: expected a number in [0, 1), got 1.0"}},
+      {R"({"model": {"dropout": "none"}})", {"model.dropout", "number", "\"none\""}},
+      {R"({"model": {"activation": "swish"}})", {"model.activation", "\"gelu\", \"relu\"", "\"swish\""}},
+      {R"({"model": {"norm_position": "middle"}})", {"model.norm_position", "\"pre\", \"post\""}},
+      {R"({"model": {"positional_encoding": "rope"}})", {"model.positional_encoding", "\"learned\""}},
+      {R"({"model": {"attention_score": "cosine"}})", {"model.attention_score", "\"additive\""}},
+      {R"({"model": {"causal": 1}})", {"model.causal: expected true or false, got 1"}},
+      {R"({"model": {"d_model": 130, "n_heads": 4}})",
+       {"model.d_model", "multiple of model.n_heads = 4", "130"}},
+      {R"({"model": {"n_heads": 4, "n_kv_heads": 3}})",
+       {"model.n_kv_heads", "divisor of model.n_heads = 4", "3"}},
+      {R"({"model": {"n_heads": 4, "n_kv_heads": 8}})", {"model.n_kv_heads", "8"}},
+      {R"({"train": {"seq_len": 128}})", {"train.seq_len", "at most model.max_seq_len = 64", "128"}},
+      {R"({"train": {"batch_size": 0}})", {"train.batch_size", ">= 1", "0"}},
+      {R"({"train": {"max_steps": 3000000000}})", {"train.max_steps", "2^31"}},
+      {R"({"train": {"grad_clip": -1}})", {"train.grad_clip", ">= 0", "-1"}},
+      {R"({"train": {"grad_accum_steps": 0}})", {"train.grad_accum_steps", ">= 1"}},
+      {R"({"train": {"optimizer": {"name": "adam"}}})",
+       {"train.optimizer.name", "\"adamw\", \"sgd\"", "\"adam\""}},
+      {R"({"train": {"optimizer": {"lr": 0}}})", {"train.optimizer.lr", "> 0", "got 0"}},
+      {R"({"train": {"optimizer": {"betas": [0.9]}}})", {"train.optimizer.betas", "two numbers", "[0.9]"}},
+      {R"({"train": {"optimizer": {"betas": [0.9, 1.5]}}})", {"train.optimizer.betas", "[0, 1)"}},
+      {R"({"train": {"optimizer": {"momentum": 1}}})", {"train.optimizer.momentum", "[0, 1)"}},
+      {R"({"train": {"lr_schedule": {"name": "linear"}}})", {"train.lr_schedule.name", "\"inverse_sqrt\""}},
+      {R"({"train": {"lr_schedule": {"warmup_steps": -5}}})", {"train.lr_schedule.warmup_steps", ">= 0"}},
+      {R"({"train": {"lr_schedule": {"min_lr": 0.01}}})",
+       {"train.lr_schedule.min_lr", "at most train.optimizer.lr"}},
+      {R"({"train": {"objective": "mlm"}})", {"train.objective", "\"causal_lm\"", "\"masked_lm\"", "\"seq2seq\""}},
+      {R"({"train": {"objective": "masked_lm"}})", {"model.causal", "masked_lm", "false"}},
+      {R"({"model": {"causal": false}})", {"model.causal", "causal_lm", "true", "masked_lm"}},
+      {R"({"train": {"mask_prob": 0.2}})", {"train.mask_prob", "belongs to train.objective \"masked_lm\"", "\"causal_lm\""}},
+      {R"({"model": {"n_encoder_layers": 3}})", {"model.n_encoder_layers", "\"seq2seq\""}},
+      {R"({"train": {"objective": "seq2seq", "seq_len": 8}})", {"train.seq_len", "\"causal_lm\" or \"masked_lm\""}},
+      {R"({"data": {"format": "pairs"}})", {"data.format", "\"text\""}},
+      {R"({"data": {"tokenizer": "word"}})", {"data.tokenizer", "seq2seq"}},
+      {R"({"train": {"objective": "seq2seq"}, "model": {"max_seq_len": 8}, "data": {"max_source_len": 8}})",
+       {"data.max_source_len", "at most model.max_seq_len - 1 = 7"}},
+      {R"({"train": {"threads": -2}})", {"train.threads", ">= 0"}},
+      {R"({"data": {"tokenizer": "wordpiece"}})", {"data.tokenizer", "\"char\", \"byte\", \"bpe\"", "\"wordpiece\""}},
+      {R"({"data": {"tokenizer": "bpe"}})", {"data.tokenizer_path", "required"}},
+      {R"({"data": {"val_fraction": 0}})", {"data.val_fraction", "(0, 1)"}},
+      {R"({"data": {"path": ""}})", {"data.path", "non-empty string"}},
+      {R"({"output": {"dir": 3}})", {"output.dir", "a string", "3"}},
+      {R"([1, 2])", {"top level", "object"}},
+  };
+  for (const auto& c : cases) {
+    INFO(c.json);
+    const std::string msg = error_of(json::parse(c.json));
+    REQUIRE_FALSE(msg.empty());
+    for (const auto& f : c.fragments) CHECK_THAT(msg, Catch::Contains(f));
+  }
+}
+
+TEST_CASE("config: several errors are reported together, one per line", "[config]") {
+  const std::string msg = error_of(json::parse(R"({"model": {"d_model": -1, "activation": "x"}, "foo": 1})"));
+  CHECK_THAT(msg, Catch::Contains("model.d_model"));
+  CHECK_THAT(msg, Catch::Contains("model.activation"));
+  CHECK_THAT(msg, Catch::Contains("foo: unknown key"));
+}
+
+TEST_CASE("config: malformed JSON reports line and column", "[config]") {
+  try {
+    parse_json("{\n  \"model\": {\n    \"d_model\": 128,\n  }\n}", "cfg.json");
+    FAIL("no error");
+  } catch (const ConfigError& e) {
+    CHECK_THAT(e.what(), Catch::StartsWith("cfg.json:4:3: malformed JSON"));
+  }
+  try {
+    parse_json("{\"a\": tru}", "x.json");
+    FAIL("no error");
+  } catch (const ConfigError& e) {
+    CHECK_THAT(e.what(), Catch::StartsWith("x.json:1:"));
+  }
+  CHECK_THROWS_WITH(parse_json("", "empty.json"),
+                    Catch::Contains("empty.json:1:1: malformed JSON: the file is empty"));
+  CHECK_THROWS_WITH(
+      parse_json(R"({"model": {"d_model": 64, "d_model": 128}})", "dup.json"),
+      Catch::StartsWith("dup.json") && Catch::Contains("duplicate") && Catch::Contains("d_model"));
+  CHECK_THROWS_AS(read_json_file("/nonexistent/cfg.json"), IoError);
+  CHECK_THROWS_WITH(read_json_file("/nonexistent/cfg.json"), Catch::StartsWith("/nonexistent/cfg.json"));
+}
+
+TEST_CASE("config: load_config names the run after the file and resume allows only resumable keys",
+          "[config]") {
+  const std::string path = "/tmp/tfm_test_config_" + std::to_string(::getpid()) + "_named.json";
+  std::ofstream(path) << R"({"train": {"max_steps": 10}})";
+  const Config c = load_config(path);
+  CHECK(c.string("output.dir") == "runs/tfm_test_config_" + std::to_string(::getpid()) + "_named");
+  CHECK(load_config(path, {"output.dir=elsewhere"}).string("output.dir") == "elsewhere");
+  std::remove(path.c_str());
+  const Config r = resume_config(c, {"train.max_steps=20", "train.log_interval=1"});
+  CHECK(r.integer("train.max_steps") == 20);
+  CHECK_THROWS_WITH(
+      resume_config(c, {"model.d_model=64"}),
+      Catch::StartsWith("model.d_model: cannot change when resuming") && Catch::Contains("128"));
+  CHECK(differing_keys(c, r) == std::vector<std::string>{"train.max_steps", "train.log_interval"});
+}
+
+TEST_CASE("config: the key table documents every key", "[config]") {
+  const std::string md = keys_markdown();
+  for (const auto& k : config_keys()) CHECK_THAT(md, Catch::Contains("`" + k.path + "`"));
+  CHECK(edit_distance("kitten", "sitting") == 3);
+}

@@ -1,0 +1,118 @@
+// Tokenizers, UTF-8 decoding, the train/validation split and the batch sampler.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "tfm/data/tokenizer.h"
+#include "tfm/engine/error.h"
+
+using namespace tfm;
+
+namespace {
+// Files to remove when the test binary exits.
+std::vector<std::string>& written() {
+  static struct Files {
+    std::vector<std::string> paths;
+    ~Files() {
+      for (const auto& p : paths) std::remove(p.c_str());
+    }
+  } files;
+  return files.paths;
+}
+
+std::string write_temp(const std::string& name, const std::string& bytes) {
+  const std::string path = "/tmp/tfm_test_data_" + std::to_string(::getpid()) + "_" + name;
+  std::ofstream(path, std::ios::binary) << bytes;
+  written().push_back(path);
+  return path;
+}
+}  // namespace
+
+TEST_CASE("data: UTF-8 decodes to code points, Chinese included, and round-trips", "[data]") {
+  const std::string text = "héllo, 世界! 🙂\n";
+  const auto cps = decode_utf8(text, "t");
+  REQUIRE(cps.size() == 13);
+  CHECK(cps[1] == 0xE9);
+  CHECK(cps[7] == 0x4E16);
+  CHECK(cps[8] == 0x754C);
+  CHECK(cps[11] == 0x1F642);
+  std::string back;
+  for (uint32_t cp : cps) append_utf8(back, cp);
+  CHECK(back == text);
+}
+
+TEST_CASE("data: invalid UTF-8 names the file and the byte offset", "[data]") {
+  struct Case {
+    std::string bytes;
+    size_t offset;
+  };
+  const std::vector<Case> cases = {
+      {"ab\xFF", 2},            // never valid
+      {"abc\xC3", 3},           // truncated
+      {"a\xC3(", 2},            // bad continuation: reported at the bad byte
+      {"\xC0\xAF", 0},          // overlong '/'
+      {"xx\xE0\x80\xAF", 3},    // overlong 3-byte
+      {"\xED\xA0\x80", 1},      // surrogate
+      {"\xF4\x90\x80\x80", 1},  // above U+10FFFF
+      {"ok\x80", 2},            // lone continuation byte
+  };
+  for (const auto& c : cases) {
+    INFO(c.offset);
+    CHECK_THROWS_AS(decode_utf8(c.bytes, "bad.txt"), IoError);
+    CHECK_THROWS_WITH(
+        decode_utf8(c.bytes, "bad.txt"),
+        Catch::StartsWith("bad.txt: invalid UTF-8 at byte offset " + std::to_string(c.offset) + " "));
+  }
+  const std::string path = write_temp("invalid.txt", std::string(1000, 'a') + "\xFE" + "bc");
+  CHECK_THROWS_WITH(load_dataset(path, "char", 0.1, 8), Catch::Contains("byte offset 1000"));
+  // The byte tokenizer reads anything.
+  CHECK(load_dataset(path, "byte", 0.1, 8).tokenizer.size() == 256);
+}
+
+TEST_CASE("data: the char vocabulary is the sorted set of code points", "[data]") {
+  const std::string text = "春眠不觉晓，处处闻啼鸟。夜来风雨声，花落知多少。 the cat sat on the mat\n";
+  const Tokenizer tok = Tokenizer::from_text(Tokenizer::Kind::Char, text, "poem");
+  const auto cps = decode_utf8(text, "poem");
+  const std::set<uint32_t> distinct(cps.begin(), cps.end());
+  REQUIRE(tok.size() == static_cast<int64_t>(distinct.size()));
+  CHECK(std::vector<uint32_t>(distinct.begin(), distinct.end()) == tok.symbols());
+  const auto ids = tok.encode(text, "poem");
+  CHECK(ids.size() == cps.size());
+  CHECK(tok.decode(ids) == text);
+  CHECK_THROWS_WITH(tok.encode("dog", "prompt"), Catch::StartsWith("prompt: character 'd'"));
+}
+
+TEST_CASE("data: split sizes as ARCHITECTURE.md, and clear errors for bad files", "[data]") {
+  std::string text;
+  for (int i = 0; i < 1003; ++i) text += static_cast<char>('a' + i % 7);
+  const std::string path = write_temp("split.txt", text);
+  const Dataset d = load_dataset(path, "char", 0.1, 16);
+  CHECK(d.train.size() == 902);  // int(1003 * 0.9)
+  CHECK(d.val.size() == 101);
+  CHECK(d.tokenizer.size() == 7);
+
+  CHECK_THROWS_WITH(load_dataset("/nonexistent/x.txt", "char", 0.1, 16),
+                    Catch::StartsWith("/nonexistent/x.txt: cannot open"));
+  CHECK_THROWS_WITH(load_dataset(write_temp("empty.txt", ""), "char", 0.1, 16), Catch::Contains("empty"));
+  CHECK_THROWS_WITH(load_dataset(path, "char", 0.1, 100),
+                    Catch::Contains("validation split has 101 tokens") && Catch::Contains("102"));
+}
+
+TEST_CASE("data: batches are seeded windows with targets shifted by one", "[data]") {
+  std::vector<int32_t> tokens(500);
+  for (int i = 0; i < 500; ++i) tokens[i] = i;
+  BatchSampler a(7), b(7);
+  std::vector<int32_t> x, y, x2, y2;
+  a.sample(tokens, 4, 10, x, y);
+  b.sample(tokens, 2, 10, x2, y2);  // two half batches draw the same offsets as one batch
+  std::vector<int32_t> x3, y3;
+  b.sample(tokens, 2, 10, x3, y3);
+  x2.insert(x2.end(), x3.begin(), x3.end());
+  CHECK(x == x2);
+  for (size_t i = 0; i < x.size(); ++i) CHECK(y[i] == x[i] + 1);
+  for (int r = 0; r < 4; ++r) CHECK(x[r * 10] + 10 < 500 - 0);  // within [0, n - T - 1)
+}

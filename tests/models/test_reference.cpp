@@ -1,0 +1,95 @@
+// Cross-check with PyTorch: the fixtures written by scripts/make_fixtures.py from
+// ../shared/reference/torch_lm.py (and torch.nn.MultiheadAttention) are loaded into our model and
+// layers; logits, loss and outputs must match to 1e-5, every gradient to 1e-4 relative to the
+// largest entry of its tensor. Set TFM_REPORT_DIFFS=1 to print the largest differences seen.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "fixture_compare.h"
+#include "tfm/models/model.h"
+#include "tfm/nn/layers.h"
+#include "tfm/engine/ops.h"
+
+using namespace tfm;
+using json = nlohmann::json;
+
+using namespace tfm::testing;
+
+TEST_CASE("reference: language model logits, loss and gradients match PyTorch", "[reference][model]") {
+  const char* names[] = {"lm_pre_sinusoidal_tied", "lm_post_learned_untied", "lm_gqa_relu", "mlm_bidirectional"};
+  for (const char* name : names) {
+    SECTION(name) {
+      const json fx = load_fixture(name);
+      LanguageModel model(config_from(fx.at("config")), 1);
+      load_parameters(model, fx.at("params"));
+      int64_t count = 0;
+      for (const NamedParameter& p : model.parameters()) count += p.value.numel();
+      CHECK(model.parameter_count() == count);
+      const int64_t B = fx.at("B"), T = fx.at("T");
+      const auto tokens = fx.at("tokens").get<std::vector<int32_t>>();
+      const auto targets = fx.at("targets").get<std::vector<int32_t>>();
+
+      model.flat_grads().fill_(0.0f);
+      const Tensor logits = model.forward(tokens, B, T);
+      check_logits_loss_gradients(name, model, fx, logits, LanguageModel::loss(logits, targets));
+    }
+  }
+}
+
+TEST_CASE("reference: cross-attention with kdim/vdim matches torch.nn.MultiheadAttention", "[reference][attention]") {
+  const json fx = load_fixture("mha_cross_kdim_vdim");
+  AttentionConfig cfg;
+  cfg.d_model = fx.at("d_model");
+  cfg.n_heads = fx.at("n_heads");
+  cfg.kdim = fx.at("kdim");
+  cfg.vdim = fx.at("vdim");
+  MultiHeadAttention mha(cfg);
+  mha.record = true;
+  auto params = load_parameters(mha, fx);
+  Tensor query = to_tensor(fx.at("query")), key = to_tensor(fx.at("key")), value = to_tensor(fx.at("value"));
+  for (Tensor* t : {&query, &key, &value}) t->set_requires_grad(true);
+  const Tensor out = mha.forward(query, key, value, fx.at("key_lengths").get<std::vector<int64_t>>());
+  const double out_diff = max_diff(out, fx.at("out"));
+  const double prob_diff = max_diff(mha.last_probabilities, fx.at("probabilities"));
+  report("MultiheadAttention output", out_diff);
+  report("MultiheadAttention probabilities", prob_diff);
+  CHECK(out_diff <= 1e-5);
+  CHECK(prob_diff <= 1e-5);
+  sum(out * to_tensor(fx.at("r"))).backward();
+  for (auto& [name, t] : params) check_gradient(name, t->grad(), fx.at("grads").at(name));
+  check_gradient("query", query.grad(), fx.at("grads").at("query"));
+  check_gradient("key", key.grad(), fx.at("grads").at("key"));
+  check_gradient("value", value.grad(), fx.at("grads").at("value"));
+}
+
+TEST_CASE("reference: top-k head gating equals a PyTorch version, output, balance loss and gradients", "[reference]") {
+  const json fx = load_fixture("mha_topk_gating");
+  AttentionConfig cfg;
+  cfg.d_model = fx.at("d_model");
+  cfg.n_heads = fx.at("n_heads");
+  cfg.n_kv_heads = fx.at("n_kv_heads");
+  cfg.causal = fx.at("causal");
+  cfg.gating = "topk";
+  cfg.top_k = fx.at("top_k");
+  cfg.balance_loss = fx.at("balance_loss");
+  MultiHeadAttention mha(cfg);
+  auto params = load_parameters(mha, fx);
+  Tensor x = to_tensor(fx.at("x"));
+  x.set_requires_grad(true);
+  const Tensor out = mha.forward(x, x, x, fx.at("key_lengths").get<std::vector<int64_t>>());
+  const Tensor aux = mha.take_auxiliary_loss();
+  const double out_diff = max_diff(out, fx.at("out"));
+  report("top-k gated attention output", out_diff);
+  CHECK(out_diff <= 1e-5);
+  CHECK(aux.item() == Approx(fx.at("aux").get<double>()).epsilon(1e-5));
+  (sum(out * to_tensor(fx.at("r"))) + aux).backward();
+  for (auto& [name, t] : params) check_gradient(name, t->grad(), fx.at("grads").at(name));
+  check_gradient("x", x.grad(), fx.at("grads").at("x"));
+}

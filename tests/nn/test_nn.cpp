@@ -1,0 +1,310 @@
+// Layers: gradient checks of MultiHeadAttention (every mask, head layout and scoring function, self-
+// and cross-attention with kdim/vdim != d_model) and EncoderBlock (pre and post norm), parameter
+// counts, causality, padding, and the Module API.
+// Legend: B batch, T time (Tq, Tk), C = d_model, H heads, Hkv kv heads.
+#include <cmath>
+
+#include "gradcheck.h"
+#include "tfm/nn/layers.h"
+
+using namespace tfm;
+
+namespace {
+
+// The module's parameters as the gradient check's inputs (the same tensors, so perturbing an input
+// perturbs the module), with a larger random init so every path carries a visible gradient.
+std::vector<Tensor> parameters_of(Module& m, Rng& rng) {
+  std::vector<Tensor> out;
+  for (auto& [name, t] : m.named_parameters()) {
+    t->copy_from(Tensor::randn(t->shape(), rng, 0.0f, 0.5f));
+    out.push_back(*t);
+  }
+  return out;
+}
+
+// Gradient check of f(inputs...) with respect to the inputs and every parameter of m.
+void check_module(Module& m, std::vector<Tensor> inputs, const std::function<Tensor(const std::vector<Tensor>&)>& f) {
+  Rng rng(21);
+  const size_t n_inputs = inputs.size();
+  for (Tensor& p : parameters_of(m, rng)) inputs.push_back(p);
+  testing::check_gradients([&](const std::vector<Tensor>& in) { return f({in.begin(), in.begin() + n_inputs}); },
+                           inputs);
+}
+
+}  // namespace
+
+TEST_CASE("nn: MultiHeadAttention gradient check for each mask, head layout and scoring", "[nn][gradcheck]") {
+  struct Heads {
+    int64_t h, kv;
+  };
+  for (const char* score : {"dot", "additive"})
+    for (Heads heads : {Heads{2, 2}, Heads{4, 2}, Heads{4, 1}})
+      for (int mask = 0; mask < 3; ++mask) {  // none, causal, key padding
+        DYNAMIC_SECTION(score << " H=" << heads.h << " Hkv=" << heads.kv << " mask=" << mask) {
+          AttentionConfig cfg;
+          cfg.d_model = 8;
+          cfg.n_heads = heads.h;
+          cfg.n_kv_heads = heads.kv;
+          cfg.causal = mask == 1;
+          cfg.score = score;
+          MultiHeadAttention mha(cfg);
+          const std::vector<int64_t> lengths = mask == 2 ? std::vector<int64_t>{3, 1} : std::vector<int64_t>{};
+          Rng rng(5);
+          check_module(mha, {Tensor::randn({2, 3, 8}, rng)},
+                       [&](const std::vector<Tensor>& in) { return mha.forward(in[0], in[0], in[0], lengths); });
+        }
+      }
+}
+
+TEST_CASE("nn: cross-attention with kdim/vdim != d_model, gradient check", "[nn][gradcheck]") {
+  for (const char* score : {"dot", "additive"})
+    for (bool bias : {true, false}) {
+      DYNAMIC_SECTION(score << (bias ? " with bias" : " without bias")) {
+        AttentionConfig cfg;
+        cfg.d_model = 8;
+        cfg.n_heads = 4;
+        cfg.n_kv_heads = 2;
+        cfg.kdim = 5;
+        cfg.vdim = 3;
+        cfg.bias = bias;
+        cfg.score = score;
+        MultiHeadAttention mha(cfg);
+        Rng rng(6);
+        // query (B, Tq=2, C), key (B, Tk=4, kdim), value (B, Tk=4, vdim)
+        check_module(mha, {Tensor::randn({2, 2, 8}, rng), Tensor::randn({2, 4, 5}, rng), Tensor::randn({2, 4, 3}, rng)},
+                     [&](const std::vector<Tensor>& in) { return mha.forward(in[0], in[1], in[2], {4, 3}); });
+      }
+    }
+}
+
+TEST_CASE("nn: EncoderBlock gradient check, pre and post norm", "[nn][gradcheck]") {
+  for (const char* norm : {"pre", "post"})
+    for (const char* act : {"gelu", "relu"}) {
+      DYNAMIC_SECTION(norm << "-norm " << act) {
+        BlockConfig cfg;
+        cfg.attention.d_model = 8;
+        cfg.attention.n_heads = 2;
+        cfg.attention.causal = true;
+        cfg.d_ff = 12;
+        cfg.activation = act;
+        cfg.norm_position = norm;
+        EncoderBlock block(cfg);
+        Rng rng(7);
+        check_module(block, {Tensor::randn({2, 3, 8}, rng)},
+                     [&](const std::vector<Tensor>& in) { return block.forward(in[0]); });
+      }
+    }
+}
+
+TEST_CASE("nn: parameter counts", "[nn]") {
+  const int64_t d = 16;
+  for (int64_t h : {1, 2, 4, 8}) {
+    AttentionConfig cfg;
+    cfg.d_model = d;
+    cfg.n_heads = h;
+    CHECK(MultiHeadAttention(cfg).parameter_count() == 4 * d * d + 4 * d);
+    cfg.bias = false;
+    CHECK(MultiHeadAttention(cfg).parameter_count() == 4 * d * d);
+  }
+  AttentionConfig gqa;
+  gqa.d_model = d;
+  gqa.n_heads = 4;
+  gqa.n_kv_heads = 2;  // K and V project to 2 heads of 4: (8, 16) each
+  CHECK(MultiHeadAttention(gqa).parameter_count() == 2 * d * d + 2 * 8 * d + (d + 8 + 8 + d));
+  gqa.n_kv_heads = 1;  // multi-query: one head of 4
+  CHECK(MultiHeadAttention(gqa).parameter_count() == 2 * d * d + 2 * 4 * d + (d + 4 + 4 + d));
+  gqa.kdim = 5;
+  gqa.vdim = 3;
+  gqa.bias = false;
+  CHECK(MultiHeadAttention(gqa).parameter_count() == 2 * d * d + 4 * 5 + 4 * 3);
+  gqa.score = "additive";  // one w_v of Dk = 4 weights per head
+  CHECK(MultiHeadAttention(gqa).parameter_count() == 2 * d * d + 4 * 5 + 4 * 3 + 4 * 4);
+  BlockConfig block;
+  block.attention.d_model = d;
+  block.attention.n_heads = 2;  // d_ff defaults to 4 d
+  CHECK(EncoderBlock(block).parameter_count() == (4 * d * d + 4 * d) + (2 * 4 * d * d + 4 * d + d) + 4 * d);
+}
+
+TEST_CASE("nn: names follow the reference, flat buffers hold every parameter", "[nn]") {
+  BlockConfig cfg;
+  cfg.attention.d_model = 4;
+  cfg.attention.n_heads = 2;
+  EncoderBlock block(cfg);
+  std::vector<std::string> names;
+  for (auto& [name, t] : block.named_parameters()) names.push_back(name);
+  const std::vector<std::string> expected = {
+      "ln1.weight",      "ln1.bias",        "ln2.weight",      "ln2.bias",   "attn.wq.weight", "attn.wq.bias",
+      "attn.wk.weight",  "attn.wk.bias",    "attn.wv.weight",  "attn.wv.bias", "attn.wo.weight", "attn.wo.bias",
+      "fc1.weight",      "fc1.bias",        "fc2.weight",      "fc2.bias"};
+  CHECK(names == expected);
+  const ParameterBuffers buf = flatten_parameters(block);
+  CHECK(buf.size == block.parameter_count());
+  const auto params = block.named_parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& t = *params[i].second;
+    CHECK(t.data() == buf.values->data() + buf.offsets[i]);
+    CHECK(t.grad().data() == buf.grads->data() + buf.offsets[i]);
+  }
+  CHECK(block.ln1.weight.at({0}) == 1.0f);  // values survive the move into the flat buffer
+  // A backward pass accumulates straight into the flat gradient buffer.
+  Rng rng(1);
+  sum(block.forward(Tensor::randn({1, 3, 4}, rng))).backward();
+  double total = 0.0;
+  for (int64_t i = 0; i < buf.size; ++i) total += std::fabs(buf.grads->data()[i]);
+  CHECK(total > 0.0);
+}
+
+TEST_CASE("nn: causality - changing position j never changes outputs before j", "[nn]") {
+  for (const char* score : {"dot", "additive"}) {
+    BlockConfig cfg;
+    cfg.attention.d_model = 8;
+    cfg.attention.n_heads = 2;
+    cfg.attention.causal = true;
+    cfg.attention.score = score;
+    EncoderBlock block(cfg);
+    Rng rng(8);
+    parameters_of(block, rng);
+    const int64_t T = 5;
+    const Tensor x = Tensor::randn({1, T, 8}, rng);
+    const Tensor y = block.forward(x);
+    for (int64_t j = 0; j < T; ++j) {
+      Tensor x2 = x.clone();
+      // Not a constant shift: LayerNorm would remove that.
+      for (int64_t c = 0; c < 8; ++c) x2.data()[j * 8 + c] += static_cast<float>(c) - 3.5f;
+      const Tensor y2 = block.forward(x2);
+      for (int64_t t = 0; t < T; ++t) {
+        float diff = 0.0f;
+        for (int64_t c = 0; c < 8; ++c) diff = std::max(diff, std::fabs(y.at({0, t, c}) - y2.at({0, t, c})));
+        INFO(score << ": changed " << j << ", output " << t);
+        if (t < j)
+          CHECK(diff == 0.0f);
+        else
+          CHECK(diff > 0.0f);
+      }
+    }
+  }
+}
+
+TEST_CASE("nn: padded keys get zero attention and do not affect the output", "[nn]") {
+  for (const char* score : {"dot", "additive"}) {
+    AttentionConfig cfg;
+    cfg.d_model = 8;
+    cfg.n_heads = 2;
+    cfg.score = score;
+    MultiHeadAttention mha(cfg);
+    mha.record = true;
+    Rng rng(9);
+    parameters_of(mha, rng);
+    const Tensor x = Tensor::randn({2, 4, 8}, rng);
+    const std::vector<int64_t> lengths = {4, 2};
+    const Tensor y = mha.forward(x, x, x, lengths);
+    const Tensor p = mha.last_probabilities;  // (B, H, Tq, Tk)
+    REQUIRE(p.shape() == Shape{2, 2, 4, 4});
+    REQUIRE(mha.last_head_outputs.shape() == Shape{2, 4, 2, 4});
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t i = 0; i < 4; ++i) {
+        CHECK(p.at({1, h, i, 2}) == 0.0f);
+        CHECK(p.at({1, h, i, 3}) == 0.0f);
+        CHECK(p.at({1, h, i, 0}) + p.at({1, h, i, 1}) == Approx(1.0f));
+      }
+    // Changing the padded keys/values of sequence 1 leaves its output alone.
+    Tensor kv = x.clone();
+    for (int64_t c = 0; c < 8; ++c) kv.data()[(1 * 4 + 3) * 8 + c] = 100.0f;
+    const Tensor y2 = mha.forward(x, kv, kv, lengths);
+    for (int64_t i = 0; i < 4; ++i)
+      for (int64_t c = 0; c < 8; ++c) CHECK(y2.at({1, i, c}) == y.at({1, i, c}));
+  }
+}
+
+TEST_CASE("nn: attention dropout is active only in training mode", "[nn]") {
+  AttentionConfig cfg;
+  cfg.d_model = 8;
+  cfg.n_heads = 2;
+  cfg.dropout = 0.5f;
+  MultiHeadAttention mha(cfg);
+  Rng rng(10), drop_rng(3);
+  parameters_of(mha, rng);
+  mha.set_rng(&drop_rng);
+  const Tensor x = Tensor::randn({1, 4, 8}, rng);
+  const std::vector<float> eval1 = mha.forward(x, x, x).to_vector();
+  CHECK(eval1 == mha.forward(x, x, x).to_vector());
+  mha.set_training(true);
+  CHECK(mha.training());
+  CHECK(mha.wq.training());
+  CHECK(mha.forward(x, x, x).to_vector() != eval1);
+  mha.set_rng(nullptr);
+  CHECK_THROWS_WITH(mha.forward(x, x, x), Catch::Contains("set_rng"));
+}
+
+TEST_CASE("nn: sinusoidal table follows the formula", "[nn]") {
+  SinusoidalPositionalEncoding pe(10, 6);
+  for (int64_t i = 0; i < 10; ++i)
+    for (int64_t j = 0; j < 3; ++j) {
+      const double angle = i / std::pow(10000.0, 2.0 * j / 6);
+      CHECK(pe.table.at({i, 2 * j}) == static_cast<float>(std::sin(angle)));
+      CHECK(pe.table.at({i, 2 * j + 1}) == static_cast<float>(std::cos(angle)));
+    }
+  CHECK(pe.parameter_count() == 0);
+  CHECK(pe.forward(3, 2).at({0, 1}) == pe.table.at({3, 1}));
+}
+
+TEST_CASE("nn: bad configurations name the layer", "[nn]") {
+  AttentionConfig cfg;
+  cfg.d_model = 8;
+  cfg.n_heads = 3;
+  CHECK_THROWS_WITH(MultiHeadAttention(cfg), Catch::Contains("MultiHeadAttention"));
+  cfg.n_heads = 4;
+  cfg.n_kv_heads = 3;
+  CHECK_THROWS_WITH(MultiHeadAttention(cfg), Catch::Contains("n_kv_heads 3"));
+  cfg.n_kv_heads = 2;
+  cfg.score = "bilinear";
+  CHECK_THROWS_WITH(MultiHeadAttention(cfg), Catch::Contains("attention_score"));
+  CHECK_THROWS_WITH(FeedForward(4, 8, "tanh"), Catch::Contains("FeedForward"));
+}
+
+TEST_CASE("nn: additive scoring equals w_v^T tanh(W_q q + W_k k) written out with loops", "[nn]") {
+  AttentionConfig cfg;
+  cfg.d_model = 8;
+  cfg.n_heads = 4;
+  cfg.n_kv_heads = 2;
+  cfg.kdim = 5;
+  cfg.vdim = 3;
+  cfg.causal = true;
+  cfg.score = "additive";
+  MultiHeadAttention mha(cfg);
+  mha.record = true;
+  Rng rng(12);
+  parameters_of(mha, rng);
+  const int64_t B = 2, Tq = 3, Tk = 4, H = 4, Dk = 2;
+  const Tensor query = Tensor::randn({B, Tq, 8}, rng), key = Tensor::randn({B, Tk, 5}, rng);
+  const Tensor value = Tensor::randn({B, Tk, 3}, rng);
+  const std::vector<int64_t> lengths = {4, 3};
+  const Tensor out = mha.forward(query, key, value, lengths);
+  NoGradGuard no_grad;
+  const Tensor q = mha.wq.forward(query), k = mha.wk.forward(key), v = mha.wv.forward(value);
+  std::vector<float> o(static_cast<size_t>(B * Tq * H * Dk), 0.0f);  // (B, Tq, H*Dv) before Wo
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / 2;
+      for (int64_t i = 0; i < Tq; ++i) {
+        // Query i sits at absolute position i + Tk - Tq.
+        const int64_t visible = std::min(i + Tk - Tq + 1, lengths[b]);
+        std::vector<double> s(static_cast<size_t>(visible));
+        double mx = -1e300, total = 0.0;
+        for (int64_t j = 0; j < visible; ++j) {
+          for (int64_t e = 0; e < Dk; ++e)
+            s[j] += mha.score_v.at({h, e}) * std::tanh(q.at({b, i, h * Dk + e}) + k.at({b, j, g * Dk + e}));
+          mx = std::max(mx, s[j]);
+        }
+        for (double& x : s) total += (x = std::exp(x - mx));
+        for (int64_t j = 0; j < Tk; ++j) {
+          const double p = j < visible ? s[j] / total : 0.0;
+          CHECK(mha.last_probabilities.at({b, h, i, j}) == Approx(p).margin(1e-6));
+          for (int64_t e = 0; e < Dk; ++e) o[(b * Tq + i) * H * Dk + h * Dk + e] += p * v.at({b, j, g * Dk + e});
+        }
+      }
+    }
+  const Tensor expected = mha.wo.forward(Tensor::from_vector(o, {B, Tq, H * Dk}));
+  const std::vector<float> got = out.to_vector(), want = expected.to_vector();
+  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-5));
+}

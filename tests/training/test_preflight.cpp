@@ -1,0 +1,150 @@
+// The pre-flight memory check (preflight.h): the parameter count from the shapes equals the built
+// model's for every model option, the estimate stays close to the tensor memory a training step really
+// peaks at, and a config that cannot fit exits 2 before anything large is allocated, naming its keys,
+// the estimate and the available memory (train.skip_memory_check lets it through).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cli_run.h"
+#include "tfm/config/config.h"
+#include "tfm/engine/memory.h"
+#include "tfm/models/model.h"
+#include "tfm/engine/ops.h"
+#include "tfm/data/pairs.h"
+#include "tfm/models/encoder_decoder.h"
+#include "tfm/training/preflight.h"
+
+using namespace tfm;
+
+namespace {
+
+// Model options that change the parameter count or the activations.
+const std::vector<std::vector<std::string>> kVariants = {
+    {},
+    {"model.n_kv_heads=2"},
+    {"model.n_kv_heads=1", "model.attention_score=\"additive\""},
+    {"model.norm_position=\"post\"", "model.positional_encoding=\"learned\""},
+    {"model.tie_embeddings=false", "model.bias=false", "model.activation=\"relu\""},
+    {"model.attention_dropout=0.1", "model.dropout=0.1"},
+    {"train.optimizer.name=\"sgd\"", "model.d_ff=96"},
+    {"model.head_gating=\"topk\"", "model.head_topk=2"},
+    {"model.head_mixing=\"talking_heads\"", "model.n_kv_heads=2"},
+    {"model.head_mixing=\"group_mlp\"", "model.head_groups=2", "model.attention_score=\"additive\""},
+};
+
+Config small_config(std::vector<std::string> sets) {
+  sets.insert(sets.begin(), {"model.d_model=32", "model.n_layers=2", "model.n_heads=4", "model.max_seq_len=32",
+                             "train.batch_size=4", "train.seq_len=32"});
+  return resolve_config(nlohmann::json::object(), sets);
+}
+
+}  // namespace
+
+TEST_CASE("preflight: the parameter count from the shapes equals the built model's", "[preflight]") {
+  for (const auto& sets : kVariants) {
+    const Config c = small_config(sets);
+    const ModelConfig mc = c.model(37);
+    const LanguageModel model(mc, 1);
+    INFO(c.tree["model"].dump());
+    CHECK(parameter_count(mc) == static_cast<double>(model.parameter_count()));
+  }
+}
+
+TEST_CASE("preflight: the estimate is close to the measured peak of a training step", "[preflight]") {
+  // Tensor memory of one forward + backward from an empty graph: parameters, gradients, activations and
+  // the position table (the optimizer's state is not tensor memory; it is added exactly).
+  for (const auto& sets : kVariants) {
+    const Config c = small_config(sets);
+    const int64_t V = 65, B = c.integer("train.batch_size"), T = c.integer("train.seq_len");
+    const MemoryEstimate e = estimate_training_memory(c, V);
+    const size_t base = memory::stats().live_bytes;
+    memory::reset_peak();
+    double measured = 0;
+    {
+      LanguageModel model(c.model(V), 1);
+      model.set_training(true);
+      std::vector<int32_t> x(B * T), y(B * T);
+      Rng rng(3);
+      for (size_t i = 0; i < x.size(); ++i)
+        x[i] = static_cast<int32_t>(rng.below(V)), y[i] = static_cast<int32_t>(rng.below(V));
+      LanguageModel::loss(model.forward(x, B, T), y).backward();
+      measured = static_cast<double>(memory::stats().peak_live_bytes - base);
+    }
+    const double estimated = e.total() - e.optimizer;
+    INFO(c.tree["model"].dump() << ": estimated " << estimated << " bytes, measured " << measured);
+    CHECK(estimated >= 0.75 * measured);
+    CHECK(estimated <= 1.35 * measured);
+  }
+}
+
+TEST_CASE("preflight: data-parallel workers each count a gradient buffer", "[preflight]") {
+  const ModelConfig mc = small_config({}).model(37);
+  const double one = estimate_memory(small_config({"train.data_parallel=1"}), mc, true).gradients;
+  CHECK(one == Approx(4.0 * parameter_count(mc)));
+  CHECK(estimate_memory(small_config({"train.data_parallel=3"}), mc, true).gradients == Approx(3 * one));
+  CHECK(estimate_memory(small_config({"train.data_parallel=0", "train.threads=2"}), mc, true).gradients ==
+        Approx(2 * one));
+  CHECK(estimate_memory(small_config({"train.data_parallel=3"}), mc, false).gradients == 0.0);
+}
+
+TEST_CASE("preflight: the drivers of an estimate are its largest component's keys", "[preflight]") {
+  const MemoryEstimate batch = estimate_training_memory(small_config({"train.batch_size=100000000"}), 65);
+  REQUIRE(!batch.drivers.empty());
+  CHECK(batch.drivers[0] == "train.batch_size = 100000000");
+  const MemoryEstimate table = estimate_training_memory(small_config({"model.max_seq_len=1000000000"}), 65);
+  CHECK(table.drivers[0] == "model.max_seq_len = 1000000000");
+  CHECK(table.position_table == 4.0 * 1e9 * 32);
+  const MemoryEstimate layers = estimate_training_memory(small_config({"model.n_layers=100000"}), 65);
+  CHECK(std::find(layers.drivers.begin(), layers.drivers.end(), "model.n_layers = 100000") != layers.drivers.end());
+  const AvailableMemory avail = available_memory();
+  CHECK(avail.bytes > 0);
+  CHECK(!avail.source.empty());
+}
+
+TEST_CASE("preflight: the encoder-decoder's estimate is close to its measured peak", "[preflight][seq2seq]") {
+  // B pairs at the longest lengths (S = max_source_len + 1 with <eos>, T = max_target_len + 1 with
+  // <bos>), each variant as the LM test above; parameters from the shapes equal the built model's.
+  const std::vector<std::vector<std::string>> variants = {
+      {},
+      {"model.norm_position=\"post\"", "model.positional_encoding=\"learned\"", "model.tie_embeddings=false"},
+      {"model.n_kv_heads=1", "model.attention_score=\"additive\"", "model.n_encoder_layers=1"},
+      {"data.max_source_len=20", "data.max_target_len=7", "model.attention_dropout=0.1", "model.dropout=0.1"},
+  };
+  for (std::vector<std::string> sets : variants) {
+    sets.insert(sets.begin(), {"train.objective=\"seq2seq\"", "data.format=\"pairs\"", "data.tokenizer=\"word\"",
+                               "model.d_model=32", "model.n_layers=2", "model.n_heads=4", "model.max_seq_len=32",
+                               "train.batch_size=8"});
+    const Config c = resolve_config(nlohmann::json::object(), sets);
+    ModelConfig mc = c.model(41);
+    mc.source_vocab_size = 53;
+    const MemoryEstimate e = estimate_memory(c, mc, true);
+    const int64_t B = c.integer("train.batch_size"), S = c.integer("data.max_source_len") + 1,
+                  T = c.integer("data.max_target_len") + 1;
+    const size_t base = memory::stats().live_bytes;
+    memory::reset_peak();
+    double measured = 0;
+    {
+      Seq2SeqModel model(mc, 1);
+      INFO(c.tree["model"].dump());
+      CHECK(parameter_count(mc) == static_cast<double>(model.parameter_count()));
+      model.set_training(true);
+      Rng rng(3);
+      std::vector<int32_t> src(B * S), tgt_in(B * T), tgt_out(B * T);
+      for (int32_t& t : src) t = static_cast<int32_t>(4 + rng.below(49));
+      for (size_t i = 0; i < tgt_in.size(); ++i)
+        tgt_in[i] = static_cast<int32_t>(4 + rng.below(37)), tgt_out[i] = static_cast<int32_t>(4 + rng.below(37));
+      const std::vector<int64_t> lengths(static_cast<size_t>(B), S);
+      cross_entropy(model.forward(src, lengths, B, S, tgt_in, T), tgt_out, kPadId).backward();
+      measured = static_cast<double>(memory::stats().peak_live_bytes - base);
+    }
+    const double estimated = e.total() - e.optimizer;
+    INFO(c.tree["model"].dump() << " " << c.tree["data"].dump() << ": estimated " << estimated << " bytes, measured "
+                                << measured);
+    CHECK(estimated >= 0.75 * measured);
+    CHECK(estimated <= 1.35 * measured);
+  }
+}

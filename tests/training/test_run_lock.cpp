@@ -1,0 +1,61 @@
+// One writer per run directory (run_lock.h): while one `tfm train` holds DIR/train.lock a second
+// writer exits 2 naming the directory and the holder's PID, readers are not blocked, and the kernel
+// releases the lock when the holder dies (even by SIGKILL).
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "cli_run.h"
+#include "tfm/engine/error.h"
+#include "tfm/engine/file_io.h"
+#include "tfm/training/run_lock.h"
+
+namespace fs = std::filesystem;
+using tfm::RunLock;
+
+namespace {
+// Polls `ready` every 50 ms for up to a minute (a loaded machine can be slow to start a process).
+template <class F>
+bool wait_for(F ready) {
+  for (int i = 0; i < 1200; ++i) {
+    if (ready()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+}  // namespace
+
+TEST_CASE("run lock: one holder at a time, released on destruction", "[lock]") {
+  const std::string dir = tfm_test::scratch_path("lock", "api") + "/run";
+  {
+    RunLock a = RunLock::acquire(dir);  // creates the directory
+    CHECK(a.held());
+    CHECK(fs::is_directory(dir));
+    CHECK(RunLock::holder(dir) == ::getpid());
+    // flock locks belong to the open file description: a second acquire, even in this process, fails.
+    try {
+      RunLock b = RunLock::acquire(dir);
+      FAIL("a second lock on " << dir << " was granted");
+    } catch (const tfm::IoError& e) {
+      CHECK_THAT(e.what(), Catch::StartsWith(dir + ": another tfm process (PID " + std::to_string(::getpid()) + ")"));
+    }
+    RunLock moved = std::move(a);
+    CHECK(moved.held());
+    CHECK(!a.held());
+  }
+  // Released, and the directory it made for nothing is gone again.
+  CHECK(RunLock::holder(dir) == 0);
+  CHECK(!fs::exists(dir));
+  fs::create_directories(dir);
+  std::ofstream(dir + "/keep.txt") << "x";
+  { RunLock c = RunLock::acquire(dir); }
+  CHECK(fs::exists(dir + "/keep.txt"));  // a directory it did not make stays, lock file removed
+  CHECK(!fs::exists(dir + "/" + RunLock::kFileName));
+}
