@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "tfm/models/model.h"
-#include "tfm/nn/layers.h"
+#include "tfm/nn/blocks.h"
 #include "tfm/engine/tensor.h"
 
 namespace tfm::testing {

@@ -7,7 +7,7 @@
 #include "tfm/engine/error.h"
 #include "tfm/engine/gemm.h"
 #include "tfm/engine/memory.h"
-#include "tfm/nn/layers.h"
+#include "tfm/nn/blocks.h"
 #include "tfm/engine/ops.h"
 #include "tfm/engine/tensor.h"
 

@@ -13,7 +13,7 @@
 #include "tfm/config/config.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
-#include "tfm/nn/layers.h"
+#include "tfm/nn/blocks.h"
 #include "tfm/engine/gemm.h"
 #include "tfm/training/preflight.h"
 #include "tfm/engine/platform.h"

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <limits>
 
-#include "tfm/nn/layers.h"
+#include "tfm/nn/blocks.h"
 #include "tfm/engine/ops.h"
 
 namespace tfm {

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "tfm/nn/layers.h"
+#include "tfm/nn/blocks.h"
 #include "tfm/engine/ops.h"
 
 namespace tfm {

@@ -10,7 +10,7 @@
 
 #include "tfm/training/distributed.h"
 #include "tfm/engine/error.h"
-#include "tfm/nn/layers.h"
+#include "tfm/nn/blocks.h"
 
 namespace tfm {
 namespace {

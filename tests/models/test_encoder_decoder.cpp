@@ -14,7 +14,7 @@
 #include "fixture_compare.h"
 #include "gradcheck.h"
 #include "tfm/analysis/bleu.h"
-#include "tfm/nn/layers.h"
+#include "tfm/nn/blocks.h"
 #include "tfm/engine/ops.h"
 #include "tfm/data/pairs.h"
 #include "tfm/models/encoder_decoder.h"

@@ -16,7 +16,7 @@
 #include "fixture_compare.h"
 #include "gradcheck.h"
 #include "tfm/models/model.h"
-#include "tfm/nn/layers.h"
+#include "tfm/nn/blocks.h"
 #include "tfm/engine/ops.h"
 
 using namespace tfm;

@@ -15,7 +15,7 @@
 #include "gradcheck.h"
 #include "tfm/config/config.h"
 #include "tfm/models/model.h"
-#include "tfm/nn/layers.h"
+#include "tfm/nn/blocks.h"
 #include "tfm/engine/ops.h"
 #include "tfm/training/preflight.h"
 #include "tfm/engine/safetensors.h"

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "gradcheck.h"
-#include "tfm/nn/layers.h"
+#include "tfm/nn/blocks.h"
 
 using namespace tfm;
 

@@ -1,0 +1,108 @@
+// Encoder and decoder blocks.
+// Legend: B batch, T time, C = d_model.
+#include "tfm/nn/blocks.h"
+
+#include "tfm/engine/ops.h"
+
+namespace tfm {
+
+namespace {
+BlockConfig resolved(BlockConfig c, const char* where) {
+  if (c.d_ff == 0) c.d_ff = 4 * c.attention.d_model;
+  TFM_CHECK(c.norm_position == "pre" || c.norm_position == "post", where, "norm_position must be \"pre\" ",
+            "or \"post\", got \"", c.norm_position, "\"");
+  return c;
+}
+
+AttentionConfig with_causal(AttentionConfig c, bool causal) {
+  c.causal = causal;
+  return c;
+}
+
+// One residual sub-layer of a block: pre-norm x + Drop(f(LN(x))), post-norm LN(x + Drop(f(x))).
+// A tensor read by the sub-layer's backward is released once the sub-layer has run (its backward
+// recomputes it from the norm's saved input, so the step keeps one (B, T, C) per norm): pre-norm's
+// LN(x) always; post-norm's x when release_input (the previous sub-layer's norm output, not the
+// block's input).
+template <class F>
+Tensor residual_sublayer(const Module& block, const BlockConfig& c, const LayerNorm& ln, const Tensor& x,
+                         bool release_input, F&& f) {
+  const bool drop = block.training() && c.dropout > 0.0f;
+  TFM_CHECK(!drop || block.rng(), "Block", "dropout needs set_rng()");
+  auto residual = [&](const Tensor& t) { return drop ? dropout(t, c.dropout, true, *block.rng()) : t; };
+  if (c.norm_position == "pre") {
+    const Tensor a = ln.forward(x);             // (B, T, C)
+    const Tensor y = x + residual(f(a));        // (B, T, C)
+    a.release_values();
+    return y;
+  }
+  const Tensor y = ln.forward(x + residual(f(x)));  // (B, T, C)
+  if (release_input) x.release_values();
+  return y;
+}
+}  // namespace
+
+EncoderBlock::EncoderBlock(const BlockConfig& config)
+    : config_(resolved(config, "EncoderBlock")),
+      ln1(config_.attention.d_model),
+      ln2(config_.attention.d_model),
+      attn(config_.attention),
+      ffn(config_.attention.d_model, config_.d_ff, config_.activation, config_.attention.bias) {
+  register_module("ln1", &ln1);
+  register_module("ln2", &ln2);
+  register_module("attn", &attn);
+  register_module("", &ffn);  // fc1, fc2 directly under the block, as in the reference
+}
+
+template <class Attend>
+Tensor EncoderBlock::run(const Tensor& x, Attend&& attend) {
+  const Tensor h = residual_sublayer(*this, config_, ln1, x, false, attend);  // (B, T, C)
+  return residual_sublayer(*this, config_, ln2, h, true, [&](const Tensor& a) { return ffn.forward(a); });
+}
+
+Tensor EncoderBlock::forward(const Tensor& x, const std::vector<int64_t>& key_lengths) {
+  return run(x, [&](const Tensor& a) { return attn.forward(a, a, a, key_lengths); });
+}
+
+Tensor EncoderBlock::forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v, int64_t past) {
+  return run(x, [&](const Tensor& a) { return attn.forward_cached(a, cache_k, cache_v, past); });
+}
+
+DecoderBlock::DecoderBlock(const BlockConfig& config)
+    : config_(resolved(config, "DecoderBlock")),
+      ln1(config_.attention.d_model),
+      ln2(config_.attention.d_model),
+      ln3(config_.attention.d_model),
+      attn(with_causal(config_.attention, true)),
+      cross(with_causal(config_.attention, false)),
+      ffn(config_.attention.d_model, config_.d_ff, config_.activation, config_.attention.bias) {
+  register_module("ln1", &ln1);
+  register_module("attn", &attn);
+  register_module("ln2", &ln2);
+  register_module("cross", &cross);
+  register_module("ln3", &ln3);
+  register_module("", &ffn);
+}
+
+template <class SelfAttend, class CrossAttend>
+Tensor DecoderBlock::run(const Tensor& x, SelfAttend&& self_attend, CrossAttend&& cross_attend) {
+  const Tensor h1 = residual_sublayer(*this, config_, ln1, x, false, self_attend);    // (B, T, C)
+  const Tensor h2 = residual_sublayer(*this, config_, ln2, h1, true, cross_attend);  // (B, T, C)
+  return residual_sublayer(*this, config_, ln3, h2, true, [&](const Tensor& a) { return ffn.forward(a); });
+}
+
+Tensor DecoderBlock::forward(const Tensor& x, const Tensor& memory, const std::vector<int64_t>& memory_lengths) {
+  return run(
+      x, [&](const Tensor& a) { return attn.forward(a, a, a); },
+      [&](const Tensor& a) { return cross.forward(a, memory, memory, memory_lengths); });
+}
+
+Tensor DecoderBlock::forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v, int64_t past,
+                                    const Tensor& cross_k, const Tensor& cross_v,
+                                    const std::vector<int64_t>& memory_lengths) {
+  return run(
+      x, [&](const Tensor& a) { return attn.forward_cached(a, cache_k, cache_v, past); },
+      [&](const Tensor& a) { return cross.forward_projected(a, cross_k, cross_v, memory_lengths); });
+}
+
+}  // namespace tfm
