@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "tfm/data/tokenizer.h"
+#include "tfm/data/dataset.h"
 #include "tfm/models/model.h"
 #include "tfm/training/optim.h"
 #include "tfm/training/trainer.h"

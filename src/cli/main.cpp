@@ -14,7 +14,7 @@
 #include "cli.h"
 #include "tfm/training/checkpoint.h"
 #include "tfm/config/config.h"
-#include "tfm/data/tokenizer.h"
+#include "tfm/data/dataset.h"
 #include "tfm/training/distributed.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"

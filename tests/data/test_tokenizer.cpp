@@ -7,7 +7,7 @@
 #include <set>
 #include <string>
 
-#include "tfm/data/tokenizer.h"
+#include "tfm/data/dataset.h"
 #include "tfm/engine/error.h"
 
 using namespace tfm;

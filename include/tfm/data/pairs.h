@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "tfm/data/tokenizer.h"
+#include "tfm/data/dataset.h"
 #include "tfm/engine/random.h"
 
 namespace tfm {

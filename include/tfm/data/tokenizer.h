@@ -1,9 +1,8 @@
-// Text to tokens, the train/validation split and seeded random batches.
+// Text to tokens: the char, byte, BPE and word tokenizers.
 //
 // The char tokenizer works on Unicode code points of a UTF-8 file; its vocabulary is the sorted set
 // of distinct code points (= torch_lm.py's sorted(set(text))). The byte tokenizer uses the 256 byte
-// values. The word tokenizer is d2l's machine-translation preprocessing (see Kind::Word). Split
-// (shared/ARCHITECTURE.md): the first floor(N * (1 - val_fraction)) tokens train.
+// values. The word tokenizer is d2l's machine-translation preprocessing (see Kind::Word).
 //
 // Special tokens: any tokenizer may carry a list of specials (e.g. seq2seq's "<pad>", "<bos>",
 // "<eos>", "<unk>") that take ids [0, S); the base vocabulary's ids are shifted by S. With "<unk>"
@@ -17,7 +16,6 @@
 #include <vector>
 
 #include "tfm/data/bpe.h"
-#include "tfm/engine/random.h"
 
 namespace tfm {
 
@@ -94,34 +92,6 @@ class Tokenizer {
 struct Vocabulary {
   Tokenizer tokenizer;                        // the input (seq2seq: source) side's
   std::optional<Tokenizer> target_tokenizer;  // seq2seq only
-};
-
-struct Dataset {
-  Tokenizer tokenizer;
-  std::vector<int32_t> train, val;
-  std::string path;
-};
-
-// Reads `path` and splits it. Throws IoError (missing, empty, invalid UTF-8) or ConfigError when a
-// split is too short for one sequence of `seq_len` (it needs seq_len + 2 tokens).
-Dataset load_dataset(const std::string& path, const std::string& tokenizer, double val_fraction,
-                     int64_t seq_len);
-// The same file encoded with an existing vocabulary (evaluating a trained run).
-Dataset load_dataset(const std::string& path, const Tokenizer& tokenizer, double val_fraction,
-                     int64_t seq_len);
-
-// B random windows of T+1 tokens: offsets uniform in [0, n - T - 1) as torch.randint(n - T - 1).
-// Its state is one Rng, saved in checkpoints, so a resumed run draws the same batches.
-class BatchSampler {
- public:
-  explicit BatchSampler(uint64_t seed) : rng_(seed) {}
-  // x, y: (B, T) row-major; y is x shifted by one token.
-  void sample(const std::vector<int32_t>& tokens, int64_t B, int64_t T, std::vector<int32_t>& x,
-              std::vector<int32_t>& y);
-  Rng& rng() { return rng_; }
-
- private:
-  Rng rng_;
 };
 
 }  // namespace tfm

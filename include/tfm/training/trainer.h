@@ -19,7 +19,7 @@
 
 #include "tfm/training/checkpoint.h"
 #include "tfm/config/config.h"
-#include "tfm/data/tokenizer.h"
+#include "tfm/data/dataset.h"
 #include "tfm/models/model.h"
 #include "tfm/objectives/objective.h"
 

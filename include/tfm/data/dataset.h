@@ -1,0 +1,41 @@
+// A text file as token streams: the train/validation split (the first floor(N * (1 - val_fraction))
+// tokens train, as docs/architecture.md says) and seeded random windows of it.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tfm/data/tokenizer.h"
+#include "tfm/engine/random.h"
+
+namespace tfm {
+
+struct Dataset {
+  Tokenizer tokenizer;
+  std::vector<int32_t> train, val;
+  std::string path;
+};
+
+// Reads `path` and splits it. Throws IoError (missing, empty, invalid UTF-8) or ConfigError when a
+// split is too short for one sequence of `seq_len` (it needs seq_len + 2 tokens).
+Dataset load_dataset(const std::string& path, const std::string& tokenizer, double val_fraction,
+                     int64_t seq_len);
+// The same file encoded with an existing vocabulary (evaluating a trained run).
+Dataset load_dataset(const std::string& path, const Tokenizer& tokenizer, double val_fraction,
+                     int64_t seq_len);
+
+// B random windows of T+1 tokens: offsets uniform in [0, n - T - 1) as torch.randint(n - T - 1).
+// Its state is one Rng, saved in checkpoints, so a resumed run draws the same batches.
+class BatchSampler {
+ public:
+  explicit BatchSampler(uint64_t seed) : rng_(seed) {}
+  // x, y: (B, T) row-major; y is x shifted by one token.
+  void sample(const std::vector<int32_t>& tokens, int64_t B, int64_t T, std::vector<int32_t>& x,
+              std::vector<int32_t>& y);
+  Rng& rng() { return rng_; }
+
+ private:
+  Rng rng_;
+};
+
+}  // namespace tfm
