@@ -1,5 +1,5 @@
-// Commands beyond train/eval/sample/info/config, one family per file (src/cli_<family>.cpp), so the
-// CLI grows without every change going through main.cpp.
+// The command line's families of commands, one file each (src/cli/<family>.cpp), registered by
+// main.cpp: a new command is a new file and one line there.
 #pragma once
 #include <cerrno>
 #include <cmath>
@@ -21,6 +21,10 @@ constexpr int kExitOk = 0;
 constexpr int kExitInternal = 1;
 constexpr int kExitBadInput = 2;  // bad config, argument or file (tfm::ConfigError, tfm::IoError)
 constexpr int kExitDiverged = 3;  // training stopped on a NaN/Inf
+
+// Upper bound of count flags (--batches, --max-new-tokens, ...): far above any sensible use, far below
+// an overflow.
+constexpr int64_t kMaxFlagCount = 1000000000;
 
 // A registered subcommand and what runs when the command line selected it (returns the exit status;
 // tfm::ConfigError / tfm::IoError thrown from it become status 2 in main).
@@ -63,24 +67,29 @@ inline CLI::Validator number_in(double lo, double hi) {
       "NUMBER in " + range);
 }
 
-std::vector<Command> add_bench_commands(CLI::App& app);    // cli_bench.cpp: bench gemm
-std::vector<Command> add_insight_commands(CLI::App& app);  // cli_insight.cpp: attention, export, tokenizer
-std::vector<Command> add_objective_commands(CLI::App& app);  // cli_objectives.cpp: fill-mask, translate
-std::vector<Command> add_gradcheck_commands(CLI::App& app);  // cli_gradcheck.cpp: gradcheck
-std::vector<Command> add_heads_commands(CLI::App& app);      // cli_heads.cpp: heads
-std::vector<Command> add_sweep_commands(CLI::App& app);      // cli_sweep.cpp: sweep
+std::vector<Command> add_train_commands(CLI::App& app);      // train.cpp: train
+std::vector<Command> add_eval_commands(CLI::App& app);       // eval.cpp: eval
+std::vector<Command> add_sample_commands(CLI::App& app);     // sample.cpp: sample
+std::vector<Command> add_info_commands(CLI::App& app);       // info.cpp: info
+std::vector<Command> add_config_commands(CLI::App& app);     // config.cpp: config
+std::vector<Command> add_bench_commands(CLI::App& app);      // bench.cpp: bench gemm, bench attention
+std::vector<Command> add_insight_commands(CLI::App& app);    // insight.cpp: attention, export, tokenizer
+std::vector<Command> add_objective_commands(CLI::App& app);  // objectives.cpp: fill-mask, translate
+std::vector<Command> add_gradcheck_commands(CLI::App& app);  // gradcheck.cpp: gradcheck
+std::vector<Command> add_heads_commands(CLI::App& app);      // heads.cpp: heads
+std::vector<Command> add_sweep_commands(CLI::App& app);      // sweep.cpp: sweep
 
 // Creates `dir` (and its parents) for a command's output files; IoError naming it and `flag` when it
-// cannot (cli_plot.cpp).
+// cannot (plot.cpp).
 void make_output_dir(const std::string& dir, const std::string& flag = "--out");
 // scripts/NAME from the current directory (the repository root), else beside the binary's build
-// directory; "scripts/NAME" when neither exists (cli_plot.cpp).
+// directory; "scripts/NAME" when neither exists (plot.cpp).
 std::string find_script(const std::string& name);
 // Runs `python3 scripts/NAME ARGS...` when matplotlib is installed and no_plot is off; otherwise
 // prints the command to run (unless quiet, which also silences the script). True when it drew.
 bool run_plot_script(const std::string& name, const std::vector<std::string>& args, bool no_plot, bool quiet = false);
 
-// --mask-heads L:H,... (cli_heads.cpp): per layer an (H) gate of ones with 0 at each masked head;
+// --mask-heads L:H,... (heads.cpp): per layer an (H) gate of ones with 0 at each masked head;
 // ConfigError naming the flag on a bad item or an index out of range.
 std::vector<tfm::Tensor> parse_head_mask(const std::string& spec, int64_t layers, int64_t heads);
 // Sets the gates of --mask-heads on a run's language model (nothing when spec is empty).

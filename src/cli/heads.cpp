@@ -74,7 +74,6 @@ int run_heads(const HeadsOptions& o) {
     throw ConfigError("heads: only for causal_lm and masked_lm runs (" + o.run + " was trained with train.objective \"" +
                       run.objective->name() + "\")");
   const Config& c = run.config;
-  platform::configure_threads(static_cast<int>(c.integer("train.threads")));
   const GemmModeGuard gemm_mode(parse_precision(c.string("train.precision")),
                                 resolve_gemm_backend(c.string("train.gemm_backend")));
   LanguageModel& model = *run.model;

@@ -87,7 +87,6 @@ int run_pair_attention(const AttentionOptions& o, LoadedRun& run) {
 
 int run_attention(const AttentionOptions& o) {
   LoadedRun run = load_run(o.run, o.which);
-  platform::configure_threads(static_cast<int>(run.config.integer("train.threads")));
   if (!run.model) {
     if (!o.mask_heads.empty())
       throw ConfigError("--mask-heads: only for causal_lm and masked_lm runs (this run's train.objective is \"" +

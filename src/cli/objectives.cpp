@@ -26,9 +26,7 @@ struct FillMaskOptions {
 
 int fill_mask_command(const FillMaskOptions& o) {
   if (o.top_k < 1) throw ConfigError("--top-k: expected an integer >= 1, got " + std::to_string(o.top_k));
-  const std::string which = o.which.empty() ? (std::filesystem::exists(o.run + "/best.ckpt") ? "best" : "last") : o.which;
-  LoadedRun run = load_run(o.run, which);
-  platform::configure_threads(static_cast<int>(run.config.integer("train.threads")));
+  LoadedRun run = load_run(o.run, o.which);
   if (o.top_k > run.objective->tokenizer().size())
     throw ConfigError("--top-k: expected at most the vocabulary's " + std::to_string(run.objective->tokenizer().size()) +
                       " tokens, got " + std::to_string(o.top_k));
@@ -83,9 +81,7 @@ int translate_command(const TranslateCliOptions& o) {
   if (!o.references.empty() && o.references.size() != o.texts.size())
     throw ConfigError("--reference: " + std::to_string(o.references.size()) + " given for " +
                       std::to_string(o.texts.size()) + " --text (one reference per text, in order)");
-  const std::string which = o.which.empty() ? (std::filesystem::exists(o.run + "/best.ckpt") ? "best" : "last") : o.which;
-  LoadedRun run = load_run(o.run, which);
-  platform::configure_threads(static_cast<int>(run.config.integer("train.threads")));
+  LoadedRun run = load_run(o.run, o.which);
   TranslateOptions t;
   t.beam = o.beam;
   t.max_len = o.max_len;

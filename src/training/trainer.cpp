@@ -754,7 +754,9 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
   return run.run();
 }
 
-LoadedRun load_run(const std::string& dir, const std::string& which, bool with_data) {
+LoadedRun load_run(const std::string& dir, const std::string& which_asked, bool with_data) {
+  const std::string which =
+      !which_asked.empty() ? which_asked : fs::exists(dir + "/best.ckpt") ? "best" : "last";
   if (which != "last" && which != "best")
     throw ConfigError("--checkpoint: expected \"last\" or \"best\", got \"" + which + "\"");
   const std::string path = dir + "/" + which + ".ckpt";
@@ -771,6 +773,7 @@ LoadedRun load_run(const std::string& dir, const std::string& which, bool with_d
                                  {with_data, 0, memory_check(run.config, {"loading " + path, false, 1})});
   restore_model(run.objective->model(), run.checkpoint, path);
   run.model = dynamic_cast<LanguageModel*>(&run.objective->model());
+  platform::configure_threads(static_cast<int>(run.config.integer("train.threads")));
   return run;
 }
 

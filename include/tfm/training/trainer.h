@@ -56,9 +56,10 @@ struct LoadedRun {
   std::unique_ptr<Objective> objective;  // with the run's data only when load_run was asked for it
   LanguageModel* model = nullptr;        // the objective's model when it is a LanguageModel, else null
 };
-// Loads DIR/<which>.ckpt ("last" or "best") and builds its objective and model.
-// With data, the objective reads the run's data files too (evaluation); without, it needs none.
-LoadedRun load_run(const std::string& dir, const std::string& which = "last", bool with_data = false);
+// Loads DIR/<which>.ckpt ("last" or "best"; "" = best when the run has one, else last), builds its
+// objective and model and sets the threads the run's train.threads asks for. With data, the objective
+// reads the run's data files too (evaluation); without, it needs none.
+LoadedRun load_run(const std::string& dir, const std::string& which = "", bool with_data = false);
 
 // Copies checkpoint values into a model built from the same config; IoError naming what differs.
 void restore_model(Model& model, const Checkpoint& ckpt, const std::string& source);

@@ -1,0 +1,46 @@
+// `tfm config`: a config resolved (every default filled in), or the table of every key.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "tfm/config/config.h"
+#include "tfm/engine/error.h"
+
+namespace tfm::cli {
+namespace {
+
+struct ConfigOptions {
+  std::string config_file;
+  std::vector<std::string> sets;
+  bool keys = false;
+};
+
+int config_command(const ConfigOptions& o) {
+  const std::string& file = o.config_file;
+  const bool keys = o.keys;
+  if (keys) {
+    std::fputs(keys_markdown().c_str(), stdout);
+    return kExitOk;
+  }
+  if (file.empty())
+    throw ConfigError("config: give --config FILE (print it resolved) or --keys (list every key)");
+  std::printf("%s\n", load_config(file, o.sets).tree.dump(2).c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+std::vector<Command> add_config_commands(CLI::App& app) {
+  auto o = std::make_shared<ConfigOptions>();
+  auto* cfg = app.add_subcommand("config", "Print a config resolved (every default filled in), or the key table");
+  cfg->add_option("--config", o->config_file, "JSON config")->type_name("FILE");
+  cfg->add_option("--set", o->sets, "Override a key (repeatable)")->type_name("KEY=VALUE");
+  cfg->add_flag("--keys", o->keys, "List every key: type, default, allowed values, meaning (Markdown)");
+  cfg->footer(
+      "\nExamples:\n  tfm config --config configs/tiny.json --set model.d_model=64\n  tfm config --keys > "
+      "keys.md\n");
+  return {{cfg, [o] { return config_command(*o); }}};
+}
+
+}  // namespace tfm::cli

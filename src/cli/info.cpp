@@ -1,0 +1,183 @@
+// `tfm info`: what a config costs before it runs: parameters per component, FLOPs per token, memory.
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+#include "tfm/config/config.h"
+#include "tfm/engine/error.h"
+#include "tfm/engine/memory.h"
+#include "tfm/engine/platform.h"
+#include "tfm/models/encoder_decoder.h"
+#include "tfm/models/model.h"
+#include "tfm/objectives/objective.h"
+#include "tfm/training/preflight.h"
+
+namespace tfm::cli {
+namespace {
+
+std::string human_count(double n) {
+  char buf[32];
+  if (n >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.2fG", n / 1e9);
+  else if (n >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
+  else if (n >= 1e3)
+    std::snprintf(buf, sizeof buf, "%.1fk", n / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f", n);
+  return buf;
+}
+
+std::string mib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1024.0 * 1024.0));
+  return buf;
+}
+
+struct InfoOptions {
+  std::string config_file;
+  std::vector<std::string> sets;
+  int64_t vocab_size = 0;
+  bool measure = false, json = false;
+};
+
+int info_command(const InfoOptions& o) {
+  const std::string& file = o.config_file;
+  const std::vector<std::string>& sets = o.sets;
+  int64_t vocab_override = o.vocab_size;
+  const bool measure = o.measure, as_json = o.json;
+  const Config c = load_config(file, sets);
+  const std::string objective_name = c.string("train.objective");
+  const bool seq2seq = objective_name == "seq2seq";
+  // The objective builds the model from its data's vocabularies (memory-checked before it allocates).
+  // A language model whose data file is missing, or with --vocab-size, gets an assumed vocabulary.
+  const auto check = memory_check(c, {"info", true, 1});
+  std::unique_ptr<Objective> objective;
+  std::unique_ptr<LanguageModel> lm;
+  std::string vocab_note;
+  if (vocab_override > 0 && seq2seq)
+    throw ConfigError("--vocab-size: not for train.objective \"seq2seq\" (both vocabularies come from data.path)");
+  if (vocab_override <= 0) {
+    try {
+      objective = make_objective(c, nullptr, {true, 0, check});
+      vocab_note = "from " + c.string("data.path");
+    } catch (const IoError& e) {
+      if (seq2seq) throw;
+      vocab_override = (c.string("data.tokenizer") == "byte" ? 256 : 65) + (objective_name == "masked_lm" ? 1 : 0);
+      vocab_note = std::string("assumed (") + e.what() + "; --vocab-size N sets it)";
+    }
+  } else {
+    vocab_note = "from --vocab-size";
+  }
+  if (!objective) {
+    const ModelConfig mc = c.model(vocab_override);
+    check(mc);
+    lm = std::make_unique<LanguageModel>(mc, 0);
+  }
+  Model& model = objective ? objective->model() : *lm;
+  const ModelConfig& mc = objective ? (seq2seq ? dynamic_cast<Seq2SeqModel&>(model).config()
+                                               : dynamic_cast<LanguageModel&>(model).config())
+                                    : lm->config();
+  const MemoryEstimate memory = estimate_memory(c, mc, true);  // preflight.h
+  const int64_t B = c.integer("train.batch_size");
+  // Tokens the loss counts per sequence: the window, or a pair's target side at its longest.
+  const int64_t T = seq2seq ? c.integer("data.max_target_len") + 1 : c.integer("train.seq_len");
+  const int64_t P = model.parameter_count();
+  const double train_flops = objective ? objective->train_flops_per_token()
+                                       : LanguageModel::flops_per_token(mc, T).train_per_token;
+  const std::string vocab = seq2seq ? std::to_string(mc.source_vocab_size) + " source + " +
+                                          std::to_string(mc.vocab_size) + " target"
+                                    : std::to_string(mc.vocab_size);
+  if (as_json) {  // for scripts (scripts/bench.sh): the figures below, machine-readable
+    nlohmann::json j = {{"config", file}, {"objective", objective_name}, {"vocab_size", mc.vocab_size},
+                        {"parameters", P}, {"forward_flops_per_token", train_flops / 3.0},
+                        {"train_flops_per_token", train_flops}, {"batch_size", B}, {"seq_len", T},
+                        {"memory_estimate_bytes", memory.total()}};
+    if (seq2seq) j["source_vocab_size"] = mc.source_vocab_size;
+    j["head_gating"] = mc.head_gating, j["head_mixing"] = mc.head_mixing;
+    if (mc.head_gating == "topk") j["head_topk"] = mc.head_topk, j["computed_head_share"] = computed_head_share(mc);
+    if (mc.head_mixing == "group_mlp") j["head_groups"] = mc.head_groups;
+    for (const auto& [name, n] : model.parameter_breakdown()) j["breakdown"][name] = n;
+    std::printf("%s\n", j.dump().c_str());
+    return kExitOk;
+  }
+  std::printf("config %s (output.dir %s), objective %s\n", file.c_str(), c.string("output.dir").c_str(),
+              objective_name.c_str());
+  std::printf("vocabulary: %s symbols, %s tokenizer, %s\n", vocab.c_str(), c.string("data.tokenizer").c_str(),
+              vocab_note.c_str());
+  const std::string layers = seq2seq ? std::to_string(mc.n_encoder_layers) + " encoder + " +
+                                           std::to_string(mc.n_decoder_layers) + " decoder layers"
+                                     : std::to_string(mc.n_layers) + " layers";
+  std::printf("model: %s, d_model %ld, %ld heads (%ld kv), d_ff %ld, context %ld\n", layers.c_str(),
+              static_cast<long>(mc.d_model), static_cast<long>(mc.n_heads), static_cast<long>(mc.n_kv_heads),
+              static_cast<long>(mc.d_ff), static_cast<long>(mc.max_seq_len));
+  if (mc.head_gating == "topk")
+    std::printf("heads: top-k gating, %ld of %ld heads per token (attention scores and sums x %.3g), a gate of "
+                "%.0f weights per attention layer, balance loss %g\n",
+                static_cast<long>(mc.head_topk), static_cast<long>(mc.n_heads), computed_head_share(mc),
+                gate_weight_count(mc), mc.head_balance_loss);
+  if (mc.head_mixing != "none")
+    std::printf("heads: %s mixing%s\n", mc.head_mixing.c_str(),
+                mc.head_mixing == "group_mlp" ? (" in " + std::to_string(mc.head_groups) + " groups").c_str() : "");
+  std::printf("parameters: %ld (%s)\n", static_cast<long>(P), human_count(static_cast<double>(P)).c_str());
+  for (const auto& [name, n] : model.parameter_breakdown())
+    std::printf("  %-14s %12ld  %5.1f%%\n", name.c_str(), static_cast<long>(n),
+                100.0 * n / std::max<int64_t>(P, 1));
+  if (seq2seq) {
+    std::printf("FLOPs per target token (the data's mean lengths): forward %s, training %s\n",
+                human_count(train_flops / 3.0).c_str(), human_count(train_flops).c_str());
+    std::printf("memory estimate (batch %ld pairs of at most %ld + %ld tokens): %s\n", static_cast<long>(B),
+                static_cast<long>(c.integer("data.max_source_len") + 1), static_cast<long>(T),
+                memory.summary().c_str());
+  } else {
+    const double tokens = static_cast<double>(B * T * c.integer("train.grad_accum_steps"));
+    std::printf("FLOPs per token at T = %ld: forward %s, training %s; per optimizer step (%.0f tokens): %s\n",
+                static_cast<long>(T), human_count(train_flops / 3.0).c_str(), human_count(train_flops).c_str(),
+                tokens, human_count(train_flops * tokens).c_str());
+    std::printf("memory estimate (batch %ld x %ld): %s\n", static_cast<long>(B), static_cast<long>(T),
+                memory.summary().c_str());
+  }
+  if (measure) {
+    platform::configure_threads(static_cast<int>(c.integer("train.threads")));
+    const size_t before = memory::stats().live_bytes;
+    memory::reset_peak();
+    if (objective) {  // one real training batch of the objective
+      model.set_training(true);
+      objective->train_batch().loss.backward();
+    } else {
+      std::vector<int32_t> x(B * T), y(B * T);
+      Rng rng(1);
+      const int64_t V = mc.vocab_size;
+      for (size_t i = 0; i < x.size(); ++i)
+        x[i] = static_cast<int32_t>(rng.below(V)), y[i] = static_cast<int32_t>(rng.below(V));
+      LanguageModel::loss(lm->forward(x, B, T), y).backward();
+    }
+    const size_t peak = memory::stats().peak_live_bytes;
+    std::printf("measured: one training step peaked at %s of tensor memory (%s above the model)\n",
+                mib(static_cast<double>(peak)).c_str(),
+                mib(static_cast<double>(peak - std::min(peak, before))).c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+std::vector<Command> add_info_commands(CLI::App& app) {
+  auto o = std::make_shared<InfoOptions>();
+  auto* info = app.add_subcommand("info", "Parameters per component, FLOPs per token and memory of a config");
+  info->add_option("--config", o->config_file, "JSON config")->type_name("FILE")->required();
+  info->add_option("--set", o->sets, "Override a key (repeatable)")->type_name("KEY=VALUE");
+  info->add_option("--vocab-size", o->vocab_size, "Vocabulary size when the data file is not at hand")
+      ->check(integer_in(1, kMaxFlagCount));
+  info->add_flag("--measure", o->measure, "Also run one training step and report the measured peak tensor memory");
+  info->add_flag("--json", o->json, "Print parameters and FLOPs per token as one JSON object");
+  info->footer("\nExample:\n  tfm info --config configs/shakespeare_char_large.json --measure\n");
+  return {{info, [o] { return info_command(*o); }}};
+}
+
+}  // namespace tfm::cli

@@ -1,0 +1,84 @@
+// `tfm train`: a new run from a config, or the continuation of a run.
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "tfm/config/config.h"
+#include "tfm/engine/error.h"
+#include "tfm/engine/platform.h"
+#include "tfm/training/checkpoint.h"
+#include "tfm/training/trainer.h"
+
+namespace tfm::cli {
+namespace {
+
+struct TrainCliOptions {
+  std::string config_file, resume_dir, out, init_from;
+  std::vector<std::string> sets;
+  int64_t stop_at = -1;
+};
+
+int train_command(const TrainCliOptions& o) {
+  const std::string &config_file = o.config_file, &resume_dir = o.resume_dir, &out = o.out, &init_from = o.init_from;
+  const std::vector<std::string>& sets = o.sets;
+  if (config_file.empty() == resume_dir.empty())
+    throw ConfigError("train: give either --config FILE (a new run) or --resume DIR (continue a run)");
+  Config config;
+  TrainOptions options;
+  options.stop = platform::stop_on_signals();
+  options.stop_at_step = o.stop_at;
+  options.init_from = init_from;
+  if (!resume_dir.empty()) {
+    if (!out.empty()) throw ConfigError("--out: a resumed run stays in its directory " + resume_dir);
+    const Checkpoint ckpt = load_checkpoint(resume_dir + "/last.ckpt");
+    Config trained;
+    try {
+      trained = resolve_config(ckpt.config);
+    } catch (const ConfigError& e) {
+      throw IoError(resume_dir + "/last.ckpt: the checkpoint's config is invalid: " + e.what());
+    }
+    trained.tree["output"]["dir"] = resume_dir;  // the directory may have moved since
+    config = resume_config(trained, sets);
+    options.resume = true;
+    if (!init_from.empty()) throw ConfigError("--init-from: only for a new run (--config), not with --resume");
+  } else {
+    std::vector<std::string> all = sets;
+    if (!out.empty()) all.push_back("output.dir=" + nlohmann::json(out).dump());
+    config = load_config(config_file, all);
+  }
+  const TrainResult r = train(config, options);
+  // The trainer has logged what happened (console and train.log).
+  return r.status == TrainResult::Status::NonFinite ? kExitDiverged : kExitOk;
+}
+
+}  // namespace
+
+std::vector<Command> add_train_commands(CLI::App& app) {
+  auto o = std::make_shared<TrainCliOptions>();
+  auto* train = app.add_subcommand("train", "Train a model from a config, or continue a run");
+  train->add_option("--config", o->config_file, "JSON config of a new run (configs/*.json)")->type_name("FILE");
+  train
+      ->add_option("--resume", o->resume_dir,
+                   "Continue the run in DIR from its last.ckpt (bit-identical to an uninterrupted run)")
+      ->type_name("DIR");
+  train
+      ->add_option("--set", o->sets,
+                   "Override a key: --set train.max_steps=500 (repeatable; on --resume only "
+                   "logging/eval/checkpoint intervals, max_steps and threads)")
+      ->type_name("KEY=VALUE");
+  train->add_option("--out", o->out, "Run directory (default: output.dir, i.e. runs/<config name>)")
+      ->type_name("DIR");
+  train->add_option("--init-from", o->init_from, "Initial weights from a safetensors file (tfm export)")
+      ->type_name("FILE");
+  train->add_option("--stop-at", o->stop_at, "Stop as if interrupted after this step (for testing resume)")
+      ->group("")
+      ->check(integer_in(-1, kMaxFlagCount));
+  train->footer(
+      "\nExamples:\n  tfm train --config configs/shakespeare_char.json\n"
+      "  tfm train --config configs/tiny.json --set train.max_steps=100 --out runs/tiny\n"
+      "  tfm train --resume runs/shakespeare_char --set train.max_steps=4000\n"
+      "Ctrl-C finishes the current step, writes last.ckpt and exits; --resume continues.\n");
+  return {{train, [o] { return train_command(*o); }}};
+}
+
+}  // namespace tfm::cli
