@@ -103,9 +103,9 @@ inline ModelConfig config_from(const json& c) {
   m.n_kv_heads = c.at("n_kv_heads");
   m.d_ff = c.at("d_ff");
   m.max_seq_len = c.at("max_seq_len");
-  m.activation = c.at("activation");
-  m.norm_position = c.at("norm_position");
-  m.positional_encoding = c.at("positional_encoding");
+  m.activation = *enum_from<Activation>(c.at("activation").get<std::string>());
+  m.norm_position = *enum_from<NormPosition>(c.at("norm_position").get<std::string>());
+  m.positional_encoding = *enum_from<PositionalEncoding>(c.at("positional_encoding").get<std::string>());
   m.tie_embeddings = c.at("tie_embeddings");
   m.bias = c.at("bias");
   m.n_layers = c.value("n_layers", int64_t{0});

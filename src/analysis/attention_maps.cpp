@@ -72,7 +72,7 @@ std::vector<LayerAttention> analyze_attention(LanguageModel& model, const std::v
     const Tensor o = contiguous_values(model.head_outputs()[l]);
     const NamedParameter* wo = model.find_parameter("blocks." + std::to_string(l) + ".attn.wo.weight");
     TFM_CHECK(wo != nullptr, "analyze_attention", "model has no blocks.", l, ".attn.wo.weight",
-              cfg.head_mixing == "group_mlp" ? " (model.head_mixing = group_mlp replaces Wo by an MLP, through "
+              cfg.head_mixing == HeadMixing::GroupMlp ? " (model.head_mixing = group_mlp replaces Wo by an MLP, through "
                                                "which the heads' contributions do not separate)"
                                              : "");
     const Tensor w = contiguous_values(wo->value);

@@ -65,14 +65,13 @@ std::vector<GemmTiming> time_model_gemms(const ModelConfig& cfg, int64_t B, int6
   return out;
 }
 
-std::vector<AttentionTiming> time_attention(const AttentionConfig& config, int64_t B,
+std::vector<AttentionTiming> time_attention(const ModelConfig& config, bool causal, int64_t B,
                                             const std::vector<int64_t>& lengths, double min_seconds) {
-  MultiHeadAttention layer(config);
+  MultiHeadAttention layer(config, causal);
   Rng rng(7);
   for (auto& [name, p] : layer.named_parameters())
     if (p->dim() >= 2) *p = Tensor::randn(p->shape(), rng, 0.0f, 0.02f).set_requires_grad(true);
-  const int64_t C = config.d_model, H = config.n_heads, Dk = C / H;
-  const int64_t kv = (config.n_kv_heads > 0 ? config.n_kv_heads : H) * Dk;
+  const int64_t C = config.d_model, H = config.n_heads;
   using clock = std::chrono::steady_clock;
   std::vector<AttentionTiming> out;
   for (const int64_t n : lengths) {
@@ -101,9 +100,8 @@ std::vector<AttentionTiming> time_attention(const AttentionConfig& config, int64
     t.peak_bytes = static_cast<double>(peak - std::min(live, peak));
     std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
     t.median_ms = ms[ms.size() / 2];
-    const double Bn = static_cast<double>(B * n), dn = static_cast<double>(n), dC = static_cast<double>(C);
-    const double forward = 2.0 * Bn * dC * (2.0 * dC + 2.0 * static_cast<double>(kv)) + 4.0 * Bn * dn * dC;
-    t.flops = 3.0 * forward;
+    const double dn = static_cast<double>(n);
+    t.flops = 3.0 * MultiHeadAttention::cost(config, B, n, n).flops;
     t.matrix_bytes = 4.0 * static_cast<double>(B * H) * dn * dn;
     out.push_back(t);
   }

@@ -113,9 +113,9 @@ int run_bench_attention(const BenchAttentionOptions& o) {
                         std::to_string(o.lengths[i]));
   if (o.lengths.size() < 2) throw ConfigError("--seq-lens: give two or more lengths (the exponents are fitted)");
   const int threads = platform::configure_threads(o.threads);
-  AttentionConfig c;
-  c.d_model = o.d_model, c.n_heads = o.heads, c.n_kv_heads = o.kv_heads, c.causal = o.causal;
-  const std::vector<AttentionTiming> t = time_attention(c, o.batch, o.lengths, o.seconds);
+  ModelConfig c;
+  c.d_model = o.d_model, c.n_heads = o.heads, c.n_kv_heads = o.kv_heads;
+  const std::vector<AttentionTiming> t = time_attention(c, o.causal, o.batch, o.lengths, o.seconds);
   // Exponents over the upper half of the lengths, where the n^2 terms weigh most.
   const size_t from = t.size() / 2 == t.size() - 1 ? 0 : t.size() / 2;
   std::vector<double> n, ms, flops, peak, matrix;

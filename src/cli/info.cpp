@@ -13,7 +13,8 @@
 #include "tfm/engine/memory.h"
 #include "tfm/engine/platform.h"
 #include "tfm/models/encoder_decoder.h"
-#include "tfm/models/model.h"
+#include "tfm/nn/attention.h"
+#include "tfm/models/language_model.h"
 #include "tfm/objectives/objective.h"
 #include "tfm/training/preflight.h"
 
@@ -99,9 +100,10 @@ int info_command(const InfoOptions& o) {
                         {"train_flops_per_token", train_flops}, {"batch_size", B}, {"seq_len", T},
                         {"memory_estimate_bytes", memory.total()}};
     if (seq2seq) j["source_vocab_size"] = mc.source_vocab_size;
-    j["head_gating"] = mc.head_gating, j["head_mixing"] = mc.head_mixing;
-    if (mc.head_gating == "topk") j["head_topk"] = mc.head_topk, j["computed_head_share"] = computed_head_share(mc);
-    if (mc.head_mixing == "group_mlp") j["head_groups"] = mc.head_groups;
+    j["head_gating"] = name_of(mc.head_gating), j["head_mixing"] = name_of(mc.head_mixing);
+    if (mc.head_gating == HeadGating::TopK)
+      j["head_topk"] = mc.head_topk, j["computed_head_share"] = MultiHeadAttention::computed_head_share(mc);
+    if (mc.head_mixing == HeadMixing::GroupMlp) j["head_groups"] = mc.head_groups;
     for (const auto& [name, n] : model.parameter_breakdown()) j["breakdown"][name] = n;
     std::printf("%s\n", j.dump().c_str());
     return kExitOk;
@@ -116,14 +118,14 @@ int info_command(const InfoOptions& o) {
   std::printf("model: %s, d_model %ld, %ld heads (%ld kv), d_ff %ld, context %ld\n", layers.c_str(),
               static_cast<long>(mc.d_model), static_cast<long>(mc.n_heads), static_cast<long>(mc.n_kv_heads),
               static_cast<long>(mc.d_ff), static_cast<long>(mc.max_seq_len));
-  if (mc.head_gating == "topk")
+  if (mc.head_gating == HeadGating::TopK)
     std::printf("heads: top-k gating, %ld of %ld heads per token (attention scores and sums x %.3g), a gate of "
                 "%.0f weights per attention layer, balance loss %g\n",
-                static_cast<long>(mc.head_topk), static_cast<long>(mc.n_heads), computed_head_share(mc),
-                gate_weight_count(mc), mc.head_balance_loss);
-  if (mc.head_mixing != "none")
-    std::printf("heads: %s mixing%s\n", mc.head_mixing.c_str(),
-                mc.head_mixing == "group_mlp" ? (" in " + std::to_string(mc.head_groups) + " groups").c_str() : "");
+                static_cast<long>(mc.head_topk), static_cast<long>(mc.n_heads), MultiHeadAttention::computed_head_share(mc),
+                static_cast<double>(mc.n_heads * mc.d_model), mc.head_balance_loss);
+  if (mc.head_mixing != HeadMixing::None)
+    std::printf("heads: %s mixing%s\n", name_of(mc.head_mixing).c_str(),
+                mc.head_mixing == HeadMixing::GroupMlp ? (" in " + std::to_string(mc.head_groups) + " groups").c_str() : "");
   std::printf("parameters: %ld (%s)\n", static_cast<long>(P), human_count(static_cast<double>(P)).c_str());
   for (const auto& [name, n] : model.parameter_breakdown())
     std::printf("  %-14s %12ld  %5.1f%%\n", name.c_str(), static_cast<long>(n),

@@ -9,6 +9,7 @@
 #include <limits>
 #include <sstream>
 
+#include "table.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
 
@@ -17,229 +18,7 @@ using nlohmann::json;
 
 namespace {
 
-// A fluent builder so that each row of the table reads as one line.
-struct Key {
-  KeySpec s;
-  Key(const char* path, KeyType type, json default_value, const char* meaning) {
-    s.path = path;
-    s.type = type;
-    s.default_value = std::move(default_value);
-    s.meaning = meaning;
-  }
-  Key& min(double v, bool open = false) {
-    s.min = v, s.has_min = true, s.min_open = open;
-    return *this;
-  }
-  Key& max(double v, bool open = false) {
-    s.max = v, s.has_max = true, s.max_open = open;
-    return *this;
-  }
-  Key& one_of(std::vector<std::string> c) {
-    s.choices = std::move(c);
-    return *this;
-  }
-  Key& derived(const char* how) {
-    s.derived = how;
-    return *this;
-  }
-  Key& resumable() {
-    s.resumable = true;
-    return *this;
-  }
-  Key& only_for(std::vector<std::string> objectives) {
-    s.objectives = std::move(objectives);
-    return *this;
-  }
-};
-
 using T = KeyType;
-const std::vector<std::string> kLanguageModels = {"causal_lm", "masked_lm"};
-const std::vector<std::string> kSeq2Seq = {"seq2seq"};
-
-std::vector<KeySpec> build_table() {
-  const json derived = nullptr;
-  std::vector<Key> k = {
-      Key("seed", T::Integer, 1337, "Seed of initialisation, dropout and batch sampling.").min(0),
-      Key("data.path", T::String, "data/tinyshakespeare.txt",
-          "Training text (or sentence pairs for seq2seq); a relative path is taken from the working directory."),
-      Key("data.format", T::String, derived,
-          "`text`: one UTF-8 text (causal_lm, masked_lm); `pairs`: `source<TAB>target[<TAB>...]` lines (seq2seq).")
-          .derived("\"pairs\" for seq2seq, else \"text\"")
-          .one_of({"text", "pairs"}),
-      Key("data.tokenizer", T::String, "char",
-          "`char`: Unicode code points of the UTF-8 file, vocabulary = its sorted distinct characters; "
-          "`byte`: the 256 byte values; `bpe`: byte-level BPE from data.tokenizer_path; `word` (seq2seq): "
-          "lowercased words with punctuation split off, rarer than data.min_freq -> `<unk>`.")
-          .one_of({"char", "byte", "bpe", "word"}),
-      Key("data.tokenizer_path", T::String, derived,
-          "Tokenizer file for data.tokenizer = `bpe` (`tfm tokenizer train`); the checkpoint keeps a copy.")
-          .derived("null (only bpe uses it)"),
-      Key("data.val_fraction", T::Number, 0.1,
-          "The first floor(N * (1 - f)) tokens train, the rest validate (pairs: the last f of the pairs "
-          "after a shuffle by the seed).")
-          .min(0, true)
-          .max(1, true),
-      Key("data.max_pairs", T::Integer, 0, "Read only the first N pairs of the file (0 = all).")
-          .min(0)
-          .only_for(kSeq2Seq),
-      Key("data.min_freq", T::Integer, 1,
-          "Word tokenizer: a word seen fewer times in the training pairs becomes `<unk>`.")
-          .min(1)
-          .only_for(kSeq2Seq),
-      Key("data.max_source_len", T::Integer, derived, "Source tokens kept per sentence (then `<eos>`).")
-          .derived("model.max_seq_len - 1")
-          .min(1)
-          .only_for(kSeq2Seq),
-      Key("data.max_target_len", T::Integer, derived, "Target tokens kept per sentence (then `<eos>`).")
-          .derived("model.max_seq_len - 1")
-          .min(1)
-          .only_for(kSeq2Seq),
-      Key("model.d_model", T::Integer, 128, "C: width of the residual stream.").min(1),
-      Key("model.n_layers", T::Integer, 4, "Number of Transformer blocks.").min(1),
-      Key("model.n_encoder_layers", T::Integer, derived, "seq2seq: encoder blocks.")
-          .derived("model.n_layers")
-          .min(1)
-          .only_for(kSeq2Seq),
-      Key("model.n_decoder_layers", T::Integer, derived,
-          "seq2seq: decoder blocks (self-attention, cross-attention, feed-forward).")
-          .derived("model.n_layers")
-          .min(1)
-          .only_for(kSeq2Seq),
-      Key("model.n_heads", T::Integer, 4, "H: attention (query) heads; must divide d_model.").min(1),
-      Key("model.n_kv_heads", T::Integer, derived,
-          "Key/value heads; must divide n_heads (fewer: grouped-query attention, 1: multi-query).")
-          .derived("model.n_heads")
-          .min(1),
-      Key("model.d_ff", T::Integer, derived, "Hidden width of the feed-forward network.")
-          .derived("4 * model.d_model")
-          .min(1),
-      Key("model.max_seq_len", T::Integer, 64, "Longest context (size of the position table).").min(1),
-      Key("model.dropout", T::Number, 0.0, "Dropout on embeddings and residual branches.")
-          .min(0)
-          .max(1, true),
-      Key("model.attention_dropout", T::Number, 0.0, "Dropout on the attention probabilities.")
-          .min(0)
-          .max(1, true),
-      Key("model.activation", T::String, "gelu", "Feed-forward activation (GELU is the exact erf form).")
-          .one_of({"gelu", "relu"}),
-      Key("model.norm_position", T::String, "pre",
-          "LayerNorm before (pre) or after (post) each residual add.")
-          .one_of({"pre", "post"}),
-      Key("model.positional_encoding", T::String, "sinusoidal",
-          "Fixed sinusoidal table or learned positions.")
-          .one_of({"sinusoidal", "learned"}),
-      Key("model.causal", T::Boolean, true,
-          "Mask future positions in attention: true for causal_lm, false for masked_lm (seq2seq's decoder is "
-          "always causal, its encoder never).")
-          .only_for(kLanguageModels),
-      Key("model.tie_embeddings", T::Boolean, true, "Output projection shares the token embedding."),
-      Key("model.bias", T::Boolean, true, "Biases in the attention and feed-forward projections."),
-      Key("model.attention_score", T::String, "dot", "Scaled dot-product or additive (Bahdanau) scores.")
-          .one_of({"dot", "additive"}),
-      Key("model.head_gating", T::String, "none",
-          "`topk`: a learned gate picks model.head_topk heads per token and weights them by the softmax of "
-          "their gate logits (Mixture of Attention heads); the other heads' attention is not computed.")
-          .one_of({"none", "topk"}),
-      Key("model.head_topk", T::Integer, 2, "topk gating: heads each token uses (at most model.n_heads).").min(1),
-      Key("model.head_balance_loss", T::Number, 0.01,
-          "topk gating: weight of the load-balancing loss that keeps the gate from collapsing onto few heads.")
-          .min(0),
-      Key("model.head_mixing", T::String, "none",
-          "Cross-head interaction: `talking_heads` mixes the heads' attention logits and probabilities with "
-          "learned H x H matrices; `group_mlp` mixes them inside model.head_groups groups and replaces the "
-          "output projection by a two-layer GELU MLP.")
-          .one_of({"none", "talking_heads", "group_mlp"}),
-      Key("model.head_groups", T::Integer, 2, "group_mlp: groups of heads (must divide model.n_heads).").min(1),
-      Key("train.objective", T::String, "causal_lm",
-          "`causal_lm`: next-token prediction (decoder-only); `masked_lm`: BERT's masked tokens "
-          "(encoder-only); `seq2seq`: an encoder-decoder over sentence pairs (translation).")
-          .one_of({"causal_lm", "masked_lm", "seq2seq"}),
-      Key("train.mask_prob", T::Number, 0.15,
-          "masked_lm: each position is chosen with this probability (then [MASK] 80%, random 10%, kept 10%).")
-          .min(0, true)
-          .max(1, true)
-          .only_for({"masked_lm"}),
-      Key("train.batch_size", T::Integer, 12, "B: sequences per micro-batch.").min(1),
-      Key("train.seq_len", T::Integer, derived, "T: tokens per training sequence; at most model.max_seq_len.")
-          .derived("model.max_seq_len")
-          .min(1)
-          .only_for(kLanguageModels),
-      Key("train.grad_accum_steps", T::Integer, 1,
-          "Micro-batches per optimizer step; the update equals one batch of B * grad_accum_steps.")
-          .min(1),
-      Key("train.max_steps", T::Integer, 2000, "Optimizer steps; the cosine schedule ends here.")
-          .min(1)
-          .resumable(),
-      Key("train.grad_clip", T::Number, 1.0, "Clip the global gradient norm to this (0 = off).").min(0),
-      Key("train.skip_nonfinite", T::Boolean, false,
-          "On a NaN/Inf loss or gradient skip the batch (no update, a warning) instead of stopping; "
-          "still stops after 100 in a row.")
-          .resumable(),
-      Key("train.optimizer.name", T::String, "adamw",
-          "`adamw` (decoupled weight decay on matrices only) or `sgd` (momentum, L2 decay on matrices).")
-          .one_of({"adamw", "sgd"}),
-      Key("train.optimizer.lr", T::Number, 1e-3, "Peak learning rate.").min(0, true),
-      Key("train.optimizer.betas", T::NumberPair, json::array({0.9, 0.99}), "AdamW's [beta1, beta2].")
-          .min(0)
-          .max(1, true),
-      Key("train.optimizer.weight_decay", T::Number, 0.1, "Weight decay of rank >= 2 tensors.").min(0),
-      Key("train.optimizer.momentum", T::Number, 0.9, "SGD momentum.").min(0).max(1, true),
-      Key("train.lr_schedule.name", T::String, "cosine",
-          "`cosine` (warmup, then cosine to min_lr at max_steps), `constant` (after warmup), "
-          "`inverse_sqrt` (warmup, then lr * sqrt(warmup / (step + 1)), the original Transformer's).")
-          .one_of({"cosine", "constant", "inverse_sqrt"}),
-      Key("train.lr_schedule.warmup_steps", T::Integer, 100, "Linear warmup: lr * (step + 1) / warmup_steps.")
-          .min(0),
-      Key("train.lr_schedule.min_lr", T::Number, derived, "Final learning rate of the cosine schedule.")
-          .derived("train.optimizer.lr / 10")
-          .min(0),
-      Key("train.eval_interval", T::Integer, 250,
-          "Evaluate (and keep best.ckpt) every this many steps and at the end.")
-          .min(1)
-          .resumable(),
-      Key("train.eval_steps", T::Integer, 20, "Validation batches per evaluation.").min(1).resumable(),
-      Key("train.log_interval", T::Integer, 10,
-          "Log a line and a metrics.jsonl record every this many steps.")
-          .min(1)
-          .resumable(),
-      Key("train.checkpoint_interval", T::Integer, 250,
-          "Write last.ckpt every this many steps (0 = only at the end or when interrupted).")
-          .min(0)
-          .resumable(),
-      Key("train.threads", T::Integer, 0, "CPU threads for OpenBLAS and OpenMP (0 = all cores; under mpirun, each rank's share of its machine's cores).")
-          .min(0)
-          .resumable(),
-      Key("train.data_parallel", T::Integer, derived,
-          "Workers that each take a share of the micro-batch's rows through the whole forward and backward "
-          "with one-thread kernels, their gradients summed at the end (data parallelism inside the process): "
-          "1 = off (every kernel uses all train.threads), 0 = one per thread, N = N. Fewer OpenMP fork/joins: "
-          "faster for small models on few cores; each extra worker holds a gradient buffer. At most "
-          "train.batch_size.")
-          .derived("0 when a micro-batch's feed-forward product (tokens x model.d_model x model.d_ff) is under "
-                   "2^30 multiply-adds, else 1")
-          .min(0)
-          .resumable(),
-      Key("train.precision", T::String, "fp32",
-          "Matrix products: `fp32`, or `bf16` operands with float32 accumulation (as torch.autocast); "
-          "weights, optimizer state, norms, softmax, loss and checkpoints stay float32.")
-          .one_of({"fp32", "bf16"})
-          .resumable(),
-      Key("train.gemm_backend", T::String, "auto",
-          "GEMM library: `openblas`, `onednn`, or `auto` (the TFM_GEMM_BACKEND environment variable if set, "
-          "else onednn). OpenBLAS has no bf16 kernels: it emulates them (same numbers, no speed-up).")
-          .one_of({"auto", "openblas", "onednn"}),
-      Key("train.skip_memory_check", T::Boolean, false,
-          "Build the model even when the memory estimate (`tfm info`) exceeds the memory available to the "
-          "process (MemAvailable, cgroup limit); by default such a config is refused before anything large "
-          "is allocated.")
-          .resumable(),
-      Key("output.dir", T::String, derived, "Run directory: checkpoints, logs, metrics, resolved config.")
-          .derived("runs/<config file name>"),
-  };
-  std::vector<KeySpec> out;
-  for (auto& key : k) out.push_back(std::move(key.s));
-  return out;
-}
 
 std::vector<std::string> split_path(const std::string& path) {
   std::vector<std::string> parts;
@@ -248,6 +27,8 @@ std::vector<std::string> split_path(const std::string& path) {
   while (std::getline(is, part, '.')) parts.push_back(part);
   return parts;
 }
+
+}  // namespace
 
 const json* lookup(const json& tree, const std::string& path) {
   const json* node = &tree;
@@ -259,6 +40,8 @@ const json* lookup(const json& tree, const std::string& path) {
   }
   return node;
 }
+
+namespace {
 
 void assign(json& tree, const std::string& path, json value) {
   json* node = &tree;
@@ -429,58 +212,12 @@ void check_unknown(const json& node, const std::string& prefix, std::vector<std:
   }
 }
 
-json derive(const std::string& path, const json& tree) {
-  if (path == "model.n_kv_heads") return *lookup(tree, "model.n_heads");
-  if (path == "model.d_ff") return 4 * lookup(tree, "model.d_model")->get<int64_t>();
-  if (path == "train.seq_len") return *lookup(tree, "model.max_seq_len");
-  if (path == "train.lr_schedule.min_lr") return lookup(tree, "train.optimizer.lr")->get<double>() / 10.0;
-  if (path == "output.dir") return "runs/run";
-  if (path == "data.tokenizer_path") return nullptr;  // unset: only bpe reads it
-  if (path == "data.format") return lookup(tree, "train.objective")->get<std::string>() == "seq2seq" ? "pairs" : "text";
-  if (path == "data.max_source_len" || path == "data.max_target_len")
-    return lookup(tree, "model.max_seq_len")->get<int64_t>() - 1;
-  if (path == "model.n_encoder_layers" || path == "model.n_decoder_layers") return *lookup(tree, "model.n_layers");
-  if (path == "train.data_parallel") {
-    // Small products (the shipped small configs: ~5e7 multiply-adds in fc1) spend much of a step in
-    // OpenMP fork/joins, and one worker per thread runs 0.71-0.90x the time; the large model gains
-    // 2-7% at 6e8-1.2e9, nothing at 2.4e9, 2% at its config's 1e10 for a fifth more memory (README,
-    // "Scale out").
-    auto i = [&](const char* p) { return lookup(tree, p)->get<int64_t>(); };
-    const bool pairs = lookup(tree, "train.objective")->get<std::string>() == "seq2seq";
-    const double tokens = static_cast<double>(i("train.batch_size")) *
-                          static_cast<double>(pairs ? i("data.max_source_len") + i("data.max_target_len") + 2
-                                                    : i("train.seq_len"));
-    const double macs = tokens * static_cast<double>(i("model.d_model")) * static_cast<double>(i("model.d_ff"));
-    return macs < static_cast<double>(int64_t{1} << 30) ? 0 : 1;
-  }
-  throw Error("config: no rule derives " + path);
-}
-
 void cross_checks(const json& t, std::vector<std::string>& errors) {
   auto i = [&](const char* p) { return lookup(t, p)->get<int64_t>(); };
   if (lookup(t, "data.tokenizer")->get<std::string>() == "bpe" && lookup(t, "data.tokenizer_path")->is_null())
     errors.push_back("data.tokenizer_path: required when data.tokenizer = \"bpe\" (make one with tfm tokenizer train)");
-  const int64_t C = i("model.d_model"), H = i("model.n_heads"), Hkv = i("model.n_kv_heads");
-  if (C % H != 0)
-    errors.push_back("model.d_model: expected a multiple of model.n_heads = " + std::to_string(H) + ", got " +
-                     std::to_string(C));
-  if (H % Hkv != 0)
-    errors.push_back("model.n_kv_heads: expected a divisor of model.n_heads = " + std::to_string(H) +
-                     ", got " + std::to_string(Hkv));
-  const std::string gating = lookup(t, "model.head_gating")->get<std::string>();
-  const std::string mixing = lookup(t, "model.head_mixing")->get<std::string>();
-  if (gating == "topk" && i("model.head_topk") > H)
-    errors.push_back("model.head_topk: expected at most model.n_heads = " + std::to_string(H) + ", got " +
-                     std::to_string(i("model.head_topk")));
-  if (gating == "topk" && lookup(t, "model.attention_score")->get<std::string>() != "dot")
-    errors.push_back("model.head_gating: \"topk\" needs model.attention_score = \"dot\" (the fused kernel skips "
-                     "the unselected heads' rows)");
-  if (gating == "topk" && mixing != "none")
-    errors.push_back("model.head_gating: \"topk\" cannot be combined with model.head_mixing = \"" + mixing +
-                     "\" (mixing reads every head's logits, gating skips most of them)");
-  if (mixing == "group_mlp" && H % i("model.head_groups") != 0)
-    errors.push_back("model.head_groups: expected a divisor of model.n_heads = " + std::to_string(H) + ", got " +
-                     std::to_string(i("model.head_groups")));
+  // What the model's options need of each other (nn/model_config.h: heads dividing d_model, top-k, ...).
+  for (const std::string& e : model_config_errors(model_from_tree(t))) errors.push_back(e);
   if (i("train.seq_len") > i("model.max_seq_len"))
     errors.push_back("train.seq_len: expected at most model.max_seq_len = " +
                      std::to_string(i("model.max_seq_len")) + ", got " + std::to_string(i("train.seq_len")));
@@ -488,7 +225,7 @@ void cross_checks(const json& t, std::vector<std::string>& errors) {
     errors.push_back("train.data_parallel: expected at most train.batch_size = " +
                      std::to_string(i("train.batch_size")) + " workers (each takes whole rows), got " +
                      std::to_string(i("train.data_parallel")));
-  // What the objectives need of the model and the data (ARCHITECTURE.md, "Objectives").
+  // What the objectives need of the model and the data (docs/architecture.md, "Objectives").
   const std::string objective = lookup(t, "train.objective")->get<std::string>();
   const bool causal = lookup(t, "model.causal")->get<bool>();
   if (objective == "causal_lm" && !causal)
@@ -570,30 +307,8 @@ std::string Config::string(const std::string& path) const {
 }
 
 ModelConfig Config::model(int64_t vocab_size) const {
-  ModelConfig m;
+  ModelConfig m = model_from_tree(tree);
   m.vocab_size = vocab_size;
-  m.d_model = integer("model.d_model");
-  m.n_layers = integer("model.n_layers");
-  m.n_heads = integer("model.n_heads");
-  m.n_kv_heads = integer("model.n_kv_heads");
-  m.d_ff = integer("model.d_ff");
-  m.max_seq_len = integer("model.max_seq_len");
-  m.dropout = static_cast<float>(number("model.dropout"));
-  m.attention_dropout = static_cast<float>(number("model.attention_dropout"));
-  m.activation = string("model.activation");
-  m.norm_position = string("model.norm_position");
-  m.positional_encoding = string("model.positional_encoding");
-  m.attention_score = string("model.attention_score");
-  m.head_gating = string("model.head_gating");
-  m.head_topk = integer("model.head_topk");
-  m.head_balance_loss = static_cast<float>(number("model.head_balance_loss"));
-  m.head_mixing = string("model.head_mixing");
-  m.head_groups = integer("model.head_groups");
-  m.causal = boolean("model.causal");
-  m.tie_embeddings = boolean("model.tie_embeddings");
-  m.bias = boolean("model.bias");
-  m.n_encoder_layers = integer("model.n_encoder_layers");
-  m.n_decoder_layers = integer("model.n_decoder_layers");
   return m;
 }
 
@@ -694,7 +409,7 @@ Config resolve_config(json user, const std::vector<std::string>& overrides) {
     }
   }
   if (all_valid) {
-    for (const KeySpec* k : to_derive) assign(tree, k->path, derive(k->path, tree));
+    for (const KeySpec* k : to_derive) assign(tree, k->path, k->rule(tree));
     cross_checks(tree, errors);
     // A key another objective reads, set to something other than its default, would be ignored: say so.
     const std::string objective = lookup(tree, "train.objective")->get<std::string>();
@@ -704,7 +419,7 @@ Config resolve_config(json user, const std::vector<std::string>& overrides) {
         continue;
       const json* given = lookup(user, k.path);
       if (!given || given->is_null()) continue;
-      const json fallback = k.default_value.is_null() ? derive(k.path, tree) : k.default_value;
+      const json fallback = k.default_value.is_null() ? k.rule(tree) : k.default_value;
       if (*lookup(tree, k.path) == fallback) continue;
       std::string owners;
       for (const auto& o : k.objectives) owners += (owners.empty() ? "\"" : " or \"") + o + "\"";

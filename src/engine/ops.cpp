@@ -379,8 +379,8 @@ void linear_rows(float* out, const float* x, const float* w, const float* bias, 
     gemm(false, true, N, out_dim, in, 1.0f, x, in, w, in, 0.0f, out, out_dim);
 }
 
-void activation_forward(Activation act, float* out, const float* inp, int64_t n) {
-  if (act == Activation::kGelu) {
+void activation_forward(ActivationOp act, float* out, const float* inp, int64_t n) {
+  if (act == ActivationOp::kGelu) {
     kernels::gelu_forward(out, inp, n);
     return;
   }
@@ -388,8 +388,8 @@ void activation_forward(Activation act, float* out, const float* inp, int64_t n)
   for (int64_t i = 0; i < n; ++i) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
 }
 // out = act(inp) and slope = act'(inp).
-void activation_with_slope(Activation act, float* out, float* slope, const float* inp, int64_t n) {
-  if (act == Activation::kGelu) {
+void activation_with_slope(ActivationOp act, float* out, float* slope, const float* inp, int64_t n) {
+  if (act == ActivationOp::kGelu) {
     kernels::gelu_with_slope(out, slope, inp, n);
     return;
   }
@@ -437,7 +437,7 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
 }
 
 Tensor feed_forward(const Tensor& x_in, const Tensor& w1_in, const Tensor& b1, const Tensor& w2_in, const Tensor& b2,
-                    Activation act, int64_t chunk_rows) {
+                    ActivationOp act, int64_t chunk_rows) {
   const char* fn = "feed_forward";
   TFM_CHECK(x_in.dim() >= 1 && w1_in.dim() == 2 && w2_in.dim() == 2, fn, "expected x (..., C), w1 (F, C), ",
             "w2 (C, F), got ", shape_str(x_in.shape()), ", ", shape_str(w1_in.shape()), ", ", shape_str(w2_in.shape()));

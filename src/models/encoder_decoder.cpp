@@ -16,7 +16,8 @@ namespace tfm {
 namespace {
 
 ModelConfig checked(ModelConfig c) {
-  c = checked_common(c, "Seq2SeqModel");
+  c = resolved(c);
+  check_model_config(c, "Seq2SeqModel");
   TFM_CHECK(c.vocab_size > 0 && c.source_vocab_size > 0, "Seq2SeqModel", "vocab_size ", c.vocab_size,
             " and source_vocab_size ", c.source_vocab_size, " must be positive");
   TFM_CHECK(c.n_encoder_layers >= 0 && c.n_decoder_layers >= 0, "Seq2SeqModel", "n_encoder_layers ",
@@ -42,7 +43,7 @@ Tensor select_batch_rows(const Tensor& t, const std::vector<int64_t>& rows) {
 struct Network : Module {
   explicit Network(const ModelConfig& c)
       : config(c), src_emb(c.source_vocab_size, c.d_model), tgt_emb(c.vocab_size, c.d_model) {
-    const bool learned = c.positional_encoding == "learned";
+    const bool learned = c.positional_encoding == PositionalEncoding::Learned;
     register_module("src_emb", &src_emb);
     if (learned) {
       src_pos = std::make_unique<LearnedPositionalEmbedding>(c.max_seq_len, c.d_model);
@@ -51,10 +52,10 @@ struct Network : Module {
       pe = std::make_unique<SinusoidalPositionalEncoding>(c.max_seq_len, c.d_model);
     }
     for (int64_t i = 0; i < c.n_encoder_layers; ++i) {
-      encoder.push_back(std::make_unique<EncoderBlock>(block_config(c, false)));
+      encoder.push_back(std::make_unique<EncoderBlock>(c, false));
       register_module("encoder.blocks." + std::to_string(i), encoder.back().get());
     }
-    const bool pre = c.norm_position == "pre";
+    const bool pre = c.norm_position == NormPosition::Pre;
     if (pre) {
       encoder_ln = std::make_unique<LayerNorm>(c.d_model);
       register_module("encoder.ln_f", encoder_ln.get());
@@ -65,7 +66,7 @@ struct Network : Module {
       register_module("tgt_pos", tgt_pos.get());
     }
     for (int64_t i = 0; i < c.n_decoder_layers; ++i) {
-      decoder.push_back(std::make_unique<DecoderBlock>(block_config(c, true)));
+      decoder.push_back(std::make_unique<DecoderBlock>(c));
       register_module("decoder.blocks." + std::to_string(i), decoder.back().get());
     }
     if (pre) {
@@ -144,23 +145,30 @@ Seq2SeqModel::~Seq2SeqModel() = default;
 
 const ModelConfig& Seq2SeqModel::config() const { return impl_->net.config; }
 
+Cost Seq2SeqModel::cost(const ModelConfig& config, int64_t B_, int64_t S_, int64_t T_) {
+  const ModelConfig c = resolved(config);
+  const double B = static_cast<double>(B_), S = static_cast<double>(S_), T = static_cast<double>(T_);
+  const double C = static_cast<double>(c.d_model), V = static_cast<double>(c.vocab_size);
+  Cost cost;
+  cost.parameters = (static_cast<double>(c.source_vocab_size) + V) * C;  // both embeddings
+  if (c.positional_encoding == PositionalEncoding::Learned)
+    cost.parameters += 2.0 * static_cast<double>(c.max_seq_len) * C;  // src_pos, tgt_pos
+  cost += EncoderBlock::cost(c, B_, S_).times(static_cast<double>(c.n_encoder_layers));
+  cost += DecoderBlock::cost(c, B_, T_, S_).times(static_cast<double>(c.n_decoder_layers));
+  if (c.norm_position == NormPosition::Pre) {  // encoder.ln_f, decoder.ln_f
+    cost += LayerNorm::cost(c.d_model, B * S);
+    cost += LayerNorm::cost(c.d_model, B * T);
+  }
+  cost += linear_cost(C, V, false, B * T);  // the head: y E_tgt^T when tied
+  if (c.tie_embeddings) cost.parameters -= V * C;
+  // The backward's largest transient (~5 C per token of the longer side) and the logits with their
+  // gradient.
+  cost.activations += 5.0 * B * std::max(S, T) * C + 2.0 * B * T * V;
+  return cost;
+}
+
 FlopCount Seq2SeqModel::flops_per_token(const ModelConfig& c, int64_t src_len, int64_t tgt_len) {
-  // Per target token: the encoder's blocks at src_len / tgt_len source tokens per target token; each
-  // decoder block = a block over tgt_len keys plus cross-attention: Wq and Wo per target token, Wk and
-  // Wv per source token (projected once), scores and weighted sum over src_len keys (and the heads'
-  // mixing over them, if any); the head.
-  const double C = static_cast<double>(c.d_model), Dk = C / static_cast<double>(c.n_heads);
-  const double kv = static_cast<double>(c.n_kv_heads) * Dk;
-  const double S = static_cast<double>(src_len), ratio = S / static_cast<double>(tgt_len);
-  const double cross = 2.0 * (C * C + attention_output_weights(c) + gate_weight_count(c)) +
-                       2.0 * 2.0 * C * kv * ratio + 2.0 * 2.0 * S * C * computed_head_share(c) +
-                       head_mixing_flops_per_token(c, src_len);
-  FlopCount f;
-  f.forward_per_token = static_cast<double>(c.n_encoder_layers) * block_flops_per_token(c, src_len) * ratio +
-                        static_cast<double>(c.n_decoder_layers) * (block_flops_per_token(c, tgt_len) + cross) +
-                        2.0 * C * static_cast<double>(c.vocab_size);
-  f.train_per_token = 3.0 * f.forward_per_token;
-  return f;
+  return tfm::flops_per_token(cost(c, 1, src_len, tgt_len), static_cast<double>(tgt_len));
 }
 
 Tensor Seq2SeqModel::encode(const std::vector<int32_t>& src, const std::vector<int64_t>& src_lengths, int64_t B,

@@ -12,26 +12,9 @@
 namespace tfm {
 
 namespace {
-AttentionConfig resolved(AttentionConfig c) {
-  if (c.n_kv_heads == 0) c.n_kv_heads = c.n_heads;
-  if (c.kdim == 0) c.kdim = c.d_model;
-  if (c.vdim == 0) c.vdim = c.d_model;
-  TFM_CHECK(c.d_model > 0 && c.n_heads > 0 && c.d_model % c.n_heads == 0, "MultiHeadAttention", "d_model ",
-            c.d_model, " must be a positive multiple of n_heads ", c.n_heads);
-  TFM_CHECK(c.n_kv_heads > 0 && c.n_heads % c.n_kv_heads == 0, "MultiHeadAttention", "n_heads ", c.n_heads,
-            " must be a multiple of n_kv_heads ", c.n_kv_heads);
-  TFM_CHECK(c.score == "dot" || c.score == "additive", "MultiHeadAttention", "attention_score must be \"dot\" or ",
-            "\"additive\", got \"", c.score, "\"");
-  TFM_CHECK(c.gating == "none" || c.gating == "topk", "MultiHeadAttention", "gating must be \"none\" or \"topk\", got \"",
-            c.gating, "\"");
-  TFM_CHECK(c.gating == "none" || (c.top_k >= 1 && c.top_k <= c.n_heads && c.score == "dot" && c.mixing == "none"),
-            "MultiHeadAttention", "topk gating needs 1 <= top_k <= n_heads (got ", c.top_k, " of ", c.n_heads,
-            "), dot-product scores and no head mixing");
-  TFM_CHECK(c.mixing == "none" || c.mixing == "talking_heads" || c.mixing == "group_mlp", "MultiHeadAttention",
-            "mixing must be \"none\", \"talking_heads\" or \"group_mlp\", got \"", c.mixing, "\"");
-  c.groups = head_mixing_groups(c.mixing, c.groups);
-  TFM_CHECK(c.groups >= 1 && c.n_heads % c.groups == 0, "MultiHeadAttention", "head groups ", c.groups,
-            " must divide n_heads ", c.n_heads);
+ModelConfig checked(ModelConfig c) {
+  c = resolved(c);
+  check_model_config(c, "MultiHeadAttention");
   return c;
 }
 
@@ -82,37 +65,89 @@ Tensor mix_heads(const Tensor& x, const Tensor& mix) {
 }
 }  // namespace
 
-MultiHeadAttention::MultiHeadAttention(const AttentionConfig& config)
-    : config_(resolved(config)),
-      head_dim_(config_.d_model / config_.n_heads),
+MultiHeadAttention::MultiHeadAttention(const ModelConfig& config, bool causal, int64_t kdim, int64_t vdim)
+    : config_(checked(config)),
+      causal_(causal),
+      kdim_(kdim > 0 ? kdim : config_.d_model),
+      vdim_(vdim > 0 ? vdim : config_.d_model),
+      head_dim_(config_.head_dim()),
       wq(config_.d_model, config_.n_heads * head_dim_, config_.bias),  // (H*Dk, C)
-      wk(config_.kdim, config_.n_kv_heads * head_dim_, config_.bias),  // (Hkv*Dk, kdim)
-      wv(config_.vdim, config_.n_kv_heads * head_dim_, config_.bias),  // (Hkv*Dv, vdim)
+      wk(kdim_, config_.n_kv_heads * head_dim_, config_.bias),         // (Hkv*Dk, kdim)
+      wv(vdim_, config_.n_kv_heads * head_dim_, config_.bias),         // (Hkv*Dv, vdim)
       // (C, H*Dv); empty with group_mlp, whose out_mlp takes its place (no C x C floats left unused)
-      wo(config_.mixing == "group_mlp" ? 0 : config_.n_heads * head_dim_,
-         config_.mixing == "group_mlp" ? 0 : config_.d_model, config_.bias) {
+      wo(config_.head_mixing == HeadMixing::GroupMlp ? 0 : config_.n_heads * head_dim_,
+         config_.head_mixing == HeadMixing::GroupMlp ? 0 : config_.d_model, config_.bias) {
   register_module("wq", &wq);
   register_module("wk", &wk);
   register_module("wv", &wv);
-  if (config_.mixing == "group_mlp") {
+  if (config_.head_mixing == HeadMixing::GroupMlp) {
     // Named out_mlp.fc1/fc2: counted as attention ("attn."/"cross." in the name) and fc2, which writes
     // into the residual stream as wo does, gets the residual output initialisation.
-    out_mlp = std::make_unique<FeedForward>(config_.d_model, config_.d_model, "gelu", config_.bias);
+    out_mlp = std::make_unique<FeedForward>(config_.d_model, config_.d_model, Activation::Gelu, config_.bias);
     register_module("out_mlp", out_mlp.get());
   } else {
     register_module("wo", &wo);
   }
-  if (config_.score == "additive") register_parameter("score_v", &score_v, {config_.n_heads, head_dim_});
-  if (config_.mixing != "none") {
-    const int64_t g = config_.groups, n = config_.n_heads / g;
+  if (config_.attention_score == AttentionScore::Additive)
+    register_parameter("score_v", &score_v, {config_.n_heads, head_dim_});
+  if (config_.head_mixing != HeadMixing::None) {
+    const int64_t g = config_.mixing_groups(), n = config_.n_heads / g;
     register_parameter("mix_logits", &mix_logits, {g, n, n});    // (g, n, n)
     register_parameter("mix_weights", &mix_weights, {g, n, n});  // (g, n, n)
   }
-  if (config_.gating == "topk") {
+  if (config_.head_gating == HeadGating::TopK) {
     gate = std::make_unique<Linear>(config_.d_model, config_.n_heads, false);  // (H, C)
     register_module("gate", gate.get());
     head_tokens.assign(config_.n_heads, 0.0);
   }
+}
+
+double MultiHeadAttention::computed_head_share(const ModelConfig& c) {
+  return c.head_gating == HeadGating::TopK ? static_cast<double>(c.head_topk) / static_cast<double>(c.n_heads)
+                                           : 1.0;
+}
+
+Cost MultiHeadAttention::cost(const ModelConfig& config, int64_t B_, int64_t Tq_, int64_t Tk_, int64_t kdim_,
+                              int64_t vdim_) {
+  const ModelConfig c = resolved(config);
+  const double B = static_cast<double>(B_), Tq = static_cast<double>(Tq_), Tk = static_cast<double>(Tk_);
+  const double C = static_cast<double>(c.d_model), H = static_cast<double>(c.n_heads);
+  const double Dk = static_cast<double>(c.head_dim()), kv = static_cast<double>(c.n_kv_heads) * Dk;
+  const double kdim = kdim_ > 0 ? static_cast<double>(kdim_) : C, vdim = vdim_ > 0 ? static_cast<double>(vdim_) : C;
+  const double queries = B * Tq, keys = B * Tk, pairs = B * H * Tq * Tk;  // (query, key) pairs of all heads
+  Cost cost = linear_cost(C, C, c.bias, queries);  // Wq
+  cost += linear_cost(kdim, kv, c.bias, keys);       // Wk
+  cost += linear_cost(vdim, kv, c.bias, keys);       // Wv
+  if (c.head_mixing == HeadMixing::GroupMlp)
+    cost += FeedForward::cost(c.d_model, c.d_model, Activation::Gelu, c.bias, queries);  // out_mlp, Wo's place
+  else
+    cost += linear_cost(C, C, c.bias, queries);  // Wo
+  if (c.head_gating == HeadGating::TopK) cost += linear_cost(C, H, false, queries);  // the gate, no bias
+  // Scores (dot: Q K^T; additive scores are elementwise, not products) and the weighted sum P V, over the
+  // computed (query, head) pairs.
+  const double share = computed_head_share(c);
+  const bool dot = c.attention_score == AttentionScore::Dot;
+  cost.flops += (dot ? 2.0 : 1.0) * 2.0 * pairs * Dk * share;
+  if (!dot) cost.parameters += H * Dk;  // score_v
+  // K and V; per query its output before the output projection and the softmax's max and 1/sum per head.
+  cost.activations += keys * 2.0 * kv + queries * (C + 2.0 * H);
+  if (c.head_gating == HeadGating::TopK) cost.activations += queries * 4.0 * H;  // gate logits, weights
+  if (c.attention_dropout > 0.0f) cost.activations += pairs;                       // the dropout mask
+  if (!dot) {  // composed ops over (B, H, Tq, Tk, Dk): tanh's output and a few score tensors
+    cost.activations += pairs * (Dk + 4.0);
+    cost.transient = std::max(cost.transient, 3.0 * pairs * Dk);
+  }
+  if (c.head_mixing != HeadMixing::None) {
+    // Two (n, n) mixes per group over every (query, key) pair: mix_logits and mix_weights, (g, n, n) each.
+    const double n = H / static_cast<double>(c.mixing_groups());
+    cost.parameters += 2.0 * H * n;
+    cost.flops += 2.0 * 2.0 * pairs * n;
+    // The logits, the softmax's output, the masked and the mixed probabilities, and the queries' copy
+    // in head-major layout (group_mlp's out_mlp keeps its hidden layer: counted above).
+    cost.activations += 4.0 * pairs + queries * C;
+    cost.transient = std::max(cost.transient, 3.0 * pairs);
+  }
+  return cost;
 }
 
 Tensor MultiHeadAttention::project_output(const Tensor& o) const {
@@ -126,7 +161,7 @@ Tensor MultiHeadAttention::take_auxiliary_loss() {
 }
 
 Tensor MultiHeadAttention::gate_weights(const Tensor& x, std::vector<uint8_t>& active_rows) {
-  const int64_t B = x.size(0), Tq = x.size(1), H = config_.n_heads, k = config_.top_k;
+  const int64_t B = x.size(0), Tq = x.size(1), H = config_.n_heads, k = config_.head_topk;
   const Tensor logits = gate->forward(x);  // (B, Tq, H), contiguous
   // The selection is not differentiable (as in any mixture of experts): the gradient reaches the
   // gate through the softmax over the selected logits, and through the balance term.
@@ -151,11 +186,11 @@ Tensor MultiHeadAttention::gate_weights(const Tensor& x, std::vector<uint8_t>& a
   tokens_seen += static_cast<double>(B * Tq);
   // Computed on every forward, with or without a graph: it is part of the model's training loss, and
   // tfm gradcheck evaluates that loss without one.
-  if (config_.balance_loss > 0.0f) {
+  if (config_.head_balance_loss > 0.0f) {
     // f_h: share of the B*Tq*k slots that went to head h (a constant); P_h: mean gate probability.
     for (float& f : picked) f /= static_cast<float>(B * Tq * k);
     const Tensor p = mean(reshape(softmax(logits), {B * Tq, H}), 0);  // (H)
-    auxiliary_loss_ = sum(p * Tensor::from_vector(picked, {H})) * (config_.balance_loss * static_cast<float>(H));
+    auxiliary_loss_ = sum(p * Tensor::from_vector(picked, {H})) * (config_.head_balance_loss * static_cast<float>(H));
   }
   return softmax(masked_fill(logits, unselected, -1e30f));  // (B, Tq, H): 0 outside the top k
 }
@@ -163,10 +198,10 @@ Tensor MultiHeadAttention::gate_weights(const Tensor& x, std::vector<uint8_t>& a
 Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
                                    const std::vector<int64_t>& key_lengths) {
   TFM_CHECK(query.dim() == 3 && key.dim() == 3 && value.dim() == 3 && query.size(-1) == config_.d_model &&
-                key.size(-1) == config_.kdim && value.size(-1) == config_.vdim && key.size(1) == value.size(1) &&
+                key.size(-1) == kdim_ && value.size(-1) == vdim_ && key.size(1) == value.size(1) &&
                 query.size(0) == key.size(0) && key.size(0) == value.size(0),
             "MultiHeadAttention::forward", "expected query (B, Tq, ", config_.d_model, "), key (B, Tk, ",
-            config_.kdim, "), value (B, Tk, ", config_.vdim, "), got ", shape_str(query.shape()), ", ",
+            kdim_, "), value (B, Tk, ", vdim_, "), got ", shape_str(query.shape()), ", ",
             shape_str(key.shape()), ", ", shape_str(value.shape()));
   const auto [k, v] = project_key_value(key, value);  // (B, Tk, Hkv*Dk), (B, Tk, Hkv*Dv)
   return forward_projected(query, k, v, key_lengths);
@@ -187,7 +222,7 @@ Tensor MultiHeadAttention::forward_projected(const Tensor& query, const Tensor& 
   TFM_CHECK(key_lengths.empty() || static_cast<int64_t>(key_lengths.size()) == k.size(0),
             "MultiHeadAttention::forward", "expected ", k.size(0), " key_lengths, got ", key_lengths.size());
   const Tensor q = wq.forward(query);                               // (B, Tq, H*Dk)
-  const Tensor o = attend(query, q, k, v, config_.causal, key_lengths);  // (B, Tq, H*Dv)
+  const Tensor o = attend(query, q, k, v, causal_, key_lengths);  // (B, Tq, H*Dv)
   // The attention's backward reads the queries; one GEMM recomputes them there, which is cheaper
   // than keeping a (B, Tq, C) per layer through the whole step.
   q.release_values();
@@ -206,23 +241,23 @@ Tensor MultiHeadAttention::forward_cached(const Tensor& x, Tensor& cache_k, Tens
   }
   // Keys [0, past + T): views into the caches, strided per batch, read in place by the fused op.
   const Tensor k = narrow(cache_k, 1, 0, past + T), v = narrow(cache_v, 1, 0, past + T);
-  return project_output(attend(x, q, k, v, config_.causal, {}));
+  return project_output(attend(x, q, k, v, causal_, {}));
 }
 
 Tensor MultiHeadAttention::attend(const Tensor& x, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                                   const std::vector<int64_t>& key_lengths) {
   const int64_t B = q.size(0), Tq = q.size(1);
   const int64_t H = config_.n_heads, Hkv = config_.n_kv_heads, Dk = head_dim_;
-  const bool drop = training() && config_.dropout > 0.0f;
+  const bool drop = training() && config_.attention_dropout > 0.0f;
   TFM_CHECK(!drop || rng(), "MultiHeadAttention", "attention dropout needs set_rng()");
   Tensor o, probs;  // (B, Tq, H*Dv), (B, H, Tq, Tk)
-  if (config_.score == "dot" && config_.mixing == "none") {
+  if (config_.attention_score == AttentionScore::Dot && config_.head_mixing == HeadMixing::None) {
     AttentionOptions opt;
     opt.n_heads = H;
     opt.n_kv_heads = Hkv;
     opt.causal = causal;
     opt.key_lengths = key_lengths;
-    opt.dropout = config_.dropout;
+    opt.dropout = config_.attention_dropout;
     opt.training = training();
     opt.rng = rng();
     Tensor weights;  // (B, Tq, H), gating only
@@ -254,7 +289,7 @@ Tensor MultiHeadAttention::attend_composed(const Tensor& q, const Tensor& k, con
   const int64_t B = q.size(0), Tq = q.size(1), Tk = k.size(1);
   const int64_t H = config_.n_heads, Hkv = config_.n_kv_heads, G = H / Hkv, Dk = head_dim_;
   Tensor s;  // (B, H, Tq, Tk): query head h = kv head h / G, G query heads per kv head
-  if (config_.score == "dot") {
+  if (config_.attention_score == AttentionScore::Dot) {
     // Scaling q (B, Tq, H*Dk) rather than the scores (B, H, Tq, Tk): the same result, fewer floats.
     const Tensor qs = q * (1.0f / std::sqrt(static_cast<float>(Dk)));
     const Tensor qh =
@@ -267,14 +302,14 @@ Tensor MultiHeadAttention::attend_composed(const Tensor& q, const Tensor& k, con
   // Masked logits get a large negative value and the probabilities are multiplied by the visible mask,
   // so a row with no visible key is all zero (softmax of -inf everywhere would be NaN), and stays so
   // through the mixing.
-  const bool mixing = config_.mixing != "none";
+  const bool mixing = config_.head_mixing != HeadMixing::None;
   const Tensor mask = reshape(attention_mask(B, Tq, Tk, causal, key_lengths), {B, 1, Tq, Tk});
   const Tensor sm = mixing ? mix_heads(s, mix_logits) : s;                     // (B, H, Tq, Tk)
   const Tensor p = softmax(masked_fill(sm, mask, -1e30f)) * rsub(1.0f, mask);  // (B, H, Tq, Tk)
   const Tensor pm = mixing ? mix_heads(p, mix_weights) : p;                    // (B, H, Tq, Tk)
   if (probabilities) *probabilities = pm.detach();
-  const bool drop = training() && config_.dropout > 0.0f;
-  const Tensor pd = drop ? dropout(pm, config_.dropout, true, *rng()) : pm;
+  const bool drop = training() && config_.attention_dropout > 0.0f;
+  const Tensor pd = drop ? dropout(pm, config_.attention_dropout, true, *rng()) : pm;
   return weighted_values(pd, v, Hkv, G);  // (B, Tq, H*Dv)
 }
 

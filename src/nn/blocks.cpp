@@ -7,17 +7,6 @@
 namespace tfm {
 
 namespace {
-BlockConfig resolved(BlockConfig c, const char* where) {
-  if (c.d_ff == 0) c.d_ff = 4 * c.attention.d_model;
-  TFM_CHECK(c.norm_position == "pre" || c.norm_position == "post", where, "norm_position must be \"pre\" ",
-            "or \"post\", got \"", c.norm_position, "\"");
-  return c;
-}
-
-AttentionConfig with_causal(AttentionConfig c, bool causal) {
-  c.causal = causal;
-  return c;
-}
 
 // One residual sub-layer of a block: pre-norm x + Drop(f(LN(x))), post-norm LN(x + Drop(f(x))).
 // A tensor read by the sub-layer's backward is released once the sub-layer has run (its backward
@@ -25,12 +14,12 @@ AttentionConfig with_causal(AttentionConfig c, bool causal) {
 // LN(x) always; post-norm's x when release_input (the previous sub-layer's norm output, not the
 // block's input).
 template <class F>
-Tensor residual_sublayer(const Module& block, const BlockConfig& c, const LayerNorm& ln, const Tensor& x,
+Tensor residual_sublayer(const Module& block, const ModelConfig& c, const LayerNorm& ln, const Tensor& x,
                          bool release_input, F&& f) {
   const bool drop = block.training() && c.dropout > 0.0f;
   TFM_CHECK(!drop || block.rng(), "Block", "dropout needs set_rng()");
   auto residual = [&](const Tensor& t) { return drop ? dropout(t, c.dropout, true, *block.rng()) : t; };
-  if (c.norm_position == "pre") {
+  if (c.norm_position == NormPosition::Pre) {
     const Tensor a = ln.forward(x);             // (B, T, C)
     const Tensor y = x + residual(f(a));        // (B, T, C)
     a.release_values();
@@ -40,14 +29,20 @@ Tensor residual_sublayer(const Module& block, const BlockConfig& c, const LayerN
   if (release_input) x.release_values();
   return y;
 }
+
+// What a block keeps itself, per token: its input and the residual between the sub-layers, and with
+// post-norm the first norm's output too.
+double block_floats_per_token(const ModelConfig& c) {
+  return (c.norm_position == NormPosition::Pre ? 2.0 : 3.0) * static_cast<double>(c.d_model);
+}
 }  // namespace
 
-EncoderBlock::EncoderBlock(const BlockConfig& config)
-    : config_(resolved(config, "EncoderBlock")),
-      ln1(config_.attention.d_model),
-      ln2(config_.attention.d_model),
-      attn(config_.attention),
-      ffn(config_.attention.d_model, config_.d_ff, config_.activation, config_.attention.bias) {
+EncoderBlock::EncoderBlock(const ModelConfig& config, bool causal)
+    : config_(resolved(config)),
+      ln1(config_.d_model),
+      ln2(config_.d_model),
+      attn(config_, causal),
+      ffn(config_.d_model, config_.d_ff, config_.activation, config_.bias) {
   register_module("ln1", &ln1);
   register_module("ln2", &ln2);
   register_module("attn", &attn);
@@ -60,6 +55,16 @@ Tensor EncoderBlock::run(const Tensor& x, Attend&& attend) {
   return residual_sublayer(*this, config_, ln2, h, true, [&](const Tensor& a) { return ffn.forward(a); });
 }
 
+Cost EncoderBlock::cost(const ModelConfig& config, int64_t B, int64_t T) {
+  const ModelConfig c = resolved(config);
+  const double rows = static_cast<double>(B * T);
+  Cost cost = LayerNorm::cost(c.d_model, rows).times(2);
+  cost += MultiHeadAttention::cost(c, B, T, T);
+  cost += FeedForward::cost(c.d_model, c.d_ff, c.activation, c.bias, rows);
+  cost.activations += rows * block_floats_per_token(c);
+  return cost;
+}
+
 Tensor EncoderBlock::forward(const Tensor& x, const std::vector<int64_t>& key_lengths) {
   return run(x, [&](const Tensor& a) { return attn.forward(a, a, a, key_lengths); });
 }
@@ -68,14 +73,14 @@ Tensor EncoderBlock::forward_cached(const Tensor& x, Tensor& cache_k, Tensor& ca
   return run(x, [&](const Tensor& a) { return attn.forward_cached(a, cache_k, cache_v, past); });
 }
 
-DecoderBlock::DecoderBlock(const BlockConfig& config)
-    : config_(resolved(config, "DecoderBlock")),
-      ln1(config_.attention.d_model),
-      ln2(config_.attention.d_model),
-      ln3(config_.attention.d_model),
-      attn(with_causal(config_.attention, true)),
-      cross(with_causal(config_.attention, false)),
-      ffn(config_.attention.d_model, config_.d_ff, config_.activation, config_.attention.bias) {
+DecoderBlock::DecoderBlock(const ModelConfig& config)
+    : config_(resolved(config)),
+      ln1(config_.d_model),
+      ln2(config_.d_model),
+      ln3(config_.d_model),
+      attn(config_, true),
+      cross(config_, false),
+      ffn(config_.d_model, config_.d_ff, config_.activation, config_.bias) {
   register_module("ln1", &ln1);
   register_module("attn", &attn);
   register_module("ln2", &ln2);
@@ -89,6 +94,16 @@ Tensor DecoderBlock::run(const Tensor& x, SelfAttend&& self_attend, CrossAttend&
   const Tensor h1 = residual_sublayer(*this, config_, ln1, x, false, self_attend);    // (B, T, C)
   const Tensor h2 = residual_sublayer(*this, config_, ln2, h1, true, cross_attend);  // (B, T, C)
   return residual_sublayer(*this, config_, ln3, h2, true, [&](const Tensor& a) { return ffn.forward(a); });
+}
+
+Cost DecoderBlock::cost(const ModelConfig& config, int64_t B, int64_t T, int64_t S) {
+  const ModelConfig c = resolved(config);
+  const double rows = static_cast<double>(B * T);
+  Cost cost = EncoderBlock::cost(c, B, T);  // ln1, attn, ln2 (here ln3), the feed-forward, residuals
+  cost += LayerNorm::cost(c.d_model, rows);
+  cost += MultiHeadAttention::cost(c, B, T, S);
+  cost.activations += rows * static_cast<double>(c.d_model);  // the cross-attention sub-layer's residual
+  return cost;
 }
 
 Tensor DecoderBlock::forward(const Tensor& x, const Tensor& memory, const std::vector<int64_t>& memory_lengths) {

@@ -63,16 +63,22 @@ Tensor output_logits(const Tensor& x, const LayerNorm* ln_f, const Linear* head,
   return out;
 }
 
-FeedForward::FeedForward(int64_t dim, int64_t hidden, const std::string& activation, bool bias)
-    : fc1(dim, hidden, bias), fc2(hidden, dim, bias), gelu(activation == "gelu") {
-  TFM_CHECK(activation == "gelu" || activation == "relu", "FeedForward", "activation must be \"gelu\" or \"relu\", got \"",
-            activation, "\"");
+FeedForward::FeedForward(int64_t dim, int64_t hidden, Activation activation_, bool bias)
+    : fc1(dim, hidden, bias), fc2(hidden, dim, bias), activation(activation_) {
   register_module("fc1", &fc1);
   register_module("fc2", &fc2);
 }
+
+Cost FeedForward::cost(int64_t dim, int64_t hidden, Activation, bool bias, double rows) {
+  Cost c = linear_cost(dim, hidden, bias, rows);
+  c += linear_cost(hidden, dim, bias, rows);
+  c.activations = rows * static_cast<double>(hidden);
+  return c;
+}
 Tensor FeedForward::forward(const Tensor& x) const {
   // One fused op: fc1 -> activation -> fc2, keeping only fc1's output (..., F) for the backward.
-  return feed_forward(x, fc1.weight, fc1.bias, fc2.weight, fc2.bias, gelu ? Activation::kGelu : Activation::kRelu);
+  return feed_forward(x, fc1.weight, fc1.bias, fc2.weight, fc2.bias,
+                      activation == Activation::Gelu ? ActivationOp::kGelu : ActivationOp::kRelu);
 }
 
 }  // namespace tfm

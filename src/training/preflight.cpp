@@ -10,7 +10,8 @@
 
 #include "tfm/training/distributed.h"
 #include "tfm/engine/error.h"
-#include "tfm/nn/blocks.h"
+#include "tfm/models/encoder_decoder.h"
+#include "tfm/models/language_model.h"
 
 namespace tfm {
 namespace {
@@ -28,65 +29,10 @@ std::string bytes_str(double b) {
 
 std::string kv(const std::string& key, int64_t value) { return key + " = " + std::to_string(value); }
 
-// Activations of one micro-batch, as tfm keeps them (see the README's memory section). Per layer and
-// token: the block's input, the attention output and the residual between the sublayers (C each;
-// post-norm also the first norm's output), K and V, fc1's output (F), the softmax and norm statistics;
-// Q, the norms' outputs, act(h) and the probabilities are recomputed (attention dropout keeps its
-// (B, H, T, T) mask). On top: the backward's largest transient (~5 C per token) and the logits with
-// their gradient. The README's memory section tells how each was brought down.
-// Head mixing (nn.h) is composed of primitive ops too: each layer keeps the logits, the softmax's output,
-// the masked probabilities and the mixed ones, (B, H, T, keys) each, and the queries' (B, T, C) copy in
-// head-major layout; group_mlp's out_mlp keeps its hidden layer, (B, T, C) more.
-double mixing_floats(const ModelConfig& mc, double B, double T, double keys) {
-  if (mc.head_mixing == "none") return 0.0;
-  const double C = static_cast<double>(mc.d_model), H = static_cast<double>(mc.n_heads);
-  return 4.0 * B * H * T * keys + B * T * C * (mc.head_mixing == "group_mlp" ? 2.0 : 1.0);
-}
-// The backward's transient gradients of those (B, H, T, keys) tensors.
-double mixing_transient(const ModelConfig& mc, double B, double T, double keys) {
-  return mc.head_mixing == "none" ? 0.0 : 3.0 * B * static_cast<double>(mc.n_heads) * T * keys;
-}
-
-// A block over B x T queries attending to `keys` positions (self-attention: keys = T).
-double block_floats(const ModelConfig& mc, double B, double T, double keys) {
-  const double C = static_cast<double>(mc.d_model), H = static_cast<double>(mc.n_heads);
-  const double kv_width = static_cast<double>(mc.n_kv_heads) * (C / H);
-  const double BT = B * T;
-  const double per_layer = BT * ((mc.norm_position == "pre" ? 3.0 : 4.0) * C + static_cast<double>(mc.d_ff) +
-                                 2.0 * H + 4.0 + (mc.head_gating == "topk" ? 4.0 * H : 0.0)) +
-                           B * keys * 2.0 * kv_width + (mc.attention_dropout > 0.0f ? B * H * T * keys : 0.0);
-  // Additive scores are composed of primitive ops over (B, H, T, T, Dk): each layer keeps tanh's output
-  // and a few (B, H, T, T) score tensors.
-  const double scores = B * H * T * keys;
-  return per_layer + (mc.attention_score == "additive" ? scores * (C / H + 4.0) : 0.0) +
-         mixing_floats(mc, B, T, keys);
-}
-// The backward's transient (B, H, T, keys, Dk) gradients of additive scoring.
-double additive_transient(const ModelConfig& mc, double B, double T, double keys) {
-  const double C = static_cast<double>(mc.d_model), H = static_cast<double>(mc.n_heads);
-  return mc.attention_score == "additive" ? 3.0 * B * H * T * keys * (C / H) : 0.0;
-}
-
-// A language model over (B, T); an encoder-decoder over B sources of S and targets of T tokens: the
-// encoder's blocks over S, the decoder's over T plus cross-attention (its queries' norm, output and
-// residual, the softmax statistics, and K, V over the S source positions).
-double activation_bytes(const ModelConfig& mc, double B, double S, double T) {
-  const double C = static_cast<double>(mc.d_model), H = static_cast<double>(mc.n_heads);
-  const double kv_width = static_cast<double>(mc.n_kv_heads) * (C / H);
-  const double V = static_cast<double>(mc.vocab_size);
-  if (mc.source_vocab_size == 0)
-    return kFloat * (static_cast<double>(mc.n_layers) * block_floats(mc, B, T, T) +
-                     std::max(additive_transient(mc, B, T, T), mixing_transient(mc, B, T, T)) +
-                     5.0 * B * T * C + 2.0 * B * T * V);
-  const double cross = B * T * (3.0 * C + 2.0 * H + 4.0) + B * S * 2.0 * kv_width +
-                       (mc.attention_score == "additive" ? B * H * T * S * (C / H + 4.0) : 0.0) +
-                       mixing_floats(mc, B, T, S);
-  const double encoder = static_cast<double>(mc.n_encoder_layers) * block_floats(mc, B, S, S);
-  const double decoder = static_cast<double>(mc.n_decoder_layers) * (block_floats(mc, B, T, T) + cross);
-  const double transient = std::max({additive_transient(mc, B, S, S), additive_transient(mc, B, T, T),
-                                     additive_transient(mc, B, T, S), mixing_transient(mc, B, S, S),
-                                     mixing_transient(mc, B, T, T), mixing_transient(mc, B, T, S)});
-  return kFloat * (encoder + decoder + transient + 5.0 * B * std::max(S, T) * C + 2.0 * B * T * V);
+// What the model costs for one micro-batch (each layer's cost(), nn/ and models/): B sequences of T
+// tokens, or B pairs of S source and T target tokens.
+Cost model_cost(const ModelConfig& mc, int64_t B, int64_t S, int64_t T) {
+  return mc.source_vocab_size > 0 ? Seq2SeqModel::cost(mc, B, S, T) : LanguageModel::cost(mc, B, T);
 }
 
 // The keys of the model's size ("key = value"): what drives parameters, gradients and optimizer state.
@@ -98,7 +44,7 @@ std::vector<std::string> model_keys(const ModelConfig& mc) {
     keys = {kv("model.n_layers", mc.n_layers)};
   keys.push_back(kv("model.d_model", mc.d_model));
   keys.push_back(kv("model.d_ff", mc.d_ff));
-  if (mc.positional_encoding == "learned") keys.push_back(kv("model.max_seq_len", mc.max_seq_len));
+  if (mc.positional_encoding == PositionalEncoding::Learned) keys.push_back(kv("model.max_seq_len", mc.max_seq_len));
   return keys;
 }
 
@@ -106,14 +52,16 @@ std::vector<std::string> model_keys(const ModelConfig& mc) {
 MemoryEstimate estimate(const ModelConfig& mc, int64_t B, int64_t S, int64_t T, double optimizer_buffers,
                         bool training) {
   MemoryEstimate e;
-  const double P = parameter_count(mc);
+  const Cost cost = model_cost(mc, B, S, T);
+  const double P = cost.parameters;
   e.parameters = kFloat * P;
   e.gradients = training ? kFloat * P : 0.0;
   e.optimizer = kFloat * P * optimizer_buffers;
-  e.position_table = mc.positional_encoding == "sinusoidal"
+  e.position_table = mc.positional_encoding == PositionalEncoding::Sinusoidal
                          ? kFloat * static_cast<double>(mc.max_seq_len) * static_cast<double>(mc.d_model)
                          : 0.0;
-  e.activations = activation_bytes(mc, static_cast<double>(B), static_cast<double>(S), static_cast<double>(T));
+  // What the forward keeps for the backward, and the backward's largest temporary on top.
+  e.activations = kFloat * (cost.activations + cost.transient);
   // The keys of the largest component drive the estimate; the others would be noise in a message.
   const double model_bytes = e.parameters + e.gradients + e.optimizer;
   if (e.position_table >= model_bytes && e.position_table >= e.activations) {
@@ -198,30 +146,7 @@ std::string MemoryEstimate::summary() const {
   return s + "; total " + bytes_str(total());
 }
 
-double parameter_count(const ModelConfig& mc) {
-  const double V = static_cast<double>(mc.vocab_size), C = static_cast<double>(mc.d_model);
-  const double F = static_cast<double>(mc.d_ff), H = static_cast<double>(mc.n_heads);
-  const double Hkv = static_cast<double>(mc.n_kv_heads > 0 ? mc.n_kv_heads : mc.n_heads);
-  const double kv_width = Hkv * (C / H), b = mc.bias ? 1.0 : 0.0;
-  // Wo, or with group_mlp its replacement out_mlp (fc1, fc2: C x C each); head mixing's mix_logits and
-  // mix_weights are (g, H/g, H/g) each, g = 1 for talking_heads.
-  const bool mlp = mc.head_mixing == "group_mlp";
-  const double output = attention_output_weights(mc) + b * (mlp ? 2 * C : C);  // Wo or out_mlp, with biases
-  const double groups = static_cast<double>(head_mixing_groups(mc.head_mixing, mc.head_groups));
-  const double mixing = mc.head_mixing == "none" ? 0.0 : 2 * H * H / groups;
-  const double attention = C * C + C * kv_width * 2 + b * (C + 2 * kv_width) + output +
-                           (mc.attention_score == "additive" ? C : 0.0) + mixing + gate_weight_count(mc);
-  const double ffn = 2 * C * F + b * (F + C);
-  const double block = attention + ffn + 4 * C;  // + two LayerNorms
-  const double positions = mc.positional_encoding == "learned" ? static_cast<double>(mc.max_seq_len) * C : 0.0;
-  const double final_norm = mc.norm_position == "pre" ? 2 * C : 0.0;
-  const double head = mc.tie_embeddings ? 0.0 : V * C;
-  if (mc.source_vocab_size > 0)  // encoder-decoder: both sides' embeddings; decoder blocks add cross-attention
-    return (static_cast<double>(mc.source_vocab_size) + V) * C + 2 * positions +
-           static_cast<double>(mc.n_encoder_layers) * block +
-           static_cast<double>(mc.n_decoder_layers) * (block + attention + 2 * C) + 2 * final_norm + head;
-  return V * C + positions + static_cast<double>(mc.n_layers) * block + final_norm + head;
-}
+double parameter_count(const ModelConfig& mc) { return model_cost(mc, 1, 1, 1).parameters; }
 
 MemoryEstimate estimate_memory(const Config& config, const ModelConfig& mc, bool training) {
   const int64_t B = config.integer("train.batch_size");

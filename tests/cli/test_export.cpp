@@ -9,7 +9,7 @@
 #include <string>
 
 #include "cli_run.h"
-#include "tfm/models/model.h"
+#include "tfm/models/language_model.h"
 #include "tfm/engine/safetensors.h"
 #include "tfm/training/trainer.h"
 

@@ -9,7 +9,7 @@
 
 #include "cli_run.h"
 #include "tfm/analysis/gradcheck.h"
-#include "tfm/models/model.h"
+#include "tfm/models/language_model.h"
 #include "tfm/engine/ops.h"
 
 using namespace tfm;

@@ -5,7 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "tfm/engine/memory.h"
-#include "tfm/models/model.h"
+#include "tfm/models/language_model.h"
 #include "tfm/engine/ops.h"
 #include "tfm/training/optim.h"
 #include "tfm/training/trainer.h"
@@ -42,7 +42,7 @@ TEST_CASE("memory: steady-state training steps allocate no fresh storage", "[mem
     c.max_seq_len = 12;
     c.dropout = 0.1f;
     c.attention_dropout = 0.1f;
-    c.norm_position = norm;
+    c.norm_position = *enum_from<NormPosition>(norm);
     LanguageModel model(c, 3);
     model.set_training(true);
     std::vector<ParamSegment> segs;

@@ -18,6 +18,7 @@
 #include "tfm/engine/ops.h"
 #include "tfm/data/pairs.h"
 #include "tfm/models/encoder_decoder.h"
+#include "tfm/models/language_model.h"
 
 using namespace tfm;
 
@@ -51,7 +52,7 @@ ModelConfig tiny_config(const std::string& norm, int64_t n_enc = 2, int64_t n_de
   c.max_seq_len = 12;
   c.n_encoder_layers = n_enc;
   c.n_decoder_layers = n_dec;
-  c.norm_position = norm;
+  c.norm_position = *enum_from<NormPosition>(norm);
   return c;
 }
 
@@ -369,11 +370,11 @@ TEST_CASE("seq2seq: d2l's BLEU", "[seq2seq][bleu]") {
 TEST_CASE("seq2seq: DecoderBlock gradient check with source padding, pre and post norm", "[seq2seq][gradcheck]") {
   for (const char* norm : {"pre", "post"}) {
     DYNAMIC_SECTION(norm << "-norm") {
-      BlockConfig cfg;
-      cfg.attention.d_model = 8;
-      cfg.attention.n_heads = 2;
+      ModelConfig cfg;
+      cfg.d_model = 8;
+      cfg.n_heads = 2;
       cfg.d_ff = 12;
-      cfg.norm_position = norm;
+      cfg.norm_position = *enum_from<NormPosition>(norm);
       DecoderBlock block(cfg);
       Rng rng(3);
       std::vector<Tensor> inputs = {Tensor::randn({2, 3, 8}, rng), Tensor::randn({2, 4, 8}, rng)};  // x, memory
@@ -421,7 +422,7 @@ TEST_CASE("seq2seq: cached decoding equals the full decoder, causality and sourc
     // post-norm also with multi-query attention and additive scoring (its own masking path)
     DYNAMIC_SECTION(norm << "-norm") {
       ModelConfig c = tiny_config(norm);
-      if (std::string(norm) == "post") c.n_kv_heads = 1, c.attention_score = "additive";
+      if (std::string(norm) == "post") c.n_kv_heads = 1, c.attention_score = AttentionScore::Additive;
       Seq2SeqModel model(c, 4);
       spread_parameters(model, 5);
       Rng rng(9);
@@ -590,7 +591,7 @@ TEST_CASE("seq2seq: dropout only in training mode, translate evaluates", "[seq2s
 TEST_CASE("seq2seq: parameter names, breakdown and FLOPs", "[seq2seq]") {
   ModelConfig c = tiny_config("pre", 1, 1);
   c.tie_embeddings = false;
-  c.positional_encoding = "learned";
+  c.positional_encoding = PositionalEncoding::Learned;
   Seq2SeqModel model(c, 1);
   std::vector<std::string> names;
   for (const NamedParameter& p : model.parameters()) names.push_back(p.name);

@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "tfm/models/model.h"
+#include "tfm/models/language_model.h"
 #include "tfm/engine/ops.h"
 
 using namespace tfm;
@@ -22,8 +22,8 @@ ModelConfig tiny(const std::string& norm, const std::string& positions, bool tie
   c.n_kv_heads = kv_heads;
   c.d_ff = 12;
   c.max_seq_len = 8;
-  c.norm_position = norm;
-  c.positional_encoding = positions;
+  c.norm_position = *enum_from<NormPosition>(norm);
+  c.positional_encoding = *enum_from<PositionalEncoding>(positions);
   c.tie_embeddings = tied;
   return c;
 }
@@ -52,7 +52,7 @@ TEST_CASE("model: whole language model gradient check through the flat buffers",
   dropout_cfg.dropout = 0.2f;
   dropout_cfg.attention_dropout = 0.3f;
   ModelConfig additive_cfg = tiny("pre", "learned", true, 4, 2);
-  additive_cfg.attention_score = "additive";
+  additive_cfg.attention_score = AttentionScore::Additive;
   additive_cfg.n_layers = 1;  // the composed additive path is the slow one under sanitizers
   const Variant variants[] = {
       {"pre-norm, sinusoidal, tied, MHA", tiny("pre", "sinusoidal", true, 2, 2)},
@@ -104,9 +104,9 @@ TEST_CASE("model: whole language model gradient check through the flat buffers",
 
 TEST_CASE("model: KV-cache decoding equals the full forward", "[model]") {
   ModelConfig additive = tiny("pre", "sinusoidal", true, 4, 2);
-  additive.attention_score = "additive";
+  additive.attention_score = AttentionScore::Additive;
   ModelConfig topk = tiny("pre", "sinusoidal", true, 4, 2);
-  topk.head_gating = "topk", topk.head_topk = 2;
+  topk.head_gating = HeadGating::TopK, topk.head_topk = 2;
   const Variant variants[] = {
       {"GQA, top-k head gating", topk},
       {"MHA, pre-norm", tiny("pre", "sinusoidal", true, 4, 4)},
@@ -197,8 +197,8 @@ TEST_CASE("model: parameter counts equal the PyTorch reference's", "[model]") {
   b.n_kv_heads = 2;
   b.d_ff = 100;
   b.max_seq_len = 32;
-  b.norm_position = "post";
-  b.positional_encoding = "learned";
+  b.norm_position = NormPosition::Post;
+  b.positional_encoding = PositionalEncoding::Learned;
   b.tie_embeddings = false;
   b.bias = false;
   LanguageModel mb(b, 1);
@@ -261,6 +261,6 @@ TEST_CASE("model: bad input is reported", "[model]") {
   LanguageModel model(c, 1);
   CHECK_THROWS_WITH(model.forward({0, 1, 2}, 1, 2), Catch::Contains("LanguageModel::forward"));
   CHECK_THROWS_WITH(model.forward(std::vector<int32_t>(9, 0), 1, 9), Catch::Contains("max_seq_len"));
-  c.positional_encoding = "rotary";
-  CHECK_THROWS_WITH(LanguageModel(c, 1), Catch::Contains("positional_encoding"));
+  c.n_kv_heads = 3;
+  CHECK_THROWS_WITH(LanguageModel(c, 1), Catch::Contains("LanguageModel: model.n_kv_heads"));
 }

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "fixture_compare.h"
-#include "tfm/models/model.h"
+#include "tfm/models/language_model.h"
 #include "tfm/nn/blocks.h"
 #include "tfm/engine/ops.h"
 
@@ -45,12 +45,10 @@ TEST_CASE("reference: language model logits, loss and gradients match PyTorch", 
 
 TEST_CASE("reference: cross-attention with kdim/vdim matches torch.nn.MultiheadAttention", "[reference][attention]") {
   const json fx = load_fixture("mha_cross_kdim_vdim");
-  AttentionConfig cfg;
+  ModelConfig cfg;
   cfg.d_model = fx.at("d_model");
   cfg.n_heads = fx.at("n_heads");
-  cfg.kdim = fx.at("kdim");
-  cfg.vdim = fx.at("vdim");
-  MultiHeadAttention mha(cfg);
+  MultiHeadAttention mha(cfg, false, fx.at("kdim"), fx.at("vdim"));
   mha.record = true;
   auto params = load_parameters(mha, fx);
   Tensor query = to_tensor(fx.at("query")), key = to_tensor(fx.at("key")), value = to_tensor(fx.at("value"));
@@ -71,15 +69,14 @@ TEST_CASE("reference: cross-attention with kdim/vdim matches torch.nn.MultiheadA
 
 TEST_CASE("reference: top-k head gating equals a PyTorch version, output, balance loss and gradients", "[reference]") {
   const json fx = load_fixture("mha_topk_gating");
-  AttentionConfig cfg;
+  ModelConfig cfg;
   cfg.d_model = fx.at("d_model");
   cfg.n_heads = fx.at("n_heads");
   cfg.n_kv_heads = fx.at("n_kv_heads");
-  cfg.causal = fx.at("causal");
-  cfg.gating = "topk";
-  cfg.top_k = fx.at("top_k");
-  cfg.balance_loss = fx.at("balance_loss");
-  MultiHeadAttention mha(cfg);
+  cfg.head_gating = HeadGating::TopK;
+  cfg.head_topk = fx.at("top_k");
+  cfg.head_balance_loss = fx.at("balance_loss");
+  MultiHeadAttention mha(cfg, fx.at("causal").get<bool>());
   auto params = load_parameters(mha, fx);
   Tensor x = to_tensor(fx.at("x"));
   x.set_requires_grad(true);

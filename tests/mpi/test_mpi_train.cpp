@@ -16,7 +16,7 @@
 
 #include "tfm/config/config.h"
 #include "tfm/training/distributed.h"
-#include "tfm/models/model.h"
+#include "tfm/models/language_model.h"
 #include "tfm/training/optim.h"
 #include "tfm/engine/random.h"
 #include "tfm/training/trainer.h"

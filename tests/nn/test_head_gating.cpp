@@ -15,7 +15,7 @@
 #include "cli_run.h"
 #include "fixture_compare.h"
 #include "gradcheck.h"
-#include "tfm/models/model.h"
+#include "tfm/models/language_model.h"
 #include "tfm/nn/blocks.h"
 #include "tfm/engine/ops.h"
 
@@ -23,10 +23,10 @@ using namespace tfm;
 
 namespace {
 
-AttentionConfig gated(int64_t H, int64_t Hkv, int64_t k, bool causal) {
-  AttentionConfig c;
-  c.d_model = 16, c.n_heads = H, c.n_kv_heads = Hkv, c.causal = causal;
-  c.gating = "topk", c.top_k = k;
+ModelConfig gated(int64_t H, int64_t Hkv, int64_t k) {
+  ModelConfig c;
+  c.d_model = 16, c.n_heads = H, c.n_kv_heads = Hkv;
+  c.head_gating = HeadGating::TopK, c.head_topk = k;
   return c;
 }
 
@@ -55,10 +55,10 @@ TEST_CASE("head gating: the layer is sum over the token's top-k heads of softmax
   for (const Case& c : {Case{4, 4, 1, true, {}}, Case{4, 2, 2, true, {}}, Case{8, 2, 3, false, {5, 2}},
                         Case{4, 1, 4, false, {}}}) {
     DYNAMIC_SECTION("H=" << c.H << " Hkv=" << c.Hkv << " k=" << c.k << " causal=" << c.causal) {
-      AttentionConfig cfg = gated(c.H, c.Hkv, c.k, c.causal);
-      MultiHeadAttention layer(cfg);
-      cfg.gating = "none";
-      MultiHeadAttention plain(cfg);
+      ModelConfig cfg = gated(c.H, c.Hkv, c.k);
+      MultiHeadAttention layer(cfg, c.causal);
+      cfg.head_gating = HeadGating::None;
+      MultiHeadAttention plain(cfg, c.causal);
       Rng rng(3);
       randomize(layer, rng);
       copy_shared(layer, plain);
@@ -94,10 +94,10 @@ TEST_CASE("head gating: the layer is sum over the token's top-k heads of softmax
 
 TEST_CASE("head gating: k = H with a zero gate is the standard layer with each head weighted 1/H", "[gating]") {
   for (bool causal : {true, false}) {
-    AttentionConfig cfg = gated(4, 2, 4, causal);
-    MultiHeadAttention layer(cfg);
-    cfg.gating = "none";
-    MultiHeadAttention plain(cfg);
+    ModelConfig cfg = gated(4, 2, 4);
+    MultiHeadAttention layer(cfg, causal);
+    cfg.head_gating = HeadGating::None;
+    MultiHeadAttention plain(cfg, causal);
     Rng rng(4);
     randomize(layer, rng);
     layer.gate->weight.fill_(0.0f);
@@ -113,7 +113,7 @@ TEST_CASE("head gating: k = H with a zero gate is the standard layer with each h
 TEST_CASE("head gating: the layer's gradient check, gate included", "[gating][gradcheck]") {
   for (int64_t k : {1, 2}) {
     DYNAMIC_SECTION("k=" << k) {
-      MultiHeadAttention layer(gated(4, 2, k, true));
+      MultiHeadAttention layer(gated(4, 2, k), true);
       layer.config();
       Rng rng(8);
       std::vector<Tensor> inputs = {Tensor::randn({2, 4, 16}, rng)};
@@ -137,9 +137,9 @@ TEST_CASE("head gating: the layer's gradient check, gate included", "[gating][gr
 
 TEST_CASE("head gating: the balance loss is balance_loss * H * sum f_h P_h, summed over layers", "[gating]") {
   // k = H: every head takes 1/H of the slots, so the term is balance_loss whatever the gate says.
-  AttentionConfig cfg = gated(4, 4, 4, true);
-  cfg.balance_loss = 0.01f;
-  MultiHeadAttention all(cfg);
+  ModelConfig cfg = gated(4, 4, 4);
+  cfg.head_balance_loss = 0.01f;
+  MultiHeadAttention all(cfg, true);
   Rng rng(2);
   randomize(all, rng);
   const Tensor x = Tensor::randn({3, 5, 16}, rng);
@@ -150,8 +150,8 @@ TEST_CASE("head gating: the balance loss is balance_loss * H * sum f_h P_h, summ
   // k = 1 with a gate that sends every token to head 2 (a large bias through a constant input
   // feature is not available, so: zero weights except head 2's, and inputs with a positive mean):
   // f = (0, 0, 1, 0), P_2 = mean gate probability of head 2, term = 0.01 * 4 * P_2.
-  cfg.top_k = 1;
-  MultiHeadAttention one(cfg);
+  cfg.head_topk = 1;
+  MultiHeadAttention one(cfg, true);
   randomize(one, rng);
   one.gate->weight.fill_(0.0f);
   for (int64_t c = 0; c < 16; ++c) one.gate->weight.data()[2 * 16 + c] = 1.0f;
@@ -166,11 +166,11 @@ TEST_CASE("head gating: the balance loss is balance_loss * H * sum f_h P_h, summ
   // The model sums its layers' terms; without gating there is none.
   ModelConfig mc;
   mc.vocab_size = 11, mc.d_model = 16, mc.n_layers = 3, mc.n_heads = 4, mc.n_kv_heads = 4, mc.d_ff = 32;
-  mc.max_seq_len = 8, mc.head_gating = "topk", mc.head_topk = 4;
+  mc.max_seq_len = 8, mc.head_gating = HeadGating::TopK, mc.head_topk = 4;
   LanguageModel model(mc, 1);
   model.forward(std::vector<int32_t>(2 * 6, 3), 2, 6);
   CHECK(model.take_auxiliary_loss().item() == Approx(0.03).epsilon(1e-5));
-  mc.head_gating = "none";
+  mc.head_gating = HeadGating::None;
   LanguageModel plain(mc, 1);
   plain.forward(std::vector<int32_t>(2 * 6, 3), 2, 6);
   CHECK_FALSE(plain.take_auxiliary_loss().defined());

@@ -14,7 +14,7 @@
 #include "fixture_compare.h"
 #include "gradcheck.h"
 #include "tfm/config/config.h"
-#include "tfm/models/model.h"
+#include "tfm/models/language_model.h"
 #include "tfm/nn/blocks.h"
 #include "tfm/engine/ops.h"
 #include "tfm/training/preflight.h"
@@ -33,16 +33,14 @@ void set_identity(Tensor& mix) {
   for (int64_t i = 0; i < mix.size(0) * n; ++i) mix.data()[i * n + i % n] = 1.0f;
 }
 
-AttentionConfig attention_config(const std::string& mixing, const std::string& score, int64_t heads,
-                                 int64_t kv, bool causal) {
-  AttentionConfig c;
+ModelConfig attention_config(const std::string& mixing, const std::string& score, int64_t heads, int64_t kv) {
+  ModelConfig c;
   c.d_model = 8;
   c.n_heads = heads;
   c.n_kv_heads = kv;
-  c.causal = causal;
-  c.score = score;
-  c.mixing = mixing;
-  c.groups = 2;
+  c.attention_score = *enum_from<AttentionScore>(score);
+  c.head_mixing = *enum_from<HeadMixing>(mixing);
+  c.head_groups = 2;
   return c;
 }
 
@@ -57,8 +55,8 @@ ModelConfig tiny_lm(const std::string& mixing, int64_t kv_heads, const std::stri
   c.n_kv_heads = kv_heads;
   c.d_ff = 12;
   c.max_seq_len = 8;
-  c.attention_score = score;
-  c.head_mixing = mixing;
+  c.attention_score = *enum_from<AttentionScore>(score);
+  c.head_mixing = *enum_from<HeadMixing>(mixing);
   c.head_groups = 2;
   return c;
 }
@@ -85,9 +83,9 @@ TEST_CASE("head mixing: identity mixing gives the standard layer", "[head_mixing
       for (int mask = 0; mask < 2; ++mask) {  // causal, key padding
         DYNAMIC_SECTION(score << " H=" << heads.h << " Hkv=" << heads.kv
                               << (mask == 0 ? " causal" : " padding")) {
-          MultiHeadAttention standard(attention_config("none", score, heads.h, heads.kv, mask == 0));
-          MultiHeadAttention talking(attention_config("talking_heads", score, heads.h, heads.kv, mask == 0));
-          MultiHeadAttention grouped(attention_config("group_mlp", score, heads.h, heads.kv, mask == 0));
+          MultiHeadAttention standard(attention_config("none", score, heads.h, heads.kv), mask == 0);
+          MultiHeadAttention talking(attention_config("talking_heads", score, heads.h, heads.kv), mask == 0);
+          MultiHeadAttention grouped(attention_config("group_mlp", score, heads.h, heads.kv), mask == 0);
           Rng rng(3);
           for (auto& [name, t] : standard.named_parameters())
             t->copy_from(Tensor::randn(t->shape(), rng, 0.0f, 0.5f));
@@ -135,7 +133,7 @@ TEST_CASE("head mixing: gradient checks of each variant with random mixing", "[h
         for (int mask = 0; mask < 2; ++mask) {  // causal, key padding (one row fully visible, one short)
           DYNAMIC_SECTION(mixing << " " << score << " H=" << heads.h << " Hkv=" << heads.kv
                                  << (mask == 0 ? " causal" : " padding")) {
-            MultiHeadAttention mha(attention_config(mixing, score, heads.h, heads.kv, mask == 0));
+            MultiHeadAttention mha(attention_config(mixing, score, heads.h, heads.kv), mask == 0);
             const std::vector<int64_t> lengths =
                 mask == 1 ? std::vector<int64_t>{3, 1} : std::vector<int64_t>{};
             Rng rng(21);
@@ -151,10 +149,7 @@ TEST_CASE("head mixing: gradient checks of each variant with random mixing", "[h
         }
   SECTION("cross-attention, kdim/vdim != d_model, Tk != Tq, key padding") {
     for (const char* mixing : {"talking_heads", "group_mlp"}) {
-      AttentionConfig c = attention_config(mixing, "dot", 4, 2, false);
-      c.kdim = 6;
-      c.vdim = 5;
-      MultiHeadAttention mha(c);
+      MultiHeadAttention mha(attention_config(mixing, "dot", 4, 2), false, 6, 5);
       Rng rng(22);
       std::vector<Tensor> inputs = {Tensor::randn({2, 3, 8}, rng), Tensor::randn({2, 4, 6}, rng),
                                     Tensor::randn({2, 4, 5}, rng)};
@@ -177,15 +172,14 @@ TEST_CASE("reference: head mixing layers match PyTorch", "[reference][head_mixin
   for (const char* name : {"head_mixing_talking_heads_gqa", "head_mixing_group_mlp_additive"}) {
     SECTION(name) {
       const nlohmann::json fx = testing::load_fixture(name);
-      AttentionConfig c;
+      ModelConfig c;
       c.d_model = fx.at("d_model");
       c.n_heads = fx.at("n_heads");
       c.n_kv_heads = fx.at("n_kv_heads");
-      c.causal = true;
-      c.score = fx.at("score");
-      c.mixing = fx.at("mixing");
-      c.groups = fx.at("groups");
-      MultiHeadAttention mha(c);
+      c.attention_score = *enum_from<AttentionScore>(fx.at("score").get<std::string>());
+      c.head_mixing = *enum_from<HeadMixing>(fx.at("mixing").get<std::string>());
+      c.head_groups = fx.at("groups");
+      MultiHeadAttention mha(c, true);
       mha.record = true;
       auto params = testing::load_parameters(mha, fx);
       Tensor x = testing::to_tensor(fx.at("x"));
@@ -275,7 +269,7 @@ TEST_CASE("head mixing: KV-cached decoding equals the full forward", "[head_mixi
 }
 
 TEST_CASE("head mixing: recording, head masks and padding", "[head_mixing]") {
-  MultiHeadAttention mha(attention_config("talking_heads", "dot", 4, 2, false));
+  MultiHeadAttention mha(attention_config("talking_heads", "dot", 4, 2), false);
   Rng rng(4);
   for (auto& [name, t] : mha.named_parameters()) t->copy_from(Tensor::randn(t->shape(), rng, 0.0f, 0.5f));
   const Tensor x = Tensor::randn({2, 5, 8}, rng);
@@ -349,7 +343,7 @@ TEST_CASE("head mixing: initialisation, weight decay, names, parameter and FLOP 
       // FLOPs: Wo (2 C^2) becomes the MLP (4 C^2); each of the two mixes costs 2 n multiply-adds ... per
       // (query head, key): 2 * 2 * H * n * T per token.
       ModelConfig plain = c;
-      plain.head_mixing = "none";
+      plain.head_mixing = HeadMixing::None;
       const double T = 8, extra = (mlp ? 2.0 * C * C : 0.0) + 2.0 * 2.0 * 4 * static_cast<double>(n) * T;
       CHECK(LanguageModel::flops_per_token(c, 8).forward_per_token ==
             Approx(LanguageModel::flops_per_token(plain, 8).forward_per_token + 2 * extra));

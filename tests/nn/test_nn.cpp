@@ -41,13 +41,12 @@ TEST_CASE("nn: MultiHeadAttention gradient check for each mask, head layout and 
     for (Heads heads : {Heads{2, 2}, Heads{4, 2}, Heads{4, 1}})
       for (int mask = 0; mask < 3; ++mask) {  // none, causal, key padding
         DYNAMIC_SECTION(score << " H=" << heads.h << " Hkv=" << heads.kv << " mask=" << mask) {
-          AttentionConfig cfg;
+          ModelConfig cfg;
           cfg.d_model = 8;
           cfg.n_heads = heads.h;
           cfg.n_kv_heads = heads.kv;
-          cfg.causal = mask == 1;
-          cfg.score = score;
-          MultiHeadAttention mha(cfg);
+          cfg.attention_score = *enum_from<AttentionScore>(score);
+          MultiHeadAttention mha(cfg, mask == 1);
           const std::vector<int64_t> lengths = mask == 2 ? std::vector<int64_t>{3, 1} : std::vector<int64_t>{};
           Rng rng(5);
           check_module(mha, {Tensor::randn({2, 3, 8}, rng)},
@@ -60,15 +59,13 @@ TEST_CASE("nn: cross-attention with kdim/vdim != d_model, gradient check", "[nn]
   for (const char* score : {"dot", "additive"})
     for (bool bias : {true, false}) {
       DYNAMIC_SECTION(score << (bias ? " with bias" : " without bias")) {
-        AttentionConfig cfg;
+        ModelConfig cfg;
         cfg.d_model = 8;
         cfg.n_heads = 4;
         cfg.n_kv_heads = 2;
-        cfg.kdim = 5;
-        cfg.vdim = 3;
         cfg.bias = bias;
-        cfg.score = score;
-        MultiHeadAttention mha(cfg);
+        cfg.attention_score = *enum_from<AttentionScore>(score);
+        MultiHeadAttention mha(cfg, false, 5, 3);
         Rng rng(6);
         // query (B, Tq=2, C), key (B, Tk=4, kdim), value (B, Tk=4, vdim)
         check_module(mha, {Tensor::randn({2, 2, 8}, rng), Tensor::randn({2, 4, 5}, rng), Tensor::randn({2, 4, 3}, rng)},
@@ -81,14 +78,13 @@ TEST_CASE("nn: EncoderBlock gradient check, pre and post norm", "[nn][gradcheck]
   for (const char* norm : {"pre", "post"})
     for (const char* act : {"gelu", "relu"}) {
       DYNAMIC_SECTION(norm << "-norm " << act) {
-        BlockConfig cfg;
-        cfg.attention.d_model = 8;
-        cfg.attention.n_heads = 2;
-        cfg.attention.causal = true;
+        ModelConfig cfg;
+        cfg.d_model = 8;
+        cfg.n_heads = 2;
         cfg.d_ff = 12;
-        cfg.activation = act;
-        cfg.norm_position = norm;
-        EncoderBlock block(cfg);
+        cfg.activation = *enum_from<Activation>(act);
+        cfg.norm_position = *enum_from<NormPosition>(norm);
+        EncoderBlock block(cfg, true);
         Rng rng(7);
         check_module(block, {Tensor::randn({2, 3, 8}, rng)},
                      [&](const std::vector<Tensor>& in) { return block.forward(in[0]); });
@@ -99,37 +95,36 @@ TEST_CASE("nn: EncoderBlock gradient check, pre and post norm", "[nn][gradcheck]
 TEST_CASE("nn: parameter counts", "[nn]") {
   const int64_t d = 16;
   for (int64_t h : {1, 2, 4, 8}) {
-    AttentionConfig cfg;
+    ModelConfig cfg;
     cfg.d_model = d;
     cfg.n_heads = h;
-    CHECK(MultiHeadAttention(cfg).parameter_count() == 4 * d * d + 4 * d);
+    CHECK(MultiHeadAttention(cfg, false).parameter_count() == 4 * d * d + 4 * d);
     cfg.bias = false;
-    CHECK(MultiHeadAttention(cfg).parameter_count() == 4 * d * d);
+    CHECK(MultiHeadAttention(cfg, false).parameter_count() == 4 * d * d);
   }
-  AttentionConfig gqa;
+  ModelConfig gqa;
   gqa.d_model = d;
   gqa.n_heads = 4;
   gqa.n_kv_heads = 2;  // K and V project to 2 heads of 4: (8, 16) each
-  CHECK(MultiHeadAttention(gqa).parameter_count() == 2 * d * d + 2 * 8 * d + (d + 8 + 8 + d));
+  CHECK(MultiHeadAttention(gqa, false).parameter_count() == 2 * d * d + 2 * 8 * d + (d + 8 + 8 + d));
   gqa.n_kv_heads = 1;  // multi-query: one head of 4
-  CHECK(MultiHeadAttention(gqa).parameter_count() == 2 * d * d + 2 * 4 * d + (d + 4 + 4 + d));
-  gqa.kdim = 5;
-  gqa.vdim = 3;
-  gqa.bias = false;
-  CHECK(MultiHeadAttention(gqa).parameter_count() == 2 * d * d + 4 * 5 + 4 * 3);
-  gqa.score = "additive";  // one w_v of Dk = 4 weights per head
-  CHECK(MultiHeadAttention(gqa).parameter_count() == 2 * d * d + 4 * 5 + 4 * 3 + 4 * 4);
-  BlockConfig block;
-  block.attention.d_model = d;
-  block.attention.n_heads = 2;  // d_ff defaults to 4 d
-  CHECK(EncoderBlock(block).parameter_count() == (4 * d * d + 4 * d) + (2 * 4 * d * d + 4 * d + d) + 4 * d);
+  CHECK(MultiHeadAttention(gqa, false).parameter_count() == 2 * d * d + 2 * 4 * d + (d + 4 + 4 + d));
+  gqa.bias = false;  // keys 5 wide, values 3
+  CHECK(MultiHeadAttention(gqa, false, 5, 3).parameter_count() == 2 * d * d + 4 * 5 + 4 * 3);
+  gqa.attention_score = AttentionScore::Additive;  // one w_v of Dk = 4 weights per head
+  CHECK(MultiHeadAttention(gqa, false, 5, 3).parameter_count() == 2 * d * d + 4 * 5 + 4 * 3 + 4 * 4);
+  ModelConfig block;
+  block.d_model = d;
+  block.n_heads = 2;  // d_ff defaults to 4 d
+  CHECK(EncoderBlock(block, false).parameter_count() ==
+        (4 * d * d + 4 * d) + (2 * 4 * d * d + 4 * d + d) + 4 * d);
 }
 
 TEST_CASE("nn: names follow the reference, flat buffers hold every parameter", "[nn]") {
-  BlockConfig cfg;
-  cfg.attention.d_model = 4;
-  cfg.attention.n_heads = 2;
-  EncoderBlock block(cfg);
+  ModelConfig cfg;
+  cfg.d_model = 4;
+  cfg.n_heads = 2;
+  EncoderBlock block(cfg, false);
   std::vector<std::string> names;
   for (auto& [name, t] : block.named_parameters()) names.push_back(name);
   const std::vector<std::string> expected = {
@@ -156,12 +151,11 @@ TEST_CASE("nn: names follow the reference, flat buffers hold every parameter", "
 
 TEST_CASE("nn: causality - changing position j never changes outputs before j", "[nn]") {
   for (const char* score : {"dot", "additive"}) {
-    BlockConfig cfg;
-    cfg.attention.d_model = 8;
-    cfg.attention.n_heads = 2;
-    cfg.attention.causal = true;
-    cfg.attention.score = score;
-    EncoderBlock block(cfg);
+    ModelConfig cfg;
+    cfg.d_model = 8;
+    cfg.n_heads = 2;
+    cfg.attention_score = *enum_from<AttentionScore>(score);
+    EncoderBlock block(cfg, true);
     Rng rng(8);
     parameters_of(block, rng);
     const int64_t T = 5;
@@ -187,11 +181,11 @@ TEST_CASE("nn: causality - changing position j never changes outputs before j", 
 
 TEST_CASE("nn: padded keys get zero attention and do not affect the output", "[nn]") {
   for (const char* score : {"dot", "additive"}) {
-    AttentionConfig cfg;
+    ModelConfig cfg;
     cfg.d_model = 8;
     cfg.n_heads = 2;
-    cfg.score = score;
-    MultiHeadAttention mha(cfg);
+    cfg.attention_score = *enum_from<AttentionScore>(score);
+    MultiHeadAttention mha(cfg, false);
     mha.record = true;
     Rng rng(9);
     parameters_of(mha, rng);
@@ -217,11 +211,11 @@ TEST_CASE("nn: padded keys get zero attention and do not affect the output", "[n
 }
 
 TEST_CASE("nn: attention dropout is active only in training mode", "[nn]") {
-  AttentionConfig cfg;
+  ModelConfig cfg;
   cfg.d_model = 8;
   cfg.n_heads = 2;
-  cfg.dropout = 0.5f;
-  MultiHeadAttention mha(cfg);
+  cfg.attention_dropout = 0.5f;
+  MultiHeadAttention mha(cfg, false);
   Rng rng(10), drop_rng(3);
   parameters_of(mha, rng);
   mha.set_rng(&drop_rng);
@@ -248,30 +242,32 @@ TEST_CASE("nn: sinusoidal table follows the formula", "[nn]") {
   CHECK(pe.forward(3, 2).at({0, 1}) == pe.table.at({3, 1}));
 }
 
-TEST_CASE("nn: bad configurations name the layer", "[nn]") {
-  AttentionConfig cfg;
+TEST_CASE("nn: bad configurations name the layer and the key", "[nn]") {
+  ModelConfig cfg;
   cfg.d_model = 8;
   cfg.n_heads = 3;
-  CHECK_THROWS_WITH(MultiHeadAttention(cfg), Catch::Contains("MultiHeadAttention"));
+  CHECK_THROWS_WITH(MultiHeadAttention(cfg, false),
+                    Catch::Contains("MultiHeadAttention: model.d_model: expected a multiple of model.n_heads = 3"));
   cfg.n_heads = 4;
   cfg.n_kv_heads = 3;
-  CHECK_THROWS_WITH(MultiHeadAttention(cfg), Catch::Contains("n_kv_heads 3"));
+  CHECK_THROWS_WITH(MultiHeadAttention(cfg, false), Catch::Contains("model.n_kv_heads: expected a divisor"));
   cfg.n_kv_heads = 2;
-  cfg.score = "bilinear";
-  CHECK_THROWS_WITH(MultiHeadAttention(cfg), Catch::Contains("attention_score"));
-  CHECK_THROWS_WITH(FeedForward(4, 8, "tanh"), Catch::Contains("FeedForward"));
+  cfg.head_gating = HeadGating::TopK;
+  cfg.head_topk = 5;
+  CHECK_THROWS_WITH(EncoderBlock(cfg, false), Catch::Contains("model.head_topk: expected at most model.n_heads = 4"));
+  // A variant's name outside its enum is no value at all (the config table rejects it by key).
+  CHECK_FALSE(enum_from<AttentionScore>("bilinear").has_value());
+  CHECK(enum_from<AttentionScore>("additive") == AttentionScore::Additive);
+  CHECK(name_of(HeadMixing::TalkingHeads) == "talking_heads");
 }
 
 TEST_CASE("nn: additive scoring equals w_v^T tanh(W_q q + W_k k) written out with loops", "[nn]") {
-  AttentionConfig cfg;
+  ModelConfig cfg;
   cfg.d_model = 8;
   cfg.n_heads = 4;
   cfg.n_kv_heads = 2;
-  cfg.kdim = 5;
-  cfg.vdim = 3;
-  cfg.causal = true;
-  cfg.score = "additive";
-  MultiHeadAttention mha(cfg);
+  cfg.attention_score = AttentionScore::Additive;
+  MultiHeadAttention mha(cfg, true, 5, 3);
   mha.record = true;
   Rng rng(12);
   parameters_of(mha, rng);

@@ -12,7 +12,7 @@
 #include "cli_run.h"
 #include "tfm/config/config.h"
 #include "tfm/engine/memory.h"
-#include "tfm/models/model.h"
+#include "tfm/models/language_model.h"
 #include "tfm/engine/ops.h"
 #include "tfm/data/pairs.h"
 #include "tfm/models/encoder_decoder.h"

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tfm/models/model.h"
+#include "tfm/models/language_model.h"
 
 namespace tfm {
 

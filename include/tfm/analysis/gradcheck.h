@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "tfm/models/model.h"
+#include "tfm/models/language_model.h"
 #include "tfm/engine/tensor.h"
 
 namespace tfm {

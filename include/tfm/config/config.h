@@ -1,16 +1,17 @@
 // The run configuration: ONE table of keys (config_keys()) drives the defaults, the validation, the
 // `--set` overrides and the documentation (`tfm config --keys`), so none of them can drift apart.
 //
-// A config is JSON (shared/ARCHITECTURE.md); every key is optional. Resolving it fills in every
+// A config is JSON (docs/architecture.md); every key is optional. Resolving it fills in every
 // default, so the resolved tree holds every key of the table and nothing else. Errors are
 // tfm::ConfigError whose message starts with the key path (or the file) and states expected vs got.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include "tfm/models/model.h"
+#include "tfm/nn/model_config.h"
 
 namespace tfm {
 
@@ -19,8 +20,9 @@ enum class KeyType { Integer, Number, Boolean, String, NumberPair };
 struct KeySpec {
   std::string path;  // "train.optimizer.lr"
   KeyType type;
-  nlohmann::json default_value;  // null: derived from other keys (see `derived`)
-  std::string derived;           // how a null default is computed, e.g. "model.n_heads"
+  nlohmann::json default_value;  // null: derived from other keys (see `derived`, `rule`)
+  std::string derived;           // how a null default is computed, in words: "4 * model.d_model"
+  std::function<nlohmann::json(const nlohmann::json& tree)> rule;  // ... and in code, from the tree so far
   double min = 0, max = 0;       // numeric range, used when has_min / has_max
   bool has_min = false, has_max = false;
   bool min_open = false, max_open = false;  // exclusive bounds
@@ -28,6 +30,9 @@ struct KeySpec {
   bool resumable = false;                   // may change with `train --resume DIR --set ...`
   std::vector<std::string> objectives;      // the train.objective values that read it (empty: all)
   std::string meaning;
+  // model.* keys: the ModelConfig member (nn/model_config.h) the key is bound to, written and read.
+  std::function<void(ModelConfig&, const nlohmann::json&)> set_model;
+  std::function<nlohmann::json(const ModelConfig&)> get_model;
 };
 
 // Every key, in documentation order.

@@ -46,10 +46,10 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
 // x (..., C), w1 (F, C), b1 (F), w2 (C, F), b2 (C) -> (..., C); biases may be undefined. Its
 // backward keeps x and fc1's output h (N, F) only: act(h) and its gradient are recomputed in
 // chunks of `chunk_rows` rows, so neither (N, F) tensor exists whole, in the forward or backward.
-enum class Activation { kGelu, kRelu };
+enum class ActivationOp { kGelu, kRelu };  // act: GELU (exact erf form) or ReLU
 constexpr int64_t kFeedForwardChunkRows = 1024;
 Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2,
-                    Activation act, int64_t chunk_rows = kFeedForwardChunkRows);
+                    ActivationOp act, int64_t chunk_rows = kFeedForwardChunkRows);
 
 // ---- reductions ----
 Tensor sum(const Tensor& x);  // all elements -> 0-dim

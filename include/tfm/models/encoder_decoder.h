@@ -1,4 +1,4 @@
-// The Transformer encoder-decoder (Vaswani et al. 2017; the seeds' textbook, d2l "Transformer") for
+// The Transformer encoder-decoder (Vaswani et al. 2017; d2l.ai, chapter "Transformer") for
 // sequence-to-sequence training over sentence pairs (pairs.h), on the Model base of model.h.
 // Legend: B batch, S source length, T target length, C = d_model, H heads, Hkv key/value heads,
 // Dk = C / H, V target vocabulary, Vs source vocabulary, N beam width.
@@ -10,7 +10,7 @@
 // bias, attention_score.
 //
 // Encoder: x = E_src[src] * sqrt(C) + P[:S] (sinusoidal; learned: E_src[src] + W_src_pos[:S], as the
-// LM of ARCHITECTURE.md), dropout, EncoderBlocks with bidirectional self-attention that ignores the
+// language model of docs/architecture.md), dropout, EncoderBlocks with bidirectional self-attention that ignores the
 // source padding (keys j >= src_lengths[b]), then LayerNorm (pre-norm only).
 // Decoder: y = E_tgt[tgt] * sqrt(C) + P[:T] (or learned), dropout, DecoderBlocks (causal
 // self-attention, cross-attention to the encoder output with the source padding masked,
@@ -69,9 +69,12 @@ class Seq2SeqModel : public Model {
   ~Seq2SeqModel() override;
 
   const ModelConfig& config() const;
-  // Per target token, for a source of src_len and a target of tgt_len tokens: the encoder's matrix
-  // products at src_len / tgt_len source tokens per target token, the decoder's self- and
-  // cross-attention and the head. 2 FLOPs per multiply-add; train = 3 x forward.
+  // What the model costs for B pairs of S source and T target tokens (nn/module.h): both stacks'
+  // layers, the embeddings and the head, the backward's largest temporaries and the logits.
+  static Cost cost(const ModelConfig& config, int64_t B, int64_t S, int64_t T);
+  // Per target token, for a source of src_len and a target of tgt_len tokens: cost()'s FLOPs over the
+  // target tokens (the encoder's at src_len / tgt_len source tokens per target token); train = 3 x
+  // forward.
   static FlopCount flops_per_token(const ModelConfig& config, int64_t src_len, int64_t tgt_len);
 
   // Teacher forcing. src (B, S) and tgt_in (B, T) row-major ids, src_lengths (B) real source tokens

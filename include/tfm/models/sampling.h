@@ -5,7 +5,7 @@
 #include <string>
 
 #include "tfm/data/tokenizer.h"
-#include "tfm/models/model.h"
+#include "tfm/models/language_model.h"
 
 namespace tfm {
 

@@ -11,33 +11,9 @@
 #include <vector>
 
 #include "tfm/nn/layers.h"
+#include "tfm/nn/model_config.h"
 
 namespace tfm {
-
-struct AttentionConfig {
-  int64_t d_model = 0;
-  int64_t n_heads = 1;
-  int64_t n_kv_heads = 0;  // 0 = n_heads; grouped-query when 1 < n_kv_heads < n_heads, multi-query when 1
-  int64_t kdim = 0;        // width of the key input, 0 = d_model (as nn.MultiheadAttention)
-  int64_t vdim = 0;        // width of the value input, 0 = d_model
-  bool bias = true;
-  bool causal = false;
-  float dropout = 0.0f;               // on the attention probabilities
-  std::string score = "dot";          // "dot": q.k / sqrt(Dk); "additive": w_v^T tanh(q + k) per head
-  // Head variants (the seeds' sparse and grouped heads; see MultiHeadAttention).
-  std::string gating = "none";  // "none" | "topk": each query uses its top_k heads by a learned gate
-  int64_t top_k = 2;
-  float balance_loss = 0.01f;   // weight of the gate's load-balancing term (auxiliary_loss)
-  std::string mixing = "none";  // "none" | "talking_heads" | "group_mlp"
-  int64_t groups = 2;           // group_mlp: head groups
-};
-
-// The groups head mixing mixes within: group_mlp's `groups`; talking_heads mixes all heads as one
-// group (and without mixing there is one trivial group). The layer, its FLOPs and its parameter count
-// all ask here.
-inline int64_t head_mixing_groups(const std::string& mixing, int64_t groups) {
-  return mixing == "group_mlp" ? groups : 1;
-}
 
 // Multi-head attention in the general form: queries from one sequence, keys and values from the same
 // or another one (cross-attention, other length and widths). Q = query Wq^T (B, Tq, H*Dk),
@@ -45,20 +21,34 @@ inline int64_t head_mixing_groups(const std::string& mixing, int64_t groups) {
 // Additive scoring uses the per-head projections as the W_q q and W_k k of Bahdanau's
 // w_v^T tanh(W_q q + W_k k), with one w_v of Dk weights per head (`score_v`, (H, Dk)).
 //
-// Head mixing (config.mixing, legend g = groups, n = H / g heads per group): the heads are split into
+// The options it reads (ModelConfig): d_model, n_heads, n_kv_heads, bias, attention_dropout,
+// attention_score, head_gating (+ head_topk, head_balance_loss), head_mixing (+ head_groups).
+//
+// Head mixing (head_mixing, legend g = ModelConfig::mixing_groups(), n = H / g heads per group): the heads are split into
 // g groups of n consecutive heads. Within each group the logits S (B, H, Tq, Tk) of either scoring are
 // mixed across heads, S'_o = sum_i mix_logits[group, o, i] S_i, before the masks and the softmax, and
 // the probabilities after it, P'_o = sum_i mix_weights[group, o, i] P_i; out_h = P'_h V_{kv(h)}.
 // talking_heads is one group of all H heads (Shazeer et al. 2020, "Talking-Heads Attention");
-// group_mlp (the seeds' eq. 5.3.13) mixes inside g groups and replaces Wo by out_mlp, a C -> C -> C
+// group_mlp (grouped heads with an MLP across them) mixes inside g groups and replaces Wo by out_mlp, a C -> C -> C
 // GELU MLP over the concatenated heads, which carries information between the groups.
 class MultiHeadAttention : public Module {
   // Declared first: the projections are sized from the resolved config.
-  AttentionConfig config_;
-  int64_t head_dim_;
+  ModelConfig config_;
+  bool causal_;
+  int64_t kdim_, vdim_, head_dim_;
 
  public:
-  explicit MultiHeadAttention(const AttentionConfig& config);
+  // Keys j > i are hidden from query i when causal (self-attention); the key and value inputs are
+  // kdim and vdim wide (0 = d_model, as nn.MultiheadAttention's kdim/vdim).
+  MultiHeadAttention(const ModelConfig& config, bool causal, int64_t kdim = 0, int64_t vdim = 0);
+  // What the layer costs for B sequences of Tq queries over Tk keys (module.h): its weights, the
+  // forward's products (Wq, Wk, Wv over Tk keys, Wo, the gate, scores and weighted sums over every key
+  // (a causal mask counted in full, as MFU figures do), head mixing), what it keeps for the backward
+  // (K and V, the attention output, the softmax statistics; the variants' extras).
+  static Cost cost(const ModelConfig& config, int64_t B, int64_t Tq, int64_t Tk, int64_t kdim = 0,
+                   int64_t vdim = 0);
+  // The share of (query, head) pairs whose attention is computed: k / H with top-k gating, else 1.
+  static double computed_head_share(const ModelConfig& config);
   // query (B, Tq, C), key (B, Tk, kdim), value (B, Tk, vdim) -> (B, Tq, C). key_lengths: keys j >=
   // key_lengths[b] are padding (empty = none).
   Tensor forward(const Tensor& query, const Tensor& key, const Tensor& value,
@@ -83,7 +73,8 @@ class MultiHeadAttention : public Module {
   // importance at gate 1 (tfm heads). Undefined (the default) costs nothing.
   Tensor head_gate;
 
-  const AttentionConfig& config() const { return config_; }
+  const ModelConfig& config() const { return config_; }
+  bool causal() const { return causal_; }
   int64_t head_dim() const { return head_dim_; }
   Linear wq, wk, wv, wo;  // wo is empty (0 x 0) and unregistered with group_mlp: out_mlp replaces it
   Tensor score_v;         // (H, Dk), additive scoring only
@@ -91,15 +82,15 @@ class MultiHeadAttention : public Module {
   Tensor mix_logits, mix_weights;
   std::unique_ptr<FeedForward> out_mlp;  // group_mlp only: fc1 (C, C), fc2 (C, C), GELU
 
-  // Top-k head gating (gating "topk"; the seeds' eq. 5.3.12, Mixture of Attention heads, Zhang et
-  // al. 2022): the gate gives H logits per query token, G = x Wg^T (B, Tq, H); each token uses its
-  // top_k heads, weighted by the softmax of their logits (the other heads' weights are 0):
+  // Top-k head gating (head_gating "topk"; Mixture of Attention heads, Zhang et al. 2022): the gate
+  // gives H logits per query token, G = x Wg^T (B, Tq, H); each token uses its head_topk heads,
+  // weighted by the softmax of their logits (the other heads' weights are 0):
   //   out = Wo concat_h(w_h * head_h),  w = softmax over TopK(G) of G.
   // A (token, head) pair outside the top k is not computed (the fused kernel skips its query row).
   std::unique_ptr<Linear> gate;  // (H, C), no bias; null without gating
-  // The load-balancing term of the last forward (Switch Transformer's, over
-  // heads): balance_loss * H * sum_h f_h P_h, f_h the fraction of the top-k slots head h took, P_h
-  // its mean gate probability. Minimal (= balance_loss) when heads are used evenly. Read and
+  // The load-balancing term of the last forward (Switch Transformer's, over heads):
+  // head_balance_loss * H * sum_h f_h P_h, f_h the fraction of the top-k slots head h took, P_h its
+  // mean gate probability. Minimal (= head_balance_loss) when heads are used evenly. Read and
   // cleared by take_auxiliary_loss(); undefined when there is none.
   Tensor take_auxiliary_loss();
   // Tokens each head served since the last reset (gating only), and the tokens seen: usage

@@ -14,21 +14,21 @@
 
 namespace tfm {
 
-struct BlockConfig {
-  AttentionConfig attention;  // d_model, heads, causal, bias, attention dropout, score
-  int64_t d_ff = 0;           // 0 = 4 * d_model
-  std::string activation = "gelu";
-  std::string norm_position = "pre";  // "pre": x + f(LN(x)); "post": LN(x + f(x))
-  float dropout = 0.0f;               // on each residual branch
-};
+// The options a block reads (ModelConfig): d_model, d_ff, activation, norm_position ("pre":
+// x + Drop(f(LN(x))); "post": LN(x + Drop(f(x)))), dropout (on each residual branch), bias, and what its
+// attention layers read (attention.h).
 
 // A Transformer encoder block (self-attention + feed-forward), named as the reference's Block:
-// ln1, ln2, attn, fc1, fc2.
+// ln1, ln2, attn, fc1, fc2. Causal or not: a decoder-only language model's blocks are encoder blocks
+// with a causal mask.
 class EncoderBlock : public Module {
-  BlockConfig config_;  // declared first: the layers are sized from the resolved config
+  ModelConfig config_;  // declared first: the layers are sized from the resolved config
 
  public:
-  explicit EncoderBlock(const BlockConfig& config);
+  EncoderBlock(const ModelConfig& config, bool causal);
+  // One block over B sequences of T tokens: its layers' costs (module.h) and what the block itself
+  // keeps: its input and the residual between the sub-layers (post-norm: also the first norm's output).
+  static Cost cost(const ModelConfig& config, int64_t B, int64_t T);
   Tensor forward(const Tensor& x, const std::vector<int64_t>& key_lengths = {});  // (B, T, C)
   Tensor forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v, int64_t past);
   LayerNorm ln1, ln2;
@@ -43,13 +43,16 @@ class EncoderBlock : public Module {
 // A Transformer decoder block (Vaswani et al. 2017; d2l's TransformerDecoderBlock): causal
 // self-attention, cross-attention to the encoder's output ("memory", padding masked by
 // memory_lengths), feed-forward; each a residual sub-layer, pre-norm x + Drop(f(LN(x))) or post-norm
-// LN(x + Drop(f(x))) (d2l's AddNorm). Names: ln1, attn, ln2, cross, ln3, fc1, fc2. The config's
-// attention.causal is ignored: self-attention is always causal, cross-attention never.
+// LN(x + Drop(f(x))) (d2l's AddNorm). Names: ln1, attn, ln2, cross, ln3, fc1, fc2. Self-attention is
+// always causal, cross-attention never.
 class DecoderBlock : public Module {
-  BlockConfig config_;  // declared first: the layers are sized from the resolved config
+  ModelConfig config_;  // declared first: the layers are sized from the resolved config
 
  public:
-  explicit DecoderBlock(const BlockConfig& config);
+  explicit DecoderBlock(const ModelConfig& config);
+  // B target sequences of T tokens over sources of S: the self-attention block's cost plus the
+  // cross-attention sub-layer (its norm, attention over S keys, its residual).
+  static Cost cost(const ModelConfig& config, int64_t B, int64_t T, int64_t S);
   // x (B, T, C), memory (B, S, C) -> (B, T, C).
   Tensor forward(const Tensor& x, const Tensor& memory, const std::vector<int64_t>& memory_lengths = {});
   // Decoding step: x (B, T, C) holds positions [past, past + T); self-attention keys/values go to

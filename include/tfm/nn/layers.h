@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "tfm/nn/model_config.h"
 #include "tfm/nn/module.h"
 
 namespace tfm {
@@ -44,7 +45,7 @@ class LearnedPositionalEmbedding : public Module {
   Tensor weight;                                   // (max_len, C)
 };
 
-// The input of a Transformer stack (ARCHITECTURE.md step 1) for positions [start, start + T):
+// The input of a Transformer stack (docs/architecture.md, the model's step 1) for positions [start, start + T):
 // E[ids] * sqrt(C) + P[start:start+T] with the sinusoidal table, or E[ids] + W_pos[start:start+T]
 // with learned positions (exactly one of `sinusoidal`, `learned` is given), then dropout p when
 // `owner` is training (drawing from its rng). ids (B*T) -> (B, T, C). `where` names the caller in errors.
@@ -55,22 +56,26 @@ Tensor embed_with_positions(const Module& owner, const Embedding& emb, const Sin
 class LayerNorm : public Module {
  public:
   explicit LayerNorm(int64_t dim, float eps = 1e-5f);
+  // Gain and bias; it keeps each row's mean and 1/std (its output is recomputed in the backward).
+  static Cost cost(int64_t dim, double rows) { return {2.0 * dim, 0.0, 2.0 * rows, 0.0}; }
   Tensor forward(const Tensor& x) const;
   Tensor weight, bias;  // (C), (C)
   float eps;
 };
 
-// A stack's output (ARCHITECTURE.md step 5): h = ln_f(x) when ln_f is given, else x; logits = h E^T
+// A stack's output (docs/architecture.md, the model's step 5): h = ln_f(x) when ln_f is given, else x; logits = h E^T
 // with the embedding E (V, C) when head is null (tied), else head(h). x (B, T, C) -> (B, T, V).
 Tensor output_logits(const Tensor& x, const LayerNorm* ln_f, const Linear* head, const Tensor& embedding);
 
 // FFN(x) = fc2(act(fc1(x))), act = exact GELU or ReLU.
 class FeedForward : public Module {
  public:
-  FeedForward(int64_t dim, int64_t hidden, const std::string& activation, bool bias = true);
+  FeedForward(int64_t dim, int64_t hidden, Activation activation, bool bias = true);
+  // fc1 and fc2 over `rows` rows; the fused op keeps fc1's output (rows, F) for the backward.
+  static Cost cost(int64_t dim, int64_t hidden, Activation activation, bool bias, double rows);
   Tensor forward(const Tensor& x) const;  // (..., C) -> (..., C)
   Linear fc1, fc2;
-  bool gelu;
+  Activation activation;
 };
 
 }  // namespace tfm

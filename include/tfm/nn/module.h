@@ -53,6 +53,28 @@ class Module {
   Rng* rng_ = nullptr;
 };
 
+// What a layer costs, worked out from its options and the shapes of one forward pass. Each layer
+// states its own (a static cost() beside its constructor), and tests hold the formulas to the built
+// layer: parameters to parameter_count(), FLOPs to the products gemm_flops() counts in a forward.
+struct Cost {
+  double parameters = 0;   // floats
+  double flops = 0;        // the forward's matrix products, 2 per multiply-add (the FLOPs of MFU)
+  double activations = 0;  // floats the forward keeps for the backward
+  double transient = 0;    // floats of the backward's largest temporary (a maximum over layers, not a sum)
+  Cost& operator+=(const Cost& o) {
+    parameters += o.parameters, flops += o.flops, activations += o.activations;
+    transient = transient > o.transient ? transient : o.transient;
+    return *this;
+  }
+  // n copies of the layer, one after the other: the largest temporary stays one layer's.
+  Cost times(double n) const { return {parameters * n, flops * n, activations * n, transient}; }
+};
+
+// A linear layer (in -> out, optional bias) applied to `rows` rows: its weights and its product.
+inline Cost linear_cost(double in, double out, bool bias, double rows) {
+  return {in * out + (bias ? out : 0.0), 2.0 * rows * in * out, 0.0, 0.0};
+}
+
 // The flat buffers behind a module's parameters: values and gradients, each one allocation.
 struct ParameterBuffers {
   std::shared_ptr<Storage> values, grads;

@@ -17,7 +17,7 @@
 #include "tfm/analysis/attention_maps.h"
 #include "tfm/config/config.h"
 #include "tfm/data/tokenizer.h"
-#include "tfm/models/model.h"
+#include "tfm/models/language_model.h"
 #include "tfm/engine/random.h"
 #include "tfm/models/encoder_decoder.h"
 

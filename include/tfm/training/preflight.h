@@ -29,7 +29,7 @@ struct MemoryEstimate {
   std::string summary() const;
 };
 
-// Parameters of the model a config describes, counted from the shapes without building it (equals
+// Parameters of the model a config describes, from its layers' cost() without building it (equals
 // LanguageModel::parameter_count(), or Seq2SeqModel's when mc.source_vocab_size > 0; a test checks
 // every model option).
 double parameter_count(const ModelConfig& mc);

@@ -20,7 +20,7 @@
 #include "tfm/training/checkpoint.h"
 #include "tfm/config/config.h"
 #include "tfm/data/dataset.h"
-#include "tfm/models/model.h"
+#include "tfm/models/language_model.h"
 #include "tfm/objectives/objective.h"
 
 namespace tfm {

@@ -1,0 +1,57 @@
+// The language model of docs/architecture.md (decoder-only with a causal mask, or a bidirectional
+// encoder for masked LM), built from the layers of nn/: token embedding and positions, n_layers
+// encoder blocks, the final norm (pre-norm) and the output head (tied to the embedding or its own).
+// Legend: B batch, T time, C = d_model, H heads, Hkv key/value heads, Dk = C / H, V vocabulary.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tfm/models/model.h"
+
+namespace tfm {
+
+// Per-layer key/value cache for incremental decoding.
+struct KVCache {
+  std::vector<Tensor> keys, values;  // per layer: (B, max_seq_len, Hkv * Dk), filled up to `length`
+  int64_t batch = 0;
+  int64_t length = 0;  // positions cached so far
+};
+
+class LanguageModel : public Model {
+ public:
+  LanguageModel(const ModelConfig& config, uint64_t init_seed);
+  ~LanguageModel() override;
+
+  const ModelConfig& config() const;
+  // What the model costs for B sequences of T tokens (nn/module.h): every layer's cost, the embedding
+  // and head, and what a step holds besides the layers (the backward's largest temporaries, ~5 C per
+  // token, and the logits with their gradient).
+  static Cost cost(const ModelConfig& config, int64_t B, int64_t T);
+  static FlopCount flops_per_token(const ModelConfig& config, int64_t seq_len);
+
+  // tokens: B*T ids, row-major (B, T) -> logits (B, T, V).
+  Tensor forward(const std::vector<int32_t>& tokens, int64_t B, int64_t T);
+  // Mean cross-entropy of logits (B, T, V) against targets (B*T).
+  static Tensor loss(const Tensor& logits, const std::vector<int32_t>& targets);
+
+  // Incremental decoding: feeds T_new tokens per sequence after the cached ones and returns their
+  // logits (B, T_new, V); equal (to 1e-5) to the full forward's logits at those positions.
+  KVCache make_cache(int64_t B) const;
+  Tensor forward_cached(KVCache& cache, const std::vector<int32_t>& tokens, int64_t B, int64_t T_new);
+
+  // When on, each forward keeps every layer's attention probabilities: per layer (B, H, T_q, T_k).
+  void set_record_attention(bool on);
+  // Per layer, an (H) gate on the heads' outputs (MultiHeadAttention::head_gate); an empty vector
+  // removes them. Masks heads (gate 0) and measures their importance (dL/dgate).
+  void set_head_gates(const std::vector<Tensor>& gates);
+  const std::vector<Tensor>& attention_probabilities() const;
+  // When on, each forward keeps every layer's per-head attention outputs before Wo: (B, T, H, Dk).
+  const std::vector<Tensor>& head_outputs() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tfm

@@ -1,0 +1,323 @@
+// The config key table: every key a config may hold, in documentation order, with its type, default,
+// allowed values, the rule of a derived default, and what it means. config.cpp validates, resolves and
+// documents configs from it; the model.* rows are bound to their ModelConfig members (nn/model_config.h),
+// which hold the defaults and allowed values.
+#include <charconv>
+#include <functional>
+
+#include "table.h"
+#include "tfm/engine/error.h"
+
+namespace tfm {
+using nlohmann::json;
+
+namespace {
+
+int64_t integer(const json& tree, const char* path) { return lookup(tree, path)->get<int64_t>(); }
+double number(const json& tree, const char* path) { return lookup(tree, path)->get<double>(); }
+std::string text(const json& tree, const char* path) { return lookup(tree, path)->get<std::string>(); }
+
+// A float default as the shortest decimal that reads back as the same float (0.01f is "0.01", not
+// 0.009999999776), so the table and resolved configs show what the struct says.
+json float_json(float v) {
+  char buf[32];
+  const auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
+  return json(std::stod(std::string(buf, end)));
+}
+
+// How a model.* row reads its ModelConfig member: its type, default, allowed values, and how a value
+// goes into a ModelConfig and comes out of one.
+void bind(KeySpec& s, int64_t ModelConfig::*member) {
+  s.type = KeyType::Integer;
+  s.default_value = ModelConfig{}.*member;
+  s.set_model = [member](ModelConfig& m, const json& v) { m.*member = v.get<int64_t>(); };
+  s.get_model = [member](const ModelConfig& m) { return json(m.*member); };
+}
+void bind(KeySpec& s, float ModelConfig::*member) {
+  s.type = KeyType::Number;
+  s.default_value = float_json(ModelConfig{}.*member);
+  s.set_model = [member](ModelConfig& m, const json& v) { m.*member = static_cast<float>(v.get<double>()); };
+  s.get_model = [member](const ModelConfig& m) { return float_json(m.*member); };
+}
+void bind(KeySpec& s, bool ModelConfig::*member) {
+  s.type = KeyType::Boolean;
+  s.default_value = ModelConfig{}.*member;
+  s.set_model = [member](ModelConfig& m, const json& v) { m.*member = v.get<bool>(); };
+  s.get_model = [member](const ModelConfig& m) { return json(m.*member); };
+}
+template <class E>
+void bind(KeySpec& s, E ModelConfig::*member) {
+  s.type = KeyType::String;
+  s.default_value = name_of(ModelConfig{}.*member);
+  s.choices = enum_names<E>();
+  s.set_model = [member](ModelConfig& m, const json& v) { m.*member = *enum_from<E>(v.get<std::string>()); };
+  s.get_model = [member](const ModelConfig& m) { return json(name_of(m.*member)); };
+}
+
+// A fluent builder so that each row of the table reads as one line.
+struct Key {
+  KeySpec s;
+  Key(const char* path, KeyType type, json default_value, const char* meaning) {
+    s.path = path;
+    s.type = type;
+    s.default_value = std::move(default_value);
+    s.meaning = meaning;
+  }
+  // A model.* key bound to its ModelConfig member.
+  template <class V>
+  Key(const char* path, V ModelConfig::*member, const char* meaning) {
+    s.path = path;
+    s.meaning = meaning;
+    bind(s, member);
+  }
+  Key& min(double v, bool open = false) {
+    s.min = v, s.has_min = true, s.min_open = open;
+    return *this;
+  }
+  Key& max(double v, bool open = false) {
+    s.max = v, s.has_max = true, s.max_open = open;
+    return *this;
+  }
+  Key& one_of(std::vector<std::string> c) {
+    s.choices = std::move(c);
+    return *this;
+  }
+  // No fixed default: `rule` derives the value from the other keys of the tree ("how" says it in words).
+  Key& derived(const char* how, std::function<json(const json& tree)> rule) {
+    s.default_value = nullptr;
+    s.derived = how;
+    s.rule = std::move(rule);
+    return *this;
+  }
+  // A model.* key whose member's default 0 means "derived": the value resolved() gives it
+  // (nn/model_config.h holds the rule; "how" says it in words).
+  Key& derived_in_model(const char* how) {
+    // The member's own value in the tree is set aside: the rule says what it would be by default.
+    s.rule = [get = s.get_model, set = s.set_model, unset = s.default_value](const json& tree) {
+      ModelConfig m = model_from_tree(tree);
+      set(m, unset);
+      return get(resolved(m));
+    };
+    s.default_value = nullptr;
+    s.derived = how;
+    return *this;
+  }
+  Key& resumable() {
+    s.resumable = true;
+    return *this;
+  }
+  Key& only_for(std::vector<std::string> objectives) {
+    s.objectives = std::move(objectives);
+    return *this;
+  }
+};
+
+using T = KeyType;
+const std::vector<std::string> kLanguageModels = {"causal_lm", "masked_lm"};
+const std::vector<std::string> kSeq2Seq = {"seq2seq"};
+
+}  // namespace
+
+std::vector<KeySpec> build_table() {
+  std::vector<Key> k = {
+      Key("seed", T::Integer, 1337, "Seed of initialisation, dropout and batch sampling.").min(0),
+      Key("data.path", T::String, "data/tinyshakespeare.txt",
+          "Training text (or sentence pairs for seq2seq); a relative path is taken from the working directory."),
+      Key("data.format", T::String, nullptr,
+          "`text`: one UTF-8 text (causal_lm, masked_lm); `pairs`: `source<TAB>target[<TAB>...]` lines (seq2seq).")
+          .derived("\"pairs\" for seq2seq, else \"text\"",
+                   [](const json& t) { return json(text(t, "train.objective") == "seq2seq" ? "pairs" : "text"); })
+          .one_of({"text", "pairs"}),
+      Key("data.tokenizer", T::String, "char",
+          "`char`: Unicode code points of the UTF-8 file, vocabulary = its sorted distinct characters; "
+          "`byte`: the 256 byte values; `bpe`: byte-level BPE from data.tokenizer_path; `word` (seq2seq): "
+          "lowercased words with punctuation split off, rarer than data.min_freq -> `<unk>`.")
+          .one_of({"char", "byte", "bpe", "word"}),
+      Key("data.tokenizer_path", T::String, nullptr,
+          "Tokenizer file for data.tokenizer = `bpe` (`tfm tokenizer train`); the checkpoint keeps a copy.")
+          .derived("null (only bpe uses it)", [](const json&) { return json(); }),
+      Key("data.val_fraction", T::Number, 0.1,
+          "The first floor(N * (1 - f)) tokens train, the rest validate (pairs: the last f of the pairs "
+          "after a shuffle by the seed).")
+          .min(0, true)
+          .max(1, true),
+      Key("data.max_pairs", T::Integer, 0, "Read only the first N pairs of the file (0 = all).")
+          .min(0)
+          .only_for(kSeq2Seq),
+      Key("data.min_freq", T::Integer, 1,
+          "Word tokenizer: a word seen fewer times in the training pairs becomes `<unk>`.")
+          .min(1)
+          .only_for(kSeq2Seq),
+      Key("data.max_source_len", T::Integer, nullptr, "Source tokens kept per sentence (then `<eos>`).")
+          .derived("model.max_seq_len - 1", [](const json& t) { return json(integer(t, "model.max_seq_len") - 1); })
+          .min(1)
+          .only_for(kSeq2Seq),
+      Key("data.max_target_len", T::Integer, nullptr, "Target tokens kept per sentence (then `<eos>`).")
+          .derived("model.max_seq_len - 1", [](const json& t) { return json(integer(t, "model.max_seq_len") - 1); })
+          .min(1)
+          .only_for(kSeq2Seq),
+      Key("model.d_model", &ModelConfig::d_model, "C: width of the residual stream.").min(1),
+      Key("model.n_layers", &ModelConfig::n_layers, "Number of Transformer blocks.").min(1),
+      Key("model.n_encoder_layers", &ModelConfig::n_encoder_layers, "seq2seq: encoder blocks.")
+          .derived_in_model("model.n_layers")
+          .min(1)
+          .only_for(kSeq2Seq),
+      Key("model.n_decoder_layers", &ModelConfig::n_decoder_layers,
+          "seq2seq: decoder blocks (self-attention, cross-attention, feed-forward).")
+          .derived_in_model("model.n_layers")
+          .min(1)
+          .only_for(kSeq2Seq),
+      Key("model.n_heads", &ModelConfig::n_heads, "H: attention (query) heads; must divide d_model.").min(1),
+      Key("model.n_kv_heads", &ModelConfig::n_kv_heads,
+          "Key/value heads; must divide n_heads (fewer: grouped-query attention, 1: multi-query).")
+          .derived_in_model("model.n_heads")
+          .min(1),
+      Key("model.d_ff", &ModelConfig::d_ff, "Hidden width of the feed-forward network.")
+          .derived_in_model("4 * model.d_model")
+          .min(1),
+      Key("model.max_seq_len", &ModelConfig::max_seq_len, "Longest context (size of the position table).").min(1),
+      Key("model.dropout", &ModelConfig::dropout, "Dropout on embeddings and residual branches.")
+          .min(0)
+          .max(1, true),
+      Key("model.attention_dropout", &ModelConfig::attention_dropout, "Dropout on the attention probabilities.")
+          .min(0)
+          .max(1, true),
+      Key("model.activation", &ModelConfig::activation, "Feed-forward activation (GELU is the exact erf form)."),
+      Key("model.norm_position", &ModelConfig::norm_position,
+          "LayerNorm before (pre) or after (post) each residual add."),
+      Key("model.positional_encoding", &ModelConfig::positional_encoding,
+          "Fixed sinusoidal table or learned positions."),
+      Key("model.causal", &ModelConfig::causal,
+          "Mask future positions in attention: true for causal_lm, false for masked_lm (seq2seq's decoder is "
+          "always causal, its encoder never).")
+          .only_for(kLanguageModels),
+      Key("model.tie_embeddings", &ModelConfig::tie_embeddings, "Output projection shares the token embedding."),
+      Key("model.bias", &ModelConfig::bias, "Biases in the attention and feed-forward projections."),
+      Key("model.attention_score", &ModelConfig::attention_score, "Scaled dot-product or additive (Bahdanau) scores."),
+      Key("model.head_gating", &ModelConfig::head_gating,
+          "`topk`: a learned gate picks model.head_topk heads per token and weights them by the softmax of "
+          "their gate logits (Mixture of Attention heads); the other heads' attention is not computed."),
+      Key("model.head_topk", &ModelConfig::head_topk, "topk gating: heads each token uses (at most model.n_heads).").min(1),
+      Key("model.head_balance_loss", &ModelConfig::head_balance_loss,
+          "topk gating: weight of the load-balancing loss that keeps the gate from collapsing onto few heads.")
+          .min(0),
+      Key("model.head_mixing", &ModelConfig::head_mixing,
+          "Cross-head interaction: `talking_heads` mixes the heads' attention logits and probabilities with "
+          "learned H x H matrices; `group_mlp` mixes them inside model.head_groups groups and replaces the "
+          "output projection by a two-layer GELU MLP."),
+      Key("model.head_groups", &ModelConfig::head_groups, "group_mlp: groups of heads (must divide model.n_heads).").min(1),
+      Key("train.objective", T::String, "causal_lm",
+          "`causal_lm`: next-token prediction (decoder-only); `masked_lm`: BERT's masked tokens "
+          "(encoder-only); `seq2seq`: an encoder-decoder over sentence pairs (translation).")
+          .one_of({"causal_lm", "masked_lm", "seq2seq"}),
+      Key("train.mask_prob", T::Number, 0.15,
+          "masked_lm: each position is chosen with this probability (then [MASK] 80%, random 10%, kept 10%).")
+          .min(0, true)
+          .max(1, true)
+          .only_for({"masked_lm"}),
+      Key("train.batch_size", T::Integer, 12, "B: sequences per micro-batch.").min(1),
+      Key("train.seq_len", T::Integer, nullptr, "T: tokens per training sequence; at most model.max_seq_len.")
+          .derived("model.max_seq_len", [](const json& t) { return *lookup(t, "model.max_seq_len"); })
+          .min(1)
+          .only_for(kLanguageModels),
+      Key("train.grad_accum_steps", T::Integer, 1,
+          "Micro-batches per optimizer step; the update equals one batch of B * grad_accum_steps.")
+          .min(1),
+      Key("train.max_steps", T::Integer, 2000, "Optimizer steps; the cosine schedule ends here.")
+          .min(1)
+          .resumable(),
+      Key("train.grad_clip", T::Number, 1.0, "Clip the global gradient norm to this (0 = off).").min(0),
+      Key("train.skip_nonfinite", T::Boolean, false,
+          "On a NaN/Inf loss or gradient skip the batch (no update, a warning) instead of stopping; "
+          "still stops after 100 in a row.")
+          .resumable(),
+      Key("train.optimizer.name", T::String, "adamw",
+          "`adamw` (decoupled weight decay on matrices only) or `sgd` (momentum, L2 decay on matrices).")
+          .one_of({"adamw", "sgd"}),
+      Key("train.optimizer.lr", T::Number, 1e-3, "Peak learning rate.").min(0, true),
+      Key("train.optimizer.betas", T::NumberPair, json::array({0.9, 0.99}), "AdamW's [beta1, beta2].")
+          .min(0)
+          .max(1, true),
+      Key("train.optimizer.weight_decay", T::Number, 0.1, "Weight decay of rank >= 2 tensors.").min(0),
+      Key("train.optimizer.momentum", T::Number, 0.9, "SGD momentum.").min(0).max(1, true),
+      Key("train.lr_schedule.name", T::String, "cosine",
+          "`cosine` (warmup, then cosine to min_lr at max_steps), `constant` (after warmup), "
+          "`inverse_sqrt` (warmup, then lr * sqrt(warmup / (step + 1)), the original Transformer's).")
+          .one_of({"cosine", "constant", "inverse_sqrt"}),
+      Key("train.lr_schedule.warmup_steps", T::Integer, 100, "Linear warmup: lr * (step + 1) / warmup_steps.")
+          .min(0),
+      Key("train.lr_schedule.min_lr", T::Number, nullptr, "Final learning rate of the cosine schedule.")
+          .derived("train.optimizer.lr / 10", [](const json& t) { return json(number(t, "train.optimizer.lr") / 10.0); })
+          .min(0),
+      Key("train.eval_interval", T::Integer, 250,
+          "Evaluate (and keep best.ckpt) every this many steps and at the end.")
+          .min(1)
+          .resumable(),
+      Key("train.eval_steps", T::Integer, 20, "Validation batches per evaluation.").min(1).resumable(),
+      Key("train.log_interval", T::Integer, 10,
+          "Log a line and a metrics.jsonl record every this many steps.")
+          .min(1)
+          .resumable(),
+      Key("train.checkpoint_interval", T::Integer, 250,
+          "Write last.ckpt every this many steps (0 = only at the end or when interrupted).")
+          .min(0)
+          .resumable(),
+      Key("train.threads", T::Integer, 0, "CPU threads for OpenBLAS and OpenMP (0 = all cores; under mpirun, each rank's share of its machine's cores).")
+          .min(0)
+          .resumable(),
+      Key("train.data_parallel", T::Integer, nullptr,
+          "Workers that each take a share of the micro-batch's rows through the whole forward and backward "
+          "with one-thread kernels, their gradients summed at the end (data parallelism inside the process): "
+          "1 = off (every kernel uses all train.threads), 0 = one per thread, N = N. Fewer OpenMP fork/joins: "
+          "faster for small models on few cores; each extra worker holds a gradient buffer. At most "
+          "train.batch_size.")
+          .derived("0 when a micro-batch's feed-forward product (tokens x model.d_model x model.d_ff) is under "
+                   "2^30 multiply-adds, else 1",
+                   // Small products (the shipped small configs: ~5e7 multiply-adds in fc1) spend much of a
+                   // step in OpenMP fork/joins, and one worker per thread runs 0.71-0.90x the time; the large
+                   // model gains 2-7% at 6e8-1.2e9, nothing at 2.4e9, 2% at its config's 1e10 for a fifth
+                   // more memory (README, "Scale out").
+                   [](const json& t) {
+                     const bool pairs = text(t, "train.objective") == "seq2seq";
+                     const double tokens =
+                         static_cast<double>(integer(t, "train.batch_size")) *
+                         static_cast<double>(pairs ? integer(t, "data.max_source_len") +
+                                                         integer(t, "data.max_target_len") + 2
+                                                   : integer(t, "train.seq_len"));
+                     const double macs = tokens * static_cast<double>(integer(t, "model.d_model")) *
+                                         static_cast<double>(integer(t, "model.d_ff"));
+                     return json(macs < static_cast<double>(int64_t{1} << 30) ? 0 : 1);
+                   })
+          .min(0)
+          .resumable(),
+      Key("train.precision", T::String, "fp32",
+          "Matrix products: `fp32`, or `bf16` operands with float32 accumulation (as torch.autocast); "
+          "weights, optimizer state, norms, softmax, loss and checkpoints stay float32.")
+          .one_of({"fp32", "bf16"})
+          .resumable(),
+      Key("train.gemm_backend", T::String, "auto",
+          "GEMM library: `openblas`, `onednn`, or `auto` (the TFM_GEMM_BACKEND environment variable if set, "
+          "else onednn). OpenBLAS has no bf16 kernels: it emulates them (same numbers, no speed-up).")
+          .one_of({"auto", "openblas", "onednn"}),
+      Key("train.skip_memory_check", T::Boolean, false,
+          "Build the model even when the memory estimate (`tfm info`) exceeds the memory available to the "
+          "process (MemAvailable, cgroup limit); by default such a config is refused before anything large "
+          "is allocated.")
+          .resumable(),
+      Key("output.dir", T::String, nullptr, "Run directory: checkpoints, logs, metrics, resolved config.")
+          .derived("runs/<config file name>", [](const json&) { return json("runs/run"); }),
+  };
+  std::vector<KeySpec> out;
+  for (auto& key : k) out.push_back(std::move(key.s));
+  return out;
+}
+
+ModelConfig model_from_tree(const json& tree) {
+  ModelConfig m;
+  for (const KeySpec& k : config_keys())
+    if (k.set_model)
+      if (const json* v = lookup(tree, k.path); v && !v->is_null()) k.set_model(m, *v);
+  return m;
+}
+
+}  // namespace tfm

@@ -1,0 +1,20 @@
+// What config.cpp and the key table (keys.cpp) share. Private to src/config/.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tfm/config/config.h"
+
+namespace tfm {
+
+// Every key, in documentation order (config_keys() holds the result).
+std::vector<KeySpec> build_table();
+// The value at a dotted path of a tree ("train.optimizer.lr"), or null when it is absent.
+const nlohmann::json* lookup(const nlohmann::json& tree, const std::string& path);
+// The model.* values of a tree written into a ModelConfig; a key the tree lacks keeps the struct's
+// default.
+ModelConfig model_from_tree(const nlohmann::json& tree);
+
+}  // namespace tfm

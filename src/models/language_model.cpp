@@ -1,0 +1,162 @@
+// The language model (language_model.h) from the layers of nn/.
+// Legend: B batch, T time, C = d_model, H heads, Hkv kv heads, Dk = C / H, F = d_ff, V vocabulary.
+#include "tfm/models/language_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "tfm/engine/ops.h"
+#include "tfm/nn/blocks.h"
+
+namespace tfm {
+namespace {
+
+ModelConfig checked(ModelConfig c) {
+  c = resolved(c);
+  check_model_config(c, "LanguageModel");
+  TFM_CHECK(c.vocab_size > 0, "LanguageModel", "vocab_size must be positive, got ", c.vocab_size);
+  return c;
+}
+
+// The module tree, registered in the reference's order: emb, pos, blocks.i, ln_f, head.
+struct Network : Module {
+  explicit Network(const ModelConfig& c) : config(c), emb(c.vocab_size, c.d_model) {
+    register_module("emb", &emb);
+    if (c.positional_encoding == PositionalEncoding::Learned) {
+      pos = std::make_unique<LearnedPositionalEmbedding>(c.max_seq_len, c.d_model);
+      register_module("pos", pos.get());
+    } else {
+      pe = std::make_unique<SinusoidalPositionalEncoding>(c.max_seq_len, c.d_model);
+    }
+    for (int64_t i = 0; i < c.n_layers; ++i) {
+      blocks.push_back(std::make_unique<EncoderBlock>(c, c.causal));
+      register_module("blocks." + std::to_string(i), blocks.back().get());
+    }
+    if (c.norm_position == NormPosition::Pre) {
+      ln_f = std::make_unique<LayerNorm>(c.d_model);
+      register_module("ln_f", ln_f.get());
+    }
+    if (!c.tie_embeddings) {
+      head = std::make_unique<Linear>(c.d_model, c.vocab_size, false);
+      register_module("head", head.get());
+    }
+  }
+
+  // Token and position embeddings for positions [start, start + T): (B, T, C).
+  Tensor embed(const std::vector<int32_t>& tokens, int64_t B, int64_t T, int64_t start) {
+    return embed_with_positions(*this, emb, pe.get(), pos.get(), tokens, B, T, start, config.dropout,
+                                "LanguageModel::forward");
+  }
+
+  Tensor logits(const Tensor& x) { return output_logits(x, ln_f.get(), head.get(), emb.weight); }
+
+  ModelConfig config;
+  Embedding emb;
+  std::unique_ptr<LearnedPositionalEmbedding> pos;
+  std::unique_ptr<SinusoidalPositionalEncoding> pe;
+  std::vector<std::unique_ptr<EncoderBlock>> blocks;
+  std::unique_ptr<LayerNorm> ln_f;
+  std::unique_ptr<Linear> head;
+};
+
+}  // namespace
+
+struct LanguageModel::Impl {
+  explicit Impl(const ModelConfig& c) : net(c) {}
+  Network net;
+  bool record_attention = false;
+  std::vector<Tensor> probabilities, head_outputs;
+
+  void collect_recorded() {
+    probabilities.clear();
+    head_outputs.clear();
+    if (!record_attention) return;
+    for (auto& b : net.blocks) {
+      probabilities.push_back(b->attn.last_probabilities);
+      head_outputs.push_back(b->attn.last_head_outputs);
+    }
+  }
+};
+
+LanguageModel::LanguageModel(const ModelConfig& config, uint64_t init_seed)
+    : impl_(std::make_unique<Impl>(checked(config))) {
+  adopt_parameters(impl_->net, init_seed, impl_->net.config.n_layers);
+}
+
+LanguageModel::~LanguageModel() = default;
+
+const ModelConfig& LanguageModel::config() const { return impl_->net.config; }
+
+Cost LanguageModel::cost(const ModelConfig& config, int64_t B_, int64_t T_) {
+  const ModelConfig c = resolved(config);
+  const double B = static_cast<double>(B_), T = static_cast<double>(T_), rows = B * T;
+  const double C = static_cast<double>(c.d_model), V = static_cast<double>(c.vocab_size);
+  Cost cost;
+  cost.parameters = V * C;  // the token embedding
+  if (c.positional_encoding == PositionalEncoding::Learned)
+    cost.parameters += static_cast<double>(c.max_seq_len) * C;
+  cost += EncoderBlock::cost(c, B_, T_).times(static_cast<double>(c.n_layers));
+  if (c.norm_position == NormPosition::Pre) cost += LayerNorm::cost(c.d_model, rows);  // ln_f
+  cost += linear_cost(C, V, false, rows);  // the head: x E^T when tied
+  if (c.tie_embeddings) cost.parameters -= V * C;
+  // The backward's largest transient (~5 C per token) and the logits with their gradient.
+  cost.activations += 5.0 * rows * C + 2.0 * rows * V;
+  return cost;
+}
+
+FlopCount LanguageModel::flops_per_token(const ModelConfig& c, int64_t seq_len) {
+  return tfm::flops_per_token(cost(c, 1, seq_len), static_cast<double>(seq_len));
+}
+
+Tensor LanguageModel::forward(const std::vector<int32_t>& tokens, int64_t B, int64_t T) {
+  Network& net = impl_->net;
+  Tensor x = net.embed(tokens, B, T, 0);  // (B, T, C)
+  for (auto& block : net.blocks) x = block->forward(x);
+  impl_->collect_recorded();
+  return net.logits(x);
+}
+
+Tensor LanguageModel::loss(const Tensor& logits, const std::vector<int32_t>& targets) {
+  return cross_entropy(logits, targets);
+}
+
+KVCache LanguageModel::make_cache(int64_t B) const {
+  const ModelConfig& c = impl_->net.config;
+  KVCache cache;
+  cache.batch = B;
+  const int64_t width = c.n_kv_heads * (c.d_model / c.n_heads);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    cache.keys.push_back(Tensor::zeros({B, c.max_seq_len, width}));    // (B, T_max, Hkv*Dk)
+    cache.values.push_back(Tensor::zeros({B, c.max_seq_len, width}));  // (B, T_max, Hkv*Dv)
+  }
+  return cache;
+}
+
+Tensor LanguageModel::forward_cached(KVCache& cache, const std::vector<int32_t>& tokens, int64_t B, int64_t T_new) {
+  TFM_CHECK(B == cache.batch, "LanguageModel::forward_cached", "batch ", B, " but the cache was made for ",
+            cache.batch);
+  NoGradGuard no_grad;  // decoding only
+  Network& net = impl_->net;
+  Tensor x = net.embed(tokens, B, T_new, cache.length);  // (B, T_new, C)
+  for (size_t l = 0; l < net.blocks.size(); ++l)
+    x = net.blocks[l]->forward_cached(x, cache.keys[l], cache.values[l], cache.length);
+  cache.length += T_new;
+  impl_->collect_recorded();
+  return net.logits(x);
+}
+
+void LanguageModel::set_record_attention(bool on) {
+  impl_->record_attention = on;
+  for (auto& b : impl_->net.blocks) b->attn.record = on;
+}
+void LanguageModel::set_head_gates(const std::vector<Tensor>& gates) {
+  auto& blocks = impl_->net.blocks;
+  TFM_CHECK(gates.empty() || gates.size() == blocks.size(), "LanguageModel::set_head_gates", "expected ",
+            blocks.size(), " gates (one per layer) or none, got ", gates.size());
+  for (size_t l = 0; l < blocks.size(); ++l) blocks[l]->attn.head_gate = gates.empty() ? Tensor() : gates[l];
+}
+
+const std::vector<Tensor>& LanguageModel::attention_probabilities() const { return impl_->probabilities; }
+const std::vector<Tensor>& LanguageModel::head_outputs() const { return impl_->head_outputs; }
+
+}  // namespace tfm
