@@ -23,30 +23,20 @@ int train_command(const TrainCliOptions& o) {
   const std::vector<std::string>& sets = o.sets;
   if (config_file.empty() == resume_dir.empty())
     throw ConfigError("train: give either --config FILE (a new run) or --resume DIR (continue a run)");
-  Config config;
   TrainOptions options;
   options.stop = platform::stop_on_signals();
   options.stop_at_step = o.stop_at;
   options.init_from = init_from;
+  TrainResult r;
   if (!resume_dir.empty()) {
     if (!out.empty()) throw ConfigError("--out: a resumed run stays in its directory " + resume_dir);
-    const Checkpoint ckpt = load_checkpoint(resume_dir + "/last.ckpt");
-    Config trained;
-    try {
-      trained = resolve_config(ckpt.config);
-    } catch (const ConfigError& e) {
-      throw IoError(resume_dir + "/last.ckpt: the checkpoint's config is invalid: " + e.what());
-    }
-    trained.tree["output"]["dir"] = resume_dir;  // the directory may have moved since
-    config = resume_config(trained, sets);
-    options.resume = true;
     if (!init_from.empty()) throw ConfigError("--init-from: only for a new run (--config), not with --resume");
+    r = resume(resume_dir, sets, options);
   } else {
     std::vector<std::string> all = sets;
     if (!out.empty()) all.push_back("output.dir=" + nlohmann::json(out).dump());
-    config = load_config(config_file, all);
+    r = train(load_config(config_file, all), options);
   }
-  const TrainResult r = train(config, options);
   // The trainer has logged what happened (console and train.log).
   return r.status == TrainResult::Status::NonFinite ? kExitDiverged : kExitOk;
 }

@@ -41,11 +41,6 @@ class CausalLm : public TextObjective {
   std::string name() const override { return "causal_lm"; }
   std::string usage_hint(const std::string& dir) const override { return "Sample with: tfm sample --run " + dir; }
 
-  BatchLoss train_batch() override {
-    sampler_.sample(split_tokens("train"), B_, T_, x_, y_);
-    return {LanguageModel::loss(model_.forward(x_, B_, T_), y_), B_ * T_};
-  }
-
   // Every position counts: shard i's share is its rows / B.
   BatchShards train_batch_shards(int parts) override {
     sampler_.sample(split_tokens("train"), B_, T_, x_, y_);

@@ -29,12 +29,6 @@ class MaskedLm : public TextObjective {
   }
   int32_t mask_id() const { return static_cast<int32_t>(tokenizer_.size()); }
 
-  BatchLoss train_batch() override {
-    draw(split_tokens("train"), sampler_, x_, y_);
-    // tokens/s counts every input token the encoder reads (as torch_lm.py does), not only the chosen.
-    return {cross_entropy(model_.forward(x_, B_, T_), y_, kIgnore), B_ * T_};
-  }
-
   // Only the chosen positions count: shard i's share is its chosen / the batch's chosen.
   BatchShards train_batch_shards(int parts) override {
     draw(split_tokens("train"), sampler_, x_, y_);

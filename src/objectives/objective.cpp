@@ -30,6 +30,11 @@ void Metrics::set(const std::string& name, double value) {
   values.emplace_back(name, value);
 }
 
+BatchLoss Objective::train_batch() {
+  const BatchShards whole = train_batch_shards(1);
+  return {whole.losses[0](model()), whole.tokens};
+}
+
 std::vector<std::pair<int64_t, int64_t>> shard_rows(int64_t B, int parts) {
   TFM_CHECK(parts >= 1 && parts <= B, "shard_rows", "cannot cut ", B, " rows into ", parts, " shards");
   std::vector<std::pair<int64_t, int64_t>> out;
@@ -112,7 +117,8 @@ BatchShards TextObjective::shards_of(const std::vector<int32_t>& x, const std::v
     const float share = static_cast<float>(static_cast<double>(n) / total);
     out.losses.push_back([xs = std::move(xs), ys = std::move(ys), n, rows, share, T = T_](Model& m) {
       if (n == 0) return Tensor();
-      return cross_entropy(dynamic_cast<LanguageModel&>(m).forward(xs, rows, T), ys, kNotMasked) * share;
+      const Tensor loss = cross_entropy(dynamic_cast<LanguageModel&>(m).forward(xs, rows, T), ys, kNotMasked);
+      return share == 1.0f ? loss : loss * share;  // one shard: the batch's own mean
     });
   }
   return out;

@@ -89,13 +89,6 @@ class Seq2Seq : public Objective {
     return ids;
   }
 
-  BatchLoss train_batch() override {
-    const std::vector<SentencePair>& pairs = split("train");
-    const PairBatch b = make_pair_batch(pairs, sampler_.sample(static_cast<int64_t>(pairs.size()), B_));
-    // tokens/s counts the real tokens the model reads: source and target, padding excluded.
-    return {loss_of(b), b.real_source_tokens + b.real_target_tokens};
-  }
-
   // Each shard is padded to its own longest pair (padding changes no real position's value); shard i's
   // share is its real target tokens / the batch's.
   BatchShards train_batch_shards(int parts) override {
@@ -114,7 +107,8 @@ class Seq2Seq : public Objective {
       const float share = static_cast<float>(static_cast<double>(b.real_target_tokens) / static_cast<double>(targets));
       out.losses.push_back([b = std::move(b), share](Model& m) {
         if (b.real_target_tokens == 0) return Tensor();
-        return loss_on(dynamic_cast<Seq2SeqModel&>(m), b) * share;
+        const Tensor loss = loss_on(dynamic_cast<Seq2SeqModel&>(m), b);
+        return share == 1.0f ? loss : loss * share;  // one shard: the batch's own mean
       });
     }
     return out;

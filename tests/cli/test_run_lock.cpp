@@ -67,3 +67,38 @@ TEST_CASE("run lock: a second tfm train on a run exits 2 naming the directory an
   RunLock mine = RunLock::acquire(dir);
   CHECK(mine.held());
 }
+
+TEST_CASE("run lock: --resume takes the lock before reading the run, and a run with no checkpoint says so",
+          "[lock][cli]") {
+  const std::string dir = tfm_test::scratch_path("lock", "first") + "/run";
+  // A writer that has not saved anything yet (it saves only at its end, a million steps away).
+  const tfm_test::CliRun bg = tfm_test::run_shell(
+      "'" + std::string(TFM_BINARY) + "' train --config configs/tiny.json --out " + dir +
+      " --set train.max_steps=1000000 --set train.checkpoint_interval=0 --set train.eval_interval=1000000 "
+      ">/dev/null 2>&1 & echo $!");
+  REQUIRE(bg.status == 0);
+  const pid_t pid = static_cast<pid_t>(std::stol(bg.out));
+  struct Killer {
+    pid_t pid;
+    ~Killer() { ::kill(pid, SIGKILL); }
+  } killer{pid};
+  REQUIRE(wait_for([&] { return RunLock::holder(dir) == pid; }));
+  REQUIRE_FALSE(fs::exists(dir + "/last.ckpt"));
+  // The second writer is named, not mistaken for a run without a checkpoint.
+  tfm_test::CliRun r = tfm_test::run_tfm("train --resume " + dir);
+  INFO(r.out);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("another tfm process (PID " + std::to_string(pid) + ")"));
+  ::kill(pid, SIGKILL);
+  REQUIRE(wait_for([&] { return RunLock::holder(dir) == 0; }));
+
+  // Nobody trains there now, and no checkpoint was ever written: say so and what to do.
+  r = tfm_test::run_tfm("train --resume " + dir);
+  INFO(r.out);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains(dir + "/last.ckpt: no checkpoint to resume from yet"));
+  CHECK_THAT(r.out, Catch::Contains("tfm train --config CONFIG --out " + dir));
+  r = tfm_test::run_tfm("train --resume " + dir + "/nowhere");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("no such run directory"));
+}

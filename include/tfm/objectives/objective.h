@@ -63,12 +63,14 @@ class Objective {
   virtual const Tokenizer& tokenizer() const = 0;
   virtual const Tokenizer* target_tokenizer() const { return nullptr; }
 
-  // The next training micro-batch of the configured size, drawn with sampler_rng(), forward in the
-  // model's current mode; the loss is a mean, ready for backward().
-  virtual BatchLoss train_batch() = 0;
-  // The next training micro-batch, drawn exactly as train_batch() draws it (the same stream), cut
-  // into `parts` shards (parts <= the batch's rows).
+  // The next training micro-batch of the configured size, drawn with sampler_rng(), cut into `parts`
+  // shards of whole rows (parts <= the batch's rows; one part: the whole batch), each shard's loss
+  // computed in the model's current mode when its closure runs. The training loop's one path
+  // (training/micro_batch.h).
   virtual BatchShards train_batch_shards(int parts) = 0;
+  // The next training micro-batch as one shard on model(): its loss (a mean, ready for backward())
+  // and its real tokens.
+  BatchLoss train_batch();
   // A model of model()'s architecture for a data-parallel worker: model()'s parameter values (the
   // same storage, so an optimizer step is seen by both), its own gradient buffer (zeros) and dropout
   // generator, in model()'s mode.

@@ -3,11 +3,12 @@
 // A run directory (output.dir) holds: config.json (the resolved config), last.ckpt and best.ckpt
 // (checkpoint.h), train.log (the log) and metrics.jsonl (one JSON object per log interval).
 //
-// Reproducibility: the model's initial values come from `seed`, the training batches from a
-// BatchSampler seeded with seed + 1 and dropout from the model's own Rng; all three states go into
-// every checkpoint, so a run resumed from last.ckpt continues bit for bit as if never stopped.
-// Evaluation draws its batches from a fresh Rng(seed + 2) each time: every evaluation of a run sees
-// the same validation batches (comparable numbers) and never disturbs the training stream.
+// Reproducibility: the model's initial values come from `seed`, dropout from the model's own Rng
+// (seeded with seed + 1) and the training batches from the objective's sampler (rank_seed(seed, rank),
+// random.h); every rank's streams go into each checkpoint, so a run resumed from last.ckpt continues
+// bit for bit as if never stopped. Evaluation draws its batches from a fresh generator seeded with
+// eval_seed(config) each time: every evaluation of a run sees the same validation batches (comparable
+// numbers) and never disturbs the training stream.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -45,9 +46,15 @@ struct TrainResult {
   std::string message;  // for NonFinite: what went non-finite and where
 };
 
-// Trains config (a fresh run, or options.resume). Throws ConfigError/IoError for bad input before
-// any step is taken; a fresh run refuses a directory that already holds a checkpoint.
+// Trains config (a fresh run, or with options.resume the run in output.dir continued with this
+// config). The run lock (run_lock.h) is taken before anything in the directory is read. Throws
+// ConfigError/IoError for bad input before any step is taken; a fresh run refuses a directory that
+// already holds a checkpoint.
 TrainResult train(const Config& config, const TrainOptions& options = {});
+// Continues the run in `dir` (`tfm train --resume DIR`): takes its lock, then reads last.ckpt and
+// its config with `overrides` applied (only keys marked resumable may change). A directory whose run
+// has not saved a checkpoint yet is named with what to do.
+TrainResult resume(const std::string& dir, const std::vector<std::string>& overrides, TrainOptions options = {});
 
 // A trained run loaded for evaluation, sampling, filling masks or translating.
 struct LoadedRun {

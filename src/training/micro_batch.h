@@ -1,0 +1,35 @@
+// One micro-batch through the forward and backward, the one path every training step takes: the
+// objective's next batch cut into one shard of whole rows per worker (one worker: one shard, run on
+// the calling thread with every thread for its kernels; train.data_parallel workers: one shard each,
+// on one thread each, in one OpenMP region), each shard's loss backpropagated into its worker's
+// gradient buffer (worker 0: the model's own; worker w: replica w's, the same weights). Private to
+// src/training/.
+#pragma once
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "tfm/models/model.h"
+#include "tfm/objectives/objective.h"
+
+namespace tfm {
+
+class MicroBatches {
+ public:
+  MicroBatches(Objective& objective, int workers);
+  int workers() const { return workers_; }
+  // The next micro-batch's loss (the objective's, the sum of the shards': without auxiliary terms)
+  // and its real tokens. Its gradient, scaled by `scale` (1 / accumulation steps: the update of one
+  // batch of B * accum), is added into the workers' gradient buffers.
+  std::pair<double, double> run(float scale);
+  // Adds the replicas' gradients into the model's, in worker order (the same sums every run), and
+  // zeroes theirs for the next step: one pass over each buffer.
+  void sum_gradients();
+
+ private:
+  Objective& objective_;
+  int workers_;
+  std::vector<std::unique_ptr<Model>> replicas_;  // workers 1..W-1
+};
+
+}  // namespace tfm

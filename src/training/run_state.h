@@ -1,0 +1,48 @@
+// What a checkpoint keeps of a run besides its weights, written by every save and read back by
+// --resume so that a resumed run continues bit for bit: the step, the best val loss so far, the wall
+// time trained, every rank's random streams (batch sampler, dropout) and the optimizer's state and step
+// count. Private to src/training/.
+#pragma once
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tfm/config/config.h"
+#include "tfm/objectives/objective.h"
+#include "tfm/training/checkpoint.h"
+#include "tfm/training/optim.h"
+
+namespace tfm {
+
+class RunState {
+ public:
+  RunState(const Config& config, Objective& objective, Optimizer& optimizer, int rank, int nranks);
+
+  int64_t step = 0;
+  double best_val = std::numeric_limits<double>::infinity();
+  double elapsed_before = 0;  // seconds of training before this process started
+
+  // From a checkpoint read from `path` (named in errors; its optimizer buffers are moved out): the
+  // weights, the optimizer, this rank's streams and the counters above. IoError when the state does
+  // not fit the model or is corrupt.
+  void restore(Checkpoint& ckpt, const std::string& path);
+  // Every rank's sampler and dropout states, gathered on all ranks before any step that may write a
+  // checkpoint (the gather is collective; only rank 0 writes). A no-op in a single process.
+  void gather_streams();
+  // Writes the run to `path` (rank 0), streaming the parameters and optimizer buffers (no copies).
+  void save(const std::string& path, double elapsed) const;
+
+ private:
+  nlohmann::json streams_json() const;
+
+  const Config& config_;
+  Objective& objective_;
+  Optimizer& optimizer_;
+  const int rank_, nranks_;
+  std::vector<uint64_t> rank_streams_;  // 10 words per rank: sampler state, then dropout state
+};
+
+}  // namespace tfm
