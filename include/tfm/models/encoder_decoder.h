@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "tfm/models/beam_search.h"
 #include "tfm/models/model.h"
 #include "tfm/data/pairs.h"
 #include "tfm/engine/tensor.h"
@@ -47,11 +48,6 @@ struct Seq2SeqCache {
   std::vector<int64_t> src_lengths;              // (R)
   int64_t rows = 0, source_len = 0;
   int64_t length = 0;  // target positions cached so far
-};
-
-enum class LengthPenalty {
-  Gnmt,   // score / ((5 + len) / 6)^alpha (Wu et al. 2016, GNMT)
-  Power,  // score / len^alpha
 };
 
 struct TranslateOptions {
@@ -96,10 +92,8 @@ class Seq2SeqModel : public Model {
   // Keeps rows `rows` of the cache, in that order (repeats allowed): beam search's reordering.
   static void select_rows(Seq2SeqCache& cache, const std::vector<int64_t>& rows);
 
-  // Greedy (beam = 1) or beam search, batched over the B sources. Each result is the target ids
-  // without <bos> and <eos>. A hypothesis ends at <eos> or after max_len tokens; beam search keeps N
-  // live hypotheses per source and stops a source once N hypotheses have ended, returning the one
-  // with the best sum of log-probabilities / penalty(len), len = generated tokens with <eos>.
+  // Greedy (beam = 1) or beam search (beam_search.h), batched over the B sources, driven by the
+  // cached decoder. Each result is the target ids without <bos> and <eos>.
   std::vector<std::vector<int32_t>> translate(const std::vector<int32_t>& src, const std::vector<int64_t>& src_lengths,
                                               int64_t B, int64_t S, const TranslateOptions& options = {});
 
