@@ -17,7 +17,7 @@ if ! /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then
   echo "check_export.sh: /usr/bin/python3 has no torch/numpy; the export is written but not cross-checked" >&2
   exit 2
 fi
-out=$(/usr/bin/python3 "$root/../shared/reference/torch_lm.py" --config "$run/config.json" \
+out=$(/usr/bin/python3 "$root/scripts/torch_lm.py" --config "$run/config.json" \
   --load-safetensors "$work/model.safetensors" --check-logits "$work/logits.json") || { echo "$out"; exit 1; }
 echo "$out"
 diff=$(/usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1])["max_abs_logit_diff"])' "$out")

@@ -205,8 +205,8 @@ std::vector<Command> add_bench_commands(CLI::App& app) {
   att->add_flag("--no-plot", a->no_plot, "With --out: do not run scripts/plot_bench_attention.py");
   att->add_flag("--json", a->json, "One JSON object instead of the table");
   att->footer(
-      "\nThe seeds' cost analysis (5.3.11): time O(n^2 d + n d^2), memory O(h n^2) for the attention\n"
-      "matrices. The exponents are fitted (least squares in log-log) over the upper half of the lengths.\n"
+      "\nA self-attention layer costs time O(n^2 d + n d^2) (Vaswani et al. 2017, table 1) and, unfused,\n"
+      "memory O(h n^2) for the attention matrices. The exponents are fitted (least squares in log-log) over the upper half of the lengths.\n"
       "Examples:\n  tfm bench attention\n  tfm bench attention --seq-lens 128,256,512,1024 --d-model 256 --heads 8 --out runs/bench\n");
   return {{gemm, [o] { return run_bench_gemm(*o); }}, {att, [a] { return run_bench_attention(*a); }}};
 }

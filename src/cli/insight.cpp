@@ -207,8 +207,8 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
   exp->add_option("--out", e->out, "Output file")->type_name("FILE")->required();
   exp->add_option("--checkpoint", e->which, "last or best")->capture_default_str();
   exp->footer(
-      "\nNames and shapes as ../shared/ARCHITECTURE.md (weights (out, in) as PyTorch; an encoder-decoder's\n"
-      "names are listed in include/tfm/seq2seq.h); metadata: objective, config, tokenizer (and\n"
+      "\nNames and shapes as docs/architecture.md (weights (out, in) as PyTorch; an encoder-decoder's\n"
+      "names are listed in include/tfm/models/encoder_decoder.h); metadata: objective, config, tokenizer (and\n"
       "target_tokenizer). Load with `tfm train --init-from FILE` or `tfm sample --init-from FILE`.\nExample:\n"
       "  tfm export --run runs/shakespeare_char --out model.safetensors\n");
   commands.push_back({exp, [e] { return run_export(*e); }});

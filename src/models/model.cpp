@@ -34,7 +34,7 @@ void Model::adopt_parameters(Module& root, uint64_t init_seed, int64_t residual_
   values_ = buffers.values, grads_ = buffers.grads, size_ = buffers.size;
   dropout_rng_.seed_with(init_seed + 1);
   root.set_rng(&dropout_rng_);
-  // Initialisation exactly as ARCHITECTURE.md and the reference, in its parameter order.
+  // Initialisation exactly as docs/architecture.md and the reference, in its parameter order.
   Rng rng(init_seed);
   const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(std::max<int64_t>(1, residual_layers)));
   const auto named = root.named_parameters();

@@ -1,4 +1,4 @@
-// causal_lm: decoder-only next-token prediction (ARCHITECTURE.md): batches are B random windows of
+// causal_lm: decoder-only next-token prediction (docs/architecture.md): batches are B random windows of
 // T + 1 tokens, input t[i:i+T], target t[i+1:i+T+1]; the loss is the mean cross-entropy over all
 // B*T positions. Generation is sampling with the KV cache (models/sampling.h).
 #include <algorithm>

@@ -1,4 +1,4 @@
-// masked_lm: BERT's objective for a bidirectional encoder (ARCHITECTURE.md). The vocabulary gains
+// masked_lm: BERT's objective for a bidirectional encoder (docs/architecture.md). The vocabulary gains
 // one token, [MASK], with the last id. Batches are B random windows t[i:i+T]; each position is chosen
 // with probability train.mask_prob; a chosen position's input becomes [MASK] (80%), a uniformly random
 // ordinary token (10%) or stays itself (10%). The loss is the mean cross-entropy over the chosen

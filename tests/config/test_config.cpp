@@ -25,7 +25,7 @@ std::string error_of(const json& user, const std::vector<std::string>& overrides
 }
 }  // namespace
 
-TEST_CASE("config: defaults are ARCHITECTURE.md's", "[config]") {
+TEST_CASE("config: defaults are docs/architecture.md's", "[config]") {
   const Config c = resolve_config(json::object());
   CHECK(c.integer("seed") == 1337);
   CHECK(c.string("data.tokenizer") == "char");

@@ -86,7 +86,7 @@ TEST_CASE("data: the char vocabulary is the sorted set of code points", "[data]"
   CHECK_THROWS_WITH(tok.encode("dog", "prompt"), Catch::StartsWith("prompt: character 'd'"));
 }
 
-TEST_CASE("data: split sizes as ARCHITECTURE.md, and clear errors for bad files", "[data]") {
+TEST_CASE("data: split sizes as docs/architecture.md, and clear errors for bad files", "[data]") {
   std::string text;
   for (int i = 0; i < 1003; ++i) text += static_cast<char>('a' + i % 7);
   const std::string path = write_temp("split.txt", text);

@@ -149,7 +149,7 @@ TEST_CASE("model: KV-cache decoding equals the full forward", "[model]") {
   }
 }
 
-TEST_CASE("model: initialisation follows ARCHITECTURE.md", "[model]") {
+TEST_CASE("model: initialisation follows docs/architecture.md", "[model]") {
   ModelConfig c = tiny("pre", "learned", false, 4, 4);
   c.d_model = 64;
   c.d_ff = 128;

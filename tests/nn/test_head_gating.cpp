@@ -1,4 +1,4 @@
-// Top-k head gating (model.head_gating "topk"; issue 15, the seeds' eq. 5.3.12): the layer equals
+// Top-k head gating (model.head_gating "topk"; Mixture of Attention heads, Zhang et al. 2022): the layer equals
 // the formula written out from the standard layer's per-head outputs, k = H with a zero gate is the
 // standard layer with every head weighted 1/H, gradients (layer and balance loss) match central
 // differences, the balance term is the Switch Transformer's, and a trained run logs head usage.

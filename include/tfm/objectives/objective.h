@@ -143,7 +143,7 @@ double evaluate(LanguageModel& model, const std::vector<int32_t>& tokens, int64_
 
 // ---- what each objective's model does at inference ----
 
-// masked_lm's rule (BERT's, ARCHITECTURE.md): each position of x is chosen with probability
+// masked_lm's rule (BERT's, docs/architecture.md): each position of x is chosen with probability
 // mask_prob; a chosen one becomes mask_id (80%), a uniformly random ordinary token in [0, ordinary)
 // (10%) or stays (10%). y gets the original token at chosen positions and kNotMasked elsewhere. When
 // no position was chosen one is, so the loss is defined. Returns the number chosen.

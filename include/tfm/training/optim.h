@@ -1,6 +1,6 @@
 // Optimizers, learning-rate schedules and gradient clipping as flat loops over the model's one value
 // buffer and one gradient buffer (llm.c style). The formulas follow torch.optim.AdamW / torch.optim.SGD
-// and shared/reference/torch_lm.py's lr_at, so the two trainers can be compared step for step.
+// and scripts/torch_lm.py's schedule, so the two trainers can be compared step for step.
 #pragma once
 #include <cstdint>
 #include <string>
