@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fmt/format.h>
+
 #include "cli.h"
 #include "tfm/analysis/bench.h"
 #include "tfm/config/config.h"
@@ -60,8 +62,8 @@ int run_bench_gemm(const BenchGemmOptions& o) {
     nlohmann::json j = {{"backend", gemm_backend_name(mode.backend)}, {"precision", precision_name(mode.precision)},
                         {"peak_gflops", peak}};
     if (!o.json)
-      std::printf("%-8s %s %ld^3: %7.1f GFLOP/s%s\n", gemm_backend_name(mode.backend), precision_name(mode.precision),
-                  static_cast<long>(o.n), peak, mode.note);
+      fmt::print("{:<8} {} {}^3: {:7.1f} GFLOP/s{}\n", gemm_backend_name(mode.backend), precision_name(mode.precision),
+                  o.n, peak, mode.note);
     if (!o.config.empty()) {
       shapes.push_back(time_model_gemms(m, B, T, o.seconds / 4));
       for (const GemmTiming& t : shapes.back())
@@ -71,21 +73,21 @@ int run_bench_gemm(const BenchGemmOptions& o) {
     out["modes"].push_back(j);
   }
   if (o.json) {
-    std::printf("%s\n", out.dump().c_str());
+    fmt::print("{}\n", out.dump().c_str());
     return kExitOk;
   }
-  std::printf("%s; %s; train.gemm_backend \"auto\" = %s (median of repeated runs over %.2f s each)\n",
+  fmt::print("{}; {}; train.gemm_backend \"auto\" = {} (median of repeated runs over {:.2f} s each)\n",
               platform::blas_summary().c_str(), onednn_version().c_str(), gemm_backend_name(default_backend),
               o.seconds);
   if (!shapes.empty()) {
-    std::printf("\n%-36s %6s %6s %6s  %s\n", "GFLOP/s of a training step's products", "M", "N", "K",
+    fmt::print("\n{:<36} {:>6} {:>6} {:>6}  {}\n", "GFLOP/s of a training step's products", "M", "N", "K",
                 "openblas fp32 | onednn fp32 | onednn bf16 | openblas bf16 (emulated)");
     for (size_t i = 0; i < shapes[0].size(); ++i) {
       const GemmTiming& t = shapes[0][i];
-      std::printf("%-36s %6ld %6ld %6ld ", t.label.c_str(), static_cast<long>(t.M), static_cast<long>(t.N),
-                  static_cast<long>(t.K));
-      for (const auto& mode_shapes : shapes) std::printf(" %10.1f", mode_shapes[i].gflops);
-      std::printf("\n");
+      fmt::print("{:<36} {:6} {:6} {:6} ", t.label.c_str(), t.M, t.N,
+                  t.K);
+      for (const auto& mode_shapes : shapes) fmt::print(" {:10.1f}", mode_shapes[i].gflops);
+      fmt::print("\n");
     }
   }
   return kExitOk;
@@ -143,20 +145,20 @@ int run_bench_attention(const BenchAttentionOptions& o) {
     write_file_atomically(report, j.dump(1) + "\n");
   }
   if (o.json) {
-    std::printf("%s\n", j.dump().c_str());
+    fmt::print("{}\n", j.dump().c_str());
   } else {
-    std::printf("one attention layer, forward + backward: d_model %ld, %ld heads (%ld kv), batch %ld, %s, %d thread(s)\n",
-                static_cast<long>(o.d_model), static_cast<long>(o.heads),
-                static_cast<long>(o.kv_heads > 0 ? o.kv_heads : o.heads), static_cast<long>(o.batch),
+    fmt::print("one attention layer, forward + backward: d_model {}, {} heads ({} kv), batch {}, {}, {} thread(s)\n",
+                o.d_model, o.heads,
+                o.kv_heads > 0 ? o.kv_heads : o.heads, o.batch,
                 o.causal ? "causal" : "bidirectional", threads);
-    std::printf("%8s %11s %9s %14s %22s\n", "n", "ms", "GFLOP/s", "peak MiB", "B*H*n^2 floats (MiB)");
+    fmt::print("{:>8} {:>11} {:>9} {:>14} {:>22}\n", "n", "ms", "GFLOP/s", "peak MiB", "B*H*n^2 floats (MiB)");
     for (const AttentionTiming& x : t)
-      std::printf("%8ld %11.3f %9.1f %14.2f %22.2f\n", static_cast<long>(x.n), x.median_ms,
+      fmt::print("{:8} {:11.3f} {:9.1f} {:14.2f} {:22.2f}\n", x.n, x.median_ms,
                   x.flops / (x.median_ms * 1e-3) / 1e9, x.peak_bytes / (1 << 20), x.matrix_bytes / (1 << 20));
-    std::printf("fitted over n >= %ld: time ~ n^%.2f (the formula's FLOPs, O(n^2 d + n d^2): n^%.2f); "
-                "memory ~ n^%.2f (an unfused layer's attention matrices: n^%.2f)\n",
-                static_cast<long>(t[from].n), a_time, a_flops, a_mem, a_matrix);
-    std::printf("tfm's fused attention keeps no (B, H, n, n) matrix: it recomputes the probabilities from Q, K and\n"
+    fmt::print("fitted over n >= {}: time ~ n^{:.2f} (the formula's FLOPs, O(n^2 d + n d^2): n^{:.2f}); "
+                "memory ~ n^{:.2f} (an unfused layer's attention matrices: n^{:.2f})\n",
+                t[from].n, a_time, a_flops, a_mem, a_matrix);
+    fmt::print("tfm's fused attention keeps no (B, H, n, n) matrix: it recomputes the probabilities from Q, K and\n"
                 "each row's max and 1/sum in the backward, so its memory grows with n d, not h n^2.\n");
   }
   if (report.empty()) return kExitOk;

@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "cli.h"
 #include "tfm/config/config.h"
 #include "tfm/engine/error.h"
@@ -25,7 +27,7 @@ int config_command(const ConfigOptions& o) {
   }
   if (file.empty())
     throw ConfigError("config: give --config FILE (print it resolved) or --keys (list every key)");
-  std::printf("%s\n", load_config(file, o.sets).tree.dump(2).c_str());
+  fmt::print("{}\n", load_config(file, o.sets).tree.dump(2).c_str());
   return kExitOk;
 }
 

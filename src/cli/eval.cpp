@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fmt/format.h>
+
 #include "cli.h"
 #include "tfm/data/dataset.h"
 #include "tfm/engine/error.h"
@@ -38,8 +40,8 @@ void dump_logits(LanguageModel& model, const Config& c, const std::vector<int32_
     j["logits"].push_back(std::move(seq));
   }
   write_file_atomically(path, j.dump() + "\n");
-  std::printf("wrote %s: logits of %ld x %ld validation tokens, vocabulary %ld\n", path.c_str(),
-              static_cast<long>(rows), static_cast<long>(T), static_cast<long>(V));
+  fmt::print("wrote {}: logits of {} x {} validation tokens, vocabulary {}\n", path.c_str(),
+              rows, T, V);
 }
 
 struct EvalOptions {
@@ -74,9 +76,9 @@ int eval_command(const EvalOptions& o) {
   std::string extra;
   for (const auto& [name, v] : m.values)
     if (name != "loss") extra += ", " + name + " " + std::to_string(v).substr(0, 6);
-  std::printf("%s loss %.4f%s over %ld batches of %ld (%s/%s.ckpt, step %ld, %s)\n", split.c_str(), m.get("loss"),
-              extra.c_str(), static_cast<long>(batches), static_cast<long>(B), dir.c_str(), o.which.c_str(),
-              static_cast<long>(step), run.objective->name().c_str());
+  fmt::print("{} loss {:.4f}{} over {} batches of {} ({}/{}.ckpt, step {}, {})\n", split.c_str(), m.get("loss"),
+              extra.c_str(), batches, B, dir.c_str(), o.which.c_str(),
+              step, run.objective->name().c_str());
   return kExitOk;
 }
 

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "cli.h"
 #include "tfm/config/config.h"
 #include "tfm/engine/error.h"
@@ -116,8 +118,8 @@ int run_gradcheck(const GradcheckOptions& o) {
   const bool relu = c.string("model.activation") == "relu";
   GradCheckReport r = check_at(0);
   for (int attempt = 1; attempt < kPoints && !r.passed && (r.kinks > 0 || relu); ++attempt) {
-    std::printf("point %d: worst relative error %.2e (%s), %ld kinks seen%s; checking at a new point\n", attempt,
-                r.worst_relative_error, r.worst_parameter.c_str(), static_cast<long>(r.kinks),
+    fmt::print("point {}: worst relative error {:.2e} ({}), {} kinks seen{}; checking at a new point\n", attempt,
+                r.worst_relative_error, r.worst_parameter.c_str(), r.kinks,
                 relu ? " (ReLU: small kinks can hide in rounding)" : "");
     r = check_at(attempt);
   }
@@ -131,21 +133,21 @@ int run_gradcheck(const GradcheckOptions& o) {
                     std::to_string(c.integer("data.max_source_len")) + " + " +
                     std::to_string(c.integer("data.max_target_len")) + " tokens"
               : std::to_string(c.integer("train.batch_size")) + " x " + std::to_string(c.integer("train.seq_len"));
-  std::printf("gradcheck %s (%s): %s, d_model %ld, %ld heads (%ld kv), d_ff %ld, vocabulary %ld, batch %s%s\n",
+  fmt::print("gradcheck {} ({}): {}, d_model {}, {} heads ({} kv), d_ff {}, vocabulary {}, batch {}{}\n",
               o.config.c_str(), objective->name().c_str(), layers.c_str(),
-              static_cast<long>(c.integer("model.d_model")), static_cast<long>(c.integer("model.n_heads")),
-              static_cast<long>(c.integer("model.n_kv_heads")), static_cast<long>(c.integer("model.d_ff")),
-              static_cast<long>(objective->tokenizer().size()), batch.c_str(),
+              c.integer("model.d_model"), c.integer("model.n_heads"),
+              c.integer("model.n_kv_heads"), c.integer("model.d_ff"),
+              objective->tokenizer().size(), batch.c_str(),
               o.no_shrink ? "" : " (shrunk; --no-shrink keeps the config's sizes)");
   for (const ParameterGradCheck& p : r.parameters)
-    std::printf("  %-32s %-12s worst relative error %.2e (analytic %+.6e, numeric %+.6e)%s\n", p.name.c_str(),
+    fmt::print("  {:<32} {:<12} worst relative error {:.2e} (analytic {:+.6e}, numeric {:+.6e}){}\n", p.name.c_str(),
                 shape_str(p.shape).c_str(), p.worst_relative_error, p.analytic, p.numeric,
                 p.worst_relative_error <= o.tolerance ? "" : "  <-- above tolerance");
-  std::printf(
-      "%s: worst relative error %.2e (%s) over %zu tensors, %d directions each, eps %g (%ld drawn again: "
-      "the step crossed a kink), tolerance %g; %ld forward passes\n",
+  fmt::print(
+      "{}: worst relative error {:.2e} ({}) over {} tensors, {} directions each, eps {:.6g} ({} drawn again: "
+      "the step crossed a kink), tolerance {:.6g}; {} forward passes\n",
       r.passed ? "ok" : "FAILED", r.worst_relative_error, r.worst_parameter.c_str(), r.parameters.size(), o.directions,
-      o.eps, static_cast<long>(r.kinks), o.tolerance, static_cast<long>(r.forward_passes));
+      o.eps, r.kinks, o.tolerance, r.forward_passes);
   return r.passed ? kExitOk : kExitInternal;
 }
 

@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fmt/format.h>
+
 #include "cli.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
@@ -158,27 +160,27 @@ int run_heads(const HeadsOptions& o) {
   const std::string report = out + "/heads.json";
   write_file_atomically(report, j.dump(1) + "\n");
   if (o.json) {
-    std::printf("%s\n", j.dump().c_str());
+    fmt::print("{}\n", j.dump().c_str());
     return kExitOk;
   }
-  std::printf("head importance of %s (%s.ckpt) over %ld validation batches; val loss %.4f with every head\n",
-              o.run.c_str(), o.which.c_str(), static_cast<long>(o.batches), base);
-  std::printf("%6s %5s %18s %15s %12s\n", "layer", "head", "loss if masked", "|dL/dxi|", "rank in layer");
+  fmt::print("head importance of {} ({}.ckpt) over {} validation batches; val loss {:.4f} with every head\n",
+              o.run.c_str(), o.which.c_str(), o.batches, base);
+  fmt::print("{:>6} {:>5} {:>18} {:>15} {:>12}\n", "layer", "head", "loss if masked", "|dL/dxi|", "rank in layer");
   for (int64_t l = 0; l < L; ++l)
     for (int64_t h = 0; h < H; ++h) {
       const auto& r = j["layer"][l]["ranking"];
       const int64_t pos = std::find(r.begin(), r.end(), h) - r.begin();
-      std::printf("%6ld %5ld %+18.4f %15.4g %12ld\n", static_cast<long>(l), static_cast<long>(h), delta[l][h],
-                  grad[l][h], static_cast<long>(pos + 1));
+      fmt::print("{:6} {:5} {:+18.4f} {:15.4g} {:12}\n", l, h, delta[l][h],
+                  grad[l][h], pos + 1);
     }
-  std::printf("pruning (least important first, by normalized gradient score):\n");
+  fmt::print("pruning (least important first, by normalized gradient score):\n");
   for (const auto& p : curve)
-    std::printf("  %3d%% (%2ld heads masked): val loss %.4f (%+.4f)\n", p["percent"].get<int>(),
-                static_cast<long>(p["masked"].get<int64_t>()), p["val_loss"].get<double>(),
+    fmt::print("  {:3}% ({:2} heads masked): val loss {:.4f} ({:+.4f})\n", p["percent"].get<int>(),
+                p["masked"].get<int64_t>(), p["val_loss"].get<double>(),
                 p["val_loss"].get<double>() - base);
-  std::printf("%ld of %ld heads can be masked before the val loss rises by more than 0.05\n",
-              static_cast<long>(can_go), static_cast<long>(L * H));
-  std::printf("wrote %s\n", report.c_str());
+  fmt::print("{} of {} heads can be masked before the val loss rises by more than 0.05\n",
+              can_go, L * H);
+  fmt::print("wrote {}\n", report.c_str());
   run_plot_script("plot_heads.py", {report}, o.no_plot);
   return kExitOk;
 }

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fmt/format.h>
+
 #include "cli.h"
 #include "tfm/config/config.h"
 #include "tfm/engine/error.h"
@@ -105,43 +107,43 @@ int info_command(const InfoOptions& o) {
       j["head_topk"] = mc.head_topk, j["computed_head_share"] = MultiHeadAttention::computed_head_share(mc);
     if (mc.head_mixing == HeadMixing::GroupMlp) j["head_groups"] = mc.head_groups;
     for (const auto& [name, n] : model.parameter_breakdown()) j["breakdown"][name] = n;
-    std::printf("%s\n", j.dump().c_str());
+    fmt::print("{}\n", j.dump().c_str());
     return kExitOk;
   }
-  std::printf("config %s (output.dir %s), objective %s\n", file.c_str(), c.string("output.dir").c_str(),
+  fmt::print("config {} (output.dir {}), objective {}\n", file.c_str(), c.string("output.dir").c_str(),
               objective_name.c_str());
-  std::printf("vocabulary: %s symbols, %s tokenizer, %s\n", vocab.c_str(), c.string("data.tokenizer").c_str(),
+  fmt::print("vocabulary: {} symbols, {} tokenizer, {}\n", vocab.c_str(), c.string("data.tokenizer").c_str(),
               vocab_note.c_str());
   const std::string layers = seq2seq ? std::to_string(mc.n_encoder_layers) + " encoder + " +
                                            std::to_string(mc.n_decoder_layers) + " decoder layers"
                                      : std::to_string(mc.n_layers) + " layers";
-  std::printf("model: %s, d_model %ld, %ld heads (%ld kv), d_ff %ld, context %ld\n", layers.c_str(),
-              static_cast<long>(mc.d_model), static_cast<long>(mc.n_heads), static_cast<long>(mc.n_kv_heads),
-              static_cast<long>(mc.d_ff), static_cast<long>(mc.max_seq_len));
+  fmt::print("model: {}, d_model {}, {} heads ({} kv), d_ff {}, context {}\n", layers.c_str(),
+              mc.d_model, mc.n_heads, mc.n_kv_heads,
+              mc.d_ff, mc.max_seq_len);
   if (mc.head_gating == HeadGating::TopK)
-    std::printf("heads: top-k gating, %ld of %ld heads per token (attention scores and sums x %.3g), a gate of "
-                "%.0f weights per attention layer, balance loss %g\n",
-                static_cast<long>(mc.head_topk), static_cast<long>(mc.n_heads), MultiHeadAttention::computed_head_share(mc),
+    fmt::print("heads: top-k gating, {} of {} heads per token (attention scores and sums x {:.3g}), a gate of "
+                "{:.0f} weights per attention layer, balance loss {:.6g}\n",
+                mc.head_topk, mc.n_heads, MultiHeadAttention::computed_head_share(mc),
                 static_cast<double>(mc.n_heads * mc.d_model), mc.head_balance_loss);
   if (mc.head_mixing != HeadMixing::None)
-    std::printf("heads: %s mixing%s\n", name_of(mc.head_mixing).c_str(),
+    fmt::print("heads: {} mixing{}\n", name_of(mc.head_mixing).c_str(),
                 mc.head_mixing == HeadMixing::GroupMlp ? (" in " + std::to_string(mc.head_groups) + " groups").c_str() : "");
-  std::printf("parameters: %ld (%s)\n", static_cast<long>(P), human_count(static_cast<double>(P)).c_str());
+  fmt::print("parameters: {} ({})\n", P, human_count(static_cast<double>(P)).c_str());
   for (const auto& [name, n] : model.parameter_breakdown())
-    std::printf("  %-14s %12ld  %5.1f%%\n", name.c_str(), static_cast<long>(n),
+    fmt::print("  {:<14} {:12}  {:5.1f}%\n", name.c_str(), n,
                 100.0 * n / std::max<int64_t>(P, 1));
   if (seq2seq) {
-    std::printf("FLOPs per target token (the data's mean lengths): forward %s, training %s\n",
+    fmt::print("FLOPs per target token (the data's mean lengths): forward {}, training {}\n",
                 human_count(train_flops / 3.0).c_str(), human_count(train_flops).c_str());
-    std::printf("memory estimate (batch %ld pairs of at most %ld + %ld tokens): %s\n", static_cast<long>(B),
-                static_cast<long>(c.integer("data.max_source_len") + 1), static_cast<long>(T),
+    fmt::print("memory estimate (batch {} pairs of at most {} + {} tokens): {}\n", B,
+                c.integer("data.max_source_len") + 1, T,
                 memory.summary().c_str());
   } else {
     const double tokens = static_cast<double>(B * T * c.integer("train.grad_accum_steps"));
-    std::printf("FLOPs per token at T = %ld: forward %s, training %s; per optimizer step (%.0f tokens): %s\n",
-                static_cast<long>(T), human_count(train_flops / 3.0).c_str(), human_count(train_flops).c_str(),
+    fmt::print("FLOPs per token at T = {}: forward {}, training {}; per optimizer step ({:.0f} tokens): {}\n",
+                T, human_count(train_flops / 3.0).c_str(), human_count(train_flops).c_str(),
                 tokens, human_count(train_flops * tokens).c_str());
-    std::printf("memory estimate (batch %ld x %ld): %s\n", static_cast<long>(B), static_cast<long>(T),
+    fmt::print("memory estimate (batch {} x {}): {}\n", B, T,
                 memory.summary().c_str());
   }
   if (measure) {
@@ -160,7 +162,7 @@ int info_command(const InfoOptions& o) {
       LanguageModel::loss(lm->forward(x, B, T), y).backward();
     }
     const size_t peak = memory::stats().peak_live_bytes;
-    std::printf("measured: one training step peaked at %s of tensor memory (%s above the model)\n",
+    fmt::print("measured: one training step peaked at {} of tensor memory ({} above the model)\n",
                 mib(static_cast<double>(peak)).c_str(),
                 mib(static_cast<double>(peak - std::min(peak, before))).c_str());
   }

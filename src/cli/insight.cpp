@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "cli.h"
 #include "tfm/analysis/attention_maps.h"
 #include "tfm/data/bpe.h"
@@ -66,7 +68,7 @@ int run_pair_attention(const AttentionOptions& o, LoadedRun& run) {
   write_file_atomically(report, j.dump() + "\n");
   std::string target;
   for (size_t t = 0; t + 1 < a.target_tokens.size(); ++t) target += (t ? " " : "") + a.target_tokens[t];
-  std::printf("pair: %s => %s%s\n", o.text.c_str(), target.c_str(),
+  fmt::print("pair: {} => {}{}\n", o.text.c_str(), target.c_str(),
               o.target.empty() ? " (the run's greedy translation; --target sets another)" : "");
   for (const char* kind : {"encoder", "decoder_self", "cross"}) {
     const std::vector<Tensor>& layers = std::string(kind) == "encoder"        ? a.encoder
@@ -74,11 +76,11 @@ int run_pair_attention(const AttentionOptions& o, LoadedRun& run) {
                                                                               : a.cross;
     for (size_t l = 0; l < layers.size(); ++l) {
       write_npy(out + "/attention_" + kind + "_layer" + std::to_string(l) + ".npy", layers[l]);
-      std::printf("%s layer %zu: mean head pattern similarity %.2f\n", kind, l,
+      fmt::print("{} layer {}: mean head pattern similarity {:.2f}\n", kind, l,
                   j[kind][l]["mean_pattern_similarity"].get<double>());
     }
   }
-  std::printf("wrote %s and attention_{encoder,decoder_self,cross}_layerL.npy (%zu source, %zu target tokens; "
+  fmt::print("wrote {} and attention_{{encoder,decoder_self,cross}}_layerL.npy ({} source, {} target tokens; "
               "(H, rows, cols) float32)\n",
               report.c_str(), a.source_tokens.size(), a.target_tokens.size());
   run_plot_script("plot_attention.py", {report, "--out", out}, o.no_plot);
@@ -113,10 +115,10 @@ int run_attention(const AttentionOptions& o) {
   write_file_atomically(report, attention_report_json(layers, token_text).dump() + "\n");
   for (size_t l = 0; l < layers.size(); ++l) {
     write_npy(out + "/attention_layer" + std::to_string(l) + ".npy", layers[l].probabilities);
-    std::printf("layer %zu: mean head similarity rho = %.2f (output), %.2f (pattern)\n", l,
+    fmt::print("layer {}: mean head similarity rho = {:.2f} (output), {:.2f} (pattern)\n", l,
                 layers[l].mean_output_similarity, layers[l].mean_pattern_similarity);
   }
-  std::printf("wrote %s and attention_layer{0..%zu}.npy (%zu tokens; probabilities (H, T, T) float32)\n",
+  fmt::print("wrote {} and attention_layer{{0..{}}}.npy ({} tokens; probabilities (H, T, T) float32)\n",
               report.c_str(), layers.size() - 1, ids.size());
   run_plot_script("plot_attention.py", {report, "--out", out}, o.no_plot);
   return kExitOk;
@@ -142,8 +144,8 @@ int run_export(const ExportOptions& o) {
       {"step", std::to_string(run.checkpoint.state.value("step", int64_t{0}))}};
   if (run.checkpoint.target_tokenizer) metadata["target_tokenizer"] = run.checkpoint.target_tokenizer->to_json().dump();
   save_safetensors(o.out, tensors, metadata);
-  std::printf("wrote %s: %zu float32 tensors, %ld parameters (%s/%s.ckpt, %s)\n", o.out.c_str(), tensors.size(),
-              static_cast<long>(model.parameter_count()), o.run.c_str(), o.which.c_str(), run.objective->name().c_str());
+  fmt::print("wrote {}: {} float32 tensors, {} parameters ({}/{}.ckpt, {})\n", o.out.c_str(), tensors.size(),
+              model.parameter_count(), o.run.c_str(), o.which.c_str(), run.objective->name().c_str());
   return kExitOk;
 }
 
@@ -166,9 +168,9 @@ int run_tokenizer_train(const TokenizerTrainOptions& o) {
   const size_t n_tokens = bpe.encode(text).size();
   const double encode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   bpe.save(o.out);
-  std::printf(
-      "wrote %s: vocabulary %d (asked %d), %zu bytes -> %zu tokens (%.2f bytes/token); "
-      "training %.2f s, encoding %.2f s\n",
+  fmt::print(
+      "wrote {}: vocabulary {} (asked {}), {} bytes -> {} tokens ({:.2f} bytes/token); "
+      "training {:.2f} s, encoding {:.2f} s\n",
       o.out.c_str(), bpe.vocab_size(), o.vocab_size, text.size(), n_tokens,
       n_tokens ? static_cast<double>(text.size()) / static_cast<double>(n_tokens) : 0.0, train_s, encode_s);
   return kExitOk;

@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "cli.h"
 #include "tfm/analysis/bleu.h"
 #include "tfm/engine/error.h"
@@ -38,7 +40,7 @@ int fill_mask_command(const FillMaskOptions& o) {
       for (const auto& [token, p] : m.candidates) c.push_back({{"token", token}, {"probability", p}});
       out["masks"].push_back({{"position", m.position}, {"candidates", c}});
     }
-    std::printf("%s\n", out.dump().c_str());
+    fmt::print("{}\n", out.dump().c_str());
     return kExitOk;
   }
   const Tokenizer& tok = run.objective->tokenizer();
@@ -50,11 +52,11 @@ int fill_mask_command(const FillMaskOptions& o) {
       left += r.tokens[p] < tok.size() ? tok.decode(r.tokens[p]) : kMaskToken;
     for (int64_t p = m.position + 1; p < std::min<int64_t>(static_cast<int64_t>(r.tokens.size()), m.position + 13); ++p)
       right += r.tokens[p] < tok.size() ? tok.decode(r.tokens[p]) : kMaskToken;
-    std::printf("mask %zu (token %ld): %s%s%s\n", i + 1, static_cast<long>(m.position), left.c_str(), kMaskToken,
+    fmt::print("mask {} (token {}): {}{}{}\n", i + 1, m.position, left.c_str(), kMaskToken,
                 right.c_str());
     for (const auto& [token, p] : m.candidates) {
       std::string shown = token == "\n" ? "\\n" : token == " " ? "' '" : token;
-      std::printf("  %-8s %6.2f%%  %s%s%s\n", shown.c_str(), 100.0 * p, left.c_str(), token == "\n" ? "\\n" : token.c_str(),
+      fmt::print("  {:<8} {:6.2f}%  {}{}{}\n", shown.c_str(), 100.0 * p, left.c_str(), token == "\n" ? "\\n" : token.c_str(),
                   right.c_str());
     }
   }
@@ -98,12 +100,12 @@ int translate_command(const TranslateCliOptions& o) {
         j["bleu"] = sentence_bleu(hyp, ref).score;
         j["d2l_bleu"] = d2l_bleu(hyp, ref, 2);
       }
-      std::printf("%s\n", j.dump().c_str());
+      fmt::print("{}\n", j.dump().c_str());
     } else {
-      std::printf("%s\n", out.c_str());
+      fmt::print("{}\n", out.c_str());
       if (reference) {
         const Tokens hyp = Tokenizer::split_words(out, "translation"), ref = Tokenizer::split_words(*reference, "--reference");
-        std::fprintf(stderr, "%s => %s, bleu %.3f (d2l, k = 2; reference: %s)\n", text.c_str(), out.c_str(),
+        fmt::print(stderr, "{} => {}, bleu {:.3f} (d2l, k = 2; reference: {})\n", text.c_str(), out.c_str(),
                      d2l_bleu(hyp, ref, 2), reference->c_str());
       }
     }
@@ -118,7 +120,7 @@ int translate_command(const TranslateCliOptions& o) {
   while (std::getline(std::cin, line)) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) {
-      std::printf("\n");
+      fmt::print("\n");
       continue;
     }
     emit(line, translate_texts(*run.objective, {line}, t)[0], nullptr);

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "cli.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/platform.h"
@@ -41,7 +43,7 @@ bool run_plot_script(const std::string& name, const std::vector<std::string>& ar
       platform::run_shell("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") == 0 &&
       platform::run_shell((cmd + (quiet ? " >/dev/null" : ""))) == 0)
     return true;
-  if (!quiet) std::printf("to draw it (needs python3-matplotlib): %s\n", cmd.c_str());
+  if (!quiet) fmt::print("to draw it (needs python3-matplotlib): {}\n", cmd.c_str());
   return false;
 }
 

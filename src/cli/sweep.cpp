@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fmt/format.h>
+
 #include "cli.h"
 #include "tfm/training/checkpoint.h"
 #include "tfm/config/config.h"
@@ -151,7 +153,7 @@ int run_sweep(const SweepOptions& o) {
     int64_t step = -1;
     if (fs::exists(dir + "/last.ckpt")) step = load_checkpoint(dir + "/last.ckpt").state.value("step", int64_t{0});
     if (step < max_steps) {
-      std::fprintf(stderr, "sweep: %zu/%zu %s: %s\n", i + 1, points.size(), point_name(axes, points[i]).c_str(),
+      fmt::print(stderr, "sweep: {}/{} {}: {}\n", i + 1, points.size(), point_name(axes, points[i]).c_str(),
                    step < 0 ? "training" : ("continuing after step " + std::to_string(step)).c_str());
       TrainOptions t;
       t.console = false;
@@ -159,7 +161,7 @@ int run_sweep(const SweepOptions& o) {
       t.resume = step >= 0;
       const TrainResult r = train(configs[i], t);
       if (r.status == TrainResult::Status::Interrupted) {
-        std::fprintf(stderr, "sweep: interrupted; run the same command again to continue\n");
+        fmt::print(stderr, "sweep: interrupted; run the same command again to continue\n");
         return kExitOk;
       }
       if (r.status == TrainResult::Status::NonFinite)
@@ -176,24 +178,24 @@ int run_sweep(const SweepOptions& o) {
   for (const json& r : all) lines += r.dump() + "\n";
   write_file_atomically(out + "/sweep.jsonl", lines);
   if (o.json) {
-    std::printf("%s\n", json({{"points", all}, {"keys", [&] {
+    fmt::print("{}\n", json({{"points", all}, {"keys", [&] {
                                 json k = json::array();
                                 for (const Axis& a : axes) k.push_back(a.key);
                                 return k;
                               }()}}).dump().c_str());
     return kExitOk;
   }
-  for (const Axis& a : axes) std::printf("| %s ", a.key.c_str());
-  std::printf("| parameters | train FLOPs/token | KV cache bytes/token | val loss | ms/step | tokens/s |\n");
-  for (size_t a = 0; a <= axes.size() + 5; ++a) std::printf("|---");
-  std::printf("|\n");
+  for (const Axis& a : axes) fmt::print("| {} ", a.key.c_str());
+  fmt::print("| parameters | train FLOPs/token | KV cache bytes/token | val loss | ms/step | tokens/s |\n");
+  for (size_t a = 0; a <= axes.size() + 5; ++a) fmt::print("|---");
+  fmt::print("|\n");
   for (const json& r : all) {
-    for (const Axis& a : axes) std::printf("| %s ", r[a.key].dump().c_str());
-    std::printf("| %ld | %.3g | %ld | %.4f | %.1f | %.0f |\n", static_cast<long>(r["parameters"].get<int64_t>()),
-                r["train_flops_per_token"].get<double>(), static_cast<long>(r["kv_cache_bytes_per_token"].get<int64_t>()),
+    for (const Axis& a : axes) fmt::print("| {} ", r[a.key].dump().c_str());
+    fmt::print("| {} | {:.3g} | {} | {:.4f} | {:.1f} | {:.0f} |\n", r["parameters"].get<int64_t>(),
+                r["train_flops_per_token"].get<double>(), r["kv_cache_bytes_per_token"].get<int64_t>(),
                 r["val_loss"].get<double>(), r["ms_per_step"].get<double>(), r["tokens_per_s"].get<double>());
   }
-  std::printf("wrote %s/sweep.jsonl\n", out.c_str());
+  fmt::print("wrote {}/sweep.jsonl\n", out.c_str());
   run_plot_script("plot_sweep.py", {out + "/sweep.jsonl", axes[0].key}, o.no_plot);
   return kExitOk;
 }

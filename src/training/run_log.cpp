@@ -5,8 +5,9 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
+
+#include <fmt/format.h>
 #include <vector>
 
 #include "tfm/engine/error.h"
@@ -15,24 +16,15 @@
 namespace tfm {
 using nlohmann::json;
 
-std::string format(const char* fmt, ...) {
-  char buf[512];
-  va_list args;
-  va_start(args, fmt);
-  std::vsnprintf(buf, sizeof buf, fmt, args);
-  va_end(args);
-  return buf;
-}
-
 std::string duration_str(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
   const int64_t t = static_cast<int64_t>(s + 0.5);
-  if (t >= 3600) return format("%ldh%02ldm", static_cast<long>(t / 3600), static_cast<long>(t / 60 % 60));
-  if (t >= 60) return format("%ldm%02lds", static_cast<long>(t / 60), static_cast<long>(t % 60));
-  return format("%lds", static_cast<long>(t));
+  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, t / 60 % 60);
+  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
 }
 
-std::string rate_str(double r) { return r >= 1e4 ? format("%.1fk", r / 1e3) : format("%.0f", r); }
+std::string rate_str(double r) { return r >= 1e4 ? fmt::format("{:.1f}k", r / 1e3) : fmt::format("{:.0f}", r); }
 
 namespace {
 
@@ -89,7 +81,7 @@ void RunLog::record(const json& rec) {
 
 void RunLog::progress(const std::string& line) {
   if (!tty_) return;
-  std::printf("\r\033[K%s", line.c_str());
+  fmt::print("\r\033[K{}", line.c_str());
   std::fflush(stdout);
   shown_ = true;
 }

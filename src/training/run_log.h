@@ -12,7 +12,6 @@
 
 namespace tfm {
 
-std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 std::string duration_str(double seconds);  // "1h02m", "3m05s", "42s"; "?" when unknown
 std::string rate_str(double per_second);   // "512", "12.3k"
 

@@ -3,6 +3,8 @@
 // at their intervals. What a step computes lives beside it (micro_batch.h), what a checkpoint keeps of
 // the run (run_state.h) and what the user sees (run_log.h): the loop is only the loop, the same for
 // every objective (objective.h).
+#include <fmt/format.h>
+
 #include "tfm/training/trainer.h"
 
 #include <omp.h>
@@ -238,28 +240,28 @@ void TrainingRun::log_header() {
   std::string breakdown;
   for (const auto& [name, n] : model.parameter_breakdown())
     breakdown += (breakdown.empty() ? "" : ", ") + name + " " + std::to_string(n);
-  log_->info(format("tfm train: %s %s", opt_.resume ? "resuming" : "run directory", dir_.c_str()));
+  log_->info(fmt::format("tfm train: {} {}", opt_.resume ? "resuming" : "run directory", dir_.c_str()));
   log_->info("objective: " + objective_->name() + "; data: " + objective_->describe_data());
-  log_->info(format("model: %ld parameters (%s)", static_cast<long>(P), breakdown.c_str()));
+  log_->info(fmt::format("model: {} parameters ({})", P, breakdown.c_str()));
   flops_per_token_ = objective_->train_flops_per_token();
   // The same square n = 1024 peak `tfm bench gemm` reports (a 512 cube ran ~15% below it, which
   // inflated the logged MFU), timed for 0.3 s at start-up in the precision and backend in use.
   peak_gflops_ = root_ ? measure_gemm_peak_gflops(1024, 0.3) : 0.0;
-  log_->info(format("compute: %d thread(s), %s; %s; measured %s peak %.1f GFLOP/s", threads_,
+  log_->info(fmt::format("compute: {} thread(s), {}; {}; measured {} peak {:.1f} GFLOP/s", threads_,
                     platform::blas_summary().c_str(), platform::gemm_summary().c_str(),
                     precision_name(gemm_precision()), peak_gflops_));
   if (batches_->workers() > 1)
-    log_->info(format("data parallel: %d workers, each a share of every micro-batch's rows on one thread; "
+    log_->info(fmt::format("data parallel: {} workers, each a share of every micro-batch's rows on one thread; "
                       "gradients summed in memory (train.data_parallel)",
                       batches_->workers()));
-  log_->info(format("batch: %s x %ld accumulation step(s); %ld steps%s", objective_->describe_batch().c_str(),
-                    static_cast<long>(accum_), static_cast<long>(max_steps_),
-                    opt_.resume ? format(", continuing after step %ld", static_cast<long>(state_->step)).c_str()
+  log_->info(fmt::format("batch: {} x {} accumulation step(s); {} steps{}", objective_->describe_batch().c_str(),
+                    accum_, max_steps_,
+                    opt_.resume ? fmt::format(", continuing after step {}", state_->step).c_str()
                                 : ""));
   if (nranks_ > 1)
-    log_->info(format("mpi: %d ranks x %d thread%s (%d on this machine); each rank samples its own batches, "
-                      "gradients averaged with MPI_Allreduce over %ld floats per step",
-                      nranks_, threads_, threads_ == 1 ? "" : "s", dist::local_size(), static_cast<long>(P)));
+    log_->info(fmt::format("mpi: {} ranks x {} thread{} ({} on this machine); each rank samples its own batches, "
+                      "gradients averaged with MPI_Allreduce over {} floats per step",
+                      nranks_, threads_, threads_ == 1 ? "" : "s", dist::local_size(), P));
 }
 
 // The accumulated gradient of one optimizer step, averaged over the ranks, and its clipped norm.
@@ -290,7 +292,7 @@ TrainingRun::StepStats TrainingRun::step() {
 std::string TrainingRun::nonfinite_reason(double loss) const {
   if (!std::isfinite(loss)) return std::string("the training loss is ") + (std::isnan(loss) ? "NaN" : "infinite");
   return "the gradient of " + first_nonfinite_grad(objective_->model()) + " is not finite (loss " +
-         format("%.4f", loss) + ")";
+         fmt::format("{:.4f}", loss) + ")";
 }
 
 // Rank 0 alone evaluates (nothing collective happens in here); a new best is saved as best.ckpt.
@@ -309,8 +311,8 @@ Metrics TrainingRun::evaluate_and_keep_best() {
   for (const auto& [layer, share] : model.take_head_usage()) {
     head_usage_[layer] = share;
     std::string line;
-    for (double f : share) line += format(" %.2f", f);
-    log_->info(format("step %ld | head usage %s:%s", static_cast<long>(step), layer.c_str(), line.c_str()));
+    for (double f : share) line += fmt::format(" {:.2f}", f);
+    log_->info(fmt::format("step {} | head usage {}:{}", step, layer.c_str(), line.c_str()));
   }
   const double val_loss = val.get("loss");
   result_.val_loss = val_loss;
@@ -325,10 +327,10 @@ Metrics TrainingRun::evaluate_and_keep_best() {
   // the progress line keeps showing them until the next evaluation.
   std::string extra;
   for (const auto& [name, v] : val.values)
-    if (name != "loss") extra += format(" | val %s %.4g", name.c_str(), v);
+    if (name != "loss") extra += fmt::format(" | val {} {:.4g}", name.c_str(), v);
   progress_extra_ = extra;
-  log_->info(format("step %ld/%ld | val loss %.4f (best %.4f)%s%s", static_cast<long>(step),
-                    static_cast<long>(max_steps_), val_loss, state_->best_val, extra.c_str(), note.c_str()));
+  log_->info(fmt::format("step {}/{} | val loss {:.4f} (best {:.4f}){}{}", step,
+                    max_steps_, val_loss, state_->best_val, extra.c_str(), note.c_str()));
   return val;
 }
 
@@ -352,8 +354,8 @@ void TrainingRun::log_interval(double lr, const Metrics* val) {
     for (const auto& [name, v] : val->values) rec["val_" + name] = v;
   if (val && !head_usage_.is_null()) rec["val_head_usage"] = head_usage_;  // {layer: [share per head]}
   log_->record(rec);
-  log_->info(format("step %ld/%ld | loss %.4f | lr %.2e | grad norm %.3f | %.1f ms/step | %s tok/s | mfu %.1f%%",
-                    static_cast<long>(state_->step), static_cast<long>(max_steps_), iv.loss / n, lr, iv.norm / n,
+  log_->info(fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.1f} ms/step | {} tok/s | mfu {:.1f}%",
+                    state_->step, max_steps_, iv.loss / n, lr, iv.norm / n,
                     ms, rate_str(tok_s).c_str(), 100.0 * mfu));
   interval_.reset();
 }
@@ -374,15 +376,15 @@ TrainResult TrainingRun::run() {
       if (config_.boolean("train.skip_nonfinite") && ++skipped_in_a_row_ <= kMaxSkipsInARow) {
         // Marian's and llm.c's choice: drop this batch, keep the weights, draw the next batch.
         ++skipped_;
-        log_->warn(format("step %ld: %s; batch skipped, no update (train.skip_nonfinite; %ld skipped so far)",
-                          static_cast<long>(step + 1), where.c_str(), static_cast<long>(skipped_)));
+        log_->warn(fmt::format("step {}: {}; batch skipped, no update (train.skip_nonfinite; {} skipped so far)",
+                          step + 1, where.c_str(), skipped_));
         continue;
       }
       result_.status = TrainResult::Status::NonFinite;
       result_.step = step;
       result_.message =
-          format("step %ld: %s; training stopped. ", static_cast<long>(step + 1), where.c_str()) +
-          (saved_at_ >= 0 ? format("%s (step %ld) is untouched; ", last_path_.c_str(), static_cast<long>(saved_at_))
+          fmt::format("step {}: {}; training stopped. ", step + 1, where.c_str()) +
+          (saved_at_ >= 0 ? fmt::format("{} (step {}) is untouched; ", last_path_.c_str(), saved_at_)
                           : std::string("no checkpoint was written; ")) +
           "try a lower train.optimizer.lr or train.grad_clip";
       log_->error(result_.message);
@@ -411,15 +413,15 @@ TrainResult TrainingRun::run() {
     if (stop && step < max_steps_) {
       result_.status = TrainResult::Status::Interrupted;
       result_.step = step;
-      log_->info(format("interrupted after step %ld: saved %s. Continue with: %stfm train --resume %s",
-                        static_cast<long>(step), last_path_.c_str(),
-                        nranks_ > 1 ? format("mpirun -np %d ", nranks_).c_str() : "", dir_.c_str()));
+      log_->info(fmt::format("interrupted after step {}: saved {}. Continue with: {}tfm train --resume {}",
+                        step, last_path_.c_str(),
+                        nranks_ > 1 ? fmt::format("mpirun -np {} ", nranks_).c_str() : "", dir_.c_str()));
       return result_;
     }
     if (!log_->shows_progress()) continue;  // no line to format off a terminal
     const double rate = s.seconds > 0 ? s.tokens / s.seconds : 0.0;
-    log_->progress(format("step %ld/%ld | loss %.4f%s | %s tok/s | ETA %s", static_cast<long>(step),
-                          static_cast<long>(max_steps_), s.loss, progress_extra_.c_str(), rate_str(rate).c_str(),
+    log_->progress(fmt::format("step {}/{} | loss {:.4f}{} | {} tok/s | ETA {}", step,
+                          max_steps_, s.loss, progress_extra_.c_str(), rate_str(rate).c_str(),
                           duration_str(s.seconds * static_cast<double>(max_steps_ - step)).c_str()));
   }
   result_.step = step;
@@ -431,12 +433,12 @@ TrainResult TrainingRun::run() {
 void TrainingRun::log_summary() {
   const int64_t step = state_->step;
   if (step == first_step_) {
-    log_->info(format("nothing to do: the run is at step %ld of train.max_steps = %ld (raise it with --set "
+    log_->info(fmt::format("nothing to do: the run is at step {} of train.max_steps = {} (raise it with --set "
                       "train.max_steps=N)",
-                      static_cast<long>(step), static_cast<long>(max_steps_)));
+                      step, max_steps_));
     return;
   }
-  log_->info(format("done: %ld steps in %s; val loss %.4f (best %.4f). %s", static_cast<long>(step),
+  log_->info(fmt::format("done: {} steps in {}; val loss {:.4f} (best {:.4f}). {}", step,
                     duration_str(elapsed()).c_str(), result_.val_loss, state_->best_val,
                     objective_->usage_hint(dir_).c_str()));
   // Where the memory went: tensors at their peak, what the caching pool holds for reuse, and the whole
@@ -444,13 +446,13 @@ void TrainingRun::log_summary() {
   const memory::Stats mem = memory::stats();
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  log_->info(format("memory: tensors peaked at %.1f MiB; the pool holds %.1f MiB; process peak RSS %.1f MiB",
+  log_->info(fmt::format("memory: tensors peaked at {:.1f} MiB; the pool holds {:.1f} MiB; process peak RSS {:.1f} MiB",
                     static_cast<double>(mem.peak_live_bytes) / (1 << 20),
                     static_cast<double>(mem.live_bytes + mem.cached_bytes) / (1 << 20),
                     static_cast<double>(usage.ru_maxrss) / 1024.0));
   if (nranks_ > 1) {
     const double steps_run = static_cast<double>(step - first_step_);
-    log_->info(format("allreduce: %.2f ms/step, %.1f%% of step (%.1f ms/step, %d ranks, %.1f MB of gradients)",
+    log_->info(fmt::format("allreduce: {:.2f} ms/step, {:.1f}% of step ({:.1f} ms/step, {} ranks, {:.1f} MB of gradients)",
                       1e3 * dist::allreduce_seconds() / steps_run, 100.0 * dist::allreduce_seconds() / run_step_s_,
                       1e3 * run_step_s_ / steps_run, nranks_,
                       4e-6 * static_cast<double>(objective_->model().parameter_count())));
