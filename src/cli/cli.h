@@ -82,8 +82,9 @@ std::vector<Command> add_sweep_commands(CLI::App& app);      // sweep.cpp: sweep
 // Creates `dir` (and its parents) for a command's output files; IoError naming it and `flag` when it
 // cannot (plot.cpp).
 void make_output_dir(const std::string& dir, const std::string& flag = "--out");
-// scripts/NAME from the current directory (the repository root), else beside the binary's build
-// directory; "scripts/NAME" when neither exists (plot.cpp).
+// scripts/NAME where this tfm finds it: PREFIX/share/tfm/scripts beside an installed binary, the
+// scripts/ of the sources a build tree was built from, or ./scripts; "scripts/NAME" when none has it
+// (plot.cpp).
 std::string find_script(const std::string& name);
 // Runs `python3 scripts/NAME ARGS...` when matplotlib is installed and no_plot is off; otherwise
 // prints the command to run (unless quiet, which also silences the script). True when it drew.

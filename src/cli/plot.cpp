@@ -25,10 +25,12 @@ void make_output_dir(const std::string& dir, const std::string& flag) {
 std::string find_script(const std::string& name) {
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  std::vector<fs::path> candidates = {fs::path("scripts") / name};
-  if (!ec)
-    for (fs::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path(); dir = dir.parent_path())
-      candidates.push_back(dir / "scripts" / name);
+  std::vector<fs::path> candidates;
+  // An installed tfm: PREFIX/bin/tfm with its scripts in PREFIX/share/tfm/scripts (cmake --install).
+  if (!ec) candidates.push_back(exe.parent_path().parent_path() / "share" / "tfm" / "scripts" / name);
+  // A build tree, in the repository or outside it: the sources it was built from.
+  candidates.push_back(fs::path(TFM_SOURCE_SCRIPTS_DIR) / name);
+  candidates.push_back(fs::path("scripts") / name);  // a repository root as the working directory
   for (const fs::path& p : candidates)
     if (fs::exists(p, ec)) return p.string();
   return "scripts/" + name;
