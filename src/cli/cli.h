@@ -69,6 +69,7 @@ std::vector<Command> add_objective_commands(CLI::App& app);  // cli_objectives.c
 std::vector<Command> add_gradcheck_commands(CLI::App& app);  // cli_gradcheck.cpp: gradcheck
 std::vector<Command> add_heads_commands(CLI::App& app);      // cli_heads.cpp: heads
 std::vector<Command> add_sweep_commands(CLI::App& app);      // cli_sweep.cpp: sweep
+std::vector<Command> add_data_commands(CLI::App& app);       // data.cpp: data prepare
 
 // Creates `dir` (and its parents) for a command's output files; IoError naming it and `flag` when it
 // cannot (cli_plot.cpp).

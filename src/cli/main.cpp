@@ -56,6 +56,7 @@ Examples:
   tfm train --config configs/eng_fra_d2l.json           # encoder-decoder: translation
   tfm translate --run runs/eng_fra_d2l --text "go ." --text "i lost ."
   tfm info --config configs/shakespeare_char_large.json
+  tfm data prepare --config configs/shakespeare_char.json   # tokenize the corpus into its cache now
   tfm heads --run runs/shakespeare_char                 # what each attention head is worth
   tfm sweep --config configs/shakespeare_char.json --grid model.n_heads=1,2,4,8
   tfm config --config configs/shakespeare_char.json --set model.n_layers=6
@@ -122,7 +123,7 @@ int cmd_train(const std::string& config_file, const std::string& resume_dir,
 
 // One batch of `rows` validation windows (the first evaluation batch) and the model's logits for them:
 // {"tokens": (B, T) ids, "logits": (B, T, V)}, for torch_lm.py --check-logits.
-void dump_logits(LanguageModel& model, const Config& c, const std::vector<int32_t>& tokens, int64_t rows,
+void dump_logits(LanguageModel& model, const Config& c, const TokenSpan& tokens, int64_t rows,
                  const std::string& path) {
   const int64_t T = c.integer("train.seq_len");
   BatchSampler sampler(eval_seed(c));
@@ -163,7 +164,8 @@ int cmd_eval(const std::string& dir, const std::string& split, int64_t batches, 
     if (!run.model)
       throw ConfigError("--dump-logits: only for language-model runs (train.objective causal_lm or masked_lm)");
     const Dataset data =
-        load_dataset(c.string("data.path"), run.checkpoint.tokenizer, c.number("data.val_fraction"), T);
+        load_dataset(c.string("data.path"), run.checkpoint.tokenizer, c.number("data.val_fraction"), T,
+                     token_cache_options(c, true));
     dump_logits(*run.model, c, split == "val" ? data.val : data.train, batches == 0 ? 2 : batches, dump_path);
     return kExitOk;
   }
@@ -445,6 +447,7 @@ static int run_cli(int argc, char** argv) {
   for (cli::Command& c : cli::add_gradcheck_commands(app)) more.push_back(std::move(c));
   for (cli::Command& c : cli::add_heads_commands(app)) more.push_back(std::move(c));
   for (cli::Command& c : cli::add_sweep_commands(app)) more.push_back(std::move(c));
+  for (cli::Command& c : cli::add_data_commands(app)) more.push_back(std::move(c));
 
   try {
     app.parse(argc, argv);

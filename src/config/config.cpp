@@ -74,6 +74,13 @@ std::vector<KeySpec> build_table() {
       Key("data.tokenizer_path", T::String, derived,
           "Tokenizer file for data.tokenizer = `bpe` (`tfm tokenizer train`); the checkpoint keeps a copy.")
           .derived("null (only bpe uses it)"),
+      Key("data.cache_dir", T::String, derived,
+          "Where a text corpus's token cache lives (tokenized once, memory-mapped by every later train, "
+          "resume, eval, sample, heads and sweep point; rebuilt when the file or tokenizer changes). Beside the "
+          "data by default, so every run of the file shares it and it goes with the data.")
+          .derived("\".tfm-cache\" in data.path's directory")
+          .resumable()
+          .only_for(kLanguageModels),
       Key("data.val_fraction", T::Number, 0.1,
           "The first floor(N * (1 - f)) tokens train, the rest validate (pairs: the last f of the pairs "
           "after a shuffle by the seed).")
@@ -436,6 +443,10 @@ json derive(const std::string& path, const json& tree) {
   if (path == "train.lr_schedule.min_lr") return lookup(tree, "train.optimizer.lr")->get<double>() / 10.0;
   if (path == "output.dir") return "runs/run";
   if (path == "data.tokenizer_path") return nullptr;  // unset: only bpe reads it
+  if (path == "data.cache_dir") {  // as default_cache_dir (data/token_cache.h)
+    const std::filesystem::path parent = std::filesystem::path(lookup(tree, "data.path")->get<std::string>()).parent_path();
+    return (parent.empty() ? std::filesystem::path(".tfm-cache") : parent / ".tfm-cache").string();
+  }
   if (path == "data.format") return lookup(tree, "train.objective")->get<std::string>() == "seq2seq" ? "pairs" : "text";
   if (path == "data.max_source_len" || path == "data.max_target_len")
     return lookup(tree, "model.max_seq_len")->get<int64_t>() - 1;

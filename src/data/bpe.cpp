@@ -142,6 +142,24 @@ std::vector<std::string_view> pretokenize(std::string_view text) {
   return out;
 }
 
+size_t pretokenize_cut(std::string_view t, size_t at) {
+  // Why these are chunk starts whatever precedes them (chunk_end): a newline run of one byte is a
+  // chunk of its own that ends where the next non-space starts, in the piece (end of text) and in the
+  // whole; a letter or digit run ends at the first byte of another class, and a symbol starts a chunk.
+  const auto ws = [](unsigned char c) { return is_space(static_cast<char>(c)); };
+  const auto alnum = [](unsigned char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+  };
+  const auto symbol = [&](unsigned char c) { return c > 0x20 && c < 0x7F && !alnum(c) && c != '\''; };
+  if (t.size() < 3) return 0;
+  for (size_t p = std::min(at, t.size() - 1); p >= 2; --p) {
+    const auto a = static_cast<unsigned char>(t[p - 2]), b = static_cast<unsigned char>(t[p - 1]),
+               c = static_cast<unsigned char>(t[p]);
+    if ((b == '\n' && !ws(a) && !ws(c)) || (alnum(b) && symbol(c))) return p;
+  }
+  return 0;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Construction
 

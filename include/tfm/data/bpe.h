@@ -31,6 +31,13 @@ constexpr int kBpeMaxVocab = 1 << 20;
 // count as symbols. Concatenating the chunks gives back `text`.
 std::vector<std::string_view> pretokenize(std::string_view text);
 
+// The last position p <= at (2 <= p < text.size()) where text may be cut without changing its chunks:
+// pretokenize(text[0, p)) followed by pretokenize(text[p, n)) is pretokenize(text), so the two
+// pieces encode (in parallel, in a streaming pass) to the whole text's tokens. 0 when there is none.
+// Such a p: a newline between two non-whitespace bytes (before it), or an ASCII letter or digit
+// followed by an ASCII symbol other than the apostrophe.
+size_t pretokenize_cut(std::string_view text, size_t at);
+
 class BpeTokenizer {
  public:
   using Merge = std::pair<int32_t, int32_t>;
