@@ -328,7 +328,7 @@ uint64_t encode_file(const std::string& source, const Tokenizer& tok,
 
 Tokenizer char_vocabulary_of_file(const std::string& source, uint64_t* hash, size_t block_bytes) {
   SourceReader reader(source, block_bytes);
-  std::vector<bool> seen(0x110000, false);
+  std::vector<uint8_t> seen(0x110000, 0);
   std::string buf;
   std::vector<uint32_t> cps;
   uint64_t base = 0;
@@ -336,9 +336,21 @@ Tokenizer char_vocabulary_of_file(const std::string& source, uint64_t* hash, siz
     const bool more = reader.append(buf);
     if (buf.empty()) break;
     const size_t end = more ? char_cut(buf, buf.size() - 1) : buf.size();
-    cps.clear();
-    decode_utf8(std::string_view(buf.data(), end), source, base, cps);
-    for (uint32_t cp : cps) seen[cp] = true;
+    const auto* p = reinterpret_cast<const unsigned char*>(buf.data());
+    for (size_t i = 0; i < end;) {
+      if (p[i] < 0x80) {  // ASCII, the common case, without a decode
+        seen[p[i++]] = 1;
+        continue;
+      }
+      // A non-ASCII run with the ASCII byte after it (Tokenizer::encode_piece says why).
+      size_t j = i;
+      while (j < end && p[j] >= 0x80) ++j;
+      const size_t stop = j < end ? j + 1 : end;
+      cps.clear();
+      decode_utf8(std::string_view(buf.data() + i, stop - i), source, base + i, cps);
+      for (uint32_t cp : cps) seen[cp] = 1;
+      i = stop;
+    }
     buf.erase(0, end);
     base += end;
     if (!more) break;
@@ -508,9 +520,14 @@ std::optional<TokenCache> try_open(const std::string& cache, const std::string& 
 void build(const std::string& cache, const std::string& source, const Request& req, int threads, size_t block_bytes) {
   const SourceStat before = stat_source(source);
   uint64_t source_hash = 0;
-  const Tokenizer tok = req.given ? *req.given
-                        : req.kind == Tokenizer::Kind::Char ? char_vocabulary_of_file(source, &source_hash, block_bytes)
-                                                            : Tokenizer::from_text(req.kind, "", source);
+  // The file's own vocabulary, also for a given char vocabulary (a run's): when the two are the same,
+  // the cache serves both, so a resume or eval that rebuilt it does not make the next new run rebuild
+  // it again. The char pass also checks the UTF-8 of the whole file before anything is encoded.
+  const Tokenizer::Kind kind = req.given ? req.given->kind() : req.kind;
+  std::optional<Tokenizer> own;
+  if (kind == Tokenizer::Kind::Char) own = char_vocabulary_of_file(source, &source_hash, block_bytes);
+  if (kind == Tokenizer::Kind::Byte) own = Tokenizer::from_text(kind, "", source);
+  const Tokenizer tok = req.given ? *req.given : *own;
   const uint32_t width = tok.size() <= 65536 ? 2 : 4;
   nlohmann::json meta_json = {{"format", "tfm token cache"},
                               {"source", std::filesystem::absolute(source).lexically_normal().string()},
@@ -519,10 +536,10 @@ void build(const std::string& cache, const std::string& source, const Request& r
   Header h{};
   std::memcpy(h.magic, kMagic, sizeof kMagic);
   h.width = width;
-  h.vocab_from_source = req.given ? 0 : 1;
+  h.tokenizer_hash = fingerprint(tok);
+  h.vocab_from_source = own && fingerprint(*own) == h.tokenizer_hash ? 1 : 0;
   h.meta_bytes = meta.size();
   h.tokens_offset = (sizeof h + meta.size() + kAlign - 1) / kAlign * kAlign;
-  h.tokenizer_hash = fingerprint(tok);
 
   AtomicFile file(cache);
   const std::string front(static_cast<size_t>(h.tokens_offset - sizeof h - meta.size()), '\0');
@@ -554,7 +571,7 @@ void build(const std::string& cache, const std::string& source, const Request& r
     }
   }, threads, block_bytes);
   flush();
-  if (req.given || req.kind != Tokenizer::Kind::Char) source_hash = hash;
+  if (kind != Tokenizer::Kind::Char) source_hash = hash;
   const SourceStat after = stat_source(source);
   if (after.size != before.size || after.mtime_ns != before.mtime_ns || hash != source_hash)
     throw IoError(source + ": the file changed while it was being tokenized; run again when it is complete");

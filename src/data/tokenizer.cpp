@@ -310,20 +310,42 @@ void Tokenizer::encode_piece(std::string_view text, const std::string& source, u
       ids.push_back(id < 0 ? unk_ - shift : id);
     }
   } else {
-    std::vector<uint32_t> cps;
-    cps.reserve(text.size());
-    decode_utf8(text, source, byte_offset, cps);
     const uint32_t top = symbols_.empty() ? 0 : symbols_.back() + 1;
     std::vector<int32_t> table(top, -1);  // code point -> id
     for (size_t i = 0; i < symbols_.size(); ++i) table[symbols_[i]] = static_cast<int32_t>(i);
-    ids.reserve(first + cps.size());
-    for (size_t i = 0; i < cps.size(); ++i) {
-      const int32_t id = cps[i] < top ? table[cps[i]] : -1;
-      if (id < 0 && unk_ < 0)
-        throw IoError(source + ": character " + show_symbol(cps[i]) + " at character " +
-                      std::to_string(char_offset + i) + " is not in the vocabulary of " +
-                      std::to_string(symbols_.size()) + " symbols");
+    ids.reserve(first + text.size());
+    const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+    const size_t n = text.size();
+    uint64_t chars = char_offset;
+    size_t at = 0;  // where the bytes not yet decoded start
+    const auto put = [&](uint32_t cp) {
+      const int32_t id = cp < top ? table[cp] : -1;
+      if (id < 0 && unk_ < 0) {
+        std::vector<uint32_t> rest;  // invalid UTF-8 anywhere is reported first, as a whole-text decode does
+        decode_utf8(text.substr(at), source, byte_offset + at, rest);
+        throw IoError(source + ": character " + show_symbol(cp) + " at character " + std::to_string(chars) +
+                      " is not in the vocabulary of " + std::to_string(symbols_.size()) + " symbols");
+      }
       ids.push_back(id < 0 ? unk_ - shift : id);
+      ++chars;
+    };
+    std::vector<uint32_t> cps;
+    for (size_t i = 0; i < n;) {
+      if (p[i] < 0x80) {  // ASCII: one byte, one character
+        at = i + 1;
+        put(p[i++]);
+        continue;
+      }
+      // A non-ASCII run, decoded with the ASCII byte after it: a character that byte cuts short fails
+      // there, as in a decode of the whole text.
+      size_t j = i;
+      while (j < n && p[j] >= 0x80) ++j;
+      const size_t end = j < n ? j + 1 : n;
+      cps.clear();
+      decode_utf8(text.substr(i, end - i), source, byte_offset + i, cps);
+      at = end;
+      for (uint32_t cp : cps) put(cp);
+      i = end;
     }
   }
   if (shift != 0)

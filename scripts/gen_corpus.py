@@ -1,0 +1,32 @@
+#!/usr/bin/env python3
+"""Writes a varied text corpus of about SIZE bytes built from a seed text, for scripts/bench_data.sh.
+
+Not the seed repeated: lines are drawn at random from the seed text, and a third of them are replaced
+by a 'salad' of words drawn at random from the seed's word stream (so word frequencies stay natural but
+almost no line repeats), which gives BPE a real vocabulary to learn and encode.
+  scripts/gen_corpus.py SEED_TEXT SIZE_MB OUT [--seed N]
+"""
+import argparse
+import random
+
+ap = argparse.ArgumentParser()
+ap.add_argument("seed_text")
+ap.add_argument("size_mb", type=float)
+ap.add_argument("out")
+ap.add_argument("--seed", type=int, default=1)
+a = ap.parse_args()
+rng = random.Random(a.seed)
+text = open(a.seed_text, encoding="utf-8").read()
+lines = [l for l in text.split("\n") if l.strip()]
+words = text.split()
+target = int(a.size_mb * 1e6)
+written = 0
+with open(a.out, "w", encoding="utf-8") as f:
+    while written < target:
+        block = rng.choices(lines, k=20000)
+        for i in range(0, len(block), 3):  # every third line: a salad of 3-12 random words
+            block[i] = " ".join(rng.choices(words, k=rng.randint(3, 12)))
+        s = "\n".join(block) + "\n"
+        s = s[: target - written] if written + len(s) > target else s
+        f.write(s)
+        written += len(s.encode("utf-8"))
