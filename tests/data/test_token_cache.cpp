@@ -285,7 +285,7 @@ TEST_CASE("token cache: errors name the file, at the same offsets as a whole-fil
   CHECK_THROWS_WITH(open_token_cache(src, Tokenizer::Kind::Char, o), Catch::StartsWith("data.cache_dir: cannot create"));
 }
 
-TEST_CASE("token cache: spans read windows of the mapping; batches equal those of the vector", "[data][cache]") {
+TEST_CASE("token cache: spans read windows of the mapping, and batches equal those of the vector", "[data][cache]") {
   const Dir dir("spans");
   const std::string src = dir.file("corpus.txt");
   const std::string text = varied_text(20000, 7);
