@@ -356,6 +356,31 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
   return out;
 }
 
+void BpeChunkCache::clear() {
+  index_.clear();
+  keys_.clear();
+  ids_.clear();
+}
+
+void BpeTokenizer::encode(std::string_view text, std::vector<int32_t>& out, BpeChunkCache& cache) const {
+  for_each_chunk(text, [&](std::string_view chunk) {
+    const auto it = cache.index_.find(chunk);
+    if (it != cache.index_.end()) {
+      const auto [begin, len] = it->second;
+      out.insert(out.end(), cache.ids_.begin() + static_cast<std::ptrdiff_t>(begin),
+                 cache.ids_.begin() + static_cast<std::ptrdiff_t>(begin + len));
+      return;
+    }
+    const size_t first = out.size();
+    encode_chunk(chunk, out);
+    if (cache.index_.size() >= BpeChunkCache::kMaxEntries) cache.clear();
+    const std::string& key = cache.keys_.emplace_back(chunk);
+    const size_t begin = cache.ids_.size();
+    cache.ids_.insert(cache.ids_.end(), out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
+    cache.index_.emplace(std::string_view(key), std::make_pair(begin, out.size() - first));
+  });
+}
+
 std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string out;
   for (size_t i = 0; i < ids.size(); ++i) {

@@ -195,7 +195,7 @@ uint64_t hash_file_range(int fd, uint64_t offset, uint64_t length, int threads, 
 // block-folded one), hashed as it goes, and handed out in blocks of at most `block` bytes.
 class SourceReader {
  public:
-  static constexpr size_t kReadBytes = 4 * kHashBlockBytes;
+  static constexpr size_t kReadBytes = kHashBlockBytes;
   SourceReader(const std::string& path, size_t block)
       : path_(path), fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)), block_(block == 0 ? kReadBytes : block) {
     if (fd_.fd < 0) throw IoError(detail::concat(path, ": cannot open: ", errno_str()));
@@ -292,6 +292,7 @@ uint64_t encode_file(const std::string& source, const Tokenizer& tok,
   uint64_t base = 0;  // file offset of buf[0]
   uint64_t chars = 0; // characters before buf[0]
   std::vector<std::vector<int32_t>> out(static_cast<size_t>(T));
+  std::vector<BpeChunkCache> chunk_caches(static_cast<size_t>(T));  // piece k's, kept across blocks
   for (;;) {
     const bool more = reader.append(buf);
     if (buf.empty()) break;
@@ -313,7 +314,8 @@ uint64_t encode_file(const std::string& source, const Tokenizer& tok,
       for (int k = 1; k < n; ++k) char_at[k] = char_at[k - 1] + count_chars(ready.substr(cuts[k - 1], cuts[k] - cuts[k - 1]));
     parallel_for(n, T, [&](int k) {
       out[k].clear();
-      tok.encode_piece(ready.substr(cuts[k], cuts[k + 1] - cuts[k]), source, base + cuts[k], char_at[k], out[k]);
+      tok.encode_piece(ready.substr(cuts[k], cuts[k + 1] - cuts[k]), source, base + cuts[k], char_at[k], out[k],
+                       &chunk_caches[k]);
     });
     for (int k = 0; k < n; ++k) {
       sink(out[k].data(), out[k].size());
@@ -416,6 +418,35 @@ SourceStat stat_source(const std::string& path) {
           static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + static_cast<int64_t>(st.st_mtim.tv_nsec)};
 }
 
+// A cache file's identity when its tokens were last hashed in full, kept in CACHE.checked: while the
+// file's inode, size, mtime and ctime are unchanged, nothing has written to it since, and a start
+// skips hashing its ids again (a 1 GB corpus's 2 GB of ids would cost a second per start). Any write,
+// truncation or copy changes the ctime (which no one can set back), and then the ids are hashed again.
+struct CheckStamp {
+  uint64_t dev, ino, size;
+  int64_t mtime_ns, ctime_ns;
+  uint64_t header_hash, tokens_hash;
+  uint64_t hash;  // of the fields above
+};
+
+CheckStamp stamp_of(const struct stat& st, const Header& h) {
+  CheckStamp s{};
+  s.dev = static_cast<uint64_t>(st.st_dev), s.ino = static_cast<uint64_t>(st.st_ino);
+  s.size = static_cast<uint64_t>(st.st_size);
+  s.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  s.ctime_ns = static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
+  s.header_hash = h.header_hash, s.tokens_hash = h.tokens_hash;
+  s.hash = hash64(&s, offsetof(CheckStamp, hash));
+  return s;
+}
+
+bool stamp_matches(const std::string& path, const CheckStamp& now) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  CheckStamp saved;
+  return fd.fd >= 0 && pread_full(fd.fd, &saved, sizeof saved, 0) == sizeof saved &&
+         std::memcmp(&saved, &now, sizeof saved) == 0;
+}
+
 // What the caller asked for: a vocabulary derived from the source (kind), or a given tokenizer.
 struct Request {
   Tokenizer::Kind kind;
@@ -497,9 +528,24 @@ std::optional<TokenCache> try_open(const std::string& cache, const std::string& 
                   false);
   }
 
-  // The ids themselves.
-  if (hash_file_range(fd.fd, h.tokens_offset, h.count * h.width, threads, cache) != h.tokens_hash)
-    return reject("its tokens fail their checksum (corrupt)", true);
+  // The ids themselves, unless they were hashed since the file was last written (CheckStamp).
+  const CheckStamp stamp = stamp_of(st, h);
+  const std::string stamp_path = cache + ".checked";
+  if (!stamp_matches(stamp_path, stamp)) {
+    if (hash_file_range(fd.fd, h.tokens_offset, h.count * h.width, threads, cache) != h.tokens_hash)
+      return reject("its tokens fail their checksum (corrupt)", true);
+    // File times tick coarsely (a few ms): a file written less than a second ago could be written
+    // again within the same tick, unseen; it is stamped at a later start.
+    const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::system_clock::now().time_since_epoch()).count();
+    if (now_ns - stamp.ctime_ns > 1000000000) {
+      try {
+        write_file_atomically(stamp_path, std::string(reinterpret_cast<const char*>(&stamp), sizeof stamp));
+      } catch (const IoError&) {
+        // A read-only cache directory: the ids are hashed at every start instead.
+      }
+    }
+  }
 
   void* base = ::mmap(nullptr, static_cast<size_t>(file_bytes), PROT_READ, MAP_SHARED, fd.fd, 0);
   if (base == MAP_FAILED) throw IoError(detail::concat(cache, ": cannot map it: ", errno_str()));
@@ -558,15 +604,15 @@ void build(const std::string& cache, const std::string& source, const Request& r
   };
   const uint64_t hash = encode_file(source, tok, [&](const int32_t* ids, size_t n) {
     count += n;
-    for (size_t i = 0; i < n; ++i) {
+    while (n > 0) {
+      const size_t k = std::min(n, (block.size() - fill) / width);  // ids that fit in the block
       if (width == 2) {
-        const uint16_t id = static_cast<uint16_t>(ids[i]);
-        std::memcpy(block.data() + fill, &id, 2);
+        uint16_t* out = reinterpret_cast<uint16_t*>(block.data() + fill);  // fill is even
+        for (size_t i = 0; i < k; ++i) out[i] = static_cast<uint16_t>(ids[i]);
       } else {
-        const uint32_t id = static_cast<uint32_t>(ids[i]);
-        std::memcpy(block.data() + fill, &id, 4);
+        std::memcpy(block.data() + fill, ids, k * 4);
       }
-      fill += width;
+      fill += k * width, ids += k, n -= k;
       if (fill == block.size()) flush();
     }
   }, threads, block_bytes);

@@ -291,15 +291,18 @@ std::vector<int32_t> Tokenizer::encode(const std::string& text, const std::strin
 }
 
 void Tokenizer::encode_piece(std::string_view text, const std::string& source, uint64_t byte_offset,
-                             uint64_t char_offset, std::vector<int32_t>& ids) const {
+                             uint64_t char_offset, std::vector<int32_t>& ids, BpeChunkCache* bpe_cache) const {
   const int32_t shift = static_cast<int32_t>(specials_.size());
   const size_t first = ids.size();
-  if (bpe_) {
-    const std::vector<int32_t> piece = bpe_->encode(text);  // every byte string encodes
+  if (bpe_ && bpe_cache) {
+    bpe_->encode(text, ids, *bpe_cache);  // every byte string encodes
+  } else if (bpe_) {
+    const std::vector<int32_t> piece = bpe_->encode(text);
     ids.insert(ids.end(), piece.begin(), piece.end());
   } else if (kind_ == Kind::Byte) {
-    ids.reserve(first + text.size());
-    for (unsigned char b : text) ids.push_back(b);
+    ids.resize(first + text.size());
+    int32_t* out = ids.data() + first;
+    for (size_t i = 0; i < text.size(); ++i) out[i] = static_cast<unsigned char>(text[i]);
   } else if (kind_ == Kind::Word) {
     const std::vector<std::string> words = split_words(std::string(text), source);
     for (size_t i = 0; i < words.size(); ++i) {
@@ -313,21 +316,23 @@ void Tokenizer::encode_piece(std::string_view text, const std::string& source, u
     const uint32_t top = symbols_.empty() ? 0 : symbols_.back() + 1;
     std::vector<int32_t> table(top, -1);  // code point -> id
     for (size_t i = 0; i < symbols_.size(); ++i) table[symbols_[i]] = static_cast<int32_t>(i);
-    ids.reserve(first + text.size());
+    ids.resize(first + text.size());  // at most one id per byte; trimmed below
+    int32_t* out = ids.data() + first;
     const auto* p = reinterpret_cast<const unsigned char*>(text.data());
     const size_t n = text.size();
-    uint64_t chars = char_offset;
+    const uint64_t char0 = char_offset;
+    size_t w = 0;   // ids written
     size_t at = 0;  // where the bytes not yet decoded start
     const auto put = [&](uint32_t cp) {
       const int32_t id = cp < top ? table[cp] : -1;
       if (id < 0 && unk_ < 0) {
         std::vector<uint32_t> rest;  // invalid UTF-8 anywhere is reported first, as a whole-text decode does
         decode_utf8(text.substr(at), source, byte_offset + at, rest);
-        throw IoError(source + ": character " + show_symbol(cp) + " at character " + std::to_string(chars) +
+        ids.resize(first);
+        throw IoError(source + ": character " + show_symbol(cp) + " at character " + std::to_string(char0 + w) +
                       " is not in the vocabulary of " + std::to_string(symbols_.size()) + " symbols");
       }
-      ids.push_back(id < 0 ? unk_ - shift : id);
-      ++chars;
+      out[w++] = id < 0 ? unk_ - shift : id;
     };
     std::vector<uint32_t> cps;
     for (size_t i = 0; i < n;) {
@@ -347,6 +352,7 @@ void Tokenizer::encode_piece(std::string_view text, const std::string& source, u
       for (uint32_t cp : cps) put(cp);
       i = end;
     }
+    ids.resize(first + w);
   }
   if (shift != 0)
     for (size_t i = first; i < ids.size(); ++i) ids[i] += shift;

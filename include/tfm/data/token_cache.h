@@ -23,7 +23,10 @@
 //   tokens_offset  count ids of `width` bytes; the file ends there.
 // Nothing in it is trusted before it is checked: a short file, a bad magic, a header or token hash
 // that does not match, a source or tokenizer that changed: each is named in a log line and the cache
-// is rebuilt.
+// is rebuilt. The ids' hash is checked in full at the first start after the file was written (about a
+// second of hashing per GB of ids); CACHE.checked then records the file's inode, size, mtime and ctime,
+// and later starts skip that pass while they are unchanged (any write to the file changes its ctime).
+// A source whose mtime changed is hashed again and, if its bytes are the same, keeps its cache.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -87,7 +90,7 @@ struct TokenCacheOptions {
   bool rebuild = false;
   // Threads that encode in parallel (BPE); 0 = the machine's cores.
   int threads = 0;
-  // Bytes of text per streaming step (0 = 16 MiB); tests make it small to cross many block edges.
+  // Bytes of text per streaming step (0 = 4 MiB); tests make it small to cross many block edges.
   size_t block_bytes = 0;
 };
 
