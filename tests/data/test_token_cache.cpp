@@ -4,12 +4,14 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tfm/data/bpe.h"
@@ -250,6 +252,23 @@ TEST_CASE("token cache: a truncated or corrupt cache is named and rebuilt, never
   flipped = good;
   flipped[120] ^= 0x01;  // inside the JSON
   damaged(flipped, "its header fails its checksum");
+
+  // Once hashed in full (a second after it was written), a start skips hashing the ids while the file
+  // is unchanged; a write in place (same size) is still caught.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  CHECK_FALSE(open_token_cache(src, Tokenizer::Kind::Byte, o).built);
+  REQUIRE(fs::exists(cache + ".checked"));
+  CHECK_FALSE(open_token_cache(src, Tokenizer::Kind::Byte, o).built);
+  flipped = good;
+  flipped[good.size() - 10] ^= 0x01;
+  {
+    std::fstream f(cache, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(static_cast<std::streamoff>(good.size() - 10));
+    f.put(flipped[good.size() - 10]);
+  }
+  log.clear();
+  CHECK(open_token_cache(src, Tokenizer::Kind::Byte, o).built);
+  CHECK(logged(log, "its tokens fail their checksum"));
 }
 
 TEST_CASE("token cache: errors name the file, at the same offsets as a whole-file read", "[data][cache]") {

@@ -39,6 +39,15 @@
 
 namespace tfm {
 
+// A mapped cache file (token_cache.cpp). Reading a window faults in the pages around it (the kernel
+// maps whole page-cache folios, up to 2 MiB, and fault-around beyond), so over a run a mapping's
+// resident set would grow towards the whole cache (~100 MB after 40 steps on a 100 MB corpus); every 8
+// reads its pages are dropped from this process (MADV_DONTNEED: they stay in the page cache, shared
+// with other processes, and a later read costs a minor fault), which keeps a run's resident set within
+// ~16 MB of its model whatever the corpus size.
+class TokenMapping;
+void note_read(const TokenMapping& mapping, int64_t bytes);
+
 // A read-only run of token ids, uint16 or uint32 underneath: a window of a mapped cache, or of a
 // vector. Copies are cheap (they share what they view) and safe across threads.
 class TokenSpan {
@@ -47,8 +56,10 @@ class TokenSpan {
   // A view of `ids`, which must outlive it (a test's vector, a call's argument).
   TokenSpan(const std::vector<int32_t>& ids)  // NOLINT: implicit, as std::span is
       : data_(ids.data()), width_(4), size_(static_cast<int64_t>(ids.size())) {}
-  // `count` ids of `width` bytes (2 or 4) at `data`, which `owner` keeps alive (a mapping).
-  TokenSpan(const void* data, int width, int64_t count, std::shared_ptr<const void> owner);
+  // `count` ids of `width` bytes (2 or 4) at `data`, which `owner` keeps alive; `mapping`, when
+  // given, is the cache mapping they are in (owned by `owner`).
+  TokenSpan(const void* data, int width, int64_t count, std::shared_ptr<const void> owner,
+            const TokenMapping* mapping = nullptr);
   // A span that owns its ids.
   static TokenSpan of(std::vector<int32_t> ids);
 
@@ -70,6 +81,7 @@ class TokenSpan {
   int width_ = 4;
   int64_t size_ = 0;
   std::shared_ptr<const void> owner_;
+  const TokenMapping* mapping_ = nullptr;
 };
 
 // 64-bit hash of bytes (XXH64's algorithm, seed 0).
