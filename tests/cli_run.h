@@ -68,7 +68,13 @@ inline std::string scratch_path(const std::string& group, const std::string& nam
     std::vector<std::string> paths;
     ~Registry() {
       std::error_code ec;
-      for (const auto& p : paths) std::filesystem::remove_all(p, ec), std::filesystem::remove(p + "_data.txt", ec);
+      for (const auto& p : paths) {
+        std::filesystem::remove_all(p, ec), std::filesystem::remove(p + "_data.txt", ec);
+        // The data file's token caches (data.cache_dir's default: .tfm-cache beside it).
+        const std::string name = std::filesystem::path(p).filename().string() + "_data.txt.";
+        for (const auto& e : std::filesystem::directory_iterator("/tmp/.tfm-cache", ec))
+          if (e.path().filename().string().rfind(name, 0) == 0) std::filesystem::remove(e.path(), ec);
+      }
     }
   };
   static Registry registry;

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "tfm/data/dataset.h"
-#include "tfm/models/model.h"
+#include "tfm/models/language_model.h"
 #include "tfm/training/optim.h"
 #include "tfm/training/trainer.h"
 

@@ -78,6 +78,7 @@ std::vector<Command> add_objective_commands(CLI::App& app);  // objectives.cpp: 
 std::vector<Command> add_gradcheck_commands(CLI::App& app);  // gradcheck.cpp: gradcheck
 std::vector<Command> add_heads_commands(CLI::App& app);      // heads.cpp: heads
 std::vector<Command> add_sweep_commands(CLI::App& app);      // sweep.cpp: sweep
+std::vector<Command> add_data_commands(CLI::App& app);       // data.cpp: data prepare
 
 // Creates `dir` (and its parents) for a command's output files; IoError naming it and `flag` when it
 // cannot (plot.cpp).

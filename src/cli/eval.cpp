@@ -19,7 +19,7 @@ namespace {
 
 // One batch of `rows` validation windows (the first evaluation batch) and the model's logits for them:
 // {"tokens": (B, T) ids, "logits": (B, T, V)}, for torch_lm.py --check-logits.
-void dump_logits(LanguageModel& model, const Config& c, const std::vector<int32_t>& tokens, int64_t rows,
+void dump_logits(LanguageModel& model, const Config& c, const TokenSpan& tokens, int64_t rows,
                  const std::string& path) {
   const int64_t T = c.integer("train.seq_len");
   BatchSampler sampler(eval_seed(c));
@@ -66,7 +66,8 @@ int eval_command(const EvalOptions& o) {
     if (!run.model)
       throw ConfigError("--dump-logits: only for language-model runs (train.objective causal_lm or masked_lm)");
     const Dataset data =
-        load_dataset(c.string("data.path"), run.checkpoint.tokenizer, c.number("data.val_fraction"), T);
+        load_dataset(c.string("data.path"), run.checkpoint.tokenizer, c.number("data.val_fraction"), T,
+                     token_cache_options(c, true));
     dump_logits(*run.model, c, split == "val" ? data.val : data.train, batches == 0 ? 2 : batches, o.dump_path);
     return kExitOk;
   }

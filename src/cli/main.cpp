@@ -33,6 +33,7 @@ Examples:
   tfm train --config configs/eng_fra_d2l.json           # encoder-decoder: translation
   tfm translate --run runs/eng_fra_d2l --text "go ." --text "i lost ."
   tfm info --config configs/shakespeare_char_large.json
+  tfm data prepare --config configs/shakespeare_char.json   # tokenize the corpus into its cache now
   tfm heads --run runs/shakespeare_char                 # what each attention head is worth
   tfm sweep --config configs/shakespeare_char.json --grid model.n_heads=1,2,4,8
   tfm config --config configs/shakespeare_char.json --set model.n_layers=6
@@ -66,7 +67,7 @@ static int run_cli(int argc, char** argv) {
   for (auto add : {cli::add_train_commands, cli::add_eval_commands, cli::add_sample_commands, cli::add_info_commands,
                    cli::add_config_commands, cli::add_bench_commands, cli::add_insight_commands,
                    cli::add_objective_commands, cli::add_gradcheck_commands, cli::add_heads_commands,
-                   cli::add_sweep_commands})
+                   cli::add_sweep_commands, cli::add_data_commands})
     for (cli::Command& c : add(app)) commands.push_back(std::move(c));
 
   try {

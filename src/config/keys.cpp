@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "table.h"
+#include "tfm/data/token_cache.h"
 #include "tfm/engine/error.h"
 
 namespace tfm {
@@ -136,6 +137,14 @@ std::vector<KeySpec> build_table() {
       Key("data.tokenizer_path", T::String, nullptr,
           "Tokenizer file for data.tokenizer = `bpe` (`tfm tokenizer train`); the checkpoint keeps a copy.")
           .derived("null (only bpe uses it)", [](const json&) { return json(); }),
+      Key("data.cache_dir", T::String, nullptr,
+          "Where a text corpus's token cache lives (tokenized once, memory-mapped by every later train, "
+          "resume, eval, sample, heads and sweep point; rebuilt when the file or tokenizer changes). Beside the "
+          "data by default, so every run of the file shares it and it goes with the data.")
+          .derived("\".tfm-cache\" in data.path's directory",
+                   [](const json& t) { return json(default_cache_dir(text(t, "data.path"))); })
+          .resumable()
+          .only_for(kLanguageModels),
       Key("data.val_fraction", T::Number, 0.1,
           "The first floor(N * (1 - f)) tokens train, the rest validate (pairs: the last f of the pairs "
           "after a shuffle by the seed).")

@@ -142,6 +142,24 @@ std::vector<std::string_view> pretokenize(std::string_view text) {
   return out;
 }
 
+size_t pretokenize_cut(std::string_view t, size_t at) {
+  // Why these are chunk starts whatever precedes them (chunk_end): a newline run of one byte is a
+  // chunk of its own that ends where the next non-space starts, in the piece (end of text) and in the
+  // whole; a letter or digit run ends at the first byte of another class, and a symbol starts a chunk.
+  const auto ws = [](unsigned char c) { return is_space(static_cast<char>(c)); };
+  const auto alnum = [](unsigned char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+  };
+  const auto symbol = [&](unsigned char c) { return c > 0x20 && c < 0x7F && !alnum(c) && c != '\''; };
+  if (t.size() < 3) return 0;
+  for (size_t p = std::min(at, t.size() - 1); p >= 2; --p) {
+    const auto a = static_cast<unsigned char>(t[p - 2]), b = static_cast<unsigned char>(t[p - 1]),
+               c = static_cast<unsigned char>(t[p]);
+    if ((b == '\n' && !ws(a) && !ws(c)) || (alnum(b) && symbol(c))) return p;
+  }
+  return 0;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Construction
 
@@ -336,6 +354,31 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
     cache.emplace(chunk, std::make_pair(begin, out.size() - begin));
   });
   return out;
+}
+
+void BpeChunkCache::clear() {
+  index_.clear();
+  keys_.clear();
+  ids_.clear();
+}
+
+void BpeTokenizer::encode(std::string_view text, std::vector<int32_t>& out, BpeChunkCache& cache) const {
+  for_each_chunk(text, [&](std::string_view chunk) {
+    const auto it = cache.index_.find(chunk);
+    if (it != cache.index_.end()) {
+      const auto [begin, len] = it->second;
+      out.insert(out.end(), cache.ids_.begin() + static_cast<std::ptrdiff_t>(begin),
+                 cache.ids_.begin() + static_cast<std::ptrdiff_t>(begin + len));
+      return;
+    }
+    const size_t first = out.size();
+    encode_chunk(chunk, out);
+    if (cache.index_.size() >= BpeChunkCache::kMaxEntries) cache.clear();
+    const std::string& key = cache.keys_.emplace_back(chunk);
+    const size_t begin = cache.ids_.size();
+    cache.ids_.insert(cache.ids_.end(), out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
+    cache.index_.emplace(std::string_view(key), std::make_pair(begin, out.size() - first));
+  });
 }
 
 std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {

@@ -9,23 +9,28 @@
 namespace tfm {
 namespace {
 
-// The whole data file (bounded: token ids take 4 bytes per byte of text at worst).
-std::string read_data_file(const std::string& path) {
-  constexpr uint64_t kMaxDataBytes = uint64_t{1} << 31;
+// The data file's size; IoError naming it (with how to fetch the default corpus) when it is missing,
+// and when it is empty.
+void check_data_file(const std::string& path) {
+  uint64_t size = 0;
   try {
-    return read_file(path, kMaxDataBytes);
+    size = file_size(path);
   } catch (const IoError& e) {
     if (path.find("tinyshakespeare") == std::string::npos) throw;
     throw IoError(std::string(e.what()) + " (data.path; scripts/get_data.sh fetches it)");
   }
+  if (size == 0) throw IoError(path + ": the data file is empty");
 }
 
-Dataset split(const std::string& path, Tokenizer tok, std::vector<int32_t> ids, double val_fraction,
-              int64_t seq_len) {
+Dataset split(const std::string& path, TokenCache cache, double val_fraction, int64_t seq_len) {
   Dataset d;
   d.path = path;
-  d.tokenizer = std::move(tok);
-  const int64_t N = static_cast<int64_t>(ids.size());
+  d.tokenizer = std::move(cache.tokenizer);
+  d.cache_path = cache.path;
+  d.cache_built = cache.built;
+  d.load_seconds = cache.seconds;
+  const TokenSpan& ids = cache.tokens;
+  const int64_t N = ids.size();
   // As torch_lm.py: int(len(data) * (1.0 - val_fraction)).
   const int64_t n_train = static_cast<int64_t>(static_cast<double>(N) * (1.0 - val_fraction));
   const int64_t need = seq_len + 2;  // randint(n - T - 1) needs n - T - 1 >= 1
@@ -38,42 +43,38 @@ Dataset split(const std::string& path, Tokenizer tok, std::vector<int32_t> ids, 
   };
   too_short("training", n_train);
   too_short("validation", N - n_train);
-  d.train.assign(ids.begin(), ids.begin() + n_train);
-  d.val.assign(ids.begin() + n_train, ids.end());
+  d.train = ids.slice(0, n_train);
+  d.val = ids.slice(n_train, N);
   return d;
 }
 
 }  // namespace
 
 Dataset load_dataset(const std::string& path, const std::string& tokenizer, double val_fraction,
-                     int64_t seq_len) {
-  const std::string text = read_data_file(path);
-  if (text.empty()) throw IoError(path + ": the data file is empty");
-  Tokenizer tok = Tokenizer::from_text(Tokenizer::parse_kind(tokenizer), text, path);
-  std::vector<int32_t> ids = tok.encode(text, path);
-  return split(path, std::move(tok), std::move(ids), val_fraction, seq_len);
+                     int64_t seq_len, const TokenCacheOptions& cache) {
+  check_data_file(path);
+  const Tokenizer::Kind kind = Tokenizer::parse_kind(tokenizer);
+  return split(path, open_token_cache(path, kind, cache), val_fraction, seq_len);
 }
 
 Dataset load_dataset(const std::string& path, const Tokenizer& tokenizer, double val_fraction,
-                     int64_t seq_len) {
-  const std::string text = read_data_file(path);
-  if (text.empty()) throw IoError(path + ": the data file is empty");
-  std::vector<int32_t> ids = tokenizer.encode(text, path);
-  return split(path, tokenizer, std::move(ids), val_fraction, seq_len);
+                     int64_t seq_len, const TokenCacheOptions& cache) {
+  check_data_file(path);
+  return split(path, open_token_cache(path, tokenizer, cache), val_fraction, seq_len);
 }
 
 // ---- BatchSampler ----
 
-void BatchSampler::sample(const std::vector<int32_t>& tokens, int64_t B, int64_t T, std::vector<int32_t>& x,
+void BatchSampler::sample(const TokenSpan& tokens, int64_t B, int64_t T, std::vector<int32_t>& x,
                           std::vector<int32_t>& y) {
-  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t n = tokens.size();
   TFM_CHECK(n - T - 1 >= 1, "BatchSampler::sample", "expected at least T + 2 = ", T + 2, " tokens, got ", n);
   x.resize(B * T);
   y.resize(B * T);
   for (int64_t b = 0; b < B; ++b) {
     const int64_t i = static_cast<int64_t>(rng_.below(static_cast<uint64_t>(n - T - 1)));
-    std::copy(tokens.begin() + i, tokens.begin() + i + T, x.begin() + b * T);
-    std::copy(tokens.begin() + i + 1, tokens.begin() + i + T + 1, y.begin() + b * T);
+    tokens.read(i, T, x.data() + b * T);
+    tokens.read(i + 1, T, y.data() + b * T);
   }
 }
 

@@ -40,10 +40,15 @@ std::string show_symbol(uint32_t cp) {
 std::vector<uint32_t> decode_utf8(const std::string& bytes, const std::string& source) {
   std::vector<uint32_t> out;
   out.reserve(bytes.size());
+  decode_utf8(bytes, source, 0, out);
+  return out;
+}
+
+void decode_utf8(std::string_view bytes, const std::string& source, uint64_t base, std::vector<uint32_t>& out) {
   const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
   const size_t n = bytes.size();
   auto fail = [&](size_t at, const std::string& why) {
-    throw IoError(source + ": invalid UTF-8 at byte offset " + std::to_string(at) + " (" + why +
+    throw IoError(source + ": invalid UTF-8 at byte offset " + std::to_string(base + at) + " (" + why +
                   "); data.tokenizer = \"byte\" reads any file");
   };
   size_t i = 0;
@@ -76,13 +81,12 @@ std::vector<uint32_t> decode_utf8(const std::string& bytes, const std::string& s
       const unsigned char l = k == 1 ? lo : 0x80, h = k == 1 ? hi : 0xBF;
       if (c < l || c > h)
         fail(i + k, "byte " + hex_byte(c) + " is not a valid continuation of the character at offset " +
-                        std::to_string(i));
+                        std::to_string(base + i));
       cp = (cp << 6) | (c & 0x3F);
     }
     out.push_back(cp);
     i += len;
   }
-  return out;
 }
 
 void append_utf8(std::string& out, uint32_t cp) {
@@ -281,15 +285,26 @@ int32_t Tokenizer::base_id(const std::string& word) const {
 }
 
 std::vector<int32_t> Tokenizer::encode(const std::string& text, const std::string& source) const {
-  const int32_t shift = static_cast<int32_t>(specials_.size());
   std::vector<int32_t> ids;
-  if (bpe_) {
-    ids = bpe_->encode(text);  // every byte string encodes
+  encode_piece(text, source, 0, 0, ids);
+  return ids;
+}
+
+void Tokenizer::encode_piece(std::string_view text, const std::string& source, uint64_t byte_offset,
+                             uint64_t char_offset, std::vector<int32_t>& ids, BpeChunkCache* bpe_cache) const {
+  const int32_t shift = static_cast<int32_t>(specials_.size());
+  const size_t first = ids.size();
+  if (bpe_ && bpe_cache) {
+    bpe_->encode(text, ids, *bpe_cache);  // every byte string encodes
+  } else if (bpe_) {
+    const std::vector<int32_t> piece = bpe_->encode(text);
+    ids.insert(ids.end(), piece.begin(), piece.end());
   } else if (kind_ == Kind::Byte) {
-    ids.reserve(text.size());
-    for (unsigned char b : text) ids.push_back(b);
+    ids.resize(first + text.size());
+    int32_t* out = ids.data() + first;
+    for (size_t i = 0; i < text.size(); ++i) out[i] = static_cast<unsigned char>(text[i]);
   } else if (kind_ == Kind::Word) {
-    const std::vector<std::string> words = split_words(text, source);
+    const std::vector<std::string> words = split_words(std::string(text), source);
     for (size_t i = 0; i < words.size(); ++i) {
       const int32_t id = base_id(words[i]);
       if (id < 0 && unk_ < 0)
@@ -298,21 +313,49 @@ std::vector<int32_t> Tokenizer::encode(const std::string& text, const std::strin
       ids.push_back(id < 0 ? unk_ - shift : id);
     }
   } else {
-    const std::vector<uint32_t> cps = decode_utf8(text, source);
     const uint32_t top = symbols_.empty() ? 0 : symbols_.back() + 1;
     std::vector<int32_t> table(top, -1);  // code point -> id
     for (size_t i = 0; i < symbols_.size(); ++i) table[symbols_[i]] = static_cast<int32_t>(i);
-    ids.reserve(cps.size());
-    for (size_t i = 0; i < cps.size(); ++i) {
-      const int32_t id = cps[i] < top ? table[cps[i]] : -1;
-      if (id < 0 && unk_ < 0)
-        throw IoError(source + ": character " + show_symbol(cps[i]) + " at character " + std::to_string(i) +
+    ids.resize(first + text.size());  // at most one id per byte; trimmed below
+    int32_t* out = ids.data() + first;
+    const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+    const size_t n = text.size();
+    const uint64_t char0 = char_offset;
+    size_t w = 0;   // ids written
+    size_t at = 0;  // where the bytes not yet decoded start
+    const auto put = [&](uint32_t cp) {
+      const int32_t id = cp < top ? table[cp] : -1;
+      if (id < 0 && unk_ < 0) {
+        std::vector<uint32_t> rest;  // invalid UTF-8 anywhere is reported first, as a whole-text decode does
+        decode_utf8(text.substr(at), source, byte_offset + at, rest);
+        ids.resize(first);
+        throw IoError(source + ": character " + show_symbol(cp) + " at character " + std::to_string(char0 + w) +
                       " is not in the vocabulary of " + std::to_string(symbols_.size()) + " symbols");
-      ids.push_back(id < 0 ? unk_ - shift : id);
+      }
+      out[w++] = id < 0 ? unk_ - shift : id;
+    };
+    std::vector<uint32_t> cps;
+    for (size_t i = 0; i < n;) {
+      if (p[i] < 0x80) {  // ASCII: one byte, one character
+        at = i + 1;
+        put(p[i++]);
+        continue;
+      }
+      // A non-ASCII run, decoded with the ASCII byte after it: a character that byte cuts short fails
+      // there, as in a decode of the whole text.
+      size_t j = i;
+      while (j < n && p[j] >= 0x80) ++j;
+      const size_t end = j < n ? j + 1 : n;
+      cps.clear();
+      decode_utf8(text.substr(i, end - i), source, byte_offset + i, cps);
+      at = end;
+      for (uint32_t cp : cps) put(cp);
+      i = end;
     }
+    ids.resize(first + w);
   }
-  for (int32_t& id : ids) id += shift;
-  return ids;
+  if (shift != 0)
+    for (size_t i = first; i < ids.size(); ++i) ids[i] += shift;
 }
 
 std::string Tokenizer::decode(int32_t id) const {

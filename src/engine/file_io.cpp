@@ -107,6 +107,18 @@ void AtomicFile::write(const void* data, size_t size) {
     throw IoError(detail::concat(tmp_path_, ": write failed: ", errno_str()));
 }
 
+void AtomicFile::write_at(uint64_t offset, const void* data, size_t size) {
+  TFM_CHECK(file_, "AtomicFile::write_at", "file ", path_, " already committed");
+  if (std::fflush(file_) != 0) throw IoError(detail::concat(tmp_path_, ": write failed: ", errno_str()));
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::pwrite(::fileno(file_), p, size, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw IoError(detail::concat(tmp_path_, ": write failed: ", errno_str()));
+    p += n, offset += static_cast<uint64_t>(n), size -= static_cast<size_t>(n);
+  }
+}
+
 void AtomicFile::commit() {
   TFM_CHECK(file_, "AtomicFile::commit", "file ", path_, " already committed");
   // fsync before rename: otherwise a power cut can leave the new name pointing at empty data.

@@ -11,7 +11,7 @@
 
 namespace tfm {
 
-double evaluate(LanguageModel& model, const std::vector<int32_t>& tokens, int64_t B, int64_t T,
+double evaluate(LanguageModel& model, const TokenSpan& tokens, int64_t B, int64_t T,
                 int64_t batches, uint64_t seed) {
   const bool was_training = model.training();
   model.set_training(false);

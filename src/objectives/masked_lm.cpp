@@ -77,7 +77,7 @@ class MaskedLm : public TextObjective {
 
  private:
   // Draws B windows of T tokens (x (B, T)) and masks them with the sampler's generator; y (B, T).
-  int64_t draw(const std::vector<int32_t>& tokens, BatchSampler& sampler, std::vector<int32_t>& x,
+  int64_t draw(const TokenSpan& tokens, BatchSampler& sampler, std::vector<int32_t>& x,
                std::vector<int32_t>& y) {
     sampler.sample(tokens, B_, T_, x, y);  // y (the next tokens) is overwritten by the masking
     return mask_tokens(x, y, sampler.rng(), mask_prob_, mask_id(), tokenizer_.size());

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "text_objective.h"
@@ -52,14 +53,28 @@ std::vector<std::pair<int64_t, int64_t>> shard_rows(int64_t B, int parts) {
 
 namespace {
 
-Dataset load_text(const Config& c, const Vocabulary* ckpt, int64_t T) {
+Dataset load_text(const Config& c, const Vocabulary* ckpt, int64_t T, int rank) {
   const std::string path = c.string("data.path");
   const double f = c.number("data.val_fraction");
-  if (ckpt) return load_dataset(path, ckpt->tokenizer, f, T);
+  const TokenCacheOptions cache = token_cache_options(c, rank == 0);
+  if (ckpt) return load_dataset(path, ckpt->tokenizer, f, T, cache);
   if (c.string("data.tokenizer") == "bpe")
-    return load_dataset(path, Tokenizer::load_bpe(c.string("data.tokenizer_path")), f, T);
-  return load_dataset(path, c.string("data.tokenizer"), f, T);
+    return load_dataset(path, Tokenizer::load_bpe(c.string("data.tokenizer_path")), f, T, cache);
+  return load_dataset(path, c.string("data.tokenizer"), f, T, cache);
 }
+
+}  // namespace
+
+TokenCacheOptions token_cache_options(const Config& c, bool log) {
+  TokenCacheOptions o;
+  o.dir = c.string("data.cache_dir");
+  // Before the run's log exists (the objective is built first): stderr, so stdout stays the
+  // command's own output (sample, translate pipe it).
+  if (log) o.log = [](const std::string& line) { std::fprintf(stderr, "tfm: data: %s\n", line.c_str()); };
+  return o;
+}
+
+namespace {
 
 Tokenizer tokenizer_of(const Vocabulary* ckpt, const std::optional<Dataset>& data) {
   if (data) return data->tokenizer;
@@ -75,7 +90,7 @@ TextObjective::TextObjective(const Config& config, const Vocabulary* ckpt, const
       B_(config.integer("train.batch_size")),
       T_(config.integer("train.seq_len")),
       tokenizer_(),
-      data_(o.load_data ? std::optional<Dataset>(load_text(config, ckpt, T_)) : std::nullopt),
+      data_(o.load_data ? std::optional<Dataset>(load_text(config, ckpt, T_, o.rank)) : std::nullopt),
       model_(checked_model(config.model(tokenizer_of(ckpt, data_).size() + extra_vocab), o),
              static_cast<uint64_t>(config.integer("seed"))),
       sampler_(rank_seed(static_cast<uint64_t>(config.integer("seed")), o.rank)) {
@@ -88,12 +103,15 @@ double TextObjective::train_flops_per_token() const {
 
 std::string TextObjective::describe_data() const {
   if (!data_) return "no data loaded";
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%.2f s", data_->load_seconds);
   return data_->path + ", " + tokenizer_.kind_name() + " tokenizer, vocabulary " +
          std::to_string(tokenizer_.size()) + ", " + std::to_string(data_->train.size()) + " train / " +
-         std::to_string(data_->val.size()) + " val tokens";
+         std::to_string(data_->val.size()) + " val tokens, mapped from " + data_->cache_path + " (" +
+         (data_->cache_built ? "tokenized now, " : "cached, opened in ") + secs + ")";
 }
 
-const std::vector<int32_t>& TextObjective::split_tokens(const std::string& split) const {
+const TokenSpan& TextObjective::split_tokens(const std::string& split) const {
   TFM_CHECK(data_.has_value(), name(), "built without data: no ", split, " split");
   if (split == "val") return data_->val;
   if (split == "train") return data_->train;

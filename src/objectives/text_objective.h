@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "tfm/data/dataset.h"
 #include "tfm/objectives/objective.h"
 
 namespace tfm {
@@ -27,8 +28,8 @@ class TextObjective : public Objective {
   std::unique_ptr<Model> replica() override;
 
  protected:
-  // The tokens of a split; throws when the objective was built without data.
-  const std::vector<int32_t>& split_tokens(const std::string& split) const;
+  // The tokens of a split (a view of the mapped token cache); throws when built without data.
+  const TokenSpan& split_tokens(const std::string& split) const;
   // The shards of a drawn batch x, y (B, T), both text objectives' loss: the cross-entropy over the
   // positions whose target is not kNotMasked (all of them for causal_lm), each shard scaled by its
   // share of those positions so that the shards' sum is the batch's mean.

@@ -18,7 +18,13 @@ std::vector<std::string>& written() {
   static struct Files {
     std::vector<std::string> paths;
     ~Files() {
-      for (const auto& p : paths) std::remove(p.c_str());
+      for (const auto& p : paths) {
+        std::remove(p.c_str());
+        // and its token caches (data.cache_dir's default: .tfm-cache beside it)
+        for (const char* kind : {"char", "byte", "bpe"})
+          for (const char* suffix : {"", ".lock", ".checked"})
+            std::remove((default_cache_dir(p) + "/" + p.substr(p.rfind('/') + 1) + "." + kind + ".tokens" + suffix).c_str());
+      }
     }
   } files;
   return files.paths;

@@ -10,6 +10,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -31,6 +32,28 @@ constexpr int kBpeMaxVocab = 1 << 20;
 // count as symbols. Concatenating the chunks gives back `text`.
 std::vector<std::string_view> pretokenize(std::string_view text);
 
+// The last position p <= at (2 <= p < text.size()) where text may be cut without changing its chunks:
+// pretokenize(text[0, p)) followed by pretokenize(text[p, n)) is pretokenize(text), so the two
+// pieces encode (in parallel, in a streaming pass) to the whole text's tokens. 0 when there is none.
+// Such a p: a newline between two non-whitespace bytes (before it), or an ASCII letter or digit
+// followed by an ASCII symbol other than the apostrophe.
+size_t pretokenize_cut(std::string_view text, size_t at);
+
+// Chunks already encoded, kept across encode() calls by a streaming encoder (one per thread): a
+// corpus repeats its words, so most chunks are looked up rather than merged. Bounded: it starts
+// over past kMaxEntries distinct chunks.
+class BpeChunkCache {
+ public:
+  static constexpr size_t kMaxEntries = size_t{1} << 18;
+  void clear();
+
+ private:
+  friend class BpeTokenizer;
+  std::unordered_map<std::string_view, std::pair<size_t, size_t>> index_;  // chunk -> [begin, begin + n) of ids_
+  std::deque<std::string> keys_;  // the chunks' bytes (stable addresses for the views)
+  std::vector<int32_t> ids_;
+};
+
 class BpeTokenizer {
  public:
   using Merge = std::pair<int32_t, int32_t>;
@@ -44,6 +67,8 @@ class BpeTokenizer {
   static BpeTokenizer train(const std::string& text, int vocab_size);
 
   std::vector<int32_t> encode(std::string_view text) const;
+  // Appends the ids of `text` to `out`, looking chunks up in (and adding them to) `cache`.
+  void encode(std::string_view text, std::vector<int32_t>& out, BpeChunkCache& cache) const;
   // Error("bpe decode: ...") for an id outside [0, vocab_size()).
   std::string decode(const std::vector<int32_t>& ids) const;
 

@@ -1,10 +1,13 @@
 // A text file as token streams: the train/validation split (the first floor(N * (1 - val_fraction))
-// tokens train, as docs/architecture.md says) and seeded random windows of it.
+// tokens train, as docs/architecture.md says) and seeded random windows of it. The streams are views
+// of the file's token cache (token_cache.h), mapped, not copied: a corpus costs the process no memory
+// beyond the pages its batches touch.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "tfm/data/token_cache.h"
 #include "tfm/data/tokenizer.h"
 #include "tfm/engine/random.h"
 
@@ -12,26 +15,29 @@ namespace tfm {
 
 struct Dataset {
   Tokenizer tokenizer;
-  std::vector<int32_t> train, val;
+  TokenSpan train, val;  // (N_train), (N_val): views of the cache's mapping
   std::string path;
+  std::string cache_path;   // the token cache the spans map
+  bool cache_built = false; // tokenized by this load (else mapped from an earlier one)
+  double load_seconds = 0;  // the cache's open (or build) time
 };
 
-// Reads `path` and splits it. Throws IoError (missing, empty, invalid UTF-8) or ConfigError when a
-// split is too short for one sequence of `seq_len` (it needs seq_len + 2 tokens).
+// Reads `path` through its token cache and splits it. Throws IoError (missing, empty, invalid UTF-8,
+// an unwritable cache directory) or ConfigError when a split is too short for one sequence of
+// `seq_len` (it needs seq_len + 2 tokens).
 Dataset load_dataset(const std::string& path, const std::string& tokenizer, double val_fraction,
-                     int64_t seq_len);
-// The same file encoded with an existing vocabulary (evaluating a trained run).
+                     int64_t seq_len, const TokenCacheOptions& cache = {});
+// The same file encoded with an existing vocabulary (evaluating a trained run, a BPE tokenizer).
 Dataset load_dataset(const std::string& path, const Tokenizer& tokenizer, double val_fraction,
-                     int64_t seq_len);
+                     int64_t seq_len, const TokenCacheOptions& cache = {});
 
 // B random windows of T+1 tokens: offsets uniform in [0, n - T - 1) as torch.randint(n - T - 1).
 // Its state is one Rng, saved in checkpoints, so a resumed run draws the same batches.
 class BatchSampler {
  public:
   explicit BatchSampler(uint64_t seed) : rng_(seed) {}
-  // x, y: (B, T) row-major; y is x shifted by one token.
-  void sample(const std::vector<int32_t>& tokens, int64_t B, int64_t T, std::vector<int32_t>& x,
-              std::vector<int32_t>& y);
+  // x, y: (B, T) row-major; y is x shifted by one token. Reads the windows straight from `tokens`.
+  void sample(const TokenSpan& tokens, int64_t B, int64_t T, std::vector<int32_t>& x, std::vector<int32_t>& y);
   Rng& rng() { return rng_; }
 
  private:

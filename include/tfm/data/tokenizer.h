@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tfm/data/bpe.h"
@@ -22,6 +23,9 @@ namespace tfm {
 // Decodes UTF-8 strictly (no overlongs, surrogates or values above U+10FFFF); on invalid input throws
 // IoError "SOURCE: invalid UTF-8 at byte offset N (...)".
 std::vector<uint32_t> decode_utf8(const std::string& bytes, const std::string& source);
+// The same for a piece of a longer file that starts `base` bytes into it (the offsets in errors count
+// from the file's start); appends to `out`.
+void decode_utf8(std::string_view bytes, const std::string& source, uint64_t base, std::vector<uint32_t>& out);
 // Appends the UTF-8 encoding of one code point.
 void append_utf8(std::string& out, uint32_t code_point);
 
@@ -70,6 +74,13 @@ class Tokenizer {
   // Throws IoError naming `source` and the offset of a symbol (or word) outside the vocabulary,
   // unless "<unk>" is a special.
   std::vector<int32_t> encode(const std::string& text, const std::string& source) const;
+  // Appends the ids of `text`, a piece of a longer text that starts `byte_offset` bytes and
+  // `char_offset` characters into `source` (errors count from there). The pieces' ids concatenate to
+  // the whole text's when each cut is at a character boundary (char), anywhere (byte), at a
+  // pretokenization boundary (bpe: bpe_cut_before) or at whitespace (word).
+  // bpe_cache: chunks a BPE tokenizer encoded before (a streaming encoder's, one per thread).
+  void encode_piece(std::string_view text, const std::string& source, uint64_t byte_offset, uint64_t char_offset,
+                    std::vector<int32_t>& out, BpeChunkCache* bpe_cache = nullptr) const;
   // Specials other than <unk> are skipped; <unk> reads "<unk>". Word: detokenized (see Kind::Word).
   std::string decode(const std::vector<int32_t>& ids) const;
   std::string decode(int32_t id) const;  // one token's text ("" for a skipped special)

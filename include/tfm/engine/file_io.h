@@ -37,6 +37,8 @@ class AtomicFile {
   AtomicFile& operator=(const AtomicFile&) = delete;
 
   void write(const void* data, size_t size);
+  // Overwrites bytes already written at `offset` (a header whose fields are known only at the end).
+  void write_at(uint64_t offset, const void* data, size_t size);
   void commit();
 
  private:

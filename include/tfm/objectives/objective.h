@@ -16,6 +16,7 @@
 
 #include "tfm/analysis/attention_maps.h"
 #include "tfm/config/config.h"
+#include "tfm/data/token_cache.h"
 #include "tfm/data/tokenizer.h"
 #include "tfm/models/language_model.h"
 #include "tfm/engine/random.h"
@@ -138,8 +139,12 @@ std::unique_ptr<Objective> make_objective(const Config& config, const Vocabulary
 
 // causal_lm's evaluation: the mean loss over `batches` random (B, T) windows of `tokens`, drawn from
 // a generator seeded with `seed`, in eval mode without a graph.
-double evaluate(LanguageModel& model, const std::vector<int32_t>& tokens, int64_t B, int64_t T,
+double evaluate(LanguageModel& model, const TokenSpan& tokens, int64_t B, int64_t T,
                 int64_t batches, uint64_t seed);
+
+// How a text objective reaches its token cache: data.cache_dir, and (log) a line on stderr for every
+// cache built and why. tfm data prepare and eval --dump-logits read the data this way too.
+TokenCacheOptions token_cache_options(const Config& config, bool log);
 
 // ---- what each objective's model does at inference ----
 

@@ -1,0 +1,144 @@
+// Token streams that are views, and the token cache that backs them (issue 24).
+//
+// A text corpus is tokenized once, in a streaming pass, into a cache file of token ids (uint16 when
+// the vocabulary fits, else uint32) beside the data (data.cache_dir); every later start memory-maps
+// it. Batches read windows of the mapping directly: no copy of the corpus is made in the process, and
+// processes reading the same cache (MPI ranks, runs of a sweep) share its pages.
+//
+// Cache file (little-endian; the token region 4096-aligned so it maps on a page boundary):
+//   offset  0  "TFMTOKS1"             magic and format version
+//           8  u32 width              2 (uint16 ids) or 4 (uint32 ids)
+//          12  u32 vocab_from_source  1: a char/byte vocabulary derived from the source itself
+//          16  u64 count              tokens in the file
+//          24  u64 tokens_offset      where the ids start
+//          32  u64 meta_bytes         length of the JSON that starts at offset 96
+//          40  u64 source_size        bytes of the source when it was tokenized
+//          48  i64 source_mtime_ns    its modification time then
+//          56  u64 source_hash        hash64 of its bytes (see hash_blocks)
+//          64  u64 tokenizer_hash     hash64 of the tokenizer's JSON (its fingerprint)
+//          72  u64 tokens_hash        hash64 of the id bytes
+//          80  u64 header_hash        hash64 of bytes [0, 80) and the JSON
+//          88  u64 reserved (0)
+//          96  JSON {"format": "tfm token cache", "source": PATH, "tokenizer": {...}}
+//   tokens_offset  count ids of `width` bytes; the file ends there.
+// Nothing in it is trusted before it is checked: a short file, a bad magic, a header or token hash
+// that does not match, a source or tokenizer that changed: each is named in a log line and the cache
+// is rebuilt. The ids' hash is checked in full at the first start after the file was written (about a
+// second of hashing per GB of ids); CACHE.checked then records the file's inode, size, mtime and ctime,
+// and later starts skip that pass while they are unchanged (any write to the file changes its ctime).
+// A source whose mtime changed is hashed again and, if its bytes are the same, keeps its cache.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tfm/data/tokenizer.h"
+
+namespace tfm {
+
+// A mapped cache file (token_cache.cpp). Reading a window faults in the pages around it (the kernel
+// maps whole page-cache folios, up to 2 MiB, and fault-around beyond), so over a run a mapping's
+// resident set would grow towards the whole cache (~100 MB after 40 steps on a 100 MB corpus); every 8
+// reads its pages are dropped from this process (MADV_DONTNEED: they stay in the page cache, shared
+// with other processes, and a later read costs a minor fault), which keeps a run's resident set within
+// ~16 MB of its model whatever the corpus size.
+class TokenMapping;
+void note_read(const TokenMapping& mapping, int64_t bytes);
+
+// A read-only run of token ids, uint16 or uint32 underneath: a window of a mapped cache, or of a
+// vector. Copies are cheap (they share what they view) and safe across threads.
+class TokenSpan {
+ public:
+  TokenSpan() = default;
+  // A view of `ids`, which must outlive it (a test's vector, a call's argument).
+  TokenSpan(const std::vector<int32_t>& ids)  // NOLINT: implicit, as std::span is
+      : data_(ids.data()), width_(4), size_(static_cast<int64_t>(ids.size())) {}
+  // `count` ids of `width` bytes (2 or 4) at `data`, which `owner` keeps alive; `mapping`, when
+  // given, is the cache mapping they are in (owned by `owner`).
+  TokenSpan(const void* data, int width, int64_t count, std::shared_ptr<const void> owner,
+            const TokenMapping* mapping = nullptr);
+  // A span that owns its ids.
+  static TokenSpan of(std::vector<int32_t> ids);
+
+  int64_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  int width() const { return width_; }  // bytes per id
+  int32_t operator[](int64_t i) const {
+    return width_ == 2 ? static_cast<int32_t>(static_cast<const uint16_t*>(data_)[i])
+                       : static_cast<int32_t>(static_cast<const uint32_t*>(data_)[i]);
+  }
+  // ids [begin, begin + n) into out[0, n), widened to int32.
+  void read(int64_t begin, int64_t n, int32_t* out) const;
+  // The ids [begin, end) (0 <= begin <= end <= size()), sharing this span's memory.
+  TokenSpan slice(int64_t begin, int64_t end) const;
+  std::vector<int32_t> to_vector() const;
+
+ private:
+  const void* data_ = nullptr;
+  int width_ = 4;
+  int64_t size_ = 0;
+  std::shared_ptr<const void> owner_;
+  const TokenMapping* mapping_ = nullptr;
+};
+
+// 64-bit hash of bytes (XXH64's algorithm, seed 0).
+uint64_t hash64(const void* data, size_t size, uint64_t seed = 0);
+// The hash of a byte stream cut into kHashBlockBytes blocks: each block hashed on its own, the
+// block hashes folded in order. Blocks are independent, so a long stream is hashed in parallel.
+constexpr size_t kHashBlockBytes = size_t{4} << 20;
+uint64_t hash_fold(uint64_t acc, uint64_t block_hash);
+constexpr uint64_t kHashFoldStart = 0x7466'6d2d'6361'6368ull;  // "tfm-cach"
+
+struct TokenCacheOptions {
+  // Directory of the cache files; "" = default_cache_dir(source).
+  std::string dir;
+  // Called with one line for every decision that is not a silent reuse: a cache built, and why
+  // (first use, the source or tokenizer changed, a corrupt or truncated file). Null: silent.
+  std::function<void(const std::string&)> log;
+  // Rebuild even when the cache is valid (tfm data prepare --rebuild).
+  bool rebuild = false;
+  // Threads that encode in parallel (BPE); 0 = the machine's cores.
+  int threads = 0;
+  // Bytes of text per streaming step (0 = 4 MiB); tests make it small to cross many block edges.
+  size_t block_bytes = 0;
+};
+
+// A text file's tokens, mapped from its cache.
+struct TokenCache {
+  Tokenizer tokenizer;  // the vocabulary of the ids (char from the source: its sorted characters)
+  TokenSpan tokens;     // every token of the file
+  std::string path;     // the cache file
+  bool built = false;   // tokenized by this call (else an existing cache was mapped)
+  double seconds = 0;   // wall time of this call
+  uint64_t source_bytes = 0;
+};
+
+// `.tfm-cache` in the directory of `source`: every run, sweep point, eval and sample reading the file
+// shares one cache, and it goes with the data.
+std::string default_cache_dir(const std::string& source);
+// DIR/<file name of source>.<kind>.tokens: one cache per source and tokenizer kind (a new BPE
+// tokenizer replaces its kind's cache rather than piling up beside it).
+std::string token_cache_path(const std::string& source, const std::string& dir, Tokenizer::Kind kind);
+
+// The tokens of `source` in a char or byte vocabulary derived from the file itself (char: its sorted
+// distinct code points, exactly Tokenizer::from_text's), from the cache when it is valid, else
+// tokenized now and cached. IoError names the file and what is wrong (missing, invalid UTF-8, an
+// unwritable cache directory).
+TokenCache open_token_cache(const std::string& source, Tokenizer::Kind kind, const TokenCacheOptions& options);
+// The same in a given vocabulary (a checkpoint's, a BPE tokenizer): the ids are tokenizer.encode()'s.
+TokenCache open_token_cache(const std::string& source, const Tokenizer& tokenizer, const TokenCacheOptions& options);
+
+// Encodes `source` as tokenizer.encode(whole file, source) would, in a streaming pass over blocks of
+// the file (cut at UTF-8 character boundaries, and for BPE at pretokenization boundaries, encoded in
+// parallel), handing the ids to `sink` in order; memory stays bounded by the block size. Returns the
+// source's hash (hash_blocks of its bytes). For tests, and the cache.
+uint64_t encode_file(const std::string& source, const Tokenizer& tokenizer,
+                     const std::function<void(const int32_t* ids, size_t n)>& sink, int threads = 0,
+                     size_t block_bytes = 0);
+// The char vocabulary of a file (Tokenizer::from_text's) in a streaming pass; *hash gets its hash.
+Tokenizer char_vocabulary_of_file(const std::string& source, uint64_t* hash = nullptr, size_t block_bytes = 0);
+
+}  // namespace tfm

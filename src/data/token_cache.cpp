@@ -1,0 +1,742 @@
+// The token cache (token_cache.h): streaming tokenization into a checked file, and its mapping.
+#include "tfm/data/token_cache.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <optional>
+#include <thread>
+
+#include "tfm/engine/error.h"
+#include "tfm/engine/file_io.h"
+
+namespace tfm {
+
+// ---- TokenSpan ----
+
+class TokenMapping {
+ public:
+  TokenMapping(void* base, size_t bytes) : base_(base), bytes_(bytes) {}
+  ~TokenMapping() { ::munmap(base_, bytes_); }
+  TokenMapping(const TokenMapping&) = delete;
+  TokenMapping& operator=(const TokenMapping&) = delete;
+  const void* base() const { return base_; }
+  void note(int64_t bytes) const {
+    // What one read may map, counted until the next drop: the page cache holds a file in folios of up
+    // to 2 MiB and a fault maps the whole folio (measured: ~200 KiB per window of 64 ids).
+    constexpr int64_t kAround = int64_t{2} << 20, kDropEvery = int64_t{16} << 20;
+    if (mapped_.fetch_add(std::max(bytes, kAround)) + std::max(bytes, kAround) < kDropEvery) return;
+    mapped_.store(0);
+    ::madvise(base_, bytes_, MADV_DONTNEED);  // a file's clean pages: the next read maps them again
+  }
+
+ private:
+  void* base_;
+  size_t bytes_;
+  mutable std::atomic<int64_t> mapped_{0};
+};
+
+void note_read(const TokenMapping& mapping, int64_t bytes) { mapping.note(bytes); }
+
+TokenSpan::TokenSpan(const void* data, int width, int64_t count, std::shared_ptr<const void> owner,
+                     const TokenMapping* mapping)
+    : data_(data), width_(width), size_(count), owner_(std::move(owner)), mapping_(mapping) {
+  TFM_CHECK(width == 2 || width == 4, "TokenSpan", "expected 2- or 4-byte ids, got ", width);
+}
+
+TokenSpan TokenSpan::of(std::vector<int32_t> ids) {
+  auto owned = std::make_shared<const std::vector<int32_t>>(std::move(ids));
+  return TokenSpan(owned->data(), 4, static_cast<int64_t>(owned->size()), owned);
+}
+
+void TokenSpan::read(int64_t begin, int64_t n, int32_t* out) const {
+  TFM_CHECK(begin >= 0 && n >= 0 && begin + n <= size_, "TokenSpan::read", "ids [", begin, ", ", begin + n,
+            ") of ", size_);
+  if (width_ == 4) {
+    std::memcpy(out, static_cast<const int32_t*>(data_) + begin, static_cast<size_t>(n) * 4);
+  } else {
+    const uint16_t* p = static_cast<const uint16_t*>(data_) + begin;
+    for (int64_t i = 0; i < n; ++i) out[i] = p[i];
+  }
+  if (mapping_) note_read(*mapping_, n * width_);
+}
+
+TokenSpan TokenSpan::slice(int64_t begin, int64_t end) const {
+  TFM_CHECK(begin >= 0 && begin <= end && end <= size_, "TokenSpan::slice", "[", begin, ", ", end, ") of ", size_);
+  TokenSpan s = *this;
+  s.data_ = static_cast<const char*>(data_) + begin * width_;
+  s.size_ = end - begin;
+  return s;
+}
+
+std::vector<int32_t> TokenSpan::to_vector() const {
+  std::vector<int32_t> v(static_cast<size_t>(size_));
+  read(0, size_, v.data());
+  return v;
+}
+
+// ---- hashing ----
+
+namespace {
+
+constexpr uint64_t P1 = 0x9E3779B185EBCA87ull, P2 = 0xC2B2AE3D27D4EB4Full, P3 = 0x165667B19E3779F9ull,
+                   P4 = 0x85EBCA77C2B2AE63ull, P5 = 0x27D4EB2F165667C5ull;
+uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+uint64_t load64(const unsigned char* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+uint32_t load32(const unsigned char* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+uint64_t round64(uint64_t acc, uint64_t input) { return rotl(acc + input * P2, 31) * P1; }
+uint64_t merge64(uint64_t acc, uint64_t v) { return (acc ^ round64(0, v)) * P1 + P4; }
+
+}  // namespace
+
+uint64_t hash64(const void* data, size_t size, uint64_t seed) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  const unsigned char* end = p + size;
+  uint64_t h;
+  if (size >= 32) {
+    uint64_t v1 = seed + P1 + P2, v2 = seed + P2, v3 = seed, v4 = seed - P1;
+    for (; p + 32 <= end; p += 32) {
+      v1 = round64(v1, load64(p)), v2 = round64(v2, load64(p + 8));
+      v3 = round64(v3, load64(p + 16)), v4 = round64(v4, load64(p + 24));
+    }
+    h = rotl(v1, 1) + rotl(v2, 7) + rotl(v3, 12) + rotl(v4, 18);
+    h = merge64(h, v1), h = merge64(h, v2), h = merge64(h, v3), h = merge64(h, v4);
+  } else {
+    h = seed + P5;
+  }
+  h += size;
+  for (; p + 8 <= end; p += 8) h = rotl(h ^ round64(0, load64(p)), 27) * P1 + P4;
+  if (p + 4 <= end) h = rotl(h ^ (load32(p) * P1), 23) * P2 + P3, p += 4;
+  for (; p < end; ++p) h = rotl(h ^ (*p * P5), 11) * P1;
+  h ^= h >> 33, h *= P2, h ^= h >> 29, h *= P3, h ^= h >> 32;
+  return h;
+}
+
+uint64_t hash_fold(uint64_t acc, uint64_t block_hash) {
+  const uint64_t two[2] = {acc, block_hash};
+  return hash64(two, sizeof two);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string errno_str() { return std::strerror(errno); }
+
+int cores(int threads) {
+  if (threads > 0) return threads;
+  const unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(std::min(n, 64u));
+}
+
+// Runs f(0) .. f(n - 1) on up to `threads` threads; the exception of the lowest index that threw is
+// rethrown (the first error in file order, as a sequential pass would report).
+template <class F>
+void parallel_for(int n, int threads, F&& f) {
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  const int T = std::max(1, std::min(threads, n));
+  auto worker = [&](int t) {
+    for (int i = t; i < n; i += T) {
+      try {
+        f(i);
+      } catch (...) {
+        errors[static_cast<size_t>(i)] = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < T; ++t) pool.emplace_back(worker, t);
+  worker(0);
+  for (auto& th : pool) th.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+struct Fd {
+  int fd = -1;
+  Fd() = default;
+  explicit Fd(int f) : fd(f) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Reads exactly n bytes at offset (fewer only at the end of the file); returns how many.
+size_t pread_full(int fd, void* buf, size_t n, uint64_t offset) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(fd, static_cast<char*>(buf) + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) throw IoError(detail::concat("read failed: ", errno_str()));
+    if (r == 0) break;
+    done += static_cast<size_t>(r);
+  }
+  return done;
+}
+
+// The block-folded hash of bytes [offset, offset + length) of an open file, blocks hashed in parallel
+// through pread (the bytes are not mapped, so checking a cache adds nothing to the resident set).
+uint64_t hash_file_range(int fd, uint64_t offset, uint64_t length, int threads, const std::string& what) {
+  const uint64_t blocks = (length + kHashBlockBytes - 1) / kHashBlockBytes;
+  std::vector<uint64_t> hashes(blocks);
+  const int T = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(cores(threads)), std::max<uint64_t>(blocks, 1)));
+  parallel_for(T, T, [&](int t) {
+    std::vector<char> buf(kHashBlockBytes);
+    for (uint64_t b = static_cast<uint64_t>(t); b < blocks; b += static_cast<uint64_t>(T)) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kHashBlockBytes, length - b * kHashBlockBytes));
+      try {
+        if (pread_full(fd, buf.data(), n, offset + b * kHashBlockBytes) != n)
+          throw IoError("the file ended early");
+      } catch (const IoError& e) {
+        throw IoError(what + ": " + e.what());
+      }
+      hashes[b] = hash64(buf.data(), n);
+    }
+  });
+  uint64_t acc = kHashFoldStart;
+  for (uint64_t h : hashes) acc = hash_fold(acc, h);
+  return acc;
+}
+
+// A source file read front to back in reads of kReadBytes (whole hash blocks, so its hash is the
+// block-folded one), hashed as it goes, and handed out in blocks of at most `block` bytes.
+class SourceReader {
+ public:
+  static constexpr size_t kReadBytes = kHashBlockBytes;
+  SourceReader(const std::string& path, size_t block)
+      : path_(path), fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)), block_(block == 0 ? kReadBytes : block) {
+    if (fd_.fd < 0) throw IoError(detail::concat(path, ": cannot open: ", errno_str()));
+    struct stat st;
+    if (::fstat(fd_.fd, &st) != 0 || !S_ISREG(st.st_mode)) throw IoError(path + ": expected a regular file");
+    ::posix_fadvise(fd_.fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  }
+  // Appends the next block to buf; false at the end of the file.
+  bool append(std::string& buf) {
+    if (pos_ == chunk_.size()) refill();
+    const size_t n = std::min(block_, chunk_.size() - pos_);
+    buf.append(chunk_, pos_, n);
+    pos_ += n;
+    return n > 0;
+  }
+  uint64_t hash() const { return hash_; }
+
+ private:
+  void refill() {
+    chunk_.resize(kReadBytes);
+    size_t n;
+    try {
+      n = pread_full(fd_.fd, chunk_.data(), kReadBytes, offset_);
+    } catch (const IoError& e) {
+      throw IoError(path_ + ": " + e.what());
+    }
+    chunk_.resize(n);
+    pos_ = 0;
+    for (size_t b = 0; b < n; b += kHashBlockBytes)
+      hash_ = hash_fold(hash_, hash64(chunk_.data() + b, std::min(kHashBlockBytes, n - b)));
+    offset_ += n;
+  }
+
+  std::string path_;
+  Fd fd_;
+  size_t block_;
+  std::string chunk_;  // the last read
+  size_t pos_ = 0;     // of chunk_ handed out
+  uint64_t offset_ = 0;
+  uint64_t hash_ = kHashFoldStart;
+};
+
+bool continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
+
+// The last UTF-8 character boundary at or before `at`: a cut there never splits a character (an
+// invalid byte is a character of its own; the decoder reports it wherever it lies).
+size_t utf8_cut(std::string_view t, size_t at) {
+  size_t p = std::min(at, t.size());
+  for (int k = 0; k < 3 && p > 0 && p < t.size() && continuation(static_cast<unsigned char>(t[p])); ++k) --p;
+  return p;
+}
+
+// A cut for the char tokenizer: just after an ASCII byte, where the decoder of the whole text either
+// ends a character or has already failed (on that byte, in the piece too), so the pieces decode to
+// the whole's characters and even an invalid file's error is the same. A text with no ASCII byte in
+// the last 64 KiB is cut at a character boundary.
+size_t char_cut(std::string_view t, size_t at) {
+  const size_t top = std::min(at, t.size());
+  for (size_t p = top; p > 0 && top - p < (size_t{1} << 16); --p)
+    if (static_cast<unsigned char>(t[p - 1]) < 0x80) return p;
+  return utf8_cut(t, at);
+}
+
+// Where a text may be cut so that the pieces encode to the whole text's ids (Tokenizer::encode_piece):
+// the last such position at or before `at`, 0 when none.
+size_t cut_before(const Tokenizer& tok, std::string_view t, size_t at) {
+  switch (tok.kind()) {
+    case Tokenizer::Kind::Byte: return std::min(at, t.size());
+    case Tokenizer::Kind::Char: return char_cut(t, at);
+    case Tokenizer::Kind::Bpe: return pretokenize_cut(t, at);
+    case Tokenizer::Kind::Word:
+      for (size_t p = std::min(at, t.size()); p > 0; --p)
+        if (t[p - 1] == ' ' || t[p - 1] == '\n') return p;  // d2l's splitting restarts after a space
+      return 0;
+  }
+  return 0;
+}
+
+int64_t count_chars(std::string_view t) {
+  int64_t n = 0;
+  for (unsigned char c : t) n += !continuation(c);
+  return n;
+}
+
+}  // namespace
+
+uint64_t encode_file(const std::string& source, const Tokenizer& tok,
+                     const std::function<void(const int32_t*, size_t)>& sink, int threads, size_t block_bytes) {
+  SourceReader reader(source, block_bytes);
+  const int T = cores(threads);
+  // Pieces below this are not worth a thread (tests with small blocks still cut them).
+  const size_t kMinPiece = block_bytes == 0 ? size_t{1} << 20 : std::max<size_t>(block_bytes / 8, 16);
+  std::string buf;
+  uint64_t base = 0;  // file offset of buf[0]
+  uint64_t chars = 0; // characters before buf[0]
+  std::vector<std::vector<int32_t>> out(static_cast<size_t>(T));
+  std::vector<BpeChunkCache> chunk_caches(static_cast<size_t>(T));  // piece k's, kept across blocks
+  for (;;) {
+    const bool more = reader.append(buf);
+    if (buf.empty()) break;
+    // All of it at the end; else up to the last safe cut, the rest waits for the next block (a
+    // block without one grows: only a text without newlines or punctuation does that for BPE).
+    const size_t end = more ? cut_before(tok, buf, buf.size() - 1) : buf.size();
+    if (end == 0) continue;
+    const std::string_view ready(buf.data(), end);
+    std::vector<size_t> cuts = {0};
+    const int pieces = static_cast<int>(std::min<size_t>(static_cast<size_t>(T), std::max<size_t>(1, end / kMinPiece)));
+    for (int k = 1; k < pieces; ++k) {
+      const size_t c = cut_before(tok, ready, end * static_cast<size_t>(k) / static_cast<size_t>(pieces));
+      if (c > cuts.back() && c < end) cuts.push_back(c);
+    }
+    cuts.push_back(end);
+    const int n = static_cast<int>(cuts.size()) - 1;
+    std::vector<uint64_t> char_at(static_cast<size_t>(n), chars);
+    if (tok.kind() == Tokenizer::Kind::Char)
+      for (int k = 1; k < n; ++k) char_at[k] = char_at[k - 1] + count_chars(ready.substr(cuts[k - 1], cuts[k] - cuts[k - 1]));
+    parallel_for(n, T, [&](int k) {
+      out[k].clear();
+      tok.encode_piece(ready.substr(cuts[k], cuts[k + 1] - cuts[k]), source, base + cuts[k], char_at[k], out[k],
+                       &chunk_caches[k]);
+    });
+    for (int k = 0; k < n; ++k) {
+      sink(out[k].data(), out[k].size());
+      if (tok.kind() == Tokenizer::Kind::Char) chars += out[k].size();
+    }
+    buf.erase(0, end);
+    base += end;
+    if (!more) break;
+  }
+  return reader.hash();
+}
+
+Tokenizer char_vocabulary_of_file(const std::string& source, uint64_t* hash, size_t block_bytes) {
+  SourceReader reader(source, block_bytes);
+  std::vector<uint8_t> seen(0x110000, 0);
+  std::string buf;
+  std::vector<uint32_t> cps;
+  uint64_t base = 0;
+  for (;;) {
+    const bool more = reader.append(buf);
+    if (buf.empty()) break;
+    const size_t end = more ? char_cut(buf, buf.size() - 1) : buf.size();
+    const auto* p = reinterpret_cast<const unsigned char*>(buf.data());
+    for (size_t i = 0; i < end;) {
+      if (p[i] < 0x80) {  // ASCII, the common case, without a decode
+        seen[p[i++]] = 1;
+        continue;
+      }
+      // A non-ASCII run with the ASCII byte after it (Tokenizer::encode_piece says why).
+      size_t j = i;
+      while (j < end && p[j] >= 0x80) ++j;
+      const size_t stop = j < end ? j + 1 : end;
+      cps.clear();
+      decode_utf8(std::string_view(buf.data() + i, stop - i), source, base + i, cps);
+      for (uint32_t cp : cps) seen[cp] = 1;
+      i = stop;
+    }
+    buf.erase(0, end);
+    base += end;
+    if (!more) break;
+  }
+  if (hash) *hash = reader.hash();
+  std::vector<uint32_t> symbols;
+  for (uint32_t cp = 0; cp < seen.size(); ++cp)
+    if (seen[cp]) symbols.push_back(cp);
+  return Tokenizer(Tokenizer::Kind::Char, std::move(symbols));
+}
+
+// ---- the cache file ----
+
+namespace {
+
+constexpr char kMagic[8] = {'T', 'F', 'M', 'T', 'O', 'K', 'S', '1'};
+constexpr uint64_t kAlign = 4096;
+constexpr uint64_t kMaxMetaBytes = uint64_t{64} << 20;  // a BPE vocabulary of 1M merges is ~20 MB of JSON
+
+struct Header {
+  char magic[8];
+  uint32_t width;
+  uint32_t vocab_from_source;
+  uint64_t count;
+  uint64_t tokens_offset;
+  uint64_t meta_bytes;
+  uint64_t source_size;
+  int64_t source_mtime_ns;
+  uint64_t source_hash;
+  uint64_t tokenizer_hash;
+  uint64_t tokens_hash;
+  uint64_t header_hash;
+  uint64_t reserved;
+};
+static_assert(sizeof(Header) == 96, "the cache header is 96 bytes");
+constexpr size_t kHashedHeaderBytes = offsetof(Header, header_hash);
+
+uint64_t header_hash(const Header& h, const std::string& meta) {
+  return hash_fold(hash64(&h, kHashedHeaderBytes), hash64(meta.data(), meta.size()));
+}
+
+uint64_t fingerprint(const Tokenizer& tok) {
+  const std::string j = tok.to_json().dump();
+  return hash64(j.data(), j.size());
+}
+
+std::string hex(uint64_t v) {
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+struct SourceStat {
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+};
+
+SourceStat stat_source(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) throw IoError(detail::concat(path, ": cannot open: ", errno_str()));
+  if (!S_ISREG(st.st_mode)) throw IoError(path + ": expected a regular file");
+  return {static_cast<uint64_t>(st.st_size),
+          static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + static_cast<int64_t>(st.st_mtim.tv_nsec)};
+}
+
+// A cache file's identity when its tokens were last hashed in full, kept in CACHE.checked: while the
+// file's inode, size, mtime and ctime are unchanged, nothing has written to it since, and a start
+// skips hashing its ids again (a 1 GB corpus's 2 GB of ids would cost a second per start). Any write,
+// truncation or copy changes the ctime (which no one can set back), and then the ids are hashed again.
+struct CheckStamp {
+  uint64_t dev, ino, size;
+  int64_t mtime_ns, ctime_ns;
+  uint64_t header_hash, tokens_hash;
+  uint64_t hash;  // of the fields above
+};
+
+CheckStamp stamp_of(const struct stat& st, const Header& h) {
+  CheckStamp s{};
+  s.dev = static_cast<uint64_t>(st.st_dev), s.ino = static_cast<uint64_t>(st.st_ino);
+  s.size = static_cast<uint64_t>(st.st_size);
+  s.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  s.ctime_ns = static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
+  s.header_hash = h.header_hash, s.tokens_hash = h.tokens_hash;
+  s.hash = hash64(&s, offsetof(CheckStamp, hash));
+  return s;
+}
+
+bool stamp_matches(const std::string& path, const CheckStamp& now) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  CheckStamp saved;
+  return fd.fd >= 0 && pread_full(fd.fd, &saved, sizeof saved, 0) == sizeof saved &&
+         std::memcmp(&saved, &now, sizeof saved) == 0;
+}
+
+// What the caller asked for: a vocabulary derived from the source (kind), or a given tokenizer.
+struct Request {
+  Tokenizer::Kind kind;
+  const Tokenizer* given;
+};
+
+// Why a cache cannot be used: `stale` (the source or tokenizer changed) or corrupt.
+struct Rejection {
+  std::string why;
+  bool corrupt = false;
+};
+
+// Opens, checks and maps a cache; nullopt with *rejected set when it is missing (why empty), stale
+// or corrupt.
+std::optional<TokenCache> try_open(const std::string& cache, const std::string& source, const Request& req,
+                                   int threads, Rejection* rejected) {
+  const auto reject = [&](std::string why, bool corrupt) {
+    *rejected = {std::move(why), corrupt};
+    return std::nullopt;
+  };
+  Fd fd(::open(cache.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.fd < 0) {
+    if (errno == ENOENT) return reject("", false);
+    return reject("cannot open it: " + errno_str(), true);
+  }
+  struct stat st;
+  if (::fstat(fd.fd, &st) != 0 || !S_ISREG(st.st_mode)) return reject("not a regular file", true);
+  const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
+  Header h;
+  if (file_bytes < sizeof h)
+    return reject("truncated: " + std::to_string(file_bytes) + " bytes, shorter than its 96-byte header", true);
+  if (pread_full(fd.fd, &h, sizeof h, 0) != sizeof h) return reject("truncated while reading its header", true);
+  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) return reject("not a tfm token cache (bad magic)", true);
+  if ((h.width != 2 && h.width != 4) || h.meta_bytes > kMaxMetaBytes ||
+      h.tokens_offset != (sizeof h + h.meta_bytes + kAlign - 1) / kAlign * kAlign || h.count > (uint64_t{1} << 60))
+    return reject("its header is corrupt", true);
+  if (file_bytes < sizeof h + h.meta_bytes) return reject("truncated inside its header", true);
+  std::string meta(static_cast<size_t>(h.meta_bytes), '\0');
+  if (pread_full(fd.fd, meta.data(), meta.size(), sizeof h) != meta.size())
+    return reject("truncated inside its header", true);
+  if (header_hash(h, meta) != h.header_hash) return reject("its header fails its checksum (corrupt)", true);
+  const uint64_t expected = h.tokens_offset + h.count * h.width;
+  if (file_bytes != expected)
+    return reject((file_bytes < expected ? "truncated: " : "too long: ") + std::to_string(file_bytes) +
+                      " bytes, its header says " + std::to_string(expected) + " (" + std::to_string(h.count) +
+                      " tokens)",
+                  true);
+
+  // The source: the same size and time, or (touched, copied) the same bytes.
+  const SourceStat now = stat_source(source);
+  if (now.size != h.source_size)
+    return reject(source + " changed since it was tokenized (" + std::to_string(h.source_size) + " bytes then, " +
+                      std::to_string(now.size) + " now)",
+                  false);
+  if (now.mtime_ns != h.source_mtime_ns) {
+    Fd src(::open(source.c_str(), O_RDONLY | O_CLOEXEC));
+    if (src.fd < 0) throw IoError(detail::concat(source, ": cannot open: ", errno_str()));
+    if (hash_file_range(src.fd, 0, now.size, threads, source) != h.source_hash)
+      return reject(source + " changed since it was tokenized (its bytes differ)", false);
+  }
+
+  // The tokenizer.
+  Tokenizer stored;
+  try {
+    const nlohmann::json j = parse_json_strict(meta.data(), meta.size(), cache);
+    stored = Tokenizer::from_json(j.at("tokenizer"));
+  } catch (const std::exception& e) {
+    return reject(std::string("its tokenizer cannot be read: ") + e.what(), true);
+  }
+  if (fingerprint(stored) != h.tokenizer_hash) return reject("its tokenizer fails its checksum (corrupt)", true);
+  if (req.given) {
+    const uint64_t want = fingerprint(*req.given);
+    if (want != h.tokenizer_hash)
+      return reject("the tokenizer changed (fingerprint " + hex(want) + ", the cache's " + hex(h.tokenizer_hash) + ")",
+                    false);
+  } else if (stored.kind() != req.kind || h.vocab_from_source != 1) {
+    return reject("it holds ids of another vocabulary (a run's), not the file's own " +
+                      std::string(req.kind == Tokenizer::Kind::Char ? "char" : "byte") + " vocabulary",
+                  false);
+  }
+
+  // The ids themselves, unless they were hashed since the file was last written (CheckStamp).
+  const CheckStamp stamp = stamp_of(st, h);
+  const std::string stamp_path = cache + ".checked";
+  if (!stamp_matches(stamp_path, stamp)) {
+    if (hash_file_range(fd.fd, h.tokens_offset, h.count * h.width, threads, cache) != h.tokens_hash)
+      return reject("its tokens fail their checksum (corrupt)", true);
+    // File times tick coarsely (a few ms): a file written less than a second ago could be written
+    // again within the same tick, unseen; it is stamped at a later start.
+    const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::system_clock::now().time_since_epoch()).count();
+    if (now_ns - stamp.ctime_ns > 1000000000) {
+      try {
+        write_file_atomically(stamp_path, std::string(reinterpret_cast<const char*>(&stamp), sizeof stamp));
+      } catch (const IoError&) {
+        // A read-only cache directory: the ids are hashed at every start instead.
+      }
+    }
+  }
+
+  void* base = ::mmap(nullptr, static_cast<size_t>(file_bytes), PROT_READ, MAP_SHARED, fd.fd, 0);
+  if (base == MAP_FAILED) throw IoError(detail::concat(cache, ": cannot map it: ", errno_str()));
+  // Windows are read at random offsets: no read-ahead around them.
+  ::madvise(base, static_cast<size_t>(file_bytes), MADV_RANDOM);
+  const auto mapping = std::make_shared<const TokenMapping>(base, static_cast<size_t>(file_bytes));
+  TokenCache c;
+  c.tokenizer = req.given ? *req.given : std::move(stored);
+  c.tokens = TokenSpan(static_cast<const char*>(base) + h.tokens_offset, static_cast<int>(h.width),
+                       static_cast<int64_t>(h.count), mapping, mapping.get());
+  c.path = cache;
+  c.source_bytes = now.size;
+  return c;
+}
+
+// Tokenizes `source` into `cache` (atomically: a complete file or none).
+void build(const std::string& cache, const std::string& source, const Request& req, int threads, size_t block_bytes) {
+  const SourceStat before = stat_source(source);
+  uint64_t source_hash = 0;
+  // The file's own vocabulary, also for a given char vocabulary (a run's): when the two are the same,
+  // the cache serves both, so a resume or eval that rebuilt it does not make the next new run rebuild
+  // it again. The char pass also checks the UTF-8 of the whole file before anything is encoded.
+  const Tokenizer::Kind kind = req.given ? req.given->kind() : req.kind;
+  std::optional<Tokenizer> own;
+  if (kind == Tokenizer::Kind::Char) own = char_vocabulary_of_file(source, &source_hash, block_bytes);
+  if (kind == Tokenizer::Kind::Byte) own = Tokenizer::from_text(kind, "", source);
+  const Tokenizer tok = req.given ? *req.given : *own;
+  const uint32_t width = tok.size() <= 65536 ? 2 : 4;
+  nlohmann::json meta_json = {{"format", "tfm token cache"},
+                              {"source", std::filesystem::absolute(source).lexically_normal().string()},
+                              {"tokenizer", tok.to_json()}};
+  const std::string meta = meta_json.dump();
+  Header h{};
+  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  h.width = width;
+  h.tokenizer_hash = fingerprint(tok);
+  h.vocab_from_source = own && fingerprint(*own) == h.tokenizer_hash ? 1 : 0;
+  h.meta_bytes = meta.size();
+  h.tokens_offset = (sizeof h + meta.size() + kAlign - 1) / kAlign * kAlign;
+
+  AtomicFile file(cache);
+  const std::string front(static_cast<size_t>(h.tokens_offset - sizeof h - meta.size()), '\0');
+  file.write(&h, sizeof h);  // rewritten once the counts and hashes are known
+  file.write(meta.data(), meta.size());
+  file.write(front.data(), front.size());
+  // Ids narrowed into whole hash blocks (a whole number of ids), each hashed and written when full.
+  std::vector<unsigned char> block(kHashBlockBytes);
+  size_t fill = 0;
+  uint64_t tokens_hash = kHashFoldStart, count = 0;
+  const auto flush = [&] {
+    if (fill == 0) return;
+    tokens_hash = hash_fold(tokens_hash, hash64(block.data(), fill));
+    file.write(block.data(), fill);
+    fill = 0;
+  };
+  const uint64_t hash = encode_file(source, tok, [&](const int32_t* ids, size_t n) {
+    count += n;
+    while (n > 0) {
+      const size_t k = std::min(n, (block.size() - fill) / width);  // ids that fit in the block
+      if (width == 2) {
+        uint16_t* out = reinterpret_cast<uint16_t*>(block.data() + fill);  // fill is even
+        for (size_t i = 0; i < k; ++i) out[i] = static_cast<uint16_t>(ids[i]);
+      } else {
+        std::memcpy(block.data() + fill, ids, k * 4);
+      }
+      fill += k * width, ids += k, n -= k;
+      if (fill == block.size()) flush();
+    }
+  }, threads, block_bytes);
+  flush();
+  if (kind != Tokenizer::Kind::Char) source_hash = hash;
+  const SourceStat after = stat_source(source);
+  if (after.size != before.size || after.mtime_ns != before.mtime_ns || hash != source_hash)
+    throw IoError(source + ": the file changed while it was being tokenized; run again when it is complete");
+  h.count = count;
+  h.source_size = before.size;
+  h.source_mtime_ns = before.mtime_ns;
+  h.source_hash = source_hash;
+  h.tokens_hash = tokens_hash;
+  h.header_hash = header_hash(h, meta);
+  file.write_at(0, &h, sizeof h);
+  file.commit();
+}
+
+// Holds an exclusive flock on `path` (created) while alive: one process builds a cache, the others
+// wait and then map what it built.
+class BuildLock {
+ public:
+  explicit BuildLock(const std::string& path) : fd_(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
+    if (fd_.fd < 0) throw IoError(detail::concat(path, ": cannot create the cache's lock file: ", errno_str()));
+    while (::flock(fd_.fd, LOCK_EX) != 0)
+      if (errno != EINTR) throw IoError(detail::concat(path, ": cannot lock: ", errno_str()));
+  }
+
+ private:
+  Fd fd_;
+};
+
+TokenCache open_cache(const std::string& source, const Request& req, const TokenCacheOptions& o) {
+  const auto start = Clock::now();
+  const auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  stat_source(source);  // a missing source is named as such, not as a cache problem
+  const std::string dir = o.dir.empty() ? default_cache_dir(source) : o.dir;
+  const std::string cache = token_cache_path(source, dir, req.given ? req.given->kind() : req.kind);
+  Rejection rejected;
+  if (!o.rebuild) {
+    if (auto c = try_open(cache, source, req, o.threads, &rejected)) {
+      c->seconds = seconds();
+      return std::move(*c);
+    }
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    throw IoError("data.cache_dir: cannot create " + dir + " (" + ec.message() +
+                  "); set data.cache_dir to a writable directory");
+  const BuildLock lock(cache + ".lock");
+  // Another process may have built it while this one waited for the lock.
+  if (!o.rebuild) {
+    if (auto c = try_open(cache, source, req, o.threads, &rejected)) {
+      c->seconds = seconds();
+      return std::move(*c);
+    }
+  }
+  if (o.log) {
+    const std::string why = o.rebuild        ? "rebuilding it as asked"
+                            : rejected.why.empty() ? "first use"
+                                                   : rejected.why + (rejected.corrupt ? "; not trusted, rebuilding" : "; rebuilding");
+    o.log("tokenizing " + source + " into " + cache + " (" + why + ")");
+  }
+  build(cache, source, req, o.threads, o.block_bytes);
+  Rejection after;
+  auto c = try_open(cache, source, req, o.threads, &after);
+  if (!c) throw IoError(cache + ": the cache just written cannot be used: " + after.why);
+  c->built = true;
+  c->seconds = seconds();
+  return std::move(*c);
+}
+
+}  // namespace
+
+std::string default_cache_dir(const std::string& source) {
+  const std::filesystem::path parent = std::filesystem::path(source).parent_path();
+  return (parent.empty() ? std::filesystem::path(".tfm-cache") : parent / ".tfm-cache").string();
+}
+
+std::string token_cache_path(const std::string& source, const std::string& dir, Tokenizer::Kind kind) {
+  const std::string name = std::filesystem::path(source).filename().string();
+  const char* k = kind == Tokenizer::Kind::Char  ? "char"
+                  : kind == Tokenizer::Kind::Byte ? "byte"
+                  : kind == Tokenizer::Kind::Bpe  ? "bpe"
+                                                  : "word";
+  return (std::filesystem::path(dir) / (name + "." + k + ".tokens")).string();
+}
+
+TokenCache open_token_cache(const std::string& source, Tokenizer::Kind kind, const TokenCacheOptions& options) {
+  if (kind != Tokenizer::Kind::Char && kind != Tokenizer::Kind::Byte)
+    throw ConfigError("data.tokenizer: a vocabulary derived from the data file is char or byte; bpe reads "
+                      "data.tokenizer_path");
+  return open_cache(source, {kind, nullptr}, options);
+}
+
+TokenCache open_token_cache(const std::string& source, const Tokenizer& tokenizer, const TokenCacheOptions& options) {
+  return open_cache(source, {tokenizer.kind(), &tokenizer}, options);
+}
+
+}  // namespace tfm

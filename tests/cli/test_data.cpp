@@ -1,0 +1,115 @@
+// tfm data prepare and the token cache end to end (issue 24): the command's counts, a resumed run on a
+// cached corpus bit-identical to a run that tokenized at its start, a damaged cache rebuilt by eval.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli_run.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using tfm_test::CliRun;
+using tfm_test::read_file;
+using tfm_test::run_tfm;
+using tfm_test::TempDir;
+
+// metrics.jsonl without its timing fields: what must be bit-identical between two runs.
+std::vector<nlohmann::json> metrics(const std::string& run) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(read_file(run + "/metrics.jsonl"));
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    for (const char* timing : {"elapsed_s", "ms_per_step", "tokens_per_s", "mfu"}) j.erase(timing);
+    out.push_back(j);
+  }
+  return out;
+}
+
+// A corpus of its own (tests/data's tiny Shakespeare twice), so the caches here are this test's.
+std::string corpus(const TempDir& tmp) {
+  const std::string text = read_file(std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt");
+  REQUIRE(text.size() > 1000);
+  const std::string path = tmp.path + "/text.txt";
+  std::ofstream(path, std::ios::binary) << text << text;
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("data prepare: builds the cache once, prints the counts, rebuilds when asked", "[cli][data]") {
+  const TempDir tmp("data_prepare");
+  const std::string text = corpus(tmp);
+  const std::string args = "data prepare --config configs/tiny.json --set data.path=" + text;
+  CliRun r = run_tfm(args);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("first use"));
+  CHECK_THAT(r.out, Catch::Contains("16000 tokens (char tokenizer, vocabulary 56, uint16 ids): 1.000 bytes/token"));
+  CHECK_THAT(r.out, Catch::Contains("tokenized in"));
+  CHECK_THAT(r.out, Catch::Contains("14400 train / 1600 val tokens"));
+  CHECK(fs::exists(tmp.path + "/.tfm-cache/text.txt.char.tokens"));
+
+  r = run_tfm(args);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("is up to date"));
+  CHECK_THAT(r.out, !Catch::Contains("tokenizing"));
+  r = run_tfm(args + " --rebuild --set data.tokenizer=byte --set data.cache_dir=" + tmp.path + "/c");
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("rebuilding it as asked"));
+  CHECK(fs::exists(tmp.path + "/c/text.txt.byte.tokens"));
+
+  r = run_tfm("data prepare --config configs/eng_fra_d2l.json");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("the token cache is for text corpora"));
+  r = run_tfm("data prepare --config configs/tiny.json --set data.path=" + tmp.path + "/missing.txt");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains(tmp.path + "/missing.txt: cannot open"));
+}
+
+TEST_CASE("data: a resumed run on a cached corpus is bit-identical to a run that tokenized at its start",
+          "[cli][data]") {
+  const TempDir tmp("data_resume");
+  const std::string text = corpus(tmp);
+  const std::string base = "--config configs/tiny.json --set data.path=" + text + " --set train.eval_interval=10";
+
+  // A: tokenizes at its start (its own cache directory), 20 steps in one go.
+  CliRun r = run_tfm("train " + base + " --set data.cache_dir=" + tmp.path + "/a_cache --set train.max_steps=20 --out " +
+                     tmp.path + "/a");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("tokenized now"));
+
+  // B: the cache prepared ahead, 10 steps, then resumed to 20: every start maps the cache.
+  const std::string b_cache = " --set data.cache_dir=" + tmp.path + "/b_cache";
+  REQUIRE(run_tfm("data prepare " + base + b_cache).status == 0);
+  r = run_tfm("train " + base + b_cache + " --set train.max_steps=10 --out " + tmp.path + "/b");
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("cached, opened in"));
+  CHECK_THAT(r.out, !Catch::Contains("tokenizing"));
+  r = run_tfm("train --resume " + tmp.path + "/b --set train.max_steps=20");
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("cached, opened in"));
+
+  const auto a = metrics(tmp.path + "/a"), b = metrics(tmp.path + "/b");
+  REQUIRE(a.size() == 2);
+  CHECK(a == b);
+
+  // A damaged cache is named and rebuilt by whoever opens it next; the numbers do not move.
+  const std::string cache = tmp.path + "/b_cache/text.txt.char.tokens";
+  const std::string good = read_file(cache);
+  std::ofstream(cache, std::ios::binary | std::ios::trunc) << good.substr(0, good.size() - 100);
+  const CliRun e1 = run_tfm("eval --run " + tmp.path + "/a --batches 2");
+  const CliRun e2 = run_tfm("eval --run " + tmp.path + "/b --batches 2");
+  INFO(e2.out);
+  CHECK(e2.status == 0);
+  CHECK_THAT(e2.out, Catch::Contains(cache + " (truncated"));
+  CHECK(read_file(cache) == good);
+  const auto loss = [](const std::string& out) { return out.substr(out.find("val loss"), 16); };
+  CHECK(loss(e1.out) == loss(e2.out));
+}

@@ -1,0 +1,334 @@
+// The token cache (issue 24): streaming tokenization gives exactly the whole text's ids for the char,
+// byte and BPE tokenizers; a changed source or tokenizer invalidates the cache; a truncated or corrupt
+// cache is named and rebuilt, never trusted.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tfm/data/bpe.h"
+#include "tfm/data/dataset.h"
+#include "tfm/data/token_cache.h"
+#include "tfm/engine/error.h"
+
+using namespace tfm;
+namespace fs = std::filesystem;
+
+namespace {
+
+// /tmp/tfm_test_cache_<pid>_<name>/, removed at scope exit.
+struct Dir {
+  std::string path;
+  explicit Dir(const std::string& name) : path("/tmp/tfm_test_cache_" + std::to_string(::getpid()) + "_" + name) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~Dir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return path + "/" + name; }
+};
+
+void write(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+std::string read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Varied text with what stresses the cuts: multi-byte characters (2, 3 and 4 bytes), newlines,
+// punctuation, apostrophes, whitespace runs, letter runs longer than BPE's 256-byte chunk limit.
+std::string varied_text(size_t bytes, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const std::vector<std::string> words = {"the", "king", "Romeo", "and", "thou'rt", "we'll", "don't", "café",
+                                          "naïve", "春眠", "不觉晓", "😀", "x1", "2024", "--", "...", "?!",
+                                          "\xc3\xa9t\xc3\xa9", "Ωμέγα", "don", "'s"};
+  const std::vector<std::string> gaps = {" ", " ", " ", "\n", ", ", ". ", "\n\n", "   ", "\t", " \n "};
+  std::string t;
+  while (t.size() < bytes) {
+    const uint32_t r = rng() % 200;
+    if (r == 0) t += std::string(300 + rng() % 300, 'a');      // a letter run past the chunk limit
+    else if (r == 1) t += std::string(270 + rng() % 20, ' ');  // a whitespace run past it
+    else t += words[rng() % words.size()];
+    t += gaps[rng() % gaps.size()];
+  }
+  return t;
+}
+
+TokenCacheOptions small_blocks(const std::string& dir, std::vector<std::string>* log = nullptr) {
+  TokenCacheOptions o;
+  o.dir = dir;
+  o.block_bytes = 4096;  // many block edges in a small file
+  o.threads = 3;         // pieces inside each block, encoded in parallel
+  if (log) o.log = [log](const std::string& line) { log->push_back(line); };
+  return o;
+}
+
+bool logged(const std::vector<std::string>& log, const std::string& what) {
+  for (const auto& l : log)
+    if (l.find(what) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("token cache: pretokenize_cut cuts where the chunks of the pieces are the whole's", "[data][cache]") {
+  const std::string text = varied_text(60000, 1);
+  const std::vector<std::string_view> whole = pretokenize(text);
+  std::mt19937 rng(2);
+  int cuts = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const size_t p = pretokenize_cut(text, rng() % text.size());
+    if (p == 0) continue;
+    ++cuts;
+    std::vector<std::string_view> pieces = pretokenize(std::string_view(text).substr(0, p));
+    for (std::string_view c : pretokenize(std::string_view(text).substr(p))) pieces.push_back(c);
+    REQUIRE(pieces.size() == whole.size());
+    for (size_t i = 0; i < whole.size(); ++i) REQUIRE(pieces[i] == whole[i]);
+  }
+  CHECK(cuts > 250);
+  CHECK(pretokenize_cut("   ", 2) == 0);
+}
+
+TEST_CASE("token cache: round-trips the tokens of char, byte and BPE exactly", "[data][cache]") {
+  const Dir dir("roundtrip");
+  const std::string text = varied_text(200000, 3);
+  const std::string src = dir.file("corpus.txt");
+  write(src, text);
+  const std::string cache_dir = dir.file("cache");
+
+  SECTION("char: the file's own vocabulary, uint16") {
+    const Tokenizer expected = Tokenizer::from_text(Tokenizer::Kind::Char, text, src);
+    const TokenCache c = open_token_cache(src, Tokenizer::Kind::Char, small_blocks(cache_dir));
+    CHECK(c.built);
+    CHECK(c.tokenizer.symbols() == expected.symbols());
+    CHECK(c.tokens.width() == 2);
+    CHECK(c.tokens.to_vector() == expected.encode(text, src));
+    CHECK(c.path == token_cache_path(src, cache_dir, Tokenizer::Kind::Char));
+    // Mapped again, not rebuilt; a checkpoint's copy of the vocabulary finds the same cache.
+    const TokenCache again = open_token_cache(src, Tokenizer::Kind::Char, small_blocks(cache_dir));
+    CHECK_FALSE(again.built);
+    CHECK(again.tokens.to_vector() == expected.encode(text, src));
+    CHECK_FALSE(open_token_cache(src, expected, small_blocks(cache_dir)).built);
+  }
+  SECTION("byte") {
+    const TokenCache c = open_token_cache(src, Tokenizer::Kind::Byte, small_blocks(cache_dir));
+    std::vector<int32_t> expected(text.begin(), text.end());
+    for (int32_t& b : expected) b = static_cast<uint8_t>(b);
+    CHECK(c.tokens.to_vector() == expected);
+    CHECK(c.tokenizer.size() == 256);
+  }
+  SECTION("bpe, encoded in parallel pieces") {
+    const Tokenizer bpe(BpeTokenizer::train(text.substr(0, 50000), 400));
+    const TokenCache c = open_token_cache(src, bpe, small_blocks(cache_dir));
+    const std::vector<int32_t> expected = bpe.encode(text, src);
+    CHECK(c.tokens.size() == static_cast<int64_t>(expected.size()));
+    CHECK(c.tokens.to_vector() == expected);
+    // And with the default blocks (one block, two threads).
+    TokenCacheOptions o;
+    o.dir = dir.file("cache2");
+    o.threads = 2;
+    CHECK(open_token_cache(src, bpe, o).tokens.to_vector() == expected);
+  }
+}
+
+TEST_CASE("token cache: a vocabulary past 65536 symbols is stored as uint32", "[data][cache]") {
+  const Dir dir("wide");
+  std::string text;
+  for (uint32_t cp = 0x4E00; cp < 0x4E00 + 20000; ++cp) append_utf8(text, cp);  // CJK
+  for (uint32_t cp = 0x20000; cp < 0x20000 + 50000; ++cp) append_utf8(text, cp);  // CJK extension B
+  text += "\nthe end\n";
+  const std::string src = dir.file("wide.txt");
+  write(src, text);
+  const TokenCache c = open_token_cache(src, Tokenizer::Kind::Char, small_blocks(dir.file("cache")));
+  const Tokenizer expected = Tokenizer::from_text(Tokenizer::Kind::Char, text, src);
+  REQUIRE(expected.size() > 65536);
+  CHECK(c.tokens.width() == 4);
+  CHECK(c.tokens.to_vector() == expected.encode(text, src));
+}
+
+TEST_CASE("token cache: a changed source or tokenizer invalidates it, with the reason", "[data][cache]") {
+  const Dir dir("invalidate");
+  const std::string src = dir.file("corpus.txt");
+  std::string text = varied_text(30000, 4);
+  write(src, text);
+  std::vector<std::string> log;
+  const TokenCacheOptions o = small_blocks(dir.file("cache"), &log);
+  REQUIRE(open_token_cache(src, Tokenizer::Kind::Char, o).built);
+  CHECK(logged(log, "first use"));
+
+  SECTION("the source grew") {
+    text += "more text\n";
+    write(src, text);
+    log.clear();
+    const TokenCache c = open_token_cache(src, Tokenizer::Kind::Char, o);
+    CHECK(c.built);
+    CHECK(logged(log, "changed since it was tokenized"));
+    CHECK(c.tokens.to_vector() == Tokenizer::from_text(Tokenizer::Kind::Char, text, src).encode(text, src));
+  }
+  SECTION("the same size, other bytes") {
+    text[100] = text[100] == 'z' ? 'y' : 'z';
+    write(src, text);
+    log.clear();
+    const TokenCache c = open_token_cache(src, Tokenizer::Kind::Char, o);
+    CHECK(c.built);
+    CHECK(logged(log, "its bytes differ"));
+    CHECK(c.tokens.to_vector() == Tokenizer::from_text(Tokenizer::Kind::Char, text, src).encode(text, src));
+  }
+  SECTION("touched, the same bytes: still valid") {
+    fs::last_write_time(src, fs::last_write_time(src) + std::chrono::hours(1));
+    log.clear();
+    CHECK_FALSE(open_token_cache(src, Tokenizer::Kind::Char, o).built);
+    CHECK(log.empty());
+  }
+  SECTION("another tokenizer") {
+    const Tokenizer a(BpeTokenizer::train(text, 300)), b(BpeTokenizer::train(text, 280));
+    REQUIRE(open_token_cache(src, a, o).built);
+    CHECK_FALSE(open_token_cache(src, a, o).built);
+    log.clear();
+    const TokenCache c = open_token_cache(src, b, o);
+    CHECK(c.built);
+    CHECK(logged(log, "the tokenizer changed"));
+    CHECK(c.tokens.to_vector() == b.encode(text, src));
+    // A run's char vocabulary that is not the file's own (here: one more symbol) gets its own ids.
+    std::vector<uint32_t> symbols = Tokenizer::from_text(Tokenizer::Kind::Char, text, src).symbols();
+    symbols.insert(symbols.begin(), 1);  // U+0001, shifts every id by one
+    const Tokenizer wider(Tokenizer::Kind::Char, symbols);
+    log.clear();
+    const TokenCache w = open_token_cache(src, wider, o);
+    CHECK(w.built);
+    CHECK(logged(log, "the tokenizer changed"));
+    CHECK(w.tokens.to_vector() == wider.encode(text, src));
+    // ... and the file's own vocabulary is not taken from that cache.
+    log.clear();
+    CHECK(open_token_cache(src, Tokenizer::Kind::Char, o).built);
+    CHECK(logged(log, "another vocabulary"));
+  }
+}
+
+TEST_CASE("token cache: a truncated or corrupt cache is named and rebuilt, never trusted", "[data][cache]") {
+  const Dir dir("corrupt");
+  const std::string src = dir.file("corpus.txt");
+  const std::string text = varied_text(30000, 5);
+  write(src, text);
+  std::vector<std::string> log;
+  const TokenCacheOptions o = small_blocks(dir.file("cache"), &log);
+  const std::string cache = open_token_cache(src, Tokenizer::Kind::Byte, o).path;
+  const std::string good = read(cache);
+  std::vector<int32_t> expected(text.begin(), text.end());
+  for (int32_t& b : expected) b = static_cast<uint8_t>(b);
+
+  const auto damaged = [&](const std::string& bytes, const std::string& why) {
+    INFO(why);
+    write(cache, bytes);
+    log.clear();
+    const TokenCache c = open_token_cache(src, Tokenizer::Kind::Byte, o);
+    CHECK(c.built);
+    CHECK(logged(log, cache));
+    CHECK(logged(log, why));
+    CHECK(c.tokens.to_vector() == expected);
+    CHECK(read(cache) == good);
+  };
+  damaged(good.substr(0, good.size() - 3), "truncated");
+  damaged(good.substr(0, 50), "shorter than its 96-byte header");
+  damaged(good + "x", "too long");
+  damaged(std::string(200, 'x'), "bad magic");
+  std::string flipped = good;
+  flipped[good.size() - 1000] ^= 0x01;  // one token
+  damaged(flipped, "its tokens fail their checksum");
+  flipped = good;
+  flipped[20] ^= 0x01;  // the token count
+  damaged(flipped, "header");
+  flipped = good;
+  flipped[120] ^= 0x01;  // inside the JSON
+  damaged(flipped, "its header fails its checksum");
+
+  // Once hashed in full (a second after it was written), a start skips hashing the ids while the file
+  // is unchanged; a write in place (same size) is still caught.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  CHECK_FALSE(open_token_cache(src, Tokenizer::Kind::Byte, o).built);
+  REQUIRE(fs::exists(cache + ".checked"));
+  CHECK_FALSE(open_token_cache(src, Tokenizer::Kind::Byte, o).built);
+  flipped = good;
+  flipped[good.size() - 10] ^= 0x01;
+  {
+    std::fstream f(cache, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(static_cast<std::streamoff>(good.size() - 10));
+    f.put(flipped[good.size() - 10]);
+  }
+  log.clear();
+  CHECK(open_token_cache(src, Tokenizer::Kind::Byte, o).built);
+  CHECK(logged(log, "its tokens fail their checksum"));
+}
+
+TEST_CASE("token cache: errors name the file, at the same offsets as a whole-file read", "[data][cache]") {
+  const Dir dir("errors");
+  const std::string src = dir.file("bad.txt");
+  // Invalid bytes at and around block edges: the first one is reported, at its file offset.
+  for (size_t at : {size_t{4095}, size_t{4096}, size_t{4097}, size_t{9000}}) {
+    std::string text = varied_text(12000, 6);
+    text[at] = static_cast<char>(0xFF);
+    write(src, text);
+    std::string whole_error;
+    try {
+      decode_utf8(text, src);
+    } catch (const IoError& e) {
+      whole_error = e.what();
+    }
+    REQUIRE_FALSE(whole_error.empty());
+    CHECK_THROWS_WITH(open_token_cache(src, Tokenizer::Kind::Char, small_blocks(dir.file("cache"))),
+                      whole_error);
+  }
+  // A character the run's vocabulary lacks: named with its character index in the file.
+  const std::string text = std::string(5000, 'a') + "b";
+  write(src, text);
+  const Tokenizer only_a(Tokenizer::Kind::Char, {'a'});
+  CHECK_THROWS_WITH(open_token_cache(src, only_a, small_blocks(dir.file("cache"))),
+                    Catch::Contains("character 'b'") && Catch::Contains("at character 5000"));
+  CHECK_THROWS_WITH(open_token_cache(dir.file("missing.txt"), Tokenizer::Kind::Char, {}),
+                    Catch::StartsWith(dir.file("missing.txt") + ": cannot open"));
+  // An unwritable cache directory names data.cache_dir.
+  write(src, text);
+  TokenCacheOptions o;
+  o.dir = src + "/cache";  // below a regular file
+  CHECK_THROWS_WITH(open_token_cache(src, Tokenizer::Kind::Char, o), Catch::StartsWith("data.cache_dir: cannot create"));
+}
+
+TEST_CASE("token cache: spans read windows of the mapping, and batches equal those of the vector", "[data][cache]") {
+  const Dir dir("spans");
+  const std::string src = dir.file("corpus.txt");
+  const std::string text = varied_text(20000, 7);
+  write(src, text);
+  TokenCacheOptions o;
+  o.dir = dir.file("cache");
+  const Dataset d = load_dataset(src, "char", 0.1, 16, o);
+  const std::vector<int32_t> all = Tokenizer::from_text(Tokenizer::Kind::Char, text, src).encode(text, src);
+  const int64_t n_train = static_cast<int64_t>(static_cast<double>(all.size()) * 0.9);
+  const std::vector<int32_t> train(all.begin(), all.begin() + n_train), val(all.begin() + n_train, all.end());
+  CHECK(d.train.to_vector() == train);
+  CHECK(d.val.to_vector() == val);
+  CHECK(d.cache_path == token_cache_path(src, o.dir, Tokenizer::Kind::Char));
+  BatchSampler a(11), b(11);
+  std::vector<int32_t> xa, ya, xb, yb;
+  for (int i = 0; i < 5; ++i) {
+    a.sample(d.train, 4, 16, xa, ya);
+    b.sample(train, 4, 16, xb, yb);
+    CHECK(xa == xb);
+    CHECK(ya == yb);
+  }
+  const TokenSpan s = TokenSpan::of({5, 6, 7, 8});
+  CHECK(s.slice(1, 3).to_vector() == std::vector<int32_t>{6, 7});
+  CHECK(s[3] == 8);
+  CHECK(default_cache_dir("data/x.txt") == "data/.tfm-cache");
+  CHECK(default_cache_dir("x.txt") == ".tfm-cache");
+}
