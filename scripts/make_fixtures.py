@@ -59,6 +59,14 @@ CONFIGS = {
     "mlm_bidirectional": dict(d_model=8, n_layers=2, n_heads=2, d_ff=24, max_seq_len=8,
                               norm_position="pre", positional_encoding="sinusoidal", causal=False,
                               tie_embeddings=True, activation="gelu"),
+    # the modern options together: RoPE, RMSNorm, SwiGLU, QK-norm, no biases, untied head, GQA
+    "lm_modern": dict(d_model=16, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=24, max_seq_len=8,
+                      norm_position="pre", positional_encoding="rope", rope_theta=1000.0, norm="rmsnorm",
+                      norm_eps=1e-6, activation="swiglu", qk_norm=True, bias=False, tie_embeddings=False),
+    # ... bidirectional (masked_lm), with biases and a tied head
+    "mlm_modern": dict(d_model=16, n_layers=2, n_heads=4, d_ff=24, max_seq_len=8, norm_position="pre",
+                       positional_encoding="rope", norm="rmsnorm", activation="swiglu", qk_norm=True,
+                       causal=False, tie_embeddings=True),
 }
 VOCAB, B, T = 11, 2, 6
 
@@ -426,11 +434,16 @@ def head_mixing_fixture(name, h, hkv, score, mixing, groups, seed):
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=OUT, help="output directory (default: tests/fixtures)")
-    OUT = ap.parse_args().out
+    ap.add_argument("--only", nargs="*", help="write only these language-model fixtures (names of CONFIGS)")
+    args = ap.parse_args()
+    OUT = args.out
     os.makedirs(OUT, exist_ok=True)
     torch.set_num_threads(1)
     for i, (name, cfg) in enumerate(CONFIGS.items()):
-        lm_fixture(name, cfg, 100 + i)
+        if not args.only or name in args.only:
+            lm_fixture(name, cfg, 100 + i)
+    if args.only:
+        sys.exit(0)
     mha_fixture(200)
     for i, (name, cfg) in enumerate(SEQ2SEQ_CONFIGS.items()):
         seq2seq_fixture(name, cfg, 300 + i)

@@ -106,6 +106,10 @@ inline ModelConfig config_from(const json& c) {
   m.activation = *enum_from<Activation>(c.at("activation").get<std::string>());
   m.norm_position = *enum_from<NormPosition>(c.at("norm_position").get<std::string>());
   m.positional_encoding = *enum_from<PositionalEncoding>(c.at("positional_encoding").get<std::string>());
+  m.norm = *enum_from<NormKind>(c.value("norm", std::string("layernorm")));
+  m.norm_eps = c.value("norm_eps", 1e-5f);
+  m.rope_theta = c.value("rope_theta", 10000.0);
+  m.qk_norm = c.value("qk_norm", false);
   m.tie_embeddings = c.at("tie_embeddings");
   m.bias = c.at("bias");
   m.n_layers = c.value("n_layers", int64_t{0});

@@ -40,6 +40,12 @@ void bind(KeySpec& s, float ModelConfig::*member) {
   s.set_model = [member](ModelConfig& m, const json& v) { m.*member = static_cast<float>(v.get<double>()); };
   s.get_model = [member](const ModelConfig& m) { return float_json(m.*member); };
 }
+void bind(KeySpec& s, double ModelConfig::*member) {
+  s.type = KeyType::Number;
+  s.default_value = ModelConfig{}.*member;
+  s.set_model = [member](ModelConfig& m, const json& v) { m.*member = v.get<double>(); };
+  s.get_model = [member](const ModelConfig& m) { return json(m.*member); };
+}
 void bind(KeySpec& s, bool ModelConfig::*member) {
   s.type = KeyType::Boolean;
   s.default_value = ModelConfig{}.*member;
@@ -191,11 +197,23 @@ std::vector<KeySpec> build_table() {
       Key("model.attention_dropout", &ModelConfig::attention_dropout, "Dropout on the attention probabilities.")
           .min(0)
           .max(1, true),
-      Key("model.activation", &ModelConfig::activation, "Feed-forward activation (GELU is the exact erf form)."),
+      Key("model.activation", &ModelConfig::activation,
+          "Feed-forward activation: GELU (the exact erf form), ReLU, or SwiGLU (fc2(silu(fc1 x) * fc3 x): a third "
+          "d_ff x d_model matrix, so set d_ff to about 8/3 d_model for the same parameters)."),
+      Key("model.norm", &ModelConfig::norm,
+          "Every norm of the model: LayerNorm, or RMSNorm (x / rms(x) * gain: no mean, no bias)."),
+      Key("model.norm_eps", &ModelConfig::norm_eps, "Epsilon of every norm (QK-norm's too).").min(0, true),
       Key("model.norm_position", &ModelConfig::norm_position,
-          "LayerNorm before (pre) or after (post) each residual add."),
+          "The norm before (pre) or after (post) each residual add."),
       Key("model.positional_encoding", &ModelConfig::positional_encoding,
-          "Fixed sinusoidal table or learned positions."),
+          "Fixed sinusoidal table, learned positions, or `rope`: no table, every self-attention turns its "
+          "queries and keys by their positions (rotary, Su et al. 2021; pairs of adjacent dims as llama.cpp)."),
+      Key("model.rope_theta", &ModelConfig::rope_theta,
+          "rope: the base of the rotation frequencies (pair i of a head turns by position * theta^(-2i/head width)).")
+          .min(0, true),
+      Key("model.qk_norm", &ModelConfig::qk_norm,
+          "RMSNorm of each head's queries and keys (before RoPE), one gain per head width for each, shared by "
+          "the heads: keeps the attention logits in range at higher learning rates."),
       Key("model.causal", &ModelConfig::causal,
           "Mask future positions in attention: true for causal_lm, false for masked_lm (seq2seq's decoder is "
           "always causal, its encoder never).")

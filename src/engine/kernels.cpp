@@ -12,25 +12,37 @@ constexpr int64_t kParallelWork = 1 << 15;
 }
 
 namespace {
-// y = (x - m) * s * w + b for one row: shared by the forward and the recomputation, which must agree
-// to the bit.
-inline void layernorm_row(float* y, const float* x, const float* w, const float* b, float m, float s, int64_t C) {
-#pragma omp simd
-  for (int64_t c = 0; c < C; ++c) y[c] = (x[c] - m) * s * w[c] + b[c];
-}
-}  // namespace
+// LayerNorm (kCentered) and RMSNorm (Zhang & Sennrich 2019: no centring, no bias) share their loops:
+// RMSNorm is LayerNorm with the mean fixed at 0, mean(x^2) for the variance and no bias term.
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
-                       const float* b, int64_t N, int64_t C, float eps) {
+// y = (x - m) * s * w (+ b) for one row: shared by the forward and the recomputation, which must agree
+// to the bit.
+template <bool kCentered>
+inline void norm_row(float* y, const float* x, const float* w, const float* b, float m, float s, int64_t C) {
+  if constexpr (kCentered) {
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) y[c] = (x[c] - m) * s * w[c] + b[c];
+  } else {
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) y[c] = x[c] * s * w[c];
+  }
+}
+
+template <bool kCentered>
+void norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b, int64_t N,
+                  int64_t C, float eps) {
 #pragma omp parallel for if (N * C > kParallelWork)
   for (int64_t i = 0; i < N; ++i) {
     const float* x = inp + i * C;
     float* y = out + i * C;
     // Sums in double (vectorised: the reduction order is the compiler's, the precision is double's).
-    double sum = 0.0;
+    float m = 0.0f;
+    if constexpr (kCentered) {
+      double sum = 0.0;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t c = 0; c < C; ++c) sum += x[c];
-    const float m = static_cast<float>(sum / C);
+      for (int64_t c = 0; c < C; ++c) sum += x[c];
+      m = static_cast<float>(sum / C);
+    }
     double var = 0.0;
 #pragma omp simd reduction(+ : var)
     for (int64_t c = 0; c < C; ++c) {
@@ -38,27 +50,21 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
       var += d * d;
     }
     const float s = 1.0f / std::sqrt(static_cast<float>(var / C) + eps);
-    layernorm_row(y, x, w, b, m, s, C);
-    mean[i] = m;
+    norm_row<kCentered>(y, x, w, b, m, s, C);
+    if constexpr (kCentered) mean[i] = m;
     rstd[i] = s;
   }
 }
 
-void layernorm_apply(float* out, const float* inp, const float* w, const float* b, const float* mean,
-                     const float* rstd, int64_t N, int64_t C) {
-#pragma omp parallel for if (N * C > kParallelWork)
-  for (int64_t i = 0; i < N; ++i) layernorm_row(out + i * C, inp + i * C, w, b, mean[i], rstd[i], C);
-}
-
-void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
-                        const float* w, const float* mean, const float* rstd, int64_t N, int64_t C,
-                        bool overwrite_dinp) {
+template <bool kCentered>
+void norm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                   const float* mean, const float* rstd, int64_t N, int64_t C, bool overwrite_dinp) {
   // Parameter gradients: column sums, kept serial per column block so they need no reduction.
   if (dw || db) {
     for (int64_t i = 0; i < N; ++i) {
       const float* x = inp + i * C;
       const float* g = dout + i * C;
-      const float m = mean[i], s = rstd[i];
+      const float m = kCentered ? mean[i] : 0.0f, s = rstd[i];
       if (dw) {
 #pragma omp simd
         for (int64_t c = 0; c < C; ++c) dw[c] += g[c] * (x[c] - m) * s;
@@ -75,11 +81,11 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
     const float* x = inp + i * C;
     const float* g = dout + i * C;
     float* dx = dinp + i * C;
-    const float m = mean[i], s = rstd[i];
+    const float m = kCentered ? mean[i] : 0.0f, s = rstd[i];
     float mean_g = 0.0f, mean_gx = 0.0f;
     for (int64_t c = 0; c < C; ++c) {
       const float gw = g[c] * w[c];
-      mean_g += gw;
+      if constexpr (kCentered) mean_g += gw;
       mean_gx += gw * (x[c] - m) * s;
     }
     mean_g /= static_cast<float>(C);
@@ -90,6 +96,38 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
       dx[c] = (overwrite_dinp ? 0.0f : dx[c]) + s * (g[c] * w[c] - mean_g - xhat * mean_gx);
     }
   }
+}
+}  // namespace
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                       const float* b, int64_t N, int64_t C, float eps) {
+  norm_forward<true>(out, mean, rstd, inp, w, b, N, C, eps);
+}
+
+void layernorm_apply(float* out, const float* inp, const float* w, const float* b, const float* mean,
+                     const float* rstd, int64_t N, int64_t C) {
+#pragma omp parallel for if (N * C > kParallelWork)
+  for (int64_t i = 0; i < N; ++i) norm_row<true>(out + i * C, inp + i * C, w, b, mean[i], rstd[i], C);
+}
+
+void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                        const float* w, const float* mean, const float* rstd, int64_t N, int64_t C,
+                        bool overwrite_dinp) {
+  norm_backward<true>(dinp, dw, db, dout, inp, w, mean, rstd, N, C, overwrite_dinp);
+}
+
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C, float eps) {
+  norm_forward<false>(out, nullptr, rstd, inp, w, nullptr, N, C, eps);
+}
+
+void rmsnorm_apply(float* out, const float* inp, const float* w, const float* rstd, int64_t N, int64_t C) {
+#pragma omp parallel for if (N * C > kParallelWork)
+  for (int64_t i = 0; i < N; ++i) norm_row<false>(out + i * C, inp + i * C, w, nullptr, 0.0f, rstd[i], C);
+}
+
+void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
+                      int64_t N, int64_t C, bool overwrite_dinp) {
+  norm_backward<false>(dinp, dw, nullptr, dout, inp, w, nullptr, rstd, N, C, overwrite_dinp);
 }
 
 void softmax_forward(float* out, const float* inp, int64_t N, int64_t C) {
@@ -203,6 +241,20 @@ void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n) 
     const float cdf = 0.5f * (1.0f + erff(x * kInvSqrt2));
     const float pdf = kInvSqrt2Pi * expf(-0.5f * x * x);
     dinp[i] += dout[i] * (cdf + x * pdf);
+  }
+}
+
+void swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
+#pragma omp parallel for simd if (n > kParallelWork)
+  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, int64_t n) {
+#pragma omp parallel for simd if (n > kParallelWork)
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    const float s = 1.0f / (1.0f + expf(-x));
+    dgate[i] = dout[i] * up[i] * s * (1.0f + x * (1.0f - s));
+    dup[i] = dout[i] * x * s;
   }
 }
 

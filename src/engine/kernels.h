@@ -18,6 +18,14 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
                         const float* w, const float* mean, const float* rstd, int64_t N, int64_t C,
                         bool overwrite_dinp = false);
 
+// RMSNorm (Zhang & Sennrich 2019): out (N, C) = inp * rstd * w, rstd = 1 / sqrt(mean(inp^2) + eps);
+// saves rstd (N). The same loops as LayerNorm's with the mean fixed at 0 and no bias.
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C, float eps);
+void rmsnorm_apply(float* out, const float* inp, const float* w, const float* rstd, int64_t N, int64_t C);
+// dx = rstd * (g - xhat * mean(g * xhat)) with g = dout * w, xhat = inp * rstd; dw += dout * xhat.
+void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
+                      int64_t N, int64_t C, bool overwrite_dinp = false);
+
 // Row-wise softmax (numerically stable: the row max is subtracted first).
 void softmax_forward(float* out, const float* inp, int64_t N, int64_t C);
 // dinp += y * (dout - sum(dout * y)) per row.
@@ -42,6 +50,12 @@ void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n);
 // with one erf per element; the same bits as gelu_forward and the
 // factor gelu_backward multiplies dout by.
 void gelu_with_slope(float* out, float* slope, const float* inp, int64_t n);
+
+// SwiGLU's gating (Shazeer 2020): out = silu(gate) * up, silu(x) = x * sigmoid(x).
+void swiglu_forward(float* out, const float* gate, const float* up, int64_t n);
+// From dout = dL/dout, in place of the forward's inputs' gradients: dgate = dout * up * silu'(gate),
+// dup = dout * silu(gate), silu'(x) = s (1 + x (1 - s)) with s = sigmoid(x). Writes dgate and dup.
+void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, int64_t n);
 
 // Dropout with replayable draws: element i is dropped (0) with probability p, else scaled by 1/(1-p).
 // Its draw is SplitMix64's output for counter i from `seed` (a counter-based generator), so the

@@ -437,7 +437,7 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
 }
 
 Tensor feed_forward(const Tensor& x_in, const Tensor& w1_in, const Tensor& b1, const Tensor& w2_in, const Tensor& b2,
-                    ActivationOp act, int64_t chunk_rows) {
+                    ActivationOp act, int64_t chunk_rows, const Tensor& w3_in, const Tensor& b3) {
   const char* fn = "feed_forward";
   TFM_CHECK(x_in.dim() >= 1 && w1_in.dim() == 2 && w2_in.dim() == 2, fn, "expected x (..., C), w1 (F, C), ",
             "w2 (C, F), got ", shape_str(x_in.shape()), ", ", shape_str(w1_in.shape()), ", ", shape_str(w2_in.shape()));
@@ -447,40 +447,63 @@ Tensor feed_forward(const Tensor& x_in, const Tensor& w1_in, const Tensor& b1, c
             " do not chain as (..., C) -> (..., F) -> (..., C)");
   TFM_CHECK(!b1.defined() || b1.shape() == Shape{F}, fn, "b1 ", shape_str(b1.shape()), " must be [", F, "]");
   TFM_CHECK(!b2.defined() || b2.shape() == Shape{C}, fn, "b2 ", shape_str(b2.shape()), " must be [", C, "]");
+  const bool gated = act == ActivationOp::kSwiGLU;
+  TFM_CHECK(gated == w3_in.defined() && (!gated || w3_in.shape() == w1_in.shape()), fn,
+            "SwiGLU takes w3 (the up projection) shaped as w1 ", shape_str(w1_in.shape()),
+            ", the other activations none; got ", w3_in.defined() ? shape_str(w3_in.shape()) : "none");
+  TFM_CHECK(!b3.defined() || (gated && b3.shape() == Shape{F}), fn, "b3 ", shape_str(b3.shape()), " must be [", F,
+            "] with w3");
   TFM_CHECK(chunk_rows > 0, fn, "chunk_rows must be positive, got ", chunk_rows);
   const Tensor x = contiguous_values(x_in), w1 = contiguous_values(w1_in), w2 = contiguous_values(w2_in);
+  const Tensor w3 = gated ? contiguous_values(w3_in) : Tensor();
   const Tensor b1c = b1.defined() ? contiguous_values(b1) : Tensor(), b2c = b2.defined() ? contiguous_values(b2) : Tensor();
+  const Tensor b3c = b3.defined() ? contiguous_values(b3) : Tensor();
   const int64_t N = C ? x.numel() / C : 0;
   const int64_t chunk = std::min(chunk_rows, std::max<int64_t>(N, 1));
   Tensor h = Tensor::empty({N, F});  // (N, F): fc1's output, the one activation kept for the backward
   linear_rows(h.data(), x.data(), w1.data(), b1c.defined() ? b1c.data() : nullptr, N, C, F);
+  Tensor u;  // (N, F): SwiGLU's up projection x W3^T + b3, kept for the backward too
+  if (gated) {
+    u = Tensor::empty({N, F});
+    linear_rows(u.data(), x.data(), w3.data(), b3c.defined() ? b3c.data() : nullptr, N, C, F);
+  }
+  // act(h) (SwiGLU: silu(h) * u) of n elements into a.
+  const auto activate = [act](float* a, const float* hc, const float* uc, int64_t n) {
+    if (uc)
+      kernels::swiglu_forward(a, hc, uc, n);
+    else
+      activation_forward(act, a, hc, n);
+  };
   Tensor out = Tensor::empty(x.shape());  // (..., C)
   {
     Tensor a = Tensor::empty({chunk, F});  // (chunk, F): act(h) of one chunk of rows
     for (int64_t r0 = 0; r0 < N; r0 += chunk) {
       const int64_t rows = std::min(chunk, N - r0);
-      activation_forward(act, a.data(), h.data() + r0 * F, rows * F);
+      activate(a.data(), h.data() + r0 * F, gated ? u.data() + r0 * F : nullptr, rows * F);
       linear_rows(out.data() + r0 * C, a.data(), w2.data(), b2c.defined() ? b2c.data() : nullptr, rows, F, C);
     }
   }
   const GradRef rx = grad_ref(x_in), rw1 = grad_ref(w1_in), rb1 = grad_ref(b1), rw2 = grad_ref(w2_in),
-                rb2 = grad_ref(b2);
-  record(out, "feed_forward", {x_in, w1_in, b1, w2_in, b2},
-         [rx, rw1, rb1, rw2, rb2, x, w1, w2, h, act, N, C, F, chunk](const Tensor& g) {
-           const bool need_h = rx || rw1 || rb1;
+                rb2 = grad_ref(b2), rw3 = grad_ref(w3_in), rb3 = grad_ref(b3);
+  record(out, "feed_forward", {x_in, w1_in, b1, w2_in, b2, w3_in, b3},
+         [rx, rw1, rb1, rw2, rb2, rw3, rb3, x, w1, w2, w3, h, u, act, gated, activate, N, C, F,
+          chunk](const Tensor& g) {
+           const bool need_h = rx || rw1 || rb1 || rw3 || rb3;
            Tensor a = Tensor::empty({chunk, F});      // (chunk, F): act(h), then d act(h)
-           Tensor slope = Tensor::empty({chunk, F});  // (chunk, F): act'(h), then dh
+           Tensor slope = Tensor::empty({chunk, F});  // (chunk, F): act'(h), then dh (SwiGLU: d gate)
+           Tensor du = gated ? Tensor::empty({chunk, F}) : Tensor();  // (chunk, F): SwiGLU's d up
            // Every row of dx is written once (row blocks): the first writer stores.
            const GradTarget gx = rx ? grad_target(rx) : GradTarget{nullptr, 1.0f};
            for (int64_t r0 = 0; r0 < N; r0 += chunk) {
              const int64_t rows = std::min(chunk, N - r0);
              const float* gc = g.data() + r0 * C;  // (rows, C)
              const float* hc = h.data() + r0 * F;  // (rows, F)
-             // act(h) and act'(h) in one pass (GELU: one erf for both).
-             if (need_h)
+             const float* uc = gated ? u.data() + r0 * F : nullptr;
+             // act(h) and act'(h) in one pass (GELU: one erf for both); SwiGLU's slopes come below.
+             if (need_h && !gated)
                activation_with_slope(act, a.data(), slope.data(), hc, rows * F);
              else if (rw2)
-               activation_forward(act, a.data(), hc, rows * F);
+               activate(a.data(), hc, uc, rows * F);
              {
                const SameOperandsScope same;  // g: rounded to bfloat16 once for dW2 and d act(h)
                if (rw2)  // dW2 (C, F) += g^T act(h)
@@ -492,14 +515,25 @@ Tensor feed_forward(const Tensor& x_in, const Tensor& w1_in, const Tensor& b1, c
              }
              float* dh = slope.data();
              const float* da = a.data();
+             if (gated) {
+               kernels::swiglu_backward(dh, du.data(), da, hc, uc, rows * F);
+             } else {
 #pragma omp simd
-             for (int64_t i = 0; i < rows * F; ++i) dh[i] *= da[i];
+               for (int64_t i = 0; i < rows * F; ++i) dh[i] *= da[i];
+             }
              const SameOperandsScope same_dh;  // dh: rounded to bfloat16 once for dW1 and dx
              if (rw1)  // dW1 (F, C) += dh^T x
                gemm(true, false, F, C, rows, 1.0f, dh, F, x.data() + r0 * C, C, 1.0f, grad_buffer(rw1), C);
              if (rb1) kernels::bias_add_backward(grad_buffer(rb1), dh, rows, F);
              if (rx)  // dx (rows, C) (+)= dh W1
                gemm(false, false, rows, C, F, 1.0f, dh, F, w1.data(), C, gx.beta, gx.data + r0 * C, C);
+             if (!gated) continue;
+             const SameOperandsScope same_du;  // du: rounded once for dW3 and dx
+             if (rw3)  // dW3 (F, C) += du^T x
+               gemm(true, false, F, C, rows, 1.0f, du.data(), F, x.data() + r0 * C, C, 1.0f, grad_buffer(rw3), C);
+             if (rb3) kernels::bias_add_backward(grad_buffer(rb3), du.data(), rows, F);
+             if (rx)  // dx (rows, C) += du W3
+               gemm(false, false, rows, C, F, 1.0f, du.data(), F, w3.data(), C, 1.0f, gx.data + r0 * C, C);
            }
          });
   return out;
@@ -668,6 +702,92 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& w, const Tensor& b, float ep
   // may release it once its consumers have saved it (Tensor::release_values).
   set_recompute(out, [x, wc, bc, mean, rstd, N, C](float* dst) {
     kernels::layernorm_apply(dst, x.data(), wc.data(), bc.data(), mean.data(), rstd.data(), N, C);
+  });
+  return out;
+}
+
+Tensor rms_norm(const Tensor& x_in, const Tensor& w, float eps) {
+  TFM_CHECK(x_in.dim() >= 1, "rms_norm", "needs at least 1 dim");
+  const int64_t C = x_in.size(-1), N = C ? x_in.numel() / C : 0;
+  TFM_CHECK(w.shape() == Shape{C}, "rms_norm", "weight ", shape_str(w.shape()), " must be [", C, "] for input ",
+            shape_str(x_in.shape()));
+  const Tensor x = contiguous_values(x_in), wc = contiguous_values(w);
+  Tensor out = Tensor::empty(x.shape());
+  Tensor rstd = Tensor::empty({N});
+  kernels::rmsnorm_forward(out.data(), rstd.data(), x.data(), wc.data(), N, C, eps);
+  record(out, "rms_norm", {x_in, w}, [rx = grad_ref(x_in), rw = grad_ref(w), x, wc, rstd, N, C](const Tensor& g) {
+    const GradTarget gx = rx ? grad_target(rx) : GradTarget{nullptr, 1.0f};
+    kernels::rmsnorm_backward(gx.data, rw ? grad_buffer(rw) : nullptr, g.data(), x.data(), wc.data(), rstd.data(), N,
+                              C, gx.overwrite());
+  });
+  // As LayerNorm's: recomputable from what the backward keeps (x, rstd).
+  set_recompute(out, [x, wc, rstd, N, C](float* dst) {
+    kernels::rmsnorm_apply(dst, x.data(), wc.data(), rstd.data(), N, C);
+  });
+  return out;
+}
+
+std::pair<Tensor, Tensor> rope_table(int64_t max_len, int64_t D, double theta) {
+  TFM_CHECK(D > 0 && D % 2 == 0, "rope_table", "the rotated width must be even, got ", D);
+  const int64_t half = D / 2;
+  Tensor cos = Tensor::empty({max_len, half}), sin = Tensor::empty({max_len, half});  // (max_len, D/2)
+  for (int64_t i = 0; i < half; ++i) {
+    const double freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+    for (int64_t p = 0; p < max_len; ++p) {
+      const double angle = static_cast<double>(p) * freq;
+      cos.data()[p * half + i] = static_cast<float>(std::cos(angle));
+      sin.data()[p * half + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+  return {cos, sin};
+}
+
+namespace {
+// out (B, T, heads * D) = x rotated by +angle (sign 1) or -angle (sign -1, the backward: a rotation's
+// transpose is the opposite rotation), pairs (2i, 2i + 1) of each head at positions start + t.
+void rope_rotate(float* out, const float* x, const float* cos, const float* sin, int64_t B, int64_t T,
+                 int64_t heads, int64_t D, int64_t start, float sign, bool accumulate) {
+  const int64_t half = D / 2;
+#pragma omp parallel for collapse(2) if (B * T * heads * D > (1 << 15))
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const float* c = cos + (start + t) * half;
+      const float* s = sin + (start + t) * half;
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t row = ((b * T + t) * heads + h) * D;
+        const float* xi = x + row;
+        float* yi = out + row;
+#pragma omp simd
+        for (int64_t i = 0; i < half; ++i) {
+          const float x0 = xi[2 * i], x1 = xi[2 * i + 1], si = sign * s[i];
+          const float y0 = x0 * c[i] - x1 * si, y1 = x0 * si + x1 * c[i];
+          yi[2 * i] = accumulate ? yi[2 * i] + y0 : y0;
+          yi[2 * i + 1] = accumulate ? yi[2 * i + 1] + y1 : y1;
+        }
+      }
+    }
+}
+}  // namespace
+
+Tensor rope(const Tensor& x_in, int64_t heads, const Tensor& cos, const Tensor& sin, int64_t start) {
+  TFM_CHECK(x_in.dim() == 3 && heads > 0 && x_in.size(2) % heads == 0, "rope", "expected x (B, T, heads * D) with ",
+            heads, " heads, got ", shape_str(x_in.shape()));
+  const int64_t B = x_in.size(0), T = x_in.size(1), D = x_in.size(2) / heads;
+  TFM_CHECK(cos.dim() == 2 && cos.size(1) * 2 == D && sin.shape() == cos.shape(), "rope", "tables ",
+            shape_str(cos.shape()), " and ", shape_str(sin.shape()), " do not fit a head width of ", D);
+  TFM_CHECK(start >= 0 && start + T <= cos.size(0), "rope", "positions [", start, ", ", start + T,
+            ") exceed the table's ", cos.size(0));
+  const Tensor x = contiguous_values(x_in);
+  Tensor out = Tensor::empty(x.shape());
+  rope_rotate(out.data(), x.data(), cos.data(), sin.data(), B, T, heads, D, start, 1.0f, false);
+  record(out, "rope", {x_in}, [rx = grad_ref(x_in), cos, sin, B, T, heads, D, start](const Tensor& g) {
+    if (!rx) return;
+    const GradTarget gx = grad_target(rx);
+    rope_rotate(gx.data, g.data(), cos.data(), sin.data(), B, T, heads, D, start, -1.0f, !gx.overwrite());
+  });
+  // Recomputable from its input: a layer may release the rotated queries (MultiHeadAttention).
+  set_recompute(out, [x, cos, sin, B, T, heads, D, start](float* dst) {
+    rope_rotate(dst, x.data(), cos.data(), sin.data(), B, T, heads, D, start, 1.0f, false);
   });
   return out;
 }

@@ -49,16 +49,16 @@ struct Network : Module {
     if (learned) {
       src_pos = std::make_unique<LearnedPositionalEmbedding>(c.max_seq_len, c.d_model);
       register_module("src_pos", src_pos.get());
-    } else {
+    } else if (c.positional_encoding == PositionalEncoding::Sinusoidal) {
       pe = std::make_unique<SinusoidalPositionalEncoding>(c.max_seq_len, c.d_model);
-    }
+    }  // RoPE: the self-attention layers of both stacks turn their queries and keys
     for (int64_t i = 0; i < c.n_encoder_layers; ++i) {
       encoder.push_back(std::make_unique<EncoderBlock>(c, false));
       register_module("encoder.blocks." + std::to_string(i), encoder.back().get());
     }
     const bool pre = c.norm_position == NormPosition::Pre;
     if (pre) {
-      encoder_ln = std::make_unique<LayerNorm>(c.d_model);
+      encoder_ln = std::make_unique<Norm>(c.d_model, c);
       register_module("encoder.ln_f", encoder_ln.get());
     }
     register_module("tgt_emb", &tgt_emb);
@@ -71,7 +71,7 @@ struct Network : Module {
       register_module("decoder.blocks." + std::to_string(i), decoder.back().get());
     }
     if (pre) {
-      decoder_ln = std::make_unique<LayerNorm>(c.d_model);
+      decoder_ln = std::make_unique<Norm>(c.d_model, c);
       register_module("decoder.ln_f", decoder_ln.get());
     }
     if (!c.tie_embeddings) {
@@ -96,7 +96,7 @@ struct Network : Module {
   std::unique_ptr<SinusoidalPositionalEncoding> pe;  // both sides' table
   std::vector<std::unique_ptr<EncoderBlock>> encoder;
   std::vector<std::unique_ptr<DecoderBlock>> decoder;
-  std::unique_ptr<LayerNorm> encoder_ln, decoder_ln;
+  std::unique_ptr<Norm> encoder_ln, decoder_ln;
   std::unique_ptr<Linear> head;
 };
 
@@ -145,8 +145,8 @@ Cost Seq2SeqModel::cost(const ModelConfig& config, int64_t B_, int64_t S_, int64
   cost += EncoderBlock::cost(c, B_, S_).times(static_cast<double>(c.n_encoder_layers));
   cost += DecoderBlock::cost(c, B_, T_, S_).times(static_cast<double>(c.n_decoder_layers));
   if (c.norm_position == NormPosition::Pre) {  // encoder.ln_f, decoder.ln_f
-    cost += LayerNorm::cost(c.d_model, B * S);
-    cost += LayerNorm::cost(c.d_model, B * T);
+    cost += Norm::cost(c.d_model, c.norm, B * S);
+    cost += Norm::cost(c.d_model, c.norm, B * T);
   }
   cost += linear_cost(C, V, false, B * T);  // the head: y E_tgt^T when tied
   if (c.tie_embeddings) cost.parameters -= V * C;
@@ -164,7 +164,7 @@ Tensor Seq2SeqModel::encode(const std::vector<int32_t>& src, const std::vector<i
                             int64_t S) {
   Network& net = impl_->net;
   net.check_source(src_lengths, B, S, "Seq2SeqModel::encode");
-  Tensor x = embed_with_positions(net, net.src_emb, net.pe.get(), net.src_pos.get(), src, B, S, 0, net.config.dropout,
+  Tensor x = embed_with_positions(net, net.src_emb, net.pe.get(), net.src_pos.get(), net.config.max_seq_len, src, B, S, 0, net.config.dropout,
                                   "Seq2SeqModel::encode");  // (B, S, C)
   for (auto& block : net.encoder) x = block->forward(x, src_lengths);
   impl_->collect_encoder();
@@ -178,7 +178,7 @@ Tensor Seq2SeqModel::decode(const Tensor& memory, const std::vector<int64_t>& sr
             "expected memory (B, S, ", net.config.d_model, "), got ", shape_str(memory.shape()));
   const int64_t B = memory.size(0);
   net.check_source(src_lengths, B, memory.size(1), "Seq2SeqModel::decode");
-  Tensor y = embed_with_positions(net, net.tgt_emb, net.pe.get(), net.tgt_pos.get(), tgt_in, B, T, 0,
+  Tensor y = embed_with_positions(net, net.tgt_emb, net.pe.get(), net.tgt_pos.get(), net.config.max_seq_len, tgt_in, B, T, 0,
                                   net.config.dropout, "Seq2SeqModel::decode");  // (B, T, C)
   for (auto& block : net.decoder) y = block->forward(y, memory, src_lengths);
   impl_->collect_decoder();
@@ -216,7 +216,7 @@ Seq2SeqCache Seq2SeqModel::make_cache(const Tensor& memory, const std::vector<in
 Tensor Seq2SeqModel::forward_cached(Seq2SeqCache& cache, const std::vector<int32_t>& tgt, int64_t T_new) {
   NoGradGuard no_grad;  // decoding only
   Network& net = impl_->net;
-  Tensor y = embed_with_positions(net, net.tgt_emb, net.pe.get(), net.tgt_pos.get(), tgt, cache.rows, T_new,
+  Tensor y = embed_with_positions(net, net.tgt_emb, net.pe.get(), net.tgt_pos.get(), net.config.max_seq_len, tgt, cache.rows, T_new,
                                   cache.length, net.config.dropout, "Seq2SeqModel::forward_cached");  // (R, T_new, C)
   for (size_t l = 0; l < net.decoder.size(); ++l)
     y = net.decoder[l]->forward_cached(y, cache.self_keys[l], cache.self_values[l], cache.length, cache.cross_keys[l],

@@ -25,15 +25,15 @@ struct Network : Module {
     if (c.positional_encoding == PositionalEncoding::Learned) {
       pos = std::make_unique<LearnedPositionalEmbedding>(c.max_seq_len, c.d_model);
       register_module("pos", pos.get());
-    } else {
+    } else if (c.positional_encoding == PositionalEncoding::Sinusoidal) {
       pe = std::make_unique<SinusoidalPositionalEncoding>(c.max_seq_len, c.d_model);
-    }
+    }  // RoPE: no table here; every self-attention layer turns its queries and keys
     for (int64_t i = 0; i < c.n_layers; ++i) {
       blocks.push_back(std::make_unique<EncoderBlock>(c, c.causal));
       register_module("blocks." + std::to_string(i), blocks.back().get());
     }
     if (c.norm_position == NormPosition::Pre) {
-      ln_f = std::make_unique<LayerNorm>(c.d_model);
+      ln_f = std::make_unique<Norm>(c.d_model, c);
       register_module("ln_f", ln_f.get());
     }
     if (!c.tie_embeddings) {
@@ -44,7 +44,7 @@ struct Network : Module {
 
   // Token and position embeddings for positions [start, start + T): (B, T, C).
   Tensor embed(const std::vector<int32_t>& tokens, int64_t B, int64_t T, int64_t start) {
-    return embed_with_positions(*this, emb, pe.get(), pos.get(), tokens, B, T, start, config.dropout,
+    return embed_with_positions(*this, emb, pe.get(), pos.get(), config.max_seq_len, tokens, B, T, start, config.dropout,
                                 "LanguageModel::forward");
   }
 
@@ -55,7 +55,7 @@ struct Network : Module {
   std::unique_ptr<LearnedPositionalEmbedding> pos;
   std::unique_ptr<SinusoidalPositionalEncoding> pe;
   std::vector<std::unique_ptr<EncoderBlock>> blocks;
-  std::unique_ptr<LayerNorm> ln_f;
+  std::unique_ptr<Norm> ln_f;
   std::unique_ptr<Linear> head;
 };
 
@@ -96,7 +96,7 @@ Cost LanguageModel::cost(const ModelConfig& config, int64_t B_, int64_t T_) {
   if (c.positional_encoding == PositionalEncoding::Learned)
     cost.parameters += static_cast<double>(c.max_seq_len) * C;
   cost += EncoderBlock::cost(c, B_, T_).times(static_cast<double>(c.n_layers));
-  if (c.norm_position == NormPosition::Pre) cost += LayerNorm::cost(c.d_model, rows);  // ln_f
+  if (c.norm_position == NormPosition::Pre) cost += Norm::cost(c.d_model, c.norm, rows);  // ln_f
   cost += linear_cost(C, V, false, rows);  // the head: x E^T when tied
   if (c.tie_embeddings) cost.parameters -= V * C;
   // The backward's largest transient (~5 C per token) and the logits with their gradient.

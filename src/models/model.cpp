@@ -56,8 +56,8 @@ void Model::adopt_parameters(Module& root, uint64_t init_seed, int64_t residual_
       const float std = residual ? residual_std : 0.02f;
       for (int64_t j = 0; j < t.numel(); ++j) p[j] = std * rng.normal();
     } else {
-      const bool gain = name.find("ln") != std::string::npos && ends_with(name, "weight");
-      t.fill_(gain ? 1.0f : 0.0f);
+      // A 1-D weight is a norm's gain (LayerNorm, RMSNorm, QK-norm): 1; biases 0.
+      t.fill_(ends_with(name, "weight") ? 1.0f : 0.0f);
     }
     parameters_.push_back({name, t, buffers.offsets[i], t.dim() >= 2 && !mixing});
   }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "tfm/engine/fused_attention.h"
 #include "tfm/engine/ops.h"
@@ -77,6 +78,14 @@ MultiHeadAttention::MultiHeadAttention(const ModelConfig& config, bool causal, i
       // (C, H*Dv); empty with group_mlp, whose out_mlp takes its place (no C x C floats left unused)
       wo(config_.head_mixing == HeadMixing::GroupMlp ? 0 : config_.n_heads * head_dim_,
          config_.head_mixing == HeadMixing::GroupMlp ? 0 : config_.d_model, config_.bias) {
+  if (config_.qk_norm) {  // registered first: the reference's parameter order
+    q_norm = std::make_unique<Norm>(head_dim_, NormKind::RMSNorm, config_.norm_eps);
+    k_norm = std::make_unique<Norm>(head_dim_, NormKind::RMSNorm, config_.norm_eps);
+    register_module("q_norm", q_norm.get());
+    register_module("k_norm", k_norm.get());
+  }
+  if (config_.positional_encoding == PositionalEncoding::Rope)
+    std::tie(rope_cos_, rope_sin_) = rope_table(config_.max_seq_len, head_dim_, config_.rope_theta);
   register_module("wq", &wq);
   register_module("wk", &wk);
   register_module("wv", &wv);
@@ -131,6 +140,10 @@ Cost MultiHeadAttention::cost(const ModelConfig& config, int64_t B_, int64_t Tq_
   if (!dot) cost.parameters += H * Dk;  // score_v
   // K and V; per query its output before the output projection and the softmax's max and 1/sum per head.
   cost.activations += keys * 2.0 * kv + queries * (C + 2.0 * H);
+  if (c.qk_norm) {  // two gains of Dk; each head's 1/rms of Q and K, and K before its norm
+    cost.parameters += 2.0 * Dk;
+    cost.activations += queries * H + keys * (static_cast<double>(c.n_kv_heads) + kv);
+  }
   if (c.head_gating == HeadGating::TopK) cost.activations += queries * 4.0 * H;  // gate logits, weights
   if (c.attention_dropout > 0.0f) cost.activations += pairs;                       // the dropout mask
   if (!dot) {  // composed ops over (B, H, Tq, Tk, Dk): tanh's output and a few score tensors
@@ -195,6 +208,38 @@ Tensor MultiHeadAttention::gate_weights(const Tensor& x, std::vector<uint8_t>& a
   return softmax(masked_fill(logits, unselected, -1e30f));  // (B, Tq, H): 0 outside the top k
 }
 
+std::vector<Tensor> MultiHeadAttention::project(const Linear& w, const Norm* norm, int64_t heads, const Tensor& x,
+                                                int64_t start) const {
+  std::vector<Tensor> steps = {w.forward(x)};  // (B, T, heads*Dk)
+  const int64_t B = x.size(0), T = x.size(1);
+  if (norm)  // over each head's Dk entries
+    steps.push_back(reshape(norm->forward(reshape(steps.back(), {B, T, heads, head_dim_})), {B, T, heads * head_dim_}));
+  if (start >= 0 && rope_cos_.defined()) steps.push_back(rope(steps.back(), heads, rope_cos_, rope_sin_, start));
+  return steps;
+}
+
+Tensor MultiHeadAttention::attend_and_project(const Tensor& x, const std::vector<Tensor>& q_steps, const Tensor& k,
+                                              const Tensor& v, const std::vector<int64_t>& key_lengths) {
+  const Tensor o = attend(x, q_steps.back(), k, v, causal_, key_lengths);  // (B, Tq, H*Dv)
+  // The attention's backward reads the queries; recomputing them there (one GEMM, and the norm and
+  // rotation from what their backwards keep) is cheaper than keeping a (B, Tq, C) per layer through
+  // the whole step.
+  for (const Tensor& q : q_steps) q.release_values();
+  return project_output(o);
+}
+
+Tensor MultiHeadAttention::self_attention(const Tensor& x, const std::vector<int64_t>& key_lengths) {
+  if (!rope_cos_.defined()) return forward(x, x, x, key_lengths);
+  TFM_CHECK(x.dim() == 3 && x.size(-1) == config_.d_model && kdim_ == config_.d_model && vdim_ == config_.d_model,
+            "MultiHeadAttention::self_attention", "expected x (B, T, ", config_.d_model, ") and a layer whose keys ",
+            "and values are d_model wide, got ", shape_str(x.shape()), ", kdim ", kdim_, ", vdim ", vdim_);
+  const std::vector<Tensor> k_steps = project(wk, k_norm.get(), config_.n_kv_heads, x, 0);
+  // K stays for the attention's backward; of its steps only QK-norm's input is read by a backward.
+  for (size_t i = k_norm ? 1 : 0; i + 1 < k_steps.size(); ++i) k_steps[i].release_values();
+  return attend_and_project(x, project(wq, q_norm.get(), config_.n_heads, x, 0), k_steps.back(), wv.forward(x),
+                            key_lengths);
+}
+
 Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
                                    const std::vector<int64_t>& key_lengths) {
   TFM_CHECK(query.dim() == 3 && key.dim() == 3 && value.dim() == 3 && query.size(-1) == config_.d_model &&
@@ -208,7 +253,8 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key, const
 }
 
 std::pair<Tensor, Tensor> MultiHeadAttention::project_key_value(const Tensor& key, const Tensor& value) const {
-  return {wk.forward(key), wv.forward(value)};  // (B, Tk, Hkv*Dk), (B, Tk, Hkv*Dv)
+  // (B, Tk, Hkv*Dk) without positions, (B, Tk, Hkv*Dv)
+  return {project(wk, k_norm.get(), config_.n_kv_heads, key, -1).back(), wv.forward(value)};
 }
 
 Tensor MultiHeadAttention::forward_projected(const Tensor& query, const Tensor& k, const Tensor& v,
@@ -221,22 +267,17 @@ Tensor MultiHeadAttention::forward_projected(const Tensor& query, const Tensor& 
             kv_width, "), got ", shape_str(query.shape()), ", ", shape_str(k.shape()), ", ", shape_str(v.shape()));
   TFM_CHECK(key_lengths.empty() || static_cast<int64_t>(key_lengths.size()) == k.size(0),
             "MultiHeadAttention::forward", "expected ", k.size(0), " key_lengths, got ", key_lengths.size());
-  const Tensor q = wq.forward(query);                               // (B, Tq, H*Dk)
-  const Tensor o = attend(query, q, k, v, causal_, key_lengths);  // (B, Tq, H*Dv)
-  // The attention's backward reads the queries; one GEMM recomputes them there, which is cheaper
-  // than keeping a (B, Tq, C) per layer through the whole step.
-  q.release_values();
-  return project_output(o);
+  return attend_and_project(query, project(wq, q_norm.get(), config_.n_heads, query, -1), k, v, key_lengths);
 }
 
 Tensor MultiHeadAttention::forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v, int64_t past) {
   const int64_t T = x.size(1);
   TFM_CHECK(past >= 0 && past + T <= cache_k.size(1), "MultiHeadAttention::forward_cached", past, " cached + ", T,
             " new positions exceed the cache ", shape_str(cache_k.shape()));
-  const Tensor q = wq.forward(x);  // (B, T, H*Dk)
+  const Tensor q = project(wq, q_norm.get(), config_.n_heads, x, past).back();  // (B, T, H*Dk)
   {
     NoGradGuard no_grad;  // the cache is a buffer, not part of the graph
-    narrow(cache_k, 1, past, T).copy_from(wk.forward(x));
+    narrow(cache_k, 1, past, T).copy_from(project(wk, k_norm.get(), config_.n_kv_heads, x, past).back());
     narrow(cache_v, 1, past, T).copy_from(wv.forward(x));
   }
   // Keys [0, past + T): views into the caches, strided per batch, read in place by the fused op.

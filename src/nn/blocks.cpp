@@ -14,7 +14,7 @@ namespace {
 // LN(x) always; post-norm's x when release_input (the previous sub-layer's norm output, not the
 // block's input).
 template <class F>
-Tensor residual_sublayer(const Module& block, const ModelConfig& c, const LayerNorm& ln, const Tensor& x,
+Tensor residual_sublayer(const Module& block, const ModelConfig& c, const Norm& ln, const Tensor& x,
                          bool release_input, F&& f) {
   const bool drop = block.training() && c.dropout > 0.0f;
   TFM_CHECK(!drop || block.rng(), "Block", "dropout needs set_rng()");
@@ -39,8 +39,8 @@ double block_floats_per_token(const ModelConfig& c) {
 
 EncoderBlock::EncoderBlock(const ModelConfig& config, bool causal)
     : config_(resolved(config)),
-      ln1(config_.d_model),
-      ln2(config_.d_model),
+      ln1(config_.d_model, config_),
+      ln2(config_.d_model, config_),
       attn(config_, causal),
       ffn(config_.d_model, config_.d_ff, config_.activation, config_.bias) {
   register_module("ln1", &ln1);
@@ -58,7 +58,7 @@ Tensor EncoderBlock::run(const Tensor& x, Attend&& attend) {
 Cost EncoderBlock::cost(const ModelConfig& config, int64_t B, int64_t T) {
   const ModelConfig c = resolved(config);
   const double rows = static_cast<double>(B * T);
-  Cost cost = LayerNorm::cost(c.d_model, rows).times(2);
+  Cost cost = Norm::cost(c.d_model, c.norm, rows).times(2);
   cost += MultiHeadAttention::cost(c, B, T, T);
   cost += FeedForward::cost(c.d_model, c.d_ff, c.activation, c.bias, rows);
   cost.activations += rows * block_floats_per_token(c);
@@ -66,7 +66,7 @@ Cost EncoderBlock::cost(const ModelConfig& config, int64_t B, int64_t T) {
 }
 
 Tensor EncoderBlock::forward(const Tensor& x, const std::vector<int64_t>& key_lengths) {
-  return run(x, [&](const Tensor& a) { return attn.forward(a, a, a, key_lengths); });
+  return run(x, [&](const Tensor& a) { return attn.self_attention(a, key_lengths); });
 }
 
 Tensor EncoderBlock::forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v, int64_t past) {
@@ -75,9 +75,9 @@ Tensor EncoderBlock::forward_cached(const Tensor& x, Tensor& cache_k, Tensor& ca
 
 DecoderBlock::DecoderBlock(const ModelConfig& config)
     : config_(resolved(config)),
-      ln1(config_.d_model),
-      ln2(config_.d_model),
-      ln3(config_.d_model),
+      ln1(config_.d_model, config_),
+      ln2(config_.d_model, config_),
+      ln3(config_.d_model, config_),
       attn(config_, true),
       cross(config_, false),
       ffn(config_.d_model, config_.d_ff, config_.activation, config_.bias) {
@@ -100,7 +100,7 @@ Cost DecoderBlock::cost(const ModelConfig& config, int64_t B, int64_t T, int64_t
   const ModelConfig c = resolved(config);
   const double rows = static_cast<double>(B * T);
   Cost cost = EncoderBlock::cost(c, B, T);  // ln1, attn, ln2 (here ln3), the feed-forward, residuals
-  cost += LayerNorm::cost(c.d_model, rows);
+  cost += Norm::cost(c.d_model, c.norm, rows);
   cost += MultiHeadAttention::cost(c, B, T, S);
   cost.activations += rows * static_cast<double>(c.d_model);  // the cross-attention sub-layer's residual
   return cost;
@@ -108,7 +108,7 @@ Cost DecoderBlock::cost(const ModelConfig& config, int64_t B, int64_t T, int64_t
 
 Tensor DecoderBlock::forward(const Tensor& x, const Tensor& memory, const std::vector<int64_t>& memory_lengths) {
   return run(
-      x, [&](const Tensor& a) { return attn.forward(a, a, a); },
+      x, [&](const Tensor& a) { return attn.self_attention(a); },
       [&](const Tensor& a) { return cross.forward(a, memory, memory, memory_lengths); });
 }
 

@@ -36,27 +36,29 @@ LearnedPositionalEmbedding::LearnedPositionalEmbedding(int64_t max_len, int64_t 
 Tensor LearnedPositionalEmbedding::forward(int64_t start, int64_t T) const { return narrow(weight, 0, start, T); }
 
 Tensor embed_with_positions(const Module& owner, const Embedding& emb, const SinusoidalPositionalEncoding* sinusoidal,
-                            const LearnedPositionalEmbedding* learned, const std::vector<int32_t>& ids, int64_t B,
-                            int64_t T, int64_t start, float p, const char* where) {
+                            const LearnedPositionalEmbedding* learned, int64_t max_len, const std::vector<int32_t>& ids,
+                            int64_t B, int64_t T, int64_t start, float p, const char* where) {
   TFM_CHECK(static_cast<int64_t>(ids.size()) == B * T, where, ids.size(), " tokens for B = ", B, ", T = ", T);
-  const int64_t max_len = sinusoidal ? sinusoidal->table.size(0) : learned->weight.size(0);
   TFM_CHECK(start + T <= max_len, where, "positions up to ", start + T, " exceed max_seq_len ", max_len);
   const Tensor x = emb.forward(ids, {B, T});  // (B, T, C)
   const float scale = std::sqrt(static_cast<float>(emb.weight.size(1)));
-  const Tensor h = sinusoidal ? x * scale + sinusoidal->forward(start, T) : x + learned->forward(start, T);  // (B, T, C)
+  // (B, T, C); RoPE: the embeddings alone (positions turn the queries and keys inside attention)
+  const Tensor h = sinusoidal ? x * scale + sinusoidal->forward(start, T) : learned ? x + learned->forward(start, T) : x;
   const bool drop = owner.training() && p > 0.0f;
   TFM_CHECK(!drop || owner.rng(), where, "dropout needs set_rng()");
   return drop ? dropout(h, p, true, *owner.rng()) : h;
 }
 
-LayerNorm::LayerNorm(int64_t dim, float eps_) : eps(eps_) {
+Norm::Norm(int64_t dim, NormKind kind_, float eps_) : kind(kind_), eps(eps_) {
   register_parameter("weight", &weight, {dim});
-  register_parameter("bias", &bias, {dim});
+  if (kind == NormKind::LayerNorm) register_parameter("bias", &bias, {dim});
   weight.fill_(1.0f);
 }
-Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight, bias, eps); }
+Tensor Norm::forward(const Tensor& x) const {
+  return kind == NormKind::LayerNorm ? layer_norm(x, weight, bias, eps) : rms_norm(x, weight, eps);
+}
 
-Tensor output_logits(const Tensor& x, const LayerNorm* ln_f, const Linear* head, const Tensor& embedding) {
+Tensor output_logits(const Tensor& x, const Norm* ln_f, const Linear* head, const Tensor& embedding) {
   const Tensor h = ln_f ? ln_f->forward(x) : x;                                  // (B, T, C)
   const Tensor out = head ? head->forward(h) : linear(h, embedding, Tensor());  // (B, T, V): h E^T when tied
   if (ln_f) h.release_values();  // recomputed in the head's backward from ln_f's saved input
@@ -67,18 +69,27 @@ FeedForward::FeedForward(int64_t dim, int64_t hidden, Activation activation_, bo
     : fc1(dim, hidden, bias), fc2(hidden, dim, bias), activation(activation_) {
   register_module("fc1", &fc1);
   register_module("fc2", &fc2);
+  if (activation == Activation::SwiGLU) {
+    fc3 = std::make_unique<Linear>(dim, hidden, bias);  // (F, C), after fc2 as in the reference's names
+    register_module("fc3", fc3.get());
+  }
 }
 
-Cost FeedForward::cost(int64_t dim, int64_t hidden, Activation, bool bias, double rows) {
+Cost FeedForward::cost(int64_t dim, int64_t hidden, Activation activation, bool bias, double rows) {
+  const bool gated = activation == Activation::SwiGLU;
   Cost c = linear_cost(dim, hidden, bias, rows);
   c += linear_cost(hidden, dim, bias, rows);
-  c.activations = rows * static_cast<double>(hidden);
+  if (gated) c += linear_cost(dim, hidden, bias, rows);  // fc3
+  c.activations = (gated ? 2.0 : 1.0) * rows * static_cast<double>(hidden);
   return c;
 }
 Tensor FeedForward::forward(const Tensor& x) const {
   // One fused op: fc1 -> activation -> fc2, keeping only fc1's output (..., F) for the backward.
-  return feed_forward(x, fc1.weight, fc1.bias, fc2.weight, fc2.bias,
-                      activation == Activation::Gelu ? ActivationOp::kGelu : ActivationOp::kRelu);
+  const ActivationOp act = activation == Activation::Gelu   ? ActivationOp::kGelu
+                           : activation == Activation::Relu ? ActivationOp::kRelu
+                                                            : ActivationOp::kSwiGLU;
+  return feed_forward(x, fc1.weight, fc1.bias, fc2.weight, fc2.bias, act, kFeedForwardChunkRows,
+                      fc3 ? fc3->weight : Tensor(), fc3 ? fc3->bias : Tensor());
 }
 
 }  // namespace tfm

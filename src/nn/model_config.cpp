@@ -6,7 +6,12 @@ namespace tfm {
 
 template <>
 const std::vector<std::string>& enum_names<Activation>() {
-  static const std::vector<std::string> names = {"gelu", "relu"};
+  static const std::vector<std::string> names = {"gelu", "relu", "swiglu"};
+  return names;
+}
+template <>
+const std::vector<std::string>& enum_names<NormKind>() {
+  static const std::vector<std::string> names = {"layernorm", "rmsnorm"};
   return names;
 }
 template <>
@@ -16,7 +21,7 @@ const std::vector<std::string>& enum_names<NormPosition>() {
 }
 template <>
 const std::vector<std::string>& enum_names<PositionalEncoding>() {
-  static const std::vector<std::string> names = {"sinusoidal", "learned"};
+  static const std::vector<std::string> names = {"sinusoidal", "learned", "rope"};
   return names;
 }
 template <>
@@ -73,6 +78,9 @@ std::vector<std::string> model_config_errors(const ModelConfig& c) {
       errors.push_back("model.head_gating: \"topk\" cannot be combined with model.head_mixing = \"" +
                        name_of(c.head_mixing) + "\" (mixing reads every head's logits, gating skips most of them)");
   }
+  if (c.positional_encoding == PositionalEncoding::Rope && c.d_model % H == 0 && c.head_dim() % 2 != 0)
+    errors.push_back("model.positional_encoding: \"rope\" turns pairs of a head's dims, so the head width "
+                     "model.d_model / model.n_heads must be even, got " + n(c.head_dim()));
   if (c.head_mixing == HeadMixing::GroupMlp && (c.head_groups < 1 || H % c.head_groups != 0))
     errors.push_back("model.head_groups: expected a divisor of model.n_heads = " + n(H) + ", got " + n(c.head_groups));
   return errors;

@@ -109,7 +109,7 @@ TEST_CASE("config: bad configs name the key, the value and what is allowed", "[c
       {R"({"model": {"dropout": "none"}})", {"model.dropout", "number", "\"none\""}},
       {R"({"model": {"activation": "swish"}})", {"model.activation", "\"gelu\", \"relu\"", "\"swish\""}},
       {R"({"model": {"norm_position": "middle"}})", {"model.norm_position", "\"pre\", \"post\""}},
-      {R"({"model": {"positional_encoding": "rope"}})", {"model.positional_encoding", "\"learned\""}},
+      {R"({"model": {"positional_encoding": "rotary"}})", {"model.positional_encoding", "\"learned\""}},
       {R"({"model": {"attention_score": "cosine"}})", {"model.attention_score", "\"additive\""}},
       {R"({"model": {"causal": 1}})", {"model.causal: expected true or false, got 1"}},
       {R"({"model": {"d_model": 130, "n_heads": 4}})",

@@ -265,6 +265,40 @@ TEST_CASE("fused: layer_norm equals its mean/sub/pow/sqrt/div composition", "[fu
   check_fused_vs_composed(fused, composed, {normal({2, 2, 5}, 4), normal({5}, 5), normal({5}, 6)});
 }
 
+TEST_CASE("fused: rms_norm equals x / sqrt(mean(x^2) + eps) * w", "[fused]") {
+  const float eps = 1e-5f;
+  const Fn composed = [eps](const Inputs& in) {
+    return mul(div(in[0], sqrt(add(mean(pow(in[0], 2.0f), -1, true), eps))), in[1]);
+  };
+  const Fn fused = [eps](const Inputs& in) { return rms_norm(in[0], in[1], eps); };
+  check_fused_vs_composed(fused, composed, {normal({3, 6}, 1), normal({6}, 2)});
+  check_fused_vs_composed(fused, composed, {normal({2, 2, 5}, 4), normal({5}, 5)});
+}
+
+TEST_CASE("fused: rope equals the rotation of each pair written with narrow and concat", "[fused]") {
+  // x (B, T, H*D) with H = 2, D = 4 at positions [1, 1 + T): pair i of each head, (x0, x1) ->
+  // (x0 c - x1 s, x0 s + x1 c) with c, s of the angle p * theta^(-2i/D), as separate columns.
+  const int64_t B = 2, T = 3, H = 2, D = 4;
+  const auto [cos, sin] = rope_table(6, D, 10000.0);
+  const Fn composed = [&](const Inputs& in) {
+    std::vector<Tensor> columns;
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < D / 2; ++i) {
+        const Tensor x0 = narrow(in[0], 2, h * D + 2 * i, 1), x1 = narrow(in[0], 2, h * D + 2 * i + 1, 1);
+        const Tensor c = reshape(contiguous(narrow(narrow(cos, 0, 1, T), 1, i, 1)), {1, T, 1});
+        const Tensor s = reshape(contiguous(narrow(narrow(sin, 0, 1, T), 1, i, 1)), {1, T, 1});
+        columns.push_back(sub(mul(x0, c), mul(x1, s)));
+        columns.push_back(add(mul(x0, s), mul(x1, c)));
+      }
+    return concat(columns, 2);
+  };
+  check_fused_vs_composed([&](const Inputs& in) { return rope(in[0], H, cos, sin, 1); }, composed,
+                          {normal({B, T, H * D}, 1)});
+  // Position 0 is the identity; the table's angles are p * theta^(-2i/D).
+  CHECK(cos.at({0, 1}) == 1.0f);
+  CHECK(sin.at({3, 1}) == static_cast<float>(std::sin(3.0 * std::pow(10000.0, -0.5))));
+}
+
 TEST_CASE("fused: softmax equals exp(x - max) / sum", "[fused]") {
   const Fn composed = [](const Inputs& in) {
     const Tensor e = exp(sub(in[0], max(in[0], -1, true)));
@@ -299,6 +333,22 @@ TEST_CASE("fused: feed_forward equals linear -> activation -> linear", "[fused]"
           [activate](const Inputs& in) { return linear(activate(linear(in[0], in[1], in[2])), in[3], in[4]); },
           {normal({7, 4}, 1), normal({6, 4}, 2), normal({6}, 3), normal({4, 6}, 4), normal({4}, 5)});
     }
+  SECTION("SwiGLU: fc2(silu(fc1 x) * fc3 x), silu(h) = h / (1 + exp(-h))") {
+    for (const int64_t chunk : {int64_t{1}, int64_t{3}, kFeedForwardChunkRows}) {
+      INFO("chunk_rows " << chunk);
+      check_fused_vs_composed(
+          [chunk](const Inputs& in) {
+            return feed_forward(in[0], in[1], in[2], in[3], in[4], ActivationOp::kSwiGLU, chunk, in[5], in[6]);
+          },
+          [](const Inputs& in) {
+            const Tensor h = linear(in[0], in[1], in[2]);
+            const Tensor silu = div(h, add(exp(neg(h)), 1.0f));
+            return linear(mul(silu, linear(in[0], in[5], in[6])), in[3], in[4]);
+          },
+          {normal({7, 4}, 11), normal({6, 4}, 12), normal({6}, 13), normal({4, 6}, 14), normal({4}, 15),
+           normal({6, 4}, 16), normal({6}, 17)});
+    }
+  }
   SECTION("without biases, a 3-D input read through a transposed view") {
     check_fused_vs_composed(
         [](const Inputs& in) {

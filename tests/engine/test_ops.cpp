@@ -414,6 +414,36 @@ TEST_CASE("grad: layer_norm", "[grad]") {
   }
 }
 
+TEST_CASE("grad: rms_norm", "[grad]") {
+  SECTION("gradients of x and w") {
+    check_gradients([](const Inputs& in) { return rms_norm(in[0], in[1]); }, {normal({3, 5}, 21), normal({5}, 22)});
+  }
+  SECTION("3-D input through a transposed view, output used twice") {
+    check_gradients(
+        [](const Inputs& in) {
+          const Tensor y = rms_norm(transpose(in[0], 0, 1), in[1], 1e-3f);
+          return mul(y, y);
+        },
+        {normal({4, 2, 3}, 23), normal({3}, 24)});
+  }
+}
+
+TEST_CASE("grad: rope", "[grad]") {
+  // Head width 4 (two pairs), 3 heads, positions from 2: the backward is the opposite rotation.
+  const auto [cos, sin] = rope_table(8, 4, 100.0);
+  SECTION("(B, T, heads * D)") {
+    check_gradients([&](const Inputs& in) { return rope(in[0], 3, cos, sin, 2); }, {normal({2, 3, 12}, 25)});
+  }
+  SECTION("a transposed view, output used twice") {
+    check_gradients(
+        [&](const Inputs& in) {
+          const Tensor y = rope(transpose(in[0], 0, 1), 1, cos, sin, 0);
+          return mul(y, y);
+        },
+        {normal({5, 2, 4}, 26)});
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Indexing and masking
 

@@ -60,6 +60,14 @@ std::vector<std::pair<std::string, ModelConfig>> variants(bool causal) {
   add("group_mlp, additive, gqa", [](ModelConfig& c) {
     c.head_mixing = HeadMixing::GroupMlp, c.attention_score = AttentionScore::Additive, c.n_kv_heads = 2;
   });
+  add("rmsnorm", [](ModelConfig& c) { c.norm = NormKind::RMSNorm; });
+  add("swiglu", [](ModelConfig& c) { c.activation = Activation::SwiGLU, c.d_ff = 40; });
+  add("rope", [](ModelConfig& c) { c.positional_encoding = PositionalEncoding::Rope; });
+  add("qk_norm", [](ModelConfig& c) { c.qk_norm = true; });
+  add("the modern recipe: rope, rmsnorm, swiglu, qk_norm, no bias, untied, gqa", [](ModelConfig& c) {
+    c.positional_encoding = PositionalEncoding::Rope, c.norm = NormKind::RMSNorm, c.activation = Activation::SwiGLU;
+    c.qk_norm = true, c.bias = false, c.tie_embeddings = false, c.n_kv_heads = 2;
+  });
   return out;
 }
 

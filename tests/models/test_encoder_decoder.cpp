@@ -56,6 +56,13 @@ ModelConfig tiny_config(const std::string& norm, int64_t n_enc = 2, int64_t n_de
   return c;
 }
 
+// The modern options (docs/architecture.md): RoPE in the encoder's and the decoder's self-attention
+// (cross-attention has no positions), RMSNorm, SwiGLU, QK-norm.
+void use_modern_options(ModelConfig& c) {
+  c.positional_encoding = PositionalEncoding::Rope, c.rope_theta = 200.0;
+  c.norm = NormKind::RMSNorm, c.activation = Activation::SwiGLU, c.qk_norm = true;
+}
+
 // Parameters scaled away from the 0.02 init so attention is not uniform and decoding has clear choices.
 void spread_parameters(Seq2SeqModel& m, uint64_t seed, float std = 0.3f) {
   Rng rng(seed);
@@ -389,14 +396,16 @@ TEST_CASE("seq2seq: DecoderBlock gradient check with source padding, pre and pos
 }
 
 TEST_CASE("seq2seq: model gradient check with source padding and S != T, pre and post norm", "[seq2seq][gradcheck]") {
-  for (const char* norm : {"pre", "post"}) {
+  for (const char* norm : {"pre", "post", "modern"}) {
     DYNAMIC_SECTION(norm << "-norm") {
-      ModelConfig c = tiny_config(norm, 1, 1);
+      const bool modern = std::string(norm) == "modern";  // pre-norm with RoPE, RMSNorm, SwiGLU, QK-norm
+      ModelConfig c = tiny_config(modern ? "pre" : norm, 1, 1);
       c.d_model = 8;
       c.d_ff = 12;
       c.vocab_size = 7;
       c.source_vocab_size = 6;
       c.tie_embeddings = std::string(norm) == "pre";
+      if (modern) use_modern_options(c);
       Seq2SeqModel model(c, 1);
       spread_parameters(model, 2, 0.4f);
       const std::vector<int32_t> src = {1, 2, 3, 4, 5, 2, 0, 0};  // (2, 4), lengths 4 and 2
@@ -419,10 +428,12 @@ TEST_CASE("seq2seq: model gradient check with source padding and S != T, pre and
 
 TEST_CASE("seq2seq: cached decoding equals the full decoder, causality and source padding", "[seq2seq]") {
   for (const char* norm : {"pre", "post"}) {
-    // post-norm also with multi-query attention and additive scoring (its own masking path)
+    // post-norm also with multi-query attention and additive scoring (its own masking path); pre-norm
+    // with the modern options (RoPE in both stacks' self-attention, absolute positions in the cache)
     DYNAMIC_SECTION(norm << "-norm") {
       ModelConfig c = tiny_config(norm);
       if (std::string(norm) == "post") c.n_kv_heads = 1, c.attention_score = AttentionScore::Additive;
+      if (std::string(norm) == "pre") use_modern_options(c);
       Seq2SeqModel model(c, 4);
       spread_parameters(model, 5);
       Rng rng(9);

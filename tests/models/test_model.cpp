@@ -13,6 +13,19 @@ using namespace tfm;
 
 namespace {
 
+// The modern options together (docs/architecture.md, "Modern options"): RoPE, RMSNorm, SwiGLU, QK-norm,
+// no biases, an untied head.
+ModelConfig modern(int64_t heads, int64_t kv_heads, const std::string& norm_position = "pre") {
+  ModelConfig c;
+  c.vocab_size = 7, c.d_model = 8, c.n_layers = 2, c.n_heads = heads, c.n_kv_heads = kv_heads, c.d_ff = 12;
+  c.max_seq_len = 8;
+  c.norm_position = *enum_from<NormPosition>(norm_position);
+  c.positional_encoding = PositionalEncoding::Rope, c.rope_theta = 500.0;
+  c.norm = NormKind::RMSNorm, c.activation = Activation::SwiGLU, c.qk_norm = true;
+  c.bias = false, c.tie_embeddings = false;
+  return c;
+}
+
 ModelConfig tiny(const std::string& norm, const std::string& positions, bool tied, int64_t heads, int64_t kv_heads) {
   ModelConfig c;
   c.vocab_size = 7;
@@ -59,6 +72,8 @@ TEST_CASE("model: whole language model gradient check through the flat buffers",
       {"post-norm, learned, untied, GQA", tiny("post", "learned", false, 4, 2)},
       {"pre-norm, MQA, dropout (fixed seed)", dropout_cfg},
       {"additive scoring, GQA", additive_cfg},
+      {"RoPE, RMSNorm, SwiGLU, QK-norm, no bias, GQA", modern(4, 2)},
+      {"RoPE, RMSNorm, SwiGLU, QK-norm, post-norm, MQA", modern(4, 1, "post")},
   };
   for (const Variant& variant : variants) {
     SECTION(variant.name) {
@@ -107,7 +122,11 @@ TEST_CASE("model: KV-cache decoding equals the full forward", "[model]") {
   additive.attention_score = AttentionScore::Additive;
   ModelConfig topk = tiny("pre", "sinusoidal", true, 4, 2);
   topk.head_gating = HeadGating::TopK, topk.head_topk = 2;
+  ModelConfig modern_additive = modern(4, 2);
+  modern_additive.attention_score = AttentionScore::Additive;
   const Variant variants[] = {
+      {"RoPE, RMSNorm, SwiGLU, QK-norm, GQA (positions absolute in the cache)", modern(4, 2)},
+      {"RoPE, MQA, additive scoring", modern_additive},
       {"GQA, top-k head gating", topk},
       {"MHA, pre-norm", tiny("pre", "sinusoidal", true, 4, 4)},
       {"GQA, post-norm, learned positions", tiny("post", "learned", false, 4, 2)},

@@ -23,7 +23,8 @@ using json = nlohmann::json;
 using namespace tfm::testing;
 
 TEST_CASE("reference: language model logits, loss and gradients match PyTorch", "[reference][model]") {
-  const char* names[] = {"lm_pre_sinusoidal_tied", "lm_post_learned_untied", "lm_gqa_relu", "mlm_bidirectional"};
+  const char* names[] = {"lm_pre_sinusoidal_tied", "lm_post_learned_untied", "lm_gqa_relu", "mlm_bidirectional",
+                         "lm_modern", "mlm_modern"};
   for (const char* name : names) {
     SECTION(name) {
       const json fx = load_fixture(name);

@@ -304,3 +304,76 @@ TEST_CASE("nn: additive scoring equals w_v^T tanh(W_q q + W_k k) written out wit
   const std::vector<float> got = out.to_vector(), want = expected.to_vector();
   for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-5));
 }
+
+TEST_CASE("nn: the modern options' layers, gradient checks (RMSNorm, SwiGLU, QK-norm, RoPE)", "[nn][gradcheck]") {
+  ModelConfig cfg;
+  cfg.d_model = 8, cfg.n_heads = 2, cfg.d_ff = 6, cfg.max_seq_len = 8, cfg.norm_eps = 1e-4f;
+  cfg.norm = NormKind::RMSNorm, cfg.activation = Activation::SwiGLU, cfg.qk_norm = true;
+  cfg.positional_encoding = PositionalEncoding::Rope, cfg.rope_theta = 100.0;
+  SECTION("RMSNorm") {
+    Norm norm(8, cfg);
+    CHECK(norm.parameter_count() == 8);  // a gain, no bias
+    Rng rng(31);
+    check_module(norm, {Tensor::randn({2, 3, 8}, rng)},
+                 [&](const std::vector<Tensor>& in) { return norm.forward(in[0]); });
+  }
+  SECTION("SwiGLU feed-forward: fc1 the gate, fc3 the up projection") {
+    FeedForward ffn(8, 6, Activation::SwiGLU, true);
+    std::vector<std::string> names;
+    for (auto& [name, t] : ffn.named_parameters()) names.push_back(name);
+    CHECK(names == std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "fc3.weight",
+                                            "fc3.bias"});
+    Rng rng(32);
+    check_module(ffn, {Tensor::randn({2, 3, 8}, rng)}, [&](const std::vector<Tensor>& in) { return ffn.forward(in[0]); });
+  }
+  for (const bool causal : {true, false})
+    for (const int64_t kv : {int64_t{2}, int64_t{1}}) {
+      DYNAMIC_SECTION("self-attention with QK-norm and RoPE, causal " << causal << ", Hkv " << kv) {
+        ModelConfig c = cfg;
+        c.n_kv_heads = kv;
+        MultiHeadAttention mha(c, causal);
+        CHECK(mha.q_norm->weight.shape() == Shape{4});  // one gain of Dk for Q, one for K
+        Rng rng(33);
+        const std::vector<int64_t> lengths = causal ? std::vector<int64_t>{} : std::vector<int64_t>{4, 2};
+        check_module(mha, {Tensor::randn({2, 4, 8}, rng)},
+                     [&](const std::vector<Tensor>& in) { return mha.self_attention(in[0], lengths); });
+      }
+    }
+  SECTION("an encoder block of all of them, post-norm") {
+    ModelConfig c = cfg;
+    c.norm_position = NormPosition::Post;
+    EncoderBlock block(c, true);
+    Rng rng(34);
+    check_module(block, {Tensor::randn({2, 3, 8}, rng)}, [&](const std::vector<Tensor>& in) { return block.forward(in[0]); });
+  }
+}
+
+TEST_CASE("nn: RoPE makes attention depend on relative positions only", "[nn]") {
+  // With RoPE (and no other positions), q_m . k_n depends on m - n alone (Su et al. 2021, eq. 16): the
+  // same tokens shifted by two positions give the same attention probabilities.
+  ModelConfig c;
+  c.d_model = 8, c.n_heads = 2, c.max_seq_len = 12, c.positional_encoding = PositionalEncoding::Rope;
+  MultiHeadAttention mha(c, true);
+  mha.record = true;
+  Rng rng(35);
+  parameters_of(mha, rng);
+  const Tensor x = Tensor::randn({1, 4, 8}, rng);
+  NoGradGuard no_grad;
+  Tensor cache_k = Tensor::zeros({1, 12, 8}), cache_v = Tensor::zeros({1, 12, 8});
+  mha.forward_cached(x, cache_k, cache_v, 0);
+  const std::vector<float> at0 = mha.last_probabilities.to_vector();  // (1, H, 4, 4)
+  Tensor shifted_k = Tensor::zeros({1, 12, 8}), shifted_v = Tensor::zeros({1, 12, 8});
+  const Tensor pad = Tensor::zeros({1, 2, 8});
+  mha.forward_cached(pad, shifted_k, shifted_v, 0);  // positions 0, 1 hold something else
+  // The same 4 tokens at positions 2..5, attending only among themselves: hide the first two keys.
+  mha.forward_cached(x, shifted_k, shifted_v, 2);
+  const Tensor p = mha.last_probabilities;  // (1, H, 4, 6)
+  // Renormalised over the keys 2..5, the probabilities equal the unshifted ones.
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t i = 0; i < 4; ++i) {
+      double total = 0.0;
+      for (int64_t j = 2; j <= 2 + i; ++j) total += p.at({0, h, i, j});
+      for (int64_t j = 0; j <= i; ++j)
+        CHECK(p.at({0, h, i, 2 + j}) / total == Approx(at0[(h * 4 + i) * 4 + j]).margin(1e-5));
+    }
+}

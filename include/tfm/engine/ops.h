@@ -5,6 +5,7 @@
 // Errors throw tfm::Error with a message starting with the op's name and stating the shapes.
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "tfm/engine/tensor.h"
@@ -46,10 +47,14 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
 // x (..., C), w1 (F, C), b1 (F), w2 (C, F), b2 (C) -> (..., C); biases may be undefined. Its
 // backward keeps x and fc1's output h (N, F) only: act(h) and its gradient are recomputed in
 // chunks of `chunk_rows` rows, so neither (N, F) tensor exists whole, in the forward or backward.
-enum class ActivationOp { kGelu, kRelu };  // act: GELU (exact erf form) or ReLU
+// kSwiGLU is the gated form (Shazeer 2020, "GLU Variants Improve Transformer"): linear(silu(linear(x,
+// w1, b1)) * linear(x, w3, b3), w2, b2), w1 the gate and w3 the "up" projection, both (F, C); its
+// backward keeps both (N, F) products.
+enum class ActivationOp { kGelu, kRelu, kSwiGLU };  // act: GELU (exact erf form), ReLU, or SwiGLU's gate
 constexpr int64_t kFeedForwardChunkRows = 1024;
 Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2,
-                    ActivationOp act, int64_t chunk_rows = kFeedForwardChunkRows);
+                    ActivationOp act, int64_t chunk_rows = kFeedForwardChunkRows, const Tensor& w3 = {},
+                    const Tensor& b3 = {});
 
 // ---- reductions ----
 Tensor sum(const Tensor& x);  // all elements -> 0-dim
@@ -66,6 +71,14 @@ Tensor log_softmax(const Tensor& x);  // over the last dim
 Tensor cross_entropy(const Tensor& logits, const std::vector<int32_t>& targets, int32_t ignore_index = -100);
 // LayerNorm over the last dim: (x - mean) / sqrt(var + eps) * w + b, biased variance as in PyTorch.
 Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, float eps = 1e-5f);
+// RMSNorm over the last dim (Zhang & Sennrich 2019): x / sqrt(mean(x^2) + eps) * w.
+Tensor rms_norm(const Tensor& x, const Tensor& w, float eps = 1e-5f);
+// Rotary position embedding (Su et al. 2021, RoFormer) of x (B, T, heads * D) at positions
+// [start, start + T): in every head, the adjacent pair of dims (2i, 2i + 1) of position p turns by the
+// angle p * theta^(-2i/D). cos and sin (max_len, D/2) hold the angles' cosines and sines (rope_table).
+Tensor rope(const Tensor& x, int64_t heads, const Tensor& cos, const Tensor& sin, int64_t start);
+// cos and sin (max_len, D/2) of the angles p * theta^(-2i/D), computed in double.
+std::pair<Tensor, Tensor> rope_table(int64_t max_len, int64_t D, double theta);
 
 // ---- indexing and masking ----
 // weight (V, C), ids of ids_shape -> (ids_shape..., C). Backward scatter-adds into weight's gradient.

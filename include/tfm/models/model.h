@@ -74,7 +74,7 @@ class Model {
   Model() = default;
   // Moves every parameter of `root` into the flat buffers and initialises it as docs/architecture.md
   // says: matrices and embeddings N(0, 0.02), residual output projections (*wo.weight, *fc2.weight)
-  // N(0, 0.02 / sqrt(2 * residual_layers)), biases 0, LayerNorm gains 1, head mixing matrices
+  // N(0, 0.02 / sqrt(2 * residual_layers)), biases 0, norm gains 1, head mixing matrices
   // (*mix_logits, *mix_weights) identities and not decayed; dropout draws from init_seed + 1. Derived
   // constructors call it once, after building their module tree.
   void adopt_parameters(Module& root, uint64_t init_seed, int64_t residual_layers);

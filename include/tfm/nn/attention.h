@@ -22,15 +22,21 @@ namespace tfm {
 // w_v^T tanh(W_q q + W_k k), with one w_v of Dk weights per head (`score_v`, (H, Dk)).
 //
 // The options it reads (ModelConfig): d_model, n_heads, n_kv_heads, bias, attention_dropout,
-// attention_score, head_gating (+ head_topk, head_balance_loss), head_mixing (+ head_groups).
+// attention_score, head_gating (+ head_topk, head_balance_loss), head_mixing (+ head_groups), qk_norm
+// (+ norm_eps), positional_encoding "rope" (+ rope_theta).
 //
-// Head mixing (head_mixing, legend g = ModelConfig::mixing_groups(), n = H / g heads per group): the heads are split into
-// g groups of n consecutive heads. Within each group the logits S (B, H, Tq, Tk) of either scoring are
+// QK-norm (Henry et al. 2020; Dehghani et al. 2023): each head's Dk entries of Q and of K pass an
+// RMSNorm (one gain of Dk for Q and one for K, shared by the heads) before RoPE. RoPE (Su et al. 2021,
+// RoFormer) turns the queries and keys of self-attention by their positions (rope() in ops.h); cross-
+// attention's keys come from another sequence and get none.
+//
+// Head mixing (head_mixing, legend g = ModelConfig::mixing_groups(), n = H / g heads per group): the
+// heads are split into g groups of n consecutive heads. Within each group the logits S (B, H, Tq, Tk) of either scoring are
 // mixed across heads, S'_o = sum_i mix_logits[group, o, i] S_i, before the masks and the softmax, and
 // the probabilities after it, P'_o = sum_i mix_weights[group, o, i] P_i; out_h = P'_h V_{kv(h)}.
 // talking_heads is one group of all H heads (Shazeer et al. 2020, "Talking-Heads Attention");
-// group_mlp (grouped heads with an MLP across them) mixes inside g groups and replaces Wo by out_mlp, a C -> C -> C
-// GELU MLP over the concatenated heads, which carries information between the groups.
+// group_mlp (grouped heads with an MLP across them) mixes inside g groups and replaces Wo by out_mlp,
+// a C -> C -> C GELU MLP over the concatenated heads, which carries information between the groups.
 class MultiHeadAttention : public Module {
   // Declared first: the projections are sized from the resolved config.
   ModelConfig config_;
@@ -49,19 +55,24 @@ class MultiHeadAttention : public Module {
                    int64_t vdim = 0);
   // The share of (query, head) pairs whose attention is computed: k / H with top-k gating, else 1.
   static double computed_head_share(const ModelConfig& config);
-  // query (B, Tq, C), key (B, Tk, kdim), value (B, Tk, vdim) -> (B, Tq, C). key_lengths: keys j >=
-  // key_lengths[b] are padding (empty = none).
+  // Self-attention of x (B, T, C) -> (B, T, C), with RoPE's positions when the model has them.
+  // key_lengths: keys j >= key_lengths[b] are padding (empty = none).
+  Tensor self_attention(const Tensor& x, const std::vector<int64_t>& key_lengths = {});
+  // The general form, without positions: query (B, Tq, C), key (B, Tk, kdim), value (B, Tk, vdim) ->
+  // (B, Tq, C) (cross-attention; self-attention when the three are one sequence and the model has no
+  // RoPE).
   Tensor forward(const Tensor& query, const Tensor& key, const Tensor& value,
                  const std::vector<int64_t>& key_lengths = {});
   // The two halves of forward, for keys and values that serve many queries (cross-attention while
   // decoding: the encoder's output is projected once per sentence). project_key_value returns
-  // K = key Wk^T (B, Tk, Hkv*Dk) and V = value Wv^T (B, Tk, Hkv*Dv); forward_projected attends
-  // query (B, Tq, C) to them -> (B, Tq, C).
+  // K = key Wk^T (B, Tk, Hkv*Dk) (QK-normed) and V = value Wv^T (B, Tk, Hkv*Dv); forward_projected
+  // attends query (B, Tq, C) to them -> (B, Tq, C).
   std::pair<Tensor, Tensor> project_key_value(const Tensor& key, const Tensor& value) const;
   Tensor forward_projected(const Tensor& query, const Tensor& k, const Tensor& v,
                            const std::vector<int64_t>& key_lengths = {});
-  // Self-attention decoding step: x (B, T, C) holds the positions [past, past + T); their keys and
-  // values are written into the caches (B, max_len, Hkv*Dk) and the queries attend to [0, past + T).
+  // Self-attention decoding step: x (B, T, C) holds the positions [past, past + T); their keys (turned
+  // by their absolute positions with RoPE) and values are written into the caches (B, max_len, Hkv*Dk)
+  // and the queries attend to [0, past + T).
   Tensor forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v, int64_t past);
 
   // When on, forward keeps the probabilities (B, H, Tq, Tk, before dropout) and the per-head outputs
@@ -76,6 +87,7 @@ class MultiHeadAttention : public Module {
   const ModelConfig& config() const { return config_; }
   bool causal() const { return causal_; }
   int64_t head_dim() const { return head_dim_; }
+  std::unique_ptr<Norm> q_norm, k_norm;  // QK-norm only: RMSNorm gains of (Dk)
   Linear wq, wk, wv, wo;  // wo is empty (0 x 0) and unregistered with group_mlp: out_mlp replaces it
   Tensor score_v;         // (H, Dk), additive scoring only
   // Head mixing only: (g, n, n) each, [group, output head, input head]; identity at initialisation.
@@ -112,6 +124,14 @@ class MultiHeadAttention : public Module {
                          const std::vector<int64_t>& key_lengths, Tensor* probabilities);
   // Concatenated heads (B, Tq, H*Dv) -> (B, Tq, C): wo, or out_mlp with group_mlp.
   Tensor project_output(const Tensor& o) const;
+  // Q (B, T, H*Dk) or K (B, T, Hkv*Dk) of x: the projection, QK-norm, and RoPE at positions
+  // [start, start + T) when start >= 0 and the model has RoPE. Returns the steps, the last one the result:
+  // the intermediates a caller may release once the result is used (each is recomputable).
+  std::vector<Tensor> project(const Linear& w, const Norm* norm, int64_t heads, const Tensor& x, int64_t start) const;
+  // Attends q_steps.back() to k, v and releases the queries' steps (recomputed in the backward).
+  Tensor attend_and_project(const Tensor& x, const std::vector<Tensor>& q_steps, const Tensor& k, const Tensor& v,
+                            const std::vector<int64_t>& key_lengths);
+  Tensor rope_cos_, rope_sin_;  // RoPE only: (max_seq_len, Dk/2) tables of the angles' cosines and sines
 };
 
 }  // namespace tfm

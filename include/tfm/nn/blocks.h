@@ -31,7 +31,7 @@ class EncoderBlock : public Module {
   static Cost cost(const ModelConfig& config, int64_t B, int64_t T);
   Tensor forward(const Tensor& x, const std::vector<int64_t>& key_lengths = {});  // (B, T, C)
   Tensor forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v, int64_t past);
-  LayerNorm ln1, ln2;
+  Norm ln1, ln2;
   MultiHeadAttention attn;
   FeedForward ffn;
 
@@ -60,7 +60,7 @@ class DecoderBlock : public Module {
   // (B, S, Hkv*Dk) are cross.project_key_value(memory, memory), computed once per sentence.
   Tensor forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v, int64_t past, const Tensor& cross_k,
                         const Tensor& cross_v, const std::vector<int64_t>& memory_lengths = {});
-  LayerNorm ln1, ln2, ln3;
+  Norm ln1, ln2, ln3;
   MultiHeadAttention attn, cross;
   FeedForward ffn;
 

@@ -45,36 +45,49 @@ class LearnedPositionalEmbedding : public Module {
   Tensor weight;                                   // (max_len, C)
 };
 
-// The input of a Transformer stack (docs/architecture.md, the model's step 1) for positions [start, start + T):
-// E[ids] * sqrt(C) + P[start:start+T] with the sinusoidal table, or E[ids] + W_pos[start:start+T]
-// with learned positions (exactly one of `sinusoidal`, `learned` is given), then dropout p when
-// `owner` is training (drawing from its rng). ids (B*T) -> (B, T, C). `where` names the caller in errors.
+// The input of a Transformer stack (docs/architecture.md, the model's step 1) for positions
+// [start, start + T) of at most max_len: E[ids] * sqrt(C) + P[start:start+T] with the sinusoidal table,
+// E[ids] + W_pos[start:start+T] with learned positions, E[ids] alone with neither (RoPE: positions enter
+// inside attention), then dropout p when `owner` is training (drawing from its rng). ids (B*T) ->
+// (B, T, C). `where` names the caller in errors.
 Tensor embed_with_positions(const Module& owner, const Embedding& emb, const SinusoidalPositionalEncoding* sinusoidal,
-                            const LearnedPositionalEmbedding* learned, const std::vector<int32_t>& ids, int64_t B,
-                            int64_t T, int64_t start, float p, const char* where);
+                            const LearnedPositionalEmbedding* learned, int64_t max_len, const std::vector<int32_t>& ids,
+                            int64_t B, int64_t T, int64_t start, float p, const char* where);
 
-class LayerNorm : public Module {
+// Normalisation over the last dim, the kind model.norm names: LayerNorm (Ba et al. 2016)
+// (x - mean) / sqrt(var + eps) * g + b, or RMSNorm (Zhang & Sennrich 2019) x / sqrt(mean(x^2) + eps) * g,
+// which has no bias. Parameter names: weight (the gain, 1 at initialisation), bias (LayerNorm only).
+class Norm : public Module {
  public:
-  explicit LayerNorm(int64_t dim, float eps = 1e-5f);
-  // Gain and bias; it keeps each row's mean and 1/std (its output is recomputed in the backward).
-  static Cost cost(int64_t dim, double rows) { return {2.0 * dim, 0.0, 2.0 * rows, 0.0}; }
+  explicit Norm(int64_t dim, NormKind kind = NormKind::LayerNorm, float eps = 1e-5f);
+  Norm(int64_t dim, const ModelConfig& c) : Norm(dim, c.norm, c.norm_eps) {}
+  // Gain (and bias); it keeps each row's mean (LayerNorm) and 1/std: its output is recomputed in the
+  // backward.
+  static Cost cost(int64_t dim, NormKind kind, double rows) {
+    const bool ln = kind == NormKind::LayerNorm;
+    return {(ln ? 2.0 : 1.0) * static_cast<double>(dim), 0.0, (ln ? 2.0 : 1.0) * rows, 0.0};
+  }
   Tensor forward(const Tensor& x) const;
-  Tensor weight, bias;  // (C), (C)
+  Tensor weight, bias;  // (C), (C) (undefined for RMSNorm)
+  NormKind kind;
   float eps;
 };
 
 // A stack's output (docs/architecture.md, the model's step 5): h = ln_f(x) when ln_f is given, else x; logits = h E^T
 // with the embedding E (V, C) when head is null (tied), else head(h). x (B, T, C) -> (B, T, V).
-Tensor output_logits(const Tensor& x, const LayerNorm* ln_f, const Linear* head, const Tensor& embedding);
+Tensor output_logits(const Tensor& x, const Norm* ln_f, const Linear* head, const Tensor& embedding);
 
-// FFN(x) = fc2(act(fc1(x))), act = exact GELU or ReLU.
+// FFN(x) = fc2(act(fc1(x))), act = exact GELU or ReLU; SwiGLU (Shazeer 2020): fc2(silu(fc1(x)) *
+// fc3(x)), fc1 the gate and fc3 the up projection, both (F, C). Names: fc1, fc2, fc3 (SwiGLU only).
 class FeedForward : public Module {
  public:
   FeedForward(int64_t dim, int64_t hidden, Activation activation, bool bias = true);
-  // fc1 and fc2 over `rows` rows; the fused op keeps fc1's output (rows, F) for the backward.
+  // fc1, fc2 (and fc3) over `rows` rows; the fused op keeps fc1's output (rows, F) for the backward
+  // (SwiGLU: fc3's too).
   static Cost cost(int64_t dim, int64_t hidden, Activation activation, bool bias, double rows);
   Tensor forward(const Tensor& x) const;  // (..., C) -> (..., C)
   Linear fc1, fc2;
+  std::unique_ptr<Linear> fc3;  // SwiGLU only
   Activation activation;
 };
 

@@ -11,9 +11,10 @@
 namespace tfm {
 
 // Each variant is an enum; enum_names<E>() spells its values as configs do, in declaration order.
-enum class Activation { Gelu, Relu };                // the feed-forward's (GELU: the exact erf form)
-enum class NormPosition { Pre, Post };               // LayerNorm before each sub-layer, or after its add
-enum class PositionalEncoding { Sinusoidal, Learned };
+enum class Activation { Gelu, Relu, SwiGLU };        // the feed-forward's (GELU: the exact erf form)
+enum class NormKind { LayerNorm, RMSNorm };          // what every norm of the model is
+enum class NormPosition { Pre, Post };               // a norm before each sub-layer, or after its add
+enum class PositionalEncoding { Sinusoidal, Learned, Rope };
 enum class AttentionScore { Dot, Additive };         // scaled dot-product or Bahdanau's additive scores
 enum class HeadGating { None, TopK };                // top-k gated heads (MultiHeadAttention)
 enum class HeadMixing { None, TalkingHeads, GroupMlp };  // cross-head interaction (MultiHeadAttention)
@@ -22,6 +23,8 @@ template <class E>
 const std::vector<std::string>& enum_names();
 template <>
 const std::vector<std::string>& enum_names<Activation>();
+template <>
+const std::vector<std::string>& enum_names<NormKind>();
 template <>
 const std::vector<std::string>& enum_names<NormPosition>();
 template <>
@@ -56,9 +59,13 @@ struct ModelConfig {
   int64_t max_seq_len = 64;
   float dropout = 0.0f;            // on the embeddings and every residual branch
   float attention_dropout = 0.0f;  // on the attention probabilities
-  Activation activation = Activation::Gelu;
+  Activation activation = Activation::Gelu;  // SwiGLU: d_ff is the width of the gate and of the up projection
+  NormKind norm = NormKind::LayerNorm;
+  float norm_eps = 1e-5f;                    // every norm's, QK-norm's too
   NormPosition norm_position = NormPosition::Pre;
   PositionalEncoding positional_encoding = PositionalEncoding::Sinusoidal;
+  double rope_theta = 10000.0;               // RoPE's base: pair i of a head turns by p * theta^(-2i/Dk)
+  bool qk_norm = false;                      // RMSNorm of each head's queries and keys before RoPE
   AttentionScore attention_score = AttentionScore::Dot;
   HeadGating head_gating = HeadGating::None;
   int64_t head_topk = 2;             // top-k gating: heads per token
