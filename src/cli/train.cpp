@@ -2,6 +2,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "cli.h"
 #include "tfm/config/config.h"
 #include "tfm/engine/error.h"
@@ -16,11 +18,13 @@ struct TrainCliOptions {
   std::string config_file, resume_dir, out, init_from;
   std::vector<std::string> sets;
   int64_t stop_at = -1;
+  double target_loss = -1;  // < 0: the config's train.target_loss
 };
 
 int train_command(const TrainCliOptions& o) {
   const std::string &config_file = o.config_file, &resume_dir = o.resume_dir, &out = o.out, &init_from = o.init_from;
-  const std::vector<std::string>& sets = o.sets;
+  std::vector<std::string> sets = o.sets;
+  if (o.target_loss >= 0) sets.push_back("train.target_loss=" + fmt::format("{}", o.target_loss));
   if (config_file.empty() == resume_dir.empty())
     throw ConfigError("train: give either --config FILE (a new run) or --resume DIR (continue a run)");
   TrainOptions options;
@@ -60,6 +64,12 @@ std::vector<Command> add_train_commands(CLI::App& app) {
       ->type_name("DIR");
   train->add_option("--init-from", o->init_from, "Initial weights from a safetensors file (tfm export)")
       ->type_name("FILE");
+  train
+      ->add_option("--target-loss", o->target_loss,
+                   "Stop at the first evaluation with val loss <= X and report the time it took (sets "
+                   "train.target_loss; evaluations every train.eval_interval steps)")
+      ->type_name("X")
+      ->check(number_in(0, 1e9));
   train->add_option("--stop-at", o->stop_at, "Stop as if interrupted after this step (for testing resume)")
       ->group("")
       ->check(integer_in(-1, kMaxFlagCount));
@@ -67,6 +77,7 @@ std::vector<Command> add_train_commands(CLI::App& app) {
       "\nExamples:\n  tfm train --config configs/shakespeare_char.json\n"
       "  tfm train --config configs/tiny.json --set train.max_steps=100 --out runs/tiny\n"
       "  tfm train --resume runs/shakespeare_char --set train.max_steps=4000\n"
+      "  tfm train --config configs/shakespeare_speedrun.json --target-loss 1.5   # time to quality\n"
       "Ctrl-C finishes the current step, writes last.ckpt and exits; --resume continues.\n");
   return {{train, [o] { return train_command(*o); }}};
 }

@@ -281,6 +281,11 @@ std::vector<KeySpec> build_table() {
           .min(1)
           .resumable(),
       Key("train.eval_steps", T::Integer, 20, "Validation batches per evaluation.").min(1).resumable(),
+      Key("train.target_loss", T::Number, 0.0,
+          "Time to quality: stop at the first evaluation whose val loss is at most this (best.ckpt holds that "
+          "model), and report the wall time it took, evaluations included (0 = off: train to max_steps).")
+          .min(0)
+          .resumable(),
       Key("train.log_interval", T::Integer, 10,
           "Log a line and a metrics.jsonl record every this many steps.")
           .min(1)

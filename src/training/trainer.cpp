@@ -133,6 +133,10 @@ class TrainingRun {
   void log_interval(double lr, const Metrics* val);
   void log_summary();
   double elapsed() const { return state_->elapsed_before + seconds_since(start_); }
+  // The training loop's wall time so far: this process's steps and evaluations, and the earlier
+  // processes' whole time on resume (the clock of train.target_loss).
+  double training_seconds() const { return state_->elapsed_before + seconds_since(loop_start_); }
+  bool reached_target(const Metrics& val);
 
   const Config& config_;
   const TrainOptions& opt_;
@@ -153,7 +157,7 @@ class TrainingRun {
   json head_usage_;  // top-k gating: the last evaluation's share of tokens per head, per layer
   double peak_gflops_ = 0, flops_per_token_ = 0;
   int64_t first_step_ = 0, saved_at_ = -1;
-  Clock::time_point start_ = Clock::now();
+  Clock::time_point start_ = Clock::now(), loop_start_;
   int64_t skipped_ = 0, skipped_in_a_row_ = 0;
   IntervalStats interval_;
   double run_step_s_ = 0;       // this call's steps, for the allreduce share
@@ -296,6 +300,20 @@ std::string TrainingRun::nonfinite_reason(double loss) const {
 }
 
 // Rank 0 alone evaluates (nothing collective happens in here); a new best is saved as best.ckpt.
+// train.target_loss: at the first evaluation at or below it, the time it took (from the first step,
+// evaluations included: the user's clock) goes to the log, the result and metrics.jsonl.
+bool TrainingRun::reached_target(const Metrics& val) {
+  const double target = config_.number("train.target_loss");
+  if (target <= 0.0 || !(val.get("loss") <= target)) return false;
+  result_.target_reached = true;
+  result_.seconds_to_target = training_seconds();
+  log_->info(fmt::format("step {} | target reached: val loss {:.4f} <= train.target_loss {:g} after {:.1f} s of "
+                         "training ({}, evaluations included); best.ckpt holds this model",
+                         state_->step, val.get("loss"), target, result_.seconds_to_target,
+                         duration_str(result_.seconds_to_target)));
+  return true;
+}
+
 Metrics TrainingRun::evaluate_and_keep_best() {
   Model& model = objective_->model();
   const int64_t step = state_->step;
@@ -353,6 +371,7 @@ void TrainingRun::log_interval(double lr, const Metrics* val) {
   if (val)
     for (const auto& [name, v] : val->values) rec["val_" + name] = v;
   if (val && !head_usage_.is_null()) rec["val_head_usage"] = head_usage_;  // {layer: [share per head]}
+  if (val && result_.target_reached) rec["seconds_to_target"] = result_.seconds_to_target;
   log_->record(rec);
   log_->info(fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.1f} ms/step | {} tok/s | mfu {:.1f}%",
                     state_->step, max_steps_, iv.loss / n, lr, iv.norm / n,
@@ -369,6 +388,7 @@ TrainResult TrainingRun::run() {
   // asks for again: give it back rather than hold it beside the steps' buffers.
   memory::trim();
   int64_t& step = state_->step;
+  loop_start_ = Clock::now();
   while (step < max_steps_) {
     const StepStats s = this->step();
     if (!std::isfinite(s.loss) || !std::isfinite(s.norm)) {
@@ -405,7 +425,13 @@ TrainResult TrainingRun::run() {
     if (eval_now || save_now) state_->gather_streams();
     Metrics val;
     if (eval_now && root_) val = evaluate_and_keep_best();
+    // Every rank stops together at the step rank 0's evaluation reached the target.
+    const bool reached = eval_now && dist::any(root_ && reached_target(val));
     if (root_ && (step % log_every == 0 || eval_now)) log_interval(lr, eval_now ? &val : nullptr);
+    if (reached) {
+      if (root_) state_->save(last_path_, elapsed());
+      break;
+    }
     if (save_now) {
       if (root_) state_->save(last_path_, elapsed());
       saved_at_ = step;
@@ -441,6 +467,13 @@ void TrainingRun::log_summary() {
   log_->info(fmt::format("done: {} steps in {}; val loss {:.4f} (best {:.4f}). {}", step,
                     duration_str(elapsed()).c_str(), result_.val_loss, state_->best_val,
                     objective_->usage_hint(dir_).c_str()));
+  if (const double target = config_.number("train.target_loss"); target > 0.0)
+    log_->info(result_.target_reached
+                   ? fmt::format("time to target: val loss <= {:g} at step {} after {:.1f} s of training", target,
+                                 step, result_.seconds_to_target)
+                   : fmt::format("time to target: val loss <= {:g} not reached in {} steps (best {:.4f}); raise "
+                                 "train.max_steps or change the recipe",
+                                 target, step, state_->best_val));
   // Where the memory went: tensors at their peak, what the caching pool holds for reuse, and the whole
   // process (tensors + libraries + data) as the OS counts it.
   const memory::Stats mem = memory::stats();

@@ -291,3 +291,43 @@ TEST_CASE("train: bf16 products follow the fp32 loss curve, resume is bit-identi
   // Checkpoints stay float32 master weights either way.
   CHECK(load_checkpoint(b + "/last.ckpt").model == load_checkpoint(a + "/last.ckpt").model);
 }
+
+TEST_CASE("train: train.target_loss stops at the first evaluation that reaches it, best.ckpt holds that model",
+          "[train]") {
+  // The same run without a target, to know where its evaluations are.
+  const std::vector<std::string> sets = {"train.max_steps=120", "train.eval_interval=10",
+                                         "train.checkpoint_interval=0"};
+  const std::string full_dir = run_dir("target_full");
+  const TrainResult full = train(small_config(full_dir, sets), quiet());
+  REQUIRE_FALSE(full.target_reached);
+  // The loss its evaluation at step 60 reached, as the target: reached at step 60 or before.
+  double at_60 = 0.0;
+  {
+    std::ifstream in(full_dir + "/metrics.jsonl");
+    std::string line;
+    while (std::getline(in, line))
+      if (const auto rec = nlohmann::json::parse(line); rec.at("step") == 60) at_60 = rec.at("val_loss");
+  }
+  REQUIRE(at_60 > 0.0);
+  const std::string dir = run_dir("target");
+  std::vector<std::string> with = sets;
+  const double target = at_60 + 1e-9;
+  with.push_back("train.target_loss=" + std::to_string(target));
+  const TrainResult r = train(small_config(dir, with), quiet());
+  REQUIRE(r.target_reached);
+  CHECK(r.step <= 60);
+  CHECK(r.step % 10 == 0);
+  CHECK(r.val_loss <= target);
+  CHECK(r.best_val_loss == r.val_loss);
+  CHECK(r.seconds_to_target > 0.0);
+  // The same steps as the run without a target up to there.
+  for (size_t i = 0; i < r.losses.size(); ++i) CHECK(r.losses[i] == full.losses[i]);
+  const Checkpoint best = load_checkpoint(dir + "/best.ckpt"), last = load_checkpoint(dir + "/last.ckpt");
+  CHECK(best.state.at("step").get<int64_t>() == r.step);
+  CHECK(last.state.at("step").get<int64_t>() == r.step);
+  // metrics.jsonl's last record carries the time.
+  std::ifstream in(dir + "/metrics.jsonl");
+  std::string line, last_line;
+  while (std::getline(in, line)) last_line = line;
+  CHECK(nlohmann::json::parse(last_line).at("seconds_to_target").get<double>() == Approx(r.seconds_to_target));
+}

@@ -44,6 +44,10 @@ struct TrainResult {
   double val_loss = std::numeric_limits<double>::quiet_NaN();  // the last evaluation
   double best_val_loss = std::numeric_limits<double>::infinity();
   std::string message;  // for NonFinite: what went non-finite and where
+  // train.target_loss: whether an evaluation reached it, and the wall time from the first step to the
+  // end of that evaluation (evaluations included; on resume, the earlier part of the run too).
+  bool target_reached = false;
+  double seconds_to_target = std::numeric_limits<double>::quiet_NaN();
 };
 
 // Trains config (a fresh run, or with options.resume the run in output.dir continued with this
