@@ -120,35 +120,69 @@ int cmd_train(const std::string& config_file, const std::string& resume_dir,
   return r.status == TrainResult::Status::NonFinite ? kExitDiverged : kExitOk;
 }
 
-// One batch of `rows` validation windows (the first evaluation batch) and the model's logits for them:
-// {"tokens": (B, T) ids, "logits": (B, T, V)}, for torch_lm.py --check-logits.
+// The model's logits for token sequences, as JSON {"tokens": [ids per sequence], "logits": [(T, V) per
+// sequence]}: for torch_lm.py --check-logits and scripts/check_gguf.sh.
+void write_logits(LanguageModel& model, const std::vector<std::vector<int32_t>>& sequences, const std::string& path,
+                  const std::string& what) {
+  model.set_training(false);
+  NoGradGuard no_grad;
+  const int64_t V = model.config().vocab_size;
+  nlohmann::json j = {{"tokens", nlohmann::json::array()}, {"logits", nlohmann::json::array()}};
+  // Sequences of one length run as one batch (B, T), as an evaluation does; others one by one.
+  bool same_length = true;
+  for (const auto& ids : sequences) same_length = same_length && ids.size() == sequences[0].size();
+  for (size_t first = 0; first < sequences.size();) {
+    const size_t B = same_length ? sequences.size() : 1;
+    const auto T = static_cast<int64_t>(sequences[first].size());
+    std::vector<int32_t> batch;
+    for (size_t b = first; b < first + B; ++b) batch.insert(batch.end(), sequences[b].begin(), sequences[b].end());
+    const std::vector<float> logits = model.forward(batch, static_cast<int64_t>(B), T).to_vector();  // (B, T, V)
+    for (size_t b = 0; b < B; ++b) {
+      nlohmann::json seq = nlohmann::json::array();
+      for (int64_t t = 0; t < T; ++t) {
+        const auto row = logits.begin() + (static_cast<int64_t>(b) * T + t) * V;
+        seq.push_back(std::vector<float>(row, row + V));
+      }
+      j["tokens"].push_back(sequences[first + b]);
+      j["logits"].push_back(std::move(seq));
+    }
+    first += B;
+  }
+  write_file_atomically(path, j.dump() + "\n");
+  std::printf("wrote %s: logits of %s, vocabulary %ld\n", path.c_str(), what.c_str(), static_cast<long>(V));
+}
+
+// One batch of `rows` validation windows (the first evaluation batch) and the model's logits for them.
 void dump_logits(LanguageModel& model, const Config& c, const std::vector<int32_t>& tokens, int64_t rows,
                  const std::string& path) {
   const int64_t T = c.integer("train.seq_len");
   BatchSampler sampler(eval_seed(c));
   std::vector<int32_t> x, y;
   sampler.sample(tokens, rows, T, x, y);
-  model.set_training(false);
-  NoGradGuard no_grad;
-  const std::vector<float> logits = model.forward(x, rows, T).to_vector();
-  const int64_t V = model.config().vocab_size;
-  nlohmann::json j = {{"tokens", nlohmann::json::array()}, {"logits", nlohmann::json::array()}};
-  for (int64_t b = 0; b < rows; ++b) {
-    j["tokens"].push_back(std::vector<int32_t>(x.begin() + b * T, x.begin() + (b + 1) * T));
-    nlohmann::json seq = nlohmann::json::array();
-    for (int64_t t = 0; t < T; ++t) {
-      const float* row = logits.data() + (b * T + t) * V;
-      seq.push_back(std::vector<float>(row, row + V));
-    }
-    j["logits"].push_back(std::move(seq));
+  std::vector<std::vector<int32_t>> sequences;
+  for (int64_t b = 0; b < rows; ++b) sequences.emplace_back(x.begin() + b * T, x.begin() + (b + 1) * T);
+  write_logits(model, sequences, path,
+               std::to_string(rows) + " x " + std::to_string(T) + " validation tokens");
+}
+
+// The logits of each --text, encoded with the run's tokenizer (each at most the model's context).
+void dump_text_logits(LanguageModel& model, const Tokenizer& tok, const std::vector<std::string>& texts,
+                      const std::string& path) {
+  const int64_t L = model.config().max_seq_len;
+  std::vector<std::vector<int32_t>> sequences;
+  for (const std::string& text : texts) {
+    sequences.push_back(tok.encode(text, "--text"));
+    const auto n = static_cast<int64_t>(sequences.back().size());
+    if (n == 0 || n > L)
+      throw ConfigError("--text: \"" + text + "\" is " + std::to_string(n) + " tokens, expected 1 to " +
+                        std::to_string(L) + " (model.max_seq_len)");
   }
-  write_file_atomically(path, j.dump() + "\n");
-  std::printf("wrote %s: logits of %ld x %ld validation tokens, vocabulary %ld\n", path.c_str(),
-              static_cast<long>(rows), static_cast<long>(T), static_cast<long>(V));
+  write_logits(model, sequences, path, std::to_string(texts.size()) + " texts");
 }
 
 int cmd_eval(const std::string& dir, const std::string& split, int64_t batches, const std::string& which,
-             const std::string& dump_path, const std::string& mask_heads) {
+             const std::string& dump_path, const std::vector<std::string>& texts, const std::string& mask_heads) {
+  if (!texts.empty() && dump_path.empty()) throw ConfigError("--text: goes with --dump-logits FILE");
   if (split != "val" && split != "train")
     throw ConfigError("--split: expected \"val\" or \"train\", got \"" + split + "\"");
   LoadedRun run = load_run(dir, which, true);
@@ -162,6 +196,10 @@ int cmd_eval(const std::string& dir, const std::string& split, int64_t batches, 
   if (!dump_path.empty()) {
     if (!run.model)
       throw ConfigError("--dump-logits: only for language-model runs (train.objective causal_lm or masked_lm)");
+    if (!texts.empty()) {
+      dump_text_logits(*run.model, run.checkpoint.tokenizer, texts, dump_path);
+      return kExitOk;
+    }
     const Dataset data =
         load_dataset(c.string("data.path"), run.checkpoint.tokenizer, c.number("data.val_fraction"), T);
     dump_logits(*run.model, c, split == "val" ? data.val : data.train, batches == 0 ? 2 : batches, dump_path);
@@ -349,7 +387,7 @@ static int run_cli(int argc, char** argv) {
   app.set_help_all_flag("--help-all", "Help for every command");
 
   std::string config_file, resume_dir, out, run_dir, split = "val", which, prompt, init_from, dump_path, mask_heads;
-  std::vector<std::string> sets;
+  std::vector<std::string> sets, texts;
   int64_t stop_at = -1, batches = 0, vocab_size = 0;
   bool keys = false, measure = false, info_json = false;
   SampleOptions sample;
@@ -390,10 +428,15 @@ static int run_cli(int argc, char** argv) {
                    "Write one batch of --batches (default 2) sequences and their logits as JSON "
                    "(for torch_lm.py --check-logits)")
       ->type_name("FILE");
+  eval->add_option("--text", texts,
+                   "With --dump-logits: the logits of this text instead (repeatable; the run's tokenizer, at most "
+                   "model.max_seq_len tokens)")
+      ->type_name("TEXT");
   eval->add_option("--mask-heads", mask_heads, "Mask attention heads: LAYER:HEAD,... (0-based; their output is zero)")
       ->type_name("L:H,...");
   eval->footer("\nExamples:\n  tfm eval --run runs/shakespeare_char --batches 200\n"
-               "  tfm eval --run runs/shakespeare_char --batches 200 --mask-heads 0:1,3:2\n");
+               "  tfm eval --run runs/shakespeare_char --batches 200 --mask-heads 0:1,3:2\n"
+               "  tfm eval --run runs/shakespeare_char --dump-logits logits.json --text \"ROMEO:\" --text \"JULIET:\"\n");
 
   auto* samp = app.add_subcommand("sample", "Generate text from a trained run (streams as it goes)");
   samp->add_option("--run", run_dir, "Run directory")->type_name("DIR")->required();
@@ -455,7 +498,7 @@ static int run_cli(int argc, char** argv) {
 
   try {
     if (train->parsed()) return cmd_train(config_file, resume_dir, sets, out, stop_at, init_from);
-    if (eval->parsed()) return cmd_eval(run_dir, split, batches, which.empty() ? "last" : which, dump_path, mask_heads);
+    if (eval->parsed()) return cmd_eval(run_dir, split, batches, which.empty() ? "last" : which, dump_path, texts, mask_heads);
     if (samp->parsed()) return cmd_sample(run_dir, sample, which, init_from, mask_heads);
     if (info->parsed()) return cmd_info(config_file, sets, vocab_size, measure, info_json);
     if (cfg->parsed()) return cmd_config(config_file, sets, keys);

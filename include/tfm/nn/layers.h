@@ -109,9 +109,12 @@ Tensor embed_with_positions(const Module& owner, const Embedding& emb, const Sin
                             const LearnedPositionalEmbedding* learned, const std::vector<int32_t>& ids, int64_t B,
                             int64_t T, int64_t start, float p, const char* where);
 
+// Every LayerNorm of the models (PyTorch's default); exports state it (GGUF's layer_norm_epsilon).
+constexpr float kLayerNormEps = 1e-5f;
+
 class LayerNorm : public Module {
  public:
-  explicit LayerNorm(int64_t dim, float eps = 1e-5f);
+  explicit LayerNorm(int64_t dim, float eps = kLayerNormEps);
   Tensor forward(const Tensor& x) const;
   Tensor weight, bias;  // (C), (C)
   float eps;
