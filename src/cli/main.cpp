@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -19,7 +20,9 @@
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
 #include "tfm/engine/gemm.h"
+#include "tfm/engine/gguf.h"
 #include "tfm/engine/memory.h"
+#include "tfm/models/gguf_export.h"
 #include "tfm/models/model.h"
 #include "tfm/objectives/objective.h"
 #include "tfm/engine/ops.h"
@@ -120,23 +123,23 @@ int cmd_train(const std::string& config_file, const std::string& resume_dir,
   return r.status == TrainResult::Status::NonFinite ? kExitDiverged : kExitOk;
 }
 
-// The model's logits for token sequences, as JSON {"tokens": [ids per sequence], "logits": [(T, V) per
-// sequence]}: for torch_lm.py --check-logits and scripts/check_gguf.sh.
-void write_logits(LanguageModel& model, const std::vector<std::vector<int32_t>>& sequences, const std::string& path,
-                  const std::string& what) {
-  model.set_training(false);
-  NoGradGuard no_grad;
-  const int64_t V = model.config().vocab_size;
+// Logits (B, T, V) of B sequences of T token ids, row-major.
+using LogitsFn = std::function<std::vector<float>(const std::vector<int32_t>& ids, int64_t B, int64_t T)>;
+
+// Logits of token sequences as JSON {"tokens": [ids per sequence], "logits": [(T, V) per sequence]}: for
+// torch_lm.py --check-logits and scripts/check_gguf.sh. Sequences of one length run as one batch
+// (B, T), as an evaluation does, when `batch` allows; others one by one.
+void write_logits(const LogitsFn& forward, int64_t V, const std::vector<std::vector<int32_t>>& sequences, bool batch,
+                  const std::string& path, const std::string& what) {
   nlohmann::json j = {{"tokens", nlohmann::json::array()}, {"logits", nlohmann::json::array()}};
-  // Sequences of one length run as one batch (B, T), as an evaluation does; others one by one.
-  bool same_length = true;
+  bool same_length = batch;
   for (const auto& ids : sequences) same_length = same_length && ids.size() == sequences[0].size();
   for (size_t first = 0; first < sequences.size();) {
     const size_t B = same_length ? sequences.size() : 1;
     const auto T = static_cast<int64_t>(sequences[first].size());
-    std::vector<int32_t> batch;
-    for (size_t b = first; b < first + B; ++b) batch.insert(batch.end(), sequences[b].begin(), sequences[b].end());
-    const std::vector<float> logits = model.forward(batch, static_cast<int64_t>(B), T).to_vector();  // (B, T, V)
+    std::vector<int32_t> ids;
+    for (size_t b = first; b < first + B; ++b) ids.insert(ids.end(), sequences[b].begin(), sequences[b].end());
+    const std::vector<float> logits = forward(ids, static_cast<int64_t>(B), T);  // (B, T, V)
     for (size_t b = 0; b < B; ++b) {
       nlohmann::json seq = nlohmann::json::array();
       for (int64_t t = 0; t < T; ++t) {
@@ -152,6 +155,14 @@ void write_logits(LanguageModel& model, const std::vector<std::vector<int32_t>>&
   std::printf("wrote %s: logits of %s, vocabulary %ld\n", path.c_str(), what.c_str(), static_cast<long>(V));
 }
 
+LogitsFn model_logits(LanguageModel& model) {
+  model.set_training(false);
+  return [&model](const std::vector<int32_t>& ids, int64_t B, int64_t T) {
+    NoGradGuard no_grad;
+    return model.forward(ids, B, T).to_vector();
+  };
+}
+
 // One batch of `rows` validation windows (the first evaluation batch) and the model's logits for them.
 void dump_logits(LanguageModel& model, const Config& c, const std::vector<int32_t>& tokens, int64_t rows,
                  const std::string& path) {
@@ -161,13 +172,14 @@ void dump_logits(LanguageModel& model, const Config& c, const std::vector<int32_
   sampler.sample(tokens, rows, T, x, y);
   std::vector<std::vector<int32_t>> sequences;
   for (int64_t b = 0; b < rows; ++b) sequences.emplace_back(x.begin() + b * T, x.begin() + (b + 1) * T);
-  write_logits(model, sequences, path,
+  write_logits(model_logits(model), model.config().vocab_size, sequences, true, path,
                std::to_string(rows) + " x " + std::to_string(T) + " validation tokens");
 }
 
-// The logits of each --text, encoded with the run's tokenizer (each at most the model's context).
+// The logits of each --text, encoded with the run's tokenizer (each at most the model's context): the
+// model's, or with --gguf those of llama.cpp's gpt2 graph run from the file (models/gguf_export.h).
 void dump_text_logits(LanguageModel& model, const Tokenizer& tok, const std::vector<std::string>& texts,
-                      const std::string& path) {
+                      const std::string& path, const std::string& gguf_path, const std::string& gelu) {
   const int64_t L = model.config().max_seq_len;
   std::vector<std::vector<int32_t>> sequences;
   for (const std::string& text : texts) {
@@ -177,15 +189,30 @@ void dump_text_logits(LanguageModel& model, const Tokenizer& tok, const std::vec
       throw ConfigError("--text: \"" + text + "\" is " + std::to_string(n) + " tokens, expected 1 to " +
                         std::to_string(L) + " (model.max_seq_len)");
   }
-  write_logits(model, sequences, path, std::to_string(texts.size()) + " texts");
+  const std::string what = std::to_string(texts.size()) + " texts";
+  if (gguf_path.empty()) {
+    write_logits(model_logits(model), model.config().vocab_size, sequences, true, path, what);
+    return;
+  }
+  if (gelu != "erf" && gelu != "tanh" && gelu != "llama.cpp")
+    throw ConfigError("--gelu: expected \"erf\", \"tanh\" or \"llama.cpp\", got \"" + gelu + "\"");
+  const GeluForm form = gelu == "erf" ? GeluForm::Erf : gelu == "tanh" ? GeluForm::Tanh : GeluForm::LlamaCpp;
+  const GgufFile file = load_gguf(gguf_path);
+  const auto V = static_cast<int64_t>(file.at("tokenizer.ggml.tokens").items().size());
+  const LogitsFn reference = [&](const std::vector<int32_t>& ids, int64_t, int64_t) {
+    return gguf_reference_logits(file, ids, form).to_vector();
+  };
+  write_logits(reference, V, sequences, false, path, what + " from " + gguf_path + " (llama.cpp's graph, " + gelu + " GELU)");
 }
 
 int cmd_eval(const std::string& dir, const std::string& split, int64_t batches, const std::string& which,
-             const std::string& dump_path, const std::vector<std::string>& texts, const std::string& mask_heads) {
+             const std::string& dump_path, const std::vector<std::string>& texts, const std::string& gguf_path,
+             const std::string& gelu, const std::string& mask_heads) {
   if (!texts.empty() && dump_path.empty()) throw ConfigError("--text: goes with --dump-logits FILE");
+  if (!gguf_path.empty() && texts.empty()) throw ConfigError("--gguf: goes with --dump-logits FILE --text TEXT");
   if (split != "val" && split != "train")
     throw ConfigError("--split: expected \"val\" or \"train\", got \"" + split + "\"");
-  LoadedRun run = load_run(dir, which, true);
+  LoadedRun run = load_run(dir, which, texts.empty());  // --text needs no data file
   cli::apply_head_mask(run, mask_heads);
   const Config& c = run.config;
   platform::configure_threads(static_cast<int>(c.integer("train.threads")));
@@ -197,7 +224,7 @@ int cmd_eval(const std::string& dir, const std::string& split, int64_t batches, 
     if (!run.model)
       throw ConfigError("--dump-logits: only for language-model runs (train.objective causal_lm or masked_lm)");
     if (!texts.empty()) {
-      dump_text_logits(*run.model, run.checkpoint.tokenizer, texts, dump_path);
+      dump_text_logits(*run.model, run.checkpoint.tokenizer, texts, dump_path, gguf_path, gelu);
       return kExitOk;
     }
     const Dataset data =
@@ -386,7 +413,8 @@ static int run_cli(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Help for every command");
 
-  std::string config_file, resume_dir, out, run_dir, split = "val", which, prompt, init_from, dump_path, mask_heads;
+  std::string config_file, resume_dir, out, run_dir, split = "val", which, prompt, init_from, dump_path, mask_heads,
+      gguf_path, gelu = "llama.cpp";
   std::vector<std::string> sets, texts;
   int64_t stop_at = -1, batches = 0, vocab_size = 0;
   bool keys = false, measure = false, info_json = false;
@@ -432,11 +460,19 @@ static int run_cli(int argc, char** argv) {
                    "With --dump-logits: the logits of this text instead (repeatable; the run's tokenizer, at most "
                    "model.max_seq_len tokens)")
       ->type_name("TEXT");
+  eval->add_option("--gguf", gguf_path,
+                   "With --text: the logits of llama.cpp's gpt2 graph run by tfm from this exported file (double "
+                   "precision) instead of the model's: what llama.cpp should compute")
+      ->type_name("FILE");
+  eval->add_option("--gelu", gelu, "With --gguf: the GELU to run it with: erf (tfm's), tanh, llama.cpp (its CPU kernel)")
+      ->capture_default_str();
   eval->add_option("--mask-heads", mask_heads, "Mask attention heads: LAYER:HEAD,... (0-based; their output is zero)")
       ->type_name("L:H,...");
   eval->footer("\nExamples:\n  tfm eval --run runs/shakespeare_char --batches 200\n"
                "  tfm eval --run runs/shakespeare_char --batches 200 --mask-heads 0:1,3:2\n"
-               "  tfm eval --run runs/shakespeare_char --dump-logits logits.json --text \"ROMEO:\" --text \"JULIET:\"\n");
+               "  tfm eval --run runs/shakespeare_char --dump-logits logits.json --text \"ROMEO:\" --text \"JULIET:\"\n"
+               "  tfm eval --run runs/shakespeare_char --dump-logits llama.json --text \"ROMEO:\" \\\n"
+               "      --gguf runs/shakespeare_char/model-f32.gguf --gelu llama.cpp   # what llama.cpp should compute\n");
 
   auto* samp = app.add_subcommand("sample", "Generate text from a trained run (streams as it goes)");
   samp->add_option("--run", run_dir, "Run directory")->type_name("DIR")->required();
@@ -498,7 +534,8 @@ static int run_cli(int argc, char** argv) {
 
   try {
     if (train->parsed()) return cmd_train(config_file, resume_dir, sets, out, stop_at, init_from);
-    if (eval->parsed()) return cmd_eval(run_dir, split, batches, which.empty() ? "last" : which, dump_path, texts, mask_heads);
+    if (eval->parsed()) return cmd_eval(run_dir, split, batches, which.empty() ? "last" : which, dump_path, texts, gguf_path,
+                                        gelu, mask_heads);
     if (samp->parsed()) return cmd_sample(run_dir, sample, which, init_from, mask_heads);
     if (info->parsed()) return cmd_info(config_file, sets, vocab_size, measure, info_json);
     if (cfg->parsed()) return cmd_config(config_file, sets, keys);

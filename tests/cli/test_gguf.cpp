@@ -3,6 +3,7 @@
 // flags are checked, and what llama.cpp cannot run is refused naming the key. Real llama.cpp runs the
 // exports in scripts/check_gguf.sh (ctest gguf_llama_cpp).
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -104,6 +105,30 @@ TEST_CASE("gguf: eval --dump-logits --text gives each text's tokens and logits",
   const tfm::LoadedRun loaded = tfm::load_run(run, "last");
   CHECK(static_cast<int64_t>(j.at("logits")[1][0].size()) == loaded.model->config().vocab_size);
   CHECK(j.at("tokens")[0].get<std::vector<int32_t>>() == loaded.checkpoint.tokenizer.encode("ROMEO:", "test"));
+
+  // --gguf: llama.cpp's graph run by tfm from an export; with tfm's erf GELU it is the model's forward.
+  REQUIRE(run_tfm("export --run " + run + " --format gguf").status == 0);
+  const std::string ref = tmp.path + "/ref.json";
+  r = run_tfm("eval --run " + run + " --dump-logits " + ref + " --text 'ROMEO:' --text 'All:' --gguf " + run +
+              "/model-f32.gguf --gelu erf");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  std::ifstream ref_in(ref);
+  const nlohmann::json k = nlohmann::json::parse(ref_in);
+  REQUIRE(k.at("tokens") == j.at("tokens"));
+  double worst = 0;
+  for (size_t s = 0; s < 2; ++s)
+    for (size_t t = 0; t < j["logits"][s].size(); ++t)
+      for (size_t v = 0; v < j["logits"][s][t].size(); ++v)
+        worst = std::max(worst, std::abs(j["logits"][s][t][v].get<double>() - k["logits"][s][t][v].get<double>()));
+  CHECK(worst < 1e-4);
+  r = run_tfm("eval --run " + run + " --dump-logits " + ref + " --text 'ROMEO:' --gguf " + run +
+              "/model-f32.gguf --gelu sigmoid");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("--gelu: expected \"erf\", \"tanh\" or \"llama.cpp\", got \"sigmoid\""));
+  r = run_tfm("eval --run " + run + " --dump-logits " + ref + " --gguf " + run + "/model-f32.gguf");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("--gguf: goes with --dump-logits FILE --text TEXT"));
 
   r = run_tfm("eval --run " + run + " --text 'ROMEO:'");
   CHECK(r.status == 2);
