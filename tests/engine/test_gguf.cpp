@@ -311,7 +311,7 @@ TEST_CASE("gguf: duplicate keys, arrays larger than the file and deep nesting ar
   REQUIRE_THROWS_WITH(serialize_gguf(deep, "out.gguf"), Contains("arrays nested deeper than 8 levels"));
 }
 
-TEST_CASE("gguf: load_gguf names the path; a missing file is an IoError", "[gguf]") {
+TEST_CASE("gguf: load_gguf names the path, and a missing file is an IoError", "[gguf]") {
   REQUIRE_THROWS_WITH(load_gguf("/nonexistent/x.gguf"), StartsWith("/nonexistent/x.gguf: cannot open"));
   const std::string path = temp_path("short.gguf");
   std::ofstream(path, std::ios::binary) << "GGUF";
