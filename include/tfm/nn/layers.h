@@ -143,7 +143,7 @@ struct AttentionConfig {
   bool causal = false;
   float dropout = 0.0f;               // on the attention probabilities
   std::string score = "dot";          // "dot": q.k / sqrt(Dk); "additive": w_v^T tanh(q + k) per head
-  // Head variants (the seeds' sparse and grouped heads; see MultiHeadAttention).
+  // Head variants (sparse and grouped heads; see MultiHeadAttention).
   std::string gating = "none";  // "none" | "topk": each query uses its top_k heads by a learned gate
   int64_t top_k = 2;
   float balance_loss = 0.01f;   // weight of the gate's load-balancing term (auxiliary_loss)
@@ -169,7 +169,7 @@ inline int64_t head_mixing_groups(const std::string& mixing, int64_t groups) {
 // mixed across heads, S'_o = sum_i mix_logits[group, o, i] S_i, before the masks and the softmax, and
 // the probabilities after it, P'_o = sum_i mix_weights[group, o, i] P_i; out_h = P'_h V_{kv(h)}.
 // talking_heads is one group of all H heads (Shazeer et al. 2020, "Talking-Heads Attention");
-// group_mlp (the seeds' eq. 5.3.13) mixes inside g groups and replaces Wo by out_mlp, a C -> C -> C
+// group_mlp mixes inside g groups and replaces Wo by out_mlp, a C -> C -> C
 // GELU MLP over the concatenated heads, which carries information between the groups.
 class MultiHeadAttention : public Module {
   // Declared first: the projections are sized from the resolved config.
@@ -210,7 +210,7 @@ class MultiHeadAttention : public Module {
   Tensor mix_logits, mix_weights;
   std::unique_ptr<FeedForward> out_mlp;  // group_mlp only: fc1 (C, C), fc2 (C, C), GELU
 
-  // Top-k head gating (gating "topk"; the seeds' eq. 5.3.12, Mixture of Attention heads, Zhang et
+  // Top-k head gating (gating "topk"; Mixture of Attention heads, Zhang et
   // al. 2022): the gate gives H logits per query token, G = x Wg^T (B, Tq, H); each token uses its
   // top_k heads, weighted by the softmax of their logits (the other heads' weights are 0):
   //   out = Wo concat_h(w_h * head_h),  w = softmax over TopK(G) of G.
