@@ -317,3 +317,27 @@ TEST_CASE("gguf: load_gguf names the path, and a missing file is an IoError", "[
   std::ofstream(path, std::ios::binary) << "GGUF";
   REQUIRE_THROWS_WITH(load_gguf(path), path + ": truncated: the version needs 4 bytes at offset 4, the file ends at 4");
 }
+
+TEST_CASE("gguf: a file written by another writer (Python struct, from the spec) reads as written", "[gguf]") {
+  // tests/fuzz/corpus/gguf/every_kind.gguf: general.architecture, general.alignment, one pair of each
+  // scalar kind but uint32, an array of strings, nested int32 arrays; tensors a (2, 3) F32, b (4) F16,
+  // c (2) BF16 at offsets 0, 32, 64.
+  const GgufFile f = load_gguf(std::string(TFM_SOURCE_DIR) + "/tests/fuzz/corpus/gguf/every_kind.gguf");
+  REQUIRE(f.metadata.size() == 14);
+  CHECK(f.at("general.architecture").str() == "gpt2");
+  CHECK(f.at("k.i8").signed_value() == -7);
+  CHECK(f.at("k.u16").unsigned_value() == 65535);
+  CHECK(f.at("k.u64").unsigned_value() == uint64_t{1} << 63);
+  CHECK(f.at("k.i64").signed_value() == -(int64_t{1} << 62));
+  CHECK(f.at("k.f64").number() == 1e-300);
+  CHECK(f.at("k.bool").boolean_value());
+  CHECK(f.at("k.strings").items()[1].str() == "\xc4\xa0" "b");
+  CHECK(f.at("k.nested").element_type() == GgufType::Array);
+  CHECK(f.at("k.nested").items()[1].items().empty());
+  REQUIRE(f.tensors.size() == 3);
+  CHECK(f.tensor("a").shape == Shape{2, 3});
+  CHECK(gguf_tensor_values(f.tensor("a")).to_vector() == std::vector<float>{1, 2, 3, 4, 5, 6});
+  CHECK(gguf_tensor_values(f.tensor("b")).to_vector() == std::vector<float>{1, -2, 0.5f, 65504});
+  CHECK(gguf_tensor_values(f.tensor("c")).to_vector() == std::vector<float>{1, -2});
+  CHECK(f.tensor("c").offset == 64);
+}
