@@ -35,6 +35,8 @@ export TFM_NODE_LLAMA_CPP=$home
 skip() { echo "check_gguf.sh: SKIPPED: $*"; exit 77; }
 command -v node >/dev/null && command -v npm >/dev/null ||
   skip "node and npm are not installed (Debian: apt-get install nodejs npm); llama.cpp was not run"
+node_major=$(node -p 'process.versions.node.split(".")[0]')
+((node_major >= 20)) || skip "node $(node --version) is older than node-llama-cpp's minimum, 20; llama.cpp was not run"
 installed() {
   [[ -f $home/node_modules/@node-llama-cpp/linux-x64/package.json ]] &&
     node -e 'process.exit(require(process.argv[1]).version === process.argv[2] ? 0 : 1)' \

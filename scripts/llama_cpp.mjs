@@ -102,7 +102,7 @@ const context = await model.createContext({
   experimentalKvCacheValueType: kvType,
 });
 const sequence = context.getSequence();
-const V = model.tokens.size ?? info.metadata.tokenizer.ggml.tokens.length;
+const V = info.metadata.tokenizer.ggml.tokens.length;
 
 const prompts = [];
 for (const tokens of o.prompts) {

@@ -515,8 +515,10 @@ GgufTensor gguf_tensor(std::string name, const Tensor& values, GgmlType type) {
   if (type == GgmlType::F32) {
     if (n > 0) std::memcpy(t.data.data(), p, n * sizeof(float));
   } else {
-    auto* out = reinterpret_cast<uint16_t*>(t.data.data());
-    for (size_t i = 0; i < n; ++i) out[i] = type == GgmlType::F16 ? to_f16(p[i]) : to_bf16(p[i]);
+    for (size_t i = 0; i < n; ++i) {  // memcpy: the bytes are not uint16_t objects
+      const uint16_t h = type == GgmlType::F16 ? to_f16(p[i]) : to_bf16(p[i]);
+      std::memcpy(t.data.data() + 2 * i, &h, sizeof h);
+    }
   }
   return t;
 }
@@ -531,8 +533,11 @@ Tensor gguf_tensor_values(const GgufTensor& t) {
   if (t.type == GgmlType::F32) {
     if (n > 0) std::memcpy(p, t.data.data(), n * sizeof(float));
   } else {
-    const auto* in = reinterpret_cast<const uint16_t*>(t.data.data());
-    for (size_t i = 0; i < n; ++i) p[i] = t.type == GgmlType::F16 ? from_f16(in[i]) : from_bf16(in[i]);
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t h = 0;
+      std::memcpy(&h, t.data.data() + 2 * i, sizeof h);
+      p[i] = t.type == GgmlType::F16 ? from_f16(h) : from_bf16(h);
+    }
   }
   return out;
 }

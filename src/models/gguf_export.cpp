@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <set>
 
 #include "tfm/engine/error.h"
 #include "tfm/engine/gemm.h"
@@ -175,7 +176,7 @@ void add_gguf_tokenizer(GgufFile& f, const Tokenizer& tok) {
   std::vector<std::string> tokens(static_cast<size_t>(V));
   std::vector<int32_t> types(static_cast<size_t>(V), 1);  // LLAMA_TOKEN_TYPE_NORMAL
   std::vector<std::string> merges;
-  std::map<std::string, bool> seen_merge;
+  std::set<std::string> seen_merges;
   for (int32_t id = 0; id < V; ++id) {
     if (tok.is_special(id)) {  // "<pad>" etc. as written, control tokens
       tokens[id] = tok.specials()[id];
@@ -190,7 +191,7 @@ void add_gguf_tokenizer(GgufFile& f, const Tokenizer& tok) {
     for (size_t k = 1; k < bytes.size(); ++k) {
       const std::string right = gpt2_token_text(bytes.substr(k, 1));
       const std::string merge = left + " " + right;
-      if (!seen_merge[merge]) merges.push_back(merge), seen_merge[merge] = true;
+      if (seen_merges.insert(merge).second) merges.push_back(merge);
       left += right;
     }
   }
