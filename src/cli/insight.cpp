@@ -184,6 +184,12 @@ int export_gguf(const ExportOptions& o, LoadedRun& run) {
       "probabilities on %zu probe tokens within %.1e with tfm's GELU (erf), %.1e with GELU's tanh form, "
       "%.1e with llama.cpp's CPU GELU (tanh form through a half-precision table)\n",
       probe.size(), erf, tanh_form, llama);
+  // In f32 only float rounding may separate the file from the model (~1e-6): anything more is a bug here.
+  if (dtype == GgmlType::F32 && erf > 1e-4) {
+    std::fprintf(stderr, "tfm: error: %s does not reproduce the run's model (max probability difference %.1e with "
+                 "tfm's GELU, expected float rounding); please report it\n", out.c_str(), erf);
+    return kExitInternal;
+  }
   std::printf("end of generation in llama.cpp: %s\n", eot.note.c_str());
   // llama.cpp's plain completion tool (llama-cli is its chat front end); -c: positions past the table
   // do not exist, so prompt and output share the model's context.
