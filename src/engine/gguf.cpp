@@ -443,13 +443,33 @@ float from_f16(uint16_t h) {
 
 // ---- GgufValue ----
 
+GgufValue GgufValue::unsigned_of(GgufType type, uint64_t v) {
+  GgufValue out;
+  out.type_ = type, out.unsigned_ = v;
+  return out;
+}
+GgufValue GgufValue::signed_of(GgufType type, int64_t v) {
+  GgufValue out;
+  out.type_ = type, out.signed_ = v;
+  return out;
+}
+GgufValue GgufValue::number_of(GgufType type, double v) {
+  GgufValue out;
+  out.type_ = type, out.number_ = v;
+  return out;
+}
+GgufValue GgufValue::string(std::string v) {
+  GgufValue out;
+  out.type_ = GgufType::String, out.string_ = std::move(v);
+  return out;
+}
 GgufValue GgufValue::array(GgufType element_type, std::vector<GgufValue> items) {
   for (size_t i = 0; i < items.size(); ++i)
     TFM_CHECK(items[i].type() == element_type, "GgufValue::array", "item ", i, " is ", gguf_type_name(items[i].type()),
               ", the array holds ", gguf_type_name(element_type));
-  GgufValue v(GgufType::Array, std::move(items));
-  v.element_ = element_type;
-  return v;
+  GgufValue out;
+  out.type_ = GgufType::Array, out.element_ = element_type, out.items_ = std::move(items);
+  return out;
 }
 GgufValue GgufValue::strings(const std::vector<std::string>& items) {
   std::vector<GgufValue> v;
@@ -473,32 +493,32 @@ GgufValue GgufValue::float32s(const std::vector<float>& items) {
 uint64_t GgufValue::unsigned_value() const {
   TFM_CHECK((is_integer(type_) && !is_signed(type_)) || type_ == GgufType::Bool, "GgufValue", "a ",
             gguf_type_name(type_), " is not an unsigned integer");
-  return std::get<uint64_t>(payload_);
+  return unsigned_;
 }
 int64_t GgufValue::signed_value() const {
   TFM_CHECK(is_signed(type_), "GgufValue", "a ", gguf_type_name(type_), " is not a signed integer");
-  return std::get<int64_t>(payload_);
+  return signed_;
 }
 double GgufValue::number() const {
   TFM_CHECK(type_ == GgufType::Float32 || type_ == GgufType::Float64, "GgufValue", "a ", gguf_type_name(type_),
             " is not a float32 or float64");
-  return std::get<double>(payload_);
+  return number_;
 }
 bool GgufValue::boolean_value() const {
   TFM_CHECK(type_ == GgufType::Bool, "GgufValue", "a ", gguf_type_name(type_), " is not a bool");
-  return std::get<uint64_t>(payload_) != 0;
+  return unsigned_ != 0;
 }
 const std::string& GgufValue::str() const {
   TFM_CHECK(type_ == GgufType::String, "GgufValue", "a ", gguf_type_name(type_), " is not a string");
-  return std::get<std::string>(payload_);
+  return string_;
 }
 const std::vector<GgufValue>& GgufValue::items() const {
   TFM_CHECK(type_ == GgufType::Array, "GgufValue", "a ", gguf_type_name(type_), " is not an array");
-  return std::get<std::vector<GgufValue>>(payload_);
+  return items_;
 }
 bool GgufValue::operator==(const GgufValue& other) const {
-  return type_ == other.type_ && (type_ != GgufType::Array || element_ == other.element_) &&
-         payload_ == other.payload_;
+  return type_ == other.type_ && element_ == other.element_ && unsigned_ == other.unsigned_ &&
+         signed_ == other.signed_ && number_ == other.number_ && string_ == other.string_ && items_ == other.items_;
 }
 
 // ---- tensors and files ----
