@@ -12,7 +12,7 @@ cd "$TFM_ROOT"
 seconds="${1:-60}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(config utf8 safetensors checkpoint bpe)
+[ ${#targets[@]} -gt 0 ] || targets=(config utf8 safetensors checkpoint bpe gguf)
 
 tfm_install clang libclang-rt-14-dev libomp-14-dev
 build="$TFM_ROOT/build/fuzz"

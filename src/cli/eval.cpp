@@ -1,6 +1,8 @@
 // `tfm eval`: a trained run's loss (and its objective's other figures) on batches of its data.
 #include <cstdio>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -11,41 +13,100 @@
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
 #include "tfm/engine/gemm.h"
+#include "tfm/engine/gguf.h"
+#include "tfm/models/gguf_export.h"
 #include "tfm/engine/ops.h"
 #include "tfm/training/trainer.h"
 
 namespace tfm::cli {
 namespace {
 
-// One batch of `rows` validation windows (the first evaluation batch) and the model's logits for them:
-// {"tokens": (B, T) ids, "logits": (B, T, V)}, for torch_lm.py --check-logits.
+// Logits (B, T, V) of B sequences of T token ids, row-major.
+using LogitsFn = std::function<std::vector<float>(const std::vector<int32_t>& ids, int64_t B, int64_t T)>;
+
+// Logits of token sequences as JSON {"tokens": [ids per sequence], "logits": [(T, V) per sequence]}: for
+// scripts/torch_lm.py --check-logits and scripts/check_gguf.sh. Sequences of one length run as one batch
+// (B, T), as an evaluation does, when `batch` allows; others one by one.
+void write_logits(const LogitsFn& forward, int64_t V, const std::vector<std::vector<int32_t>>& sequences, bool batch,
+                  const std::string& path, const std::string& what) {
+  nlohmann::json j = {{"tokens", nlohmann::json::array()}, {"logits", nlohmann::json::array()}};
+  bool same_length = batch;
+  for (const auto& ids : sequences) same_length = same_length && ids.size() == sequences[0].size();
+  for (size_t first = 0; first < sequences.size();) {
+    const size_t B = same_length ? sequences.size() : 1;
+    const auto T = static_cast<int64_t>(sequences[first].size());
+    std::vector<int32_t> ids;
+    for (size_t b = first; b < first + B; ++b) ids.insert(ids.end(), sequences[b].begin(), sequences[b].end());
+    const std::vector<float> logits = forward(ids, static_cast<int64_t>(B), T);  // (B, T, V)
+    for (size_t b = 0; b < B; ++b) {
+      nlohmann::json seq = nlohmann::json::array();
+      for (int64_t t = 0; t < T; ++t) {
+        const auto row = logits.begin() + (static_cast<int64_t>(b) * T + t) * V;
+        seq.push_back(std::vector<float>(row, row + V));
+      }
+      j["tokens"].push_back(sequences[first + b]);
+      j["logits"].push_back(std::move(seq));
+    }
+    first += B;
+  }
+  write_file_atomically(path, j.dump() + "\n");
+  fmt::print("wrote {}: logits of {}, vocabulary {}\n", path, what, V);
+}
+
+LogitsFn model_logits(LanguageModel& model) {
+  model.set_training(false);
+  return [&model](const std::vector<int32_t>& ids, int64_t B, int64_t T) {
+    NoGradGuard no_grad;
+    return model.forward(ids, B, T).to_vector();
+  };
+}
+
+// One batch of `rows` validation windows (the first evaluation batch) and the model's logits for them.
 void dump_logits(LanguageModel& model, const Config& c, const TokenSpan& tokens, int64_t rows,
                  const std::string& path) {
   const int64_t T = c.integer("train.seq_len");
   BatchSampler sampler(eval_seed(c));
   std::vector<int32_t> x, y;
   sampler.sample(tokens, rows, T, x, y);
-  model.set_training(false);
-  NoGradGuard no_grad;
-  const std::vector<float> logits = model.forward(x, rows, T).to_vector();
-  const int64_t V = model.config().vocab_size;
-  nlohmann::json j = {{"tokens", nlohmann::json::array()}, {"logits", nlohmann::json::array()}};
-  for (int64_t b = 0; b < rows; ++b) {
-    j["tokens"].push_back(std::vector<int32_t>(x.begin() + b * T, x.begin() + (b + 1) * T));
-    nlohmann::json seq = nlohmann::json::array();
-    for (int64_t t = 0; t < T; ++t) {
-      const float* row = logits.data() + (b * T + t) * V;
-      seq.push_back(std::vector<float>(row, row + V));
-    }
-    j["logits"].push_back(std::move(seq));
+  std::vector<std::vector<int32_t>> sequences;
+  for (int64_t b = 0; b < rows; ++b) sequences.emplace_back(x.begin() + b * T, x.begin() + (b + 1) * T);
+  write_logits(model_logits(model), model.config().vocab_size, sequences, true, path,
+               std::to_string(rows) + " x " + std::to_string(T) + " validation tokens");
+}
+
+// The logits of each --text, encoded with the run's tokenizer (each at most the model's context): the
+// model's, or with --gguf those of llama.cpp's graph run from the file (models/gguf_export.h).
+void dump_text_logits(LanguageModel& model, const Tokenizer& tok, const std::vector<std::string>& texts,
+                      const std::string& path, const std::string& gguf_path, const std::string& gelu) {
+  const int64_t L = model.config().max_seq_len;
+  std::vector<std::vector<int32_t>> sequences;
+  for (const std::string& text : texts) {
+    sequences.push_back(tok.encode(text, "--text"));
+    const auto n = static_cast<int64_t>(sequences.back().size());
+    if (n == 0 || n > L)
+      throw ConfigError("--text: \"" + text + "\" is " + std::to_string(n) + " tokens, expected 1 to " +
+                        std::to_string(L) + " (model.max_seq_len)");
   }
-  write_file_atomically(path, j.dump() + "\n");
-  fmt::print("wrote {}: logits of {} x {} validation tokens, vocabulary {}\n", path.c_str(),
-              rows, T, V);
+  const std::string what = std::to_string(texts.size()) + " texts";
+  if (gguf_path.empty()) {
+    write_logits(model_logits(model), model.config().vocab_size, sequences, true, path, what);
+    return;
+  }
+  if (gelu != "erf" && gelu != "tanh" && gelu != "llama.cpp")
+    throw ConfigError("--gelu: expected \"erf\", \"tanh\" or \"llama.cpp\", got \"" + gelu + "\"");
+  const GeluForm form = gelu == "erf" ? GeluForm::Erf : gelu == "tanh" ? GeluForm::Tanh : GeluForm::LlamaCpp;
+  const GgufFile file = load_gguf(gguf_path);
+  const auto V = static_cast<int64_t>(file.at("tokenizer.ggml.tokens").items().size());
+  const LogitsFn reference = [&](const std::vector<int32_t>& ids, int64_t, int64_t) {
+    return gguf_reference_logits(file, ids, form).to_vector();
+  };
+  write_logits(reference, V, sequences, false, path,
+               what + " from " + gguf_path + " (llama.cpp's graph, " + gelu + " GELU)");
 }
 
 struct EvalOptions {
-  std::string run, split = "val", which = "last", dump_path, mask_heads;
+  std::string run, split = "val", which = "last", dump_path, mask_heads, gguf_path, gelu = "llama.cpp";
+  std::vector<std::string> texts;
   int64_t batches = 0;  // 0: the run's train.eval_steps (--dump-logits: 2 sequences)
 };
 
@@ -53,9 +114,11 @@ int eval_command(const EvalOptions& o) {
   const std::string& dir = o.run;
   const std::string& split = o.split;
   int64_t batches = o.batches;
+  if (!o.texts.empty() && o.dump_path.empty()) throw ConfigError("--text: goes with --dump-logits FILE");
+  if (!o.gguf_path.empty() && o.texts.empty()) throw ConfigError("--gguf: goes with --dump-logits FILE --text TEXT");
   if (split != "val" && split != "train")
     throw ConfigError("--split: expected \"val\" or \"train\", got \"" + split + "\"");
-  LoadedRun run = load_run(dir, o.which, true);
+  LoadedRun run = load_run(dir, o.which, o.texts.empty());  // --text needs no data file
   apply_head_mask(run, o.mask_heads);
   const Config& c = run.config;
   // The run's precision, as its evaluations during training (and torch_lm.py --bf16) ran.
@@ -65,6 +128,10 @@ int eval_command(const EvalOptions& o) {
   if (!o.dump_path.empty()) {
     if (!run.model)
       throw ConfigError("--dump-logits: only for language-model runs (train.objective causal_lm or masked_lm)");
+    if (!o.texts.empty()) {
+      dump_text_logits(*run.model, run.checkpoint.tokenizer, o.texts, o.dump_path, o.gguf_path, o.gelu);
+      return kExitOk;
+    }
     const Dataset data =
         load_dataset(c.string("data.path"), run.checkpoint.tokenizer, c.number("data.val_fraction"), T,
                      token_cache_options(c, true));
@@ -97,10 +164,23 @@ std::vector<Command> add_eval_commands(CLI::App& app) {
                    "Write one batch of --batches (default 2) sequences and their logits as JSON "
                    "(for scripts/torch_lm.py --check-logits)")
       ->type_name("FILE");
+  eval->add_option("--text", o->texts,
+                   "With --dump-logits: the logits of this text instead (repeatable; the run's tokenizer, at most "
+                   "model.max_seq_len tokens)")
+      ->type_name("TEXT");
+  eval->add_option("--gguf", o->gguf_path,
+                   "With --text: the logits of llama.cpp's graph run by tfm from this exported file (double "
+                   "precision) instead of the model's: what llama.cpp should compute")
+      ->type_name("FILE");
+  eval->add_option("--gelu", o->gelu, "With --gguf: the GELU to run it with: erf (tfm's), tanh, llama.cpp (its CPU kernel)")
+      ->capture_default_str();
   eval->add_option("--mask-heads", o->mask_heads, "Mask attention heads: LAYER:HEAD,... (0-based; their output is zero)")
       ->type_name("L:H,...");
   eval->footer("\nExamples:\n  tfm eval --run runs/shakespeare_char --batches 200\n"
-               "  tfm eval --run runs/shakespeare_char --batches 200 --mask-heads 0:1,3:2\n");
+               "  tfm eval --run runs/shakespeare_char --batches 200 --mask-heads 0:1,3:2\n"
+               "  tfm eval --run runs/shakespeare_char --dump-logits logits.json --text \"ROMEO:\" --text \"JULIET:\"\n"
+               "  tfm eval --run runs/shakespeare_char --dump-logits llama.json --text \"ROMEO:\" \\\n"
+               "      --gguf runs/shakespeare_char/model-f32.gguf --gelu llama.cpp   # what llama.cpp should compute\n");
   return {{eval, [o] { return eval_command(*o); }}};
 }
 

@@ -18,7 +18,9 @@
 #include "tfm/engine/file_io.h"
 #include "tfm/objectives/objective.h"
 #include "tfm/engine/platform.h"
+#include "tfm/engine/gguf.h"
 #include "tfm/engine/safetensors.h"
+#include "tfm/models/gguf_export.h"
 #include "tfm/training/trainer.h"
 
 namespace tfm::cli {
@@ -127,11 +129,13 @@ int run_attention(const AttentionOptions& o) {
 // ---- tfm export ----
 
 struct ExportOptions {
-  std::string run, out, which = "last";
+  std::string run, out, which = "last", format, dtype = "f32";
 };
 
-int run_export(const ExportOptions& o) {
-  const LoadedRun run = load_run(o.run, o.which);
+int export_safetensors(const ExportOptions& o, const LoadedRun& run) {
+  if (o.out.empty()) throw ConfigError("--out: required for --format safetensors (the file to write)");
+  if (o.dtype != "f32")
+    throw ConfigError("--dtype: safetensors exports are float32; \"" + o.dtype + "\" is for --format gguf");
   const Model& model = run.objective->model();
   NamedTensors tensors;
   for (const NamedParameter& p : model.parameters()) tensors.emplace_back(p.name, p.value);
@@ -147,6 +151,64 @@ int run_export(const ExportOptions& o) {
   fmt::print("wrote {}: {} float32 tensors, {} parameters ({}/{}.ckpt, {})\n", o.out.c_str(), tensors.size(),
               model.parameter_count(), o.run.c_str(), o.which.c_str(), run.objective->name().c_str());
   return kExitOk;
+}
+
+// The GGUF file for llama.cpp (models/gguf_export.h), read back and checked against the run's model.
+int export_gguf(const ExportOptions& o, LoadedRun& run) {
+  const GgmlType dtype = o.dtype == "f32" ? GgmlType::F32 : o.dtype == "f16" ? GgmlType::F16 : GgmlType::BF16;
+  if (!run.model) check_gguf_exportable(run.objective->name(), ModelConfig{});  // seq2seq: refused by name
+  LanguageModel& model = *run.model;
+  const Tokenizer& tok = run.checkpoint.tokenizer;
+  const std::string name = fs::path(o.run).lexically_normal().filename().string();
+  const std::string out = o.out.empty() ? o.run + "/model-" + o.dtype + ".gguf" : o.out;
+  GgufExportOptions options{dtype, name.empty() ? "tfm" : name, run.config.tree.dump()};
+  save_gguf(out, gguf_from_model(model, tok, run.objective->name(), options));
+
+  // Read back with the GGUF reader and run llama.cpp's gpt2 graph from the file on a probe of ids.
+  const GgufFile back = load_gguf(out);
+  const ModelConfig& c = model.config();
+  std::vector<int32_t> probe;
+  for (int64_t t = 0; t < std::min<int64_t>(c.max_seq_len, 16); ++t)
+    probe.push_back(static_cast<int32_t>((t * 7919 + 1) % c.vocab_size));
+  const double erf = gguf_max_probability_diff(model, back, probe, GeluForm::Erf);
+  const double tanh_form = gguf_max_probability_diff(model, back, probe, GeluForm::Tanh);
+  const double llama = gguf_max_probability_diff(model, back, probe, GeluForm::LlamaCpp);
+  const GgufEndOfText eot = gguf_end_of_text(tok);
+  std::printf(
+      "wrote %s: llama.cpp architecture gpt2, %zu tensors (%s matrices, F32 vectors), %ld parameters, %s "
+      "vocabulary of %ld, context %ld (%s/%s.ckpt, step %ld)\n",
+      out.c_str(), back.tensors.size(), ggml_type_name(dtype), static_cast<long>(model.parameter_count()),
+      tok.kind_name().c_str(), static_cast<long>(c.vocab_size), static_cast<long>(c.max_seq_len), o.run.c_str(),
+      o.which.c_str(), static_cast<long>(run.checkpoint.state.value("step", int64_t{0})));
+  std::printf(
+      "read back: llama.cpp's gpt2 graph run from the file in double precision gives the run's next-token "
+      "probabilities on %zu probe tokens within %.1e with tfm's GELU (erf), %.1e with GELU's tanh form, "
+      "%.1e with llama.cpp's CPU GELU (tanh form through a half-precision table)\n",
+      probe.size(), erf, tanh_form, llama);
+  // In f32 only float rounding may separate the file from the model (~1e-6): anything more is a bug here.
+  if (dtype == GgmlType::F32 && erf > 1e-4) {
+    std::fprintf(stderr, "tfm: error: %s does not reproduce the run's model (max probability difference %.1e with "
+                 "tfm's GELU, expected float rounding); please report it\n", out.c_str(), erf);
+    return kExitInternal;
+  }
+  std::printf("end of generation in llama.cpp: %s\n", eot.note.c_str());
+  // llama.cpp's plain completion tool (llama-cli is its chat front end); -c: positions past the table
+  // do not exist, so prompt and output share the model's context.
+  std::printf("run it: llama-completion -m %s -c %ld -n %ld --temp 0 -no-cnv%s -p \"...\"\n", out.c_str(),
+              static_cast<long>(c.max_seq_len), static_cast<long>(c.max_seq_len / 2),
+              eot.id == 11 ? " --ignore-eos" : "");
+  return kExitOk;
+}
+
+int run_export(const ExportOptions& o) {
+  std::string format = o.format;
+  if (format.empty()) format = o.out.size() >= 5 && o.out.substr(o.out.size() - 5) == ".gguf" ? "gguf" : "safetensors";
+  if (format != "safetensors" && format != "gguf")
+    throw ConfigError("--format: expected \"safetensors\" or \"gguf\", got \"" + format + "\"");
+  if (o.dtype != "f32" && o.dtype != "f16" && o.dtype != "bf16")
+    throw ConfigError("--dtype: expected \"f32\", \"f16\" or \"bf16\", got \"" + o.dtype + "\"");
+  LoadedRun run = load_run(o.run, o.which);
+  return format == "gguf" ? export_gguf(o, run) : export_safetensors(o, run);
 }
 
 // ---- tfm tokenizer train ----
@@ -204,15 +266,36 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
   commands.push_back({att, [a] { return run_attention(*a); }});
 
   auto e = std::make_shared<ExportOptions>();
-  auto* exp = app.add_subcommand("export", "Write a run's weights as safetensors (float32, reference names)");
+  auto* exp = app.add_subcommand(
+      "export", "Write a run's weights: safetensors (float32, tfm's names) or GGUF for llama.cpp");
   exp->add_option("--run", e->run, "Run directory")->type_name("DIR")->required();
-  exp->add_option("--out", e->out, "Output file")->type_name("FILE")->required();
+  exp->add_option("--format", e->format,
+                  "safetensors or gguf (default: gguf when --out ends in .gguf, else safetensors)");
+  exp->add_option("--out", e->out, "Output file (required for safetensors; gguf: DIR/model-DTYPE.gguf)")
+      ->type_name("FILE");
+  exp->add_option("--dtype", e->dtype, "gguf: f32, f16 or bf16 matrices (norms and biases stay f32)")
+      ->capture_default_str();
   exp->add_option("--checkpoint", e->which, "last or best")->capture_default_str();
   exp->footer(
-      "\nNames and shapes as docs/architecture.md (weights (out, in) as PyTorch; an encoder-decoder's\n"
-      "names are listed in include/tfm/models/encoder_decoder.h); metadata: objective, config, tokenizer (and\n"
-      "target_tokenizer). Load with `tfm train --init-from FILE` or `tfm sample --init-from FILE`.\nExample:\n"
-      "  tfm export --run runs/shakespeare_char --out model.safetensors\n");
+      "\nsafetensors: names and shapes as scripts/torch_lm.py's (weights (out, in) as PyTorch; an\n"
+      "encoder-decoder's names are in include/tfm/models/encoder_decoder.h); metadata: objective, config,\n"
+      "tokenizer (and target_tokenizer). Load with `tfm train --init-from FILE` or `tfm sample --init-from FILE`.\n"
+      "\n"
+      "gguf: a file llama.cpp runs, architecture gpt2 (GGUF v3): causal_lm runs of the pre-norm LayerNorm,\n"
+      "GELU, dot-product model, sinusoidal or learned positions, tied or untied head, any n_kv_heads. The\n"
+      "tokenizer goes with it as llama.cpp's gpt2 BPE tokenizer: bpe runs with their merges, char and byte\n"
+      "vocabularies as tokens. Refused, naming the key: masked_lm and seq2seq runs, model.norm_position\n"
+      "post, model.activation relu, model.attention_score additive, head gating and head mixing.\n"
+      "The file is read back and llama.cpp's gpt2 graph run from it on a few tokens, in double precision:\n"
+      "the differences printed are with tfm's erf GELU (the export itself: float rounding), with GELU's tanh\n"
+      "form, and with llama.cpp's CPU GELU (tanh form through a half-precision table: what llama.cpp shows).\n"
+      "scripts/check_gguf.sh runs real llama.cpp on exports (docs/llama_cpp.md).\n"
+      "Examples:\n"
+      "  tfm export --run runs/shakespeare_char --out model.safetensors\n"
+      "  tfm export --run runs/shakespeare_char --format gguf                 # runs/shakespeare_char/model-f32.gguf\n"
+      "  tfm export --run runs/shakespeare_char --format gguf --dtype f16 --out tiny-f16.gguf\n"
+      "  llama-completion -m runs/shakespeare_char/model-f32.gguf -c 64 -n 32 --temp 0 -no-cnv --ignore-eos \\\n"
+      "      -p \"ROMEO:\"\n");
   commands.push_back({exp, [e] { return run_export(*e); }});
 
   auto t = std::make_shared<TokenizerTrainOptions>();

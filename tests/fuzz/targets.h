@@ -14,6 +14,7 @@
 #include "tfm/config/config.h"
 #include "tfm/data/tokenizer.h"
 #include "tfm/engine/error.h"
+#include "tfm/engine/gguf.h"
 #include "tfm/engine/safetensors.h"
 
 namespace tfm::fuzz {
@@ -57,6 +58,19 @@ inline void bpe(const uint8_t* data, size_t size) {
   if (tok.decode(tok.encode(sample)) != sample) __builtin_trap();  // a round-trip failure is a finding
 }
 
+// Bytes -> the GGUF reader (header, metadata of every kind, tensor infos, offsets); when it parses,
+// each tensor converts to float32, and what the writer then writes reads back and writes again to the
+// same bytes (the writer may refuse what the reader lets through, e.g. keys that are not
+// lower_snake_case: a tfm::Error like any rejection).
+inline void gguf(const uint8_t* data, size_t size) {
+  const GgufFile f = parse_gguf(data, size, "fuzz.gguf");
+  for (const GgufTensor& t : f.tensors) gguf_tensor_values(t);
+  const std::string bytes = serialize_gguf(f, "fuzz.gguf");
+  const GgufFile back = parse_gguf(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "fuzz.gguf");
+  const bool same = serialize_gguf(back, "fuzz.gguf") == bytes;  // bitwise, so NaN metadata compares too
+  if (!same) __builtin_trap();  // a write-read round-trip failure is a finding
+}
+
 // Runs target `name` on one input; false for an unknown name.
 inline bool run(const std::string& name, const uint8_t* data, size_t size) {
   try {
@@ -66,6 +80,7 @@ inline bool run(const std::string& name, const uint8_t* data, size_t size) {
     else if (name == "checkpoint") checkpoint(data, size);
     else if (name == "checkpoint_raw") checkpoint_raw(data, size);
     else if (name == "bpe") bpe(data, size);
+    else if (name == "gguf") gguf(data, size);
     else return false;
   } catch (const tfm::Error&) {
     // A clear rejection is the expected outcome for malformed input.

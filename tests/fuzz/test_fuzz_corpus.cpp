@@ -40,3 +40,4 @@ TEST_CASE("fuzz corpus: safetensors", "[fuzz]") { replay("safetensors"); }
 TEST_CASE("fuzz corpus: checkpoint", "[fuzz]") { replay("checkpoint"); }
 TEST_CASE("fuzz corpus: checkpoint as given", "[fuzz]") { replay("checkpoint", "checkpoint_raw"); }
 TEST_CASE("fuzz corpus: bpe", "[fuzz]") { replay("bpe"); }
+TEST_CASE("fuzz corpus: gguf", "[fuzz]") { replay("gguf"); }

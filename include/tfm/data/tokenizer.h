@@ -70,6 +70,7 @@ class Tokenizer {
   int64_t size() const;  // specials + base vocabulary
   const std::vector<uint32_t>& symbols() const { return symbols_; }  // char/byte
   const std::vector<std::string>& words() const { return words_; }    // word
+  const BpeTokenizer* bpe() const { return bpe_.get(); }              // bpe (null otherwise)
 
   // Throws IoError naming `source` and the offset of a symbol (or word) outside the vocabulary,
   // unless "<unk>" is a special.

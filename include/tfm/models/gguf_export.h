@@ -1,0 +1,97 @@
+// A trained language model and its tokenizer as a GGUF file llama.cpp runs (issue 22).
+// Legend: C = d_model, H heads, Hkv key/value heads, Dk = C / H, F = d_ff, L = max_seq_len,
+// V vocabulary.
+//
+// tfm's default model (pre-norm LayerNorm, GELU, biases, sinusoidal or learned positions) is llama.cpp's
+// `gpt2` architecture (llama.cpp src/models/gpt2.cpp), tensor by tensor:
+//   token_embd.weight            (V, C)      E, times sqrt(C) with the sinusoidal table (below)
+//   position_embd.weight         (L, C)      the learned table, or the sinusoidal one
+//   blk.N.attn_norm.{weight,bias}            blocks.N.ln1
+//   blk.N.attn_qkv.{weight,bias} (C + 2 Hkv Dk, C)  wq, wk, wv stacked by rows (llama.cpp splits them
+//                                            at C and C + Hkv Dk; GQA's query head h reads kv head
+//                                            h / (H / Hkv) in both)
+//   blk.N.attn_output.{weight,bias}          wo
+//   blk.N.ffn_norm.{weight,bias}             blocks.N.ln2
+//   blk.N.ffn_up.{weight,bias}   (F, C)      fc1
+//   blk.N.ffn_down.{weight,bias} (C, F)      fc2
+//   output_norm.{weight,bias}                ln_f
+//   output.weight                (V, C)      head, or E itself when tied (left out when token_embd is
+//                                            E unscaled: llama.cpp then reuses token_embd)
+// Biases llama.cpp requires but a model.bias = false model lacks are written as zeros (exact).
+// The sinusoidal model's input is fl(E[id] * fl(sqrt C)) + P[t] (layers.h: embed_with_positions); the
+// file stores the product fl(E * fl(sqrt C)) as token_embd, so llama.cpp's get_rows + add computes
+// the same floats, bit for bit in F32.
+//
+// The difference that stays: llama.cpp's GELU is the tanh approximation, and its CPU kernel rounds
+// the input to half and looks the result up in a half-precision table (ggml-cpu/vec.h, GGML_GELU_FP16);
+// tfm's is the exact erf form. gguf_reference_logits runs llama.cpp's gpt2 graph from the file with
+// either GELU, so an export reports what each part costs.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tfm/data/tokenizer.h"
+#include "tfm/engine/gguf.h"
+#include "tfm/models/language_model.h"
+
+namespace tfm {
+
+struct GgufExportOptions {
+  // Type of the matrices and embeddings; 1-D tensors (norms, biases) stay F32, as llama.cpp's
+  // converters keep them (llama.h: "MOSTLY_F16 ... except 1d tensors").
+  GgmlType dtype = GgmlType::F32;
+  std::string name;         // general.name
+  std::string config_json;  // kept as tfm.config (provenance; llama.cpp ignores it)
+};
+
+// ConfigError naming every config key whose value llama.cpp cannot run, and why; `objective` is the
+// run's train.objective.
+void check_gguf_exportable(const std::string& objective, const ModelConfig& config);
+
+// The model and tokenizer as a GGUF file of architecture gpt2 (after check_gguf_exportable).
+GgufFile gguf_from_model(const LanguageModel& model, const Tokenizer& tokenizer, const std::string& objective,
+                         const GgufExportOptions& options = {});
+
+// GPT-2's byte-to-unicode map (the form llama.cpp's gpt2 tokenizer keeps its tokens in): the
+// printable bytes '!'..'~', 0xA1..0xAC and 0xAE..0xFF stand for themselves, the other 68 bytes for
+// U+0100 + their rank among them. A byte string becomes the UTF-8 of its bytes' code points.
+std::string gpt2_token_text(const std::string& bytes);
+
+// The tokenizer keys of llama.cpp's gpt2 BPE tokenizer (tokenizer.ggml.*), so that llama.cpp's
+// tokenize gives tfm's ids:
+//   bpe   the token bytes in GPT-2's form and the merges ("left right"), rank = tfm's merge order;
+//         pre-tokenizer "gpt-2", whose split is tfm's pretokenize on ASCII text (bpe.h)
+//   byte  the 256 byte tokens, no merges: text encodes to its bytes, as tfm's
+//   char  the characters in GPT-2's form; a multi-byte UTF-8 character gets the merges that join its
+//         bytes (they never cross characters: every left side starts with a lead byte, every right
+//         side is a continuation byte), so text of the vocabulary's characters encodes to tfm's ids
+// Token types are normal (1), specials control (3); scores are 0 (llama.cpp's BPE does not use them).
+// ConfigError when two tokens have the same bytes (llama.cpp looks tokens up by text).
+void add_gguf_tokenizer(GgufFile& file, const Tokenizer& tokenizer);
+
+// llama.cpp's end-of-generation token for the exported vocabulary and how it was chosen, for the
+// export's report: byte and BPE vocabularies end at byte 0xFF (never part of UTF-8 text); a char
+// vocabulary has no free id, so llama.cpp's default for gpt2 tokenizers, id 11, stands.
+struct GgufEndOfText {
+  int64_t id = -1;
+  std::string note;
+};
+GgufEndOfText gguf_end_of_text(const Tokenizer& tokenizer);
+
+// GELU as computed: tfm's exact erf form, the tanh approximation in float, or llama.cpp's CPU kernel
+// (tanh form in a half table: y = half(gelu_tanh(half(x))), 0 below -10, x above 10).
+enum class GeluForm { Erf, Tanh, LlamaCpp };
+double gelu_of(GeluForm form, double x);
+
+// Logits (T, V) of llama.cpp's gpt2 graph (llama.cpp src/models/gpt2.cpp) for `ids`, computed from the
+// file's tensors in double precision with the given GELU: an oracle for the export that needs no
+// llama.cpp. IoError naming the file when a key or tensor is missing or has the wrong shape.
+Tensor gguf_reference_logits(const GgufFile& file, const std::vector<int32_t>& ids, GeluForm gelu);
+
+// Max |p_tfm - p_file| over every position and token of next-token probabilities: the model's
+// forward against gguf_reference_logits of the file, for `ids`.
+double gguf_max_probability_diff(LanguageModel& model, const GgufFile& file, const std::vector<int32_t>& ids,
+                                 GeluForm gelu);
+
+}  // namespace tfm
