@@ -425,6 +425,9 @@ def parse_args():
     ap.add_argument("--target-loss", type=float,
                     help="time to quality: evaluate every train.eval_interval steps (train.eval_steps batches), "
                          "stop at the first val loss <= this and report the wall time, evaluation included")
+    ap.add_argument("--max-seconds", type=float,
+                    help="with --target-loss: give up at the first evaluation after this much training time and "
+                         "report the val loss reached (a long baseline under a time limit)")
     ap.add_argument("--init-safetensors", metavar="FILE",
                     help="start training from these weights instead of the seed's initialisation "
                          "(the seed's draws are still made, so the batches do not move)")
@@ -557,7 +560,7 @@ def main():
     eval_interval = setting(cfg, "train.eval_interval", 250)
     optimizers = make_optimizers(model, cfg)
 
-    times, loss, reached = [], float("nan"), None
+    times, loss, reached, gave_up = [], float("nan"), None, None
     t_start = time.perf_counter()
     for step in range(steps):
         # One factor for every optimizer (scaled as lr_at / lr, so base lr * factor is the same float).
@@ -586,6 +589,10 @@ def main():
                 reached = {"step": step + 1, "seconds": round(time.perf_counter() - t_start, 2)}
                 steps = step + 1
                 break
+            if a.max_seconds is not None and time.perf_counter() - t_start > a.max_seconds:
+                gave_up = {"step": step + 1, "seconds": round(time.perf_counter() - t_start, 2), "val_loss": round(v, 4)}
+                steps = step + 1
+                break
     train_seconds = time.perf_counter() - t_start
     if a.save_safetensors:
         save_safetensors(a.save_safetensors, dict(model.named_parameters()))
@@ -597,6 +604,8 @@ def main():
     result["val_loss"] = round(evaluate(val_tokens), 4)
     if a.target_loss is not None:
         result.update(target_loss=a.target_loss, reached=reached)
+        if gave_up:
+            result["time_limit"] = dict(gave_up, max_seconds=a.max_seconds)
     print(json.dumps(result))
 
 

@@ -367,7 +367,8 @@ void TrainingRun::log_interval(double lr, const Metrics* val) {
               {"tokens_per_s", tok_s},
               {"ms_per_step", ms},
               {"mfu", mfu},
-              {"elapsed_s", elapsed()}};
+              {"elapsed_s", elapsed()},
+              {"training_s", training_seconds()}};  // the loop's time: the clock of train.target_loss
   if (val)
     for (const auto& [name, v] : val->values) rec["val_" + name] = v;
   if (val && !head_usage_.is_null()) rec["val_head_usage"] = head_usage_;  // {layer: [share per head]}

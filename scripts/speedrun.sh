@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Time to quality: how long tfm takes to train a config to a target validation loss, and how long the
+# PyTorch reference (scripts/torch_lm.py) takes on the same recipe, on this machine, one after the
+# other; then their ratio. The clock is the user's: from the first step to the end of the evaluation
+# that reached the target, evaluations included (train.eval_interval steps apart, train.eval_steps
+# batches each). tfm's model at the target is confirmed on 200 validation batches (best.ckpt).
+#
+#   scripts/speedrun.sh [CONFIG] [--target X] [--baseline] [--max-minutes M] [--threads N] [--no-torch]
+#
+#   CONFIG        default configs/shakespeare_speedrun.json
+#   --target X    val loss to reach (default: the config's train.target_loss, else 1.5)
+#   --baseline    also time PyTorch on nanoGPT's recipe (configs/shakespeare_char_large.json, --bf16) to
+#                 the same target: hours here, so it stops at --max-minutes and reports the val reached
+#   --max-minutes M   time limit of the baseline (default 240)
+#   --threads N   threads for both (default: all cores)
+#   --no-torch    tfm alone
+# Results: a table on stdout, and runs/speedrun/<date>/{tfm/, torch.jsonl, baseline.jsonl, summary.json}.
+# Needs /usr/bin/python3 with torch for the PyTorch side (apt-get install python3-torch python3-numpy).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+cd "$TFM_ROOT"
+
+config="configs/shakespeare_speedrun.json"
+target="" baseline=0 max_minutes=240 threads="$(nproc)" torch=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --target) target="$2"; shift 2 ;;
+    --baseline) baseline=1; shift ;;
+    --max-minutes) max_minutes="$2"; shift 2 ;;
+    --threads) threads="$2"; shift 2 ;;
+    --no-torch) torch=0; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "speedrun.sh: unknown option $1 (--help lists them)" >&2; exit 2 ;;
+    *) config="$1"; shift ;;
+  esac
+done
+[ -f "$config" ] || { echo "speedrun.sh: no config $config" >&2; exit 2; }
+
+tfm_install
+tfm_build "$TFM_ROOT/build/release" -DCMAKE_BUILD_TYPE=Release -DTFM_BUILD_TESTS=OFF >/dev/null
+tfm="$TFM_ROOT/build/release/tfm"
+py=/usr/bin/python3
+if [ "$torch" = 1 ] || [ "$baseline" = 1 ]; then
+  if ! "$py" -c 'import torch, numpy' 2>/dev/null; then
+    echo "speedrun.sh: no PyTorch for $py (apt-get install python3-torch python3-numpy); timing tfm alone" >&2
+    torch=0 baseline=0
+  fi
+fi
+
+json() { "$py" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {}, d))' "$@"; }
+if [ -z "$target" ]; then
+  target=$("$tfm" config --config "$config" | "$py" -c 'import json,sys; t=json.load(sys.stdin)["train"]["target_loss"]; print(t if t > 0 else 1.5)')
+fi
+bf16=$("$tfm" config --config "$config" | "$py" -c 'import json,sys; print(json.load(sys.stdin)["train"]["precision"] == "bf16")')
+out="runs/speedrun/$(basename "$config" .json)-$(date +%Y%m%d-%H%M%S)"
+mkdir -p "$out"
+echo "speedrun: $config to val loss <= $target, $threads thread(s); results in $out"
+
+# --- tfm ---
+"$tfm" train --config "$config" --out "$out/tfm" --target-loss "$target" --set train.threads="$threads" \
+  > "$out/tfm.log" 2>&1 || { tail -5 "$out/tfm.log" >&2; echo "speedrun.sh: tfm train failed ($out/tfm.log)" >&2; exit 1; }
+"$py" - "$out/tfm/metrics.jsonl" > "$out/tfm_summary.json" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+evals = [r for r in rows if "val_loss" in r]
+hit = [r for r in rows if "seconds_to_target" in r]
+last = evals[-1]
+print(json.dumps({"reached": bool(hit), "seconds": hit[0]["seconds_to_target"] if hit else last["training_s"],
+                  "step": (hit or evals)[-1]["step"], "val_loss": (hit or evals)[-1]["val_loss"],
+                  "curve": [[r["training_s"], r["val_loss"]] for r in evals]}))
+EOF
+confirm=$("$tfm" eval --run "$out/tfm" --checkpoint best --batches 200 | sed -n 's/^val loss \([0-9.]*\).*/\1/p')
+tfm_s=$(json "$out/tfm_summary.json" seconds)
+tfm_step=$(json "$out/tfm_summary.json" step)
+tfm_reached=$(json "$out/tfm_summary.json" reached)
+echo "tfm:     val <= $target reached=$tfm_reached at step $tfm_step after ${tfm_s} s; best.ckpt on 200 batches: $confirm"
+
+# --- PyTorch, the same recipe ---
+torch_s="" torch_step="" torch_reached=""
+if [ "$torch" = 1 ]; then
+  flag=""
+  [ "$bf16" = True ] && flag="--bf16"
+  "$py" scripts/torch_lm.py --config "$config" --target-loss "$target" --threads "$threads" $flag \
+    > "$out/torch.jsonl" 2> "$out/torch.err" || { tail -5 "$out/torch.err" >&2; echo "speedrun.sh: torch_lm.py failed" >&2; exit 1; }
+  summary=$(tail -1 "$out/torch.jsonl")
+  torch_reached=$("$py" -c 'import json,sys; print(json.loads(sys.argv[1])["reached"] is not None)' "$summary")
+  torch_s=$("$py" -c 'import json,sys; d=json.loads(sys.argv[1]); r=d["reached"]; print(r["seconds"] if r else d["train_seconds"])' "$summary")
+  torch_step=$("$py" -c 'import json,sys; d=json.loads(sys.argv[1]); r=d["reached"]; print(r["step"] if r else d["steps"])' "$summary")
+  echo "PyTorch: val <= $target reached=$torch_reached at step $torch_step after ${torch_s} s ($flag)"
+fi
+
+# --- PyTorch on nanoGPT's recipe ---
+base_s="" base_note=""
+if [ "$baseline" = 1 ]; then
+  echo "baseline: PyTorch, configs/shakespeare_char_large.json --bf16, to val <= $target (limit $max_minutes min; hours)"
+  "$py" scripts/torch_lm.py --config configs/shakespeare_char_large.json --bf16 --target-loss "$target" \
+    --threads "$threads" --max-seconds "$((max_minutes * 60))" > "$out/baseline.jsonl" 2> "$out/baseline.err" || true
+  summary=$(tail -1 "$out/baseline.jsonl")
+  base_s=$("$py" -c 'import json,sys; d=json.loads(sys.argv[1]); r=d.get("reached"); print(r["seconds"] if r else d["train_seconds"])' "$summary")
+  base_note=$("$py" -c 'import json,sys; d=json.loads(sys.argv[1]); r=d.get("reached"); l=d.get("time_limit"); print("reached at step %d" % r["step"] if r else "not reached: stopped at the time limit at step %d with val %.4f" % (l["step"], l["val_loss"]) if l else "not reached in train.max_steps, val %.4f" % d["val_loss"])' "$summary")
+  echo "baseline: $base_note after ${base_s} s"
+fi
+
+"$py" - "$out" "$config" "$target" "$tfm_s" "$tfm_step" "$tfm_reached" "$confirm" "$torch_s" "$torch_step" \
+  "$torch_reached" "$base_s" "$base_note" <<'EOF'
+import json, sys
+out, config, target, tfm_s, tfm_step, tfm_reached, confirm, torch_s, torch_step, torch_reached, base_s, base_note = sys.argv[1:]
+f = lambda s: float(s) if s else None
+rows = [("tfm", config, f(tfm_s), tfm_step, tfm_reached)]
+if torch_s: rows.append(("PyTorch (scripts/torch_lm.py)", config, f(torch_s), torch_step, torch_reached))
+if base_s: rows.append(("PyTorch, nanoGPT's recipe", "configs/shakespeare_char_large.json --bf16", f(base_s), "", base_note))
+print()
+print("| | config | minutes to val <= %s | steps | reached | tfm is faster by |" % target)
+print("|---|---|---|---|---|---|")
+for name, cfg, s, step, reached in rows:
+    hit = reached == "True" or reached.startswith("reached")
+    ratio = "" if name == "tfm" else "-" if tfm_reached != "True" else ("%.2fx" % (s / f(tfm_s)) + ("" if hit else " (at least)"))
+    print("| %s | %s | %.2f | %s | %s | %s |" % (name, cfg, s / 60, step, reached, ratio))
+print("\ntfm's best.ckpt on 200 validation batches: %s" % confirm)
+json.dump({"config": config, "target": float(target), "tfm": {"seconds": f(tfm_s), "step": tfm_step, "reached": tfm_reached == "True", "val_200": f(confirm)},
+           "torch": {"seconds": f(torch_s), "step": torch_step, "reached": torch_reached == "True"} if torch_s else None,
+           "baseline": {"seconds": f(base_s), "note": base_note} if base_s else None}, open(out + "/summary.json", "w"), indent=1)
+EOF
