@@ -59,6 +59,11 @@ TEST_CASE("gradcheck: tfm gradcheck passes on every shipped config, objective an
   // Top-k head gating: the gate's gradient (through the selected heads' softmax and the balance
   // loss, which the checked loss includes); a seq2seq model gates all three attentions.
   args.push_back(base + " --set model.n_heads=8 --set model.head_gating=topk --set model.head_topk=3");
+  // The modern options (RoPE, RMSNorm, SwiGLU, QK-norm), in a language model and an encoder-decoder.
+  args.push_back(base + " --set model.positional_encoding=rope --set model.norm=rmsnorm --set model.activation=swiglu "
+                        "--set model.qk_norm=true --set model.bias=false --set model.tie_embeddings=false");
+  args.push_back("--config configs/eng_fra_d2l.json --set model.positional_encoding=rope --set model.norm=rmsnorm "
+                 "--set model.activation=swiglu --set model.qk_norm=true");
   args.push_back("--config configs/eng_fra_d2l.json --set model.head_gating=topk --set model.head_topk=1");
   for (const std::string& a : args) {
     const tfm_test::CliRun r = tfm_test::run_tfm("gradcheck " + a);
