@@ -25,7 +25,7 @@ std::vector<nlohmann::json> metrics(const std::string& run) {
   std::istringstream in(read_file(run + "/metrics.jsonl"));
   for (std::string line; std::getline(in, line);) {
     nlohmann::json j = nlohmann::json::parse(line);
-    for (const char* timing : {"elapsed_s", "ms_per_step", "tokens_per_s", "mfu"}) j.erase(timing);
+    for (const char* timing : {"elapsed_s", "training_s", "ms_per_step", "tokens_per_s", "mfu"}) j.erase(timing);
     out.push_back(j);
   }
   return out;

@@ -14,27 +14,6 @@
 
 using namespace tfm;
 
-namespace {
-
-struct Tiny {
-  LanguageModel model;
-  std::vector<int32_t> x, y;
-  explicit Tiny(const ModelConfig& c) : model(c, 5), x(10), y(10) {
-    model.set_training(false);
-    Rng rng(9);
-    Tensor v = model.flat_values();
-    for (int64_t i = 0; i < v.numel(); ++i) v.data()[i] += 0.3f * rng.normal();
-    for (size_t i = 0; i < x.size(); ++i)
-      x[i] = static_cast<int32_t>(rng.below(c.vocab_size)), y[i] = static_cast<int32_t>(rng.below(c.vocab_size));
-  }
-  GradCheckReport check(const std::function<Tensor(const Tensor&)>& on_logits) {
-    return gradient_check([&] { return LanguageModel::loss(on_logits(model.forward(x, 2, 5)), y); },
-                          model.flat_values(), model.flat_grads(), model.parameters());
-  }
-};
-
-}  // namespace
-
 TEST_CASE("gradcheck: tfm gradcheck passes on every shipped config, objective and model option",
           "[gradcheck][cli]") {
   std::vector<std::string> args;

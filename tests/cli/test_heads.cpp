@@ -14,19 +14,6 @@
 
 using namespace tfm;
 
-namespace {
-
-struct Batch {
-  std::vector<int32_t> x, y;
-  Batch() : x(2 * 7), y(2 * 7) {
-    Rng rng(5);
-    for (size_t i = 0; i < x.size(); ++i)
-      x[i] = static_cast<int32_t>(rng.below(13)), y[i] = static_cast<int32_t>(rng.below(13));
-  }
-};
-
-}  // namespace
-
 TEST_CASE("heads: tfm heads ranks the heads, --mask-heads masks them, bad masks name the flag", "[heads][cli]") {
   const std::string dir = tfm_test::scratch_path("heads", "run");
   REQUIRE(tfm_test::run_tfm("train --config configs/tiny.json --out " + dir + " --set train.max_steps=150").status == 0);

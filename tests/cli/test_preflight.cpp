@@ -20,24 +20,6 @@
 
 using namespace tfm;
 
-namespace {
-
-// Model options that change the parameter count or the activations.
-const std::vector<std::vector<std::string>> kVariants = {
-    {},
-    {"model.n_kv_heads=2"},
-    {"model.n_kv_heads=1", "model.attention_score=\"additive\""},
-    {"model.norm_position=\"post\"", "model.positional_encoding=\"learned\""},
-    {"model.tie_embeddings=false", "model.bias=false", "model.activation=\"relu\""},
-    {"model.attention_dropout=0.1", "model.dropout=0.1"},
-    {"train.optimizer.name=\"sgd\"", "model.d_ff=96"},
-    {"model.head_gating=\"topk\"", "model.head_topk=2"},
-    {"model.head_mixing=\"talking_heads\"", "model.n_kv_heads=2"},
-    {"model.head_mixing=\"group_mlp\"", "model.head_groups=2", "model.attention_score=\"additive\""},
-};
-
-}  // namespace
-
 TEST_CASE("preflight: configs that cannot fit exit 2 before building the model", "[preflight][cli]") {
   const std::string dir = tfm_test::scratch_path("preflight", "run");
   struct Case {

@@ -15,15 +15,6 @@
 
 namespace fs = std::filesystem;
 
-namespace {
-
-using tfm_test::CliRun;
-using tfm_test::run_shell;
-using tfm_test::run_tfm;
-using tfm_test::TempDir;
-
-}  // namespace
-
 TEST_CASE("bpe tokenizer: Chinese and arbitrary bytes round-trip through tfm::Tokenizer and its JSON",
           "[bpe][data]") {
   const std::string zh =

@@ -61,15 +61,6 @@ ModelConfig tiny_lm(const std::string& mixing, int64_t kv_heads, const std::stri
   return c;
 }
 
-// Largest |a - b| over two equally nested JSON arrays of numbers.
-double json_max_diff(const nlohmann::json& a, const nlohmann::json& b) {
-  if (a.is_number()) return std::fabs(a.get<double>() - b.get<double>());
-  REQUIRE(a.size() == b.size());
-  double m = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, json_max_diff(a[i], b[i]));
-  return m;
-}
-
 }  // namespace
 
 TEST_CASE("head mixing: identity mixing gives the standard layer", "[head_mixing]") {

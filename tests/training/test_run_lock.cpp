@@ -20,18 +20,6 @@
 namespace fs = std::filesystem;
 using tfm::RunLock;
 
-namespace {
-// Polls `ready` every 50 ms for up to a minute (a loaded machine can be slow to start a process).
-template <class F>
-bool wait_for(F ready) {
-  for (int i = 0; i < 1200; ++i) {
-    if (ready()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
-}
-}  // namespace
-
 TEST_CASE("run lock: one holder at a time, released on destruction", "[lock]") {
   const std::string dir = tfm_test::scratch_path("lock", "api") + "/run";
   {
