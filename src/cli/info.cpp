@@ -107,7 +107,8 @@ int info_command(const InfoOptions& o) {
     nlohmann::json j = {{"config", file}, {"objective", objective_name}, {"vocab_size", mc.vocab_size},
                         {"parameters", P}, {"forward_flops_per_token", train_flops / 3.0},
                         {"train_flops_per_token", train_flops}, {"batch_size", B}, {"seq_len", T},
-                        {"memory_estimate_bytes", memory.total()}, {"optimizer", optimizer}};
+                        {"memory_estimate_bytes", memory.total()}};
+    j["optimizer"] = optimizer;
     if (optimizer == "muon") j["newton_schulz_flops_per_step"] = ns_flops;
     if (seq2seq) j["source_vocab_size"] = mc.source_vocab_size;
     j["head_gating"] = name_of(mc.head_gating), j["head_mixing"] = name_of(mc.head_mixing);
@@ -160,11 +161,13 @@ int info_command(const InfoOptions& o) {
       if (s.rows > 0) ++matrices, elements += s.size;
     // Per step, whatever the batch; a language model's are compared with the model's FLOPs of a step.
     const std::string share =
-        seq2seq ? "" : fmt::format("{:.1f}% of the model's training FLOPs per step at {:.0f} tokens; ",
-                                   100.0 * ns_flops / std::max(1.0, train_flops * step_tokens), step_tokens);
-    fmt::print("optimizer muon: {} matrices ({} parameters) by Muon, the rest by AdamW; Newton-Schulz {} FLOPs per "
-               "optimizer step ({}not counted in MFU)\n",
-               matrices, human_count(static_cast<double>(elements)), human_count(ns_flops), share);
+        seq2seq ? ""
+                : fmt::format("{:.1f}% of the model's training FLOPs per step at {:.0f} tokens; ",
+                              100.0 * ns_flops / std::max(1.0, train_flops * step_tokens), step_tokens);
+    fmt::print(
+        "optimizer muon: {} matrices ({} parameters) by Muon, the rest by AdamW; Newton-Schulz {} FLOPs per "
+        "optimizer step ({}not counted in MFU)\n",
+        matrices, human_count(static_cast<double>(elements)), human_count(ns_flops), share);
   }
   if (measure) {
     platform::configure_threads(static_cast<int>(c.integer("train.threads")));

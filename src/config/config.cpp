@@ -432,12 +432,14 @@ Config resolve_config(json user, const std::vector<std::string>& overrides) {
       if (k.only_with_key.empty()) continue;
       const std::string chosen = lookup(tree, k.only_with_key)->get<std::string>();
       const auto& values = k.only_with_values;
-      if (std::find(values.begin(), values.end(), chosen) != values.end() || *lookup(tree, k.path) == k.default_value)
+      if (std::find(values.begin(), values.end(), chosen) != values.end() ||
+          *lookup(tree, k.path) == k.default_value)
         continue;
       std::string owners;
       for (const auto& v : values) owners += (owners.empty() ? "\"" : " or \"") + v + "\"";
-      errors.push_back(k.path + ": only read with " + k.only_with_key + " = " + owners + "; this config has \"" +
-                       chosen + "\" (remove the key or set " + k.only_with_key + " to " + owners + ")");
+      errors.push_back(k.path + ": only read with " + k.only_with_key + " = " + owners +
+                       "; this config has \"" + chosen + "\" (remove the key or set " + k.only_with_key +
+                       " to " + owners + ")");
     }
   }
   if (!errors.empty()) throw ConfigError(join_lines(errors));

@@ -273,7 +273,8 @@ std::vector<KeySpec> build_table() {
       Key("train.lr_schedule.name", T::String, "cosine",
           "`cosine` (warmup, then cosine to min_lr at max_steps), `constant` (after warmup), "
           "`inverse_sqrt` (warmup, then lr * sqrt(warmup / (step + 1)), the original Transformer's), `wsd` "
-          "(warmup-stable-decay: warmup, lr, then linear to min_lr over the last decay_fraction of max_steps).")
+          "(warmup-stable-decay: warmup, lr, then linear to min_lr over the last decay_fraction of "
+          "max_steps).")
           .one_of({"cosine", "constant", "inverse_sqrt", "wsd"}),
       Key("train.lr_schedule.warmup_steps", T::Integer, 100, "Linear warmup: lr * (step + 1) / warmup_steps.")
           .min(0),
@@ -282,7 +283,8 @@ std::vector<KeySpec> build_table() {
           .min(0)
           .max(1)
           .only_with("train.lr_schedule.name", {"wsd"}),
-      Key("train.lr_schedule.min_lr", T::Number, nullptr, "Final learning rate of the cosine and wsd schedules.")
+      Key("train.lr_schedule.min_lr", T::Number, nullptr,
+          "Final learning rate of the cosine and wsd schedules.")
           .derived("train.optimizer.lr / 10", [](const json& t) { return json(number(t, "train.optimizer.lr") / 10.0); })
           .min(0),
       Key("train.eval_interval", T::Integer, 250,

@@ -225,7 +225,8 @@ void Optimizer::muon_step(float* values, const float* grads, double lr) {
   // One matrix on the calling thread: momentum, Nesterov's look-ahead, NS5 and the update.
   auto update = [&](const Matrix& w, std::vector<float>& ws) {
     const int64_t size = w.rows * w.cols, m = std::min(w.rows, w.cols);
-    if (static_cast<int64_t>(ws.size()) < 2 * size + 2 * m * m) ws.resize(static_cast<size_t>(2 * size + 2 * m * m));
+    if (static_cast<int64_t>(ws.size()) < 2 * size + 2 * m * m)
+      ws.resize(static_cast<size_t>(2 * size + 2 * m * m));
     float* x = ws.data();
     float* p = values + w.offset;
     const float* g = grads + w.offset;
@@ -242,7 +243,8 @@ void Optimizer::muon_step(float* values, const float* grads, double lr) {
     const float* o = newton_schulz5(x, w.rows, w.cols, x + size, x + 2 * size, x + 2 * size + m * m);
     // NS5(U)'s entries have an RMS of about 1 / sqrt(max(out, in)); the factor makes it 1 / sqrt(in) for a
     // tall matrix as for a wide or square one (Jordan et al. 2024).
-    const float step = static_cast<float>(lr * std::sqrt(std::max(1.0, static_cast<double>(w.rows) / w.cols)));
+    const float step =
+        static_cast<float>(lr * std::sqrt(std::max(1.0, static_cast<double>(w.rows) / w.cols)));
     for (int64_t i = 0; i < size; ++i) p[i] = p[i] * keep - step * o[i];
   };
   // NS5's products run in the run's precision (train.precision), like the model's: its result only
@@ -251,8 +253,8 @@ void Optimizer::muon_step(float* values, const float* grads, double lr) {
   // configs/shakespeare_char.json (2.5 GFLOP of NS5) took 25.9 ms with NS5 in fp32 and 15.5 ms in bf16 on
   // one thread; configs/shakespeare_char_large.json's (102 GFLOP) 1036 ms and 651 ms on two threads. The
   // small config trained in bf16 with Muon and wsd for 500 steps reached a validation loss of 1.8847 with
-  // NS5 in bf16 against 1.8788 in fp32 (mean of 3 seeds, which alone moved it by up to 0.03), in 0.85x the time.
-  // fp32 runs keep fp32 NS5, as the reference computes it (tests/training/test_optim_reference.cpp).
+  // NS5 in bf16 against 1.8788 in fp32 (mean of 3 seeds, which alone moved it by up to 0.03), in 0.85x the
+  // time. fp32 runs keep fp32 NS5, as the reference computes it (tests/training/test_optim_reference.cpp).
   const int threads = omp_get_max_threads();
   if (static_cast<int>(workspace_.size()) < threads) workspace_.resize(static_cast<size_t>(threads));
   for (const std::vector<Matrix>& group : shapes_) {

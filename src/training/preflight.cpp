@@ -64,7 +64,8 @@ double optimizer_floats(const std::string& optimizer, const ModelConfig& config,
                 DecoderBlock::cost(c, 1, 1, 1).parameters * static_cast<double>(c.n_decoder_layers)
           : EncoderBlock::cost(c, 1, 1).parameters * static_cast<double>(c.n_layers);
   return 2.0 * (P - blocks) + blocks +
-         static_cast<double>(std::max<int64_t>(1, threads)) * Optimizer::newton_schulz_workspace(std::max(c.d_ff, c.d_model), c.d_model);
+         static_cast<double>(std::max<int64_t>(1, threads)) *
+             Optimizer::newton_schulz_workspace(std::max(c.d_ff, c.d_model), c.d_model);
 }
 
 // (S = T for a language model.) `optimizer` is train.optimizer.name, or "" without training.

@@ -49,8 +49,8 @@ void RunState::restore(Checkpoint& ckpt, const std::string& path) {
       const size_t expected = optimizer_.state()[i].size();
       if (ckpt.optimizer[i].size() != expected)
         throw IoError(path + ": optimizer state " + std::to_string(i) + " has " +
-                      std::to_string(ckpt.optimizer[i].size()) + " values, expected " + std::to_string(expected) +
-                      " (the model has " + std::to_string(P) + " parameters)");
+                      std::to_string(ckpt.optimizer[i].size()) + " values, expected " +
+                      std::to_string(expected) + " (the model has " + std::to_string(P) + " parameters)");
       optimizer_.state()[i] = std::move(ckpt.optimizer[i]);
     }
     optimizer_.set_steps_taken(s.at("optimizer").at("steps").get<int64_t>());

@@ -166,7 +166,8 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
   Model& model = objective_->model();
   model.set_training(true);
   batches_ = std::make_unique<MicroBatches>(*objective_, static_cast<int>(data_parallel_workers(config_, threads_)));
-  optim_ = std::make_unique<Optimizer>(optimizer_config(config_), optimizer_segments(model), model.parameter_count());
+  optim_ = std::make_unique<Optimizer>(optimizer_config(config_), optimizer_segments(model),
+                                       model.parameter_count());
   state_ = std::make_unique<RunState>(config_, *objective_, *optim_, rank_, nranks_);
   if (rank_ > 0)
     model.dropout_rng().seed_with(rank_seed(static_cast<uint64_t>(config_.integer("seed")) + 1, rank_));
@@ -229,9 +230,10 @@ void TrainingRun::log_header() {
     int64_t matrices = 0, elements = 0;
     for (const ParamSegment& s : segments)
       if (s.rows > 0) ++matrices, elements += s.size;
-    log_->info(fmt::format("optimizer: Muon on the blocks' {} weight matrices ({} parameters), AdamW on the other {}; "
-                           "Newton-Schulz {:.3g} GFLOP per step (not in MFU)",
-                           matrices, elements, P - elements, 1e-9 * newton_schulz_flops(segments, "muon")));
+    log_->info(fmt::format(
+        "optimizer: Muon on the blocks' {} weight matrices ({} parameters), AdamW on the other {}; "
+        "Newton-Schulz {:.3g} GFLOP per step (not in MFU)",
+        matrices, elements, P - elements, 1e-9 * newton_schulz_flops(segments, "muon")));
   }
   if (batches_->workers() > 1)
     log_->info(fmt::format("data parallel: {} workers, each a share of every micro-batch's rows on one thread; "

@@ -23,8 +23,9 @@ double lr_at(int64_t step, double lr, double min_lr, int64_t warmup, int64_t tot
   if (schedule == "wsd") {
     const int64_t decay_start = total - static_cast<int64_t>(decay_fraction * total);
     if (step < decay_start) return lr;
-    return lr + (min_lr - lr) * std::min(1.0, (step - decay_start + 1) /
-                                                  static_cast<double>(std::max<int64_t>(1, total - decay_start)));
+    return lr +
+           (min_lr - lr) * std::min(1.0, (step - decay_start + 1) /
+                                             static_cast<double>(std::max<int64_t>(1, total - decay_start)));
   }
   if (schedule == "constant" || step >= total) return schedule == "constant" ? lr : min_lr;
   const double ratio = (step - warmup) / static_cast<double>(std::max<int64_t>(1, total - warmup));
@@ -65,7 +66,9 @@ std::vector<double> symmetric_eigenvalues(std::vector<double> a, int64_t n) {
 std::vector<double> singular_values(const std::vector<float>& x, int64_t rows, int64_t cols) {
   const bool wide = rows <= cols;
   const int64_t m = wide ? rows : cols, n = wide ? cols : rows;
-  auto at = [&](int64_t i, int64_t k) { return static_cast<double>(wide ? x[i * cols + k] : x[k * cols + i]); };
+  auto at = [&](int64_t i, int64_t k) {
+    return static_cast<double>(wide ? x[i * cols + k] : x[k * cols + i]);
+  };
   std::vector<double> gram(static_cast<size_t>(m * m));
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < m; ++j) {
@@ -194,7 +197,8 @@ TEST_CASE("optim: global-norm clipping as clip_grad_norm_", "[optim]") {
         Approx(std::sqrt(1000003.0) * 0.5).epsilon(1e-9));
 }
 
-TEST_CASE("optim: wsd holds lr, then decays linearly to min_lr over the last decay_fraction", "[optim][wsd]") {
+TEST_CASE("optim: wsd holds lr, then decays linearly to min_lr over the last decay_fraction",
+          "[optim][wsd]") {
   LrSchedule s;
   s.name = "wsd", s.lr = 1e-3, s.min_lr = 1e-4, s.warmup = 10, s.total = 100, s.decay_fraction = 0.2;
   // s0 = 100 - floor(0.2 * 100) = 80: warmup to step 9, lr from 10 to 79, then 20 decaying steps.
@@ -232,12 +236,15 @@ TEST_CASE("optim: Muon's NS5 moves every singular value into the quintic's band"
   // the Frobenius norm's scale, and five quintic steps take every value in [0.002, 1] into
   // [0.6818, 1.2024] (the map's range there, ns5_map). numpy on 50 float32 draws of each shape below
   // measured [0.6818, 1.1344]. Asserted: [0.67, 1.21].
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {{16, 48}, {48, 16}, {8, 24}, {24, 8}, {32, 128}, {96, 32}};
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{16, 48}, {48, 16},  {8, 24},
+                                                           {24, 8},  {32, 128}, {96, 32}};
   uint64_t seed = 1;
   for (const auto& [rows, cols] : shapes) {
     for (int draw = 0; draw < 3; ++draw) {
-      const std::vector<double> sv = singular_values(ns5_of(gaussian(rows * cols, seed++), rows, cols), rows, cols);
-      INFO("(" << rows << ", " << cols << "): singular values in [" << sv.front() << ", " << sv.back() << "]");
+      const std::vector<double> sv =
+          singular_values(ns5_of(gaussian(rows * cols, seed++), rows, cols), rows, cols);
+      INFO("(" << rows << ", " << cols << "): singular values in [" << sv.front() << ", " << sv.back()
+               << "]");
       CHECK(static_cast<int64_t>(sv.size()) == std::min(rows, cols));
       CHECK(sv.front() >= 0.67);
       CHECK(sv.back() <= 1.21);
@@ -281,7 +288,8 @@ TEST_CASE("optim: NS5 maps each singular value as the quintic polynomial does", 
         u[static_cast<size_t>(r * cols + c)] = static_cast<float>(v);
       }
     std::vector<double> want(static_cast<size_t>(m));
-    for (int64_t i = 0; i < m; ++i) want[static_cast<size_t>(i)] = ns5_map(s[static_cast<size_t>(i)] / std::sqrt(norm));
+    for (int64_t i = 0; i < m; ++i)
+      want[static_cast<size_t>(i)] = ns5_map(s[static_cast<size_t>(i)] / std::sqrt(norm));
     std::sort(want.begin(), want.end());
     const std::vector<double> got = singular_values(ns5_of(u, rows, cols), rows, cols);
     double worst = 0.0;
@@ -294,7 +302,8 @@ TEST_CASE("optim: NS5 maps each singular value as the quintic polynomial does", 
 TEST_CASE("optim: Muon takes the hidden matrices, AdamW the rest with its own bits", "[optim][muon]") {
   // Two matrices of one shape, one of another, and two non-matrix segments around them.
   const int64_t P = 6 + 4 * 6 * 2 + 6 * 4 + 3;
-  std::vector<ParamSegment> segs = {{0, 6, false}, {6, 24, true}, {30, 24, true}, {54, 24, true}, {78, 3, true}};
+  std::vector<ParamSegment> segs = {
+      {0, 6, false}, {6, 24, true}, {30, 24, true}, {54, 24, true}, {78, 3, true}};
   segs[1].rows = segs[2].rows = 4, segs[1].cols = segs[2].cols = 6;
   segs[3].rows = 6, segs[3].cols = 4;
   OptimizerConfig c;
@@ -314,7 +323,7 @@ TEST_CASE("optim: Muon takes the hidden matrices, AdamW the rest with its own bi
     adamw.step(q.data(), g.data(), 1e-3);
   }
   for (int64_t i : {0, 5, 78, 80}) CHECK(p[i] == q[i]);  // the same AdamW, bit for bit
-  for (int64_t i = 6; i < 78; ++i) CHECK(p[i] != q[i]);   // the matrices moved by Muon instead
+  for (int64_t i = 6; i < 78; ++i) CHECK(p[i] != q[i]);  // the matrices moved by Muon instead
   CHECK(newton_schulz_flops(segs, "muon") == 2 * newton_schulz_flops(4, 6) + newton_schulz_flops(6, 4));
   CHECK(newton_schulz_flops(4, 6) == 10.0 * 16 * (2 * 6 + 4));
   CHECK(newton_schulz_flops(segs, "adamw") == 0.0);
@@ -331,7 +340,8 @@ TEST_CASE("optim: Muon's step is the same at 1 and 2 threads", "[optim][muon]") 
   // GEMM.
   std::vector<ParamSegment> segs;
   int64_t P = 0;
-  for (const auto& [rows, cols, n] : std::vector<std::tuple<int64_t, int64_t, int>>{{32, 32, 4}, {64, 32, 2}, {32, 64, 1}})
+  for (const auto& [rows, cols, n] :
+       std::vector<std::tuple<int64_t, int64_t, int>>{{32, 32, 4}, {64, 32, 2}, {32, 64, 1}})
     for (int i = 0; i < n; ++i) {
       ParamSegment s{P, rows * cols, true};
       s.rows = rows, s.cols = cols;
@@ -351,7 +361,8 @@ TEST_CASE("optim: Muon's step is the same at 1 and 2 threads", "[optim][muon]") 
   };
   const std::vector<float> one = run(1), two = run(2);
   double worst = 0.0;
-  for (size_t i = 0; i < one.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(one[i]) - two[i]));
+  for (size_t i = 0; i < one.size(); ++i)
+    worst = std::max(worst, std::fabs(static_cast<double>(one[i]) - two[i]));
   INFO("max difference " << worst);
   CHECK(worst < 1e-6);
 }

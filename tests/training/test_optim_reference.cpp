@@ -6,7 +6,6 @@
 // what differs is the summation order of the products, amplified a little by the steps (see the tolerance
 // below). Set TFM_REPORT_DIFFS=1 to print the differences.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -56,8 +55,8 @@ TEST_CASE("optim reference: Muon + AdamW, WSD and clipping equal torch_lm.py's p
     const json& x = fx.at("x")[static_cast<size_t>(step)];
     const int64_t B = static_cast<int64_t>(x.size()), T = static_cast<int64_t>(x[0].size());
     model.flat_grads().fill_(0.0f);
-    const Tensor loss =
-        LanguageModel::loss(model.forward(flat_ids(x), B, T), flat_ids(fx.at("y")[static_cast<size_t>(step)]));
+    const Tensor loss = LanguageModel::loss(model.forward(flat_ids(x), B, T),
+                                            flat_ids(fx.at("y")[static_cast<size_t>(step)]));
     CHECK(loss.item() == Approx(fx.at("loss")[static_cast<size_t>(step)].get<double>()).margin(1e-5));
     loss.backward();
     const double norm = clip_grad_norm(model.flat_grads().data(), P, c.number("train.grad_clip"));

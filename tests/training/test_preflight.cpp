@@ -151,7 +151,8 @@ TEST_CASE("preflight: the encoder-decoder's estimate is close to its measured pe
   }
 }
 
-TEST_CASE("preflight: the optimizer's state is estimated as the built optimizer holds it", "[preflight][muon]") {
+TEST_CASE("preflight: the optimizer's state is estimated as the built optimizer holds it",
+          "[preflight][muon]") {
   // AdamW's and SGD's exactly; Muon's (momentum over the blocks' matrices, AdamW's moments over the rest,
   // the Newton-Schulz workspace per thread) within the blocks' biases and gains, which the estimate counts
   // once instead of twice (3% of a block at C = 32).
@@ -164,7 +165,8 @@ TEST_CASE("preflight: the optimizer's state is estimated as the built optimizer 
       const ModelConfig mc = c.model(37);
       const LanguageModel model(mc, 1);
       const Optimizer optimizer(optimizer_config(c), optimizer_segments(model), model.parameter_count());
-      const double built = 4.0 * optimizer.state_floats(2), estimated = estimate_memory(c, mc, true).optimizer;
+      const double built = 4.0 * optimizer.state_floats(2),
+                   estimated = estimate_memory(c, mc, true).optimizer;
       INFO(name << " " << c.tree["model"].dump() << ": estimated " << estimated << " bytes, built " << built);
       if (std::string(name) == "muon")
         CHECK(estimated == Approx(built).epsilon(0.03));
@@ -173,10 +175,11 @@ TEST_CASE("preflight: the optimizer's state is estimated as the built optimizer 
       CHECK(estimate_memory(c, mc, false).optimizer == 0.0);
     }
   // The encoder-decoder's two stacks.
-  const Config c = resolve_config(nlohmann::json::object(),
-                                  {"train.objective=\"seq2seq\"", "data.format=\"pairs\"", "data.tokenizer=\"word\"",
-                                   "model.d_model=32", "model.n_layers=2", "model.n_heads=4", "model.max_seq_len=32",
-                                   "train.optimizer.name=muon", "train.threads=2"});
+  const Config c =
+      resolve_config(nlohmann::json::object(),
+                     {"train.objective=\"seq2seq\"", "data.format=\"pairs\"", "data.tokenizer=\"word\"",
+                      "model.d_model=32", "model.n_layers=2", "model.n_heads=4", "model.max_seq_len=32",
+                      "train.optimizer.name=muon", "train.threads=2"});
   ModelConfig mc = c.model(41);
   mc.source_vocab_size = 53;
   const Seq2SeqModel model(mc, 1);

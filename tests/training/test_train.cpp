@@ -168,10 +168,11 @@ TEST_CASE("train: resuming from last.ckpt reproduces the uninterrupted run bit f
 TEST_CASE("train: a Muon run with the wsd schedule resumes bit for bit, momentum included", "[train][muon]") {
   // Interrupted inside the stable phase, resumed through the decay (s0 = 16 - floor(0.25 * 16) = 12), on
   // 2 threads so that Muon's matrices are shared between threads.
-  const std::vector<std::string> sets = {"train.optimizer.name=muon",        "train.optimizer.muon_weight_decay=0.05",
-                                         "train.lr_schedule.name=wsd",       "train.lr_schedule.decay_fraction=0.25",
-                                         "train.max_steps=16",               "train.threads=2",
-                                         "model.dropout=0.1"};
+  const std::vector<std::string> sets = {
+      "train.optimizer.name=muon",  "train.optimizer.muon_weight_decay=0.05",
+      "train.lr_schedule.name=wsd", "train.lr_schedule.decay_fraction=0.25",
+      "train.max_steps=16",         "train.threads=2",
+      "model.dropout=0.1"};
   const std::string a = run_dir("muon_a"), b = run_dir("muon_b");
   const TrainResult full = train(small_config(a, sets), quiet());
   REQUIRE(full.losses.size() == 16);

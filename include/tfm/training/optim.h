@@ -113,7 +113,7 @@ class Optimizer {
   OptimizerConfig config_;
   std::vector<Span> spans_;
   int64_t span_total_ = 0;
-  std::vector<std::vector<Matrix>> shapes_;  // Muon's matrices, grouped by shape
+  std::vector<std::vector<Matrix>> shapes_;    // Muon's matrices, grouped by shape
   std::vector<std::vector<float>> workspace_;  // per thread, grown on first use
   std::vector<std::vector<float>> state_;
   int64_t t_ = 0;
