@@ -248,13 +248,14 @@ void Optimizer::muon_step(float* values, const float* grads, double lr) {
     for (int64_t i = 0; i < size; ++i) p[i] = p[i] * keep - step * o[i];
   };
   // NS5's products run in the run's precision (train.precision), like the model's: its result only
-  // steers the direction of the update. Measured on the 2-core development machine under load (other
-  // builds running; minimum of 60 / 8 interleaved optimizer steps): the optimizer step of
-  // configs/shakespeare_char.json (2.5 GFLOP of NS5) took 25.9 ms with NS5 in fp32 and 15.5 ms in bf16 on
-  // one thread; configs/shakespeare_char_large.json's (102 GFLOP) 1036 ms and 651 ms on two threads. The
-  // small config trained in bf16 with Muon and wsd for 500 steps reached a validation loss of 1.8847 with
-  // NS5 in bf16 against 1.8788 in fp32 (mean of 3 seeds, which alone moved it by up to 0.03), in 0.85x the
-  // time. fp32 runs keep fp32 NS5, as the reference computes it (tests/training/test_optim_reference.cpp).
+  // steers the direction of the update. Measured on the 2-core development machine with other builds
+  // running (lower quartile of 100 / 10 interleaved optimizer steps, oneDNN): configs/shakespeare_char.json's
+  // step (2.5 GFLOP of NS5) took 24.7 ms with NS5 in fp32 and 14.6 ms in bf16 on one thread (AdamW's
+  // step alone: 0.5 ms); configs/shakespeare_char_large.json's (102 GFLOP) 984 ms and 592 ms on two
+  // threads (AdamW: 11 ms). The small config trained in bf16 with Muon and wsd for 500 steps reached a
+  // validation loss of 1.8847 with NS5 in bf16 against 1.8788 in fp32 (mean of 3 seeds, which alone moved
+  // it by up to 0.03), in 0.85x the time. fp32 runs keep fp32 NS5, as the reference computes it
+  // (tests/training/test_optim_reference.cpp).
   const int threads = omp_get_max_threads();
   if (static_cast<int>(workspace_.size()) < threads) workspace_.resize(static_cast<size_t>(threads));
   for (const std::vector<Matrix>& group : shapes_) {

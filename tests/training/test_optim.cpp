@@ -295,7 +295,7 @@ TEST_CASE("optim: NS5 maps each singular value as the quintic polynomial does", 
     double worst = 0.0;
     for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
     INFO("(" << rows << ", " << cols << "): max |singular value - f(s)| " << worst);
-    CHECK(worst < 1e-4);
+    CHECK(worst < 1e-5);  // measured 8e-7 to 1.0e-6
   }
 }
 
