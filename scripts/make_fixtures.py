@@ -13,10 +13,13 @@ padding, S != T and a padded target (loss ignore_index = <pad> = 0). And the hea
 include/tfm/nn.h with a causal mask and key padding: the head-mixing layers (MixedAttention below:
 talking_heads with grouped-query K/V, group_mlp with additive scores) for tests/test_head_mixing.cpp,
 and top-k head gating (TopKGatedAttention, with its balance loss) for tests/test_reference.cpp.
+And the optimizer fixture (optimizer_fixture): torch_lm.py's own training loop (Muon with AdamW, the
+WSD schedule, clipping) on given batches from given weights, for tests/training/test_optim_reference.cpp.
+`--only NAME` rewrites one fixture and leaves the others.
 JSON: {"name": {"shape": [...], "data": [...]}} tensors, float32 values printed with 9 significant
 digits (enough to round-trip a float32). The fixtures are committed so the tests need no Python.
 """
-import argparse, json, math, os, sys
+import argparse, json, math, os, subprocess, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -431,22 +434,81 @@ def head_mixing_fixture(name, h, hkv, score, mixing, groups, seed):
     })
 
 
+# Muon on the blocks' matrices (wq, wk, wv, wo (C, C); fc1 (F, C) tall, fc2 (C, F) wide) with weight
+# decay, AdamW on the embedding, learned positions, untied head, biases and gains; WSD with a warmup and
+# a decay over the last 3 of 10 steps; clipping active (the gradient norm is above 0.3 at every step).
+OPTIMIZER_CONFIG = {
+    "seed": 500,
+    "model": dict(d_model=16, n_layers=2, n_heads=2, d_ff=40, max_seq_len=8, positional_encoding="learned",
+                  tie_embeddings=False),
+    "train": {"batch_size": 3, "seq_len": 8, "max_steps": 10, "grad_clip": 0.3,
+              "optimizer": {"name": "muon", "lr": 3e-3, "weight_decay": 0.1, "muon_lr": 0.02,
+                            "muon_momentum": 0.95, "muon_weight_decay": 0.1},
+              "lr_schedule": {"name": "wsd", "warmup_steps": 2, "min_lr": 3e-4, "decay_fraction": 0.3}},
+}
+
+
+def optimizer_fixture(name, seed):
+    """torch_lm.py trains OPTIMIZER_CONFIG for max_steps steps through its optimizer-parity options
+    (--init-safetensors, --batches, --save-safetensors, --log-steps), in a subprocess: the fixture holds
+    the config, the initial weights, the batches, each step's lr and loss, and the final weights."""
+    torch.manual_seed(seed)
+    cfg = json.loads(json.dumps(OPTIMIZER_CONFIG))
+    m = torch_lm.model_config(cfg)
+    model = torch_lm.LM(m, VOCAB)
+    steps, Bs, Ts = cfg["train"]["max_steps"], cfg["train"]["batch_size"], cfg["train"]["seq_len"]
+    stream = torch.randint(VOCAB, (steps, Bs, Ts + 1))
+    x, y = stream[:, :, :-1], stream[:, :, 1:]  # next-token targets
+    chars = "abcdefghijk"[:VOCAB]  # the reference's char vocabulary: the file's sorted distinct characters
+    with tempfile.TemporaryDirectory() as tmp:
+        files = {k: os.path.join(tmp, k) for k in ("data.txt", "config.json", "init.safetensors", "batches.json",
+                                                   "final.safetensors")}
+        with open(files["data.txt"], "w") as f:  # only its vocabulary and validation split are read
+            f.write("".join(chars[i] for i in torch.randint(VOCAB, (400,)).tolist()) + chars)
+        cfg["data"] = {"path": files["data.txt"]}
+        with open(files["config.json"], "w") as f:
+            json.dump(cfg, f)
+        torch_lm.save_safetensors(files["init.safetensors"], dict(model.named_parameters()))
+        with open(files["batches.json"], "w") as f:
+            json.dump({"x": x.tolist(), "y": y.tolist()}, f)
+        out = subprocess.run([sys.executable, os.path.join(HERE, "torch_lm.py"), "--config", files["config.json"],
+                              "--init-safetensors", files["init.safetensors"], "--batches", files["batches.json"],
+                              "--save-safetensors", files["final.safetensors"], "--log-steps", "--threads", "1"],
+                             check=True, capture_output=True, text=True).stdout
+        final = torch_lm.load_safetensors(files["final.safetensors"])
+    log = [json.loads(line) for line in out.splitlines() if line.startswith('{"step"')]
+    assert len(log) == steps, out
+    del cfg["data"]
+    write(name, {
+        "config": cfg, "vocab_size": VOCAB, "x": x.tolist(), "y": y.tolist(),
+        "lr": [r["lr"] for r in log], "loss": [r["loss"] for r in log],
+        "init": {n: tensor(p) for n, p in model.named_parameters()},
+        "final": {n: tensor(t) for n, t in final.items()},
+    })
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=OUT, help="output directory (default: tests/fixtures)")
-    ap.add_argument("--only", nargs="*", help="write only these language-model fixtures (names of CONFIGS)")
+    ap.add_argument("--only", metavar="NAME", nargs="*", help="write only these fixtures (e.g. lm_muon_wsd)")
     args = ap.parse_args()
     OUT = args.out
     os.makedirs(OUT, exist_ok=True)
     torch.set_num_threads(1)
-    for i, (name, cfg) in enumerate(CONFIGS.items()):
+    jobs = [(name, lambda name=name, cfg=cfg, i=i: lm_fixture(name, cfg, 100 + i))
+            for i, (name, cfg) in enumerate(CONFIGS.items())]
+    jobs.append(("mha_cross_kdim_vdim", lambda: mha_fixture(200)))
+    jobs += [(name, lambda name=name, cfg=cfg, i=i: seq2seq_fixture(name, cfg, 300 + i))
+             for i, (name, cfg) in enumerate(SEQ2SEQ_CONFIGS.items())]
+    jobs.append(("mha_topk_gating", lambda: gating_fixture(400)))
+    jobs.append(("head_mixing_talking_heads_gqa",
+                 lambda: head_mixing_fixture("head_mixing_talking_heads_gqa", 4, 2, "dot", "talking_heads", 1, 400)))
+    jobs.append(("head_mixing_group_mlp_additive",
+                 lambda: head_mixing_fixture("head_mixing_group_mlp_additive", 4, 4, "additive", "group_mlp", 2, 401)))
+    jobs.append(("lm_muon_wsd", lambda: optimizer_fixture("lm_muon_wsd", 500)))
+    unknown = [n for n in args.only or [] if n not in dict(jobs)]
+    if unknown:
+        sys.exit("--only %s: no such fixture (%s)" % (", ".join(unknown), ", ".join(n for n, _ in jobs)))
+    for name, job in jobs:
         if not args.only or name in args.only:
-            lm_fixture(name, cfg, 100 + i)
-    if args.only:
-        sys.exit(0)
-    mha_fixture(200)
-    for i, (name, cfg) in enumerate(SEQ2SEQ_CONFIGS.items()):
-        seq2seq_fixture(name, cfg, 300 + i)
-    gating_fixture(400)
-    head_mixing_fixture("head_mixing_talking_heads_gqa", 4, 2, "dot", "talking_heads", 1, 400)
-    head_mixing_fixture("head_mixing_group_mlp_additive", 4, 4, "additive", "group_mlp", 2, 401)
+            job()

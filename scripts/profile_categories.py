@@ -23,8 +23,9 @@ CATEGORIES = [
     ("norms, elementwise", "LayerNorm, dropout, residual adds, bias gradients, softmax/cross-entropy",
      lambda d, s: re.search(r"layernorm|dropout|binary<|unary<|affine|bias_add|softmax|cross_entropy|"
                             r"embedding|strided::|map_elements|feed_forward|linear_rows", s)),
-    ("optimizer, clipping", "AdamW/SGD update, gradient norm and clipping",
-     lambda d, s: re.search(r"Optimizer::step|grad_norm|clip_grad|adamw_range|sgd_range", s)),
+    ("optimizer, clipping", "AdamW/SGD/Muon update, gradient norm and clipping (Muon's GEMMs are above)",
+     lambda d, s: re.search(r"Optimizer::step|grad_norm|clip_grad|adamw_range|sgd_range|muon_step|newton_schulz",
+                            s)),
     ("data-parallel gradient sum", "train.data_parallel: the replicas' gradients added once per micro-batch",
      lambda d, s: "sum_replica_grads" in s),
     ("memory: fills, copies, allocation", "zero fills, copies, malloc/free, the tensor pool",

@@ -18,6 +18,7 @@
 #include "tfm/nn/attention.h"
 #include "tfm/models/language_model.h"
 #include "tfm/objectives/objective.h"
+#include "tfm/training/optim.h"
 #include "tfm/training/preflight.h"
 
 namespace tfm::cli {
@@ -93,6 +94,12 @@ int info_command(const InfoOptions& o) {
   const int64_t P = model.parameter_count();
   const double train_flops = objective ? objective->train_flops_per_token()
                                        : LanguageModel::flops_per_token(mc, T).train_per_token;
+  // Muon's Newton-Schulz products per optimizer step: the optimizer's work, apart from the model's FLOPs
+  // (which alone make MFU).
+  const std::string optimizer = c.string("train.optimizer.name");
+  const std::vector<ParamSegment> segments = optimizer_segments(model);
+  const double ns_flops = newton_schulz_flops(segments, optimizer);
+  const double step_tokens = static_cast<double>(B * T * c.integer("train.grad_accum_steps"));
   const std::string vocab = seq2seq ? std::to_string(mc.source_vocab_size) + " source + " +
                                           std::to_string(mc.vocab_size) + " target"
                                     : std::to_string(mc.vocab_size);
@@ -101,6 +108,8 @@ int info_command(const InfoOptions& o) {
                         {"parameters", P}, {"forward_flops_per_token", train_flops / 3.0},
                         {"train_flops_per_token", train_flops}, {"batch_size", B}, {"seq_len", T},
                         {"memory_estimate_bytes", memory.total()}};
+    j["optimizer"] = optimizer;
+    if (optimizer == "muon") j["newton_schulz_flops_per_step"] = ns_flops;
     if (seq2seq) j["source_vocab_size"] = mc.source_vocab_size;
     j["head_gating"] = name_of(mc.head_gating), j["head_mixing"] = name_of(mc.head_mixing);
     if (mc.head_gating == HeadGating::TopK)
@@ -150,6 +159,20 @@ int info_command(const InfoOptions& o) {
                 tokens, human_count(train_flops * tokens).c_str());
     fmt::print("memory estimate (batch {} x {}): {}\n", B, T,
                 memory.summary().c_str());
+  }
+  if (optimizer == "muon") {
+    int64_t matrices = 0, elements = 0;
+    for (const ParamSegment& s : segments)
+      if (s.rows > 0) ++matrices, elements += s.size;
+    // Per step, whatever the batch; a language model's are compared with the model's FLOPs of a step.
+    const std::string share =
+        seq2seq ? ""
+                : fmt::format("{:.1f}% of the model's training FLOPs per step at {:.0f} tokens; ",
+                              100.0 * ns_flops / std::max(1.0, train_flops * step_tokens), step_tokens);
+    fmt::print(
+        "optimizer muon: {} matrices ({} parameters) by Muon, the rest by AdamW; Newton-Schulz {} FLOPs per "
+        "optimizer step ({}not counted in MFU)\n",
+        matrices, human_count(static_cast<double>(elements)), human_count(ns_flops), share);
   }
   if (measure) {
     platform::configure_threads(static_cast<int>(c.integer("train.threads")));

@@ -250,7 +250,8 @@ void cross_checks(const json& t, std::vector<std::string>& errors) {
                          std::to_string(i(side)));
   const double lr = lookup(t, "train.optimizer.lr")->get<double>();
   const double min_lr = lookup(t, "train.lr_schedule.min_lr")->get<double>();
-  if (lookup(t, "train.lr_schedule.name")->get<std::string>() == "cosine" && min_lr > lr)
+  const std::string schedule = lookup(t, "train.lr_schedule.name")->get<std::string>();
+  if ((schedule == "cosine" || schedule == "wsd") && min_lr > lr)
     errors.push_back("train.lr_schedule.min_lr: expected at most train.optimizer.lr = " + number_str(lr) +
                      ", got " + number_str(min_lr));
 }
@@ -426,6 +427,20 @@ Config resolve_config(json user, const std::vector<std::string>& overrides) {
       errors.push_back(k.path + ": belongs to train.objective " + owners + "; this config's objective is \"" +
                        objective + "\" (remove the key or change train.objective)");
     }
+    // Likewise a key of one optimizer or schedule set while another is chosen.
+    for (const auto& k : config_keys()) {
+      if (k.only_with_key.empty()) continue;
+      const std::string chosen = lookup(tree, k.only_with_key)->get<std::string>();
+      const auto& values = k.only_with_values;
+      if (std::find(values.begin(), values.end(), chosen) != values.end() ||
+          *lookup(tree, k.path) == k.default_value)
+        continue;
+      std::string owners;
+      for (const auto& v : values) owners += (owners.empty() ? "\"" : " or \"") + v + "\"";
+      errors.push_back(k.path + ": only read with " + k.only_with_key + " = " + owners +
+                       "; this config has \"" + chosen + "\" (remove the key or set " + k.only_with_key +
+                       " to " + owners + ")");
+    }
   }
   if (!errors.empty()) throw ConfigError(join_lines(errors));
   return Config{tree};
@@ -497,6 +512,11 @@ std::string keys_markdown() {
       std::string owners;
       for (const auto& o : k.objectives) owners += (owners.empty() ? "`" : ", `") + o + "`";
       meaning += " Only " + owners + ".";
+    }
+    if (!k.only_with_key.empty()) {
+      std::string owners;
+      for (const auto& v : k.only_with_values) owners += (owners.empty() ? "`" : ", `") + v + "`";
+      meaning += " Only with `" + k.only_with_key + "` " + owners + ".";
     }
     os << "| `" << k.path << "` | " << names[static_cast<int>(k.type)] << " | `" << def << "` | " << allowed
        << " | " << meaning << " |\n";

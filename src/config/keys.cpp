@@ -117,6 +117,13 @@ struct Key {
     s.objectives = std::move(objectives);
     return *this;
   }
+  // Read only while the string key `key` holds one of `values` (Muon's keys under train.optimizer.name
+  // "muon"): set to anything but its default otherwise, it would be ignored, and is refused.
+  Key& only_with(const char* key, std::vector<std::string> values) {
+    s.only_with_key = key;
+    s.only_with_values = std::move(values);
+    return *this;
+  }
 };
 
 using T = KeyType;
@@ -250,7 +257,7 @@ std::vector<KeySpec> build_table() {
       Key("train.grad_accum_steps", T::Integer, 1,
           "Micro-batches per optimizer step; the update equals one batch of B * grad_accum_steps.")
           .min(1),
-      Key("train.max_steps", T::Integer, 2000, "Optimizer steps; the cosine schedule ends here.")
+      Key("train.max_steps", T::Integer, 2000, "Optimizer steps; the cosine and wsd schedules end here.")
           .min(1)
           .resumable(),
       Key("train.grad_clip", T::Number, 1.0, "Clip the global gradient norm to this (0 = off).").min(0),
@@ -259,21 +266,43 @@ std::vector<KeySpec> build_table() {
           "still stops after 100 in a row.")
           .resumable(),
       Key("train.optimizer.name", T::String, "adamw",
-          "`adamw` (decoupled weight decay on matrices only) or `sgd` (momentum, L2 decay on matrices).")
-          .one_of({"adamw", "sgd"}),
+          "`adamw` (decoupled weight decay on matrices only), `sgd` (momentum, L2 decay on matrices) or "
+          "`muon` (Muon on the blocks' weight matrices, AdamW with the keys below on everything else; "
+          "docs/architecture.md, \"Modern options\").")
+          .one_of({"adamw", "sgd", "muon"}),
       Key("train.optimizer.lr", T::Number, 1e-3, "Peak learning rate.").min(0, true),
       Key("train.optimizer.betas", T::NumberPair, json::array({0.9, 0.99}), "AdamW's [beta1, beta2].")
           .min(0)
           .max(1, true),
       Key("train.optimizer.weight_decay", T::Number, 0.1, "Weight decay of rank >= 2 tensors.").min(0),
       Key("train.optimizer.momentum", T::Number, 0.9, "SGD momentum.").min(0).max(1, true),
+      Key("train.optimizer.muon_lr", T::Number, 0.02,
+          "Muon's peak learning rate (the schedule scales it by the same factor as train.optimizer.lr).")
+          .min(0, true)
+          .only_with("train.optimizer.name", {"muon"}),
+      Key("train.optimizer.muon_momentum", T::Number, 0.95, "Muon's (Nesterov) momentum.")
+          .min(0)
+          .max(1, true)
+          .only_with("train.optimizer.name", {"muon"}),
+      Key("train.optimizer.muon_weight_decay", T::Number, 0.0,
+          "Muon's decoupled weight decay: W *= 1 - lr_muon * muon_weight_decay.")
+          .min(0)
+          .only_with("train.optimizer.name", {"muon"}),
       Key("train.lr_schedule.name", T::String, "cosine",
           "`cosine` (warmup, then cosine to min_lr at max_steps), `constant` (after warmup), "
-          "`inverse_sqrt` (warmup, then lr * sqrt(warmup / (step + 1)), the original Transformer's).")
-          .one_of({"cosine", "constant", "inverse_sqrt"}),
+          "`inverse_sqrt` (warmup, then lr * sqrt(warmup / (step + 1)), the original Transformer's), `wsd` "
+          "(warmup-stable-decay: warmup, lr, then linear to min_lr over the last decay_fraction of "
+          "max_steps).")
+          .one_of({"cosine", "constant", "inverse_sqrt", "wsd"}),
       Key("train.lr_schedule.warmup_steps", T::Integer, 100, "Linear warmup: lr * (step + 1) / warmup_steps.")
           .min(0),
-      Key("train.lr_schedule.min_lr", T::Number, nullptr, "Final learning rate of the cosine schedule.")
+      Key("train.lr_schedule.decay_fraction", T::Number, 0.2,
+          "wsd: the last floor(decay_fraction * max_steps) steps decay linearly to min_lr.")
+          .min(0)
+          .max(1)
+          .only_with("train.lr_schedule.name", {"wsd"}),
+      Key("train.lr_schedule.min_lr", T::Number, nullptr,
+          "Final learning rate of the cosine and wsd schedules.")
           .derived("train.optimizer.lr / 10", [](const json& t) { return json(number(t, "train.optimizer.lr") / 10.0); })
           .min(0),
       Key("train.eval_interval", T::Integer, 250,

@@ -12,6 +12,8 @@
 #include "tfm/engine/error.h"
 #include "tfm/models/encoder_decoder.h"
 #include "tfm/models/language_model.h"
+#include "tfm/nn/blocks.h"
+#include "tfm/training/optim.h"
 
 namespace tfm {
 namespace {
@@ -48,15 +50,33 @@ std::vector<std::string> model_keys(const ModelConfig& mc) {
   return keys;
 }
 
-// (S = T for a language model.)
-MemoryEstimate estimate(const ModelConfig& mc, int64_t B, int64_t S, int64_t T, double optimizer_buffers,
-                        bool training) {
+// The optimizer's state in floats (optim.h): AdamW's two moments or SGD's momentum per parameter. Muon
+// keeps one momentum per element of the blocks' matrices and AdamW's two moments for the rest, plus
+// per thread the Newton-Schulz workspace of the largest matrix, the feed-forward's (F, C) or
+// attention's (C, C). The blocks' parameters stand for their matrices: their biases and gains (AdamW's,
+// 0.4% of a block at C = 128, 3% at C = 32) are counted once instead of twice.
+double optimizer_floats(const std::string& optimizer, const ModelConfig& config, double P, int64_t threads) {
+  if (optimizer != "muon") return (optimizer == "adamw" ? 2.0 : 1.0) * P;
+  const ModelConfig c = resolved(config);
+  const double blocks =
+      c.source_vocab_size > 0
+          ? EncoderBlock::cost(c, 1, 1).parameters * static_cast<double>(c.n_encoder_layers) +
+                DecoderBlock::cost(c, 1, 1, 1).parameters * static_cast<double>(c.n_decoder_layers)
+          : EncoderBlock::cost(c, 1, 1).parameters * static_cast<double>(c.n_layers);
+  return 2.0 * (P - blocks) + blocks +
+         static_cast<double>(std::max<int64_t>(1, threads)) *
+             Optimizer::newton_schulz_workspace(std::max(c.d_ff, c.d_model), c.d_model);
+}
+
+// (S = T for a language model.) `optimizer` is train.optimizer.name, or "" without training.
+MemoryEstimate estimate(const ModelConfig& mc, int64_t B, int64_t S, int64_t T, const std::string& optimizer,
+                        int64_t threads, bool training) {
   MemoryEstimate e;
   const Cost cost = model_cost(mc, B, S, T);
   const double P = cost.parameters;
   e.parameters = kFloat * P;
   e.gradients = training ? kFloat * P : 0.0;
-  e.optimizer = kFloat * P * optimizer_buffers;
+  e.optimizer = training ? kFloat * optimizer_floats(optimizer, mc, P, threads) : 0.0;
   e.position_table = mc.positional_encoding == PositionalEncoding::Sinusoidal
                          ? kFloat * static_cast<double>(mc.max_seq_len) * static_cast<double>(mc.d_model)
                          : 0.0;
@@ -150,14 +170,15 @@ double parameter_count(const ModelConfig& mc) { return model_cost(mc, 1, 1, 1).p
 
 MemoryEstimate estimate_memory(const Config& config, const ModelConfig& mc, bool training) {
   const int64_t B = config.integer("train.batch_size");
-  const double optimizer_buffers = !training ? 0.0 : config.string("train.optimizer.name") == "adamw" ? 2.0 : 1.0;
+  const std::string optimizer = config.string("train.optimizer.name");
+  const int64_t threads = training_threads(config);
   MemoryEstimate e;
   if (mc.source_vocab_size > 0) {  // sources end with <eos>; decoder inputs start with <bos>
     e = estimate(mc, B, config.integer("data.max_source_len") + 1, config.integer("data.max_target_len") + 1,
-                 optimizer_buffers, training);
+                 optimizer, threads, training);
   } else {
     const int64_t T = config.integer("train.seq_len");
-    e = estimate(mc, B, T, T, optimizer_buffers, training);
+    e = estimate(mc, B, T, T, optimizer, threads, training);
   }
   // train.data_parallel: every worker but the first has a replica with its own gradient buffer (the
   // weights are shared; the activations are the same batch split between the workers). 0 = one
@@ -183,7 +204,7 @@ MemoryEstimate estimate_training_memory(const Config& config, int64_t vocab_size
 }
 
 MemoryEstimate estimate_inference_memory(const ModelConfig& mc, int64_t B, int64_t T) {
-  return estimate(mc, B, T, T, 0.0, false);
+  return estimate(mc, B, T, T, "", 1, false);
 }
 
 std::function<void(const ModelConfig&)> memory_check(const Config& config, MemoryCheck check) {

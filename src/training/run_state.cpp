@@ -45,9 +45,12 @@ void RunState::restore(Checkpoint& ckpt, const std::string& path) {
       throw IoError(path + ": the checkpoint's optimizer state is for \"" + name + "\", the config uses \"" +
                     optimizer_.config().name + "\"");
     for (size_t i = 0; i < ckpt.optimizer.size(); ++i) {
-      if (static_cast<int64_t>(ckpt.optimizer[i].size()) != P)
+      // (P,) for AdamW and SGD; Muon's buffers hold its own part of the parameters (optim.h).
+      const size_t expected = optimizer_.state()[i].size();
+      if (ckpt.optimizer[i].size() != expected)
         throw IoError(path + ": optimizer state " + std::to_string(i) + " has " +
-                      std::to_string(ckpt.optimizer[i].size()) + " values, expected " + std::to_string(P));
+                      std::to_string(ckpt.optimizer[i].size()) + " values, expected " +
+                      std::to_string(expected) + " (the model has " + std::to_string(P) + " parameters)");
       optimizer_.state()[i] = std::move(ckpt.optimizer[i]);
     }
     optimizer_.set_steps_taken(s.at("optimizer").at("steps").get<int64_t>());

@@ -46,32 +46,6 @@ constexpr uint64_t kEvalSalt = 0x4556414C42415443ULL;  // "EVALBATC"
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-std::vector<ParamSegment> segments_of(const Model& model) {
-  std::vector<ParamSegment> segs;
-  for (const auto& p : model.parameters()) segs.push_back({p.offset, p.value.numel(), p.decay});
-  return segs;
-}
-
-OptimizerConfig optimizer_config(const Config& c) {
-  OptimizerConfig o;
-  o.name = c.string("train.optimizer.name");
-  o.beta1 = c.at("train.optimizer.betas")[0].get<double>();
-  o.beta2 = c.at("train.optimizer.betas")[1].get<double>();
-  o.weight_decay = c.number("train.optimizer.weight_decay");
-  o.momentum = c.number("train.optimizer.momentum");
-  return o;
-}
-
-LrSchedule schedule_of(const Config& c) {
-  LrSchedule s;
-  s.name = c.string("train.lr_schedule.name");
-  s.lr = c.number("train.optimizer.lr");
-  s.min_lr = c.number("train.lr_schedule.min_lr");
-  s.warmup = c.integer("train.lr_schedule.warmup_steps");
-  s.total = c.integer("train.max_steps");
-  return s;
-}
-
 // The first parameter whose gradient holds a NaN or Inf, or "" when all are finite.
 std::string first_nonfinite_grad(const Model& model) {
   const float* g = model.flat_grads().data();
@@ -178,7 +152,7 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
       nranks_(dist::size()),
       root_(dist::is_root()),
       lock_(std::move(lock)),
-      schedule_(schedule_of(config)) {
+      schedule_(lr_schedule(config)) {
   // Every check of the input before any work. The objective reads its data and builds its model
   // (vocabularies from the checkpoint on resume); a config that cannot fit is refused there, before
   // the model is built (preflight.h).
@@ -196,7 +170,8 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
   Model& model = objective_->model();
   model.set_training(true);
   batches_ = std::make_unique<MicroBatches>(*objective_, static_cast<int>(data_parallel_workers(config_, threads_)));
-  optim_ = std::make_unique<Optimizer>(optimizer_config(config_), segments_of(model), model.parameter_count());
+  optim_ = std::make_unique<Optimizer>(optimizer_config(config_), optimizer_segments(model),
+                                       model.parameter_count());
   state_ = std::make_unique<RunState>(config_, *objective_, *optim_, rank_, nranks_);
   if (rank_ > 0)
     model.dropout_rng().seed_with(rank_seed(static_cast<uint64_t>(config_.integer("seed")) + 1, rank_));
@@ -254,6 +229,16 @@ void TrainingRun::log_header() {
   log_->info(fmt::format("compute: {} thread(s), {}; {}; measured {} peak {:.1f} GFLOP/s", threads_,
                     platform::blas_summary().c_str(), platform::gemm_summary().c_str(),
                     precision_name(gemm_precision()), peak_gflops_));
+  if (optim_->config().name == "muon") {
+    const std::vector<ParamSegment> segments = optimizer_segments(model);
+    int64_t matrices = 0, elements = 0;
+    for (const ParamSegment& s : segments)
+      if (s.rows > 0) ++matrices, elements += s.size;
+    log_->info(fmt::format(
+        "optimizer: Muon on the blocks' {} weight matrices ({} parameters), AdamW on the other {}; "
+        "Newton-Schulz {:.3g} GFLOP per step (not in MFU)",
+        matrices, elements, P - elements, 1e-9 * newton_schulz_flops(segments, "muon")));
+  }
   if (batches_->workers() > 1)
     log_->info(fmt::format("data parallel: {} workers, each a share of every micro-batch's rows on one thread; "
                       "gradients summed in memory (train.data_parallel)",
@@ -391,7 +376,7 @@ TrainResult TrainingRun::run() {
   int64_t& step = state_->step;
   loop_start_ = Clock::now();
   while (step < max_steps_) {
-    const StepStats s = this->step();
+    StepStats s = this->step();
     if (!std::isfinite(s.loss) || !std::isfinite(s.norm)) {
       const std::string where = nonfinite_reason(s.loss);
       if (config_.boolean("train.skip_nonfinite") && ++skipped_in_a_row_ <= kMaxSkipsInARow) {
@@ -413,7 +398,11 @@ TrainResult TrainingRun::run() {
     }
     skipped_in_a_row_ = 0;
     const double lr = schedule_.at(step);
+    // The update counts in the step's time (ms/step, tokens/s, MFU), as torch_lm.py times it: Muon's
+    // Newton-Schulz products are not free.
+    const auto update_start = Clock::now();
     optim_->step(model.flat_values().data(), model.flat_grads().data(), lr);
+    s.seconds += seconds_since(update_start);
     ++step;
     run_step_s_ += s.seconds;
     if (opt_.on_step) opt_.on_step(step, model);
@@ -521,6 +510,31 @@ void load_safetensors_into(Model& model, const std::string& path) {
 
 uint64_t eval_seed(const Config& config) {
   return static_cast<uint64_t>(config.integer("seed")) ^ kEvalSalt;
+}
+
+OptimizerConfig optimizer_config(const Config& c) {
+  OptimizerConfig o;
+  o.name = c.string("train.optimizer.name");
+  o.lr = c.number("train.optimizer.lr");
+  o.beta1 = c.at("train.optimizer.betas")[0].get<double>();
+  o.beta2 = c.at("train.optimizer.betas")[1].get<double>();
+  o.weight_decay = c.number("train.optimizer.weight_decay");
+  o.momentum = c.number("train.optimizer.momentum");
+  o.muon_lr = c.number("train.optimizer.muon_lr");
+  o.muon_momentum = c.number("train.optimizer.muon_momentum");
+  o.muon_weight_decay = c.number("train.optimizer.muon_weight_decay");
+  return o;
+}
+
+LrSchedule lr_schedule(const Config& c) {
+  LrSchedule s;
+  s.name = c.string("train.lr_schedule.name");
+  s.lr = c.number("train.optimizer.lr");
+  s.min_lr = c.number("train.lr_schedule.min_lr");
+  s.warmup = c.integer("train.lr_schedule.warmup_steps");
+  s.total = c.integer("train.max_steps");
+  s.decay_fraction = c.number("train.lr_schedule.decay_fraction");
+  return s;
 }
 
 TrainResult train(const Config& config, const TrainOptions& opt) {

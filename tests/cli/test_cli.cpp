@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include "cli_run.h"
 #include <cstdio>
@@ -128,6 +129,16 @@ TEST_CASE("cli: help teaches by example, config and info print", "[cli]") {
   CHECK(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("parameters:") && Catch::Contains("FLOPs per token") &&
                         Catch::Contains("memory"));
+  CHECK_THAT(r.out, !Catch::Contains("Newton-Schulz"));
+  // Muon's Newton-Schulz FLOPs per step, apart from the model's.
+  r = tfm("info --config configs/tiny.json --set train.optimizer.name=muon");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("optimizer muon:") && Catch::Contains("Newton-Schulz") &&
+                        Catch::Contains("not counted in MFU"));
+  r = tfm("info --config configs/tiny.json --set train.optimizer.name=muon --json");
+  CHECK(r.status == 0);
+  CHECK(nlohmann::json::parse(r.out).at("newton_schulz_flops_per_step").get<double>() > 0);
 }
 
 TEST_CASE("cli: SIGINT checkpoints and exits 0 and a NaN exits 3", "[cli]") {

@@ -130,20 +130,42 @@ TEST_CASE("config: bad configs name the key, the value and what is allowed", "[c
       {R"({"train": {"optimizer": {"momentum": 1}}})", {"train.optimizer.momentum", "[0, 1)"}},
       {R"({"train": {"lr_schedule": {"name": "linear"}}})", {"train.lr_schedule.name", "\"inverse_sqrt\""}},
       {R"({"train": {"lr_schedule": {"warmup_steps": -5}}})", {"train.lr_schedule.warmup_steps", ">= 0"}},
+      {R"({"train": {"optimizer": {"muon_lr": 0.05}}})",
+       {"train.optimizer.muon_lr: only read with train.optimizer.name = \"muon\"", "has \"adamw\"",
+        "set train.optimizer.name to \"muon\""}},
+      {R"({"train": {"optimizer": {"name": "sgd", "muon_momentum": 0.9}}})",
+       {"train.optimizer.muon_momentum", "\"muon\"", "\"sgd\""}},
+      {R"({"train": {"optimizer": {"muon_weight_decay": 0.1}}})",
+       {"train.optimizer.muon_weight_decay", "\"muon\""}},
+      {R"({"train": {"optimizer": {"name": "muon", "muon_lr": 0}}})",
+       {"train.optimizer.muon_lr", "> 0", "got 0"}},
+      {R"({"train": {"optimizer": {"name": "muon", "muon_momentum": 1}}})",
+       {"train.optimizer.muon_momentum", "[0, 1)"}},
+      {R"({"train": {"lr_schedule": {"decay_fraction": 0.1}}})",
+       {"train.lr_schedule.decay_fraction: only read with train.lr_schedule.name = \"wsd\"",
+        "has \"cosine\""}},
+      {R"({"train": {"lr_schedule": {"name": "wsd", "decay_fraction": 1.5}}})",
+       {"train.lr_schedule.decay_fraction", "[0, 1]", "1.5"}},
+      {R"({"train": {"lr_schedule": {"name": "wsd", "min_lr": 0.01}}})",
+       {"train.lr_schedule.min_lr", "at most train.optimizer.lr"}},
       {R"({"train": {"lr_schedule": {"min_lr": 0.01}}})",
        {"train.lr_schedule.min_lr", "at most train.optimizer.lr"}},
-      {R"({"train": {"objective": "mlm"}})", {"train.objective", "\"causal_lm\"", "\"masked_lm\"", "\"seq2seq\""}},
+      {R"({"train": {"objective": "mlm"}})",
+       {"train.objective", "\"causal_lm\"", "\"masked_lm\"", "\"seq2seq\""}},
       {R"({"train": {"objective": "masked_lm"}})", {"model.causal", "masked_lm", "false"}},
       {R"({"model": {"causal": false}})", {"model.causal", "causal_lm", "true", "masked_lm"}},
-      {R"({"train": {"mask_prob": 0.2}})", {"train.mask_prob", "belongs to train.objective \"masked_lm\"", "\"causal_lm\""}},
+      {R"({"train": {"mask_prob": 0.2}})",
+       {"train.mask_prob", "belongs to train.objective \"masked_lm\"", "\"causal_lm\""}},
       {R"({"model": {"n_encoder_layers": 3}})", {"model.n_encoder_layers", "\"seq2seq\""}},
-      {R"({"train": {"objective": "seq2seq", "seq_len": 8}})", {"train.seq_len", "\"causal_lm\" or \"masked_lm\""}},
+      {R"({"train": {"objective": "seq2seq", "seq_len": 8}})",
+       {"train.seq_len", "\"causal_lm\" or \"masked_lm\""}},
       {R"({"data": {"format": "pairs"}})", {"data.format", "\"text\""}},
       {R"({"data": {"tokenizer": "word"}})", {"data.tokenizer", "seq2seq"}},
       {R"({"train": {"objective": "seq2seq"}, "model": {"max_seq_len": 8}, "data": {"max_source_len": 8}})",
        {"data.max_source_len", "at most model.max_seq_len - 1 = 7"}},
       {R"({"train": {"threads": -2}})", {"train.threads", ">= 0"}},
-      {R"({"data": {"tokenizer": "wordpiece"}})", {"data.tokenizer", "\"char\", \"byte\", \"bpe\"", "\"wordpiece\""}},
+      {R"({"data": {"tokenizer": "wordpiece"}})",
+       {"data.tokenizer", "\"char\", \"byte\", \"bpe\"", "\"wordpiece\""}},
       {R"({"data": {"tokenizer": "bpe"}})", {"data.tokenizer_path", "required"}},
       {R"({"data": {"val_fraction": 0}})", {"data.val_fraction", "(0, 1)"}},
       {R"({"data": {"path": ""}})", {"data.path", "non-empty string"}},
@@ -156,6 +178,31 @@ TEST_CASE("config: bad configs name the key, the value and what is allowed", "[c
     REQUIRE_FALSE(msg.empty());
     for (const auto& f : c.fragments) CHECK_THAT(msg, Catch::Contains(f));
   }
+}
+
+TEST_CASE("config: Muon's and WSD's keys are read with their optimizer and schedule only", "[config][muon]") {
+  const Config muon = resolve_config(json::parse(
+      R"({"train": {"optimizer": {"name": "muon", "muon_lr": 0.03, "muon_momentum": 0.9, "muon_weight_decay": 0.01},
+                    "lr_schedule": {"name": "wsd", "decay_fraction": 0.1}}})"));
+  CHECK(muon.number("train.optimizer.muon_lr") == 0.03);
+  CHECK(muon.number("train.lr_schedule.decay_fraction") == 0.1);
+  // The defaults resolve under any optimizer and schedule (a resolved config holds every key) ...
+  const Config plain = resolve_config(json::object());
+  CHECK(plain.number("train.optimizer.muon_lr") == 0.02);
+  CHECK(plain.number("train.optimizer.muon_momentum") == 0.95);
+  CHECK(plain.number("train.optimizer.muon_weight_decay") == 0.0);
+  CHECK(plain.number("train.lr_schedule.decay_fraction") == 0.2);
+  CHECK_NOTHROW(resolve_config(plain.tree));
+  CHECK_NOTHROW(resolve_config(muon.tree));
+  // ... and set to the default they are no error either; switching the optimizer away is.
+  CHECK_NOTHROW(resolve_config(json::parse(R"({"train": {"optimizer": {"muon_lr": 0.02}}})")));
+  CHECK_THROWS_WITH(resolve_config(muon.tree, {"train.optimizer.name=adamw"}),
+                    Catch::Contains("train.optimizer.muon_lr") &&
+                        Catch::Contains("train.optimizer.muon_momentum") &&
+                        Catch::Contains("train.optimizer.muon_weight_decay"));
+  CHECK_THROWS_WITH(resolve_config(muon.tree, {"train.lr_schedule.name=cosine"}),
+                    Catch::StartsWith("train.lr_schedule.decay_fraction"));
+  CHECK_THAT(keys_markdown(), Catch::Contains("Only with `train.optimizer.name` `muon`."));
 }
 
 TEST_CASE("config: several errors are reported together, one per line", "[config]") {

@@ -1,6 +1,7 @@
 // Data-parallel training under MPI; run with `mpirun -np 2 test_mpi_train` (ctest does, see the MPI
 // block of CMakeLists.txt). Checks:
-//   (a) after every step of a real train() run (dropout on), all ranks hold bit-identical parameters;
+//   (a) after every step of a real train() run (dropout on; AdamW and Muon), all ranks hold bit-identical
+//       parameters;
 //   (b) 2 ranks x batch B/2 with averaged gradients give the update of 1 rank x batch B (float
 //       tolerance: the two halves' means are summed in a different order than the full-batch mean).
 // Resume under MPI drives the tfm binary: tests/mpi/test_mpi_resume.sh.
@@ -156,6 +157,8 @@ int main(int argc, char** argv) {
       (std::filesystem::temp_directory_path() / ("tfm_mpi_test_" + std::to_string(pid))).string();
   try {
     test_identical_parameters(dir + "/causal_lm", {});
+    // Muon: every rank runs the same Newton-Schulz products on the averaged gradient.
+    test_identical_parameters(dir + "/muon", {"train.optimizer.name=muon", "train.lr_schedule.name=wsd"});
     test_identical_parameters(dir + "/masked_lm", {"train.objective=masked_lm", "model.causal=false"});
     test_identical_parameters(dir + "/seq2seq",
                               {"train.objective=seq2seq", "data.tokenizer=word", "train.batch_size=4",

@@ -16,7 +16,9 @@
 #include "tfm/engine/ops.h"
 #include "tfm/data/pairs.h"
 #include "tfm/models/encoder_decoder.h"
+#include "tfm/training/optim.h"
 #include "tfm/training/preflight.h"
+#include "tfm/training/trainer.h"
 
 using namespace tfm;
 
@@ -147,4 +149,44 @@ TEST_CASE("preflight: the encoder-decoder's estimate is close to its measured pe
     CHECK(estimated >= 0.75 * measured);
     CHECK(estimated <= 1.35 * measured);
   }
+}
+
+TEST_CASE("preflight: the optimizer's state is estimated as the built optimizer holds it",
+          "[preflight][muon]") {
+  // AdamW's and SGD's exactly; Muon's (momentum over the blocks' matrices, AdamW's moments over the rest,
+  // the Newton-Schulz workspace per thread) within the blocks' biases and gains, which the estimate counts
+  // once instead of twice (3% of a block at C = 32).
+  const std::vector<std::vector<std::string>> variants = {
+      {}, {"model.bias=false", "model.tie_embeddings=false"}, {"model.n_kv_heads=2", "model.d_ff=16"}};
+  for (const char* name : {"adamw", "sgd", "muon"})
+    for (std::vector<std::string> sets : variants) {
+      sets.insert(sets.end(), {std::string("train.optimizer.name=") + name, "train.threads=2"});
+      const Config c = small_config(sets);
+      const ModelConfig mc = c.model(37);
+      const LanguageModel model(mc, 1);
+      const Optimizer optimizer(optimizer_config(c), optimizer_segments(model), model.parameter_count());
+      const double built = 4.0 * optimizer.state_floats(2),
+                   estimated = estimate_memory(c, mc, true).optimizer;
+      INFO(name << " " << c.tree["model"].dump() << ": estimated " << estimated << " bytes, built " << built);
+      if (std::string(name) == "muon")
+        CHECK(estimated == Approx(built).epsilon(0.03));
+      else
+        CHECK(estimated == built);
+      CHECK(estimate_memory(c, mc, false).optimizer == 0.0);
+    }
+  // The encoder-decoder's two stacks.
+  const Config c =
+      resolve_config(nlohmann::json::object(),
+                     {"train.objective=\"seq2seq\"", "data.format=\"pairs\"", "data.tokenizer=\"word\"",
+                      "model.d_model=32", "model.n_layers=2", "model.n_heads=4", "model.max_seq_len=32",
+                      "train.optimizer.name=muon", "train.threads=2"});
+  ModelConfig mc = c.model(41);
+  mc.source_vocab_size = 53;
+  const Seq2SeqModel model(mc, 1);
+  const std::vector<ParamSegment> segments = optimizer_segments(model);
+  int64_t matrices = 0;
+  for (const ParamSegment& s : segments) matrices += s.rows > 0;
+  CHECK(matrices == 2 * 6 + 2 * 10);  // encoder blocks: 4 attention + 2 feed-forward; decoder: 4 more (cross)
+  const Optimizer optimizer(optimizer_config(c), segments, model.parameter_count());
+  CHECK(estimate_memory(c, mc, true).optimizer == Approx(4.0 * optimizer.state_floats(2)).epsilon(0.03));
 }

@@ -165,6 +165,49 @@ TEST_CASE("train: resuming from last.ckpt reproduces the uninterrupted run bit f
   CHECK_THROWS_WITH(train(small_config(b, other), resume), Catch::StartsWith("model.d_model"));
 }
 
+TEST_CASE("train: a Muon run with the wsd schedule resumes bit for bit, momentum included", "[train][muon]") {
+  // Interrupted inside the stable phase, resumed through the decay (s0 = 16 - floor(0.25 * 16) = 12), on
+  // 2 threads so that Muon's matrices are shared between threads.
+  const std::vector<std::string> sets = {
+      "train.optimizer.name=muon",  "train.optimizer.muon_weight_decay=0.05",
+      "train.lr_schedule.name=wsd", "train.lr_schedule.decay_fraction=0.25",
+      "train.max_steps=16",         "train.threads=2",
+      "model.dropout=0.1"};
+  const std::string a = run_dir("muon_a"), b = run_dir("muon_b");
+  const TrainResult full = train(small_config(a, sets), quiet());
+  REQUIRE(full.losses.size() == 16);
+  CHECK(full.losses.back() < full.losses.front() - 0.3);  // it learns
+  TrainOptions stop = quiet();
+  stop.stop_at_step = 7;
+  const TrainResult first = train(small_config(b, sets), stop);
+  REQUIRE(first.status == TrainResult::Status::Interrupted);
+  const Checkpoint mid = load_checkpoint(b + "/last.ckpt");
+  CHECK(mid.state["optimizer"]["name"] == "muon");
+  CHECK(mid.state["optimizer"]["steps"] == 7);
+  REQUIRE(mid.optimizer.size() == 3);  // AdamW's m, v over the rest, Muon's momentum over the matrices
+  CHECK(mid.optimizer[0].size() + mid.optimizer[2].size() == mid.model.size());
+  TrainOptions resume = quiet();
+  resume.resume = true;
+  const TrainResult second = train(small_config(b, sets), resume);
+  REQUIRE(second.status == TrainResult::Status::Finished);
+  std::vector<double> joined = first.losses;
+  joined.insert(joined.end(), second.losses.begin(), second.losses.end());
+  CHECK(joined == full.losses);  // exactly
+  const Checkpoint ca = load_checkpoint(a + "/last.ckpt"), cb = load_checkpoint(b + "/last.ckpt");
+  CHECK(ca.model == cb.model);
+  CHECK(ca.optimizer == cb.optimizer);
+  // The same run directory under another optimizer: refused (the config differs), and a checkpoint
+  // whose momentum does not fit is named.
+  std::vector<std::string> adamw = sets;
+  adamw[0] = "train.optimizer.name=adamw", adamw[1] = "train.optimizer.weight_decay=0.1";
+  CHECK_THROWS_WITH(train(small_config(b, adamw), resume), Catch::StartsWith("train.optimizer.name"));
+  Checkpoint bad = cb;
+  bad.optimizer[2].pop_back();
+  save_checkpoint(b + "/last.ckpt", bad);
+  CHECK_THROWS_WITH(train(small_config(b, sets), resume),
+                    Catch::Contains("optimizer state 2 has") && Catch::Contains("expected"));
+}
+
 TEST_CASE("train: a non-finite loss stops with the step and leaves the last checkpoint", "[train]") {
   const std::string dir = run_dir("nan");
   const Config c = small_config(

@@ -29,6 +29,10 @@ struct KeySpec {
   std::vector<std::string> choices;         // allowed strings (empty: any)
   bool resumable = false;                   // may change with `train --resume DIR --set ...`
   std::vector<std::string> objectives;      // the train.objective values that read it (empty: all)
+  // Read only while the string key only_with_key holds one of only_with_values (train.optimizer.muon_lr:
+  // train.optimizer.name "muon"); empty: always.
+  std::string only_with_key;
+  std::vector<std::string> only_with_values;
   std::string meaning;
   // model.* keys: the ModelConfig member (nn/model_config.h) the key is bound to, written and read.
   std::function<void(ModelConfig&, const nlohmann::json&)> set_model;

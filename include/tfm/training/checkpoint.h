@@ -10,7 +10,9 @@
 //
 // Sections: "config" (resolved config JSON), "vocab" (JSON: tokenizer kind and symbols), "state" (JSON:
 // step, best val loss, RNG states of the data sampler and the model's dropout, optimizer step count,
-// elapsed time), "model" (P float32 values), "optim.0", "optim.1" (optimizer state, P float32 each),
+// elapsed time), "model" (P float32 values), "optim.0", "optim.1", ... (the optimizer's state buffers
+// in Optimizer::state()'s order: AdamW's m and v, P float32 each; SGD's momentum; Muon's m and v of its
+// AdamW part and its matrices' momentum),
 // and for an encoder-decoder "vocab.target" (the target side's tokenizer; "vocab" is the source's).
 // All integers little-endian. Every size is checked against the bytes actually present before
 // anything is allocated, and the checksum is verified before any section is parsed.
@@ -39,7 +41,7 @@ struct Checkpoint : Vocabulary {
   nlohmann::json config;  // the resolved config the run was trained with
   nlohmann::json state;                       // step, best_val_loss, rng, optimizer, elapsed_s
   std::vector<float> model;                   // (P,) flat parameter values
-  std::vector<std::vector<float>> optimizer;  // per state buffer, (P,) each
+  std::vector<std::vector<float>> optimizer;  // per state buffer (optim.h: (P,) each for AdamW and SGD)
 };
 
 // What save_checkpoint writes, by reference: the training run's buffers are streamed into the file

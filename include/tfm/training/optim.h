@@ -1,10 +1,12 @@
 // Optimizers, learning-rate schedules and gradient clipping as flat loops over the model's one value
 // buffer and one gradient buffer (llm.c style). The formulas follow torch.optim.AdamW / torch.optim.SGD
-// and scripts/torch_lm.py's schedule, so the two trainers can be compared step for step.
+// and scripts/torch_lm.py's schedule and Muon, so the two trainers can be compared step for step.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "tfm/engine/tensor.h"
 
 namespace tfm {
 
@@ -15,12 +17,16 @@ namespace tfm {
 //   constant: lr
 //   inverse_sqrt: lr * sqrt(max(warmup, 1) / (step + 1)), the original Transformer's decay
 //            (continuous with the warmup at step + 1 = warmup)
+//   wsd:     warmup-stable-decay (Hu et al. 2024, MiniCPM, sec. 4, with the linear cool-down of
+//            Haegele et al. 2024): lr until s0 = total - floor(decay_fraction * total), then
+//            lr + (min_lr - lr) * min(1, (step - s0 + 1) / max(1, total - s0)), min_lr at step total - 1
 struct LrSchedule {
-  std::string name = "cosine";  // "cosine" | "constant" | "inverse_sqrt"
+  std::string name = "cosine";  // "cosine" | "constant" | "inverse_sqrt" | "wsd"
   double lr = 1e-3;
   double min_lr = 1e-4;
   int64_t warmup = 100;
   int64_t total = 2000;
+  double decay_fraction = 0.2;  // wsd
   double at(int64_t step) const;
 };
 
@@ -29,13 +35,34 @@ struct ParamSegment {
   int64_t offset = 0;
   int64_t size = 0;
   bool decay = false;  // weight decay applies (rank >= 2 tensors)
+  // A hidden layer's weight matrix (is_hidden_matrix), (out, in) = (rows, cols): Muon's under "muon".
+  // rows = 0 for every other tensor.
+  int64_t rows = 0, cols = 0;
 };
 
+// The tensors Muon updates under optimizer "muon" (docs/architecture.md, "Modern options"): the weight
+// matrices of the hidden layers, every rank-2 tensor under "blocks." (a language model) or under
+// "encoder.blocks." / "decoder.blocks." (the encoder-decoder's two stacks, the same layers). The
+// embeddings, an untied head, learned positions, biases and gains are not: Muon is for hidden layers
+// (Jordan et al. 2024), and the input and output layers keep AdamW.
+bool is_hidden_matrix(const std::string& name, const Shape& shape);
+class Model;
+// The model's parameters as segments, in buffer order (decay and hidden matrices marked).
+std::vector<ParamSegment> optimizer_segments(const Model& model);
+// Muon's Newton-Schulz FLOPs for one (rows, cols) matrix per step, 2 per multiply-add as the model's
+// FLOPs: five iterations of X X^T (m m n), A A (m m m) and B X (m m n), m = min(rows, cols),
+// n = max(rows, cols): 10 m^2 (2 n + m). Not part of the model's FLOPs (MFU stays the model's).
+double newton_schulz_flops(int64_t rows, int64_t cols);
+// The sum over the segments Muon updates (0 for any other optimizer).
+double newton_schulz_flops(const std::vector<ParamSegment>& segments, const std::string& optimizer);
+
 struct OptimizerConfig {
-  std::string name = "adamw";  // "adamw" | "sgd"
+  std::string name = "adamw";  // "adamw" | "sgd" | "muon" (Muon on hidden matrices, AdamW on the rest)
+  double lr = 1e-3;            // the schedule's peak: Muon's rate is muon_lr * (rate of the step / lr)
   double beta1 = 0.9, beta2 = 0.99, eps = 1e-8;
   double weight_decay = 0.1;
   double momentum = 0.9;  // sgd
+  double muon_lr = 0.02, muon_momentum = 0.95, muon_weight_decay = 0.0;
 };
 
 class Optimizer {
@@ -45,18 +72,49 @@ class Optimizer {
   //   AdamW: p *= 1 - lr wd (decay segments); m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
   //          p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
   //   SGD:   g += wd p (decay segments); buf = momentum buf + g; p -= lr buf
+  //   Muon (Jordan et al. 2024), on each hidden matrix W (out, in), at lr_m = muon_lr * lr / config.lr:
+  //          M = mu M + G; U = G + mu M (Nesterov); W *= 1 - lr_m wd_m;
+  //          W -= lr_m sqrt(max(1, out / in)) NS5(U); AdamW as above on every other segment.
+  //          NS5 (the quintic Newton-Schulz iteration): X = U / (||U||_F + 1e-7), in the orientation with
+  //          fewer rows; five times A = X X^T, X = a X + (b A + c A A) X, (a, b, c) = (3.4445, -4.7750,
+  //          2.0315); every singular value of U above ~0.002 ||U|| moves into [0.68, 1.21], approximating
+  //          the orthogonal factor of U's SVD. Its products go through gemm(), in the run's precision
+  //          (bfloat16 products under train.precision "bf16"; optim.cpp has the measurements), over the
+  //          matrices of one shape at a time: whole matrices per thread when there are at least as many
+  //          as threads, else threaded GEMMs.
   void step(float* values, const float* grads, double lr);
 
   const OptimizerConfig& config() const { return config_; }
   int64_t steps_taken() const { return t_; }
   void set_steps_taken(int64_t t) { t_ = t; }
-  // AdamW: {m, v}; SGD: {momentum buffer}. Each (P,); saved in checkpoints.
+  // AdamW: {m, v}, each (P,); SGD: {momentum buffer} (P,); Muon: {m, v} of its AdamW part (the
+  // segments that are not hidden matrices, in buffer order) and the hidden matrices' momentum (in
+  // buffer order). Saved in checkpoints.
   std::vector<std::vector<float>>& state() { return state_; }
   const std::vector<std::vector<float>>& state() const { return state_; }
+  // Floats of state() plus Muon's Newton-Schulz workspace for `threads` threads: what the memory
+  // pre-flight estimates.
+  double state_floats(int threads) const;
+  // Muon's Newton-Schulz workspace per thread: two copies of its largest matrix and two m x m products.
+  static double newton_schulz_workspace(int64_t rows, int64_t cols);
 
  private:
+  // A contiguous run of elements updated elementwise (AdamW or SGD), with its offset into the state.
+  struct Span {
+    int64_t offset = 0, size = 0, state = 0;
+    bool decay = false;
+  };
+  // A hidden matrix Muon updates: its offset, shape and its momentum's offset into state_[2].
+  struct Matrix {
+    int64_t offset = 0, rows = 0, cols = 0, state = 0;
+  };
+  void muon_step(float* values, const float* grads, double lr);
+
   OptimizerConfig config_;
-  std::vector<ParamSegment> segments_;
+  std::vector<Span> spans_;
+  int64_t span_total_ = 0;
+  std::vector<std::vector<Matrix>> shapes_;    // Muon's matrices, grouped by shape
+  std::vector<std::vector<float>> workspace_;  // per thread, grown on first use
   std::vector<std::vector<float>> state_;
   int64_t t_ = 0;
 };

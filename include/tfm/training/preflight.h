@@ -19,7 +19,7 @@ namespace tfm {
 struct MemoryEstimate {
   double parameters = 0;      // the flat value buffer (4 P)
   double gradients = 0;       // the flat gradient buffer (training only)
-  double optimizer = 0;       // AdamW's two moments or SGD's momentum (training only)
+  double optimizer = 0;       // AdamW's two moments, SGD's momentum or Muon's state (training only)
   double activations = 0;     // what the forward keeps for the backward, plus the largest transients
   double position_table = 0;  // the sinusoidal (max_seq_len, C) table (learned positions are parameters)
   // Config keys behind the estimate with their values, the largest component's first ("key = value").
