@@ -3,6 +3,7 @@
 // against width, MHA/GQA/MQA, ...).
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -91,13 +92,18 @@ json measure(const std::string& dir, const Config& config) {
   std::ifstream in(dir + "/metrics.jsonl");
   std::string line;
   std::vector<double> ms, tok;
-  double val = NAN;
+  double val = NAN, best = NAN, training_s = 0, to_target = NAN;
   while (std::getline(in, line)) {
     const json r = json::parse(line, nullptr, false);
     if (r.is_discarded()) continue;
     if (r.contains("ms_per_step")) ms.push_back(r["ms_per_step"].get<double>());
     if (r.contains("tokens_per_s")) tok.push_back(r["tokens_per_s"].get<double>());
-    if (r.contains("val_loss")) val = r["val_loss"].get<double>();
+    if (r.contains("training_s")) training_s = r["training_s"].get<double>();
+    if (r.contains("seconds_to_target") && std::isnan(to_target)) to_target = r["seconds_to_target"].get<double>();
+    if (r.contains("val_loss")) {
+      val = r["val_loss"].get<double>();
+      if (!(best <= val)) best = val;
+    }
   }
   const auto median = [](std::vector<double> v) {
     if (v.empty()) return 0.0;
@@ -114,9 +120,15 @@ json measure(const std::string& dir, const Config& config) {
   rec["train_flops_per_token"] = run.objective->train_flops_per_token();
   rec["kv_cache_bytes_per_token"] = 2 * layers * kv * (C / H) * 4;  // K and V, float32, every layer
   rec["val_loss"] = val;
+  rec["best_val_loss"] = best;
   rec["ms_per_step"] = median(ms);
   rec["tokens_per_s"] = median(tok);
   rec["step"] = run.checkpoint.state.value("step", int64_t{0});
+  rec["training_s"] = training_s;
+  rec["stopped"] = run.checkpoint.state.value("stopped", std::string(rec["step"] == config.integer("train.max_steps")
+                                                                         ? "max_steps" : "interrupted"));
+  // Time to quality (train.target_loss): seconds to the first evaluation at or below it, null if missed.
+  if (config.number("train.target_loss") > 0) rec["seconds_to_target"] = std::isnan(to_target) ? json() : json(to_target);
   return rec;
 }
 
@@ -151,8 +163,13 @@ int run_sweep(const SweepOptions& o) {
     const std::string& dir = dirs[i];
     const int64_t max_steps = configs[i].integer("train.max_steps");
     int64_t step = -1;
-    if (fs::exists(dir + "/last.ckpt")) step = load_checkpoint(dir + "/last.ckpt").state.value("step", int64_t{0});
-    if (step < max_steps) {
+    bool stopped = false;  // reached train.target_loss or ran out of train.max_seconds: done too
+    if (fs::exists(dir + "/last.ckpt")) {
+      const json state = load_checkpoint(dir + "/last.ckpt").state;
+      step = state.value("step", int64_t{0});
+      stopped = state.contains("stopped");
+    }
+    if (step < max_steps && !stopped) {
       fmt::print(stderr, "sweep: {}/{} {}: {}\n", i + 1, points.size(), point_name(axes, points[i]).c_str(),
                    step < 0 ? "training" : ("continuing after step " + std::to_string(step)).c_str());
       TrainOptions t;
@@ -185,15 +202,26 @@ int run_sweep(const SweepOptions& o) {
                               }()}}).dump().c_str());
     return kExitOk;
   }
-  for (const Axis& a : axes) fmt::print("| {} ", a.key.c_str());
-  fmt::print("| parameters | train FLOPs/token | KV cache bytes/token | val loss | ms/step | tokens/s |\n");
-  for (size_t a = 0; a <= axes.size() + 5; ++a) fmt::print("|---");
+  // Time to quality columns when the points have a target: seconds to it ("-" when missed).
+  const bool target = std::any_of(all.begin(), all.end(), [](const json& r) { return r.contains("seconds_to_target"); });
+  const auto number = [](const json& v, const char* format) {
+    return v.is_number() ? fmt::format(fmt::runtime(format), v.get<double>()) : std::string("-");
+  };
+  for (const Axis& a : axes) fmt::print("| {} ", a.key);
+  fmt::print("| parameters | train FLOPs/token | KV cache bytes/token | val loss | best val | steps | training s |{} "
+             "ms/step | tokens/s |\n",
+             target ? " s to target |" : "");
+  for (size_t a = 0; a < axes.size() + 9 + (target ? 1 : 0); ++a) fmt::print("|---");
   fmt::print("|\n");
   for (const json& r : all) {
-    for (const Axis& a : axes) fmt::print("| {} ", r[a.key].dump().c_str());
-    fmt::print("| {} | {:.3g} | {} | {:.4f} | {:.1f} | {:.0f} |\n", r["parameters"].get<int64_t>(),
-                r["train_flops_per_token"].get<double>(), r["kv_cache_bytes_per_token"].get<int64_t>(),
-                r["val_loss"].get<double>(), r["ms_per_step"].get<double>(), r["tokens_per_s"].get<double>());
+    for (const Axis& a : axes) fmt::print("| {} ", r[a.key].dump());
+    fmt::print("| {} | {:.3g} | {} | {} | {} | {}{} | {:.1f} |", r["parameters"].get<int64_t>(),
+               r["train_flops_per_token"].get<double>(), r["kv_cache_bytes_per_token"].get<int64_t>(),
+               number(r["val_loss"], "{:.4f}"), number(r["best_val_loss"], "{:.4f}"), r["step"].get<int64_t>(),
+               r["stopped"] == "max_steps" ? "" : " (" + r["stopped"].get<std::string>() + ")",
+               r["training_s"].get<double>());
+    if (target) fmt::print(" {} |", number(r.value("seconds_to_target", json()), "{:.1f}"));
+    fmt::print(" {:.1f} | {:.0f} |\n", r["ms_per_step"].get<double>(), r["tokens_per_s"].get<double>());
   }
   fmt::print("wrote {}/sweep.jsonl\n", out.c_str());
   run_plot_script("plot_sweep.py", {out + "/sweep.jsonl", axes[0].key}, o.no_plot);
@@ -217,10 +245,16 @@ std::vector<Command> add_sweep_commands(CLI::App& app) {
       "\nEach point trains in OUT/<key=value,...> with the same seed and data; a finished point is not\n"
       "trained again and an interrupted one continues (run the same command again), so a stopped sweep\n"
       "picks up where it was. Writes OUT/sweep.jsonl (one line per point: the grid values, parameters,\n"
-      "training FLOPs per token, KV-cache bytes per token, val loss, ms/step, tokens/s) and, with\n"
-      "python3-matplotlib, OUT/sweep.png (val loss against the first key).\nExamples:\n"
+      "training FLOPs per token, KV-cache bytes per token, last and best val loss, steps, training\n"
+      "seconds, why it stopped, ms/step, tokens/s) and, with python3-matplotlib, OUT/sweep.png (val loss\n"
+      "against the first key).\n"
+      "Time to quality: with train.target_loss each point stops at its first evaluation at or below it\n"
+      "and the table gains 's to target'; with train.max_seconds each point stops at that time budget\n"
+      "(a point that stopped either way counts as done).\nExamples:\n"
       "  tfm sweep --config configs/shakespeare_char.json --grid model.n_heads=1,2,4,8,16,32\n"
-      "  tfm sweep --config configs/shakespeare_char.json --set model.n_heads=8 --grid model.n_kv_heads=8,4,2,1\n");
+      "  tfm sweep --config configs/shakespeare_char.json --set model.n_heads=8 --grid model.n_kv_heads=8,4,2,1\n"
+      "  tfm sweep --config configs/shakespeare_speedrun.json --set train.max_seconds=120 \\\n"
+      "            --grid train.optimizer.muon_lr=0.01,0.02,0.04 --grid model.dropout=0,0.1\n");
   return {{s, [o] { return run_sweep(*o); }}};
 }
 

@@ -19,12 +19,14 @@ struct TrainCliOptions {
   std::vector<std::string> sets;
   int64_t stop_at = -1;
   double target_loss = -1;  // < 0: the config's train.target_loss
+  double max_seconds = -1;  // < 0: the config's train.max_seconds
 };
 
 int train_command(const TrainCliOptions& o) {
   const std::string &config_file = o.config_file, &resume_dir = o.resume_dir, &out = o.out, &init_from = o.init_from;
   std::vector<std::string> sets = o.sets;
   if (o.target_loss >= 0) sets.push_back("train.target_loss=" + fmt::format("{}", o.target_loss));
+  if (o.max_seconds >= 0) sets.push_back("train.max_seconds=" + fmt::format("{}", o.max_seconds));
   if (config_file.empty() == resume_dir.empty())
     throw ConfigError("train: give either --config FILE (a new run) or --resume DIR (continue a run)");
   TrainOptions options;
@@ -69,6 +71,12 @@ std::vector<Command> add_train_commands(CLI::App& app) {
                    "Stop at the first evaluation with val loss <= X and report the time it took (sets "
                    "train.target_loss; evaluations every train.eval_interval steps)")
       ->type_name("X")
+      ->check(number_in(0, 1e9));
+  train
+      ->add_option("--max-seconds", o->max_seconds,
+                   "Time budget: evaluate, save and stop after the step at which training has taken S seconds "
+                   "(sets train.max_seconds; the schedule still runs over train.max_steps)")
+      ->type_name("S")
       ->check(number_in(0, 1e9));
   train->add_option("--stop-at", o->stop_at, "Stop as if interrupted after this step (for testing resume)")
       ->group("")

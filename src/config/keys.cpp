@@ -315,6 +315,12 @@ std::vector<KeySpec> build_table() {
           "model), and report the wall time it took, evaluations included (0 = off: train to max_steps).")
           .min(0)
           .resumable(),
+      Key("train.max_seconds", T::Number, 0.0,
+          "Time budget: after the step at which the training time (evaluations included, the clock of "
+          "target_loss) reaches this many seconds, evaluate, save and stop (0 = off). The learning-rate "
+          "schedule still runs over max_steps: fit max_steps to the budget to finish its decay.")
+          .min(0)
+          .resumable(),
       Key("train.log_interval", T::Integer, 10,
           "Log a line and a metrics.jsonl record every this many steps.")
           .min(1)

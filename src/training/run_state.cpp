@@ -88,6 +88,7 @@ void RunState::save(const std::string& path, double elapsed) const {
                 {"rng", streams_json()},
                 {"optimizer", {{"name", optimizer_.config().name}, {"steps", optimizer_.steps_taken()}}}};
   if (nranks_ > 1) state["ranks"] = nranks_;
+  if (!stopped.empty()) state["stopped"] = stopped;
   const Model& model = objective_.model();
   save_checkpoint(path, CheckpointView{config_.tree, objective_.tokenizer(), state, model.flat_values().data(),
                                        static_cast<size_t>(model.parameter_count()), optimizer_.state(),

@@ -24,6 +24,9 @@ class RunState {
   int64_t step = 0;
   double best_val = std::numeric_limits<double>::infinity();
   double elapsed_before = 0;  // seconds of training before this process started
+  // Why the run stopped before train.max_steps, saved with the checkpoint so a sweep knows the point
+  // is done: "target_loss" or "max_seconds" ("" while it runs, and after a resume).
+  std::string stopped;
 
   // From a checkpoint read from `path` (named in errors; its optimizer buffers are moved out): the
   // weights, the optimizer, this rank's streams and the counters above. IoError when the state does

@@ -369,6 +369,7 @@ TrainResult TrainingRun::run() {
   constexpr int64_t kMaxSkipsInARow = 100;  // then the weights themselves are bad: stop
   const int64_t log_every = config_.integer("train.log_interval"), eval_every = config_.integer("train.eval_interval");
   const int64_t ckpt_every = config_.integer("train.checkpoint_interval");
+  const double max_seconds = config_.number("train.max_seconds");
   Model& model = objective_->model();
   // What set-up freed (initialisation's random tensors, the data's temporaries) has shapes no step
   // asks for again: give it back rather than hold it beside the steps' buffers.
@@ -409,7 +410,9 @@ TrainResult TrainingRun::run() {
     result_.losses.push_back(s.loss);
     interval_.add(s.seconds, s.loss, s.norm, s.tokens);
 
-    const bool eval_now = step % eval_every == 0 || step == max_steps_;
+    // train.max_seconds, on rank 0's clock so every rank stops at the same step.
+    const bool out_of_time = max_seconds > 0 && step < max_steps_ && dist::any(root_ && training_seconds() >= max_seconds);
+    const bool eval_now = step % eval_every == 0 || step == max_steps_ || out_of_time;
     const bool stop = dist::any(opt_.stop && opt_.stop->load()) || step == opt_.stop_at_step;
     const bool save_now = (ckpt_every > 0 && step % ckpt_every == 0) || step == max_steps_ || stop;
     if (eval_now || save_now) state_->gather_streams();
@@ -418,7 +421,9 @@ TrainResult TrainingRun::run() {
     // Every rank stops together at the step rank 0's evaluation reached the target.
     const bool reached = eval_now && dist::any(root_ && reached_target(val));
     if (root_ && (step % log_every == 0 || eval_now)) log_interval(lr, eval_now ? &val : nullptr);
-    if (reached) {
+    if (reached || out_of_time) {
+      state_->stopped = reached ? "target_loss" : "max_seconds";
+      result_.out_of_time = !reached;
       if (root_) state_->save(last_path_, elapsed());
       break;
     }
@@ -457,6 +462,9 @@ void TrainingRun::log_summary() {
   log_->info(fmt::format("done: {} steps in {}; val loss {:.4f} (best {:.4f}). {}", step,
                     duration_str(elapsed()).c_str(), result_.val_loss, state_->best_val,
                     objective_->usage_hint(dir_).c_str()));
+  if (result_.out_of_time)
+    log_->info(fmt::format("time budget: stopped at step {} of {} after {:.1f} s of training (train.max_seconds = {:g})",
+                           step, max_steps_, training_seconds(), config_.number("train.max_seconds")));
   if (const double target = config_.number("train.target_loss"); target > 0.0)
     log_->info(result_.target_reached
                    ? fmt::format("time to target: val loss <= {:g} at step {} after {:.1f} s of training", target,

@@ -59,6 +59,46 @@ TEST_CASE("sweep: trains each point once, continues a stopped sweep, writes swee
   for (const auto& p : points) CHECK(p.at("step") == 4);
 }
 
+TEST_CASE("sweep: time to quality per point (target loss, time budget), stopped points count as done",
+          "[sweep][cli]") {
+  const std::string out = tfm_test::scratch_path("sweep", "target");
+  // A target every evaluation reaches (the first at step 2) and one none does (a loss below 0 is
+  // impossible, so a tiny positive target stands in); the budget of 1e-9 s stops a point after a step.
+  const std::string base = "sweep --config configs/tiny.json --no-plot --out " + out +
+                           " --set train.max_steps=6 --set train.eval_interval=2 --grid train.target_loss=100,1e-6";
+  tfm_test::CliRun r = tfm_test::run_tfm(base);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("| s to target |"));
+  auto points = read_jsonl(out + "/sweep.jsonl");
+  REQUIRE(points.size() == 2);
+  CHECK(points[0].at("stopped") == "target_loss");
+  CHECK(points[0].at("step") == 2);
+  CHECK(points[0].at("seconds_to_target").get<double>() > 0);
+  CHECK(points[0].at("seconds_to_target").get<double>() <= points[0].at("training_s").get<double>());
+  CHECK(points[1].at("stopped") == "max_steps");
+  CHECK(points[1].at("step") == 6);
+  CHECK(points[1].at("seconds_to_target").is_null());
+  CHECK(points[1].at("best_val_loss").get<double>() <= points[1].at("val_loss").get<double>());
+  // Run again: the point that stopped at its target is done, not trained on.
+  r = tfm_test::run_tfm(base);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, !Catch::Contains("sweep: 1/2"));
+
+  const std::string timed = tfm_test::scratch_path("sweep", "budget");
+  r = tfm_test::run_tfm("sweep --config configs/tiny.json --no-plot --out " + timed +
+                        " --set train.max_steps=6 --set train.max_seconds=1e-9 --grid model.dropout=0,0.1");
+  REQUIRE(r.status == 0);
+  points = read_jsonl(timed + "/sweep.jsonl");
+  REQUIRE(points.size() == 2);
+  for (const auto& p : points) {
+    CHECK(p.at("stopped") == "max_seconds");
+    CHECK(p.at("step") == 1);
+    CHECK(std::isfinite(p.at("val_loss").get<double>()));
+    CHECK_FALSE(p.contains("seconds_to_target"));
+  }
+}
+
 TEST_CASE("sweep: a bad grid is refused before anything trains", "[sweep][cli]") {
   const std::string out = tfm_test::scratch_path("sweep", "bad");
   struct Case {

@@ -373,4 +373,27 @@ TEST_CASE("train: train.target_loss stops at the first evaluation that reaches i
   std::string line, last_line;
   while (std::getline(in, line)) last_line = line;
   CHECK(nlohmann::json::parse(last_line).at("seconds_to_target").get<double>() == Approx(r.seconds_to_target));
+  CHECK(last.state.at("stopped") == "target_loss");
+}
+
+TEST_CASE("train: train.max_seconds stops after the step that exhausts the budget, evaluated and saved", "[train]") {
+  // A budget every step exceeds: the run stops after its first step, off the eval interval.
+  const std::string dir = run_dir("max_seconds");
+  const std::vector<std::string> sets = {"train.max_steps=50", "train.eval_interval=20", "train.checkpoint_interval=0",
+                                         "train.max_seconds=1e-9"};
+  const TrainResult r = train(small_config(dir, sets), quiet());
+  CHECK(r.status == TrainResult::Status::Finished);
+  CHECK(r.out_of_time);
+  CHECK_FALSE(r.target_reached);
+  CHECK(r.step == 1);
+  CHECK(std::isfinite(r.val_loss));  // evaluated at the stop
+  const Checkpoint last = load_checkpoint(dir + "/last.ckpt");
+  CHECK(last.state.at("step").get<int64_t>() == 1);
+  CHECK(last.state.at("stopped") == "max_seconds");
+  // Resumed with a budget that is not spent, the run goes on to max_steps and is no longer "stopped".
+  TrainOptions more = quiet();
+  const TrainResult rest = resume(dir, {"train.max_seconds=0"}, more);
+  CHECK(rest.step == 50);
+  CHECK_FALSE(rest.out_of_time);
+  CHECK_FALSE(load_checkpoint(dir + "/last.ckpt").state.contains("stopped"));
 }

@@ -49,6 +49,7 @@ struct TrainResult {
   // end of that evaluation (evaluations included; on resume, the earlier part of the run too).
   bool target_reached = false;
   double seconds_to_target = std::numeric_limits<double>::quiet_NaN();
+  bool out_of_time = false;  // train.max_seconds stopped the run (after an evaluation and a save)
 };
 
 // Trains config (a fresh run, or with options.resume the run in output.dir continued with this
