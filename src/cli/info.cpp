@@ -50,85 +50,109 @@ struct InfoOptions {
   bool measure = false, json = false;
 };
 
-int info_command(const InfoOptions& o) {
-  const std::string& file = o.config_file;
-  const std::vector<std::string>& sets = o.sets;
-  int64_t vocab_override = o.vocab_size;
-  const bool measure = o.measure, as_json = o.json;
-  const Config c = load_config(file, sets);
-  const std::string objective_name = c.string("train.objective");
-  const bool seq2seq = objective_name == "seq2seq";
-  // The objective builds the model from its data's vocabularies (memory-checked before it allocates).
-  // A language model whose data file is missing, or with --vocab-size, gets an assumed vocabulary.
-  const auto check = memory_check(c, {"info", true, 1});
+// The model a config builds: through its objective (the data's vocabularies, memory-checked before it
+// allocates), or a bare language model with an assumed vocabulary when the data file is missing or
+// --vocab-size is given.
+struct InfoModel {
   std::unique_ptr<Objective> objective;
   std::unique_ptr<LanguageModel> lm;
-  std::string vocab_note;
+  std::string vocab_note;  // where the vocabulary size came from
+  Model& model() const { return objective ? objective->model() : *lm; }
+  const ModelConfig& config() const {
+    if (!objective) return lm->config();
+    if (auto* s2s = dynamic_cast<Seq2SeqModel*>(&objective->model())) return s2s->config();
+    return dynamic_cast<LanguageModel&>(objective->model()).config();
+  }
+};
+
+InfoModel build_model(const Config& c, int64_t vocab_override) {
+  const std::string objective_name = c.string("train.objective");
+  const bool seq2seq = objective_name == "seq2seq";
+  const auto check = memory_check(c, {"info", true, 1});
+  InfoModel m;
   if (vocab_override > 0 && seq2seq)
     throw ConfigError("--vocab-size: not for train.objective \"seq2seq\" (both vocabularies come from data.path)");
   if (vocab_override <= 0) {
     try {
-      objective = make_objective(c, nullptr, {true, 0, check});
-      vocab_note = "from " + c.string("data.path");
+      m.objective = make_objective(c, nullptr, {true, 0, check});
+      m.vocab_note = "from " + c.string("data.path");
+      return m;
     } catch (const IoError& e) {
       if (seq2seq) throw;
       vocab_override = (c.string("data.tokenizer") == "byte" ? 256 : 65) + (objective_name == "masked_lm" ? 1 : 0);
-      vocab_note = std::string("assumed (") + e.what() + "; --vocab-size N sets it)";
+      m.vocab_note = std::string("assumed (") + e.what() + "; --vocab-size N sets it)";
     }
   } else {
-    vocab_note = "from --vocab-size";
+    m.vocab_note = "from --vocab-size";
   }
-  if (!objective) {
-    const ModelConfig mc = c.model(vocab_override);
-    check(mc);
-    lm = std::make_unique<LanguageModel>(mc, 0);
-  }
-  Model& model = objective ? objective->model() : *lm;
-  const ModelConfig& mc = objective ? (seq2seq ? dynamic_cast<Seq2SeqModel&>(model).config()
-                                               : dynamic_cast<LanguageModel&>(model).config())
-                                    : lm->config();
-  const MemoryEstimate memory = estimate_memory(c, mc, true);  // preflight.h
-  const int64_t B = c.integer("train.batch_size");
-  // Tokens the loss counts per sequence: the window, or a pair's target side at its longest.
-  const int64_t T = seq2seq ? c.integer("data.max_target_len") + 1 : c.integer("train.seq_len");
-  const int64_t P = model.parameter_count();
-  const double train_flops = objective ? objective->train_flops_per_token()
-                                       : LanguageModel::flops_per_token(mc, T).train_per_token;
-  // Muon's Newton-Schulz products per optimizer step: the optimizer's work, apart from the model's FLOPs
-  // (which alone make MFU).
-  const std::string optimizer = c.string("train.optimizer.name");
-  const std::vector<ParamSegment> segments = optimizer_segments(model);
-  const double ns_flops = newton_schulz_flops(segments, optimizer);
-  const double step_tokens = static_cast<double>(B * T * c.integer("train.grad_accum_steps"));
-  const std::string vocab = seq2seq ? std::to_string(mc.source_vocab_size) + " source + " +
-                                          std::to_string(mc.vocab_size) + " target"
-                                    : std::to_string(mc.vocab_size);
-  if (as_json) {  // for scripts (scripts/bench.sh): the figures below, machine-readable
-    nlohmann::json j = {{"config", file}, {"objective", objective_name}, {"vocab_size", mc.vocab_size},
-                        {"parameters", P}, {"forward_flops_per_token", train_flops / 3.0},
-                        {"train_flops_per_token", train_flops}, {"batch_size", B}, {"seq_len", T},
-                        {"memory_estimate_bytes", memory.total()}};
-    j["optimizer"] = optimizer;
-    if (optimizer == "muon") j["newton_schulz_flops_per_step"] = ns_flops;
-    if (seq2seq) j["source_vocab_size"] = mc.source_vocab_size;
-    j["head_gating"] = name_of(mc.head_gating), j["head_mixing"] = name_of(mc.head_mixing);
-    if (mc.head_gating == HeadGating::TopK)
-      j["head_topk"] = mc.head_topk, j["computed_head_share"] = MultiHeadAttention::computed_head_share(mc);
-    if (mc.head_mixing == HeadMixing::GroupMlp) j["head_groups"] = mc.head_groups;
-    for (const auto& [name, n] : model.parameter_breakdown()) j["breakdown"][name] = n;
-    fmt::print("{}\n", j.dump().c_str());
-    return kExitOk;
-  }
-  fmt::print("config {} (output.dir {}), objective {}\n", file.c_str(), c.string("output.dir").c_str(),
-              objective_name.c_str());
-  fmt::print("vocabulary: {} symbols, {} tokenizer, {}\n", vocab.c_str(), c.string("data.tokenizer").c_str(),
-              vocab_note.c_str());
-  const std::string layers = seq2seq ? std::to_string(mc.n_encoder_layers) + " encoder + " +
-                                           std::to_string(mc.n_decoder_layers) + " decoder layers"
-                                     : std::to_string(mc.n_layers) + " layers";
-  fmt::print("model: {}, d_model {}, {} heads ({} kv), d_ff {}, context {}\n", layers.c_str(),
-              mc.d_model, mc.n_heads, mc.n_kv_heads,
-              mc.d_ff, mc.max_seq_len);
+  const ModelConfig mc = c.model(vocab_override);
+  check(mc);
+  m.lm = std::make_unique<LanguageModel>(mc, 0);
+  return m;
+}
+
+// What tfm info reports of a config, computed once for the text and the JSON forms.
+struct InfoFigures {
+  std::string objective;
+  bool seq2seq = false;
+  int64_t B = 0, T = 0, P = 0;  // T: tokens the loss counts per sequence (a pair's target side at its longest)
+  double train_flops = 0;       // per token, forward + backward
+  double step_tokens = 0;       // per optimizer step (grad_accum_steps included)
+  std::string optimizer;
+  std::vector<ParamSegment> segments;
+  double ns_flops = 0;  // Muon's Newton-Schulz products per optimizer step (not in MFU)
+  MemoryEstimate memory;
+};
+
+InfoFigures figures_of(const Config& c, const InfoModel& m) {
+  InfoFigures f;
+  const ModelConfig& mc = m.config();
+  f.objective = c.string("train.objective");
+  f.seq2seq = f.objective == "seq2seq";
+  f.memory = estimate_memory(c, mc, true);  // preflight.h
+  f.B = c.integer("train.batch_size");
+  f.T = f.seq2seq ? c.integer("data.max_target_len") + 1 : c.integer("train.seq_len");
+  f.P = m.model().parameter_count();
+  f.train_flops = m.objective ? m.objective->train_flops_per_token()
+                              : LanguageModel::flops_per_token(mc, f.T).train_per_token;
+  f.optimizer = c.string("train.optimizer.name");
+  f.segments = optimizer_segments(m.model());
+  f.ns_flops = newton_schulz_flops(f.segments, f.optimizer);
+  f.step_tokens = static_cast<double>(f.B * f.T * c.integer("train.grad_accum_steps"));
+  return f;
+}
+
+// For scripts (scripts/bench.sh): the text form's figures, machine-readable.
+void print_json(const std::string& file, const InfoModel& m, const InfoFigures& f) {
+  const ModelConfig& mc = m.config();
+  nlohmann::json j = {{"config", file}, {"objective", f.objective}, {"vocab_size", mc.vocab_size},
+                      {"parameters", f.P}, {"forward_flops_per_token", f.train_flops / 3.0},
+                      {"train_flops_per_token", f.train_flops}, {"batch_size", f.B}, {"seq_len", f.T},
+                      {"memory_estimate_bytes", f.memory.total()}};
+  j["optimizer"] = f.optimizer;
+  if (f.optimizer == "muon") j["newton_schulz_flops_per_step"] = f.ns_flops;
+  if (f.seq2seq) j["source_vocab_size"] = mc.source_vocab_size;
+  j["head_gating"] = name_of(mc.head_gating), j["head_mixing"] = name_of(mc.head_mixing);
+  if (mc.head_gating == HeadGating::TopK)
+    j["head_topk"] = mc.head_topk, j["computed_head_share"] = MultiHeadAttention::computed_head_share(mc);
+  if (mc.head_mixing == HeadMixing::GroupMlp) j["head_groups"] = mc.head_groups;
+  for (const auto& [name, n] : m.model().parameter_breakdown()) j["breakdown"][name] = n;
+  fmt::print("{}\n", j.dump());
+}
+
+// The model's shape, its recipe and its heads.
+void print_model(const Config& c, const std::string& file, const InfoModel& m, const InfoFigures& f) {
+  const ModelConfig& mc = m.config();
+  const std::string vocab = f.seq2seq ? std::to_string(mc.source_vocab_size) + " source + " +
+                                            std::to_string(mc.vocab_size) + " target"
+                                      : std::to_string(mc.vocab_size);
+  fmt::print("config {} (output.dir {}), objective {}\n", file, c.string("output.dir"), f.objective);
+  fmt::print("vocabulary: {} symbols, {} tokenizer, {}\n", vocab, c.string("data.tokenizer"), m.vocab_note);
+  const std::string layers = f.seq2seq ? std::to_string(mc.n_encoder_layers) + " encoder + " +
+                                             std::to_string(mc.n_decoder_layers) + " decoder layers"
+                                       : std::to_string(mc.n_layers) + " layers";
+  fmt::print("model: {}, d_model {}, {} heads ({} kv), d_ff {}, context {}\n", layers, mc.d_model, mc.n_heads,
+             mc.n_kv_heads, mc.d_ff, mc.max_seq_len);
   const bool rope = mc.positional_encoding == PositionalEncoding::Rope;
   fmt::print("layers: {}-norm {} (eps {:g}), {} feed-forward, {} positions{}{}, {}, {} head\n",
              name_of(mc.norm_position), name_of(mc.norm), mc.norm_eps, name_of(mc.activation),
@@ -136,64 +160,77 @@ int info_command(const InfoOptions& o) {
              mc.qk_norm ? ", QK-norm" : "", mc.bias ? "biases" : "no biases", mc.tie_embeddings ? "tied" : "untied");
   if (mc.head_gating == HeadGating::TopK)
     fmt::print("heads: top-k gating, {} of {} heads per token (attention scores and sums x {:.3g}), a gate of "
-                "{:.0f} weights per attention layer, balance loss {:.6g}\n",
-                mc.head_topk, mc.n_heads, MultiHeadAttention::computed_head_share(mc),
-                static_cast<double>(mc.n_heads * mc.d_model), mc.head_balance_loss);
+               "{:.0f} weights per attention layer, balance loss {:.6g}\n",
+               mc.head_topk, mc.n_heads, MultiHeadAttention::computed_head_share(mc),
+               static_cast<double>(mc.n_heads * mc.d_model), mc.head_balance_loss);
   if (mc.head_mixing != HeadMixing::None)
-    fmt::print("heads: {} mixing{}\n", name_of(mc.head_mixing).c_str(),
-                mc.head_mixing == HeadMixing::GroupMlp ? (" in " + std::to_string(mc.head_groups) + " groups").c_str() : "");
-  fmt::print("parameters: {} ({})\n", P, human_count(static_cast<double>(P)).c_str());
-  for (const auto& [name, n] : model.parameter_breakdown())
-    fmt::print("  {:<14} {:12}  {:5.1f}%\n", name.c_str(), n,
-                100.0 * n / std::max<int64_t>(P, 1));
-  if (seq2seq) {
+    fmt::print("heads: {} mixing{}\n", name_of(mc.head_mixing),
+               mc.head_mixing == HeadMixing::GroupMlp ? " in " + std::to_string(mc.head_groups) + " groups" : "");
+}
+
+// Parameters, FLOPs, memory and the optimizer's own work.
+void print_costs(const Config& c, const InfoModel& m, const InfoFigures& f) {
+  fmt::print("parameters: {} ({})\n", f.P, human_count(static_cast<double>(f.P)));
+  for (const auto& [name, n] : m.model().parameter_breakdown())
+    fmt::print("  {:<14} {:12}  {:5.1f}%\n", name, n, 100.0 * n / std::max<int64_t>(f.P, 1));
+  if (f.seq2seq) {
     fmt::print("FLOPs per target token (the data's mean lengths): forward {}, training {}\n",
-                human_count(train_flops / 3.0).c_str(), human_count(train_flops).c_str());
-    fmt::print("memory estimate (batch {} pairs of at most {} + {} tokens): {}\n", B,
-                c.integer("data.max_source_len") + 1, T,
-                memory.summary().c_str());
+               human_count(f.train_flops / 3.0), human_count(f.train_flops));
+    fmt::print("memory estimate (batch {} pairs of at most {} + {} tokens): {}\n", f.B,
+               c.integer("data.max_source_len") + 1, f.T, f.memory.summary());
   } else {
-    const double tokens = static_cast<double>(B * T * c.integer("train.grad_accum_steps"));
-    fmt::print("FLOPs per token at T = {}: forward {}, training {}; per optimizer step ({:.0f} tokens): {}\n",
-                T, human_count(train_flops / 3.0).c_str(), human_count(train_flops).c_str(),
-                tokens, human_count(train_flops * tokens).c_str());
-    fmt::print("memory estimate (batch {} x {}): {}\n", B, T,
-                memory.summary().c_str());
+    fmt::print("FLOPs per token at T = {}: forward {}, training {}; per optimizer step ({:.0f} tokens): {}\n", f.T,
+               human_count(f.train_flops / 3.0), human_count(f.train_flops), f.step_tokens,
+               human_count(f.train_flops * f.step_tokens));
+    fmt::print("memory estimate (batch {} x {}): {}\n", f.B, f.T, f.memory.summary());
   }
-  if (optimizer == "muon") {
-    int64_t matrices = 0, elements = 0;
-    for (const ParamSegment& s : segments)
-      if (s.rows > 0) ++matrices, elements += s.size;
-    // Per step, whatever the batch; a language model's are compared with the model's FLOPs of a step.
-    const std::string share =
-        seq2seq ? ""
+  if (f.optimizer != "muon") return;
+  int64_t matrices = 0, elements = 0;
+  for (const ParamSegment& s : f.segments)
+    if (s.rows > 0) ++matrices, elements += s.size;
+  // Per step, whatever the batch; a language model's are compared with the model's FLOPs of a step.
+  const std::string share =
+      f.seq2seq ? ""
                 : fmt::format("{:.1f}% of the model's training FLOPs per step at {:.0f} tokens; ",
-                              100.0 * ns_flops / std::max(1.0, train_flops * step_tokens), step_tokens);
-    fmt::print(
-        "optimizer muon: {} matrices ({} parameters) by Muon, the rest by AdamW; Newton-Schulz {} FLOPs per "
-        "optimizer step ({}not counted in MFU)\n",
-        matrices, human_count(static_cast<double>(elements)), human_count(ns_flops), share);
+                              100.0 * f.ns_flops / std::max(1.0, f.train_flops * f.step_tokens), f.step_tokens);
+  fmt::print(
+      "optimizer muon: {} matrices ({} parameters) by Muon, the rest by AdamW; Newton-Schulz {} FLOPs per "
+      "optimizer step ({}not counted in MFU)\n",
+      matrices, human_count(static_cast<double>(elements)), human_count(f.ns_flops), share);
+}
+
+// --measure: one real training step's peak tensor memory (the objective's batch, or random tokens).
+void measure_step(const Config& c, const InfoModel& m, const InfoFigures& f) {
+  platform::configure_threads(static_cast<int>(c.integer("train.threads")));
+  const size_t before = memory::stats().live_bytes;
+  memory::reset_peak();
+  if (m.objective) {
+    m.model().set_training(true);
+    m.objective->train_batch().loss.backward();
+  } else {
+    std::vector<int32_t> x(f.B * f.T), y(f.B * f.T);
+    Rng rng(1);
+    const int64_t V = m.config().vocab_size;
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = static_cast<int32_t>(rng.below(V)), y[i] = static_cast<int32_t>(rng.below(V));
+    LanguageModel::loss(m.lm->forward(x, f.B, f.T), y).backward();
   }
-  if (measure) {
-    platform::configure_threads(static_cast<int>(c.integer("train.threads")));
-    const size_t before = memory::stats().live_bytes;
-    memory::reset_peak();
-    if (objective) {  // one real training batch of the objective
-      model.set_training(true);
-      objective->train_batch().loss.backward();
-    } else {
-      std::vector<int32_t> x(B * T), y(B * T);
-      Rng rng(1);
-      const int64_t V = mc.vocab_size;
-      for (size_t i = 0; i < x.size(); ++i)
-        x[i] = static_cast<int32_t>(rng.below(V)), y[i] = static_cast<int32_t>(rng.below(V));
-      LanguageModel::loss(lm->forward(x, B, T), y).backward();
-    }
-    const size_t peak = memory::stats().peak_live_bytes;
-    fmt::print("measured: one training step peaked at {} of tensor memory ({} above the model)\n",
-                mib(static_cast<double>(peak)).c_str(),
-                mib(static_cast<double>(peak - std::min(peak, before))).c_str());
+  const size_t peak = memory::stats().peak_live_bytes;
+  fmt::print("measured: one training step peaked at {} of tensor memory ({} above the model)\n",
+             mib(static_cast<double>(peak)), mib(static_cast<double>(peak - std::min(peak, before))));
+}
+
+int info_command(const InfoOptions& o) {
+  const Config c = load_config(o.config_file, o.sets);
+  const InfoModel m = build_model(c, o.vocab_size);
+  const InfoFigures f = figures_of(c, m);
+  if (o.json) {
+    print_json(o.config_file, m, f);
+    return kExitOk;
   }
+  print_model(c, o.config_file, m, f);
+  print_costs(c, m, f);
+  if (o.measure) measure_step(c, m, f);
   return kExitOk;
 }
 
