@@ -26,8 +26,8 @@ def main():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fixed = {"parameters", "train_flops_per_token", "kv_cache_bytes_per_token", "val_loss", "ms_per_step",
-             "tokens_per_s", "step", "dir", key}
+    fixed = {"parameters", "train_flops_per_token", "kv_cache_bytes_per_token", "val_loss", "best_val_loss",
+             "ms_per_step", "tokens_per_s", "step", "training_s", "stopped", "seconds_to_target", "dir", key}
     others = [k for k in rows[0] if k not in fixed]
     xs = []
     for r in rows:

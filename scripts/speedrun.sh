@@ -6,6 +6,7 @@
 # batches each). tfm's model at the target is confirmed on 200 validation batches (best.ckpt).
 #
 #   scripts/speedrun.sh [CONFIG] [--target X] [--baseline] [--max-minutes M] [--threads N] [--no-torch]
+#                       [--figure]
 #
 #   CONFIG        default configs/shakespeare_speedrun.json
 #   --target X    val loss to reach (default: the config's train.target_loss, else 1.5)
@@ -14,14 +15,19 @@
 #   --max-minutes M   time limit of the baseline (default 240)
 #   --threads N   threads for both (default: all cores)
 #   --no-torch    tfm alone
-# Results: a table on stdout, and runs/speedrun/<date>/{tfm/, torch.jsonl, baseline.jsonl, summary.json}.
+#   --figure      also train the default recipe at the same shape, steps and parameters (sinusoidal
+#                 positions, LayerNorm, GELU, biases, tied head, AdamW 1e-3, cosine: the "default" of
+#                 scripts/recipe_variants.py) in tfm and PyTorch, for the figure (~3x the time)
+# Results: a table on stdout, and runs/speedrun/<config>-<date>/{tfm/, torch.jsonl, baseline.jsonl,
+# summary.json, curves.png}: curves.png is val loss against wall-clock minutes of every run made
+# (scripts/plot_speedrun.py; needs python3-matplotlib).
 # Needs /usr/bin/python3 with torch for the PyTorch side (apt-get install python3-torch python3-numpy).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$TFM_ROOT"
 
 config="configs/shakespeare_speedrun.json"
-target="" baseline=0 max_minutes=240 threads="$(nproc)" torch=1
+target="" baseline=0 max_minutes=240 threads="$(nproc)" torch=1 figure=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --target) target="$2"; shift 2 ;;
@@ -29,6 +35,7 @@ while [ $# -gt 0 ]; do
     --max-minutes) max_minutes="$2"; shift 2 ;;
     --threads) threads="$2"; shift 2 ;;
     --no-torch) torch=0; shift ;;
+    --figure) figure=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*) echo "speedrun.sh: unknown option $1 (--help lists them)" >&2; exit 2 ;;
     *) config="$1"; shift ;;
@@ -101,6 +108,28 @@ if [ "$baseline" = 1 ]; then
   echo "baseline: $base_note after ${base_s} s"
 fi
 
+# --- the default recipe, for the figure ---
+curves=("tfm, $(basename "$config" .json)=$out/tfm")
+[ "$torch" = 1 ] && curves+=("PyTorch, $(basename "$config" .json)=$out/torch.jsonl")
+if [ "$figure" = 1 ]; then
+  "$tfm" config --config "$config" > "$out/full.json"
+  "$py" scripts/recipe_variants.py "$out/full.json" "$out/variants" --only default
+  echo "figure: the default recipe (same shape and steps) in tfm$([ "$torch" = 1 ] && echo " and PyTorch")"
+  "$tfm" train --config "$out/variants/default.json" --out "$out/tfm_default" --target-loss "$target" \
+    --set train.threads="$threads" > "$out/tfm_default.log" 2>&1 || { tail -5 "$out/tfm_default.log" >&2; exit 1; }
+  curves+=("tfm, default recipe=$out/tfm_default")
+  if [ "$torch" = 1 ]; then
+    flag=""
+    [ "$bf16" = True ] && flag="--bf16"
+    "$py" scripts/torch_lm.py --config "$out/variants/default.json" --target-loss "$target" --threads "$threads" \
+      $flag > "$out/torch_default.jsonl" 2> "$out/torch_default.err" || { tail -5 "$out/torch_default.err" >&2; exit 1; }
+    curves+=("PyTorch, default recipe=$out/torch_default.jsonl")
+  fi
+fi
+[ -n "$base_s" ] && curves+=("PyTorch, nanoGPT's recipe (large, bf16)=$out/baseline.jsonl")
+"$py" scripts/plot_speedrun.py "$out/curves.png" --target "$target" --title "time to quality: $config" \
+  "${curves[@]}" >/dev/null 2>&1 || echo "(no figure: python3-matplotlib is missing)"
+
 "$py" - "$out" "$config" "$target" "$tfm_s" "$tfm_step" "$tfm_reached" "$confirm" "$torch_s" "$torch_step" \
   "$torch_reached" "$base_s" "$base_note" <<'EOF'
 import json, sys
@@ -121,3 +150,4 @@ json.dump({"config": config, "target": float(target), "tfm": {"seconds": f(tfm_s
            "torch": {"seconds": f(torch_s), "step": torch_step, "reached": torch_reached == "True"} if torch_s else None,
            "baseline": {"seconds": f(base_s), "note": base_note} if base_s else None}, open(out + "/summary.json", "w"), indent=1)
 EOF
+echo "figure: $out/curves.png"
