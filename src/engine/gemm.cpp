@@ -282,10 +282,25 @@ void sgemm_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
 bool bf16_now(int64_t K) { return g_precision.load(std::memory_order_relaxed) == Precision::bf16 && K > 0; }
 bool onednn_now() { return g_backend.load(std::memory_order_relaxed) == GemmBackend::onednn; }
 bool bf16_matmul(int64_t M, int64_t N, int64_t K) {
-  return bf16_now(K) && onednn_now() && M * N * K >= kMatmulMinMacs;
+  return bf16_now(K) && onednn_now() && M * N * K >= kMatmulMinMacs && onednn_bf16_matmul_available();
 }
 
 }  // namespace
+
+// oneDNN 2.x has bf16 matmul kernels only on CPUs with AVX-512 (avx512_core; native bf16 instructions
+// with avx512_bf16); elsewhere (AVX2-only CPUs) it cannot create the primitive. Asked once, by creating
+// one; where it fails, every bf16 product runs as sgemm on rounded operands (the same products).
+bool onednn_bf16_matmul_available() {
+  static const bool available = [] {
+    try {
+      make_matmul(MatmulKey{64, 64, 64, 64, 64, 64, false, false, 1.0f, 0.0f, 1, false});
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return available;
+}
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {

@@ -175,6 +175,10 @@ TEST_CASE("gemm: SameOperandsScope reuses an operand's rounding inside its scope
     CHECK(max_diff(run(o, 1.0f, 0.0f), reference(o, 1.0f, 0.0f, true)) < 1e-4);
   }
   SECTION("inside one scope the second product reads the first one's rounding") {
+    if (!onednn_bf16_matmul_available()) {  // sgemm on rounded operands rounds each product anew
+      WARN("this CPU has no oneDNN bf16 matmul (no AVX-512): the operand reuse of its path is not exercised");
+      return;
+    }
     const SameOperandsScope same;
     CHECK(max_diff(run(o, 1.0f, 0.0f), before) < 1e-4);
     change_a();  // breaks the scope's promise on purpose: the old rounding shows through

@@ -10,7 +10,8 @@
 //    GEMM; a registered weight buffer is rounded once per optimizer step instead (WeightMirror).
 //    OpenBLAS has no bfloat16 kernels here: it runs sgemm on the rounded values (the same products,
 //    exact in float32; only the summation order differs), for tests, not speed. oneDNN does the same
-//    for products under 2^20 multiply-adds, where its bf16 matmul costs more per call than it saves.
+//    for products under 2^20 multiply-adds, where its bf16 matmul costs more per call than it saves, and
+//    for all of them on a CPU without AVX-512, where oneDNN has no bf16 matmul.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -27,6 +28,10 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 // bf16 matmul adds it in the kernel; the other paths copy it into C's rows and accumulate onto it.
 void gemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                int64_t lda, const float* B, int64_t ldb, const float* bias, float* C, int64_t ldc);
+
+// Whether oneDNN can run bf16 matmul kernels on this CPU (it needs AVX-512); without them bf16
+// products run as sgemm on rounded operands, as under OpenBLAS.
+bool onednn_bf16_matmul_available();
 
 // Floating-point operations issued through gemm() since start (2*M*N*K each), for MFU figures.
 uint64_t gemm_flops();
