@@ -110,6 +110,16 @@ void layer_norm_row(const double* x, int64_t C, const float* w, const float* b, 
   for (int64_t c = 0; c < C; ++c) out[c] = (x[c] - mean) * inv * w[c] + b[c];
 }
 
+// y (out) = W (out, in) x + b.
+void affine(const float* W, const float* b, const double* x, int64_t in, int64_t out, double* y) {
+  for (int64_t o = 0; o < out; ++o) {
+    double s = b ? b[o] : 0.0;
+    const float* w = W + o * in;
+    for (int64_t i = 0; i < in; ++i) s += w[i] * x[i];
+    y[o] = s;
+  }
+}
+
 // RMSNorm of one row (Zhang & Sennrich 2019), as ggml_rms_norm then * weight.
 void rms_norm_row(const double* x, int64_t C, const float* w, double eps, double* out) {
   double ms = 0;
@@ -174,16 +184,6 @@ Tensor reference_head_logits(Weights& w, const std::vector<double>& x, int64_t T
     for (int64_t v = 0; v < V; ++v) logits.data()[t * V + v] = static_cast<float>(row[v]);
   }
   return logits;
-}
-
-// y (out) = W (out, in) x + b.
-void affine(const float* W, const float* b, const double* x, int64_t in, int64_t out, double* y) {
-  for (int64_t o = 0; o < out; ++o) {
-    double s = b ? b[o] : 0.0;
-    const float* w = W + o * in;
-    for (int64_t i = 0; i < in; ++i) s += w[i] * x[i];
-    y[o] = s;
-  }
 }
 
 std::vector<double> softmax_rows(const std::vector<float>& logits, int64_t V) {
