@@ -84,7 +84,7 @@ common=(--config configs/tiny.json --set model.d_model=64 --set model.max_seq_le
   --out "$work/bpe" > "$work/bpe.train.log" 2>&1 || { cat "$work/bpe.train.log"; exit 1; }
 # The modern options (llama.cpp's llama, and qwen3 with QK-norm). SwiGLU's d_ff of 2/3 of 4 C keeps the
 # feed-forward's parameters those of GELU's 4 C (Shazeer 2020); fewer steps: they learn faster.
-modern_steps=600
+modern_steps=400
 modern=(--set model.positional_encoding=rope --set model.norm=rmsnorm --set model.activation=swiglu
   --set model.bias=false --set model.d_ff=176 --set train.max_steps=$modern_steps --set train.eval_interval=$modern_steps
   --set train.log_interval=$modern_steps)
@@ -200,7 +200,10 @@ echo "check_gguf.sh: node-llama-cpp $version (llama.cpp $(node -e 'console.log(r
 status=0
 for run in "${runs[@]}"; do
   case $run in char | qwen3) prompts=("${char_prompts[@]}") ;; *) prompts=("${bpe_prompts[@]}") ;; esac
-  check $run f32 exact 5e-3 2e-4 yes "${prompts[@]}" || status=1
+  # gpt2's GELU is llama.cpp's tanh form through a half table (~1e-3 in p); llama and qwen3 have no
+  # approximation, so only float rounding may separate llama.cpp from tfm there.
+  case $run in llama | qwen3) exact=1e-4 ;; *) exact=5e-3 ;; esac
+  check $run f32 exact $exact 2e-4 yes "${prompts[@]}" || status=1
   check $run f32 defaults 1e-2 - no "${prompts[@]}" || status=1
   check $run f16 exact 1e-2 - no "${prompts[@]}" || status=1
   check $run bf16 exact 1e-1 - no "${prompts[@]}" || status=1
