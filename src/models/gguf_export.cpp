@@ -134,7 +134,8 @@ void rms_norm_row(const double* x, int64_t C, const float* w, double eps, double
 void rope_head(double* x, int64_t Dk, int64_t p, double base, bool neox) {
   const int64_t half = Dk / 2;
   for (int64_t i = 0; i < half; ++i) {
-    const double angle = static_cast<double>(p) * std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(Dk));
+    const double angle =
+        static_cast<double>(p) * std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(Dk));
     double& x0 = x[neox ? i : 2 * i];
     double& x1 = x[neox ? i + half : 2 * i + 1];
     const double y0 = x0 * std::cos(angle) - x1 * std::sin(angle), y1 = x0 * std::sin(angle) + x1 * std::cos(angle);
@@ -175,7 +176,7 @@ void causal_attention(const std::vector<double>& qkv, int64_t T, int64_t H, int6
 // output.weight or, without it, token_embd (llama.cpp's TENSOR_DUPLICATED fallback).
 template <class Norm>
 Tensor reference_head_logits(Weights& w, const std::vector<double>& x, int64_t T, int64_t C, int64_t V, Norm&& norm) {
-  const float* out = w.file.find_tensor("output.weight") ? w.get("output.weight", {V, C}) : w.get("token_embd.weight", {V, C});
+  const float* out = w.get(w.file.find_tensor("output.weight") ? "output.weight" : "token_embd.weight", {V, C});
   Tensor logits = Tensor::empty({T, V});
   std::vector<double> h(C), row(V);
   for (int64_t t = 0; t < T; ++t) {
