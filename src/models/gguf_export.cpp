@@ -478,6 +478,13 @@ double gelu_of(GeluForm form, double x) {
 
 namespace {
 
+// Head counts a graph can be built from (a file may say anything): C = H Dk, H = G Hkv.
+void check_heads(const GgufFile& file, int64_t C, int64_t H, int64_t Hkv) {
+  if (C < 1 || H < 1 || Hkv < 1 || C % H != 0 || H % Hkv != 0)
+    throw IoError(detail::concat(file.source, ": embedding length ", C, ", ", H, " heads and ", Hkv,
+                                 " key/value heads: expected heads dividing the embedding and kv heads the heads"));
+}
+
 // Tokens in range and within the context of L.
 void check_ids(const std::vector<int32_t>& ids, int64_t V, int64_t L) {
   const auto T = static_cast<int64_t>(ids.size());
@@ -495,6 +502,7 @@ Tensor gpt2_reference_logits(Weights& w, const std::vector<int32_t>& ids, GeluFo
   const auto V = static_cast<int64_t>(w.file.at("tokenizer.ggml.tokens").items().size());
   const auto T = static_cast<int64_t>(ids.size());
   check_ids(ids, V, L);
+  check_heads(w.file, C, H, Hkv);
   const int64_t Dk = C / H, Ckv = Hkv * Dk;
 
   const float* tok = w.get("token_embd.weight", {V, C});
@@ -544,6 +552,7 @@ Tensor llama_reference_logits(Weights& w, const std::vector<int32_t>& ids, bool 
   const int64_t C = w.key(a + ".embedding_length"), L = w.key(a + ".context_length"),
                 n_layers = w.key(a + ".block_count"), H = w.key(a + ".attention.head_count"),
                 Hkv = w.key_or(a + ".attention.head_count_kv", H), F = w.key(a + ".feed_forward_length");
+  check_heads(w.file, C, H, Hkv);
   const int64_t Dk = C / H, Ckv = Hkv * Dk, ld = C + 2 * Ckv;
   // llama.cpp's defaults for the optional keys; it asserts n_rot == head width (llama.cpp, qwen3.cpp).
   for (const char* k : {".attention.key_length", ".attention.value_length", ".rope.dimension_count"})

@@ -259,6 +259,22 @@ TEST_CASE("gguf export: llama and qwen3 names, shapes and metadata as llama.cpp'
       REQUIRE(f.tensors[i].shape == expected[i].second);
       REQUIRE(f.tensors[i].type == (expected[i].second.size() == 2 ? GgmlType::BF16 : GgmlType::F32));
     }
+    // The reference reads what llama.cpp reads, and says which key or tensor does not fit.
+    GgufFile bad = f;
+    bad.set(a + ".attention.head_count_kv", GgufValue::u32(3));
+    REQUIRE_THROWS_WITH(gguf_reference_logits(bad, {1, 2}, GeluForm::Erf),
+                        Contains("4 heads and 3 key/value heads: expected heads dividing"));
+    bad = f;
+    bad.set(a + ".rope.dimension_count", GgufValue::u32(2));
+    REQUIRE_THROWS_WITH(gguf_reference_logits(bad, {1, 2}, GeluForm::Erf),
+                        Contains(a + ".rope.dimension_count is 2, tfm's reading of llama.cpp's " + a +
+                                 " takes the head width 4"));
+    bad = f;
+    for (GgufTensor& t : bad.tensors)
+      if (t.name == "blk.0.attn_k.weight") t = gguf_tensor(t.name, Tensor::zeros({4, C}));
+    REQUIRE_THROWS_WITH(gguf_reference_logits(bad, {1, 2}, GeluForm::Erf),
+                        Contains("tensor \"blk.0.attn_k.weight\" has shape [4, 16], llama.cpp's " + a +
+                                 " expects [8, 16]"));
     // SwiGLU's gate is fc1 (silu applied to it), its up projection fc3.
     REQUIRE(gguf_tensor_values(f.tensor("blk.0.ffn_gate.weight")).to_vector() ==
             gguf_tensor_values(gguf_tensor("x", model.find_parameter("blocks.0.fc1.weight")->value, GgmlType::BF16))
