@@ -3,9 +3,11 @@
 # libraries, against tfm on the same token ids.
 #   1. Installs node-llama-cpp 3.22.1 and only its linux-x64 CPU prebuilt into a cache outside the
 #      repository (once; later runs use the cache and need no network).
-#   2. Trains two tiny models (configs/tiny.json-sized, a few hundred steps): `char` (char tokenizer,
+#   2. Trains four tiny models (configs/tiny.json-sized, a few hundred steps): `char` (char tokenizer,
 #      sinusoidal positions, tied head: the defaults) and `bpe` (byte-level BPE, learned positions,
-#      untied head, grouped-query attention), and exports each as GGUF in f32, f16 and bf16.
+#      untied head, grouped-query attention), both llama.cpp's gpt2; `llama` (BPE, RoPE, RMSNorm, SwiGLU,
+#      no biases, grouped-query attention, untied head: llama.cpp's llama) and `qwen3` (char, the same
+#      with QK-norm and a tied head: llama.cpp's qwen3); and exports each as GGUF in f32, f16 and bf16.
 #   3. For each file: llama.cpp's next-token probabilities at every position of a few prompts against
 #      tfm's (`tfm eval --dump-logits --text`), llama.cpp's greedy continuation of 32 tokens against
 #      `tfm sample --temperature 0`, and llama.cpp's tokenization of the prompts against tfm's ids.
@@ -61,7 +63,7 @@ if ! installed; then
   echo "check_gguf.sh: installed: $(du -sh "$home/node_modules" | cut -f1) in $home/node_modules"
 fi
 
-# ---- 2. two tiny models, exported ----
+# ---- 2. four tiny models, exported ----
 if [[ -n ${TFM_GGUF_KEEP:-} ]]; then
   work=$TFM_GGUF_KEEP
   rm -rf "$work" && mkdir -p "$work"
@@ -80,7 +82,19 @@ common=(--config configs/tiny.json --set model.d_model=64 --set model.max_seq_le
 "$tfm" train "${common[@]}" --set data.tokenizer=bpe --set "data.tokenizer_path=\"$work/bpe.json\"" \
   --set model.positional_encoding=learned --set model.tie_embeddings=false --set model.n_kv_heads=2 \
   --out "$work/bpe" > "$work/bpe.train.log" 2>&1 || { cat "$work/bpe.train.log"; exit 1; }
-for run in char bpe; do
+# The modern options (llama.cpp's llama, and qwen3 with QK-norm). SwiGLU's d_ff of 2/3 of 4 C keeps the
+# feed-forward's parameters those of GELU's 4 C (Shazeer 2020); fewer steps: they learn faster.
+modern_steps=400
+modern=(--set model.positional_encoding=rope --set model.norm=rmsnorm --set model.activation=swiglu
+  --set model.bias=false --set model.d_ff=176 --set train.max_steps=$modern_steps --set train.eval_interval=$modern_steps
+  --set train.log_interval=$modern_steps)
+"$tfm" train "${common[@]}" "${modern[@]}" --set data.tokenizer=bpe --set "data.tokenizer_path=\"$work/bpe.json\"" \
+  --set model.tie_embeddings=false --set model.n_kv_heads=2 --out "$work/llama" > "$work/llama.train.log" 2>&1 ||
+  { cat "$work/llama.train.log"; exit 1; }
+"$tfm" train "${common[@]}" "${modern[@]}" --set model.qk_norm=true --set model.n_kv_heads=2 \
+  --out "$work/qwen3" > "$work/qwen3.train.log" 2>&1 || { cat "$work/qwen3.train.log"; exit 1; }
+runs=(char bpe llama qwen3)
+for run in "${runs[@]}"; do
   for dtype in f32 f16 bf16; do
     "$tfm" export --run "$work/$run" --format gguf --dtype $dtype --out "$work/$run-$dtype.gguf" \
       > "$work/$run-$dtype.export.txt"
@@ -167,11 +181,13 @@ console.log(`${name}: max |p_llama.cpp - p_tfm| ${c.worst.toExponential(2)} (tol
             `${c.positions} positions, tfm's top token at p ${(c.topSum / c.positions).toFixed(2)} on average and ` +
             `llama.cpp's the same at ${c.agree}/${c.positions}; greedy 32 tokens equal ${greedyMatch}/${n}` +
             `${greedyRequired === "yes" ? "" : " (reported)"}; tokenization equal ${tokenizeEqual}/${n}: ${ok ? "OK" : "FAIL"}`);
+// gpt2's reference runs llama.cpp's GELU; llama and qwen3 have none.
 if (rc)
-  console.log(`  against tfm's reading of the file with llama.cpp's GELU: max |dp| ${rc.worst.toExponential(2)}` +
+  console.log(`  against tfm's reading of the file${llama.architecture === "gpt2" ? " with llama.cpp's GELU" : ""}: ` +
+              `max |dp| ${rc.worst.toExponential(2)}` +
               `${refTolerance === "-" ? " (reported)" : ` (tolerance ${refTolerance})`}`);
 for (const p of problems) console.log(`  ${p}`);
-fs.appendFileSync(`${work}/summary.jsonl`, JSON.stringify({name, max_abs_prob_diff: c.worst, tolerance: Number(tolerance),
+fs.appendFileSync(`${work}/summary.jsonl`, JSON.stringify({name, architecture: llama.architecture, max_abs_prob_diff: c.worst, tolerance: Number(tolerance),
   max_abs_prob_diff_vs_file_with_llama_gelu: rc ? rc.worst : null, positions: c.positions,
   mean_top_probability: c.topSum / c.positions, top_token_agree: c.agree, greedy_equal: greedyMatch, greedy_total: n,
   tokenization_equal: tokenizeEqual, llama_cpp: llama.llama_cpp, ok}) + "\n");
@@ -182,9 +198,12 @@ JS
 echo "check_gguf.sh: node-llama-cpp $version (llama.cpp $(node -e 'console.log(require(process.argv[1]).tag)' \
   "$home/node_modules/node-llama-cpp/llama/llama.cpp.info.json")) against $tfm"
 status=0
-for run in char bpe; do
-  if [[ $run == char ]]; then prompts=("${char_prompts[@]}"); else prompts=("${bpe_prompts[@]}"); fi
-  check $run f32 exact 5e-3 2e-4 yes "${prompts[@]}" || status=1
+for run in "${runs[@]}"; do
+  case $run in char | qwen3) prompts=("${char_prompts[@]}") ;; *) prompts=("${bpe_prompts[@]}") ;; esac
+  # gpt2's GELU is llama.cpp's tanh form through a half table (~1e-3 in p); llama and qwen3 have no
+  # approximation, so only float rounding may separate llama.cpp from tfm there.
+  case $run in llama | qwen3) exact=1e-4 ;; *) exact=5e-3 ;; esac
+  check $run f32 exact $exact 2e-4 yes "${prompts[@]}" || status=1
   check $run f32 defaults 1e-2 - no "${prompts[@]}" || status=1
   check $run f16 exact 1e-2 - no "${prompts[@]}" || status=1
   check $run bf16 exact 1e-1 - no "${prompts[@]}" || status=1

@@ -5,7 +5,7 @@
 //            [--texts '["text", ...]'] [--kv-cache f32|f16] [--flash-attention on|off|auto]
 // node-llama-cpp is loaded from $TFM_NODE_LLAMA_CPP, default ${XDG_CACHE_HOME:-~/.cache}/tfm/node-llama-cpp,
 // where scripts/check_gguf.sh installs it (outside the repository). Prints to stdout:
-//   {"model", "llama_cpp": {repo, release}, "kv_cache", "flash_attention", "context_size",
+//   {"model", "architecture", "llama_cpp": {repo, release}, "kv_cache", "flash_attention", "context_size",
 //    "prompts": [{"tokens": ids, "probabilities": [[V] per position: p(next | tokens[0..t])],
 //                 "greedy": N ids after the prompt (llama.cpp's sampler at temperature 0),
 //                 "greedy_text": their text}],
@@ -134,6 +134,7 @@ const tokenized = o.texts.map((text) => ({text, tokens: model.tokenize(text, fal
 
 process.stdout.write(JSON.stringify({
   model: o.model,
+  architecture: info.metadata.general.architecture,
   llama_cpp: llama.llamaCppRelease,
   kv_cache: kvType,
   flash_attention: o.flashAttention,

@@ -172,7 +172,9 @@ std::vector<Command> add_eval_commands(CLI::App& app) {
                    "With --text: the logits of llama.cpp's graph run by tfm from this exported file (double "
                    "precision) instead of the model's: what llama.cpp should compute")
       ->type_name("FILE");
-  eval->add_option("--gelu", o->gelu, "With --gguf: the GELU to run it with: erf (tfm's), tanh, llama.cpp (its CPU kernel)")
+  eval->add_option("--gelu", o->gelu,
+                   "With --gguf: the GELU to run a gpt2 file with (llama and qwen3 have none): erf (tfm's), tanh, "
+                   "llama.cpp (its CPU kernel)")
       ->capture_default_str();
   eval->add_option("--mask-heads", o->mask_heads, "Mask attention heads: LAYER:HEAD,... (0-based; their output is zero)")
       ->type_name("L:H,...");

@@ -164,31 +164,41 @@ int export_gguf(const ExportOptions& o, LoadedRun& run) {
   GgufExportOptions options{dtype, name.empty() ? "tfm" : name, run.config.tree.dump()};
   save_gguf(out, gguf_from_model(model, tok, run.objective->name(), options));
 
-  // Read back with the GGUF reader and run llama.cpp's gpt2 graph from the file on a probe of ids.
+  // Read back with the GGUF reader and run llama.cpp's graph from the file on a probe of ids.
   const GgufFile back = load_gguf(out);
   const ModelConfig& c = model.config();
+  const std::string arch = back.at("general.architecture").str();
   std::vector<int32_t> probe;
   for (int64_t t = 0; t < std::min<int64_t>(c.max_seq_len, 16); ++t)
     probe.push_back(static_cast<int32_t>((t * 7919 + 1) % c.vocab_size));
   const double erf = gguf_max_probability_diff(model, back, probe, GeluForm::Erf);
-  const double tanh_form = gguf_max_probability_diff(model, back, probe, GeluForm::Tanh);
-  const double llama = gguf_max_probability_diff(model, back, probe, GeluForm::LlamaCpp);
   const GgufEndOfText eot = gguf_end_of_text(tok);
   std::printf(
-      "wrote %s: llama.cpp architecture gpt2, %zu tensors (%s matrices, F32 vectors), %ld parameters, %s "
+      "wrote %s: llama.cpp architecture %s, %zu tensors (%s matrices, F32 vectors), %ld parameters, %s "
       "vocabulary of %ld, context %ld (%s/%s.ckpt, step %ld)\n",
-      out.c_str(), back.tensors.size(), ggml_type_name(dtype), static_cast<long>(model.parameter_count()),
-      tok.kind_name().c_str(), static_cast<long>(c.vocab_size), static_cast<long>(c.max_seq_len), o.run.c_str(),
-      o.which.c_str(), static_cast<long>(run.checkpoint.state.value("step", int64_t{0})));
-  std::printf(
-      "read back: llama.cpp's gpt2 graph run from the file in double precision gives the run's next-token "
-      "probabilities on %zu probe tokens within %.1e with tfm's GELU (erf), %.1e with GELU's tanh form, "
-      "%.1e with llama.cpp's CPU GELU (tanh form through a half-precision table)\n",
-      probe.size(), erf, tanh_form, llama);
+      out.c_str(), arch.c_str(), back.tensors.size(), ggml_type_name(dtype),
+      static_cast<long>(model.parameter_count()), tok.kind_name().c_str(), static_cast<long>(c.vocab_size),
+      static_cast<long>(c.max_seq_len), o.run.c_str(), o.which.c_str(),
+      static_cast<long>(run.checkpoint.state.value("step", int64_t{0})));
+  if (arch == "gpt2") {
+    const double tanh_form = gguf_max_probability_diff(model, back, probe, GeluForm::Tanh);
+    const double llama = gguf_max_probability_diff(model, back, probe, GeluForm::LlamaCpp);
+    std::printf(
+        "read back: llama.cpp's gpt2 graph run from the file in double precision gives the run's next-token "
+        "probabilities on %zu probe tokens within %.1e with tfm's GELU (erf), %.1e with GELU's tanh form, "
+        "%.1e with llama.cpp's CPU GELU (tanh form through a half-precision table)\n",
+        probe.size(), erf, tanh_form, llama);
+  } else {
+    std::printf(
+        "read back: llama.cpp's %s graph run from the file in double precision gives the run's next-token "
+        "probabilities on %zu probe tokens within %.1e (RoPE, RMSNorm, SwiGLU%s: no approximation in it)\n",
+        arch.c_str(), probe.size(), erf, arch == "qwen3" ? ", QK-norm" : "");
+  }
   // In f32 only float rounding may separate the file from the model (~1e-6): anything more is a bug here.
   if (dtype == GgmlType::F32 && erf > 1e-4) {
-    std::fprintf(stderr, "tfm: error: %s does not reproduce the run's model (max probability difference %.1e with "
-                 "tfm's GELU, expected float rounding); please report it\n", out.c_str(), erf);
+    std::fprintf(stderr, "tfm: error: %s does not reproduce the run's model (max probability difference %.1e%s, "
+                 "expected float rounding); please report it\n", out.c_str(), erf,
+                 arch == "gpt2" ? " with tfm's GELU" : "");
     return kExitInternal;
   }
   std::printf("end of generation in llama.cpp: %s\n", eot.note.c_str());
@@ -281,12 +291,14 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
       "encoder-decoder's names are in include/tfm/models/encoder_decoder.h); metadata: objective, config,\n"
       "tokenizer (and target_tokenizer). Load with `tfm train --init-from FILE` or `tfm sample --init-from FILE`.\n"
       "\n"
-      "gguf: a file llama.cpp runs, architecture gpt2 (GGUF v3): causal_lm runs of the pre-norm LayerNorm,\n"
-      "GELU, dot-product model, sinusoidal or learned positions, tied or untied head, any n_kv_heads. The\n"
+      "gguf: a file llama.cpp runs (GGUF v3), for causal_lm runs of pre-norm dot-product models, tied or\n"
+      "untied head, any n_kv_heads: architecture gpt2 for LayerNorm and GELU with sinusoidal or learned\n"
+      "positions, llama for RoPE, RMSNorm and SwiGLU, qwen3 for those with model.qk_norm and no biases. The\n"
       "tokenizer goes with it as llama.cpp's gpt2 BPE tokenizer: bpe runs with their merges, char and byte\n"
       "vocabularies as tokens. Refused, naming the key: masked_lm and seq2seq runs, model.norm_position\n"
-      "post, model.activation relu, model.attention_score additive, head gating and head mixing.\n"
-      "The file is read back and llama.cpp's gpt2 graph run from it on a few tokens, in double precision:\n"
+      "post, model.activation relu, model.attention_score additive, head gating and head mixing, and mixes\n"
+      "that fit no architecture (RoPE with LayerNorm or GELU; RMSNorm, SwiGLU or QK-norm without RoPE).\n"
+      "The file is read back and llama.cpp's graph run from it on a few tokens, in double precision. gpt2:\n"
       "the differences printed are with tfm's erf GELU (the export itself: float rounding), with GELU's tanh\n"
       "form, and with llama.cpp's CPU GELU (tanh form through a half-precision table: what llama.cpp shows).\n"
       "scripts/check_gguf.sh runs real llama.cpp on exports (docs/llama_cpp.md).\n"

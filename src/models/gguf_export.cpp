@@ -51,7 +51,23 @@ Tensor stack_rows(const std::vector<Tensor>& parts) {
   return out;
 }
 
-// ---- llama.cpp's gpt2 graph in double (gguf_reference_logits) ----
+// The rows of t (heads * Dk, ...) or (Dk) reordered within each head from RoPE's adjacent pairs to
+// halves: row 2i goes to i, row 2i + 1 to i + Dk/2 (gguf_export.h: qwen3).
+Tensor neox_order(const Tensor& t, int64_t heads) {
+  const Tensor v = contiguous_values(t);
+  const int64_t rows = v.size(0), cols = v.numel() / rows, Dk = rows / heads, half = Dk / 2;
+  Tensor out = Tensor::empty(v.shape());
+  const auto row_bytes = static_cast<size_t>(cols) * sizeof(float);
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < half; ++i) {
+      const float* src = v.data() + (h * Dk + 2 * i) * cols;
+      std::memcpy(out.data() + (h * Dk + i) * cols, src, row_bytes);
+      std::memcpy(out.data() + (h * Dk + half + i) * cols, src + cols, row_bytes);
+    }
+  return out;
+}
+
+// ---- llama.cpp's graphs in double (gguf_reference_logits) ----
 
 struct Weights {
   const GgufFile& file;
@@ -64,10 +80,15 @@ struct Weights {
       const GgufTensor& t = file.tensor(name);
       if (t.shape != shape)
         throw IoError(detail::concat(file.source, ": tensor \"", name, "\" has shape ", shape_str(t.shape),
-                                     ", llama.cpp's gpt2 expects ", shape_str(shape)));
+                                     ", llama.cpp's ", file.at("general.architecture").str(), " expects ",
+                                     shape_str(shape)));
       it = cache.emplace(name, gguf_tensor_values(t)).first;
     }
     return it->second.data();
+  }
+  // The same for a tensor llama.cpp loads when present (TENSOR_NOT_REQUIRED); nullptr without it.
+  const float* optional(const std::string& name, const Shape& shape) {
+    return file.find_tensor(name) ? get(name, shape) : nullptr;
   }
   int64_t key(const std::string& name) const {
     const GgufValue& v = file.at(name);
@@ -76,6 +97,7 @@ struct Weights {
                                    ", llama.cpp reads a uint32"));
     return static_cast<int64_t>(v.unsigned_value());
   }
+  int64_t key_or(const std::string& name, int64_t fallback) const { return file.find(name) ? key(name) : fallback; }
 };
 
 // LayerNorm of one row, as ggml_norm then * weight + bias.
@@ -98,6 +120,73 @@ void affine(const float* W, const float* b, const double* x, int64_t in, int64_t
   }
 }
 
+// RMSNorm of one row (Zhang & Sennrich 2019), as ggml_rms_norm then * weight.
+void rms_norm_row(const double* x, int64_t C, const float* w, double eps, double* out) {
+  double ms = 0;
+  for (int64_t c = 0; c < C; ++c) ms += x[c] * x[c];
+  const double inv = 1.0 / std::sqrt(ms / static_cast<double>(C) + eps);
+  for (int64_t c = 0; c < C; ++c) out[c] = x[c] * inv * w[c];
+}
+
+// RoPE (RoFormer, Su et al. 2021) of one head's Dk values at position p as ggml's rope computes it
+// (ggml-cpu/ops.cpp: rotate_pairs): pair i turns by p * base^(-2i/Dk); LLAMA_ROPE_TYPE_NORM pairs dims
+// (2i, 2i + 1), LLAMA_ROPE_TYPE_NEOX dims (i, i + Dk/2).
+void rope_head(double* x, int64_t Dk, int64_t p, double base, bool neox) {
+  const int64_t half = Dk / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const double angle =
+        static_cast<double>(p) * std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(Dk));
+    double& x0 = x[neox ? i : 2 * i];
+    double& x1 = x[neox ? i + half : 2 * i + 1];
+    const double y0 = x0 * std::cos(angle) - x1 * std::sin(angle), y1 = x0 * std::sin(angle) + x1 * std::cos(angle);
+    x0 = y0;
+    x1 = y1;
+  }
+}
+
+// Causal attention per head from rows of qkv (T, C + 2 Ckv): q at [0, C), k at [C, C + Ckv), v after
+// (build_qkv's views), query head h reading kv head h / (H / Hkv), scores scaled by 1/sqrt(Dk) -> att (T, C).
+void causal_attention(const std::vector<double>& qkv, int64_t T, int64_t H, int64_t Hkv, int64_t Dk,
+                      std::vector<double>& att) {
+  const int64_t C = H * Dk, Ckv = Hkv * Dk, ld = C + 2 * Ckv, group = H / Hkv;
+  std::vector<double> p(T);
+  for (int64_t head = 0; head < H; ++head) {
+    const int64_t kv = head / group;
+    for (int64_t t = 0; t < T; ++t) {
+      const double* q = &qkv[t * ld + head * Dk];
+      double mx = -INFINITY, sum = 0;
+      for (int64_t s = 0; s <= t; ++s) {
+        const double* k = &qkv[s * ld + C + kv * Dk];
+        double dot = 0;
+        for (int64_t d = 0; d < Dk; ++d) dot += q[d] * k[d];
+        p[s] = dot / std::sqrt(static_cast<double>(Dk));
+        mx = std::max(mx, p[s]);
+      }
+      for (int64_t s = 0; s <= t; ++s) sum += (p[s] = std::exp(p[s] - mx));
+      for (int64_t d = 0; d < Dk; ++d) {
+        double o = 0;
+        for (int64_t s = 0; s <= t; ++s) o += p[s] * qkv[s * ld + C + Ckv + kv * Dk + d];
+        att[t * C + head * Dk + d] = o / sum;
+      }
+    }
+  }
+}
+
+// The logits (T, V) of the final hidden states x (T, C), normalised row by row by `norm`, through
+// output.weight or, without it, token_embd (llama.cpp's TENSOR_DUPLICATED fallback).
+template <class Norm>
+Tensor reference_head_logits(Weights& w, const std::vector<double>& x, int64_t T, int64_t C, int64_t V, Norm&& norm) {
+  const float* out = w.get(w.file.find_tensor("output.weight") ? "output.weight" : "token_embd.weight", {V, C});
+  Tensor logits = Tensor::empty({T, V});
+  std::vector<double> h(C), row(V);
+  for (int64_t t = 0; t < T; ++t) {
+    norm(&x[t * C], h.data());
+    affine(out, nullptr, h.data(), C, V, row.data());
+    for (int64_t v = 0; v < V; ++v) logits.data()[t * V + v] = static_cast<float>(row[v]);
+  }
+  return logits;
+}
+
 std::vector<double> softmax_rows(const std::vector<float>& logits, int64_t V) {
   std::vector<double> p(logits.begin(), logits.end());
   for (size_t r = 0; r < p.size(); r += static_cast<size_t>(V)) {
@@ -112,12 +201,28 @@ std::vector<double> softmax_rows(const std::vector<float>& logits, int64_t V) {
 
 }  // namespace
 
-void check_gguf_exportable(const std::string& objective, const ModelConfig& c) {
+const char* gguf_architecture_name(GgufArchitecture arch) {
+  switch (arch) {
+    case GgufArchitecture::Gpt2: return "gpt2";
+    case GgufArchitecture::Llama: return "llama";
+    case GgufArchitecture::Qwen3: return "qwen3";
+  }
+  return "?";
+}
+
+GgufArchitecture gguf_architecture(const std::string& objective, const ModelConfig& c) {
+  // RoPE picks the family: llama.cpp's gpt2 adds a position table, its llama and qwen3 turn queries
+  // and keys (qwen3: after a per-head RMSNorm of each, QK-norm).
+  const bool rope = c.positional_encoding == PositionalEncoding::Rope;
+  const GgufArchitecture arch =
+      !rope ? GgufArchitecture::Gpt2 : c.qk_norm ? GgufArchitecture::Qwen3 : GgufArchitecture::Llama;
+  const std::string graph = std::string("llama.cpp's ") + gguf_architecture_name(arch);
   std::vector<std::string> problems;
   if (objective == "masked_lm")
     problems.push_back(
         "train.objective = \"masked_lm\": the encoder attends both ways (model.causal false) and predicts masked "
-        "tokens; llama.cpp's gpt2 architecture is a causal next-token decoder (GGUF export takes causal_lm runs)");
+        "tokens; llama.cpp's gpt2, llama and qwen3 are causal next-token decoders (GGUF export takes causal_lm "
+        "runs)");
   else if (objective == "seq2seq")
     problems.push_back(
         "train.objective = \"seq2seq\": llama.cpp runs encoder-decoders only as T5 (relative position buckets, "
@@ -125,14 +230,11 @@ void check_gguf_exportable(const std::string& objective, const ModelConfig& c) {
   else if (objective != "causal_lm")
     problems.push_back("train.objective = \"" + objective + "\": GGUF export takes causal_lm runs");
   if (objective == "causal_lm" && !c.causal)
-    problems.push_back("model.causal = false: llama.cpp's gpt2 attention is causal");
+    problems.push_back("model.causal = false: " + graph + " attention is causal");
   if (c.norm_position != NormPosition::Pre)
-    problems.push_back("model.norm_position = \"" + name_of(c.norm_position) +
-                       "\": llama.cpp's gpt2 graph normalises before each sub-layer (pre-norm); a LayerNorm after "
-                       "the residual add has no place in it");
-  if (c.activation != Activation::Gelu)
-    problems.push_back("model.activation = \"" + name_of(c.activation) +
-                       "\": llama.cpp's gpt2 feed-forward applies GELU, nothing else");
+    problems.push_back("model.norm_position = \"" + name_of(c.norm_position) + "\": " + graph +
+                       " graph normalises before each sub-layer (pre-norm); a norm after the residual add has no "
+                       "place in it");
   if (c.attention_score != AttentionScore::Dot)
     problems.push_back("model.attention_score = \"" + name_of(c.attention_score) +
                        "\": llama.cpp scores attention by scaled dot products only");
@@ -142,16 +244,37 @@ void check_gguf_exportable(const std::string& objective, const ModelConfig& c) {
   if (c.head_mixing != HeadMixing::None)
     problems.push_back("model.head_mixing = \"" + name_of(c.head_mixing) +
                        "\": llama.cpp's attention has no mixing across heads");
-  if (c.norm != NormKind::LayerNorm)
-    problems.push_back("model.norm = \"" + name_of(c.norm) + "\": llama.cpp's gpt2 graph uses LayerNorm");
-  if (c.positional_encoding == PositionalEncoding::Rope)
-    problems.push_back("model.positional_encoding = \"rope\": llama.cpp's gpt2 graph adds a position table");
-  if (c.qk_norm) problems.push_back("model.qk_norm = true: llama.cpp's gpt2 attention has no QK-norm");
-  if (problems.empty()) return;
+  if (!rope) {
+    if (c.activation != Activation::Gelu)
+      problems.push_back("model.activation = \"" + name_of(c.activation) +
+                         "\": llama.cpp's gpt2 feed-forward applies GELU, nothing else (its SwiGLU architectures, "
+                         "llama and qwen3, take model.positional_encoding = \"rope\")");
+    if (c.norm != NormKind::LayerNorm)
+      problems.push_back("model.norm = \"" + name_of(c.norm) +
+                         "\": llama.cpp's gpt2 graph uses LayerNorm (its RMSNorm architectures, llama and qwen3, "
+                         "take model.positional_encoding = \"rope\")");
+    if (c.qk_norm)
+      problems.push_back("model.qk_norm = true: llama.cpp's gpt2 attention has no QK-norm (its qwen3 has, with "
+                         "model.positional_encoding = \"rope\")");
+  } else {
+    const std::string modern = "with model.positional_encoding = \"rope\" the model is " + graph +
+                               " (llama with RoPE, RMSNorm and SwiGLU; qwen3 with QK-norm too), which ";
+    if (c.norm != NormKind::RMSNorm)
+      problems.push_back("model.norm = \"" + name_of(c.norm) + "\": " + modern + "normalises with RMSNorm");
+    if (c.activation != Activation::SwiGLU)
+      problems.push_back("model.activation = \"" + name_of(c.activation) + "\": " + modern +
+                         "has a SwiGLU feed-forward");
+    if (arch == GgufArchitecture::Qwen3 && c.bias)
+      problems.push_back("model.bias = true: llama.cpp's qwen3 (the architecture with QK-norm) has no biases on "
+                         "its output projection or feed-forward");
+  }
+  if (problems.empty()) return arch;
   std::string msg = "GGUF export: llama.cpp cannot run this model:";
   for (const std::string& p : problems) msg += "\n" + p;
   throw ConfigError(msg);
 }
+
+void check_gguf_exportable(const std::string& objective, const ModelConfig& c) { gguf_architecture(objective, c); }
 
 std::string gpt2_token_text(const std::string& bytes) {
   std::string out;
@@ -233,26 +356,34 @@ void add_gguf_tokenizer(GgufFile& f, const Tokenizer& tok) {
 GgufFile gguf_from_model(const LanguageModel& model, const Tokenizer& tok, const std::string& objective,
                          const GgufExportOptions& o) {
   const ModelConfig& c = model.config();
-  check_gguf_exportable(objective, c);
+  const GgufArchitecture arch = gguf_architecture(objective, c);
   TFM_CHECK(tok.size() == c.vocab_size, "gguf_from_model", "the tokenizer has ", tok.size(),
             " tokens, the model's vocabulary ", c.vocab_size);
-  const int64_t C = c.d_model, L = c.max_seq_len, Dk = C / c.n_heads, Ckv = c.n_kv_heads * Dk;
-  const bool sinusoidal = c.positional_encoding == PositionalEncoding::Sinusoidal;
+  const int64_t C = c.d_model, L = c.max_seq_len, Dk = c.head_dim(), Ckv = c.n_kv_heads * Dk;
+  const std::string a = gguf_architecture_name(arch);
 
   GgufFile f;
-  f.set("general.architecture", GgufValue::string("gpt2"));
+  f.set("general.architecture", GgufValue::string(a));
   if (!o.name.empty()) f.set("general.name", GgufValue::string(o.name));
   f.set("general.file_type", GgufValue::u32(file_type(o.dtype)));
   // llama.cpp reads these as uint32 and float32 (llama-model-loader.cpp checks the type).
   const auto u32 = [](int64_t v) { return GgufValue::u32(static_cast<uint32_t>(v)); };
-  f.set("gpt2.context_length", u32(L));
-  f.set("gpt2.embedding_length", u32(C));
-  f.set("gpt2.block_count", u32(c.n_layers));
-  f.set("gpt2.feed_forward_length", u32(c.d_ff));
-  f.set("gpt2.attention.head_count", u32(c.n_heads));
-  f.set("gpt2.attention.head_count_kv", u32(c.n_kv_heads));
-  f.set("gpt2.attention.layer_norm_epsilon", GgufValue::f32(c.norm_eps));
-  f.set("gpt2.vocab_size", u32(c.vocab_size));
+  f.set(a + ".context_length", u32(L));
+  f.set(a + ".embedding_length", u32(C));
+  f.set(a + ".block_count", u32(c.n_layers));
+  f.set(a + ".feed_forward_length", u32(c.d_ff));
+  f.set(a + ".attention.head_count", u32(c.n_heads));
+  f.set(a + ".attention.head_count_kv", u32(c.n_kv_heads));
+  if (arch == GgufArchitecture::Gpt2) {
+    f.set(a + ".attention.layer_norm_epsilon", GgufValue::f32(c.norm_eps));
+  } else {
+    f.set(a + ".attention.layer_norm_rms_epsilon", GgufValue::f32(c.norm_eps));  // QK-norm's too
+    f.set(a + ".attention.key_length", u32(Dk));
+    f.set(a + ".attention.value_length", u32(Dk));
+    f.set(a + ".rope.dimension_count", u32(Dk));  // tfm turns the whole head
+    f.set(a + ".rope.freq_base", GgufValue::f32(static_cast<float>(c.rope_theta)));
+  }
+  f.set(a + ".vocab_size", u32(c.vocab_size));
   if (!o.config_json.empty()) f.set("tfm.config", GgufValue::string(o.config_json));
   add_gguf_tokenizer(f, tok);
 
@@ -260,12 +391,45 @@ GgufFile gguf_from_model(const LanguageModel& model, const Tokenizer& tok, const
   auto add = [&](const std::string& name, const Tensor& t) {
     f.tensors.push_back(gguf_tensor(name, t, t.dim() >= 2 ? o.dtype : GgmlType::F32));
   };
+  NoGradGuard no_grad;
+  const Tensor& E = parameter(model, "emb.weight");  // (V, C)
+  if (arch != GgufArchitecture::Gpt2) {
+    // qwen3 turns the halves of a head (LLAMA_ROPE_TYPE_NEOX), tfm adjacent pairs: its query and key
+    // rows (and QK-norm gains) go in half order (gguf_export.h).
+    const bool neox = arch == GgufArchitecture::Qwen3;
+    const auto rope_rows = [&](const Tensor& t, int64_t heads) { return neox && heads > 0 ? neox_order(t, heads) : t; };
+    // Where a model.bias = true llama has biases, llama.cpp's llama reads them as optional tensors.
+    const auto add_linear = [&](const std::string& g, const std::string& b, int64_t heads) {
+      add(g + ".weight", rope_rows(parameter(model, b + ".weight"), heads));
+      if (const NamedParameter* p = model.find_parameter(b + ".bias")) add(g + ".bias", rope_rows(p->value, heads));
+    };
+    add("token_embd.weight", E);
+    for (int64_t i = 0; i < c.n_layers; ++i) {
+      const std::string b = "blocks." + std::to_string(i) + ".", g = "blk." + std::to_string(i) + ".";
+      add(g + "attn_norm.weight", parameter(model, b + "ln1.weight"));
+      add_linear(g + "attn_q", b + "attn.wq", c.n_heads);     // (H Dk, C)
+      add_linear(g + "attn_k", b + "attn.wk", c.n_kv_heads);  // (Hkv Dk, C)
+      add_linear(g + "attn_v", b + "attn.wv", 0);             // (Hkv Dk, C), not turned: as it is
+      if (c.qk_norm) {
+        add(g + "attn_q_norm.weight", rope_rows(parameter(model, b + "attn.q_norm.weight"), 1));  // (Dk)
+        add(g + "attn_k_norm.weight", rope_rows(parameter(model, b + "attn.k_norm.weight"), 1));
+      }
+      add_linear(g + "attn_output", b + "attn.wo", 0);  // (C, H Dk)
+      add(g + "ffn_norm.weight", parameter(model, b + "ln2.weight"));
+      add_linear(g + "ffn_gate", b + "fc1", 0);  // (F, C): silu(x W1^T) * (x W3^T), then W2
+      add_linear(g + "ffn_up", b + "fc3", 0);    // (F, C)
+      add_linear(g + "ffn_down", b + "fc2", 0);  // (C, F)
+    }
+    add("output_norm.weight", parameter(model, "ln_f.weight"));
+    if (!c.tie_embeddings) add("output.weight", parameter(model, "head.weight"));  // tied: token_embd
+    return f;
+  }
+
+  const bool sinusoidal = c.positional_encoding == PositionalEncoding::Sinusoidal;
   auto bias_or_zeros = [&](const std::string& name, int64_t n) {
     const NamedParameter* p = model.find_parameter(name);
     return p ? p->value : Tensor::zeros({n});  // model.bias = false: llama.cpp adds zeros
   };
-  NoGradGuard no_grad;
-  const Tensor& E = parameter(model, "emb.weight");  // (V, C)
   // The product tfm computes in embed_with_positions, with the same float scale and op.
   add("token_embd.weight", sinusoidal ? E * std::sqrt(static_cast<float>(C)) : E);
   add("position_embd.weight",
@@ -312,27 +476,40 @@ double gelu_of(GeluForm form, double x) {
   return 0.0;
 }
 
-Tensor gguf_reference_logits(const GgufFile& file, const std::vector<int32_t>& ids, GeluForm gelu) {
-  Weights w{file, {}};
-  const std::string& src = file.source;
-  if (file.at("general.architecture").str() != "gpt2")
-    throw IoError(src + ": general.architecture is \"" + file.at("general.architecture").str() + "\", not gpt2");
+namespace {
+
+// Head counts a graph can be built from (a file may say anything): C = H Dk, H = G Hkv.
+void check_heads(const GgufFile& file, int64_t C, int64_t H, int64_t Hkv) {
+  if (C < 1 || H < 1 || Hkv < 1 || C % H != 0 || H % Hkv != 0)
+    throw IoError(detail::concat(file.source, ": embedding length ", C, ", ", H, " heads and ", Hkv,
+                                 " key/value heads: expected heads dividing the embedding and kv heads the heads"));
+}
+
+// Tokens in range and within the context of L.
+void check_ids(const std::vector<int32_t>& ids, int64_t V, int64_t L) {
+  const auto T = static_cast<int64_t>(ids.size());
+  TFM_CHECK(T >= 1 && T <= L, "gguf_reference_logits", T, " tokens for a context of ", L);
+  for (const int32_t id : ids)
+    TFM_CHECK(id >= 0 && id < V, "gguf_reference_logits", "token id ", id, " outside [0, ", V, ")");
+}
+
+// llama.cpp src/models/gpt2.cpp.
+Tensor gpt2_reference_logits(Weights& w, const std::vector<int32_t>& ids, GeluForm gelu) {
   const int64_t C = w.key("gpt2.embedding_length"), L = w.key("gpt2.context_length"),
                 n_layers = w.key("gpt2.block_count"), H = w.key("gpt2.attention.head_count"),
                 Hkv = w.key("gpt2.attention.head_count_kv"), F = w.key("gpt2.feed_forward_length");
-  const double eps = file.at("gpt2.attention.layer_norm_epsilon").number();
-  const auto V = static_cast<int64_t>(file.at("tokenizer.ggml.tokens").items().size());
+  const double eps = w.file.at("gpt2.attention.layer_norm_epsilon").number();
+  const auto V = static_cast<int64_t>(w.file.at("tokenizer.ggml.tokens").items().size());
   const auto T = static_cast<int64_t>(ids.size());
-  TFM_CHECK(T >= 1 && T <= L, "gguf_reference_logits", T, " tokens for a context of ", L);
-  const int64_t Dk = C / H, Ckv = Hkv * Dk, group = H / Hkv;
+  check_ids(ids, V, L);
+  check_heads(w.file, C, H, Hkv);
+  const int64_t Dk = C / H, Ckv = Hkv * Dk;
 
   const float* tok = w.get("token_embd.weight", {V, C});
   const float* pos = w.get("position_embd.weight", {L, C});
   std::vector<double> x(T * C), h(T * C), qkv(T * (C + 2 * Ckv)), att(T * C), up(T * F), tmp(std::max(C, F));
-  for (int64_t t = 0; t < T; ++t) {
-    TFM_CHECK(ids[t] >= 0 && ids[t] < V, "gguf_reference_logits", "token id ", ids[t], " outside [0, ", V, ")");
+  for (int64_t t = 0; t < T; ++t)
     for (int64_t k = 0; k < C; ++k) x[t * C + k] = static_cast<double>(tok[ids[t] * C + k]) + pos[t * C + k];
-  }
   for (int64_t l = 0; l < n_layers; ++l) {
     const std::string g = "blk." + std::to_string(l) + ".";
     const float* ln1_w = w.get(g + "attn_norm.weight", {C});
@@ -345,29 +522,7 @@ Tensor gguf_reference_logits(const GgufFile& file, const std::vector<int32_t>& i
       layer_norm_row(&x[t * C], C, ln1_w, ln1_b, eps, &h[t * C]);
       affine(wqkv, bqkv, &h[t * C], C, C + 2 * Ckv, &qkv[t * (C + 2 * Ckv)]);
     }
-    // Causal attention per head: q at [0, C), k at [C, C + Ckv), v after (build_qkv's views).
-    const int64_t ld = C + 2 * Ckv;
-    std::vector<double> p(T);
-    for (int64_t head = 0; head < H; ++head) {
-      const int64_t kv = head / group;
-      for (int64_t t = 0; t < T; ++t) {
-        const double* q = &qkv[t * ld + head * Dk];
-        double mx = -INFINITY, sum = 0;
-        for (int64_t s = 0; s <= t; ++s) {
-          const double* k = &qkv[s * ld + C + kv * Dk];
-          double dot = 0;
-          for (int64_t d = 0; d < Dk; ++d) dot += q[d] * k[d];
-          p[s] = dot / std::sqrt(static_cast<double>(Dk));
-          mx = std::max(mx, p[s]);
-        }
-        for (int64_t s = 0; s <= t; ++s) sum += (p[s] = std::exp(p[s] - mx));
-        for (int64_t d = 0; d < Dk; ++d) {
-          double o = 0;
-          for (int64_t s = 0; s <= t; ++s) o += p[s] * qkv[s * ld + C + Ckv + kv * Dk + d];
-          att[t * C + head * Dk + d] = o / sum;
-        }
-      }
-    }
+    causal_attention(qkv, T, H, Hkv, Dk, att);
     const float* ln2_w = w.get(g + "ffn_norm.weight", {C});
     const float* ln2_b = w.get(g + "ffn_norm.bias", {C});
     const float* wup = w.get(g + "ffn_up.weight", {F, C});
@@ -386,15 +541,97 @@ Tensor gguf_reference_logits(const GgufFile& file, const std::vector<int32_t>& i
   }
   const float* lnf_w = w.get("output_norm.weight", {C});
   const float* lnf_b = w.get("output_norm.bias", {C});
-  const float* out = file.find_tensor("output.weight") ? w.get("output.weight", {V, C}) : tok;  // tied: token_embd
-  Tensor logits = Tensor::empty({T, V});
-  std::vector<double> row(V);
-  for (int64_t t = 0; t < T; ++t) {
-    layer_norm_row(&x[t * C], C, lnf_w, lnf_b, eps, &h[t * C]);
-    affine(out, nullptr, &h[t * C], C, V, row.data());
-    for (int64_t v = 0; v < V; ++v) logits.data()[t * V + v] = static_cast<float>(row[v]);
+  return reference_head_logits(w, x, T, C, V, [&](const double* in, double* out) {
+    layer_norm_row(in, C, lnf_w, lnf_b, eps, out);
+  });
+}
+
+// llama.cpp src/models/llama.cpp and, with QK-norm and NEOX RoPE, src/models/qwen3.cpp.
+Tensor llama_reference_logits(Weights& w, const std::vector<int32_t>& ids, bool qwen3) {
+  const std::string a = qwen3 ? "qwen3" : "llama";
+  const int64_t C = w.key(a + ".embedding_length"), L = w.key(a + ".context_length"),
+                n_layers = w.key(a + ".block_count"), H = w.key(a + ".attention.head_count"),
+                Hkv = w.key_or(a + ".attention.head_count_kv", H), F = w.key(a + ".feed_forward_length");
+  check_heads(w.file, C, H, Hkv);
+  const int64_t Dk = C / H, Ckv = Hkv * Dk, ld = C + 2 * Ckv;
+  // llama.cpp's defaults for the optional keys; it asserts n_rot == head width (llama.cpp, qwen3.cpp).
+  for (const char* k : {".attention.key_length", ".attention.value_length", ".rope.dimension_count"})
+    if (w.key_or(a + k, Dk) != Dk)
+      throw IoError(detail::concat(w.file.source, ": ", a, k, " is ", w.key(a + k), ", tfm's reading of llama.cpp's ",
+                                   a, " takes the head width ", Dk));
+  const double eps = w.file.at(a + ".attention.layer_norm_rms_epsilon").number();
+  const double base = w.file.find(a + ".rope.freq_base") ? w.file.at(a + ".rope.freq_base").number() : 10000.0;
+  const auto V = static_cast<int64_t>(w.file.at("tokenizer.ggml.tokens").items().size());
+  const auto T = static_cast<int64_t>(ids.size());
+  check_ids(ids, V, L);
+
+  const float* tok = w.get("token_embd.weight", {V, C});
+  std::vector<double> x(T * C), h(T * C), qkv(T * ld), att(T * C), gate(F), up(F), tmp(std::max(C, F)), head(Dk);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t k = 0; k < C; ++k) x[t * C + k] = tok[ids[t] * C + k];
+  for (int64_t l = 0; l < n_layers; ++l) {
+    const std::string g = "blk." + std::to_string(l) + ".";
+    const float* attn_norm = w.get(g + "attn_norm.weight", {C});
+    const float* wq = w.get(g + "attn_q.weight", {C, C});
+    const float* wk = w.get(g + "attn_k.weight", {Ckv, C});
+    const float* wv = w.get(g + "attn_v.weight", {Ckv, C});
+    const float* bq = w.optional(g + "attn_q.bias", {C});
+    const float* bk = w.optional(g + "attn_k.bias", {Ckv});
+    const float* bv = w.optional(g + "attn_v.bias", {Ckv});
+    const float* q_norm = qwen3 ? w.get(g + "attn_q_norm.weight", {Dk}) : nullptr;
+    const float* k_norm = qwen3 ? w.get(g + "attn_k_norm.weight", {Dk}) : nullptr;
+    const float* wo = w.get(g + "attn_output.weight", {C, C});
+    const float* bo = w.optional(g + "attn_output.bias", {C});
+    for (int64_t t = 0; t < T; ++t) {
+      rms_norm_row(&x[t * C], C, attn_norm, eps, &h[t * C]);
+      double* row = &qkv[t * ld];
+      affine(wq, bq, &h[t * C], C, C, row);
+      affine(wk, bk, &h[t * C], C, Ckv, row + C);
+      affine(wv, bv, &h[t * C], C, Ckv, row + C + Ckv);
+      // qwen3: each head's RMSNorm, then RoPE; llama: RoPE alone. Queries' heads, then the keys'.
+      for (int64_t j = 0; j < H + Hkv; ++j) {
+        double* x_head = row + j * Dk;
+        if (qwen3) {
+          rms_norm_row(x_head, Dk, j < H ? q_norm : k_norm, eps, head.data());
+          std::copy(head.begin(), head.end(), x_head);
+        }
+        rope_head(x_head, Dk, t, base, qwen3);
+      }
+    }
+    causal_attention(qkv, T, H, Hkv, Dk, att);
+    const float* ffn_norm = w.get(g + "ffn_norm.weight", {C});
+    const float* wgate = w.get(g + "ffn_gate.weight", {F, C});
+    const float* wup = w.get(g + "ffn_up.weight", {F, C});
+    const float* wdown = w.get(g + "ffn_down.weight", {C, F});
+    const float* bgate = w.optional(g + "ffn_gate.bias", {F});
+    const float* bup = w.optional(g + "ffn_up.bias", {F});
+    const float* bdown = w.optional(g + "ffn_down.bias", {C});
+    for (int64_t t = 0; t < T; ++t) {
+      affine(wo, bo, &att[t * C], C, C, tmp.data());
+      for (int64_t k = 0; k < C; ++k) x[t * C + k] += tmp[k];
+      rms_norm_row(&x[t * C], C, ffn_norm, eps, &h[t * C]);
+      affine(wgate, bgate, &h[t * C], C, F, gate.data());
+      affine(wup, bup, &h[t * C], C, F, up.data());
+      // SwiGLU (Shazeer 2020): silu(gate) * up, llama.cpp's LLM_FFN_SILU with LLM_FFN_PAR.
+      for (int64_t k = 0; k < F; ++k) gate[k] = gate[k] / (1.0 + std::exp(-gate[k])) * up[k];
+      affine(wdown, bdown, gate.data(), F, C, tmp.data());
+      for (int64_t k = 0; k < C; ++k) x[t * C + k] += tmp[k];
+    }
   }
-  return logits;
+  const float* output_norm = w.get("output_norm.weight", {C});
+  return reference_head_logits(w, x, T, C, V, [&](const double* in, double* out) {
+    rms_norm_row(in, C, output_norm, eps, out);
+  });
+}
+
+}  // namespace
+
+Tensor gguf_reference_logits(const GgufFile& file, const std::vector<int32_t>& ids, GeluForm gelu) {
+  Weights w{file, {}};
+  const std::string& arch = file.at("general.architecture").str();
+  if (arch == "gpt2") return gpt2_reference_logits(w, ids, gelu);
+  if (arch == "llama" || arch == "qwen3") return llama_reference_logits(w, ids, arch == "qwen3");
+  throw IoError(file.source + ": general.architecture is \"" + arch + "\", not gpt2, llama or qwen3");
 }
 
 double gguf_max_probability_diff(LanguageModel& model, const GgufFile& file, const std::vector<int32_t>& ids,

@@ -1,5 +1,6 @@
 // tfm export --format gguf and tfm eval --dump-logits --text through the CLI on configs/tiny.json: the
-// file is GGUF for llama.cpp's gpt2, read back the export reports the model's probabilities, the
+// file is GGUF for llama.cpp's gpt2 (or llama and qwen3 for the modern options), read back the export
+// reports the model's probabilities, the
 // flags are checked, and what llama.cpp cannot run is refused naming the key. Real llama.cpp runs the
 // exports in scripts/check_gguf.sh (ctest gguf_llama_cpp).
 #include <catch2/catch.hpp>
@@ -75,6 +76,36 @@ TEST_CASE("gguf: tfm export --format gguf writes llama.cpp's gpt2 and checks it 
   CHECK_THAT(r.out, Catch::Contains("--dtype: safetensors exports are float32"));
 }
 
+TEST_CASE("gguf: the modern options export as llama.cpp's llama, with QK-norm as qwen3", "[gguf][cli]") {
+  TempDir tmp("gguf_modern");
+  // The recipe's model options (RoPE, RMSNorm, SwiGLU, no biases, untied head; QK-norm for qwen3) at tiny size.
+  const std::string modern = " --set model.positional_encoding=rope --set model.norm=rmsnorm"
+                             " --set model.activation=swiglu --set model.bias=false --set model.tie_embeddings=false"
+                             " --set model.n_kv_heads=2 --set train.max_steps=20";
+  for (const std::string arch : {"llama", "qwen3"}) {
+    INFO(arch);
+    const std::string run = tmp.path + "/" + arch;
+    CliRun r = run_tfm("train --config configs/tiny.json --out " + run + modern +
+                       (arch == "qwen3" ? " --set model.qk_norm=true" : ""));
+    INFO(r.out);
+    REQUIRE(r.status == 0);
+    r = run_tfm("export --run " + run + " --format gguf --out " + run + "/m.gguf");
+    INFO(r.out);
+    REQUIRE(r.status == 0);
+    // token_embd, 9 tensors per block (11 with QK-norm), output_norm and output.
+    CHECK_THAT(r.out, Catch::Contains("llama.cpp architecture " + arch + ", " +
+                                      std::to_string(arch == "qwen3" ? 25 : 21) + " tensors"));
+    CHECK(number_before(r.out, " (RoPE, RMSNorm, SwiGLU") < 1e-5);  // the export itself: float rounding
+    const tfm::GgufFile f = tfm::load_gguf(run + "/m.gguf");
+    CHECK(f.at("general.architecture").str() == arch);
+    CHECK(f.at(arch + ".attention.head_count_kv").unsigned_value() == 2);
+    CHECK(f.at(arch + ".rope.dimension_count").unsigned_value() == 8);  // d_model 32 / 4 heads
+    CHECK(f.at(arch + ".rope.freq_base").number() == 10000.0);
+    CHECK((f.find_tensor("blk.1.attn_q_norm.weight") != nullptr) == (arch == "qwen3"));
+    CHECK(f.find_tensor("output.weight") != nullptr);
+  }
+}
+
 TEST_CASE("gguf: what llama.cpp cannot run is refused naming the key", "[gguf][cli]") {
   TempDir tmp("gguf_refuse");
   const std::string run = tmp.path + "/run";
@@ -88,6 +119,18 @@ TEST_CASE("gguf: what llama.cpp cannot run is refused naming the key", "[gguf][c
                         Catch::Contains("model.norm_position = \"post\"") &&
                         Catch::Contains("model.activation = \"relu\": llama.cpp's gpt2 feed-forward applies GELU"));
   CHECK_FALSE(std::filesystem::exists(run + "/model-f32.gguf"));
+
+  // RoPE with the default LayerNorm and GELU: neither llama.cpp's gpt2 (a position table) nor its llama.
+  const std::string rope = tmp.path + "/rope";
+  REQUIRE(run_tfm("train --config configs/tiny.json --out " + rope +
+                  " --set train.max_steps=2 --set model.positional_encoding=rope")
+              .status == 0);
+  const CliRun q = run_tfm("export --run " + rope + " --format gguf");
+  INFO(q.out);
+  CHECK(q.status == 2);
+  CHECK_THAT(q.out, Catch::Contains("model.norm = \"layernorm\": with model.positional_encoding = \"rope\"") &&
+                        Catch::Contains("model.activation = \"gelu\": with model.positional_encoding = \"rope\""));
+  CHECK_FALSE(std::filesystem::exists(rope + "/model-f32.gguf"));
 }
 
 TEST_CASE("gguf: eval --dump-logits --text gives each text's tokens and logits", "[gguf][cli]") {

@@ -1,6 +1,6 @@
 // GGUF export (models/gguf_export.h): the file, read back by the GGUF reader and run through llama.cpp's
-// gpt2 graph in double (gguf_reference_logits), gives the model's logits for every variant the
-// mapping covers; names, shapes and metadata types are what llama.cpp's loader asks for; the
+// gpt2, llama or qwen3 graph in double (gguf_reference_logits), gives the model's logits for every
+// variant the mapping covers; names, shapes and metadata types are what llama.cpp's loader asks for; the
 // tokenizer's tokens and merges; what cannot be exported is refused naming the key.
 // Legend: T tokens, C = d_model, V vocabulary.
 #include <catch2/catch.hpp>
@@ -38,8 +38,9 @@ void randomize(LanguageModel& model, uint64_t seed) {
   Rng rng(seed);
   Tensor values = model.flat_values();
   values.copy_from(Tensor::randn(values.shape(), rng, 0.0f, 0.35f));
-  for (const NamedParameter& p : model.parameters())  // LayerNorm gains near 1
-    if (p.name.find("ln") != std::string::npos && p.name.find("weight") != std::string::npos) {
+  for (const NamedParameter& p : model.parameters())  // norm gains (QK-norm's too) near 1
+    if ((p.name.find("ln") != std::string::npos || p.name.find("norm") != std::string::npos) &&
+        p.name.find("weight") != std::string::npos) {
       Tensor gain = p.value;  // a view of the flat buffer
       gain.copy_from(Tensor::randn(p.value.shape(), rng, 1.0f, 0.2f));
     }
@@ -60,6 +61,17 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double worst = 0;
   for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]));
   return worst;
+}
+
+// tiny() with the modern options: RoPE, RMSNorm, SwiGLU, no biases (llama.cpp's llama; qwen3 with qk_norm).
+ModelConfig modern(int64_t V, bool qk_norm) {
+  ModelConfig c = tiny(V);
+  c.positional_encoding = PositionalEncoding::Rope;
+  c.norm = NormKind::RMSNorm;
+  c.activation = Activation::SwiGLU;
+  c.bias = false;
+  c.qk_norm = qk_norm;
+  return c;
 }
 
 }  // namespace
@@ -106,6 +118,170 @@ TEST_CASE("gguf export: llama.cpp's gpt2 graph on the file gives the model's log
     CHECK(tanh_diff > 1e-4);
     CHECK(tanh_diff < 0.1);
     CHECK(gguf_max_probability_diff(model, f, ids, GeluForm::Erf) < 1e-5);
+  }
+}
+
+TEST_CASE("gguf export: llama.cpp's llama and qwen3 graphs on the file give the model's logits", "[gguf]") {
+  const Tokenizer tok = char_vocab();
+  const int64_t V = tok.size();
+  struct Variant {
+    const char* name;
+    ModelConfig config;
+    const char* arch;
+  };
+  std::vector<Variant> variants;
+  ModelConfig gqa = modern(V, false);
+  gqa.n_kv_heads = 2;
+  gqa.tie_embeddings = false;
+  variants.push_back({"llama: GQA, untied", gqa, "llama"});
+  ModelConfig mqa = modern(V, false);
+  mqa.n_kv_heads = 1;
+  mqa.rope_theta = 500.0;  // turns fast enough over 12 positions to matter
+  variants.push_back({"llama: MQA, tied, theta 500", mqa, "llama"});
+  ModelConfig biased = modern(V, false);
+  biased.bias = true;
+  biased.d_model = 24;
+  biased.n_heads = 2;  // Dk = 12
+  biased.n_kv_heads = 2;
+  variants.push_back({"llama: biases, Dk 12", biased, "llama"});
+  ModelConfig q3 = modern(V, true);
+  q3.n_kv_heads = 2;
+  variants.push_back({"qwen3: GQA, tied", q3, "qwen3"});
+  ModelConfig q3_untied = modern(V, true);
+  q3_untied.tie_embeddings = false;
+  q3_untied.rope_theta = 300.0;
+  variants.push_back({"qwen3: MHA, untied, theta 300", q3_untied, "qwen3"});
+
+  for (const Variant& v : variants) {
+    INFO(v.name);
+    LanguageModel model(v.config, 5);
+    randomize(model, 9);
+    const GgufFile f = round_trip(gguf_from_model(model, tok, "causal_lm"));
+    REQUIRE(f.at("general.architecture").str() == v.arch);
+    const std::vector<int32_t> ids = probe(v.config.max_seq_len, V);
+    NoGradGuard no_grad;
+    const std::vector<float> ours = model.forward(ids, 1, static_cast<int64_t>(ids.size())).to_vector();
+    const std::vector<float> ref = gguf_reference_logits(f, ids, GeluForm::LlamaCpp).to_vector();  // no GELU here
+    REQUIRE(ours.size() == ref.size());
+    CHECK(max_abs_diff(ours, ref) < 2e-5);
+    CHECK(gguf_max_probability_diff(model, f, ids, GeluForm::Erf) < 1e-5);
+  }
+}
+
+TEST_CASE("gguf export: qwen3's RoPE turns halves, so the export reorders Wq and Wk within each head", "[gguf]") {
+  const Tokenizer tok = char_vocab();
+  ModelConfig c = modern(tok.size(), true);
+  c.n_kv_heads = 2;
+  c.rope_theta = 100.0;
+  LanguageModel model(c, 2);
+  randomize(model, 3);
+  const GgufFile f = gguf_from_model(model, tok, "causal_lm");
+  // Row 2i of a head goes to i, row 2i + 1 to i + Dk/2 (Dk = 4): rows 0 2 1 3 of each head, in order.
+  const std::vector<float> wk = model.find_parameter("blocks.1.attn.wk.weight")->value.to_vector();
+  const std::vector<float> ak = gguf_tensor_values(f.tensor("blk.1.attn_k.weight")).to_vector();
+  const int64_t C = c.d_model;
+  const int64_t from[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+  for (int64_t r = 0; r < 8; ++r)
+    for (int64_t k = 0; k < C; ++k) REQUIRE(ak[r * C + k] == wk[from[r] * C + k]);
+  const std::vector<float> gain = model.find_parameter("blocks.0.attn.q_norm.weight")->value.to_vector();
+  CHECK(gguf_tensor_values(f.tensor("blk.0.attn_q_norm.weight")).to_vector() ==
+        std::vector<float>{gain[0], gain[2], gain[1], gain[3]});
+  // V is not turned: as it is.
+  CHECK(gguf_tensor_values(f.tensor("blk.0.attn_v.weight")).to_vector() ==
+        model.find_parameter("blocks.0.attn.wv.weight")->value.to_vector());
+
+  // Without the reordering llama.cpp's qwen3 would turn the wrong pairs: the reference sees it.
+  GgufFile unordered = f;
+  for (GgufTensor& t : unordered.tensors)
+    for (int l = 0; l < 2; ++l)
+      for (const char* w : {"q", "k"}) {
+        const std::string layer = std::to_string(l);
+        if (t.name == "blk." + layer + ".attn_" + w + ".weight")
+          t = gguf_tensor(t.name, model.find_parameter("blocks." + layer + ".attn.w" + w + ".weight")->value);
+      }
+  const std::vector<int32_t> ids = probe(c.max_seq_len, tok.size());
+  CHECK(gguf_max_probability_diff(model, f, ids, GeluForm::Erf) < 1e-5);
+  CHECK(gguf_max_probability_diff(model, unordered, ids, GeluForm::Erf) > 1e-3);
+}
+
+TEST_CASE("gguf export: llama and qwen3 names, shapes and metadata as llama.cpp's loaders read them", "[gguf]") {
+  const Tokenizer tok = char_vocab();
+  const int64_t V = tok.size(), C = 16, F = 24, L = 12, Dk = 4, Ckv = 2 * Dk;
+  for (const bool qk_norm : {false, true}) {
+    const std::string a = qk_norm ? "qwen3" : "llama";
+    INFO(a);
+    ModelConfig c = modern(V, qk_norm);
+    c.n_kv_heads = 2;
+    c.tie_embeddings = qk_norm;  // qwen3 tied: output left to token_embd
+    c.rope_theta = 50000.0;
+    c.norm_eps = 1e-6f;
+    LanguageModel model(c, 1);
+    const GgufFile f = round_trip(gguf_from_model(model, tok, "causal_lm", {GgmlType::BF16, "tiny", "{}"}));
+    REQUIRE(f.at("general.architecture").str() == a);
+    REQUIRE(f.at("general.file_type").unsigned_value() == 32);  // MOSTLY_BF16
+    for (const auto& [key, value] : std::vector<std::pair<std::string, int64_t>>{
+             {".context_length", L}, {".embedding_length", C}, {".block_count", 2}, {".feed_forward_length", F},
+             {".attention.head_count", 4}, {".attention.head_count_kv", 2}, {".attention.key_length", Dk},
+             {".attention.value_length", Dk}, {".rope.dimension_count", Dk}, {".vocab_size", V}}) {
+      INFO(key);
+      REQUIRE(f.at(a + key).type() == GgufType::UInt32);
+      REQUIRE(static_cast<int64_t>(f.at(a + key).unsigned_value()) == value);
+    }
+    REQUIRE(f.at(a + ".attention.layer_norm_rms_epsilon").type() == GgufType::Float32);
+    REQUIRE(f.at(a + ".attention.layer_norm_rms_epsilon").number() == static_cast<double>(1e-6f));
+    REQUIRE(f.at(a + ".rope.freq_base").type() == GgufType::Float32);
+    REQUIRE(f.at(a + ".rope.freq_base").number() == 50000.0);
+    REQUIRE(f.find(a + ".attention.layer_norm_epsilon") == nullptr);
+
+    // Every tensor llama.cpp's loader creates, and no other (it refuses a file with unused tensors).
+    std::vector<std::pair<std::string, Shape>> expected = {{"token_embd.weight", {V, C}}};
+    for (int l = 0; l < 2; ++l) {
+      const std::string g = "blk." + std::to_string(l) + ".";
+      std::vector<std::pair<std::string, Shape>> layer = {
+          {"attn_norm.weight", {C}}, {"attn_q.weight", {C, C}}, {"attn_k.weight", {Ckv, C}},
+          {"attn_v.weight", {Ckv, C}}};
+      if (qk_norm) {
+        layer.push_back({"attn_q_norm.weight", {Dk}});
+        layer.push_back({"attn_k_norm.weight", {Dk}});
+      }
+      for (const auto& e : std::vector<std::pair<std::string, Shape>>{
+               {"attn_output.weight", {C, C}}, {"ffn_norm.weight", {C}}, {"ffn_gate.weight", {F, C}},
+               {"ffn_up.weight", {F, C}}, {"ffn_down.weight", {C, F}}})
+        layer.push_back(e);
+      for (const auto& e : layer) expected.emplace_back(g + e.first, e.second);
+    }
+    expected.push_back({"output_norm.weight", {C}});
+    if (!qk_norm) expected.push_back({"output.weight", {V, C}});
+    REQUIRE(f.tensors.size() == expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      INFO(expected[i].first);
+      REQUIRE(f.tensors[i].name == expected[i].first);
+      REQUIRE(f.tensors[i].shape == expected[i].second);
+      REQUIRE(f.tensors[i].type == (expected[i].second.size() == 2 ? GgmlType::BF16 : GgmlType::F32));
+    }
+    // The reference reads what llama.cpp reads, and says which key or tensor does not fit.
+    GgufFile bad = f;
+    bad.set(a + ".attention.head_count_kv", GgufValue::u32(3));
+    REQUIRE_THROWS_WITH(gguf_reference_logits(bad, {1, 2}, GeluForm::Erf),
+                        Contains("4 heads and 3 key/value heads: expected heads dividing"));
+    bad = f;
+    bad.set(a + ".rope.dimension_count", GgufValue::u32(2));
+    REQUIRE_THROWS_WITH(gguf_reference_logits(bad, {1, 2}, GeluForm::Erf),
+                        Contains(a + ".rope.dimension_count is 2, tfm's reading of llama.cpp's " + a +
+                                 " takes the head width 4"));
+    bad = f;
+    for (GgufTensor& t : bad.tensors)
+      if (t.name == "blk.0.attn_k.weight") t = gguf_tensor(t.name, Tensor::zeros({4, C}));
+    REQUIRE_THROWS_WITH(gguf_reference_logits(bad, {1, 2}, GeluForm::Erf),
+                        Contains("tensor \"blk.0.attn_k.weight\" has shape [4, 16], llama.cpp's " + a +
+                                 " expects [8, 16]"));
+    // SwiGLU's gate is fc1 (silu applied to it), its up projection fc3.
+    REQUIRE(gguf_tensor_values(f.tensor("blk.0.ffn_gate.weight")).to_vector() ==
+            gguf_tensor_values(gguf_tensor("x", model.find_parameter("blocks.0.fc1.weight")->value, GgmlType::BF16))
+                .to_vector());
+    REQUIRE(gguf_tensor_values(f.tensor("blk.0.ffn_up.weight")).to_vector() ==
+            gguf_tensor_values(gguf_tensor("x", model.find_parameter("blocks.0.fc3.weight")->value, GgmlType::BF16))
+                .to_vector());
   }
 }
 
@@ -249,5 +425,40 @@ TEST_CASE("gguf export: what llama.cpp cannot run is refused naming every key an
     CHECK_THAT(m, Contains("model.head_mixing = \"talking_heads\""));
   }
   REQUIRE_THROWS_WITH(check_gguf_exportable("masked_lm", tiny(10)), Contains("train.objective = \"masked_lm\""));
+
+  // The architecture follows from the positions: RoPE models are llama's or qwen3's, the rest gpt2's.
+  REQUIRE(gguf_architecture("causal_lm", tiny(10)) == GgufArchitecture::Gpt2);
+  REQUIRE(gguf_architecture("causal_lm", modern(10, false)) == GgufArchitecture::Llama);
+  REQUIRE(gguf_architecture("causal_lm", modern(10, true)) == GgufArchitecture::Qwen3);
+  ModelConfig rope_only = tiny(10);  // RoPE with LayerNorm and GELU: no architecture of llama.cpp's
+  rope_only.positional_encoding = PositionalEncoding::Rope;
+  try {
+    check_gguf_exportable("causal_lm", rope_only);
+    FAIL("expected a ConfigError");
+  } catch (const ConfigError& e) {
+    const std::string m = e.what();
+    CHECK_THAT(m, Contains("model.norm = \"layernorm\": with model.positional_encoding = \"rope\" the model is "
+                           "llama.cpp's llama") && Contains("which normalises with RMSNorm"));
+    CHECK_THAT(m, Contains("model.activation = \"gelu\": with model.positional_encoding = \"rope\"") &&
+                      Contains("which has a SwiGLU feed-forward"));
+  }
+  ModelConfig no_rope = modern(10, true);  // RMSNorm, SwiGLU and QK-norm with sinusoidal positions
+  no_rope.positional_encoding = PositionalEncoding::Sinusoidal;
+  try {
+    check_gguf_exportable("causal_lm", no_rope);
+    FAIL("expected a ConfigError");
+  } catch (const ConfigError& e) {
+    const std::string m = e.what();
+    CHECK_THAT(m, Contains("model.norm = \"rmsnorm\": llama.cpp's gpt2 graph uses LayerNorm"));
+    CHECK_THAT(m, Contains("model.activation = \"swiglu\": llama.cpp's gpt2 feed-forward applies GELU"));
+    CHECK_THAT(m, Contains("model.qk_norm = true: llama.cpp's gpt2 attention has no QK-norm"));
+  }
+  ModelConfig qwen3_bias = modern(10, true);
+  qwen3_bias.bias = true;
+  REQUIRE_THROWS_WITH(check_gguf_exportable("causal_lm", qwen3_bias),
+                      Contains("model.bias = true: llama.cpp's qwen3 (the architecture with QK-norm) has no biases"));
+  ModelConfig llama_bias = modern(10, false);
+  llama_bias.bias = true;
+  REQUIRE_NOTHROW(check_gguf_exportable("causal_lm", llama_bias));  // llama.cpp's llama reads them
   REQUIRE_THROWS_WITH(check_gguf_exportable("seq2seq", tiny(10)), Contains("train.objective = \"seq2seq\""));
 }

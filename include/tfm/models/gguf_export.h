@@ -2,8 +2,12 @@
 // Legend: C = d_model, H heads, Hkv key/value heads, Dk = C / H, F = d_ff, L = max_seq_len,
 // V vocabulary.
 //
-// tfm's default model (pre-norm LayerNorm, GELU, biases, sinusoidal or learned positions) is llama.cpp's
-// `gpt2` architecture (llama.cpp src/models/gpt2.cpp), tensor by tensor:
+// Which llama.cpp architecture a model is follows from its positions (gguf_architecture):
+//   gpt2   sinusoidal or learned positions, pre-norm LayerNorm, GELU, biases (llama.cpp src/models/gpt2.cpp)
+//   llama  RoPE, RMSNorm, SwiGLU, biases or none (llama.cpp src/models/llama.cpp)
+//   qwen3  the same plus QK-norm, no biases (llama.cpp src/models/qwen3.cpp)
+//
+// gpt2, tensor by tensor:
 //   token_embd.weight            (V, C)      E, times sqrt(C) with the sinusoidal table (below)
 //   position_embd.weight         (L, C)      the learned table, or the sinusoidal one
 //   blk.N.attn_norm.{weight,bias}            blocks.N.ln1
@@ -22,10 +26,31 @@
 // file stores the product fl(E * fl(sqrt C)) as token_embd, so llama.cpp's get_rows + add computes
 // the same floats, bit for bit in F32.
 //
-// The difference that stays: llama.cpp's GELU is the tanh approximation, and its CPU kernel rounds
-// the input to half and looks the result up in a half-precision table (ggml-cpu/vec.h, GGML_GELU_FP16);
-// tfm's is the exact erf form. gguf_reference_logits runs llama.cpp's gpt2 graph from the file with
-// either GELU, so an export reports what each part costs.
+// llama and qwen3 (a RoPE model's embedding is not scaled, so a tied head is token_embd itself and
+// output.weight is left out; llama.cpp loads token_embd in its place):
+//   token_embd.weight            (V, C)      E
+//   blk.N.attn_norm.weight       (C)         blocks.N.ln1 (RMSNorm)
+//   blk.N.attn_{q,k,v}.weight    (H Dk, C), (Hkv Dk, C), (Hkv Dk, C)   wq, wk, wv (+ .bias, llama only)
+//   blk.N.attn_q_norm.weight     (Dk)        qwen3: blocks.N.attn.q_norm (RMSNorm per head, before RoPE)
+//   blk.N.attn_k_norm.weight     (Dk)        qwen3: blocks.N.attn.k_norm
+//   blk.N.attn_output.weight     (C, H Dk)   wo (+ .bias, llama only)
+//   blk.N.ffn_norm.weight        (C)         blocks.N.ln2
+//   blk.N.ffn_gate.weight        (F, C)      fc1: SwiGLU's gate, silu(x W1^T) (Shazeer 2020)
+//   blk.N.ffn_up.weight          (F, C)      fc3: its up projection
+//   blk.N.ffn_down.weight        (C, F)      fc2 (+ .bias each, llama only)
+//   output_norm.weight           (C)         ln_f
+//   output.weight                (V, C)      head (untied only)
+// RoPE (RoFormer, Su et al. 2021) in tfm turns each head's adjacent dims (2i, 2i + 1) by p * theta^(-2i/Dk)
+// over the whole head (ops.h: rope). llama's rope type is LLAMA_ROPE_TYPE_NORM, the same pairs and
+// angles (ggml-cpu/ops.cpp: rotate_pairs), so its rows go as they are. qwen3's is
+// LLAMA_ROPE_TYPE_NEOX, pairs (i, i + Dk/2) with the same angles: the export moves row 2i of each
+// query and key head to i and row 2i + 1 to i + Dk/2 (the QK-norm gains with them). Queries and keys
+// are then permuted alike, so every dot product, and the attention, is unchanged.
+//
+// What stays different: gpt2's GELU is the tanh approximation, and its CPU kernel rounds the input to
+// half and looks the result up in a half-precision table (ggml-cpu/vec.h, GGML_GELU_FP16); tfm's is
+// the exact erf form. gguf_reference_logits runs llama.cpp's graph from the file with either GELU, so
+// an export reports what each part costs. llama and qwen3 have no GELU (SiLU is computed in float).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -45,11 +70,15 @@ struct GgufExportOptions {
   std::string config_json;  // kept as tfm.config (provenance; llama.cpp ignores it)
 };
 
-// ConfigError naming every config key whose value llama.cpp cannot run, and why; `objective` is the
-// run's train.objective.
-void check_gguf_exportable(const std::string& objective, const ModelConfig& config);
+enum class GgufArchitecture { Gpt2, Llama, Qwen3 };
+const char* gguf_architecture_name(GgufArchitecture arch);  // general.architecture: "gpt2", "llama", "qwen3"
 
-// The model and tokenizer as a GGUF file of architecture gpt2 (after check_gguf_exportable).
+// The llama.cpp architecture that runs the model exactly, or ConfigError naming every config key whose
+// value llama.cpp cannot run, and why; `objective` is the run's train.objective.
+GgufArchitecture gguf_architecture(const std::string& objective, const ModelConfig& config);
+void check_gguf_exportable(const std::string& objective, const ModelConfig& config);  // the same, no result
+
+// The model and tokenizer as a GGUF file of its architecture (after gguf_architecture).
 GgufFile gguf_from_model(const LanguageModel& model, const Tokenizer& tokenizer, const std::string& objective,
                          const GgufExportOptions& options = {});
 
@@ -84,9 +113,10 @@ GgufEndOfText gguf_end_of_text(const Tokenizer& tokenizer);
 enum class GeluForm { Erf, Tanh, LlamaCpp };
 double gelu_of(GeluForm form, double x);
 
-// Logits (T, V) of llama.cpp's gpt2 graph (llama.cpp src/models/gpt2.cpp) for `ids`, computed from the
-// file's tensors in double precision with the given GELU: an oracle for the export that needs no
-// llama.cpp. IoError naming the file when a key or tensor is missing or has the wrong shape.
+// Logits (T, V) of llama.cpp's graph for the file's general.architecture (gpt2, llama or qwen3: llama.cpp
+// src/models/<arch>.cpp) for `ids`, computed from the file's tensors in double precision with the given
+// GELU (gpt2's only): an oracle for the export that needs no llama.cpp. IoError naming the file when a
+// key or tensor is missing or has the wrong shape, or the architecture is another.
 Tensor gguf_reference_logits(const GgufFile& file, const std::vector<int32_t>& ids, GeluForm gelu);
 
 // Max |p_tfm - p_file| over every position and token of next-token probabilities: the model's
