@@ -5,14 +5,18 @@
 # that reached the target, evaluations included (train.eval_interval steps apart, train.eval_steps
 # batches each). tfm's model at the target is confirmed on 200 validation batches (best.ckpt).
 #
-#   scripts/speedrun.sh [CONFIG] [--target X] [--baseline] [--max-minutes M] [--threads N] [--no-torch]
-#                       [--figure]
+#   scripts/speedrun.sh [CONFIG] [--target X] [--precision fp32|bf16] [--baseline] [--max-minutes M]
+#                       [--threads N] [--no-torch] [--figure]
 #
 #   CONFIG        default configs/shakespeare_speedrun.json
 #   --target X    val loss to reach (default: the config's train.target_loss, else 1.5)
+#   --precision P the matrix products of both sides, overriding the config's train.precision (PyTorch:
+#                 --bf16 autocast or float32). On a CPU without AVX-512 bf16 only emulates (tfm logs it):
+#                 fp32 is faster there, in both
 #   --baseline    also time PyTorch on nanoGPT's recipe (configs/shakespeare_char_large.json, --bf16) to
 #                 the same target: hours here, so it stops at --max-minutes and reports the val reached
-#   --max-minutes M   time limit of the baseline (default 240)
+#   --max-minutes M   time limit of each PyTorch run (default 240): one that stops there reports the val
+#                 reached, and tfm's lead is then a lower bound
 #   --threads N   threads for both (default: all cores)
 #   --no-torch    tfm alone
 #   --figure      also train the default recipe at the same shape, steps and parameters (sinusoidal
@@ -27,10 +31,11 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$TFM_ROOT"
 
 config="configs/shakespeare_speedrun.json"
-target="" baseline=0 max_minutes=240 threads="$(nproc)" torch=1 figure=0
+target="" precision="" baseline=0 max_minutes=240 threads="$(nproc)" torch=1 figure=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --target) target="$2"; shift 2 ;;
+    --precision) precision="$2"; shift 2 ;;
     --baseline) baseline=1; shift ;;
     --max-minutes) max_minutes="$2"; shift 2 ;;
     --threads) threads="$2"; shift 2 ;;
@@ -55,13 +60,18 @@ if [ "$torch" = 1 ] || [ "$baseline" = 1 ]; then
 fi
 
 json() { "$py" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {}, d))' "$@"; }
-if [ -z "$target" ]; then
-  target=$("$tfm" config --config "$config" | "$py" -c 'import json,sys; t=json.load(sys.stdin)["train"]["target_loss"]; print(t if t > 0 else 1.5)')
-fi
-bf16=$("$tfm" config --config "$config" | "$py" -c 'import json,sys; print(json.load(sys.stdin)["train"]["precision"] == "bf16")')
 out="runs/speedrun/$(basename "$config" .json)-$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$out"
-echo "speedrun: $config to val loss <= $target, $threads thread(s); results in $out"
+# The config resolved once (every default filled in, --precision applied): both sides train from it.
+source_config="$config"
+"$tfm" config --config "$config" ${precision:+--set "train.precision=\"$precision\""} > "$out/config.json" ||
+  { echo "speedrun.sh: $config does not resolve" >&2; exit 2; }
+config="$out/config.json"
+if [ -z "$target" ]; then
+  target=$(json "$config" 'train["target_loss"] if train["target_loss"] > 0 else 1.5')
+fi
+bf16=$(json "$config" 'train["precision"] == "bf16"')
+echo "speedrun: $source_config to val loss <= $target, $threads thread(s), $(json "$config" 'train["precision"]'); results in $out"
 
 # --- tfm ---
 "$tfm" train --config "$config" --out "$out/tfm" --target-loss "$target" --set train.threads="$threads" \
@@ -88,11 +98,12 @@ if [ "$torch" = 1 ]; then
   flag=""
   [ "$bf16" = True ] && flag="--bf16"
   "$py" scripts/torch_lm.py --config "$config" --target-loss "$target" --threads "$threads" $flag \
+    --max-seconds "$((max_minutes * 60))" \
     > "$out/torch.jsonl" 2> "$out/torch.err" || { tail -5 "$out/torch.err" >&2; echo "speedrun.sh: torch_lm.py failed" >&2; exit 1; }
   summary=$(tail -1 "$out/torch.jsonl")
-  torch_reached=$("$py" -c 'import json,sys; print(json.loads(sys.argv[1])["reached"] is not None)' "$summary")
-  torch_s=$("$py" -c 'import json,sys; d=json.loads(sys.argv[1]); r=d["reached"]; print(r["seconds"] if r else d["train_seconds"])' "$summary")
-  torch_step=$("$py" -c 'import json,sys; d=json.loads(sys.argv[1]); r=d["reached"]; print(r["step"] if r else d["steps"])' "$summary")
+  torch_reached=$("$py" -c 'import json,sys; print(json.loads(sys.argv[1]).get("reached") is not None)' "$summary")
+  torch_s=$("$py" -c 'import json,sys; d=json.loads(sys.argv[1]); r=d.get("reached"); print(r["seconds"] if r else d["train_seconds"])' "$summary")
+  torch_step=$("$py" -c 'import json,sys; d=json.loads(sys.argv[1]); r=d.get("reached"); print(r["step"] if r else d["steps"])' "$summary")
   echo "PyTorch: val <= $target reached=$torch_reached at step $torch_step after ${torch_s} s ($flag)"
 fi
 
@@ -112,8 +123,7 @@ fi
 curves=("tfm, $(basename "$config" .json)=$out/tfm")
 [ "$torch" = 1 ] && curves+=("PyTorch, $(basename "$config" .json)=$out/torch.jsonl")
 if [ "$figure" = 1 ]; then
-  "$tfm" config --config "$config" > "$out/full.json"
-  "$py" scripts/recipe_variants.py "$out/full.json" "$out/variants" --only default
+  "$py" scripts/recipe_variants.py "$config" "$out/variants" --only default
   echo "figure: the default recipe (same shape and steps) in tfm$([ "$torch" = 1 ] && echo " and PyTorch")"
   "$tfm" train --config "$out/variants/default.json" --out "$out/tfm_default" --target-loss "$target" \
     --set train.threads="$threads" > "$out/tfm_default.log" 2>&1 || { tail -5 "$out/tfm_default.log" >&2; exit 1; }
@@ -122,15 +132,15 @@ if [ "$figure" = 1 ]; then
     flag=""
     [ "$bf16" = True ] && flag="--bf16"
     "$py" scripts/torch_lm.py --config "$out/variants/default.json" --target-loss "$target" --threads "$threads" \
-      $flag > "$out/torch_default.jsonl" 2> "$out/torch_default.err" || { tail -5 "$out/torch_default.err" >&2; exit 1; }
+      --max-seconds "$((max_minutes * 60))" $flag > "$out/torch_default.jsonl" 2> "$out/torch_default.err" || { tail -5 "$out/torch_default.err" >&2; exit 1; }
     curves+=("PyTorch, default recipe=$out/torch_default.jsonl")
   fi
 fi
 [ -n "$base_s" ] && curves+=("PyTorch, nanoGPT's recipe (large, bf16)=$out/baseline.jsonl")
-"$py" scripts/plot_speedrun.py "$out/curves.png" --target "$target" --title "time to quality: $config" \
+"$py" scripts/plot_speedrun.py "$out/curves.png" --target "$target" --title "time to quality: $source_config" \
   "${curves[@]}" >/dev/null 2>&1 || echo "(no figure: python3-matplotlib is missing)"
 
-"$py" - "$out" "$config" "$target" "$tfm_s" "$tfm_step" "$tfm_reached" "$confirm" "$torch_s" "$torch_step" \
+"$py" - "$out" "$source_config" "$target" "$tfm_s" "$tfm_step" "$tfm_reached" "$confirm" "$torch_s" "$torch_step" \
   "$torch_reached" "$base_s" "$base_note" <<'EOF'
 import json, sys
 out, config, target, tfm_s, tfm_step, tfm_reached, confirm, torch_s, torch_step, torch_reached, base_s, base_note = sys.argv[1:]
