@@ -120,8 +120,8 @@ if [ "$baseline" = 1 ]; then
 fi
 
 # --- the default recipe, for the figure ---
-curves=("tfm, $(basename "$config" .json)=$out/tfm")
-[ "$torch" = 1 ] && curves+=("PyTorch, $(basename "$config" .json)=$out/torch.jsonl")
+curves=("tfm, $(basename "$source_config" .json)=$out/tfm")
+[ "$torch" = 1 ] && curves+=("PyTorch, $(basename "$source_config" .json)=$out/torch.jsonl")
 if [ "$figure" = 1 ]; then
   "$py" scripts/recipe_variants.py "$config" "$out/variants" --only default
   echo "figure: the default recipe (same shape and steps) in tfm$([ "$torch" = 1 ] && echo " and PyTorch")"
