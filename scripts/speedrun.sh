@@ -156,6 +156,22 @@ for name, cfg, s, step, reached in rows:
     ratio = "" if name == "tfm" else "-" if tfm_reached != "True" else ("%.2fx" % (s / f(tfm_s)) + ("" if hit else " (at least)"))
     print("| %s | %s | %.2f | %s | %s | %s |" % (name, cfg, s / 60, step, reached, ratio))
 print("\ntfm's best.ckpt on 200 validation batches: %s" % confirm)
+# Two ratios that need no target: per step (medians), and at equal quality (the time tfm took to reach
+# the val PyTorch ended with, against PyTorch's), the fair reading when PyTorch stopped at its limit.
+if torch_s:
+    lines = [json.loads(l) for l in open(out + "/torch.jsonl") if l.strip()]
+    evals, summary = [l for l in lines if "val_loss" in l and "impl" not in l], lines[-1]
+    ms = sorted(json.loads(l)["ms_per_step"] for l in open(out + "/tfm/metrics.jsonl") if '"ms_per_step"' in l)
+    if ms and summary.get("ms_per_step_median"):
+        print("per step: PyTorch %.1f ms, tfm %.1f ms (medians): tfm %.2fx faster"
+              % (summary["ms_per_step_median"], ms[len(ms) // 2], summary["ms_per_step_median"] / ms[len(ms) // 2]))
+    curve = json.load(open(out + "/tfm_summary.json"))["curve"]
+    if evals:
+        last = evals[-1]
+        t = next((s for s, v in curve if v <= last["val_loss"]), None)
+        print("at equal quality: PyTorch's last evaluation, val %.4f at step %d, took %.1f s; tfm reached it in %s"
+              % (last["val_loss"], last["step"], last["seconds"],
+                 "%.1f s: %.2fx faster" % (t, last["seconds"] / t) if t else "none of its evaluations"))
 json.dump({"config": config, "target": float(target), "tfm": {"seconds": f(tfm_s), "step": tfm_step, "reached": tfm_reached == "True", "val_200": f(confirm)},
            "torch": {"seconds": f(torch_s), "step": torch_step, "reached": torch_reached == "True"} if torch_s else None,
            "baseline": {"seconds": f(base_s), "note": base_note} if base_s else None}, open(out + "/summary.json", "w"), indent=1)
