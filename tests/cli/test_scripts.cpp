@@ -4,6 +4,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "cli_run.h"
 
@@ -59,4 +60,54 @@ TEST_CASE("scripts: profile_categories.py sorts perf samples into a step's parts
                                                     "/train.log' 4 4 < '" + tmp.path + "/perf.txt'");
   CHECK(none.status != 0);
   CHECK_THAT(none.out, Catch::Contains("no 'step K/N | ... ms/step' lines after step 4"));
+}
+
+TEST_CASE("scripts: recipe_variants.py writes configs tfm accepts, each with its option taken out", "[scripts]") {
+  tfm_test::TempDir tmp("scripts_variants");
+  const tfm_test::CliRun resolved =
+      tfm_test::run_tfm("config --config configs/shakespeare_speedrun.json > '" + tmp.path + "/full.json'");
+  REQUIRE(resolved.status == 0);
+  const tfm_test::CliRun r =
+      tfm_test::run_shell("/usr/bin/python3 scripts/recipe_variants.py '" + tmp.path + "/full.json' '" + tmp.path + "'");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  std::ifstream order_file(tmp.path + "/order");  // full is the input, beside the variants as ablate.sh keeps it
+  std::vector<std::string> order;
+  for (std::string name; order_file >> name;) order.push_back(name);
+  REQUIRE(order.size() == 11);  // full, nine single removals, default
+  CHECK(order.front() == "full");
+  CHECK(order.back() == "default");
+  auto load = [&](const std::string& name) {
+    // tfm resolves it: a variant that left a removed option's keys behind would be refused here.
+    const tfm_test::CliRun c = tfm_test::run_tfm("config --config '" + tmp.path + "/" + name + ".json'");
+    INFO(name << ": " << c.out);
+    REQUIRE(c.status == 0);
+    return nlohmann::json::parse(c.out);
+  };
+  const auto full = load("full");
+  CHECK(full["model"]["positional_encoding"] == "rope");
+  CHECK(load("no_rope")["model"]["positional_encoding"] == "sinusoidal");
+  CHECK(load("no_rmsnorm")["model"]["norm"] == "layernorm");
+  const auto gelu = load("no_swiglu");
+  CHECK(gelu["model"]["activation"] == "gelu");
+  CHECK(gelu["model"]["d_ff"].get<int>() == full["model"]["d_ff"].get<int>() * 3 / 2);
+  CHECK(load("no_qk_norm")["model"]["qk_norm"] == false);
+  CHECK(load("tied_head")["model"]["tie_embeddings"] == true);
+  CHECK(load("biases")["model"]["bias"] == true);
+  CHECK(load("adamw")["train"]["optimizer"]["name"] == "adamw");
+  CHECK(load("adamw_lr1e-3")["train"]["optimizer"]["lr"].get<double>() == Approx(1e-3));
+  CHECK(load("cosine")["train"]["lr_schedule"]["name"] == "cosine");
+  const auto old = load("default");
+  CHECK(old["model"]["positional_encoding"] == "sinusoidal");
+  CHECK(old["model"]["norm"] == "layernorm");
+  CHECK(old["model"]["activation"] == "gelu");
+  CHECK(old["train"]["optimizer"]["name"] == "adamw");
+  CHECK(old["train"]["lr_schedule"]["name"] == "cosine");
+  // Everything else stays: the same shape, data and steps.
+  for (const std::string& name : order) {
+    const auto c = load(name);
+    CHECK(c["model"]["d_model"] == full["model"]["d_model"]);
+    CHECK(c["train"]["max_steps"] == full["train"]["max_steps"]);
+    CHECK(c["data"] == full["data"]);
+  }
 }
