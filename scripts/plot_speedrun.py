@@ -62,8 +62,11 @@ def main():
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5), constrained_layout=True)
-    for label, pts in runs:
-        ax.plot([m for m, _ in pts], [v for _, v in pts], "o-", markersize=3, label=label)
+    # matplotlib's default cycle has 10 colours: past that (an ablation's 11 runs) the first run's
+    # colour would come back, so take them from a 20-colour map instead.
+    colours = plt.get_cmap("tab20").colors if len(runs) > 10 else [None] * len(runs)
+    for (label, pts), colour in zip(runs, colours):
+        ax.plot([m for m, _ in pts], [v for _, v in pts], "o-", markersize=3, label=label, color=colour)
     if target is not None:
         ax.axhline(target, color="gray", linestyle="--", linewidth=1)
         ax.annotate(f"target {target:g}", (0, target), textcoords="offset points", xytext=(4, 4), fontsize=8,
