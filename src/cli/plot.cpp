@@ -37,15 +37,19 @@ std::string find_script(const std::string& name) {
 }
 
 bool run_plot_script(const std::string& name, const std::vector<std::string>& args, bool no_plot, bool quiet) {
-  const std::string script = find_script(name);
-  std::string cmd = "/usr/bin/python3 '" + script + "'";
-  for (const std::string& a : args) cmd += " '" + a + "'";
+  static const std::string kPython = "/usr/bin/python3";
+  std::vector<std::string> argv = {kPython, find_script(name)};
+  argv.insert(argv.end(), args.begin(), args.end());
   std::fflush(stdout);  // our lines before the script's
-  if (!no_plot && fs::exists(script) &&
-      platform::run_shell("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") == 0 &&
-      platform::run_shell((cmd + (quiet ? " >/dev/null" : ""))) == 0)
+  // An argument vector, never a shell command line: paths are user strings.
+  if (!no_plot && fs::exists(argv[1]) && platform::run_program({kPython, "-c", "import matplotlib"}, true) == 0 &&
+      platform::run_program(argv, quiet) == 0)
     return true;
-  if (!quiet) fmt::print("to draw it (needs python3-matplotlib): {}\n", cmd.c_str());
+  if (!quiet) {
+    std::string cmd;
+    for (const std::string& a : argv) cmd += (cmd.empty() ? "" : " ") + platform::shell_quote(a);
+    fmt::print("to draw it (needs python3-matplotlib): {}\n", cmd.c_str());
+  }
   return false;
 }
 

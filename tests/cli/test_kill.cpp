@@ -194,8 +194,8 @@ TEST_CASE("kill: stop signals are taken by a thread of their own, never by a com
   std::thread([&] { in_new_thread = blocked(); }).join();
   CHECK(in_new_thread);
   // Children do not inherit the block: a plotting script still stops on Ctrl-C.
-  CHECK(tfm::platform::run_shell("grep -q '^SigBlk:[[:space:]]*0*$' /proc/self/status") == 0);
-  CHECK(tfm::platform::run_shell("exit 3") == 3);
+  CHECK(tfm::platform::run_program({"/bin/grep", "-q", "^SigBlk:[[:space:]]*0*$", "/proc/self/status"}) == 0);
+  CHECK(tfm::platform::run_program({"/bin/sh", "-c", "exit 3"}) == 3);
   // And a signal sent to the process still arrives.
   ::kill(::getpid(), SIGTERM);
   for (int i = 0; i < 500 && !stop->load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -2,6 +2,7 @@
 #pragma once
 #include <atomic>
 #include <string>
+#include <vector>
 
 namespace tfm::platform {
 
@@ -30,9 +31,13 @@ int configure_threads(int requested);
 // run on a computing thread writes its frame over the heap. Idempotent; call before training starts.
 const std::atomic<bool>* stop_on_signals();
 
-// Runs `command` with /bin/sh, as std::system does, but with the signals a default process has: a
-// child of a thread that blocks SIGINT would otherwise ignore Ctrl-C. Returns the exit status, or
-// -1 when it could not start or was killed by a signal.
-int run_shell(const std::string& command);
+// Runs the program argv[0] (an absolute path) with the arguments argv[1..], no shell in between, and
+// with the signals a default process has: a child of a thread that blocks SIGINT would otherwise
+// ignore Ctrl-C. `quiet` sends its output to /dev/null. Returns the exit status, or -1 when it could not
+// start or was killed by a signal.
+int run_program(const std::vector<std::string>& argv, bool quiet = false);
+
+// `arg` quoted for a POSIX shell ('it'\''s'), for printing a command a user may copy; never executed.
+std::string shell_quote(const std::string& arg);
 
 }  // namespace tfm::platform
