@@ -73,7 +73,7 @@ TEST_CASE("runs: a directory holding only best.ckpt, train.log or metrics.jsonl 
       run_tfm(tiny_train(data) + "--out " + run + " --set train.max_steps=4 --set train.eval_interval=2");
   INFO(r.out);
   REQUIRE(r.status == 0);
-  for (const std::string name : {"best.ckpt", "train.log", "metrics.jsonl"}) {
+  for (const std::string& name : std::vector<std::string>{"best.ckpt", "train.log", "metrics.jsonl"}) {
     // What a killed run with train.checkpoint_interval 0 (or a run stopped before its first save) leaves.
     const std::string dir = tmp.path + "/only_" + name;
     fs::create_directories(dir);
@@ -198,7 +198,7 @@ TEST_CASE("runs: --run or --resume naming a file says it is not a run directory"
   TempDir tmp("runs_file");
   const std::string file = tmp.path + "/notes.txt";
   std::ofstream(file) << "not a run\n";
-  for (const std::string args : {"eval --run " + file, "sample --run " + file, "train --resume " + file,
+  for (const std::string& args : {"eval --run " + file, "sample --run " + file, "train --resume " + file,
                                  "export --run " + file + " --out " + tmp.path + "/m.safetensors"}) {
     const CliRun r = run_tfm(args);
     INFO(args << "\n" << r.out);
