@@ -14,17 +14,17 @@
 #include <vector>
 
 #include "cli_run.h"
+#include "objective_data.h"
 #include "tfm/engine/safetensors.h"
 #include "tfm/training/checkpoint.h"
 
 namespace fs = std::filesystem;
-
-namespace {
-
 using tfm_test::CliRun;
 using tfm_test::read_file;
 using tfm_test::run_tfm;
 using tfm_test::TempDir;
+
+namespace {
 
 // `tfm train` on a model small enough to train in milliseconds, reading `data`.
 std::string tiny_train(const std::string& data) {
@@ -50,13 +50,13 @@ std::map<std::string, std::string> snapshot(const std::string& dir) {
   return files;
 }
 
-// Each metrics.jsonl record by step, in file order (a step logged twice is caught by the caller).
-std::vector<nlohmann::json> metrics_of(const std::string& run) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(run + "/metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
-  return out;
+// A tiny run on `data` trained into DIR/run with `sets` ("--set KEY=VALUE ..."); its directory.
+std::string trained_run(const std::string& dir, const std::string& data, const std::string& sets) {
+  const std::string run = dir + "/run";
+  const CliRun r = run_tfm(tiny_train(data) + "--out " + run + " " + sets);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  return run;
 }
 
 int64_t step_of(const std::string& checkpoint) {
@@ -68,18 +68,15 @@ int64_t step_of(const std::string& checkpoint) {
 TEST_CASE("runs: a directory holding only best.ckpt, train.log or metrics.jsonl is not taken over",
           "[runs][cli]") {
   TempDir tmp("runs_taken");
-  const std::string data = copy_corpus(tmp.path), run = tmp.path + "/run";
-  CliRun r =
-      run_tfm(tiny_train(data) + "--out " + run + " --set train.max_steps=4 --set train.eval_interval=2");
-  INFO(r.out);
-  REQUIRE(r.status == 0);
+  const std::string data = copy_corpus(tmp.path);
+  const std::string run = trained_run(tmp.path, data, "--set train.max_steps=4 --set train.eval_interval=2");
   for (const std::string& name : std::vector<std::string>{"best.ckpt", "train.log", "metrics.jsonl"}) {
     // What a killed run with train.checkpoint_interval 0 (or a run stopped before its first save) leaves.
     const std::string dir = tmp.path + "/only_" + name;
     fs::create_directories(dir);
     fs::copy_file(run + "/" + name, dir + "/" + name);
     const auto before = snapshot(dir);
-    r = run_tfm(tiny_train(data) + "--out " + dir);
+    const CliRun r = run_tfm(tiny_train(data) + "--out " + dir);
     INFO(name << ": " << r.out);
     CHECK(r.status == 2);
     CHECK_THAT(r.out, Catch::Contains(dir + " already holds a run (" + name + ")") &&
@@ -106,7 +103,7 @@ TEST_CASE("runs: --resume continues from best.ckpt when it is all there is, as t
   fs::remove(part + "/last.ckpt");
   const int64_t best = step_of(part + "/best.ckpt");
   REQUIRE((best == 2 || best == 4));
-  REQUIRE(metrics_of(part).back().at("step") == 5);
+  REQUIRE(tfm_test::read_metrics(part).back().at("step") == 5);
 
   r = run_tfm("train --resume " + part);
   INFO(r.out);
@@ -116,7 +113,7 @@ TEST_CASE("runs: --resume continues from best.ckpt when it is all there is, as t
   CHECK(step_of(part + "/last.ckpt") == 8);
   // metrics.jsonl reads as one run: the records past best.ckpt's step were dropped and logged again,
   // and every figure is the uninterrupted run's (the resumed run continues bit for bit).
-  const std::vector<nlohmann::json> a = metrics_of(whole), b = metrics_of(part);
+  const std::vector<nlohmann::json> a = tfm_test::read_metrics(whole), b = tfm_test::read_metrics(part);
   REQUIRE(a.size() == 8);
   REQUIRE(b.size() == a.size());
   for (size_t i = 0; i < a.size(); ++i) {
@@ -129,11 +126,8 @@ TEST_CASE("runs: --resume continues from best.ckpt when it is all there is, as t
 
 TEST_CASE("runs: no command writes over a run's own files or over its input", "[runs][cli]") {
   TempDir tmp("runs_own");
-  const std::string data = copy_corpus(tmp.path), run = tmp.path + "/run";
-  CliRun r =
-      run_tfm(tiny_train(data) + "--out " + run + " --set train.max_steps=2 --set train.eval_interval=2");
-  INFO(r.out);
-  REQUIRE(r.status == 0);
+  const std::string data = copy_corpus(tmp.path);
+  const std::string run = trained_run(tmp.path, data, "--set train.max_steps=2 --set train.eval_interval=2");
   REQUIRE(fs::exists(run + "/best.ckpt"));
   fs::create_symlink(run + "/last.ckpt", tmp.path + "/link.safetensors");
   fs::create_symlink(data, tmp.path + "/data_link.txt");
@@ -169,6 +163,7 @@ TEST_CASE("runs: no command writes over a run's own files or over its input", "[
       {"bench attention --seq-lens 8,16 --no-plot", "--out", run + "/config.json"},
       {"sweep --config configs/tiny.json --grid train.max_steps=1", "--out", run + "/last.ckpt"},
   };
+  CliRun r;
   for (const Case& c : cases) {
     r = run_tfm(c.args + " " + c.flag + " " + c.path);
     INFO(c.args << " " << c.flag << " " << c.path << "\n" << r.out);
@@ -199,7 +194,7 @@ TEST_CASE("runs: --run or --resume naming a file says it is not a run directory"
   const std::string file = tmp.path + "/notes.txt";
   std::ofstream(file) << "not a run\n";
   for (const std::string& args : {"eval --run " + file, "sample --run " + file, "train --resume " + file,
-                                 "export --run " + file + " --out " + tmp.path + "/m.safetensors"}) {
+                                  "export --run " + file + " --out " + tmp.path + "/m.safetensors"}) {
     const CliRun r = run_tfm(args);
     INFO(args << "\n" << r.out);
     CHECK(r.status == 2);
