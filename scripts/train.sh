@@ -20,7 +20,7 @@ args=()  # the extra arguments without --out DIR
 while [ $# -gt 0 ]; do
   if [ "$1" = "--out" ] && [ $# -ge 2 ]; then run_dir="$2"; shift 2; else args+=("$1"); shift; fi
 done
-if [ -f "$run_dir/last.ckpt" ]; then
+if [ -f "$run_dir/last.ckpt" ] || [ -f "$run_dir/best.ckpt" ]; then
   echo "tfm: $run_dir already holds a run: continuing it (rm -r $run_dir to start over)"
   "$TFM_ROOT/build/release/tfm" train --resume "$run_dir" "${args[@]}"
 else

@@ -18,6 +18,7 @@
 #include "tfm/nn/blocks.h"
 #include "tfm/engine/gemm.h"
 #include "tfm/training/preflight.h"
+#include "tfm/training/run_dir.h"
 #include "tfm/engine/platform.h"
 
 namespace tfm::cli {
@@ -114,6 +115,7 @@ int run_bench_attention(const BenchAttentionOptions& o) {
       throw ConfigError("--seq-lens: expected increasing lengths, got " + std::to_string(o.lengths[i - 1]) + " then " +
                         std::to_string(o.lengths[i]));
   if (o.lengths.size() < 2) throw ConfigError("--seq-lens: give two or more lengths (the exponents are fitted)");
+  if (!o.out.empty()) check_output_path("--out", o.out);
   const int threads = platform::configure_threads(o.threads);
   ModelConfig c;
   c.d_model = o.d_model, c.n_heads = o.heads, c.n_kv_heads = o.kv_heads;

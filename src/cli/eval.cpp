@@ -16,6 +16,7 @@
 #include "tfm/engine/gguf.h"
 #include "tfm/models/gguf_export.h"
 #include "tfm/engine/ops.h"
+#include "tfm/training/run_dir.h"
 #include "tfm/training/trainer.h"
 
 namespace tfm::cli {
@@ -119,6 +120,11 @@ int eval_command(const EvalOptions& o) {
   if (split != "val" && split != "train")
     throw ConfigError("--split: expected \"val\" or \"train\", got \"" + split + "\"");
   LoadedRun run = load_run(dir, o.which, o.texts.empty());  // --text needs no data file
+  if (!o.dump_path.empty()) {
+    std::vector<CommandInput> inputs = run_inputs(run.checkpoint_path, run.config);
+    inputs.push_back({"--gguf", o.gguf_path});
+    check_output_path("--dump-logits", o.dump_path, inputs);
+  }
   apply_head_mask(run, o.mask_heads);
   const Config& c = run.config;
   // The run's precision, as its evaluations during training (and torch_lm.py --bf16) ran.

@@ -23,6 +23,7 @@
 #include "tfm/objectives/objective.h"
 #include "tfm/engine/ops.h"
 #include "tfm/engine/platform.h"
+#include "tfm/training/run_dir.h"
 #include "tfm/training/trainer.h"
 
 namespace tfm::cli {
@@ -75,6 +76,8 @@ int run_heads(const HeadsOptions& o) {
   if (!run.model)
     throw ConfigError("heads: only for causal_lm and masked_lm runs (" + o.run + " was trained with train.objective \"" +
                       run.objective->name() + "\")");
+  const std::string out = o.out.empty() ? o.run + "/heads" : o.out;
+  check_output_path("--out", out, run_inputs(run.checkpoint_path, run.config));
   const Config& c = run.config;
   const GemmModeGuard gemm_mode(parse_precision(c.string("train.precision")),
                                 resolve_gemm_backend(c.string("train.gemm_backend")));
@@ -155,7 +158,6 @@ int run_heads(const HeadsOptions& o) {
     j["layer"].push_back({{"loss_change_when_masked", delta[l]}, {"gradient_score", grad[l]},
                           {"normalized_score", score[l]}, {"ranking", rank}});
   }
-  const std::string out = o.out.empty() ? o.run + "/heads" : o.out;
   make_output_dir(out);
   const std::string report = out + "/heads.json";
   write_file_atomically(report, j.dump(1) + "\n");

@@ -21,6 +21,7 @@
 #include "tfm/engine/gguf.h"
 #include "tfm/engine/safetensors.h"
 #include "tfm/models/gguf_export.h"
+#include "tfm/training/run_dir.h"
 #include "tfm/training/trainer.h"
 
 namespace tfm::cli {
@@ -55,8 +56,9 @@ struct AttentionOptions {
   bool no_plot = false;
 };
 
-std::string output_dir(const AttentionOptions& o) {
+std::string output_dir(const AttentionOptions& o, const LoadedRun& run) {
   const std::string out = o.out.empty() ? o.run + "/attention" : o.out;
+  check_output_path("--out", out, run_inputs(run.checkpoint_path, run.config));
   make_output_dir(out);
   return out;
 }
@@ -64,7 +66,7 @@ std::string output_dir(const AttentionOptions& o) {
 // An encoder-decoder: encoder self-attention, decoder self-attention and cross-attention per layer.
 int run_pair_attention(const AttentionOptions& o, LoadedRun& run) {
   const PairAttention a = pair_attention(*run.objective, o.text, o.target);
-  const std::string out = output_dir(o);
+  const std::string out = output_dir(o, run);
   const std::string report = out + "/attention.json";
   const nlohmann::json j = pair_attention_report_json(a);
   write_file_atomically(report, j.dump() + "\n");
@@ -112,7 +114,7 @@ int run_attention(const AttentionOptions& o) {
   for (int32_t id : ids) token_text.push_back(tok.decode(id));
 
   const std::vector<LayerAttention> layers = analyze_attention(*run.model, ids);
-  const std::string out = output_dir(o);
+  const std::string out = output_dir(o, run);
   const std::string report = out + "/attention.json";
   write_file_atomically(report, attention_report_json(layers, token_text).dump() + "\n");
   for (size_t l = 0; l < layers.size(); ++l) {
@@ -134,6 +136,7 @@ struct ExportOptions {
 
 int export_safetensors(const ExportOptions& o, const LoadedRun& run) {
   if (o.out.empty()) throw ConfigError("--out: required for --format safetensors (the file to write)");
+  check_output_path("--out", o.out, run_inputs(run.checkpoint_path, run.config));
   if (o.dtype != "f32")
     throw ConfigError("--dtype: safetensors exports are float32; \"" + o.dtype + "\" is for --format gguf");
   const Model& model = run.objective->model();
@@ -161,6 +164,7 @@ int export_gguf(const ExportOptions& o, LoadedRun& run) {
   const Tokenizer& tok = run.checkpoint.tokenizer;
   const std::string name = fs::path(o.run).lexically_normal().filename().string();
   const std::string out = o.out.empty() ? o.run + "/model-" + o.dtype + ".gguf" : o.out;
+  check_output_path("--out", out, run_inputs(run.checkpoint_path, run.config));
   GgufExportOptions options{dtype, name.empty() ? "tfm" : name, run.config.tree.dump()};
   save_gguf(out, gguf_from_model(model, tok, run.objective->name(), options));
 
@@ -232,6 +236,7 @@ int run_tokenizer_train(const TokenizerTrainOptions& o) {
   if (o.vocab_size < 256 || o.vocab_size > kBpeMaxVocab)
     throw ConfigError("--vocab-size: expected 256 to " + std::to_string(kBpeMaxVocab) + ", got " +
                       std::to_string(o.vocab_size));
+  check_output_path("--out", o.out, {{"--data", o.data}});
   const std::string text = read_file(o.data, uint64_t{1} << 31);
   const auto t0 = std::chrono::steady_clock::now();
   const BpeTokenizer bpe = BpeTokenizer::train(text, o.vocab_size);

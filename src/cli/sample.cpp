@@ -24,7 +24,11 @@ int sample_command(const SampleCliOptions& cli) {
     throw ConfigError("sample: " + dir + " was trained with train.objective \"" + run.objective->name() +
                       "\"; sampling continues text, which needs a causal_lm run" +
                       (run.objective->name() == "masked_lm" ? " (for masked_lm: tfm fill-mask)" : " (for seq2seq: tfm translate)"));
-  if (!cli.init_from.empty()) load_safetensors_into(*run.model, cli.init_from);
+  if (!cli.init_from.empty()) {
+    const std::string note =
+        load_safetensors_into(*run.model, cli.init_from, &run.checkpoint, run.checkpoint_path);
+    if (!note.empty()) std::fprintf(stderr, "tfm: warning: %s\n", note.c_str());
+  }
   apply_head_mask(run, cli.mask_heads);
   const int64_t V = run.model->config().vocab_size;
   if (o.top_k > V)

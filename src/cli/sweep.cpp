@@ -23,6 +23,7 @@
 #include "tfm/engine/file_io.h"
 #include "tfm/objectives/objective.h"
 #include "tfm/engine/platform.h"
+#include "tfm/training/run_dir.h"
 #include "tfm/training/trainer.h"
 
 namespace tfm::cli {
@@ -156,6 +157,7 @@ int run_sweep(const SweepOptions& o) {
     }
     dirs.push_back(dir);
   }
+  check_output_path("--out", out, {{"--config", o.config}});
   make_output_dir(out);
   const std::atomic<bool>* stop = platform::stop_on_signals();
   json all = json::array();
@@ -164,8 +166,8 @@ int run_sweep(const SweepOptions& o) {
     const int64_t max_steps = configs[i].integer("train.max_steps");
     int64_t step = -1;
     bool stopped = false;  // reached train.target_loss or ran out of train.max_seconds: done too
-    if (fs::exists(dir + "/last.ckpt")) {
-      const json state = load_checkpoint(dir + "/last.ckpt").state;
+    if (const std::string saved = resume_checkpoint_path(dir); !saved.empty()) {
+      const json state = load_checkpoint(saved).state;
       step = state.value("step", int64_t{0});
       stopped = state.contains("stopped");
     }

@@ -55,7 +55,8 @@ std::vector<Command> add_train_commands(CLI::App& app) {
   train->add_option("--config", o->config_file, "JSON config of a new run (configs/*.json)")->type_name("FILE");
   train
       ->add_option("--resume", o->resume_dir,
-                   "Continue the run in DIR from its last.ckpt (bit-identical to an uninterrupted run)")
+                   "Continue the run in DIR from its last.ckpt, else its best.ckpt (bit-identical to an "
+                   "uninterrupted run)")
       ->type_name("DIR");
   train
       ->add_option("--set", o->sets,
@@ -86,7 +87,8 @@ std::vector<Command> add_train_commands(CLI::App& app) {
       "  tfm train --config configs/tiny.json --set train.max_steps=100 --out runs/tiny\n"
       "  tfm train --resume runs/shakespeare_char --set train.max_steps=4000\n"
       "  tfm train --config configs/shakespeare_speedrun.json --target-loss 1.5   # time to quality\n"
-      "Ctrl-C finishes the current step, writes last.ckpt and exits; --resume continues.\n");
+      "Ctrl-C finishes the current step (or abandons an evaluation), writes last.ckpt and exits; --resume "
+      "continues.\n");
   return {{train, [o] { return train_command(*o); }}};
 }
 

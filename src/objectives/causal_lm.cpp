@@ -11,8 +11,8 @@
 
 namespace tfm {
 
-double evaluate(LanguageModel& model, const TokenSpan& tokens, int64_t B, int64_t T,
-                int64_t batches, uint64_t seed) {
+std::optional<double> evaluate(LanguageModel& model, const TokenSpan& tokens, int64_t B, int64_t T,
+                               int64_t batches, uint64_t seed, const std::atomic<bool>* stop) {
   const bool was_training = model.training();
   model.set_training(false);
   NoGradGuard no_grad;
@@ -20,6 +20,10 @@ double evaluate(LanguageModel& model, const TokenSpan& tokens, int64_t B, int64_
   std::vector<int32_t> x, y;
   double sum = 0.0;
   for (int64_t i = 0; i < batches; ++i) {
+    if (stop_requested(stop)) {
+      model.set_training(was_training);
+      return std::nullopt;
+    }
     sampler.sample(tokens, B, T, x, y);
     sum += LanguageModel::loss(model.forward(x, B, T), y).item();
   }
@@ -62,9 +66,15 @@ class CausalLm : public TextObjective {
     return [this, x, y] { return LanguageModel::loss(model_.forward(x, B_, T_), y); };
   }
 
-  Metrics evaluate(const std::string& split, int64_t batches, uint64_t seed) override {
+  Metrics evaluate(const std::string& split, int64_t batches, uint64_t seed,
+                   const std::atomic<bool>* stop) override {
     Metrics m;
-    m.set("loss", tfm::evaluate(model_, split_tokens(split), B_, T_, batches, seed));
+    const std::optional<double> loss =
+        tfm::evaluate(model_, split_tokens(split), B_, T_, batches, seed, stop);
+    if (loss)
+      m.set("loss", *loss);
+    else
+      m.abandoned = true;
     return m;
   }
 

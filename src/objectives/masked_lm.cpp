@@ -50,7 +50,8 @@ class MaskedLm : public TextObjective {
     return [this, x, y] { return cross_entropy(model_.forward(x, B_, T_), y, kIgnore); };
   }
 
-  Metrics evaluate(const std::string& split, int64_t batches, uint64_t seed) override {
+  Metrics evaluate(const std::string& split, int64_t batches, uint64_t seed,
+                   const std::atomic<bool>* stop) override {
     const bool was_training = model_.training();
     model_.set_training(false);
     NoGradGuard no_grad;
@@ -59,7 +60,9 @@ class MaskedLm : public TextObjective {
     const int64_t V = model_.config().vocab_size;
     double loss_sum = 0.0;
     int64_t correct = 0, total = 0;
+    Metrics m;
     for (int64_t i = 0; i < batches; ++i) {
+      if ((m.abandoned = stop_requested(stop))) break;
       total += draw(split_tokens(split), sampler, x, y);
       const Tensor logits = model_.forward(x, B_, T_);  // (B, T, V)
       // As the reference: the mean over batches of each batch's mean over its chosen positions.
@@ -69,7 +72,7 @@ class MaskedLm : public TextObjective {
         if (y[p] != kIgnore) correct += (std::max_element(l + p * V, l + (p + 1) * V) - (l + p * V)) == y[p];
     }
     model_.set_training(was_training);
-    Metrics m;
+    if (m.abandoned) return m;
     m.set("loss", loss_sum / static_cast<double>(batches));
     m.set("accuracy", total > 0 ? static_cast<double>(correct) / static_cast<double>(total) : 0.0);
     return m;

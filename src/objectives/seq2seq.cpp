@@ -158,7 +158,8 @@ class Seq2Seq : public Objective {
   // Over the first min(n, batches * B) pairs of the split, in order (the same pairs every time; the
   // seed is not needed). BLEU compares greedy translations with the references, both split into
   // words as the word tokenizer does (so char/byte/bpe runs are scored on words too).
-  Metrics evaluate(const std::string& split_name, int64_t batches, uint64_t) override {
+  Metrics evaluate(const std::string& split_name, int64_t batches, uint64_t,
+                   const std::atomic<bool>* stop) override {
     const std::vector<SentencePair>& pairs = split(split_name);
     const int64_t n = std::min<int64_t>(static_cast<int64_t>(pairs.size()), batches * B_);
     const bool was_training = model_.training();
@@ -170,7 +171,9 @@ class Seq2Seq : public Objective {
     const int64_t V = model_.config().vocab_size;
     TranslateOptions greedy;
     greedy.max_len = max_target_len() + 1;
+    Metrics m;
     for (int64_t first = 0; first < n; first += B_) {
+      if ((m.abandoned = stop_requested(stop))) break;
       std::vector<int64_t> idx;
       for (int64_t i = first; i < std::min(n, first + B_); ++i) idx.push_back(i);
       const PairBatch b = make_pair_batch(pairs, idx);
@@ -188,7 +191,7 @@ class Seq2Seq : public Objective {
       }
     }
     model_.set_training(was_training);
-    Metrics m;
+    if (m.abandoned) return m;
     m.set("loss", tokens > 0 ? loss_sum / static_cast<double>(tokens) : 0.0);
     m.set("accuracy", tokens > 0 ? static_cast<double>(correct) / static_cast<double>(tokens) : 0.0);
     m.set("bleu", corpus_bleu(hypotheses, references).score);

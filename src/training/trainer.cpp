@@ -31,6 +31,7 @@
 #include "tfm/training/distributed.h"
 #include "tfm/training/optim.h"
 #include "tfm/training/preflight.h"
+#include "tfm/training/run_dir.h"
 #include "tfm/training/run_lock.h"
 
 namespace tfm {
@@ -66,16 +67,23 @@ void check_resumable(const Config& from_ckpt, const Config& config, const std::s
   }
 }
 
-// The checkpoint a resumed run continues from: DIR/last.ckpt, read after the run lock is held (a
-// writer that has not saved yet is named by the lock, not mistaken for a missing file).
-Checkpoint resumable_checkpoint(const std::string& dir) {
-  const std::string path = dir + "/last.ckpt";
-  if (!fs::exists(path))
-    throw IoError(path + ": no checkpoint to resume from yet: the run in " + dir +
-                  " has not saved one (it saves every train.checkpoint_interval steps and when stopped). "
+// The checkpoint a resumed run continues from (run_dir.h: last.ckpt, else best.ckpt), read after the
+// run lock is held (a writer that has not saved yet is named by the lock, not mistaken for a missing
+// file).
+struct ResumedCheckpoint {
+  std::string path;
+  Checkpoint checkpoint;
+};
+
+ResumedCheckpoint resumable_checkpoint(const std::string& dir) {
+  const std::string path = resume_checkpoint_path(dir);
+  if (path.empty())
+    throw IoError(dir + "/" + kLastCheckpointFile + ": no checkpoint to resume from yet: the run in " + dir +
+                  " has saved neither " + kLastCheckpointFile + " nor " + kBestCheckpointFile +
+                  " (it saves every train.checkpoint_interval steps and when stopped). "
                   "Start it afresh with `tfm train --config CONFIG --out " + dir + "` after removing " + dir +
                   ", or wait for its first checkpoint");
-  return load_checkpoint(path);
+  return {path, load_checkpoint(path)};
 }
 
 Config config_of(const Checkpoint& ckpt, const std::string& path) {
@@ -90,7 +98,8 @@ Config config_of(const Checkpoint& ckpt, const std::string& path) {
 // restored); run() is the loop.
 class TrainingRun {
  public:
-  TrainingRun(const Config& config, const TrainOptions& opt, RunLock lock, std::optional<Checkpoint> resumed);
+  TrainingRun(const Config& config, const TrainOptions& opt, RunLock lock,
+              std::optional<ResumedCheckpoint> resumed);
   TrainResult run();
 
  private:
@@ -99,6 +108,7 @@ class TrainingRun {
     double loss = 0, norm = 0, tokens = 0, seconds = 0;
   };
   void check_resumed(const Checkpoint& ckpt) const;
+  void refuse_taken_directory() const;
   void create_run_directory();
   void log_header();
   StepStats step();
@@ -115,6 +125,8 @@ class TrainingRun {
   const Config& config_;
   const TrainOptions& opt_;
   const std::string dir_, last_path_, best_path_;
+  std::string resumed_path_;  // the checkpoint a resumed run continues from ("" for a new run)
+  std::string init_from_note_;  // --init-from: why its vocabulary could not be checked ("" when it was)
   const int64_t accum_, max_steps_;
   const int rank_, nranks_;
   const bool root_;
@@ -140,12 +152,12 @@ class TrainingRun {
 };
 
 TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock lock,
-                         std::optional<Checkpoint> resumed)
+                         std::optional<ResumedCheckpoint> resumed)
     : config_(config),
       opt_(opt),
       dir_(config.string("output.dir")),
-      last_path_(dir_ + "/last.ckpt"),
-      best_path_(dir_ + "/best.ckpt"),
+      last_path_(dir_ + "/" + kLastCheckpointFile),
+      best_path_(dir_ + "/" + kBestCheckpointFile),
       accum_(config.integer("train.grad_accum_steps")),
       max_steps_(config.integer("train.max_steps")),
       rank_(dist::rank()),
@@ -156,12 +168,22 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
   // Every check of the input before any work. The objective reads its data and builds its model
   // (vocabularies from the checkpoint on resume); a config that cannot fit is refused there, before
   // the model is built (preflight.h).
-  if (resumed) check_resumed(*resumed);
-  if (!opt_.resume && fs::exists(last_path_))
-    throw ConfigError("output.dir: " + dir_ + " already holds a run (last.ckpt); continue it with `tfm train --resume " +
-                      dir_ + "` or choose another directory with --out");
-  objective_ = make_objective(config_, resumed ? &*resumed : nullptr,
+  if (resumed) {
+    resumed_path_ = resumed->path;
+    check_resumed(resumed->checkpoint);
+  } else {
+    refuse_taken_directory();
+  }
+  objective_ = make_objective(config_, resumed ? &resumed->checkpoint : nullptr,
                               {true, rank_, memory_check(config_, {"train", true, dist::local_size()})});
+  // --init-from: a file that does not fit the model or its vocabulary is refused before anything is written.
+  if (!resumed && !opt_.init_from.empty()) {
+    const Tokenizer* target = objective_->target_tokenizer();
+    const Vocabulary run_vocabulary{objective_->tokenizer(),
+                                    target ? std::optional<Tokenizer>(*target) : std::nullopt};
+    init_from_note_ = load_safetensors_into(objective_->model(), opt_.init_from, &run_vocabulary,
+                                            "data.path " + config_.string("data.path"));
+  }
   create_run_directory();
   threads_ = platform::configure_threads(static_cast<int>(training_threads(config_)));
   // Precision and GEMM backend live below the model: every product of this run (any objective) uses them.
@@ -176,10 +198,9 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
   if (rank_ > 0)
     model.dropout_rng().seed_with(rank_seed(static_cast<uint64_t>(config_.integer("seed")) + 1, rank_));
   if (resumed) {
-    state_->restore(*resumed, last_path_);
+    state_->restore(resumed->checkpoint, resumed_path_);
     saved_at_ = state_->step;
   } else {
-    if (!opt_.init_from.empty()) load_safetensors_into(model, opt_.init_from);
     // Every rank starts from rank 0's weights (the same seed gives the same init; this makes it certain).
     dist::broadcast(model.flat_values().data(), model.parameter_count(), 0);
   }
@@ -187,19 +208,31 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
   weight_mirror_.emplace(model.flat_values().data(), model.parameter_count());
   log_ = std::make_unique<RunLog>(dir_, opt_.console, root_, opt_.resume, state_->step);
   log_header();
+  if (!init_from_note_.empty()) log_->warn(init_from_note_);
   result_.best_val_loss = state_->best_val;
 }
 
 // The checkpoint's config against the run's, and its rank count against this job's.
 void TrainingRun::check_resumed(const Checkpoint& ckpt) const {
-  check_resumable(config_of(ckpt, last_path_), config_, last_path_);
+  check_resumable(config_of(ckpt, resumed_path_), config_, resumed_path_);
   const json& rs = ckpt.state;
   const int64_t trained_ranks =
       rs.is_object() && rs.contains("ranks") && rs.at("ranks").is_number_integer() ? rs.at("ranks").get<int64_t>() : 1;
   if (trained_ranks != nranks_)
-    throw ConfigError(last_path_ + ": the run was trained with " + std::to_string(trained_ranks) +
+    throw ConfigError(resumed_path_ + ": the run was trained with " + std::to_string(trained_ranks) +
                       " rank(s), this run has " + std::to_string(nranks_) +
                       " (resume with the same count: mpirun -np " + std::to_string(trained_ranks) + ")");
+}
+
+// A new run never takes over a directory that holds one: any checkpoint, log or metrics file counts
+// (a run saved only best.ckpt when train.checkpoint_interval is 0 and it was killed).
+void TrainingRun::refuse_taken_directory() const {
+  const std::vector<std::string> found = run_files_in(dir_);
+  if (found.empty()) return;
+  std::string names;
+  for (const std::string& f : found) names += (names.empty() ? "" : ", ") + f;
+  throw ConfigError("output.dir: " + dir_ + " already holds a run (" + names +
+                    "); continue it with `tfm train --resume " + dir_ + "` or choose another directory with --out");
 }
 
 // Data parallel: only rank 0 writes (the run directory lives on its machine).
@@ -210,7 +243,7 @@ void TrainingRun::create_run_directory() {
   if (ec || !fs::is_directory(dir_))
     throw IoError(dir_ + ": cannot create the run directory (output.dir): " + (ec ? ec.message() : "not a directory"));
   if (::access(dir_.c_str(), W_OK) != 0) throw IoError(dir_ + ": the run directory (output.dir) is not writable");
-  write_file_atomically(dir_ + "/config.json", config_.tree.dump(2) + "\n");
+  write_file_atomically(dir_ + "/" + kRunConfigFile, config_.tree.dump(2) + "\n");
 }
 
 void TrainingRun::log_header() {
@@ -220,6 +253,9 @@ void TrainingRun::log_header() {
   for (const auto& [name, n] : model.parameter_breakdown())
     breakdown += (breakdown.empty() ? "" : ", ") + name + " " + std::to_string(n);
   log_->info(fmt::format("tfm train: {} {}", opt_.resume ? "resuming" : "run directory", dir_.c_str()));
+  if (!resumed_path_.empty() && resumed_path_ != last_path_)
+    log_->info(
+        fmt::format("no {}: resuming from {} (step {})", kLastCheckpointFile, kBestCheckpointFile, state_->step));
   log_->info("objective: " + objective_->name() + "; data: " + objective_->describe_data());
   log_->info(fmt::format("model: {} parameters ({})", P, breakdown.c_str()));
   flops_per_token_ = objective_->train_flops_per_token();
@@ -284,7 +320,8 @@ std::string TrainingRun::nonfinite_reason(double loss) const {
          fmt::format("{:.4f}", loss) + ")";
 }
 
-// Rank 0 alone evaluates (nothing collective happens in here); a new best is saved as best.ckpt.
+// Rank 0 alone evaluates (nothing collective happens in here); a new best is saved as best.ckpt. A stop
+// request abandons the evaluation between batches: nothing is saved or recorded from it.
 // train.target_loss: at the first evaluation at or below it, the time it took (from the first step,
 // evaluations included: the user's clock) goes to the log, the result and metrics.jsonl.
 bool TrainingRun::reached_target(const Metrics& val) {
@@ -308,8 +345,15 @@ Metrics TrainingRun::evaluate_and_keep_best() {
   // keeps the two sets from being held at once.
   const bool workers = batches_->workers() > 1;
   if (workers) memory::trim();
-  const Metrics val = objective_->evaluate("val", config_.integer("train.eval_steps"), eval_seed(config_));
+  const Metrics val =
+      objective_->evaluate("val", config_.integer("train.eval_steps"), eval_seed(config_), opt_.stop);
   if (workers) memory::trim();
+  if (val.abandoned) {
+    model.take_head_usage();
+    log_->info(fmt::format(
+        "step {} | stop requested: the evaluation is abandoned (no val loss, best.ckpt untouched)", step));
+    return val;
+  }
   head_usage_ = json();
   for (const auto& [layer, share] : model.take_head_usage()) {
     head_usage_[layer] = share;
@@ -418,20 +462,23 @@ TrainResult TrainingRun::run() {
     if (eval_now || save_now) state_->gather_streams();
     Metrics val;
     if (eval_now && root_) val = evaluate_and_keep_best();
+    // Every rank stops with rank 0 when a stop request abandoned its evaluation.
+    const bool abandoned = eval_now && dist::any(root_ && val.abandoned);
     // Every rank stops together at the step rank 0's evaluation reached the target.
-    const bool reached = eval_now && dist::any(root_ && reached_target(val));
-    if (root_ && (step % log_every == 0 || eval_now)) log_interval(lr, eval_now ? &val : nullptr);
-    if (reached || out_of_time) {
+    const bool reached = eval_now && !abandoned && dist::any(root_ && reached_target(val));
+    if (root_ && (step % log_every == 0 || (eval_now && !abandoned)))
+      log_interval(lr, eval_now && !abandoned ? &val : nullptr);
+    if (reached || (out_of_time && !abandoned)) {
       state_->stopped = reached ? "target_loss" : "max_seconds";
       result_.out_of_time = !reached;
       if (root_) state_->save(last_path_, elapsed());
       break;
     }
-    if (save_now) {
+    if (save_now || abandoned) {
       if (root_) state_->save(last_path_, elapsed());
       saved_at_ = step;
     }
-    if (stop && step < max_steps_) {
+    if ((stop && step < max_steps_) || abandoned) {
       result_.status = TrainResult::Status::Interrupted;
       result_.step = step;
       log_->info(fmt::format("interrupted after step {}: saved {}. Continue with: {}tfm train --resume {}",
@@ -501,8 +548,66 @@ void restore_model(Model& model, const Checkpoint& ckpt, const std::string& sour
   std::copy(ckpt.model.begin(), ckpt.model.end(), model.flat_values().data());
 }
 
-void load_safetensors_into(Model& model, const std::string& path) {
+namespace {
+
+// A token as a message shows it: quoted, escaped, invalid UTF-8 (a byte or BPE piece) replaced.
+std::string token_display(const Tokenizer& t, int32_t id) {
+  const std::string text = t.is_special(id) ? t.specials()[static_cast<size_t>(id)] : t.decode(id);
+  return json(text).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// Where the file's tokenizer first differs from the run's, for a message; "" when they are the same.
+std::string tokenizer_difference(const Tokenizer& file, const Tokenizer& run) {
+  if (file.to_json() == run.to_json()) return "";
+  if (file.kind() != run.kind())
+    return "a " + file.kind_name() + " tokenizer in the file, " + run.kind_name() + " in the run";
+  if (file.size() != run.size())
+    return fmt::format("{} tokens in the file, {} in the run", file.size(), run.size());
+  for (int32_t id = 0; id < static_cast<int32_t>(run.size()); ++id)
+    if (file.is_special(id) != run.is_special(id) || token_display(file, id) != token_display(run, id))
+      return fmt::format("{} tokens each, but id {} is {} in the file and {} in the run", run.size(), id,
+                         token_display(file, id), token_display(run, id));
+  return fmt::format("the same {} tokens, other BPE merge rules", run.size());
+}
+
+// The file's tokenizer under metadata `key` against the run's: ConfigError naming both when they
+// differ; false when the file carries none.
+bool compare_tokenizer(const SafetensorsFile& f, const std::string& key, const Tokenizer& run,
+                       const std::string& run_source) {
+  const auto it = f.metadata.find(key);
+  if (it == f.metadata.end()) return false;
+  Tokenizer stored;
+  try {
+    const std::string& text = it->second;
+    stored = Tokenizer::from_json(parse_json_strict(text.data(), text.size(), f.source + ": " + key));
+  } catch (const json::exception& e) {
+    throw IoError(f.source + ": metadata \"" + key + "\" is not a tokenizer (" + e.what() + ")");
+  }
+  const std::string diff = tokenizer_difference(stored, run);
+  if (!diff.empty())
+    throw ConfigError(f.source + ": its " + key + " is not the run's (" + run_source + "): " + diff +
+                      ". Its weights would read other tokens than they were trained on; start from a file "
+                      "exported from a run with the same data and tokenizer, or without --init-from");
+  return true;
+}
+
+}  // namespace
+
+std::string load_safetensors_into(Model& model, const std::string& path, const Vocabulary* vocabulary,
+                                  const std::string& vocabulary_source) {
   const SafetensorsFile f = load_safetensors(path);
+  std::string note;
+  if (vocabulary) {
+    std::string absent;
+    if (!compare_tokenizer(f, "tokenizer", vocabulary->tokenizer, vocabulary_source))
+      absent = "\"tokenizer\"";
+    if (vocabulary->target_tokenizer &&
+        !compare_tokenizer(f, "target_tokenizer", *vocabulary->target_tokenizer, vocabulary_source))
+      absent += (absent.empty() ? "" : " or ") + std::string("\"target_tokenizer\"");
+    if (!absent.empty())
+      note = path + ": no " + absent + " in its metadata (not a tfm export?), so its vocabulary cannot be "
+             "compared with the run's; the weights are loaded as they are";
+  }
   for (const auto& [name, t] : f.tensors)
     if (!model.find_parameter(name)) throw IoError(path + ": tensor " + name + " is not a parameter of the model");
   for (const auto& p : model.parameters()) {
@@ -514,6 +619,7 @@ void load_safetensors_into(Model& model, const std::string& path) {
     const std::vector<float> v = t.to_vector();
     std::copy(v.begin(), v.end(), model.flat_values().data() + p.offset);
   }
+  return note;
 }
 
 uint64_t eval_seed(const Config& config) {
@@ -549,16 +655,16 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
   const std::string dir = config.string("output.dir");
   // The lock before anything in the directory is read: a second writer is named by its PID.
   RunLock lock = dist::is_root() ? RunLock::acquire(dir) : RunLock();  // rank 0 writes, so it holds it
-  std::optional<Checkpoint> resumed;
+  std::optional<ResumedCheckpoint> resumed;
   if (opt.resume) resumed = resumable_checkpoint(dir);
   return TrainingRun(config, opt, std::move(lock), std::move(resumed)).run();
 }
 
 TrainResult resume(const std::string& dir, const std::vector<std::string>& overrides, TrainOptions opt) {
-  if (!fs::is_directory(dir)) throw IoError(dir + ": no such run directory (nothing to resume)");
+  require_run_directory(dir);
   RunLock lock = dist::is_root() ? RunLock::acquire(dir) : RunLock();
-  Checkpoint ckpt = resumable_checkpoint(dir);
-  Config trained = config_of(ckpt, dir + "/last.ckpt");
+  ResumedCheckpoint ckpt = resumable_checkpoint(dir);
+  Config trained = config_of(ckpt.checkpoint, ckpt.path);
   trained.tree["output"]["dir"] = dir;  // the directory may have moved since
   const Config config = resume_config(trained, overrides);
   opt.resume = true;
@@ -566,14 +672,15 @@ TrainResult resume(const std::string& dir, const std::vector<std::string>& overr
 }
 
 LoadedRun load_run(const std::string& dir, const std::string& which_asked, bool with_data) {
+  require_run_directory(dir);
   const std::string which =
-      !which_asked.empty() ? which_asked : fs::exists(dir + "/best.ckpt") ? "best" : "last";
+      !which_asked.empty() ? which_asked : fs::exists(dir + "/" + kBestCheckpointFile) ? "best" : "last";
   if (which != "last" && which != "best")
     throw ConfigError("--checkpoint: expected \"last\" or \"best\", got \"" + which + "\"");
   const std::string path = dir + "/" + which + ".ckpt";
-  if (!fs::is_directory(dir)) throw IoError(dir + ": no such run directory");
   if (!fs::exists(path)) throw IoError(path + ": no checkpoint here (has the run written one yet?)");
   LoadedRun run;
+  run.checkpoint_path = path;
   run.checkpoint = load_checkpoint(path);
   try {
     run.config = resolve_config(run.checkpoint.config);

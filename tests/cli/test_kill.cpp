@@ -4,6 +4,7 @@
 // thread that computes nothing.
 #include <pthread.h>
 #include <signal.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -171,6 +172,53 @@ TEST_CASE("kill: SIGTERM finishes the step, checkpoints and exits 0 like SIGINT"
   CHECK(status == 0);
   CHECK_THAT(out, Catch::Contains("interrupted after step") && Catch::Contains("tfm train --resume " + run));
   CHECK(wait_status(spawn({"eval", "--run", run}, log)) == 0);
+}
+
+// The exit status of `pid` once it ends, or -1 when it is still running after `cap_s` seconds (then it
+// is killed: a hang fails the test instead of blocking it).
+int wait_status_within(pid_t pid, double cap_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int st = 0;
+  while (::waitpid(pid, &st, WNOHANG) == 0) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > cap_s) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &st, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+TEST_CASE("kill: SIGINT or SIGTERM during an evaluation abandons it, checkpoints the step and exits 0", "[kill]") {
+  for (const int sig : {SIGINT, SIGTERM}) {
+    TempDir tmp(sig == SIGINT ? "eval_sigint" : "eval_sigterm");
+    const std::string log = tmp.path + "/log.txt", run = tmp.path + "/run";
+    // The evaluation after step 5 would take days (a billion batches): only abandoning it ends the run.
+    const pid_t pid = spawn({"train", "--config", "configs/tiny.json", "--out", run, "--set", "train.max_steps=1000",
+                             "--set", "train.eval_interval=5", "--set", "train.eval_steps=1000000000", "--set",
+                             "train.log_interval=1", "--set", "train.checkpoint_interval=0"},
+                            log);
+    // Step 4 logged: the process is in step 5 or, soon, in its evaluation.
+    for (int i = 0; i < 3000 && slurp(run + "/train.log").find("step 4/1000") == std::string::npos; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ::kill(pid, sig);
+    const int status = wait_status_within(pid, 300);
+    const std::string out = slurp(log);
+    INFO(strsignal(sig) << "\n" << out);
+    CHECK(status == 0);
+    CHECK_THAT(out, Catch::Contains("step 5 | stop requested: the evaluation is abandoned") &&
+                        Catch::Contains("interrupted after step 5: saved " + run + "/last.ckpt") &&
+                        Catch::Contains("tfm train --resume " + run));
+    // Nothing kept from the partial evaluation: no best.ckpt, no val record.
+    CHECK_FALSE(fs::exists(run + "/best.ckpt"));
+    CHECK(slurp(run + "/metrics.jsonl").find("val_loss") == std::string::npos);
+    // last.ckpt holds step 5 and continues.
+    CHECK(wait_status(spawn({"train", "--resume", run, "--set", "train.eval_steps=2", "--set", "train.max_steps=7"},
+                            log)) == 0);
+    CHECK_THAT(slurp(run + "/train.log"), Catch::Contains("continuing after step 5") && Catch::Contains("step 7/7"));
+  }
 }
 
 // oneDNN 2.6's JIT sgemm points rsp into the heap while it runs, so a signal handler run on a thread

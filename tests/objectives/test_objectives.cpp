@@ -1,6 +1,7 @@
 // The training objectives: masked_lm's masking rule, each objective through the one training loop,
 // and the inference commands that go with them.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <memory>
 #include <catch2/catch.hpp>
@@ -305,4 +306,29 @@ TEST_CASE("objectives: a data-parallel run with dropout resumes bit-identically"
   std::vector<double> joined = b1.losses;
   joined.insert(joined.end(), b2.losses.begin(), b2.losses.end());
   CHECK(joined == a.losses);
+}
+
+TEST_CASE("objectives: every evaluation abandons on a stop request between batches", "[objective]") {
+  const std::string dir = tfm_test::scratch_path("objectives", "eval_stop");
+  const std::string pairs = write_reversal_pairs(dir + "_data", 200);
+  const std::vector<Config> configs = {
+      resolve_config(nlohmann::json::object(), {"data.path=" + tiny_data(), "output.dir=" + dir,
+                                                "model.d_model=16", "model.n_layers=1", "model.n_heads=2",
+                                                "model.max_seq_len=16", "train.seq_len=16"}),
+      mlm_config(dir), s2s_config(dir, pairs)};
+  for (const Config& c : configs) {
+    const std::unique_ptr<Objective> objective = make_objective(c, nullptr, {});
+    INFO(objective->name());
+    objective->model().set_training(true);
+    std::atomic<bool> stop{true};
+    // A billion batches would take days: a pending request ends it before the first.
+    const Metrics abandoned = objective->evaluate("val", 1000000000, 7, &stop);
+    CHECK(abandoned.abandoned);
+    CHECK(abandoned.values.empty());
+    stop = false;
+    const Metrics done = objective->evaluate("val", 2, 7, &stop);
+    CHECK_FALSE(done.abandoned);
+    CHECK(std::isfinite(done.get("loss")));
+    CHECK(objective->model().training());  // the mode is given back either way
+  }
 }

@@ -6,6 +6,7 @@
 //   masked_lm  src/objectives/masked_lm.cpp  encoder-only: BERT's masked tokens (fill_mask below)
 //   seq2seq    src/objectives/seq2seq.cpp    encoder-decoder over sentence pairs (translate below)
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -24,9 +25,11 @@
 
 namespace tfm {
 
-// Named figures of one evaluation, in display order; the first is always "loss".
+// Named figures of one evaluation, in display order; the first is always "loss". An evaluation
+// abandoned on a stop request has none.
 struct Metrics {
   std::vector<std::pair<std::string, double>> values;
+  bool abandoned = false;
   double get(const std::string& name) const;  // NaN when absent
   bool has(const std::string& name) const;
   void set(const std::string& name, double value);
@@ -89,8 +92,11 @@ class Objective {
   virtual Tensor split_batch_loss(const std::string& split, uint64_t seed) = 0;
 
   // Evaluation in eval mode without a graph over `batches` batches of `split` ("val" | "train"),
-  // drawn from a fresh generator seeded with `seed` (the same batches at every evaluation).
-  virtual Metrics evaluate(const std::string& split, int64_t batches, uint64_t seed) = 0;
+  // drawn from a fresh generator seeded with `seed` (the same batches at every evaluation). When
+  // `stop` is set (SIGINT/SIGTERM during training) before a batch, the evaluation is abandoned:
+  // Metrics::abandoned, no figures.
+  virtual Metrics evaluate(const std::string& split, int64_t batches, uint64_t seed,
+                           const std::atomic<bool>* stop = nullptr) = 0;
 
   // Training FLOPs per counted token, for MFU.
   virtual double train_flops_per_token() const = 0;
@@ -137,10 +143,13 @@ std::unique_ptr<Model> replica_of(const M& model, uint64_t seed) {
 std::unique_ptr<Objective> make_objective(const Config& config, const Vocabulary* vocabulary,
                                           const ObjectiveOptions& options);
 
+// Whether a stop request is pending (evaluate() checks it between batches).
+inline bool stop_requested(const std::atomic<bool>* stop) { return stop != nullptr && stop->load(); }
+
 // causal_lm's evaluation: the mean loss over `batches` random (B, T) windows of `tokens`, drawn from
-// a generator seeded with `seed`, in eval mode without a graph.
-double evaluate(LanguageModel& model, const TokenSpan& tokens, int64_t B, int64_t T,
-                int64_t batches, uint64_t seed);
+// a generator seeded with `seed`, in eval mode without a graph; nullopt when abandoned on `stop`.
+std::optional<double> evaluate(LanguageModel& model, const TokenSpan& tokens, int64_t B, int64_t T,
+                               int64_t batches, uint64_t seed, const std::atomic<bool>* stop = nullptr);
 
 // How a text objective reaches its token cache: data.cache_dir, and (log) a line on stderr for every
 // cache built and why. tfm data prepare and eval --dump-logits read the data this way too.
