@@ -41,16 +41,15 @@ while [ $# -gt 0 ]; do
     --threads) threads="$2"; shift 2 ;;
     --no-torch) torch=0; shift ;;
     --figure) figure=1; shift ;;
-    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    -*) echo "speedrun.sh: unknown option $1 (--help lists them)" >&2; exit 2 ;;
+    -h|--help) tfm_usage; exit 0 ;;
+    -*) tfm_fail "unknown option $1 (--help lists them)" ;;
     *) config="$1"; shift ;;
   esac
 done
-[ -f "$config" ] || { echo "speedrun.sh: no config $config" >&2; exit 2; }
+tfm_require_config "$config"
 
-tfm_install
-tfm_build "$TFM_ROOT/build/release" -DCMAKE_BUILD_TYPE=Release -DTFM_BUILD_TESTS=OFF >/dev/null
-tfm="$TFM_ROOT/build/release/tfm"
+tfm_prepare
+tfm="$TFM_BIN"
 py=/usr/bin/python3
 if [ "$torch" = 1 ] || [ "$baseline" = 1 ]; then
   if ! "$py" -c 'import torch, numpy' 2>/dev/null; then

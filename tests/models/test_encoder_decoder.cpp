@@ -664,7 +664,7 @@ TEST_CASE("seq2seq: parameter names, breakdown and FLOPs", "[seq2seq]") {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Against PyTorch (scripts/make_fixtures.py's Seq2Seq, same names and weights)
+// Against PyTorch (scripts/dev/make_fixtures.py's Seq2Seq, same names and weights)
 
 TEST_CASE("reference: encoder-decoder logits, loss and gradients match PyTorch", "[seq2seq][reference]") {
   using namespace tfm::testing;
