@@ -1,4 +1,4 @@
-// tfm attention | export | tokenizer: looking inside a run and moving its weights out (issue 7).
+// tfm attention | export | tokenizer: looking inside a run and moving its weights out (docs/insight.md).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
