@@ -12,10 +12,10 @@ int main() {
   using namespace tfm;
   Rng rng(1337);
   Tensor w = Tensor::randn({4, 3}, rng).set_requires_grad();  // a leaf parameter (out, in)
-  Tensor x = Tensor::randn({2, 3}, rng);
-  Tensor y = gelu(linear(x, w, Tensor()));                     // (2, 4): x wᵀ, then exact GELU
-  Tensor loss = mean(y * y);
-  loss.backward();                                             // w.grad() now holds dloss/dw
+  Tensor x = Tensor::randn({2, 3}, rng);                      // an input (batch, in)
+  Tensor y = gelu(linear(x, w, Tensor()));                    // (2, 4): x w^T, then exact GELU
+  Tensor loss = mean(y * y);                                  // a scalar
+  loss.backward();                                            // w.grad() now holds dloss/dw
 
   // The same derivative by central differences, one weight at a time, without recording a graph.
   NoGradGuard no_grad;
