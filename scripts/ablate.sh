@@ -29,17 +29,11 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --target) target="$2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
-    --threads) threads="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
-    -h|--help) tfm_usage; exit 0 ;;
-    -*) tfm_fail "unknown option $1 (--help lists them)" ;;
-    *) config="$1"; shift ;;
+    *) tfm_experiment_arg "$@"; shift "$TFM_SHIFT" ;;
   esac
 done
-tfm_require_config "$config"
-tfm_prepare
-tfm="$TFM_BIN"
-py=/usr/bin/python3
+tfm_experiment_prepare
 [ -n "$out" ] || out="runs/ablate/$(basename "$config" .json)-$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$out/configs"
 

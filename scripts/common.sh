@@ -18,6 +18,30 @@ tfm_usage() {
   awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"
 }
 
+# tfm_experiment_arg ARGS...: the arguments every experiment script (speedrun.sh, ablate.sh) takes, for
+# the default branch of its option loop: CONFIG (sets the caller's `config`), --threads N (sets its
+# `threads`), -h/--help (prints the help and exits 0); any other option exits 2. Sets TFM_SHIFT to the
+# number of arguments it used.
+tfm_experiment_arg() {
+  case "$1" in
+    --threads)
+      [ $# -ge 2 ] || tfm_fail "--threads needs a number"
+      threads="$2" TFM_SHIFT=2
+      ;;
+    -h | --help) tfm_usage; exit 0 ;;
+    -*) tfm_fail "unknown option $1 (--help lists them)" ;;
+    *) config="$1" TFM_SHIFT=1 ;;
+  esac
+}
+
+# tfm_experiment_prepare: after an experiment script's option loop: exits 2 unless its `config` is a
+# file, then tfm_prepare; sets the caller's `tfm` (the binary) and `py` (Debian's python3, with torch).
+tfm_experiment_prepare() {
+  tfm_require_config "$config"
+  tfm_prepare
+  tfm="$TFM_BIN" py=/usr/bin/python3
+}
+
 # tfm_require_config FILE: exits 2 naming FILE unless it is a file.
 tfm_require_config() {
   [ -f "$1" ] || tfm_fail "$1: no such config file"

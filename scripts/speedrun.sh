@@ -38,19 +38,12 @@ while [ $# -gt 0 ]; do
     --precision) precision="$2"; shift 2 ;;
     --baseline) baseline=1; shift ;;
     --max-minutes) max_minutes="$2"; shift 2 ;;
-    --threads) threads="$2"; shift 2 ;;
     --no-torch) torch=0; shift ;;
     --figure) figure=1; shift ;;
-    -h|--help) tfm_usage; exit 0 ;;
-    -*) tfm_fail "unknown option $1 (--help lists them)" ;;
-    *) config="$1"; shift ;;
+    *) tfm_experiment_arg "$@"; shift "$TFM_SHIFT" ;;
   esac
 done
-tfm_require_config "$config"
-
-tfm_prepare
-tfm="$TFM_BIN"
-py=/usr/bin/python3
+tfm_experiment_prepare
 if [ "$torch" = 1 ] || [ "$baseline" = 1 ]; then
   if ! "$py" -c 'import torch, numpy' 2>/dev/null; then
     echo "speedrun.sh: no PyTorch for $py (apt-get install python3-torch python3-numpy); timing tfm alone" >&2
