@@ -29,18 +29,11 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --target) target="$2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
-    --threads) threads="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
-    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    -*) echo "ablate.sh: unknown option $1 (--help lists them)" >&2; exit 2 ;;
-    *) config="$1"; shift ;;
+    *) tfm_experiment_arg "$@"; shift "$TFM_SHIFT" ;;
   esac
 done
-[ -f "$config" ] || { echo "ablate.sh: no config $config" >&2; exit 2; }
-tfm_install
-tfm_build "$TFM_ROOT/build/release" -DCMAKE_BUILD_TYPE=Release -DTFM_BUILD_TESTS=OFF >/dev/null
-tfm="$TFM_ROOT/build/release/tfm"
-py=/usr/bin/python3
+tfm_experiment_prepare
 [ -n "$out" ] || out="runs/ablate/$(basename "$config" .json)-$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$out/configs"
 

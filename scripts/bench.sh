@@ -29,10 +29,8 @@ repeats="${TFM_BENCH_REPEATS:-3}"
 threads="${TFM_THREADS:-$(nproc)}"
 reference="$TFM_ROOT/scripts/torch_lm.py"
 
-tfm_install time python3-torch python3-numpy
-tfm_build "$TFM_ROOT/build/release" -DCMAKE_BUILD_TYPE=Release -DTFM_BUILD_TESTS=OFF
-scripts/get_data.sh >/dev/null
-tfm="$TFM_ROOT/build/release/tfm"
+tfm_prepare time python3-torch python3-numpy
+tfm="$TFM_BIN"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 

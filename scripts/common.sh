@@ -1,9 +1,51 @@
-# Shared by the scripts: install what is missing (Debian packages), configure and build.
+# shellcheck shell=bash disable=SC2034  # TFM_ROOT and TFM_BIN are for the scripts that source this
+# Shared by the shell scripts of scripts/ and scripts/dev/: the repository root, installing what is
+# missing (Debian packages), building, finding a tfm binary, help and error messages.
 # Sourced, not run. Everything here is idempotent and quick when nothing is missing.
 
 TFM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TFM_PACKAGES=(g++ cmake make libopenblas-dev libopenblas-openmp-dev libcli11-dev nlohmann-json3-dev libspdlog-dev catch2
   libopenmpi-dev openmpi-bin time libdnnl-dev)
+
+# tfm_fail MESSAGE...: the calling script's name and MESSAGE on stderr, then exit 2 (bad input or setup).
+tfm_fail() {
+  echo "$(basename "$0"): $*" >&2
+  exit 2
+}
+
+# tfm_usage: prints the calling script's help, the comment block at its top.
+tfm_usage() {
+  awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"
+}
+
+# tfm_experiment_arg ARGS...: the arguments every experiment script (speedrun.sh, ablate.sh) takes, for
+# the default branch of its option loop: CONFIG (sets the caller's `config`), --threads N (sets its
+# `threads`), -h/--help (prints the help and exits 0); any other option exits 2. Sets TFM_SHIFT to the
+# number of arguments it used.
+tfm_experiment_arg() {
+  case "$1" in
+    --threads)
+      [ $# -ge 2 ] || tfm_fail "--threads needs a number"
+      threads="$2" TFM_SHIFT=2
+      ;;
+    -h | --help) tfm_usage; exit 0 ;;
+    -*) tfm_fail "unknown option $1 (--help lists them)" ;;
+    *) config="$1" TFM_SHIFT=1 ;;
+  esac
+}
+
+# tfm_experiment_prepare: after an experiment script's option loop: exits 2 unless its `config` is a
+# file, then tfm_prepare; sets the caller's `tfm` (the binary) and `py` (Debian's python3, with torch).
+tfm_experiment_prepare() {
+  tfm_require_config "$config"
+  tfm_prepare
+  tfm="$TFM_BIN" py=/usr/bin/python3
+}
+
+# tfm_require_config FILE: exits 2 naming FILE unless it is a file.
+tfm_require_config() {
+  [ -f "$1" ] || tfm_fail "$1: no such config file"
+}
 
 # tfm_install [extra packages...]: apt-get installs whatever of the packages is not installed yet.
 tfm_install() {
@@ -26,4 +68,35 @@ tfm_build() {
   shift
   cmake -S "$TFM_ROOT" -B "$dir" "$@" >/dev/null
   cmake --build "$dir" -j "$(nproc)"
+}
+
+# tfm_prepare [extra packages...]: what a script that trains needs. Installs what is missing, builds
+# build/release (no tests; its progress on stderr, so stdout keeps only the script's results) unless
+# TFM_BINARY names a binary to use, and checks the corpora in data/. Sets TFM_BIN.
+tfm_prepare() {
+  tfm_install "$@"
+  if [ -n "${TFM_BINARY:-}" ]; then
+    tfm_find_binary "$TFM_BINARY"
+  else
+    tfm_build "$TFM_ROOT/build/release" -DCMAKE_BUILD_TYPE=Release -DTFM_BUILD_TESTS=OFF >&2
+    TFM_BIN="$TFM_ROOT/build/release/tfm"
+  fi
+  "$TFM_ROOT/scripts/get_data.sh" >&2
+}
+
+# tfm_find_binary [PATH]: sets TFM_BIN to PATH (absolute), else to $TFM_BINARY, else to the first tfm
+# built in build/dev, build/release, build/test or build; exits 2 when there is none.
+tfm_find_binary() {
+  local given="${1:-${TFM_BINARY:-}}" candidate=""
+  if [ -n "$given" ]; then
+    candidate="$given"
+  else
+    for candidate in "$TFM_ROOT"/build/{dev,release,test}/tfm "$TFM_ROOT/build/tfm"; do
+      [ -x "$candidate" ] && break
+    done
+  fi
+  if [ ! -f "$candidate" ] || [ ! -x "$candidate" ]; then
+    tfm_fail "no tfm binary${given:+ at $given} (build one, or give its path)"
+  fi
+  TFM_BIN="$(cd "$(dirname "$candidate")" && pwd)/$(basename "$candidate")"
 }

@@ -9,7 +9,8 @@
 #   scripts/get_data.sh
 #   TFM_DATA_MIRROR=/mnt/datasets scripts/get_data.sh
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+root=$TFM_ROOT
 mkdir -p "$root/data"
 mirror="${TFM_DATA_MIRROR:-}"
 

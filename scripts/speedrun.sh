@@ -38,20 +38,12 @@ while [ $# -gt 0 ]; do
     --precision) precision="$2"; shift 2 ;;
     --baseline) baseline=1; shift ;;
     --max-minutes) max_minutes="$2"; shift 2 ;;
-    --threads) threads="$2"; shift 2 ;;
     --no-torch) torch=0; shift ;;
     --figure) figure=1; shift ;;
-    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    -*) echo "speedrun.sh: unknown option $1 (--help lists them)" >&2; exit 2 ;;
-    *) config="$1"; shift ;;
+    *) tfm_experiment_arg "$@"; shift "$TFM_SHIFT" ;;
   esac
 done
-[ -f "$config" ] || { echo "speedrun.sh: no config $config" >&2; exit 2; }
-
-tfm_install
-tfm_build "$TFM_ROOT/build/release" -DCMAKE_BUILD_TYPE=Release -DTFM_BUILD_TESTS=OFF >/dev/null
-tfm="$TFM_ROOT/build/release/tfm"
-py=/usr/bin/python3
+tfm_experiment_prepare
 if [ "$torch" = 1 ] || [ "$baseline" = 1 ]; then
   if ! "$py" -c 'import torch, numpy' 2>/dev/null; then
     echo "speedrun.sh: no PyTorch for $py (apt-get install python3-torch python3-numpy); timing tfm alone" >&2

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds from scratch and runs every test through ctest, twice:
-#   1. the Release build (-O3 -march=native, warnings as errors), all tests (with scripts/check_gguf.sh:
+#   1. the Release build (-O3 -march=native, warnings as errors), all tests (with scripts/dev/check_gguf.sh:
 #      llama.cpp runs tfm's GGUF exports; skipped, saying why, when npm cannot reach its registry), then
 #      `cmake --install` into a temporary prefix and examples/ built and run against the installed package;
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build (-O1 -g1), the same tests. -g1 keeps the
@@ -22,10 +22,10 @@ echo "tfm: Release build in $release"
 tfm_build "$release" -DCMAKE_BUILD_TYPE=Release -DTFM_WERROR=ON
 echo "tfm: tests (Release)"
 (cd "$release" && ctest --output-on-failure -j "$jobs")
-# ctest counts a skipped check as skipped without its reason: say it (scripts/check_gguf.sh).
+# ctest counts a skipped check as skipped without its reason: say it (scripts/dev/check_gguf.sh).
 grep -h "check_gguf.sh: SKIPPED" "$release/Testing/Temporary/LastTest.log" 2>/dev/null || true
 echo "tfm: install into a temporary prefix, build and run examples/ against it"
-"$TFM_ROOT/scripts/check_install.sh" "$release"
+"$TFM_ROOT/scripts/dev/check_install.sh" "$release"
 
 if [ "${TFM_SANITIZE:-1}" != "0" ]; then
   asan="$TFM_ROOT/build/asan"

@@ -4,7 +4,7 @@
 It reads the same JSON config as `tfm train`, builds the same Transformer language model, trains it
 with the same optimizer, schedule, clipping and batches, and prints one JSON line (timings, last
 training loss, validation loss), so tfm can be checked against it number for number and timed
-against it second for second. Imported as a module it gives the model to scripts/make_fixtures.py
+against it second for second. Imported as a module it gives the model to scripts/dev/make_fixtures.py
 (LM, model_config, sinusoidal, load_safetensors, save_safetensors).
 
 Config keys read (all optional except data.path; defaults in brackets):

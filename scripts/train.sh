@@ -10,9 +10,7 @@ cd "$TFM_ROOT"
 
 config="${1:-configs/shakespeare_char.json}"
 [ $# -gt 0 ] && shift
-tfm_install
-tfm_build "$TFM_ROOT/build/release" -DCMAKE_BUILD_TYPE=Release -DTFM_BUILD_TESTS=OFF
-scripts/get_data.sh
+tfm_prepare
 # Runs go to runs/<config name> unless --out is given. A run that already has a checkpoint is
 # continued (tfm never overwrites a run); delete its directory to start over.
 run_dir="runs/$(basename "$config" .json)"
@@ -22,9 +20,9 @@ while [ $# -gt 0 ]; do
 done
 if [ -f "$run_dir/last.ckpt" ] || [ -f "$run_dir/best.ckpt" ]; then
   echo "tfm: $run_dir already holds a run: continuing it (rm -r $run_dir to start over)"
-  "$TFM_ROOT/build/release/tfm" train --resume "$run_dir" "${args[@]}"
+  "$TFM_BIN" train --resume "$run_dir" "${args[@]}"
 else
-  "$TFM_ROOT/build/release/tfm" train --config "$config" --out "$run_dir" "${args[@]}"
+  "$TFM_BIN" train --config "$config" --out "$run_dir" "${args[@]}"
 fi
 if [ -f scripts/plot.py ] && /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
   /usr/bin/python3 scripts/plot.py "$run_dir" && echo "tfm: loss curve in $run_dir/loss.png"

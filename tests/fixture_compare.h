@@ -1,4 +1,4 @@
-// Loading the PyTorch fixtures of scripts/make_fixtures.py and comparing tensors with them: values to
+// Loading the PyTorch fixtures of scripts/dev/make_fixtures.py and comparing tensors with them: values to
 // an absolute tolerance, gradients to 1e-4 relative to the largest entry of their tensor. Set
 // TFM_REPORT_DIFFS=1 to print the largest differences seen.
 #pragma once

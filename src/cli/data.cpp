@@ -1,4 +1,4 @@
-// tfm data prepare: builds a config's token cache ahead of training (issue 24), so the first run
+// tfm data prepare: builds a config's token cache ahead of training (docs/data.md), so the first run
 // starts as fast as every later one, and says what the corpus costs in tokens.
 #include <algorithm>
 #include <cstdio>

@@ -26,7 +26,7 @@ namespace {
 using LogitsFn = std::function<std::vector<float>(const std::vector<int32_t>& ids, int64_t B, int64_t T)>;
 
 // Logits of token sequences as JSON {"tokens": [ids per sequence], "logits": [(T, V) per sequence]}: for
-// scripts/torch_lm.py --check-logits and scripts/check_gguf.sh. Sequences of one length run as one batch
+// scripts/torch_lm.py --check-logits and scripts/dev/check_gguf.sh. Sequences of one length run as one batch
 // (B, T), as an evaluation does, when `batch` allows; others one by one.
 void write_logits(const LogitsFn& forward, int64_t V, const std::vector<std::vector<int32_t>>& sequences, bool batch,
                   const std::string& path, const std::string& what) {

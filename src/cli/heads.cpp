@@ -1,4 +1,4 @@
-// tfm heads and --mask-heads: what each attention head is worth (issue 15). A head's importance as
+// tfm heads and --mask-heads: what each attention head is worth (docs/heads.md). A head's importance as
 // Michel et al. 2019 ("Are Sixteen Heads Really Better than One?") measure it: the loss change when
 // the head alone is masked, and the gradient score |dL/dxi_h| of a gate xi_h = 1 on its output; a
 // ranking per layer and a pruning curve (validation loss as the least important heads are masked).

@@ -1,4 +1,4 @@
-// tfm attention | export | tokenizer: looking inside a run and moving its weights out (issue 7).
+// tfm attention | export | tokenizer: looking inside a run and moving its weights out (docs/insight.md).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -306,7 +306,7 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
       "The file is read back and llama.cpp's graph run from it on a few tokens, in double precision. gpt2:\n"
       "the differences printed are with tfm's erf GELU (the export itself: float rounding), with GELU's tanh\n"
       "form, and with llama.cpp's CPU GELU (tanh form through a half-precision table: what llama.cpp shows).\n"
-      "scripts/check_gguf.sh runs real llama.cpp on exports (docs/llama_cpp.md).\n"
+      "scripts/dev/check_gguf.sh runs real llama.cpp on exports (docs/llama_cpp.md).\n"
       "Examples:\n"
       "  tfm export --run runs/shakespeare_char --out model.safetensors\n"
       "  tfm export --run runs/shakespeare_char --format gguf                 # runs/shakespeare_char/model-f32.gguf\n"

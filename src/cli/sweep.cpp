@@ -1,6 +1,6 @@
 // tfm sweep: trains every point of a grid of config values with the same seed and data, one run
-// directory each, resumable, and tabulates what each point costs and reaches (issue 15: heads
-// against width, MHA/GQA/MQA, ...).
+// directory each, resumable, and tabulates what each point costs and reaches (docs/heads.md:
+// heads against width, MHA/GQA/MQA, ...).
 #include <algorithm>
 #include <atomic>
 #include <cmath>

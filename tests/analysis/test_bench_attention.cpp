@@ -1,4 +1,4 @@
-// tfm bench attention (issue 15, the cost of attention): the exponent fit, the report's figures from
+// tfm bench attention (docs/heads.md, the cost of attention): the exponent fit, the report's figures from
 // the formulas, and its errors. Times are never asserted on.
 #include <catch2/catch.hpp>
 

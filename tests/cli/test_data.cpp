@@ -1,4 +1,4 @@
-// tfm data prepare and the token cache end to end (issue 24): the command's counts, a resumed run on a
+// tfm data prepare and the token cache end to end (docs/data.md): the command's counts, a resumed run on a
 // cached corpus bit-identical to a run that tokenized at its start, a damaged cache rebuilt by eval.
 #include <catch2/catch.hpp>
 #include <filesystem>

@@ -2,7 +2,7 @@
 // file is GGUF for llama.cpp's gpt2 (or llama and qwen3 for the modern options), read back the export
 // reports the model's probabilities, the
 // flags are checked, and what llama.cpp cannot run is refused naming the key. Real llama.cpp runs the
-// exports in scripts/check_gguf.sh (ctest gguf_llama_cpp).
+// exports in scripts/dev/check_gguf.sh (ctest gguf_llama_cpp).
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-// Issue 6's bad-input catalogue: bad configs through the CLI (exit 2, a message naming the key or
+// The bad-input catalogue: bad configs through the CLI (exit 2, a message naming the key or
 // file) and corrupt checkpoints (truncated at every tenth, seeded bit flips, wrong magic, future
 // version, a tensor count that does not match the config), each rejected with a clear message.
 #include <sys/wait.h>

@@ -1,4 +1,4 @@
-// The helpers behind scripts/profile.sh: perf's lines sorted into a step's parts (canned perf output,
+// The helpers behind scripts/dev/profile.sh: perf's lines sorted into a step's parts (canned perf output,
 // so the test needs neither perf nor the kernel's permission to sample).
 #include <catch2/catch.hpp>
 #include <fstream>
@@ -37,7 +37,7 @@ TEST_CASE("scripts: profile_categories.py sorts perf samples into a step's parts
         "     4.00%\t[kernel.kallsyms]\t[k] clear_page_erms\n"
         "     4.00%\ttfm\t[.] tfm::Tensor::backward\n"
         "     4.00%\ttfm\t[.] tfm::(anonymous namespace)::adamw_range\n");
-  const tfm_test::CliRun r = tfm_test::run_shell("/usr/bin/python3 scripts/profile_categories.py '" + tmp.path +
+  const tfm_test::CliRun r = tfm_test::run_shell("/usr/bin/python3 scripts/dev/profile_categories.py '" + tmp.path +
                                                  "/train.log' 2 4 --json < '" + tmp.path + "/perf.txt'");
   INFO(r.out);
   REQUIRE(r.status == 0);
@@ -56,7 +56,7 @@ TEST_CASE("scripts: profile_categories.py sorts perf samples into a step's parts
   CHECK(s["attention kernel"].get<double>() == 0.0);
 
   // No timed step after the skipped ones: a clear error, not a table of zeros.
-  const tfm_test::CliRun none = tfm_test::run_shell("/usr/bin/python3 scripts/profile_categories.py '" + tmp.path +
+  const tfm_test::CliRun none = tfm_test::run_shell("/usr/bin/python3 scripts/dev/profile_categories.py '" + tmp.path +
                                                     "/train.log' 4 4 < '" + tmp.path + "/perf.txt'");
   CHECK(none.status != 0);
   CHECK_THAT(none.out, Catch::Contains("no 'step K/N | ... ms/step' lines after step 4"));

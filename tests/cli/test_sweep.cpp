@@ -1,4 +1,4 @@
-// tfm sweep (issue 15): every grid point trained once with the same seed, one directory each, a
+// tfm sweep (docs/heads.md): every grid point trained once with the same seed, one directory each, a
 // stopped or extended sweep continued rather than restarted, sweep.jsonl with each point's cost and
 // val loss, and bad grids refused before anything trains.
 #include <catch2/catch.hpp>

@@ -1,4 +1,4 @@
-// The token cache (issue 24): streaming tokenization gives exactly the whole text's ids for the char,
+// The token cache (docs/data.md): streaming tokenization gives exactly the whole text's ids for the char,
 // byte and BPE tokenizers; a changed source or tokenizer invalidates the cache; a truncated or corrupt
 // cache is named and rebuilt, never trusted.
 #include <unistd.h>

@@ -1,5 +1,5 @@
 // Fuzz targets: one function per reader of untrusted input. libFuzzer drives them (fuzz_main.cpp,
-// scripts/fuzz.sh) and the normal test suite replays the committed corpora and every input that
+// scripts/dev/fuzz.sh) and the normal test suite replays the committed corpora and every input that
 // once crashed (tests/fuzz/test_fuzz_corpus.cpp). A target may throw tfm::Error (a clear rejection);
 // anything else – a crash, a sanitizer report, another exception type – is a finding.
 #pragma once

@@ -1,4 +1,4 @@
-// The encoder-decoder's library half (issue 12): the word tokenizer and specials, sentence pairs and
+// The encoder-decoder's library half (docs/seq2seq.md): the word tokenizer and specials, sentence pairs and
 // batches, BLEU, DecoderBlock and Seq2SeqModel gradients, cached and beam decoding against full
 // recomputation, causality and source padding.
 // Legend: B batch, S source length, T target length, C = d_model, V target vocabulary.
@@ -664,7 +664,7 @@ TEST_CASE("seq2seq: parameter names, breakdown and FLOPs", "[seq2seq]") {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Against PyTorch (scripts/make_fixtures.py's Seq2Seq, same names and weights)
+// Against PyTorch (scripts/dev/make_fixtures.py's Seq2Seq, same names and weights)
 
 TEST_CASE("reference: encoder-decoder logits, loss and gradients match PyTorch", "[seq2seq][reference]") {
   using namespace tfm::testing;

@@ -1,4 +1,4 @@
-// Cross-check with PyTorch: the fixtures written by scripts/make_fixtures.py from
+// Cross-check with PyTorch: the fixtures written by scripts/dev/make_fixtures.py from
 // scripts/torch_lm.py (and torch.nn.MultiheadAttention) are loaded into our model and
 // layers; logits, loss and outputs must match to 1e-5, every gradient to 1e-4 relative to the
 // largest entry of its tensor. Set TFM_REPORT_DIFFS=1 to print the largest differences seen.

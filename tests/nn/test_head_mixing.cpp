@@ -1,6 +1,6 @@
-// Head mixing (issue 15): talking-heads attention and group_mlp's grouped mixing with an MLP output.
+// Head mixing (docs/heads.md): talking-heads attention and group_mlp's grouped mixing with an MLP output.
 // Identity mixing gives the standard layer; gradient checks of every variant with random mixing;
-// the PyTorch fixtures of scripts/make_fixtures.py (head_mixing_fixture); KV-cached decoding equal to
+// the PyTorch fixtures of scripts/dev/make_fixtures.py (head_mixing_fixture); KV-cached decoding equal to
 // the full forward (language model and encoder-decoder); initialisation, weight decay, parameter and
 // FLOP counts; and through the CLI: tfm info's count, export + reload, tfm gradcheck.
 // Legend: B batch, T time (Tq, Tk), C = d_model, H heads, Hkv kv heads, g groups, n = H / g.
@@ -158,7 +158,7 @@ TEST_CASE("head mixing: gradient checks of each variant with random mixing", "[h
 }
 
 TEST_CASE("reference: head mixing layers match PyTorch", "[reference][head_mixing]") {
-  // scripts/make_fixtures.py's head_mixing_fixture: the layer written out in PyTorch (einsum mixing
+  // scripts/dev/make_fixtures.py's head_mixing_fixture: the layer written out in PyTorch (einsum mixing
   // over heads), causal mask and key padding, random non-identity mixing; self-attention x = q = k = v.
   for (const char* name : {"head_mixing_talking_heads_gqa", "head_mixing_group_mlp_additive"}) {
     SECTION(name) {

@@ -1,4 +1,4 @@
-// Head gates and masks (MultiHeadAttention::head_gate, tfm heads, --mask-heads; issue 15): a gate of
+// Head gates and masks (MultiHeadAttention::head_gate, tfm heads, --mask-heads; docs/heads.md): a gate of
 // ones changes nothing, a gate of 0 equals zeroing the head's columns of Wo (the composed form), the
 // gate's gradient matches central differences, and the CLI reports importance and refuses bad masks.
 #include <catch2/catch.hpp>

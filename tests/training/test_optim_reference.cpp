@@ -1,6 +1,6 @@
 // Muon (with AdamW on the other parameters), the WSD schedule and gradient clipping against PyTorch:
 // tests/fixtures/lm_muon_wsd.json holds scripts/torch_lm.py's own training loop for 10 steps on given
-// batches from given weights (scripts/make_fixtures.py, optimizer_fixture). tfm runs the same steps with
+// batches from given weights (scripts/dev/make_fixtures.py, optimizer_fixture). tfm runs the same steps with
 // its own parts, as its trainer does: the model's loss on the batch, backward, clip_grad_norm, the
 // config's schedule and optimizer; every parameter must then equal PyTorch's. Both run NS5 in float32;
 // what differs is the summation order of the products, amplified a little by the steps (see the tolerance

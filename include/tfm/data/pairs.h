@@ -1,4 +1,4 @@
-// Sentence pairs for sequence-to-sequence training (issue 12): loading a tab-separated file of
+// Sentence pairs for sequence-to-sequence training (docs/seq2seq.md): loading a tab-separated file of
 // `source<TAB>target[<TAB>ignored...]` lines, the seeded train/validation split, separate source and
 // target tokenizers with the seq2seq specials, padded batches and a seeded pair sampler.
 // Legend: B pairs in a batch, S source length, T target length (both in tokens, after padding).

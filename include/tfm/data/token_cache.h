@@ -1,4 +1,4 @@
-// Token streams that are views, and the token cache that backs them (issue 24).
+// Token streams that are views, and the token cache that backs them (docs/data.md).
 //
 // A text corpus is tokenized once, in a streaming pass, into a cache file of token ids (uint16 when
 // the vocabulary fits, else uint32) beside the data (data.cache_dir); every later start memory-maps
@@ -14,7 +14,7 @@
 //          32  u64 meta_bytes         length of the JSON that starts at offset 96
 //          40  u64 source_size        bytes of the source when it was tokenized
 //          48  i64 source_mtime_ns    its modification time then
-//          56  u64 source_hash        hash64 of its bytes (see hash_blocks)
+//          56  u64 source_hash        hash64 of its blocks, folded (hash_fold)
 //          64  u64 tokenizer_hash     hash64 of the tokenizer's JSON (its fingerprint)
 //          72  u64 tokens_hash        hash64 of the id bytes
 //          80  u64 header_hash        hash64 of bytes [0, 80) and the JSON
@@ -134,7 +134,7 @@ TokenCache open_token_cache(const std::string& source, const Tokenizer& tokenize
 // Encodes `source` as tokenizer.encode(whole file, source) would, in a streaming pass over blocks of
 // the file (cut at UTF-8 character boundaries, and for BPE at pretokenization boundaries, encoded in
 // parallel), handing the ids to `sink` in order; memory stays bounded by the block size. Returns the
-// source's hash (hash_blocks of its bytes). For tests, and the cache.
+// source's hash (its blocks' hash64, folded by hash_fold). For tests, and the cache.
 uint64_t encode_file(const std::string& source, const Tokenizer& tokenizer,
                      const std::function<void(const int32_t* ids, size_t n)>& sink, int threads = 0,
                      size_t block_bytes = 0);

@@ -78,7 +78,7 @@ class Tokenizer {
   // Appends the ids of `text`, a piece of a longer text that starts `byte_offset` bytes and
   // `char_offset` characters into `source` (errors count from there). The pieces' ids concatenate to
   // the whole text's when each cut is at a character boundary (char), anywhere (byte), at a
-  // pretokenization boundary (bpe: bpe_cut_before) or at whitespace (word).
+  // pretokenization boundary (bpe: pretokenize_cut) or at whitespace (word).
   // bpe_cache: chunks a BPE tokenizer encoded before (a streaming encoder's, one per thread).
   void encode_piece(std::string_view text, const std::string& source, uint64_t byte_offset, uint64_t char_offset,
                     std::vector<int32_t>& out, BpeChunkCache* bpe_cache = nullptr) const;

@@ -1,4 +1,4 @@
-// A trained language model and its tokenizer as a GGUF file llama.cpp runs (issue 22).
+// A trained language model and its tokenizer as a GGUF file llama.cpp runs (docs/llama_cpp.md).
 // Legend: C = d_model, H heads, Hkv key/value heads, Dk = C / H, F = d_ff, L = max_seq_len,
 // V vocabulary.
 //

@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
-# Regenerates the config-key table in README.md (between the keys:begin/keys:end markers) from the
+# Regenerates the config-key table in docs/config.md (between the keys:begin/keys:end markers) from the
 # code's own table (`tfm config --keys`). tests/cli/test_readme.cpp fails when the two differ.
-#   scripts/update_readme_keys.sh [path/to/tfm]
+#   scripts/dev/update_key_table.sh [path/to/tfm]   (default: $TFM_BINARY, else build/dev/tfm, build/release/tfm)
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-tfm="${1:-$root/build/release/tfm}"
-[ -x "$tfm" ] || { echo "update_readme_keys.sh: build tfm first (or pass its path)" >&2; exit 2; }
-table="$("$tfm" config --keys)"
-TABLE="$table" /usr/bin/python3 - "$root/README.md" <<'PY'
-import os, re, sys
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
+tfm_find_binary "${1:-}"
+table="$("$TFM_BIN" config --keys)"
+TABLE="$table" /usr/bin/python3 - "$TFM_ROOT/docs/config.md" <<'PY'
+import os, sys
 path = sys.argv[1]
 text = open(path, encoding="utf-8").read()
 begin, end = "<!-- keys:begin -->", "<!-- keys:end -->"

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Cross-checks a run's export against the PyTorch reference: tfm export -> tfm eval --dump-logits ->
 # torch_lm.py --load-safetensors --check-logits, and prints the largest logit difference (must be <= 1e-4).
-# Usage: scripts/check_export.sh RUN_DIR [TFM_BINARY]   (run from anywhere; works in the repo root)
+# Usage: scripts/dev/check_export.sh RUN_DIR [TFM_BINARY]   (run from anywhere)
+# TFM_BINARY defaults to $TFM_BINARY, else the first tfm built in build/dev, build/release, build/test, build.
 set -euo pipefail
-run=${1:?usage: scripts/check_export.sh RUN_DIR [TFM_BINARY]}
-root=$(cd "$(dirname "$0")/.." && pwd)
-tfm=${2:-${TFM:-$root/build/tfm}}
-[[ -x $tfm ]] || { echo "check_export.sh: no tfm binary at $tfm (give it as the second argument)" >&2; exit 2; }
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
+run=${1:?usage: scripts/dev/check_export.sh RUN_DIR [TFM_BINARY]}
+tfm_find_binary "${2:-}"
+tfm=$TFM_BIN
+root=$TFM_ROOT
 run=$(cd "$run" && pwd)
 work=$(mktemp -d /tmp/tfm_check_export.XXXXXX)
 trap 'rm -rf "$work"' EXIT

@@ -1,27 +1,27 @@
 #!/usr/bin/env bash
-# The token cache's figures (issue 24) on generated corpora: for each size, the time to prepare the
+# The token cache's figures (docs/data.md) on generated corpora: for each size, the time to prepare the
 # cache (char, byte, BPE 1k and 8k), the time a cached start takes to open and check it, and the peak
 # RSS of 20 training steps against the same run on tiny Shakespeare; and BPE training and
 # single-thread encoding throughput on a 10 MB sample for vocabularies 1k and 8k.
 #
-#   scripts/bench_data.sh                          # 100 MB and 1000 MB corpora
-#   TFM_BENCH_SIZES="100" scripts/bench_data.sh    # sizes in MB
-#   TFM_BENCH_DIR=/scratch scripts/bench_data.sh   # where corpora and caches go (default: mktemp -d)
-#   TFM_BENCH_BEFORE=/path/to/old/tfm scripts/bench_data.sh   # also train with a binary from before the
-#                                                  # cache, on sizes up to TFM_BENCH_BEFORE_MAX_MB (100)
+#   scripts/dev/bench_data.sh                          # 100 MB and 1000 MB corpora
+#   TFM_BENCH_SIZES="100" scripts/dev/bench_data.sh    # sizes in MB
+#   TFM_BENCH_DIR=/scratch scripts/dev/bench_data.sh   # where corpora and caches go (default: mktemp -d)
+#   TFM_BENCH_BEFORE=/path/to/old/tfm scripts/dev/bench_data.sh   # also train with a binary from before
+#                                                  # the cache, on sizes up to TFM_BENCH_BEFORE_MAX_MB (100)
+#   TFM_BINARY=/path/to/tfm scripts/dev/bench_data.sh  # that binary instead of building build/release
 #
-# Corpora (scripts/gen_corpus.py): lines of tiny Shakespeare drawn at random, a third of them replaced
+# Corpora (scripts/dev/gen_corpus.py): lines of tiny Shakespeare drawn at random, a third of them replaced
 # by random words of it, so no file is one text repeated and BPE sees a real vocabulary. A size needs
 # about 5.5x its bytes of free disk at its peak (the text, a 2-byte id per character, the BPE caches);
 # each cache is removed once measured. Prints a Markdown table; the raw output is in DIR/bench.log.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 cd "$TFM_ROOT"
 
-[ "${1:-}" = "--help" ] && { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; exit 0; }
-tfm="${TFM_BINARY:-build/release/tfm}"
-[ -x "$tfm" ] || tfm_build "$TFM_ROOT/build/release" -DCMAKE_BUILD_TYPE=Release -DTFM_BUILD_TESTS=OFF
-scripts/get_data.sh >/dev/null
+[ "${1:-}" = "--help" ] && { tfm_usage; exit 0; }
+tfm_prepare
+tfm="$TFM_BIN"
 sizes="${TFM_BENCH_SIZES:-100 1000}"
 work="${TFM_BENCH_DIR:-$(mktemp -d)}"
 mkdir -p "$work"
@@ -52,7 +52,7 @@ run() {
 field() { echo "$out" | sed -n "s/.*$1.*/\\1/p" | head -1; }
 
 # BPE tokenizers and their throughput, on a 10 MB sample of a corpus of their own.
-python3 scripts/gen_corpus.py data/tinyshakespeare.txt 10 "$work/sample.txt" --seed 99
+python3 scripts/dev/gen_corpus.py data/tinyshakespeare.txt 10 "$work/sample.txt" --seed 99
 bpe_rows=""
 for v in 1024 8192; do
   run "bpe train $v" "$tfm" tokenizer train --data "$work/sample.txt" --vocab-size "$v" --out "$work/bpe$v.json"
@@ -68,7 +68,7 @@ rows=""
 before_rows=""
 for s in $sizes; do
   corpus="$work/corpus_${s}mb.txt"
-  python3 scripts/gen_corpus.py data/tinyshakespeare.txt "$s" "$corpus" --seed "$s"
+  python3 scripts/dev/gen_corpus.py data/tinyshakespeare.txt "$s" "$corpus" --seed "$s"
   cache="$work/cache"
   for tok in char byte bpe1024 bpe8192; do
     sets=(--set "data.path=$corpus" --set "data.cache_dir=$cache")

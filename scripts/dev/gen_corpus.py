@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Writes a varied text corpus of about SIZE bytes built from a seed text, for scripts/bench_data.sh.
+"""Writes a varied text corpus of about SIZE bytes built from a seed text, for scripts/dev/bench_data.sh.
 
 Not the seed repeated: lines are drawn at random from the seed text, and a third of them are replaced
 by a 'salad' of words drawn at random from the seed's word stream (so word frequencies stay natural but
 almost no line repeats) mixed with 100,000 made-up words (the front of one seed word joined to the back
 of another: a long tail of rare words, as a real corpus has), which gives BPE a real vocabulary to learn
 and encode.
-  scripts/gen_corpus.py SEED_TEXT SIZE_MB OUT [--seed N]
+  scripts/dev/gen_corpus.py SEED_TEXT SIZE_MB OUT [--seed N]
 """
 import argparse
 import random

@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # Installs a built tree into a temporary prefix and builds and runs examples/ against the installed
 # package (find_package(tfm), tfm::tfm), as another project would. Called by scripts/test.sh.
-#   scripts/check_install.sh BUILD_DIR
+#   scripts/dev/check_install.sh BUILD_DIR
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
+root=$TFM_ROOT
 build="$(cd "${1:?usage: check_install.sh BUILD_DIR}" && pwd)"
 work="$(mktemp -d /tmp/tfm_install.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 prefix="$work/prefix"
 cmake --install "$build" --prefix "$prefix" >/dev/null
-for ex in train_small generate; do
+for ex in engine train_small generate; do
   cmake -S "$root/examples/$ex" -B "$work/$ex" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$work/$ex" -j "$(nproc)" >/dev/null
 done
 data="$root/tests/data/tiny_shakespeare.txt"
+echo "tfm: examples/engine against the installed package"
+"$work/engine/engine"
 echo "tfm: examples/train_small against the installed package"
 "$work/train_small/train_small" "$data"
 echo "tfm: examples/generate on a run trained by the installed tfm"
@@ -23,6 +26,10 @@ echo "tfm: the installed tfm, run outside the repository, finds its plot scripts
 out=$(cd "$work" && "$prefix/bin/tfm" attention --run "$work/run" --text "First Citizen" --out "$work/att")
 script="$prefix/share/tfm/scripts/plot_attention.py"
 [ -f "$script" ] || { echo "tfm: error: $script was not installed" >&2; exit 1; }
+for dev in "$root"/scripts/dev/*; do  # developers' tools are not part of the product
+  installed="$prefix/share/tfm/scripts/$(basename "$dev")"
+  [ ! -e "$installed" ] || { echo "tfm: error: $installed was installed: scripts/dev/ is not for users" >&2; exit 1; }
+done
 if [ -f "$work/att/attention_layer0.png" ]; then
   echo "tfm: $work/att/attention_layer0.png drawn by $script"
 elif grep -qF "to draw it (needs python3-matplotlib): /usr/bin/python3 '$script'" <<<"$out"; then

@@ -1,10 +1,10 @@
 // llama.cpp as a client of a GGUF file, through node-llama-cpp (its prebuilt CPU libraries, never a
 // build): token ids in, llama.cpp's next-token probabilities and greedy continuations out, as JSON.
 //
-// Usage: node scripts/llama_cpp.mjs MODEL.gguf --prompts '[[ids...], ...]' [--greedy N]
+// Usage: node scripts/dev/llama_cpp.mjs MODEL.gguf --prompts '[[ids...], ...]' [--greedy N]
 //            [--texts '["text", ...]'] [--kv-cache f32|f16] [--flash-attention on|off|auto]
 // node-llama-cpp is loaded from $TFM_NODE_LLAMA_CPP, default ${XDG_CACHE_HOME:-~/.cache}/tfm/node-llama-cpp,
-// where scripts/check_gguf.sh installs it (outside the repository). Prints to stdout:
+// where scripts/dev/check_gguf.sh installs it (outside the repository). Prints to stdout:
 //   {"model", "architecture", "llama_cpp": {repo, release}, "kv_cache", "flash_attention", "context_size",
 //    "prompts": [{"tokens": ids, "probabilities": [[V] per position: p(next | tokens[0..t])],
 //                 "greedy": N ids after the prompt (llama.cpp's sampler at temperature 0),
@@ -23,14 +23,14 @@ let entry;
 try {
   entry = createRequire(path.join(home, "package.json")).resolve("node-llama-cpp");
 } catch {
-  process.stderr.write(`llama_cpp.mjs: node-llama-cpp is not installed in ${home} (scripts/check_gguf.sh installs it)\n`);
+  process.stderr.write(`llama_cpp.mjs: node-llama-cpp is not installed in ${home} (scripts/dev/check_gguf.sh installs it)\n`);
   process.exit(2);
 }
 const {getLlama, readGgufFileInfo} = await import(pathToFileURL(entry).href);
 
 function usage(message) {
   process.stderr.write(`llama_cpp.mjs: ${message}\n` +
-    "usage: node scripts/llama_cpp.mjs MODEL.gguf --prompts '[[ids...], ...]' [--greedy N] " +
+    "usage: node scripts/dev/llama_cpp.mjs MODEL.gguf --prompts '[[ids...], ...]' [--greedy N] " +
     "[--texts '[\"text\", ...]'] [--kv-cache f32|f16] [--flash-attention on|off|auto]\n");
   process.exit(2);
 }

@@ -3,7 +3,8 @@
 
 Usage: perf report ... | profile_categories.py TRAIN_LOG FIRST_STEP LAST_STEP [--json]
 TRAIN_LOG's "step K/N | ... | X ms/step" lines after FIRST_STEP give the mean ms/step that the shares
-are turned into milliseconds with. scripts/profile.sh runs it; tests/test_scripts feed it canned lines.
+are turned into milliseconds with. scripts/dev/profile.sh runs it; tests/cli/test_scripts.cpp feeds it
+canned lines.
 """
 import json
 import re

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (ASan+UBSan) and runs each for SECONDS (default 60).
-#   scripts/fuzz.sh            # every target, 60 s each
-#   scripts/fuzz.sh 600 config # one target, 10 minutes
+#   scripts/dev/fuzz.sh            # every target, 60 s each
+#   scripts/dev/fuzz.sh 600 config # one target, 10 minutes
 # Seeds come from tests/fuzz/corpus/<target>/ (new interesting inputs are added there: commit the
 # useful ones); crashes are written to build/fuzz/crashes/<target>/ – copy them into
 # tests/fuzz/regressions/<target>/ once fixed, so the test suite replays them forever.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 cd "$TFM_ROOT"
 
 seconds="${1:-60}"

@@ -5,9 +5,9 @@
 # what a step is made of: matrix products, bfloat16 rounding, attention, elementwise math, the
 # optimizer, memory traffic, the OpenMP runtime and the OS.
 #
-#   scripts/profile.sh configs/shakespeare_char.json                       # 300 steps, 100 skipped
-#   scripts/profile.sh configs/shakespeare_char_large.json --set train.precision=bf16
-#   TFM_PROFILE_STEPS=12 TFM_PROFILE_SKIP=3 scripts/profile.sh configs/shakespeare_char_large.json
+#   scripts/dev/profile.sh configs/shakespeare_char.json                       # 300 steps, 100 skipped
+#   scripts/dev/profile.sh configs/shakespeare_char_large.json --set train.precision=bf16
+#   TFM_PROFILE_STEPS=12 TFM_PROFILE_SKIP=3 scripts/dev/profile.sh configs/shakespeare_char_large.json
 #
 # Extra arguments go to `tfm train` (--set KEY=VALUE ...). Environment: TFM_PROFILE_STEPS (steps run;
 # default 300, or 10 for configs over 5M parameters), TFM_PROFILE_SKIP (steps before sampling starts;
@@ -15,30 +15,29 @@
 # linux-perf; installed when missing) and kernel.perf_event_paranoid <= 2 for a process of your own.
 # The table's ms column is the category's share of the sampled steps' mean ms/step from train.log.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 cd "$TFM_ROOT"
 
-[ $# -ge 1 ] || { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; exit 2; }
+[ $# -ge 1 ] || { tfm_usage; exit 2; }
 config="$1"
 shift
-[ -f "$config" ] || { echo "profile.sh: $config: no such config file" >&2; exit 2; }
+tfm_require_config "$config"
 command -v perf >/dev/null || tfm_install linux-perf
-[ -x build/release/tfm ] || tfm_build "$TFM_ROOT/build/release" -DCMAKE_BUILD_TYPE=Release -DTFM_BUILD_TESTS=OFF
-scripts/get_data.sh >/dev/null
+tfm_prepare
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 # The step count: a large model's steps take seconds each.
-params="$(build/release/tfm info --config "$config" "$@" --json 2>/dev/null |
+params="$("$TFM_BIN" info --config "$config" "$@" --json 2>/dev/null |
   /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["parameters"])' 2>/dev/null || echo 0)"
 default_steps=300
 [ "$params" -gt 5000000 ] && default_steps=10
 steps="${TFM_PROFILE_STEPS:-$default_steps}"
 skip="${TFM_PROFILE_SKIP:-$((steps / 3))}"
 last=$((steps - 1))
-[ "$skip" -lt "$last" ] || { echo "profile.sh: TFM_PROFILE_SKIP ($skip) must be below the steps - 1 ($last)" >&2; exit 2; }
+[ "$skip" -lt "$last" ] || tfm_fail "TFM_PROFILE_SKIP ($skip) must be below the steps - 1 ($last)"
 
-build/release/tfm train --config "$config" --out "$work/run" "$@" --set train.max_steps="$steps" \
+"$TFM_BIN" train --config "$config" --out "$work/run" "$@" --set train.max_steps="$steps" \
   --set train.log_interval=1 --set train.eval_interval=1000000 --set train.eval_steps=1 \
   --set train.checkpoint_interval=0 >"$work/train.out" 2>&1 &
 pid=$!
@@ -68,7 +67,7 @@ fi
 
 head -n 4 "$work/train.out" | grep -E '^(model|compute|batch):' || true
 perf report -i "$work/perf.data" --no-children --sort dso,sym -g none --stdio -t $'\t' 2>/dev/null |
-  /usr/bin/python3 "$TFM_ROOT/scripts/profile_categories.py" "$work/run/train.log" "$skip" "$last"
+  /usr/bin/python3 "$TFM_ROOT/scripts/dev/profile_categories.py" "$work/run/train.log" "$skip" "$last"
 if [ "${TFM_PROFILE_KEEP:-0}" = 1 ]; then
   cp "$work/perf.data" "$TFM_ROOT/perf.data.profile" && echo "perf data: $TFM_ROOT/perf.data.profile (perf report -i ...)"
 fi

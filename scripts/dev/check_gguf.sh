@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# llama.cpp runs tfm's GGUF exports (issue 22): real llama.cpp, through node-llama-cpp's prebuilt CPU
+# llama.cpp runs tfm's GGUF exports (docs/llama_cpp.md): real llama.cpp, through node-llama-cpp's prebuilt CPU
 # libraries, against tfm on the same token ids.
 #   1. Installs node-llama-cpp 3.22.1 and only its linux-x64 CPU prebuilt into a cache outside the
 #      repository (once; later runs use the cache and need no network).
@@ -14,21 +14,16 @@
 #      llama.cpp runs with an f32 KV cache and without flash attention (both round to half precision
 #      on the CPU), so that the figures are of the file; the f32 file is also run with llama.cpp's
 #      defaults (f16 KV cache, flash attention auto), what a user sees.
-# Usage: scripts/check_gguf.sh [TFM_BINARY]      (default: build/dev/tfm, then build/release/tfm)
+# Usage: scripts/dev/check_gguf.sh [TFM_BINARY]  (default: $TFM_BINARY, else build/dev/tfm, build/release/tfm)
 # Environment: TFM_NODE_LLAMA_CPP   install directory (default ${XDG_CACHE_HOME:-~/.cache}/tfm/node-llama-cpp)
 #              TFM_GGUF_KEEP=DIR    keep the runs, exports and reports in DIR
 # Exit status: 0 every check within its tolerance, 1 a check failed, 2 a setup error, 77 skipped
 # (node/npm missing, or npm cannot reach the registry and nothing is installed yet).
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-tfm=${1:-}
-if [[ -z $tfm ]]; then
-  for candidate in "$root/build/dev/tfm" "$root/build/release/tfm" "$root/build/test/tfm"; do
-    [[ -x $candidate ]] && { tfm=$candidate; break; }
-  done
-fi
-[[ -n $tfm && -x $tfm ]] || { echo "check_gguf.sh: no tfm binary (give it as the argument)" >&2; exit 2; }
-tfm=$(cd "$(dirname "$tfm")" && pwd)/$(basename "$tfm")
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
+root=$TFM_ROOT
+tfm_find_binary "${1:-}"
+tfm=$TFM_BIN
 
 # ---- 1. node-llama-cpp, CPU only ----
 version=3.22.1
@@ -56,7 +51,7 @@ if ! installed; then
   # dependencies; npm would fetch all that match linux-x64 (CUDA and Vulkan: most of ~725 MB).
   # --omit=optional leaves them out and the CPU package is named as a direct dependency instead.
   # --ignore-scripts: its postinstall looks for binaries and may fetch llama.cpp's source to build
-  # one; scripts/llama_cpp.mjs asks getLlama for the prebuilt only (build: "never").
+  # one; scripts/dev/llama_cpp.mjs asks getLlama for the prebuilt only (build: "never").
   (cd "$home" && npm install --omit=optional --ignore-scripts --save-exact --no-audit --no-fund --loglevel=error \
     "node-llama-cpp@$version" "@node-llama-cpp/linux-x64@$version") || { echo "check_gguf.sh: npm install failed" >&2; exit 2; }
   installed || { echo "check_gguf.sh: node-llama-cpp $version is still missing from $home" >&2; exit 2; }
@@ -130,8 +125,8 @@ check() {
   local prompts texts
   prompts=$(node -e 'console.log(JSON.stringify(require(process.argv[1]).tokens))' "$work/$run.tfm.json")
   texts=$(node -e 'console.log(JSON.stringify(process.argv.slice(1)))' "$@")
-  node "$root/scripts/llama_cpp.mjs" "$work/$run-$dtype.gguf" --prompts "$prompts" --greedy 32 --texts "$texts" \
-    --kv-cache $kv --flash-attention $fa > "$work/$name.llama.json" || { echo "$name: scripts/llama_cpp.mjs failed: FAIL"; return 1; }
+  node "$root/scripts/dev/llama_cpp.mjs" "$work/$run-$dtype.gguf" --prompts "$prompts" --greedy 32 --texts "$texts" \
+    --kv-cache $kv --flash-attention $fa > "$work/$name.llama.json" || { echo "$name: scripts/dev/llama_cpp.mjs failed: FAIL"; return 1; }
   node - "$work" "$run" "$dtype" "$name" "$tolerance" "$ref_tolerance" "$greedy_required" <<'JS'
 const fs = require("fs");
 const [work, run, dtype, name, tolerance, refTolerance, greedyRequired] = process.argv.slice(2);

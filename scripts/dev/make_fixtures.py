@@ -1,18 +1,19 @@
 #!/usr/bin/python3
-"""Writes the PyTorch cross-check fixtures that tests/test_reference.cpp loads.
+"""Writes the PyTorch cross-check fixtures (tests/fixtures/) that the reference tests load.
 
-    /usr/bin/python3 scripts/make_fixtures.py                # rewrites tests/fixtures/*.json
-    /usr/bin/python3 scripts/make_fixtures.py --out DIR      # writes them to DIR instead
+    /usr/bin/python3 scripts/dev/make_fixtures.py            # rewrites tests/fixtures/*.json
+    /usr/bin/python3 scripts/dev/make_fixtures.py --out DIR  # writes them to DIR instead
 
 For each tiny model config: the weights (names as torch_lm.py --print-names), input tokens, targets,
 logits, loss and every parameter's gradient, from scripts/torch_lm.py's own model (the reference of
-docs/architecture.md). Plus
+docs/architecture.md), for tests/models/test_reference.cpp. Plus
 torch.nn.MultiheadAttention cross-attention with kdim/vdim != d_model and a key-padding mask, and the
-encoder-decoder of include/tfm/seq2seq.h written out below (Seq2Seq, same parameter names) with source
-padding, S != T and a padded target (loss ignore_index = <pad> = 0). And the head variants of
-include/tfm/nn.h with a causal mask and key padding: the head-mixing layers (MixedAttention below:
-talking_heads with grouped-query K/V, group_mlp with additive scores) for tests/test_head_mixing.cpp,
-and top-k head gating (TopKGatedAttention, with its balance loss) for tests/test_reference.cpp.
+encoder-decoder of include/tfm/models/encoder_decoder.h written out below (Seq2Seq, same parameter
+names) with source padding, S != T and a padded target (loss ignore_index = <pad> = 0), for
+tests/models/test_encoder_decoder.cpp. And the head variants of include/tfm/nn/attention.h with a causal
+mask and key padding: the head-mixing layers (MixedAttention below: talking_heads with grouped-query
+K/V, group_mlp with additive scores) for tests/nn/test_head_mixing.cpp, and top-k head gating
+(TopKGatedAttention, with its balance loss) for tests/models/test_reference.cpp.
 And the optimizer fixture (optimizer_fixture): torch_lm.py's own training loop (Muon with AdamW, the
 WSD schedule, clipping) on given batches from given weights, for tests/training/test_optim_reference.cpp.
 `--only NAME` rewrites one fixture and leaves the others.
@@ -21,9 +22,9 @@ digits (enough to round-trip a float32). The fixtures are committed so the tests
 """
 import argparse, json, math, os, subprocess, sys, tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-sys.path.insert(0, HERE)  # scripts/torch_lm.py
+SCRIPTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # scripts/, beside dev/
+REPO = os.path.dirname(SCRIPTS)
+sys.path.insert(0, SCRIPTS)  # scripts/torch_lm.py
 
 
 def cpu_flags():
@@ -150,7 +151,7 @@ def mha_fixture(seed):
     })
 
 
-# ---- the encoder-decoder (include/tfm/seq2seq.h), written out with the same parameter names ----
+# ---- the encoder-decoder (include/tfm/models/encoder_decoder.h), written out with its parameter names ----
 F = torch.nn.functional
 nn = torch.nn
 
@@ -364,7 +365,7 @@ def gating_fixture(seed):
 
 
 
-# ---- head mixing (include/tfm/nn.h: talking_heads, group_mlp), written out with our parameter names ----
+# ---- head mixing (include/tfm/nn/attention.h: talking_heads, group_mlp), with our parameter names ----
 class MixedAttention(nn.Module):
     """Self-attention whose heads' logits and probabilities are mixed inside g groups of n = H / g heads:
     S'[b, grp*n + o] = sum_i mix_logits[grp, o, i] S[b, grp*n + i] before the masks and softmax, the
@@ -471,7 +472,7 @@ def optimizer_fixture(name, seed):
         torch_lm.save_safetensors(files["init.safetensors"], dict(model.named_parameters()))
         with open(files["batches.json"], "w") as f:
             json.dump({"x": x.tolist(), "y": y.tolist()}, f)
-        out = subprocess.run([sys.executable, os.path.join(HERE, "torch_lm.py"), "--config", files["config.json"],
+        out = subprocess.run([sys.executable, os.path.join(SCRIPTS, "torch_lm.py"), "--config", files["config.json"],
                               "--init-safetensors", files["init.safetensors"], "--batches", files["batches.json"],
                               "--save-safetensors", files["final.safetensors"], "--log-steps", "--threads", "1"],
                              check=True, capture_output=True, text=True).stdout
