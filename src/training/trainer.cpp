@@ -210,6 +210,9 @@ void TrainingRun::create_run_directory() {
   if (ec || !fs::is_directory(dir_))
     throw IoError(dir_ + ": cannot create the run directory (output.dir): " + (ec ? ec.message() : "not a directory"));
   if (::access(dir_.c_str(), W_OK) != 0) throw IoError(dir_ + ": the run directory (output.dir) is not writable");
+  // Every file the run writes, refused before any is written when a link or device holds its name.
+  for (const char* name : {"config.json", "last.ckpt", "best.ckpt", "train.log", "metrics.jsonl"})
+    require_regular_or_absent(dir_ + "/" + name);
   write_file_atomically(dir_ + "/config.json", config_.tree.dump(2) + "\n");
 }
 
