@@ -142,7 +142,9 @@ using Clock = std::chrono::steady_clock;
 std::string errno_str() { return std::strerror(errno); }
 
 // Files and folders that this user or root own; anything else another user could have planted.
-bool trusted_owner(uid_t uid) { return uid == ::geteuid() || uid == 0; }
+bool trusted_owner(uid_t uid) {
+  return uid == ::geteuid() || uid == 0;
+}
 
 int cores(int threads) {
   if (threads > 0) return threads;
@@ -466,7 +468,8 @@ bool stamp_matches(const std::string& path, const CheckStamp& now) {
   struct stat st;
   CheckStamp saved;
   return ::fstat(fd.get(), &st) == 0 && trusted_owner(st.st_uid) &&
-         pread_full(fd.get(), &saved, sizeof saved, 0) == sizeof saved && std::memcmp(&saved, &now, sizeof saved) == 0;
+         pread_full(fd.get(), &saved, sizeof saved, 0) == sizeof saved &&
+         std::memcmp(&saved, &now, sizeof saved) == 0;
 }
 
 // What the caller asked for: a vocabulary derived from the source (kind), or a given tokenizer.
@@ -501,14 +504,16 @@ std::optional<TokenCache> try_open(const std::string& cache, const std::string& 
   // Its ids are trusted once its checksums match, and anyone who can write a file can make those
   // match: only a cache this user (or root) wrote is read.
   if (!trusted_owner(st.st_uid))
-    throw IoError(detail::concat(cache, ": owned by another user (uid ", st.st_uid,
-                                 "), who could have planted it; tfm reads only token caches its own user wrote: "
-                                 "remove it or set data.cache_dir to a directory of your own"));
+    throw IoError(
+        detail::concat(cache, ": owned by another user (uid ", st.st_uid,
+                       "), who could have planted it; tfm reads only token caches its own user wrote: "
+                       "remove it or set data.cache_dir to a directory of your own"));
   const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
   Header h;
   if (file_bytes < sizeof h)
     return reject("truncated: " + std::to_string(file_bytes) + " bytes, shorter than its 96-byte header", true);
-  if (pread_full(fd.get(), &h, sizeof h, 0) != sizeof h) return reject("truncated while reading its header", true);
+  if (pread_full(fd.get(), &h, sizeof h, 0) != sizeof h)
+    return reject("truncated while reading its header", true);
   if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) return reject("not a tfm token cache (bad magic)", true);
   if ((h.width != 2 && h.width != 4) || h.meta_bytes > kMaxMetaBytes ||
       h.tokens_offset != (sizeof h + h.meta_bytes + kAlign - 1) / kAlign * kAlign || h.count > (uint64_t{1} << 60))
@@ -712,7 +717,8 @@ TokenCache open_cache(const std::string& source, const Request& req, const Token
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   // Not writable by others whatever the umask: check_cache_dir would refuse it.
   if (!ec && ::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) ec.assign(errno, std::generic_category());
-  if (!ec && !std::filesystem::is_directory(dir, ec) && !ec) ec = std::make_error_code(std::errc::not_a_directory);
+  if (!ec && !std::filesystem::is_directory(dir, ec) && !ec)
+    ec = std::make_error_code(std::errc::not_a_directory);
   if (ec)
     throw IoError("data.cache_dir: cannot create " + dir + " (" + ec.message() +
                   "); set data.cache_dir to a writable directory");

@@ -43,14 +43,16 @@ FileDescriptor open_for_writing(const std::string& path, int flags) {
   require_regular_or_absent(path);
   // O_NOFOLLOW and O_NONBLOCK: a link or FIFO planted after the check is refused, not followed or
   // waited on.
-  FileDescriptor fd(::open(path.c_str(), flags | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, 0644));
+  FileDescriptor fd(
+      ::open(path.c_str(), flags | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, 0644));
   if (!fd) {
     const std::string err = errno_str();
     require_regular_or_absent(path);  // ELOOP, ENXIO: say what is there
     throw IoError(detail::concat(path, ": cannot open for writing: ", err));
   }
   struct stat st;
-  if (::fstat(fd.get(), &st) != 0) throw IoError(detail::concat(path, ": cannot open for writing: ", errno_str()));
+  if (::fstat(fd.get(), &st) != 0)
+    throw IoError(detail::concat(path, ": cannot open for writing: ", errno_str()));
   if (!S_ISREG(st.st_mode)) refuse_to_write(path, st.st_mode);
   make_blocking(fd.get());
   return fd;
@@ -132,7 +134,8 @@ std::string read_file(const std::string& path, uint64_t max_bytes) {
   FilePtr f = open_regular_stream(path);
   // Size from the open file (not the path) so a rename in between cannot fool the bound.
   struct stat st;
-  if (::fstat(::fileno(f.get()), &st) != 0) throw IoError(detail::concat(path, ": cannot open: ", errno_str()));
+  if (::fstat(::fileno(f.get()), &st) != 0)
+    throw IoError(detail::concat(path, ": cannot open: ", errno_str()));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size > max_bytes)
     throw IoError(detail::concat(path, ": file is ", size, " bytes, expected at most ", max_bytes));
@@ -157,7 +160,9 @@ FileDescriptor open_for_append(const std::string& path, bool truncate) {
   return fd;
 }
 
-FileDescriptor open_lock_file(const std::string& path) { return open_for_writing(path, O_RDWR); }
+FileDescriptor open_lock_file(const std::string& path) {
+  return open_for_writing(path, O_RDWR);
+}
 
 void write_all(int fd, const void* data, size_t size, const std::string& path) {
   const char* p = static_cast<const char*>(data);
@@ -218,7 +223,8 @@ AtomicFile::AtomicFile(const std::string& path) : path_(path) {
   const std::string prefix = "." + target.filename().string() + ".";
   for (int attempt = 0; attempt < 100; ++attempt) {
     tmp_path_ = (target.parent_path() / (prefix + random_suffix())).string();
-    FileDescriptor fd(::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0644));
+    FileDescriptor fd(
+        ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0644));
     if (!fd) {
       if (errno == EEXIST) continue;
       throw IoError(detail::concat(path_, ": cannot create a temporary file beside it: ", errno_str()));

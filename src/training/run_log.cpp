@@ -6,11 +6,11 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <mutex>
 #include <sstream>
 
 #include <fmt/format.h>
-#include <filesystem>
 #include <vector>
 
 #include "tfm/engine/error.h"
@@ -62,7 +62,8 @@ void drop_metrics_after(const std::string& path, int64_t step) {
 // the name; this one writes to a descriptor from open_for_append, which refuses one.
 class AppendSink final : public spdlog::sinks::base_sink<std::mutex> {
  public:
-  AppendSink(std::string path, bool truncate) : path_(std::move(path)), fd_(open_for_append(path_, truncate)) {}
+  AppendSink(std::string path, bool truncate)
+      : path_(std::move(path)), fd_(open_for_append(path_, truncate)) {}
 
  protected:
   void sink_it_(const spdlog::details::log_msg& msg) override {

@@ -59,8 +59,9 @@ std::vector<Plant> plants(const std::string& victim) {
       {"a FIFO", [](const std::string& at) { REQUIRE(::mkfifo(at.c_str(), 0600) == 0); }},
   };
   if (::geteuid() == 0)
-    p.push_back({"a character device",
-                 [](const std::string& at) { REQUIRE(::mknod(at.c_str(), S_IFCHR | 0666, ::makedev(1, 3)) == 0); }});
+    p.push_back({"a character device", [](const std::string& at) {
+                   REQUIRE(::mknod(at.c_str(), S_IFCHR | 0666, ::makedev(1, 3)) == 0);
+                 }});
   else
     WARN("not root: the character-device cases are skipped");
   return p;
@@ -178,7 +179,9 @@ TEST_CASE("files: a FIFO or device given as a file to read is refused at once, n
     const Case cases[] = {
         {"train --config " + f, f},
         {"train " + kTiny + "--out " + tmp.path + "/r1 --set data.path=" + f, f},
-        {"train " + kTiny + "--out " + tmp.path + "/r2 --set data.tokenizer=bpe --set data.tokenizer_path=" + f, f},
+        {"train " + kTiny + "--out " + tmp.path +
+             "/r2 --set data.tokenizer=bpe --set data.tokenizer_path=" + f,
+         f},
         {"train " + kTiny + "--out " + tmp.path + "/r3 --init-from " + f, f},
         {"sample --run " + run + " --init-from " + f + " --max-new-tokens 2", f},
         {"tokenizer train --data " + f + " --vocab-size 260 --out " + tmp.path + "/tok.json", f},
@@ -188,7 +191,8 @@ TEST_CASE("files: a FIFO or device given as a file to read is refused at once, n
         {"train --resume " + fifo_run, fifo_run + "/last.ckpt"},
     };
     for (const Case& c : cases) {
-      const std::string expected = c.named + ": is " + (c.named == f ? kind : "a FIFO") + "; expected a regular file";
+      const std::string expected =
+          c.named + ": is " + (c.named == f ? kind : "a FIFO") + "; expected a regular file";
       r = tfm_within(c.args);
       INFO(c.args << "\n" << r.out);
       CHECK(r.status == 2);
@@ -238,7 +242,8 @@ TEST_CASE("files: the token cache folder refuses planted links and folders other
   CliRun r = tfm_within(train + tmp.path + "/run_open");
   INFO(r.out);
   CHECK(r.status == 2);
-  CHECK_THAT(r.out, Catch::Contains(cache_dir + ": the token cache folder (data.cache_dir) may be written by anyone"));
+  CHECK_THAT(r.out, Catch::Contains(cache_dir +
+                                    ": the token cache folder (data.cache_dir) may be written by anyone"));
   CHECK(fs::is_empty(cache_dir));
   fs::permissions(cache_dir, fs::perms::all | fs::perms::sticky_bit);
   r = tfm_within(train + tmp.path + "/run_sticky");
@@ -261,7 +266,8 @@ TEST_CASE("files: the token cache folder refuses planted links and folders other
   r = tfm_within(train + tmp.path + "/run_foreign_dir");
   INFO(r.out);
   CHECK(r.status == 2);
-  CHECK_THAT(r.out, Catch::Contains(cache_dir + ": the token cache folder (data.cache_dir) is owned by another "
-                                                "user (uid 4242)"));
+  CHECK_THAT(r.out,
+             Catch::Contains(cache_dir + ": the token cache folder (data.cache_dir) is owned by another "
+                                         "user (uid 4242)"));
   CHECK_FALSE(fs::exists(tmp.path + "/run_foreign_dir/last.ckpt"));
 }

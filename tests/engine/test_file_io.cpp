@@ -90,10 +90,12 @@ TEST_CASE("file_io: reads refuse what is not a regular file at once, naming it",
   };
   for (const Reader& r : readers) {
     INFO(r.name);
-    CHECK(error_without_blocking([&] { r.read(fifo); }, fifo) == fifo + ": is a FIFO; expected a regular file");
+    CHECK(error_without_blocking([&] { r.read(fifo); }, fifo) ==
+          fifo + ": is a FIFO; expected a regular file");
     CHECK(error_without_blocking([&] { r.read(dir); }) == dir + ": is a directory; expected a regular file");
     if (have_dev)
-      CHECK(error_without_blocking([&] { r.read(dev); }) == dev + ": is a character device; expected a regular file");
+      CHECK(error_without_blocking([&] { r.read(dev); }) ==
+            dev + ": is a character device; expected a regular file");
     CHECK_THAT(error_without_blocking([&] { r.read(tmp.path + "/missing"); }),
                StartsWith(tmp.path + "/missing: cannot open: No such file or directory"));
   }
@@ -105,8 +107,9 @@ TEST_CASE("file_io: reads refuse what is not a regular file at once, naming it",
 TEST_CASE("file_io: AtomicFile refuses a target that is not a regular file and leaves it as it was",
           "[file_io]") {
   tfm_test::TempDir tmp("file_io_targets");
-  const std::string victim = tmp.path + "/victim", link = tmp.path + "/link", dangling = tmp.path + "/dangling",
-                    fifo = tmp.path + "/fifo", dir = tmp.path + "/dir", dev = tmp.path + "/null";
+  const std::string victim = tmp.path + "/victim", link = tmp.path + "/link",
+                    dangling = tmp.path + "/dangling", fifo = tmp.path + "/fifo", dir = tmp.path + "/dir",
+                    dev = tmp.path + "/null";
   write_bytes(victim, "precious\n");
   fs::create_symlink(victim, link);
   fs::create_symlink(tmp.path + "/nowhere", dangling);
@@ -118,10 +121,8 @@ TEST_CASE("file_io: AtomicFile refuses a target that is not a regular file and l
   struct Target {
     std::string path, kind;
   };
-  std::vector<Target> targets = {{link, "a symbolic link"},
-                                 {dangling, "a symbolic link"},
-                                 {fifo, "a FIFO"},
-                                 {dir, "a directory"}};
+  std::vector<Target> targets = {
+      {link, "a symbolic link"}, {dangling, "a symbolic link"}, {fifo, "a FIFO"}, {dir, "a directory"}};
   if (have_dev) targets.push_back({dev, "a character device"});
   for (const Target& t : targets) {
     INFO(t.path);
@@ -135,7 +136,8 @@ TEST_CASE("file_io: AtomicFile refuses a target that is not a regular file and l
   CHECK_FALSE(fs::exists(tmp.path + "/nowhere"));
 }
 
-TEST_CASE("file_io: AtomicFile's temporary is exclusive, unpredictable and gone after a failure", "[file_io]") {
+TEST_CASE("file_io: AtomicFile's temporary is exclusive, unpredictable and gone after a failure",
+          "[file_io]") {
   tfm_test::TempDir tmp("file_io_temporary");
   const std::string path = tmp.path + "/out.bin", victim = tmp.path + "/victim";
   write_bytes(victim, "precious\n");
@@ -217,15 +219,19 @@ TEST_CASE("file_io: appends and lock files never follow a link nor open a FIFO o
   for (const bool truncate : {false, true}) {
     INFO("truncate " << truncate);
     CHECK(error_without_blocking([&] { open_for_append(link, truncate); }) ==
-          link + ": exists and is a symbolic link; tfm writes only regular files: remove it or choose another path");
+          link +
+              ": exists and is a symbolic link; tfm writes only regular files: remove it or choose another "
+              "path");
     CHECK_THAT(error_without_blocking([&] { open_for_append(fifo, truncate); }, fifo),
                StartsWith(fifo + ": exists and is a FIFO"));
     if (have_dev)
       CHECK_THAT(error_without_blocking([&] { open_for_append(dev, truncate); }),
                  StartsWith(dev + ": exists and is a character device"));
   }
-  CHECK_THAT(error_without_blocking([&] { open_lock_file(link); }), StartsWith(link + ": exists and is a symbolic link"));
-  CHECK_THAT(error_without_blocking([&] { open_lock_file(fifo); }, fifo), StartsWith(fifo + ": exists and is a FIFO"));
+  CHECK_THAT(error_without_blocking([&] { open_lock_file(link); }),
+             StartsWith(link + ": exists and is a symbolic link"));
+  CHECK_THAT(error_without_blocking([&] { open_lock_file(fifo); }, fifo),
+             StartsWith(fifo + ": exists and is a FIFO"));
   CHECK(tfm_test::read_file(victim) == "precious\n");
   CHECK(kind_of(link) == "a symbolic link");
 
