@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <random>
 #include <vector>
@@ -217,35 +218,50 @@ nlohmann::json parse_json_strict(const char* data, size_t size, const std::strin
 
 AtomicFile::AtomicFile(const std::string& path) : path_(path) {
   require_regular_or_absent(path_);
-  // A fresh name each try, created exclusively and never through a link: nothing planted in the
-  // directory beforehand can be written through or made to take our data.
-  const std::filesystem::path target(path_);
-  const std::string prefix = "." + target.filename().string() + ".";
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    tmp_path_ = (target.parent_path() / (prefix + random_suffix())).string();
-    FileDescriptor fd(
-        ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0644));
-    if (!fd) {
-      if (errno == EEXIST) continue;
+  const std::filesystem::path dir = std::filesystem::path(path_).parent_path();
+  // First a file without a name (O_TMPFILE, named at commit): a process killed while writing leaves
+  // nothing behind. Naming it goes through /proc/self/fd.
+  int fd = -1;
+  if (::access("/proc/self/fd", X_OK) == 0) {
+    fd = ::open(dir.empty() ? "." : dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+    // Any other error (a missing or read-only directory) is the same for a named file.
+    if (fd < 0 && errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
       throw IoError(detail::concat(path_, ": cannot create a temporary file beside it: ", errno_str()));
-    }
-    file_ = ::fdopen(fd.get(), "wb");
-    if (!file_) {
-      const std::string err = errno_str();
-      ::unlink(tmp_path_.c_str());
-      throw IoError(detail::concat(path_, ": cannot create a temporary file beside it: ", err));
-    }
-    fd.release();  // the stream owns it now
-    return;
   }
-  throw IoError(detail::concat(path_, ": cannot create a temporary file beside it: every name tried exists"));
+  if (fd < 0) {  // a file system without unnamed files
+    tmp_path_ = claim_temporary_name([&](const std::string& name) {
+      fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0644);
+      if (fd < 0 && errno != EEXIST)
+        throw IoError(detail::concat(path_, ": cannot create a temporary file beside it: ", errno_str()));
+      return fd >= 0;
+    });
+  }
+  file_ = ::fdopen(fd, "wb");
+  if (!file_) {
+    const std::string err = errno_str();
+    ::close(fd);
+    if (!tmp_path_.empty()) ::unlink(tmp_path_.c_str());
+    throw IoError(detail::concat(path_, ": cannot create a temporary file beside it: ", err));
+  }
 }
 
 AtomicFile::~AtomicFile() {
   if (file_) {
     std::fclose(file_);
-    ::unlink(tmp_path_.c_str());
+    if (!tmp_path_.empty()) ::unlink(tmp_path_.c_str());
   }
+}
+
+std::string AtomicFile::claim_temporary_name(const std::function<bool(const std::string&)>& create) const {
+  // Fresh unpredictable names, each made exclusively (never through a link): nothing planted in the
+  // directory beforehand can be written through or made to take the data.
+  const std::filesystem::path target(path_);
+  const std::string prefix = "." + target.filename().string() + ".";
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const std::string name = (target.parent_path() / (prefix + random_suffix())).string();
+    if (create(name)) return name;
+  }
+  throw IoError(detail::concat(path_, ": cannot create a temporary file beside it: every name tried exists"));
 }
 
 void AtomicFile::write(const void* data, size_t size) {
@@ -269,12 +285,23 @@ void AtomicFile::write_at(uint64_t offset, const void* data, size_t size) {
 void AtomicFile::commit() {
   TFM_CHECK(file_, "AtomicFile::commit", "file ", path_, " already committed");
   // fsync before rename: otherwise a power cut can leave the new name pointing at empty data.
-  const bool ok = std::fflush(file_) == 0 && ::fsync(::fileno(file_)) == 0;
-  const std::string err = ok ? "" : errno_str();
+  bool ok = std::fflush(file_) == 0 && ::fsync(::fileno(file_)) == 0;
+  std::string err = ok ? "" : errno_str();
+  if (ok && tmp_path_.empty()) {
+    // The unnamed file gets a temporary name (linkat makes it exclusively), then the real one.
+    const std::string self = "/proc/self/fd/" + std::to_string(::fileno(file_));
+    tmp_path_ = claim_temporary_name([&](const std::string& name) {
+      if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) return true;
+      if (errno == EEXIST) return false;
+      ok = false, err = errno_str();
+      return true;  // no name: the write fails below
+    });
+    if (!ok) tmp_path_.clear();
+  }
   const bool closed = std::fclose(file_) == 0;
   file_ = nullptr;
   if (!ok || !closed) {
-    ::unlink(tmp_path_.c_str());
+    if (!tmp_path_.empty()) ::unlink(tmp_path_.c_str());
     throw IoError(detail::concat(path_, ": write failed: ", ok ? errno_str() : err));
   }
   if (std::rename(tmp_path_.c_str(), path_.c_str()) != 0) {

@@ -1,15 +1,15 @@
 // The one home for opening the files a user names. Reads accept only regular files and never block
 // (a FIFO or device is refused before anything is read) and are size-bounded before anything is
 // allocated. Writes never follow a symbolic link and never replace anything but a regular file: a
-// whole file goes to an exclusively created temporary with an unpredictable name beside it and is
-// renamed over the target only once complete and on disk; logs are appended to without following a
-// link. Every refusal is an IoError naming the file and saying what it is.
+// whole file goes to a temporary beside it (AtomicFile) and is renamed over the target only once
+// complete and on disk; logs are appended to without following a link. Every refusal is an IoError naming the file and saying what it is.
 #pragma once
 #include <sys/types.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -82,10 +82,12 @@ nlohmann::json parse_json_strict(const char* data, size_t size, const std::strin
 
 // Writes a file atomically: `AtomicFile f(path); f.write(...); f.commit();`. A `path` that exists and
 // is not a regular file (a symbolic link, FIFO, device, directory) is refused before anything is
-// created. Until commit() the data is in a temporary `.NAME.XXXXXX` beside `path`, created
-// exclusively (never through a link); commit() flushes it to disk, renames it over `path` and fsyncs
-// the directory (so the new name itself survives a power cut). Destroying an uncommitted AtomicFile
-// removes the temporary and leaves `path` as it was.
+// created. Until commit() the data is in a file without a name in the directory of `path` (O_TMPFILE;
+// a process killed meanwhile leaves nothing behind), or where the file system has no such files in a
+// named one; commit() flushes it to disk, gives it an unpredictable name `.NAME.XXXXXXXXXXXX` beside
+// `path`, made exclusively (never through a link), renames that over `path` and fsyncs the directory
+// (so the new name itself survives a power cut). Destroying an uncommitted AtomicFile removes the
+// temporary and leaves `path` as it was.
 class AtomicFile {
  public:
   explicit AtomicFile(const std::string& path);
@@ -99,7 +101,10 @@ class AtomicFile {
   void commit();
 
  private:
-  std::string path_, tmp_path_;
+  // A name beside path_ that `create` made (it returns false when the name exists: another is tried).
+  std::string claim_temporary_name(const std::function<bool(const std::string&)>& create) const;
+
+  std::string path_, tmp_path_;  // tmp_path_: "" while the file has no name
   std::FILE* file_ = nullptr;
 };
 
