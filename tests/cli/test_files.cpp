@@ -75,7 +75,7 @@ const std::string kTiny =
 
 }  // namespace
 
-TEST_CASE("files: a link, FIFO or device at the name of a file tfm writes is refused, nothing changes",
+TEST_CASE("files: a link or FIFO or device at the name of a file tfm writes is refused and nothing changes",
           "[files][cli]") {
   TempDir outside("files_outside");
   const std::string victim = outside.path + "/victim.txt";
@@ -114,6 +114,7 @@ TEST_CASE("files: a link, FIFO or device at the name of a file tfm writes is ref
       {"train --resume " + resumed + " --set train.max_steps=4", resumed + "/metrics.jsonl"},
       {"train --resume " + resumed + " --set train.max_steps=4", resumed + "/best.ckpt"},
       {"train --resume " + resumed + " --set train.max_steps=4", resumed + "/config.json"},
+      {"train --resume " + resumed + " --set train.max_steps=4", resumed + "/train.lock"},
   };
   int tried = 0;
   for (const Case& c : cases) {
@@ -134,7 +135,7 @@ TEST_CASE("files: a link, FIFO or device at the name of a file tfm writes is ref
       ++tried;
     }
   }
-  CHECK(tried >= 24);
+  CHECK(tried >= 26);
 
   // A resumed run's last.ckpt linked to a copy outside: read, but never written through.
   const std::string copy = outside.path + "/last.ckpt";
@@ -153,7 +154,7 @@ TEST_CASE("files: a link, FIFO or device at the name of a file tfm writes is ref
   CHECK(tfm_test::read_file(copy) == bytes);
 }
 
-TEST_CASE("files: a FIFO or device given as a file to read is refused at once, naming it", "[files][cli]") {
+TEST_CASE("files: a FIFO or device given as a file to read is refused at once and named", "[files][cli]") {
   TempDir tmp("files_reads");
   const std::string run = tmp.path + "/run", fifo = tmp.path + "/fifo", dev = tmp.path + "/null";
   CliRun r = tfm_within("train " + kTiny + "--out " + run);

@@ -68,7 +68,7 @@ bool make_char_device(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("file_io: reads refuse what is not a regular file at once, naming it", "[file_io]") {
+TEST_CASE("file_io: reads refuse what is not a regular file at once and name it", "[file_io]") {
   tfm_test::TempDir tmp("file_io_read");
   const std::string fifo = tmp.path + "/fifo", dir = tmp.path + "/dir", dev = tmp.path + "/null",
                     file = tmp.path + "/file", link = tmp.path + "/link";
@@ -138,7 +138,7 @@ TEST_CASE("file_io: AtomicFile refuses a target that is not a regular file and l
   CHECK_FALSE(fs::exists(tmp.path + "/nowhere"));
 }
 
-TEST_CASE("file_io: AtomicFile's temporary is unnamed until the commit, and gone after a failure or a kill",
+TEST_CASE("file_io: AtomicFile's temporary is unnamed until the commit and gone after a failure or a kill",
           "[file_io]") {
   tfm_test::TempDir tmp("file_io_temporary");
   const std::string path = tmp.path + "/out.bin", victim = tmp.path + "/victim";

@@ -2,7 +2,8 @@
 // (a FIFO or device is refused before anything is read) and are size-bounded before anything is
 // allocated. Writes never follow a symbolic link and never replace anything but a regular file: a
 // whole file goes to a temporary beside it (AtomicFile) and is renamed over the target only once
-// complete and on disk; logs are appended to without following a link. Every refusal is an IoError naming the file and saying what it is.
+// complete and on disk; logs are appended to without following a link. Every refusal is an IoError
+// naming the file and saying what it is.
 #pragma once
 #include <sys/types.h>
 
