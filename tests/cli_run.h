@@ -84,4 +84,17 @@ inline std::string scratch_path(const std::string& group, const std::string& nam
   return path;
 }
 
+// The temporaries AtomicFile left beside `path` (".NAME.<random>"): none once every write of it
+// finished or failed cleanly.
+inline std::vector<std::string> temporaries_beside(const std::string& path) {
+  const std::filesystem::path p(path);
+  const std::string prefix = "." + p.filename().string() + ".";
+  std::vector<std::string> found;
+  std::error_code ec;
+  const auto dir = p.parent_path().empty() ? std::filesystem::path(".") : p.parent_path();
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) found.push_back(e.path().string());
+  return found;
+}
+
 }  // namespace tfm_test

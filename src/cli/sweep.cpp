@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -90,7 +90,8 @@ std::string point_name(const std::vector<Axis>& axes, const std::vector<std::str
 // What a finished point cost and reached, from its run directory.
 json measure(const std::string& dir, const Config& config) {
   json rec;
-  std::ifstream in(dir + "/metrics.jsonl");
+  // Through read_file: a FIFO or device under the name is refused, not waited on.
+  std::istringstream in(read_file(dir + "/metrics.jsonl", uint64_t{1} << 30));
   std::string line;
   std::vector<double> ms, tok;
   double val = NAN, best = NAN, training_s = 0, to_target = NAN;
@@ -159,6 +160,7 @@ int run_sweep(const SweepOptions& o) {
   }
   check_output_path("--out", out, {{"--config", o.config}});
   make_output_dir(out);
+  require_regular_or_absent(out + "/sweep.jsonl");  // refused now, not after training every point
   const std::atomic<bool>* stop = platform::stop_on_signals();
   json all = json::array();
   for (size_t i = 0; i < points.size(); ++i) {

@@ -141,6 +141,11 @@ using Clock = std::chrono::steady_clock;
 
 std::string errno_str() { return std::strerror(errno); }
 
+// Files and folders that this user or root own; anything else another user could have planted.
+bool trusted_owner(uid_t uid) {
+  return uid == ::geteuid() || uid == 0;
+}
+
 int cores(int threads) {
   if (threads > 0) return threads;
   const unsigned n = std::thread::hardware_concurrency();
@@ -169,17 +174,6 @@ void parallel_for(int n, int threads, F&& f) {
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
 }
-
-struct Fd {
-  int fd = -1;
-  Fd() = default;
-  explicit Fd(int f) : fd(f) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 // Reads exactly n bytes at offset (fewer only at the end of the file); returns how many.
 size_t pread_full(int fd, void* buf, size_t n, uint64_t offset) {
@@ -224,11 +218,8 @@ class SourceReader {
  public:
   static constexpr size_t kReadBytes = kHashBlockBytes;
   SourceReader(const std::string& path, size_t block)
-      : path_(path), fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)), block_(block == 0 ? kReadBytes : block) {
-    if (fd_.fd < 0) throw IoError(detail::concat(path, ": cannot open: ", errno_str()));
-    struct stat st;
-    if (::fstat(fd_.fd, &st) != 0 || !S_ISREG(st.st_mode)) throw IoError(path + ": expected a regular file");
-    ::posix_fadvise(fd_.fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+      : path_(path), fd_(open_regular_file(path)), block_(block == 0 ? kReadBytes : block) {
+    ::posix_fadvise(fd_.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
   }
   // Appends the next block to buf; false at the end of the file.
   bool append(std::string& buf) {
@@ -245,7 +236,7 @@ class SourceReader {
     chunk_.resize(kReadBytes);
     size_t n;
     try {
-      n = pread_full(fd_.fd, chunk_.data(), kReadBytes, offset_);
+      n = pread_full(fd_.get(), chunk_.data(), kReadBytes, offset_);
     } catch (const IoError& e) {
       throw IoError(path_ + ": " + e.what());
     }
@@ -257,7 +248,7 @@ class SourceReader {
   }
 
   std::string path_;
-  Fd fd_;
+  FileDescriptor fd_;
   size_t block_;
   std::string chunk_;  // the last read
   size_t pos_ = 0;     // of chunk_ handed out
@@ -438,9 +429,9 @@ struct SourceStat {
 };
 
 SourceStat stat_source(const std::string& path) {
+  file_size(path);  // missing, or not a regular file: named as such
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) throw IoError(detail::concat(path, ": cannot open: ", errno_str()));
-  if (!S_ISREG(st.st_mode)) throw IoError(path + ": expected a regular file");
   return {static_cast<uint64_t>(st.st_size),
           static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + static_cast<int64_t>(st.st_mtim.tv_nsec)};
 }
@@ -468,9 +459,16 @@ CheckStamp stamp_of(const struct stat& st, const Header& h) {
 }
 
 bool stamp_matches(const std::string& path, const CheckStamp& now) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  FileDescriptor fd;
+  try {
+    fd = open_regular_file(path);
+  } catch (const IoError&) {
+    return false;  // missing, or not a file tfm wrote: the ids are hashed
+  }
+  struct stat st;
   CheckStamp saved;
-  return fd.fd >= 0 && pread_full(fd.fd, &saved, sizeof saved, 0) == sizeof saved &&
+  return ::fstat(fd.get(), &st) == 0 && trusted_owner(st.st_uid) &&
+         pread_full(fd.get(), &saved, sizeof saved, 0) == sizeof saved &&
          std::memcmp(&saved, &now, sizeof saved) == 0;
 }
 
@@ -494,25 +492,35 @@ std::optional<TokenCache> try_open(const std::string& cache, const std::string& 
     *rejected = {std::move(why), corrupt};
     return std::nullopt;
   };
-  Fd fd(::open(cache.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.fd < 0) {
-    if (errno == ENOENT) return reject("", false);
-    return reject("cannot open it: " + errno_str(), true);
-  }
   struct stat st;
-  if (::fstat(fd.fd, &st) != 0 || !S_ISREG(st.st_mode)) return reject("not a regular file", true);
+  if (::lstat(cache.c_str(), &st) != 0 && errno == ENOENT) return reject("", false);
+  FileDescriptor fd;
+  try {
+    fd = open_regular_file(cache);  // a FIFO or device under the name is refused, not waited on
+  } catch (const IoError& e) {
+    return reject(e.what(), true);
+  }
+  if (::fstat(fd.get(), &st) != 0) return reject("cannot open it: " + errno_str(), true);
+  // Its ids are trusted once its checksums match, and anyone who can write a file can make those
+  // match: only a cache this user (or root) wrote is read.
+  if (!trusted_owner(st.st_uid))
+    throw IoError(
+        detail::concat(cache, ": owned by another user (uid ", st.st_uid,
+                       "), who could have planted it; tfm reads only token caches its own user wrote: "
+                       "remove it or set data.cache_dir to a directory of your own"));
   const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
   Header h;
   if (file_bytes < sizeof h)
     return reject("truncated: " + std::to_string(file_bytes) + " bytes, shorter than its 96-byte header", true);
-  if (pread_full(fd.fd, &h, sizeof h, 0) != sizeof h) return reject("truncated while reading its header", true);
+  if (pread_full(fd.get(), &h, sizeof h, 0) != sizeof h)
+    return reject("truncated while reading its header", true);
   if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) return reject("not a tfm token cache (bad magic)", true);
   if ((h.width != 2 && h.width != 4) || h.meta_bytes > kMaxMetaBytes ||
       h.tokens_offset != (sizeof h + h.meta_bytes + kAlign - 1) / kAlign * kAlign || h.count > (uint64_t{1} << 60))
     return reject("its header is corrupt", true);
   if (file_bytes < sizeof h + h.meta_bytes) return reject("truncated inside its header", true);
   std::string meta(static_cast<size_t>(h.meta_bytes), '\0');
-  if (pread_full(fd.fd, meta.data(), meta.size(), sizeof h) != meta.size())
+  if (pread_full(fd.get(), meta.data(), meta.size(), sizeof h) != meta.size())
     return reject("truncated inside its header", true);
   if (header_hash(h, meta) != h.header_hash) return reject("its header fails its checksum (corrupt)", true);
   const uint64_t expected = h.tokens_offset + h.count * h.width;
@@ -529,9 +537,8 @@ std::optional<TokenCache> try_open(const std::string& cache, const std::string& 
                       std::to_string(now.size) + " now)",
                   false);
   if (now.mtime_ns != h.source_mtime_ns) {
-    Fd src(::open(source.c_str(), O_RDONLY | O_CLOEXEC));
-    if (src.fd < 0) throw IoError(detail::concat(source, ": cannot open: ", errno_str()));
-    if (hash_file_range(src.fd, 0, now.size, threads, source) != h.source_hash)
+    const FileDescriptor src = open_regular_file(source);
+    if (hash_file_range(src.get(), 0, now.size, threads, source) != h.source_hash)
       return reject(source + " changed since it was tokenized (its bytes differ)", false);
   }
 
@@ -559,7 +566,7 @@ std::optional<TokenCache> try_open(const std::string& cache, const std::string& 
   const CheckStamp stamp = stamp_of(st, h);
   const std::string stamp_path = cache + ".checked";
   if (!stamp_matches(stamp_path, stamp)) {
-    if (hash_file_range(fd.fd, h.tokens_offset, h.count * h.width, threads, cache) != h.tokens_hash)
+    if (hash_file_range(fd.get(), h.tokens_offset, h.count * h.width, threads, cache) != h.tokens_hash)
       return reject("its tokens fail their checksum (corrupt)", true);
     // File times tick coarsely (a few ms): a file written less than a second ago could be written
     // again within the same tick, unseen; it is stamped at a later start.
@@ -574,7 +581,7 @@ std::optional<TokenCache> try_open(const std::string& cache, const std::string& 
     }
   }
 
-  void* base = ::mmap(nullptr, static_cast<size_t>(file_bytes), PROT_READ, MAP_SHARED, fd.fd, 0);
+  void* base = ::mmap(nullptr, static_cast<size_t>(file_bytes), PROT_READ, MAP_SHARED, fd.get(), 0);
   if (base == MAP_FAILED) throw IoError(detail::concat(cache, ": cannot map it: ", errno_str()));
   // Windows are read at random offsets: no read-ahead around them.
   ::madvise(base, static_cast<size_t>(file_bytes), MADV_RANDOM);
@@ -661,15 +668,35 @@ void build(const std::string& cache, const std::string& source, const Request& r
 // wait and then map what it built.
 class BuildLock {
  public:
-  explicit BuildLock(const std::string& path) : fd_(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
-    if (fd_.fd < 0) throw IoError(detail::concat(path, ": cannot create the cache's lock file: ", errno_str()));
-    while (::flock(fd_.fd, LOCK_EX) != 0)
+  // Never through a link, and only a regular file (open_lock_file).
+  explicit BuildLock(const std::string& path) : fd_(open_lock_file(path)) {
+    while (::flock(fd_.get(), LOCK_EX) != 0)
       if (errno != EINTR) throw IoError(detail::concat(path, ": cannot lock: ", errno_str()));
   }
 
  private:
-  Fd fd_;
+  FileDescriptor fd_;
 };
+
+// The cache folder: tfm reads ids from it and writes into it, so no other user may control it.
+// Refused (not skipped, which would leave a user wondering why every start tokenizes again) when
+// another user owns it or may replace what is in it (anyone may write, and no sticky bit).
+void check_cache_dir(const std::string& dir) {
+  struct stat link, st;
+  if (::lstat(dir.c_str(), &link) != 0 || ::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    return;  // missing (made below, ours) or not a directory (creating it says so)
+  std::string why;
+  if (S_ISLNK(link.st_mode) && !trusted_owner(link.st_uid))
+    why = detail::concat("is a symbolic link owned by another user (uid ", link.st_uid, ")");
+  else if (!trusted_owner(st.st_uid))
+    why = detail::concat("is owned by another user (uid ", st.st_uid, ")");
+  else if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX))
+    why = "may be written by anyone and has no sticky bit, so anyone may replace a cache in it";
+  if (!why.empty())
+    throw IoError(dir + ": the token cache folder (data.cache_dir) " + why +
+                  "; tfm keeps token caches only where no other user can plant them: set data.cache_dir to a "
+                  "directory of your own");
+}
 
 TokenCache open_cache(const std::string& source, const Request& req, const TokenCacheOptions& o) {
   const auto start = Clock::now();
@@ -677,6 +704,7 @@ TokenCache open_cache(const std::string& source, const Request& req, const Token
   stat_source(source);  // a missing source is named as such, not as a cache problem
   const std::string dir = o.dir.empty() ? default_cache_dir(source) : o.dir;
   const std::string cache = token_cache_path(source, dir, req.given ? req.given->kind() : req.kind);
+  check_cache_dir(dir);
   Rejection rejected;
   if (!o.rebuild) {
     if (auto c = try_open(cache, source, req, o.threads, &rejected)) {
@@ -685,10 +713,16 @@ TokenCache open_cache(const std::string& source, const Request& req, const Token
     }
   }
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+  const std::filesystem::path parent = std::filesystem::path(dir).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  // Not writable by others whatever the umask: check_cache_dir would refuse it.
+  if (!ec && ::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) ec.assign(errno, std::generic_category());
+  if (!ec && !std::filesystem::is_directory(dir, ec) && !ec)
+    ec = std::make_error_code(std::errc::not_a_directory);
   if (ec)
     throw IoError("data.cache_dir: cannot create " + dir + " (" + ec.message() +
                   "); set data.cache_dir to a writable directory");
+  check_cache_dir(dir);
   const BuildLock lock(cache + ".lock");
   // Another process may have built it while this one waited for the lock.
   if (!o.rebuild) {

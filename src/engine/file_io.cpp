@@ -1,13 +1,16 @@
 #include "tfm/engine/file_io.h"
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "tfm/engine/error.h"
@@ -19,26 +22,121 @@ std::string errno_str() {
   return std::strerror(errno);
 }
 
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
-};
-using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
+[[noreturn]] void refuse_to_read(const std::string& path, mode_t mode) {
+  throw IoError(detail::concat(path, ": is ", file_kind(mode), "; expected a regular file"));
+}
+
+[[noreturn]] void refuse_to_write(const std::string& path, mode_t mode) {
+  throw IoError(detail::concat(path, ": exists and is ", file_kind(mode),
+                               "; tfm writes only regular files: remove it or choose another path"));
+}
+
+// Clears O_NONBLOCK, set only so that opening a FIFO cannot block: reads and writes of a regular
+// file then behave as usual.
+void make_blocking(int fd) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+}
+
+// Opens `path` for writing with `flags` added; never follows a link, never waits on a FIFO, and
+// refuses anything but a regular file.
+FileDescriptor open_for_writing(const std::string& path, int flags) {
+  require_regular_or_absent(path);
+  // O_NOFOLLOW and O_NONBLOCK: a link or FIFO planted after the check is refused, not followed or
+  // waited on.
+  FileDescriptor fd(
+      ::open(path.c_str(), flags | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, 0644));
+  if (!fd) {
+    const std::string err = errno_str();
+    require_regular_or_absent(path);  // ELOOP, ENXIO: say what is there
+    throw IoError(detail::concat(path, ": cannot open for writing: ", err));
+  }
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0)
+    throw IoError(detail::concat(path, ": cannot open for writing: ", errno_str()));
+  if (!S_ISREG(st.st_mode)) refuse_to_write(path, st.st_mode);
+  make_blocking(fd.get());
+  return fd;
+}
+
+// Twelve unpredictable characters for a temporary file's name.
+std::string random_suffix() {
+  static const char kChars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  unsigned char bytes[12];
+  if (::getrandom(bytes, sizeof bytes, 0) != static_cast<ssize_t>(sizeof bytes)) {
+    std::random_device rd;
+    for (unsigned char& b : bytes) b = static_cast<unsigned char>(rd());
+  }
+  std::string s;
+  for (unsigned char b : bytes) s += kChars[b % (sizeof kChars - 1)];
+  return s;
+}
 }  // namespace
+
+FileDescriptor::~FileDescriptor() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+FileDescriptor& FileDescriptor::operator=(FileDescriptor&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.release();
+  }
+  return *this;
+}
+
+int FileDescriptor::release() {
+  const int fd = fd_;
+  fd_ = -1;
+  return fd;
+}
+
+const char* file_kind(mode_t mode) {
+  if (S_ISREG(mode)) return "a regular file";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+FileDescriptor open_regular_file(const std::string& path) {
+  // stat first, so that a device is refused without being opened at all.
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) throw IoError(detail::concat(path, ": cannot open: ", errno_str()));
+  if (!S_ISREG(st.st_mode)) refuse_to_read(path, st.st_mode);
+  // O_NONBLOCK: should a FIFO take the name after the stat, opening it still returns at once.
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+  if (!fd) throw IoError(detail::concat(path, ": cannot open: ", errno_str()));
+  if (::fstat(fd.get(), &st) != 0) throw IoError(detail::concat(path, ": cannot open: ", errno_str()));
+  if (!S_ISREG(st.st_mode)) refuse_to_read(path, st.st_mode);
+  make_blocking(fd.get());
+  return fd;
+}
+
+FilePtr open_regular_stream(const std::string& path) {
+  FileDescriptor fd = open_regular_file(path);
+  FilePtr f(::fdopen(fd.get(), "rb"));
+  if (!f) throw IoError(detail::concat(path, ": cannot open: ", errno_str()));
+  fd.release();  // the stream owns it now
+  return f;
+}
 
 uint64_t file_size(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) throw IoError(detail::concat(path, ": cannot open: ", errno_str()));
-  if (!S_ISREG(st.st_mode)) throw IoError(detail::concat(path, ": expected a regular file"));
+  if (!S_ISREG(st.st_mode)) refuse_to_read(path, st.st_mode);
   return static_cast<uint64_t>(st.st_size);
 }
 
 std::string read_file(const std::string& path, uint64_t max_bytes) {
-  FilePtr f(std::fopen(path.c_str(), "rb"));
-  if (!f) throw IoError(detail::concat(path, ": cannot open: ", errno_str()));
+  FilePtr f = open_regular_stream(path);
   // Size from the open file (not the path) so a rename in between cannot fool the bound.
   struct stat st;
-  if (::fstat(::fileno(f.get()), &st) != 0 || !S_ISREG(st.st_mode))
-    throw IoError(detail::concat(path, ": expected a regular file"));
+  if (::fstat(::fileno(f.get()), &st) != 0)
+    throw IoError(detail::concat(path, ": cannot open: ", errno_str()));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size > max_bytes)
     throw IoError(detail::concat(path, ": file is ", size, " bytes, expected at most ", max_bytes));
@@ -46,6 +144,35 @@ std::string read_file(const std::string& path, uint64_t max_bytes) {
   if (size > 0 && std::fread(bytes.data(), 1, bytes.size(), f.get()) != bytes.size())
     throw IoError(detail::concat(path, ": read failed after fewer than ", size, " bytes"));
   return bytes;
+}
+
+void require_regular_or_absent(const std::string& path) {
+  struct stat st;
+  // Absent, or not reachable: creating it then reports why.
+  if (::lstat(path.c_str(), &st) != 0) return;
+  if (!S_ISREG(st.st_mode)) refuse_to_write(path, st.st_mode);
+}
+
+FileDescriptor open_for_append(const std::string& path, bool truncate) {
+  FileDescriptor fd = open_for_writing(path, O_WRONLY | O_APPEND);
+  // Emptied only now that it is known to be a regular file.
+  if (truncate && ::ftruncate(fd.get(), 0) != 0)
+    throw IoError(detail::concat(path, ": cannot empty it: ", errno_str()));
+  return fd;
+}
+
+FileDescriptor open_lock_file(const std::string& path) {
+  return open_for_writing(path, O_RDWR);
+}
+
+void write_all(int fd, const void* data, size_t size, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::write(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw IoError(detail::concat(path, ": write failed: ", errno_str()));
+    p += n, size -= static_cast<size_t>(n);
+  }
 }
 
 nlohmann::json parse_json_strict(const char* data, size_t size, const std::string& what) {
@@ -89,32 +216,68 @@ nlohmann::json parse_json_strict(const char* data, size_t size, const std::strin
   }
 }
 
-AtomicFile::AtomicFile(const std::string& path) : path_(path), tmp_path_(path + ".tmp") {
-  file_ = std::fopen(tmp_path_.c_str(), "wb");
-  if (!file_) throw IoError(detail::concat(tmp_path_, ": cannot create: ", errno_str()));
+AtomicFile::AtomicFile(const std::string& path) : path_(path) {
+  require_regular_or_absent(path_);
+  const std::filesystem::path dir = std::filesystem::path(path_).parent_path();
+  // First a file without a name (O_TMPFILE, named at commit): a process killed while writing leaves
+  // nothing behind. Naming it goes through /proc/self/fd.
+  int fd = -1;
+  if (::access("/proc/self/fd", X_OK) == 0) {
+    fd = ::open(dir.empty() ? "." : dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+    // Any other error (a missing or read-only directory) is the same for a named file.
+    if (fd < 0 && errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
+      throw IoError(detail::concat(path_, ": cannot create a temporary file beside it: ", errno_str()));
+  }
+  if (fd < 0) {  // a file system without unnamed files
+    tmp_path_ = claim_temporary_name([&](const std::string& name) {
+      fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0644);
+      if (fd < 0 && errno != EEXIST)
+        throw IoError(detail::concat(path_, ": cannot create a temporary file beside it: ", errno_str()));
+      return fd >= 0;
+    });
+  }
+  file_ = ::fdopen(fd, "wb");
+  if (!file_) {
+    const std::string err = errno_str();
+    ::close(fd);
+    if (!tmp_path_.empty()) ::unlink(tmp_path_.c_str());
+    throw IoError(detail::concat(path_, ": cannot create a temporary file beside it: ", err));
+  }
 }
 
 AtomicFile::~AtomicFile() {
   if (file_) {
     std::fclose(file_);
-    std::remove(tmp_path_.c_str());
+    if (!tmp_path_.empty()) ::unlink(tmp_path_.c_str());
   }
+}
+
+std::string AtomicFile::claim_temporary_name(const std::function<bool(const std::string&)>& create) const {
+  // Fresh unpredictable names, each made exclusively (never through a link): nothing planted in the
+  // directory beforehand can be written through or made to take the data.
+  const std::filesystem::path target(path_);
+  const std::string prefix = "." + target.filename().string() + ".";
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const std::string name = (target.parent_path() / (prefix + random_suffix())).string();
+    if (create(name)) return name;
+  }
+  throw IoError(detail::concat(path_, ": cannot create a temporary file beside it: every name tried exists"));
 }
 
 void AtomicFile::write(const void* data, size_t size) {
   TFM_CHECK(file_, "AtomicFile::write", "file ", path_, " already committed");
   if (size > 0 && std::fwrite(data, 1, size, file_) != size)
-    throw IoError(detail::concat(tmp_path_, ": write failed: ", errno_str()));
+    throw IoError(detail::concat(path_, ": write failed: ", errno_str()));
 }
 
 void AtomicFile::write_at(uint64_t offset, const void* data, size_t size) {
   TFM_CHECK(file_, "AtomicFile::write_at", "file ", path_, " already committed");
-  if (std::fflush(file_) != 0) throw IoError(detail::concat(tmp_path_, ": write failed: ", errno_str()));
+  if (std::fflush(file_) != 0) throw IoError(detail::concat(path_, ": write failed: ", errno_str()));
   const char* p = static_cast<const char*>(data);
   while (size > 0) {
     const ssize_t n = ::pwrite(::fileno(file_), p, size, static_cast<off_t>(offset));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw IoError(detail::concat(tmp_path_, ": write failed: ", errno_str()));
+    if (n <= 0) throw IoError(detail::concat(path_, ": write failed: ", errno_str()));
     p += n, offset += static_cast<uint64_t>(n), size -= static_cast<size_t>(n);
   }
 }
@@ -122,17 +285,28 @@ void AtomicFile::write_at(uint64_t offset, const void* data, size_t size) {
 void AtomicFile::commit() {
   TFM_CHECK(file_, "AtomicFile::commit", "file ", path_, " already committed");
   // fsync before rename: otherwise a power cut can leave the new name pointing at empty data.
-  const bool ok = std::fflush(file_) == 0 && ::fsync(::fileno(file_)) == 0;
-  const std::string err = ok ? "" : errno_str();
+  bool ok = std::fflush(file_) == 0 && ::fsync(::fileno(file_)) == 0;
+  std::string err = ok ? "" : errno_str();
+  if (ok && tmp_path_.empty()) {
+    // The unnamed file gets a temporary name (linkat makes it exclusively), then the real one.
+    const std::string self = "/proc/self/fd/" + std::to_string(::fileno(file_));
+    tmp_path_ = claim_temporary_name([&](const std::string& name) {
+      if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) return true;
+      if (errno == EEXIST) return false;
+      ok = false, err = errno_str();
+      return true;  // no name: the write fails below
+    });
+    if (!ok) tmp_path_.clear();
+  }
   const bool closed = std::fclose(file_) == 0;
   file_ = nullptr;
   if (!ok || !closed) {
-    std::remove(tmp_path_.c_str());
-    throw IoError(detail::concat(tmp_path_, ": write failed: ", ok ? errno_str() : err));
+    if (!tmp_path_.empty()) ::unlink(tmp_path_.c_str());
+    throw IoError(detail::concat(path_, ": write failed: ", ok ? errno_str() : err));
   }
   if (std::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
     const std::string e = errno_str();
-    std::remove(tmp_path_.c_str());
+    ::unlink(tmp_path_.c_str());
     throw IoError(detail::concat(path_, ": cannot rename ", tmp_path_, " to it: ", e));
   }
   // The rename is an entry in the directory: fsync the directory too, or a power cut can bring back

@@ -388,10 +388,6 @@ GgufFile read_gguf(Input& in) {
   return file;
 }
 
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
-};
-
 }  // namespace
 
 const char* gguf_type_name(GgufType type) {
@@ -630,11 +626,10 @@ GgufFile parse_gguf(const uint8_t* data, size_t size, const std::string& what) {
 }
 
 GgufFile load_gguf(const std::string& path) {
-  std::unique_ptr<std::FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
-  if (!f) throw IoError(detail::concat(path, ": cannot open: ", std::strerror(errno)));
+  const FilePtr f = open_regular_stream(path);  // refuses a FIFO or device without blocking
   struct stat st;
-  if (::fstat(::fileno(f.get()), &st) != 0 || !S_ISREG(st.st_mode))
-    throw IoError(detail::concat(path, ": expected a regular file"));
+  if (::fstat(::fileno(f.get()), &st) != 0)
+    throw IoError(detail::concat(path, ": cannot open: ", std::strerror(errno)));
   std::FILE* fp = f.get();
   uint64_t cursor = 0;  // the stream's position: most reads follow the last one, and need no seek
   Input in(path, static_cast<uint64_t>(st.st_size), [fp, &path, &cursor](void* dst, uint64_t offset, uint64_t n) {

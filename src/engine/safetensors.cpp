@@ -170,10 +170,6 @@ Header parse_header(const char* text, size_t size, uint64_t data_size, const std
   return h;
 }
 
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
-};
-
 }  // namespace
 
 bool SafetensorsFile::contains(const std::string& name) const {
@@ -243,11 +239,10 @@ SafetensorsFile parse_safetensors(const uint8_t* data, size_t size, const std::s
 SafetensorsFile load_safetensors(const std::string& path) {
   // Streams the file: the header is read and validated first, then each tensor straight into its
   // own storage, so a large file is never held twice in memory.
-  std::unique_ptr<std::FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
-  if (!f) throw IoError(detail::concat(path, ": cannot open: ", std::strerror(errno)));
+  const FilePtr f = open_regular_stream(path);  // refuses a FIFO or device without blocking
   struct stat st;
-  if (::fstat(::fileno(f.get()), &st) != 0 || !S_ISREG(st.st_mode))
-    throw IoError(detail::concat(path, ": expected a regular file"));
+  if (::fstat(::fileno(f.get()), &st) != 0)
+    throw IoError(detail::concat(path, ": cannot open: ", std::strerror(errno)));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   auto read_exact = [&](void* dst, uint64_t bytes) {
     if (bytes > 0 && std::fread(dst, 1, bytes, f.get()) != bytes)

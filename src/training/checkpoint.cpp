@@ -133,7 +133,7 @@ void save_checkpoint(const std::string& path, const CheckpointView& ckpt) {
   put<uint32_t>(header, crc);
   put<uint32_t>(header, 0);
 
-  AtomicFile file(path);  // PATH.tmp, fsync'd, renamed over PATH by commit()
+  AtomicFile file(path);  // a temporary beside PATH, fsync'd, renamed over PATH by commit()
   file.write(header.data(), header.size());
   for (const Section& s : sections) {
     const std::string prefix = s.prefix();

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "tfm/engine/error.h"
+#include "tfm/engine/file_io.h"
 
 namespace tfm {
 namespace fs = std::filesystem;
@@ -43,8 +44,8 @@ RunLock RunLock::acquire(const std::string& dir) {
   // The file may be unlinked by its previous holder between our open() and flock(): then we would
   // hold a lock on a name-less file. Check that the locked file is still the one under the name.
   for (int attempt = 0; attempt < 100; ++attempt) {
-    const int fd = ::open(lock.path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) throw IoError(lock.path_ + ": cannot create the run's lock file: " + std::strerror(errno));
+    // Never through a link, and only a regular file (open_lock_file).
+    const int fd = open_lock_file(lock.path_).release();
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
       const long pid = read_pid(fd);

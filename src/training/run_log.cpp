@@ -1,11 +1,14 @@
 #include "run_log.h"
 
-#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <mutex>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <vector>
@@ -28,11 +31,15 @@ std::string rate_str(double r) { return r >= 1e4 ? fmt::format("{:.1f}k", r / 1e
 
 namespace {
 
+// Bigger than the records of any run (a few hundred bytes per log interval).
+constexpr uint64_t kMaxMetricsBytes = uint64_t{1} << 30;
+
 // A run killed after its last checkpoint logged steps that the resumed run will log again: keep
 // only the records up to the checkpoint's step, so metrics.jsonl reads as one uninterrupted run.
 void drop_metrics_after(const std::string& path, int64_t step) {
-  std::ifstream in(path);
-  if (!in) return;
+  std::error_code ec;
+  if (std::filesystem::symlink_status(path, ec).type() == std::filesystem::file_type::not_found) return;
+  std::istringstream in(read_file(path, kMaxMetricsBytes));
   std::string kept, line;
   bool dropped = false;
   while (std::getline(in, line)) {
@@ -51,9 +58,32 @@ void drop_metrics_after(const std::string& path, int64_t step) {
   if (dropped) write_file_atomically(path, kept);
 }
 
+// train.log's sink. spdlog's file sinks open with fopen, which follows a symbolic link planted at
+// the name; this one writes to a descriptor from open_for_append, which refuses one.
+class AppendSink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  AppendSink(std::string path, bool truncate)
+      : path_(std::move(path)), fd_(open_for_append(path_, truncate)) {}
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    spdlog::memory_buf_t line;
+    formatter_->format(msg, line);
+    write_all(fd_.get(), line.data(), line.size(), path_);
+  }
+  void flush_() override {}  // every line is written through at once
+
+ private:
+  std::string path_;
+  FileDescriptor fd_;
+};
+
 }  // namespace
 
 RunLog::RunLog(const std::string& dir, bool console, bool root, bool resume, int64_t resumed_step) : root_(root) {
+  const std::string log_path = dir + "/train.log", metrics = dir + "/metrics.jsonl";
+  // Both refused before either is touched: a link or device at one name leaves the other as it was.
+  if (root) require_regular_or_absent(log_path), require_regular_or_absent(metrics);
   std::vector<spdlog::sink_ptr> sinks;
   if (console && root) {
     auto c = std::make_shared<spdlog::sinks::stdout_color_sink_mt>();
@@ -61,7 +91,7 @@ RunLog::RunLog(const std::string& dir, bool console, bool root, bool resume, int
     sinks.push_back(c);
   }
   if (root) {
-    auto f = std::make_shared<spdlog::sinks::basic_file_sink_mt>(dir + "/train.log", !resume);
+    auto f = std::make_shared<AppendSink>(log_path, !resume);
     f->set_pattern("[%Y-%m-%d %H:%M:%S] [%l] %v");
     sinks.push_back(f);
   }
@@ -69,14 +99,21 @@ RunLog::RunLog(const std::string& dir, bool console, bool root, bool resume, int
   log_->flush_on(spdlog::level::info);
   tty_ = console && root && ::isatty(STDOUT_FILENO);
   if (!root) return;
-  const std::string metrics = dir + "/metrics.jsonl";
   if (resume) drop_metrics_after(metrics, resumed_step);
-  metrics_.open(metrics, resume ? std::ios::app : std::ios::trunc);
-  if (!metrics_) throw IoError(metrics + ": cannot open for writing");
+  metrics_path_ = metrics;
+  metrics_ = open_for_append(metrics, !resume);
 }
 
 void RunLog::record(const json& rec) {
-  if (root_) metrics_ << rec.dump() << "\n" << std::flush;
+  if (!root_ || metrics_failed_) return;
+  const std::string line = rec.dump() + "\n";
+  try {
+    write_all(metrics_.get(), line.data(), line.size(), metrics_path_);
+  } catch (const IoError& e) {
+    // Records are a by-product: a full disk costs them (said once), not the run and its checkpoints.
+    metrics_failed_ = true;
+    warn(std::string(e.what()) + "; no more records are written to it");
+  }
 }
 
 void RunLog::progress(const std::string& line) {

@@ -3,12 +3,13 @@
 // interval. Rank 0 writes; the other ranks of an MPI run log nothing. Private to src/training/.
 #pragma once
 #include <cstdint>
-#include <fstream>
 #include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+
+#include "tfm/engine/file_io.h"
 
 namespace tfm {
 
@@ -19,6 +20,7 @@ class RunLog {
  public:
   // Opens DIR/train.log and DIR/metrics.jsonl (truncated for a new run; on resume appended to, after
   // dropping the records past `resumed_step` that a killed run logged after its last checkpoint).
+  // A link or anything but a regular file at either name is refused (IoError), never followed.
   RunLog(const std::string& dir, bool console, bool root, bool resume, int64_t resumed_step);
   void info(const std::string& s) { clear_progress(), log_->info(s); }
   void warn(const std::string& s) { clear_progress(), log_->warn(s); }
@@ -32,8 +34,9 @@ class RunLog {
 
  private:
   std::unique_ptr<spdlog::logger> log_;
-  std::ofstream metrics_;
-  bool root_ = false, tty_ = false, shown_ = false;
+  FileDescriptor metrics_;
+  std::string metrics_path_;
+  bool root_ = false, tty_ = false, shown_ = false, metrics_failed_ = false;
 };
 
 // What the steps since the last log line measured, for the line and its metrics.jsonl record.

@@ -243,6 +243,9 @@ void TrainingRun::create_run_directory() {
   if (ec || !fs::is_directory(dir_))
     throw IoError(dir_ + ": cannot create the run directory (output.dir): " + (ec ? ec.message() : "not a directory"));
   if (::access(dir_.c_str(), W_OK) != 0) throw IoError(dir_ + ": the run directory (output.dir) is not writable");
+  // Every file the run writes (and the lock), refused before any is written when a link or device
+  // holds its name.
+  for (const std::string& name : run_file_names()) require_regular_or_absent(dir_ + "/" + name);
   write_file_atomically(dir_ + "/" + kRunConfigFile, config_.tree.dump(2) + "\n");
 }
 

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <random>
 
+#include "cli_run.h"
 #include "tfm/data/bpe.h"
 #include "tfm/engine/error.h"
 
@@ -184,7 +185,7 @@ TEST_CASE("bpe: save and load round trip", "[bpe]") {
   const BpeTokenizer tok = BpeTokenizer::train(repeat(kText, 10) + repeat(kChinese, 10), 330);
   const std::string path = temp_path("tok.json");
   tok.save(path);
-  REQUIRE_FALSE(std::filesystem::exists(path + ".tmp"));
+  REQUIRE(tfm_test::temporaries_beside(path).empty());
   const BpeTokenizer back = BpeTokenizer::load(path);
   REQUIRE(back.merges() == tok.merges());
   REQUIRE(back.vocab_size() == tok.vocab_size());

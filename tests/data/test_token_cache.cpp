@@ -332,3 +332,20 @@ TEST_CASE("token cache: spans read windows of the mapping, and batches equal tho
   CHECK(default_cache_dir("data/x.txt") == "data/.tfm-cache");
   CHECK(default_cache_dir("x.txt") == ".tfm-cache");
 }
+
+TEST_CASE("token cache: a link planted at its stamp's name is never written through", "[data][cache]") {
+  const Dir dir("stamp_link");
+  const std::string src = dir.file("corpus.txt"), victim = dir.file("victim");
+  write(src, varied_text(20000, 8));
+  write(victim, "precious\n");
+  const TokenCacheOptions o = small_blocks(dir.file("cache"));
+  const std::string cache = open_token_cache(src, Tokenizer::Kind::Byte, o).path;
+  fs::create_symlink(victim, cache + ".checked");
+  // A second after the build the ids are hashed in full and the stamp would be written: refused at
+  // the link, so every start hashes them instead.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  CHECK_FALSE(open_token_cache(src, Tokenizer::Kind::Byte, o).built);
+  CHECK_FALSE(open_token_cache(src, Tokenizer::Kind::Byte, o).built);
+  CHECK(read(victim) == "precious\n");
+  CHECK(fs::is_symlink(cache + ".checked"));
+}

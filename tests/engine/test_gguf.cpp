@@ -10,6 +10,7 @@
 #include <fstream>
 #include <limits>
 
+#include "cli_run.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/gemm.h"
 #include "tfm/engine/gguf.h"
@@ -136,7 +137,7 @@ TEST_CASE("gguf: tensors start at multiples of the alignment, packed in order", 
       f.tensors.push_back(gguf_tensor("t" + std::to_string(i), Tensor::randn(shapes[i], rng), types[i]));
     const std::string path = temp_path("aligned.gguf");
     save_gguf(path, f);
-    REQUIRE_FALSE(std::filesystem::exists(path + ".tmp"));
+    REQUIRE(tfm_test::temporaries_beside(path).empty());
     const GgufFile back = load_gguf(path);
     REQUIRE(back.alignment() == alignment);
     REQUIRE(back.data_offset % alignment == 0);

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "cli_run.h"
 #include "tfm/engine/safetensors.h"
 
 using namespace tfm;
@@ -74,7 +75,7 @@ TEST_CASE("safetensors: round trip keeps names, order, shapes, values and metada
   const std::map<std::string, std::string> metadata = {{"config", "{\"d_model\": 3}"}, {"format", "pt"}};
   const std::string path = temp_path("round_trip.safetensors");
   save_safetensors(path, tensors, metadata);
-  REQUIRE_FALSE(std::filesystem::exists(path + ".tmp"));
+  REQUIRE(tfm_test::temporaries_beside(path).empty());
 
   const SafetensorsFile f = load_safetensors(path);
   REQUIRE(f.source == path);
@@ -150,9 +151,9 @@ TEST_CASE("safetensors: invalid arguments to save are refused and leave no file"
   REQUIRE_THROWS_WITH(save_safetensors(path, {{"bad\xff", t}}),
                       StartsWith(path) && Contains("cannot encode"));
   REQUIRE_FALSE(std::filesystem::exists(path));
-  REQUIRE_FALSE(std::filesystem::exists(path + ".tmp"));
+  REQUIRE(tfm_test::temporaries_beside(path).empty());
   REQUIRE_THROWS_WITH(save_safetensors("/nonexistent-dir/x.safetensors", {{"a", t}}),
-                      StartsWith("/nonexistent-dir/x.safetensors.tmp: cannot create"));
+                      StartsWith("/nonexistent-dir/x.safetensors: cannot create"));
 }
 
 TEST_CASE("safetensors: malformed files are rejected with a clear message", "[safetensors]") {
@@ -251,7 +252,7 @@ TEST_CASE("safetensors: a file truncated anywhere is rejected, never crashes", "
   }
   REQUIRE_THROWS_WITH(load_safetensors(temp_path("missing.safetensors")), Contains("cannot open"));
   REQUIRE_THROWS_WITH(load_safetensors(std::filesystem::temp_directory_path().string()),
-                      Contains("expected a regular file"));
+                      Contains("is a directory; expected a regular file"));
 }
 
 TEST_CASE("safetensors: files with foreign but valid layouts load", "[safetensors]") {

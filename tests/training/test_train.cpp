@@ -293,7 +293,7 @@ TEST_CASE("checkpoint: corrupt, truncated and foreign files are clear errors", "
   LanguageModel model(resolve_config(ck.config).model(ck.tokenizer.size()), 1);
   CHECK_THROWS_WITH(restore_model(model, ck, bad),
                     Catch::Contains("parameter values") && Catch::Contains("needs"));
-  CHECK_FALSE(fs::exists(bad + ".tmp"));
+  CHECK(tfm_test::temporaries_beside(bad).empty());
 }
 
 TEST_CASE("train: bf16 products follow the fp32 loss curve, resume is bit-identical in bf16", "[train][bf16]") {

@@ -80,7 +80,7 @@ class BpeTokenizer {
   std::string token_str(int32_t id) const;
 
   std::string to_json() const;
-  // Atomic write (path.tmp, then rename).
+  // Atomic write (AtomicFile: a temporary, then rename).
   void save(const std::string& path) const;
   // Reads and validates a tokenizer file; errors are IoError("<path>: ...").
   static BpeTokenizer load(const std::string& path);

@@ -135,7 +135,7 @@ constexpr uint32_t kGgufDefaultAlignment = 32;
 // a uint32 power of two >= 8, a tensor name over kGgufMaxTensorName bytes, a rank outside [1, 4],
 // data whose size does not match shape and type.
 std::string serialize_gguf(const GgufFile& file, const std::string& what = "gguf");
-// The same written atomically (path.tmp, fsync, rename); errors name the path.
+// The same written atomically (AtomicFile: a temporary, fsync, rename); errors name the path.
 void save_gguf(const std::string& path, const GgufFile& file);
 
 // Reads and validates a GGUF file (version 2 or 3: v3 only added big-endian files, which are

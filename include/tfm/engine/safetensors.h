@@ -33,8 +33,8 @@ struct SafetensorsFile {
   const Tensor& at(const std::string& name) const;
 };
 
-// Writes float32 tensors in the given order (non-contiguous views are copied) to path.tmp, then
-// renames it over path. Names must be unique, non-empty and not "__metadata__".
+// Writes float32 tensors in the given order (non-contiguous views are copied) to a temporary beside
+// path, then renames it over path (AtomicFile). Names must be unique, non-empty and not "__metadata__".
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 

@@ -17,8 +17,8 @@
 // All integers little-endian. Every size is checked against the bytes actually present before
 // anything is allocated, and the checksum is verified before any section is parsed.
 //
-// Writes go to PATH.tmp, are fsync'd and renamed over PATH, so a crash never leaves a half-written
-// checkpoint where a good one was.
+// Writes go to a temporary beside PATH (file_io.h's AtomicFile), are fsync'd and renamed over PATH,
+// so a crash never leaves a half-written checkpoint where a good one was.
 #pragma once
 #include <cstddef>
 #include <cstdint>
