@@ -91,6 +91,14 @@ expect_ok "sweep" sweep --config "$config" --set "data.path=$corpus" --grid mode
   --out "$nasty/sweep 'x'" "${small[@]}"
 expect_ok "bench attention" bench attention --seq-lens 8,16 --d-model 16 --heads 2 --batch 1 --seconds 0.01 \
   --out "$nasty/bench 'x'"
+expect_ok "train masked_lm" train --config "$config" --set "data.path=$corpus" --set train.objective=masked_lm \
+  --set model.causal=false --out "$nasty/mlm 'x" "${small[@]}"
+expect_ok "fill-mask" fill-mask --run "$nasty/mlm 'x" --text "To be[MASK]"
+cp "$root/tests/fixtures/eng_fra_head.txt" "$nasty/pairs 'x'.txt"
+expect_ok "train seq2seq" train --config "$config" --set "data.path=$nasty/pairs 'x'.txt" --set train.objective=seq2seq \
+  --set data.tokenizer=word --out "$nasty/s2s 'x" "${small[@]}"
+expect_ok "translate" translate --run "$nasty/s2s 'x" --text "go ." --beam 2
+expect_ok "attention seq2seq" attention --run "$nasty/s2s 'x" --text "go ." --target "va !" --out "$nasty/s2s att"
 
 # --- 2. symlinks, FIFOs, devices and directories where tfm writes ---
 plant="$work/plant"
@@ -115,8 +123,9 @@ plant_dir() {  # plant_dir DIR FILE: DIR with FILE a symlink to precious2
   mkdir -p "$1"
   ln -s "$outside/precious2" "$1/$2"
 }
-plant_dir "$plant/gguf" model-f32.gguf
-expect_refused "export gguf over a symlink" "model-f32.gguf" export --run "$run_dir" --format gguf --out "$plant/gguf"
+ln -s "$outside/precious2" "$plant/model.gguf"
+expect_refused "export gguf over a symlink" "$plant/model.gguf" export --run "$run_dir" --format gguf \
+  --out "$plant/model.gguf"
 plant_dir "$plant/heads" heads.json
 expect_refused "heads over a symlink" "heads.json" heads --run "$run_dir" --batches 1 --out "$plant/heads" --no-plot
 plant_dir "$plant/attention" attention.json
@@ -173,7 +182,7 @@ for src in "$plant/fifo" "$plant/null"; do
   expect_refused "info --config $src" "$src" info --config "$src"
   expect_refused "config --config $src" "$src" config --config "$src"
   expect_refused "data.path $src" "$src" data prepare --config "$config" --set "data.path=$src"
-  expect_refused "data.tokenizer_path $src" "$src" info --config "$config" --set data.tokenizer=bpe \
+  expect_refused "data.tokenizer_path $src" "$src" data prepare --config "$config" --set data.tokenizer=bpe \
     --set "data.tokenizer_path=$src"
   expect_refused "train --init-from $src" "$src" train --config "$config" --set "data.path=$corpus" \
     --out "$work/never" --init-from "$src" "${small[@]}"
@@ -185,7 +194,7 @@ done
 fifo_run="$work/fifo_run"
 mkdir -p "$fifo_run"
 mkfifo "$fifo_run/last.ckpt" "$fifo_run/best.ckpt"
-expect_refused "eval on a FIFO checkpoint" "$fifo_run/best.ckpt" eval --run "$fifo_run" --batches 1
+expect_refused "eval on a FIFO checkpoint" "$fifo_run/best.ckpt" eval --run "$fifo_run" --checkpoint best
 expect_refused "eval --checkpoint last on a FIFO" "$fifo_run/last.ckpt" eval --run "$fifo_run" --checkpoint last
 expect_refused "resume from a FIFO checkpoint" "$fifo_run/last.ckpt" train --resume "$fifo_run"
 [ -e "$work/never" ] && fail "a refused command created $work/never"

@@ -149,7 +149,12 @@ inline bool stop_requested(const std::atomic<bool>* stop) { return stop != nullp
 // causal_lm's evaluation: the mean loss over `batches` random (B, T) windows of `tokens`, drawn from
 // a generator seeded with `seed`, in eval mode without a graph; nullopt when abandoned on `stop`.
 std::optional<double> evaluate(LanguageModel& model, const TokenSpan& tokens, int64_t B, int64_t T,
-                               int64_t batches, uint64_t seed, const std::atomic<bool>* stop = nullptr);
+                               int64_t batches, uint64_t seed, const std::atomic<bool>* stop);
+// The same, never abandoned: the mean loss.
+inline double evaluate(LanguageModel& model, const TokenSpan& tokens, int64_t B, int64_t T, int64_t batches,
+                       uint64_t seed) {
+  return *evaluate(model, tokens, B, T, batches, seed, nullptr);
+}
 
 // How a text objective reaches its token cache: data.cache_dir, and (log) a line on stderr for every
 // cache built and why. tfm data prepare and eval --dump-logits read the data this way too.
