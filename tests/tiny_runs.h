@@ -2,7 +2,6 @@
 // per test binary through the CLI and removed when it exits: for tests that feed commands odd input.
 #pragma once
 #include <catch2/catch.hpp>
-
 #include <string>
 
 #include "cli_run.h"
@@ -15,7 +14,8 @@ inline std::string tiny_run(const std::string& name, const std::string& sets) {
   const std::string dir = scratch_path("tiny_runs", name);
   const CliRun r = run_tfm("train --config configs/tiny.json --out " + dir +
                            " --set model.d_model=8 --set model.n_layers=1 --set model.n_heads=2"
-                           " --set model.max_seq_len=8 --set train.max_steps=4 " + sets);
+                           " --set model.max_seq_len=8 --set train.max_steps=4 " +
+                           sets);
   INFO(r.out);
   REQUIRE(r.status == 0);
   return dir;
@@ -38,8 +38,10 @@ inline const std::string& masked_run() {
 inline const std::string& seq2seq_run() {
   static const std::string dir = [] {
     const std::string data = write_reversal_pairs(scratch_path("tiny_runs", "pairs"), 200);
-    return tiny_run("seq2seq", "--set train.seq_len=null --set train.objective=seq2seq --set data.tokenizer=word "
-                               "--set data.path=" + data);
+    return tiny_run("seq2seq",
+                    "--set train.seq_len=null --set train.objective=seq2seq --set data.tokenizer=word "
+                    "--set data.path=" +
+                        data);
   }();
   return dir;
 }

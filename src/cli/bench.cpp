@@ -123,12 +123,14 @@ int run_bench_attention(const BenchAttentionOptions& o) {
   c.d_model = o.d_model, c.n_heads = o.heads, c.n_kv_heads = o.kv_heads;
   // The longest length costs the most: refused before the layer is built when it cannot fit.
   MemoryEstimate need = estimate_attention_memory(c, o.batch, o.lengths.back());
-  need.drivers = {"--d-model = " + std::to_string(o.d_model), "--seq-lens up to " + std::to_string(o.lengths.back()),
+  need.drivers = {"--d-model = " + std::to_string(o.d_model),
+                  "--seq-lens up to " + std::to_string(o.lengths.back()),
                   "--batch = " + std::to_string(o.batch)};
   check_flag_memory(need, "bench attention");
   const int threads = platform::configure_threads(o.threads);
-  const std::vector<AttentionTiming> t = sized_by(need.drivers[0] + ", " + need.drivers[1] + ", " + need.drivers[2],
-                                                  [&] { return time_attention(c, o.causal, o.batch, o.lengths, o.seconds); });
+  const std::vector<AttentionTiming> t =
+      sized_by(need.drivers[0] + ", " + need.drivers[1] + ", " + need.drivers[2],
+               [&] { return time_attention(c, o.causal, o.batch, o.lengths, o.seconds); });
   // Exponents over the upper half of the lengths, where the n^2 terms weigh most.
   const size_t from = t.size() / 2 == t.size() - 1 ? 0 : t.size() / 2;
   std::vector<double> n, ms, flops, peak, matrix;
@@ -185,7 +187,10 @@ std::vector<Command> add_bench_commands(CLI::App& app) {
   auto o = std::make_shared<BenchGemmOptions>();
   auto* gemm = bench->add_subcommand("gemm", "GEMM GFLOP/s of OpenBLAS and oneDNN in fp32 and bf16: square peak, and a config's matrix products");
   gemm->add_option("--threads", o->threads, "Threads (0 = all cores)")->capture_default_str()->check(integer_in(0, 1024));
-  gemm->add_option("--n", o->n, "Size of the square product (refused before it starts when it cannot fit in memory)")->capture_default_str()->check(integer_in(16, 8192));
+  gemm->add_option("--n", o->n,
+                   "Size of the square product (refused before it starts when it cannot fit in memory)")
+      ->capture_default_str()
+      ->check(integer_in(16, 8192));
   gemm->add_option("--seconds", o->seconds, "Time to spend per measurement")->capture_default_str()->check(
       number_in(0.01, 60.0));
   gemm->add_option("--config", o->config, "Also time the matrix products of this config's training step")
@@ -199,8 +204,8 @@ std::vector<Command> add_bench_commands(CLI::App& app) {
   auto* att = bench->add_subcommand(
       "attention", "Forward + backward time and memory of one multi-head attention layer against sequence length");
   att->add_option("--seq-lens", a->lengths,
-                  "Sequence lengths, increasing (with --d-model and --batch, refused before it starts when the "
-                  "longest cannot fit in memory)")
+                  "Sequence lengths, increasing (with --d-model and --batch, refused before it starts when "
+                  "the longest cannot fit in memory)")
       ->delimiter(',')
       ->capture_default_str()
       ->check(integer_in(1, 1 << 20));

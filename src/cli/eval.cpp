@@ -144,7 +144,8 @@ int eval_command(const EvalOptions& o) {
     const Dataset data =
         load_dataset(c.string("data.path"), run.checkpoint.tokenizer, c.number("data.val_fraction"), T,
                      token_cache_options(c, true));
-    sized_by(need.drivers[0], [&] { dump_logits(*run.model, c, split == "val" ? data.val : data.train, rows, o.dump_path); });
+    sized_by(need.drivers[0],
+             [&] { dump_logits(*run.model, c, split == "val" ? data.val : data.train, rows, o.dump_path); });
     return kExitOk;
   }
   if (batches == 0) batches = c.integer("train.eval_steps");
@@ -158,8 +159,9 @@ int eval_command(const EvalOptions& o) {
   std::string extra;
   for (const auto& [name, v] : m.values)
     if (name != "loss") extra += ", " + name + " " + std::to_string(v).substr(0, 6);
-  fmt::print("{} loss {:.4f}{} over {} batches of {}{} ({}/{}.ckpt, step {}, {})\n", split.c_str(), m.get("loss"),
-              extra.c_str(), ran, B, whole, dir.c_str(), o.which.c_str(), step, run.objective->name().c_str());
+  fmt::print("{} loss {:.4f}{} over {} batches of {}{} ({}/{}.ckpt, step {}, {})\n", split.c_str(),
+             m.get("loss"), extra.c_str(), ran, B, whole, dir.c_str(), o.which.c_str(), step,
+             run.objective->name().c_str());
   return kExitOk;
 }
 

@@ -76,7 +76,8 @@ struct TranslateCliOptions {
 // at most the model's context, beam hypotheses each.
 void check_beam_memory(Objective& objective, int64_t sources, int64_t beam) {
   const ModelConfig& mc = dynamic_cast<Seq2SeqModel&>(objective.model()).config();
-  check_flag_memory(estimate_translation_memory(mc, sources, beam, mc.max_seq_len, mc.max_seq_len), "translate");
+  check_flag_memory(estimate_translation_memory(mc, sources, beam, mc.max_seq_len, mc.max_seq_len),
+                    "translate");
 }
 
 // Lines of stdin, translated as they come (a batch of one per line, so the output streams). A line
@@ -122,8 +123,10 @@ int translate_command(const TranslateCliOptions& o) {
   const std::string beam_flag = "--beam = " + std::to_string(o.beam);
   if (!o.texts.empty()) {
     check_beam_memory(*run.objective, static_cast<int64_t>(o.texts.size()), o.beam);
-    const std::vector<std::string> out = sized_by(beam_flag, [&] { return translate_texts(*run.objective, o.texts, t); });
-    for (size_t i = 0; i < out.size(); ++i) emit(o.texts[i], out[i], o.references.empty() ? nullptr : &o.references[i]);
+    const std::vector<std::string> out =
+        sized_by(beam_flag, [&] { return translate_texts(*run.objective, o.texts, t); });
+    for (size_t i = 0; i < out.size(); ++i)
+      emit(o.texts[i], out[i], o.references.empty() ? nullptr : &o.references[i]);
     return kExitOk;
   }
   check_beam_memory(*run.objective, 1, o.beam);
@@ -153,8 +156,8 @@ int translate_command(const TranslateCliOptions& o) {
     emit(line, out, nullptr);
   }
   if (n_skipped > 0)
-    throw IoError("stdin: " + std::to_string(n_skipped) + " line(s) could not be translated (line " + skipped +
-                  "; each has " + (o.json ? "an error record" : "an empty line") +
+    throw IoError("stdin: " + std::to_string(n_skipped) + " line(s) could not be translated (line " +
+                  skipped + "; each has " + (o.json ? "an error record" : "an empty line") +
                   " in the output, the other lines are translated)");
   return kExitOk;
 }
@@ -171,7 +174,8 @@ std::vector<Command> add_objective_commands(CLI::App& app) {
   f->add_option("--top-k", fm->top_k, "Candidates per mask (at most the vocabulary)")
       ->capture_default_str()
       ->check(integer_in(1, kMaxFlagCount));
-  f->add_option("--checkpoint", fm->which, "last or best (default: best when it exists)")->check(checkpoint_name());
+  f->add_option("--checkpoint", fm->which, "last or best (default: best when it exists)")
+      ->check(checkpoint_name());
   f->add_flag("--json", fm->json, "Print one JSON object: per mask its position and candidates with probabilities");
   f->footer(
       "\nExample:\n  tfm fill-mask --run runs/shakespeare_mlm --text \"To be, or not to b[MASK], that is the "
@@ -186,8 +190,8 @@ std::vector<Command> add_objective_commands(CLI::App& app) {
   t->add_option("--reference", to->references,
                 "The expected translation of each --text, in order: stderr shows d2l's BLEU (k = 2) per sentence")
       ->type_name("TEXT");
-  t->add_option("--beam", to->beam, "Beam width (1 = greedy; refused before it starts when the search cannot fit "
-                "in memory)")
+  t->add_option("--beam", to->beam,
+                "Beam width (1 = greedy; refused before it starts when the search cannot fit in memory)")
       ->capture_default_str()
       ->check(integer_in(1, kMaxFlagCount));
   t->add_option("--length-penalty", to->alpha,
@@ -199,7 +203,8 @@ std::vector<Command> add_objective_commands(CLI::App& app) {
                 "Most tokens generated per sentence, 0 to the model's max_seq_len (0 = the run's "
                 "data.max_target_len + 1)")
       ->check(integer_in(0, kMaxFlagCount));
-  t->add_option("--checkpoint", to->which, "last or best (default: best when it exists)")->check(checkpoint_name());
+  t->add_option("--checkpoint", to->which, "last or best (default: best when it exists)")
+      ->check(checkpoint_name());
   t->add_flag("--json", to->json, "One JSON object per line: source, translation (and reference, BLEU)");
   t->footer(
       "\nExamples:\n  tfm translate --run runs/eng_fra_d2l --text \"go .\" --text \"i lost .\"\n"

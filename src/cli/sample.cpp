@@ -62,7 +62,8 @@ std::vector<Command> add_sample_commands(CLI::App& app) {
   samp->add_option("--seed", s.seed, "Sampling seed (same seed, same text)")
       ->capture_default_str()
       ->check(integer_in(0, std::numeric_limits<int64_t>::max()));
-  samp->add_option("--checkpoint", o->which, "last or best (default: best when it exists)")->check(checkpoint_name());
+  samp->add_option("--checkpoint", o->which, "last or best (default: best when it exists)")
+      ->check(checkpoint_name());
   samp->add_option("--mask-heads", o->mask_heads, "Mask attention heads: LAYER:HEAD,... (0-based; their output is zero)")
       ->type_name("L:H,...");
   samp->add_option("--init-from", o->init_from, "Weights from a safetensors file instead of the run's")

@@ -146,8 +146,9 @@ int run_sweep(const SweepOptions& o) {
   double n_points = 1;  // the grid's size, counted before its points are built
   for (const Axis& a : axes) n_points *= static_cast<double>(a.values.size());
   if (n_points > static_cast<double>(kMaxSweepPoints))
-    throw ConfigError("--grid: " + fmt::format("{:.0f}", n_points) + " points (the product of the axes' value counts), " +
-                      "expected at most " + std::to_string(kMaxSweepPoints) + " (each point is a training run)");
+    throw ConfigError("--grid: " + fmt::format("{:.0f}", n_points) +
+                      " points (the product of the axes' value counts), expected at most " +
+                      std::to_string(kMaxSweepPoints) + " (each point is a training run)");
   const std::string out = o.out.empty() ? "runs/sweep_" + fs::path(o.config).stem().string() : o.out;
   // Every point's config is resolved before anything is trained: a bad value fails the sweep at once.
   const auto points = points_of(axes);

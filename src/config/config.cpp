@@ -126,14 +126,15 @@ bool check_value(const KeySpec& k, const json& v, json& out, std::vector<std::st
       // Sizes beyond 2^31 would only ever be typos: every integer stays in int range. A value past it
       // (a seed of 2^64, d_model = 1e23) is an integer out of range, not a non-integer.
       constexpr double kIntegerLimit = static_cast<double>(int64_t{1} << 31);
-      const bool beyond = v.is_number_unsigned() ? v.get<uint64_t>() > (uint64_t{1} << 31) : std::fabs(d) > kIntegerLimit;
+      const bool beyond =
+          v.is_number_unsigned() ? v.get<uint64_t>() > (uint64_t{1} << 31) : std::fabs(d) > kIntegerLimit;
       if (beyond) {
         const double lo = k.has_min ? k.min + (k.min_open ? 1 : 0) : -kIntegerLimit;
         const double hi = k.has_max ? std::min(k.max - (k.max_open ? 1 : 0), kIntegerLimit) : kIntegerLimit;
         const std::string value = v.is_number_float() ? number_str(d) : v.dump();
         errors.push_back(k.path + ": " + value + " is out of range: expected an integer in [" +
-                         std::to_string(static_cast<int64_t>(lo)) + ", " + std::to_string(static_cast<int64_t>(hi)) +
-                         "] (at most 2^31)");
+                         std::to_string(static_cast<int64_t>(lo)) + ", " +
+                         std::to_string(static_cast<int64_t>(hi)) + "] (at most 2^31)");
         return false;
       }
       const int64_t i = v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(d);
@@ -159,7 +160,8 @@ bool check_value(const KeySpec& k, const json& v, json& out, std::vector<std::st
         return false;
       }
       if (v.get<std::string>().find('\0') != std::string::npos) {  // the OS would cut a path there
-        errors.push_back(k.path + ": " + shown(v) + " holds a NUL byte (\\u0000), which no path or name can contain");
+        errors.push_back(k.path + ": " + shown(v) +
+                         " holds a NUL byte (\\u0000), which no path or name can contain");
         return false;
       }
       out = v;

@@ -191,8 +191,9 @@ Tokenizer Tokenizer::load_bpe(const std::string& path) {
     std::error_code ec;
     const bool missing = !std::filesystem::exists(std::filesystem::symlink_status(path, ec));
     throw IoError(std::string("data.tokenizer_path: ") + e.what() +
-                  (missing ? " (make one with: tfm tokenizer train --data FILE --vocab-size N --out " + path + ")"
-                           : " (expected a byte-level BPE tokenizer file written by tfm tokenizer train)"));
+                  (missing
+                       ? " (make one with: tfm tokenizer train --data FILE --vocab-size N --out " + path + ")"
+                       : " (expected a byte-level BPE tokenizer file written by tfm tokenizer train)"));
   }
 }
 

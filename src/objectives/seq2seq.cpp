@@ -160,7 +160,8 @@ class Seq2Seq : public Objective {
   // words as the word tokenizer does (so char/byte/bpe runs are scored on words too).
   Metrics evaluate(const std::string& split_name, int64_t batches, uint64_t) override {
     const std::vector<SentencePair>& pairs = split(split_name);
-    const int64_t n = std::min<int64_t>(static_cast<int64_t>(pairs.size()), evaluation_batches(split_name, batches) * B_);
+    const int64_t n =
+        std::min<int64_t>(static_cast<int64_t>(pairs.size()), evaluation_batches(split_name, batches) * B_);
     const bool was_training = model_.training();
     model_.set_training(false);
     NoGradGuard no_grad;

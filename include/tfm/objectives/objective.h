@@ -180,7 +180,8 @@ FillMaskResult fill_mask(Objective& objective, const std::string& text, int64_t 
 // (options.max_len 0 = data.max_target_len + 1; more than the model's max_seq_len: ConfigError naming
 // --max-len). `source` names the texts in errors (a flag, or "stdin line 3").
 std::vector<std::string> translate_texts(Objective& objective, const std::vector<std::string>& texts,
-                                         const TranslateOptions& options, const std::string& source = "--text");
+                                         const TranslateOptions& options,
+                                         const std::string& source = "--text");
 
 // The attention maps of a seq2seq run on one pair (analysis.h): `source` read as translate reads it,
 // `target` teacher-forced (empty: the run's greedy translation of the source).
