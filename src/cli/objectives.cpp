@@ -75,7 +75,7 @@ struct TranslateCliOptions {
 // Refuses a beam whose search cannot fit, before it allocates: `sources` sentences at a time, each of
 // at most the model's context, beam hypotheses each.
 void check_beam_memory(Objective& objective, int64_t sources, int64_t beam) {
-  const ModelConfig& mc = dynamic_cast<Seq2SeqModel&>(objective.model()).config();
+  const ModelConfig& mc = dynamic_cast<const Seq2SeqModel&>(objective.model()).config();
   check_flag_memory(estimate_translation_memory(mc, sources, beam, mc.max_seq_len, mc.max_seq_len),
                     "translate");
 }
@@ -120,6 +120,7 @@ int translate_command(const TranslateCliOptions& o) {
     }
     std::fflush(stdout);
   };
+  translate_texts(*run.objective, {}, t);  // the run and the options, before any text is read
   const std::string beam_flag = "--beam = " + std::to_string(o.beam);
   if (!o.texts.empty()) {
     check_beam_memory(*run.objective, static_cast<int64_t>(o.texts.size()), o.beam);

@@ -297,7 +297,6 @@ std::vector<std::string> translate_texts(Objective& objective, const std::vector
   if (!s)
     throw ConfigError("translate: the run was trained with train.objective \"" + objective.name() +
                       "\"; translation needs a seq2seq run");
-  if (texts.empty()) return {};
   Seq2SeqModel& model = s->s2s();
   TranslateOptions o = options;
   if (o.max_len <= 0) o.max_len = s->max_target_len() + 1;
@@ -305,6 +304,7 @@ std::vector<std::string> translate_texts(Objective& objective, const std::vector
     throw ConfigError("--max-len: expected 0 to the model's max_seq_len = " +
                       std::to_string(model.config().max_seq_len) + " (the decoder's positions), got " +
                       std::to_string(o.max_len));
+  if (texts.empty()) return {};
   std::vector<SentencePair> pairs(texts.size());
   std::vector<int64_t> idx;
   for (size_t i = 0; i < texts.size(); ++i) {

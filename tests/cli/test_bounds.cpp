@@ -169,6 +169,9 @@ TEST_CASE("bounds: odd but parsable input never ends as an internal error", "[bo
       {"sample" + lm + " --prompt \"$(printf '\\377')\"", 2},  // invalid UTF-8
       {"sample" + lm + " --checkpoint \"\"", 2},
       {"sample" + s2s, 2},
+      {"translate" + lm + " --text a", 2},
+      {"translate" + lm + " --beam 4 </dev/null", 2},
+      {"fill-mask" + lm + " --text \"a[MASK]\"", 2},
       {"eval" + lm + " --mask-heads 0:99999999999999999999", 2},
       {"eval" + lm + " --mask-heads \"\" --batches 1", 0},
       {"eval" + lm + " --dump-logits " + scratch + "/l.json --text \"\"", 2},

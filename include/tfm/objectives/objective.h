@@ -178,7 +178,8 @@ FillMaskResult fill_mask(Objective& objective, const std::string& text, int64_t 
 // seq2seq: translations of `texts` (each encoded with the source vocabulary, unknown symbols as <unk>,
 // truncated to data.max_source_len), detokenized; greedy or beam search as `options` say
 // (options.max_len 0 = data.max_target_len + 1; more than the model's max_seq_len: ConfigError naming
-// --max-len). `source` names the texts in errors (a flag, or "stdin line 3").
+// --max-len). `source` names the texts in errors (a flag, or "stdin line 3"). No texts: only the run and
+// the options are checked.
 std::vector<std::string> translate_texts(Objective& objective, const std::vector<std::string>& texts,
                                          const TranslateOptions& options,
                                          const std::string& source = "--text");
