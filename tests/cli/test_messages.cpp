@@ -210,16 +210,19 @@ TEST_CASE("messages: flags' text is checked before it is used, with no advice me
 TEST_CASE("messages: a split too short shows data.val_fraction as given and the way out it offers",
           "[messages][cli]") {
   const std::string dir = tfm_test::scratch_path("messages", "split");
-  CliRun r = tfm_test::run_tfm("train --config configs/tiny.json --out " + dir + " --set data.val_fraction=0.9999999");
+  CliRun r = tfm_test::run_tfm("train --config configs/tiny.json --out " + dir +
+                               " --set data.val_fraction=0.9999999");
   INFO(r.out);
   CHECK(r.status == 2);
-  CHECK_THAT(r.out, Catch::Contains("the training split has 0 tokens (8000 in the file, data.val_fraction = "
-                                    "0.9999999); one sequence needs train.seq_len + 2 = 34 (use a longer text, a "
-                                    "smaller train.seq_len or a smaller data.val_fraction)"));
+  CHECK_THAT(r.out,
+             Catch::Contains("the training split has 0 tokens (8000 in the file, data.val_fraction = "
+                             "0.9999999); one sequence needs train.seq_len + 2 = 34 (use a longer text, a "
+                             "smaller train.seq_len or a smaller data.val_fraction)"));
   r = tfm_test::run_tfm("train --config configs/tiny.json --out " + dir + " --set data.val_fraction=0.001");
   CHECK(r.status == 2);
-  CHECK_THAT(r.out, Catch::Contains("the validation split has 8 tokens (8000 in the file, data.val_fraction = "
-                                    "0.001)") &&
-                        Catch::Contains("or a larger data.val_fraction)"));
+  CHECK_THAT(r.out,
+             Catch::Contains("the validation split has 8 tokens (8000 in the file, data.val_fraction = "
+                             "0.001)") &&
+                 Catch::Contains("or a larger data.val_fraction)"));
   CHECK(!fs::exists(dir + "/last.ckpt"));
 }
