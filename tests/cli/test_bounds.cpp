@@ -208,3 +208,31 @@ TEST_CASE("bounds: odd but parsable input never ends as an internal error", "[bo
     CHECK_THAT(r.out, !Catch::Contains("internal error"));
   }
 }
+
+TEST_CASE("bounds: an allocation that fails past the pre-flight names the sizes that asked for it",
+          "[bounds][cli]") {
+#if defined(__SANITIZE_ADDRESS__)
+  WARN("skipped under AddressSanitizer: it reserves more address space than the limit this test sets");
+#else
+  // The pre-flight told the machine is huge lets the sizes through; a 4 GB address-space limit makes
+  // the allocation fail, as when the memory went to another process between the check and the use.
+  const std::string tfm =
+      "ulimit -v 4000000; TFM_AVAILABLE_MEMORY_MB=100000000 '" + std::string(TFM_BINARY) + "' ";
+  struct Case {
+    std::string args, sizes;
+  };
+  for (const Case& c :
+       {Case{"bench attention --d-model 65536 --seq-lens 8,16",
+             "--d-model = 65536, --seq-lens up to 16, --batch = 1"},
+        Case{"translate --run " + tfm_test::seq2seq_run() + " --text \"one two.\" --beam 100000000",
+             "--beam = 100000000"}}) {
+    const CliRun r = tfm_test::run_shell("(" + tfm + c.args + ")");
+    INFO(c.args << "\n" << r.out);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.out,
+               Catch::Contains("tfm: error: " + c.sizes +
+                               ": out of memory (the allocation these sizes asked for failed); make them "
+                               "smaller"));
+  }
+#endif
+}
