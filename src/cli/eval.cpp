@@ -25,6 +25,16 @@ namespace {
 // Logits (B, T, V) of B sequences of T token ids, row-major.
 using LogitsFn = std::function<std::vector<float>(const std::vector<int32_t>& ids, int64_t B, int64_t T)>;
 
+// Refuses `rows` sequences of T tokens whose forward and logits cannot fit, before anything is read: the
+// logits as JSON take ~48 bytes a value while the document is built and written. `sizes` names the flags.
+void check_logits_memory(const ModelConfig& mc, int64_t rows, int64_t T, const std::string& sizes) {
+  MemoryEstimate need = estimate_inference_memory(mc, rows, T);
+  need.activations +=
+      48.0 * static_cast<double>(rows) * static_cast<double>(T) * static_cast<double>(mc.vocab_size);
+  need.drivers = {sizes};
+  check_flag_memory(need, "eval --dump-logits");
+}
+
 // Logits of token sequences as JSON {"tokens": [ids per sequence], "logits": [(T, V) per sequence]}: for
 // scripts/torch_lm.py --check-logits and scripts/check_gguf.sh. Sequences of one length run as one batch
 // (B, T), as an evaluation does, when `batch` allows; others one by one.
@@ -88,6 +98,8 @@ void dump_text_logits(LanguageModel& model, const Tokenizer& tok, const std::vec
       throw ConfigError("--text: \"" + text + "\" is " + std::to_string(n) + " tokens, expected 1 to " +
                         std::to_string(L) + " (model.max_seq_len)");
   }
+  check_logits_memory(model.config(), static_cast<int64_t>(texts.size()), L,
+                      std::to_string(texts.size()) + " --text");
   const std::string what = std::to_string(texts.size()) + " texts";
   if (gguf_path.empty()) {
     write_logits(model_logits(model), model.config().vocab_size, sequences, true, path, what);
@@ -133,18 +145,13 @@ int eval_command(const EvalOptions& o) {
       dump_text_logits(*run.model, run.checkpoint.tokenizer, o.texts, o.dump_path, o.gguf_path, o.gelu);
       return kExitOk;
     }
-    // One batch of `rows` sequences: their forward and their logits as JSON text (~48 bytes a value
-    // while the document is built and written), refused before anything is read when it cannot fit.
     const int64_t rows = batches == 0 ? 2 : batches;
-    MemoryEstimate need = estimate_inference_memory(run.model->config(), rows, T);
-    need.activations += 48.0 * static_cast<double>(rows) * static_cast<double>(T) *
-                        static_cast<double>(run.model->config().vocab_size);
-    need.drivers = {"--batches = " + std::to_string(rows) + " (sequences of --dump-logits)"};
-    check_flag_memory(need, "eval --dump-logits");
+    const std::string sizes = "--batches = " + std::to_string(rows) + " (sequences of --dump-logits)";
+    check_logits_memory(run.model->config(), rows, T, sizes);
     const Dataset data =
         load_dataset(c.string("data.path"), run.checkpoint.tokenizer, c.number("data.val_fraction"), T,
                      token_cache_options(c, true));
-    sized_by(need.drivers[0],
+    sized_by(sizes,
              [&] { dump_logits(*run.model, c, split == "val" ? data.val : data.train, rows, o.dump_path); });
     return kExitOk;
   }
