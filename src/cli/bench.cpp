@@ -34,6 +34,11 @@ struct BenchGemmOptions {
 
 // Every backend and precision: the square peak and, with --config, the step's products.
 int run_bench_gemm(const BenchGemmOptions& o) {
+  // The square product's A, B and C, and the rounded or converted copies of A and B in bf16.
+  MemoryEstimate square;
+  square.activations = 5.0 * 4.0 * static_cast<double>(o.n) * static_cast<double>(o.n);
+  square.drivers = {"--n = " + std::to_string(o.n)};
+  check_flag_memory(square, "bench gemm");
   const int threads = platform::configure_threads(o.threads);
   struct Mode {
     GemmBackend backend;
@@ -59,7 +64,7 @@ int run_bench_gemm(const BenchGemmOptions& o) {
   std::vector<std::vector<GemmTiming>> shapes;
   for (const Mode& mode : modes) {
     const GemmModeGuard guard(mode.precision, mode.backend);
-    const double peak = measure_gemm_peak_gflops(o.n, o.seconds);
+    const double peak = sized_by(square.drivers[0], [&] { return measure_gemm_peak_gflops(o.n, o.seconds); });
     nlohmann::json j = {{"backend", gemm_backend_name(mode.backend)}, {"precision", precision_name(mode.precision)},
                         {"peak_gflops", peak}};
     if (!o.json)
@@ -116,10 +121,18 @@ int run_bench_attention(const BenchAttentionOptions& o) {
                         std::to_string(o.lengths[i]));
   if (o.lengths.size() < 2) throw ConfigError("--seq-lens: give two or more lengths (the exponents are fitted)");
   if (!o.out.empty()) check_output_path("--out", o.out);
-  const int threads = platform::configure_threads(o.threads);
   ModelConfig c;
   c.d_model = o.d_model, c.n_heads = o.heads, c.n_kv_heads = o.kv_heads;
-  const std::vector<AttentionTiming> t = time_attention(c, o.causal, o.batch, o.lengths, o.seconds);
+  // The longest length costs the most: refused before the layer is built when it cannot fit.
+  MemoryEstimate need = estimate_attention_memory(c, o.batch, o.lengths.back());
+  need.drivers = {"--d-model = " + std::to_string(o.d_model),
+                  "--seq-lens up to " + std::to_string(o.lengths.back()),
+                  "--batch = " + std::to_string(o.batch)};
+  check_flag_memory(need, "bench attention");
+  const int threads = platform::configure_threads(o.threads);
+  const std::vector<AttentionTiming> t =
+      sized_by(need.drivers[0] + ", " + need.drivers[1] + ", " + need.drivers[2],
+               [&] { return time_attention(c, o.causal, o.batch, o.lengths, o.seconds); });
   // Exponents over the upper half of the lengths, where the n^2 terms weigh most.
   const size_t from = t.size() / 2 == t.size() - 1 ? 0 : t.size() / 2;
   std::vector<double> n, ms, flops, peak, matrix;
@@ -176,7 +189,10 @@ std::vector<Command> add_bench_commands(CLI::App& app) {
   auto o = std::make_shared<BenchGemmOptions>();
   auto* gemm = bench->add_subcommand("gemm", "GEMM GFLOP/s of OpenBLAS and oneDNN in fp32 and bf16: square peak, and a config's matrix products");
   gemm->add_option("--threads", o->threads, "Threads (0 = all cores)")->capture_default_str()->check(integer_in(0, 1024));
-  gemm->add_option("--n", o->n, "Size of the square product")->capture_default_str()->check(integer_in(16, 8192));
+  gemm->add_option("--n", o->n,
+                   "Size of the square product (refused before it starts when it cannot fit in memory)")
+      ->capture_default_str()
+      ->check(integer_in(16, 8192));
   gemm->add_option("--seconds", o->seconds, "Time to spend per measurement")->capture_default_str()->check(
       number_in(0.01, 60.0));
   gemm->add_option("--config", o->config, "Also time the matrix products of this config's training step")
@@ -189,7 +205,9 @@ std::vector<Command> add_bench_commands(CLI::App& app) {
   auto a = std::make_shared<BenchAttentionOptions>();
   auto* att = bench->add_subcommand(
       "attention", "Forward + backward time and memory of one multi-head attention layer against sequence length");
-  att->add_option("--seq-lens", a->lengths, "Sequence lengths, increasing")
+  att->add_option("--seq-lens", a->lengths,
+                  "Sequence lengths, increasing (with --d-model and --batch, refused before it starts when "
+                  "the longest cannot fit in memory)")
       ->delimiter(',')
       ->capture_default_str()
       ->check(integer_in(1, 1 << 20));

@@ -5,12 +5,15 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstdio>
 #include <functional>
+#include <new>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "tfm/engine/error.h"
 #include "tfm/engine/tensor.h"
 #include "tfm/training/trainer.h"
 
@@ -49,11 +52,10 @@ inline CLI::Validator integer_in(int64_t lo, int64_t hi) {
       "INT in " + range);
 }
 inline CLI::Validator number_in(double lo, double hi) {
-  auto str = [](double v) {
-    std::string s = std::to_string(v);
-    s.erase(s.find_last_not_of('0') + 1);
-    if (!s.empty() && s.back() == '.') s.pop_back();
-    return s;
+  auto str = [](double v) {  // shortest form that shows the bound (1e-08, 0.01, 60)
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return std::string(buf);
   };
   const std::string range = "[" + str(lo) + ", " + str(hi) + "]";
   return CLI::Validator(
@@ -65,6 +67,28 @@ inline CLI::Validator number_in(double lo, double hi) {
         return "";
       },
       "NUMBER in " + range);
+}
+
+// --checkpoint's values: "last" or "best" (not empty: the message would name a ".ckpt").
+inline CLI::Validator checkpoint_name() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        return text == "last" || text == "best" ? "" : "expected \"last\" or \"best\", got \"" + text + "\"";
+      },
+      "last|best");
+}
+
+// f(), with an allocation failure in it reported as the user's input: `sizes` names the flags or keys
+// that sized it ("--beam = 8, --max-len = 20"), and the error exits 2 like any refused size. For work
+// whose sizes the pre-flight estimates; what it misses still ends named, not as an internal error.
+template <class F>
+decltype(auto) sized_by(const std::string& sizes, F&& f) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    throw tfm::ConfigError(sizes + ": out of memory (the allocation these sizes asked for failed); make them "
+                           "smaller");
+  }
 }
 
 std::vector<Command> add_train_commands(CLI::App& app);      // train.cpp: train

@@ -17,6 +17,7 @@
 #include "tfm/models/gguf_export.h"
 #include "tfm/engine/ops.h"
 #include "tfm/training/run_dir.h"
+#include "tfm/training/preflight.h"
 #include "tfm/training/trainer.h"
 
 namespace tfm::cli {
@@ -24,6 +25,16 @@ namespace {
 
 // Logits (B, T, V) of B sequences of T token ids, row-major.
 using LogitsFn = std::function<std::vector<float>(const std::vector<int32_t>& ids, int64_t B, int64_t T)>;
+
+// Refuses `rows` sequences of T tokens whose forward and logits cannot fit, before anything is read: the
+// logits as JSON take ~48 bytes a value while the document is built and written. `sizes` names the flags.
+void check_logits_memory(const ModelConfig& mc, int64_t rows, int64_t T, const std::string& sizes) {
+  MemoryEstimate need = estimate_inference_memory(mc, rows, T);
+  need.activations +=
+      48.0 * static_cast<double>(rows) * static_cast<double>(T) * static_cast<double>(mc.vocab_size);
+  need.drivers = {sizes};
+  check_flag_memory(need, "eval --dump-logits");
+}
 
 // Logits of token sequences as JSON {"tokens": [ids per sequence], "logits": [(T, V) per sequence]}: for
 // scripts/torch_lm.py --check-logits and scripts/dev/check_gguf.sh. Sequences of one length run as one batch
@@ -88,6 +99,8 @@ void dump_text_logits(LanguageModel& model, const Tokenizer& tok, const std::vec
       throw ConfigError("--text: \"" + text + "\" is " + std::to_string(n) + " tokens, expected 1 to " +
                         std::to_string(L) + " (model.max_seq_len)");
   }
+  check_logits_memory(model.config(), static_cast<int64_t>(texts.size()), L,
+                      std::to_string(texts.size()) + " --text");
   const std::string what = std::to_string(texts.size()) + " texts";
   if (gguf_path.empty()) {
     write_logits(model_logits(model), model.config().vocab_size, sequences, true, path, what);
@@ -138,21 +151,30 @@ int eval_command(const EvalOptions& o) {
       dump_text_logits(*run.model, run.checkpoint.tokenizer, o.texts, o.dump_path, o.gguf_path, o.gelu);
       return kExitOk;
     }
+    const int64_t rows = batches == 0 ? 2 : batches;
+    const std::string sizes = "--batches = " + std::to_string(rows) + " (sequences of --dump-logits)";
+    check_logits_memory(run.model->config(), rows, T, sizes);
     const Dataset data =
         load_dataset(c.string("data.path"), run.checkpoint.tokenizer, c.number("data.val_fraction"), T,
                      token_cache_options(c, true));
-    dump_logits(*run.model, c, split == "val" ? data.val : data.train, batches == 0 ? 2 : batches, o.dump_path);
+    sized_by(sizes,
+             [&] { dump_logits(*run.model, c, split == "val" ? data.val : data.train, rows, o.dump_path); });
     return kExitOk;
   }
   if (batches == 0) batches = c.integer("train.eval_steps");
   const Metrics m = run.objective->evaluate(split, batches, eval_seed(c));
+  // A split walked in order (seq2seq) ends before a large --batches does: report what ran.
+  const int64_t ran = run.objective->evaluation_batches(split, batches);
+  const std::string whole = ran < batches ? " (the whole " + split + " split; " + std::to_string(batches) +
+                                                " asked for more than it holds)"
+                                          : "";
   const int64_t step = run.checkpoint.state.value("step", int64_t{0});
   std::string extra;
   for (const auto& [name, v] : m.values)
     if (name != "loss") extra += ", " + name + " " + std::to_string(v).substr(0, 6);
-  fmt::print("{} loss {:.4f}{} over {} batches of {} ({}/{}.ckpt, step {}, {})\n", split.c_str(), m.get("loss"),
-              extra.c_str(), batches, B, dir.c_str(), o.which.c_str(),
-              step, run.objective->name().c_str());
+  fmt::print("{} loss {:.4f}{} over {} batches of {}{} ({}/{}.ckpt, step {}, {})\n", split.c_str(),
+             m.get("loss"), extra.c_str(), ran, B, whole, dir.c_str(), o.which.c_str(), step,
+             run.objective->name().c_str());
   return kExitOk;
 }
 
@@ -165,10 +187,10 @@ std::vector<Command> add_eval_commands(CLI::App& app) {
   eval->add_option("--split", o->split, "val or train")->capture_default_str();
   eval->add_option("--batches", o->batches, "Number of batches (default: the run's train.eval_steps)")
       ->check(integer_in(1, kMaxFlagCount));
-  eval->add_option("--checkpoint", o->which, "last or best")->capture_default_str();
+  eval->add_option("--checkpoint", o->which, "last or best")->capture_default_str()->check(checkpoint_name());
   eval->add_option("--dump-logits", o->dump_path,
                    "Write one batch of --batches (default 2) sequences and their logits as JSON "
-                   "(for scripts/torch_lm.py --check-logits)")
+                   "(for scripts/torch_lm.py --check-logits; refused when it cannot fit in memory)")
       ->type_name("FILE");
   eval->add_option("--text", o->texts,
                    "With --dump-logits: the logits of this text instead (repeatable; the run's tokenizer, at most "

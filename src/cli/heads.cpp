@@ -196,7 +196,7 @@ std::vector<Command> add_heads_commands(CLI::App& app) {
   h->add_option("--batches", o->batches, "Validation batches per measurement")
       ->capture_default_str()
       ->check(integer_in(1, 100000));
-  h->add_option("--checkpoint", o->which, "last or best")->capture_default_str();
+  h->add_option("--checkpoint", o->which, "last or best")->capture_default_str()->check(checkpoint_name());
   h->add_option("--out", o->out, "Output directory (default: DIR/heads)")->type_name("DIR");
   h->add_flag("--json", o->json, "The report as one JSON object");
   h->add_flag("--no-plot", o->no_plot, "Do not run scripts/plot_heads.py");

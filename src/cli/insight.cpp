@@ -268,7 +268,7 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
   att->add_option("--out", a->out, "Output directory (default: DIR/attention)")->type_name("DIR");
   att->add_option("--mask-heads", a->mask_heads, "Mask attention heads: LAYER:HEAD,... (0-based; their output is zero)")
       ->type_name("L:H,...");
-  att->add_option("--checkpoint", a->which, "last or best")->capture_default_str();
+  att->add_option("--checkpoint", a->which, "last or best")->capture_default_str()->check(checkpoint_name());
   att->add_flag("--no-plot", a->no_plot, "Do not run scripts/plot_attention.py");
   att->footer(
       "\nWrites OUT/attention.json, OUT/attention_layerL.npy ((H, T, T) float32) and, with\n"
@@ -290,7 +290,7 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
       ->type_name("FILE");
   exp->add_option("--dtype", e->dtype, "gguf: f32, f16 or bf16 matrices (norms and biases stay f32)")
       ->capture_default_str();
-  exp->add_option("--checkpoint", e->which, "last or best")->capture_default_str();
+  exp->add_option("--checkpoint", e->which, "last or best")->capture_default_str()->check(checkpoint_name());
   exp->footer(
       "\nsafetensors: names and shapes as scripts/torch_lm.py's (weights (out, in) as PyTorch; an\n"
       "encoder-decoder's names are in include/tfm/models/encoder_decoder.h); metadata: objective, config,\n"

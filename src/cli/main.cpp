@@ -45,10 +45,10 @@ Exit status: 0 done (or interrupted and checkpointed), 1 internal error,
 )";
 
 void print_error(const std::string& what) {
-  // Multi-line errors (several bad keys) keep one problem per line.
-  std::string msg = what;
-  size_t pos = 0;
-  while ((pos = msg.find('\n', pos)) != std::string::npos) msg.replace(pos, 1, "\n           "), pos += 12;
+  // Multi-line errors (several bad keys) keep one problem per line; a NUL byte (in a path from a
+  // config) is shown as \0 rather than cutting the message short.
+  std::string msg;
+  for (const char ch : what) msg += ch == '\n' ? "\n           " : ch == '\0' ? "\\0" : std::string(1, ch);
   std::fprintf(stderr, "tfm: error: %s\n", msg.c_str());
 }
 
@@ -77,9 +77,13 @@ static int run_cli(int argc, char** argv) {
     return code == 0 ? kExitOk : kExitBadInput;
   }
 
+  std::string command;
   try {
     for (const cli::Command& c : commands)
-      if (c.app->parsed()) return c.run();
+      if (c.app->parsed()) {
+        command = c.app->get_name();
+        return c.run();
+      }
   } catch (const ConfigError& e) {
     print_error(e.what());
     return kExitBadInput;
@@ -87,7 +91,11 @@ static int run_cli(int argc, char** argv) {
     print_error(e.what());
     return kExitBadInput;
   } catch (const std::bad_alloc&) {
-    print_error("out of memory (try a smaller train.batch_size or model)");
+    // The pre-flight refuses sizes that cannot fit and the commands name the sizes of their large
+    // allocations (cli::sized_by): a failure that gets here was foreseen by neither.
+    print_error("internal error: out of memory in tfm " + command +
+                ", in an allocation no size check foresaw (tfm info estimates a config's memory); please "
+                "report it");
     return kExitInternal;
   } catch (const std::exception& e) {
     print_error(std::string("internal error: ") + e.what());

@@ -15,6 +15,7 @@
 #include "tfm/engine/error.h"
 #include "tfm/objectives/objective.h"
 #include "tfm/engine/platform.h"
+#include "tfm/training/preflight.h"
 #include "tfm/training/trainer.h"
 
 namespace tfm::cli {
@@ -27,7 +28,6 @@ struct FillMaskOptions {
 };
 
 int fill_mask_command(const FillMaskOptions& o) {
-  if (o.top_k < 1) throw ConfigError("--top-k: expected an integer >= 1, got " + std::to_string(o.top_k));
   LoadedRun run = load_run(o.run, o.which);
   if (o.top_k > run.objective->tokenizer().size())
     throw ConfigError("--top-k: expected at most the vocabulary's " + std::to_string(run.objective->tokenizer().size()) +
@@ -72,10 +72,19 @@ struct TranslateCliOptions {
   bool json = false;
 };
 
-// Lines of stdin, translated as they come (a batch of one per line, so the output streams).
+// Refuses a beam whose search cannot fit, before it allocates: `sources` sentences at a time, each of
+// at most the model's context, beam hypotheses each.
+void check_beam_memory(Objective& objective, int64_t sources, int64_t beam) {
+  const ModelConfig& mc = dynamic_cast<const Seq2SeqModel&>(objective.model()).config();
+  check_flag_memory(estimate_translation_memory(mc, sources, beam, mc.max_seq_len, mc.max_seq_len),
+                    "translate");
+}
+
+// Lines of stdin, translated as they come (a batch of one per line, so the output streams). A line
+// that cannot be read (invalid UTF-8) is skipped with a warning naming it and an empty line (--json: an
+// error record) in its place, so the output stays line for line with the input; the command then
+// exits 2 naming every skipped line.
 int translate_command(const TranslateCliOptions& o) {
-  if (o.beam < 1) throw ConfigError("--beam: expected an integer >= 1 (1 = greedy), got " + std::to_string(o.beam));
-  if (o.max_len < 0) throw ConfigError("--max-len: expected >= 0 (0 = the run's data.max_target_len + 1), got " + std::to_string(o.max_len));
   if (!(o.alpha >= 0.0) || !std::isfinite(o.alpha))
     throw ConfigError("--length-penalty: expected a number >= 0, got " + std::to_string(o.alpha));
   if (o.penalty != "gnmt" && o.penalty != "power")
@@ -111,20 +120,46 @@ int translate_command(const TranslateCliOptions& o) {
     }
     std::fflush(stdout);
   };
+  translate_texts(*run.objective, {}, t);  // the run and the options, before any text is read
+  const std::string beam_flag = "--beam = " + std::to_string(o.beam);
   if (!o.texts.empty()) {
-    const std::vector<std::string> out = translate_texts(*run.objective, o.texts, t);
-    for (size_t i = 0; i < out.size(); ++i) emit(o.texts[i], out[i], o.references.empty() ? nullptr : &o.references[i]);
+    check_beam_memory(*run.objective, static_cast<int64_t>(o.texts.size()), o.beam);
+    const std::vector<std::string> out =
+        sized_by(beam_flag, [&] { return translate_texts(*run.objective, o.texts, t); });
+    for (size_t i = 0; i < out.size(); ++i)
+      emit(o.texts[i], out[i], o.references.empty() ? nullptr : &o.references[i]);
     return kExitOk;
   }
-  std::string line;
-  while (std::getline(std::cin, line)) {
+  check_beam_memory(*run.objective, 1, o.beam);
+  std::string line, skipped;
+  int64_t n_skipped = 0;
+  for (int64_t number = 1; std::getline(std::cin, line); ++number) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) {
       fmt::print("\n");
       continue;
     }
-    emit(line, translate_texts(*run.objective, {line}, t)[0], nullptr);
+    const std::string source = "stdin line " + std::to_string(number);
+    std::string out;
+    try {
+      out = sized_by(beam_flag, [&] { return translate_texts(*run.objective, {line}, t, source)[0]; });
+    } catch (const IoError& e) {  // the line's own fault (invalid UTF-8): the others still translate
+      fmt::print(stderr, "tfm: warning: {}; skipped ({})\n", e.what(),
+                 o.json ? "an error record stands for it" : "an empty line stands for it");
+      if (o.json)
+        fmt::print("{}\n", nlohmann::json({{"line", number}, {"error", e.what()}}).dump());
+      else
+        fmt::print("\n");
+      std::fflush(stdout);
+      skipped += (n_skipped++ ? ", " : "") + std::to_string(number);
+      continue;
+    }
+    emit(line, out, nullptr);
   }
+  if (n_skipped > 0)
+    throw IoError("stdin: " + std::to_string(n_skipped) + " line(s) could not be translated (line " +
+                  skipped + "; each has " + (o.json ? "an error record" : "an empty line") +
+                  " in the output, the other lines are translated)");
   return kExitOk;
 }
 
@@ -137,8 +172,11 @@ std::vector<Command> add_objective_commands(CLI::App& app) {
   f->add_option("--run", fm->run, "Run directory of a masked_lm run")->type_name("DIR")->required();
   f->add_option("--text", fm->text, "Text with one or more [MASK] (each is one token: a character for the char tokenizer)")
       ->required();
-  f->add_option("--top-k", fm->top_k, "Candidates per mask")->capture_default_str();
-  f->add_option("--checkpoint", fm->which, "last or best (default: best when it exists)");
+  f->add_option("--top-k", fm->top_k, "Candidates per mask (at most the vocabulary)")
+      ->capture_default_str()
+      ->check(integer_in(1, kMaxFlagCount));
+  f->add_option("--checkpoint", fm->which, "last or best (default: best when it exists)")
+      ->check(checkpoint_name());
   f->add_flag("--json", fm->json, "Print one JSON object: per mask its position and candidates with probabilities");
   f->footer(
       "\nExample:\n  tfm fill-mask --run runs/shakespeare_mlm --text \"To be, or not to b[MASK], that is the "
@@ -153,20 +191,29 @@ std::vector<Command> add_objective_commands(CLI::App& app) {
   t->add_option("--reference", to->references,
                 "The expected translation of each --text, in order: stderr shows d2l's BLEU (k = 2) per sentence")
       ->type_name("TEXT");
-  t->add_option("--beam", to->beam, "Beam width (1 = greedy)")->capture_default_str();
+  t->add_option("--beam", to->beam,
+                "Beam width (1 = greedy; refused before it starts when the search cannot fit in memory)")
+      ->capture_default_str()
+      ->check(integer_in(1, kMaxFlagCount));
   t->add_option("--length-penalty", to->alpha,
                 "alpha: beam scores are log-probability sums / penalty(len)^alpha (0 = none)")
       ->capture_default_str();
   t->add_option("--penalty", to->penalty, "gnmt: ((5 + len) / 6)^alpha (Wu et al. 2016); power: len^alpha")
       ->capture_default_str();
-  t->add_option("--max-len", to->max_len, "Most tokens generated per sentence (0 = the run's data.max_target_len + 1)");
-  t->add_option("--checkpoint", to->which, "last or best (default: best when it exists)");
+  t->add_option("--max-len", to->max_len,
+                "Most tokens generated per sentence, 0 to the model's max_seq_len (0 = the run's "
+                "data.max_target_len + 1)")
+      ->check(integer_in(0, kMaxFlagCount));
+  t->add_option("--checkpoint", to->which, "last or best (default: best when it exists)")
+      ->check(checkpoint_name());
   t->add_flag("--json", to->json, "One JSON object per line: source, translation (and reference, BLEU)");
   t->footer(
       "\nExamples:\n  tfm translate --run runs/eng_fra_d2l --text \"go .\" --text \"i lost .\"\n"
       "  tfm translate --run runs/eng_fra --beam 4 --length-penalty 0.6 < sentences.txt > out.txt\n"
       "  tfm translate --run runs/eng_fra_d2l --text \"go .\" --reference \"va !\"\n"
-      "stdout holds one line per input, the translation alone (detokenized), so it pipes.\n");
+      "stdout holds one line per input, the translation alone (detokenized), so it pipes. A stdin line that\n"
+      "is not valid UTF-8 is skipped with a warning naming it (an empty line stands for it) and the\n"
+      "command exits 2 once the rest is translated.\n");
   out.push_back({t, [to] { return translate_command(*to); }});
   return out;
 }

@@ -34,6 +34,7 @@ int sample_command(const SampleCliOptions& cli) {
   if (o.top_k > V)
     throw ConfigError("--top-k: expected 0 to " + std::to_string(V) + " (the vocabulary of " + dir + "), got " +
                       std::to_string(o.top_k));
+  run.checkpoint.tokenizer.encode(o.prompt, "--prompt");  // a bad prompt is refused before it is echoed
   std::fputs(o.prompt.c_str(), stdout);
   generate(*run.model, run.checkpoint.tokenizer, o, [](const std::string& piece) {
     std::fputs(piece.c_str(), stdout);
@@ -65,7 +66,8 @@ std::vector<Command> add_sample_commands(CLI::App& app) {
   samp->add_option("--seed", s.seed, "Sampling seed (same seed, same text)")
       ->capture_default_str()
       ->check(integer_in(0, std::numeric_limits<int64_t>::max()));
-  samp->add_option("--checkpoint", o->which, "last or best (default: best when it exists)");
+  samp->add_option("--checkpoint", o->which, "last or best (default: best when it exists)")
+      ->check(checkpoint_name());
   samp->add_option("--mask-heads", o->mask_heads, "Mask attention heads: LAYER:HEAD,... (0-based; their output is zero)")
       ->type_name("L:H,...");
   samp->add_option("--init-from", o->init_from, "Weights from a safetensors file instead of the run's")

@@ -32,6 +32,10 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+// Points a grid may have: far more training runs than a sweep is worth, far fewer than would exhaust
+// memory holding their configs.
+constexpr int64_t kMaxSweepPoints = 10000;
+
 struct SweepOptions {
   std::string config, out;
   std::vector<std::string> grid, sets;
@@ -141,6 +145,12 @@ int run_sweep(const SweepOptions& o) {
   for (size_t i = 0; i < axes.size(); ++i)
     for (size_t j = 0; j < i; ++j)
       if (axes[i].key == axes[j].key) throw ConfigError("--grid: " + axes[i].key + " appears twice");
+  double n_points = 1;  // the grid's size, counted before its points are built
+  for (const Axis& a : axes) n_points *= static_cast<double>(a.values.size());
+  if (n_points > static_cast<double>(kMaxSweepPoints))
+    throw ConfigError("--grid: " + fmt::format("{:.0f}", n_points) +
+                      " points (the product of the axes' value counts), expected at most " +
+                      std::to_string(kMaxSweepPoints) + " (each point is a training run)");
   const std::string out = o.out.empty() ? "runs/sweep_" + fs::path(o.config).stem().string() : o.out;
   // Every point's config is resolved before anything is trained: a bad value fails the sweep at once.
   const auto points = points_of(axes);
@@ -238,7 +248,9 @@ std::vector<Command> add_sweep_commands(CLI::App& app) {
   auto o = std::make_shared<SweepOptions>();
   auto* s = app.add_subcommand("sweep", "Train every point of a grid of config values and tabulate cost and val loss");
   s->add_option("--config", o->config, "JSON config every point starts from")->type_name("FILE")->required();
-  s->add_option("--grid", o->grid, "A swept key and its values (repeatable: the grid is their product)")
+  s->add_option("--grid", o->grid,
+                "A swept key and its values (repeatable: the grid is their product, at most " +
+                    std::to_string(kMaxSweepPoints) + " points)")
       ->type_name("KEY=V1,V2,...")
       ->required();
   s->add_option("--set", o->sets, "Override a key for every point (repeatable)")->type_name("KEY=VALUE");

@@ -34,14 +34,16 @@ int train_command(const TrainCliOptions& o) {
   options.stop_at_step = o.stop_at;
   options.init_from = init_from;
   TrainResult r;
+  // What the pre-flight estimated (tfm info): an allocation failure past it still names the sizes.
+  const std::string sizes = "train.batch_size, train.seq_len and the model.* sizes";
   if (!resume_dir.empty()) {
     if (!out.empty()) throw ConfigError("--out: a resumed run stays in its directory " + resume_dir);
     if (!init_from.empty()) throw ConfigError("--init-from: only for a new run (--config), not with --resume");
-    r = resume(resume_dir, sets, options);
+    r = sized_by(sizes, [&] { return resume(resume_dir, sets, options); });
   } else {
     std::vector<std::string> all = sets;
     if (!out.empty()) all.push_back("output.dir=" + nlohmann::json(out).dump());
-    r = train(load_config(config_file, all), options);
+    r = sized_by(sizes, [&] { return train(load_config(config_file, all), options); });
   }
   // The trainer has logged what happened (console and train.log).
   return r.status == TrainResult::Status::NonFinite ? kExitDiverged : kExitOk;

@@ -121,19 +121,23 @@ bool check_value(const KeySpec& k, const json& v, json& out, std::vector<std::st
       if (!v.is_number()) return fail();
       const double d = v.get<double>();
       // 2e3 is accepted as 2000; 2.5 is not an integer.
-      if (!v.is_number_integer() && (!std::isfinite(d) || std::floor(d) != d || std::fabs(d) > 9e15))
-        return fail();
-      if (v.is_number_unsigned() &&
-          v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        return fail();
-      const int64_t i = v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(d);
-      if (!in_range(k, static_cast<double>(i))) return fail();
-      // Sizes beyond 2^31 would only ever be typos; keep every size in int range.
-      if (i > (int64_t{1} << 31)) {
-        errors.push_back(k.path + ": expected " + describe_expected(k) + " and at most 2^31, got " +
-                         shown(v));
+      if (!v.is_number_integer() && (!std::isfinite(d) || std::floor(d) != d)) return fail();
+      // Sizes beyond 2^31 would only ever be typos: every integer stays in int range. A value past it
+      // (a seed of 2^64, d_model = 1e23) is an integer out of range, not a non-integer.
+      constexpr double kIntegerLimit = static_cast<double>(int64_t{1} << 31);
+      const bool beyond =
+          v.is_number_unsigned() ? v.get<uint64_t>() > (uint64_t{1} << 31) : std::fabs(d) > kIntegerLimit;
+      if (beyond) {
+        const double lo = k.has_min ? k.min + (k.min_open ? 1 : 0) : -kIntegerLimit;
+        const double hi = k.has_max ? std::min(k.max - (k.max_open ? 1 : 0), kIntegerLimit) : kIntegerLimit;
+        const std::string value = v.is_number_float() ? number_str(d) : v.dump();
+        errors.push_back(k.path + ": " + value + " is out of range: expected an integer in [" +
+                         std::to_string(static_cast<int64_t>(lo)) + ", " +
+                         std::to_string(static_cast<int64_t>(hi)) + "] (at most 2^31)");
         return false;
       }
+      const int64_t i = v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(d);
+      if (!in_range(k, static_cast<double>(i))) return fail();
       out = i;
       return true;
     }
@@ -152,6 +156,11 @@ bool check_value(const KeySpec& k, const json& v, json& out, std::vector<std::st
         return fail();
       if (k.choices.empty() && v.get<std::string>().empty()) {
         errors.push_back(k.path + ": expected a non-empty string, got \"\"");
+        return false;
+      }
+      if (v.get<std::string>().find('\0') != std::string::npos) {  // the OS would cut a path there
+        errors.push_back(k.path + ": " + shown(v) +
+                         " holds a NUL byte (\\u0000), which no path or name can contain");
         return false;
       }
       out = v;

@@ -331,6 +331,7 @@ std::vector<KeySpec> build_table() {
           .resumable(),
       Key("train.threads", T::Integer, 0, "CPU threads for OpenBLAS and OpenMP (0 = all cores; under mpirun, each rank's share of its machine's cores).")
           .min(0)
+          .max(1024)
           .resumable(),
       Key("train.data_parallel", T::Integer, nullptr,
           "Workers that each take a share of the micro-batch's rows through the whole forward and backward "

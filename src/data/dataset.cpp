@@ -2,6 +2,7 @@
 #include "tfm/data/dataset.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
@@ -34,15 +35,18 @@ Dataset split(const std::string& path, TokenCache cache, double val_fraction, in
   // As torch_lm.py: int(len(data) * (1.0 - val_fraction)).
   const int64_t n_train = static_cast<int64_t>(static_cast<double>(N) * (1.0 - val_fraction));
   const int64_t need = seq_len + 2;  // randint(n - T - 1) needs n - T - 1 >= 1
-  auto too_short = [&](const char* which, int64_t n) {
+  char fraction[32];  // as given (0.9999999 is not 1.000000)
+  std::snprintf(fraction, sizeof fraction, "%.10g", val_fraction);
+  auto too_short = [&](const char* which, int64_t n, const char* fraction_advice) {
     if (n < need)
       throw IoError(path + ": the " + which + " split has " + std::to_string(n) + " tokens (" +
-                    std::to_string(N) + " in the file, data.val_fraction = " + std::to_string(val_fraction) +
+                    std::to_string(N) + " in the file, data.val_fraction = " + fraction +
                     "); one sequence needs train.seq_len + 2 = " + std::to_string(need) +
-                    " (use a longer text or a smaller train.seq_len)");
+                    " (use a longer text, a smaller train.seq_len or a " + fraction_advice +
+                    " data.val_fraction)");
   };
-  too_short("training", n_train);
-  too_short("validation", N - n_train);
+  too_short("training", n_train, "smaller");
+  too_short("validation", N - n_train, "larger");
   d.train = ids.slice(0, n_train);
   d.val = ids.slice(n_train, N);
   return d;

@@ -97,7 +97,12 @@ Tokenizer build_tokenizer(const std::string& kind_name, const std::string& bpe_p
   if (kind == Tokenizer::Kind::Bpe) return Tokenizer::load_bpe(bpe_path).with_specials(seq2seq_specials());
   std::vector<std::string> texts;
   for (const SentencePair& p : train) texts.push_back(source ? p.source : p.target);
-  return Tokenizer::from_texts(kind, texts, "load_pairs", o.min_freq).with_specials(seq2seq_specials());
+  const Tokenizer tok = Tokenizer::from_texts(kind, texts, "load_pairs", o.min_freq);
+  if (tok.size() == 0)  // every word rarer than data.min_freq: a model of <unk> alone
+    throw ConfigError("data.min_freq: " + std::to_string(o.min_freq) +
+                      " leaves no word of the training pairs' " + (source ? "source" : "target") +
+                      " side in the vocabulary (every word would be <unk>)");
+  return tok.with_specials(seq2seq_specials());
 }
 
 }  // namespace

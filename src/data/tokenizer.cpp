@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
 
@@ -46,9 +48,12 @@ std::vector<uint32_t> decode_utf8(const std::string& bytes, const std::string& s
 void decode_utf8(std::string_view bytes, const std::string& source, uint64_t base, std::vector<uint32_t>& out) {
   const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
   const size_t n = bytes.size();
+  // The byte tokenizer is the way out for a data file; a flag's text or a stdin line is read with the
+  // run's tokenizer, which the user cannot change there.
+  const bool from_user = source.rfind("--", 0) == 0 || source.rfind("stdin", 0) == 0;
   auto fail = [&](size_t at, const std::string& why) {
-    throw IoError(source + ": invalid UTF-8 at byte offset " + std::to_string(base + at) + " (" + why +
-                  "); data.tokenizer = \"byte\" reads any file");
+    throw IoError(source + ": invalid UTF-8 at byte offset " + std::to_string(base + at) + " (" + why + ")" +
+                  (from_user ? "" : "; data.tokenizer = \"byte\" reads any file"));
   };
   size_t i = 0;
   while (i < n) {
@@ -181,8 +186,14 @@ Tokenizer Tokenizer::load_bpe(const std::string& path) {
   try {
     return Tokenizer(BpeTokenizer::load(path));
   } catch (const IoError& e) {
+    // Making one at `path` is the advice only when nothing is there: a file that is not a tokenizer
+    // (a config, a corpus) must not be suggested as tfm tokenizer train's --out.
+    std::error_code ec;
+    const bool missing = !std::filesystem::exists(std::filesystem::symlink_status(path, ec));
     throw IoError(std::string("data.tokenizer_path: ") + e.what() +
-                  " (make one with: tfm tokenizer train --data FILE --vocab-size N --out " + path + ")");
+                  (missing
+                       ? " (make one with: tfm tokenizer train --data FILE --vocab-size N --out " + path + ")"
+                       : " (expected a byte-level BPE tokenizer file written by tfm tokenizer train)"));
   }
 }
 

@@ -42,16 +42,32 @@ const char* type_name(const json& j) {
   return j.type_name();
 }
 
+// The files given where safetensors belong, by their magic numbers: what the file is and what to use.
+void refuse_other_formats(const uint8_t* bytes, uint64_t file_size, const std::string& what) {
+  const auto starts_with = [&](const char* magic, size_t n) {
+    return file_size >= n && std::memcmp(bytes, magic, n) == 0;
+  };
+  if (starts_with("TFMCKPT\0", 8))
+    throw IoError(what + ": not a safetensors file but a tfm checkpoint (.ckpt); write its weights as one "
+                         "with tfm export --run DIR --out FILE.safetensors, or continue the run with tfm "
+                         "train --resume DIR");
+  if (starts_with("GGUF", 4))
+    throw IoError(what + ": not a safetensors file but a GGUF file (llama.cpp's format, which tfm only "
+                         "writes); export the run as safetensors with tfm export --run DIR --out "
+                         "FILE.safetensors");
+}
+
 // The header length field, and checks that the header fits in the file.
 uint64_t header_length(const uint8_t* bytes, uint64_t file_size, const std::string& what) {
+  refuse_other_formats(bytes, file_size, what);
   if (file_size < 8)
     throw IoError(detail::concat(what, ": file is ", file_size,
                                  " bytes, expected at least 8 (the header length field)"));
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[i];
   if (n > kSafetensorsMaxHeader)
-    throw IoError(detail::concat(what, ": header length ", n, " exceeds the limit of ", kSafetensorsMaxHeader,
-                                 " bytes"));
+    throw IoError(detail::concat(what, ": not a safetensors file? its first 8 bytes give a header length of ",
+                                 n, ", which exceeds the limit of ", kSafetensorsMaxHeader, " bytes"));
   if (n > file_size - 8)
     throw IoError(detail::concat(what, ": header length ", n, " exceeds the ", file_size - 8,
                                  " bytes after the length field (truncated file?)"));

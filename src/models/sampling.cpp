@@ -66,9 +66,13 @@ std::string generate(LanguageModel& model, const Tokenizer& tokenizer, const Sam
   for (int64_t i = 0; i < o.max_new_tokens; ++i) {
     const int32_t next = pick_token(last.data(), V, o, rng);
     ids.push_back(next);
+    // Only the last context's tokens are read again: a long generation stays in constant memory.
+    if (ids.size() > 2 * static_cast<size_t>(L)) ids.erase(ids.begin(), ids.end() - L);
     const std::string piece = tokenizer.decode(next);
-    out += piece;
-    if (on_text) on_text(piece);
+    if (on_text)
+      on_text(piece);
+    else
+      out += piece;
     if (i + 1 == o.max_new_tokens) break;
     if (cache.length >= L) {
       // The context is full: restart from the newest half (amortised O(1) refills per token).

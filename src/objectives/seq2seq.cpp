@@ -161,7 +161,8 @@ class Seq2Seq : public Objective {
   Metrics evaluate(const std::string& split_name, int64_t batches, uint64_t,
                    const std::atomic<bool>* stop) override {
     const std::vector<SentencePair>& pairs = split(split_name);
-    const int64_t n = std::min<int64_t>(static_cast<int64_t>(pairs.size()), batches * B_);
+    const int64_t n =
+        std::min<int64_t>(static_cast<int64_t>(pairs.size()), evaluation_batches(split_name, batches) * B_);
     const bool was_training = model_.training();
     model_.set_training(false);
     NoGradGuard no_grad;
@@ -196,6 +197,11 @@ class Seq2Seq : public Objective {
     m.set("accuracy", tokens > 0 ? static_cast<double>(correct) / static_cast<double>(tokens) : 0.0);
     m.set("bleu", corpus_bleu(hypotheses, references).score);
     return m;
+  }
+
+  int64_t evaluation_batches(const std::string& split_name, int64_t batches) const override {
+    const auto pairs = static_cast<int64_t>(split(split_name).size());
+    return std::min(batches, (pairs + B_ - 1) / B_);
   }
 
   double train_flops_per_token() const override {
@@ -289,22 +295,26 @@ PairAttention pair_attention(Objective& objective, const std::string& source, co
 }
 
 std::vector<std::string> translate_texts(Objective& objective, const std::vector<std::string>& texts,
-                                         const TranslateOptions& options) {
+                                         const TranslateOptions& options, const std::string& source) {
   auto* s = dynamic_cast<Seq2Seq*>(&objective);
   if (!s)
     throw ConfigError("translate: the run was trained with train.objective \"" + objective.name() +
                       "\"; translation needs a seq2seq run");
+  Seq2SeqModel& model = s->s2s();
+  TranslateOptions o = options;
+  if (o.max_len <= 0) o.max_len = s->max_target_len() + 1;
+  if (o.max_len > model.config().max_seq_len)
+    throw ConfigError("--max-len: expected 0 to the model's max_seq_len = " +
+                      std::to_string(model.config().max_seq_len) + " (the decoder's positions), got " +
+                      std::to_string(o.max_len));
   if (texts.empty()) return {};
   std::vector<SentencePair> pairs(texts.size());
   std::vector<int64_t> idx;
   for (size_t i = 0; i < texts.size(); ++i) {
-    pairs[i].src = s->encode_source(texts[i], "--text");
+    pairs[i].src = s->encode_source(texts[i], source.c_str());
     idx.push_back(static_cast<int64_t>(i));
   }
   const PairBatch b = make_pair_batch(pairs, idx);
-  TranslateOptions o = options;
-  if (o.max_len <= 0) o.max_len = s->max_target_len() + 1;
-  Seq2SeqModel& model = s->s2s();
   const bool was_training = model.training();
   model.set_training(false);
   const auto out = model.translate(b.src, b.src_lengths, b.B, b.S, o);

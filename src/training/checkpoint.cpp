@@ -198,10 +198,17 @@ Checkpoint parse_checkpoint(const uint8_t* data, size_t size, const std::string&
     } else if (name == "vocab" || name == "vocab.target") {
       const nlohmann::json v = to_json(path, name, data);
       try {
+        const Tokenizer tok = Tokenizer::from_json(v);
+        // A model of no tokens cannot be built: say so here, not as the model's internal check.
+        if (tok.size() <= static_cast<int64_t>(tok.specials().size()))
+          throw IoError(path + ": corrupt checkpoint: the " + name + " section holds an empty vocabulary (" +
+                        std::to_string(tok.size()) + " tokens, none of them ordinary)");
         if (name == "vocab.target")
-          ckpt.target_tokenizer = Tokenizer::from_json(v);
+          ckpt.target_tokenizer = tok;
         else
-          ckpt.tokenizer = Tokenizer::from_json(v);
+          ckpt.tokenizer = tok;
+      } catch (const IoError&) {
+        throw;
       } catch (const nlohmann::json::exception& e) {
         throw IoError(path + ": corrupt checkpoint: bad vocab section (" + e.what() + ")");
       } catch (const Error& e) {

@@ -12,6 +12,7 @@
 #include "tfm/engine/error.h"
 #include "tfm/models/encoder_decoder.h"
 #include "tfm/models/language_model.h"
+#include "tfm/nn/attention.h"
 #include "tfm/nn/blocks.h"
 #include "tfm/training/optim.h"
 
@@ -158,11 +159,15 @@ double cgroup_headroom(std::string* source) {
 }  // namespace
 
 std::string MemoryEstimate::summary() const {
-  std::string s = "parameters " + bytes_str(parameters);
-  if (gradients > 0) s += ", gradients " + bytes_str(gradients);
-  if (optimizer > 0) s += ", optimizer " + bytes_str(optimizer);
-  s += ", activations " + bytes_str(activations);
-  if (position_table > 0) s += ", position table " + bytes_str(position_table);
+  std::string s;
+  const auto add = [&s](const char* name, double bytes) {
+    if (bytes > 0) s += (s.empty() ? "" : ", ") + std::string(name) + " " + bytes_str(bytes);
+  };
+  add("parameters", parameters);
+  add("gradients", gradients);
+  add("optimizer", optimizer);
+  add("activations", activations);
+  add("position table", position_table);
   return s + "; total " + bytes_str(total());
 }
 
@@ -207,6 +212,29 @@ MemoryEstimate estimate_inference_memory(const ModelConfig& mc, int64_t B, int64
   return estimate(mc, B, T, T, "", 1, false);
 }
 
+MemoryEstimate estimate_translation_memory(const ModelConfig& mc, int64_t sources, int64_t beam, int64_t S,
+                                           int64_t max_len) {
+  const int64_t rows = sources * beam;  // at most 1e9 * the --text count: no overflow
+  MemoryEstimate e = estimate(mc, rows, S, max_len, "", 1, false);
+  // Per step: the logits, their log-softmax and its copy (rows, V), and one source's candidates
+  // (24 bytes each, up to twice that while the vector grows).
+  const double V = static_cast<double>(mc.vocab_size);
+  e.activations += 3.0 * kFloat * static_cast<double>(rows) * V + 48.0 * static_cast<double>(beam) * V;
+  e.drivers = {"--beam = " + std::to_string(beam)};
+  if (sources > 1) e.drivers.push_back(std::to_string(sources) + " --text");
+  return e;
+}
+
+MemoryEstimate estimate_attention_memory(const ModelConfig& mc, int64_t B, int64_t n) {
+  const Cost cost = MultiHeadAttention::cost(resolved(mc), B, n, n);
+  MemoryEstimate e;
+  e.parameters = kFloat * cost.parameters;
+  e.gradients = kFloat * cost.parameters;
+  const double input = static_cast<double>(B) * static_cast<double>(n) * static_cast<double>(mc.d_model);
+  e.activations = kFloat * (cost.activations + cost.transient + 2.0 * input);
+  return e;
+}
+
 std::function<void(const ModelConfig&)> memory_check(const Config& config, MemoryCheck check) {
   return [config, check](const ModelConfig& mc) {
     check_memory(estimate_memory(config, mc, check.training), config, check.what, check.processes);
@@ -229,8 +257,12 @@ AvailableMemory available_memory() {
   return a;
 }
 
-void check_memory(const MemoryEstimate& estimate, const Config& config, const std::string& what, int processes) {
-  if (config.boolean("train.skip_memory_check")) return;
+namespace {
+
+// ConfigError "DRIVERS: WHAT needs an estimated ..., more than the ... available ...; ADVICE" when
+// `processes` copies of the estimate do not fit.
+void refuse_if_over(const MemoryEstimate& estimate, const std::string& what, int processes,
+                    const std::string& advice) {
   const AvailableMemory avail = available_memory();
   if (avail.bytes < 0) return;  // nothing to compare with (no /proc): let the allocator decide
   const double need = estimate.total() * std::max(1, processes);
@@ -241,9 +273,20 @@ void check_memory(const MemoryEstimate& estimate, const Config& config, const st
   os << keys << ": " << what << " needs an estimated " << bytes_str(need);
   if (processes > 1) os << " (" << processes << " ranks on this machine, each " << bytes_str(estimate.total()) << ")";
   os << " (" << estimate.summary() << "), more than the " << bytes_str(avail.bytes)
-     << " available to this process (" << avail.source << "); make them smaller, or set "
-     << "train.skip_memory_check=true to go on anyway";
+     << " available to this process (" << avail.source << "); " << advice;
   throw ConfigError(os.str());
+}
+
+}  // namespace
+
+void check_memory(const MemoryEstimate& estimate, const Config& config, const std::string& what, int processes) {
+  if (config.boolean("train.skip_memory_check")) return;
+  refuse_if_over(estimate, what, processes,
+                 "make them smaller, or set train.skip_memory_check=true to go on anyway");
+}
+
+void check_flag_memory(const MemoryEstimate& estimate, const std::string& what) {
+  refuse_if_over(estimate, what, 1, "make them smaller");
 }
 
 }  // namespace tfm

@@ -163,7 +163,7 @@ TEST_CASE("config: bad configs name the key, the value and what is allowed", "[c
       {R"({"data": {"tokenizer": "word"}})", {"data.tokenizer", "seq2seq"}},
       {R"({"train": {"objective": "seq2seq"}, "model": {"max_seq_len": 8}, "data": {"max_source_len": 8}})",
        {"data.max_source_len", "at most model.max_seq_len - 1 = 7"}},
-      {R"({"train": {"threads": -2}})", {"train.threads", ">= 0"}},
+      {R"({"train": {"threads": -2}})", {"train.threads", "in [0, 1024]"}},
       {R"({"data": {"tokenizer": "wordpiece"}})",
        {"data.tokenizer", "\"char\", \"byte\", \"bpe\"", "\"wordpiece\""}},
       {R"({"data": {"tokenizer": "bpe"}})", {"data.tokenizer_path", "required"}},

@@ -17,7 +17,8 @@ struct SampleOptions {
   uint64_t seed = 1337;
 };
 // Generates with the model's KV cache; calls on_text with each new piece of text as it is made.
-// Returns the generated text (without the prompt).
+// Returns the generated text (without the prompt) when there is no on_text (streamed text is not also
+// kept: memory stays constant however many tokens are asked for).
 std::string generate(LanguageModel& model, const Tokenizer& tokenizer, const SampleOptions& options,
                      const std::function<void(const std::string&)>& on_text = {});
 

@@ -97,6 +97,12 @@ class Objective {
   // Metrics::abandoned, no figures.
   virtual Metrics evaluate(const std::string& split, int64_t batches, uint64_t seed,
                            const std::atomic<bool>* stop = nullptr) = 0;
+  // The batches of `batches` that evaluate() runs: all of them where batches are drawn at random; at
+  // most the split's size in batches where the split is walked in order (seq2seq).
+  virtual int64_t evaluation_batches(const std::string& split, int64_t batches) const {
+    (void)split;
+    return batches;
+  }
 
   // Training FLOPs per counted token, for MFU.
   virtual double train_flops_per_token() const = 0;
@@ -185,9 +191,12 @@ FillMaskResult fill_mask(Objective& objective, const std::string& text, int64_t 
 
 // seq2seq: translations of `texts` (each encoded with the source vocabulary, unknown symbols as <unk>,
 // truncated to data.max_source_len), detokenized; greedy or beam search as `options` say
-// (options.max_len 0 = data.max_target_len + 1).
+// (options.max_len 0 = data.max_target_len + 1; more than the model's max_seq_len: ConfigError naming
+// --max-len). `source` names the texts in errors (a flag, or "stdin line 3"). No texts: only the run and
+// the options are checked.
 std::vector<std::string> translate_texts(Objective& objective, const std::vector<std::string>& texts,
-                                         const TranslateOptions& options);
+                                         const TranslateOptions& options,
+                                         const std::string& source = "--text");
 
 // The attention maps of a seq2seq run on one pair (analysis.h): `source` read as translate reads it,
 // `target` teacher-forced (empty: the run's greedy translation of the source).

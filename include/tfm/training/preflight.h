@@ -49,6 +49,14 @@ int64_t training_threads(const Config& config);
 MemoryEstimate estimate_training_memory(const Config& config, int64_t vocab_size);
 // Evaluation or sampling without a graph: the parameters and one forward of (B, T) tokens.
 MemoryEstimate estimate_inference_memory(const ModelConfig& mc, int64_t B, int64_t T);
+// Beam search (Seq2SeqModel::translate) of `sources` sentences of up to S tokens, `beam` hypotheses each,
+// up to max_len target tokens: a forward of sources * beam rows, their (rows, V) log-probabilities and
+// each source's beam * V candidates. drivers name the flags (--beam, and the --text count above one).
+MemoryEstimate estimate_translation_memory(const ModelConfig& mc, int64_t sources, int64_t beam, int64_t S,
+                                           int64_t max_len);
+// `tfm bench attention`'s layer at its longest length n: weights and their gradients, the input and its
+// gradient, and the forward's activations and the backward's largest temporary (no drivers set).
+MemoryEstimate estimate_attention_memory(const ModelConfig& mc, int64_t B, int64_t n);
 
 struct AvailableMemory {
   double bytes = 0;
@@ -64,6 +72,11 @@ AvailableMemory available_memory();
 // and states the estimate and the available figure; `what` names the command ("train", "eval", ...).
 void check_memory(const MemoryEstimate& estimate, const Config& config, const std::string& what,
                   int processes = 1);
+
+// The same refusal for a command's own sizes (flags such as --beam or --d-model, named with their values
+// in estimate.drivers): ConfigError advising to make them smaller. train.skip_memory_check does not
+// apply (nothing here is a config key); TFM_AVAILABLE_MEMORY_MB does, as everywhere.
+void check_flag_memory(const MemoryEstimate& estimate, const std::string& what);
 
 // What a command that builds a model asks make_objective to check (ObjectiveOptions::check_model): each
 // objective calls it between reading its vocabularies and building its model, so every objective's
