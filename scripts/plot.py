@@ -11,6 +11,8 @@ import json
 import os
 import sys
 
+import tfm_plot
+
 
 def read_metrics(path):
     rows = []
@@ -63,7 +65,7 @@ def main():
     ax_lr.grid(alpha=0.3)
     fig.tight_layout()
     out = a.out or os.path.join(a.run_dir, "loss.png")
-    fig.savefig(out, dpi=110)
+    tfm_plot.save_figure(fig, out, "plot.py", 110)
     print(out)
 
 

@@ -19,6 +19,8 @@ import math
 import os
 import sys
 
+import tfm_plot
+
 
 def label(tok):
     return {"\n": "\\n", " ": "␣", "\t": "\\t"}.get(tok, tok)
@@ -109,7 +111,7 @@ def main():
                  transform=cax.transAxes)
         fig.suptitle(f"layer {layer['layer']}: attention probabilities per head", fontsize=13)
         path = os.path.join(out_dir, f"attention_layer{layer['layer']}.png")
-        fig.savefig(path, dpi=120)
+        tfm_plot.save_figure(fig, path, "plot_attention.py", 120)
         plt.close(fig)
         print(path)
 
@@ -144,7 +146,7 @@ def plot_pair(report, out_dir, plt):
         fig.colorbar(im, ax=axes, fraction=0.02, pad=0.01).set_label("attention probability", fontsize=9)
         fig.suptitle(f"layer {layer}: {' '.join(src)}  =>  {' '.join(tgt)}", fontsize=11)
         path = os.path.join(out_dir, f"attention_seq2seq_layer{layer}.png")
-        fig.savefig(path, dpi=110)
+        tfm_plot.save_figure(fig, path, "plot_attention.py", 110)
         plt.close(fig)
         print(path)
 

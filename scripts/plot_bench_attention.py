@@ -45,7 +45,7 @@ def main():
     fig.suptitle(f"one attention layer: d_model {r['d_model']}, {r['heads']} heads, batch {r['batch']}, {kind}, "
                  f"{r['threads']} thread(s)", fontsize=11)
     out = os.path.join(os.path.dirname(os.path.abspath(path)), "bench_attention.png")
-    fig.savefig(out, dpi=110)
+    tfm_plot.save_figure(fig, out, "plot_bench_attention.py", 110)
     print(out)
 
 

@@ -50,7 +50,7 @@ def main():
     fig.suptitle(f"{r['run']}: {r['batches']} validation batches, val loss {r['val_loss']:.4f} with every head",
                  fontsize=11)
     out = os.path.join(os.path.dirname(os.path.abspath(path)), "heads.png")
-    fig.savefig(out, dpi=110)
+    tfm_plot.save_figure(fig, out, "plot_heads.py", 110)
     print(out)
 
 

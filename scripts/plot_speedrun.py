@@ -13,6 +13,8 @@ import json
 import os
 import sys
 
+import tfm_plot
+
 
 def curve(path):
     """[(minutes, val_loss)] of one run's evaluations, in order."""
@@ -78,7 +80,7 @@ def main():
     ax.set_title(title or "time to quality", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.savefig(out, dpi=110)
+    tfm_plot.save_figure(fig, out, "plot_speedrun.py", 110)
     print(out)
 
 

@@ -10,6 +10,8 @@ import json
 import os
 import sys
 
+import tfm_plot
+
 
 def main():
     if len(sys.argv) != 3:
@@ -51,7 +53,7 @@ def main():
             ax.legend(fontsize=8)
     fig.suptitle(f"{os.path.basename(os.path.dirname(os.path.abspath(path)))}: {len(rows)} points", fontsize=10)
     out = os.path.join(os.path.dirname(os.path.abspath(path)), "sweep.png")
-    fig.savefig(out, dpi=110)
+    tfm_plot.save_figure(fig, out, "plot_sweep.py", 110)
     print(out)
 
 

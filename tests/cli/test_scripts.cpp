@@ -111,3 +111,29 @@ TEST_CASE("scripts: recipe_variants.py writes configs tfm accepts, each with its
     CHECK(c["data"] == full["data"]);
   }
 }
+
+TEST_CASE("scripts: the plot scripts' save_figure never writes through a link or over a FIFO", "[scripts]") {
+  tfm_test::TempDir tmp("save_figure");
+  const std::string d = tmp.path;
+  std::ofstream(d + "/outside") << "precious\n";
+  REQUIRE(tfm_test::run_shell("ln -s '" + d + "/outside' '" + d + "/link.png' && mkfifo '" + d + "/fifo.png'")
+              .status == 0);
+  // A stand-in for a matplotlib figure: save_figure's file handling is what is tested (no matplotlib here).
+  const std::string py = "import sys; sys.path.insert(0, 'scripts'); import tfm_plot\n"
+                         "class Fig:\n"
+                         "    def savefig(self, f, dpi, format): f.write(b'figure ' + format.encode())\n"
+                         "tfm_plot.save_figure(Fig(), sys.argv[1], 'test', 100)\n";
+  std::ofstream(d + "/fake.py") << py;
+  CHECK(tfm_test::run_shell("/usr/bin/python3 '" + d + "/fake.py' '" + d + "/ok.png'").status == 0);
+  CHECK(tfm_test::read_file(d + "/ok.png") == "figure png");
+  for (const std::string& name : {"link.png", "fifo.png"}) {
+    const tfm_test::CliRun r =
+        tfm_test::run_shell("timeout -s KILL 30 /usr/bin/python3 '" + d + "/fake.py' '" + d + "/" + name + "'");
+    CHECK(r.status == 1);
+    CHECK_THAT(r.out, Catch::Contains(name + ": exists and is not a regular file"));
+  }
+  CHECK(tfm_test::read_file(d + "/outside") == "precious\n");
+  int entries = 0;
+  for (const auto& e : std::filesystem::directory_iterator(d)) (void)e, ++entries;
+  CHECK(entries == 5);  // outside, link.png, fifo.png, fake.py, ok.png: no temporary left
+}
