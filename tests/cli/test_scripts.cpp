@@ -128,7 +128,8 @@ TEST_CASE("scripts: the plot scripts' save_figure never writes through a link or
   CHECK(tfm_test::read_file(d + "/ok.png") == "figure png");
   for (const std::string& name : {"link.png", "fifo.png"}) {
     const tfm_test::CliRun r =
-        tfm_test::run_shell("timeout -s KILL 30 /usr/bin/python3 '" + d + "/fake.py' '" + d + "/" + name + "'");
+        tfm_test::run_shell("timeout -s KILL 30 /usr/bin/python3 '" + d + "/fake.py' '" + d + "/" + name +
+                            "'");
     CHECK(r.status == 1);
     CHECK_THAT(r.out, Catch::Contains(name + ": exists and is not a regular file"));
   }
