@@ -231,7 +231,9 @@ MemoryEstimate estimate_attention_memory(const ModelConfig& mc, int64_t B, int64
   e.parameters = kFloat * cost.parameters;
   e.gradients = kFloat * cost.parameters;
   const double input = static_cast<double>(B) * static_cast<double>(n) * static_cast<double>(mc.d_model);
-  e.activations = kFloat * (cost.activations + cost.transient + 2.0 * input);
+  // A lone layer's backward holds the gradients of what its forward kept beside it: three times the
+X
+  e.activations = kFloat * (3.0 * (cost.activations + cost.transient) + 2.0 * input);
   return e;
 }
 
