@@ -185,7 +185,9 @@ std::vector<Command> add_eval_commands(CLI::App& app) {
   auto* eval = app.add_subcommand("eval", "Mean loss of a trained run on random batches of its data");
   eval->add_option("--run", o->run, "Run directory")->type_name("DIR")->required();
   eval->add_option("--split", o->split, "val or train")->capture_default_str();
-  eval->add_option("--batches", o->batches, "Number of batches (default: the run's train.eval_steps)")
+  eval->add_option("--batches", o->batches,
+                   "Number of batches (default: the run's train.eval_steps; seq2seq: at most what its split "
+                   "holds)")
       ->check(integer_in(1, kMaxFlagCount));
   eval->add_option("--checkpoint", o->which, "last or best")->capture_default_str()->check(checkpoint_name());
   eval->add_option("--dump-logits", o->dump_path,

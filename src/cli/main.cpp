@@ -45,10 +45,10 @@ Exit status: 0 done (or interrupted and checkpointed), 1 internal error,
 )";
 
 void print_error(const std::string& what) {
-  // Multi-line errors (several bad keys) keep one problem per line; a NUL byte (in a path from a
-  // config) is shown as \0 rather than cutting the message short.
-  std::string msg;
-  for (const char ch : what) msg += ch == '\n' ? "\n           " : ch == '\0' ? "\\0" : std::string(1, ch);
+  // Multi-line errors (several bad keys) keep one problem per line.
+  std::string msg = what;
+  size_t pos = 0;
+  while ((pos = msg.find('\n', pos)) != std::string::npos) msg.replace(pos, 1, "\n           "), pos += 12;
   std::fprintf(stderr, "tfm: error: %s\n", msg.c_str());
 }
 
@@ -81,7 +81,8 @@ static int run_cli(int argc, char** argv) {
   try {
     for (const cli::Command& c : commands)
       if (c.app->parsed()) {
-        command = c.app->get_name();
+        for (const CLI::App* a = c.app; a->get_parent(); a = a->get_parent())  // "bench gemm"
+          command = a->get_name() + (command.empty() ? "" : " " + command);
         return c.run();
       }
   } catch (const ConfigError& e) {

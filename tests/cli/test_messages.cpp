@@ -226,3 +226,16 @@ TEST_CASE("messages: a split too short shows data.val_fraction as given and the 
                  Catch::Contains("or a larger data.val_fraction)"));
   CHECK(!fs::exists(dir + "/last.ckpt"));
 }
+
+TEST_CASE("messages: a NUL byte inside a message is shown as \\0, not the end of it", "[messages][cli]") {
+  // A crafted safetensors file whose one tensor is named "a\0b".
+  const std::string path = tfm_test::scratch_path("messages", "nul.safetensors");
+  const std::string header = R"({"a\u0000b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  std::string bytes(8, '\0');
+  for (size_t i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xFF);
+  write(path, bytes + header + std::string(4, '\0'));
+  const CliRun r = tfm_test::run_tfm("sample --run " + tfm_test::causal_run() + " --init-from " + path);
+  INFO(r.out);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains(path + ": ") && Catch::Contains("a\\0b"));
+}

@@ -9,7 +9,16 @@ namespace tfm {
 
 class Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  // A NUL byte (from a crafted file's name or path) is kept as the two characters \0: what() is a C
+  // string, which would end the message there.
+  explicit Error(const std::string& what) : std::runtime_error(without_nul(what)) {}
+  explicit Error(const char* what) : std::runtime_error(what) {}
+
+ private:
+  static std::string without_nul(std::string s) {
+    for (size_t at = 0; (at = s.find('\0', at)) != std::string::npos; at += 2) s.replace(at, 1, "\\0");
+    return s;
+  }
 };
 // A bad config key or value, or a bad command-line argument (the CLI exits with status 2).
 class ConfigError : public Error {

@@ -50,8 +50,9 @@ MemoryEstimate estimate_training_memory(const Config& config, int64_t vocab_size
 // Evaluation or sampling without a graph: the parameters and one forward of (B, T) tokens.
 MemoryEstimate estimate_inference_memory(const ModelConfig& mc, int64_t B, int64_t T);
 // Beam search (Seq2SeqModel::translate) of `sources` sentences of up to S tokens, `beam` hypotheses each,
-// up to max_len target tokens: a forward of sources * beam rows, their (rows, V) log-probabilities and
-// each source's beam * V candidates. drivers name the flags (--beam, and the --text count above one).
+// up to max_len target tokens: the decoder's caches of sources * beam rows, their (rows, V)
+// log-probabilities and each source's beam * V candidates. drivers name the flags (--beam, and the
+// --text count above one).
 MemoryEstimate estimate_translation_memory(const ModelConfig& mc, int64_t sources, int64_t beam, int64_t S,
                                            int64_t max_len);
 // `tfm bench attention`'s layer at its longest length n: weights and their gradients, the input and its
