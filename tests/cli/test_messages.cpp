@@ -227,7 +227,7 @@ TEST_CASE("messages: a split too short shows data.val_fraction as given and the 
   CHECK(!fs::exists(dir + "/last.ckpt"));
 }
 
-TEST_CASE("messages: a NUL byte inside a message is shown as \\0, not the end of it", "[messages][cli]") {
+TEST_CASE("messages: a NUL byte inside a message is shown escaped, not the end of it", "[messages][cli]") {
   // A crafted safetensors file whose one tensor is named "a\0b".
   const std::string path = tfm_test::scratch_path("messages", "nul.safetensors");
   const std::string header = R"({"a\u0000b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
