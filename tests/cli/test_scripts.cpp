@@ -126,7 +126,7 @@ TEST_CASE("scripts: the plot scripts' save_figure never writes through a link or
   std::ofstream(d + "/fake.py") << py;
   CHECK(tfm_test::run_shell("/usr/bin/python3 '" + d + "/fake.py' '" + d + "/ok.png'").status == 0);
   CHECK(tfm_test::read_file(d + "/ok.png") == "figure png");
-  for (const std::string& name : {"link.png", "fifo.png"}) {
+  for (const std::string name : {"link.png", "fifo.png"}) {
     const tfm_test::CliRun r =
         tfm_test::run_shell("timeout -s KILL 30 /usr/bin/python3 '" + d + "/fake.py' '" + d + "/" + name +
                             "'");
