@@ -17,13 +17,15 @@ int main(int argc, char** argv) {
     options.temperature = 0.8;
     options.top_k = 40;
     std::fputs(options.prompt.c_str(), stdout);
-    const std::string text = tfm::generate(*run.model, run.checkpoint.tokenizer, options, [](const std::string& piece) {
+    size_t bytes = 0;  // streamed, so generate() keeps none of the text
+    tfm::generate(*run.model, run.checkpoint.tokenizer, options, [&bytes](const std::string& piece) {
       std::fputs(piece.c_str(), stdout);  // streams as it goes
       std::fflush(stdout);
+      bytes += piece.size();
     });
-    std::printf("\n[%zu bytes from step %ld of %s]\n", text.size(),
+    std::printf("\n[%zu bytes from step %ld of %s]\n", bytes,
                 static_cast<long>(run.checkpoint.state.value("step", int64_t{0})), argv[1]);
-    return text.empty() ? 1 : 0;
+    return bytes == 0 ? 1 : 0;
   } catch (const tfm::Error& e) {  // IoError / ConfigError: a missing or bad run directory
     std::fprintf(stderr, "generate: %s\n", e.what());
     return 2;

@@ -32,7 +32,7 @@ for dev in "$root"/scripts/dev/*; do  # developers' tools are not part of the pr
 done
 if [ -f "$work/att/attention_layer0.png" ]; then
   echo "tfm: $work/att/attention_layer0.png drawn by $script"
-elif grep -qF "to draw it (needs python3-matplotlib): /usr/bin/python3 '$script'" <<<"$out"; then
+elif grep -qF "to draw it (needs python3-matplotlib): '/usr/bin/python3' '$script'" <<<"$out"; then
   echo "tfm: matplotlib is not installed; tfm points at $script"
 else
   echo "tfm: error: tfm attention neither drew its plot nor named $script:" >&2
