@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "model_config.h"
 #include "tfm/models/model.h"
 #include "tfm/nn/blocks.h"
 #include "tfm/engine/tensor.h"
@@ -94,29 +95,21 @@ inline void check_gradient(const std::string& name, const Tensor& grad, const js
   CHECK(diff <= 1e-4 * scale + 1e-6);
 }
 
-// The fixture's "config": the LM's keys (torch_lm.model_config) or the encoder-decoder's.
+// The fixture's "config" (the LM's keys, torch_lm.model_config, or the encoder-decoder's) through the
+// key table: each of its keys becomes a `--set model.KEY=VALUE` (a key the table does not know fails
+// there), the objective follows from what the model is (encoder-decoder: seq2seq; bidirectional:
+// masked_lm), and the key table fills in the rest as for a run.
 inline ModelConfig config_from(const json& c) {
-  ModelConfig m;
-  m.vocab_size = c.at("vocab_size");
-  m.d_model = c.at("d_model");
-  m.n_heads = c.at("n_heads");
-  m.n_kv_heads = c.at("n_kv_heads");
-  m.d_ff = c.at("d_ff");
-  m.max_seq_len = c.at("max_seq_len");
-  m.activation = *enum_from<Activation>(c.at("activation").get<std::string>());
-  m.norm_position = *enum_from<NormPosition>(c.at("norm_position").get<std::string>());
-  m.positional_encoding = *enum_from<PositionalEncoding>(c.at("positional_encoding").get<std::string>());
-  m.norm = *enum_from<NormKind>(c.value("norm", std::string("layernorm")));
-  m.norm_eps = c.value("norm_eps", 1e-5f);
-  m.rope_theta = c.value("rope_theta", 10000.0);
-  m.qk_norm = c.value("qk_norm", false);
-  m.tie_embeddings = c.at("tie_embeddings");
-  m.bias = c.at("bias");
-  m.n_layers = c.value("n_layers", int64_t{0});
-  m.causal = c.value("causal", true);
+  std::vector<std::string> sets;
+  for (const auto& [key, value] : c.items())
+    if (key != "vocab_size" && key != "source_vocab_size")
+      sets.push_back("model." + key + "=" + (value.is_string() ? value.get<std::string>() : value.dump()));
+  if (c.contains("n_encoder_layers"))
+    sets.push_back("train.objective=seq2seq");
+  else if (!c.value("causal", true))
+    sets.push_back("train.objective=masked_lm");
+  ModelConfig m = tfm_test::model_config_from(sets, c.at("vocab_size"));
   m.source_vocab_size = c.value("source_vocab_size", int64_t{0});
-  m.n_encoder_layers = c.value("n_encoder_layers", int64_t{0});
-  m.n_decoder_layers = c.value("n_decoder_layers", int64_t{0});
   return m;
 }
 

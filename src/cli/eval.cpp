@@ -15,6 +15,7 @@
 #include "tfm/engine/gemm.h"
 #include "tfm/engine/gguf.h"
 #include "tfm/models/gguf_export.h"
+#include "tfm/models/gguf_reference.h"
 #include "tfm/engine/ops.h"
 #include "tfm/training/run_dir.h"
 #include "tfm/training/preflight.h"

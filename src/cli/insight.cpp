@@ -21,6 +21,7 @@
 #include "tfm/engine/gguf.h"
 #include "tfm/engine/safetensors.h"
 #include "tfm/models/gguf_export.h"
+#include "tfm/models/gguf_reference.h"
 #include "tfm/training/run_dir.h"
 #include "tfm/training/trainer.h"
 

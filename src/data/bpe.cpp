@@ -4,6 +4,7 @@
 #include <climits>
 #include <queue>
 
+#include "tfm/data/utf8.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
 
@@ -15,35 +16,6 @@ constexpr uint64_t kMaxFileBytes = 64 << 20;  // 1M merges take ~20 MB of JSON
 
 uint64_t pair_key(int32_t a, int32_t b) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
-}
-
-// Length of the valid UTF-8 sequence starting at s[i] (code point in *cp), or 0 when the bytes there
-// are not one (stray continuation byte, truncated, overlong, surrogate, beyond U+10FFFF).
-size_t utf8_sequence(std::string_view s, size_t i, uint32_t* cp) {
-  const auto byte = [&](size_t k) { return static_cast<uint8_t>(s[k]); };
-  const uint8_t b0 = byte(i);
-  size_t len;
-  uint32_t c, min;
-  if (b0 < 0x80) {
-    *cp = b0;
-    return 1;
-  } else if ((b0 & 0xE0) == 0xC0) {
-    len = 2, c = b0 & 0x1F, min = 0x80;
-  } else if ((b0 & 0xF0) == 0xE0) {
-    len = 3, c = b0 & 0x0F, min = 0x800;
-  } else if ((b0 & 0xF8) == 0xF0) {
-    len = 4, c = b0 & 0x07, min = 0x10000;
-  } else {
-    return 0;
-  }
-  if (i + len > s.size()) return 0;
-  for (size_t k = 1; k < len; ++k) {
-    if ((byte(i + k) & 0xC0) != 0x80) return 0;
-    c = (c << 6) | (byte(i + k) & 0x3F);
-  }
-  if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
-  *cp = c;
-  return len;
 }
 
 enum class CharClass { Letter, Digit, Space, Symbol };
@@ -75,13 +47,13 @@ CharClass class_at(std::string_view t, size_t i, size_t* len) {
     if (is_space(static_cast<char>(c))) return CharClass::Space;
     return CharClass::Symbol;
   }
-  uint32_t cp = 0;
-  *len = utf8_sequence(t, i, &cp);
-  if (*len == 0) {
+  const Utf8Char ch = decode_utf8_char(t, i);
+  if (ch.length == 0) {
     *len = 1;
     return CharClass::Letter;
   }
-  return is_unicode_symbol(cp) ? CharClass::Symbol : CharClass::Letter;
+  *len = ch.length;
+  return is_unicode_symbol(ch.code_point) ? CharClass::Symbol : CharClass::Letter;
 }
 
 // End of the chunk that starts at t[i] (see pretokenize in bpe.h).
@@ -404,8 +376,7 @@ std::string BpeTokenizer::token_str(int32_t id) const {
   std::string out;
   for (size_t i = 0; i < t.size();) {
     const unsigned char c = static_cast<unsigned char>(t[i]);
-    uint32_t cp = 0;
-    const size_t len = c >= 0x80 ? utf8_sequence(t, i, &cp) : 0;
+    const size_t len = c >= 0x80 ? decode_utf8_char(t, i).length : 0;
     if (len > 0) {
       out.append(t, i, len);
       i += len;

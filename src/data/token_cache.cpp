@@ -2,10 +2,12 @@
 #include "tfm/data/token_cache.h"
 
 #include <fcntl.h>
+#include <omp.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <atomic>
@@ -15,8 +17,8 @@
 #include <exception>
 #include <filesystem>
 #include <optional>
-#include <thread>
 
+#include "tfm/data/utf8.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
 
@@ -89,46 +91,18 @@ std::vector<int32_t> TokenSpan::to_vector() const {
 
 namespace {
 
-constexpr uint64_t P1 = 0x9E3779B185EBCA87ull, P2 = 0xC2B2AE3D27D4EB4Full, P3 = 0x165667B19E3779F9ull,
-                   P4 = 0x85EBCA77C2B2AE63ull, P5 = 0x27D4EB2F165667C5ull;
-uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-uint64_t load64(const unsigned char* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
-uint32_t load32(const unsigned char* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-uint64_t round64(uint64_t acc, uint64_t input) { return rotl(acc + input * P2, 31) * P1; }
-uint64_t merge64(uint64_t acc, uint64_t v) { return (acc ^ round64(0, v)) * P1 + P4; }
+// The cache format, decided here once: its version (the magic's last character) and the hash of
+// every checksum in the file. Another hash is another version: version 1 hashed with XXH64, and a
+// cache of any version but this one is rebuilt, never read.
+struct CacheFormat {
+  char version;
+  XXH64_hash_t (*hash)(const void* data, size_t size);
+};
+constexpr CacheFormat kCacheFormat{'2', XXH3_64bits};
 
 }  // namespace
 
-uint64_t hash64(const void* data, size_t size, uint64_t seed) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  const unsigned char* end = p + size;
-  uint64_t h;
-  if (size >= 32) {
-    uint64_t v1 = seed + P1 + P2, v2 = seed + P2, v3 = seed, v4 = seed - P1;
-    for (; p + 32 <= end; p += 32) {
-      v1 = round64(v1, load64(p)), v2 = round64(v2, load64(p + 8));
-      v3 = round64(v3, load64(p + 16)), v4 = round64(v4, load64(p + 24));
-    }
-    h = rotl(v1, 1) + rotl(v2, 7) + rotl(v3, 12) + rotl(v4, 18);
-    h = merge64(h, v1), h = merge64(h, v2), h = merge64(h, v3), h = merge64(h, v4);
-  } else {
-    h = seed + P5;
-  }
-  h += size;
-  for (; p + 8 <= end; p += 8) h = rotl(h ^ round64(0, load64(p)), 27) * P1 + P4;
-  if (p + 4 <= end) h = rotl(h ^ (load32(p) * P1), 23) * P2 + P3, p += 4;
-  for (; p < end; ++p) h = rotl(h ^ (*p * P5), 11) * P1;
-  h ^= h >> 33, h *= P2, h ^= h >> 29, h *= P3, h ^= h >> 32;
-  return h;
-}
+uint64_t hash64(const void* data, size_t size) { return kCacheFormat.hash(data, size); }
 
 uint64_t hash_fold(uint64_t acc, uint64_t block_hash) {
   const uint64_t two[2] = {acc, block_hash};
@@ -146,46 +120,24 @@ bool trusted_owner(uid_t uid) {
   return uid == ::geteuid() || uid == 0;
 }
 
-int cores(int threads) {
-  if (threads > 0) return threads;
-  const unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : static_cast<int>(std::min(n, 64u));
-}
+int cores(int threads) { return threads > 0 ? threads : std::min(omp_get_max_threads(), 64); }
 
-// Runs f(0) .. f(n - 1) on up to `threads` threads; the exception of the lowest index that threw is
-// rethrown (the first error in file order, as a sequential pass would report).
+// Runs f(0) .. f(n - 1) on up to `threads` OpenMP threads; the exception of the lowest index that
+// threw is rethrown (the first error in file order, as a sequential pass would report). Each index
+// writes only its own results, so they are the same whatever the number of threads.
 template <class F>
 void parallel_for(int n, int threads, F&& f) {
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
-  const int T = std::max(1, std::min(threads, n));
-  auto worker = [&](int t) {
-    for (int i = t; i < n; i += T) {
-      try {
-        f(i);
-      } catch (...) {
-        errors[static_cast<size_t>(i)] = std::current_exception();
-      }
+#pragma omp parallel for num_threads(std::max(1, std::min(threads, n))) schedule(static, 1)
+  for (int i = 0; i < n; ++i) {
+    try {
+      f(i);
+    } catch (...) {
+      errors[static_cast<size_t>(i)] = std::current_exception();
     }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < T; ++t) pool.emplace_back(worker, t);
-  worker(0);
-  for (auto& th : pool) th.join();
+  }
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
-}
-
-// Reads exactly n bytes at offset (fewer only at the end of the file); returns how many.
-size_t pread_full(int fd, void* buf, size_t n, uint64_t offset) {
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t r = ::pread(fd, static_cast<char*>(buf) + done, n - done, static_cast<off_t>(offset + done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) throw IoError(detail::concat("read failed: ", errno_str()));
-    if (r == 0) break;
-    done += static_cast<size_t>(r);
-  }
-  return done;
 }
 
 // The block-folded hash of bytes [offset, offset + length) of an open file, blocks hashed in parallel
@@ -198,12 +150,8 @@ uint64_t hash_file_range(int fd, uint64_t offset, uint64_t length, int threads, 
     std::vector<char> buf(kHashBlockBytes);
     for (uint64_t b = static_cast<uint64_t>(t); b < blocks; b += static_cast<uint64_t>(T)) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(kHashBlockBytes, length - b * kHashBlockBytes));
-      try {
-        if (pread_full(fd, buf.data(), n, offset + b * kHashBlockBytes) != n)
-          throw IoError("the file ended early");
-      } catch (const IoError& e) {
-        throw IoError(what + ": " + e.what());
-      }
+      if (read_at(fd, buf.data(), n, offset + b * kHashBlockBytes, what) != n)
+        throw IoError(what + ": the file ended early");
       hashes[b] = hash64(buf.data(), n);
     }
   });
@@ -234,12 +182,7 @@ class SourceReader {
  private:
   void refill() {
     chunk_.resize(kReadBytes);
-    size_t n;
-    try {
-      n = pread_full(fd_.get(), chunk_.data(), kReadBytes, offset_);
-    } catch (const IoError& e) {
-      throw IoError(path_ + ": " + e.what());
-    }
+    const size_t n = read_at(fd_.get(), chunk_.data(), kReadBytes, offset_, path_);
     chunk_.resize(n);
     pos_ = 0;
     for (size_t b = 0; b < n; b += kHashBlockBytes)
@@ -256,16 +199,6 @@ class SourceReader {
   uint64_t hash_ = kHashFoldStart;
 };
 
-bool continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
-
-// The last UTF-8 character boundary at or before `at`: a cut there never splits a character (an
-// invalid byte is a character of its own; the decoder reports it wherever it lies).
-size_t utf8_cut(std::string_view t, size_t at) {
-  size_t p = std::min(at, t.size());
-  for (int k = 0; k < 3 && p > 0 && p < t.size() && continuation(static_cast<unsigned char>(t[p])); ++k) --p;
-  return p;
-}
-
 // A cut for the char tokenizer: just after an ASCII byte, where the decoder of the whole text either
 // ends a character or has already failed (on that byte, in the piece too), so the pieces decode to
 // the whole's characters and even an invalid file's error is the same. A text with no ASCII byte in
@@ -274,7 +207,7 @@ size_t char_cut(std::string_view t, size_t at) {
   const size_t top = std::min(at, t.size());
   for (size_t p = top; p > 0 && top - p < (size_t{1} << 16); --p)
     if (static_cast<unsigned char>(t[p - 1]) < 0x80) return p;
-  return utf8_cut(t, at);
+  return utf8_boundary_before(t, at);
 }
 
 // Where a text may be cut so that the pieces encode to the whole text's ids (Tokenizer::encode_piece):
@@ -290,12 +223,6 @@ size_t cut_before(const Tokenizer& tok, std::string_view t, size_t at) {
       return 0;
   }
   return 0;
-}
-
-int64_t count_chars(std::string_view t) {
-  int64_t n = 0;
-  for (unsigned char c : t) n += !continuation(c);
-  return n;
 }
 
 }  // namespace
@@ -329,7 +256,7 @@ uint64_t encode_file(const std::string& source, const Tokenizer& tok,
     const int n = static_cast<int>(cuts.size()) - 1;
     std::vector<uint64_t> char_at(static_cast<size_t>(n), chars);
     if (tok.kind() == Tokenizer::Kind::Char)
-      for (int k = 1; k < n; ++k) char_at[k] = char_at[k - 1] + count_chars(ready.substr(cuts[k - 1], cuts[k] - cuts[k - 1]));
+      for (int k = 1; k < n; ++k) char_at[k] = char_at[k - 1] + count_utf8_chars(ready.substr(cuts[k - 1], cuts[k] - cuts[k - 1]));
     parallel_for(n, T, [&](int k) {
       out[k].clear();
       tok.encode_piece(ready.substr(cuts[k], cuts[k + 1] - cuts[k]), source, base + cuts[k], char_at[k], out[k],
@@ -386,7 +313,8 @@ Tokenizer char_vocabulary_of_file(const std::string& source, uint64_t* hash, siz
 
 namespace {
 
-constexpr char kMagic[8] = {'T', 'F', 'M', 'T', 'O', 'K', 'S', '1'};
+constexpr char kMagic[8] = {'T', 'F', 'M', 'T', 'O', 'K', 'S', kCacheFormat.version};
+constexpr size_t kMagicNameBytes = 7;  // "TFMTOKS", then the version
 constexpr uint64_t kAlign = 4096;
 constexpr uint64_t kMaxMetaBytes = uint64_t{64} << 20;  // a BPE vocabulary of 1M merges is ~20 MB of JSON
 
@@ -468,7 +396,7 @@ bool stamp_matches(const std::string& path, const CheckStamp& now) {
   struct stat st;
   CheckStamp saved;
   return ::fstat(fd.get(), &st) == 0 && trusted_owner(st.st_uid) &&
-         pread_full(fd.get(), &saved, sizeof saved, 0) == sizeof saved &&
+         read_at(fd.get(), &saved, sizeof saved, 0, path) == sizeof saved &&
          std::memcmp(&saved, &now, sizeof saved) == 0;
 }
 
@@ -512,15 +440,18 @@ std::optional<TokenCache> try_open(const std::string& cache, const std::string& 
   Header h;
   if (file_bytes < sizeof h)
     return reject("truncated: " + std::to_string(file_bytes) + " bytes, shorter than its 96-byte header", true);
-  if (pread_full(fd.get(), &h, sizeof h, 0) != sizeof h)
-    return reject("truncated while reading its header", true);
-  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) return reject("not a tfm token cache (bad magic)", true);
+  if (read_at(fd.get(), &h, sizeof h, 0, cache) != sizeof h) return reject("truncated while reading its header", true);
+  if (std::memcmp(h.magic, kMagic, kMagicNameBytes) != 0) return reject("not a tfm token cache (bad magic)", true);
+  if (h.magic[kMagicNameBytes] != kCacheFormat.version)
+    return reject(detail::concat("written in cache format ", std::string(1, h.magic[kMagicNameBytes]),
+                                 "; this tfm reads and writes format ", std::string(1, kCacheFormat.version)),
+                  false);
   if ((h.width != 2 && h.width != 4) || h.meta_bytes > kMaxMetaBytes ||
       h.tokens_offset != (sizeof h + h.meta_bytes + kAlign - 1) / kAlign * kAlign || h.count > (uint64_t{1} << 60))
     return reject("its header is corrupt", true);
   if (file_bytes < sizeof h + h.meta_bytes) return reject("truncated inside its header", true);
   std::string meta(static_cast<size_t>(h.meta_bytes), '\0');
-  if (pread_full(fd.get(), meta.data(), meta.size(), sizeof h) != meta.size())
+  if (read_at(fd.get(), meta.data(), meta.size(), sizeof h, cache) != meta.size())
     return reject("truncated inside its header", true);
   if (header_hash(h, meta) != h.header_hash) return reject("its header fails its checksum (corrupt)", true);
   const uint64_t expected = h.tokens_offset + h.count * h.width;

@@ -16,12 +16,6 @@
 namespace tfm {
 namespace {
 
-std::string hex_byte(unsigned char b) {
-  char buf[8];
-  std::snprintf(buf, sizeof buf, "0x%02X", b);
-  return buf;
-}
-
 std::string show_symbol(uint32_t cp) {
   if (cp == '\n') return "'\\n'";
   if (cp < 0x20 || cp == 0x7F) {
@@ -37,79 +31,6 @@ std::string show_symbol(uint32_t cp) {
 }
 
 }  // namespace
-
-std::vector<uint32_t> decode_utf8(const std::string& bytes, const std::string& source) {
-  std::vector<uint32_t> out;
-  out.reserve(bytes.size());
-  decode_utf8(bytes, source, 0, out);
-  return out;
-}
-
-void decode_utf8(std::string_view bytes, const std::string& source, uint64_t base, std::vector<uint32_t>& out) {
-  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
-  const size_t n = bytes.size();
-  // The byte tokenizer is the way out for a data file; a flag's text or a stdin line is read with the
-  // run's tokenizer, which the user cannot change there.
-  const bool from_user = source.rfind("--", 0) == 0 || source.rfind("stdin", 0) == 0;
-  auto fail = [&](size_t at, const std::string& why) {
-    throw IoError(source + ": invalid UTF-8 at byte offset " + std::to_string(base + at) + " (" + why + ")" +
-                  (from_user ? "" : "; data.tokenizer = \"byte\" reads any file"));
-  };
-  size_t i = 0;
-  while (i < n) {
-    const unsigned char b = p[i];
-    if (b < 0x80) {
-      out.push_back(b);
-      ++i;
-      continue;
-    }
-    int len = 0;
-    uint32_t cp = 0;
-    unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-    if (b >= 0xC2 && b <= 0xDF) {
-      len = 2, cp = b & 0x1F;
-    } else if (b >= 0xE0 && b <= 0xEF) {
-      len = 3, cp = b & 0x0F;
-      if (b == 0xE0) lo = 0xA0;  // no overlongs
-      if (b == 0xED) hi = 0x9F;  // no surrogates
-    } else if (b >= 0xF0 && b <= 0xF4) {
-      len = 4, cp = b & 0x07;
-      if (b == 0xF0) lo = 0x90;
-      if (b == 0xF4) hi = 0x8F;  // nothing above U+10FFFF
-    } else {
-      fail(i, "byte " + hex_byte(b) + " cannot start a character");
-    }
-    for (int k = 1; k < len; ++k) {
-      if (i + k >= n) fail(i, "the file ends inside a " + std::to_string(len) + "-byte character");
-      const unsigned char c = p[i + k];
-      const unsigned char l = k == 1 ? lo : 0x80, h = k == 1 ? hi : 0xBF;
-      if (c < l || c > h)
-        fail(i + k, "byte " + hex_byte(c) + " is not a valid continuation of the character at offset " +
-                        std::to_string(base + i));
-      cp = (cp << 6) | (c & 0x3F);
-    }
-    out.push_back(cp);
-    i += len;
-  }
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 // ---- Tokenizer ----
 

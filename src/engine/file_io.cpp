@@ -146,6 +146,18 @@ std::string read_file(const std::string& path, uint64_t max_bytes) {
   return bytes;
 }
 
+size_t read_at(int fd, void* out, size_t size, uint64_t offset, const std::string& path) {
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t r = ::pread(fd, static_cast<char*>(out) + done, size - done, static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) throw IoError(detail::concat(path, ": read failed: ", errno_str()));
+    if (r == 0) break;
+    done += static_cast<size_t>(r);
+  }
+  return done;
+}
+
 void require_regular_or_absent(const std::string& path) {
   struct stat st;
   // Absent, or not reachable: creating it then reports why.

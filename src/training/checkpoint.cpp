@@ -1,6 +1,7 @@
 #include "tfm/training/checkpoint.h"
 
-#include <array>
+#include <zlib.h>
+
 #include <cstring>
 
 #include "tfm/engine/error.h"
@@ -14,16 +15,6 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "checkpoints are writte
 constexpr char kMagic[8] = {'T', 'F', 'M', 'C', 'K', 'P', 'T', '\0'};
 constexpr size_t kHeaderBytes = 32;
 constexpr uint32_t kMaxNameBytes = 64;
-
-std::array<uint32_t, 256> make_crc_table() {
-  std::array<uint32_t, 256> t{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-    t[i] = c;
-  }
-  return t;
-}
 
 template <class V>
 void put(std::string& out, V v) {
@@ -98,11 +89,7 @@ nlohmann::json to_json(const std::string& path, const std::string& name, const s
 }  // namespace
 
 uint32_t crc32(const void* data, size_t n, uint32_t crc) {
-  static const std::array<uint32_t, 256> table = make_crc_table();
-  const auto* p = static_cast<const unsigned char*>(data);
-  crc = ~crc;
-  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
-  return ~crc;
+  return static_cast<uint32_t>(::crc32_z(crc, static_cast<const Bytef*>(data), n));
 }
 
 void save_checkpoint(const std::string& path, const CheckpointView& ckpt) {

@@ -2,21 +2,17 @@
 
 #include <cstring>
 
+#include "model_config.h"
 #include "tfm/analysis/attention_maps.h"
 
 using namespace tfm;
+using tfm_test::model_config_from;
 
 namespace {
 ModelConfig two_head_config() {
-  ModelConfig c;
-  c.vocab_size = 11;
-  c.d_model = 8;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.n_kv_heads = 2;
-  c.d_ff = 16;
-  c.max_seq_len = 6;
-  return c;
+  return model_config_from({"model.d_model=8", "model.n_layers=2", "model.n_heads=2", "model.n_kv_heads=2",
+                            "model.d_ff=16", "model.max_seq_len=6"},
+                           11);
 }
 
 // Copies head 0's slices of Wq/Wk/Wv (rows) and Wo (columns) and their biases onto head 1.

@@ -4,6 +4,7 @@
 // needs: released values come back bit for bit, and a layer costs a bounded number of activations.
 #include <catch2/catch.hpp>
 
+#include "model_config.h"
 #include "tfm/engine/memory.h"
 #include "tfm/models/language_model.h"
 #include "tfm/engine/ops.h"
@@ -11,6 +12,7 @@
 #include "tfm/training/trainer.h"
 
 using namespace tfm;
+using tfm_test::model_config_from;
 
 namespace {
 void run_steps(LanguageModel& model, Optimizer& opt, Rng& rng, int steps, int64_t B, int64_t T) {
@@ -32,17 +34,11 @@ void run_steps(LanguageModel& model, Optimizer& opt, Rng& rng, int steps, int64_
 
 TEST_CASE("memory: steady-state training steps allocate no fresh storage", "[memory]") {
   for (const char* norm : {"pre", "post"}) {
-    ModelConfig c;
-    c.vocab_size = 17;
-    c.d_model = 16;
-    c.n_layers = 2;
-    c.n_heads = 4;
-    c.n_kv_heads = 2;
-    c.d_ff = 32;
-    c.max_seq_len = 12;
-    c.dropout = 0.1f;
-    c.attention_dropout = 0.1f;
-    c.norm_position = *enum_from<NormPosition>(norm);
+    const ModelConfig c = model_config_from(
+        {"model.d_model=16", "model.n_layers=2", "model.n_heads=4", "model.n_kv_heads=2", "model.d_ff=32",
+         "model.max_seq_len=12", "model.dropout=0.1", "model.attention_dropout=0.1",
+         std::string("model.norm_position=") + norm},
+        17);
     LanguageModel model(c, 3);
     model.set_training(true);
     std::vector<ParamSegment> segs;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "model_config.h"
 #include "tfm/engine/gemm.h"
 #include "tfm/engine/ops.h"
 #include "tfm/models/encoder_decoder.h"
@@ -15,6 +16,7 @@
 #include "tfm/nn/blocks.h"
 
 using namespace tfm;
+using tfm_test::model_config_from;
 
 namespace {
 
@@ -26,14 +28,11 @@ double counted_flops(const std::function<void()>& run) {
 }
 
 ModelConfig small(bool causal) {
-  ModelConfig c;
-  c.vocab_size = 13;
-  c.d_model = 16;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.max_seq_len = 12;
-  c.causal = causal;
-  return c;
+  // A bidirectional model is a masked_lm run's.
+  return model_config_from({"model.d_model=16", "model.n_layers=2", "model.n_heads=4", "model.max_seq_len=12",
+                            causal ? "model.causal=true" : "model.causal=false",
+                            causal ? "train.objective=causal_lm" : "train.objective=masked_lm"},
+                           13);
 }
 
 // Every model option, one changed at a time from the small default.

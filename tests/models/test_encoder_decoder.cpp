@@ -13,6 +13,7 @@
 #include "cli_run.h"
 #include "fixture_compare.h"
 #include "gradcheck.h"
+#include "model_config.h"
 #include "tfm/analysis/bleu.h"
 #include "tfm/nn/blocks.h"
 #include "tfm/engine/ops.h"
@@ -21,6 +22,7 @@
 #include "tfm/models/language_model.h"
 
 using namespace tfm;
+using tfm_test::model_config_from;
 
 namespace {
 
@@ -42,17 +44,12 @@ std::string error_of(F&& f) {
 }
 
 ModelConfig tiny_config(const std::string& norm, int64_t n_enc = 2, int64_t n_dec = 2) {
-  ModelConfig c;
-  c.vocab_size = 13;
-  c.source_vocab_size = 11;
-  c.d_model = 16;
-  c.n_heads = 2;
-  c.n_kv_heads = 2;
-  c.d_ff = 32;
-  c.max_seq_len = 12;
-  c.n_encoder_layers = n_enc;
-  c.n_decoder_layers = n_dec;
-  c.norm_position = *enum_from<NormPosition>(norm);
+  ModelConfig c = model_config_from({"train.objective=seq2seq", "model.d_model=16", "model.n_heads=2",
+                                     "model.n_kv_heads=2", "model.d_ff=32", "model.max_seq_len=12",
+                                     "model.n_encoder_layers=" + std::to_string(n_enc),
+                                     "model.n_decoder_layers=" + std::to_string(n_dec), "model.norm_position=" + norm},
+                                    13);
+  c.source_vocab_size = 11;  // the source side's tokenizer, not a key
   return c;
 }
 

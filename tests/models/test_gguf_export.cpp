@@ -7,11 +7,14 @@
 
 #include <cmath>
 
+#include "model_config.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/ops.h"
 #include "tfm/models/gguf_export.h"
+#include "tfm/models/gguf_reference.h"
 
 using namespace tfm;
+using tfm_test::model_config_from;
 using Catch::Matchers::Contains;
 
 namespace {
@@ -21,17 +24,10 @@ Tokenizer char_vocab() {
   return Tokenizer::from_text(Tokenizer::Kind::Char, "ROMEO: a b;c\n\xc3\xa9t\xc3\xa9 \xe2\x80\x94 xyz!?", "test");
 }
 
-ModelConfig tiny(int64_t V) {
-  ModelConfig c;
-  c.vocab_size = V;
-  c.d_model = 16;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 4;
-  c.d_ff = 24;
-  c.max_seq_len = 12;
-  return c;
-}
+const std::vector<std::string> kTiny = {"model.d_model=16", "model.n_layers=2", "model.n_heads=4",
+                                        "model.n_kv_heads=4", "model.d_ff=24", "model.max_seq_len=12"};
+
+ModelConfig tiny(int64_t V) { return model_config_from(kTiny, V); }
 
 // Weights large enough that every path moves the probabilities (the 0.02 init is near uniform).
 void randomize(LanguageModel& model, uint64_t seed) {
@@ -65,13 +61,10 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 // tiny() with the modern options: RoPE, RMSNorm, SwiGLU, no biases (llama.cpp's llama; qwen3 with qk_norm).
 ModelConfig modern(int64_t V, bool qk_norm) {
-  ModelConfig c = tiny(V);
-  c.positional_encoding = PositionalEncoding::Rope;
-  c.norm = NormKind::RMSNorm;
-  c.activation = Activation::SwiGLU;
-  c.bias = false;
-  c.qk_norm = qk_norm;
-  return c;
+  std::vector<std::string> sets = kTiny;
+  sets.insert(sets.end(), {"model.positional_encoding=rope", "model.norm=rmsnorm", "model.activation=swiglu",
+                           "model.bias=false", qk_norm ? "model.qk_norm=true" : "model.qk_norm=false"});
+  return model_config_from(sets, V);
 }
 
 }  // namespace

@@ -6,39 +6,32 @@
 
 #include <cmath>
 
+#include "model_config.h"
 #include "tfm/models/language_model.h"
 #include "tfm/engine/ops.h"
 
 using namespace tfm;
+using tfm_test::model_config_from;
 
 namespace {
 
 // The modern options together (docs/architecture.md, "Modern options"): RoPE, RMSNorm, SwiGLU, QK-norm,
 // no biases, an untied head.
 ModelConfig modern(int64_t heads, int64_t kv_heads, const std::string& norm_position = "pre") {
-  ModelConfig c;
-  c.vocab_size = 7, c.d_model = 8, c.n_layers = 2, c.n_heads = heads, c.n_kv_heads = kv_heads, c.d_ff = 12;
-  c.max_seq_len = 8;
-  c.norm_position = *enum_from<NormPosition>(norm_position);
-  c.positional_encoding = PositionalEncoding::Rope, c.rope_theta = 500.0;
-  c.norm = NormKind::RMSNorm, c.activation = Activation::SwiGLU, c.qk_norm = true;
-  c.bias = false, c.tie_embeddings = false;
-  return c;
+  return model_config_from({"model.d_model=8", "model.n_layers=2", "model.n_heads=" + std::to_string(heads),
+                            "model.n_kv_heads=" + std::to_string(kv_heads), "model.d_ff=12", "model.max_seq_len=8",
+                            "model.norm_position=" + norm_position, "model.positional_encoding=rope",
+                            "model.rope_theta=500", "model.norm=rmsnorm", "model.activation=swiglu",
+                            "model.qk_norm=true", "model.bias=false", "model.tie_embeddings=false"},
+                           7);
 }
 
 ModelConfig tiny(const std::string& norm, const std::string& positions, bool tied, int64_t heads, int64_t kv_heads) {
-  ModelConfig c;
-  c.vocab_size = 7;
-  c.d_model = 8;
-  c.n_layers = 2;
-  c.n_heads = heads;
-  c.n_kv_heads = kv_heads;
-  c.d_ff = 12;
-  c.max_seq_len = 8;
-  c.norm_position = *enum_from<NormPosition>(norm);
-  c.positional_encoding = *enum_from<PositionalEncoding>(positions);
-  c.tie_embeddings = tied;
-  return c;
+  return model_config_from({"model.d_model=8", "model.n_layers=2", "model.n_heads=" + std::to_string(heads),
+                            "model.n_kv_heads=" + std::to_string(kv_heads), "model.d_ff=12", "model.max_seq_len=8",
+                            "model.norm_position=" + norm, "model.positional_encoding=" + positions,
+                            std::string("model.tie_embeddings=") + (tied ? "true" : "false")},
+                           7);
 }
 
 std::vector<int32_t> random_tokens(int64_t n, int64_t V, Rng& rng) {

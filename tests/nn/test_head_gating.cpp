@@ -15,19 +15,21 @@
 #include "cli_run.h"
 #include "fixture_compare.h"
 #include "gradcheck.h"
+#include "model_config.h"
 #include "tfm/models/language_model.h"
 #include "tfm/nn/blocks.h"
 #include "tfm/engine/ops.h"
 
 using namespace tfm;
+using tfm_test::model_config_from;
 
 namespace {
 
 ModelConfig gated(int64_t H, int64_t Hkv, int64_t k) {
-  ModelConfig c;
-  c.d_model = 16, c.n_heads = H, c.n_kv_heads = Hkv;
-  c.head_gating = HeadGating::TopK, c.head_topk = k;
-  return c;
+  return model_config_from({"model.d_model=16", "model.n_heads=" + std::to_string(H),
+                            "model.n_kv_heads=" + std::to_string(Hkv), "model.head_gating=topk",
+                            "model.head_topk=" + std::to_string(k)},
+                           0);
 }
 
 void randomize(Module& m, Rng& rng, float std = 0.5f) {
@@ -164,14 +166,14 @@ TEST_CASE("head gating: the balance loss is balance_loss * H * sum f_h P_h, summ
   CHECK(one.tokens_seen == 3.0);
 
   // The model sums its layers' terms; without gating there is none.
-  ModelConfig mc;
-  mc.vocab_size = 11, mc.d_model = 16, mc.n_layers = 3, mc.n_heads = 4, mc.n_kv_heads = 4, mc.d_ff = 32;
-  mc.max_seq_len = 8, mc.head_gating = HeadGating::TopK, mc.head_topk = 4;
-  LanguageModel model(mc, 1);
+  const std::vector<std::string> sets = {"model.d_model=16", "model.n_layers=3", "model.n_heads=4",
+                                         "model.n_kv_heads=4", "model.d_ff=32", "model.max_seq_len=8"};
+  std::vector<std::string> gated_sets = sets;
+  gated_sets.insert(gated_sets.end(), {"model.head_gating=topk", "model.head_topk=4"});
+  LanguageModel model(model_config_from(gated_sets, 11), 1);
   model.forward(std::vector<int32_t>(2 * 6, 3), 2, 6);
   CHECK(model.take_auxiliary_loss().item() == Approx(0.03).epsilon(1e-5));
-  mc.head_gating = HeadGating::None;
-  LanguageModel plain(mc, 1);
+  LanguageModel plain(model_config_from(sets, 11), 1);
   plain.forward(std::vector<int32_t>(2 * 6, 3), 2, 6);
   CHECK_FALSE(plain.take_auxiliary_loss().defined());
 }

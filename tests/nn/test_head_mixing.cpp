@@ -13,6 +13,7 @@
 #include "cli_run.h"
 #include "fixture_compare.h"
 #include "gradcheck.h"
+#include "model_config.h"
 #include "tfm/config/config.h"
 #include "tfm/models/language_model.h"
 #include "tfm/nn/blocks.h"
@@ -23,6 +24,7 @@
 #include "tfm/training/trainer.h"
 
 using namespace tfm;
+using tfm_test::model_config_from;
 
 namespace {
 
@@ -34,31 +36,19 @@ void set_identity(Tensor& mix) {
 }
 
 ModelConfig attention_config(const std::string& mixing, const std::string& score, int64_t heads, int64_t kv) {
-  ModelConfig c;
-  c.d_model = 8;
-  c.n_heads = heads;
-  c.n_kv_heads = kv;
-  c.attention_score = *enum_from<AttentionScore>(score);
-  c.head_mixing = *enum_from<HeadMixing>(mixing);
-  c.head_groups = 2;
-  return c;
+  return model_config_from({"model.d_model=8", "model.n_heads=" + std::to_string(heads),
+                            "model.n_kv_heads=" + std::to_string(kv), "model.attention_score=" + score,
+                            "model.head_mixing=" + mixing, "model.head_groups=2"},
+                           0);
 }
 
 using testing::max_abs_diff;
 
 ModelConfig tiny_lm(const std::string& mixing, int64_t kv_heads, const std::string& score = "dot") {
-  ModelConfig c;
-  c.vocab_size = 7;
-  c.d_model = 8;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = kv_heads;
-  c.d_ff = 12;
-  c.max_seq_len = 8;
-  c.attention_score = *enum_from<AttentionScore>(score);
-  c.head_mixing = *enum_from<HeadMixing>(mixing);
-  c.head_groups = 2;
-  return c;
+  return model_config_from({"model.d_model=8", "model.n_layers=2", "model.n_heads=4",
+                            "model.n_kv_heads=" + std::to_string(kv_heads), "model.d_ff=12", "model.max_seq_len=8",
+                            "model.attention_score=" + score, "model.head_mixing=" + mixing, "model.head_groups=2"},
+                           7);
 }
 
 }  // namespace

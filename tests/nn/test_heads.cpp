@@ -9,18 +9,19 @@
 #include <vector>
 
 #include "cli_run.h"
+#include "model_config.h"
 #include "tfm/models/language_model.h"
 #include "tfm/engine/ops.h"
 
 using namespace tfm;
+using tfm_test::model_config_from;
 
 namespace {
 
 ModelConfig gated_config() {  // grouped-query: 4 heads over 2 kv heads
-  ModelConfig c;
-  c.vocab_size = 13, c.d_model = 16, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.d_ff = 32;
-  c.max_seq_len = 8;
-  return c;
+  return model_config_from({"model.d_model=16", "model.n_layers=2", "model.n_heads=4", "model.n_kv_heads=2",
+                            "model.d_ff=32", "model.max_seq_len=8"},
+                           13);
 }
 
 struct Batch {

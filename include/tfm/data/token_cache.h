@@ -6,7 +6,7 @@
 // processes reading the same cache (MPI ranks, runs of a sweep) share its pages.
 //
 // Cache file (little-endian; the token region 4096-aligned so it maps on a page boundary):
-//   offset  0  "TFMTOKS1"             magic and format version
+//   offset  0  "TFMTOKS2"             magic and format version (2: every hash is XXH3-64)
 //           8  u32 width              2 (uint16 ids) or 4 (uint32 ids)
 //          12  u32 vocab_from_source  1: a char/byte vocabulary derived from the source itself
 //          16  u64 count              tokens in the file
@@ -21,11 +21,12 @@
 //          88  u64 reserved (0)
 //          96  JSON {"format": "tfm token cache", "source": PATH, "tokenizer": {...}}
 //   tokens_offset  count ids of `width` bytes; the file ends there.
-// Nothing in it is trusted before it is checked: a short file, a bad magic, a header or token hash
-// that does not match, a source or tokenizer that changed: each is named in a log line and the cache
-// is rebuilt. The ids' hash is checked in full at the first start after the file was written (about a
-// second of hashing per GB of ids); CACHE.checked then records the file's inode, size, mtime and ctime,
-// and later starts skip that pass while they are unchanged (any write to the file changes its ctime).
+// Nothing in it is trusted before it is checked: a short file, a bad magic, another format version
+// (an older tfm's cache, hashed another way), a header or token hash that does not match, a source or
+// tokenizer that changed: each is named in a log line and the cache is rebuilt. The ids' hash is
+// checked in full at the first start after the file was written (about a second of hashing per GB of
+// ids); CACHE.checked then records the file's inode, size, mtime and ctime, and later starts skip that
+// pass while they are unchanged (any write to the file changes its ctime).
 // A source whose mtime changed is hashed again and, if its bytes are the same, keeps its cache.
 #pragma once
 #include <cstdint>
@@ -84,8 +85,8 @@ class TokenSpan {
   const TokenMapping* mapping_ = nullptr;
 };
 
-// 64-bit hash of bytes (XXH64's algorithm, seed 0).
-uint64_t hash64(const void* data, size_t size, uint64_t seed = 0);
+// The cache format's 64-bit hash of bytes (XXH3-64, seed 0; token_cache.cpp's kCacheFormat).
+uint64_t hash64(const void* data, size_t size);
 // The hash of a byte stream cut into kHashBlockBytes blocks: each block hashed on its own, the
 // block hashes folded in order. Blocks are independent, so a long stream is hashed in parallel.
 constexpr size_t kHashBlockBytes = size_t{4} << 20;

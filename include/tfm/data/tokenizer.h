@@ -17,17 +17,9 @@
 #include <vector>
 
 #include "tfm/data/bpe.h"
+#include "tfm/data/utf8.h"
 
 namespace tfm {
-
-// Decodes UTF-8 strictly (no overlongs, surrogates or values above U+10FFFF); on invalid input throws
-// IoError "SOURCE: invalid UTF-8 at byte offset N (...)".
-std::vector<uint32_t> decode_utf8(const std::string& bytes, const std::string& source);
-// The same for a piece of a longer file that starts `base` bytes into it (the offsets in errors count
-// from the file's start); appends to `out`.
-void decode_utf8(std::string_view bytes, const std::string& source, uint64_t base, std::vector<uint32_t>& out);
-// Appends the UTF-8 encoding of one code point.
-void append_utf8(std::string& out, uint32_t code_point);
 
 class Tokenizer {
  public:

@@ -58,6 +58,10 @@ uint64_t file_size(const std::string& path);
 // The bytes of `path`; IoError naming the file when it is unreadable or larger than max_bytes.
 std::string read_file(const std::string& path, uint64_t max_bytes);
 
+// Reads `size` bytes at `offset` of an open file into `out` (pread, retried until done); fewer only
+// where the file ends. Returns how many were read; IoError "PATH: read failed: ..." on an error.
+size_t read_at(int fd, void* out, size_t size, uint64_t offset, const std::string& path);
+
 // IoError naming `path` when something other than a regular file is there (checked without
 // following a symbolic link, which counts as one): tfm writes only regular files.
 void require_regular_or_absent(const std::string& path);

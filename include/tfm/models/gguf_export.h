@@ -46,13 +46,11 @@
 // LLAMA_ROPE_TYPE_NEOX, pairs (i, i + Dk/2) with the same angles: the export moves row 2i of each
 // query and key head to i and row 2i + 1 to i + Dk/2 (the QK-norm gains with them). Queries and keys
 // are then permuted alike, so every dot product, and the attention, is unchanged.
-//
-// What stays different: gpt2's GELU is the tanh approximation, and its CPU kernel rounds the input to
-// half and looks the result up in a half-precision table (ggml-cpu/vec.h, GGML_GELU_FP16); tfm's is
-// the exact erf form. gguf_reference_logits runs llama.cpp's graph from the file with either GELU, so
-// an export reports what each part costs. llama and qwen3 have no GELU (SiLU is computed in float).
+
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -72,6 +70,20 @@ struct GgufExportOptions {
 
 enum class GgufArchitecture { Gpt2, Llama, Qwen3 };
 const char* gguf_architecture_name(GgufArchitecture arch);  // general.architecture: "gpt2", "llama", "qwen3"
+
+// What an architecture expresses of one model.* key of the key table (config_keys()): an allow-list.
+// `allowed` holds the values its graph runs, spelled as the key table spells them ("rmsnorm", true),
+// and `value` reads the config's; an empty `allowed` takes every value (a size or rate the file
+// carries, or a key that changes nothing the file holds, as dropout), and `note` says where it goes.
+// Any other value is refused as "KEY = VALUE: note". Every model.* key has a rule (a test walks the
+// key table), so a new key is refused by name until the export expresses it.
+struct GgufKeyRule {
+  std::string key;                                             // "model.norm"
+  std::vector<nlohmann::json> allowed;                         // {"layernorm"}; empty: every value
+  std::function<nlohmann::json(const ModelConfig&)> value;     // null when every value is allowed
+  std::string note;                                            // why only those, or where the value goes
+};
+const std::vector<GgufKeyRule>& gguf_key_rules(GgufArchitecture arch);
 
 // The llama.cpp architecture that runs the model exactly, or ConfigError naming every config key whose
 // value llama.cpp cannot run, and why; `objective` is the run's train.objective.
@@ -107,21 +119,5 @@ struct GgufEndOfText {
   std::string note;
 };
 GgufEndOfText gguf_end_of_text(const Tokenizer& tokenizer);
-
-// GELU as computed: tfm's exact erf form, the tanh approximation in float, or llama.cpp's CPU kernel
-// (tanh form in a half table: y = half(gelu_tanh(half(x))), 0 below -10, x above 10).
-enum class GeluForm { Erf, Tanh, LlamaCpp };
-double gelu_of(GeluForm form, double x);
-
-// Logits (T, V) of llama.cpp's graph for the file's general.architecture (gpt2, llama or qwen3: llama.cpp
-// src/models/<arch>.cpp) for `ids`, computed from the file's tensors in double precision with the given
-// GELU (gpt2's only): an oracle for the export that needs no llama.cpp. IoError naming the file when a
-// key or tensor is missing or has the wrong shape, or the architecture is another.
-Tensor gguf_reference_logits(const GgufFile& file, const std::vector<int32_t>& ids, GeluForm gelu);
-
-// Max |p_tfm - p_file| over every position and token of next-token probabilities: the model's
-// forward against gguf_reference_logits of the file, for `ids`.
-double gguf_max_probability_diff(LanguageModel& model, const GgufFile& file, const std::vector<int32_t>& ids,
-                                 GeluForm gelu);
 
 }  // namespace tfm

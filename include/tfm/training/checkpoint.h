@@ -64,7 +64,7 @@ Checkpoint load_checkpoint(const std::string& path);
 // tests call it directly); errors are IoError("<what>: ...").
 Checkpoint parse_checkpoint(const uint8_t* data, size_t size, const std::string& what);
 
-// IEEE CRC-32 (the zlib / PNG polynomial), continuing from `crc`.
+// IEEE CRC-32 (zlib's crc32: the PNG / Ethernet polynomial), continuing from `crc`.
 uint32_t crc32(const void* data, size_t n, uint32_t crc = 0);
 
 }  // namespace tfm
