@@ -88,7 +88,7 @@ void dump_logits(LanguageModel& model, const Config& c, const TokenSpan& tokens,
 }
 
 // The logits of each --text, encoded with the run's tokenizer (each at most the model's context): the
-// model's, or with --gguf those of llama.cpp's graph run from the file (models/gguf_export.h).
+// model's, or with --gguf those of llama.cpp's graph run from the file (models/gguf_reference.h).
 void dump_text_logits(LanguageModel& model, const Tokenizer& tok, const std::vector<std::string>& texts,
                       const std::string& path, const std::string& gguf_path, const std::string& gelu) {
   const int64_t L = model.config().max_seq_len;
