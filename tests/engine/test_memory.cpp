@@ -117,13 +117,10 @@ TEST_CASE("memory: a layer keeps a bounded set of activations through the step",
   const int64_t B = 4, T = 32, C = 32, F = 128;
   size_t peak[2];
   for (int i = 0; i < 2; ++i) {
-    ModelConfig c;
-    c.vocab_size = 17;
-    c.d_model = C;
-    c.n_layers = i == 0 ? 2 : 4;
-    c.n_heads = 4;
-    c.d_ff = F;
-    c.max_seq_len = T;
+    const ModelConfig c = model_config_from({"model.d_model=" + std::to_string(C),
+                                             i == 0 ? "model.n_layers=2" : "model.n_layers=4", "model.n_heads=4",
+                                             "model.d_ff=" + std::to_string(F), "model.max_seq_len=" + std::to_string(T)},
+                                            17);
     LanguageModel model(c, 3);
     model.set_training(true);
     Rng rng(5);

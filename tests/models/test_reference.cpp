@@ -18,6 +18,7 @@
 #include "tfm/engine/ops.h"
 
 using namespace tfm;
+using tfm_test::model_config_from;
 using json = nlohmann::json;
 
 using namespace tfm::testing;
@@ -46,9 +47,8 @@ TEST_CASE("reference: language model logits, loss and gradients match PyTorch", 
 
 TEST_CASE("reference: cross-attention with kdim/vdim matches torch.nn.MultiheadAttention", "[reference][attention]") {
   const json fx = load_fixture("mha_cross_kdim_vdim");
-  ModelConfig cfg;
-  cfg.d_model = fx.at("d_model");
-  cfg.n_heads = fx.at("n_heads");
+  const ModelConfig cfg = model_config_from(
+      {"model.d_model=" + fx.at("d_model").dump(), "model.n_heads=" + fx.at("n_heads").dump()}, 0);
   MultiHeadAttention mha(cfg, false, fx.at("kdim"), fx.at("vdim"));
   mha.record = true;
   auto params = load_parameters(mha, fx);
@@ -70,13 +70,11 @@ TEST_CASE("reference: cross-attention with kdim/vdim matches torch.nn.MultiheadA
 
 TEST_CASE("reference: top-k head gating equals a PyTorch version, output, balance loss and gradients", "[reference]") {
   const json fx = load_fixture("mha_topk_gating");
-  ModelConfig cfg;
-  cfg.d_model = fx.at("d_model");
-  cfg.n_heads = fx.at("n_heads");
-  cfg.n_kv_heads = fx.at("n_kv_heads");
-  cfg.head_gating = HeadGating::TopK;
-  cfg.head_topk = fx.at("top_k");
-  cfg.head_balance_loss = fx.at("balance_loss");
+  const ModelConfig cfg = model_config_from(
+      {"model.d_model=" + fx.at("d_model").dump(), "model.n_heads=" + fx.at("n_heads").dump(),
+       "model.n_kv_heads=" + fx.at("n_kv_heads").dump(), "model.head_gating=topk",
+       "model.head_topk=" + fx.at("top_k").dump(), "model.head_balance_loss=" + fx.at("balance_loss").dump()},
+      0);
   MultiHeadAttention mha(cfg, fx.at("causal").get<bool>());
   auto params = load_parameters(mha, fx);
   Tensor x = to_tensor(fx.at("x"));

@@ -5,9 +5,11 @@
 #include <cmath>
 
 #include "gradcheck.h"
+#include "model_config.h"
 #include "tfm/nn/blocks.h"
 
 using namespace tfm;
+using tfm_test::model_config_from;
 
 namespace {
 
@@ -41,11 +43,10 @@ TEST_CASE("nn: MultiHeadAttention gradient check for each mask, head layout and 
     for (Heads heads : {Heads{2, 2}, Heads{4, 2}, Heads{4, 1}})
       for (int mask = 0; mask < 3; ++mask) {  // none, causal, key padding
         DYNAMIC_SECTION(score << " H=" << heads.h << " Hkv=" << heads.kv << " mask=" << mask) {
-          ModelConfig cfg;
-          cfg.d_model = 8;
-          cfg.n_heads = heads.h;
-          cfg.n_kv_heads = heads.kv;
-          cfg.attention_score = *enum_from<AttentionScore>(score);
+          const ModelConfig cfg = model_config_from({"model.d_model=8", "model.n_heads=" + std::to_string(heads.h),
+                                                     "model.n_kv_heads=" + std::to_string(heads.kv),
+                                                     std::string("model.attention_score=") + score},
+                                                    0);
           MultiHeadAttention mha(cfg, mask == 1);
           const std::vector<int64_t> lengths = mask == 2 ? std::vector<int64_t>{3, 1} : std::vector<int64_t>{};
           Rng rng(5);
@@ -59,12 +60,10 @@ TEST_CASE("nn: cross-attention with kdim/vdim != d_model, gradient check", "[nn]
   for (const char* score : {"dot", "additive"})
     for (bool bias : {true, false}) {
       DYNAMIC_SECTION(score << (bias ? " with bias" : " without bias")) {
-        ModelConfig cfg;
-        cfg.d_model = 8;
-        cfg.n_heads = 4;
-        cfg.n_kv_heads = 2;
-        cfg.bias = bias;
-        cfg.attention_score = *enum_from<AttentionScore>(score);
+        const ModelConfig cfg = model_config_from({"model.d_model=8", "model.n_heads=4", "model.n_kv_heads=2",
+                                                   bias ? "model.bias=true" : "model.bias=false",
+                                                   std::string("model.attention_score=") + score},
+                                                  0);
         MultiHeadAttention mha(cfg, false, 5, 3);
         Rng rng(6);
         // query (B, Tq=2, C), key (B, Tk=4, kdim), value (B, Tk=4, vdim)
@@ -78,12 +77,10 @@ TEST_CASE("nn: EncoderBlock gradient check, pre and post norm", "[nn][gradcheck]
   for (const char* norm : {"pre", "post"})
     for (const char* act : {"gelu", "relu"}) {
       DYNAMIC_SECTION(norm << "-norm " << act) {
-        ModelConfig cfg;
-        cfg.d_model = 8;
-        cfg.n_heads = 2;
-        cfg.d_ff = 12;
-        cfg.activation = *enum_from<Activation>(act);
-        cfg.norm_position = *enum_from<NormPosition>(norm);
+        const ModelConfig cfg = model_config_from({"model.d_model=8", "model.n_heads=2", "model.d_ff=12",
+                                                   std::string("model.activation=") + act,
+                                                   std::string("model.norm_position=") + norm},
+                                                  0);
         EncoderBlock block(cfg, true);
         Rng rng(7);
         check_module(block, {Tensor::randn({2, 3, 8}, rng)},
