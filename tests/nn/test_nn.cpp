@@ -118,9 +118,7 @@ TEST_CASE("nn: parameter counts", "[nn]") {
 }
 
 TEST_CASE("nn: names follow the reference, flat buffers hold every parameter", "[nn]") {
-  ModelConfig cfg;
-  cfg.d_model = 4;
-  cfg.n_heads = 2;
+  const ModelConfig cfg = model_config_from({"model.d_model=4", "model.n_heads=2"}, 0);
   EncoderBlock block(cfg, false);
   std::vector<std::string> names;
   for (auto& [name, t] : block.named_parameters()) names.push_back(name);
@@ -148,10 +146,8 @@ TEST_CASE("nn: names follow the reference, flat buffers hold every parameter", "
 
 TEST_CASE("nn: causality - changing position j never changes outputs before j", "[nn]") {
   for (const char* score : {"dot", "additive"}) {
-    ModelConfig cfg;
-    cfg.d_model = 8;
-    cfg.n_heads = 2;
-    cfg.attention_score = *enum_from<AttentionScore>(score);
+    const ModelConfig cfg =
+        model_config_from({"model.d_model=8", "model.n_heads=2", std::string("model.attention_score=") + score}, 0);
     EncoderBlock block(cfg, true);
     Rng rng(8);
     parameters_of(block, rng);
@@ -178,10 +174,8 @@ TEST_CASE("nn: causality - changing position j never changes outputs before j", 
 
 TEST_CASE("nn: padded keys get zero attention and do not affect the output", "[nn]") {
   for (const char* score : {"dot", "additive"}) {
-    ModelConfig cfg;
-    cfg.d_model = 8;
-    cfg.n_heads = 2;
-    cfg.attention_score = *enum_from<AttentionScore>(score);
+    const ModelConfig cfg =
+        model_config_from({"model.d_model=8", "model.n_heads=2", std::string("model.attention_score=") + score}, 0);
     MultiHeadAttention mha(cfg, false);
     mha.record = true;
     Rng rng(9);
@@ -208,10 +202,7 @@ TEST_CASE("nn: padded keys get zero attention and do not affect the output", "[n
 }
 
 TEST_CASE("nn: attention dropout is active only in training mode", "[nn]") {
-  ModelConfig cfg;
-  cfg.d_model = 8;
-  cfg.n_heads = 2;
-  cfg.attention_dropout = 0.5f;
+  const ModelConfig cfg = model_config_from({"model.d_model=8", "model.n_heads=2", "model.attention_dropout=0.5"}, 0);
   MultiHeadAttention mha(cfg, false);
   Rng rng(10), drop_rng(3);
   parameters_of(mha, rng);
@@ -259,11 +250,8 @@ TEST_CASE("nn: bad configurations name the layer and the key", "[nn]") {
 }
 
 TEST_CASE("nn: additive scoring equals w_v^T tanh(W_q q + W_k k) written out with loops", "[nn]") {
-  ModelConfig cfg;
-  cfg.d_model = 8;
-  cfg.n_heads = 4;
-  cfg.n_kv_heads = 2;
-  cfg.attention_score = AttentionScore::Additive;
+  const ModelConfig cfg = model_config_from(
+      {"model.d_model=8", "model.n_heads=4", "model.n_kv_heads=2", "model.attention_score=additive"}, 0);
   MultiHeadAttention mha(cfg, true, 5, 3);
   mha.record = true;
   Rng rng(12);
@@ -303,10 +291,11 @@ TEST_CASE("nn: additive scoring equals w_v^T tanh(W_q q + W_k k) written out wit
 }
 
 TEST_CASE("nn: the modern options' layers, gradient checks (RMSNorm, SwiGLU, QK-norm, RoPE)", "[nn][gradcheck]") {
-  ModelConfig cfg;
-  cfg.d_model = 8, cfg.n_heads = 2, cfg.d_ff = 6, cfg.max_seq_len = 8, cfg.norm_eps = 1e-4f;
-  cfg.norm = NormKind::RMSNorm, cfg.activation = Activation::SwiGLU, cfg.qk_norm = true;
-  cfg.positional_encoding = PositionalEncoding::Rope, cfg.rope_theta = 100.0;
+  const ModelConfig cfg = model_config_from(
+      {"model.d_model=8", "model.n_heads=2", "model.d_ff=6", "model.max_seq_len=8", "model.norm_eps=1e-4",
+       "model.norm=rmsnorm", "model.activation=swiglu", "model.qk_norm=true", "model.positional_encoding=rope",
+       "model.rope_theta=100"},
+      0);
   SECTION("RMSNorm") {
     Norm norm(8, cfg);
     CHECK(norm.parameter_count() == 8);  // a gain, no bias
@@ -348,8 +337,8 @@ TEST_CASE("nn: the modern options' layers, gradient checks (RMSNorm, SwiGLU, QK-
 TEST_CASE("nn: RoPE makes attention depend on relative positions only", "[nn]") {
   // With RoPE (and no other positions), q_m . k_n depends on m - n alone (Su et al. 2021, eq. 16): the
   // same tokens shifted by two positions give the same attention probabilities.
-  ModelConfig c;
-  c.d_model = 8, c.n_heads = 2, c.max_seq_len = 12, c.positional_encoding = PositionalEncoding::Rope;
+  const ModelConfig c = model_config_from(
+      {"model.d_model=8", "model.n_heads=2", "model.max_seq_len=12", "model.positional_encoding=rope"}, 0);
   MultiHeadAttention mha(c, true);
   mha.record = true;
   Rng rng(35);
