@@ -13,7 +13,7 @@
 #include "cli_run.h"
 #include "fixture_compare.h"
 #include "gradcheck.h"
-#include "tfm/analysis/bleu.h"
+#include "tfm/objectives/bleu.h"
 #include "tfm/nn/blocks.h"
 #include "tfm/engine/ops.h"
 #include "tfm/data/pairs.h"
