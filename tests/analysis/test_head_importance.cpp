@@ -35,9 +35,10 @@ double mean_val_loss(LoadedRun& run, int64_t batches) {
 
 TEST_CASE("head_importance: masking a head is zeroing its slice of Wo; scores are |dL/dxi|", "[analysis][heads]") {
   const std::string dir = tfm_test::scratch_path("head_importance", "run");
-  const Config config = load_config("configs/tiny.json", {"model.d_model=16", "model.n_layers=2", "model.n_heads=4",
-                                                          "model.max_seq_len=16", "train.seq_len=16",
-                                                          "train.max_steps=20", "output.dir=\"" + dir + "\""});
+  const Config config =
+      load_config(std::string(TFM_SOURCE_DIR) + "/configs/tiny.json",
+                  {"model.d_model=16", "model.n_layers=2", "model.n_heads=4", "model.max_seq_len=16",
+                   "train.seq_len=16", "train.max_steps=20", "output.dir=\"" + dir + "\""});
   REQUIRE(train(config, tfm_test::quiet()).status == TrainResult::Status::Finished);
   const int64_t batches = 2;
   LoadedRun run = load_run(dir, "last", true);
