@@ -33,7 +33,7 @@ double mean_val_loss(LoadedRun& run, int64_t batches) {
 
 }  // namespace
 
-TEST_CASE("head_importance: masking a head is zeroing its slice of Wo; scores are |dL/dxi|", "[analysis][heads]") {
+TEST_CASE("head_importance: masking a head is zeroing its slice of Wo, scores are |dL/dxi|", "[analysis][heads]") {
   const std::string dir = tfm_test::scratch_path("head_importance", "run");
   const Config config =
       load_config(std::string(TFM_SOURCE_DIR) + "/configs/tiny.json",
