@@ -5,7 +5,7 @@
 
 #include "tfm/engine/error.h"
 #include "tfm/models/sampling.h"
-#include "tfm/training/trainer.h"
+#include "tfm/training/run_dir.h"
 
 int main(int argc, char** argv) {
   if (argc < 2) return std::fprintf(stderr, "usage: %s RUN_DIR [PROMPT]\n", argv[0]), 2;

@@ -6,7 +6,7 @@
 #include "tfm/data/dataset.h"
 #include "tfm/models/language_model.h"
 #include "tfm/training/optim.h"
-#include "tfm/training/trainer.h"
+#include "tfm/objectives/text_data.h"
 
 int main(int argc, char** argv) {
   using namespace tfm;

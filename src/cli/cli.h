@@ -15,7 +15,7 @@
 
 #include "tfm/engine/error.h"
 #include "tfm/engine/tensor.h"
-#include "tfm/training/trainer.h"
+#include "tfm/training/run_dir.h"
 
 namespace tfm::cli {
 
@@ -104,9 +104,6 @@ std::vector<Command> add_heads_commands(CLI::App& app);      // heads.cpp: heads
 std::vector<Command> add_sweep_commands(CLI::App& app);      // sweep.cpp: sweep
 std::vector<Command> add_data_commands(CLI::App& app);       // data.cpp: data prepare
 
-// Creates `dir` (and its parents) for a command's output files; IoError naming it and `flag` when it
-// cannot (plot.cpp).
-void make_output_dir(const std::string& dir, const std::string& flag = "--out");
 // scripts/NAME where this tfm finds it: PREFIX/share/tfm/scripts beside an installed binary, the
 // scripts/ of the sources a build tree was built from, or ./scripts; "scripts/NAME" when none has it
 // (plot.cpp).

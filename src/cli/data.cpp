@@ -12,7 +12,7 @@
 #include "tfm/data/token_cache.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
-#include "tfm/objectives/objective.h"
+#include "tfm/objectives/text_data.h"
 
 namespace tfm::cli {
 namespace {

@@ -20,6 +20,7 @@
 #include "tfm/training/run_dir.h"
 #include "tfm/training/preflight.h"
 #include "tfm/training/trainer.h"
+#include "tfm/objectives/text_data.h"
 
 namespace tfm::cli {
 namespace {

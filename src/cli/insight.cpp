@@ -16,14 +16,13 @@
 #include "tfm/data/bpe.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
-#include "tfm/objectives/objective.h"
+#include "tfm/objectives/inference.h"
 #include "tfm/engine/platform.h"
 #include "tfm/engine/gguf.h"
 #include "tfm/engine/safetensors.h"
 #include "tfm/models/gguf_export.h"
 #include "tfm/models/gguf_reference.h"
 #include "tfm/training/run_dir.h"
-#include "tfm/training/trainer.h"
 
 namespace tfm::cli {
 namespace {
@@ -160,7 +159,7 @@ int export_safetensors(const ExportOptions& o, const LoadedRun& run) {
 // The GGUF file for llama.cpp (models/gguf_export.h), read back and checked against the run's model.
 int export_gguf(const ExportOptions& o, LoadedRun& run) {
   const GgmlType dtype = o.dtype == "f32" ? GgmlType::F32 : o.dtype == "f16" ? GgmlType::F16 : GgmlType::BF16;
-  if (!run.model) check_gguf_exportable(run.objective->name(), ModelConfig{});  // seq2seq: refused by name
+  run.objective->gguf_architecture();  // what llama.cpp cannot run is refused before anything is written
   LanguageModel& model = *run.model;
   const Tokenizer& tok = run.checkpoint.tokenizer;
   const std::string name = fs::path(o.run).lexically_normal().filename().string();

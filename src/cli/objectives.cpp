@@ -11,12 +11,12 @@
 #include <fmt/format.h>
 
 #include "cli.h"
-#include "tfm/analysis/bleu.h"
+#include "tfm/objectives/bleu.h"
 #include "tfm/engine/error.h"
-#include "tfm/objectives/objective.h"
+#include "tfm/objectives/inference.h"
 #include "tfm/engine/platform.h"
 #include "tfm/training/preflight.h"
-#include "tfm/training/trainer.h"
+#include "tfm/training/run_dir.h"
 
 namespace tfm::cli {
 namespace {

@@ -16,12 +16,6 @@ namespace tfm::cli {
 
 namespace fs = std::filesystem;
 
-void make_output_dir(const std::string& dir, const std::string& flag) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir)) throw IoError(dir + ": cannot create the output directory (" + flag + ")");
-}
-
 std::string find_script(const std::string& name) {
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);

@@ -6,7 +6,7 @@
 #include "cli.h"
 #include "tfm/engine/error.h"
 #include "tfm/models/sampling.h"
-#include "tfm/training/trainer.h"
+#include "tfm/training/run_dir.h"
 
 namespace tfm::cli {
 namespace {
@@ -20,10 +20,11 @@ int sample_command(const SampleCliOptions& cli) {
   const std::string& dir = cli.run;
   const SampleOptions& o = cli.sample;
   LoadedRun run = load_run(dir, cli.which);
-  if (!run.model || run.objective->name() != "causal_lm")
+  const ObjectiveCapabilities can = run.objective->capabilities();
+  if (can.inference != Inference::Sample)
     throw ConfigError("sample: " + dir + " was trained with train.objective \"" + run.objective->name() +
-                      "\"; sampling continues text, which needs a causal_lm run" +
-                      (run.objective->name() == "masked_lm" ? " (for masked_lm: tfm fill-mask)" : " (for seq2seq: tfm translate)"));
+                      "\"; sampling continues text, which needs a causal_lm run (for " + run.objective->name() +
+                      ": " + can.inference_command + ")");
   if (!cli.init_from.empty()) {
     const std::string note =
         load_safetensors_into(*run.model, cli.init_from, &run.checkpoint, run.checkpoint_path);

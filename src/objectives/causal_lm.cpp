@@ -43,6 +43,9 @@ class CausalLm : public TextObjective {
                         "for a bidirectional encoder use train.objective \"masked_lm\")");
   }
   std::string name() const override { return "causal_lm"; }
+  ObjectiveCapabilities capabilities() const override {
+    return {TrainingData::Text, ModelKind::CausalDecoder, Inference::Sample, "tfm sample", false, {"loss"}};
+  }
   std::string usage_hint(const std::string& dir) const override { return "Sample with: tfm sample --run " + dir; }
 
   // Every position counts: shard i's share is its rows / B.

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "text_objective.h"
+#include "tfm/objectives/inference.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/ops.h"
 
@@ -24,6 +25,10 @@ class MaskedLm : public TextObjective {
                         "model cannot see the tokens after a [MASK]; set model.causal=false)");
   }
   std::string name() const override { return "masked_lm"; }
+  ObjectiveCapabilities capabilities() const override {
+    return {TrainingData::Text, ModelKind::BidirectionalEncoder, Inference::FillMask, "tfm fill-mask", false,
+            {"loss", "accuracy"}};
+  }
   std::string usage_hint(const std::string& dir) const override {
     return "Fill masks with: tfm fill-mask --run " + dir + " --text \"...[MASK]...\"";
   }

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "objective_parts.h"
 #include "text_objective.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/ops.h"

@@ -7,12 +7,13 @@
 #include <algorithm>
 #include <cmath>
 
-#include "text_objective.h"
-#include "tfm/analysis/bleu.h"
+#include "objective_parts.h"
+#include "tfm/objectives/bleu.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/ops.h"
 #include "tfm/data/pairs.h"
 #include "tfm/models/encoder_decoder.h"
+#include "tfm/objectives/inference.h"
 
 namespace tfm {
 namespace {
@@ -73,6 +74,12 @@ class Seq2Seq : public Objective {
         sampler_(rank_seed(static_cast<uint64_t>(c.integer("seed")), o.rank)) {}
 
   std::string name() const override { return "seq2seq"; }
+  ObjectiveCapabilities capabilities() const override {
+    return {TrainingData::Pairs, ModelKind::EncoderDecoder, Inference::Translate, "tfm translate", true,
+            {"loss", "accuracy", "bleu"}};
+  }
+  // Refused by the objective alone (llama.cpp's encoder-decoders are T5s), whatever the model options.
+  GgufArchitecture gguf_architecture() const override { return tfm::gguf_architecture(name(), ModelConfig{}); }
   Model& model() override { return model_; }
   Seq2SeqModel& s2s() { return model_; }
   const Tokenizer& tokenizer() const override { return source_; }

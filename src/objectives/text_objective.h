@@ -4,8 +4,11 @@
 #include <optional>
 #include <string>
 
+#include "objective_parts.h"
 #include "tfm/data/dataset.h"
+#include "tfm/models/language_model.h"
 #include "tfm/objectives/objective.h"
+#include "tfm/objectives/text_data.h"
 
 namespace tfm {
 
@@ -18,6 +21,7 @@ class TextObjective : public Objective {
   Model& model() override { return model_; }
   LanguageModel& lm() { return model_; }
   const Tokenizer& tokenizer() const override { return tokenizer_; }
+  GgufArchitecture gguf_architecture() const override { return tfm::gguf_architecture(name(), model_.config()); }
   Rng& sampler_rng() override { return sampler_.rng(); }
   double train_flops_per_token() const override;
   std::string describe_data() const override;

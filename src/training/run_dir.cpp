@@ -7,12 +7,20 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "tfm/config/config.h"
 #include "tfm/engine/error.h"
+#include "tfm/engine/file_io.h"
+#include "tfm/engine/platform.h"
+#include "tfm/engine/safetensors.h"
+#include "tfm/models/language_model.h"
+#include "tfm/training/preflight.h"
 #include "tfm/training/run_lock.h"
 
 namespace tfm {
 namespace fs = std::filesystem;
+using nlohmann::json;
 
 namespace {
 
@@ -113,6 +121,126 @@ void check_output_path(const std::string& flag, const std::string& path,
       throw ConfigError(
           flag + ": " + path + " is the same file as " + in.what + " " + in.path +
           ", which this command reads: writing it would destroy its input; choose another path");
+}
+
+void make_output_dir(const std::string& dir, const std::string& flag) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) throw IoError(dir + ": cannot create the output directory (" + flag + ")");
+}
+
+// ---- loading a run ----
+
+Config checkpoint_config(const Checkpoint& ckpt, const std::string& path) {
+  try {
+    return resolve_config(ckpt.config);
+  } catch (const ConfigError& e) {
+    throw IoError(path + ": the checkpoint's config is invalid: " + e.what());
+  }
+}
+
+void restore_model(Model& model, const Checkpoint& ckpt, const std::string& source) {
+  const int64_t P = model.parameter_count();
+  if (static_cast<int64_t>(ckpt.model.size()) != P)
+    throw IoError(source + ": the checkpoint holds " + std::to_string(ckpt.model.size()) +
+                  " parameter values, the model of its config needs " + std::to_string(P) + " (" +
+                  std::to_string(model.parameters().size()) + " tensors; was the config or the vocabulary changed?)");
+  std::copy(ckpt.model.begin(), ckpt.model.end(), model.flat_values().data());
+}
+
+namespace {
+
+// A token as a message shows it: quoted, escaped, invalid UTF-8 (a byte or BPE piece) replaced.
+std::string token_display(const Tokenizer& t, int32_t id) {
+  const std::string text = t.is_special(id) ? t.specials()[static_cast<size_t>(id)] : t.decode(id);
+  return json(text).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// Where the file's tokenizer first differs from the run's, for a message; "" when they are the same.
+std::string tokenizer_difference(const Tokenizer& file, const Tokenizer& run) {
+  if (file.to_json() == run.to_json()) return "";
+  if (file.kind() != run.kind())
+    return "a " + file.kind_name() + " tokenizer in the file, " + run.kind_name() + " in the run";
+  if (file.size() != run.size())
+    return fmt::format("{} tokens in the file, {} in the run", file.size(), run.size());
+  for (int32_t id = 0; id < static_cast<int32_t>(run.size()); ++id)
+    if (file.is_special(id) != run.is_special(id) || token_display(file, id) != token_display(run, id))
+      return fmt::format("{} tokens each, but id {} is {} in the file and {} in the run", run.size(), id,
+                         token_display(file, id), token_display(run, id));
+  return fmt::format("the same {} tokens, other BPE merge rules", run.size());
+}
+
+// The file's tokenizer under metadata `key` against the run's: ConfigError naming both when they
+// differ; false when the file carries none.
+bool compare_tokenizer(const SafetensorsFile& f, const std::string& key, const Tokenizer& run,
+                       const std::string& run_source) {
+  const auto it = f.metadata.find(key);
+  if (it == f.metadata.end()) return false;
+  Tokenizer stored;
+  try {
+    const std::string& text = it->second;
+    stored = Tokenizer::from_json(parse_json_strict(text.data(), text.size(), f.source + ": " + key));
+  } catch (const json::exception& e) {
+    throw IoError(f.source + ": metadata \"" + key + "\" is not a tokenizer (" + e.what() + ")");
+  }
+  const std::string diff = tokenizer_difference(stored, run);
+  if (!diff.empty())
+    throw ConfigError(f.source + ": its " + key + " is not the run's (" + run_source + "): " + diff +
+                      ". Its weights would read other tokens than they were trained on; start from a file "
+                      "exported from a run with the same data and tokenizer, or without --init-from");
+  return true;
+}
+
+}  // namespace
+
+std::string load_safetensors_into(Model& model, const std::string& path, const Vocabulary* vocabulary,
+                                  const std::string& vocabulary_source) {
+  const SafetensorsFile f = load_safetensors(path);
+  std::string note;
+  if (vocabulary) {
+    std::string absent;
+    if (!compare_tokenizer(f, "tokenizer", vocabulary->tokenizer, vocabulary_source))
+      absent = "\"tokenizer\"";
+    if (vocabulary->target_tokenizer &&
+        !compare_tokenizer(f, "target_tokenizer", *vocabulary->target_tokenizer, vocabulary_source))
+      absent += (absent.empty() ? "" : " or ") + std::string("\"target_tokenizer\"");
+    if (!absent.empty())
+      note = path + ": no " + absent + " in its metadata (not a tfm export?), so its vocabulary cannot be "
+             "compared with the run's; the weights are loaded as they are";
+  }
+  for (const auto& [name, t] : f.tensors)
+    if (!model.find_parameter(name)) throw IoError(path + ": tensor " + name + " is not a parameter of the model");
+  for (const auto& p : model.parameters()) {
+    if (!f.contains(p.name)) throw IoError(path + ": no tensor " + p.name + " (the model needs it)");
+    const Tensor& t = f.at(p.name);
+    if (t.shape() != p.value.shape())
+      throw IoError(path + ": tensor " + p.name + " has shape " + shape_str(t.shape()) + ", the model needs " +
+                    shape_str(p.value.shape()));
+    const std::vector<float> v = t.to_vector();
+    std::copy(v.begin(), v.end(), model.flat_values().data() + p.offset);
+  }
+  return note;
+}
+
+LoadedRun load_run(const std::string& dir, const std::string& which_asked, bool with_data) {
+  require_run_directory(dir);
+  const std::string which =
+      !which_asked.empty() ? which_asked : fs::exists(dir + "/" + kBestCheckpointFile) ? "best" : "last";
+  if (which != "last" && which != "best")
+    throw ConfigError("--checkpoint: expected \"last\" or \"best\", got \"" + which + "\"");
+  const std::string path = dir + "/" + which + ".ckpt";
+  if (!fs::exists(path)) throw IoError(path + ": no checkpoint here (has the run written one yet?)");
+  LoadedRun run;
+  run.dir = dir;
+  run.checkpoint_path = path;
+  run.checkpoint = load_checkpoint(path);
+  run.config = checkpoint_config(run.checkpoint, path);
+  run.objective = make_objective(run.config, &run.checkpoint,
+                                 {with_data, 0, memory_check(run.config, {"loading " + path, false, 1})});
+  restore_model(run.objective->model(), run.checkpoint, path);
+  run.model = dynamic_cast<LanguageModel*>(&run.objective->model());
+  platform::configure_threads(static_cast<int>(run.config.integer("train.threads")));
+  return run;
 }
 
 }  // namespace tfm

@@ -5,7 +5,7 @@
 
 #include "tfm/engine/error.h"
 #include "tfm/training/distributed.h"
-#include "tfm/training/trainer.h"
+#include "tfm/training/run_dir.h"
 
 namespace tfm {
 using nlohmann::json;

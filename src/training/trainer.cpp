@@ -21,13 +21,12 @@
 #include "micro_batch.h"
 #include "run_log.h"
 #include "run_state.h"
-#include "tfm/analysis/bench.h"
+#include "tfm/engine/gemm_timing.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
 #include "tfm/engine/gemm.h"
 #include "tfm/engine/memory.h"
 #include "tfm/engine/platform.h"
-#include "tfm/engine/safetensors.h"
 #include "tfm/training/distributed.h"
 #include "tfm/training/optim.h"
 #include "tfm/training/preflight.h"
@@ -84,14 +83,6 @@ ResumedCheckpoint resumable_checkpoint(const std::string& dir) {
                   "Start it afresh with `tfm train --config CONFIG --out " + dir + "` after removing " + dir +
                   ", or wait for its first checkpoint");
   return {path, load_checkpoint(path)};
-}
-
-Config config_of(const Checkpoint& ckpt, const std::string& path) {
-  try {
-    return resolve_config(ckpt.config);
-  } catch (const ConfigError& e) {
-    throw IoError(path + ": the checkpoint's config is invalid: " + e.what());
-  }
 }
 
 // One call of train(): the constructor checks the input and builds everything (a resumed run's state
@@ -214,7 +205,7 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
 
 // The checkpoint's config against the run's, and its rank count against this job's.
 void TrainingRun::check_resumed(const Checkpoint& ckpt) const {
-  check_resumable(config_of(ckpt, resumed_path_), config_, resumed_path_);
+  check_resumable(checkpoint_config(ckpt, resumed_path_), config_, resumed_path_);
   const json& rs = ckpt.state;
   const int64_t trained_ranks =
       rs.is_object() && rs.contains("ranks") && rs.at("ranks").is_number_integer() ? rs.at("ranks").get<int64_t>() : 1;
@@ -542,89 +533,6 @@ void TrainingRun::log_summary() {
 
 }  // namespace
 
-void restore_model(Model& model, const Checkpoint& ckpt, const std::string& source) {
-  const int64_t P = model.parameter_count();
-  if (static_cast<int64_t>(ckpt.model.size()) != P)
-    throw IoError(source + ": the checkpoint holds " + std::to_string(ckpt.model.size()) +
-                  " parameter values, the model of its config needs " + std::to_string(P) + " (" +
-                  std::to_string(model.parameters().size()) + " tensors; was the config or the vocabulary changed?)");
-  std::copy(ckpt.model.begin(), ckpt.model.end(), model.flat_values().data());
-}
-
-namespace {
-
-// A token as a message shows it: quoted, escaped, invalid UTF-8 (a byte or BPE piece) replaced.
-std::string token_display(const Tokenizer& t, int32_t id) {
-  const std::string text = t.is_special(id) ? t.specials()[static_cast<size_t>(id)] : t.decode(id);
-  return json(text).dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-// Where the file's tokenizer first differs from the run's, for a message; "" when they are the same.
-std::string tokenizer_difference(const Tokenizer& file, const Tokenizer& run) {
-  if (file.to_json() == run.to_json()) return "";
-  if (file.kind() != run.kind())
-    return "a " + file.kind_name() + " tokenizer in the file, " + run.kind_name() + " in the run";
-  if (file.size() != run.size())
-    return fmt::format("{} tokens in the file, {} in the run", file.size(), run.size());
-  for (int32_t id = 0; id < static_cast<int32_t>(run.size()); ++id)
-    if (file.is_special(id) != run.is_special(id) || token_display(file, id) != token_display(run, id))
-      return fmt::format("{} tokens each, but id {} is {} in the file and {} in the run", run.size(), id,
-                         token_display(file, id), token_display(run, id));
-  return fmt::format("the same {} tokens, other BPE merge rules", run.size());
-}
-
-// The file's tokenizer under metadata `key` against the run's: ConfigError naming both when they
-// differ; false when the file carries none.
-bool compare_tokenizer(const SafetensorsFile& f, const std::string& key, const Tokenizer& run,
-                       const std::string& run_source) {
-  const auto it = f.metadata.find(key);
-  if (it == f.metadata.end()) return false;
-  Tokenizer stored;
-  try {
-    const std::string& text = it->second;
-    stored = Tokenizer::from_json(parse_json_strict(text.data(), text.size(), f.source + ": " + key));
-  } catch (const json::exception& e) {
-    throw IoError(f.source + ": metadata \"" + key + "\" is not a tokenizer (" + e.what() + ")");
-  }
-  const std::string diff = tokenizer_difference(stored, run);
-  if (!diff.empty())
-    throw ConfigError(f.source + ": its " + key + " is not the run's (" + run_source + "): " + diff +
-                      ". Its weights would read other tokens than they were trained on; start from a file "
-                      "exported from a run with the same data and tokenizer, or without --init-from");
-  return true;
-}
-
-}  // namespace
-
-std::string load_safetensors_into(Model& model, const std::string& path, const Vocabulary* vocabulary,
-                                  const std::string& vocabulary_source) {
-  const SafetensorsFile f = load_safetensors(path);
-  std::string note;
-  if (vocabulary) {
-    std::string absent;
-    if (!compare_tokenizer(f, "tokenizer", vocabulary->tokenizer, vocabulary_source))
-      absent = "\"tokenizer\"";
-    if (vocabulary->target_tokenizer &&
-        !compare_tokenizer(f, "target_tokenizer", *vocabulary->target_tokenizer, vocabulary_source))
-      absent += (absent.empty() ? "" : " or ") + std::string("\"target_tokenizer\"");
-    if (!absent.empty())
-      note = path + ": no " + absent + " in its metadata (not a tfm export?), so its vocabulary cannot be "
-             "compared with the run's; the weights are loaded as they are";
-  }
-  for (const auto& [name, t] : f.tensors)
-    if (!model.find_parameter(name)) throw IoError(path + ": tensor " + name + " is not a parameter of the model");
-  for (const auto& p : model.parameters()) {
-    if (!f.contains(p.name)) throw IoError(path + ": no tensor " + p.name + " (the model needs it)");
-    const Tensor& t = f.at(p.name);
-    if (t.shape() != p.value.shape())
-      throw IoError(path + ": tensor " + p.name + " has shape " + shape_str(t.shape()) + ", the model needs " +
-                    shape_str(p.value.shape()));
-    const std::vector<float> v = t.to_vector();
-    std::copy(v.begin(), v.end(), model.flat_values().data() + p.offset);
-  }
-  return note;
-}
-
 uint64_t eval_seed(const Config& config) {
   return static_cast<uint64_t>(config.integer("seed")) ^ kEvalSalt;
 }
@@ -667,35 +575,11 @@ TrainResult resume(const std::string& dir, const std::vector<std::string>& overr
   require_run_directory(dir);
   RunLock lock = dist::is_root() ? RunLock::acquire(dir) : RunLock();
   ResumedCheckpoint ckpt = resumable_checkpoint(dir);
-  Config trained = config_of(ckpt.checkpoint, ckpt.path);
+  Config trained = checkpoint_config(ckpt.checkpoint, ckpt.path);
   trained.tree["output"]["dir"] = dir;  // the directory may have moved since
   const Config config = resume_config(trained, overrides);
   opt.resume = true;
   return TrainingRun(config, opt, std::move(lock), std::move(ckpt)).run();
-}
-
-LoadedRun load_run(const std::string& dir, const std::string& which_asked, bool with_data) {
-  require_run_directory(dir);
-  const std::string which =
-      !which_asked.empty() ? which_asked : fs::exists(dir + "/" + kBestCheckpointFile) ? "best" : "last";
-  if (which != "last" && which != "best")
-    throw ConfigError("--checkpoint: expected \"last\" or \"best\", got \"" + which + "\"");
-  const std::string path = dir + "/" + which + ".ckpt";
-  if (!fs::exists(path)) throw IoError(path + ": no checkpoint here (has the run written one yet?)");
-  LoadedRun run;
-  run.checkpoint_path = path;
-  run.checkpoint = load_checkpoint(path);
-  try {
-    run.config = resolve_config(run.checkpoint.config);
-  } catch (const ConfigError& e) {
-    throw IoError(path + ": the checkpoint's config is invalid: " + e.what());
-  }
-  run.objective = make_objective(run.config, &run.checkpoint,
-                                 {with_data, 0, memory_check(run.config, {"loading " + path, false, 1})});
-  restore_model(run.objective->model(), run.checkpoint, path);
-  run.model = dynamic_cast<LanguageModel*>(&run.objective->model());
-  platform::configure_threads(static_cast<int>(run.config.integer("train.threads")));
-  return run;
 }
 
 }  // namespace tfm

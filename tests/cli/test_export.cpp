@@ -11,7 +11,7 @@
 #include "cli_run.h"
 #include "tfm/models/language_model.h"
 #include "tfm/engine/safetensors.h"
-#include "tfm/training/trainer.h"
+#include "tfm/training/run_dir.h"
 
 namespace {
 

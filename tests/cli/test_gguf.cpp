@@ -14,7 +14,7 @@
 #include "cli_run.h"
 #include "tfm/engine/gguf.h"
 #include "tfm/models/gguf_export.h"
-#include "tfm/training/trainer.h"
+#include "tfm/training/run_dir.h"
 
 namespace {
 

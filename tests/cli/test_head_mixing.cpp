@@ -20,7 +20,7 @@
 #include "tfm/training/preflight.h"
 #include "tfm/engine/safetensors.h"
 #include "tfm/models/encoder_decoder.h"
-#include "tfm/training/trainer.h"
+#include "tfm/training/run_dir.h"
 
 using namespace tfm;
 

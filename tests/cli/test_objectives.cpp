@@ -16,6 +16,8 @@
 #include "tfm/config/config.h"
 #include "tfm/engine/error.h"
 #include "tfm/objectives/objective.h"
+#include "tfm/objectives/inference.h"
+#include "tfm/training/run_dir.h"
 #include "tfm/training/trainer.h"
 
 using namespace tfm;

@@ -9,7 +9,7 @@
 #include "tfm/models/language_model.h"
 #include "tfm/engine/ops.h"
 #include "tfm/training/optim.h"
-#include "tfm/training/trainer.h"
+#include "tfm/objectives/text_data.h"
 
 using namespace tfm;
 using tfm_test::model_config_from;

@@ -14,7 +14,7 @@
 #include "fixture_compare.h"
 #include "gradcheck.h"
 #include "model_config.h"
-#include "tfm/analysis/bleu.h"
+#include "tfm/objectives/bleu.h"
 #include "tfm/nn/blocks.h"
 #include "tfm/engine/ops.h"
 #include "tfm/data/pairs.h"

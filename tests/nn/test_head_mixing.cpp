@@ -21,7 +21,6 @@
 #include "tfm/training/preflight.h"
 #include "tfm/engine/safetensors.h"
 #include "tfm/models/encoder_decoder.h"
-#include "tfm/training/trainer.h"
 
 using namespace tfm;
 using tfm_test::model_config_from;

@@ -17,6 +17,9 @@
 #include "tfm/config/config.h"
 #include "tfm/engine/error.h"
 #include "tfm/objectives/objective.h"
+#include "tfm/objectives/inference.h"
+#include "tfm/objectives/text_data.h"
+#include "tfm/training/run_dir.h"
 #include "tfm/training/trainer.h"
 
 using namespace tfm;
@@ -330,5 +333,46 @@ TEST_CASE("objectives: every evaluation abandons on a stop request between batch
     CHECK_FALSE(done.abandoned);
     CHECK(std::isfinite(done.get("loss")));
     CHECK(objective->model().training());  // the mode is given back either way
+  }
+}
+
+TEST_CASE("objectives: capabilities say what each needs and does, and evaluate() reports their metrics",
+          "[objective][capabilities]") {
+  const std::string dir = tfm_test::scratch_path("objectives", "capabilities");
+  const std::string pairs = write_reversal_pairs(dir + "_data", 200);
+  const Config causal = resolve_config(nlohmann::json::object(),
+                                       {"data.path=" + tiny_data(), "output.dir=" + dir, "model.d_model=16",
+                                        "model.n_layers=1", "model.n_heads=2", "model.max_seq_len=16",
+                                        "train.seq_len=16"});
+  struct Expected {
+    Config config;
+    TrainingData data;
+    ModelKind model;
+    Inference inference;
+    bool in_order;
+  };
+  const std::vector<Expected> all = {
+      {causal, TrainingData::Text, ModelKind::CausalDecoder, Inference::Sample, false},
+      {mlm_config(dir), TrainingData::Text, ModelKind::BidirectionalEncoder, Inference::FillMask, false},
+      {s2s_config(dir, pairs), TrainingData::Pairs, ModelKind::EncoderDecoder, Inference::Translate, true}};
+  for (const Expected& e : all) {
+    const std::unique_ptr<Objective> objective = make_objective(e.config, nullptr, {});
+    INFO(objective->name());
+    const ObjectiveCapabilities can = objective->capabilities();
+    CHECK(can.data == e.data);
+    CHECK(can.model == e.model);
+    CHECK(can.inference == e.inference);
+    CHECK(can.evaluates_in_order == e.in_order);
+    CHECK(can.language_model() == (dynamic_cast<LanguageModel*>(&objective->model()) != nullptr));
+    CHECK_THAT(objective->usage_hint("DIR"), Catch::Contains(can.inference_command));
+    const Metrics m = objective->evaluate("val", 1, 7);
+    std::vector<std::string> names;
+    for (const auto& [name, value] : m.values) names.push_back(name);
+    CHECK(names == can.metrics);
+    // Only a causal decoder exports to llama.cpp; the others are refused naming their objective.
+    if (e.model == ModelKind::CausalDecoder)
+      CHECK(objective->gguf_architecture() == GgufArchitecture::Gpt2);
+    else
+      CHECK_THROWS_WITH(objective->gguf_architecture(), Catch::Contains("train.objective = \"" + objective->name()));
   }
 }

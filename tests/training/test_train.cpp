@@ -17,6 +17,7 @@
 #include "tfm/config/config.h"
 #include "tfm/engine/error.h"
 #include "tfm/models/sampling.h"
+#include "tfm/training/run_dir.h"
 #include "tfm/training/trainer.h"
 
 using namespace tfm;

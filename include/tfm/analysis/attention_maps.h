@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tfm/models/language_model.h"
+#include "tfm/objectives/inference.h"
 
 namespace tfm {
 
@@ -33,15 +34,7 @@ std::vector<LayerAttention> analyze_attention(LanguageModel& model, const std::v
 nlohmann::json attention_report_json(const std::vector<LayerAttention>& layers,
                                      const std::vector<std::string>& token_text);
 
-// An encoder-decoder's attention on one sentence pair (objective.h's pair_attention computes it):
-// per layer, the encoder's self-attention (H, S, S), the decoder's causal self-attention (H, T, T)
-// and its cross-attention (H, T, S): queries from the target side, keys and values from the source.
-struct PairAttention {
-  std::vector<std::string> source_tokens;  // S: the source's tokens, then <eos>
-  std::vector<std::string> target_tokens;  // T: row t is the decoder predicting this token (<eos> last)
-  std::vector<Tensor> encoder, decoder_self, cross;
-};
-
+// The report of an encoder-decoder's attention on one sentence pair (objectives/inference.h):
 // {"kind": "seq2seq", "source_tokens": [...], "target_tokens": [...], "encoder" | "decoder_self" |
 //  "cross": [{"layer": l, "probabilities": [H][rows][cols], "pattern_similarity": [H][H],
 //  "mean_pattern_similarity": x}]}

@@ -3,25 +3,23 @@
 // checkpoints, signals, MPI) is written once against this interface; each objective lives in one
 // file:
 //   causal_lm  src/objectives/causal_lm.cpp  decoder-only: next-token prediction (sampling: models/sampling.h)
-//   masked_lm  src/objectives/masked_lm.cpp  encoder-only: BERT's masked tokens (fill_mask below)
-//   seq2seq    src/objectives/seq2seq.cpp    encoder-decoder over sentence pairs (translate below)
+//   masked_lm  src/objectives/masked_lm.cpp  encoder-only: BERT's masked tokens (fill_mask: inference.h)
+//   seq2seq    src/objectives/seq2seq.cpp    encoder-decoder over sentence pairs (translate_texts: inference.h)
+// Callers ask an objective what it can do (capabilities()), never its name.
 #pragma once
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "tfm/analysis/attention_maps.h"
 #include "tfm/config/config.h"
-#include "tfm/data/token_cache.h"
 #include "tfm/data/tokenizer.h"
-#include "tfm/models/language_model.h"
 #include "tfm/engine/random.h"
-#include "tfm/models/encoder_decoder.h"
+#include "tfm/models/gguf_export.h"
+#include "tfm/models/model.h"
 
 namespace tfm {
 
@@ -53,15 +51,54 @@ struct BatchShards {
   int64_t tokens = 0;  // as BatchLoss::tokens, over the whole batch
 };
 
-// Rows [begin, end) of each of `parts` shards of B rows, as even as can be (the first B % parts get
-// one more).
-std::vector<std::pair<int64_t, int64_t>> shard_rows(int64_t B, int parts);
+// What an objective trains on.
+enum class TrainingData {
+  Text,   // one text file's token stream (data.format "text")
+  Pairs,  // sentence pairs (data.format "pairs")
+};
+// The model an objective trains.
+enum class ModelKind {
+  CausalDecoder,         // a LanguageModel with model.causal true
+  BidirectionalEncoder,  // a LanguageModel with model.causal false
+  EncoderDecoder,        // a Seq2SeqModel
+};
+// What a trained model does at inference (objectives/inference.h, models/sampling.h).
+enum class Inference {
+  Sample,    // continues a prompt: generate() (tfm sample)
+  FillMask,  // predicts each [MASK]: fill_mask() (tfm fill-mask)
+  Translate, // maps a source sentence to a target one: translate_texts(), pair_attention() (tfm translate)
+};
+
+// What an objective needs and what its trained model can do: what callers ask instead of its name.
+struct ObjectiveCapabilities {
+  TrainingData data = TrainingData::Text;
+  ModelKind model = ModelKind::CausalDecoder;
+  Inference inference = Inference::Sample;
+  // The command that runs `inference` on a trained run, for messages ("tfm sample").
+  std::string inference_command;
+  // How evaluate() draws its batches: true when it walks the split in order (the same pairs every
+  // time, at most the split's size: evaluation_batches()), false when it draws random batches from
+  // its seed.
+  bool evaluates_in_order = false;
+  // The figures evaluate() reports, in order ("loss" first).
+  std::vector<std::string> metrics;
+
+  // Whether the model is a LanguageModel (per-layer head gates: tfm heads, --mask-heads, logits).
+  bool language_model() const { return model != ModelKind::EncoderDecoder; }
+};
 
 class Objective {
  public:
   virtual ~Objective() = default;
+  // train.objective's value: for the log, messages and file metadata, not for deciding behaviour
+  // (capabilities() is for that).
   virtual std::string name() const = 0;
+  virtual ObjectiveCapabilities capabilities() const = 0;
   virtual Model& model() = 0;
+
+  // The llama.cpp architecture of a GGUF export of this run (models/gguf_export.h); ConfigError naming
+  // every reason llama.cpp cannot run it when it cannot.
+  virtual GgufArchitecture gguf_architecture() const = 0;
 
   // Vocabularies for checkpoints: the input side's, and the target side's when it has its own.
   virtual const Tokenizer& tokenizer() const = 0;
@@ -127,79 +164,10 @@ struct ObjectiveOptions {
   std::function<void(const ModelConfig&)> check_model;
 };
 
-// mc, after options.check_model(mc) when it is set: what each objective builds its model from.
-inline const ModelConfig& checked_model(const ModelConfig& mc, const ObjectiveOptions& options) {
-  if (options.check_model) options.check_model(mc);
-  return mc;
-}
-
-// replica() for an objective whose model is an M (LanguageModel, Seq2SeqModel): built from the same
-// config and seed, then re-seated on `model`'s values.
-template <class M>
-std::unique_ptr<Model> replica_of(const M& model, uint64_t seed) {
-  auto m = std::make_unique<M>(model.config(), seed);
-  m->share_values_of(model);
-  m->set_training(model.training());
-  return m;
-}
-
 // Builds the objective `train.objective` names and its model (initialised from `seed`).
 // Vocabularies come from `vocabulary` when given (a checkpoint's: resume, eval, sampling), else from
 // the data.
 std::unique_ptr<Objective> make_objective(const Config& config, const Vocabulary* vocabulary,
                                           const ObjectiveOptions& options);
-
-// Whether a stop request is pending (evaluate() checks it between batches).
-inline bool stop_requested(const std::atomic<bool>* stop) { return stop != nullptr && stop->load(); }
-
-// causal_lm's evaluation: the mean loss over `batches` random (B, T) windows of `tokens`, drawn from
-// a generator seeded with `seed`, in eval mode without a graph; nullopt when abandoned on `stop`.
-std::optional<double> evaluate(LanguageModel& model, const TokenSpan& tokens, int64_t B, int64_t T,
-                               int64_t batches, uint64_t seed, const std::atomic<bool>* stop);
-// The same, never abandoned: the mean loss.
-inline double evaluate(LanguageModel& model, const TokenSpan& tokens, int64_t B, int64_t T, int64_t batches,
-                       uint64_t seed) {
-  return *evaluate(model, tokens, B, T, batches, seed, nullptr);
-}
-
-// How a text objective reaches its token cache: data.cache_dir, and (log) a line on stderr for every
-// cache built and why. tfm data prepare and eval --dump-logits read the data this way too.
-TokenCacheOptions token_cache_options(const Config& config, bool log);
-
-// ---- what each objective's model does at inference ----
-
-// masked_lm's rule (BERT's, docs/architecture.md): each position of x is chosen with probability
-// mask_prob; a chosen one becomes mask_id (80%), a uniformly random ordinary token in [0, ordinary)
-// (10%) or stays (10%). y gets the original token at chosen positions and kNotMasked elsewhere. When
-// no position was chosen one is, so the loss is defined. Returns the number chosen.
-constexpr int32_t kNotMasked = -100;  // cross_entropy's ignore_index
-int64_t mask_tokens(std::vector<int32_t>& x, std::vector<int32_t>& y, Rng& rng, double mask_prob, int32_t mask_id,
-                    int64_t ordinary);
-
-// masked_lm: every "[MASK]" in `text` is one masked position; the top_k candidates per position
-// with their probabilities, in order of the positions.
-struct MaskCandidates {
-  int64_t position = 0;  // token index in the encoded text
-  std::vector<std::pair<std::string, double>> candidates;
-};
-struct FillMaskResult {
-  std::vector<int32_t> tokens;  // the encoded input, [MASK] = mask id
-  std::vector<MaskCandidates> masks;
-};
-constexpr const char* kMaskToken = "[MASK]";
-FillMaskResult fill_mask(Objective& objective, const std::string& text, int64_t top_k);
-
-// seq2seq: translations of `texts` (each encoded with the source vocabulary, unknown symbols as <unk>,
-// truncated to data.max_source_len), detokenized; greedy or beam search as `options` say
-// (options.max_len 0 = data.max_target_len + 1; more than the model's max_seq_len: ConfigError naming
-// --max-len). `source` names the texts in errors (a flag, or "stdin line 3"). No texts: only the run and
-// the options are checked.
-std::vector<std::string> translate_texts(Objective& objective, const std::vector<std::string>& texts,
-                                         const TranslateOptions& options,
-                                         const std::string& source = "--text");
-
-// The attention maps of a seq2seq run on one pair (analysis.h): `source` read as translate reads it,
-// `target` teacher-forced (empty: the run's greedy translation of the source).
-PairAttention pair_attention(Objective& objective, const std::string& source, const std::string& target);
 
 }  // namespace tfm

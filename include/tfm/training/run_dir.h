@@ -1,14 +1,20 @@
 // A run directory's rules in one place: the files a run holds, what makes a directory a run, the
-// checkpoint a resume continues from, and the guard every command that writes a file passes its
-// output through. Only `tfm train` writes a run's own files; no other command may write over them
-// or over its own input.
+// checkpoint a resume continues from, loading a trained run (its config, objective and weights), and
+// the guard every command that writes a file passes its output through. Only `tfm train` writes a
+// run's own files; no other command may write over them or over its own input.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
-namespace tfm {
+#include "tfm/config/config.h"
+#include "tfm/data/tokenizer.h"
+#include "tfm/models/language_model.h"
+#include "tfm/models/model.h"
+#include "tfm/objectives/objective.h"
+#include "tfm/training/checkpoint.h"
 
-struct Config;
+namespace tfm {
 
 // The files `tfm train` keeps in a run directory (output.dir); the lock is RunLock::kFileName.
 constexpr const char* kRunConfigFile = "config.json";     // the resolved config
@@ -50,5 +56,42 @@ std::vector<CommandInput> run_inputs(const std::string& checkpoint_path, const C
 // inode: symlinks, hard links and `..` spellings are caught). ConfigError naming the flag and both.
 void check_output_path(const std::string& flag, const std::string& path,
                        const std::vector<CommandInput>& inputs = {});
+
+// Creates `dir` (and its parents) for a command's output files; IoError naming it and `flag` when it
+// cannot.
+void make_output_dir(const std::string& dir, const std::string& flag = "--out");
+
+// ---- loading a run ----
+
+// A trained run loaded for evaluation, sampling, filling masks, translating or analysis.
+struct LoadedRun {
+  std::string dir;              // the run directory as given
+  Config config;
+  std::string checkpoint_path;  // DIR/<which>.ckpt, the file it was read from
+  Checkpoint checkpoint;
+  std::unique_ptr<Objective> objective;  // with the run's data only when load_run was asked for it
+  LanguageModel* model = nullptr;        // the objective's model when it is a LanguageModel, else null
+};
+// Loads DIR/<which>.ckpt ("last" or "best"; "" = best when the run has one, else last; IoError when DIR
+// is missing or no directory), builds its objective and model and sets the threads the run's
+// train.threads asks for. With data, the objective reads the run's data files too (evaluation);
+// without, it needs none.
+LoadedRun load_run(const std::string& dir, const std::string& which = "", bool with_data = false);
+
+// The resolved config a checkpoint was trained with; IoError naming `path` when it is invalid.
+Config checkpoint_config(const Checkpoint& ckpt, const std::string& path);
+
+// Copies checkpoint values into a model built from the same config; IoError naming what differs.
+void restore_model(Model& model, const Checkpoint& ckpt, const std::string& source);
+
+// Copies the tensors of a safetensors file (tfm export) into the model's parameters. Names and shapes
+// must match model.parameters() exactly; IoError("<path>: ...") naming the tensor otherwise. With the
+// run's `vocabulary` (its origin, e.g. "data.path FILE", named in messages), the tokenizers the file's
+// metadata carries (tfm export's "tokenizer", and "target_tokenizer" for seq2seq) must be the run's:
+// ConfigError naming the file, the run's and the first id whose token differs. Returns a warning for
+// the user when the file carries none to compare (weights from elsewhere), else "".
+std::string load_safetensors_into(Model& model, const std::string& path,
+                                  const Vocabulary* vocabulary = nullptr,
+                                  const std::string& vocabulary_source = "");
 
 }  // namespace tfm

@@ -1,4 +1,4 @@
-// The training loop, evaluation and sampling of a run directory.
+// The training loop of a run directory (loading a trained run: run_dir.h).
 //
 // A run directory (output.dir) holds: config.json (the resolved config), last.ckpt and best.ckpt
 // (checkpoint.h), train.log (the log) and metrics.jsonl (one JSON object per log interval); its rules
@@ -15,15 +15,11 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
-#include <memory>
 #include <string>
 #include <vector>
 
-#include "tfm/training/checkpoint.h"
 #include "tfm/config/config.h"
-#include "tfm/data/dataset.h"
-#include "tfm/models/language_model.h"
-#include "tfm/objectives/objective.h"
+#include "tfm/models/model.h"
 #include "tfm/training/optim.h"
 
 namespace tfm {
@@ -63,33 +59,6 @@ TrainResult train(const Config& config, const TrainOptions& options = {});
 // best.ckpt, saying so in the log) and its config with `overrides` applied (only keys marked resumable
 // may change). A directory whose run has not saved a checkpoint yet is named with what to do.
 TrainResult resume(const std::string& dir, const std::vector<std::string>& overrides, TrainOptions options = {});
-
-// A trained run loaded for evaluation, sampling, filling masks or translating.
-struct LoadedRun {
-  Config config;
-  std::string checkpoint_path;  // DIR/<which>.ckpt, the file it was read from
-  Checkpoint checkpoint;
-  std::unique_ptr<Objective> objective;  // with the run's data only when load_run was asked for it
-  LanguageModel* model = nullptr;        // the objective's model when it is a LanguageModel, else null
-};
-// Loads DIR/<which>.ckpt ("last" or "best"; "" = best when the run has one, else last; IoError when DIR
-// is missing or no directory), builds its objective and model and sets the threads the run's
-// train.threads asks for. With data, the objective reads the run's data files too (evaluation);
-// without, it needs none.
-LoadedRun load_run(const std::string& dir, const std::string& which = "", bool with_data = false);
-
-// Copies checkpoint values into a model built from the same config; IoError naming what differs.
-void restore_model(Model& model, const Checkpoint& ckpt, const std::string& source);
-
-// Copies the tensors of a safetensors file (tfm export) into the model's parameters. Names and shapes
-// must match model.parameters() exactly; IoError("<path>: ...") naming the tensor otherwise. With the
-// run's `vocabulary` (its origin, e.g. "data.path FILE", named in messages), the tokenizers the file's
-// metadata carries (tfm export's "tokenizer", and "target_tokenizer" for seq2seq) must be the run's:
-// ConfigError naming the file, the run's and the first id whose token differs. Returns a warning for
-// the user when the file carries none to compare (weights from elsewhere), else "".
-std::string load_safetensors_into(Model& model, const std::string& path,
-                                  const Vocabulary* vocabulary = nullptr,
-                                  const std::string& vocabulary_source = "");
 
 // The seed of the evaluation batches of a run (the same batches at every evaluation).
 uint64_t eval_seed(const Config& config);

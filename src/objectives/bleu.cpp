@@ -1,5 +1,5 @@
 // BLEU: sacreBLEU's corpus BLEU on tokenized text and d2l's per-sentence BLEU (formulas in bleu.h).
-#include "tfm/analysis/bleu.h"
+#include "tfm/objectives/bleu.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-// BLEU on already-tokenized text.
+// BLEU on already-tokenized text: seq2seq's evaluation figure and tfm translate's scores against references.
 //
 // corpus_bleu is sacreBLEU's corpus BLEU with tokenize='none' (one reference per sentence): the
 // clipped n-gram matches and the n-gram counts of n = 1..max_n are summed over the corpus, p_n =

@@ -1,0 +1,65 @@
+// A sweep: every point of a grid of config values trained with the same seed and data, one run
+// directory each, resumable, and what each point costs and reaches (docs/heads.md: heads against
+// width, MHA/GQA/MQA, ...). tfm sweep prints its table.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tfm/config/config.h"
+
+namespace tfm {
+
+// Points a grid may have: far more training runs than a sweep is worth, far fewer than would exhaust
+// memory holding their configs.
+constexpr int64_t kMaxSweepPoints = 10000;
+
+// One swept key and its values as written (JSON values: strings quoted or bare words).
+struct SweepAxis {
+  std::string key;
+  std::vector<std::string> values;
+};
+// "model.n_heads=1,2,4" -> {model.n_heads, [1, 2, 4]}; ConfigError naming --grid unless the key exists
+// and every value is non-empty.
+SweepAxis parse_sweep_axis(const std::string& spec);
+
+struct SweepSpec {
+  std::string config;             // the JSON config every point starts from
+  std::vector<SweepAxis> axes;    // the grid is their product, the first axis slowest
+  std::vector<std::string> sets;  // KEY=VALUE overrides for every point
+  std::string out;                // the sweep directory; "" = runs/sweep_<config's stem>
+};
+
+struct SweepResult {
+  std::string out;           // the sweep directory
+  bool interrupted = false;  // a stop request ended a point's training: no sweep.jsonl, resumable
+  // One object per point, as OUT/sweep.jsonl's lines: the grid values under their keys, "dir", and
+  // measure_sweep_point's figures.
+  std::vector<nlohmann::json> points;
+};
+
+// Before each point that trains: its index (0-based), the number of points, its name and the step it
+// continues after (-1: a fresh run).
+using SweepProgress = std::function<void(size_t index, size_t points, const std::string& point, int64_t step)>;
+
+// Resolves every point's config first (a bad value fails the sweep before anything trains; the same
+// for an output the guard refuses), then trains each point in OUT/<key=value,...> that has not
+// finished (reached train.max_steps, or stopped at train.target_loss / train.max_seconds), continuing
+// an interrupted one, and writes OUT/sweep.jsonl. `stop` (SIGINT/SIGTERM) interrupts a point's
+// training; a point that goes non-finite throws Error naming it.
+SweepResult run_sweep(const SweepSpec& spec, const std::atomic<bool>* stop = nullptr,
+                      const SweepProgress& progress = {});
+
+// What a finished point in `dir` trained with `config` cost and reached: parameters,
+// train_flops_per_token, kv_cache_bytes_per_token (float32 K and V of every decoder layer), val_loss and
+// best_val_loss (NaN when never evaluated), the median ms_per_step and tokens_per_s of its log, step,
+// training_s, why it stopped ("max_steps", "interrupted", or the checkpoint's reason) and, with
+// train.target_loss, seconds_to_target (null when missed).
+nlohmann::json measure_sweep_point(const std::string& dir, const Config& config);
+
+}  // namespace tfm

@@ -1,0 +1,38 @@
+// How the text objectives (causal_lm, masked_lm) read and score a text: the token cache they map,
+// causal_lm's evaluation over a token span and masked_lm's masking rule.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "tfm/config/config.h"
+#include "tfm/data/token_cache.h"
+#include "tfm/engine/random.h"
+#include "tfm/models/language_model.h"
+
+namespace tfm {
+
+// How a text objective reaches its token cache: data.cache_dir, and (log) a line on stderr for every
+// cache built and why. tfm data prepare and eval --dump-logits read the data this way too.
+TokenCacheOptions token_cache_options(const Config& config, bool log);
+
+// causal_lm's evaluation: the mean loss over `batches` random (B, T) windows of `tokens`, drawn from
+// a generator seeded with `seed`, in eval mode without a graph; nullopt when abandoned on `stop`.
+std::optional<double> evaluate(LanguageModel& model, const TokenSpan& tokens, int64_t B, int64_t T,
+                               int64_t batches, uint64_t seed, const std::atomic<bool>* stop);
+// The same, never abandoned: the mean loss.
+inline double evaluate(LanguageModel& model, const TokenSpan& tokens, int64_t B, int64_t T, int64_t batches,
+                       uint64_t seed) {
+  return *evaluate(model, tokens, B, T, batches, seed, nullptr);
+}
+
+// masked_lm's rule (BERT's, docs/architecture.md): each position of x is chosen with probability
+// mask_prob; a chosen one becomes mask_id (80%), a uniformly random ordinary token in [0, ordinary)
+// (10%) or stays (10%). y gets the original token at chosen positions and kNotMasked elsewhere. When
+// no position was chosen one is, so the loss is defined. Returns the number chosen.
+constexpr int32_t kNotMasked = -100;  // cross_entropy's ignore_index
+int64_t mask_tokens(std::vector<int32_t>& x, std::vector<int32_t>& y, Rng& rng, double mask_prob, int32_t mask_id,
+                    int64_t ordinary);
+
+}  // namespace tfm

@@ -1,0 +1,186 @@
+#include "tfm/analysis/sweep.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "tfm/engine/error.h"
+#include "tfm/engine/file_io.h"
+#include "tfm/training/checkpoint.h"
+#include "tfm/training/run_dir.h"
+#include "tfm/training/trainer.h"
+
+namespace tfm {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// Every combination of the axes' values, the first axis slowest.
+std::vector<std::vector<std::string>> points_of(const std::vector<SweepAxis>& axes) {
+  std::vector<std::vector<std::string>> points = {{}};
+  for (const SweepAxis& a : axes) {
+    std::vector<std::vector<std::string>> next;
+    for (const auto& p : points)
+      for (const std::string& v : a.values) {
+        auto q = p;
+        q.push_back(v);
+        next.push_back(q);
+      }
+    points = next;
+  }
+  return points;
+}
+
+// A point's directory name: "model.n_heads=4,model.d_model=128" with path-unsafe characters replaced.
+std::string point_name(const std::vector<SweepAxis>& axes, const std::vector<std::string>& values) {
+  std::string s;
+  for (size_t i = 0; i < axes.size(); ++i) s += (i ? "," : "") + axes[i].key + "=" + values[i];
+  for (char& c : s)
+    if (c == '/' || c == '"' || c == '\'' || c == ' ') c = '_';
+  return s;
+}
+
+}  // namespace
+
+SweepAxis parse_sweep_axis(const std::string& spec) {
+  const size_t eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+    throw ConfigError("--grid: expected KEY=V1,V2,... (e.g. model.n_heads=1,2,4), got \"" + spec + "\"");
+  SweepAxis a{spec.substr(0, eq), {}};
+  if (!find_key(a.key))
+    throw ConfigError("--grid: " + a.key + " is not a config key (tfm config --keys lists them)");
+  size_t start = eq + 1;
+  while (start <= spec.size()) {
+    const size_t end = std::min(spec.find(',', start), spec.size());
+    const std::string v = spec.substr(start, end - start);
+    if (v.empty()) throw ConfigError("--grid: an empty value in \"" + spec + "\"");
+    a.values.push_back(v);
+    start = end + 1;
+  }
+  return a;
+}
+
+json measure_sweep_point(const std::string& dir, const Config& config) {
+  json rec;
+  // Through read_file: a FIFO or device under the name is refused, not waited on.
+  std::istringstream in(read_file(dir + "/" + kMetricsFile, uint64_t{1} << 30));
+  std::string line;
+  std::vector<double> ms, tok;
+  double val = NAN, best = NAN, training_s = 0, to_target = NAN;
+  while (std::getline(in, line)) {
+    const json r = json::parse(line, nullptr, false);
+    if (r.is_discarded()) continue;
+    if (r.contains("ms_per_step")) ms.push_back(r["ms_per_step"].get<double>());
+    if (r.contains("tokens_per_s")) tok.push_back(r["tokens_per_s"].get<double>());
+    if (r.contains("training_s")) training_s = r["training_s"].get<double>();
+    if (r.contains("seconds_to_target") && std::isnan(to_target)) to_target = r["seconds_to_target"].get<double>();
+    if (r.contains("val_loss")) {
+      val = r["val_loss"].get<double>();
+      if (!(best <= val)) best = val;
+    }
+  }
+  const auto median = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  LoadedRun run = load_run(dir, "last");
+  const Model& model = run.objective->model();
+  const int64_t C = config.integer("model.d_model"), H = config.integer("model.n_heads");
+  const int64_t kv = config.integer("model.n_kv_heads") > 0 ? config.integer("model.n_kv_heads") : H;
+  // The layers that keep a KV cache: the decoder's.
+  const bool encoder_decoder = run.objective->capabilities().model == ModelKind::EncoderDecoder;
+  const int64_t layers = config.integer(encoder_decoder ? "model.n_decoder_layers" : "model.n_layers");
+  rec["parameters"] = model.parameter_count();
+  rec["train_flops_per_token"] = run.objective->train_flops_per_token();
+  rec["kv_cache_bytes_per_token"] = 2 * layers * kv * (C / H) * 4;  // K and V, float32, every layer
+  rec["val_loss"] = val;
+  rec["best_val_loss"] = best;
+  rec["ms_per_step"] = median(ms);
+  rec["tokens_per_s"] = median(tok);
+  rec["step"] = run.checkpoint.state.value("step", int64_t{0});
+  rec["training_s"] = training_s;
+  rec["stopped"] = run.checkpoint.state.value("stopped", std::string(rec["step"] == config.integer("train.max_steps")
+                                                                         ? "max_steps" : "interrupted"));
+  // Time to quality (train.target_loss): seconds to the first evaluation at or below it, null if missed.
+  if (config.number("train.target_loss") > 0) rec["seconds_to_target"] = std::isnan(to_target) ? json() : json(to_target);
+  return rec;
+}
+
+SweepResult run_sweep(const SweepSpec& spec, const std::atomic<bool>* stop, const SweepProgress& progress) {
+  const std::vector<SweepAxis>& axes = spec.axes;
+  if (axes.empty()) throw ConfigError("--grid: give at least one KEY=V1,V2,...");
+  for (size_t i = 0; i < axes.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (axes[i].key == axes[j].key) throw ConfigError("--grid: " + axes[i].key + " appears twice");
+  double n_points = 1;  // the grid's size, counted before its points are built
+  for (const SweepAxis& a : axes) n_points *= static_cast<double>(a.values.size());
+  if (n_points > static_cast<double>(kMaxSweepPoints))
+    throw ConfigError("--grid: " + fmt::format("{:.0f}", n_points) +
+                      " points (the product of the axes' value counts), expected at most " +
+                      std::to_string(kMaxSweepPoints) + " (each point is a training run)");
+  SweepResult result;
+  result.out = spec.out.empty() ? "runs/sweep_" + fs::path(spec.config).stem().string() : spec.out;
+  const std::string& out = result.out;
+  // Every point's config is resolved before anything is trained: a bad value fails the sweep at once.
+  const auto points = points_of(axes);
+  std::vector<Config> configs;
+  std::vector<std::string> dirs;
+  for (const auto& p : points) {
+    std::vector<std::string> sets = spec.sets;
+    for (size_t i = 0; i < axes.size(); ++i) sets.push_back(axes[i].key + "=" + p[i]);
+    const std::string dir = out + "/" + point_name(axes, p);
+    sets.push_back("output.dir=" + json(dir).dump());
+    try {
+      configs.push_back(load_config(spec.config, sets));
+    } catch (const ConfigError& e) {
+      throw ConfigError(std::string("--grid point ") + point_name(axes, p) + ": " + e.what());
+    }
+    dirs.push_back(dir);
+  }
+  check_output_path("--out", out, {{"--config", spec.config}});
+  make_output_dir(out);
+  require_regular_or_absent(out + "/sweep.jsonl");  // refused now, not after training every point
+  for (size_t i = 0; i < points.size(); ++i) {
+    const std::string& dir = dirs[i];
+    const int64_t max_steps = configs[i].integer("train.max_steps");
+    int64_t step = -1;
+    bool stopped = false;  // reached train.target_loss or ran out of train.max_seconds: done too
+    if (const std::string saved = resume_checkpoint_path(dir); !saved.empty()) {
+      const json state = load_checkpoint(saved).state;
+      step = state.value("step", int64_t{0});
+      stopped = state.contains("stopped");
+    }
+    if (step < max_steps && !stopped) {
+      if (progress) progress(i, points.size(), point_name(axes, points[i]), step);
+      TrainOptions t;
+      t.console = false;
+      t.stop = stop;
+      t.resume = step >= 0;
+      const TrainResult r = train(configs[i], t);
+      if (r.status == TrainResult::Status::Interrupted) {
+        result.interrupted = true;
+        return result;
+      }
+      if (r.status == TrainResult::Status::NonFinite)
+        throw Error("--grid point " + point_name(axes, points[i]) + ": " + r.message);
+    }
+    json rec = measure_sweep_point(dir, configs[i]);
+    for (size_t a = 0; a < axes.size(); ++a) {
+      const json value = json::parse(points[i][a], nullptr, false);
+      rec[axes[a].key] = value.is_discarded() ? json(points[i][a]) : value;
+    }
+    rec["dir"] = dir;
+    result.points.push_back(rec);
+  }
+  std::string lines;
+  for (const json& r : result.points) lines += r.dump() + "\n";
+  write_file_atomically(out + "/sweep.jsonl", lines);
+  return result;
+}
+
+}  // namespace tfm
