@@ -94,9 +94,4 @@ std::string load_safetensors_into(Model& model, const std::string& path,
 // The seed of the evaluation batches of a run (the same batches at every evaluation).
 uint64_t eval_seed(const Config& config);
 
-// The optimizer and the learning-rate schedule of a config's train.optimizer.* and train.lr_schedule.*
-// keys, as train() steps with them.
-OptimizerConfig optimizer_config(const Config& config);
-LrSchedule lr_schedule(const Config& config);
-
 }  // namespace tfm
