@@ -69,7 +69,7 @@ double optimizer_floats(OptimizerKind optimizer, const ModelConfig& config, doub
              Optimizer::newton_schulz_workspace(std::max(c.d_ff, c.d_model), c.d_model);
 }
 
-// (S = T for a language model.) `optimizer` is train.optimizer.name, or "" without training.
+// (S = T for a language model.) `optimizer` is train.optimizer.name (unread without training).
 MemoryEstimate estimate(const ModelConfig& mc, int64_t B, int64_t S, int64_t T, OptimizerKind optimizer,
                         int64_t threads, bool training) {
   MemoryEstimate e;
@@ -211,7 +211,7 @@ MemoryEstimate estimate_training_memory(const Config& config, int64_t vocab_size
 }
 
 MemoryEstimate estimate_inference_memory(const ModelConfig& mc, int64_t B, int64_t T) {
-  return estimate(mc, B, T, T, "", 1, false);
+  return estimate(mc, B, T, T, OptimizerKind::AdamW, 1, false);  // not training: no optimizer state counted
 }
 
 MemoryEstimate estimate_translation_memory(const ModelConfig& mc, int64_t sources, int64_t beam, int64_t S,
