@@ -74,12 +74,14 @@ struct InfoModel {
 int64_t data_vocabulary_size(const Config& c, ObjectiveKind objective) {
   const std::string path = c.string("data.path");
   const Tokenizer::Kind kind = Tokenizer::parse_kind(c.string("data.tokenizer"));
-  const Tokenizer tokenizer = kind == Tokenizer::Kind::Bpe    ? Tokenizer::load_bpe(c.string("data.tokenizer_path"))
+  const Tokenizer tokenizer = kind == Tokenizer::Kind::Bpe
+                                  ? Tokenizer::load_bpe(c.string("data.tokenizer_path"))
                               : kind == Tokenizer::Kind::Char ? char_vocabulary_of_file(path)
                                                               : Tokenizer::from_text(kind, "", path);
   if (tokenizer.size() == 0)
-    throw ConfigError("data.path: " + path + " holds no text, so training would have no vocabulary (--vocab-size N "
-                      "sets one for tfm info)");
+    throw ConfigError("data.path: " + path +
+                      " holds no text, so training would have no vocabulary (--vocab-size N sets one for "
+                      "tfm info)");
   return tokenizer.size() + (objective == ObjectiveKind::MaskedLm ? 1 : 0);
 }
 
@@ -98,7 +100,8 @@ InfoModel build_model(const Config& c, int64_t vocab_override) {
     } catch (const IoError& e) {
       if (seq2seq) throw;
       if (!std::filesystem::exists(c.string("data.path")))
-        throw IoError(std::string(e.what()) + " (the vocabulary comes from the data; --vocab-size N sets one)");
+        throw IoError(std::string(e.what()) +
+                      " (the vocabulary comes from the data; --vocab-size N sets one)");
       vocab_override = data_vocabulary_size(c, objective);
       m.vocab_note = "from the " + c.string("data.tokenizer") + " tokenizer of " + c.string("data.path") +
                      " (no batch could be built: " + e.what() + ")";

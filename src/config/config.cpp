@@ -229,8 +229,8 @@ void cross_checks(const json& t, std::vector<std::string>& errors) {
   // What the model's options need of each other (nn/model_config.h: heads dividing d_model, top-k, ...).
   for (const std::string& e : model_config_errors(model)) errors.push_back(e);
   if (train.seq_len > model.max_seq_len)
-    errors.push_back("train.seq_len: expected at most model.max_seq_len = " + std::to_string(model.max_seq_len) +
-                     ", got " + std::to_string(train.seq_len));
+    errors.push_back("train.seq_len: expected at most model.max_seq_len = " +
+                     std::to_string(model.max_seq_len) + ", got " + std::to_string(train.seq_len));
   if (train.data_parallel > train.batch_size)
     errors.push_back("train.data_parallel: expected at most train.batch_size = " +
                      std::to_string(train.batch_size) + " workers (each takes whole rows), got " +
@@ -267,7 +267,8 @@ void cross_checks(const json& t, std::vector<std::string>& errors) {
 
 // Whether the objective reads key k (a key of no particular objective: every one).
 bool read_by(const KeySpec& k, ObjectiveKind objective) {
-  return k.objectives.empty() || std::find(k.objectives.begin(), k.objectives.end(), objective) != k.objectives.end();
+  return k.objectives.empty() ||
+         std::find(k.objectives.begin(), k.objectives.end(), objective) != k.objectives.end();
 }
 
 std::string join_lines(const std::vector<std::string>& lines) {

@@ -298,7 +298,8 @@ std::vector<KeySpec> build_table() {
           "Optimizer steps; the cosine and wsd schedules end here.")
           .min(1)
           .resumable(),
-      Key("train.grad_clip", &TrainConfig::grad_clip, "Clip the global gradient norm to this (0 = off).").min(0),
+      Key("train.grad_clip", &TrainConfig::grad_clip, "Clip the global gradient norm to this (0 = off).")
+          .min(0),
       Key("train.skip_nonfinite", &TrainConfig::skip_nonfinite,
           "On a NaN/Inf loss or gradient skip the batch (no update, a warning) instead of stopping; "
           "still stops after 100 in a row.")
@@ -309,7 +310,8 @@ std::vector<KeySpec> build_table() {
           "docs/architecture.md, \"Modern options\")."),
       Key("train.optimizer.lr", &TrainConfig::optimizer, &OptimizerConfig::lr, "Peak learning rate.")
           .min(0, true),
-      Key("train.optimizer.betas", &TrainConfig::optimizer, &OptimizerConfig::betas, "AdamW's [beta1, beta2].")
+      Key("train.optimizer.betas", &TrainConfig::optimizer, &OptimizerConfig::betas,
+          "AdamW's [beta1, beta2].")
           .min(0)
           .max(1, true),
       Key("train.optimizer.weight_decay", &TrainConfig::optimizer, &OptimizerConfig::weight_decay,
@@ -352,7 +354,9 @@ std::vector<KeySpec> build_table() {
           "Evaluate (and keep best.ckpt) every this many steps and at the end.")
           .min(1)
           .resumable(),
-      Key("train.eval_steps", &TrainConfig::eval_steps, "Validation batches per evaluation.").min(1).resumable(),
+      Key("train.eval_steps", &TrainConfig::eval_steps, "Validation batches per evaluation.")
+          .min(1)
+          .resumable(),
       Key("train.target_loss", &TrainConfig::target_loss,
           "Time to quality: stop at the first evaluation whose val loss is at most this (best.ckpt holds that "
           "model), and report the wall time it took, evaluations included (0 = off: train to max_steps).")
@@ -373,8 +377,8 @@ std::vector<KeySpec> build_table() {
           .min(0)
           .resumable(),
       Key("train.threads", &TrainConfig::threads,
-          "CPU threads for OpenBLAS and OpenMP (0 = all cores; under mpirun, each rank's share of its machine's "
-          "cores).")
+          "CPU threads for OpenBLAS and OpenMP (0 = all cores; under mpirun, each rank's share of its "
+          "machine's cores).")
           .min(0)
           .max(1024)
           .resumable(),

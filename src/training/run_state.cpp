@@ -87,7 +87,8 @@ void RunState::save(const std::string& path, double elapsed) const {
                 {"best_val_loss", std::isfinite(best_val) ? json(best_val) : json(nullptr)},
                 {"elapsed_s", elapsed},
                 {"rng", streams_json()},
-                {"optimizer", {{"name", name_of(optimizer_.config().name)}, {"steps", optimizer_.steps_taken()}}}};
+                {"optimizer",
+                 {{"name", name_of(optimizer_.config().name)}, {"steps", optimizer_.steps_taken()}}}};
   if (nranks_ > 1) state["ranks"] = nranks_;
   if (!stopped.empty()) state["stopped"] = stopped;
   const Model& model = objective_.model();

@@ -41,7 +41,8 @@ std::vector<std::string> context_for(const KeySpec& k, const json& value) {
 // halving would leave the range, a flipped boolean, each other name of an enum.
 std::vector<json> other_values(const KeySpec& k, const json& current) {
   const auto fits = [&](double v) {
-    return (!k.has_min || (k.min_open ? v > k.min : v >= k.min)) && (!k.has_max || (k.max_open ? v < k.max : v <= k.max));
+    return (!k.has_min || (k.min_open ? v > k.min : v >= k.min)) &&
+           (!k.has_max || (k.max_open ? v < k.max : v <= k.max));
   };
   switch (k.type) {
     case KeyType::Boolean:

@@ -260,8 +260,11 @@ TEST_CASE("grad: feed_forward", "[grad]") {
         {normal({5, 3}, 1), normal({4, 3}, 2), normal({4}, 3), normal({3, 4}, 4), normal({3}, 5)});
   }
   SECTION("without biases, one chunk") {
-    check_gradients([](const Inputs& in) { return feed_forward(in[0], in[1], Tensor(), in[2], Tensor(), Activation::Gelu); },
-                    {normal({2, 2, 3}, 6), normal({4, 3}, 7), normal({3, 4}, 8)});
+    check_gradients(
+        [](const Inputs& in) {
+          return feed_forward(in[0], in[1], Tensor(), in[2], Tensor(), Activation::Gelu);
+        },
+        {normal({2, 2, 3}, 6), normal({4, 3}, 7), normal({3, 4}, 8)});
   }
 }
 

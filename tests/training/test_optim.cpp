@@ -200,7 +200,8 @@ TEST_CASE("optim: global-norm clipping as clip_grad_norm_", "[optim]") {
 TEST_CASE("optim: wsd holds lr, then decays linearly to min_lr over the last decay_fraction",
           "[optim][wsd]") {
   LrSchedule s;
-  s.name = ScheduleKind::Wsd, s.lr = 1e-3, s.min_lr = 1e-4, s.warmup_steps = 10, s.total = 100, s.decay_fraction = 0.2;
+  s.name = ScheduleKind::Wsd, s.lr = 1e-3, s.min_lr = 1e-4, s.warmup_steps = 10, s.total = 100;
+  s.decay_fraction = 0.2;
   // s0 = 100 - floor(0.2 * 100) = 80: warmup to step 9, lr from 10 to 79, then 20 decaying steps.
   CHECK(s.at(0) == Approx(1e-4));
   CHECK(s.at(9) == 1e-3);
@@ -324,7 +325,8 @@ TEST_CASE("optim: Muon takes the hidden matrices, AdamW the rest with its own bi
   }
   for (int64_t i : {0, 5, 78, 80}) CHECK(p[i] == q[i]);  // the same AdamW, bit for bit
   for (int64_t i = 6; i < 78; ++i) CHECK(p[i] != q[i]);  // the matrices moved by Muon instead
-  CHECK(newton_schulz_flops(segs, OptimizerKind::Muon) == 2 * newton_schulz_flops(4, 6) + newton_schulz_flops(6, 4));
+  CHECK(newton_schulz_flops(segs, OptimizerKind::Muon) ==
+        2 * newton_schulz_flops(4, 6) + newton_schulz_flops(6, 4));
   CHECK(newton_schulz_flops(4, 6) == 10.0 * 16 * (2 * 6 + 4));
   CHECK(newton_schulz_flops(segs, OptimizerKind::AdamW) == 0.0);
   CHECK(is_hidden_matrix("blocks.0.attn.wq.weight", {8, 8}));

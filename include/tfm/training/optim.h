@@ -21,7 +21,8 @@ namespace tfm {
 //   wsd:     warmup-stable-decay (Hu et al. 2024, MiniCPM, sec. 4, with the linear cool-down of
 //            Haegele et al. 2024): lr until s0 = total - floor(decay_fraction * total), then
 //            lr + (min_lr - lr) * min(1, (step - s0 + 1) / max(1, total - s0)), min_lr at step total - 1
-// (warmup = warmup_steps, total = train.max_steps; the options are train.lr_schedule.*, config/train_config.h.)
+// (warmup = warmup_steps, total = train.max_steps; the options are train.lr_schedule.*,
+// config/train_config.h.)
 struct LrSchedule : LrScheduleConfig {
   double lr = 1e-3;     // train.optimizer.lr
   int64_t total = 2000;  // train.max_steps
@@ -62,7 +63,8 @@ class Optimizer {
  public:
   Optimizer(OptimizerConfig config, std::vector<ParamSegment> segments, int64_t total_size);
   // One update of values (P,) from grads (P,) at learning rate lr.
-  //   AdamW: p *= 1 - lr wd (decay segments); (b1, b2) = betas; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+  //   AdamW: p *= 1 - lr wd (decay segments); (b1, b2) = betas;
+  //          m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
   //          p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
   //   SGD:   g += wd p (decay segments); buf = momentum buf + g; p -= lr buf
   //   Muon (Jordan et al. 2024), on each hidden matrix W (out, in), at lr_m = muon_lr * lr / config.lr:
