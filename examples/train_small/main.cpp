@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   mc.d_model = 64, mc.n_layers = 2, mc.n_heads = 4, mc.n_kv_heads = 4, mc.d_ff = 256, mc.max_seq_len = T;
   LanguageModel model(mc, /*init_seed=*/1337);
   model.set_training(true);
-  // AdamW decays the matrices only (OptimizerConfig::name "muon" would give the blocks' matrices to Muon).
+  // AdamW decays the matrices only (OptimizerKind::Muon as its name would give the blocks' matrices to Muon).
   Optimizer adamw(OptimizerConfig{}, optimizer_segments(model), model.parameter_count());
   BatchSampler sampler(/*seed=*/1);
   std::vector<int32_t> x, y;  // (B, T) inputs and next-token targets

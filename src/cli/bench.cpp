@@ -46,11 +46,11 @@ int run_bench_gemm(const BenchGemmOptions& o) {
     Precision precision;
     const char* note;
   };
-  const Mode modes[] = {{GemmBackend::openblas, Precision::fp32, ""},
-                        {GemmBackend::onednn, Precision::fp32, ""},
-                        {GemmBackend::onednn, Precision::bf16, ""},
-                        {GemmBackend::openblas, Precision::bf16, " (emulated: sgemm on rounded operands)"}};
-  const GemmBackend default_backend = resolve_gemm_backend("auto", "TFM_GEMM_BACKEND");
+  const Mode modes[] = {{GemmBackend::OpenBlas, Precision::Fp32, ""},
+                        {GemmBackend::OneDnn, Precision::Fp32, ""},
+                        {GemmBackend::OneDnn, Precision::Bf16, ""},
+                        {GemmBackend::OpenBlas, Precision::Bf16, " (emulated: sgemm on rounded operands)"}};
+  const GemmBackend default_backend = resolve_gemm_backend(GemmBackendChoice::Auto);
   nlohmann::json out = {{"n", o.n}, {"threads", threads}, {"blas", platform::blas_summary()},
                         {"onednn", onednn_version()}, {"default_backend", gemm_backend_name(default_backend)}};
   ModelConfig m;
@@ -59,8 +59,8 @@ int run_bench_gemm(const BenchGemmOptions& o) {
     const Config c = load_config(o.config);
     m = c.model(256);  // the vocabulary only sizes the head; 256 covers char and byte
     check_memory(estimate_training_memory(c, 256), c, "bench gemm");  // its matrices are a step's (preflight.h)
-    B = c.integer("train.batch_size");
-    T = c.integer("train.seq_len");
+    B = c.train().batch_size;
+    T = c.train().seq_len;
   }
   std::vector<std::vector<GemmTiming>> shapes;
   for (const Mode& mode : modes) {

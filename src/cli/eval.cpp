@@ -78,7 +78,7 @@ LogitsFn model_logits(LanguageModel& model) {
 // One batch of `rows` validation windows (the first evaluation batch) and the model's logits for them.
 void dump_logits(LanguageModel& model, const Config& c, const TokenSpan& tokens, int64_t rows,
                  const std::string& path) {
-  const int64_t T = c.integer("train.seq_len");
+  const int64_t T = c.train().seq_len;
   BatchSampler sampler(eval_seed(c));
   std::vector<int32_t> x, y;
   sampler.sample(tokens, rows, T, x, y);
@@ -143,9 +143,9 @@ int eval_command(const EvalOptions& o) {
   apply_head_mask(run, o.mask_heads);
   const Config& c = run.config;
   // The run's precision, as its evaluations during training (and torch_lm.py --bf16) ran.
-  const GemmModeGuard gemm_mode(parse_precision(c.string("train.precision")),
-                                resolve_gemm_backend(c.string("train.gemm_backend")));
-  const int64_t B = c.integer("train.batch_size"), T = c.integer("train.seq_len");
+  const TrainConfig train = c.train();
+  const GemmModeGuard gemm_mode(train.precision, resolve_gemm_backend(train.gemm_backend));
+  const int64_t B = train.batch_size, T = train.seq_len;
   if (!o.dump_path.empty()) {
     if (!run.model)
       throw ConfigError("--dump-logits: only for language-model runs (train.objective causal_lm or masked_lm)");
@@ -163,7 +163,7 @@ int eval_command(const EvalOptions& o) {
              [&] { dump_logits(*run.model, c, split == "val" ? data.val : data.train, rows, o.dump_path); });
     return kExitOk;
   }
-  if (batches == 0) batches = c.integer("train.eval_steps");
+  if (batches == 0) batches = train.eval_steps;
   const Metrics m = run.objective->evaluate(split, batches, eval_seed(c));
   // A split walked in order (seq2seq) ends before a large --batches does: report what ran.
   const int64_t ran = run.objective->evaluation_batches(split, batches);

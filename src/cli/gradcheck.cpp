@@ -47,7 +47,7 @@ std::vector<std::string> shrink_sets(const Config& c) {
       set("model.n_heads", h), set("model.n_kv_heads", Hkv == H ? h : Hkv == 1 ? 1 : std::max<int64_t>(1, h / 2)),
       set("model.d_model", 4 * h), set("model.d_ff", 8 * h), set("model.max_seq_len", 6),
       set("train.batch_size", 2)};
-  if (c.string("train.objective") == "seq2seq") {
+  if (c.train().objective == ObjectiveKind::Seq2Seq) {
     sets.push_back(set("model.n_encoder_layers", std::min<int64_t>(c.integer("model.n_encoder_layers"), 2)));
     sets.push_back(set("model.n_decoder_layers", std::min<int64_t>(c.integer("model.n_decoder_layers"), 2)));
     sets.push_back(set("data.max_source_len", 4));
@@ -66,7 +66,7 @@ Checkpoint synthetic_vocabularies(const Config& c, int64_t V) {
   for (int64_t i = 0; i < V; ++i) words[i] = "w" + std::to_string(i);
   Checkpoint k;
   k.tokenizer = Tokenizer(words);
-  if (c.string("train.objective") == "seq2seq") {
+  if (c.train().objective == ObjectiveKind::Seq2Seq) {
     k.tokenizer = k.tokenizer.with_specials(seq2seq_specials());
     k.target_tokenizer = k.tokenizer;
   }
@@ -81,7 +81,8 @@ int run_gradcheck(const GradcheckOptions& o) {
     c = load_config(o.config, sets);
   }
   platform::configure_threads(o.threads);
-  const bool seq2seq = c.string("train.objective") == "seq2seq";
+  const TrainConfig train = c.train();
+  const bool seq2seq = train.objective == ObjectiveKind::Seq2Seq;
   const Checkpoint vocab = synthetic_vocabularies(c, o.vocab_size);
   const std::unique_ptr<Objective> objective =
       make_objective(c, &vocab, {false, 0, memory_check(c, {"gradcheck", true, 1})});
@@ -129,10 +130,10 @@ int run_gradcheck(const GradcheckOptions& o) {
                     std::to_string(c.integer("model.n_decoder_layers")) + " decoder layers"
               : std::to_string(c.integer("model.n_layers")) + " layers";
   const std::string batch =
-      seq2seq ? std::to_string(c.integer("train.batch_size")) + " pairs of up to " +
+      seq2seq ? std::to_string(train.batch_size) + " pairs of up to " +
                     std::to_string(c.integer("data.max_source_len")) + " + " +
                     std::to_string(c.integer("data.max_target_len")) + " tokens"
-              : std::to_string(c.integer("train.batch_size")) + " x " + std::to_string(c.integer("train.seq_len"));
+              : std::to_string(train.batch_size) + " x " + std::to_string(train.seq_len);
   fmt::print("gradcheck {} ({}): {}, d_model {}, {} heads ({} kv), d_ff {}, vocabulary {}, batch {}{}\n",
               o.config.c_str(), objective->name().c_str(), layers.c_str(),
               c.integer("model.d_model"), c.integer("model.n_heads"),

@@ -1,6 +1,7 @@
 // `tfm info`: what a config costs before it runs: parameters per component, FLOPs per token, memory.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +14,8 @@
 #include "tfm/config/config.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/memory.h"
+#include "tfm/data/token_cache.h"
+#include "tfm/data/tokenizer.h"
 #include "tfm/engine/platform.h"
 #include "tfm/models/encoder_decoder.h"
 #include "tfm/nn/attention.h"
@@ -51,8 +54,8 @@ struct InfoOptions {
 };
 
 // The model a config builds: through its objective (the data's vocabularies, memory-checked before it
-// allocates), or a bare language model with an assumed vocabulary when the data file is missing or
-// --vocab-size is given.
+// allocates), or a bare language model when --vocab-size is given or the data is too short for the
+// objective's batches (then its vocabulary is the one training would build from the file).
 struct InfoModel {
   std::unique_ptr<Objective> objective;
   std::unique_ptr<LanguageModel> lm;
@@ -65,9 +68,26 @@ struct InfoModel {
   }
 };
 
+// The vocabulary training builds from the data.* keys, when the objective could not be built (a file too
+// short for a batch, ...): the file's distinct characters (char), the 256 bytes, or the BPE file's, plus
+// masked_lm's [MASK]. Refused, naming data.path, when the file has no text to take them from.
+int64_t data_vocabulary_size(const Config& c, ObjectiveKind objective) {
+  const std::string path = c.string("data.path");
+  const Tokenizer::Kind kind = Tokenizer::parse_kind(c.string("data.tokenizer"));
+  const Tokenizer tokenizer = kind == Tokenizer::Kind::Bpe
+                                  ? Tokenizer::load_bpe(c.string("data.tokenizer_path"))
+                              : kind == Tokenizer::Kind::Char ? char_vocabulary_of_file(path)
+                                                              : Tokenizer::from_text(kind, "", path);
+  if (tokenizer.size() == 0)
+    throw ConfigError("data.path: " + path +
+                      " holds no text, so training would have no vocabulary (--vocab-size N sets one for "
+                      "tfm info)");
+  return tokenizer.size() + (objective == ObjectiveKind::MaskedLm ? 1 : 0);
+}
+
 InfoModel build_model(const Config& c, int64_t vocab_override) {
-  const std::string objective_name = c.string("train.objective");
-  const bool seq2seq = objective_name == "seq2seq";
+  const ObjectiveKind objective = c.train().objective;
+  const bool seq2seq = objective == ObjectiveKind::Seq2Seq;
   const auto check = memory_check(c, {"info", true, 1});
   InfoModel m;
   if (vocab_override > 0 && seq2seq)
@@ -79,8 +99,12 @@ InfoModel build_model(const Config& c, int64_t vocab_override) {
       return m;
     } catch (const IoError& e) {
       if (seq2seq) throw;
-      vocab_override = (c.string("data.tokenizer") == "byte" ? 256 : 65) + (objective_name == "masked_lm" ? 1 : 0);
-      m.vocab_note = std::string("assumed (") + e.what() + "; --vocab-size N sets it)";
+      if (!std::filesystem::exists(c.string("data.path")))
+        throw IoError(std::string(e.what()) +
+                      " (the vocabulary comes from the data; --vocab-size N sets one)");
+      vocab_override = data_vocabulary_size(c, objective);
+      m.vocab_note = "from the " + c.string("data.tokenizer") + " tokenizer of " + c.string("data.path") +
+                     " (no batch could be built: " + e.what() + ")";
     }
   } else {
     m.vocab_note = "from --vocab-size";
@@ -93,12 +117,12 @@ InfoModel build_model(const Config& c, int64_t vocab_override) {
 
 // What tfm info reports of a config, computed once for the text and the JSON forms.
 struct InfoFigures {
-  std::string objective;
+  ObjectiveKind objective = ObjectiveKind::CausalLm;
   bool seq2seq = false;
   int64_t B = 0, T = 0, P = 0;  // T: tokens the loss counts per sequence (a pair's target side at its longest)
   double train_flops = 0;       // per token, forward + backward
   double step_tokens = 0;       // per optimizer step (grad_accum_steps included)
-  std::string optimizer;
+  OptimizerKind optimizer = OptimizerKind::AdamW;
   std::vector<ParamSegment> segments;
   double ns_flops = 0;  // Muon's Newton-Schulz products per optimizer step (not in MFU)
   MemoryEstimate memory;
@@ -107,30 +131,31 @@ struct InfoFigures {
 InfoFigures figures_of(const Config& c, const InfoModel& m) {
   InfoFigures f;
   const ModelConfig& mc = m.config();
-  f.objective = c.string("train.objective");
-  f.seq2seq = f.objective == "seq2seq";
+  const TrainConfig train = c.train();
+  f.objective = train.objective;
+  f.seq2seq = f.objective == ObjectiveKind::Seq2Seq;
   f.memory = estimate_memory(c, mc, true);  // preflight.h
-  f.B = c.integer("train.batch_size");
-  f.T = f.seq2seq ? c.integer("data.max_target_len") + 1 : c.integer("train.seq_len");
+  f.B = train.batch_size;
+  f.T = f.seq2seq ? c.integer("data.max_target_len") + 1 : train.seq_len;
   f.P = m.model().parameter_count();
   f.train_flops = m.objective ? m.objective->train_flops_per_token()
                               : LanguageModel::flops_per_token(mc, f.T).train_per_token;
-  f.optimizer = c.string("train.optimizer.name");
+  f.optimizer = train.optimizer.name;
   f.segments = optimizer_segments(m.model());
   f.ns_flops = newton_schulz_flops(f.segments, f.optimizer);
-  f.step_tokens = static_cast<double>(f.B * f.T * c.integer("train.grad_accum_steps"));
+  f.step_tokens = static_cast<double>(f.B * f.T * train.grad_accum_steps);
   return f;
 }
 
 // For scripts (scripts/bench.sh): the text form's figures, machine-readable.
 void print_json(const std::string& file, const InfoModel& m, const InfoFigures& f) {
   const ModelConfig& mc = m.config();
-  nlohmann::json j = {{"config", file}, {"objective", f.objective}, {"vocab_size", mc.vocab_size},
+  nlohmann::json j = {{"config", file}, {"objective", name_of(f.objective)}, {"vocab_size", mc.vocab_size},
                       {"parameters", f.P}, {"forward_flops_per_token", f.train_flops / 3.0},
                       {"train_flops_per_token", f.train_flops}, {"batch_size", f.B}, {"seq_len", f.T},
                       {"memory_estimate_bytes", f.memory.total()}};
-  j["optimizer"] = f.optimizer;
-  if (f.optimizer == "muon") j["newton_schulz_flops_per_step"] = f.ns_flops;
+  j["optimizer"] = name_of(f.optimizer);
+  if (f.optimizer == OptimizerKind::Muon) j["newton_schulz_flops_per_step"] = f.ns_flops;
   if (f.seq2seq) j["source_vocab_size"] = mc.source_vocab_size;
   j["head_gating"] = name_of(mc.head_gating), j["head_mixing"] = name_of(mc.head_mixing);
   if (mc.head_gating == HeadGating::TopK)
@@ -146,7 +171,7 @@ void print_model(const Config& c, const std::string& file, const InfoModel& m, c
   const std::string vocab = f.seq2seq ? std::to_string(mc.source_vocab_size) + " source + " +
                                             std::to_string(mc.vocab_size) + " target"
                                       : std::to_string(mc.vocab_size);
-  fmt::print("config {} (output.dir {}), objective {}\n", file, c.string("output.dir"), f.objective);
+  fmt::print("config {} (output.dir {}), objective {}\n", file, c.string("output.dir"), name_of(f.objective));
   fmt::print("vocabulary: {} symbols, {} tokenizer, {}\n", vocab, c.string("data.tokenizer"), m.vocab_note);
   const std::string layers = f.seq2seq ? std::to_string(mc.n_encoder_layers) + " encoder + " +
                                              std::to_string(mc.n_decoder_layers) + " decoder layers"
@@ -184,7 +209,7 @@ void print_costs(const Config& c, const InfoModel& m, const InfoFigures& f) {
                human_count(f.train_flops * f.step_tokens));
     fmt::print("memory estimate (batch {} x {}): {}\n", f.B, f.T, f.memory.summary());
   }
-  if (f.optimizer != "muon") return;
+  if (f.optimizer != OptimizerKind::Muon) return;
   int64_t matrices = 0, elements = 0;
   for (const ParamSegment& s : f.segments)
     if (s.rows > 0) ++matrices, elements += s.size;
@@ -201,7 +226,7 @@ void print_costs(const Config& c, const InfoModel& m, const InfoFigures& f) {
 
 // --measure: one real training step's peak tensor memory (the objective's batch, or random tokens).
 void measure_step(const Config& c, const InfoModel& m, const InfoFigures& f) {
-  platform::configure_threads(static_cast<int>(c.integer("train.threads")));
+  platform::configure_threads(static_cast<int>(c.train().threads));
   const size_t before = memory::stats().live_bytes;
   memory::reset_peak();
   if (m.objective) {

@@ -222,46 +222,53 @@ void check_unknown(const json& node, const std::string& prefix, std::vector<std:
 
 void cross_checks(const json& t, std::vector<std::string>& errors) {
   auto i = [&](const char* p) { return lookup(t, p)->get<int64_t>(); };
+  const TrainConfig train = from_tree<TrainConfig>(t);
+  const ModelConfig model = from_tree<ModelConfig>(t);
   if (lookup(t, "data.tokenizer")->get<std::string>() == "bpe" && lookup(t, "data.tokenizer_path")->is_null())
     errors.push_back("data.tokenizer_path: required when data.tokenizer = \"bpe\" (make one with tfm tokenizer train)");
   // What the model's options need of each other (nn/model_config.h: heads dividing d_model, top-k, ...).
-  for (const std::string& e : model_config_errors(model_from_tree(t))) errors.push_back(e);
-  if (i("train.seq_len") > i("model.max_seq_len"))
+  for (const std::string& e : model_config_errors(model)) errors.push_back(e);
+  if (train.seq_len > model.max_seq_len)
     errors.push_back("train.seq_len: expected at most model.max_seq_len = " +
-                     std::to_string(i("model.max_seq_len")) + ", got " + std::to_string(i("train.seq_len")));
-  if (i("train.data_parallel") > i("train.batch_size"))
+                     std::to_string(model.max_seq_len) + ", got " + std::to_string(train.seq_len));
+  if (train.data_parallel > train.batch_size)
     errors.push_back("train.data_parallel: expected at most train.batch_size = " +
-                     std::to_string(i("train.batch_size")) + " workers (each takes whole rows), got " +
-                     std::to_string(i("train.data_parallel")));
+                     std::to_string(train.batch_size) + " workers (each takes whole rows), got " +
+                     std::to_string(train.data_parallel));
   // What the objectives need of the model and the data (docs/architecture.md, "Objectives").
-  const std::string objective = lookup(t, "train.objective")->get<std::string>();
-  const bool causal = lookup(t, "model.causal")->get<bool>();
-  if (objective == "causal_lm" && !causal)
+  const ObjectiveKind objective = train.objective;
+  const bool seq2seq = objective == ObjectiveKind::Seq2Seq;
+  if (objective == ObjectiveKind::CausalLm && !model.causal)
     errors.push_back("model.causal: train.objective \"causal_lm\" needs model.causal = true (a bidirectional "
                      "model trained on the next token reads the answer through attention; for an encoder use "
                      "train.objective \"masked_lm\")");
-  if (objective == "masked_lm" && causal)
+  if (objective == ObjectiveKind::MaskedLm && model.causal)
     errors.push_back("model.causal: train.objective \"masked_lm\" needs model.causal = false (a causal model "
                      "cannot see the tokens after a [MASK])");
   const std::string format = lookup(t, "data.format")->get<std::string>();
-  if ((objective == "seq2seq") != (format == "pairs"))
-    errors.push_back("data.format: train.objective \"" + objective + "\" reads " +
-                     (objective == "seq2seq" ? "\"pairs\"" : "\"text\"") + ", got \"" + format + "\"");
-  if (objective != "seq2seq" && lookup(t, "data.tokenizer")->get<std::string>() == "word")
+  if (seq2seq != (format == "pairs"))
+    errors.push_back("data.format: train.objective \"" + name_of(objective) + "\" reads " +
+                     (seq2seq ? "\"pairs\"" : "\"text\"") + ", got \"" + format + "\"");
+  if (!seq2seq && lookup(t, "data.tokenizer")->get<std::string>() == "word")
     errors.push_back("data.tokenizer: \"word\" is for train.objective \"seq2seq\" (sentence pairs); a text "
                      "objective uses \"char\", \"byte\" or \"bpe\"");
-  if (objective == "seq2seq")
+  if (seq2seq)
     for (const char* side : {"data.max_source_len", "data.max_target_len"})
-      if (i(side) + 1 > i("model.max_seq_len"))
+      if (i(side) + 1 > model.max_seq_len)
         errors.push_back(std::string(side) + ": expected at most model.max_seq_len - 1 = " +
-                         std::to_string(i("model.max_seq_len") - 1) + " (room for <bos>/<eos>), got " +
+                         std::to_string(model.max_seq_len - 1) + " (room for <bos>/<eos>), got " +
                          std::to_string(i(side)));
-  const double lr = lookup(t, "train.optimizer.lr")->get<double>();
-  const double min_lr = lookup(t, "train.lr_schedule.min_lr")->get<double>();
-  const std::string schedule = lookup(t, "train.lr_schedule.name")->get<std::string>();
-  if ((schedule == "cosine" || schedule == "wsd") && min_lr > lr)
+  const double lr = train.optimizer.lr, min_lr = train.lr_schedule.min_lr;
+  const ScheduleKind schedule = train.lr_schedule.name;
+  if ((schedule == ScheduleKind::Cosine || schedule == ScheduleKind::Wsd) && min_lr > lr)
     errors.push_back("train.lr_schedule.min_lr: expected at most train.optimizer.lr = " + number_str(lr) +
                      ", got " + number_str(min_lr));
+}
+
+// Whether the objective reads key k (a key of no particular objective: every one).
+bool read_by(const KeySpec& k, ObjectiveKind objective) {
+  return k.objectives.empty() ||
+         std::find(k.objectives.begin(), k.objectives.end(), objective) != k.objectives.end();
 }
 
 std::string join_lines(const std::vector<std::string>& lines) {
@@ -316,10 +323,12 @@ std::string Config::string(const std::string& path) const {
 }
 
 ModelConfig Config::model(int64_t vocab_size) const {
-  ModelConfig m = model_from_tree(tree);
+  ModelConfig m = from_tree<ModelConfig>(tree);
   m.vocab_size = vocab_size;
   return m;
 }
+
+TrainConfig Config::train() const { return from_tree<TrainConfig>(tree); }
 
 // ---- parsing ----
 
@@ -421,19 +430,17 @@ Config resolve_config(json user, const std::vector<std::string>& overrides) {
     for (const KeySpec* k : to_derive) assign(tree, k->path, k->rule(tree));
     cross_checks(tree, errors);
     // A key another objective reads, set to something other than its default, would be ignored: say so.
-    const std::string objective = lookup(tree, "train.objective")->get<std::string>();
+    const ObjectiveKind objective = from_tree<TrainConfig>(tree).objective;
     for (const auto& k : config_keys()) {
-      if (k.objectives.empty() ||
-          std::find(k.objectives.begin(), k.objectives.end(), objective) != k.objectives.end())
-        continue;
+      if (read_by(k, objective)) continue;
       const json* given = lookup(user, k.path);
       if (!given || given->is_null()) continue;
       const json fallback = k.default_value.is_null() ? k.rule(tree) : k.default_value;
       if (*lookup(tree, k.path) == fallback) continue;
       std::string owners;
-      for (const auto& o : k.objectives) owners += (owners.empty() ? "\"" : " or \"") + o + "\"";
+      for (const auto o : k.objectives) owners += (owners.empty() ? "\"" : " or \"") + name_of(o) + "\"";
       errors.push_back(k.path + ": belongs to train.objective " + owners + "; this config's objective is \"" +
-                       objective + "\" (remove the key or change train.objective)");
+                       name_of(objective) + "\" (remove the key or change train.objective)");
     }
     // Likewise a key of one optimizer or schedule set while another is chosen.
     for (const auto& k : config_keys()) {
@@ -469,9 +476,9 @@ Config resume_config(const Config& run, const std::vector<std::string>& override
   // Keys of other objectives hold their (derived) defaults in a resolved tree: drop them, so they are
   // derived afresh and only an override naming one is refused.
   json tree = run.tree;
-  const std::string objective = run.string("train.objective");
+  const ObjectiveKind objective = run.train().objective;
   for (const auto& k : config_keys())
-    if (!k.objectives.empty() && std::find(k.objectives.begin(), k.objectives.end(), objective) == k.objectives.end()) {
+    if (!read_by(k, objective)) {
       const auto parts = split_path(k.path);
       json* node = &tree;
       for (size_t p = 0; p + 1 < parts.size() && node; ++p) node = node->contains(parts[p]) ? &(*node)[parts[p]] : nullptr;
@@ -481,9 +488,7 @@ Config resume_config(const Config& run, const std::vector<std::string>& override
   std::vector<std::string> errors;
   for (const auto& path : differing_keys(run, next)) {
     const KeySpec* k = find_key(path);
-    const bool foreign = !k->objectives.empty() &&
-                         std::find(k->objectives.begin(), k->objectives.end(), objective) == k->objectives.end();
-    if (k->resumable || foreign) continue;
+    if (k->resumable || !read_by(*k, objective)) continue;
     std::string allowed;
     for (const auto& k : config_keys())
       if (k.resumable) allowed += (allowed.empty() ? "" : ", ") + k.path;
@@ -518,7 +523,7 @@ std::string keys_markdown() {
     if (k.resumable) meaning += " May change on `--resume`.";
     if (!k.objectives.empty()) {
       std::string owners;
-      for (const auto& o : k.objectives) owners += (owners.empty() ? "`" : ", `") + o + "`";
+      for (const auto o : k.objectives) owners += (owners.empty() ? "`" : ", `") + name_of(o) + "`";
       meaning += " Only " + owners + ".";
     }
     if (!k.only_with_key.empty()) {

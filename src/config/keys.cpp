@@ -1,9 +1,13 @@
 // The config key table: every key a config may hold, in documentation order, with its type, default,
 // allowed values, the rule of a derived default, and what it means. config.cpp validates, resolves and
-// documents configs from it; the model.* rows are bound to their ModelConfig members (nn/model_config.h),
-// which hold the defaults and allowed values.
+// documents configs from it; the model.* rows are bound to their ModelConfig members (nn/model_config.h)
+// and the train.* rows to their TrainConfig members (config/train_config.h), which hold the defaults and
+// allowed values.
+#include <array>
 #include <charconv>
 #include <functional>
+#include <type_traits>
+#include <utility>
 
 #include "table.h"
 #include "tfm/data/token_cache.h"
@@ -17,6 +21,9 @@ namespace {
 int64_t integer(const json& tree, const char* path) { return lookup(tree, path)->get<int64_t>(); }
 double number(const json& tree, const char* path) { return lookup(tree, path)->get<double>(); }
 std::string text(const json& tree, const char* path) { return lookup(tree, path)->get<std::string>(); }
+bool seq2seq(const json& tree) {
+  return *enum_from<ObjectiveKind>(text(tree, "train.objective")) == ObjectiveKind::Seq2Seq;
+}
 
 // A float default as the shortest decimal that reads back as the same float (0.01f is "0.01", not
 // 0.009999999776), so the table and resolved configs show what the struct says.
@@ -26,39 +33,60 @@ json float_json(float v) {
   return json(std::stod(std::string(buf, end)));
 }
 
-// How a model.* row reads its ModelConfig member: its type, default, allowed values, and how a value
-// goes into a ModelConfig and comes out of one.
-void bind(KeySpec& s, int64_t ModelConfig::*member) {
-  s.type = KeyType::Integer;
-  s.default_value = ModelConfig{}.*member;
-  s.set_model = [member](ModelConfig& m, const json& v) { m.*member = v.get<int64_t>(); };
-  s.get_model = [member](const ModelConfig& m) { return json(m.*member); };
-}
-void bind(KeySpec& s, float ModelConfig::*member) {
-  s.type = KeyType::Number;
-  s.default_value = float_json(ModelConfig{}.*member);
-  s.set_model = [member](ModelConfig& m, const json& v) { m.*member = static_cast<float>(v.get<double>()); };
-  s.get_model = [member](const ModelConfig& m) { return float_json(m.*member); };
-}
-void bind(KeySpec& s, double ModelConfig::*member) {
-  s.type = KeyType::Number;
-  s.default_value = ModelConfig{}.*member;
-  s.set_model = [member](ModelConfig& m, const json& v) { m.*member = v.get<double>(); };
-  s.get_model = [member](const ModelConfig& m) { return json(m.*member); };
-}
-void bind(KeySpec& s, bool ModelConfig::*member) {
-  s.type = KeyType::Boolean;
-  s.default_value = ModelConfig{}.*member;
-  s.set_model = [member](ModelConfig& m, const json& v) { m.*member = v.get<bool>(); };
-  s.get_model = [member](const ModelConfig& m) { return json(m.*member); };
-}
-template <class E>
-void bind(KeySpec& s, E ModelConfig::*member) {
-  s.type = KeyType::String;
-  s.default_value = name_of(ModelConfig{}.*member);
-  s.choices = enum_names<E>();
-  s.set_model = [member](ModelConfig& m, const json& v) { m.*member = *enum_from<E>(v.get<std::string>()); };
-  s.get_model = [member](const ModelConfig& m) { return json(name_of(m.*member)); };
+// How a value of each member type goes into a row and out of it: the key's type, its allowed values,
+// and the conversions between the member and its JSON.
+template <class V, class = void>
+struct Codec;
+template <>
+struct Codec<int64_t> {
+  static constexpr KeyType type = KeyType::Integer;
+  static json put(int64_t v) { return v; }
+  static int64_t take(const json& v) { return v.get<int64_t>(); }
+};
+template <>
+struct Codec<float> {
+  static constexpr KeyType type = KeyType::Number;
+  static json put(float v) { return float_json(v); }
+  static float take(const json& v) { return static_cast<float>(v.get<double>()); }
+};
+template <>
+struct Codec<double> {
+  static constexpr KeyType type = KeyType::Number;
+  static json put(double v) { return v; }
+  static double take(const json& v) { return v.get<double>(); }
+};
+template <>
+struct Codec<bool> {
+  static constexpr KeyType type = KeyType::Boolean;
+  static json put(bool v) { return v; }
+  static bool take(const json& v) { return v.get<bool>(); }
+};
+template <>
+struct Codec<std::array<double, 2>> {
+  static constexpr KeyType type = KeyType::NumberPair;
+  static json put(const std::array<double, 2>& v) { return json::array({v[0], v[1]}); }
+  static std::array<double, 2> take(const json& v) { return {v[0].get<double>(), v[1].get<double>()}; }
+};
+template <class E>  // an option enum, spelled by its enum_names
+struct Codec<E, std::enable_if_t<std::is_enum_v<E>>> {
+  static constexpr KeyType type = KeyType::String;
+  static json put(E v) { return name_of(v); }
+  static E take(const json& v) { return *enum_from<E>(v.get<std::string>()); }
+};
+
+// Binds a row to the member of an option struct S that `member(s)` refers to: the row's type, default
+// (the member's in a default S), allowed values (an enum's names) and how a value goes into an S and
+// comes out of one.
+template <class S, class Member>
+void bind(KeySpec& s, Member member) {
+  using V = std::remove_cv_t<std::remove_reference_t<decltype(member(std::declval<S&>()))>>;
+  using C = Codec<V>;
+  s.type = C::type;
+  const S defaults{};
+  s.default_value = C::put(member(defaults));
+  if constexpr (std::is_enum_v<V>) s.choices = enum_names<V>();
+  s.binding<S>().set = [member](S& o, const json& v) { member(o) = C::take(v); };
+  s.binding<S>().get = [member](const S& o) { return C::put(member(o)); };
 }
 
 // A fluent builder so that each row of the table reads as one line.
@@ -70,12 +98,19 @@ struct Key {
     s.default_value = std::move(default_value);
     s.meaning = meaning;
   }
-  // A model.* key bound to its ModelConfig member.
-  template <class V>
-  Key(const char* path, V ModelConfig::*member, const char* meaning) {
+  // A key bound to a member of its option struct: model.* to ModelConfig's, train.* to TrainConfig's.
+  template <class S, class V>
+  Key(const char* path, V S::*member, const char* meaning) {
     s.path = path;
     s.meaning = meaning;
-    bind(s, member);
+    bind<S>(s, [member](auto& o) -> auto& { return o.*member; });
+  }
+  // ... to a member of one of its sub-structs (train.optimizer.lr: TrainConfig::optimizer's lr).
+  template <class S, class Sub, class V>
+  Key(const char* path, Sub S::*sub, V Sub::*member, const char* meaning) {
+    s.path = path;
+    s.meaning = meaning;
+    bind<S>(s, [sub, member](auto& o) -> auto& { return (o.*sub).*member; });
   }
   Key& min(double v, bool open = false) {
     s.min = v, s.has_min = true, s.min_open = open;
@@ -100,8 +135,8 @@ struct Key {
   // (nn/model_config.h holds the rule; "how" says it in words).
   Key& derived_in_model(const char* how) {
     // The member's own value in the tree is set aside: the rule says what it would be by default.
-    s.rule = [get = s.get_model, set = s.set_model, unset = s.default_value](const json& tree) {
-      ModelConfig m = model_from_tree(tree);
+    s.rule = [get = s.model.get, set = s.model.set, unset = s.default_value](const json& tree) {
+      ModelConfig m = from_tree<ModelConfig>(tree);
       set(m, unset);
       return get(resolved(m));
     };
@@ -113,22 +148,24 @@ struct Key {
     s.resumable = true;
     return *this;
   }
-  Key& only_for(std::vector<std::string> objectives) {
+  Key& only_for(std::vector<ObjectiveKind> objectives) {
     s.objectives = std::move(objectives);
     return *this;
   }
   // Read only while the string key `key` holds one of `values` (Muon's keys under train.optimizer.name
   // "muon"): set to anything but its default otherwise, it would be ignored, and is refused.
-  Key& only_with(const char* key, std::vector<std::string> values) {
+  template <class E>
+  Key& only_with(const char* key, std::vector<E> values) {
     s.only_with_key = key;
-    s.only_with_values = std::move(values);
+    for (const E v : values) s.only_with_values.push_back(name_of(v));
     return *this;
   }
 };
 
 using T = KeyType;
-const std::vector<std::string> kLanguageModels = {"causal_lm", "masked_lm"};
-const std::vector<std::string> kSeq2Seq = {"seq2seq"};
+const std::vector<ObjectiveKind> kLanguageModels = {ObjectiveKind::CausalLm, ObjectiveKind::MaskedLm};
+const std::vector<ObjectiveKind> kSeq2Seq = {ObjectiveKind::Seq2Seq};
+
 
 }  // namespace
 
@@ -140,7 +177,7 @@ std::vector<KeySpec> build_table() {
       Key("data.format", T::String, nullptr,
           "`text`: one UTF-8 text (causal_lm, masked_lm); `pairs`: `source<TAB>target[<TAB>...]` lines (seq2seq).")
           .derived("\"pairs\" for seq2seq, else \"text\"",
-                   [](const json& t) { return json(text(t, "train.objective") == "seq2seq" ? "pairs" : "text"); })
+                   [](const json& t) { return json(seq2seq(t) ? "pairs" : "text"); })
           .one_of({"text", "pairs"}),
       Key("data.tokenizer", T::String, "char",
           "`char`: Unicode code points of the UTF-8 file, vocabulary = its sorted distinct characters; "
@@ -240,100 +277,112 @@ std::vector<KeySpec> build_table() {
           "learned H x H matrices; `group_mlp` mixes them inside model.head_groups groups and replaces the "
           "output projection by a two-layer GELU MLP."),
       Key("model.head_groups", &ModelConfig::head_groups, "group_mlp: groups of heads (must divide model.n_heads).").min(1),
-      Key("train.objective", T::String, "causal_lm",
+      Key("train.objective", &TrainConfig::objective,
           "`causal_lm`: next-token prediction (decoder-only); `masked_lm`: BERT's masked tokens "
-          "(encoder-only); `seq2seq`: an encoder-decoder over sentence pairs (translation).")
-          .one_of({"causal_lm", "masked_lm", "seq2seq"}),
-      Key("train.mask_prob", T::Number, 0.15,
+          "(encoder-only); `seq2seq`: an encoder-decoder over sentence pairs (translation)."),
+      Key("train.mask_prob", &TrainConfig::mask_prob,
           "masked_lm: each position is chosen with this probability (then [MASK] 80%, random 10%, kept 10%).")
           .min(0, true)
           .max(1, true)
-          .only_for({"masked_lm"}),
-      Key("train.batch_size", T::Integer, 12, "B: sequences per micro-batch.").min(1),
-      Key("train.seq_len", T::Integer, nullptr, "T: tokens per training sequence; at most model.max_seq_len.")
+          .only_for({ObjectiveKind::MaskedLm}),
+      Key("train.batch_size", &TrainConfig::batch_size, "B: sequences per micro-batch.").min(1),
+      Key("train.seq_len", &TrainConfig::seq_len,
+          "T: tokens per training sequence; at most model.max_seq_len.")
           .derived("model.max_seq_len", [](const json& t) { return *lookup(t, "model.max_seq_len"); })
           .min(1)
           .only_for(kLanguageModels),
-      Key("train.grad_accum_steps", T::Integer, 1,
+      Key("train.grad_accum_steps", &TrainConfig::grad_accum_steps,
           "Micro-batches per optimizer step; the update equals one batch of B * grad_accum_steps.")
           .min(1),
-      Key("train.max_steps", T::Integer, 2000, "Optimizer steps; the cosine and wsd schedules end here.")
+      Key("train.max_steps", &TrainConfig::max_steps,
+          "Optimizer steps; the cosine and wsd schedules end here.")
           .min(1)
           .resumable(),
-      Key("train.grad_clip", T::Number, 1.0, "Clip the global gradient norm to this (0 = off).").min(0),
-      Key("train.skip_nonfinite", T::Boolean, false,
+      Key("train.grad_clip", &TrainConfig::grad_clip, "Clip the global gradient norm to this (0 = off).")
+          .min(0),
+      Key("train.skip_nonfinite", &TrainConfig::skip_nonfinite,
           "On a NaN/Inf loss or gradient skip the batch (no update, a warning) instead of stopping; "
           "still stops after 100 in a row.")
           .resumable(),
-      Key("train.optimizer.name", T::String, "adamw",
+      Key("train.optimizer.name", &TrainConfig::optimizer, &OptimizerConfig::name,
           "`adamw` (decoupled weight decay on matrices only), `sgd` (momentum, L2 decay on matrices) or "
           "`muon` (Muon on the blocks' weight matrices, AdamW with the keys below on everything else; "
-          "docs/architecture.md, \"Modern options\").")
-          .one_of({"adamw", "sgd", "muon"}),
-      Key("train.optimizer.lr", T::Number, 1e-3, "Peak learning rate.").min(0, true),
-      Key("train.optimizer.betas", T::NumberPair, json::array({0.9, 0.99}), "AdamW's [beta1, beta2].")
+          "docs/architecture.md, \"Modern options\")."),
+      Key("train.optimizer.lr", &TrainConfig::optimizer, &OptimizerConfig::lr, "Peak learning rate.")
+          .min(0, true),
+      Key("train.optimizer.betas", &TrainConfig::optimizer, &OptimizerConfig::betas,
+          "AdamW's [beta1, beta2].")
           .min(0)
           .max(1, true),
-      Key("train.optimizer.weight_decay", T::Number, 0.1, "Weight decay of rank >= 2 tensors.").min(0),
-      Key("train.optimizer.momentum", T::Number, 0.9, "SGD momentum.").min(0).max(1, true),
-      Key("train.optimizer.muon_lr", T::Number, 0.02,
+      Key("train.optimizer.weight_decay", &TrainConfig::optimizer, &OptimizerConfig::weight_decay,
+          "Weight decay of rank >= 2 tensors.")
+          .min(0),
+      Key("train.optimizer.momentum", &TrainConfig::optimizer, &OptimizerConfig::momentum, "SGD momentum.")
+          .min(0)
+          .max(1, true),
+      Key("train.optimizer.muon_lr", &TrainConfig::optimizer, &OptimizerConfig::muon_lr,
           "Muon's peak learning rate (the schedule scales it by the same factor as train.optimizer.lr).")
           .min(0, true)
-          .only_with("train.optimizer.name", {"muon"}),
-      Key("train.optimizer.muon_momentum", T::Number, 0.95, "Muon's (Nesterov) momentum.")
+          .only_with("train.optimizer.name", std::vector{OptimizerKind::Muon}),
+      Key("train.optimizer.muon_momentum", &TrainConfig::optimizer, &OptimizerConfig::muon_momentum,
+          "Muon's (Nesterov) momentum.")
           .min(0)
           .max(1, true)
-          .only_with("train.optimizer.name", {"muon"}),
-      Key("train.optimizer.muon_weight_decay", T::Number, 0.0,
+          .only_with("train.optimizer.name", std::vector{OptimizerKind::Muon}),
+      Key("train.optimizer.muon_weight_decay", &TrainConfig::optimizer, &OptimizerConfig::muon_weight_decay,
           "Muon's decoupled weight decay: W *= 1 - lr_muon * muon_weight_decay.")
           .min(0)
-          .only_with("train.optimizer.name", {"muon"}),
-      Key("train.lr_schedule.name", T::String, "cosine",
+          .only_with("train.optimizer.name", std::vector{OptimizerKind::Muon}),
+      Key("train.lr_schedule.name", &TrainConfig::lr_schedule, &LrScheduleConfig::name,
           "`cosine` (warmup, then cosine to min_lr at max_steps), `constant` (after warmup), "
           "`inverse_sqrt` (warmup, then lr * sqrt(warmup / (step + 1)), the original Transformer's), `wsd` "
           "(warmup-stable-decay: warmup, lr, then linear to min_lr over the last decay_fraction of "
-          "max_steps).")
-          .one_of({"cosine", "constant", "inverse_sqrt", "wsd"}),
-      Key("train.lr_schedule.warmup_steps", T::Integer, 100, "Linear warmup: lr * (step + 1) / warmup_steps.")
+          "max_steps)."),
+      Key("train.lr_schedule.warmup_steps", &TrainConfig::lr_schedule, &LrScheduleConfig::warmup_steps,
+          "Linear warmup: lr * (step + 1) / warmup_steps.")
           .min(0),
-      Key("train.lr_schedule.decay_fraction", T::Number, 0.2,
+      Key("train.lr_schedule.decay_fraction", &TrainConfig::lr_schedule, &LrScheduleConfig::decay_fraction,
           "wsd: the last floor(decay_fraction * max_steps) steps decay linearly to min_lr.")
           .min(0)
           .max(1)
-          .only_with("train.lr_schedule.name", {"wsd"}),
-      Key("train.lr_schedule.min_lr", T::Number, nullptr,
+          .only_with("train.lr_schedule.name", std::vector{ScheduleKind::Wsd}),
+      Key("train.lr_schedule.min_lr", &TrainConfig::lr_schedule, &LrScheduleConfig::min_lr,
           "Final learning rate of the cosine and wsd schedules.")
           .derived("train.optimizer.lr / 10", [](const json& t) { return json(number(t, "train.optimizer.lr") / 10.0); })
           .min(0),
-      Key("train.eval_interval", T::Integer, 250,
+      Key("train.eval_interval", &TrainConfig::eval_interval,
           "Evaluate (and keep best.ckpt) every this many steps and at the end.")
           .min(1)
           .resumable(),
-      Key("train.eval_steps", T::Integer, 20, "Validation batches per evaluation.").min(1).resumable(),
-      Key("train.target_loss", T::Number, 0.0,
+      Key("train.eval_steps", &TrainConfig::eval_steps, "Validation batches per evaluation.")
+          .min(1)
+          .resumable(),
+      Key("train.target_loss", &TrainConfig::target_loss,
           "Time to quality: stop at the first evaluation whose val loss is at most this (best.ckpt holds that "
           "model), and report the wall time it took, evaluations included (0 = off: train to max_steps).")
           .min(0)
           .resumable(),
-      Key("train.max_seconds", T::Number, 0.0,
+      Key("train.max_seconds", &TrainConfig::max_seconds,
           "Time budget: after the step at which the training time (evaluations included, the clock of "
           "target_loss) reaches this many seconds, evaluate, save and stop (0 = off). The learning-rate "
           "schedule still runs over max_steps: fit max_steps to the budget to finish its decay.")
           .min(0)
           .resumable(),
-      Key("train.log_interval", T::Integer, 10,
+      Key("train.log_interval", &TrainConfig::log_interval,
           "Log a line and a metrics.jsonl record every this many steps.")
           .min(1)
           .resumable(),
-      Key("train.checkpoint_interval", T::Integer, 250,
+      Key("train.checkpoint_interval", &TrainConfig::checkpoint_interval,
           "Write last.ckpt every this many steps (0 = only at the end or when interrupted).")
           .min(0)
           .resumable(),
-      Key("train.threads", T::Integer, 0, "CPU threads for OpenBLAS and OpenMP (0 = all cores; under mpirun, each rank's share of its machine's cores).")
+      Key("train.threads", &TrainConfig::threads,
+          "CPU threads for OpenBLAS and OpenMP (0 = all cores; under mpirun, each rank's share of its "
+          "machine's cores).")
           .min(0)
           .max(1024)
           .resumable(),
-      Key("train.data_parallel", T::Integer, nullptr,
+      Key("train.data_parallel", &TrainConfig::data_parallel,
           "Workers that each take a share of the micro-batch's rows through the whole forward and backward "
           "with one-thread kernels, their gradients summed at the end (data parallelism inside the process): "
           "1 = off (every kernel uses all train.threads), 0 = one per thread, N = N. Fewer OpenMP fork/joins: "
@@ -346,7 +395,7 @@ std::vector<KeySpec> build_table() {
                    // model gains 2-7% at 6e8-1.2e9, nothing at 2.4e9, 2% at its config's 1e10 for a fifth
                    // more memory (README, "Scale out").
                    [](const json& t) {
-                     const bool pairs = text(t, "train.objective") == "seq2seq";
+                     const bool pairs = seq2seq(t);
                      const double tokens =
                          static_cast<double>(integer(t, "train.batch_size")) *
                          static_cast<double>(pairs ? integer(t, "data.max_source_len") +
@@ -358,16 +407,14 @@ std::vector<KeySpec> build_table() {
                    })
           .min(0)
           .resumable(),
-      Key("train.precision", T::String, "fp32",
+      Key("train.precision", &TrainConfig::precision,
           "Matrix products: `fp32`, or `bf16` operands with float32 accumulation (as torch.autocast); "
           "weights, optimizer state, norms, softmax, loss and checkpoints stay float32.")
-          .one_of({"fp32", "bf16"})
           .resumable(),
-      Key("train.gemm_backend", T::String, "auto",
+      Key("train.gemm_backend", &TrainConfig::gemm_backend,
           "GEMM library: `openblas`, `onednn`, or `auto` (the TFM_GEMM_BACKEND environment variable if set, "
-          "else onednn). OpenBLAS has no bf16 kernels: it emulates them (same numbers, no speed-up).")
-          .one_of({"auto", "openblas", "onednn"}),
-      Key("train.skip_memory_check", T::Boolean, false,
+          "else onednn). OpenBLAS has no bf16 kernels: it emulates them (same numbers, no speed-up)."),
+      Key("train.skip_memory_check", &TrainConfig::skip_memory_check,
           "Build the model even when the memory estimate (`tfm info`) exceeds the memory available to the "
           "process (MemAvailable, cgroup limit); by default such a config is refused before anything large "
           "is allocated.")
@@ -380,12 +427,15 @@ std::vector<KeySpec> build_table() {
   return out;
 }
 
-ModelConfig model_from_tree(const json& tree) {
-  ModelConfig m;
+template <class S>
+S from_tree(const json& tree) {
+  S options;
   for (const KeySpec& k : config_keys())
-    if (k.set_model)
-      if (const json* v = lookup(tree, k.path); v && !v->is_null()) k.set_model(m, *v);
-  return m;
+    if (const auto& bound = k.binding<S>(); bound.set)
+      if (const json* v = lookup(tree, k.path); v && !v->is_null()) bound.set(options, *v);
+  return options;
 }
+template ModelConfig from_tree<ModelConfig>(const json& tree);
+template TrainConfig from_tree<TrainConfig>(const json& tree);
 
 }  // namespace tfm

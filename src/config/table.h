@@ -13,8 +13,9 @@ namespace tfm {
 std::vector<KeySpec> build_table();
 // The value at a dotted path of a tree ("train.optimizer.lr"), or null when it is absent.
 const nlohmann::json* lookup(const nlohmann::json& tree, const std::string& path);
-// The model.* values of a tree written into a ModelConfig; a key the tree lacks keeps the struct's
-// default.
-ModelConfig model_from_tree(const nlohmann::json& tree);
+// The values of a tree's keys bound to S (ModelConfig: model.*, TrainConfig: train.*) written into an S;
+// a key the tree lacks keeps the struct's default.
+template <class S>
+S from_tree(const nlohmann::json& tree);
 
 }  // namespace tfm

@@ -21,13 +21,13 @@ namespace tfm {
 namespace {
 
 std::atomic<uint64_t> g_flops{0};
-std::atomic<Precision> g_precision{Precision::fp32};
+std::atomic<Precision> g_precision{Precision::Fp32};
 // TFM_GEMM_BACKEND or oneDNN; a bad value is reported when the CLI resolves train.gemm_backend.
 GemmBackend default_backend() {
   try {
-    return resolve_gemm_backend("auto");
+    return resolve_gemm_backend(GemmBackendChoice::Auto);
   } catch (const ConfigError&) {
-    return GemmBackend::onednn;
+    return GemmBackend::OneDnn;
   }
 }
 std::atomic<GemmBackend> g_backend{default_backend()};
@@ -279,8 +279,8 @@ void sgemm_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
 }
 
 // Which kernel runs a product: the precision and backend in use, and for bf16 on oneDNN, its size.
-bool bf16_now(int64_t K) { return g_precision.load(std::memory_order_relaxed) == Precision::bf16 && K > 0; }
-bool onednn_now() { return g_backend.load(std::memory_order_relaxed) == GemmBackend::onednn; }
+bool bf16_now(int64_t K) { return g_precision.load(std::memory_order_relaxed) == Precision::Bf16 && K > 0; }
+bool onednn_now() { return g_backend.load(std::memory_order_relaxed) == GemmBackend::OneDnn; }
 bool bf16_matmul(int64_t M, int64_t N, int64_t K) {
   return bf16_now(K) && onednn_now() && M * N * K >= kMatmulMinMacs && onednn_bf16_matmul_available();
 }
@@ -336,24 +336,47 @@ void set_gemm_precision(Precision p) { g_precision.store(p); }
 Precision gemm_precision() { return g_precision.load(); }
 void set_gemm_backend(GemmBackend b) { g_backend.store(b); }
 GemmBackend gemm_backend() { return g_backend.load(); }
-const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : "fp32"; }
-const char* gemm_backend_name(GemmBackend b) { return b == GemmBackend::onednn ? "onednn" : "openblas"; }
+const char* precision_name(Precision p) { return name_of(p).c_str(); }
+const char* gemm_backend_name(GemmBackend b) { return name_of(b).c_str(); }
+
+template <>
+const std::vector<std::string>& enum_names<Precision>() {
+  static const std::vector<std::string> names = {"fp32", "bf16"};
+  return names;
+}
+template <>
+const std::vector<std::string>& enum_names<GemmBackend>() {
+  static const std::vector<std::string> names = {"openblas", "onednn"};
+  return names;
+}
+template <>
+const std::vector<std::string>& enum_names<GemmBackendChoice>() {
+  static const std::vector<std::string> names = {"auto", "openblas", "onednn"};
+  return names;
+}
 
 Precision parse_precision(const std::string& name, const std::string& where) {
-  if (name == "fp32") return Precision::fp32;
-  if (name == "bf16") return Precision::bf16;
-  throw ConfigError(where + ": expected \"fp32\" or \"bf16\", got \"" + name + "\"");
+  if (const auto p = enum_from<Precision>(name)) return *p;
+  throw ConfigError(where + ": expected " + enum_choices<Precision>() + ", got \"" + name + "\"");
+}
+
+namespace {
+GemmBackendChoice parse_gemm_backend(const std::string& name, const std::string& where) {
+  if (const auto choice = enum_from<GemmBackendChoice>(name)) return *choice;
+  throw ConfigError(where + ": expected " + enum_choices<GemmBackendChoice>() + ", got \"" + name + "\"");
+}
+}  // namespace
+
+GemmBackend resolve_gemm_backend(GemmBackendChoice choice) {
+  if (choice == GemmBackendChoice::Auto) {
+    const char* env = std::getenv("TFM_GEMM_BACKEND");
+    if (env && *env) choice = parse_gemm_backend(env, "TFM_GEMM_BACKEND");
+  }
+  return choice == GemmBackendChoice::OpenBlas ? GemmBackend::OpenBlas : GemmBackend::OneDnn;
 }
 
 GemmBackend resolve_gemm_backend(const std::string& name, const std::string& where) {
-  if (name == "openblas") return GemmBackend::openblas;
-  if (name == "onednn") return GemmBackend::onednn;
-  if (name == "auto") {
-    const char* env = std::getenv("TFM_GEMM_BACKEND");
-    return env && *env && std::string(env) != "auto" ? resolve_gemm_backend(env, "TFM_GEMM_BACKEND")
-                                                     : GemmBackend::onednn;
-  }
-  throw ConfigError(where + ": expected \"auto\", \"openblas\" or \"onednn\", got \"" + name + "\"");
+  return resolve_gemm_backend(parse_gemm_backend(name, where));
 }
 
 GemmModeGuard::GemmModeGuard(Precision p, GemmBackend b) : precision_(gemm_precision()), backend_(gemm_backend()) {

@@ -11,6 +11,13 @@
 #include "strided.h"
 
 namespace tfm {
+
+template <>
+const std::vector<std::string>& enum_names<Activation>() {
+  static const std::vector<std::string> names = {"gelu", "relu", "swiglu"};
+  return names;
+}
+
 namespace {
 
 // Elementwise loops over more elements than this run on all OpenMP threads (memory-bound passes over
@@ -379,8 +386,8 @@ void linear_rows(float* out, const float* x, const float* w, const float* bias, 
     gemm(false, true, N, out_dim, in, 1.0f, x, in, w, in, 0.0f, out, out_dim);
 }
 
-void activation_forward(ActivationOp act, float* out, const float* inp, int64_t n) {
-  if (act == ActivationOp::kGelu) {
+void activation_forward(Activation act, float* out, const float* inp, int64_t n) {
+  if (act == Activation::Gelu) {
     kernels::gelu_forward(out, inp, n);
     return;
   }
@@ -388,8 +395,8 @@ void activation_forward(ActivationOp act, float* out, const float* inp, int64_t 
   for (int64_t i = 0; i < n; ++i) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
 }
 // out = act(inp) and slope = act'(inp).
-void activation_with_slope(ActivationOp act, float* out, float* slope, const float* inp, int64_t n) {
-  if (act == ActivationOp::kGelu) {
+void activation_with_slope(Activation act, float* out, float* slope, const float* inp, int64_t n) {
+  if (act == Activation::Gelu) {
     kernels::gelu_with_slope(out, slope, inp, n);
     return;
   }
@@ -437,7 +444,7 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
 }
 
 Tensor feed_forward(const Tensor& x_in, const Tensor& w1_in, const Tensor& b1, const Tensor& w2_in, const Tensor& b2,
-                    ActivationOp act, int64_t chunk_rows, const Tensor& w3_in, const Tensor& b3) {
+                    Activation act, int64_t chunk_rows, const Tensor& w3_in, const Tensor& b3) {
   const char* fn = "feed_forward";
   TFM_CHECK(x_in.dim() >= 1 && w1_in.dim() == 2 && w2_in.dim() == 2, fn, "expected x (..., C), w1 (F, C), ",
             "w2 (C, F), got ", shape_str(x_in.shape()), ", ", shape_str(w1_in.shape()), ", ", shape_str(w2_in.shape()));
@@ -447,7 +454,7 @@ Tensor feed_forward(const Tensor& x_in, const Tensor& w1_in, const Tensor& b1, c
             " do not chain as (..., C) -> (..., F) -> (..., C)");
   TFM_CHECK(!b1.defined() || b1.shape() == Shape{F}, fn, "b1 ", shape_str(b1.shape()), " must be [", F, "]");
   TFM_CHECK(!b2.defined() || b2.shape() == Shape{C}, fn, "b2 ", shape_str(b2.shape()), " must be [", C, "]");
-  const bool gated = act == ActivationOp::kSwiGLU;
+  const bool gated = act == Activation::SwiGLU;
   TFM_CHECK(gated == w3_in.defined() && (!gated || w3_in.shape() == w1_in.shape()), fn,
             "SwiGLU takes w3 (the up projection) shaped as w1 ", shape_str(w1_in.shape()),
             ", the other activations none; got ", w3_in.defined() ? shape_str(w3_in.shape()) : "none");

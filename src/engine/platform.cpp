@@ -81,14 +81,14 @@ std::string blas_summary() {
 std::string gemm_summary() {
   const GemmBackend b = gemm_backend();
   std::string s = std::string("matrix products ") + precision_name(gemm_precision()) + " on " + gemm_backend_name(b);
-  if (b == GemmBackend::onednn)
+  if (b == GemmBackend::OneDnn)
     s += " (" + onednn_version() +
-         (gemm_precision() != Precision::bf16 ? ", dnnl_sgemm)"
+         (gemm_precision() != Precision::Bf16 ? ", dnnl_sgemm)"
           : onednn_bf16_matmul_available()
               ? ", bf16 matmul)"
               : ": no bf16 matmul on this CPU, which lacks AVX-512; bf16 emulated: sgemm on rounded operands, "
                 "the same numbers as bf16 kernels but no speed-up: train.precision \"fp32\" is as fast here)");
-  else if (gemm_precision() == Precision::bf16)
+  else if (gemm_precision() == Precision::Bf16)
     s += " (bf16 emulated: sgemm on rounded operands, no speed-up; train.gemm_backend \"onednn\" runs bf16 kernels)";
   if (const char* env = std::getenv("TFM_GEMM_BACKEND")) s += std::string(" (TFM_GEMM_BACKEND=") + env + ")";
   return s;

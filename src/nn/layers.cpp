@@ -85,10 +85,7 @@ Cost FeedForward::cost(int64_t dim, int64_t hidden, Activation activation, bool 
 }
 Tensor FeedForward::forward(const Tensor& x) const {
   // One fused op: fc1 -> activation -> fc2, keeping only fc1's output (..., F) for the backward.
-  const ActivationOp act = activation == Activation::Gelu   ? ActivationOp::kGelu
-                           : activation == Activation::Relu ? ActivationOp::kRelu
-                                                            : ActivationOp::kSwiGLU;
-  return feed_forward(x, fc1.weight, fc1.bias, fc2.weight, fc2.bias, act, kFeedForwardChunkRows,
+  return feed_forward(x, fc1.weight, fc1.bias, fc2.weight, fc2.bias, activation, kFeedForwardChunkRows,
                       fc3 ? fc3->weight : Tensor(), fc3 ? fc3->bias : Tensor());
 }
 

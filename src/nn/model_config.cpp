@@ -5,11 +5,6 @@
 namespace tfm {
 
 template <>
-const std::vector<std::string>& enum_names<Activation>() {
-  static const std::vector<std::string> names = {"gelu", "relu", "swiglu"};
-  return names;
-}
-template <>
 const std::vector<std::string>& enum_names<NormKind>() {
   static const std::vector<std::string> names = {"layernorm", "rmsnorm"};
   return names;

@@ -14,12 +14,21 @@
 
 namespace tfm {
 
+LrSchedule lr_schedule(const TrainConfig& train) {
+  LrSchedule s;
+  static_cast<LrScheduleConfig&>(s) = train.lr_schedule;
+  s.lr = train.optimizer.lr;
+  s.total = train.max_steps;
+  return s;
+}
+
 double LrSchedule::at(int64_t step) const {
+  const int64_t warmup = warmup_steps;
   if (step < warmup) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
-  if (name == "constant") return lr;
-  if (name == "inverse_sqrt")
+  if (name == ScheduleKind::Constant) return lr;
+  if (name == ScheduleKind::InverseSqrt)
     return lr * std::sqrt(static_cast<double>(std::max<int64_t>(warmup, 1)) / static_cast<double>(step + 1));
-  if (name == "wsd") {
+  if (name == ScheduleKind::Wsd) {
     // MiniCPM's warmup-stable-decay (Hu et al. 2024, sec. 4): the peak held as long as possible, so a
     // run can be continued from any checkpoint of the stable phase, then a short linear cool-down.
     const int64_t s0 = total - static_cast<int64_t>(std::floor(decay_fraction * static_cast<double>(total)));
@@ -56,9 +65,9 @@ double newton_schulz_flops(int64_t rows, int64_t cols) {
   return 10.0 * m * m * (2.0 * n + m);
 }
 
-double newton_schulz_flops(const std::vector<ParamSegment>& segments, const std::string& optimizer) {
+double newton_schulz_flops(const std::vector<ParamSegment>& segments, OptimizerKind optimizer) {
   double flops = 0.0;
-  if (optimizer == "muon")
+  if (optimizer == OptimizerKind::Muon)
     for (const ParamSegment& s : segments)
       if (s.rows > 0) flops += newton_schulz_flops(s.rows, s.cols);
   return flops;
@@ -71,10 +80,7 @@ double Optimizer::newton_schulz_workspace(int64_t rows, int64_t cols) {
 
 Optimizer::Optimizer(OptimizerConfig config, std::vector<ParamSegment> segments, int64_t total_size)
     : config_(std::move(config)) {
-  const std::string& name = config_.name;
-  TFM_CHECK(name == "adamw" || name == "sgd" || name == "muon", "Optimizer",
-            "expected \"adamw\", \"sgd\" or \"muon\", got \"", name, "\"");
-  const bool muon = name == "muon";
+  const bool muon = config_.name == OptimizerKind::Muon;
   TFM_CHECK(!muon || config_.lr > 0, "Optimizer", "muon needs the schedule's peak lr > 0, got ", config_.lr);
   std::map<std::pair<int64_t, int64_t>, size_t> shape_index;
   int64_t elementwise = 0, matrices = 0;
@@ -99,7 +105,7 @@ Optimizer::Optimizer(OptimizerConfig config, std::vector<ParamSegment> segments,
     state_ = {std::vector<float>(elementwise, 0.0f), std::vector<float>(elementwise, 0.0f),
               std::vector<float>(matrices, 0.0f)};
   else
-    state_.assign(name == "adamw" ? 2 : 1, std::vector<float>(total_size, 0.0f));
+    state_.assign(config_.name == OptimizerKind::AdamW ? 2 : 1, std::vector<float>(total_size, 0.0f));
 }
 
 double Optimizer::state_floats(int threads) const {
@@ -186,15 +192,16 @@ float* newton_schulz5(float* x, int64_t rows, int64_t cols, float* xn, float* a,
 void Optimizer::step(float* values, const float* grads, double lr) {
   ++t_;
   const int64_t total = static_cast<int64_t>(state_[0].size());
-  if (config_.name == "adamw" || config_.name == "muon") {
+  if (config_.name == OptimizerKind::AdamW || config_.name == OptimizerKind::Muon) {
     float* m = state_[0].data();
     float* v = state_[1].data();
     // Scalars computed in double as torch does with Python floats, applied in float.
-    const float b1 = static_cast<float>(config_.beta1), b2 = static_cast<float>(config_.beta2);
-    const float one_minus_b1 = static_cast<float>(1.0 - config_.beta1);
-    const float one_minus_b2 = static_cast<float>(1.0 - config_.beta2);
-    const double bc1 = 1.0 - std::pow(config_.beta1, static_cast<double>(t_));
-    const double bc2 = 1.0 - std::pow(config_.beta2, static_cast<double>(t_));
+    const auto [beta1, beta2] = config_.betas;
+    const float b1 = static_cast<float>(beta1), b2 = static_cast<float>(beta2);
+    const float one_minus_b1 = static_cast<float>(1.0 - beta1);
+    const float one_minus_b2 = static_cast<float>(1.0 - beta2);
+    const double bc1 = 1.0 - std::pow(beta1, static_cast<double>(t_));
+    const double bc2 = 1.0 - std::pow(beta2, static_cast<double>(t_));
     const float step_size = static_cast<float>(lr / bc1);
     const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
     const float eps = static_cast<float>(config_.eps);
@@ -205,7 +212,7 @@ void Optimizer::step(float* values, const float* grads, double lr) {
                   one_minus_b1, b2, one_minus_b2, bc2_sqrt, eps, step_size);
     });
     // The schedule scales both rates by one factor, as torch_lm.py does (base lr * factor).
-    if (config_.name == "muon") muon_step(values, grads, config_.muon_lr * (lr / config_.lr));
+    if (config_.name == OptimizerKind::Muon) muon_step(values, grads, config_.muon_lr * (lr / config_.lr));
   } else {
     float* buf = state_[0].data();
     const float mu = static_cast<float>(config_.momentum), lr_f = static_cast<float>(lr);

@@ -56,8 +56,8 @@ std::vector<std::string> model_keys(const ModelConfig& mc) {
 // per thread the Newton-Schulz workspace of the largest matrix, the feed-forward's (F, C) or
 // attention's (C, C). The blocks' parameters stand for their matrices: their biases and gains (AdamW's,
 // 0.4% of a block at C = 128, 3% at C = 32) are counted once instead of twice.
-double optimizer_floats(const std::string& optimizer, const ModelConfig& config, double P, int64_t threads) {
-  if (optimizer != "muon") return (optimizer == "adamw" ? 2.0 : 1.0) * P;
+double optimizer_floats(OptimizerKind optimizer, const ModelConfig& config, double P, int64_t threads) {
+  if (optimizer != OptimizerKind::Muon) return (optimizer == OptimizerKind::AdamW ? 2.0 : 1.0) * P;
   const ModelConfig c = resolved(config);
   const double blocks =
       c.source_vocab_size > 0
@@ -69,8 +69,8 @@ double optimizer_floats(const std::string& optimizer, const ModelConfig& config,
              Optimizer::newton_schulz_workspace(std::max(c.d_ff, c.d_model), c.d_model);
 }
 
-// (S = T for a language model.) `optimizer` is train.optimizer.name, or "" without training.
-MemoryEstimate estimate(const ModelConfig& mc, int64_t B, int64_t S, int64_t T, const std::string& optimizer,
+// (S = T for a language model.) `optimizer` is train.optimizer.name (unread without training).
+MemoryEstimate estimate(const ModelConfig& mc, int64_t B, int64_t S, int64_t T, OptimizerKind optimizer,
                         int64_t threads, bool training) {
   MemoryEstimate e;
   const Cost cost = model_cost(mc, B, S, T);
@@ -174,15 +174,16 @@ std::string MemoryEstimate::summary() const {
 double parameter_count(const ModelConfig& mc) { return model_cost(mc, 1, 1, 1).parameters; }
 
 MemoryEstimate estimate_memory(const Config& config, const ModelConfig& mc, bool training) {
-  const int64_t B = config.integer("train.batch_size");
-  const std::string optimizer = config.string("train.optimizer.name");
+  const TrainConfig train = config.train();
+  const int64_t B = train.batch_size;
+  const OptimizerKind optimizer = train.optimizer.name;
   const int64_t threads = training_threads(config);
   MemoryEstimate e;
   if (mc.source_vocab_size > 0) {  // sources end with <eos>; decoder inputs start with <bos>
     e = estimate(mc, B, config.integer("data.max_source_len") + 1, config.integer("data.max_target_len") + 1,
                  optimizer, threads, training);
   } else {
-    const int64_t T = config.integer("train.seq_len");
+    const int64_t T = train.seq_len;
     e = estimate(mc, B, T, T, optimizer, threads, training);
   }
   // train.data_parallel: every worker but the first has a replica with its own gradient buffer (the
@@ -193,15 +194,16 @@ MemoryEstimate estimate_memory(const Config& config, const ModelConfig& mc, bool
 }
 
 int64_t training_threads(const Config& config) {
-  const int64_t key = config.integer("train.threads");
+  const int64_t key = config.train().threads;
   if (key > 0) return key;
   const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
   return dist::active() ? std::max<int64_t>(1, cores / dist::local_size()) : cores;
 }
 
 int64_t data_parallel_workers(const Config& config, int64_t threads) {
-  const int64_t dp = config.integer("train.data_parallel");
-  return std::max<int64_t>(1, std::min<int64_t>(dp == 0 ? threads : dp, config.integer("train.batch_size")));
+  const TrainConfig train = config.train();
+  const int64_t dp = train.data_parallel;
+  return std::max<int64_t>(1, std::min<int64_t>(dp == 0 ? threads : dp, train.batch_size));
 }
 
 MemoryEstimate estimate_training_memory(const Config& config, int64_t vocab_size) {
@@ -209,7 +211,7 @@ MemoryEstimate estimate_training_memory(const Config& config, int64_t vocab_size
 }
 
 MemoryEstimate estimate_inference_memory(const ModelConfig& mc, int64_t B, int64_t T) {
-  return estimate(mc, B, T, T, "", 1, false);
+  return estimate(mc, B, T, T, OptimizerKind::AdamW, 1, false);  // not training: no optimizer state counted
 }
 
 MemoryEstimate estimate_translation_memory(const ModelConfig& mc, int64_t sources, int64_t beam, int64_t S,
@@ -289,7 +291,7 @@ void refuse_if_over(const MemoryEstimate& estimate, const std::string& what, int
 }  // namespace
 
 void check_memory(const MemoryEstimate& estimate, const Config& config, const std::string& what, int processes) {
-  if (config.boolean("train.skip_memory_check")) return;
+  if (config.train().skip_memory_check) return;
   refuse_if_over(estimate, what, processes,
                  "make them smaller, or set train.skip_memory_check=true to go on anyway");
 }

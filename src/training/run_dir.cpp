@@ -239,7 +239,7 @@ LoadedRun load_run(const std::string& dir, const std::string& which_asked, bool 
                                  {with_data, 0, memory_check(run.config, {"loading " + path, false, 1})});
   restore_model(run.objective->model(), run.checkpoint, path);
   run.model = dynamic_cast<LanguageModel*>(&run.objective->model());
-  platform::configure_threads(static_cast<int>(run.config.integer("train.threads")));
+  platform::configure_threads(static_cast<int>(run.config.train().threads));
   return run;
 }
 

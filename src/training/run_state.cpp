@@ -41,9 +41,10 @@ void RunState::restore(Checkpoint& ckpt, const std::string& path) {
     objective_.sampler_rng().set_state(rng_state(r.at("sampler")));
     model.dropout_rng().set_state(rng_state(r.at("dropout")));
     const std::string name = s.at("optimizer").at("name").get<std::string>();
-    if (name != optimizer_.config().name || ckpt.optimizer.size() != optimizer_.state().size())
+    if (enum_from<OptimizerKind>(name) != optimizer_.config().name ||
+        ckpt.optimizer.size() != optimizer_.state().size())
       throw IoError(path + ": the checkpoint's optimizer state is for \"" + name + "\", the config uses \"" +
-                    optimizer_.config().name + "\"");
+                    name_of(optimizer_.config().name) + "\"");
     for (size_t i = 0; i < ckpt.optimizer.size(); ++i) {
       // (P,) for AdamW and SGD; Muon's buffers hold its own part of the parameters (optim.h).
       const size_t expected = optimizer_.state()[i].size();
@@ -86,7 +87,8 @@ void RunState::save(const std::string& path, double elapsed) const {
                 {"best_val_loss", std::isfinite(best_val) ? json(best_val) : json(nullptr)},
                 {"elapsed_s", elapsed},
                 {"rng", streams_json()},
-                {"optimizer", {{"name", optimizer_.config().name}, {"steps", optimizer_.steps_taken()}}}};
+                {"optimizer",
+                 {{"name", name_of(optimizer_.config().name)}, {"steps", optimizer_.steps_taken()}}}};
   if (nranks_ > 1) state["ranks"] = nranks_;
   if (!stopped.empty()) state["stopped"] = stopped;
   const Model& model = objective_.model();

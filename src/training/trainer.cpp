@@ -114,6 +114,7 @@ class TrainingRun {
   bool reached_target(const Metrics& val);
 
   const Config& config_;
+  const TrainConfig train_;  // config_'s train.* options
   const TrainOptions& opt_;
   const std::string dir_, last_path_, best_path_;
   std::string resumed_path_;  // the checkpoint a resumed run continues from ("" for a new run)
@@ -145,17 +146,18 @@ class TrainingRun {
 TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock lock,
                          std::optional<ResumedCheckpoint> resumed)
     : config_(config),
+      train_(config.train()),
       opt_(opt),
       dir_(config.string("output.dir")),
       last_path_(dir_ + "/" + kLastCheckpointFile),
       best_path_(dir_ + "/" + kBestCheckpointFile),
-      accum_(config.integer("train.grad_accum_steps")),
-      max_steps_(config.integer("train.max_steps")),
+      accum_(train_.grad_accum_steps),
+      max_steps_(train_.max_steps),
       rank_(dist::rank()),
       nranks_(dist::size()),
       root_(dist::is_root()),
       lock_(std::move(lock)),
-      schedule_(lr_schedule(config)) {
+      schedule_(lr_schedule(train_)) {
   // Every check of the input before any work. The objective reads its data and builds its model
   // (vocabularies from the checkpoint on resume); a config that cannot fit is refused there, before
   // the model is built (preflight.h).
@@ -178,12 +180,11 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
   create_run_directory();
   threads_ = platform::configure_threads(static_cast<int>(training_threads(config_)));
   // Precision and GEMM backend live below the model: every product of this run (any objective) uses them.
-  gemm_mode_.emplace(parse_precision(config_.string("train.precision")),
-                     resolve_gemm_backend(config_.string("train.gemm_backend")));
+  gemm_mode_.emplace(train_.precision, resolve_gemm_backend(train_.gemm_backend));
   Model& model = objective_->model();
   model.set_training(true);
   batches_ = std::make_unique<MicroBatches>(*objective_, static_cast<int>(data_parallel_workers(config_, threads_)));
-  optim_ = std::make_unique<Optimizer>(optimizer_config(config_), optimizer_segments(model),
+  optim_ = std::make_unique<Optimizer>(train_.optimizer, optimizer_segments(model),
                                        model.parameter_count());
   state_ = std::make_unique<RunState>(config_, *objective_, *optim_, rank_, nranks_);
   if (rank_ > 0)
@@ -259,7 +260,7 @@ void TrainingRun::log_header() {
   log_->info(fmt::format("compute: {} thread(s), {}; {}; measured {} peak {:.1f} GFLOP/s", threads_,
                     platform::blas_summary().c_str(), platform::gemm_summary().c_str(),
                     precision_name(gemm_precision()), peak_gflops_));
-  if (optim_->config().name == "muon") {
+  if (optim_->config().name == OptimizerKind::Muon) {
     const std::vector<ParamSegment> segments = optimizer_segments(model);
     int64_t matrices = 0, elements = 0;
     for (const ParamSegment& s : segments)
@@ -267,7 +268,7 @@ void TrainingRun::log_header() {
     log_->info(fmt::format(
         "optimizer: Muon on the blocks' {} weight matrices ({} parameters), AdamW on the other {}; "
         "Newton-Schulz {:.3g} GFLOP per step (not in MFU)",
-        matrices, elements, P - elements, 1e-9 * newton_schulz_flops(segments, "muon")));
+        matrices, elements, P - elements, 1e-9 * newton_schulz_flops(segments, OptimizerKind::Muon)));
   }
   if (batches_->workers() > 1)
     log_->info(fmt::format("data parallel: {} workers, each a share of every micro-batch's rows on one thread; "
@@ -303,7 +304,7 @@ TrainingRun::StepStats TrainingRun::step() {
   s.loss = dist::allreduce_mean(loss_sum / static_cast<double>(accum_));
   s.tokens = dist::allreduce_mean(tokens) * nranks_;  // every rank's real tokens
   dist::allreduce_mean(grads.data(), P);
-  s.norm = std::isfinite(s.loss) ? clip_grad_norm(grads.data(), P, config_.number("train.grad_clip")) : NAN;
+  s.norm = std::isfinite(s.loss) ? clip_grad_norm(grads.data(), P, train_.grad_clip) : NAN;
   s.seconds = seconds_since(t0);
   return s;
 }
@@ -319,7 +320,7 @@ std::string TrainingRun::nonfinite_reason(double loss) const {
 // train.target_loss: at the first evaluation at or below it, the time it took (from the first step,
 // evaluations included: the user's clock) goes to the log, the result and metrics.jsonl.
 bool TrainingRun::reached_target(const Metrics& val) {
-  const double target = config_.number("train.target_loss");
+  const double target = train_.target_loss;
   if (target <= 0.0 || !(val.get("loss") <= target)) return false;
   result_.target_reached = true;
   result_.seconds_to_target = training_seconds();
@@ -340,7 +341,7 @@ Metrics TrainingRun::evaluate_and_keep_best() {
   const bool workers = batches_->workers() > 1;
   if (workers) memory::trim();
   const Metrics val =
-      objective_->evaluate("val", config_.integer("train.eval_steps"), eval_seed(config_), opt_.stop);
+      objective_->evaluate("val", train_.eval_steps, eval_seed(config_), opt_.stop);
   if (workers) memory::trim();
   if (val.abandoned) {
     model.take_head_usage();
@@ -405,9 +406,9 @@ void TrainingRun::log_interval(double lr, const Metrics* val) {
 
 TrainResult TrainingRun::run() {
   constexpr int64_t kMaxSkipsInARow = 100;  // then the weights themselves are bad: stop
-  const int64_t log_every = config_.integer("train.log_interval"), eval_every = config_.integer("train.eval_interval");
-  const int64_t ckpt_every = config_.integer("train.checkpoint_interval");
-  const double max_seconds = config_.number("train.max_seconds");
+  const int64_t log_every = train_.log_interval, eval_every = train_.eval_interval;
+  const int64_t ckpt_every = train_.checkpoint_interval;
+  const double max_seconds = train_.max_seconds;
   Model& model = objective_->model();
   // What set-up freed (initialisation's random tensors, the data's temporaries) has shapes no step
   // asks for again: give it back rather than hold it beside the steps' buffers.
@@ -418,7 +419,7 @@ TrainResult TrainingRun::run() {
     StepStats s = this->step();
     if (!std::isfinite(s.loss) || !std::isfinite(s.norm)) {
       const std::string where = nonfinite_reason(s.loss);
-      if (config_.boolean("train.skip_nonfinite") && ++skipped_in_a_row_ <= kMaxSkipsInARow) {
+      if (train_.skip_nonfinite && ++skipped_in_a_row_ <= kMaxSkipsInARow) {
         // Marian's and llm.c's choice: drop this batch, keep the weights, draw the next batch.
         ++skipped_;
         log_->warn(fmt::format("step {}: {}; batch skipped, no update (train.skip_nonfinite; {} skipped so far)",
@@ -505,8 +506,8 @@ void TrainingRun::log_summary() {
                     objective_->usage_hint(dir_).c_str()));
   if (result_.out_of_time)
     log_->info(fmt::format("time budget: stopped at step {} of {} after {:.1f} s of training (train.max_seconds = {:g})",
-                           step, max_steps_, training_seconds(), config_.number("train.max_seconds")));
-  if (const double target = config_.number("train.target_loss"); target > 0.0)
+                           step, max_steps_, training_seconds(), train_.max_seconds));
+  if (const double target = train_.target_loss; target > 0.0)
     log_->info(result_.target_reached
                    ? fmt::format("time to target: val loss <= {:g} at step {} after {:.1f} s of training", target,
                                  step, result_.seconds_to_target)
@@ -535,31 +536,6 @@ void TrainingRun::log_summary() {
 
 uint64_t eval_seed(const Config& config) {
   return static_cast<uint64_t>(config.integer("seed")) ^ kEvalSalt;
-}
-
-OptimizerConfig optimizer_config(const Config& c) {
-  OptimizerConfig o;
-  o.name = c.string("train.optimizer.name");
-  o.lr = c.number("train.optimizer.lr");
-  o.beta1 = c.at("train.optimizer.betas")[0].get<double>();
-  o.beta2 = c.at("train.optimizer.betas")[1].get<double>();
-  o.weight_decay = c.number("train.optimizer.weight_decay");
-  o.momentum = c.number("train.optimizer.momentum");
-  o.muon_lr = c.number("train.optimizer.muon_lr");
-  o.muon_momentum = c.number("train.optimizer.muon_momentum");
-  o.muon_weight_decay = c.number("train.optimizer.muon_weight_decay");
-  return o;
-}
-
-LrSchedule lr_schedule(const Config& c) {
-  LrSchedule s;
-  s.name = c.string("train.lr_schedule.name");
-  s.lr = c.number("train.optimizer.lr");
-  s.min_lr = c.number("train.lr_schedule.min_lr");
-  s.warmup = c.integer("train.lr_schedule.warmup_steps");
-  s.total = c.integer("train.max_steps");
-  s.decay_fraction = c.number("train.lr_schedule.decay_fraction");
-  return s;
 }
 
 TrainResult train(const Config& config, const TrainOptions& opt) {

@@ -193,7 +193,7 @@ TEST_CASE("bounds: odd but parsable input never ends as an internal error", "[bo
       {"export" + lm + " --out \"\"", 2},
       {"info --config configs/tiny.json --set model.d_model=1e23", 2},
       {"info --config configs/tiny.json --set seed=-99999999999999999999", 2},
-      {"info --config configs/tiny.json --set data.path=" + scratch + "/empty.txt", 0},  // vocabulary assumed
+      {"info --config configs/tiny.json --set data.path=" + scratch + "/empty.txt", 2},  // no vocabulary
       {"train " + tiny + "--set data.path=" + scratch + "/empty.txt", 2},
       {"train " + tiny + "--set data.val_fraction=0.9999999", 2},
       {"train " + tiny + "--set 'data.path=\"\"'", 2},

@@ -141,6 +141,28 @@ TEST_CASE("cli: help teaches by example, config and info print", "[cli]") {
   CHECK(nlohmann::json::parse(r.out).at("newton_schulz_flops_per_step").get<double>() > 0);
 }
 
+TEST_CASE("cli: info takes the vocabulary from the data when the file is too short for a batch", "[cli]") {
+  const std::string dir = temp_dir("info_vocab");
+  // 11 distinct characters ("abcdefghi", space, newline): far fewer tokens than one split of the tiny
+  // config needs, so the objective cannot be built and info builds the char tokenizer itself.
+  std::ofstream(dir + "/short.txt") << "abc defg\nhi\n";
+  std::ofstream(dir + "/empty.txt") << "";
+  const std::string info = "info --config configs/tiny.json --json --set data.path=" + dir;
+  const auto vocab_of = [](const tfm_test::CliRun& r) {
+    INFO(r.out);
+    REQUIRE(r.status == 0);
+    // The output holds the data's cache notes (stderr) before the JSON.
+    REQUIRE(r.out.find('{') != std::string::npos);
+    return nlohmann::json::parse(r.out.substr(r.out.find('{'))).at("vocab_size").get<int64_t>();
+  };
+  CHECK(vocab_of(tfm(info + "/short.txt")) == 11);
+  CHECK(vocab_of(tfm(info + "/short.txt --set train.objective=masked_lm --set model.causal=false")) == 12);
+  CHECK(vocab_of(tfm(info + "/short.txt --set data.tokenizer=byte")) == 256);
+  const tfm_test::CliRun empty = tfm(info + "/empty.txt");
+  CHECK(empty.status == 2);
+  CHECK_THAT(empty.out, Catch::Contains("data.path: " + dir + "/empty.txt holds no text"));
+}
+
 TEST_CASE("cli: SIGINT checkpoints and exits 0 and a NaN exits 3", "[cli]") {
   const std::string dir = temp_dir("sigint");
   const std::string log = dir + "/out.txt";

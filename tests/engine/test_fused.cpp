@@ -324,10 +324,10 @@ TEST_CASE("fused: linear equals matmul(x, w^T) + bias", "[fused]") {
 
 TEST_CASE("fused: feed_forward equals linear -> activation -> linear", "[fused]") {
   // Chunk sizes that split the 7 rows unevenly, one row at a time, and all at once.
-  for (const ActivationOp act : {ActivationOp::kGelu, ActivationOp::kRelu})
+  for (const Activation act : {Activation::Gelu, Activation::Relu})
     for (const int64_t chunk : {int64_t{1}, int64_t{3}, int64_t{7}, kFeedForwardChunkRows}) {
-      INFO((act == ActivationOp::kGelu ? "gelu" : "relu") << ", chunk_rows " << chunk);
-      const auto activate = [act](const Tensor& h) { return act == ActivationOp::kGelu ? gelu(h) : relu(h); };
+      INFO((act == Activation::Gelu ? "gelu" : "relu") << ", chunk_rows " << chunk);
+      const auto activate = [act](const Tensor& h) { return act == Activation::Gelu ? gelu(h) : relu(h); };
       check_fused_vs_composed(
           [act, chunk](const Inputs& in) { return feed_forward(in[0], in[1], in[2], in[3], in[4], act, chunk); },
           [activate](const Inputs& in) { return linear(activate(linear(in[0], in[1], in[2])), in[3], in[4]); },
@@ -338,7 +338,7 @@ TEST_CASE("fused: feed_forward equals linear -> activation -> linear", "[fused]"
       INFO("chunk_rows " << chunk);
       check_fused_vs_composed(
           [chunk](const Inputs& in) {
-            return feed_forward(in[0], in[1], in[2], in[3], in[4], ActivationOp::kSwiGLU, chunk, in[5], in[6]);
+            return feed_forward(in[0], in[1], in[2], in[3], in[4], Activation::SwiGLU, chunk, in[5], in[6]);
           },
           [](const Inputs& in) {
             const Tensor h = linear(in[0], in[1], in[2]);
@@ -352,7 +352,7 @@ TEST_CASE("fused: feed_forward equals linear -> activation -> linear", "[fused]"
   SECTION("without biases, a 3-D input read through a transposed view") {
     check_fused_vs_composed(
         [](const Inputs& in) {
-          return feed_forward(transpose(in[0], 0, 1), in[1], Tensor(), in[2], Tensor(), ActivationOp::kGelu, 2);
+          return feed_forward(transpose(in[0], 0, 1), in[1], Tensor(), in[2], Tensor(), Activation::Gelu, 2);
         },
         [](const Inputs& in) { return linear(gelu(linear(transpose(in[0], 0, 1), in[1], Tensor())), in[2], Tensor()); },
         {normal({3, 2, 4}, 6), normal({5, 4}, 7), normal({4, 5}, 8)});
@@ -512,11 +512,11 @@ TEST_CASE("errors: shape ops", "[errors]") {
 
 TEST_CASE("errors: feed_forward shapes", "[errors]") {
   const Tensor x = Tensor::zeros({2, 4}), w1 = Tensor::zeros({6, 4}), w2 = Tensor::zeros({4, 6});
-  CHECK_THROWS_WITH(feed_forward(x, w1, Tensor(), Tensor::zeros({3, 6}), Tensor(), ActivationOp::kGelu),
+  CHECK_THROWS_WITH(feed_forward(x, w1, Tensor(), Tensor::zeros({3, 6}), Tensor(), Activation::Gelu),
                     StartsWith("feed_forward") && Contains("do not chain"));
-  CHECK_THROWS_WITH(feed_forward(x, w1, Tensor::zeros({4}), w2, Tensor(), ActivationOp::kGelu),
+  CHECK_THROWS_WITH(feed_forward(x, w1, Tensor::zeros({4}), w2, Tensor(), Activation::Gelu),
                     StartsWith("feed_forward") && Contains("b1 [4] must be [6]"));
-  CHECK_THROWS_WITH(feed_forward(x, w1, Tensor(), w2, Tensor(), ActivationOp::kGelu, 0),
+  CHECK_THROWS_WITH(feed_forward(x, w1, Tensor(), w2, Tensor(), Activation::Gelu, 0),
                     StartsWith("feed_forward") && Contains("chunk_rows"));
 }
 

@@ -63,7 +63,7 @@ double max_diff(const std::vector<float>& got, const std::vector<double>& want) 
   return d;
 }
 
-const GemmBackend kBackends[] = {GemmBackend::openblas, GemmBackend::onednn};
+const GemmBackend kBackends[] = {GemmBackend::OpenBlas, GemmBackend::OneDnn};
 
 }  // namespace
 
@@ -72,7 +72,7 @@ TEST_CASE("gemm: float32 on both backends matches a double product", "[gemm]") {
     for (bool ta : {false, true})
       for (bool tb : {false, true})
         for (float beta : {0.0f, 1.0f}) {
-          const GemmModeGuard mode(Precision::fp32, backend);
+          const GemmModeGuard mode(Precision::Fp32, backend);
           INFO(gemm_backend_name(backend) << " ta " << ta << " tb " << tb << " beta " << beta);
           const Operands o = make(37, 29, 53, ta, tb, 7);
           const std::vector<float> got = run(o, 0.5f, beta);
@@ -88,7 +88,7 @@ TEST_CASE("gemm: bfloat16 products are float32 sums of rounded operands, on both
     for (bool ta : {false, true})
       for (bool tb : {false, true})
         for (float beta : {0.0f, 1.0f}) {
-          const GemmModeGuard mode(Precision::bf16, backend);
+          const GemmModeGuard mode(Precision::Bf16, backend);
           INFO(gemm_backend_name(backend) << " ta " << ta << " tb " << tb << " beta " << beta);
           const Operands o = make(41, 67, 96, ta, tb, 11);
           const std::vector<float> got = run(o, 0.25f, beta);
@@ -107,7 +107,7 @@ TEST_CASE("gemm: gemm_bias adds the bias to every row, on every path", "[gemm]")
   // oneDNN's bf16 matmul, which adds the bias in its kernel (with alpha != 1 it would scale the bias too).
   for (float alpha : {1.0f, 0.5f})
     for (GemmBackend backend : kBackends)
-      for (Precision precision : {Precision::fp32, Precision::bf16})
+      for (Precision precision : {Precision::Fp32, Precision::Bf16})
         for (bool large : {false, true})
           for (bool ta : {false, true})
             for (bool tb : {false, true}) {
@@ -120,7 +120,7 @@ TEST_CASE("gemm: gemm_bias adds the bias to every row, on every path", "[gemm]")
               std::vector<float> got = o.c;
               gemm_bias(o.ta, o.tb, o.M, o.N, o.K, alpha, o.a.data(), o.lda, o.b.data(), o.ldb, bias.data(),
                         got.data(), o.ldc);
-              std::vector<double> want = reference(o, alpha, 0.0f, precision == Precision::bf16);
+              std::vector<double> want = reference(o, alpha, 0.0f, precision == Precision::Bf16);
               for (int64_t i = 0; i < o.M; ++i)
                 for (int64_t j = 0; j < o.N; ++j) want[i * o.ldc + j] += bias[j];
               CHECK(max_diff(got, want) < 1e-5);
@@ -131,7 +131,7 @@ TEST_CASE("gemm: gemm_bias adds the bias to every row, on every path", "[gemm]")
 
 TEST_CASE("gemm: bfloat16 from OpenMP threads, as attention calls it per head", "[gemm]") {
   for (GemmBackend backend : kBackends) {
-    const GemmModeGuard mode(Precision::bf16, backend);
+    const GemmModeGuard mode(Precision::Bf16, backend);
     // A small product and one above the size that runs on all threads outside a parallel region.
     for (const Operands& o : {make(16, 24, 32, false, true, 3), make(128, 96, 128, true, false, 4)}) {
       const std::vector<double> want = reference(o, 1.0f, 0.0f, true);
@@ -145,7 +145,7 @@ TEST_CASE("gemm: bfloat16 from OpenMP threads, as attention calls it per head", 
 }
 
 TEST_CASE("gemm: a registered weight buffer is re-rounded after weights_changed", "[gemm]") {
-  const GemmModeGuard mode(Precision::bf16, GemmBackend::onednn);
+  const GemmModeGuard mode(Precision::Bf16, GemmBackend::OneDnn);
   Operands o = make(8, 12, 16, false, true, 5);
   std::vector<float> weights = o.a;  // A lives in the registered buffer
   const WeightMirror mirror(weights.data(), static_cast<int64_t>(weights.size()));
@@ -159,7 +159,7 @@ TEST_CASE("gemm: a registered weight buffer is re-rounded after weights_changed"
 }
 
 TEST_CASE("gemm: SameOperandsScope reuses an operand's rounding inside its scope only", "[gemm]") {
-  const GemmModeGuard mode(Precision::bf16, GemmBackend::onednn);
+  const GemmModeGuard mode(Precision::Bf16, GemmBackend::OneDnn);
   // 128^3 = 2^21 multiply-adds: oneDNN's bf16 matmul, which rounds into the thread's operand buffers.
   Operands o = make(128, 128, 128, false, false, 9);
   const std::vector<double> before = reference(o, 1.0f, 0.0f, true);
@@ -206,8 +206,8 @@ TEST_CASE("gemm: bfloat16 rounding is to nearest even and keeps specials", "[gem
 }
 
 TEST_CASE("gemm: precision and backend names are checked", "[gemm]") {
-  CHECK(parse_precision("bf16") == Precision::bf16);
-  CHECK(resolve_gemm_backend("openblas") == GemmBackend::openblas);
+  CHECK(parse_precision("bf16") == Precision::Bf16);
+  CHECK(resolve_gemm_backend("openblas") == GemmBackend::OpenBlas);
   CHECK_THROWS_WITH(parse_precision("fp16"), Catch::StartsWith("train.precision: expected"));
   CHECK_THROWS_AS(resolve_gemm_backend("mkl"), ConfigError);
 }

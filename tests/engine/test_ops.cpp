@@ -256,12 +256,15 @@ TEST_CASE("grad: feed_forward", "[grad]") {
   // 2 rows over 5, so the chunked backward's accumulation across chunks is what is checked.
   SECTION("with biases, chunked") {
     check_gradients(
-        [](const Inputs& in) { return feed_forward(in[0], in[1], in[2], in[3], in[4], ActivationOp::kGelu, 2); },
+        [](const Inputs& in) { return feed_forward(in[0], in[1], in[2], in[3], in[4], Activation::Gelu, 2); },
         {normal({5, 3}, 1), normal({4, 3}, 2), normal({4}, 3), normal({3, 4}, 4), normal({3}, 5)});
   }
   SECTION("without biases, one chunk") {
-    check_gradients([](const Inputs& in) { return feed_forward(in[0], in[1], Tensor(), in[2], Tensor(), ActivationOp::kGelu); },
-                    {normal({2, 2, 3}, 6), normal({4, 3}, 7), normal({3, 4}, 8)});
+    check_gradients(
+        [](const Inputs& in) {
+          return feed_forward(in[0], in[1], Tensor(), in[2], Tensor(), Activation::Gelu);
+        },
+        {normal({2, 2, 3}, 6), normal({4, 3}, 7), normal({3, 4}, 8)});
   }
 }
 

@@ -88,7 +88,7 @@ void test_split_batch_matches_full_batch() {
   for (auto& t : x) t = static_cast<int32_t>(rng.below(17));
   for (auto& t : y) t = static_cast<int32_t>(rng.below(17));
   tfm::OptimizerConfig sgd;
-  sgd.name = "sgd", sgd.momentum = 0.0, sgd.weight_decay = 0.0;
+  sgd.name = tfm::OptimizerKind::Sgd, sgd.momentum = 0.0, sgd.weight_decay = 0.0;
   const double lr = 0.5;
 
   auto step_on = [&](tfm::LanguageModel& m, int64_t row0, int64_t rows, bool average) {

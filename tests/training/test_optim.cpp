@@ -85,7 +85,7 @@ std::vector<double> singular_values(const std::vector<float>& x, int64_t rows, i
 // W = -sqrt(max(1, rows / cols)) NS5(u).
 std::vector<float> ns5_of(const std::vector<float>& u, int64_t rows, int64_t cols) {
   OptimizerConfig c;
-  c.name = "muon", c.lr = 1.0, c.muon_lr = 1.0, c.muon_momentum = 0.0, c.muon_weight_decay = 0.0;
+  c.name = OptimizerKind::Muon, c.lr = 1.0, c.muon_lr = 1.0, c.muon_momentum = 0.0, c.muon_weight_decay = 0.0;
   ParamSegment seg{0, rows * cols, true};
   seg.rows = rows, seg.cols = cols;
   Optimizer opt(c, {seg}, rows * cols);
@@ -114,7 +114,7 @@ double ns5_map(double s) {
 
 TEST_CASE("optim: AdamW matches torch.optim.AdamW's update, decay on decay segments only", "[optim]") {
   OptimizerConfig c;
-  c.beta1 = 0.9, c.beta2 = 0.99, c.eps = 1e-8, c.weight_decay = 0.1;
+  c.betas = {0.9, 0.99}, c.eps = 1e-8, c.weight_decay = 0.1;
   Optimizer opt(c, {{0, 1, true}, {1, 1, false}}, 2);
   std::vector<float> p = {1.0f, 1.0f};
   std::vector<float> g = {0.5f, 0.5f};
@@ -136,7 +136,7 @@ TEST_CASE("optim: AdamW matches torch.optim.AdamW's update, decay on decay segme
 
 TEST_CASE("optim: SGD with momentum and L2 decay as torch.optim.SGD", "[optim]") {
   OptimizerConfig c;
-  c.name = "sgd", c.momentum = 0.9, c.weight_decay = 0.0;
+  c.name = OptimizerKind::Sgd, c.momentum = 0.9, c.weight_decay = 0.0;
   Optimizer opt(c, {{0, 2, true}}, 2);
   std::vector<float> p = {1.0f, -2.0f};
   std::vector<float> g = {1.0f, 2.0f};
@@ -156,11 +156,11 @@ TEST_CASE("optim: SGD with momentum and L2 decay as torch.optim.SGD", "[optim]")
 }
 
 TEST_CASE("optim: schedules follow torch_lm.py's lr_at", "[optim]") {
-  for (const std::string name : {"cosine", "constant"}) {
+  for (const ScheduleKind kind : {ScheduleKind::Cosine, ScheduleKind::Constant}) {
     LrSchedule s;
-    s.name = name, s.lr = 1e-3, s.min_lr = 1e-4, s.warmup = 100, s.total = 2000;
+    s.name = kind, s.lr = 1e-3, s.min_lr = 1e-4, s.warmup_steps = 100, s.total = 2000;
     for (int64_t step : {0, 1, 50, 98, 99, 100, 101, 500, 1000, 1999, 2000, 2500})
-      CHECK(s.at(step) == Approx(lr_at(step, 1e-3, 1e-4, 100, 2000, name)).epsilon(1e-12));
+      CHECK(s.at(step) == Approx(lr_at(step, 1e-3, 1e-4, 100, 2000, name_of(kind))).epsilon(1e-12));
   }
   LrSchedule s;
   CHECK(s.at(0) == Approx(1e-5));
@@ -168,11 +168,11 @@ TEST_CASE("optim: schedules follow torch_lm.py's lr_at", "[optim]") {
   CHECK(s.at(1050) == Approx(1e-4 + 0.5 * 9e-4));
   CHECK(s.at(5000) == Approx(1e-4));
   // No warmup.
-  s.warmup = 0;
+  s.warmup_steps = 0;
   CHECK(s.at(0) == Approx(1e-3));
   // inverse_sqrt: the warmup, then lr * sqrt(warmup / (step + 1)), continuous at the join.
   LrSchedule inv;
-  inv.name = "inverse_sqrt", inv.lr = 1e-3, inv.warmup = 100;
+  inv.name = ScheduleKind::InverseSqrt, inv.lr = 1e-3, inv.warmup_steps = 100;
   CHECK(inv.at(98) == Approx(0.99e-3));
   CHECK(inv.at(99) == Approx(1e-3));
   CHECK(inv.at(100) == Approx(1e-3 * std::sqrt(100.0 / 101.0)));
@@ -200,7 +200,8 @@ TEST_CASE("optim: global-norm clipping as clip_grad_norm_", "[optim]") {
 TEST_CASE("optim: wsd holds lr, then decays linearly to min_lr over the last decay_fraction",
           "[optim][wsd]") {
   LrSchedule s;
-  s.name = "wsd", s.lr = 1e-3, s.min_lr = 1e-4, s.warmup = 10, s.total = 100, s.decay_fraction = 0.2;
+  s.name = ScheduleKind::Wsd, s.lr = 1e-3, s.min_lr = 1e-4, s.warmup_steps = 10, s.total = 100;
+  s.decay_fraction = 0.2;
   // s0 = 100 - floor(0.2 * 100) = 80: warmup to step 9, lr from 10 to 79, then 20 decaying steps.
   CHECK(s.at(0) == Approx(1e-4));
   CHECK(s.at(9) == 1e-3);
@@ -217,7 +218,7 @@ TEST_CASE("optim: wsd holds lr, then decays linearly to min_lr over the last dec
     for (int64_t total : {10, 7, 1})
       for (int64_t warmup : {0, 3}) {
         LrSchedule w = s;
-        w.total = total, w.warmup = warmup, w.decay_fraction = f;
+        w.total = total, w.warmup_steps = warmup, w.decay_fraction = f;
         for (int64_t step = 0; step <= total + 1; ++step) {
           INFO("f " << f << " total " << total << " warmup " << warmup << " step " << step);
           CHECK(w.at(step) == Approx(lr_at(step, 1e-3, 1e-4, warmup, total, "wsd", f)).epsilon(1e-12));
@@ -227,7 +228,7 @@ TEST_CASE("optim: wsd holds lr, then decays linearly to min_lr over the last dec
   none.decay_fraction = 0.0;
   CHECK(none.at(99) == 1e-3);  // no decay at all
   LrSchedule all = s;
-  all.warmup = 0, all.decay_fraction = 1.0;
+  all.warmup_steps = 0, all.decay_fraction = 1.0;
   CHECK(all.at(0) == Approx(1e-3 - 0.9e-3 / 100).epsilon(1e-12));
 }
 
@@ -307,10 +308,10 @@ TEST_CASE("optim: Muon takes the hidden matrices, AdamW the rest with its own bi
   segs[1].rows = segs[2].rows = 4, segs[1].cols = segs[2].cols = 6;
   segs[3].rows = 6, segs[3].cols = 4;
   OptimizerConfig c;
-  c.name = "muon", c.lr = 2e-3, c.muon_lr = 0.05, c.muon_weight_decay = 0.1;
+  c.name = OptimizerKind::Muon, c.lr = 2e-3, c.muon_lr = 0.05, c.muon_weight_decay = 0.1;
   Optimizer muon(c, segs, P);
   OptimizerConfig a = c;
-  a.name = "adamw";
+  a.name = OptimizerKind::AdamW;
   Optimizer adamw(a, {segs[0], segs[4]}, P);
   std::vector<float> p = gaussian(P, 3), q = p;
   REQUIRE(muon.state().size() == 3);
@@ -324,9 +325,10 @@ TEST_CASE("optim: Muon takes the hidden matrices, AdamW the rest with its own bi
   }
   for (int64_t i : {0, 5, 78, 80}) CHECK(p[i] == q[i]);  // the same AdamW, bit for bit
   for (int64_t i = 6; i < 78; ++i) CHECK(p[i] != q[i]);  // the matrices moved by Muon instead
-  CHECK(newton_schulz_flops(segs, "muon") == 2 * newton_schulz_flops(4, 6) + newton_schulz_flops(6, 4));
+  CHECK(newton_schulz_flops(segs, OptimizerKind::Muon) ==
+        2 * newton_schulz_flops(4, 6) + newton_schulz_flops(6, 4));
   CHECK(newton_schulz_flops(4, 6) == 10.0 * 16 * (2 * 6 + 4));
-  CHECK(newton_schulz_flops(segs, "adamw") == 0.0);
+  CHECK(newton_schulz_flops(segs, OptimizerKind::AdamW) == 0.0);
   CHECK(is_hidden_matrix("blocks.0.attn.wq.weight", {8, 8}));
   CHECK(is_hidden_matrix("decoder.blocks.1.cross.wk.weight", {8, 8}));
   CHECK_FALSE(is_hidden_matrix("blocks.0.attn.wq.bias", {8}));
@@ -349,7 +351,7 @@ TEST_CASE("optim: Muon's step is the same at 1 and 2 threads", "[optim][muon]") 
       P += rows * cols;
     }
   OptimizerConfig c;
-  c.name = "muon";
+  c.name = OptimizerKind::Muon;
   auto run = [&](int threads) {
     const int before = omp_get_max_threads();
     omp_set_num_threads(threads);

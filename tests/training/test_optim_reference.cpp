@@ -39,10 +39,10 @@ TEST_CASE("optim reference: Muon + AdamW, WSD and clipping equal torch_lm.py's p
   LanguageModel model(c.model(fx.at("vocab_size").get<int64_t>()), 1);
   load_parameters(model, fx.at("init"));
   model.set_training(true);
-  const OptimizerConfig oc = optimizer_config(c);
-  const LrSchedule schedule = lr_schedule(c);
-  REQUIRE(oc.name == "muon");
-  REQUIRE(schedule.name == "wsd");
+  const OptimizerConfig oc = c.train().optimizer;
+  const LrSchedule schedule = lr_schedule(c.train());
+  REQUIRE(oc.name == OptimizerKind::Muon);
+  REQUIRE(schedule.name == ScheduleKind::Wsd);
   const std::vector<ParamSegment> segments = optimizer_segments(model);
   Optimizer optimizer(oc, segments, model.parameter_count());
   int64_t matrices = 0;

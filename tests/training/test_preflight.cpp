@@ -164,7 +164,7 @@ TEST_CASE("preflight: the optimizer's state is estimated as the built optimizer 
       const Config c = small_config(sets);
       const ModelConfig mc = c.model(37);
       const LanguageModel model(mc, 1);
-      const Optimizer optimizer(optimizer_config(c), optimizer_segments(model), model.parameter_count());
+      const Optimizer optimizer(c.train().optimizer, optimizer_segments(model), model.parameter_count());
       const double built = 4.0 * optimizer.state_floats(2),
                    estimated = estimate_memory(c, mc, true).optimizer;
       INFO(name << " " << c.tree["model"].dump() << ": estimated " << estimated << " bytes, built " << built);
@@ -187,6 +187,6 @@ TEST_CASE("preflight: the optimizer's state is estimated as the built optimizer 
   int64_t matrices = 0;
   for (const ParamSegment& s : segments) matrices += s.rows > 0;
   CHECK(matrices == 2 * 6 + 2 * 10);  // encoder blocks: 4 attention + 2 feed-forward; decoder: 4 more (cross)
-  const Optimizer optimizer(optimizer_config(c), segments, model.parameter_count());
+  const Optimizer optimizer(c.train().optimizer, segments, model.parameter_count());
   CHECK(estimate_memory(c, mc, true).optimizer == Approx(4.0 * optimizer.state_floats(2)).epsilon(0.03));
 }

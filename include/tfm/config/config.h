@@ -11,11 +11,19 @@
 #include <string>
 #include <vector>
 
+#include "tfm/config/train_config.h"
 #include "tfm/nn/model_config.h"
 
 namespace tfm {
 
 enum class KeyType { Integer, Number, Boolean, String, NumberPair };
+
+// How a key reads and writes the member of an option struct (ModelConfig, TrainConfig) it is bound to.
+template <class S>
+struct MemberBinding {
+  std::function<void(S&, const nlohmann::json&)> set;
+  std::function<nlohmann::json(const S&)> get;
+};
 
 struct KeySpec {
   std::string path;  // "train.optimizer.lr"
@@ -28,16 +36,31 @@ struct KeySpec {
   bool min_open = false, max_open = false;  // exclusive bounds
   std::vector<std::string> choices;         // allowed strings (empty: any)
   bool resumable = false;                   // may change with `train --resume DIR --set ...`
-  std::vector<std::string> objectives;      // the train.objective values that read it (empty: all)
+  std::vector<ObjectiveKind> objectives;    // the train.objective values that read it (empty: all)
   // Read only while the string key only_with_key holds one of only_with_values (train.optimizer.muon_lr:
   // train.optimizer.name "muon"); empty: always.
   std::string only_with_key;
   std::vector<std::string> only_with_values;
   std::string meaning;
-  // model.* keys: the ModelConfig member (nn/model_config.h) the key is bound to, written and read.
-  std::function<void(ModelConfig&, const nlohmann::json&)> set_model;
-  std::function<nlohmann::json(const ModelConfig&)> get_model;
+  // The member the key is bound to: model.* keys a ModelConfig's (nn/model_config.h), train.* keys a
+  // TrainConfig's (config/train_config.h); unset for the others.
+  MemberBinding<ModelConfig> model;
+  MemberBinding<TrainConfig> train;
+  template <class S>
+  const MemberBinding<S>& binding() const;
+  template <class S>
+  MemberBinding<S>& binding() {
+    return const_cast<MemberBinding<S>&>(static_cast<const KeySpec*>(this)->binding<S>());
+  }
 };
+template <>
+inline const MemberBinding<ModelConfig>& KeySpec::binding<ModelConfig>() const {
+  return model;
+}
+template <>
+inline const MemberBinding<TrainConfig>& KeySpec::binding<TrainConfig>() const {
+  return train;
+}
 
 // Every key, in documentation order.
 const std::vector<KeySpec>& config_keys();
@@ -55,6 +78,8 @@ struct Config {
 
   // The model's part, for a vocabulary of `vocab_size` symbols.
   ModelConfig model(int64_t vocab_size) const;
+  // The training part: every train.* key, resolved.
+  TrainConfig train() const;
 };
 
 // Parses JSON text; a syntax error throws ConfigError "SOURCE:LINE:COLUMN: malformed JSON: ...".

@@ -15,11 +15,24 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "tfm/engine/enum_names.h"
 
 namespace tfm {
 
-enum class Precision { fp32, bf16 };
-enum class GemmBackend { openblas, onednn };
+// The train.precision and train.gemm_backend options (config/train_config.h binds them); spelled by
+// enum_names: "fp32", "bf16"; "openblas", "onednn"; "auto", "openblas", "onednn".
+enum class Precision { Fp32, Bf16 };
+enum class GemmBackend { OpenBlas, OneDnn };
+// The backend a config asks for: Auto takes TFM_GEMM_BACKEND when set, else oneDNN.
+enum class GemmBackendChoice { Auto, OpenBlas, OneDnn };
+template <>
+const std::vector<std::string>& enum_names<Precision>();
+template <>
+const std::vector<std::string>& enum_names<GemmBackend>();
+template <>
+const std::vector<std::string>& enum_names<GemmBackendChoice>();
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
@@ -47,6 +60,7 @@ Precision parse_precision(const std::string& name, const std::string& where = "t
 // "openblas" | "onednn" | "auto" (train.gemm_backend). "auto" takes TFM_GEMM_BACKEND when set, else
 // oneDNN (faster on the model's shapes in both precisions, `tfm bench gemm`).
 GemmBackend resolve_gemm_backend(const std::string& name, const std::string& where = "train.gemm_backend");
+GemmBackend resolve_gemm_backend(GemmBackendChoice choice);
 
 // Sets precision and backend for a scope and restores the previous ones when it ends.
 class GemmModeGuard {

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "tfm/engine/enum_names.h"
 #include "tfm/engine/tensor.h"
 
 namespace tfm {
@@ -47,13 +48,16 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
 // x (..., C), w1 (F, C), b1 (F), w2 (C, F), b2 (C) -> (..., C); biases may be undefined. Its
 // backward keeps x and fc1's output h (N, F) only: act(h) and its gradient are recomputed in
 // chunks of `chunk_rows` rows, so neither (N, F) tensor exists whole, in the forward or backward.
-// kSwiGLU is the gated form (Shazeer 2020, "GLU Variants Improve Transformer"): linear(silu(linear(x,
+// SwiGLU is the gated form (Shazeer 2020, "GLU Variants Improve Transformer"): linear(silu(linear(x,
 // w1, b1)) * linear(x, w3, b3), w2, b2), w1 the gate and w3 the "up" projection, both (F, C); its
 // backward keeps both (N, F) products.
-enum class ActivationOp { kGelu, kRelu, kSwiGLU };  // act: GELU (exact erf form), ReLU, or SwiGLU's gate
+// act: GELU (exact erf form), ReLU, or SwiGLU's gate; the model.activation option (nn/model_config.h).
+enum class Activation { Gelu, Relu, SwiGLU };
+template <>
+const std::vector<std::string>& enum_names<Activation>();  // "gelu", "relu", "swiglu"
 constexpr int64_t kFeedForwardChunkRows = 1024;
 Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2,
-                    ActivationOp act, int64_t chunk_rows = kFeedForwardChunkRows, const Tensor& w3 = {},
+                    Activation act, int64_t chunk_rows = kFeedForwardChunkRows, const Tensor& w3 = {},
                     const Tensor& b3 = {});
 
 // ---- reductions ----

@@ -4,14 +4,16 @@
 // Legend: B batch, T time, C = d_model, H heads, Hkv key/value heads, Dk = C / H, F = d_ff, V vocabulary.
 #pragma once
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
+#include "tfm/engine/enum_names.h"
+#include "tfm/engine/ops.h"
+
 namespace tfm {
 
-// Each variant is an enum; enum_names<E>() spells its values as configs do, in declaration order.
-enum class Activation { Gelu, Relu, SwiGLU };        // the feed-forward's (GELU: the exact erf form)
+// Each variant is an enum; enum_names<E>() (engine/enum_names.h) spells its values as configs do.
+// Activation, the feed-forward's, is the engine's own (engine/ops.h: the fused op takes it as it is).
 enum class NormKind { LayerNorm, RMSNorm };          // what every norm of the model is
 enum class NormPosition { Pre, Post };               // a norm before each sub-layer, or after its add
 enum class PositionalEncoding { Sinusoidal, Learned, Rope };
@@ -19,10 +21,6 @@ enum class AttentionScore { Dot, Additive };         // scaled dot-product or Ba
 enum class HeadGating { None, TopK };                // top-k gated heads (MultiHeadAttention)
 enum class HeadMixing { None, TalkingHeads, GroupMlp };  // cross-head interaction (MultiHeadAttention)
 
-template <class E>
-const std::vector<std::string>& enum_names();
-template <>
-const std::vector<std::string>& enum_names<Activation>();
 template <>
 const std::vector<std::string>& enum_names<NormKind>();
 template <>
@@ -35,19 +33,6 @@ template <>
 const std::vector<std::string>& enum_names<HeadGating>();
 template <>
 const std::vector<std::string>& enum_names<HeadMixing>();
-
-template <class E>
-const std::string& name_of(E value) {
-  return enum_names<E>()[static_cast<size_t>(value)];
-}
-// The value a config spells `name`, or nothing when it names none.
-template <class E>
-std::optional<E> enum_from(const std::string& name) {
-  const auto& names = enum_names<E>();
-  for (size_t i = 0; i < names.size(); ++i)
-    if (names[i] == name) return static_cast<E>(i);
-  return std::nullopt;
-}
 
 struct ModelConfig {
   int64_t vocab_size = 0;  // V: from the data's tokenizer, not a key

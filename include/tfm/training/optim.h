@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "tfm/config/train_config.h"
 #include "tfm/engine/tensor.h"
 
 namespace tfm {
@@ -20,15 +21,15 @@ namespace tfm {
 //   wsd:     warmup-stable-decay (Hu et al. 2024, MiniCPM, sec. 4, with the linear cool-down of
 //            Haegele et al. 2024): lr until s0 = total - floor(decay_fraction * total), then
 //            lr + (min_lr - lr) * min(1, (step - s0 + 1) / max(1, total - s0)), min_lr at step total - 1
-struct LrSchedule {
-  std::string name = "cosine";  // "cosine" | "constant" | "inverse_sqrt" | "wsd"
-  double lr = 1e-3;
-  double min_lr = 1e-4;
-  int64_t warmup = 100;
-  int64_t total = 2000;
-  double decay_fraction = 0.2;  // wsd
+// (warmup = warmup_steps, total = train.max_steps; the options are train.lr_schedule.*,
+// config/train_config.h.)
+struct LrSchedule : LrScheduleConfig {
+  double lr = 1e-3;     // train.optimizer.lr
+  int64_t total = 2000;  // train.max_steps
   double at(int64_t step) const;
 };
+// The schedule of a run's options.
+LrSchedule lr_schedule(const TrainConfig& train);
 
 // A contiguous run of parameters in the flat buffers.
 struct ParamSegment {
@@ -54,22 +55,16 @@ std::vector<ParamSegment> optimizer_segments(const Model& model);
 // n = max(rows, cols): 10 m^2 (2 n + m). Not part of the model's FLOPs (MFU stays the model's).
 double newton_schulz_flops(int64_t rows, int64_t cols);
 // The sum over the segments Muon updates (0 for any other optimizer).
-double newton_schulz_flops(const std::vector<ParamSegment>& segments, const std::string& optimizer);
+double newton_schulz_flops(const std::vector<ParamSegment>& segments, OptimizerKind optimizer);
 
-struct OptimizerConfig {
-  std::string name = "adamw";  // "adamw" | "sgd" | "muon" (Muon on hidden matrices, AdamW on the rest)
-  double lr = 1e-3;            // the schedule's peak: Muon's rate is muon_lr * (rate of the step / lr)
-  double beta1 = 0.9, beta2 = 0.99, eps = 1e-8;
-  double weight_decay = 0.1;
-  double momentum = 0.9;  // sgd
-  double muon_lr = 0.02, muon_momentum = 0.95, muon_weight_decay = 0.0;
-};
+// The options (OptimizerConfig, train.optimizer.*) are in config/train_config.h.
 
 class Optimizer {
  public:
   Optimizer(OptimizerConfig config, std::vector<ParamSegment> segments, int64_t total_size);
   // One update of values (P,) from grads (P,) at learning rate lr.
-  //   AdamW: p *= 1 - lr wd (decay segments); m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+  //   AdamW: p *= 1 - lr wd (decay segments); (b1, b2) = betas;
+  //          m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
   //          p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
   //   SGD:   g += wd p (decay segments); buf = momentum buf + g; p -= lr buf
   //   Muon (Jordan et al. 2024), on each hidden matrix W (out, in), at lr_m = muon_lr * lr / config.lr:

@@ -63,9 +63,4 @@ TrainResult resume(const std::string& dir, const std::vector<std::string>& overr
 // The seed of the evaluation batches of a run (the same batches at every evaluation).
 uint64_t eval_seed(const Config& config);
 
-// The optimizer and the learning-rate schedule of a config's train.optimizer.* and train.lr_schedule.*
-// keys, as train() steps with them.
-OptimizerConfig optimizer_config(const Config& config);
-LrSchedule lr_schedule(const Config& config);
-
 }  // namespace tfm
