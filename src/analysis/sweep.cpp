@@ -104,10 +104,10 @@ json measure_sweep_point(const std::string& dir, const Config& config) {
   rec["tokens_per_s"] = median(tok);
   rec["step"] = run.checkpoint.state.value("step", int64_t{0});
   rec["training_s"] = training_s;
-  rec["stopped"] = run.checkpoint.state.value("stopped", std::string(rec["step"] == config.integer("train.max_steps")
+  rec["stopped"] = run.checkpoint.state.value("stopped", std::string(rec["step"] == config.train().max_steps
                                                                          ? "max_steps" : "interrupted"));
   // Time to quality (train.target_loss): seconds to the first evaluation at or below it, null if missed.
-  if (config.number("train.target_loss") > 0) rec["seconds_to_target"] = std::isnan(to_target) ? json() : json(to_target);
+  if (config.train().target_loss > 0) rec["seconds_to_target"] = std::isnan(to_target) ? json() : json(to_target);
   return rec;
 }
 
@@ -147,7 +147,7 @@ SweepResult run_sweep(const SweepSpec& spec, const std::atomic<bool>* stop, cons
   require_regular_or_absent(out + "/sweep.jsonl");  // refused now, not after training every point
   for (size_t i = 0; i < points.size(); ++i) {
     const std::string& dir = dirs[i];
-    const int64_t max_steps = configs[i].integer("train.max_steps");
+    const int64_t max_steps = configs[i].train().max_steps;
     int64_t step = -1;
     bool stopped = false;  // reached train.target_loss or ran out of train.max_seconds: done too
     if (const std::string saved = resume_checkpoint_path(dir); !saved.empty()) {

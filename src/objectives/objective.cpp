@@ -88,8 +88,8 @@ Tokenizer tokenizer_of(const Vocabulary* ckpt, const std::optional<Dataset>& dat
 TextObjective::TextObjective(const Config& config, const Vocabulary* ckpt, const ObjectiveOptions& o,
                              int64_t extra_vocab)
     : config_(config),
-      B_(config.integer("train.batch_size")),
-      T_(config.integer("train.seq_len")),
+      B_(config.train().batch_size),
+      T_(config.train().seq_len),
       tokenizer_(),
       data_(o.load_data ? std::optional<Dataset>(load_text(config, ckpt, T_, o.rank)) : std::nullopt),
       model_(checked_model(config.model(tokenizer_of(ckpt, data_).size() + extra_vocab), o),
@@ -152,11 +152,12 @@ std::unique_ptr<Objective> make_seq2seq(const Config&, const Vocabulary*, const 
 
 std::unique_ptr<Objective> make_objective(const Config& config, const Vocabulary* vocabulary,
                                           const ObjectiveOptions& options) {
-  const std::string name = config.string("train.objective");
-  if (name == "causal_lm") return make_causal_lm(config, vocabulary, options);
-  if (name == "masked_lm") return make_masked_lm(config, vocabulary, options);
-  if (name == "seq2seq") return make_seq2seq(config, vocabulary, options);
-  throw ConfigError("train.objective: unknown objective \"" + name + "\"");
+  switch (config.train().objective) {
+    case ObjectiveKind::CausalLm: return make_causal_lm(config, vocabulary, options);
+    case ObjectiveKind::MaskedLm: return make_masked_lm(config, vocabulary, options);
+    case ObjectiveKind::Seq2Seq: return make_seq2seq(config, vocabulary, options);
+  }
+  throw ConfigError("train.objective: unknown objective");
 }
 
 }  // namespace tfm

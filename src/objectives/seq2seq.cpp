@@ -65,7 +65,7 @@ class Seq2Seq : public Objective {
  public:
   Seq2Seq(const Config& c, const Vocabulary* ckpt, const ObjectiveOptions& o)
       : config_(c),
-        B_(c.integer("train.batch_size")),
+        B_(c.train().batch_size),
         data_(load_data_of(c, ckpt, o.load_data)),
         source_(side(ckpt, data_, false)),
         target_(side(ckpt, data_, true)),
