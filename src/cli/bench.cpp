@@ -187,6 +187,7 @@ int run_bench_attention(const BenchAttentionOptions& o) {
 std::vector<Command> add_bench_commands(CLI::App& app) {
   auto* bench = app.add_subcommand("bench", "Measure this machine: GEMM GFLOP/s per backend and precision (the peaks MFU is quoted against), and one attention layer against sequence length");
   bench->require_subcommand(1);
+  bench->footer("\nExamples:\n  tfm bench gemm\n  tfm bench attention --seq-lens 128,256,512 --causal\n");
   auto o = std::make_shared<BenchGemmOptions>();
   auto* gemm = bench->add_subcommand("gemm", "GEMM GFLOP/s of OpenBLAS and oneDNN in fp32 and bf16: square peak, and a config's matrix products");
   gemm->add_option("--threads", o->threads, "Threads (0 = all cores)")->capture_default_str()->check(integer_in(0, 1024));

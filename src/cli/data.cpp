@@ -64,6 +64,7 @@ std::vector<Command> add_data_commands(CLI::App& app) {
   auto o = std::make_shared<PrepareOptions>();
   auto* data = app.add_subcommand("data", "Text corpora: the token cache");
   data->require_subcommand(1);
+  data->footer("\nExample:\n  tfm data prepare --config configs/shakespeare_char.json\n");
   auto* prep = data->add_subcommand("prepare", "Tokenize a config's text corpus into its token cache now");
   prep->add_option("--config", o->config, "Config file")->type_name("FILE")->required();
   prep->add_option("--set", o->sets, "Override a config key (repeatable)")->type_name("KEY=VALUE");

@@ -318,6 +318,8 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
   auto t = std::make_shared<TokenizerTrainOptions>();
   auto* tok = app.add_subcommand("tokenizer", "Byte-level BPE tokenizers");
   tok->require_subcommand(1);
+  tok->footer(
+      "\nExample:\n  tfm tokenizer train --data data/tinyshakespeare.txt --vocab-size 1024 --out tok.json\n");
   auto* tok_train = tok->add_subcommand("train", "Learn a byte-level BPE vocabulary from a text file");
   tok_train->add_option("--data", t->data, "Text file")->type_name("FILE")->required();
   tok_train->add_option("--vocab-size", t->vocab_size, "Vocabulary size (256 bytes + merges)")

@@ -392,7 +392,7 @@ TEST_CASE("seq2seq: DecoderBlock gradient check with source padding, pre and pos
   }
 }
 
-TEST_CASE("seq2seq: model gradient check with source padding and S != T, pre and post norm", "[seq2seq][gradcheck]") {
+TEST_CASE("seq2seq: model gradient check with source padding and S != T, pre and post norm", "[slow][seq2seq][gradcheck]") {
   for (const char* norm : {"pre", "post", "modern"}) {
     DYNAMIC_SECTION(norm << "-norm") {
       const bool modern = std::string(norm) == "modern";  // pre-norm with RoPE, RMSNorm, SwiGLU, QK-norm

@@ -53,7 +53,7 @@ void randomize(LanguageModel& model, Rng& rng) {
 
 }  // namespace
 
-TEST_CASE("model: whole language model gradient check through the flat buffers", "[model][gradcheck]") {
+TEST_CASE("model: whole language model gradient check through the flat buffers", "[slow][model][gradcheck]") {
   ModelConfig dropout_cfg = tiny("pre", "sinusoidal", true, 2, 1);
   dropout_cfg.dropout = 0.2f;
   dropout_cfg.attention_dropout = 0.3f;

@@ -101,7 +101,7 @@ TEST_CASE("head mixing: identity mixing gives the standard layer", "[head_mixing
       }
 }
 
-TEST_CASE("head mixing: gradient checks of each variant with random mixing", "[head_mixing][gradcheck]") {
+TEST_CASE("head mixing: gradient checks of each variant with random mixing", "[slow][head_mixing][gradcheck]") {
   // Every parameter (mixing matrices included) is drawn N(0, 0.5^2): far from the identity, so the
   // mixing really mixes. Float32 forward, double accumulation, gradcheck.h's tolerances.
   struct Heads {

@@ -148,7 +148,7 @@ TEST_CASE("objectives: masked_lm resumes bit-identically", "[objective][train]")
   CHECK(joined == a.losses);
 }
 
-TEST_CASE("objectives: seq2seq resumes bit-identically", "[objective][seq2seq][train]") {
+TEST_CASE("objectives: seq2seq resumes bit-identically", "[slow][objective][seq2seq][train]") {
   tfm_test::TempDir tmp("objectives_s2s_resume");
   const std::string data = write_reversal_pairs(tmp.path, 200);
   const std::vector<std::string> short_run = {"train.max_steps=24", "train.checkpoint_interval=8",
@@ -236,7 +236,7 @@ TEST_CASE("objectives: data-parallel shards' gradients sum to the whole batch's"
   }
 }
 
-TEST_CASE("objectives: a data-parallel run follows the ordinary run's loss", "[objective][data_parallel][train]") {
+TEST_CASE("objectives: a data-parallel run follows the ordinary run's loss", "[slow][objective][data_parallel][train]") {
   tfm_test::TempDir tmp("objectives_dp_train");
   const auto compare = [](const TrainResult& a, const TrainResult& b) {
     REQUIRE(a.losses.size() == b.losses.size());
@@ -293,7 +293,7 @@ TEST_CASE("objectives: train.data_parallel defaults to one worker per thread for
   CHECK(workers("configs/shakespeare_char_large.json", {"train.data_parallel=3"}) == 3);
 }
 
-TEST_CASE("objectives: a data-parallel run with dropout resumes bit-identically", "[objective][data_parallel][train]") {
+TEST_CASE("objectives: a data-parallel run with dropout resumes bit-identically", "[slow][objective][data_parallel][train]") {
   tfm_test::TempDir tmp("objectives_dp_resume");
   // The replicas' dropout streams are seeded from the model's, which the checkpoint holds.
   const std::vector<std::string> run = {"train.max_steps=20", "train.checkpoint_interval=10", "model.dropout=0.1",

@@ -56,7 +56,7 @@ TEST_CASE("preflight: the parameter count from the shapes equals the built model
   }
 }
 
-TEST_CASE("preflight: the estimate is close to the measured peak of a training step", "[preflight]") {
+TEST_CASE("preflight: the estimate is close to the measured peak of a training step", "[slow][preflight]") {
   // Tensor memory of one forward + backward from an empty graph: parameters, gradients, activations and
   // the position table (the optimizer's state is not tensor memory; it is added exactly).
   for (const auto& sets : kVariants) {
@@ -107,7 +107,7 @@ TEST_CASE("preflight: the drivers of an estimate are its largest component's key
   CHECK(!avail.source.empty());
 }
 
-TEST_CASE("preflight: the encoder-decoder's estimate is close to its measured peak", "[preflight][seq2seq]") {
+TEST_CASE("preflight: the encoder-decoder's estimate is close to its measured peak", "[slow][preflight][seq2seq]") {
   // B pairs at the longest lengths (S = max_source_len + 1 with <eos>, T = max_target_len + 1 with
   // <bos>), each variant as the LM test above; parameters from the shapes equal the built model's.
   const std::vector<std::vector<std::string>> variants = {

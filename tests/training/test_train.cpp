@@ -166,7 +166,7 @@ TEST_CASE("train: resuming from last.ckpt reproduces the uninterrupted run bit f
   CHECK_THROWS_WITH(train(small_config(b, other), resume), Catch::StartsWith("model.d_model"));
 }
 
-TEST_CASE("train: a Muon run with the wsd schedule resumes bit for bit, momentum included", "[train][muon]") {
+TEST_CASE("train: a Muon run with the wsd schedule resumes bit for bit, momentum included", "[slow][train][muon]") {
   // Interrupted inside the stable phase, resumed through the decay (s0 = 16 - floor(0.25 * 16) = 12), on
   // 2 threads so that Muon's matrices are shared between threads.
   const std::vector<std::string> sets = {
@@ -296,7 +296,7 @@ TEST_CASE("checkpoint: corrupt, truncated and foreign files are clear errors", "
   CHECK(tfm_test::temporaries_beside(bad).empty());
 }
 
-TEST_CASE("train: bf16 products follow the fp32 loss curve, resume is bit-identical in bf16", "[train][bf16]") {
+TEST_CASE("train: bf16 products follow the fp32 loss curve, resume is bit-identical in bf16", "[slow][train][bf16]") {
   const std::vector<std::string> sets = {"train.max_steps=40", "train.eval_interval=40"};
   auto with = [&](std::vector<std::string> extra) {
     extra.insert(extra.begin(), sets.begin(), sets.end());

@@ -1,0 +1,97 @@
+// `tfm CMD --help` teaches CMD by its own examples: every command and command group, found by walking
+// the "Subcommands:" lists from `tfm --help`, shows examples of itself (not the global tour), and every
+// flag an example of it uses is one of its options.
+#include <catch2/catch.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli_run.h"
+
+namespace {
+
+using tfm_test::run_tfm;
+
+// The names listed under "Subcommands:" in a help text.
+std::vector<std::string> subcommands_of(const std::string& help) {
+  std::vector<std::string> names;
+  std::istringstream in(help);
+  std::string line;
+  bool inside = false;
+  while (std::getline(in, line)) {
+    if (line == "Subcommands:") {
+      inside = true;
+    } else if (inside) {
+      if (line.empty()) break;
+      std::istringstream words(line);
+      std::string name;
+      words >> name;
+      names.push_back(name);
+    }
+  }
+  return names;
+}
+
+// The flags of a help text's "Options:" section ("--run", "--top-k", ...).
+std::set<std::string> options_of(const std::string& help) {
+  std::set<std::string> flags;
+  const std::string options = help.substr(0, help.find("\nSubcommands:"));
+  static const std::regex flag(R"((?:^|[ ,])(--[a-z][a-z0-9-]*))");
+  std::istringstream in(options);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("  -", 0) == 0)  // an option row, not its wrapped description
+      for (std::sregex_iterator it(line.begin(), line.end(), flag), end; it != end; ++it) flags.insert((*it)[1]);
+  return flags;
+}
+
+// The example lines of a help text: its lines that start with "  tfm ".
+std::vector<std::string> examples_of(const std::string& help) {
+  std::vector<std::string> lines;
+  std::istringstream in(help);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("  tfm ", 0) == 0) lines.push_back(line.substr(2));
+  return lines;
+}
+
+}  // namespace
+
+TEST_CASE("cli: every command's help shows its own examples, with flags it has", "[cli][help]") {
+  const tfm_test::CliRun top = run_tfm("--help");
+  REQUIRE(top.status == 0);
+  const size_t global_examples = examples_of(top.out).size();
+  REQUIRE(global_examples >= 10);  // the tour of every family
+
+  std::vector<std::string> commands = subcommands_of(top.out);
+  REQUIRE(commands.size() >= 15);
+  for (size_t i = 0; i < commands.size(); ++i) {
+    const std::string& command = commands[i];
+    const tfm_test::CliRun r = run_tfm(command + " --help");
+    INFO("tfm " << command << " --help\n" << r.out);
+    REQUIRE(r.status == 0);
+    const std::vector<std::string> children = subcommands_of(r.out);
+    for (const std::string& child : children) commands.push_back(command + " " + child);
+
+    const std::vector<std::string> examples = examples_of(r.out);
+    CHECK(examples.size() < global_examples);  // not the inherited tour
+    const std::set<std::string> flags = options_of(r.out);
+    int own = 0;
+    for (const std::string& example : examples) {
+      if (example.rfind("tfm " + command, 0) != 0) continue;  // an example of a neighbour command
+      const std::string rest = example.substr(4 + command.size());
+      if (!rest.empty() && rest[0] != ' ') continue;  // "tfm train" is not "tfm train-x"
+      ++own;
+      if (!children.empty()) continue;                 // a group's examples use its children's flags
+      static const std::regex used(R"((?:^| )(--[a-z][a-z0-9-]*))");
+      const std::string args = rest.substr(0, rest.find('#'));  // a trailing comment is prose
+      for (std::sregex_iterator it(args.begin(), args.end(), used), end; it != end; ++it) {
+        INFO("example: " << example);
+        CHECK(flags.count((*it)[1]) == 1);
+      }
+    }
+    CHECK(own >= 1);
+  }
+}
