@@ -68,7 +68,7 @@ TEST_CASE("cli: every command's help shows its own examples, with flags it has",
   std::vector<std::string> commands = subcommands_of(top.out);
   REQUIRE(commands.size() >= 15);
   for (size_t i = 0; i < commands.size(); ++i) {
-    const std::string& command = commands[i];
+    const std::string command = commands[i];  // a copy: the loop appends to commands
     const tfm_test::CliRun r = run_tfm(command + " --help");
     INFO("tfm " << command << " --help\n" << r.out);
     REQUIRE(r.status == 0);
