@@ -166,7 +166,7 @@ int export_gguf(const ExportOptions& o, LoadedRun& run) {
   const std::string out = o.out.empty() ? o.run + "/model-" + o.dtype + ".gguf" : o.out;
   check_output_path("--out", out, run_inputs(run.checkpoint_path, run.config));
   GgufExportOptions options{dtype, name.empty() ? "tfm" : name, run.config.tree.dump()};
-  save_gguf(out, gguf_from_model(model, tok, run.objective->name(), options));
+  save_gguf(out, gguf_from_model(model, tok, options));
 
   // Read back with the GGUF reader and run llama.cpp's graph from the file on a probe of ids.
   const GgufFile back = load_gguf(out);

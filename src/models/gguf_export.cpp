@@ -172,38 +172,26 @@ const std::vector<GgufKeyRule>& gguf_key_rules(GgufArchitecture arch) {
   return arch == GgufArchitecture::Gpt2 ? gpt2 : arch == GgufArchitecture::Llama ? llama : qwen3;
 }
 
-GgufArchitecture gguf_architecture(const std::string& objective, const ModelConfig& c) {
+GgufArchitecture gguf_architecture(const ModelConfig& c) {
   // RoPE picks the family: llama.cpp's gpt2 adds a position table, its llama and qwen3 turn queries
   // and keys (qwen3: after a per-head RMSNorm of each, QK-norm).
   const bool rope = c.positional_encoding == PositionalEncoding::Rope;
   const GgufArchitecture arch =
       !rope ? GgufArchitecture::Gpt2 : c.qk_norm ? GgufArchitecture::Qwen3 : GgufArchitecture::Llama;
   std::vector<std::string> problems;
-  if (objective == "masked_lm")
-    problems.push_back(
-        "train.objective = \"masked_lm\": the encoder attends both ways (model.causal false) and predicts masked "
-        "tokens; llama.cpp's gpt2, llama and qwen3 are causal next-token decoders (GGUF export takes causal_lm "
-        "runs)");
-  else if (objective == "seq2seq")
-    problems.push_back(
-        "train.objective = \"seq2seq\": llama.cpp runs encoder-decoders only as T5 (relative position buckets, "
-        "RMSNorm, no biases), which tfm's encoder-decoder is not (GGUF export takes causal_lm runs)");
-  else if (objective != "causal_lm")
-    problems.push_back("train.objective = \"" + objective + "\": GGUF export takes causal_lm runs");
-  if (problems.empty())  // a model key matters only for a run that can be exported at all
-    for (const GgufKeyRule& rule : gguf_key_rules(arch)) {
-      if (rule.allowed.empty()) continue;
-      const nlohmann::json value = rule.value(c);
-      if (std::find(rule.allowed.begin(), rule.allowed.end(), value) == rule.allowed.end())
-        problems.push_back(rule.key + " = " + value.dump() + ": " + rule.note);
-    }
+  for (const GgufKeyRule& rule : gguf_key_rules(arch)) {
+    if (rule.allowed.empty()) continue;
+    const nlohmann::json value = rule.value(c);
+    if (std::find(rule.allowed.begin(), rule.allowed.end(), value) == rule.allowed.end())
+      problems.push_back(rule.key + " = " + value.dump() + ": " + rule.note);
+  }
   if (problems.empty()) return arch;
   std::string msg = "GGUF export: llama.cpp cannot run this model:";
   for (const std::string& p : problems) msg += "\n" + p;
   throw ConfigError(msg);
 }
 
-void check_gguf_exportable(const std::string& objective, const ModelConfig& c) { gguf_architecture(objective, c); }
+void check_gguf_exportable(const ModelConfig& c) { gguf_architecture(c); }
 
 std::string gpt2_token_text(const std::string& bytes) {
   std::string out;
@@ -282,10 +270,9 @@ void add_gguf_tokenizer(GgufFile& f, const Tokenizer& tok) {
   f.set("tokenizer.ggml.add_eos_token", GgufValue::boolean(false));
 }
 
-GgufFile gguf_from_model(const LanguageModel& model, const Tokenizer& tok, const std::string& objective,
-                         const GgufExportOptions& o) {
+GgufFile gguf_from_model(const LanguageModel& model, const Tokenizer& tok, const GgufExportOptions& o) {
   const ModelConfig& c = model.config();
-  const GgufArchitecture arch = gguf_architecture(objective, c);
+  const GgufArchitecture arch = gguf_architecture(c);
   TFM_CHECK(tok.size() == c.vocab_size, "gguf_from_model", "the tokenizer has ", tok.size(),
             " tokens, the model's vocabulary ", c.vocab_size);
   const int64_t C = c.d_model, L = c.max_seq_len, Dk = c.head_dim(), Ckv = c.n_kv_heads * Dk;

@@ -25,6 +25,13 @@ class MaskedLm : public TextObjective {
                         "model cannot see the tokens after a [MASK]; set model.causal=false)");
   }
   std::string name() const override { return "masked_lm"; }
+  // Refused by the objective alone, whatever the model options.
+  GgufArchitecture gguf_architecture() const override {
+    throw ConfigError(
+        "GGUF export: llama.cpp cannot run this model:\ntrain.objective = \"masked_lm\": the encoder attends "
+        "both ways (model.causal false) and predicts masked tokens; llama.cpp's gpt2, llama and qwen3 are causal "
+        "next-token decoders (GGUF export takes causal_lm runs)");
+  }
   ObjectiveCapabilities capabilities() const override {
     return {TrainingData::Text, ModelKind::BidirectionalEncoder, Inference::FillMask, "tfm fill-mask", false,
             {"loss", "accuracy"}};

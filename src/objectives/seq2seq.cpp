@@ -79,7 +79,12 @@ class Seq2Seq : public Objective {
             {"loss", "accuracy", "bleu"}};
   }
   // Refused by the objective alone (llama.cpp's encoder-decoders are T5s), whatever the model options.
-  GgufArchitecture gguf_architecture() const override { return tfm::gguf_architecture(name(), ModelConfig{}); }
+  GgufArchitecture gguf_architecture() const override {
+    throw ConfigError(
+        "GGUF export: llama.cpp cannot run this model:\ntrain.objective = \"seq2seq\": llama.cpp runs "
+        "encoder-decoders only as T5 (relative position buckets, RMSNorm, no biases), which tfm's encoder-decoder "
+        "is not (GGUF export takes causal_lm runs)");
+  }
   Model& model() override { return model_; }
   Seq2SeqModel& s2s() { return model_; }
   const Tokenizer& tokenizer() const override { return source_; }

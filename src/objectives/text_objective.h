@@ -21,7 +21,7 @@ class TextObjective : public Objective {
   Model& model() override { return model_; }
   LanguageModel& lm() { return model_; }
   const Tokenizer& tokenizer() const override { return tokenizer_; }
-  GgufArchitecture gguf_architecture() const override { return tfm::gguf_architecture(name(), model_.config()); }
+  GgufArchitecture gguf_architecture() const override { return tfm::gguf_architecture(model_.config()); }
   Rng& sampler_rng() override { return sampler_.rng(); }
   double train_flops_per_token() const override;
   std::string describe_data() const override;

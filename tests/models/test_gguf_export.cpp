@@ -99,7 +99,7 @@ TEST_CASE("gguf export: llama.cpp's gpt2 graph on the file gives the model's log
     INFO(v.name);
     LanguageModel model(v.config, 5);
     randomize(model, 9);
-    const GgufFile f = round_trip(gguf_from_model(model, tok, "causal_lm"));
+    const GgufFile f = round_trip(gguf_from_model(model, tok));
     const std::vector<int32_t> ids = probe(v.config.max_seq_len, V);
     NoGradGuard no_grad;
     const std::vector<float> ours = model.forward(ids, 1, static_cast<int64_t>(ids.size())).to_vector();
@@ -149,7 +149,7 @@ TEST_CASE("gguf export: llama.cpp's llama and qwen3 graphs on the file give the 
     INFO(v.name);
     LanguageModel model(v.config, 5);
     randomize(model, 9);
-    const GgufFile f = round_trip(gguf_from_model(model, tok, "causal_lm"));
+    const GgufFile f = round_trip(gguf_from_model(model, tok));
     REQUIRE(f.at("general.architecture").str() == v.arch);
     const std::vector<int32_t> ids = probe(v.config.max_seq_len, V);
     NoGradGuard no_grad;
@@ -168,7 +168,7 @@ TEST_CASE("gguf export: qwen3's RoPE turns halves, so the export reorders Wq and
   c.rope_theta = 100.0;
   LanguageModel model(c, 2);
   randomize(model, 3);
-  const GgufFile f = gguf_from_model(model, tok, "causal_lm");
+  const GgufFile f = gguf_from_model(model, tok);
   // Row 2i of a head goes to i, row 2i + 1 to i + Dk/2 (Dk = 4): rows 0 2 1 3 of each head, in order.
   const std::vector<float> wk = model.find_parameter("blocks.1.attn.wk.weight")->value.to_vector();
   const std::vector<float> ak = gguf_tensor_values(f.tensor("blk.1.attn_k.weight")).to_vector();
@@ -209,7 +209,7 @@ TEST_CASE("gguf export: llama and qwen3 names, shapes and metadata as llama.cpp'
     c.rope_theta = 50000.0;
     c.norm_eps = 1e-6f;
     LanguageModel model(c, 1);
-    const GgufFile f = round_trip(gguf_from_model(model, tok, "causal_lm", {GgmlType::BF16, "tiny", "{}"}));
+    const GgufFile f = round_trip(gguf_from_model(model, tok, {GgmlType::BF16, "tiny", "{}"}));
     REQUIRE(f.at("general.architecture").str() == a);
     REQUIRE(f.at("general.file_type").unsigned_value() == 32);  // MOSTLY_BF16
     for (const auto& [key, value] : std::vector<std::pair<std::string, int64_t>>{
@@ -284,7 +284,7 @@ TEST_CASE("gguf export: names, shapes, types and metadata as llama.cpp's gpt2 lo
   ModelConfig c = tiny(V);
   c.n_kv_heads = 2;
   LanguageModel model(c, 1);
-  const GgufFile f = round_trip(gguf_from_model(model, tok, "causal_lm", {GgmlType::F16, "tiny", "{}"}));
+  const GgufFile f = round_trip(gguf_from_model(model, tok, {GgmlType::F16, "tiny", "{}"}));
   REQUIRE(f.at("general.architecture").str() == "gpt2");
   REQUIRE(f.at("general.name").str() == "tiny");
   REQUIRE(f.at("general.file_type").unsigned_value() == 1);  // MOSTLY_F16
@@ -332,7 +332,7 @@ TEST_CASE("gguf export: the sinusoidal model's scaled embedding and table are fo
   c.n_kv_heads = 3;
   LanguageModel model(c, 3);
   randomize(model, 4);
-  const GgufFile f = gguf_from_model(model, tok, "causal_lm");
+  const GgufFile f = gguf_from_model(model, tok);
   const std::vector<float> E = model.find_parameter("emb.weight")->value.to_vector();
   const std::vector<float> embd = gguf_tensor_values(f.tensor("token_embd.weight")).to_vector();
   const float scale = std::sqrt(12.0f);
@@ -400,14 +400,14 @@ TEST_CASE("gguf export: tokens in GPT-2's byte form, merges for multi-byte chara
 
 TEST_CASE("gguf export: what llama.cpp cannot run is refused naming every key and why", "[gguf]") {
   ModelConfig c = tiny(10);
-  REQUIRE_NOTHROW(check_gguf_exportable("causal_lm", c));
+  REQUIRE_NOTHROW(check_gguf_exportable(c));
   c.norm_position = NormPosition::Post;
   c.activation = Activation::Relu;
   c.attention_score = AttentionScore::Additive;
   c.head_gating = HeadGating::TopK;
   c.head_mixing = HeadMixing::TalkingHeads;
   try {
-    check_gguf_exportable("causal_lm", c);
+    check_gguf_exportable(c);
     FAIL("expected a ConfigError");
   } catch (const ConfigError& e) {
     const std::string m = e.what();
@@ -417,16 +417,18 @@ TEST_CASE("gguf export: what llama.cpp cannot run is refused naming every key an
     CHECK_THAT(m, Contains("model.head_gating = \"topk\""));
     CHECK_THAT(m, Contains("model.head_mixing = \"talking_heads\""));
   }
-  REQUIRE_THROWS_WITH(check_gguf_exportable("masked_lm", tiny(10)), Contains("train.objective = \"masked_lm\""));
+  ModelConfig bidirectional = tiny(10);  // masked_lm's encoder; the objective itself is refused above it
+  bidirectional.causal = false;
+  REQUIRE_THROWS_WITH(check_gguf_exportable(bidirectional), Contains("model.causal = false"));
 
   // The architecture follows from the positions: RoPE models are llama's or qwen3's, the rest gpt2's.
-  REQUIRE(gguf_architecture("causal_lm", tiny(10)) == GgufArchitecture::Gpt2);
-  REQUIRE(gguf_architecture("causal_lm", modern(10, false)) == GgufArchitecture::Llama);
-  REQUIRE(gguf_architecture("causal_lm", modern(10, true)) == GgufArchitecture::Qwen3);
+  REQUIRE(gguf_architecture(tiny(10)) == GgufArchitecture::Gpt2);
+  REQUIRE(gguf_architecture(modern(10, false)) == GgufArchitecture::Llama);
+  REQUIRE(gguf_architecture(modern(10, true)) == GgufArchitecture::Qwen3);
   ModelConfig rope_only = tiny(10);  // RoPE with LayerNorm and GELU: no architecture of llama.cpp's
   rope_only.positional_encoding = PositionalEncoding::Rope;
   try {
-    check_gguf_exportable("causal_lm", rope_only);
+    check_gguf_exportable(rope_only);
     FAIL("expected a ConfigError");
   } catch (const ConfigError& e) {
     const std::string m = e.what();
@@ -438,7 +440,7 @@ TEST_CASE("gguf export: what llama.cpp cannot run is refused naming every key an
   ModelConfig no_rope = modern(10, true);  // RMSNorm, SwiGLU and QK-norm with sinusoidal positions
   no_rope.positional_encoding = PositionalEncoding::Sinusoidal;
   try {
-    check_gguf_exportable("causal_lm", no_rope);
+    check_gguf_exportable(no_rope);
     FAIL("expected a ConfigError");
   } catch (const ConfigError& e) {
     const std::string m = e.what();
@@ -448,10 +450,9 @@ TEST_CASE("gguf export: what llama.cpp cannot run is refused naming every key an
   }
   ModelConfig qwen3_bias = modern(10, true);
   qwen3_bias.bias = true;
-  REQUIRE_THROWS_WITH(check_gguf_exportable("causal_lm", qwen3_bias),
+  REQUIRE_THROWS_WITH(check_gguf_exportable(qwen3_bias),
                       Contains("model.bias = true: llama.cpp's qwen3 (the architecture with QK-norm) has no biases"));
   ModelConfig llama_bias = modern(10, false);
   llama_bias.bias = true;
-  REQUIRE_NOTHROW(check_gguf_exportable("causal_lm", llama_bias));  // llama.cpp's llama reads them
-  REQUIRE_THROWS_WITH(check_gguf_exportable("seq2seq", tiny(10)), Contains("train.objective = \"seq2seq\""));
+  REQUIRE_NOTHROW(check_gguf_exportable(llama_bias));  // llama.cpp's llama reads them
 }

@@ -86,12 +86,13 @@ struct GgufKeyRule {
 const std::vector<GgufKeyRule>& gguf_key_rules(GgufArchitecture arch);
 
 // The llama.cpp architecture that runs the model exactly, or ConfigError naming every config key whose
-// value llama.cpp cannot run, and why; `objective` is the run's train.objective.
-GgufArchitecture gguf_architecture(const std::string& objective, const ModelConfig& config);
-void check_gguf_exportable(const std::string& objective, const ModelConfig& config);  // the same, no result
+// value llama.cpp cannot run, and why. The model only: whether a run's objective exports at all is the
+// objective's answer (Objective::gguf_architecture).
+GgufArchitecture gguf_architecture(const ModelConfig& config);
+void check_gguf_exportable(const ModelConfig& config);  // the same, no result
 
 // The model and tokenizer as a GGUF file of its architecture (after gguf_architecture).
-GgufFile gguf_from_model(const LanguageModel& model, const Tokenizer& tokenizer, const std::string& objective,
+GgufFile gguf_from_model(const LanguageModel& model, const Tokenizer& tokenizer,
                          const GgufExportOptions& options = {});
 
 // GPT-2's byte-to-unicode map (the form llama.cpp's gpt2 tokenizer keeps its tokens in): the
