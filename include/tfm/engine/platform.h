@@ -27,7 +27,7 @@ int configure_threads(int requested);
 // Ctrl-C and SIGTERM set the returned flag (training finishes its step, checkpoints and returns); a
 // second one ends the program. The signals are taken by a thread of their own and blocked in this
 // thread and in OpenMP's, and so in every thread these start later: oneDNN 2.6's JIT sgemm kernels
-// point rsp into the heap while they run (oneDNN issue #4845, fixed upstream in 2026), so a handler
+// point rsp into the heap while they run (a bug of that release, fixed in later ones), so a handler
 // run on a computing thread writes its frame over the heap. Idempotent; call before training starts.
 const std::atomic<bool>* stop_on_signals();
 
