@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds from scratch and runs every test through ctest, twice:
+# Installs what is missing, checks the formatting (scripts/dev/format.sh --check), builds from scratch and
+# runs every test through ctest, twice (test code compiles at -Og in both: docs/testing.md):
 #   1. the Release build (-O3 -march=native, warnings as errors), all tests (with scripts/dev/check_gguf.sh:
 #      llama.cpp runs tfm's GGUF exports; skipped, saying why, when npm cannot reach its registry), then
 #      `cmake --install` into a temporary prefix and examples/ built and run against the installed package;
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build (-O1 -g1), the same tests. -g1 keeps the
 #      line tables the sanitizers' stack traces need (file:line) without the full debug information,
-#      which compiles ~15% faster (the CLI's main.cpp: 36 s against 42 s) and keeps the run near 15 minutes.
+#      which compiles ~15% faster (the CLI's main.cpp: 36 s against 42 s).
 # Usage: scripts/test.sh
 # Environment: TFM_TEST_JOBS (parallel ctest jobs, default: cores), TFM_SANITIZE=0 skips step 2.
 set -euo pipefail
@@ -13,6 +14,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$TFM_ROOT"
 
 tfm_install
+echo "tfm: formatting (clang-format)"
+"$TFM_ROOT/scripts/dev/format.sh" --check
 jobs="${TFM_TEST_JOBS:-$(nproc)}"
 export OMP_WAIT_POLICY=passive  # ctest runs tests side by side: idle OpenMP threads must not spin
 
