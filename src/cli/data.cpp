@@ -36,11 +36,13 @@ int run_prepare(const PrepareOptions& o) {
   cache.threads = o.threads;
   const std::string kind = c.string("data.tokenizer");
   // The split's check needs a sequence length; 0 reports the counts of any file with two tokens.
+  TokenCacheOptions bpe_cache = cache;
+  bpe_cache.extend_vocabulary = true;  // as a new run's
   const Dataset d = kind == "bpe" ? load_dataset(path, Tokenizer::load_bpe(c.string("data.tokenizer_path")),
-                                                 c.number("data.val_fraction"), 0, cache)
+                                                 c.number("data.val_fraction"), 0, bpe_cache)
                                   : load_dataset(path, kind, c.number("data.val_fraction"), 0, cache);
   const int64_t n = d.train.size() + d.val.size();
-  const double source_bytes = static_cast<double>(file_size(path));
+  const double source_bytes = static_cast<double>(d.source_bytes);
   const int width = d.train.width();
   std::printf("%s: %.0f bytes -> %ld tokens (%s tokenizer, vocabulary %ld, uint%d ids): %.3f bytes/token\n",
               path.c_str(), source_bytes, static_cast<long>(n), d.tokenizer.kind_name().c_str(),
@@ -52,8 +54,16 @@ int run_prepare(const PrepareOptions& o) {
   else
     std::printf("cache: %s (%.0f bytes) is up to date: opened and checked in %.3f s\n", d.cache_path.c_str(),
                 cache_bytes, d.load_seconds);
-  std::printf("split (data.val_fraction %g): %ld train / %ld val tokens\n", c.number("data.val_fraction"),
+  if (d.documents > 1)
+    std::printf("documents: %ld, %s\n", static_cast<long>(d.documents),
+                d.document_separator ? "joined by <|endoftext|> (data.document_separator)"
+                                     : "concatenated (data.document_separator false)");
+  std::printf("split (data.val_fraction %g): %ld train / %ld val tokens", c.number("data.val_fraction"),
               static_cast<long>(d.train.size()), static_cast<long>(d.val.size()));
+  if (d.val_documents > 0)
+    std::printf(" (%ld train / %ld val documents)", static_cast<long>(d.documents - d.val_documents),
+                static_cast<long>(d.val_documents));
+  std::printf("\n");
   return kExitOk;
 }
 
