@@ -170,8 +170,8 @@ std::vector<KeySpec> build_table() {
       Key("data.text_field", T::String, "text", "JSON Lines corpora: the field of each record that holds its text.")
           .only_for(kLanguageModels),
       Key("data.document_separator", T::Boolean, nullptr,
-          "Join the corpus's documents with an end-of-text token (`<|endoftext|>`, the vocabulary's last id, never "
-          "produced by encoding text); false concatenates them.")
+          "Join the corpus's documents with a reserved end-of-text token (the vocabulary's last id, never produced "
+          "by encoding text; docs/data.md); false concatenates them.")
           .derived("true when the corpus has more than one document (resolved from the data)",
                    [](const json&) { return json(); })
           .only_for(kLanguageModels),

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "cli_run.h"
@@ -46,7 +47,7 @@ std::string folder_corpus(const TempDir& tmp) {
 TEST_CASE("corpus: train and sample on a folder of text and compressed JSON Lines", "[cli][data]") {
   const TempDir tmp("corpus_e2e");
   const std::string root = folder_corpus(tmp);
-  const std::string sets = " --set data.path=" + root + " --set data.text_field=content --set data.val_fraction=0.34";
+  const std::string sets = " --set data.path=" + root + " --set data.text_field=content --set data.val_fraction=0.3";
   CliRun r = run_tfm("data prepare --config configs/tiny.json" + sets);
   INFO(r.out);
   REQUIRE(r.status == 0);
