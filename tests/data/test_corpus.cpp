@@ -121,7 +121,7 @@ void next_tick() { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }
 
 }  // namespace
 
-TEST_CASE("corpus: a directory is walked recursively and sorted; globs and lists expand in order", "[data][corpus]") {
+TEST_CASE("corpus: a directory is walked recursively and sorted, globs and lists expand in order", "[data][corpus]") {
   const Dir d("list");
   write(d.file("c/b.txt"), "b");
   write(d.file("c/a.txt"), "a");
@@ -215,7 +215,7 @@ TEST_CASE("corpus: text, JSON Lines with a custom field, .gz and .zst give the s
   CHECK(b.tokens.to_vector() == joined(b.tokenizer, docs, 256));
 }
 
-TEST_CASE("corpus: document_separator false concatenates; one document keeps the single-file tokens", "[data][corpus]") {
+TEST_CASE("corpus: document_separator false concatenates, one document keeps the single-file tokens", "[data][corpus]") {
   const Dir d("separator");
   write(d.file("c/a.txt"), "alpha beta\n");
   write(d.file("c/b.txt"), "gamma delta\n");
