@@ -46,11 +46,13 @@ int run_prepare(const PrepareOptions& o) {
   const double source_bytes = static_cast<double>(d.source_bytes);
   const int width = d.train.width();
   // Text bytes for one plain file; a corpus of several or compressed files is counted as stored.
-  const bool plain = is_single_file(path) && path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") != 0 &&
+  const bool plain = is_single_file(path) && path.size() > 3 &&
+                     path.compare(path.size() - 3, 3, ".gz") != 0 &&
                      path.compare(path.size() - 4, 4, ".zst") != 0;
   std::printf("%s: %.0f bytes%s -> %ld tokens (%s tokenizer, vocabulary %ld, uint%d ids): %.3f bytes/token\n",
-              path.c_str(), source_bytes, plain ? "" : " on disk", static_cast<long>(n), d.tokenizer.kind_name().c_str(),
-              static_cast<long>(d.tokenizer.size()), width * 8, n > 0 ? source_bytes / static_cast<double>(n) : 0.0);
+              path.c_str(), source_bytes, plain ? "" : " on disk", static_cast<long>(n),
+              d.tokenizer.kind_name().c_str(), static_cast<long>(d.tokenizer.size()), width * 8,
+              n > 0 ? source_bytes / static_cast<double>(n) : 0.0);
   const double cache_bytes = static_cast<double>(file_size(d.cache_path));
   if (d.cache_built)
     std::printf("cache: %s (%.0f bytes), tokenized in %.2f s (%.1f MB/s of %s)\n", d.cache_path.c_str(),

@@ -31,7 +31,9 @@ bool ends_with(const std::string& s, const std::string& tail) {
 enum class Compression { None, Gzip, Zstd };
 
 Compression compression_of(const std::string& path) {
-  return ends_with(path, ".gz") ? Compression::Gzip : ends_with(path, ".zst") ? Compression::Zstd : Compression::None;
+  return ends_with(path, ".gz")    ? Compression::Gzip
+         : ends_with(path, ".zst") ? Compression::Zstd
+                                   : Compression::None;
 }
 
 // The name without its compression suffix decides the format.
@@ -49,7 +51,9 @@ bool is_corpus_name(const std::string& name) {
   return false;
 }
 
-bool has_wildcard(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
+bool has_wildcard(const std::string& s) {
+  return s.find_first_of("*?[") != std::string::npos;
+}
 
 bool exists(const std::string& p) {
   struct stat st;
@@ -63,14 +67,17 @@ std::vector<std::string> entries_of(const std::string& spec) {
   try {
     j = nlohmann::json::parse(spec);
   } catch (const nlohmann::json::exception& e) {
-    throw ConfigError("data.path: " + spec + " starts with '[' but is not a JSON list of paths (" + e.what() + ")");
+    throw ConfigError("data.path: " + spec + " starts with '[' but is not a JSON list of paths (" + e.what() +
+                      ")");
   }
   if (!j.is_array() || j.empty())
-    throw ConfigError("data.path: " + spec + ": expected a non-empty JSON list of paths, directories or globs");
+    throw ConfigError("data.path: " + spec +
+                      ": expected a non-empty JSON list of paths, directories or globs");
   std::vector<std::string> out;
   for (const auto& e : j) {
     if (!e.is_string() || e.get<std::string>().empty())
-      throw ConfigError("data.path: " + spec + ": every entry of the list must be a non-empty string, got " + e.dump());
+      throw ConfigError("data.path: " + spec + ": every entry of the list must be a non-empty string, got " +
+                        e.dump());
     out.push_back(e.get<std::string>());
   }
   return out;
@@ -87,7 +94,8 @@ CorpusFile stat_file(const std::string& path, const std::string& entry) {
   if (::stat(path.c_str(), &st) != 0)
     throw IoError(path + ": cannot open: " + std::strerror(errno) + " (data.path entry " + entry + ")");
   if (!S_ISREG(st.st_mode))
-    throw IoError(path + ": is " + file_kind(st.st_mode) + "; expected a regular file (data.path entry " + entry + ")");
+    throw IoError(path + ": is " + file_kind(st.st_mode) + "; expected a regular file (data.path entry " +
+                  entry + ")");
   if (::access(path.c_str(), R_OK) != 0)
     throw IoError(path + ": cannot read it: " + std::strerror(errno) + " (data.path entry " + entry + ")");
   return {path, static_cast<uint64_t>(st.st_size),
@@ -107,7 +115,8 @@ void walk(const std::string& dir, const std::string& entry, std::vector<CorpusFi
     }
     if (is_corpus_name(name) && it->is_regular_file(ec)) found.push_back(it->path().string());
   }
-  if (ec) throw IoError(dir + ": cannot read the directory: " + ec.message() + " (data.path entry " + entry + ")");
+  if (ec)
+    throw IoError(dir + ": cannot read the directory: " + ec.message() + " (data.path entry " + entry + ")");
   std::sort(found.begin(), found.end());
   for (const std::string& f : found) out.push_back(stat_file(f, entry));
 }
@@ -118,8 +127,10 @@ void add_path(const std::string& path, const std::string& entry, std::vector<Cor
     const size_t before = out.size();
     walk(without_trailing_slash(path), entry, out);
     if (out.size() == before)
-      throw IoError(path + ": the directory holds no corpus file (.txt, .jsonl, or either .gz or .zst; hidden "
-                    "entries skipped) (data.path entry " + entry + ")");
+      throw IoError(path +
+                    ": the directory holds no corpus file (.txt, .jsonl, or either .gz or .zst; hidden "
+                    "entries skipped) (data.path entry " +
+                    entry + ")");
     return;
   }
   out.push_back(stat_file(path, entry));
@@ -151,7 +162,8 @@ std::vector<CorpusFile> list_corpus(const std::string& spec) {
       ::globfree(&g);
       if (rc == GLOB_NOMATCH || matches.empty())
         throw IoError("data.path: the pattern " + entry + " matches no file");
-      if (rc != 0) throw IoError("data.path: the pattern " + entry + " cannot be expanded (a directory is unreadable)");
+      if (rc != 0)
+        throw IoError("data.path: the pattern " + entry + " cannot be expanded (a directory is unreadable)");
       for (const std::string& m : matches) add_path(m, entry, out);
     } else {
       add_path(entry, entry, out);
@@ -160,7 +172,8 @@ std::vector<CorpusFile> list_corpus(const std::string& spec) {
   std::set<std::string> seen;
   for (const CorpusFile& f : out)
     if (!seen.insert(fs::weakly_canonical(f.path).string()).second)
-      throw IoError("data.path: " + f.path + " is named twice (each file is read once: remove one of the entries)");
+      throw IoError("data.path: " + f.path +
+                    " is named twice (each file is read once: remove one of the entries)");
   return out;
 }
 
@@ -274,7 +287,8 @@ class FileStream {
     } else if (rc == Z_OK || rc == Z_BUF_ERROR) {
       frame_done_ = false;
     } else {
-      throw IoError(path_ + ": not valid gzip data near byte " + std::to_string(offset_ - raw_.size() + pos_) +
+      throw IoError(path_ + ": not valid gzip data near byte " +
+                    std::to_string(offset_ - raw_.size() + pos_) +
                     " (zlib: " + (z.msg ? z.msg : "error " + std::to_string(rc)) + ")");
     }
     return produced;
@@ -285,8 +299,8 @@ class FileStream {
     ZSTD_outBuffer o{dst, kHashBlockBytes, 0};
     const size_t rc = ZSTD_decompressStream(zd_, &o, &in);
     if (ZSTD_isError(rc))
-      throw IoError(path_ + ": not valid zstd data near byte " + std::to_string(offset_ - raw_.size() + in.pos) +
-                    " (" + ZSTD_getErrorName(rc) + ")");
+      throw IoError(path_ + ": not valid zstd data near byte " +
+                    std::to_string(offset_ - raw_.size() + in.pos) + " (" + ZSTD_getErrorName(rc) + ")");
     pos_ = in.pos;
     output_full_ = o.pos == o.size;
     if (in.size > 0) frame_done_ = rc == 0;
@@ -317,12 +331,12 @@ struct CorpusReader::State {
   size_t next_file = 0;  // files_[next_file] is opened when the current one ends
   std::unique_ptr<FileStream> stream;
   bool json_lines = false;
-  std::string path;       // of the open file
-  std::string text;       // decompressed bytes not yet handed out (text) or not yet split (JSON Lines)
+  std::string path;  // of the open file
+  std::string text;  // decompressed bytes not yet handed out (text) or not yet split (JSON Lines)
   size_t text_pos = 0;
   bool stream_done = false;
-  uint64_t line = 0;      // JSON Lines: lines read from the open file
-  std::string record;     // JSON Lines: the current record's text
+  uint64_t line = 0;   // JSON Lines: lines read from the open file
+  std::string record;  // JSON Lines: the current record's text
   size_t record_pos = 0;
   bool in_document = false;
   std::string name;
@@ -400,7 +414,8 @@ struct CorpusReader::State {
         continue;
       }
       if (!it->is_string()) {
-        bad("the field \"" + field + "\" (data.text_field) is " + std::string(it->type_name()) + ", not a string");
+        bad("the field \"" + field + "\" (data.text_field) is " + std::string(it->type_name()) +
+            ", not a string");
         continue;
       }
       record = it->get<std::string>();
@@ -412,7 +427,8 @@ struct CorpusReader::State {
   }
 };
 
-CorpusReader::CorpusReader(std::vector<CorpusFile> files, CorpusOptions options) : state_(std::make_unique<State>()) {
+CorpusReader::CorpusReader(std::vector<CorpusFile> files, CorpusOptions options)
+    : state_(std::make_unique<State>()) {
   state_->files = std::move(files);
   state_->block = options.block_bytes == 0 ? kHashBlockBytes : options.block_bytes;
   state_->options = std::move(options);
@@ -463,10 +479,20 @@ bool CorpusReader::read(std::string& buf) {
   return true;
 }
 
-const std::string& CorpusReader::document_name() const { return state_->name; }
-uint64_t CorpusReader::documents() const { return state_->documents; }
-uint64_t CorpusReader::skipped() const { return state_->skipped; }
-const std::vector<std::string>& CorpusReader::first_skipped() const { return state_->first_skipped; }
-const std::vector<uint64_t>& CorpusReader::file_hashes() const { return state_->hashes; }
+const std::string& CorpusReader::document_name() const {
+  return state_->name;
+}
+uint64_t CorpusReader::documents() const {
+  return state_->documents;
+}
+uint64_t CorpusReader::skipped() const {
+  return state_->skipped;
+}
+const std::vector<std::string>& CorpusReader::first_skipped() const {
+  return state_->first_skipped;
+}
+const std::vector<uint64_t>& CorpusReader::file_hashes() const {
+  return state_->hashes;
+}
 
 }  // namespace tfm

@@ -47,7 +47,8 @@ Dataset split(const std::string& path, TokenCache cache, double val_fraction, in
     const int64_t d_train = static_cast<int64_t>(static_cast<double>(D) * (1.0 - val_fraction));
     if (d_train < 1 || d_train >= D)
       throw IoError(path + ": data.val_fraction = " + fraction + " of " + std::to_string(D) +
-                    " documents leaves " + (d_train < 1 ? "no document to train on" : "no document to validate") +
+                    " documents leaves " +
+                    (d_train < 1 ? "no document to train on" : "no document to validate") +
                     " (the split takes whole documents, the last ones validate: use a " +
                     (d_train < 1 ? "smaller" : "larger") + " data.val_fraction or more documents)");
     // The separator after the last training document trains (it ends that document's text).
@@ -57,11 +58,11 @@ Dataset split(const std::string& path, TokenCache cache, double val_fraction, in
   const int64_t need = seq_len + 2;  // randint(n - T - 1) needs n - T - 1 >= 1
   auto too_short = [&](const char* which, int64_t n, const char* fraction_advice) {
     if (n < need)
-      throw IoError(path + ": the " + which + " split has " + std::to_string(n) + " tokens (" +
-                    std::to_string(N) + (D >= 2 ? " in the corpus" : " in the file") + ", data.val_fraction = " + fraction +
-                    "); one sequence needs train.seq_len + 2 = " + std::to_string(need) +
-                    " (use a longer text, a smaller train.seq_len or a " + fraction_advice +
-                    " data.val_fraction)");
+      throw IoError(
+          path + ": the " + which + " split has " + std::to_string(n) + " tokens (" + std::to_string(N) +
+          (D >= 2 ? " in the corpus" : " in the file") + ", data.val_fraction = " + fraction +
+          "); one sequence needs train.seq_len + 2 = " + std::to_string(need) +
+          " (use a longer text, a smaller train.seq_len or a " + fraction_advice + " data.val_fraction)");
   };
   too_short("training", n_train, "smaller");
   too_short("validation", N - n_train, "larger");

@@ -239,8 +239,8 @@ void encode_documents(CorpusReader& reader, const Tokenizer& tok, int32_t separa
           char_at[k] = char_at[k - 1] + count_utf8_chars(ready.substr(cuts[k - 1], cuts[k] - cuts[k - 1]));
       parallel_for(n, T, [&](int k) {
         out[k].clear();
-        tok.encode_piece(ready.substr(cuts[k], cuts[k + 1] - cuts[k]), source, base + cuts[k], char_at[k], out[k],
-                         &chunk_caches[k]);
+        tok.encode_piece(ready.substr(cuts[k], cuts[k + 1] - cuts[k]), source, base + cuts[k], char_at[k],
+                         out[k], &chunk_caches[k]);
       });
       for (int k = 0; k < n; ++k) {
         sink(out[k].data(), out[k].size());
@@ -306,7 +306,8 @@ std::vector<CorpusFile> one_text_file(const std::string& source) {
 }  // namespace
 
 uint64_t encode_file(const std::string& source, const Tokenizer& tok,
-                     const std::function<void(const int32_t*, size_t)>& sink, int threads, size_t block_bytes) {
+                     const std::function<void(const int32_t*, size_t)>& sink, int threads,
+                     size_t block_bytes) {
   CorpusOptions o;
   o.block_bytes = block_bytes;
   CorpusReader reader(one_text_file(source), o);
@@ -366,9 +367,13 @@ std::string hex(uint64_t v) {
 }
 
 // The ids' region is followed, from an 8-byte boundary, by the document ends (u64 each).
-uint64_t ends_offset(const Header& h) { return (h.tokens_offset + h.count * h.width + 7) / 8 * 8; }
+uint64_t ends_offset(const Header& h) {
+  return (h.tokens_offset + h.count * h.width + 7) / 8 * 8;
+}
 
-std::string absolute_path(const std::string& p) { return std::filesystem::absolute(p).lexically_normal().string(); }
+std::string absolute_path(const std::string& p) {
+  return std::filesystem::absolute(p).lexically_normal().string();
+}
 
 // A cache file's identity when its tokens were last hashed in full, kept in CACHE.checked: while the
 // file's inode, size, mtime and ctime are unchanged, nothing has written to it since, and a start
@@ -428,7 +433,9 @@ struct Corpus {
   }
 };
 
-const char* bad_record_name(const CorpusOptions& o) { return o.skip_bad_records ? "skip" : "error"; }
+const char* bad_record_name(const CorpusOptions& o) {
+  return o.skip_bad_records ? "skip" : "error";
+}
 
 // Why a cache cannot be used: `stale` (the corpus or tokenizer changed) or corrupt.
 struct Rejection {
@@ -471,8 +478,8 @@ std::string corpus_change(const nlohmann::json& stored, const Corpus& corpus, in
 
 // Opens, checks and maps a cache; nullopt with *rejected set when it is missing (why empty), stale
 // or corrupt.
-std::optional<TokenCache> try_open(const std::string& cache, const Corpus& corpus, const Request& req, int threads,
-                                   Rejection* rejected) {
+std::optional<TokenCache> try_open(const std::string& cache, const Corpus& corpus, const Request& req,
+                                   int threads, Rejection* rejected) {
   const auto reject = [&](std::string why, bool corrupt) {
     *rejected = {std::move(why), corrupt};
     return std::nullopt;
@@ -504,8 +511,8 @@ std::optional<TokenCache> try_open(const std::string& cache, const Corpus& corpu
                                  "; this tfm reads and writes format ", std::string(1, kCacheFormat.version)),
                   false);
   if ((h.width != 2 && h.width != 4) || h.meta_bytes > kMaxMetaBytes ||
-      h.tokens_offset != (sizeof h + h.meta_bytes + kAlign - 1) / kAlign * kAlign || h.count > (uint64_t{1} << 60) ||
-      h.documents == 0 || h.documents > (uint64_t{1} << 58))
+      h.tokens_offset != (sizeof h + h.meta_bytes + kAlign - 1) / kAlign * kAlign ||
+      h.count > (uint64_t{1} << 60) || h.documents == 0 || h.documents > (uint64_t{1} << 58))
     return reject("its header is corrupt", true);
   if (file_bytes < sizeof h + h.meta_bytes) return reject("truncated inside its header", true);
   std::string meta(static_cast<size_t>(h.meta_bytes), '\0');
@@ -545,8 +552,9 @@ std::optional<TokenCache> try_open(const std::string& cache, const Corpus& corpu
   if (!changed.empty()) return reject(changed, false);
   if (has_json_lines(corpus.files)) {
     if (text_field != corpus.options.text_field)
-      return reject("data.text_field changed (\"" + text_field + "\" then, \"" + corpus.options.text_field + "\" now)",
-                    false);
+      return reject(
+          "data.text_field changed (\"" + text_field + "\" then, \"" + corpus.options.text_field + "\" now)",
+          false);
     if (on_bad_record != bad_record_name(corpus.options))
       return reject("data.on_bad_record changed (\"" + on_bad_record + "\" then, \"" +
                         bad_record_name(corpus.options) + "\" now)",
@@ -554,8 +562,8 @@ std::optional<TokenCache> try_open(const std::string& cache, const Corpus& corpu
   }
   const bool fixed = req.given && !req.extend;
   if (!fixed && req.separator && *req.separator != separator)
-    return reject(std::string("data.document_separator changed (") + (separator ? "true" : "false") + " then, " +
-                      (*req.separator ? "true" : "false") + " now)",
+    return reject(std::string("data.document_separator changed (") + (separator ? "true" : "false") +
+                      " then, " + (*req.separator ? "true" : "false") + " now)",
                   false);
 
   // The tokenizer.
@@ -575,7 +583,8 @@ std::optional<TokenCache> try_open(const std::string& cache, const Corpus& corpu
   const CheckStamp stamp = stamp_of(st, h);
   const std::string stamp_path = cache + ".checked";
   if (!stamp_matches(stamp_path, stamp)) {
-    if (hash_file_range(fd.get(), h.tokens_offset, file_bytes - h.tokens_offset, threads, cache) != h.tokens_hash)
+    if (hash_file_range(fd.get(), h.tokens_offset, file_bytes - h.tokens_offset, threads, cache) !=
+        h.tokens_hash)
       return reject("its tokens fail their checksum (corrupt)", true);
     // File times tick coarsely (a few ms): a file written less than a second ago could be written
     // again within the same tick, unseen; it is stamped at a later start.
@@ -603,7 +612,8 @@ std::optional<TokenCache> try_open(const std::string& cache, const Corpus& corpu
   c.document_ends.owner = mapping;
   // The last document ends with the ids (the hash guards the rest; reading every end would bring a
   // corpus of many small documents into memory at every start).
-  if (c.document_ends[c.document_ends.count - 1] != c.tokens.size()) return reject("its document ends are corrupt", true);
+  if (c.document_ends[c.document_ends.count - 1] != c.tokens.size())
+    return reject("its document ends are corrupt", true);
   c.document_separator = separator;
   c.path = cache;
   c.source_bytes = corpus.bytes();
@@ -623,8 +633,8 @@ std::string no_text_message(const Corpus& corpus) {
 }
 
 // Tokenizes the corpus into `cache` (atomically: a complete file or none).
-void build(const std::string& cache, const Corpus& corpus, const Request& req, int threads, size_t block_bytes,
-           const std::function<void(const std::string&)>& log) {
+void build(const std::string& cache, const Corpus& corpus, const Request& req, int threads,
+           size_t block_bytes, const std::function<void(const std::string&)>& log) {
   CorpusOptions copts = corpus.options;
   copts.block_bytes = block_bytes;
   // The corpus's own vocabulary, also for a given char vocabulary (a run's): when the two are the same,
@@ -643,8 +653,8 @@ void build(const std::string& cache, const Corpus& corpus, const Request& req, i
   }
   if (kind == Tokenizer::Kind::Byte) own = Tokenizer::from_text(kind, "", corpus.spec);
   const bool fixed = req.given && !req.extend;
-  const bool separator = fixed            ? req.given->has_end_of_text()
-                         : req.separator  ? *req.separator
+  const bool separator = fixed                                  ? req.given->has_end_of_text()
+                         : req.separator                        ? *req.separator
                          : own && kind == Tokenizer::Kind::Char ? documents_seen > 1
                                                                 : more_than_one_document(corpus);
   const Tokenizer base = req.given ? *req.given : *own;
@@ -692,7 +702,8 @@ void build(const std::string& cache, const Corpus& corpus, const Request& req, i
     file.write(block.data(), fill);
     fill = 0;
   };
-  const auto put = [&](const void* data, size_t n, size_t unit) {  // n items of `unit` bytes (a divisor of the block)
+  const auto put = [&](const void* data, size_t n,
+                       size_t unit) {  // n items of `unit` bytes (a divisor of the block)
     const auto* p = static_cast<const unsigned char*>(data);
     while (n > 0) {
       const size_t k = std::min(n, (block.size() - fill) / unit);
@@ -704,13 +715,16 @@ void build(const std::string& cache, const Corpus& corpus, const Request& req, i
   CorpusReader reader(corpus.files, copts);
   std::vector<uint64_t> ends;
   std::vector<uint16_t> narrow;
-  encode_documents(reader, tok, separator ? tok.end_of_text_id() : -1, [&](const int32_t* ids, size_t n) {
-    count += n;
-    if (width == 4) return put(ids, n, 4);
-    narrow.resize(n);
-    for (size_t i = 0; i < n; ++i) narrow[i] = static_cast<uint16_t>(ids[i]);
-    put(narrow.data(), n, 2);
-  }, &ends, threads, block_bytes);
+  encode_documents(
+      reader, tok, separator ? tok.end_of_text_id() : -1,
+      [&](const int32_t* ids, size_t n) {
+        count += n;
+        if (width == 4) return put(ids, n, 4);
+        narrow.resize(n);
+        for (size_t i = 0; i < n; ++i) narrow[i] = static_cast<uint16_t>(ids[i]);
+        put(narrow.data(), n, 2);
+      },
+      &ends, threads, block_bytes);
   if (ends.empty()) throw IoError(no_text_message(corpus));
   if (reader.skipped() > 0 && log) {
     std::string first;
@@ -726,7 +740,8 @@ void build(const std::string& cache, const Corpus& corpus, const Request& req, i
     same = after[i].path == corpus.files[i].path && after[i].size == corpus.files[i].size &&
            after[i].mtime_ns == corpus.files[i].mtime_ns;
   if (!same)
-    throw IoError(corpus.spec + ": the corpus changed while it was being tokenized; run again when it is complete");
+    throw IoError(corpus.spec +
+                  ": the corpus changed while it was being tokenized; run again when it is complete");
   const std::string pad(static_cast<size_t>((8 - (count * width) % 8) % 8), '\0');
   put(pad.data(), pad.size(), 1);
   put(ends.data(), ends.size(), 8);
@@ -785,7 +800,8 @@ TokenCache open_cache(const std::string& spec, const Request& req, const TokenCa
   const auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   Corpus corpus;
   corpus.spec = spec;
-  corpus.files = list_corpus(spec);  // a missing file or an empty match is named as such, not as a cache problem
+  corpus.files =
+      list_corpus(spec);  // a missing file or an empty match is named as such, not as a cache problem
   corpus.options.text_field = o.text_field;
   corpus.options.skip_bad_records = o.skip_bad_records;
   const std::string dir = o.dir.empty() ? default_cache_dir(spec) : o.dir;
@@ -836,7 +852,8 @@ TokenCache open_cache(const std::string& spec, const Request& req, const TokenCa
 
 std::string default_cache_dir(const std::string& spec) {
   const std::string home = corpus_home(spec);
-  return (home.empty() ? std::filesystem::path(".tfm-cache") : std::filesystem::path(home) / ".tfm-cache").string();
+  return (home.empty() ? std::filesystem::path(".tfm-cache") : std::filesystem::path(home) / ".tfm-cache")
+      .string();
 }
 
 std::string token_cache_path(const std::string& spec, const std::string& dir, Tokenizer::Kind kind) {
@@ -855,9 +872,10 @@ TokenCache open_token_cache(const std::string& spec, Tokenizer::Kind kind, const
   return open_cache(spec, {kind, nullptr, false, options.document_separator}, options);
 }
 
-TokenCache open_token_cache(const std::string& spec, const Tokenizer& tokenizer, const TokenCacheOptions& options) {
-  return open_cache(spec, {tokenizer.kind(), &tokenizer, options.extend_vocabulary, options.document_separator},
-                    options);
+TokenCache open_token_cache(const std::string& spec, const Tokenizer& tokenizer,
+                            const TokenCacheOptions& options) {
+  return open_cache(
+      spec, {tokenizer.kind(), &tokenizer, options.extend_vocabulary, options.document_separator}, options);
 }
 
 }  // namespace tfm

@@ -73,7 +73,8 @@ TokenCacheOptions token_cache_options(const Config& c, bool log) {
   o.dir = c.string("data.cache_dir");
   o.text_field = c.string("data.text_field");
   o.skip_bad_records = c.string("data.on_bad_record") == "skip";
-  if (const auto& sep = c.at("data.document_separator"); sep.is_boolean()) o.document_separator = sep.get<bool>();
+  const nlohmann::json& separator = c.at("data.document_separator");  // null: resolved from the data
+  if (separator.is_boolean()) o.document_separator = separator.get<bool>();
   // Before the run's log exists (the objective is built first): stderr, so stdout stays the
   // command's own output (sample, translate pipe it).
   if (log) o.log = [](const std::string& line) { std::fprintf(stderr, "tfm: data: %s\n", line.c_str()); };

@@ -47,7 +47,8 @@ std::string folder_corpus(const TempDir& tmp) {
 TEST_CASE("corpus: train and sample on a folder of text and compressed JSON Lines", "[cli][data]") {
   const TempDir tmp("corpus_e2e");
   const std::string root = folder_corpus(tmp);
-  const std::string sets = " --set data.path=" + root + " --set data.text_field=content --set data.val_fraction=0.3";
+  const std::string sets =
+      " --set data.path=" + root + " --set data.text_field=content --set data.val_fraction=0.3";
   CliRun r = run_tfm("data prepare --config configs/tiny.json" + sets);
   INFO(r.out);
   REQUIRE(r.status == 0);
@@ -56,7 +57,8 @@ TEST_CASE("corpus: train and sample on a folder of text and compressed JSON Line
   CHECK(fs::exists(tmp.path + "/.tfm-cache/corpus.char.tokens"));
 
   const std::string dir = tmp.path + "/run";
-  r = run_tfm("train --config configs/tiny.json --out " + dir + sets + " --set train.max_steps=4 --set train.eval_interval=4");
+  r = run_tfm("train --config configs/tiny.json --out " + dir + sets +
+              " --set train.max_steps=4 --set train.eval_interval=4");
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("step 4/4"));
@@ -76,12 +78,13 @@ TEST_CASE("corpus: train and sample on a folder of text and compressed JSON Line
   write(root + "/more/bad.jsonl", "{\"content\": \"fine\"}\n{\"content\": 3}\n");
   r = run_tfm("train --config configs/tiny.json --out " + tmp.path + "/run2" + sets);
   CHECK(r.status == 2);
-  CHECK_THAT(r.out, Catch::Contains(root + "/more/bad.jsonl:2: the field \"content\" (data.text_field) is number"));
+  CHECK_THAT(r.out,
+             Catch::Contains(root + "/more/bad.jsonl:2: the field \"content\" (data.text_field) is number"));
   CHECK_FALSE(fs::exists(tmp.path + "/run2/last.ckpt"));
   r = run_tfm("data prepare --config configs/tiny.json" + sets + " --set data.on_bad_record=skip");
   INFO(r.out);
   CHECK(r.status == 0);
-  CHECK_THAT(r.out, Catch::Contains("skipped 1 bad record (data.on_bad_record = \"skip\"), the first: " + root +
-                                    "/more/bad.jsonl:2"));
+  CHECK_THAT(r.out, Catch::Contains("skipped 1 bad record (data.on_bad_record = \"skip\"), the first: " +
+                                    root + "/more/bad.jsonl:2"));
   CHECK_THAT(r.out, Catch::Contains("documents: 7"));
 }

@@ -25,7 +25,8 @@ namespace {
 
 struct Dir {
   std::string path;
-  explicit Dir(const std::string& name) : path("/tmp/tfm_test_corpus_" + std::to_string(::getpid()) + "_" + name) {
+  explicit Dir(const std::string& name)
+      : path("/tmp/tfm_test_corpus_" + std::to_string(::getpid()) + "_" + name) {
     fs::remove_all(path);
     fs::create_directories(path);
   }
@@ -117,11 +118,14 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 // Waits past the file-time tick so that a rewrite is seen as one.
-void next_tick() { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }
+void next_tick() {
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
 
 }  // namespace
 
-TEST_CASE("corpus: a directory is walked recursively and sorted, globs and lists expand in order", "[data][corpus]") {
+TEST_CASE("corpus: a directory is walked recursively and sorted, globs and lists expand in order",
+          "[data][corpus]") {
   const Dir d("list");
   write(d.file("c/b.txt"), "b");
   write(d.file("c/a.txt"), "a");
@@ -138,9 +142,11 @@ TEST_CASE("corpus: a directory is walked recursively and sorted, globs and lists
         std::vector<std::string>{"c/a.txt", "c/b.txt", "c/sub/deeper/y.txt.gz", "c/sub/z.jsonl"});
   CHECK(paths(list_corpus(d.file("c/")), d.path).size() == 4);
   CHECK(paths(list_corpus(d.file("g/*.txt")), d.path) == std::vector<std::string>{"g/one.txt", "g/two.txt"});
-  const std::string list = nlohmann::json::array({d.file("g/*.txt"), d.file("c/sub"), d.file("c/a.txt")}).dump();
-  CHECK(paths(list_corpus(list), d.path) ==
-        std::vector<std::string>{"g/one.txt", "g/two.txt", "c/sub/deeper/y.txt.gz", "c/sub/z.jsonl", "c/a.txt"});
+  const std::string list =
+      nlohmann::json::array({d.file("g/*.txt"), d.file("c/sub"), d.file("c/a.txt")}).dump();
+  CHECK(paths(list_corpus(list), d.path) == std::vector<std::string>{"g/one.txt", "g/two.txt",
+                                                                     "c/sub/deeper/y.txt.gz", "c/sub/z.jsonl",
+                                                                     "c/a.txt"});
   CHECK_FALSE(is_single_file(list));
   CHECK(is_single_file(d.file("c/a.txt")));
   CHECK_FALSE(is_single_file(d.file("c")));
@@ -168,7 +174,8 @@ TEST_CASE("corpus: a directory is walked recursively and sorted, globs and lists
   }
 }
 
-TEST_CASE("corpus: text, JSON Lines with a custom field, .gz and .zst give the same documents", "[data][corpus]") {
+TEST_CASE("corpus: text, JSON Lines with a custom field, .gz and .zst give the same documents",
+          "[data][corpus]") {
   const Dir d("formats");
   const std::vector<std::string> docs = {"First document, café.\n", "Second: 春眠不觉晓 and more text here",
                                          "third {\"not\": json} \"quoted\"\n\n", "fourth 😀 line"};
@@ -215,7 +222,8 @@ TEST_CASE("corpus: text, JSON Lines with a custom field, .gz and .zst give the s
   CHECK(b.tokens.to_vector() == joined(b.tokenizer, docs, 256));
 }
 
-TEST_CASE("corpus: document_separator false concatenates, one document keeps the single-file tokens", "[data][corpus]") {
+TEST_CASE("corpus: document_separator false concatenates, one document keeps the single-file tokens",
+          "[data][corpus]") {
   const Dir d("separator");
   write(d.file("c/a.txt"), "alpha beta\n");
   write(d.file("c/b.txt"), "gamma delta\n");
@@ -232,32 +240,39 @@ TEST_CASE("corpus: document_separator false concatenates, one document keeps the
   const TokenCache on = open_token_cache(d.file("c"), Tokenizer::Kind::Char, o);
   CHECK(on.built);
   CHECK(logged(log, "data.document_separator changed (false then, true now)"));
-  CHECK(on.tokenizer.decode(on.tokens.to_vector()) == std::string("alpha beta\n") + kEndOfText + "gamma delta\n");
+  CHECK(on.tokenizer.decode(on.tokens.to_vector()) ==
+        std::string("alpha beta\n") + kEndOfText + "gamma delta\n");
 
   // One file, default: the tokenizer and ids of the whole file, no end-of-text id.
   write(d.file("one.txt"), "just one file\n");
   const TokenCache one = open_token_cache(d.file("one.txt"), Tokenizer::Kind::Char, options(d.file("cache")));
   CHECK_FALSE(one.tokenizer.has_end_of_text());
-  CHECK(one.tokenizer.to_json() == Tokenizer::from_text(Tokenizer::Kind::Char, "just one file\n", "t").to_json());
+  CHECK(one.tokenizer.to_json() ==
+        Tokenizer::from_text(Tokenizer::Kind::Char, "just one file\n", "t").to_json());
   CHECK(one.tokens.to_vector() == one.tokenizer.encode("just one file\n", "t"));
   // A JSON Lines file of several records is several documents: separated (byte: decided by reading on
   // to the second record).
   write(d.file("recs.jsonl"), jsonl_line("text", "r1") + jsonl_line("text", "r2"));
-  const TokenCache recs = open_token_cache(d.file("recs.jsonl"), Tokenizer::Kind::Byte, options(d.file("cache")));
+  const TokenCache recs =
+      open_token_cache(d.file("recs.jsonl"), Tokenizer::Kind::Byte, options(d.file("cache")));
   CHECK(recs.tokenizer.has_end_of_text());
   CHECK(recs.tokens.to_vector() == std::vector<int32_t>{'r', '1', 256, 'r', '2'});
   // A checkpoint's tokenizer decides for itself: without the id, no separator whatever the option says.
   TokenCacheOptions fixed = options(d.file("cache_fixed"));
   fixed.document_separator = true;
-  const TokenCache f = open_token_cache(d.file("recs.jsonl"), Tokenizer::from_text(Tokenizer::Kind::Byte, "", "t"), fixed);
+  const TokenCache f =
+      open_token_cache(d.file("recs.jsonl"), Tokenizer::from_text(Tokenizer::Kind::Byte, "", "t"), fixed);
   CHECK(f.tokens.to_vector() == std::vector<int32_t>{'r', '1', 'r', '2'});
   // A base vocabulary (a new run's BPE file) gains it.
   fixed.extend_vocabulary = true;
-  const TokenCache g = open_token_cache(d.file("recs.jsonl"), Tokenizer::from_text(Tokenizer::Kind::Byte, "", "t"), fixed);
+  const TokenCache g =
+      open_token_cache(d.file("recs.jsonl"), Tokenizer::from_text(Tokenizer::Kind::Byte, "", "t"), fixed);
   CHECK(g.tokenizer.has_end_of_text());
   CHECK(g.tokens.to_vector() == std::vector<int32_t>{'r', '1', 256, 'r', '2'});
   // ... and reopening it with the same base vocabulary reuses the cache.
-  CHECK_FALSE(open_token_cache(d.file("recs.jsonl"), Tokenizer::from_text(Tokenizer::Kind::Byte, "", "t"), fixed).built);
+  CHECK_FALSE(
+      open_token_cache(d.file("recs.jsonl"), Tokenizer::from_text(Tokenizer::Kind::Byte, "", "t"), fixed)
+          .built);
   // The tokenizer's JSON keeps the id (checkpoints).
   CHECK(Tokenizer::from_json(g.tokenizer.to_json()).end_of_text_id() == 256);
   CHECK(g.tokenizer.decode(256) == kEndOfText);
@@ -267,7 +282,8 @@ TEST_CASE("corpus: the validation split takes whole documents, the last ones", "
   const Dir d("split");
   std::vector<std::string> docs;
   for (int i = 0; i < 10; ++i) {
-    docs.push_back("document number " + std::to_string(i) + " " + std::string(static_cast<size_t>(20 + 7 * i), 'a' + i));
+    docs.push_back("document number " + std::to_string(i) + " " +
+                   std::string(static_cast<size_t>(20 + 7 * i), 'a' + i));
     write(d.file("c/" + std::to_string(i) + ".txt"), docs.back());  // "0.txt" .. "9.txt": sorted in order
   }
   const Dataset data = load_dataset(d.file("c"), "char", 0.2, 8, options(d.file("cache")));
@@ -276,7 +292,8 @@ TEST_CASE("corpus: the validation split takes whole documents, the last ones", "
   const std::string eot = kEndOfText;
   CHECK(data.tokenizer.decode(data.val.to_vector()) == docs[8] + eot + docs[9]);
   std::string train;
-  for (int i = 0; i < 8; ++i) train += docs[static_cast<size_t>(i)] + eot;  // ends with the separator after doc 7
+  for (int i = 0; i < 8; ++i)
+    train += docs[static_cast<size_t>(i)] + eot;  // ends with the separator after doc 7
   CHECK(data.tokenizer.decode(data.train.to_vector()) == train);
 
   // A fraction that leaves no document on one side is refused, naming the key.
@@ -286,7 +303,8 @@ TEST_CASE("corpus: the validation split takes whole documents, the last ones", "
              Catch::Contains("leaves no document to validate"));
 }
 
-TEST_CASE("corpus: the cache is rebuilt when a file changes or is added, and reused otherwise", "[data][corpus]") {
+TEST_CASE("corpus: the cache is rebuilt when a file changes or is added, and reused otherwise",
+          "[data][corpus]") {
   const Dir d("rebuild");
   write(d.file("c/a.txt"), "first file\n");
   write(d.file("c/b.jsonl"), jsonl_line("text", "a record") + jsonl_line("text", "another"));
@@ -354,7 +372,8 @@ TEST_CASE("corpus: bad input names the file and the place", "[data][corpus]") {
   write(d.file("nofield.jsonl"), good + good + "{\"body\": \"x\"}\n");
   fails(d.file("nofield.jsonl"), d.file("nofield.jsonl") + ":3: the record has no field \"text\"", o);
   write(d.file("number.jsonl"), "{\"text\": 42}\n" + good);
-  fails(d.file("number.jsonl"), d.file("number.jsonl") + ":1: the field \"text\" (data.text_field) is number, not a string", o);
+  fails(d.file("number.jsonl"),
+        d.file("number.jsonl") + ":1: the field \"text\" (data.text_field) is number, not a string", o);
   write(d.file("array.jsonl"), "[1, 2]\n" + good);
   fails(d.file("array.jsonl"), d.file("array.jsonl") + ":1: not a JSON object", o);
 
@@ -376,15 +395,16 @@ TEST_CASE("corpus: bad input names the file and the place", "[data][corpus]") {
              Catch::Contains("the corpus has no text"));
 
   SECTION("on_bad_record skip: skipped, counted and reported") {
-    write(d.file("mixed.jsonl"), good + "not json\n" + "{\"text\": 1}\n" + jsonl_line("text", "kept") + "{}\n");
+    write(d.file("mixed.jsonl"),
+          good + "not json\n" + "{\"text\": 1}\n" + jsonl_line("text", "kept") + "{}\n");
     std::vector<std::string> log;
     TokenCacheOptions skip = options(d.file("cache"), &log);
     skip.skip_bad_records = true;
     const TokenCache c = open_token_cache(d.file("mixed.jsonl"), Tokenizer::Kind::Char, skip);
     CHECK(c.document_ends.size() == 2);
     CHECK(c.tokenizer.decode(c.tokens.to_vector()) == std::string("good") + kEndOfText + "kept");
-    CHECK(logged(log, "skipped 3 bad records (data.on_bad_record = \"skip\"), the first: " + d.file("mixed.jsonl") +
-                          ":2: not JSON"));
+    CHECK(logged(log, "skipped 3 bad records (data.on_bad_record = \"skip\"), the first: " +
+                          d.file("mixed.jsonl") + ":2: not JSON"));
     CHECK(logged(log, d.file("mixed.jsonl") + ":5: the record has no field"));
     // Back to "error": rebuilt, so the error is seen.
     fails(d.file("mixed.jsonl"), d.file("mixed.jsonl") + ":2: not JSON", o);

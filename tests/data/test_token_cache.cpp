@@ -296,7 +296,8 @@ TEST_CASE("token cache: its hash is XXH3-64, and a cache of another format versi
     log.clear();
     const TokenCache c = open_token_cache(src, Tokenizer::Kind::Char, o);
     CHECK(c.built);
-    CHECK(logged(log, std::string("written in cache format ") + version + "; this tfm reads and writes format 3"));
+    CHECK(logged(log,
+                 std::string("written in cache format ") + version + "; this tfm reads and writes format 3"));
     CHECK_FALSE(logged(log, "not trusted"));  // not corrupt: only older
     CHECK(c.tokens.to_vector() == expected);
     CHECK(read(first.path) == good);

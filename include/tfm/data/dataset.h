@@ -22,7 +22,7 @@ struct Dataset {
   std::string cache_path;   // the token cache the spans map
   bool cache_built = false; // tokenized by this load (else mapped from an earlier one)
   double load_seconds = 0;  // the cache's open (or build) time
-  uint64_t source_bytes = 0;  // of the corpus's files on disk
+  uint64_t source_bytes = 0;                 // of the corpus's files on disk
   int64_t documents = 0, val_documents = 0;  // val_documents: 0 with one document (a token split)
   bool document_separator = false;
 };

@@ -157,7 +157,8 @@ std::string token_cache_path(const std::string& spec, const std::string& dir, To
 // what is wrong (missing, invalid UTF-8, a bad record, no text, an unwritable cache directory).
 TokenCache open_token_cache(const std::string& spec, Tokenizer::Kind kind, const TokenCacheOptions& options);
 // The same in a given vocabulary (a checkpoint's, a BPE tokenizer): the ids are tokenizer.encode()'s.
-TokenCache open_token_cache(const std::string& spec, const Tokenizer& tokenizer, const TokenCacheOptions& options);
+TokenCache open_token_cache(const std::string& spec, const Tokenizer& tokenizer,
+                            const TokenCacheOptions& options);
 
 // Encodes `source` as tokenizer.encode(whole file, source) would, in a streaming pass over blocks of
 // the file (cut at UTF-8 character boundaries, and for BPE at pretokenization boundaries, encoded in

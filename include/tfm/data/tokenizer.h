@@ -53,7 +53,8 @@ class Tokenizer {
   static Tokenizer load_bpe(const std::string& path);
   // {"kind": "char"|"byte", "symbols": [...]}, {"kind": "word", "words": [...]} or {"kind": "bpe",
   // "merges": [[l, r], ...]}, plus "specials": [...] when there are any and "end_of_text": true
-  // with the end-of-text id (checkpoints, export metadata); from_json throws IoError/json exceptions on a malformed object.
+  // with the end-of-text id (checkpoints, export metadata); from_json throws IoError/json exceptions on a
+  // malformed object.
   nlohmann::json to_json() const;
   static Tokenizer from_json(const nlohmann::json& j);
 
