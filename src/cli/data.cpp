@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "tfm/config/config.h"
+#include "tfm/data/corpus.h"
 #include "tfm/data/dataset.h"
 #include "tfm/data/token_cache.h"
 #include "tfm/engine/error.h"
@@ -36,24 +37,40 @@ int run_prepare(const PrepareOptions& o) {
   cache.threads = o.threads;
   const std::string kind = c.string("data.tokenizer");
   // The split's check needs a sequence length; 0 reports the counts of any file with two tokens.
+  TokenCacheOptions bpe_cache = cache;
+  bpe_cache.extend_vocabulary = true;  // as a new run's
   const Dataset d = kind == "bpe" ? load_dataset(path, Tokenizer::load_bpe(c.string("data.tokenizer_path")),
-                                                 c.number("data.val_fraction"), 0, cache)
+                                                 c.number("data.val_fraction"), 0, bpe_cache)
                                   : load_dataset(path, kind, c.number("data.val_fraction"), 0, cache);
   const int64_t n = d.train.size() + d.val.size();
-  const double source_bytes = static_cast<double>(file_size(path));
+  const double source_bytes = static_cast<double>(d.source_bytes);
   const int width = d.train.width();
-  std::printf("%s: %.0f bytes -> %ld tokens (%s tokenizer, vocabulary %ld, uint%d ids): %.3f bytes/token\n",
-              path.c_str(), source_bytes, static_cast<long>(n), d.tokenizer.kind_name().c_str(),
-              static_cast<long>(d.tokenizer.size()), width * 8, n > 0 ? source_bytes / static_cast<double>(n) : 0.0);
+  // Text bytes for one plain file; a corpus of several or compressed files is counted as stored.
+  const bool plain = is_single_file(path) && path.size() > 3 &&
+                     path.compare(path.size() - 3, 3, ".gz") != 0 &&
+                     path.compare(path.size() - 4, 4, ".zst") != 0;
+  std::printf("%s: %.0f bytes%s -> %ld tokens (%s tokenizer, vocabulary %ld, uint%d ids): %.3f bytes/token\n",
+              path.c_str(), source_bytes, plain ? "" : " on disk", static_cast<long>(n),
+              d.tokenizer.kind_name().c_str(), static_cast<long>(d.tokenizer.size()), width * 8,
+              n > 0 ? source_bytes / static_cast<double>(n) : 0.0);
   const double cache_bytes = static_cast<double>(file_size(d.cache_path));
   if (d.cache_built)
-    std::printf("cache: %s (%.0f bytes), tokenized in %.2f s (%.1f MB/s of text)\n", d.cache_path.c_str(),
-                cache_bytes, d.load_seconds, source_bytes / 1e6 / std::max(d.load_seconds, 1e-9));
+    std::printf("cache: %s (%.0f bytes), tokenized in %.2f s (%.1f MB/s of %s)\n", d.cache_path.c_str(),
+                cache_bytes, d.load_seconds, source_bytes / 1e6 / std::max(d.load_seconds, 1e-9),
+                plain ? "text" : "files");
   else
     std::printf("cache: %s (%.0f bytes) is up to date: opened and checked in %.3f s\n", d.cache_path.c_str(),
                 cache_bytes, d.load_seconds);
-  std::printf("split (data.val_fraction %g): %ld train / %ld val tokens\n", c.number("data.val_fraction"),
+  if (d.documents > 1)
+    std::printf("documents: %ld, %s\n", static_cast<long>(d.documents),
+                d.document_separator ? "joined by <|endoftext|> (data.document_separator)"
+                                     : "concatenated (data.document_separator false)");
+  std::printf("split (data.val_fraction %g): %ld train / %ld val tokens", c.number("data.val_fraction"),
               static_cast<long>(d.train.size()), static_cast<long>(d.val.size()));
+  if (d.val_documents > 0)
+    std::printf(" (%ld train / %ld val documents)", static_cast<long>(d.documents - d.val_documents),
+                static_cast<long>(d.val_documents));
+  std::printf("\n");
   return kExitOk;
 }
 

@@ -173,7 +173,11 @@ std::vector<KeySpec> build_table() {
   std::vector<Key> k = {
       Key("seed", T::Integer, 1337, "Seed of initialisation, dropout and batch sampling.").min(0),
       Key("data.path", T::String, "data/tinyshakespeare.txt",
-          "Training text (or sentence pairs for seq2seq); a relative path is taken from the working directory."),
+          "Training text (or sentence pairs for seq2seq); a relative path is taken from the working "
+          "directory. Text: a file, a directory (walked recursively, sorted, hidden entries skipped), a glob "
+          "(`data/*.txt`) or a JSON list of these as the string's text "
+          "(`[\\\"a\\\", \\\"b/*.jsonl.gz\\\"]`); files `.txt` (one document) and `.jsonl` (one "
+          "document per record), either optionally `.gz` or `.zst`."),
       Key("data.format", T::String, nullptr,
           "`text`: one UTF-8 text (causal_lm, masked_lm); `pairs`: `source<TAB>target[<TAB>...]` lines (seq2seq).")
           .derived("\"pairs\" for seq2seq, else \"text\"",
@@ -196,10 +200,25 @@ std::vector<KeySpec> build_table() {
           .resumable()
           .only_for(kLanguageModels),
       Key("data.val_fraction", T::Number, 0.1,
-          "The first floor(N * (1 - f)) tokens train, the rest validate (pairs: the last f of the pairs "
-          "after a shuffle by the seed).")
+          "The first floor(N * (1 - f)) tokens train, the rest validate; a corpus of D >= 2 documents "
+          "splits whole documents: the first floor(D * (1 - f)) in corpus order train (pairs: the last f "
+          "of the pairs after a shuffle by the seed).")
           .min(0, true)
           .max(1, true),
+      Key("data.text_field", T::String, "text",
+          "JSON Lines corpora: the field of each record that holds its text.")
+          .only_for(kLanguageModels),
+      Key("data.document_separator", T::Boolean, nullptr,
+          "Join the corpus's documents with a reserved end-of-text token (the vocabulary's last id, never "
+          "produced by encoding text; docs/data.md); false concatenates them.")
+          .derived("true when the corpus has more than one document (resolved from the data)",
+                   [](const json&) { return json(); })
+          .only_for(kLanguageModels),
+      Key("data.on_bad_record", T::String, "error",
+          "A JSON Lines line that is not JSON, lacks data.text_field or holds a non-string there: `error` "
+          "stops with FILE:LINE; `skip` skips it and logs the count and the first few.")
+          .one_of({"error", "skip"})
+          .only_for(kLanguageModels),
       Key("data.max_pairs", T::Integer, 0, "Read only the first N pairs of the file (0 = all).")
           .min(0)
           .only_for(kSeq2Seq),

@@ -4,15 +4,17 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "tfm/data/corpus.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
 
 namespace tfm {
 namespace {
 
-// The data file's size; IoError naming it (with how to fetch the default corpus) when it is missing,
-// and when it is empty.
+// A single data file's size; IoError naming it (with how to fetch the default corpus) when it is
+// missing, and when it is empty. A directory, glob or list is checked by list_corpus (corpus.h).
 void check_data_file(const std::string& path) {
+  if (!is_single_file(path)) return;
   uint64_t size = 0;
   try {
     size = file_size(path);
@@ -30,20 +32,37 @@ Dataset split(const std::string& path, TokenCache cache, double val_fraction, in
   d.cache_path = cache.path;
   d.cache_built = cache.built;
   d.load_seconds = cache.seconds;
+  d.source_bytes = cache.source_bytes;
+  d.document_separator = cache.document_separator;
   const TokenSpan& ids = cache.tokens;
   const int64_t N = ids.size();
-  // As torch_lm.py: int(len(data) * (1.0 - val_fraction)).
-  const int64_t n_train = static_cast<int64_t>(static_cast<double>(N) * (1.0 - val_fraction));
-  const int64_t need = seq_len + 2;  // randint(n - T - 1) needs n - T - 1 >= 1
+  const int64_t D = cache.document_ends.size();
+  d.documents = D;
   char fraction[32];  // as given (0.9999999 is not 1.000000)
   std::snprintf(fraction, sizeof fraction, "%.10g", val_fraction);
+  // One document: as torch_lm.py, int(len(data) * (1.0 - val_fraction)) tokens train. Several: whole
+  // documents, the last D - floor(D * (1 - f)) of them validate.
+  int64_t n_train = static_cast<int64_t>(static_cast<double>(N) * (1.0 - val_fraction));
+  if (D >= 2) {
+    const int64_t d_train = static_cast<int64_t>(static_cast<double>(D) * (1.0 - val_fraction));
+    if (d_train < 1 || d_train >= D)
+      throw IoError(path + ": data.val_fraction = " + fraction + " of " + std::to_string(D) +
+                    " documents leaves " +
+                    (d_train < 1 ? "no document to train on" : "no document to validate") +
+                    " (the split takes whole documents, the last ones validate: use a " +
+                    (d_train < 1 ? "smaller" : "larger") + " data.val_fraction or more documents)");
+    // The separator after the last training document trains (it ends that document's text).
+    n_train = cache.document_ends[d_train - 1] + (cache.document_separator ? 1 : 0);
+    d.val_documents = D - d_train;
+  }
+  const int64_t need = seq_len + 2;  // randint(n - T - 1) needs n - T - 1 >= 1
   auto too_short = [&](const char* which, int64_t n, const char* fraction_advice) {
     if (n < need)
-      throw IoError(path + ": the " + which + " split has " + std::to_string(n) + " tokens (" +
-                    std::to_string(N) + " in the file, data.val_fraction = " + fraction +
-                    "); one sequence needs train.seq_len + 2 = " + std::to_string(need) +
-                    " (use a longer text, a smaller train.seq_len or a " + fraction_advice +
-                    " data.val_fraction)");
+      throw IoError(
+          path + ": the " + which + " split has " + std::to_string(n) + " tokens (" + std::to_string(N) +
+          (D >= 2 ? " in the corpus" : " in the file") + ", data.val_fraction = " + fraction +
+          "); one sequence needs train.seq_len + 2 = " + std::to_string(need) +
+          " (use a longer text, a smaller train.seq_len or a " + fraction_advice + " data.val_fraction)");
   };
   too_short("training", n_train, "smaller");
   too_short("validation", N - n_train, "larger");

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "tfm/data/corpus.h"
 #include "tfm/data/utf8.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
@@ -92,13 +93,13 @@ std::vector<int32_t> TokenSpan::to_vector() const {
 namespace {
 
 // The cache format, decided here once: its version (the magic's last character) and the hash of
-// every checksum in the file. Another hash is another version: version 1 hashed with XXH64, and a
-// cache of any version but this one is rebuilt, never read.
+// every checksum in the file. Another hash or layout is another version (1 hashed with XXH64; 2 held
+// one source file and no document ends), and a cache of any version but this one is rebuilt, never read.
 struct CacheFormat {
   char version;
   XXH64_hash_t (*hash)(const void* data, size_t size);
 };
-constexpr CacheFormat kCacheFormat{'2', XXH3_64bits};
+constexpr CacheFormat kCacheFormat{'3', XXH3_64bits};
 
 }  // namespace
 
@@ -160,45 +161,6 @@ uint64_t hash_file_range(int fd, uint64_t offset, uint64_t length, int threads, 
   return acc;
 }
 
-// A source file read front to back in reads of kReadBytes (whole hash blocks, so its hash is the
-// block-folded one), hashed as it goes, and handed out in blocks of at most `block` bytes.
-class SourceReader {
- public:
-  static constexpr size_t kReadBytes = kHashBlockBytes;
-  SourceReader(const std::string& path, size_t block)
-      : path_(path), fd_(open_regular_file(path)), block_(block == 0 ? kReadBytes : block) {
-    ::posix_fadvise(fd_.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
-  }
-  // Appends the next block to buf; false at the end of the file.
-  bool append(std::string& buf) {
-    if (pos_ == chunk_.size()) refill();
-    const size_t n = std::min(block_, chunk_.size() - pos_);
-    buf.append(chunk_, pos_, n);
-    pos_ += n;
-    return n > 0;
-  }
-  uint64_t hash() const { return hash_; }
-
- private:
-  void refill() {
-    chunk_.resize(kReadBytes);
-    const size_t n = read_at(fd_.get(), chunk_.data(), kReadBytes, offset_, path_);
-    chunk_.resize(n);
-    pos_ = 0;
-    for (size_t b = 0; b < n; b += kHashBlockBytes)
-      hash_ = hash_fold(hash_, hash64(chunk_.data() + b, std::min(kHashBlockBytes, n - b)));
-    offset_ += n;
-  }
-
-  std::string path_;
-  FileDescriptor fd_;
-  size_t block_;
-  std::string chunk_;  // the last read
-  size_t pos_ = 0;     // of chunk_ handed out
-  uint64_t offset_ = 0;
-  uint64_t hash_ = kHashFoldStart;
-};
-
 // A cut for the char tokenizer: just after an ASCII byte, where the decoder of the whole text either
 // ends a character or has already failed (on that byte, in the piece too), so the pieces decode to
 // the whole's characters and even an invalid file's error is the same. A text with no ASCII byte in
@@ -227,86 +189,139 @@ size_t cut_before(const Tokenizer& tok, std::string_view t, size_t at) {
 
 }  // namespace
 
-uint64_t encode_file(const std::string& source, const Tokenizer& tok,
-                     const std::function<void(const int32_t*, size_t)>& sink, int threads, size_t block_bytes) {
-  SourceReader reader(source, block_bytes);
+namespace {
+
+// Encodes every document of `reader` as tokenizer.encode() of its whole text would, in a streaming
+// pass over blocks of it (cut where the pieces encode to the whole's ids, the pieces encoded in
+// parallel), handing the ids to `sink` in order; `separator` (>= 0) goes between two documents, and
+// *ends (when given) gets the token count after each document.
+void encode_documents(CorpusReader& reader, const Tokenizer& tok, int32_t separator,
+                      const std::function<void(const int32_t*, size_t)>& sink, std::vector<uint64_t>* ends,
+                      int threads, size_t block_bytes) {
   const int T = cores(threads);
   // Pieces below this are not worth a thread (tests with small blocks still cut them).
   const size_t kMinPiece = block_bytes == 0 ? size_t{1} << 20 : std::max<size_t>(block_bytes / 8, 16);
-  std::string buf;
-  uint64_t base = 0;  // file offset of buf[0]
-  uint64_t chars = 0; // characters before buf[0]
   std::vector<std::vector<int32_t>> out(static_cast<size_t>(T));
   std::vector<BpeChunkCache> chunk_caches(static_cast<size_t>(T));  // piece k's, kept across blocks
-  for (;;) {
-    const bool more = reader.append(buf);
-    if (buf.empty()) break;
-    // All of it at the end; else up to the last safe cut, the rest waits for the next block (a
-    // block without one grows: only a text without newlines or punctuation does that for BPE).
-    const size_t end = more ? cut_before(tok, buf, buf.size() - 1) : buf.size();
-    if (end == 0) continue;
-    const std::string_view ready(buf.data(), end);
-    std::vector<size_t> cuts = {0};
-    const int pieces = static_cast<int>(std::min<size_t>(static_cast<size_t>(T), std::max<size_t>(1, end / kMinPiece)));
-    for (int k = 1; k < pieces; ++k) {
-      const size_t c = cut_before(tok, ready, end * static_cast<size_t>(k) / static_cast<size_t>(pieces));
-      if (c > cuts.back() && c < end) cuts.push_back(c);
+  uint64_t count = 0;
+  while (reader.next_document()) {
+    if (separator >= 0 && reader.documents() > 1) {
+      sink(&separator, 1);
+      ++count;
     }
-    cuts.push_back(end);
-    const int n = static_cast<int>(cuts.size()) - 1;
-    std::vector<uint64_t> char_at(static_cast<size_t>(n), chars);
-    if (tok.kind() == Tokenizer::Kind::Char)
-      for (int k = 1; k < n; ++k) char_at[k] = char_at[k - 1] + count_utf8_chars(ready.substr(cuts[k - 1], cuts[k] - cuts[k - 1]));
-    parallel_for(n, T, [&](int k) {
-      out[k].clear();
-      tok.encode_piece(ready.substr(cuts[k], cuts[k + 1] - cuts[k]), source, base + cuts[k], char_at[k], out[k],
-                       &chunk_caches[k]);
-    });
-    for (int k = 0; k < n; ++k) {
-      sink(out[k].data(), out[k].size());
-      if (tok.kind() == Tokenizer::Kind::Char) chars += out[k].size();
+    const std::string source = reader.document_name();
+    std::string buf;
+    uint64_t base = 0;   // offset of buf[0] in the document
+    uint64_t chars = 0;  // characters before buf[0]
+    for (;;) {
+      const bool more = reader.read(buf);
+      if (buf.empty()) {
+        if (more) continue;
+        break;
+      }
+      // All of it at the end; else up to the last safe cut, the rest waits for the next block (a
+      // block without one grows: only a text without newlines or punctuation does that for BPE).
+      const size_t end = more ? cut_before(tok, buf, buf.size() - 1) : buf.size();
+      if (end == 0) continue;
+      const std::string_view ready(buf.data(), end);
+      std::vector<size_t> cuts = {0};
+      const int pieces =
+          static_cast<int>(std::min<size_t>(static_cast<size_t>(T), std::max<size_t>(1, end / kMinPiece)));
+      for (int k = 1; k < pieces; ++k) {
+        const size_t c = cut_before(tok, ready, end * static_cast<size_t>(k) / static_cast<size_t>(pieces));
+        if (c > cuts.back() && c < end) cuts.push_back(c);
+      }
+      cuts.push_back(end);
+      const int n = static_cast<int>(cuts.size()) - 1;
+      std::vector<uint64_t> char_at(static_cast<size_t>(n), chars);
+      if (tok.kind() == Tokenizer::Kind::Char)
+        for (int k = 1; k < n; ++k)
+          char_at[k] = char_at[k - 1] + count_utf8_chars(ready.substr(cuts[k - 1], cuts[k] - cuts[k - 1]));
+      parallel_for(n, T, [&](int k) {
+        out[k].clear();
+        tok.encode_piece(ready.substr(cuts[k], cuts[k + 1] - cuts[k]), source, base + cuts[k], char_at[k],
+                         out[k], &chunk_caches[k]);
+      });
+      for (int k = 0; k < n; ++k) {
+        sink(out[k].data(), out[k].size());
+        count += out[k].size();
+        if (tok.kind() == Tokenizer::Kind::Char) chars += out[k].size();
+      }
+      buf.erase(0, end);
+      base += end;
+      if (!more) break;
     }
-    buf.erase(0, end);
-    base += end;
-    if (!more) break;
+    if (ends) ends->push_back(count);
   }
-  return reader.hash();
 }
 
-Tokenizer char_vocabulary_of_file(const std::string& source, uint64_t* hash, size_t block_bytes) {
-  SourceReader reader(source, block_bytes);
+// The sorted distinct code points of every document (Tokenizer::from_text's vocabulary of their
+// concatenation), checking the UTF-8 on the way.
+Tokenizer char_vocabulary(CorpusReader& reader) {
   std::vector<uint8_t> seen(0x110000, 0);
-  std::string buf;
   std::vector<uint32_t> cps;
-  uint64_t base = 0;
-  for (;;) {
-    const bool more = reader.append(buf);
-    if (buf.empty()) break;
-    const size_t end = more ? char_cut(buf, buf.size() - 1) : buf.size();
-    const auto* p = reinterpret_cast<const unsigned char*>(buf.data());
-    for (size_t i = 0; i < end;) {
-      if (p[i] < 0x80) {  // ASCII, the common case, without a decode
-        seen[p[i++]] = 1;
-        continue;
+  while (reader.next_document()) {
+    const std::string source = reader.document_name();
+    std::string buf;
+    uint64_t base = 0;
+    for (;;) {
+      const bool more = reader.read(buf);
+      if (buf.empty()) {
+        if (more) continue;
+        break;
       }
-      // A non-ASCII run with the ASCII byte after it (Tokenizer::encode_piece says why).
-      size_t j = i;
-      while (j < end && p[j] >= 0x80) ++j;
-      const size_t stop = j < end ? j + 1 : end;
-      cps.clear();
-      decode_utf8(std::string_view(buf.data() + i, stop - i), source, base + i, cps);
-      for (uint32_t cp : cps) seen[cp] = 1;
-      i = stop;
+      const size_t end = more ? char_cut(buf, buf.size() - 1) : buf.size();
+      const auto* p = reinterpret_cast<const unsigned char*>(buf.data());
+      for (size_t i = 0; i < end;) {
+        if (p[i] < 0x80) {  // ASCII, the common case, without a decode
+          seen[p[i++]] = 1;
+          continue;
+        }
+        // A non-ASCII run with the ASCII byte after it (Tokenizer::encode_piece says why).
+        size_t j = i;
+        while (j < end && p[j] >= 0x80) ++j;
+        const size_t stop = j < end ? j + 1 : end;
+        cps.clear();
+        decode_utf8(std::string_view(buf.data() + i, stop - i), source, base + i, cps);
+        for (uint32_t cp : cps) seen[cp] = 1;
+        i = stop;
+      }
+      buf.erase(0, end);
+      base += end;
+      if (!more) break;
     }
-    buf.erase(0, end);
-    base += end;
-    if (!more) break;
   }
-  if (hash) *hash = reader.hash();
   std::vector<uint32_t> symbols;
   for (uint32_t cp = 0; cp < seen.size(); ++cp)
     if (seen[cp]) symbols.push_back(cp);
   return Tokenizer(Tokenizer::Kind::Char, std::move(symbols));
+}
+
+// One file read as text (encode_file, char_vocabulary_of_file: the single-file forms).
+std::vector<CorpusFile> one_text_file(const std::string& source) {
+  file_size(source);  // missing, or not a regular file: named as such
+  return {CorpusFile{source, 0, 0}};
+}
+
+}  // namespace
+
+uint64_t encode_file(const std::string& source, const Tokenizer& tok,
+                     const std::function<void(const int32_t*, size_t)>& sink, int threads,
+                     size_t block_bytes) {
+  CorpusOptions o;
+  o.block_bytes = block_bytes;
+  CorpusReader reader(one_text_file(source), o);
+  encode_documents(reader, tok, -1, sink, nullptr, threads, block_bytes);
+  return reader.file_hashes().empty() ? kHashFoldStart : reader.file_hashes()[0];
+}
+
+Tokenizer char_vocabulary_of_file(const std::string& source, uint64_t* hash, size_t block_bytes) {
+  CorpusOptions o;
+  o.block_bytes = block_bytes;
+  CorpusReader reader(one_text_file(source), o);
+  Tokenizer t = char_vocabulary(reader);
+  if (hash) *hash = reader.file_hashes().empty() ? kHashFoldStart : reader.file_hashes()[0];
+  return t;
 }
 
 // ---- the cache file ----
@@ -330,8 +345,8 @@ struct Header {
   uint64_t source_hash;
   uint64_t tokenizer_hash;
   uint64_t tokens_hash;
+  uint64_t documents;
   uint64_t header_hash;
-  uint64_t reserved;
 };
 static_assert(sizeof(Header) == 96, "the cache header is 96 bytes");
 constexpr size_t kHashedHeaderBytes = offsetof(Header, header_hash);
@@ -351,17 +366,13 @@ std::string hex(uint64_t v) {
   return buf;
 }
 
-struct SourceStat {
-  uint64_t size = 0;
-  int64_t mtime_ns = 0;
-};
+// The ids' region is followed, from an 8-byte boundary, by the document ends (u64 each).
+uint64_t ends_offset(const Header& h) {
+  return (h.tokens_offset + h.count * h.width + 7) / 8 * 8;
+}
 
-SourceStat stat_source(const std::string& path) {
-  file_size(path);  // missing, or not a regular file: named as such
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) throw IoError(detail::concat(path, ": cannot open: ", errno_str()));
-  return {static_cast<uint64_t>(st.st_size),
-          static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + static_cast<int64_t>(st.st_mtim.tv_nsec)};
+std::string absolute_path(const std::string& p) {
+  return std::filesystem::absolute(p).lexically_normal().string();
 }
 
 // A cache file's identity when its tokens were last hashed in full, kept in CACHE.checked: while the
@@ -400,21 +411,74 @@ bool stamp_matches(const std::string& path, const CheckStamp& now) {
          std::memcmp(&saved, &now, sizeof saved) == 0;
 }
 
-// What the caller asked for: a vocabulary derived from the source (kind), or a given tokenizer.
+// What the caller asked for: a vocabulary derived from the corpus (kind), or a given tokenizer.
 struct Request {
   Tokenizer::Kind kind;
   const Tokenizer* given;
+  // The given tokenizer is a base vocabulary that gains the end-of-text id when documents are
+  // separated (TokenCacheOptions::extend_vocabulary); else it is final and decides the separator.
+  bool extend = false;
+  std::optional<bool> separator;  // data.document_separator; null: more than one document
 };
 
-// Why a cache cannot be used: `stale` (the source or tokenizer changed) or corrupt.
+// A corpus as listed now, with the options that decide its text.
+struct Corpus {
+  std::string spec;
+  std::vector<CorpusFile> files;
+  CorpusOptions options;
+  uint64_t bytes() const {
+    uint64_t n = 0;
+    for (const CorpusFile& f : files) n += f.size;
+    return n;
+  }
+};
+
+const char* bad_record_name(const CorpusOptions& o) {
+  return o.skip_bad_records ? "skip" : "error";
+}
+
+// Why a cache cannot be used: `stale` (the corpus or tokenizer changed) or corrupt.
 struct Rejection {
   std::string why;
   bool corrupt = false;
 };
 
+// Why the files of the corpus differ from those a cache was built from, "" when they are the same
+// (a file whose time changed but whose bytes did not is the same).
+std::string corpus_change(const nlohmann::json& stored, const Corpus& corpus, int threads) {
+  std::vector<std::string> then, now;
+  for (const auto& f : stored) then.push_back(f.at(0).get<std::string>());
+  for (const CorpusFile& f : corpus.files) now.push_back(absolute_path(f.path));
+  if (then != now) {
+    std::string added, removed;
+    for (const std::string& p : now)
+      if (std::find(then.begin(), then.end(), p) == then.end()) added += (added.empty() ? "" : ", ") + p;
+    for (const std::string& p : then)
+      if (std::find(now.begin(), now.end(), p) == now.end()) removed += (removed.empty() ? "" : ", ") + p;
+    std::string why = "the corpus's files changed since it was tokenized (";
+    if (!added.empty()) why += "added: " + added + (removed.empty() ? "" : "; ");
+    if (!removed.empty()) why += "removed: " + removed;
+    if (added.empty() && removed.empty()) why += "the same files in another order";
+    return why + ")";
+  }
+  for (size_t i = 0; i < corpus.files.size(); ++i) {
+    const CorpusFile& f = corpus.files[i];
+    const auto size = stored[i].at(1).get<uint64_t>();
+    if (f.size != size)
+      return f.path + " changed since it was tokenized (" + std::to_string(size) + " bytes then, " +
+             std::to_string(f.size) + " now)";
+    if (f.mtime_ns != stored[i].at(2).get<int64_t>()) {
+      const FileDescriptor src = open_regular_file(f.path);
+      if (hex(hash_file_range(src.get(), 0, f.size, threads, f.path)) != stored[i].at(3).get<std::string>())
+        return f.path + " changed since it was tokenized (its bytes differ)";
+    }
+  }
+  return "";
+}
+
 // Opens, checks and maps a cache; nullopt with *rejected set when it is missing (why empty), stale
 // or corrupt.
-std::optional<TokenCache> try_open(const std::string& cache, const std::string& source, const Request& req,
+std::optional<TokenCache> try_open(const std::string& cache, const Corpus& corpus, const Request& req,
                                    int threads, Rejection* rejected) {
   const auto reject = [&](std::string why, bool corrupt) {
     *rejected = {std::move(why), corrupt};
@@ -447,57 +511,80 @@ std::optional<TokenCache> try_open(const std::string& cache, const std::string& 
                                  "; this tfm reads and writes format ", std::string(1, kCacheFormat.version)),
                   false);
   if ((h.width != 2 && h.width != 4) || h.meta_bytes > kMaxMetaBytes ||
-      h.tokens_offset != (sizeof h + h.meta_bytes + kAlign - 1) / kAlign * kAlign || h.count > (uint64_t{1} << 60))
+      h.tokens_offset != (sizeof h + h.meta_bytes + kAlign - 1) / kAlign * kAlign ||
+      h.count > (uint64_t{1} << 60) || h.documents == 0 || h.documents > (uint64_t{1} << 58))
     return reject("its header is corrupt", true);
   if (file_bytes < sizeof h + h.meta_bytes) return reject("truncated inside its header", true);
   std::string meta(static_cast<size_t>(h.meta_bytes), '\0');
   if (read_at(fd.get(), meta.data(), meta.size(), sizeof h, cache) != meta.size())
     return reject("truncated inside its header", true);
   if (header_hash(h, meta) != h.header_hash) return reject("its header fails its checksum (corrupt)", true);
-  const uint64_t expected = h.tokens_offset + h.count * h.width;
+  const uint64_t expected = ends_offset(h) + h.documents * 8;
   if (file_bytes != expected)
     return reject((file_bytes < expected ? "truncated: " : "too long: ") + std::to_string(file_bytes) +
                       " bytes, its header says " + std::to_string(expected) + " (" + std::to_string(h.count) +
-                      " tokens)",
+                      " tokens, " + std::to_string(h.documents) + " documents)",
                   true);
 
-  // The source: the same size and time, or (touched, copied) the same bytes.
-  const SourceStat now = stat_source(source);
-  if (now.size != h.source_size)
-    return reject(source + " changed since it was tokenized (" + std::to_string(h.source_size) + " bytes then, " +
-                      std::to_string(now.size) + " now)",
-                  false);
-  if (now.mtime_ns != h.source_mtime_ns) {
-    const FileDescriptor src = open_regular_file(source);
-    if (hash_file_range(src.get(), 0, now.size, threads, source) != h.source_hash)
-      return reject(source + " changed since it was tokenized (its bytes differ)", false);
-  }
-
-  // The tokenizer.
   Tokenizer stored;
+  nlohmann::json files;
+  std::string text_field, on_bad_record;
+  bool separator = false;
   try {
     const nlohmann::json j = parse_json_strict(meta.data(), meta.size(), cache);
     stored = Tokenizer::from_json(j.at("tokenizer"));
+    files = j.at("files");
+    text_field = j.at("text_field").get<std::string>();
+    on_bad_record = j.at("on_bad_record").get<std::string>();
+    separator = j.at("document_separator").get<bool>();
+    if (!files.is_array()) throw IoError("files is not a list");
+    for (const auto& f : files) {
+      f.at(0).get<std::string>(), f.at(1).get<uint64_t>(), f.at(2).get<int64_t>(), f.at(3).get<std::string>();
+    }
   } catch (const std::exception& e) {
-    return reject(std::string("its tokenizer cannot be read: ") + e.what(), true);
+    return reject(std::string("its header cannot be read: ") + e.what(), true);
   }
   if (fingerprint(stored) != h.tokenizer_hash) return reject("its tokenizer fails its checksum (corrupt)", true);
+
+  // The corpus: the same files, each of the same size and time or (touched, copied) the same bytes,
+  // read the same way.
+  const std::string changed = corpus_change(files, corpus, threads);
+  if (!changed.empty()) return reject(changed, false);
+  if (has_json_lines(corpus.files)) {
+    if (text_field != corpus.options.text_field)
+      return reject(
+          "data.text_field changed (\"" + text_field + "\" then, \"" + corpus.options.text_field + "\" now)",
+          false);
+    if (on_bad_record != bad_record_name(corpus.options))
+      return reject("data.on_bad_record changed (\"" + on_bad_record + "\" then, \"" +
+                        bad_record_name(corpus.options) + "\" now)",
+                    false);
+  }
+  const bool fixed = req.given && !req.extend;
+  if (!fixed && req.separator && *req.separator != separator)
+    return reject(std::string("data.document_separator changed (") + (separator ? "true" : "false") +
+                      " then, " + (*req.separator ? "true" : "false") + " now)",
+                  false);
+
+  // The tokenizer.
   if (req.given) {
-    const uint64_t want = fingerprint(*req.given);
+    const uint64_t want = fingerprint(fixed || !separator ? *req.given : req.given->with_end_of_text());
     if (want != h.tokenizer_hash)
       return reject("the tokenizer changed (fingerprint " + hex(want) + ", the cache's " + hex(h.tokenizer_hash) + ")",
                     false);
   } else if (stored.kind() != req.kind || h.vocab_from_source != 1) {
-    return reject("it holds ids of another vocabulary (a run's), not the file's own " +
+    return reject("it holds ids of another vocabulary (a run's), not the corpus's own " +
                       std::string(req.kind == Tokenizer::Kind::Char ? "char" : "byte") + " vocabulary",
                   false);
   }
 
-  // The ids themselves, unless they were hashed since the file was last written (CheckStamp).
+  // The ids and document ends themselves, unless they were hashed since the file was last written
+  // (CheckStamp).
   const CheckStamp stamp = stamp_of(st, h);
   const std::string stamp_path = cache + ".checked";
   if (!stamp_matches(stamp_path, stamp)) {
-    if (hash_file_range(fd.get(), h.tokens_offset, h.count * h.width, threads, cache) != h.tokens_hash)
+    if (hash_file_range(fd.get(), h.tokens_offset, file_bytes - h.tokens_offset, threads, cache) !=
+        h.tokens_hash)
       return reject("its tokens fail their checksum (corrupt)", true);
     // File times tick coarsely (a few ms): a file written less than a second ago could be written
     // again within the same tick, unseen; it is stamped at a later start.
@@ -511,38 +598,86 @@ std::optional<TokenCache> try_open(const std::string& cache, const std::string& 
       }
     }
   }
-
   void* base = ::mmap(nullptr, static_cast<size_t>(file_bytes), PROT_READ, MAP_SHARED, fd.get(), 0);
   if (base == MAP_FAILED) throw IoError(detail::concat(cache, ": cannot map it: ", errno_str()));
   // Windows are read at random offsets: no read-ahead around them.
   ::madvise(base, static_cast<size_t>(file_bytes), MADV_RANDOM);
   const auto mapping = std::make_shared<const TokenMapping>(base, static_cast<size_t>(file_bytes));
   TokenCache c;
-  c.tokenizer = req.given ? *req.given : std::move(stored);
+  c.tokenizer = stored;
   c.tokens = TokenSpan(static_cast<const char*>(base) + h.tokens_offset, static_cast<int>(h.width),
                        static_cast<int64_t>(h.count), mapping, mapping.get());
+  c.document_ends.ends = reinterpret_cast<const uint64_t*>(static_cast<const char*>(base) + ends_offset(h));
+  c.document_ends.count = static_cast<int64_t>(h.documents);
+  c.document_ends.owner = mapping;
+  // The last document ends with the ids (the hash guards the rest; reading every end would bring a
+  // corpus of many small documents into memory at every start).
+  if (c.document_ends[c.document_ends.count - 1] != c.tokens.size())
+    return reject("its document ends are corrupt", true);
+  c.document_separator = separator;
   c.path = cache;
-  c.source_bytes = now.size;
+  c.source_bytes = corpus.bytes();
   return c;
 }
 
-// Tokenizes `source` into `cache` (atomically: a complete file or none).
-void build(const std::string& cache, const std::string& source, const Request& req, int threads, size_t block_bytes) {
-  const SourceStat before = stat_source(source);
-  uint64_t source_hash = 0;
-  // The file's own vocabulary, also for a given char vocabulary (a run's): when the two are the same,
+// Whether the corpus holds at least two documents (read only as far as the second).
+bool more_than_one_document(const Corpus& corpus) {
+  CorpusReader reader(corpus.files, corpus.options);
+  return reader.next_document() && reader.next_document();
+}
+
+std::string no_text_message(const Corpus& corpus) {
+  return corpus.spec + ": the corpus has no text (" + std::to_string(corpus.files.size()) +
+         (corpus.files.size() == 1 ? " file" : " files") + ", no document in " +
+         (corpus.files.size() == 1 ? "it" : "any") + "; data.path)";
+}
+
+// Tokenizes the corpus into `cache` (atomically: a complete file or none).
+void build(const std::string& cache, const Corpus& corpus, const Request& req, int threads,
+           size_t block_bytes, const std::function<void(const std::string&)>& log) {
+  CorpusOptions copts = corpus.options;
+  copts.block_bytes = block_bytes;
+  // The corpus's own vocabulary, also for a given char vocabulary (a run's): when the two are the same,
   // the cache serves both, so a resume or eval that rebuilt it does not make the next new run rebuild
-  // it again. The char pass also checks the UTF-8 of the whole file before anything is encoded.
+  // it again. The char pass also checks the UTF-8 of the whole corpus before anything is encoded.
   const Tokenizer::Kind kind = req.given ? req.given->kind() : req.kind;
   std::optional<Tokenizer> own;
-  if (kind == Tokenizer::Kind::Char) own = char_vocabulary_of_file(source, &source_hash, block_bytes);
-  if (kind == Tokenizer::Kind::Byte) own = Tokenizer::from_text(kind, "", source);
-  const Tokenizer tok = req.given ? *req.given : *own;
+  std::vector<uint64_t> vocabulary_hashes;
+  uint64_t documents_seen = 0;
+  if (kind == Tokenizer::Kind::Char) {
+    CorpusReader reader(corpus.files, copts);
+    own = char_vocabulary(reader);
+    documents_seen = reader.documents();
+    vocabulary_hashes = reader.file_hashes();
+    if (documents_seen == 0) throw IoError(no_text_message(corpus));
+  }
+  if (kind == Tokenizer::Kind::Byte) own = Tokenizer::from_text(kind, "", corpus.spec);
+  const bool fixed = req.given && !req.extend;
+  const bool separator = fixed                                  ? req.given->has_end_of_text()
+                         : req.separator                        ? *req.separator
+                         : own && kind == Tokenizer::Kind::Char ? documents_seen > 1
+                                                                : more_than_one_document(corpus);
+  const Tokenizer base = req.given ? *req.given : *own;
+  const Tokenizer tok = fixed ? base : separator ? base.with_end_of_text() : base;
+  if (own && separator) own = own->with_end_of_text();
   const uint32_t width = tok.size() <= 65536 ? 2 : 4;
-  nlohmann::json meta_json = {{"format", "tfm token cache"},
-                              {"source", std::filesystem::absolute(source).lexically_normal().string()},
-                              {"tokenizer", tok.to_json()}};
-  const std::string meta = meta_json.dump();
+  // The files' hashes are known once they are read: written as placeholders of the same width first.
+  const auto meta_of = [&](const std::vector<uint64_t>& hashes) {
+    nlohmann::json files = nlohmann::json::array();
+    for (size_t i = 0; i < corpus.files.size(); ++i) {
+      const CorpusFile& f = corpus.files[i];
+      files.push_back({absolute_path(f.path), f.size, f.mtime_ns, hex(i < hashes.size() ? hashes[i] : 0)});
+    }
+    return nlohmann::json{{"format", "tfm token cache"},
+                          {"corpus", corpus.spec},
+                          {"files", files},
+                          {"text_field", corpus.options.text_field},
+                          {"on_bad_record", bad_record_name(corpus.options)},
+                          {"document_separator", separator},
+                          {"tokenizer", tok.to_json()}}
+        .dump();
+  };
+  std::string meta = meta_of({});
   Header h{};
   std::memcpy(h.magic, kMagic, sizeof kMagic);
   h.width = width;
@@ -556,7 +691,8 @@ void build(const std::string& cache, const std::string& source, const Request& r
   file.write(&h, sizeof h);  // rewritten once the counts and hashes are known
   file.write(meta.data(), meta.size());
   file.write(front.data(), front.size());
-  // Ids narrowed into whole hash blocks (a whole number of ids), each hashed and written when full.
+  // Ids narrowed into whole hash blocks (a whole number of ids), each hashed and written when full;
+  // then the document ends through the same blocks, so one hash covers both.
   std::vector<unsigned char> block(kHashBlockBytes);
   size_t fill = 0;
   uint64_t tokens_hash = kHashFoldStart, count = 0;
@@ -566,31 +702,61 @@ void build(const std::string& cache, const std::string& source, const Request& r
     file.write(block.data(), fill);
     fill = 0;
   };
-  const uint64_t hash = encode_file(source, tok, [&](const int32_t* ids, size_t n) {
-    count += n;
+  const auto put = [&](const void* data, size_t n,
+                       size_t unit) {  // n items of `unit` bytes (a divisor of the block)
+    const auto* p = static_cast<const unsigned char*>(data);
     while (n > 0) {
-      const size_t k = std::min(n, (block.size() - fill) / width);  // ids that fit in the block
-      if (width == 2) {
-        uint16_t* out = reinterpret_cast<uint16_t*>(block.data() + fill);  // fill is even
-        for (size_t i = 0; i < k; ++i) out[i] = static_cast<uint16_t>(ids[i]);
-      } else {
-        std::memcpy(block.data() + fill, ids, k * 4);
-      }
-      fill += k * width, ids += k, n -= k;
+      const size_t k = std::min(n, (block.size() - fill) / unit);
+      std::memcpy(block.data() + fill, p, k * unit);
+      fill += k * unit, p += k * unit, n -= k;
       if (fill == block.size()) flush();
     }
-  }, threads, block_bytes);
+  };
+  CorpusReader reader(corpus.files, copts);
+  std::vector<uint64_t> ends;
+  std::vector<uint16_t> narrow;
+  encode_documents(
+      reader, tok, separator ? tok.end_of_text_id() : -1,
+      [&](const int32_t* ids, size_t n) {
+        count += n;
+        if (width == 4) return put(ids, n, 4);
+        narrow.resize(n);
+        for (size_t i = 0; i < n; ++i) narrow[i] = static_cast<uint16_t>(ids[i]);
+        put(narrow.data(), n, 2);
+      },
+      &ends, threads, block_bytes);
+  if (ends.empty()) throw IoError(no_text_message(corpus));
+  if (reader.skipped() > 0 && log) {
+    std::string first;
+    for (const std::string& s : reader.first_skipped()) first += "; " + s;
+    log("skipped " + std::to_string(reader.skipped()) + " bad record" + (reader.skipped() == 1 ? "" : "s") +
+        " (data.on_bad_record = \"skip\"), the first: " + first.substr(2));
+  }
+  const std::vector<uint64_t>& hashes = reader.file_hashes();
+  const std::vector<CorpusFile> after = list_corpus(corpus.spec);
+  bool same = after.size() == corpus.files.size() && hashes.size() == corpus.files.size() &&
+              (vocabulary_hashes.empty() || vocabulary_hashes == hashes);
+  for (size_t i = 0; same && i < after.size(); ++i)
+    same = after[i].path == corpus.files[i].path && after[i].size == corpus.files[i].size &&
+           after[i].mtime_ns == corpus.files[i].mtime_ns;
+  if (!same)
+    throw IoError(corpus.spec +
+                  ": the corpus changed while it was being tokenized; run again when it is complete");
+  const std::string pad(static_cast<size_t>((8 - (count * width) % 8) % 8), '\0');
+  put(pad.data(), pad.size(), 1);
+  put(ends.data(), ends.size(), 8);
   flush();
-  if (kind != Tokenizer::Kind::Char) source_hash = hash;
-  const SourceStat after = stat_source(source);
-  if (after.size != before.size || after.mtime_ns != before.mtime_ns || hash != source_hash)
-    throw IoError(source + ": the file changed while it was being tokenized; run again when it is complete");
+  meta = meta_of(hashes);
+  TFM_CHECK(meta.size() == h.meta_bytes, "token cache", "the header's JSON changed length");
   h.count = count;
-  h.source_size = before.size;
-  h.source_mtime_ns = before.mtime_ns;
-  h.source_hash = source_hash;
+  h.documents = ends.size();
+  h.source_size = corpus.bytes();
+  for (const CorpusFile& f : corpus.files) h.source_mtime_ns = std::max(h.source_mtime_ns, f.mtime_ns);
+  h.source_hash = kHashFoldStart;
+  for (uint64_t x : hashes) h.source_hash = hash_fold(h.source_hash, x);
   h.tokens_hash = tokens_hash;
   h.header_hash = header_hash(h, meta);
+  file.write_at(sizeof h, meta.data(), meta.size());
   file.write_at(0, &h, sizeof h);
   file.commit();
 }
@@ -629,16 +795,21 @@ void check_cache_dir(const std::string& dir) {
                   "directory of your own");
 }
 
-TokenCache open_cache(const std::string& source, const Request& req, const TokenCacheOptions& o) {
+TokenCache open_cache(const std::string& spec, const Request& req, const TokenCacheOptions& o) {
   const auto start = Clock::now();
   const auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
-  stat_source(source);  // a missing source is named as such, not as a cache problem
-  const std::string dir = o.dir.empty() ? default_cache_dir(source) : o.dir;
-  const std::string cache = token_cache_path(source, dir, req.given ? req.given->kind() : req.kind);
+  Corpus corpus;
+  corpus.spec = spec;
+  corpus.files =
+      list_corpus(spec);  // a missing file or an empty match is named as such, not as a cache problem
+  corpus.options.text_field = o.text_field;
+  corpus.options.skip_bad_records = o.skip_bad_records;
+  const std::string dir = o.dir.empty() ? default_cache_dir(spec) : o.dir;
+  const std::string cache = token_cache_path(spec, dir, req.given ? req.given->kind() : req.kind);
   check_cache_dir(dir);
   Rejection rejected;
   if (!o.rebuild) {
-    if (auto c = try_open(cache, source, req, o.threads, &rejected)) {
+    if (auto c = try_open(cache, corpus, req, o.threads, &rejected)) {
       c->seconds = seconds();
       return std::move(*c);
     }
@@ -657,7 +828,7 @@ TokenCache open_cache(const std::string& source, const Request& req, const Token
   const BuildLock lock(cache + ".lock");
   // Another process may have built it while this one waited for the lock.
   if (!o.rebuild) {
-    if (auto c = try_open(cache, source, req, o.threads, &rejected)) {
+    if (auto c = try_open(cache, corpus, req, o.threads, &rejected)) {
       c->seconds = seconds();
       return std::move(*c);
     }
@@ -666,11 +837,11 @@ TokenCache open_cache(const std::string& source, const Request& req, const Token
     const std::string why = o.rebuild        ? "rebuilding it as asked"
                             : rejected.why.empty() ? "first use"
                                                    : rejected.why + (rejected.corrupt ? "; not trusted, rebuilding" : "; rebuilding");
-    o.log("tokenizing " + source + " into " + cache + " (" + why + ")");
+    o.log("tokenizing " + spec + " into " + cache + " (" + why + ")");
   }
-  build(cache, source, req, o.threads, o.block_bytes);
+  build(cache, corpus, req, o.threads, o.block_bytes, o.log);
   Rejection after;
-  auto c = try_open(cache, source, req, o.threads, &after);
+  auto c = try_open(cache, corpus, req, o.threads, &after);
   if (!c) throw IoError(cache + ": the cache just written cannot be used: " + after.why);
   c->built = true;
   c->seconds = seconds();
@@ -679,13 +850,14 @@ TokenCache open_cache(const std::string& source, const Request& req, const Token
 
 }  // namespace
 
-std::string default_cache_dir(const std::string& source) {
-  const std::filesystem::path parent = std::filesystem::path(source).parent_path();
-  return (parent.empty() ? std::filesystem::path(".tfm-cache") : parent / ".tfm-cache").string();
+std::string default_cache_dir(const std::string& spec) {
+  const std::string home = corpus_home(spec);
+  return (home.empty() ? std::filesystem::path(".tfm-cache") : std::filesystem::path(home) / ".tfm-cache")
+      .string();
 }
 
-std::string token_cache_path(const std::string& source, const std::string& dir, Tokenizer::Kind kind) {
-  const std::string name = std::filesystem::path(source).filename().string();
+std::string token_cache_path(const std::string& spec, const std::string& dir, Tokenizer::Kind kind) {
+  const std::string name = corpus_name(spec);
   const char* k = kind == Tokenizer::Kind::Char  ? "char"
                   : kind == Tokenizer::Kind::Byte ? "byte"
                   : kind == Tokenizer::Kind::Bpe  ? "bpe"
@@ -693,15 +865,17 @@ std::string token_cache_path(const std::string& source, const std::string& dir, 
   return (std::filesystem::path(dir) / (name + "." + k + ".tokens")).string();
 }
 
-TokenCache open_token_cache(const std::string& source, Tokenizer::Kind kind, const TokenCacheOptions& options) {
+TokenCache open_token_cache(const std::string& spec, Tokenizer::Kind kind, const TokenCacheOptions& options) {
   if (kind != Tokenizer::Kind::Char && kind != Tokenizer::Kind::Byte)
     throw ConfigError("data.tokenizer: a vocabulary derived from the data file is char or byte; bpe reads "
                       "data.tokenizer_path");
-  return open_cache(source, {kind, nullptr}, options);
+  return open_cache(spec, {kind, nullptr, false, options.document_separator}, options);
 }
 
-TokenCache open_token_cache(const std::string& source, const Tokenizer& tokenizer, const TokenCacheOptions& options) {
-  return open_cache(source, {tokenizer.kind(), &tokenizer}, options);
+TokenCache open_token_cache(const std::string& spec, const Tokenizer& tokenizer,
+                            const TokenCacheOptions& options) {
+  return open_cache(
+      spec, {tokenizer.kind(), &tokenizer, options.extend_vocabulary, options.document_separator}, options);
 }
 
 }  // namespace tfm

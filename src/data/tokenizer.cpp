@@ -97,7 +97,19 @@ int64_t Tokenizer::size() const {
   const int64_t base = bpe_ ? bpe_->vocab_size()
                        : kind_ == Kind::Word ? static_cast<int64_t>(words_.size())
                                              : static_cast<int64_t>(symbols_.size());
-  return static_cast<int64_t>(specials_.size()) + base;
+  return static_cast<int64_t>(specials_.size()) + base + (end_of_text_ ? 1 : 0);
+}
+
+Tokenizer Tokenizer::with_end_of_text() const {
+  Tokenizer t = *this;
+  t.end_of_text_ = true;
+  return t;
+}
+
+Tokenizer Tokenizer::without_end_of_text() const {
+  Tokenizer t = *this;
+  t.end_of_text_ = false;
+  return t;
 }
 
 Tokenizer::Tokenizer(BpeTokenizer bpe)
@@ -142,6 +154,7 @@ nlohmann::json Tokenizer::to_json() const {
                      : kind_ == Kind::Word ? nlohmann::json{{"kind", "word"}, {"words", words_}}
                                            : nlohmann::json{{"kind", kind_name()}, {"symbols", symbols_}};
   if (!specials_.empty()) j["specials"] = specials_;
+  if (end_of_text_) j["end_of_text"] = true;
   return j;
 }
 
@@ -150,7 +163,8 @@ Tokenizer Tokenizer::from_json(const nlohmann::json& j) {
   Tokenizer t = kind == Kind::Bpe ? Tokenizer(BpeTokenizer(j.at("merges").get<std::vector<BpeTokenizer::Merge>>(), "tokenizer"))
                 : kind == Kind::Word ? Tokenizer(j.at("words").get<std::vector<std::string>>())
                                      : Tokenizer(kind, j.at("symbols").get<std::vector<uint32_t>>());
-  if (j.contains("specials")) return t.with_specials(j.at("specials").get<std::vector<std::string>>());
+  if (j.contains("specials")) t = t.with_specials(j.at("specials").get<std::vector<std::string>>());
+  if (j.contains("end_of_text") && j.at("end_of_text").get<bool>()) t = t.with_end_of_text();
   return t;
 }
 
@@ -292,6 +306,7 @@ void Tokenizer::encode_piece(std::string_view text, const std::string& source, u
 std::string Tokenizer::decode(int32_t id) const {
   std::string out;
   if (id < 0 || id >= size()) return out;
+  if (id == end_of_text_id()) return kEndOfText;
   if (is_special(id)) return id == unk_ ? specials_[id] : out;
   id -= static_cast<int32_t>(specials_.size());
   if (bpe_) return bpe_->token_bytes(id);

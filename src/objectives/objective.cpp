@@ -58,9 +58,12 @@ Dataset load_text(const Config& c, const Vocabulary* ckpt, int64_t T, int rank) 
   const std::string path = c.string("data.path");
   const double f = c.number("data.val_fraction");
   const TokenCacheOptions cache = token_cache_options(c, rank == 0);
-  if (ckpt) return load_dataset(path, ckpt->tokenizer, f, T, cache);
-  if (c.string("data.tokenizer") == "bpe")
-    return load_dataset(path, Tokenizer::load_bpe(c.string("data.tokenizer_path")), f, T, cache);
+  if (ckpt) return load_dataset(path, ckpt->tokenizer, f, T, cache);  // its end-of-text id decides
+  if (c.string("data.tokenizer") == "bpe") {
+    TokenCacheOptions base = cache;
+    base.extend_vocabulary = true;  // a new run's BPE gains the end-of-text id when documents are joined
+    return load_dataset(path, Tokenizer::load_bpe(c.string("data.tokenizer_path")), f, T, base);
+  }
   return load_dataset(path, c.string("data.tokenizer"), f, T, cache);
 }
 
@@ -69,6 +72,10 @@ Dataset load_text(const Config& c, const Vocabulary* ckpt, int64_t T, int rank) 
 TokenCacheOptions token_cache_options(const Config& c, bool log) {
   TokenCacheOptions o;
   o.dir = c.string("data.cache_dir");
+  o.text_field = c.string("data.text_field");
+  o.skip_bad_records = c.string("data.on_bad_record") == "skip";
+  const nlohmann::json& separator = c.at("data.document_separator");  // null: resolved from the data
+  if (separator.is_boolean()) o.document_separator = separator.get<bool>();
   // Before the run's log exists (the objective is built first): stderr, so stdout stays the
   // command's own output (sample, translate pipe it).
   if (log) o.log = [](const std::string& line) { std::fprintf(stderr, "tfm: data: %s\n", line.c_str()); };

@@ -1,5 +1,7 @@
-// A text file as token streams: the train/validation split (the first floor(N * (1 - val_fraction))
-// tokens train, as docs/architecture.md says) and seeded random windows of it. The streams are views
+// A text corpus as token streams: the train/validation split and seeded random windows of it. One
+// document: the first floor(N * (1 - val_fraction)) tokens train, as docs/architecture.md says; D >= 2
+// documents: whole documents, the first floor(D * (1 - val_fraction)) in corpus order train and the
+// rest validate. The streams are views
 // of the file's token cache (token_cache.h), mapped, not copied: a corpus costs the process no memory
 // beyond the pages its batches touch.
 #pragma once
@@ -20,11 +22,14 @@ struct Dataset {
   std::string cache_path;   // the token cache the spans map
   bool cache_built = false; // tokenized by this load (else mapped from an earlier one)
   double load_seconds = 0;  // the cache's open (or build) time
+  uint64_t source_bytes = 0;                 // of the corpus's files on disk
+  int64_t documents = 0, val_documents = 0;  // val_documents: 0 with one document (a token split)
+  bool document_separator = false;
 };
 
-// Reads `path` through its token cache and splits it. Throws IoError (missing, empty, invalid UTF-8,
-// an unwritable cache directory) or ConfigError when a split is too short for one sequence of
-// `seq_len` (it needs seq_len + 2 tokens).
+// Reads the corpus data.path = `path` (corpus.h) through its token cache and splits it. Throws
+// IoError (missing, empty, invalid UTF-8, a bad record, an unwritable cache directory, a split without
+// a document or too short for one sequence of `seq_len`: it needs seq_len + 2 tokens).
 Dataset load_dataset(const std::string& path, const std::string& tokenizer, double val_fraction,
                      int64_t seq_len, const TokenCacheOptions& cache = {});
 // The same file encoded with an existing vocabulary (evaluating a trained run, a BPE tokenizer).

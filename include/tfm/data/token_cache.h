@@ -1,37 +1,43 @@
 // Token streams that are views, and the token cache that backs them (docs/data.md).
 //
-// A text corpus is tokenized once, in a streaming pass, into a cache file of token ids (uint16 when
+// A text corpus (corpus.h: a file, a directory, a glob or a list of them; text and JSON Lines, plain,
+// .gz or .zst) is tokenized once, in a streaming pass, into a cache file of token ids (uint16 when
 // the vocabulary fits, else uint32) beside the data (data.cache_dir); every later start memory-maps
 // it. Batches read windows of the mapping directly: no copy of the corpus is made in the process, and
 // processes reading the same cache (MPI ranks, runs of a sweep) share its pages.
 //
 // Cache file (little-endian; the token region 4096-aligned so it maps on a page boundary):
-//   offset  0  "TFMTOKS2"             magic and format version (2: every hash is XXH3-64)
+//   offset  0  "TFMTOKS3"             magic and format version (3: every hash is XXH3-64, document ends)
 //           8  u32 width              2 (uint16 ids) or 4 (uint32 ids)
 //          12  u32 vocab_from_source  1: a char/byte vocabulary derived from the source itself
 //          16  u64 count              tokens in the file
 //          24  u64 tokens_offset      where the ids start
 //          32  u64 meta_bytes         length of the JSON that starts at offset 96
-//          40  u64 source_size        bytes of the source when it was tokenized
-//          48  i64 source_mtime_ns    its modification time then
-//          56  u64 source_hash        hash64 of its blocks, folded (hash_fold)
+//          40  u64 source_size        bytes of the corpus's files when it was tokenized
+//          48  i64 source_mtime_ns    the latest of their modification times then
+//          56  u64 source_hash        the files' hashes (hash64 of their blocks, folded), folded
 //          64  u64 tokenizer_hash     hash64 of the tokenizer's JSON (its fingerprint)
-//          72  u64 tokens_hash        hash64 of the id bytes
-//          80  u64 header_hash        hash64 of bytes [0, 80) and the JSON
-//          88  u64 reserved (0)
-//          96  JSON {"format": "tfm token cache", "source": PATH, "tokenizer": {...}}
-//   tokens_offset  count ids of `width` bytes; the file ends there.
+//          72  u64 tokens_hash        hash64 of the bytes from tokens_offset to the end (blocks, folded)
+//          80  u64 documents          D, the number of documents
+//          88  u64 header_hash        hash64 of bytes [0, 88) and the JSON
+//          96  JSON {"format": "tfm token cache", "corpus": data.path, "files": [[PATH, size, mtime_ns,
+//              hash], ...], "text_field", "on_bad_record", "document_separator": bool, "tokenizer": {...}}
+//   tokens_offset  count ids of `width` bytes
+//   then, from an 8-byte boundary, D u64: the token index where each document ends (exclusive); with
+//   the separator, the end-of-text id sits at that index (but after the last); the file ends there.
 // Nothing in it is trusted before it is checked: a short file, a bad magic, another format version
 // (an older tfm's cache, hashed another way), a header or token hash that does not match, a source or
 // tokenizer that changed: each is named in a log line and the cache is rebuilt. The ids' hash is
 // checked in full at the first start after the file was written (about a second of hashing per GB of
 // ids); CACHE.checked then records the file's inode, size, mtime and ctime, and later starts skip that
 // pass while they are unchanged (any write to the file changes its ctime).
-// A source whose mtime changed is hashed again and, if its bytes are the same, keeps its cache.
+// A file whose mtime changed is hashed again and, if its bytes are the same, keeps its cache; an added,
+// removed or resized file, or another data.text_field or data.on_bad_record (JSON Lines), rebuilds it.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -105,32 +111,54 @@ struct TokenCacheOptions {
   int threads = 0;
   // Bytes of text per streaming step (0 = 4 MiB); tests make it small to cross many block edges.
   size_t block_bytes = 0;
+  // How the corpus is read (corpus.h): data.text_field, data.on_bad_record = "skip".
+  std::string text_field = "text";
+  bool skip_bad_records = false;
+  // data.document_separator: the documents joined by the tokenizer's end-of-text id; null: when the
+  // corpus has more than one document (resolved from the data).
+  std::optional<bool> document_separator;
+  // A given tokenizer is a base vocabulary (a BPE file for a new run) that gains the end-of-text id
+  // when the documents are separated. Otherwise (false) it is a run's whole vocabulary, a checkpoint's:
+  // the documents are separated exactly when it has the id, whatever document_separator says.
+  bool extend_vocabulary = false;
 };
 
-// A text file's tokens, mapped from its cache.
+// Where each document's tokens end (exclusive), in order: a view of the mapped cache.
+struct DocumentEnds {
+  const uint64_t* ends = nullptr;
+  int64_t count = 0;
+  std::shared_ptr<const void> owner;
+  int64_t size() const { return count; }
+  int64_t operator[](int64_t i) const { return static_cast<int64_t>(ends[i]); }
+};
+
+// A corpus's tokens, mapped from its cache.
 struct TokenCache {
-  Tokenizer tokenizer;  // the vocabulary of the ids (char from the source: its sorted characters)
-  TokenSpan tokens;     // every token of the file
+  Tokenizer tokenizer;  // the vocabulary of the ids (char from the corpus: its sorted characters)
+  TokenSpan tokens;     // every token of the corpus, documents in order
+  DocumentEnds document_ends;
+  bool document_separator = false;  // the tokenizer's end-of-text id between two documents
   std::string path;     // the cache file
   bool built = false;   // tokenized by this call (else an existing cache was mapped)
   double seconds = 0;   // wall time of this call
-  uint64_t source_bytes = 0;
+  uint64_t source_bytes = 0;  // of the corpus's files on disk
 };
 
-// `.tfm-cache` in the directory of `source`: every run, sweep point, eval and sample reading the file
-// shares one cache, and it goes with the data.
-std::string default_cache_dir(const std::string& source);
-// DIR/<file name of source>.<kind>.tokens: one cache per source and tokenizer kind (a new BPE
-// tokenizer replaces its kind's cache rather than piling up beside it).
-std::string token_cache_path(const std::string& source, const std::string& dir, Tokenizer::Kind kind);
+// `.tfm-cache` in the directory of the corpus (corpus_home): every run, sweep point, eval and sample
+// reading it shares one cache, and it goes with the data.
+std::string default_cache_dir(const std::string& spec);
+// DIR/<corpus_name>.<kind>.tokens: one cache per corpus and tokenizer kind (a new BPE tokenizer
+// replaces its kind's cache rather than piling up beside it).
+std::string token_cache_path(const std::string& spec, const std::string& dir, Tokenizer::Kind kind);
 
-// The tokens of `source` in a char or byte vocabulary derived from the file itself (char: its sorted
-// distinct code points, exactly Tokenizer::from_text's), from the cache when it is valid, else
-// tokenized now and cached. IoError names the file and what is wrong (missing, invalid UTF-8, an
-// unwritable cache directory).
-TokenCache open_token_cache(const std::string& source, Tokenizer::Kind kind, const TokenCacheOptions& options);
+// The tokens of the corpus data.path = `spec` in a char or byte vocabulary derived from the corpus
+// itself (char: its sorted distinct code points, exactly Tokenizer::from_text's of the documents'
+// text), from the cache when it is valid, else tokenized now and cached. IoError names the file and
+// what is wrong (missing, invalid UTF-8, a bad record, no text, an unwritable cache directory).
+TokenCache open_token_cache(const std::string& spec, Tokenizer::Kind kind, const TokenCacheOptions& options);
 // The same in a given vocabulary (a checkpoint's, a BPE tokenizer): the ids are tokenizer.encode()'s.
-TokenCache open_token_cache(const std::string& source, const Tokenizer& tokenizer, const TokenCacheOptions& options);
+TokenCache open_token_cache(const std::string& spec, const Tokenizer& tokenizer,
+                            const TokenCacheOptions& options);
 
 // Encodes `source` as tokenizer.encode(whole file, source) would, in a streaming pass over blocks of
 // the file (cut at UTF-8 character boundaries, and for BPE at pretokenization boundaries, encoded in

@@ -7,6 +7,11 @@
 // Special tokens: any tokenizer may carry a list of specials (e.g. seq2seq's "<pad>", "<bos>",
 // "<eos>", "<unk>") that take ids [0, S); the base vocabulary's ids are shifted by S. With "<unk>"
 // among them, a symbol or word outside the vocabulary encodes to <unk> instead of throwing.
+//
+// End of text: a corpus of several documents joins them with one reserved id (with_end_of_text), the
+// last id, past the specials and the base vocabulary (as masked_lm's [MASK] sits past the tokenizer),
+// so the ids of text are the same with or without it. Encoding text never produces it (the characters
+// "<|endoftext|>" encode as characters); decode shows it as kEndOfText.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -20,6 +25,8 @@
 #include "tfm/data/utf8.h"
 
 namespace tfm {
+
+constexpr const char* kEndOfText = "<|endoftext|>";
 
 class Tokenizer {
  public:
@@ -45,8 +52,9 @@ class Tokenizer {
   // The BPE tokenizer file of data.tokenizer_path; IoError "data.tokenizer_path: ..." when unusable.
   static Tokenizer load_bpe(const std::string& path);
   // {"kind": "char"|"byte", "symbols": [...]}, {"kind": "word", "words": [...]} or {"kind": "bpe",
-  // "merges": [[l, r], ...]}, plus "specials": [...] when there are any (checkpoints, export
-  // metadata); from_json throws IoError/json exceptions on a malformed object.
+  // "merges": [[l, r], ...]}, plus "specials": [...] when there are any and "end_of_text": true
+  // with the end-of-text id (checkpoints, export metadata); from_json throws IoError/json exceptions on a
+  // malformed object.
   nlohmann::json to_json() const;
   static Tokenizer from_json(const nlohmann::json& j);
 
@@ -57,9 +65,15 @@ class Tokenizer {
   int32_t special_id(const std::string& name) const;  // its id, or -1 when not a special here
   bool is_special(int32_t id) const { return id >= 0 && id < static_cast<int32_t>(specials_.size()); }
 
+  // A copy with the end-of-text id (the last id); unchanged when it has one.
+  Tokenizer with_end_of_text() const;
+  Tokenizer without_end_of_text() const;
+  bool has_end_of_text() const { return end_of_text_; }
+  int32_t end_of_text_id() const { return end_of_text_ ? static_cast<int32_t>(size() - 1) : -1; }
+
   Kind kind() const { return kind_; }
   std::string kind_name() const;
-  int64_t size() const;  // specials + base vocabulary
+  int64_t size() const;  // specials + base vocabulary (+ 1 with the end-of-text id)
   const std::vector<uint32_t>& symbols() const { return symbols_; }  // char/byte
   const std::vector<std::string>& words() const { return words_; }    // word
   const BpeTokenizer* bpe() const { return bpe_.get(); }              // bpe (null otherwise)
@@ -74,7 +88,8 @@ class Tokenizer {
   // bpe_cache: chunks a BPE tokenizer encoded before (a streaming encoder's, one per thread).
   void encode_piece(std::string_view text, const std::string& source, uint64_t byte_offset, uint64_t char_offset,
                     std::vector<int32_t>& out, BpeChunkCache* bpe_cache = nullptr) const;
-  // Specials other than <unk> are skipped; <unk> reads "<unk>". Word: detokenized (see Kind::Word).
+  // Specials other than <unk> are skipped; <unk> reads "<unk>", the end-of-text id kEndOfText. Word:
+  // detokenized (see Kind::Word).
   std::string decode(const std::vector<int32_t>& ids) const;
   std::string decode(int32_t id) const;  // one token's text ("" for a skipped special)
   // Each token's text, specials other than <unk> skipped: the words of a word tokenizer (for BLEU).
@@ -89,6 +104,7 @@ class Tokenizer {
   std::shared_ptr<const BpeTokenizer> bpe_;     // Kind::Bpe only
   std::vector<std::string> specials_;
   int32_t unk_ = -1;                            // the id of "<unk>", -1 without it
+  bool end_of_text_ = false;                    // the last id is kEndOfText
 };
 
 // The vocabularies of a trained run (checkpoints keep them): the input side's and, for an

@@ -1,0 +1,76 @@
+// A corpus is a sorted list of documents, read as a stream of text pieces (docs/data.md).
+//
+// data.path names it: a file, a directory (walked recursively, files in sorted order, hidden entries
+// skipped, only the formats below), a glob(3) pattern (`data/*.txt`), or a JSON list of these
+// (`["data/books", "data/web/*.jsonl.gz"]`, written as the string's text). A file is
+//   .txt (or any other name given explicitly): one document, its whole text;
+//   .jsonl: one document per line, the string at data.text_field of the line's JSON object (blank
+//           lines are no record);
+// and `.gz` / `.zst` of either, decompressed as they are read. Everything streams in blocks: a file
+// is never held whole, a JSON Lines record is (one line). An empty document (an empty file, a record
+// whose text is "") is no document.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tfm {
+
+struct CorpusFile {
+  std::string path;
+  uint64_t size = 0;     // bytes on disk (compressed when compressed)
+  int64_t mtime_ns = 0;  // modification time
+};
+
+// The files of a data.path, in the order they are read. IoError naming data.path and the entry when
+// an entry is missing or unreadable, matches nothing or holds no corpus file, or a file is named twice.
+std::vector<CorpusFile> list_corpus(const std::string& spec);
+// Whether data.path is one file (as before corpora: any name, read as text unless .jsonl/.gz/.zst).
+bool is_single_file(const std::string& spec);
+// What the token cache is named after: a file's or directory's name; "corpus-<hash of data.path>" for
+// a glob or a list.
+std::string corpus_name(const std::string& spec);
+// The directory the corpus lives in (its cache goes beside it): a file's or directory's parent, a
+// glob's directory before its first wildcard, the first entry's for a list ("" = the working directory).
+std::string corpus_home(const std::string& spec);
+// Whether any file is JSON Lines (data.text_field and data.on_bad_record matter only then).
+bool has_json_lines(const std::vector<CorpusFile>& files);
+
+struct CorpusOptions {
+  std::string text_field = "text";  // data.text_field
+  bool skip_bad_records = false;    // data.on_bad_record = "skip"
+  size_t block_bytes = 0;           // text handed out per read (0 = 4 MiB); tests make it small
+};
+
+// Reads the documents of `files` in order. Errors are IoError naming the file and the place: an
+// unreadable file, a JSON Lines line that is not JSON, lacks the field or whose field is not a string
+// (FILE:LINE; skipped and counted instead with skip_bad_records), a truncated or damaged .gz/.zst.
+class CorpusReader {
+ public:
+  CorpusReader(std::vector<CorpusFile> files, CorpusOptions options);
+  ~CorpusReader();
+  CorpusReader(const CorpusReader&) = delete;
+  CorpusReader& operator=(const CorpusReader&) = delete;
+
+  // Moves to the next document; false at the end of the corpus.
+  bool next_document();
+  // Appends up to block_bytes of the current document's text to `buf`; false (nothing appended) at
+  // its end.
+  bool read(std::string& buf);
+  // The current document for messages: "FILE" (a text file) or "FILE:LINE" (a JSON Lines record).
+  const std::string& document_name() const;
+  uint64_t documents() const;  // documents begun so far
+  // Records skipped so far (skip_bad_records), and the first few as "FILE:LINE: why".
+  uint64_t skipped() const;
+  const std::vector<std::string>& first_skipped() const;
+  // Each file's hash (token_cache.h's hash64 of its bytes on disk in kHashBlockBytes blocks, folded),
+  // in file order; complete once next_document() returned false.
+  const std::vector<uint64_t>& file_hashes() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace tfm

@@ -1,0 +1,498 @@
+// Corpora (corpus.h): data.path to a sorted list of files, and files to a stream of documents.
+#include "tfm/data/corpus.h"
+
+#include <fcntl.h>
+#include <glob.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "tfm/data/token_cache.h"
+#include "tfm/engine/error.h"
+#include "tfm/engine/file_io.h"
+
+namespace tfm {
+namespace fs = std::filesystem;
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+enum class Compression { None, Gzip, Zstd };
+
+Compression compression_of(const std::string& path) {
+  return ends_with(path, ".gz")    ? Compression::Gzip
+         : ends_with(path, ".zst") ? Compression::Zstd
+                                   : Compression::None;
+}
+
+// The name without its compression suffix decides the format.
+bool is_json_lines(const std::string& path) {
+  std::string p = path;
+  if (compression_of(p) == Compression::Gzip) p.resize(p.size() - 3);
+  if (compression_of(p) == Compression::Zstd) p.resize(p.size() - 4);
+  return ends_with(p, ".jsonl");
+}
+
+// The names a directory walk takes (an explicitly named file may have any name).
+bool is_corpus_name(const std::string& name) {
+  for (const char* ext : {".txt", ".jsonl", ".txt.gz", ".jsonl.gz", ".txt.zst", ".jsonl.zst"})
+    if (ends_with(name, ext)) return true;
+  return false;
+}
+
+bool has_wildcard(const std::string& s) {
+  return s.find_first_of("*?[") != std::string::npos;
+}
+
+bool exists(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0;
+}
+
+// The entries of a data.path: a JSON list's strings, else the path itself.
+std::vector<std::string> entries_of(const std::string& spec) {
+  if (spec.empty() || spec[0] != '[' || exists(spec)) return {spec};
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(spec);
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError("data.path: " + spec + " starts with '[' but is not a JSON list of paths (" + e.what() +
+                      ")");
+  }
+  if (!j.is_array() || j.empty())
+    throw ConfigError("data.path: " + spec +
+                      ": expected a non-empty JSON list of paths, directories or globs");
+  std::vector<std::string> out;
+  for (const auto& e : j) {
+    if (!e.is_string() || e.get<std::string>().empty())
+      throw ConfigError("data.path: " + spec + ": every entry of the list must be a non-empty string, got " +
+                        e.dump());
+    out.push_back(e.get<std::string>());
+  }
+  return out;
+}
+
+// "a/b/" -> "a/b": a directory named with a trailing slash has the directory's name.
+std::string without_trailing_slash(std::string p) {
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  return p;
+}
+
+CorpusFile stat_file(const std::string& path, const std::string& entry) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    throw IoError(path + ": cannot open: " + std::strerror(errno) + " (data.path entry " + entry + ")");
+  if (!S_ISREG(st.st_mode))
+    throw IoError(path + ": is " + file_kind(st.st_mode) + "; expected a regular file (data.path entry " +
+                  entry + ")");
+  if (::access(path.c_str(), R_OK) != 0)
+    throw IoError(path + ": cannot read it: " + std::strerror(errno) + " (data.path entry " + entry + ")");
+  return {path, static_cast<uint64_t>(st.st_size),
+          static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + static_cast<int64_t>(st.st_mtim.tv_nsec)};
+}
+
+// Every corpus file under `dir`, hidden entries (and so .tfm-cache) skipped, sorted by path.
+void walk(const std::string& dir, const std::string& entry, std::vector<CorpusFile>& out) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!name.empty() && name[0] == '.') {
+      if (it->is_directory(ec)) it.disable_recursion_pending();
+      continue;
+    }
+    if (is_corpus_name(name) && it->is_regular_file(ec)) found.push_back(it->path().string());
+  }
+  if (ec)
+    throw IoError(dir + ": cannot read the directory: " + ec.message() + " (data.path entry " + entry + ")");
+  std::sort(found.begin(), found.end());
+  for (const std::string& f : found) out.push_back(stat_file(f, entry));
+}
+
+void add_path(const std::string& path, const std::string& entry, std::vector<CorpusFile>& out) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    const size_t before = out.size();
+    walk(without_trailing_slash(path), entry, out);
+    if (out.size() == before)
+      throw IoError(path +
+                    ": the directory holds no corpus file (.txt, .jsonl, or either .gz or .zst; hidden "
+                    "entries skipped) (data.path entry " +
+                    entry + ")");
+    return;
+  }
+  out.push_back(stat_file(path, entry));
+}
+
+std::string hex16(uint64_t v) {
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+bool is_single_file(const std::string& spec) {
+  const std::vector<std::string> e = entries_of(spec);
+  if (e.size() != 1 || e[0] != spec) return false;
+  std::error_code ec;
+  if (fs::is_directory(spec, ec)) return false;
+  return !has_wildcard(spec) || exists(spec);
+}
+
+std::vector<CorpusFile> list_corpus(const std::string& spec) {
+  std::vector<CorpusFile> out;
+  for (const std::string& entry : entries_of(spec)) {
+    if (has_wildcard(entry) && !exists(entry)) {
+      glob_t g{};
+      const int rc = ::glob(entry.c_str(), GLOB_ERR, nullptr, &g);
+      std::vector<std::string> matches(g.gl_pathv, g.gl_pathv + g.gl_pathc);  // sorted by glob(3)
+      ::globfree(&g);
+      if (rc == GLOB_NOMATCH || matches.empty())
+        throw IoError("data.path: the pattern " + entry + " matches no file");
+      if (rc != 0)
+        throw IoError("data.path: the pattern " + entry + " cannot be expanded (a directory is unreadable)");
+      for (const std::string& m : matches) add_path(m, entry, out);
+    } else {
+      add_path(entry, entry, out);
+    }
+  }
+  std::set<std::string> seen;
+  for (const CorpusFile& f : out)
+    if (!seen.insert(fs::weakly_canonical(f.path).string()).second)
+      throw IoError("data.path: " + f.path +
+                    " is named twice (each file is read once: remove one of the entries)");
+  return out;
+}
+
+std::string corpus_name(const std::string& spec) {
+  const std::vector<std::string> e = entries_of(spec);
+  if (e.size() != 1 || e[0] != spec || (has_wildcard(spec) && !exists(spec)))
+    return "corpus-" + hex16(hash64(spec.data(), spec.size()));
+  const fs::path p = fs::path(without_trailing_slash(spec));
+  const std::string name = p.filename().string();
+  if (name.empty() || name == "." || name == "..")
+    return fs::absolute(p).lexically_normal().filename().string();
+  return name;
+}
+
+std::string corpus_home(const std::string& spec) {
+  const std::vector<std::string> e = entries_of(spec);
+  std::string first = without_trailing_slash(e[0]);
+  if (has_wildcard(first) && !exists(first)) {
+    // The directories before the first component with a wildcard.
+    const size_t w = first.find_first_of("*?[");
+    const size_t slash = first.rfind('/', w);
+    return slash == std::string::npos ? "" : first.substr(0, slash == 0 ? 1 : slash);
+  }
+  return fs::path(first).parent_path().string();
+}
+
+bool has_json_lines(const std::vector<CorpusFile>& files) {
+  return std::any_of(files.begin(), files.end(), [](const CorpusFile& f) { return is_json_lines(f.path); });
+}
+
+// ---- reading ----
+
+namespace {
+
+// A file's bytes, decompressed, in chunks of at most kHashBlockBytes; its bytes on disk are hashed
+// in kHashBlockBytes blocks as they are read (the cache's source hash).
+class FileStream {
+ public:
+  explicit FileStream(const std::string& path)
+      : path_(path), fd_(open_regular_file(path)), compression_(compression_of(path)) {
+    ::posix_fadvise(fd_.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+    if (compression_ == Compression::Gzip) {
+      zs_ = std::make_unique<z_stream>();
+      std::memset(zs_.get(), 0, sizeof(z_stream));
+      if (inflateInit2(zs_.get(), 15 + 32) != Z_OK) throw IoError(path + ": cannot start a gzip decoder");
+    } else if (compression_ == Compression::Zstd) {
+      zd_ = ZSTD_createDStream();
+      if (!zd_) throw IoError(path + ": cannot start a zstd decoder");
+    }
+  }
+  ~FileStream() {
+    if (zs_) inflateEnd(zs_.get());
+    if (zd_) ZSTD_freeDStream(zd_);
+  }
+  FileStream(const FileStream&) = delete;
+  FileStream& operator=(const FileStream&) = delete;
+
+  // Appends the next decompressed bytes to out; false (nothing appended) at the end of the file.
+  bool read(std::string& out) {
+    if (compression_ == Compression::None) {
+      if (!refill()) return false;
+      out.append(raw_);
+      pos_ = raw_.size();
+      return true;
+    }
+    for (;;) {
+      if (pos_ == raw_.size() && !output_full_ && !refill()) {
+        if (!frame_done_)
+          throw IoError(path_ + ": truncated " + (compression_ == Compression::Gzip ? "gzip" : "zstd") +
+                        " data (the file ends inside a compressed stream)");
+        return false;
+      }
+      const size_t start = out.size();
+      out.resize(start + kHashBlockBytes);
+      const size_t produced = compression_ == Compression::Gzip ? inflate_into(out.data() + start)
+                                                                : zstd_into(out.data() + start);
+      out.resize(start + produced);
+      if (produced > 0) return true;
+    }
+  }
+  uint64_t hash() const { return hash_; }
+
+ private:
+  // The next raw block; false at the end of the file.
+  bool refill() {
+    raw_.resize(kHashBlockBytes);
+    const size_t n = read_at(fd_.get(), raw_.data(), raw_.size(), offset_, path_);
+    raw_.resize(n);
+    pos_ = 0;
+    if (n == 0) return false;
+    hash_ = hash_fold(hash_, hash64(raw_.data(), n));
+    offset_ += n;
+    // A gzip member ended and more bytes follow: the next member (concatenated .gz files are one).
+    if (compression_ == Compression::Gzip && frame_done_) inflateReset(zs_.get());
+    return true;
+  }
+
+  size_t inflate_into(char* dst) {
+    z_stream& z = *zs_;
+    if (frame_done_ && pos_ < raw_.size()) inflateReset(&z);
+    z.next_in = reinterpret_cast<Bytef*>(raw_.data() + pos_);
+    z.avail_in = static_cast<uInt>(raw_.size() - pos_);
+    z.next_out = reinterpret_cast<Bytef*>(dst);
+    z.avail_out = static_cast<uInt>(kHashBlockBytes);
+    const int rc = inflate(&z, Z_NO_FLUSH);
+    pos_ = raw_.size() - z.avail_in;
+    const size_t produced = kHashBlockBytes - z.avail_out;
+    output_full_ = z.avail_out == 0;
+    if (rc == Z_STREAM_END) {
+      frame_done_ = true;
+    } else if (rc == Z_OK || rc == Z_BUF_ERROR) {
+      frame_done_ = false;
+    } else {
+      throw IoError(path_ + ": not valid gzip data near byte " +
+                    std::to_string(offset_ - raw_.size() + pos_) +
+                    " (zlib: " + (z.msg ? z.msg : "error " + std::to_string(rc)) + ")");
+    }
+    return produced;
+  }
+
+  size_t zstd_into(char* dst) {
+    ZSTD_inBuffer in{raw_.data(), raw_.size(), pos_};
+    ZSTD_outBuffer o{dst, kHashBlockBytes, 0};
+    const size_t rc = ZSTD_decompressStream(zd_, &o, &in);
+    if (ZSTD_isError(rc))
+      throw IoError(path_ + ": not valid zstd data near byte " +
+                    std::to_string(offset_ - raw_.size() + in.pos) + " (" + ZSTD_getErrorName(rc) + ")");
+    pos_ = in.pos;
+    output_full_ = o.pos == o.size;
+    if (in.size > 0) frame_done_ = rc == 0;
+    return o.pos;
+  }
+
+  std::string path_;
+  FileDescriptor fd_;
+  Compression compression_;
+  std::string raw_;  // the last block read from disk
+  size_t pos_ = 0;   // of raw_ consumed
+  uint64_t offset_ = 0;
+  uint64_t hash_ = kHashFoldStart;
+  bool output_full_ = false;  // the decoder may hold more output for the same input
+  bool frame_done_ = false;   // the last compressed stream ended (an empty file never started one)
+  std::unique_ptr<z_stream> zs_;
+  ZSTD_DStream* zd_ = nullptr;
+};
+
+constexpr size_t kShownSkips = 5;
+
+}  // namespace
+
+struct CorpusReader::State {
+  std::vector<CorpusFile> files;
+  CorpusOptions options;
+  size_t block = 0;
+  size_t next_file = 0;  // files_[next_file] is opened when the current one ends
+  std::unique_ptr<FileStream> stream;
+  bool json_lines = false;
+  std::string path;  // of the open file
+  std::string text;  // decompressed bytes not yet handed out (text) or not yet split (JSON Lines)
+  size_t text_pos = 0;
+  bool stream_done = false;
+  uint64_t line = 0;   // JSON Lines: lines read from the open file
+  std::string record;  // JSON Lines: the current record's text
+  size_t record_pos = 0;
+  bool in_document = false;
+  std::string name;
+  uint64_t documents = 0, skipped = 0;
+  std::vector<std::string> first_skipped;
+  std::vector<uint64_t> hashes;
+
+  void close_file() {
+    if (stream) hashes.push_back(stream->hash());
+    stream.reset();
+  }
+  bool open_next_file() {
+    close_file();
+    if (next_file == files.size()) return false;
+    path = files[next_file++].path;
+    stream = std::make_unique<FileStream>(path);
+    json_lines = is_json_lines(path);
+    text.clear(), text_pos = 0, stream_done = false, line = 0;
+    return true;
+  }
+  // More decompressed bytes into `text`; false at the end of the file.
+  bool more() {
+    if (stream_done) return false;
+    if (text_pos > 0) text.erase(0, text_pos), text_pos = 0;
+    if (!stream->read(text)) stream_done = true;
+    return !stream_done;
+  }
+  // The next line of the open file into `out` (without its newline); false at its end.
+  bool next_line(std::string& out) {
+    for (;;) {
+      const size_t nl = text.find('\n', text_pos);
+      if (nl != std::string::npos) {
+        out.assign(text, text_pos, nl - text_pos);
+        text_pos = nl + 1;
+        ++line;
+        return true;
+      }
+      if (!more()) {
+        if (text_pos == text.size()) return false;
+        out.assign(text, text_pos, std::string::npos);
+        text_pos = text.size();
+        ++line;
+        return true;
+      }
+    }
+  }
+  void bad(const std::string& why) {
+    const std::string where = path + ":" + std::to_string(line) + ": ";
+    if (!options.skip_bad_records)
+      throw IoError(where + why + " (data.on_bad_record = \"skip\" skips such records and counts them)");
+    ++skipped;
+    if (first_skipped.size() < kShownSkips) first_skipped.push_back(where + why);
+  }
+  // The next non-empty record of the open file into `record`; false at the end of the file.
+  bool next_record() {
+    std::string l;
+    while (next_line(l)) {
+      if (!l.empty() && l.back() == '\r') l.pop_back();
+      if (l.find_first_not_of(" \t") == std::string::npos) continue;  // a blank line is no record
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(l);
+      } catch (const nlohmann::json::exception& e) {
+        bad(std::string("not JSON (") + e.what() + ")");
+        continue;
+      }
+      const std::string& field = options.text_field;
+      if (!j.is_object()) {
+        bad("not a JSON object (expected {\"" + field + "\": \"...\"}), got " + std::string(j.type_name()));
+        continue;
+      }
+      const auto it = j.find(field);
+      if (it == j.end()) {
+        bad("the record has no field \"" + field + "\" (data.text_field)");
+        continue;
+      }
+      if (!it->is_string()) {
+        bad("the field \"" + field + "\" (data.text_field) is " + std::string(it->type_name()) +
+            ", not a string");
+        continue;
+      }
+      record = it->get<std::string>();
+      record_pos = 0;
+      if (record.empty()) continue;  // no text: no document
+      return true;
+    }
+    return false;
+  }
+};
+
+CorpusReader::CorpusReader(std::vector<CorpusFile> files, CorpusOptions options)
+    : state_(std::make_unique<State>()) {
+  state_->files = std::move(files);
+  state_->block = options.block_bytes == 0 ? kHashBlockBytes : options.block_bytes;
+  state_->options = std::move(options);
+}
+
+CorpusReader::~CorpusReader() = default;
+
+bool CorpusReader::next_document() {
+  State& s = *state_;
+  s.in_document = false;
+  for (;;) {
+    if (s.stream && s.json_lines) {
+      if (s.next_record()) {
+        s.name = s.path + ":" + std::to_string(s.line);
+        break;
+      }
+    }
+    if (!s.open_next_file()) return false;
+    if (!s.json_lines) {
+      if (s.text.empty() && !s.more()) continue;  // an empty file is no document
+      s.name = s.path;
+      s.stream_done = false;
+      break;
+    }
+  }
+  s.in_document = true;
+  ++s.documents;
+  return true;
+}
+
+bool CorpusReader::read(std::string& buf) {
+  State& s = *state_;
+  if (!s.in_document) return false;
+  if (s.json_lines) {
+    const size_t n = std::min(s.block, s.record.size() - s.record_pos);
+    buf.append(s.record, s.record_pos, n);
+    s.record_pos += n;
+    return n > 0;
+  }
+  if (s.text_pos == s.text.size() && !s.more()) {
+    s.close_file();  // the text document ends with its file: its hash is complete
+    s.in_document = false;
+    return false;
+  }
+  const size_t n = std::min(s.block, s.text.size() - s.text_pos);
+  buf.append(s.text, s.text_pos, n);
+  s.text_pos += n;
+  return true;
+}
+
+const std::string& CorpusReader::document_name() const {
+  return state_->name;
+}
+uint64_t CorpusReader::documents() const {
+  return state_->documents;
+}
+uint64_t CorpusReader::skipped() const {
+  return state_->skipped;
+}
+const std::vector<std::string>& CorpusReader::first_skipped() const {
+  return state_->first_skipped;
+}
+const std::vector<uint64_t>& CorpusReader::file_hashes() const {
+  return state_->hashes;
+}
+
+}  // namespace tfm

@@ -1,0 +1,90 @@
+// A folder corpus end to end (docs/data.md): tfm data prepare counts its documents, tfm train runs a
+// few steps on it (text files and compressed JSON Lines, documents joined by <|endoftext|>), tfm eval
+// and tfm sample read the run; a bad record stops the run with its FILE:LINE and exit status 2.
+#include <zlib.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli_run.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using tfm_test::CliRun;
+using tfm_test::read_file;
+using tfm_test::run_tfm;
+using tfm_test::TempDir;
+
+void write(const std::string& path, const std::string& bytes) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// A folder of tiny Shakespeare's scenes: text files in two folders and one JSON Lines file, gzipped.
+std::string folder_corpus(const TempDir& tmp) {
+  const std::string text = read_file(std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt");
+  REQUIRE(text.size() > 4000);
+  const std::string root = tmp.path + "/corpus";
+  const size_t part = text.size() / 6;
+  for (int i = 0; i < 4; ++i)
+    write(root + (i < 2 ? "/acts/" : "/more/") + std::to_string(i) + ".txt", text.substr(part * i, part));
+  std::string lines;
+  for (int i = 4; i < 6; ++i) lines += nlohmann::json{{"content", text.substr(part * i, part)}}.dump() + "\n";
+  gzFile gz = gzopen((root + "/records.jsonl.gz").c_str(), "wb");
+  REQUIRE(gz != nullptr);
+  REQUIRE(gzwrite(gz, lines.data(), static_cast<unsigned>(lines.size())) == static_cast<int>(lines.size()));
+  gzclose(gz);
+  return root;
+}
+
+}  // namespace
+
+TEST_CASE("corpus: train and sample on a folder of text and compressed JSON Lines", "[cli][data]") {
+  const TempDir tmp("corpus_e2e");
+  const std::string root = folder_corpus(tmp);
+  const std::string sets =
+      " --set data.path=" + root + " --set data.text_field=content --set data.val_fraction=0.3";
+  CliRun r = run_tfm("data prepare --config configs/tiny.json" + sets);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("documents: 6, joined by <|endoftext|>"));
+  CHECK_THAT(r.out, Catch::Contains("(4 train / 2 val documents)"));
+  CHECK(fs::exists(tmp.path + "/.tfm-cache/corpus.char.tokens"));
+
+  const std::string dir = tmp.path + "/run";
+  r = run_tfm("train --config configs/tiny.json --out " + dir + sets +
+              " --set train.max_steps=4 --set train.eval_interval=4");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("step 4/4"));
+  const nlohmann::json ckpt_config = nlohmann::json::parse(read_file(dir + "/config.json"));
+  CHECK(ckpt_config.at("data").at("path") == root);
+
+  r = run_tfm("eval --run " + dir + " --batches 2");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::StartsWith("val loss "));
+  r = run_tfm("sample --run " + dir + " --prompt 'ROMEO:' --max-new-tokens 40 --seed 3");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::StartsWith("ROMEO:"));
+
+  // A bad record: named with its file and line, exit 2, before any training.
+  write(root + "/more/bad.jsonl", "{\"content\": \"fine\"}\n{\"content\": 3}\n");
+  r = run_tfm("train --config configs/tiny.json --out " + tmp.path + "/run2" + sets);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out,
+             Catch::Contains(root + "/more/bad.jsonl:2: the field \"content\" (data.text_field) is number"));
+  CHECK_FALSE(fs::exists(tmp.path + "/run2/last.ckpt"));
+  r = run_tfm("data prepare --config configs/tiny.json" + sets + " --set data.on_bad_record=skip");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("skipped 1 bad record (data.on_bad_record = \"skip\"), the first: " +
+                                    root + "/more/bad.jsonl:2"));
+  CHECK_THAT(r.out, Catch::Contains("documents: 7"));
+}

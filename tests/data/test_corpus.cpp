@@ -1,0 +1,428 @@
+// Corpora (corpus.h, docs/data.md): data.path as a directory, a glob or a list; text and JSON Lines,
+// plain, .gz and .zst; documents joined by the end-of-text id; the validation split by whole
+// documents; the cache's key over the files; every bad input named with its file and place.
+#include <unistd.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tfm/data/corpus.h"
+#include "tfm/data/dataset.h"
+#include "tfm/data/token_cache.h"
+#include "tfm/engine/error.h"
+
+using namespace tfm;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Dir {
+  std::string path;
+  explicit Dir(const std::string& name)
+      : path("/tmp/tfm_test_corpus_" + std::to_string(::getpid()) + "_" + name) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~Dir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return path + "/" + name; }
+};
+
+void write(const std::string& path, const std::string& bytes) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// gzip through zlib (two members when `members` is 2: concatenated .gz files are one stream of text).
+std::string gzip(const std::string& text, int members = 1) {
+  std::string out;
+  const size_t half = members == 2 ? text.size() / 2 : text.size();
+  for (const std::string& part : {text.substr(0, half), text.substr(half)}) {
+    if (part.empty() && !out.empty()) break;
+    z_stream z{};
+    REQUIRE(deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) == Z_OK);
+    std::string buf(deflateBound(&z, static_cast<uLong>(part.size())) + 64, '\0');
+    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(part.data()));
+    z.avail_in = static_cast<uInt>(part.size());
+    z.next_out = reinterpret_cast<Bytef*>(buf.data());
+    z.avail_out = static_cast<uInt>(buf.size());
+    REQUIRE(deflate(&z, Z_FINISH) == Z_STREAM_END);
+    buf.resize(z.total_out);
+    deflateEnd(&z);
+    out += buf;
+    if (members == 1) break;
+  }
+  return out;
+}
+
+std::string zstd(const std::string& text) {
+  std::string buf(ZSTD_compressBound(text.size()), '\0');
+  const size_t n = ZSTD_compress(buf.data(), buf.size(), text.data(), text.size(), 3);
+  REQUIRE_FALSE(ZSTD_isError(n));
+  buf.resize(n);
+  return buf;
+}
+
+std::string jsonl_line(const std::string& field, const std::string& text) {
+  return nlohmann::json{{"id", 1}, {field, text}}.dump() + "\n";
+}
+
+TokenCacheOptions options(const std::string& cache_dir, std::vector<std::string>* log = nullptr) {
+  TokenCacheOptions o;
+  o.dir = cache_dir;
+  o.block_bytes = 64;  // many block edges inside every document
+  o.threads = 2;
+  if (log) o.log = [log](const std::string& line) { log->push_back(line); };
+  return o;
+}
+
+std::vector<std::string> paths(const std::vector<CorpusFile>& files, const std::string& root) {
+  std::vector<std::string> out;
+  for (const CorpusFile& f : files) out.push_back(fs::path(f.path).lexically_relative(root).string());
+  return out;
+}
+
+bool logged(const std::vector<std::string>& log, const std::string& what) {
+  for (const auto& l : log)
+    if (l.find(what) != std::string::npos) return true;
+  return false;
+}
+
+// The ids of the documents' texts joined by `sep` (-1: none), as tok.encode of each would give.
+std::vector<int32_t> joined(const Tokenizer& tok, const std::vector<std::string>& docs, int32_t sep) {
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < docs.size(); ++i) {
+    if (i > 0 && sep >= 0) ids.push_back(sep);
+    const std::vector<int32_t> d = tok.encode(docs[i], "doc");
+    ids.insert(ids.end(), d.begin(), d.end());
+  }
+  return ids;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// Waits past the file-time tick so that a rewrite is seen as one.
+void next_tick() {
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
+}  // namespace
+
+TEST_CASE("corpus: a directory is walked recursively and sorted, globs and lists expand in order",
+          "[data][corpus]") {
+  const Dir d("list");
+  write(d.file("c/b.txt"), "b");
+  write(d.file("c/a.txt"), "a");
+  write(d.file("c/sub/z.jsonl"), jsonl_line("text", "z"));
+  write(d.file("c/sub/deeper/y.txt.gz"), gzip("y"));
+  write(d.file("c/.hidden.txt"), "hidden");
+  write(d.file("c/.git/x.txt"), "in a hidden folder");
+  write(d.file("c/notes.md"), "not a corpus file");
+  write(d.file("g/one.txt"), "1");
+  write(d.file("g/two.txt"), "2");
+  write(d.file("g/skip.jsonl"), jsonl_line("text", "s"));
+
+  CHECK(paths(list_corpus(d.file("c")), d.path) ==
+        std::vector<std::string>{"c/a.txt", "c/b.txt", "c/sub/deeper/y.txt.gz", "c/sub/z.jsonl"});
+  CHECK(paths(list_corpus(d.file("c/")), d.path).size() == 4);
+  CHECK(paths(list_corpus(d.file("g/*.txt")), d.path) == std::vector<std::string>{"g/one.txt", "g/two.txt"});
+  const std::string list =
+      nlohmann::json::array({d.file("g/*.txt"), d.file("c/sub"), d.file("c/a.txt")}).dump();
+  CHECK(paths(list_corpus(list), d.path) == std::vector<std::string>{"g/one.txt", "g/two.txt",
+                                                                     "c/sub/deeper/y.txt.gz", "c/sub/z.jsonl",
+                                                                     "c/a.txt"});
+  CHECK_FALSE(is_single_file(list));
+  CHECK(is_single_file(d.file("c/a.txt")));
+  CHECK_FALSE(is_single_file(d.file("c")));
+
+  // Cache names and homes: a file's or directory's name beside it; a glob's or list's by its hash.
+  CHECK(corpus_name(d.file("c/")) == "c");
+  CHECK(default_cache_dir(d.file("c/")) == d.file(".tfm-cache"));
+  CHECK(default_cache_dir(d.file("g/*.txt")) == d.file("g/.tfm-cache"));
+  CHECK(corpus_name(d.file("g/*.txt")).rfind("corpus-", 0) == 0);
+  CHECK(corpus_name(list) != corpus_name(d.file("g/*.txt")));
+  CHECK(default_cache_dir(list) == d.file("g/.tfm-cache"));
+
+  CHECK_THAT(error_of([&] { list_corpus(d.file("g/*.none")); }), Catch::Contains("matches no file"));
+  CHECK_THAT(error_of([&] { list_corpus(d.file("missing.txt")); }),
+             Catch::Contains(d.file("missing.txt") + ": cannot open"));
+  write(d.file("empty/readme.md"), "x");
+  CHECK_THAT(error_of([&] { list_corpus(d.file("empty")); }), Catch::Contains("holds no corpus file"));
+  const std::string twice = nlohmann::json::array({d.file("c/a.txt"), d.file("c")}).dump();
+  CHECK_THAT(error_of([&] { list_corpus(twice); }), Catch::Contains("c/a.txt is named twice"));
+  CHECK_THAT(error_of([&] { list_corpus("[\"a\", 3]"); }), Catch::Contains("data.path"));
+  if (::geteuid() != 0) {  // root reads any file
+    write(d.file("locked/x.txt"), "x");
+    fs::permissions(d.file("locked/x.txt"), fs::perms::none);
+    CHECK_THAT(error_of([&] { list_corpus(d.file("locked")); }), Catch::Contains("x.txt: cannot read it"));
+  }
+}
+
+TEST_CASE("corpus: text, JSON Lines with a custom field, .gz and .zst give the same documents",
+          "[data][corpus]") {
+  const Dir d("formats");
+  const std::vector<std::string> docs = {"First document, café.\n", "Second: 春眠不觉晓 and more text here",
+                                         "third {\"not\": json} \"quoted\"\n\n", "fourth 😀 line"};
+  // The same four documents in every form: two text files and a JSON Lines file of two records.
+  const std::string lines = jsonl_line("body", docs[2]) + "\n  \n" + jsonl_line("body", docs[3]);
+  for (const std::string form : {"plain", "gz", "zst"}) {
+    INFO(form);
+    const std::string root = d.file(form);
+    const auto put = [&](const std::string& name, const std::string& text) {
+      if (form == std::string("plain")) write(root + "/" + name, text);
+      if (form == std::string("gz")) write(root + "/" + name + ".gz", gzip(text, 2));
+      if (form == std::string("zst")) write(root + "/" + name + ".zst", zstd(text));
+    };
+    put("a.txt", docs[0]);
+    put("b.txt", docs[1]);
+    put("c.jsonl", lines);
+    TokenCacheOptions o = options(d.file("cache_" + std::string(form)));
+    o.text_field = "body";
+    const TokenCache c = open_token_cache(root, Tokenizer::Kind::Char, o);
+    REQUIRE(c.document_ends.size() == 4);
+    REQUIRE(c.document_separator);  // more than one document: on by default
+    const Tokenizer& tok = c.tokenizer;
+    REQUIRE(tok.has_end_of_text());
+    const int32_t eot = tok.end_of_text_id();
+    CHECK(eot == tok.size() - 1);
+    CHECK(c.tokens.to_vector() == joined(tok, docs, eot));
+    // The separator appears exactly between documents, at each document's end.
+    std::vector<int64_t> at;
+    const std::vector<int32_t> ids = c.tokens.to_vector();
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] == eot) at.push_back(static_cast<int64_t>(i));
+    REQUIRE(at.size() == 3);
+    for (int k = 0; k < 3; ++k) CHECK(at[k] == c.document_ends[k]);
+    CHECK(c.document_ends[3] == c.tokens.size());
+    CHECK(tok.decode(ids) == docs[0] + kEndOfText + docs[1] + kEndOfText + docs[2] + kEndOfText + docs[3]);
+  }
+  // Encoding text never produces the end-of-text id, even its spelling.
+  TokenCacheOptions o = options(d.file("cache_byte"));
+  o.text_field = "body";
+  const TokenCache b = open_token_cache(d.file("gz"), Tokenizer::Kind::Byte, o);
+  CHECK(b.tokenizer.size() == 257);
+  const std::vector<int32_t> spelled = b.tokenizer.encode(kEndOfText, "t");
+  CHECK(spelled.size() == std::string(kEndOfText).size());
+  CHECK(b.tokens.to_vector() == joined(b.tokenizer, docs, 256));
+}
+
+TEST_CASE("corpus: document_separator false concatenates, one document keeps the single-file tokens",
+          "[data][corpus]") {
+  const Dir d("separator");
+  write(d.file("c/a.txt"), "alpha beta\n");
+  write(d.file("c/b.txt"), "gamma delta\n");
+  TokenCacheOptions o = options(d.file("cache"));
+  o.document_separator = false;
+  const TokenCache off = open_token_cache(d.file("c"), Tokenizer::Kind::Char, o);
+  CHECK_FALSE(off.tokenizer.has_end_of_text());
+  CHECK(off.tokenizer.decode(off.tokens.to_vector()) == "alpha beta\ngamma delta\n");
+  CHECK(off.document_ends.size() == 2);
+  // Turning it on rebuilds, with the reason.
+  std::vector<std::string> log;
+  o = options(d.file("cache"), &log);
+  o.document_separator = true;
+  const TokenCache on = open_token_cache(d.file("c"), Tokenizer::Kind::Char, o);
+  CHECK(on.built);
+  CHECK(logged(log, "data.document_separator changed (false then, true now)"));
+  CHECK(on.tokenizer.decode(on.tokens.to_vector()) ==
+        std::string("alpha beta\n") + kEndOfText + "gamma delta\n");
+
+  // One file, default: the tokenizer and ids of the whole file, no end-of-text id.
+  write(d.file("one.txt"), "just one file\n");
+  const TokenCache one = open_token_cache(d.file("one.txt"), Tokenizer::Kind::Char, options(d.file("cache")));
+  CHECK_FALSE(one.tokenizer.has_end_of_text());
+  CHECK(one.tokenizer.to_json() ==
+        Tokenizer::from_text(Tokenizer::Kind::Char, "just one file\n", "t").to_json());
+  CHECK(one.tokens.to_vector() == one.tokenizer.encode("just one file\n", "t"));
+  // A JSON Lines file of several records is several documents: separated (byte: decided by reading on
+  // to the second record).
+  write(d.file("recs.jsonl"), jsonl_line("text", "r1") + jsonl_line("text", "r2"));
+  const TokenCache recs =
+      open_token_cache(d.file("recs.jsonl"), Tokenizer::Kind::Byte, options(d.file("cache")));
+  CHECK(recs.tokenizer.has_end_of_text());
+  CHECK(recs.tokens.to_vector() == std::vector<int32_t>{'r', '1', 256, 'r', '2'});
+  // A checkpoint's tokenizer decides for itself: without the id, no separator whatever the option says.
+  TokenCacheOptions fixed = options(d.file("cache_fixed"));
+  fixed.document_separator = true;
+  const TokenCache f =
+      open_token_cache(d.file("recs.jsonl"), Tokenizer::from_text(Tokenizer::Kind::Byte, "", "t"), fixed);
+  CHECK(f.tokens.to_vector() == std::vector<int32_t>{'r', '1', 'r', '2'});
+  // A base vocabulary (a new run's BPE file) gains it.
+  fixed.extend_vocabulary = true;
+  const TokenCache g =
+      open_token_cache(d.file("recs.jsonl"), Tokenizer::from_text(Tokenizer::Kind::Byte, "", "t"), fixed);
+  CHECK(g.tokenizer.has_end_of_text());
+  CHECK(g.tokens.to_vector() == std::vector<int32_t>{'r', '1', 256, 'r', '2'});
+  // ... and reopening it with the same base vocabulary reuses the cache.
+  CHECK_FALSE(
+      open_token_cache(d.file("recs.jsonl"), Tokenizer::from_text(Tokenizer::Kind::Byte, "", "t"), fixed)
+          .built);
+  // The tokenizer's JSON keeps the id (checkpoints).
+  CHECK(Tokenizer::from_json(g.tokenizer.to_json()).end_of_text_id() == 256);
+  CHECK(g.tokenizer.decode(256) == kEndOfText);
+}
+
+TEST_CASE("corpus: the validation split takes whole documents, the last ones", "[data][corpus]") {
+  const Dir d("split");
+  std::vector<std::string> docs;
+  for (int i = 0; i < 10; ++i) {
+    docs.push_back("document number " + std::to_string(i) + " " +
+                   std::string(static_cast<size_t>(20 + 7 * i), 'a' + i));
+    write(d.file("c/" + std::to_string(i) + ".txt"), docs.back());  // "0.txt" .. "9.txt": sorted in order
+  }
+  const Dataset data = load_dataset(d.file("c"), "char", 0.2, 8, options(d.file("cache")));
+  CHECK(data.documents == 10);
+  CHECK(data.val_documents == 2);
+  const std::string eot = kEndOfText;
+  CHECK(data.tokenizer.decode(data.val.to_vector()) == docs[8] + eot + docs[9]);
+  std::string train;
+  for (int i = 0; i < 8; ++i)
+    train += docs[static_cast<size_t>(i)] + eot;  // ends with the separator after doc 7
+  CHECK(data.tokenizer.decode(data.train.to_vector()) == train);
+
+  // A fraction that leaves no document on one side is refused, naming the key.
+  CHECK_THAT(error_of([&] { load_dataset(d.file("c"), "char", 0.95, 8, options(d.file("cache"))); }),
+             Catch::Contains("data.val_fraction = 0.95 of 10 documents leaves no document to train on"));
+  CHECK_THAT(error_of([&] { load_dataset(d.file("c"), "char", 1e-17, 8, options(d.file("cache"))); }),
+             Catch::Contains("leaves no document to validate"));
+}
+
+TEST_CASE("corpus: the cache is rebuilt when a file changes or is added, and reused otherwise",
+          "[data][corpus]") {
+  const Dir d("rebuild");
+  write(d.file("c/a.txt"), "first file\n");
+  write(d.file("c/b.jsonl"), jsonl_line("text", "a record") + jsonl_line("text", "another"));
+  std::vector<std::string> log;
+  const TokenCacheOptions o = options(d.file("cache"), &log);
+  CHECK(open_token_cache(d.file("c"), Tokenizer::Kind::Char, o).built);
+  CHECK(logged(log, "(first use)"));
+  log.clear();
+  CHECK_FALSE(open_token_cache(d.file("c"), Tokenizer::Kind::Char, o).built);
+  CHECK(log.empty());
+
+  SECTION("touched, the same bytes: reused") {
+    next_tick();
+    fs::last_write_time(d.file("c/a.txt"), fs::file_time_type::clock::now());
+    CHECK_FALSE(open_token_cache(d.file("c"), Tokenizer::Kind::Char, o).built);
+  }
+  SECTION("rewritten with other bytes of the same size") {
+    next_tick();
+    write(d.file("c/a.txt"), "FIRST file\n");
+    const TokenCache c = open_token_cache(d.file("c"), Tokenizer::Kind::Char, o);
+    CHECK(c.built);
+    CHECK(logged(log, "c/a.txt changed since it was tokenized (its bytes differ); rebuilding"));
+    CHECK_THAT(c.tokenizer.decode(c.tokens.to_vector()), Catch::StartsWith("FIRST"));
+  }
+  SECTION("a file added") {
+    write(d.file("c/sub/new.txt"), "new\n");
+    const TokenCache c = open_token_cache(d.file("c"), Tokenizer::Kind::Char, o);
+    CHECK(c.built);
+    CHECK(logged(log, "the corpus's files changed since it was tokenized (added: "));
+    CHECK(c.document_ends.size() == 4);
+  }
+  SECTION("a file removed") {
+    fs::remove(d.file("c/a.txt"));
+    CHECK(open_token_cache(d.file("c"), Tokenizer::Kind::Char, o).built);
+    CHECK(logged(log, "removed: "));
+  }
+  SECTION("another text field") {
+    write(d.file("c/b.jsonl"), nlohmann::json{{"text", "x"}, {"body", "y"}}.dump() + "\n");
+    TokenCacheOptions other = o;
+    CHECK(open_token_cache(d.file("c"), Tokenizer::Kind::Char, other).built);
+    log.clear();
+    other.text_field = "body";
+    CHECK(open_token_cache(d.file("c"), Tokenizer::Kind::Char, other).built);
+    CHECK(logged(log, "data.text_field changed (\"text\" then, \"body\" now)"));
+  }
+}
+
+TEST_CASE("corpus: bad input names the file and the place", "[data][corpus]") {
+  const Dir d("bad");
+  const auto fails = [&](const std::string& spec, const std::string& message, TokenCacheOptions o) {
+    INFO(spec);
+    CHECK_THAT(error_of([&] { open_token_cache(spec, Tokenizer::Kind::Char, o); }), Catch::Contains(message));
+  };
+  const TokenCacheOptions o = options(d.file("cache"));
+
+  write(d.file("utf8/a.txt"), "fine\n");
+  write(d.file("utf8/b.txt"), std::string(100, 'x') + "\xff" + "tail");
+  fails(d.file("utf8"), d.file("utf8/b.txt") + ": invalid UTF-8 at byte offset 100", o);
+  write(d.file("utf8gz/b.txt.gz"), gzip(std::string(300, 'x') + "\xc3(" + "tail"));
+  fails(d.file("utf8gz"), d.file("utf8gz/b.txt.gz") + ": invalid UTF-8 at byte offset 301", o);  // the "("
+
+  const std::string good = jsonl_line("text", "good");
+  write(d.file("notjson.jsonl"), good + "{\"text\": \"unterminated\n" + good);
+  fails(d.file("notjson.jsonl"), d.file("notjson.jsonl") + ":2: not JSON", o);
+  write(d.file("nofield.jsonl"), good + good + "{\"body\": \"x\"}\n");
+  fails(d.file("nofield.jsonl"), d.file("nofield.jsonl") + ":3: the record has no field \"text\"", o);
+  write(d.file("number.jsonl"), "{\"text\": 42}\n" + good);
+  fails(d.file("number.jsonl"),
+        d.file("number.jsonl") + ":1: the field \"text\" (data.text_field) is number, not a string", o);
+  write(d.file("array.jsonl"), "[1, 2]\n" + good);
+  fails(d.file("array.jsonl"), d.file("array.jsonl") + ":1: not a JSON object", o);
+
+  const std::string text = std::string(5000, 'q') + " some more text\n";
+  const std::string gz = gzip(text), zs = zstd(text);
+  write(d.file("cut.txt.gz"), gz.substr(0, gz.size() / 2));
+  fails(d.file("cut.txt.gz"), d.file("cut.txt.gz") + ": truncated gzip data", o);
+  write(d.file("cut.txt.zst"), zs.substr(0, zs.size() - 3));
+  fails(d.file("cut.txt.zst"), d.file("cut.txt.zst") + ": truncated zstd data", o);
+  write(d.file("garbage.txt.gz"), "this is not gzip at all");
+  fails(d.file("garbage.txt.gz"), d.file("garbage.txt.gz") + ": not valid gzip data", o);
+
+  // An empty corpus: no documents at all, or only empty ones.
+  write(d.file("empty/a.txt"), "");
+  write(d.file("empty/b.jsonl"), jsonl_line("text", "") + "\n");
+  fails(d.file("empty"), "the corpus has no text (2 files, no document in any", o);
+  TokenCacheOptions byte = o;
+  CHECK_THAT(error_of([&] { open_token_cache(d.file("empty"), Tokenizer::Kind::Byte, byte); }),
+             Catch::Contains("the corpus has no text"));
+
+  SECTION("on_bad_record skip: skipped, counted and reported") {
+    write(d.file("mixed.jsonl"),
+          good + "not json\n" + "{\"text\": 1}\n" + jsonl_line("text", "kept") + "{}\n");
+    std::vector<std::string> log;
+    TokenCacheOptions skip = options(d.file("cache"), &log);
+    skip.skip_bad_records = true;
+    const TokenCache c = open_token_cache(d.file("mixed.jsonl"), Tokenizer::Kind::Char, skip);
+    CHECK(c.document_ends.size() == 2);
+    CHECK(c.tokenizer.decode(c.tokens.to_vector()) == std::string("good") + kEndOfText + "kept");
+    CHECK(logged(log, "skipped 3 bad records (data.on_bad_record = \"skip\"), the first: " +
+                          d.file("mixed.jsonl") + ":2: not JSON"));
+    CHECK(logged(log, d.file("mixed.jsonl") + ":5: the record has no field"));
+    // Back to "error": rebuilt, so the error is seen.
+    fails(d.file("mixed.jsonl"), d.file("mixed.jsonl") + ":2: not JSON", o);
+  }
+}
+
+TEST_CASE("corpus: a plain single file keeps the cache's ids and split of before corpora", "[data][corpus]") {
+  const Dir d("single");
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "line " + std::to_string(i) + " of the only document\n";
+  write(d.file("one.txt"), text);
+  const Dataset data = load_dataset(d.file("one.txt"), "char", 0.1, 8, options(d.file("cache")));
+  const Tokenizer tok = Tokenizer::from_text(Tokenizer::Kind::Char, text, "t");
+  const std::vector<int32_t> ids = tok.encode(text, "t");
+  const auto n_train = static_cast<int64_t>(static_cast<double>(ids.size()) * 0.9);
+  CHECK(data.tokenizer.to_json() == tok.to_json());
+  CHECK(data.documents == 1);
+  CHECK(data.val_documents == 0);
+  CHECK(data.train.to_vector() == std::vector<int32_t>(ids.begin(), ids.begin() + n_train));
+  CHECK(data.val.to_vector() == std::vector<int32_t>(ids.begin() + n_train, ids.end()));
+}
