@@ -2,9 +2,8 @@
 // an absolute tolerance, gradients to 1e-4 relative to the largest entry of their tensor. Set
 // TFM_REPORT_DIFFS=1 to print the largest differences seen.
 #pragma once
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -14,9 +13,9 @@
 #include <vector>
 
 #include "model_config.h"
+#include "tfm/engine/tensor.h"
 #include "tfm/models/model.h"
 #include "tfm/nn/blocks.h"
-#include "tfm/engine/tensor.h"
 
 namespace tfm::testing {
 
@@ -90,8 +89,8 @@ inline void check_gradient(const std::string& name, const Tensor& grad, const js
   const double diff = max_diff(grad, theirs);
   const double scale = max_abs(theirs.at("data").get<std::vector<float>>());
   if (std::getenv("TFM_REPORT_DIFFS"))
-    std::printf("  %-48s max diff %.3g (relative to its largest entry %.3g: %.3g)\n", ("grad " + name).c_str(), diff,
-                scale, diff / std::max(scale, 1e-30));
+    std::printf("  %-48s max diff %.3g (relative to its largest entry %.3g: %.3g)\n",
+                ("grad " + name).c_str(), diff, scale, diff / std::max(scale, 1e-30));
   CHECK(diff <= 1e-4 * scale + 1e-6);
 }
 
@@ -135,7 +134,8 @@ inline void check_logits_loss_gradients(const std::string& name, const Model& mo
   CHECK(logit_diff <= 1e-5);
   CHECK(loss_diff <= 1e-5);
   loss.backward();
-  for (const NamedParameter& p : model.parameters()) check_gradient(p.name, p.value.grad(), fx.at("grads").at(p.name));
+  for (const NamedParameter& p : model.parameters())
+    check_gradient(p.name, p.value.grad(), fx.at("grads").at(p.name));
 }
 
 }  // namespace tfm::testing

@@ -7,7 +7,6 @@
 // Defaults (eps 1e-2 on float32 values of order 1, atol 2e-3, rtol 2e-2) are stated in each failure.
 #pragma once
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <functional>
 #include <sstream>
@@ -66,7 +65,8 @@ inline void check_gradients(const std::function<Tensor(const std::vector<Tensor>
       if (diff > opt.atol + opt.rtol * std::fabs(numeric) && failures++ < 5) {
         std::ostringstream os;
         os << "input " << k << " " << shape_str(t.shape()) << " element " << i << ": analytic " << analytic[i]
-           << " numeric " << numeric << " (eps " << opt.eps << ", atol " << opt.atol << ", rtol " << opt.rtol << ")";
+           << " numeric " << numeric << " (eps " << opt.eps << ", atol " << opt.atol << ", rtol " << opt.rtol
+           << ")";
         FAIL_CHECK(os.str());
       }
     }

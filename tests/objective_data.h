@@ -3,10 +3,9 @@
 #pragma once
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tfm/config/config.h"
 #include "tfm/engine/random.h"
@@ -43,14 +42,28 @@ inline std::string write_reversal_pairs(const std::string& dir, int n) {
   return path;
 }
 
-inline tfm::Config s2s_config(const std::string& dir, const std::string& data, std::vector<std::string> extra = {}) {
-  std::vector<std::string> sets = {"data.path=" + data, "output.dir=" + dir, "train.objective=seq2seq",
-                                   "data.tokenizer=word", "data.val_fraction=0.1", "model.d_model=32",
-                                   "model.n_encoder_layers=2", "model.n_decoder_layers=2", "model.n_heads=4",
-                                   "model.d_ff=64", "model.max_seq_len=8", "train.batch_size=32",
-                                   "train.max_steps=800", "train.eval_interval=400", "train.eval_steps=4",
-                                   "train.log_interval=50", "train.checkpoint_interval=100", "train.threads=1",
-                                   "train.lr_schedule.warmup_steps=50", "train.optimizer.lr=5e-3",
+inline tfm::Config s2s_config(const std::string& dir, const std::string& data,
+                              std::vector<std::string> extra = {}) {
+  std::vector<std::string> sets = {"data.path=" + data,
+                                   "output.dir=" + dir,
+                                   "train.objective=seq2seq",
+                                   "data.tokenizer=word",
+                                   "data.val_fraction=0.1",
+                                   "model.d_model=32",
+                                   "model.n_encoder_layers=2",
+                                   "model.n_decoder_layers=2",
+                                   "model.n_heads=4",
+                                   "model.d_ff=64",
+                                   "model.max_seq_len=8",
+                                   "train.batch_size=32",
+                                   "train.max_steps=800",
+                                   "train.eval_interval=400",
+                                   "train.eval_steps=4",
+                                   "train.log_interval=50",
+                                   "train.checkpoint_interval=100",
+                                   "train.threads=1",
+                                   "train.lr_schedule.warmup_steps=50",
+                                   "train.optimizer.lr=5e-3",
                                    "train.optimizer.weight_decay=0"};
   sets.insert(sets.end(), extra.begin(), extra.end());
   return tfm::resolve_config(nlohmann::json::object(), sets);

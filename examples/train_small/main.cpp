@@ -5,8 +5,8 @@
 
 #include "tfm/data/dataset.h"
 #include "tfm/models/language_model.h"
-#include "tfm/training/optim.h"
 #include "tfm/objectives/text_data.h"
+#include "tfm/training/optim.h"
 
 int main(int argc, char** argv) {
   using namespace tfm;
@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
     if (step % 20 == 0) std::printf("step %3ld  loss %.4f\n", static_cast<long>(step), loss.item());
   }
   const double after = evaluate(model, data.val, B, T, 8, 7);
-  std::printf("%ld parameters; validation loss %.4f -> %.4f\n", static_cast<long>(model.parameter_count()), before,
-              after);
+  std::printf("%ld parameters; validation loss %.4f -> %.4f\n", static_cast<long>(model.parameter_count()),
+              before, after);
   return after < before ? 0 : 1;
 }

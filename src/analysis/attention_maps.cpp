@@ -41,8 +41,8 @@ nlohmann::json to_json(const Tensor& t) {
   const int64_t inner = t.numel() / t.size(0);
   for (int64_t i = 0; i < t.size(0); ++i) {
     Shape rest(t.shape().begin() + 1, t.shape().end());
-    out.push_back(to_json(Tensor::from_vector(std::vector<float>(v.begin() + i * inner, v.begin() + (i + 1) * inner),
-                                              rest)));
+    out.push_back(to_json(
+        Tensor::from_vector(std::vector<float>(v.begin() + i * inner, v.begin() + (i + 1) * inner), rest)));
   }
   return out;
 }
@@ -52,8 +52,8 @@ nlohmann::json to_json(const Tensor& t) {
 std::vector<LayerAttention> analyze_attention(LanguageModel& model, const std::vector<int32_t>& tokens) {
   const ModelConfig& cfg = model.config();
   const int64_t T = static_cast<int64_t>(tokens.size());
-  TFM_CHECK(T >= 1 && T <= cfg.max_seq_len, "analyze_attention", "text of ", T, " tokens; the model takes 1 to ",
-            cfg.max_seq_len);
+  TFM_CHECK(T >= 1 && T <= cfg.max_seq_len, "analyze_attention", "text of ", T,
+            " tokens; the model takes 1 to ", cfg.max_seq_len);
   NoGradGuard no_grad;
   const bool was_training = model.training();
   model.set_training(false);
@@ -72,9 +72,10 @@ std::vector<LayerAttention> analyze_attention(LanguageModel& model, const std::v
     const Tensor o = contiguous_values(model.head_outputs()[l]);
     const NamedParameter* wo = model.find_parameter("blocks." + std::to_string(l) + ".attn.wo.weight");
     TFM_CHECK(wo != nullptr, "analyze_attention", "model has no blocks.", l, ".attn.wo.weight",
-              cfg.head_mixing == HeadMixing::GroupMlp ? " (model.head_mixing = group_mlp replaces Wo by an MLP, through "
-                                               "which the heads' contributions do not separate)"
-                                             : "");
+              cfg.head_mixing == HeadMixing::GroupMlp
+                  ? " (model.head_mixing = group_mlp replaces Wo by an MLP, through "
+                    "which the heads' contributions do not separate)"
+                  : "");
     const Tensor w = contiguous_values(wo->value);
     Tensor contrib = Tensor::empty({H, T, C});
     for (int64_t h = 0; h < H; ++h)
@@ -89,7 +90,8 @@ std::vector<LayerAttention> analyze_attention(LanguageModel& model, const std::v
 }
 
 nlohmann::json pair_attention_report_json(const PairAttention& a) {
-  nlohmann::json report = {{"kind", "seq2seq"}, {"source_tokens", a.source_tokens}, {"target_tokens", a.target_tokens}};
+  nlohmann::json report = {
+      {"kind", "seq2seq"}, {"source_tokens", a.source_tokens}, {"target_tokens", a.target_tokens}};
   report["similarity"] = "pattern_similarity: cosine of the heads' attention maps (1 = the same pattern)";
   const auto kind = [](const std::vector<Tensor>& layers) {
     nlohmann::json out = nlohmann::json::array();

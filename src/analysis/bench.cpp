@@ -7,9 +7,9 @@
 #include "tfm/engine/error.h"
 #include "tfm/engine/gemm.h"
 #include "tfm/engine/memory.h"
-#include "tfm/nn/blocks.h"
 #include "tfm/engine/ops.h"
 #include "tfm/engine/tensor.h"
+#include "tfm/nn/blocks.h"
 
 namespace tfm {
 
@@ -82,12 +82,13 @@ std::vector<AttentionTiming> time_attention(const ModelConfig& config, bool caus
 }
 
 double fitted_exponent(const std::vector<double>& x, const std::vector<double>& y) {
-  TFM_CHECK(x.size() == y.size() && x.size() >= 2, "fitted_exponent", "expected two or more (x, y) pairs, got ",
-            x.size(), " and ", y.size());
+  TFM_CHECK(x.size() == y.size() && x.size() >= 2, "fitted_exponent",
+            "expected two or more (x, y) pairs, got ", x.size(), " and ", y.size());
   double sx = 0, sy = 0, sxx = 0, sxy = 0;
   const double m = static_cast<double>(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
-    TFM_CHECK(x[i] > 0 && y[i] > 0, "fitted_exponent", "values must be positive, got (", x[i], ", ", y[i], ")");
+    TFM_CHECK(x[i] > 0 && y[i] > 0, "fitted_exponent", "values must be positive, got (", x[i], ", ", y[i],
+              ")");
     const double lx = std::log(x[i]), ly = std::log(y[i]);
     sx += lx, sy += ly, sxx += lx * lx, sxy += lx * ly;
   }

@@ -24,12 +24,12 @@ double weighted_sum(const Tensor& out, const std::vector<float>& r) {
 
 GradCheckReport gradient_check(const std::function<Tensor()>& loss, Tensor values, Tensor grads,
                                const std::vector<NamedParameter>& parameters, const GradCheckOptions& o) {
-  TFM_CHECK(values.defined() && grads.defined() && values.numel() == grads.numel() && values.is_contiguous() &&
-                grads.is_contiguous(),
+  TFM_CHECK(values.defined() && grads.defined() && values.numel() == grads.numel() &&
+                values.is_contiguous() && grads.is_contiguous(),
             "gradient_check", "expected contiguous flat value and gradient buffers of one size");
   TFM_CHECK(o.eps > 0 && o.directions >= 1 && o.floor >= 0 && o.noise >= 0, "gradient_check",
-            "expected eps > 0, directions >= 1, floor >= 0, noise >= 0, got ", o.eps, ", ", o.directions, ", ",
-            o.floor, ", ", o.noise);
+            "expected eps > 0, directions >= 1, floor >= 0, noise >= 0, got ", o.eps, ", ", o.directions,
+            ", ", o.floor, ", ", o.noise);
   Rng rng(o.seed);
   GradCheckReport report;
 
@@ -74,8 +74,10 @@ GradCheckReport gradient_check(const std::function<Tensor()>& loss, Tensor value
     // Ratios are read only where the differences stand above rounding.
     const double rounding = 20 * std::fabs(l0) * FLT_EPSILON;
     auto smooth_ratio = [&](double big, double small, double scale, double h) {
-      if (std::fabs(big) <= std::max(0.1 * o.tolerance * scale * h, rounding)) return true;  // too small to matter
-      if (std::fabs(small) <= rounding) return std::fabs(big) / 4 <= 2 * rounding;  // vanished: a kink, if readable
+      if (std::fabs(big) <= std::max(0.1 * o.tolerance * scale * h, rounding))
+        return true;  // too small to matter
+      if (std::fabs(small) <= rounding)
+        return std::fabs(big) / 4 <= 2 * rounding;  // vanished: a kink, if readable
       return small / big > 0.15 && small / big < 0.35;
     };
     int redraws = 0;
@@ -94,12 +96,14 @@ GradCheckReport gradient_check(const std::function<Tensor()>& loss, Tensor value
       const double scale = std::max({std::fabs(analytic), std::fabs(numeric), report.floor});
       const double s1 = lp + lm - 2 * l0, s2 = loss_at(h / 2) + loss_at(-h / 2) - 2 * l0;
       const double s3 = loss_at(h / 4) + loss_at(-h / 4) - 2 * l0;
-      if (!(smooth_ratio(s1, s2, scale, h) && smooth_ratio(s2, s3, scale, h / 2)) && redraws < o.max_redraws) {
+      if (!(smooth_ratio(s1, s2, scale, h) && smooth_ratio(s2, s3, scale, h / 2)) &&
+          redraws < o.max_redraws) {
         ++redraws, ++report.kinks, --d;  // a kink within the step: this direction cannot be judged
         continue;
       }
       const double err = std::fabs(analytic - numeric) / scale;
-      if (!(err <= c.worst_relative_error)) c.worst_relative_error = err, c.analytic = analytic, c.numeric = numeric;
+      if (!(err <= c.worst_relative_error))
+        c.worst_relative_error = err, c.analytic = analytic, c.numeric = numeric;
     }
     if (!(c.worst_relative_error <= report.worst_relative_error))
       report.worst_relative_error = c.worst_relative_error, report.worst_parameter = c.name;

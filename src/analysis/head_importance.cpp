@@ -85,7 +85,8 @@ HeadImportance head_importance(LoadedRun& run, int64_t batches) {
     std::vector<Tensor> g = ones();
     for (int64_t i = 0; i < k; ++i) g[order[i].second / H].data()[order[i].second % H] = 0.0f;
     const double loss = pct == 0 ? r.val_loss : mean_loss(g);
-    if (loss - r.val_loss <= kPruningTolerance) r.heads_masked_within_tolerance = std::max(r.heads_masked_within_tolerance, k);
+    if (loss - r.val_loss <= kPruningTolerance)
+      r.heads_masked_within_tolerance = std::max(r.heads_masked_within_tolerance, k);
     r.pruning.push_back({pct, k, loss});
   }
   for (int64_t l = 0; l < L; ++l) {
@@ -103,12 +104,15 @@ nlohmann::json head_importance_json(const HeadImportance& r, const std::string& 
   nlohmann::json curve = nlohmann::json::array();
   for (const PruningPoint& p : r.pruning)
     curve.push_back({{"percent", p.percent}, {"masked", p.masked}, {"val_loss", p.val_loss}});
-  nlohmann::json j = {{"run", run_dir},        {"checkpoint", checkpoint}, {"batches", r.batches},
-                      {"layers", r.layers},    {"heads", r.heads},         {"val_loss", r.val_loss},
-                      {"pruning", curve},      {"heads_masked_within_0.05", r.heads_masked_within_tolerance}};
+  nlohmann::json j = {{"run", run_dir},       {"checkpoint", checkpoint},
+                      {"batches", r.batches}, {"layers", r.layers},
+                      {"heads", r.heads},     {"val_loss", r.val_loss},
+                      {"pruning", curve},     {"heads_masked_within_0.05", r.heads_masked_within_tolerance}};
   for (int64_t l = 0; l < r.layers; ++l)
-    j["layer"].push_back({{"loss_change_when_masked", r.loss_change[l]}, {"gradient_score", r.gradient_score[l]},
-                          {"normalized_score", r.normalized_score[l]}, {"ranking", r.ranking[l]}});
+    j["layer"].push_back({{"loss_change_when_masked", r.loss_change[l]},
+                          {"gradient_score", r.gradient_score[l]},
+                          {"normalized_score", r.normalized_score[l]},
+                          {"ranking", r.ranking[l]}});
   return j;
 }
 

@@ -1,11 +1,11 @@
 #include "tfm/analysis/sweep.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
@@ -77,7 +77,8 @@ json measure_sweep_point(const std::string& dir, const Config& config) {
     if (r.contains("ms_per_step")) ms.push_back(r["ms_per_step"].get<double>());
     if (r.contains("tokens_per_s")) tok.push_back(r["tokens_per_s"].get<double>());
     if (r.contains("training_s")) training_s = r["training_s"].get<double>();
-    if (r.contains("seconds_to_target") && std::isnan(to_target)) to_target = r["seconds_to_target"].get<double>();
+    if (r.contains("seconds_to_target") && std::isnan(to_target))
+      to_target = r["seconds_to_target"].get<double>();
     if (r.contains("val_loss")) {
       val = r["val_loss"].get<double>();
       if (!(best <= val)) best = val;
@@ -104,10 +105,11 @@ json measure_sweep_point(const std::string& dir, const Config& config) {
   rec["tokens_per_s"] = median(tok);
   rec["step"] = run.checkpoint.state.value("step", int64_t{0});
   rec["training_s"] = training_s;
-  rec["stopped"] = run.checkpoint.state.value("stopped", std::string(rec["step"] == config.train().max_steps
-                                                                         ? "max_steps" : "interrupted"));
+  rec["stopped"] = run.checkpoint.state.value(
+      "stopped", std::string(rec["step"] == config.train().max_steps ? "max_steps" : "interrupted"));
   // Time to quality (train.target_loss): seconds to the first evaluation at or below it, null if missed.
-  if (config.train().target_loss > 0) rec["seconds_to_target"] = std::isnan(to_target) ? json() : json(to_target);
+  if (config.train().target_loss > 0)
+    rec["seconds_to_target"] = std::isnan(to_target) ? json() : json(to_target);
   return rec;
 }
 

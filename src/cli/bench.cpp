@@ -1,25 +1,25 @@
 // tfm bench gemm: this machine's GEMM speed through our wrapper, per backend and precision: the peaks
 // MFU is quoted against.
+#include "tfm/analysis/bench.h"
+
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
-#include <fmt/format.h>
-
 #include "cli.h"
-#include "tfm/analysis/bench.h"
 #include "tfm/config/config.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
-#include "tfm/nn/blocks.h"
 #include "tfm/engine/gemm.h"
+#include "tfm/engine/platform.h"
+#include "tfm/nn/blocks.h"
 #include "tfm/training/preflight.h"
 #include "tfm/training/run_dir.h"
-#include "tfm/engine/platform.h"
 
 namespace tfm::cli {
 namespace {
@@ -51,14 +51,18 @@ int run_bench_gemm(const BenchGemmOptions& o) {
                         {GemmBackend::OneDnn, Precision::Bf16, ""},
                         {GemmBackend::OpenBlas, Precision::Bf16, " (emulated: sgemm on rounded operands)"}};
   const GemmBackend default_backend = resolve_gemm_backend(GemmBackendChoice::Auto);
-  nlohmann::json out = {{"n", o.n}, {"threads", threads}, {"blas", platform::blas_summary()},
-                        {"onednn", onednn_version()}, {"default_backend", gemm_backend_name(default_backend)}};
+  nlohmann::json out = {{"n", o.n},
+                        {"threads", threads},
+                        {"blas", platform::blas_summary()},
+                        {"onednn", onednn_version()},
+                        {"default_backend", gemm_backend_name(default_backend)}};
   ModelConfig m;
   int64_t B = 0, T = 0;
   if (!o.config.empty()) {
     const Config c = load_config(o.config);
     m = c.model(256);  // the vocabulary only sizes the head; 256 covers char and byte
-    check_memory(estimate_training_memory(c, 256), c, "bench gemm");  // its matrices are a step's (preflight.h)
+    check_memory(estimate_training_memory(c, 256), c,
+                 "bench gemm");  // its matrices are a step's (preflight.h)
     B = c.train().batch_size;
     T = c.train().seq_len;
   }
@@ -66,16 +70,23 @@ int run_bench_gemm(const BenchGemmOptions& o) {
   for (const Mode& mode : modes) {
     const GemmModeGuard guard(mode.precision, mode.backend);
     const double peak = sized_by(square.drivers[0], [&] { return measure_gemm_peak_gflops(o.n, o.seconds); });
-    nlohmann::json j = {{"backend", gemm_backend_name(mode.backend)}, {"precision", precision_name(mode.precision)},
+    nlohmann::json j = {{"backend", gemm_backend_name(mode.backend)},
+                        {"precision", precision_name(mode.precision)},
                         {"peak_gflops", peak}};
     if (!o.json)
-      fmt::print("{:<8} {} {}^3: {:7.1f} GFLOP/s{}\n", gemm_backend_name(mode.backend), precision_name(mode.precision),
-                  o.n, peak, mode.note);
+      fmt::print("{:<8} {} {}^3: {:7.1f} GFLOP/s{}\n", gemm_backend_name(mode.backend),
+                 precision_name(mode.precision), o.n, peak, mode.note);
     if (!o.config.empty()) {
       shapes.push_back(time_model_gemms(m, B, T, o.seconds / 4));
       for (const GemmTiming& t : shapes.back())
-        j["shapes"].push_back({{"label", t.label}, {"M", t.M}, {"N", t.N}, {"K", t.K}, {"trans_a", t.trans_a},
-                               {"trans_b", t.trans_b}, {"ms", t.median_ms}, {"gflops", t.gflops}});
+        j["shapes"].push_back({{"label", t.label},
+                               {"M", t.M},
+                               {"N", t.N},
+                               {"K", t.K},
+                               {"trans_a", t.trans_a},
+                               {"trans_b", t.trans_b},
+                               {"ms", t.median_ms},
+                               {"gflops", t.gflops}});
     }
     out["modes"].push_back(j);
   }
@@ -84,15 +95,14 @@ int run_bench_gemm(const BenchGemmOptions& o) {
     return kExitOk;
   }
   fmt::print("{}; {}; train.gemm_backend \"auto\" = {} (median of repeated runs over {:.2f} s each)\n",
-              platform::blas_summary().c_str(), onednn_version().c_str(), gemm_backend_name(default_backend),
-              o.seconds);
+             platform::blas_summary().c_str(), onednn_version().c_str(), gemm_backend_name(default_backend),
+             o.seconds);
   if (!shapes.empty()) {
     fmt::print("\n{:<36} {:>6} {:>6} {:>6}  {}\n", "GFLOP/s of a training step's products", "M", "N", "K",
-                "openblas fp32 | onednn fp32 | onednn bf16 | openblas bf16 (emulated)");
+               "openblas fp32 | onednn fp32 | onednn bf16 | openblas bf16 (emulated)");
     for (size_t i = 0; i < shapes[0].size(); ++i) {
       const GemmTiming& t = shapes[0][i];
-      fmt::print("{:<36} {:6} {:6} {:6} ", t.label.c_str(), t.M, t.N,
-                  t.K);
+      fmt::print("{:<36} {:6} {:6} {:6} ", t.label.c_str(), t.M, t.N, t.K);
       for (const auto& mode_shapes : shapes) fmt::print(" {:10.1f}", mode_shapes[i].gflops);
       fmt::print("\n");
     }
@@ -113,14 +123,17 @@ struct BenchAttentionOptions {
 
 int run_bench_attention(const BenchAttentionOptions& o) {
   if (o.d_model % o.heads != 0)
-    throw ConfigError("--heads: " + std::to_string(o.heads) + " does not divide --d-model " + std::to_string(o.d_model));
+    throw ConfigError("--heads: " + std::to_string(o.heads) + " does not divide --d-model " +
+                      std::to_string(o.d_model));
   if (o.kv_heads > 0 && o.heads % o.kv_heads != 0)
-    throw ConfigError("--kv-heads: " + std::to_string(o.kv_heads) + " does not divide --heads " + std::to_string(o.heads));
+    throw ConfigError("--kv-heads: " + std::to_string(o.kv_heads) + " does not divide --heads " +
+                      std::to_string(o.heads));
   for (size_t i = 1; i < o.lengths.size(); ++i)
     if (o.lengths[i] <= o.lengths[i - 1])
-      throw ConfigError("--seq-lens: expected increasing lengths, got " + std::to_string(o.lengths[i - 1]) + " then " +
-                        std::to_string(o.lengths[i]));
-  if (o.lengths.size() < 2) throw ConfigError("--seq-lens: give two or more lengths (the exponents are fitted)");
+      throw ConfigError("--seq-lens: expected increasing lengths, got " + std::to_string(o.lengths[i - 1]) +
+                        " then " + std::to_string(o.lengths[i]));
+  if (o.lengths.size() < 2)
+    throw ConfigError("--seq-lens: give two or more lengths (the exponents are fitted)");
   if (!o.out.empty()) check_output_path("--out", o.out);
   ModelConfig c;
   c.d_model = o.d_model, c.n_heads = o.heads, c.n_kv_heads = o.kv_heads;
@@ -146,13 +159,23 @@ int run_bench_attention(const BenchAttentionOptions& o) {
   }
   const double a_time = fitted_exponent(n, ms), a_flops = fitted_exponent(n, flops);
   const double a_mem = fitted_exponent(n, peak), a_matrix = fitted_exponent(n, matrix);
-  nlohmann::json j = {{"d_model", o.d_model}, {"heads", o.heads}, {"kv_heads", o.kv_heads > 0 ? o.kv_heads : o.heads},
-                      {"batch", o.batch}, {"causal", o.causal}, {"threads", threads},
-                      {"fit_from_n", t[from].n}, {"time_exponent", a_time}, {"flops_exponent", a_flops},
-                      {"memory_exponent", a_mem}, {"matrix_exponent", a_matrix}};
+  nlohmann::json j = {{"d_model", o.d_model},
+                      {"heads", o.heads},
+                      {"kv_heads", o.kv_heads > 0 ? o.kv_heads : o.heads},
+                      {"batch", o.batch},
+                      {"causal", o.causal},
+                      {"threads", threads},
+                      {"fit_from_n", t[from].n},
+                      {"time_exponent", a_time},
+                      {"flops_exponent", a_flops},
+                      {"memory_exponent", a_mem},
+                      {"matrix_exponent", a_matrix}};
   for (const AttentionTiming& x : t)
-    j["lengths"].push_back({{"n", x.n}, {"ms", x.median_ms}, {"flops", x.flops},
-                            {"gflops", x.flops / (x.median_ms * 1e-3) / 1e9}, {"peak_bytes", x.peak_bytes},
+    j["lengths"].push_back({{"n", x.n},
+                            {"ms", x.median_ms},
+                            {"flops", x.flops},
+                            {"gflops", x.flops / (x.median_ms * 1e-3) / 1e9},
+                            {"peak_bytes", x.peak_bytes},
                             {"attention_matrix_bytes", x.matrix_bytes}});
   std::string report;
   if (!o.out.empty()) {
@@ -163,19 +186,22 @@ int run_bench_attention(const BenchAttentionOptions& o) {
   if (o.json) {
     fmt::print("{}\n", j.dump().c_str());
   } else {
-    fmt::print("one attention layer, forward + backward: d_model {}, {} heads ({} kv), batch {}, {}, {} thread(s)\n",
-                o.d_model, o.heads,
-                o.kv_heads > 0 ? o.kv_heads : o.heads, o.batch,
-                o.causal ? "causal" : "bidirectional", threads);
-    fmt::print("{:>8} {:>11} {:>9} {:>14} {:>22}\n", "n", "ms", "GFLOP/s", "peak MiB", "B*H*n^2 floats (MiB)");
+    fmt::print(
+        "one attention layer, forward + backward: d_model {}, {} heads ({} kv), batch {}, {}, {} thread(s)\n",
+        o.d_model, o.heads, o.kv_heads > 0 ? o.kv_heads : o.heads, o.batch,
+        o.causal ? "causal" : "bidirectional", threads);
+    fmt::print("{:>8} {:>11} {:>9} {:>14} {:>22}\n", "n", "ms", "GFLOP/s", "peak MiB",
+               "B*H*n^2 floats (MiB)");
     for (const AttentionTiming& x : t)
       fmt::print("{:8} {:11.3f} {:9.1f} {:14.2f} {:22.2f}\n", x.n, x.median_ms,
-                  x.flops / (x.median_ms * 1e-3) / 1e9, x.peak_bytes / (1 << 20), x.matrix_bytes / (1 << 20));
-    fmt::print("fitted over n >= {}: time ~ n^{:.2f} (the formula's FLOPs, O(n^2 d + n d^2): n^{:.2f}); "
-                "memory ~ n^{:.2f} (an unfused layer's attention matrices: n^{:.2f})\n",
-                t[from].n, a_time, a_flops, a_mem, a_matrix);
-    fmt::print("tfm's fused attention keeps no (B, H, n, n) matrix: it recomputes the probabilities from Q, K and\n"
-                "each row's max and 1/sum in the backward, so its memory grows with n d, not h n^2.\n");
+                 x.flops / (x.median_ms * 1e-3) / 1e9, x.peak_bytes / (1 << 20), x.matrix_bytes / (1 << 20));
+    fmt::print(
+        "fitted over n >= {}: time ~ n^{:.2f} (the formula's FLOPs, O(n^2 d + n d^2): n^{:.2f}); "
+        "memory ~ n^{:.2f} (an unfused layer's attention matrices: n^{:.2f})\n",
+        t[from].n, a_time, a_flops, a_mem, a_matrix);
+    fmt::print(
+        "tfm's fused attention keeps no (B, H, n, n) matrix: it recomputes the probabilities from Q, K and\n"
+        "each row's max and 1/sum in the backward, so its memory grows with n d, not h n^2.\n");
   }
   if (report.empty()) return kExitOk;
   run_plot_script("plot_bench_attention.py", {report}, o.no_plot, o.json);
@@ -185,18 +211,25 @@ int run_bench_attention(const BenchAttentionOptions& o) {
 }  // namespace
 
 std::vector<Command> add_bench_commands(CLI::App& app) {
-  auto* bench = app.add_subcommand("bench", "Measure this machine: GEMM GFLOP/s per backend and precision (the peaks MFU is quoted against), and one attention layer against sequence length");
+  auto* bench = app.add_subcommand("bench",
+                                   "Measure this machine: GEMM GFLOP/s per backend and precision (the peaks "
+                                   "MFU is quoted against), and one attention layer against sequence length");
   bench->require_subcommand(1);
   bench->footer("\nExamples:\n  tfm bench gemm\n  tfm bench attention --seq-lens 128,256,512 --causal\n");
   auto o = std::make_shared<BenchGemmOptions>();
-  auto* gemm = bench->add_subcommand("gemm", "GEMM GFLOP/s of OpenBLAS and oneDNN in fp32 and bf16: square peak, and a config's matrix products");
-  gemm->add_option("--threads", o->threads, "Threads (0 = all cores)")->capture_default_str()->check(integer_in(0, 1024));
+  auto* gemm = bench->add_subcommand(
+      "gemm",
+      "GEMM GFLOP/s of OpenBLAS and oneDNN in fp32 and bf16: square peak, and a config's matrix products");
+  gemm->add_option("--threads", o->threads, "Threads (0 = all cores)")
+      ->capture_default_str()
+      ->check(integer_in(0, 1024));
   gemm->add_option("--n", o->n,
                    "Size of the square product (refused before it starts when it cannot fit in memory)")
       ->capture_default_str()
       ->check(integer_in(16, 8192));
-  gemm->add_option("--seconds", o->seconds, "Time to spend per measurement")->capture_default_str()->check(
-      number_in(0.01, 60.0));
+  gemm->add_option("--seconds", o->seconds, "Time to spend per measurement")
+      ->capture_default_str()
+      ->check(number_in(0.01, 60.0));
   gemm->add_option("--config", o->config, "Also time the matrix products of this config's training step")
       ->type_name("FILE");
   gemm->add_flag("--json", o->json, "One JSON object instead of a table");
@@ -206,32 +239,44 @@ std::vector<Command> add_bench_commands(CLI::App& app) {
       "  TFM_NO_REEXEC=1 tfm bench gemm\n");
   auto a = std::make_shared<BenchAttentionOptions>();
   auto* att = bench->add_subcommand(
-      "attention", "Forward + backward time and memory of one multi-head attention layer against sequence length");
+      "attention",
+      "Forward + backward time and memory of one multi-head attention layer against sequence length");
   att->add_option("--seq-lens", a->lengths,
                   "Sequence lengths, increasing (with --d-model and --batch, refused before it starts when "
                   "the longest cannot fit in memory)")
       ->delimiter(',')
       ->capture_default_str()
       ->check(integer_in(1, 1 << 20));
-  att->add_option("--d-model", a->d_model, "Model width C")->capture_default_str()->check(integer_in(1, 65536));
+  att->add_option("--d-model", a->d_model, "Model width C")
+      ->capture_default_str()
+      ->check(integer_in(1, 65536));
   att->add_option("--heads", a->heads, "Attention heads H (must divide --d-model)")
       ->capture_default_str()
       ->check(integer_in(1, 4096));
   att->add_option("--kv-heads", a->kv_heads, "Key/value heads (0 = --heads; GQA/MQA below it)")
       ->capture_default_str()
       ->check(integer_in(0, 4096));
-  att->add_option("--batch", a->batch, "Sequences per step")->capture_default_str()->check(integer_in(1, 4096));
+  att->add_option("--batch", a->batch, "Sequences per step")
+      ->capture_default_str()
+      ->check(integer_in(1, 4096));
   att->add_flag("--causal", a->causal, "Causal mask (skips the masked half of the score blocks)");
-  att->add_option("--threads", a->threads, "Threads (0 = all cores)")->capture_default_str()->check(integer_in(0, 1024));
-  att->add_option("--seconds", a->seconds, "Time to spend per length")->capture_default_str()->check(number_in(0.001, 60.0));
-  att->add_option("--out", a->out, "Write DIR/bench_attention.json and, with matplotlib, DIR/bench_attention.png")
+  att->add_option("--threads", a->threads, "Threads (0 = all cores)")
+      ->capture_default_str()
+      ->check(integer_in(0, 1024));
+  att->add_option("--seconds", a->seconds, "Time to spend per length")
+      ->capture_default_str()
+      ->check(number_in(0.001, 60.0));
+  att->add_option("--out", a->out,
+                  "Write DIR/bench_attention.json and, with matplotlib, DIR/bench_attention.png")
       ->type_name("DIR");
   att->add_flag("--no-plot", a->no_plot, "With --out: do not run scripts/plot_bench_attention.py");
   att->add_flag("--json", a->json, "One JSON object instead of the table");
   att->footer(
       "\nA self-attention layer costs time O(n^2 d + n d^2) (Vaswani et al. 2017, table 1) and, unfused,\n"
-      "memory O(h n^2) for the attention matrices. The exponents are fitted (least squares in log-log) over the upper half of the lengths.\n"
-      "Examples:\n  tfm bench attention\n  tfm bench attention --seq-lens 128,256,512,1024 --d-model 256 --heads 8 --out runs/bench\n");
+      "memory O(h n^2) for the attention matrices. The exponents are fitted (least squares in log-log) over "
+      "the upper half of the lengths.\n"
+      "Examples:\n  tfm bench attention\n  tfm bench attention --seq-lens 128,256,512,1024 --d-model 256 "
+      "--heads 8 --out runs/bench\n");
   return {{gemm, [o] { return run_bench_gemm(*o); }}, {att, [a] { return run_bench_attention(*a); }}};
 }
 

@@ -1,17 +1,16 @@
 // The command line's families of commands, one file each (src/cli/<family>.cpp), registered by
 // main.cpp: a new command is a new file and one line there.
 #pragma once
+#include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <new>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "tfm/engine/error.h"
 #include "tfm/engine/tensor.h"
@@ -86,7 +85,8 @@ decltype(auto) sized_by(const std::string& sizes, F&& f) {
   try {
     return f();
   } catch (const std::bad_alloc&) {
-    throw tfm::ConfigError(sizes + ": out of memory (the allocation these sizes asked for failed); make them "
+    throw tfm::ConfigError(sizes +
+                           ": out of memory (the allocation these sizes asked for failed); make them "
                            "smaller");
   }
 }
@@ -110,7 +110,8 @@ std::vector<Command> add_data_commands(CLI::App& app);       // data.cpp: data p
 std::string find_script(const std::string& name);
 // Runs `python3 scripts/NAME ARGS...` when matplotlib is installed and no_plot is off; otherwise
 // prints the command to run (unless quiet, which also silences the script). True when it drew.
-bool run_plot_script(const std::string& name, const std::vector<std::string>& args, bool no_plot, bool quiet = false);
+bool run_plot_script(const std::string& name, const std::vector<std::string>& args, bool no_plot,
+                     bool quiet = false);
 
 // --mask-heads L:H,... (heads.cpp): per layer an (H) gate of ones with 0 at each masked head;
 // ConfigError naming the flag on a bad item or an index out of range.

@@ -1,12 +1,13 @@
 // `tfm config`: a config resolved (every default filled in), or the table of every key.
+#include "tfm/config/config.h"
+
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "cli.h"
-#include "tfm/config/config.h"
 #include "tfm/engine/error.h"
 
 namespace tfm::cli {
@@ -35,7 +36,8 @@ int config_command(const ConfigOptions& o) {
 
 std::vector<Command> add_config_commands(CLI::App& app) {
   auto o = std::make_shared<ConfigOptions>();
-  auto* cfg = app.add_subcommand("config", "Print a config resolved (every default filled in), or the key table");
+  auto* cfg =
+      app.add_subcommand("config", "Print a config resolved (every default filled in), or the key table");
   cfg->add_option("--config", o->config_file, "JSON config")->type_name("FILE");
   cfg->add_option("--set", o->sets, "Override a key (repeatable)")->type_name("KEY=VALUE");
   cfg->add_flag("--keys", o->keys, "List every key: type, default, allowed values, meaning (Markdown)");

@@ -28,9 +28,10 @@ struct PrepareOptions {
 int run_prepare(const PrepareOptions& o) {
   const Config c = load_config(o.config, o.sets);
   if (c.string("data.format") != "text")
-    throw ConfigError("data.format: \"" + c.string("data.format") +
-                      "\" (sentence pairs, seq2seq) is read whole at every start; the token cache is for text "
-                      "corpora (train.objective causal_lm, masked_lm)");
+    throw ConfigError(
+        "data.format: \"" + c.string("data.format") +
+        "\" (sentence pairs, seq2seq) is read whole at every start; the token cache is for text "
+        "corpora (train.objective causal_lm, masked_lm)");
   const std::string path = c.string("data.path");
   TokenCacheOptions cache = token_cache_options(c, true);
   cache.rebuild = o.rebuild;
@@ -90,12 +91,14 @@ std::vector<Command> add_data_commands(CLI::App& app) {
       ->capture_default_str()
       ->check(integer_in(0, 1024));
   prep->footer(
-      "\nThe first start of a text corpus (train, resume, eval, sample, heads, sweep) tokenizes it once into\n"
+      "\nThe first start of a text corpus (train, resume, eval, sample, heads, sweep) tokenizes it once "
+      "into\n"
       "data.cache_dir (default: .tfm-cache beside the data) and every later start maps that file; this does\n"
       "the first part ahead of time and prints the counts. A changed file or tokenizer, or a damaged cache,\n"
       "is rebuilt. Sentence pairs (seq2seq) have no cache.\nExample:\n"
       "  tfm data prepare --config configs/shakespeare_char.json\n"
-      "  tfm data prepare --config configs/tiny.json --set data.path=big.txt --set data.cache_dir=/scratch/tfm\n");
+      "  tfm data prepare --config configs/tiny.json --set data.path=big.txt --set "
+      "data.cache_dir=/scratch/tfm\n");
   commands.push_back({prep, [o] { return run_prepare(*o); }});
   return commands;
 }

@@ -1,12 +1,11 @@
 // `tfm eval`: a trained run's loss (and its objective's other figures) on batches of its data.
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
-
-#include <fmt/format.h>
 
 #include "cli.h"
 #include "tfm/data/dataset.h"
@@ -14,13 +13,13 @@
 #include "tfm/engine/file_io.h"
 #include "tfm/engine/gemm.h"
 #include "tfm/engine/gguf.h"
+#include "tfm/engine/ops.h"
 #include "tfm/models/gguf_export.h"
 #include "tfm/models/gguf_reference.h"
-#include "tfm/engine/ops.h"
-#include "tfm/training/run_dir.h"
-#include "tfm/training/preflight.h"
-#include "tfm/training/trainer.h"
 #include "tfm/objectives/text_data.h"
+#include "tfm/training/preflight.h"
+#include "tfm/training/run_dir.h"
+#include "tfm/training/trainer.h"
 
 namespace tfm::cli {
 namespace {
@@ -41,8 +40,8 @@ void check_logits_memory(const ModelConfig& mc, int64_t rows, int64_t T, const s
 // Logits of token sequences as JSON {"tokens": [ids per sequence], "logits": [(T, V) per sequence]}: for
 // scripts/torch_lm.py --check-logits and scripts/dev/check_gguf.sh. Sequences of one length run as one batch
 // (B, T), as an evaluation does, when `batch` allows; others one by one.
-void write_logits(const LogitsFn& forward, int64_t V, const std::vector<std::vector<int32_t>>& sequences, bool batch,
-                  const std::string& path, const std::string& what) {
+void write_logits(const LogitsFn& forward, int64_t V, const std::vector<std::vector<int32_t>>& sequences,
+                  bool batch, const std::string& path, const std::string& what) {
   nlohmann::json j = {{"tokens", nlohmann::json::array()}, {"logits", nlohmann::json::array()}};
   bool same_length = batch;
   for (const auto& ids : sequences) same_length = same_length && ids.size() == sequences[0].size();
@@ -50,7 +49,8 @@ void write_logits(const LogitsFn& forward, int64_t V, const std::vector<std::vec
     const size_t B = same_length ? sequences.size() : 1;
     const auto T = static_cast<int64_t>(sequences[first].size());
     std::vector<int32_t> ids;
-    for (size_t b = first; b < first + B; ++b) ids.insert(ids.end(), sequences[b].begin(), sequences[b].end());
+    for (size_t b = first; b < first + B; ++b)
+      ids.insert(ids.end(), sequences[b].begin(), sequences[b].end());
     const std::vector<float> logits = forward(ids, static_cast<int64_t>(B), T);  // (B, T, V)
     for (size_t b = 0; b < B; ++b) {
       nlohmann::json seq = nlohmann::json::array();
@@ -131,7 +131,8 @@ int eval_command(const EvalOptions& o) {
   const std::string& split = o.split;
   int64_t batches = o.batches;
   if (!o.texts.empty() && o.dump_path.empty()) throw ConfigError("--text: goes with --dump-logits FILE");
-  if (!o.gguf_path.empty() && o.texts.empty()) throw ConfigError("--gguf: goes with --dump-logits FILE --text TEXT");
+  if (!o.gguf_path.empty() && o.texts.empty())
+    throw ConfigError("--gguf: goes with --dump-logits FILE --text TEXT");
   if (split != "val" && split != "train")
     throw ConfigError("--split: expected \"val\" or \"train\", got \"" + split + "\"");
   LoadedRun run = load_run(dir, o.which, o.texts.empty());  // --text needs no data file
@@ -148,7 +149,8 @@ int eval_command(const EvalOptions& o) {
   const int64_t B = train.batch_size, T = train.seq_len;
   if (!o.dump_path.empty()) {
     if (!run.model)
-      throw ConfigError("--dump-logits: only for language-model runs (train.objective causal_lm or masked_lm)");
+      throw ConfigError(
+          "--dump-logits: only for language-model runs (train.objective causal_lm or masked_lm)");
     if (!o.texts.empty()) {
       dump_text_logits(*run.model, run.checkpoint.tokenizer, o.texts, o.dump_path, o.gguf_path, o.gelu);
       return kExitOk;
@@ -156,9 +158,8 @@ int eval_command(const EvalOptions& o) {
     const int64_t rows = batches == 0 ? 2 : batches;
     const std::string sizes = "--batches = " + std::to_string(rows) + " (sequences of --dump-logits)";
     check_logits_memory(run.model->config(), rows, T, sizes);
-    const Dataset data =
-        load_dataset(c.string("data.path"), run.checkpoint.tokenizer, c.number("data.val_fraction"), T,
-                     token_cache_options(c, true));
+    const Dataset data = load_dataset(c.string("data.path"), run.checkpoint.tokenizer,
+                                      c.number("data.val_fraction"), T, token_cache_options(c, true));
     sized_by(sizes,
              [&] { dump_logits(*run.model, c, split == "val" ? data.val : data.train, rows, o.dump_path); });
     return kExitOk;
@@ -196,25 +197,31 @@ std::vector<Command> add_eval_commands(CLI::App& app) {
                    "Write one batch of --batches (default 2) sequences and their logits as JSON "
                    "(for scripts/torch_lm.py --check-logits; refused when it cannot fit in memory)")
       ->type_name("FILE");
-  eval->add_option("--text", o->texts,
-                   "With --dump-logits: the logits of this text instead (repeatable; the run's tokenizer, at most "
-                   "model.max_seq_len tokens)")
+  eval->add_option(
+          "--text", o->texts,
+          "With --dump-logits: the logits of this text instead (repeatable; the run's tokenizer, at most "
+          "model.max_seq_len tokens)")
       ->type_name("TEXT");
   eval->add_option("--gguf", o->gguf_path,
                    "With --text: the logits of llama.cpp's graph run by tfm from this exported file (double "
                    "precision) instead of the model's: what llama.cpp should compute")
       ->type_name("FILE");
-  eval->add_option("--gelu", o->gelu,
-                   "With --gguf: the GELU to run a gpt2 file with (llama and qwen3 have none): erf (tfm's), tanh, "
-                   "llama.cpp (its CPU kernel)")
+  eval->add_option(
+          "--gelu", o->gelu,
+          "With --gguf: the GELU to run a gpt2 file with (llama and qwen3 have none): erf (tfm's), tanh, "
+          "llama.cpp (its CPU kernel)")
       ->capture_default_str();
-  eval->add_option("--mask-heads", o->mask_heads, "Mask attention heads: LAYER:HEAD,... (0-based; their output is zero)")
+  eval->add_option("--mask-heads", o->mask_heads,
+                   "Mask attention heads: LAYER:HEAD,... (0-based; their output is zero)")
       ->type_name("L:H,...");
-  eval->footer("\nExamples:\n  tfm eval --run runs/shakespeare_char --batches 200\n"
-               "  tfm eval --run runs/shakespeare_char --batches 200 --mask-heads 0:1,3:2\n"
-               "  tfm eval --run runs/shakespeare_char --dump-logits logits.json --text \"ROMEO:\" --text \"JULIET:\"\n"
-               "  tfm eval --run runs/shakespeare_char --dump-logits llama.json --text \"ROMEO:\" \\\n"
-               "      --gguf runs/shakespeare_char/model-f32.gguf --gelu llama.cpp   # what llama.cpp should compute\n");
+  eval->footer(
+      "\nExamples:\n  tfm eval --run runs/shakespeare_char --batches 200\n"
+      "  tfm eval --run runs/shakespeare_char --batches 200 --mask-heads 0:1,3:2\n"
+      "  tfm eval --run runs/shakespeare_char --dump-logits logits.json --text \"ROMEO:\" --text "
+      "\"JULIET:\"\n"
+      "  tfm eval --run runs/shakespeare_char --dump-logits llama.json --text \"ROMEO:\" \\\n"
+      "      --gguf runs/shakespeare_char/model-f32.gguf --gelu llama.cpp   # what llama.cpp should "
+      "compute\n");
   return {{eval, [o] { return eval_command(*o); }}};
 }
 

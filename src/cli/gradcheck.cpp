@@ -1,6 +1,10 @@
 // tfm gradcheck: a central-difference gradient check of the whole model a config describes, with its
 // objective's loss (causal_lm, masked_lm, seq2seq), shrunk to a small width and length unless told
 // otherwise (the core is tfm::gradient_check, gradcheck.h).
+#include "tfm/analysis/gradcheck.h"
+
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -9,16 +13,13 @@
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "cli.h"
 #include "tfm/config/config.h"
+#include "tfm/data/pairs.h"
 #include "tfm/engine/error.h"
-#include "tfm/analysis/gradcheck.h"
+#include "tfm/engine/platform.h"
 #include "tfm/models/model.h"
 #include "tfm/objectives/objective.h"
-#include "tfm/data/pairs.h"
-#include "tfm/engine/platform.h"
 #include "tfm/training/preflight.h"
 
 namespace tfm::cli {
@@ -43,10 +44,14 @@ std::vector<std::string> shrink_sets(const Config& c) {
   const int64_t H = c.integer("model.n_heads"), Hkv = c.integer("model.n_kv_heads");
   const int64_t h = std::min<int64_t>(H, 4);
   const auto set = [](const std::string& key, int64_t v) { return key + "=" + std::to_string(v); };
-  std::vector<std::string> sets = {
-      set("model.n_heads", h), set("model.n_kv_heads", Hkv == H ? h : Hkv == 1 ? 1 : std::max<int64_t>(1, h / 2)),
-      set("model.d_model", 4 * h), set("model.d_ff", 8 * h), set("model.max_seq_len", 6),
-      set("train.batch_size", 2)};
+  std::vector<std::string> sets = {set("model.n_heads", h),
+                                   set("model.n_kv_heads", Hkv == H   ? h
+                                                           : Hkv == 1 ? 1
+                                                                      : std::max<int64_t>(1, h / 2)),
+                                   set("model.d_model", 4 * h),
+                                   set("model.d_ff", 8 * h),
+                                   set("model.max_seq_len", 6),
+                                   set("train.batch_size", 2)};
   if (c.train().objective == ObjectiveKind::Seq2Seq) {
     sets.push_back(set("model.n_encoder_layers", std::min<int64_t>(c.integer("model.n_encoder_layers"), 2)));
     sets.push_back(set("model.n_decoder_layers", std::min<int64_t>(c.integer("model.n_decoder_layers"), 2)));
@@ -106,7 +111,9 @@ int run_gradcheck(const GradcheckOptions& o) {
     const float std = 1.2f / std::sqrt(static_cast<float>(c.integer("model.d_model")));
     for (int64_t i = 0; i < values.numel(); ++i) values.data()[i] = initial[i] + std * rng.normal();
     const std::function<Tensor()> batch_loss = objective->random_batch_loss(rng);
-    const std::function<Tensor()> loss = [&model, batch_loss] { return model.with_auxiliary_loss(batch_loss()); };
+    const std::function<Tensor()> loss = [&model, batch_loss] {
+      return model.with_auxiliary_loss(batch_loss());
+    };
     g.seed = rng.next_u64();
     return gradient_check(loss, values, model.flat_grads(), model.parameters(), g);
   };
@@ -119,36 +126,35 @@ int run_gradcheck(const GradcheckOptions& o) {
   const bool relu = c.string("model.activation") == "relu";
   GradCheckReport r = check_at(0);
   for (int attempt = 1; attempt < kPoints && !r.passed && (r.kinks > 0 || relu); ++attempt) {
-    fmt::print("point {}: worst relative error {:.2e} ({}), {} kinks seen{}; checking at a new point\n", attempt,
-                r.worst_relative_error, r.worst_parameter.c_str(), r.kinks,
-                relu ? " (ReLU: small kinks can hide in rounding)" : "");
+    fmt::print("point {}: worst relative error {:.2e} ({}), {} kinks seen{}; checking at a new point\n",
+               attempt, r.worst_relative_error, r.worst_parameter.c_str(), r.kinks,
+               relu ? " (ReLU: small kinks can hide in rounding)" : "");
     r = check_at(attempt);
   }
 
-  const std::string layers =
-      seq2seq ? std::to_string(c.integer("model.n_encoder_layers")) + " encoder + " +
-                    std::to_string(c.integer("model.n_decoder_layers")) + " decoder layers"
-              : std::to_string(c.integer("model.n_layers")) + " layers";
-  const std::string batch =
-      seq2seq ? std::to_string(train.batch_size) + " pairs of up to " +
-                    std::to_string(c.integer("data.max_source_len")) + " + " +
-                    std::to_string(c.integer("data.max_target_len")) + " tokens"
-              : std::to_string(train.batch_size) + " x " + std::to_string(train.seq_len);
+  const std::string layers = seq2seq
+                                 ? std::to_string(c.integer("model.n_encoder_layers")) + " encoder + " +
+                                       std::to_string(c.integer("model.n_decoder_layers")) + " decoder layers"
+                                 : std::to_string(c.integer("model.n_layers")) + " layers";
+  const std::string batch = seq2seq
+                                ? std::to_string(train.batch_size) + " pairs of up to " +
+                                      std::to_string(c.integer("data.max_source_len")) + " + " +
+                                      std::to_string(c.integer("data.max_target_len")) + " tokens"
+                                : std::to_string(train.batch_size) + " x " + std::to_string(train.seq_len);
   fmt::print("gradcheck {} ({}): {}, d_model {}, {} heads ({} kv), d_ff {}, vocabulary {}, batch {}{}\n",
-              o.config.c_str(), objective->name().c_str(), layers.c_str(),
-              c.integer("model.d_model"), c.integer("model.n_heads"),
-              c.integer("model.n_kv_heads"), c.integer("model.d_ff"),
-              objective->tokenizer().size(), batch.c_str(),
-              o.no_shrink ? "" : " (shrunk; --no-shrink keeps the config's sizes)");
+             o.config.c_str(), objective->name().c_str(), layers.c_str(), c.integer("model.d_model"),
+             c.integer("model.n_heads"), c.integer("model.n_kv_heads"), c.integer("model.d_ff"),
+             objective->tokenizer().size(), batch.c_str(),
+             o.no_shrink ? "" : " (shrunk; --no-shrink keeps the config's sizes)");
   for (const ParameterGradCheck& p : r.parameters)
-    fmt::print("  {:<32} {:<12} worst relative error {:.2e} (analytic {:+.6e}, numeric {:+.6e}){}\n", p.name.c_str(),
-                shape_str(p.shape).c_str(), p.worst_relative_error, p.analytic, p.numeric,
-                p.worst_relative_error <= o.tolerance ? "" : "  <-- above tolerance");
+    fmt::print("  {:<32} {:<12} worst relative error {:.2e} (analytic {:+.6e}, numeric {:+.6e}){}\n",
+               p.name.c_str(), shape_str(p.shape).c_str(), p.worst_relative_error, p.analytic, p.numeric,
+               p.worst_relative_error <= o.tolerance ? "" : "  <-- above tolerance");
   fmt::print(
       "{}: worst relative error {:.2e} ({}) over {} tensors, {} directions each, eps {:.6g} ({} drawn again: "
       "the step crossed a kink), tolerance {:.6g}; {} forward passes\n",
-      r.passed ? "ok" : "FAILED", r.worst_relative_error, r.worst_parameter.c_str(), r.parameters.size(), o.directions,
-      o.eps, r.kinks, o.tolerance, r.forward_passes);
+      r.passed ? "ok" : "FAILED", r.worst_relative_error, r.worst_parameter.c_str(), r.parameters.size(),
+      o.directions, o.eps, r.kinks, o.tolerance, r.forward_passes);
   return r.passed ? kExitOk : kExitInternal;
 }
 
@@ -156,10 +162,12 @@ int run_gradcheck(const GradcheckOptions& o) {
 
 std::vector<Command> add_gradcheck_commands(CLI::App& app) {
   auto o = std::make_shared<GradcheckOptions>();
-  auto* gc = app.add_subcommand("gradcheck", "Central-difference gradient check of the whole model of a config");
+  auto* gc =
+      app.add_subcommand("gradcheck", "Central-difference gradient check of the whole model of a config");
   gc->add_option("--config", o->config, "JSON config")->type_name("FILE")->required();
   gc->add_option("--set", o->sets, "Override a key (repeatable)")->type_name("KEY=VALUE");
-  gc->add_flag("--no-shrink", o->no_shrink, "Check the config's own sizes (default: C <= 16, 2 layers, 2 x 5 tokens)");
+  gc->add_flag("--no-shrink", o->no_shrink,
+               "Check the config's own sizes (default: C <= 16, 2 layers, 2 x 5 tokens)");
   gc->add_option("--vocab-size", o->vocab_size, "Vocabulary of the random tokens")
       ->capture_default_str()
       ->check(integer_in(2, 1000000));
@@ -172,7 +180,8 @@ std::vector<Command> add_gradcheck_commands(CLI::App& app) {
   gc->add_option("--directions", o->directions, "Random directions per parameter tensor")
       ->capture_default_str()
       ->check(integer_in(1, 1000));
-  gc->add_option("--threads", o->threads, "Threads (0 = all cores): the multithreaded kernels are checked too")
+  gc->add_option("--threads", o->threads,
+                 "Threads (0 = all cores): the multithreaded kernels are checked too")
       ->capture_default_str()
       ->check(integer_in(0, 1024));
   gc->add_option("--seed", o->seed, "Seed of the weights, tokens and directions")
@@ -183,7 +192,8 @@ std::vector<Command> add_gradcheck_commands(CLI::App& app) {
       "Dropout is off (eval mode); weights are perturbed from their initialisation so every\n"
       "nonlinearity is exercised.\nExamples:\n"
       "  tfm gradcheck --config configs/shakespeare_char.json\n"
-      "  tfm gradcheck --config configs/tiny.json --set model.n_kv_heads=1 --set model.attention_score=additive\n");
+      "  tfm gradcheck --config configs/tiny.json --set model.n_kv_heads=1 --set "
+      "model.attention_score=additive\n");
   return {{gc, [o] { return run_gradcheck(*o); }}};
 }
 

@@ -1,15 +1,14 @@
 // tfm heads and --mask-heads: what each attention head is worth (docs/heads.md), measured by
 // analysis/head_importance.h and printed here.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
-
-#include <fmt/format.h>
 
 #include "cli.h"
 #include "tfm/analysis/head_importance.h"
@@ -32,13 +31,14 @@ std::vector<Tensor> parse_head_mask(const std::string& spec, int64_t layers, int
     const bool l_ok = colon != std::string::npos && rest == item.c_str() + colon && colon > 0;
     const long h = l_ok ? std::strtol(item.c_str() + colon + 1, &rest, 10) : -1;
     if (!l_ok || rest != item.c_str() + item.size() || colon + 1 == item.size())
-      throw ConfigError("--mask-heads: expected LAYER:HEAD[,LAYER:HEAD...] (0-based, e.g. 0:1,3:2), got \"" + item + "\"");
+      throw ConfigError("--mask-heads: expected LAYER:HEAD[,LAYER:HEAD...] (0-based, e.g. 0:1,3:2), got \"" +
+                        item + "\"");
     if (l < 0 || l >= layers)
-      throw ConfigError("--mask-heads: layer " + std::to_string(l) + " in \"" + item + "\" is out of range [0, " +
-                        std::to_string(layers) + ")");
+      throw ConfigError("--mask-heads: layer " + std::to_string(l) + " in \"" + item +
+                        "\" is out of range [0, " + std::to_string(layers) + ")");
     if (h < 0 || h >= heads)
-      throw ConfigError("--mask-heads: head " + std::to_string(h) + " in \"" + item + "\" is out of range [0, " +
-                        std::to_string(heads) + ")");
+      throw ConfigError("--mask-heads: head " + std::to_string(h) + " in \"" + item +
+                        "\" is out of range [0, " + std::to_string(heads) + ")");
     gates[static_cast<size_t>(l)].data()[h] = 0.0f;
     start = end + 1;
   }
@@ -48,8 +48,9 @@ std::vector<Tensor> parse_head_mask(const std::string& spec, int64_t layers, int
 void apply_head_mask(LoadedRun& run, const std::string& spec) {
   if (spec.empty()) return;
   if (!run.model)
-    throw ConfigError("--mask-heads: only for causal_lm and masked_lm runs (this run's train.objective is \"" +
-                      run.objective->name() + "\")");
+    throw ConfigError(
+        "--mask-heads: only for causal_lm and masked_lm runs (this run's train.objective is \"" +
+        run.objective->name() + "\")");
   const ModelConfig& c = run.model->config();
   run.model->set_head_gates(parse_head_mask(spec, c.n_layers, c.n_heads));
 }
@@ -76,13 +77,15 @@ int run_heads(const HeadsOptions& o) {
     return kExitOk;
   }
   fmt::print("head importance of {} ({}.ckpt) over {} validation batches; val loss {:.4f} with every head\n",
-              o.run.c_str(), o.which.c_str(), o.batches, r.val_loss);
-  fmt::print("{:>6} {:>5} {:>18} {:>15} {:>12}\n", "layer", "head", "loss if masked", "|dL/dxi|", "rank in layer");
+             o.run.c_str(), o.which.c_str(), o.batches, r.val_loss);
+  fmt::print("{:>6} {:>5} {:>18} {:>15} {:>12}\n", "layer", "head", "loss if masked", "|dL/dxi|",
+             "rank in layer");
   for (int64_t l = 0; l < r.layers; ++l)
     for (int64_t h = 0; h < r.heads; ++h) {
       const std::vector<int64_t>& rank = r.ranking[l];
       const int64_t pos = std::find(rank.begin(), rank.end(), h) - rank.begin();
-      fmt::print("{:6} {:5} {:+18.4f} {:15.4g} {:12}\n", l, h, r.loss_change[l][h], r.gradient_score[l][h], pos + 1);
+      fmt::print("{:6} {:5} {:+18.4f} {:15.4g} {:12}\n", l, h, r.loss_change[l][h], r.gradient_score[l][h],
+                 pos + 1);
     }
   fmt::print("pruning (least important first, by normalized gradient score):\n");
   for (const PruningPoint& p : r.pruning)
@@ -99,7 +102,8 @@ int run_heads(const HeadsOptions& o) {
 
 std::vector<Command> add_heads_commands(CLI::App& app) {
   auto o = std::make_shared<HeadsOptions>();
-  auto* h = app.add_subcommand("heads", "Each attention head's importance (Michel et al. 2019) and a pruning curve");
+  auto* h = app.add_subcommand("heads",
+                               "Each attention head's importance (Michel et al. 2019) and a pruning curve");
   h->add_option("--run", o->run, "Run directory (causal_lm or masked_lm)")->type_name("DIR")->required();
   h->add_option("--batches", o->batches, "Validation batches per measurement")
       ->capture_default_str()

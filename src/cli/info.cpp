@@ -1,25 +1,24 @@
 // `tfm info`: what a config costs before it runs: parameters per component, FLOPs per token, memory.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include <fmt/format.h>
-
 #include "cli.h"
 #include "tfm/config/config.h"
-#include "tfm/engine/error.h"
-#include "tfm/engine/memory.h"
 #include "tfm/data/token_cache.h"
 #include "tfm/data/tokenizer.h"
+#include "tfm/engine/error.h"
+#include "tfm/engine/memory.h"
 #include "tfm/engine/platform.h"
 #include "tfm/models/encoder_decoder.h"
-#include "tfm/nn/attention.h"
 #include "tfm/models/language_model.h"
+#include "tfm/nn/attention.h"
 #include "tfm/objectives/objective.h"
 #include "tfm/training/optim.h"
 #include "tfm/training/preflight.h"
@@ -91,7 +90,8 @@ InfoModel build_model(const Config& c, int64_t vocab_override) {
   const auto check = memory_check(c, {"info", true, 1});
   InfoModel m;
   if (vocab_override > 0 && seq2seq)
-    throw ConfigError("--vocab-size: not for train.objective \"seq2seq\" (both vocabularies come from data.path)");
+    throw ConfigError(
+        "--vocab-size: not for train.objective \"seq2seq\" (both vocabularies come from data.path)");
   if (vocab_override <= 0) {
     try {
       m.objective = make_objective(c, nullptr, {true, 0, check});
@@ -119,9 +119,10 @@ InfoModel build_model(const Config& c, int64_t vocab_override) {
 struct InfoFigures {
   ObjectiveKind objective = ObjectiveKind::CausalLm;
   bool seq2seq = false;
-  int64_t B = 0, T = 0, P = 0;  // T: tokens the loss counts per sequence (a pair's target side at its longest)
-  double train_flops = 0;       // per token, forward + backward
-  double step_tokens = 0;       // per optimizer step (grad_accum_steps included)
+  int64_t B = 0, T = 0,
+          P = 0;           // T: tokens the loss counts per sequence (a pair's target side at its longest)
+  double train_flops = 0;  // per token, forward + backward
+  double step_tokens = 0;  // per optimizer step (grad_accum_steps included)
   OptimizerKind optimizer = OptimizerKind::AdamW;
   std::vector<ParamSegment> segments;
   double ns_flops = 0;  // Muon's Newton-Schulz products per optimizer step (not in MFU)
@@ -150,9 +151,14 @@ InfoFigures figures_of(const Config& c, const InfoModel& m) {
 // For scripts (scripts/bench.sh): the text form's figures, machine-readable.
 void print_json(const std::string& file, const InfoModel& m, const InfoFigures& f) {
   const ModelConfig& mc = m.config();
-  nlohmann::json j = {{"config", file}, {"objective", name_of(f.objective)}, {"vocab_size", mc.vocab_size},
-                      {"parameters", f.P}, {"forward_flops_per_token", f.train_flops / 3.0},
-                      {"train_flops_per_token", f.train_flops}, {"batch_size", f.B}, {"seq_len", f.T},
+  nlohmann::json j = {{"config", file},
+                      {"objective", name_of(f.objective)},
+                      {"vocab_size", mc.vocab_size},
+                      {"parameters", f.P},
+                      {"forward_flops_per_token", f.train_flops / 3.0},
+                      {"train_flops_per_token", f.train_flops},
+                      {"batch_size", f.B},
+                      {"seq_len", f.T},
                       {"memory_estimate_bytes", f.memory.total()}};
   j["optimizer"] = name_of(f.optimizer);
   if (f.optimizer == OptimizerKind::Muon) j["newton_schulz_flops_per_step"] = f.ns_flops;
@@ -182,15 +188,18 @@ void print_model(const Config& c, const std::string& file, const InfoModel& m, c
   fmt::print("layers: {}-norm {} (eps {:g}), {} feed-forward, {} positions{}{}, {}, {} head\n",
              name_of(mc.norm_position), name_of(mc.norm), mc.norm_eps, name_of(mc.activation),
              name_of(mc.positional_encoding), rope ? fmt::format(" (theta {:g})", mc.rope_theta) : "",
-             mc.qk_norm ? ", QK-norm" : "", mc.bias ? "biases" : "no biases", mc.tie_embeddings ? "tied" : "untied");
+             mc.qk_norm ? ", QK-norm" : "", mc.bias ? "biases" : "no biases",
+             mc.tie_embeddings ? "tied" : "untied");
   if (mc.head_gating == HeadGating::TopK)
-    fmt::print("heads: top-k gating, {} of {} heads per token (attention scores and sums x {:.3g}), a gate of "
-               "{:.0f} weights per attention layer, balance loss {:.6g}\n",
-               mc.head_topk, mc.n_heads, MultiHeadAttention::computed_head_share(mc),
-               static_cast<double>(mc.n_heads * mc.d_model), mc.head_balance_loss);
+    fmt::print(
+        "heads: top-k gating, {} of {} heads per token (attention scores and sums x {:.3g}), a gate of "
+        "{:.0f} weights per attention layer, balance loss {:.6g}\n",
+        mc.head_topk, mc.n_heads, MultiHeadAttention::computed_head_share(mc),
+        static_cast<double>(mc.n_heads * mc.d_model), mc.head_balance_loss);
   if (mc.head_mixing != HeadMixing::None)
-    fmt::print("heads: {} mixing{}\n", name_of(mc.head_mixing),
-               mc.head_mixing == HeadMixing::GroupMlp ? " in " + std::to_string(mc.head_groups) + " groups" : "");
+    fmt::print(
+        "heads: {} mixing{}\n", name_of(mc.head_mixing),
+        mc.head_mixing == HeadMixing::GroupMlp ? " in " + std::to_string(mc.head_groups) + " groups" : "");
 }
 
 // Parameters, FLOPs, memory and the optimizer's own work.
@@ -204,8 +213,8 @@ void print_costs(const Config& c, const InfoModel& m, const InfoFigures& f) {
     fmt::print("memory estimate (batch {} pairs of at most {} + {} tokens): {}\n", f.B,
                c.integer("data.max_source_len") + 1, f.T, f.memory.summary());
   } else {
-    fmt::print("FLOPs per token at T = {}: forward {}, training {}; per optimizer step ({:.0f} tokens): {}\n", f.T,
-               human_count(f.train_flops / 3.0), human_count(f.train_flops), f.step_tokens,
+    fmt::print("FLOPs per token at T = {}: forward {}, training {}; per optimizer step ({:.0f} tokens): {}\n",
+               f.T, human_count(f.train_flops / 3.0), human_count(f.train_flops), f.step_tokens,
                human_count(f.train_flops * f.step_tokens));
     fmt::print("memory estimate (batch {} x {}): {}\n", f.B, f.T, f.memory.summary());
   }
@@ -215,9 +224,10 @@ void print_costs(const Config& c, const InfoModel& m, const InfoFigures& f) {
     if (s.rows > 0) ++matrices, elements += s.size;
   // Per step, whatever the batch; a language model's are compared with the model's FLOPs of a step.
   const std::string share =
-      f.seq2seq ? ""
-                : fmt::format("{:.1f}% of the model's training FLOPs per step at {:.0f} tokens; ",
-                              100.0 * f.ns_flops / std::max(1.0, f.train_flops * f.step_tokens), f.step_tokens);
+      f.seq2seq
+          ? ""
+          : fmt::format("{:.1f}% of the model's training FLOPs per step at {:.0f} tokens; ",
+                        100.0 * f.ns_flops / std::max(1.0, f.train_flops * f.step_tokens), f.step_tokens);
   fmt::print(
       "optimizer muon: {} matrices ({} parameters) by Muon, the rest by AdamW; Newton-Schulz {} FLOPs per "
       "optimizer step ({}not counted in MFU)\n",
@@ -268,7 +278,8 @@ std::vector<Command> add_info_commands(CLI::App& app) {
   info->add_option("--set", o->sets, "Override a key (repeatable)")->type_name("KEY=VALUE");
   info->add_option("--vocab-size", o->vocab_size, "Vocabulary size when the data file is not at hand")
       ->check(integer_in(1, kMaxFlagCount));
-  info->add_flag("--measure", o->measure, "Also run one training step and report the measured peak tensor memory");
+  info->add_flag("--measure", o->measure,
+                 "Also run one training step and report the measured peak tensor memory");
   info->add_flag("--json", o->json, "Print parameters and FLOPs per token as one JSON object");
   info->footer("\nExample:\n  tfm info --config configs/shakespeare_char_large.json --measure\n");
   return {{info, [o] { return info_command(*o); }}};

@@ -1,4 +1,6 @@
 // tfm attention | export | tokenizer: looking inside a run and moving its weights out (docs/insight.md).
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -9,19 +11,17 @@
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "cli.h"
 #include "tfm/analysis/attention_maps.h"
 #include "tfm/data/bpe.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
-#include "tfm/objectives/inference.h"
-#include "tfm/engine/platform.h"
 #include "tfm/engine/gguf.h"
+#include "tfm/engine/platform.h"
 #include "tfm/engine/safetensors.h"
 #include "tfm/models/gguf_export.h"
 #include "tfm/models/gguf_reference.h"
+#include "tfm/objectives/inference.h"
 #include "tfm/training/run_dir.h"
 
 namespace tfm::cli {
@@ -73,7 +73,7 @@ int run_pair_attention(const AttentionOptions& o, LoadedRun& run) {
   std::string target;
   for (size_t t = 0; t + 1 < a.target_tokens.size(); ++t) target += (t ? " " : "") + a.target_tokens[t];
   fmt::print("pair: {} => {}{}\n", o.text.c_str(), target.c_str(),
-              o.target.empty() ? " (the run's greedy translation; --target sets another)" : "");
+             o.target.empty() ? " (the run's greedy translation; --target sets another)" : "");
   for (const char* kind : {"encoder", "decoder_self", "cross"}) {
     const std::vector<Tensor>& layers = std::string(kind) == "encoder"        ? a.encoder
                                         : std::string(kind) == "decoder_self" ? a.decoder_self
@@ -81,12 +81,13 @@ int run_pair_attention(const AttentionOptions& o, LoadedRun& run) {
     for (size_t l = 0; l < layers.size(); ++l) {
       write_npy(out + "/attention_" + kind + "_layer" + std::to_string(l) + ".npy", layers[l]);
       fmt::print("{} layer {}: mean head pattern similarity {:.2f}\n", kind, l,
-                  j[kind][l]["mean_pattern_similarity"].get<double>());
+                 j[kind][l]["mean_pattern_similarity"].get<double>());
     }
   }
-  fmt::print("wrote {} and attention_{{encoder,decoder_self,cross}}_layerL.npy ({} source, {} target tokens; "
-              "(H, rows, cols) float32)\n",
-              report.c_str(), a.source_tokens.size(), a.target_tokens.size());
+  fmt::print(
+      "wrote {} and attention_{{encoder,decoder_self,cross}}_layerL.npy ({} source, {} target tokens; "
+      "(H, rows, cols) float32)\n",
+      report.c_str(), a.source_tokens.size(), a.target_tokens.size());
   run_plot_script("plot_attention.py", {report, "--out", out}, o.no_plot);
   return kExitOk;
 }
@@ -95,14 +96,15 @@ int run_attention(const AttentionOptions& o) {
   LoadedRun run = load_run(o.run, o.which);
   if (!run.model) {
     if (!o.mask_heads.empty())
-      throw ConfigError("--mask-heads: only for causal_lm and masked_lm runs (this run's train.objective is \"" +
-                        run.objective->name() + "\")");
+      throw ConfigError(
+          "--mask-heads: only for causal_lm and masked_lm runs (this run's train.objective is \"" +
+          run.objective->name() + "\")");
     return run_pair_attention(o, run);
   }
   apply_head_mask(run, o.mask_heads);
   if (!o.target.empty())
-    throw ConfigError("--target: only for seq2seq runs (this run's train.objective is \"" + run.objective->name() +
-                      "\")");
+    throw ConfigError("--target: only for seq2seq runs (this run's train.objective is \"" +
+                      run.objective->name() + "\")");
   const Tokenizer& tok = run.checkpoint.tokenizer;
   const std::vector<int32_t> ids = tok.encode(o.text, "--text");
   const int64_t max_len = run.model->config().max_seq_len;
@@ -120,10 +122,10 @@ int run_attention(const AttentionOptions& o) {
   for (size_t l = 0; l < layers.size(); ++l) {
     write_npy(out + "/attention_layer" + std::to_string(l) + ".npy", layers[l].probabilities);
     fmt::print("layer {}: mean head similarity rho = {:.2f} (output), {:.2f} (pattern)\n", l,
-                layers[l].mean_output_similarity, layers[l].mean_pattern_similarity);
+               layers[l].mean_output_similarity, layers[l].mean_pattern_similarity);
   }
   fmt::print("wrote {} and attention_layer{{0..{}}}.npy ({} tokens; probabilities (H, T, T) float32)\n",
-              report.c_str(), layers.size() - 1, ids.size());
+             report.c_str(), layers.size() - 1, ids.size());
   run_plot_script("plot_attention.py", {report, "--out", out}, o.no_plot);
   return kExitOk;
 }
@@ -149,10 +151,11 @@ int export_safetensors(const ExportOptions& o, const LoadedRun& run) {
       {"config", run.config.tree.dump()},
       {"tokenizer", tok.to_json().dump()},
       {"step", std::to_string(run.checkpoint.state.value("step", int64_t{0}))}};
-  if (run.checkpoint.target_tokenizer) metadata["target_tokenizer"] = run.checkpoint.target_tokenizer->to_json().dump();
+  if (run.checkpoint.target_tokenizer)
+    metadata["target_tokenizer"] = run.checkpoint.target_tokenizer->to_json().dump();
   save_safetensors(o.out, tensors, metadata);
   fmt::print("wrote {}: {} float32 tensors, {} parameters ({}/{}.ckpt, {})\n", o.out.c_str(), tensors.size(),
-              model.parameter_count(), o.run.c_str(), o.which.c_str(), run.objective->name().c_str());
+             model.parameter_count(), o.run.c_str(), o.which.c_str(), run.objective->name().c_str());
   return kExitOk;
 }
 
@@ -200,9 +203,10 @@ int export_gguf(const ExportOptions& o, LoadedRun& run) {
   }
   // In f32 only float rounding may separate the file from the model (~1e-6): anything more is a bug here.
   if (dtype == GgmlType::F32 && erf > 1e-4) {
-    std::fprintf(stderr, "tfm: error: %s does not reproduce the run's model (max probability difference %.1e%s, "
-                 "expected float rounding); please report it\n", out.c_str(), erf,
-                 arch == "gpt2" ? " with tfm's GELU" : "");
+    std::fprintf(stderr,
+                 "tfm: error: %s does not reproduce the run's model (max probability difference %.1e%s, "
+                 "expected float rounding); please report it\n",
+                 out.c_str(), erf, arch == "gpt2" ? " with tfm's GELU" : "");
     return kExitInternal;
   }
   std::printf("end of generation in llama.cpp: %s\n", eot.note.c_str());
@@ -216,7 +220,8 @@ int export_gguf(const ExportOptions& o, LoadedRun& run) {
 
 int run_export(const ExportOptions& o) {
   std::string format = o.format;
-  if (format.empty()) format = o.out.size() >= 5 && o.out.substr(o.out.size() - 5) == ".gguf" ? "gguf" : "safetensors";
+  if (format.empty())
+    format = o.out.size() >= 5 && o.out.substr(o.out.size() - 5) == ".gguf" ? "gguf" : "safetensors";
   if (format != "safetensors" && format != "gguf")
     throw ConfigError("--format: expected \"safetensors\" or \"gguf\", got \"" + format + "\"");
   if (o.dtype != "f32" && o.dtype != "f16" && o.dtype != "bf16")
@@ -259,14 +264,16 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
   std::vector<Command> commands;
 
   auto a = std::make_shared<AttentionOptions>();
-  auto* att =
-      app.add_subcommand("attention", "Per-head attention maps and head similarity of a run on a text (seq2seq: self- and cross-attention of a pair)");
+  auto* att = app.add_subcommand("attention",
+                                 "Per-head attention maps and head similarity of a run on a text (seq2seq: "
+                                 "self- and cross-attention of a pair)");
   att->add_option("--run", a->run, "Run directory")->type_name("DIR")->required();
   att->add_option("--text", a->text, "Text to analyse (at most model.max_seq_len tokens)")->required();
   att->add_option("--target", a->target,
                   "seq2seq runs: the target side, teacher-forced (default: the run's greedy translation)");
   att->add_option("--out", a->out, "Output directory (default: DIR/attention)")->type_name("DIR");
-  att->add_option("--mask-heads", a->mask_heads, "Mask attention heads: LAYER:HEAD,... (0-based; their output is zero)")
+  att->add_option("--mask-heads", a->mask_heads,
+                  "Mask attention heads: LAYER:HEAD,... (0-based; their output is zero)")
       ->type_name("L:H,...");
   att->add_option("--checkpoint", a->which, "last or best")->capture_default_str()->check(checkpoint_name());
   att->add_flag("--no-plot", a->no_plot, "Do not run scripts/plot_attention.py");
@@ -294,7 +301,8 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
   exp->footer(
       "\nsafetensors: names and shapes as scripts/torch_lm.py's (weights (out, in) as PyTorch; an\n"
       "encoder-decoder's names are in include/tfm/models/encoder_decoder.h); metadata: objective, config,\n"
-      "tokenizer (and target_tokenizer). Load with `tfm train --init-from FILE` or `tfm sample --init-from FILE`.\n"
+      "tokenizer (and target_tokenizer). Load with `tfm train --init-from FILE` or `tfm sample --init-from "
+      "FILE`.\n"
       "\n"
       "gguf: a file llama.cpp runs (GGUF v3), for causal_lm runs of pre-norm dot-product models, tied or\n"
       "untied head, any n_kv_heads: architecture gpt2 for LayerNorm and GELU with sinusoidal or learned\n"
@@ -304,14 +312,18 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
       "post, model.activation relu, model.attention_score additive, head gating and head mixing, and mixes\n"
       "that fit no architecture (RoPE with LayerNorm or GELU; RMSNorm, SwiGLU or QK-norm without RoPE).\n"
       "The file is read back and llama.cpp's graph run from it on a few tokens, in double precision. gpt2:\n"
-      "the differences printed are with tfm's erf GELU (the export itself: float rounding), with GELU's tanh\n"
-      "form, and with llama.cpp's CPU GELU (tanh form through a half-precision table: what llama.cpp shows).\n"
+      "the differences printed are with tfm's erf GELU (the export itself: float rounding), with GELU's "
+      "tanh\n"
+      "form, and with llama.cpp's CPU GELU (tanh form through a half-precision table: what llama.cpp "
+      "shows).\n"
       "scripts/dev/check_gguf.sh runs real llama.cpp on exports (docs/llama_cpp.md).\n"
       "Examples:\n"
       "  tfm export --run runs/shakespeare_char --out model.safetensors\n"
-      "  tfm export --run runs/shakespeare_char --format gguf                 # runs/shakespeare_char/model-f32.gguf\n"
+      "  tfm export --run runs/shakespeare_char --format gguf                 # "
+      "runs/shakespeare_char/model-f32.gguf\n"
       "  tfm export --run runs/shakespeare_char --format gguf --dtype f16 --out tiny-f16.gguf\n"
-      "  llama-completion -m runs/shakespeare_char/model-f32.gguf -c 64 -n 32 --temp 0 -no-cnv --ignore-eos \\\n"
+      "  llama-completion -m runs/shakespeare_char/model-f32.gguf -c 64 -n 32 --temp 0 -no-cnv --ignore-eos "
+      "\\\n"
       "      -p \"ROMEO:\"\n");
   commands.push_back({exp, [e] { return run_export(*e); }});
 

@@ -1,5 +1,7 @@
 // What the encoder objectives' models do at inference: `tfm fill-mask` (masked_lm) and
 // `tfm translate` (seq2seq).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -8,13 +10,11 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include <fmt/format.h>
-
 #include "cli.h"
-#include "tfm/objectives/bleu.h"
 #include "tfm/engine/error.h"
-#include "tfm/objectives/inference.h"
 #include "tfm/engine/platform.h"
+#include "tfm/objectives/bleu.h"
+#include "tfm/objectives/inference.h"
 #include "tfm/training/preflight.h"
 #include "tfm/training/run_dir.h"
 
@@ -30,8 +30,9 @@ struct FillMaskOptions {
 int fill_mask_command(const FillMaskOptions& o) {
   LoadedRun run = load_run(o.run, o.which);
   if (o.top_k > run.objective->tokenizer().size())
-    throw ConfigError("--top-k: expected at most the vocabulary's " + std::to_string(run.objective->tokenizer().size()) +
-                      " tokens, got " + std::to_string(o.top_k));
+    throw ConfigError("--top-k: expected at most the vocabulary's " +
+                      std::to_string(run.objective->tokenizer().size()) + " tokens, got " +
+                      std::to_string(o.top_k));
   const FillMaskResult r = fill_mask(*run.objective, o.text, o.top_k);
   if (o.json) {
     nlohmann::json out = {{"text", o.text}, {"masks", nlohmann::json::array()}};
@@ -50,14 +51,14 @@ int fill_mask_command(const FillMaskOptions& o) {
     std::string left, right;
     for (int64_t p = std::max<int64_t>(0, m.position - 12); p < m.position; ++p)
       left += r.tokens[p] < tok.size() ? tok.decode(r.tokens[p]) : kMaskToken;
-    for (int64_t p = m.position + 1; p < std::min<int64_t>(static_cast<int64_t>(r.tokens.size()), m.position + 13); ++p)
+    for (int64_t p = m.position + 1;
+         p < std::min<int64_t>(static_cast<int64_t>(r.tokens.size()), m.position + 13); ++p)
       right += r.tokens[p] < tok.size() ? tok.decode(r.tokens[p]) : kMaskToken;
-    fmt::print("mask {} (token {}): {}{}{}\n", i + 1, m.position, left.c_str(), kMaskToken,
-                right.c_str());
+    fmt::print("mask {} (token {}): {}{}{}\n", i + 1, m.position, left.c_str(), kMaskToken, right.c_str());
     for (const auto& [token, p] : m.candidates) {
       std::string shown = token == "\n" ? "\\n" : token == " " ? "' '" : token;
-      fmt::print("  {:<8} {:6.2f}%  {}{}{}\n", shown.c_str(), 100.0 * p, left.c_str(), token == "\n" ? "\\n" : token.c_str(),
-                  right.c_str());
+      fmt::print("  {:<8} {:6.2f}%  {}{}{}\n", shown.c_str(), 100.0 * p, left.c_str(),
+                 token == "\n" ? "\\n" : token.c_str(), right.c_str());
     }
   }
   return kExitOk;
@@ -104,7 +105,8 @@ int translate_command(const TranslateCliOptions& o) {
     if (o.json) {
       nlohmann::json j = {{"source", text}, {"translation", out}};
       if (reference) {
-        const Tokens hyp = Tokenizer::split_words(out, "translation"), ref = Tokenizer::split_words(*reference, "--reference");
+        const Tokens hyp = Tokenizer::split_words(out, "translation"),
+                     ref = Tokenizer::split_words(*reference, "--reference");
         j["reference"] = *reference;
         j["bleu"] = sentence_bleu(hyp, ref).score;
         j["d2l_bleu"] = d2l_bleu(hyp, ref, 2);
@@ -113,9 +115,10 @@ int translate_command(const TranslateCliOptions& o) {
     } else {
       fmt::print("{}\n", out.c_str());
       if (reference) {
-        const Tokens hyp = Tokenizer::split_words(out, "translation"), ref = Tokenizer::split_words(*reference, "--reference");
+        const Tokens hyp = Tokenizer::split_words(out, "translation"),
+                     ref = Tokenizer::split_words(*reference, "--reference");
         fmt::print(stderr, "{} => {}, bleu {:.3f} (d2l, k = 2; reference: {})\n", text.c_str(), out.c_str(),
-                     d2l_bleu(hyp, ref, 2), reference->c_str());
+                   d2l_bleu(hyp, ref, 2), reference->c_str());
       }
     }
     std::fflush(stdout);
@@ -168,28 +171,33 @@ int translate_command(const TranslateCliOptions& o) {
 std::vector<Command> add_objective_commands(CLI::App& app) {
   std::vector<Command> out;
   auto fm = std::make_shared<FillMaskOptions>();
-  auto* f = app.add_subcommand("fill-mask", "Fill each [MASK] of a text with a masked_lm run's top-k candidates");
+  auto* f =
+      app.add_subcommand("fill-mask", "Fill each [MASK] of a text with a masked_lm run's top-k candidates");
   f->add_option("--run", fm->run, "Run directory of a masked_lm run")->type_name("DIR")->required();
-  f->add_option("--text", fm->text, "Text with one or more [MASK] (each is one token: a character for the char tokenizer)")
+  f->add_option("--text", fm->text,
+                "Text with one or more [MASK] (each is one token: a character for the char tokenizer)")
       ->required();
   f->add_option("--top-k", fm->top_k, "Candidates per mask (at most the vocabulary)")
       ->capture_default_str()
       ->check(integer_in(1, kMaxFlagCount));
   f->add_option("--checkpoint", fm->which, "last or best (default: best when it exists)")
       ->check(checkpoint_name());
-  f->add_flag("--json", fm->json, "Print one JSON object: per mask its position and candidates with probabilities");
+  f->add_flag("--json", fm->json,
+              "Print one JSON object: per mask its position and candidates with probabilities");
   f->footer(
       "\nExample:\n  tfm fill-mask --run runs/shakespeare_mlm --text \"To be, or not to b[MASK], that is the "
       "question\" --top-k 5\n");
   out.push_back({f, [fm] { return fill_mask_command(*fm); }});
 
   auto to = std::make_shared<TranslateCliOptions>();
-  auto* t = app.add_subcommand("translate", "Translate with a seq2seq run: --text arguments, or lines on stdin");
+  auto* t =
+      app.add_subcommand("translate", "Translate with a seq2seq run: --text arguments, or lines on stdin");
   t->add_option("--run", to->run, "Run directory of a seq2seq run")->type_name("DIR")->required();
   t->add_option("--text", to->texts, "A source sentence (repeatable); without --text, each line of stdin")
       ->type_name("TEXT");
-  t->add_option("--reference", to->references,
-                "The expected translation of each --text, in order: stderr shows d2l's BLEU (k = 2) per sentence")
+  t->add_option(
+       "--reference", to->references,
+       "The expected translation of each --text, in order: stderr shows d2l's BLEU (k = 2) per sentence")
       ->type_name("TEXT");
   t->add_option("--beam", to->beam,
                 "Beam width (1 = greedy; refused before it starts when the search cannot fit in memory)")

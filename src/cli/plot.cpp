@@ -1,12 +1,12 @@
 // Where the commands put their reports and how they draw them (scripts/plot_*.py, Debian's
 // python3-matplotlib).
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "cli.h"
 #include "tfm/engine/error.h"
@@ -30,13 +30,15 @@ std::string find_script(const std::string& name) {
   return "scripts/" + name;
 }
 
-bool run_plot_script(const std::string& name, const std::vector<std::string>& args, bool no_plot, bool quiet) {
+bool run_plot_script(const std::string& name, const std::vector<std::string>& args, bool no_plot,
+                     bool quiet) {
   static const std::string kPython = "/usr/bin/python3";
   std::vector<std::string> argv = {kPython, find_script(name)};
   argv.insert(argv.end(), args.begin(), args.end());
   std::fflush(stdout);  // our lines before the script's
   // An argument vector, never a shell command line: paths are user strings.
-  if (!no_plot && fs::exists(argv[1]) && platform::run_program({kPython, "-c", "import matplotlib"}, true) == 0 &&
+  if (!no_plot && fs::exists(argv[1]) &&
+      platform::run_program({kPython, "-c", "import matplotlib"}, true) == 0 &&
       platform::run_program(argv, quiet) == 0)
     return true;
   if (!quiet) {

@@ -23,8 +23,8 @@ int sample_command(const SampleCliOptions& cli) {
   const ObjectiveCapabilities can = run.objective->capabilities();
   if (can.inference != Inference::Sample)
     throw ConfigError("sample: " + dir + " was trained with train.objective \"" + run.objective->name() +
-                      "\"; sampling continues text, which needs a causal_lm run (for " + run.objective->name() +
-                      ": " + can.inference_command + ")");
+                      "\"; sampling continues text, which needs a causal_lm run (for " +
+                      run.objective->name() + ": " + can.inference_command + ")");
   if (!cli.init_from.empty()) {
     const std::string note =
         load_safetensors_into(*run.model, cli.init_from, &run.checkpoint, run.checkpoint_path);
@@ -33,8 +33,8 @@ int sample_command(const SampleCliOptions& cli) {
   apply_head_mask(run, cli.mask_heads);
   const int64_t V = run.model->config().vocab_size;
   if (o.top_k > V)
-    throw ConfigError("--top-k: expected 0 to " + std::to_string(V) + " (the vocabulary of " + dir + "), got " +
-                      std::to_string(o.top_k));
+    throw ConfigError("--top-k: expected 0 to " + std::to_string(V) + " (the vocabulary of " + dir +
+                      "), got " + std::to_string(o.top_k));
   run.checkpoint.tokenizer.encode(o.prompt, "--prompt");  // a bad prompt is refused before it is echoed
   std::fputs(o.prompt.c_str(), stdout);
   generate(*run.model, run.checkpoint.tokenizer, o, [](const std::string& piece) {
@@ -61,7 +61,8 @@ std::vector<Command> add_sample_commands(CLI::App& app) {
   samp->add_option("--temperature", s.temperature, "Softmax temperature (0 = greedy)")
       ->capture_default_str()
       ->check(number_in(0, 100));
-  samp->add_option("--top-k", s.top_k, "Sample among the k most likely tokens (0 = all; at most the vocabulary)")
+  samp->add_option("--top-k", s.top_k,
+                   "Sample among the k most likely tokens (0 = all; at most the vocabulary)")
       ->capture_default_str()
       ->check(integer_in(0, kMaxFlagCount));
   samp->add_option("--seed", s.seed, "Sampling seed (same seed, same text)")
@@ -69,7 +70,8 @@ std::vector<Command> add_sample_commands(CLI::App& app) {
       ->check(integer_in(0, std::numeric_limits<int64_t>::max()));
   samp->add_option("--checkpoint", o->which, "last or best (default: best when it exists)")
       ->check(checkpoint_name());
-  samp->add_option("--mask-heads", o->mask_heads, "Mask attention heads: LAYER:HEAD,... (0-based; their output is zero)")
+  samp->add_option("--mask-heads", o->mask_heads,
+                   "Mask attention heads: LAYER:HEAD,... (0-based; their output is zero)")
       ->type_name("L:H,...");
   samp->add_option("--init-from", o->init_from, "Weights from a safetensors file instead of the run's")
       ->type_name("FILE");

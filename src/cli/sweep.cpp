@@ -1,17 +1,17 @@
 // tfm sweep: trains every point of a grid of config values (analysis/sweep.h) and tabulates what each
 // point costs and reaches.
-#include <algorithm>
-#include <cstdio>
-#include <memory>
-#include <string>
-#include <vector>
-
-#include <nlohmann/json.hpp>
+#include "tfm/analysis/sweep.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
 #include "cli.h"
-#include "tfm/analysis/sweep.h"
 #include "tfm/engine/platform.h"
 
 namespace tfm::cli {
@@ -43,29 +43,37 @@ int run_sweep_command(const SweepOptions& o) {
   const std::vector<SweepAxis>& axes = spec.axes;
   const std::vector<json>& all = result.points;
   if (o.json) {
-    fmt::print("{}\n", json({{"points", all}, {"keys", [&] {
+    fmt::print("{}\n", json({{"points", all},
+                             {"keys",
+                              [&] {
                                 json k = json::array();
                                 for (const SweepAxis& a : axes) k.push_back(a.key);
                                 return k;
-                              }()}}).dump().c_str());
+                              }()}})
+                           .dump()
+                           .c_str());
     return kExitOk;
   }
   // Time to quality columns when the points have a target: seconds to it ("-" when missed).
-  const bool target = std::any_of(all.begin(), all.end(), [](const json& r) { return r.contains("seconds_to_target"); });
+  const bool target =
+      std::any_of(all.begin(), all.end(), [](const json& r) { return r.contains("seconds_to_target"); });
   const auto number = [](const json& v, const char* format) {
     return v.is_number() ? fmt::format(fmt::runtime(format), v.get<double>()) : std::string("-");
   };
   for (const SweepAxis& a : axes) fmt::print("| {} ", a.key);
-  fmt::print("| parameters | train FLOPs/token | KV cache bytes/token | val loss | best val | steps | training s |{} "
-             "ms/step | tokens/s |\n",
-             target ? " s to target |" : "");
+  fmt::print(
+      "| parameters | train FLOPs/token | KV cache bytes/token | val loss | best val | steps | training s "
+      "|{} "
+      "ms/step | tokens/s |\n",
+      target ? " s to target |" : "");
   for (size_t a = 0; a < axes.size() + 9 + (target ? 1 : 0); ++a) fmt::print("|---");
   fmt::print("|\n");
   for (const json& r : all) {
     for (const SweepAxis& a : axes) fmt::print("| {} ", r[a.key].dump());
     fmt::print("| {} | {:.3g} | {} | {} | {} | {}{} | {:.1f} |", r["parameters"].get<int64_t>(),
                r["train_flops_per_token"].get<double>(), r["kv_cache_bytes_per_token"].get<int64_t>(),
-               number(r["val_loss"], "{:.4f}"), number(r["best_val_loss"], "{:.4f}"), r["step"].get<int64_t>(),
+               number(r["val_loss"], "{:.4f}"), number(r["best_val_loss"], "{:.4f}"),
+               r["step"].get<int64_t>(),
                r["stopped"] == "max_steps" ? "" : " (" + r["stopped"].get<std::string>() + ")",
                r["training_s"].get<double>());
     if (target) fmt::print(" {} |", number(r.value("seconds_to_target", json()), "{:.1f}"));
@@ -80,7 +88,8 @@ int run_sweep_command(const SweepOptions& o) {
 
 std::vector<Command> add_sweep_commands(CLI::App& app) {
   auto o = std::make_shared<SweepOptions>();
-  auto* s = app.add_subcommand("sweep", "Train every point of a grid of config values and tabulate cost and val loss");
+  auto* s = app.add_subcommand("sweep",
+                               "Train every point of a grid of config values and tabulate cost and val loss");
   s->add_option("--config", o->config, "JSON config every point starts from")->type_name("FILE")->required();
   s->add_option("--grid", o->grid,
                 "A swept key and its values (repeatable: the grid is their product, at most " +
@@ -102,7 +111,8 @@ std::vector<Command> add_sweep_commands(CLI::App& app) {
       "and the table gains 's to target'; with train.max_seconds each point stops at that time budget\n"
       "(a point that stopped either way counts as done).\nExamples:\n"
       "  tfm sweep --config configs/shakespeare_char.json --grid model.n_heads=1,2,4,8,16,32\n"
-      "  tfm sweep --config configs/shakespeare_char.json --set model.n_heads=8 --grid model.n_kv_heads=8,4,2,1\n"
+      "  tfm sweep --config configs/shakespeare_char.json --set model.n_heads=8 --grid "
+      "model.n_kv_heads=8,4,2,1\n"
       "  tfm sweep --config configs/shakespeare_speedrun.json --set train.max_seconds=120 \\\n"
       "            --grid train.optimizer.muon_lr=0.01,0.02,0.04 --grid model.dropout=0,0.1\n");
   return {{s, [o] { return run_sweep_command(*o); }}};

@@ -1,8 +1,8 @@
 // `tfm train`: a new run from a config, or the continuation of a run.
+#include <fmt/format.h>
+
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "cli.h"
 #include "tfm/config/config.h"
@@ -23,7 +23,8 @@ struct TrainCliOptions {
 };
 
 int train_command(const TrainCliOptions& o) {
-  const std::string &config_file = o.config_file, &resume_dir = o.resume_dir, &out = o.out, &init_from = o.init_from;
+  const std::string &config_file = o.config_file, &resume_dir = o.resume_dir, &out = o.out,
+                    &init_from = o.init_from;
   std::vector<std::string> sets = o.sets;
   if (o.target_loss >= 0) sets.push_back("train.target_loss=" + fmt::format("{}", o.target_loss));
   if (o.max_seconds >= 0) sets.push_back("train.max_seconds=" + fmt::format("{}", o.max_seconds));
@@ -38,7 +39,8 @@ int train_command(const TrainCliOptions& o) {
   const std::string sizes = "train.batch_size, train.seq_len and the model.* sizes";
   if (!resume_dir.empty()) {
     if (!out.empty()) throw ConfigError("--out: a resumed run stays in its directory " + resume_dir);
-    if (!init_from.empty()) throw ConfigError("--init-from: only for a new run (--config), not with --resume");
+    if (!init_from.empty())
+      throw ConfigError("--init-from: only for a new run (--config), not with --resume");
     r = sized_by(sizes, [&] { return resume(resume_dir, sets, options); });
   } else {
     std::vector<std::string> all = sets;
@@ -54,7 +56,8 @@ int train_command(const TrainCliOptions& o) {
 std::vector<Command> add_train_commands(CLI::App& app) {
   auto o = std::make_shared<TrainCliOptions>();
   auto* train = app.add_subcommand("train", "Train a model from a config, or continue a run");
-  train->add_option("--config", o->config_file, "JSON config of a new run (configs/*.json)")->type_name("FILE");
+  train->add_option("--config", o->config_file, "JSON config of a new run (configs/*.json)")
+      ->type_name("FILE");
   train
       ->add_option("--resume", o->resume_dir,
                    "Continue the run in DIR from its last.ckpt, else its best.ckpt (bit-identical to an "
@@ -76,9 +79,10 @@ std::vector<Command> add_train_commands(CLI::App& app) {
       ->type_name("X")
       ->check(number_in(0, 1e9));
   train
-      ->add_option("--max-seconds", o->max_seconds,
-                   "Time budget: evaluate, save and stop after the step at which training has taken S seconds "
-                   "(sets train.max_seconds; the schedule still runs over train.max_steps)")
+      ->add_option(
+          "--max-seconds", o->max_seconds,
+          "Time budget: evaluate, save and stop after the step at which training has taken S seconds "
+          "(sets train.max_seconds; the schedule still runs over train.max_steps)")
       ->type_name("S")
       ->check(number_in(0, 1e9));
   train->add_option("--stop-at", o->stop_at, "Stop as if interrupted after this step (for testing resume)")

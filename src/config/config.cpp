@@ -225,33 +225,37 @@ void cross_checks(const json& t, std::vector<std::string>& errors) {
   const TrainConfig train = from_tree<TrainConfig>(t);
   const ModelConfig model = from_tree<ModelConfig>(t);
   if (lookup(t, "data.tokenizer")->get<std::string>() == "bpe" && lookup(t, "data.tokenizer_path")->is_null())
-    errors.push_back("data.tokenizer_path: required when data.tokenizer = \"bpe\" (make one with tfm tokenizer train)");
+    errors.push_back(
+        "data.tokenizer_path: required when data.tokenizer = \"bpe\" (make one with tfm tokenizer train)");
   // What the model's options need of each other (nn/model_config.h: heads dividing d_model, top-k, ...).
   for (const std::string& e : model_config_errors(model)) errors.push_back(e);
   if (train.seq_len > model.max_seq_len)
     errors.push_back("train.seq_len: expected at most model.max_seq_len = " +
                      std::to_string(model.max_seq_len) + ", got " + std::to_string(train.seq_len));
   if (train.data_parallel > train.batch_size)
-    errors.push_back("train.data_parallel: expected at most train.batch_size = " +
-                     std::to_string(train.batch_size) + " workers (each takes whole rows), got " +
-                     std::to_string(train.data_parallel));
+    errors.push_back(
+        "train.data_parallel: expected at most train.batch_size = " + std::to_string(train.batch_size) +
+        " workers (each takes whole rows), got " + std::to_string(train.data_parallel));
   // What the objectives need of the model and the data (docs/architecture.md, "Objectives").
   const ObjectiveKind objective = train.objective;
   const bool seq2seq = objective == ObjectiveKind::Seq2Seq;
   if (objective == ObjectiveKind::CausalLm && !model.causal)
-    errors.push_back("model.causal: train.objective \"causal_lm\" needs model.causal = true (a bidirectional "
-                     "model trained on the next token reads the answer through attention; for an encoder use "
-                     "train.objective \"masked_lm\")");
+    errors.push_back(
+        "model.causal: train.objective \"causal_lm\" needs model.causal = true (a bidirectional "
+        "model trained on the next token reads the answer through attention; for an encoder use "
+        "train.objective \"masked_lm\")");
   if (objective == ObjectiveKind::MaskedLm && model.causal)
-    errors.push_back("model.causal: train.objective \"masked_lm\" needs model.causal = false (a causal model "
-                     "cannot see the tokens after a [MASK])");
+    errors.push_back(
+        "model.causal: train.objective \"masked_lm\" needs model.causal = false (a causal model "
+        "cannot see the tokens after a [MASK])");
   const std::string format = lookup(t, "data.format")->get<std::string>();
   if (seq2seq != (format == "pairs"))
     errors.push_back("data.format: train.objective \"" + name_of(objective) + "\" reads " +
                      (seq2seq ? "\"pairs\"" : "\"text\"") + ", got \"" + format + "\"");
   if (!seq2seq && lookup(t, "data.tokenizer")->get<std::string>() == "word")
-    errors.push_back("data.tokenizer: \"word\" is for train.objective \"seq2seq\" (sentence pairs); a text "
-                     "objective uses \"char\", \"byte\" or \"bpe\"");
+    errors.push_back(
+        "data.tokenizer: \"word\" is for train.objective \"seq2seq\" (sentence pairs); a text "
+        "objective uses \"char\", \"byte\" or \"bpe\"");
   if (seq2seq)
     for (const char* side : {"data.max_source_len", "data.max_target_len"})
       if (i(side) + 1 > model.max_seq_len)
@@ -328,7 +332,9 @@ ModelConfig Config::model(int64_t vocab_size) const {
   return m;
 }
 
-TrainConfig Config::train() const { return from_tree<TrainConfig>(tree); }
+TrainConfig Config::train() const {
+  return from_tree<TrainConfig>(tree);
+}
 
 // ---- parsing ----
 
@@ -481,7 +487,8 @@ Config resume_config(const Config& run, const std::vector<std::string>& override
     if (!read_by(k, objective)) {
       const auto parts = split_path(k.path);
       json* node = &tree;
-      for (size_t p = 0; p + 1 < parts.size() && node; ++p) node = node->contains(parts[p]) ? &(*node)[parts[p]] : nullptr;
+      for (size_t p = 0; p + 1 < parts.size() && node; ++p)
+        node = node->contains(parts[p]) ? &(*node)[parts[p]] : nullptr;
       if (node) node->erase(parts.back());
     }
   Config next = resolve_config(std::move(tree), overrides);

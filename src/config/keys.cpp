@@ -18,9 +18,15 @@ using nlohmann::json;
 
 namespace {
 
-int64_t integer(const json& tree, const char* path) { return lookup(tree, path)->get<int64_t>(); }
-double number(const json& tree, const char* path) { return lookup(tree, path)->get<double>(); }
-std::string text(const json& tree, const char* path) { return lookup(tree, path)->get<std::string>(); }
+int64_t integer(const json& tree, const char* path) {
+  return lookup(tree, path)->get<int64_t>();
+}
+double number(const json& tree, const char* path) {
+  return lookup(tree, path)->get<double>();
+}
+std::string text(const json& tree, const char* path) {
+  return lookup(tree, path)->get<std::string>();
+}
 bool seq2seq(const json& tree) {
   return *enum_from<ObjectiveKind>(text(tree, "train.objective")) == ObjectiveKind::Seq2Seq;
 }
@@ -103,14 +109,16 @@ struct Key {
   Key(const char* path, V S::*member, const char* meaning) {
     s.path = path;
     s.meaning = meaning;
-    bind<S>(s, [member](auto& o) -> auto& { return o.*member; });
+    bind<S>(
+        s, [member](auto& o) -> auto& { return o.*member; });
   }
   // ... to a member of one of its sub-structs (train.optimizer.lr: TrainConfig::optimizer's lr).
   template <class S, class Sub, class V>
   Key(const char* path, Sub S::*sub, V Sub::*member, const char* meaning) {
     s.path = path;
     s.meaning = meaning;
-    bind<S>(s, [sub, member](auto& o) -> auto& { return (o.*sub).*member; });
+    bind<S>(
+        s, [ sub, member ](auto& o) -> auto& { return (o.*sub).*member; });
   }
   Key& min(double v, bool open = false) {
     s.min = v, s.has_min = true, s.min_open = open;
@@ -166,7 +174,6 @@ using T = KeyType;
 const std::vector<ObjectiveKind> kLanguageModels = {ObjectiveKind::CausalLm, ObjectiveKind::MaskedLm};
 const std::vector<ObjectiveKind> kSeq2Seq = {ObjectiveKind::Seq2Seq};
 
-
 }  // namespace
 
 std::vector<KeySpec> build_table() {
@@ -179,7 +186,8 @@ std::vector<KeySpec> build_table() {
           "(`[\\\"a\\\", \\\"b/*.jsonl.gz\\\"]`); files `.txt` (one document) and `.jsonl` (one "
           "document per record), either optionally `.gz` or `.zst`."),
       Key("data.format", T::String, nullptr,
-          "`text`: one UTF-8 text (causal_lm, masked_lm); `pairs`: `source<TAB>target[<TAB>...]` lines (seq2seq).")
+          "`text`: one UTF-8 text (causal_lm, masked_lm); `pairs`: `source<TAB>target[<TAB>...]` lines "
+          "(seq2seq).")
           .derived("\"pairs\" for seq2seq, else \"text\"",
                    [](const json& t) { return json(seq2seq(t) ? "pairs" : "text"); })
           .one_of({"text", "pairs"}),
@@ -193,7 +201,8 @@ std::vector<KeySpec> build_table() {
           .derived("null (only bpe uses it)", [](const json&) { return json(); }),
       Key("data.cache_dir", T::String, nullptr,
           "Where a text corpus's token cache lives (tokenized once, memory-mapped by every later train, "
-          "resume, eval, sample, heads and sweep point; rebuilt when the file or tokenizer changes). Beside the "
+          "resume, eval, sample, heads and sweep point; rebuilt when the file or tokenizer changes). Beside "
+          "the "
           "data by default, so every run of the file shares it and it goes with the data.")
           .derived("\".tfm-cache\" in data.path's directory",
                    [](const json& t) { return json(default_cache_dir(text(t, "data.path"))); })
@@ -227,11 +236,13 @@ std::vector<KeySpec> build_table() {
           .min(1)
           .only_for(kSeq2Seq),
       Key("data.max_source_len", T::Integer, nullptr, "Source tokens kept per sentence (then `<eos>`).")
-          .derived("model.max_seq_len - 1", [](const json& t) { return json(integer(t, "model.max_seq_len") - 1); })
+          .derived("model.max_seq_len - 1",
+                   [](const json& t) { return json(integer(t, "model.max_seq_len") - 1); })
           .min(1)
           .only_for(kSeq2Seq),
       Key("data.max_target_len", T::Integer, nullptr, "Target tokens kept per sentence (then `<eos>`).")
-          .derived("model.max_seq_len - 1", [](const json& t) { return json(integer(t, "model.max_seq_len") - 1); })
+          .derived("model.max_seq_len - 1",
+                   [](const json& t) { return json(integer(t, "model.max_seq_len") - 1); })
           .min(1)
           .only_for(kSeq2Seq),
       Key("model.d_model", &ModelConfig::d_model, "C: width of the residual stream.").min(1),
@@ -253,15 +264,18 @@ std::vector<KeySpec> build_table() {
       Key("model.d_ff", &ModelConfig::d_ff, "Hidden width of the feed-forward network.")
           .derived_in_model("4 * model.d_model")
           .min(1),
-      Key("model.max_seq_len", &ModelConfig::max_seq_len, "Longest context (size of the position table).").min(1),
+      Key("model.max_seq_len", &ModelConfig::max_seq_len, "Longest context (size of the position table).")
+          .min(1),
       Key("model.dropout", &ModelConfig::dropout, "Dropout on embeddings and residual branches.")
           .min(0)
           .max(1, true),
-      Key("model.attention_dropout", &ModelConfig::attention_dropout, "Dropout on the attention probabilities.")
+      Key("model.attention_dropout", &ModelConfig::attention_dropout,
+          "Dropout on the attention probabilities.")
           .min(0)
           .max(1, true),
       Key("model.activation", &ModelConfig::activation,
-          "Feed-forward activation: GELU (the exact erf form), ReLU, or SwiGLU (fc2(silu(fc1 x) * fc3 x): a third "
+          "Feed-forward activation: GELU (the exact erf form), ReLU, or SwiGLU (fc2(silu(fc1 x) * fc3 x): a "
+          "third "
           "d_ff x d_model matrix, so set d_ff to about 8/3 d_model for the same parameters)."),
       Key("model.norm", &ModelConfig::norm,
           "Every norm of the model: LayerNorm, or RMSNorm (x / rms(x) * gain: no mean, no bias)."),
@@ -270,32 +284,42 @@ std::vector<KeySpec> build_table() {
           "The norm before (pre) or after (post) each residual add."),
       Key("model.positional_encoding", &ModelConfig::positional_encoding,
           "Fixed sinusoidal table, learned positions, or `rope`: no table, every self-attention turns its "
-          "queries and keys by their positions (rotary, Su et al. 2021; pairs of adjacent dims as llama.cpp)."),
+          "queries and keys by their positions (rotary, Su et al. 2021; pairs of adjacent dims as "
+          "llama.cpp)."),
       Key("model.rope_theta", &ModelConfig::rope_theta,
-          "rope: the base of the rotation frequencies (pair i of a head turns by position * theta^(-2i/head width)).")
+          "rope: the base of the rotation frequencies (pair i of a head turns by position * theta^(-2i/head "
+          "width)).")
           .min(0, true),
       Key("model.qk_norm", &ModelConfig::qk_norm,
-          "RMSNorm of each head's queries and keys (before RoPE), one gain per head width for each, shared by "
+          "RMSNorm of each head's queries and keys (before RoPE), one gain per head width for each, shared "
+          "by "
           "the heads: keeps the attention logits in range at higher learning rates."),
       Key("model.causal", &ModelConfig::causal,
           "Mask future positions in attention: true for causal_lm, false for masked_lm (seq2seq's decoder is "
           "always causal, its encoder never).")
           .only_for(kLanguageModels),
-      Key("model.tie_embeddings", &ModelConfig::tie_embeddings, "Output projection shares the token embedding."),
+      Key("model.tie_embeddings", &ModelConfig::tie_embeddings,
+          "Output projection shares the token embedding."),
       Key("model.bias", &ModelConfig::bias, "Biases in the attention and feed-forward projections."),
-      Key("model.attention_score", &ModelConfig::attention_score, "Scaled dot-product or additive (Bahdanau) scores."),
+      Key("model.attention_score", &ModelConfig::attention_score,
+          "Scaled dot-product or additive (Bahdanau) scores."),
       Key("model.head_gating", &ModelConfig::head_gating,
           "`topk`: a learned gate picks model.head_topk heads per token and weights them by the softmax of "
           "their gate logits (Mixture of Attention heads); the other heads' attention is not computed."),
-      Key("model.head_topk", &ModelConfig::head_topk, "topk gating: heads each token uses (at most model.n_heads).").min(1),
+      Key("model.head_topk", &ModelConfig::head_topk,
+          "topk gating: heads each token uses (at most model.n_heads).")
+          .min(1),
       Key("model.head_balance_loss", &ModelConfig::head_balance_loss,
-          "topk gating: weight of the load-balancing loss that keeps the gate from collapsing onto few heads.")
+          "topk gating: weight of the load-balancing loss that keeps the gate from collapsing onto few "
+          "heads.")
           .min(0),
       Key("model.head_mixing", &ModelConfig::head_mixing,
           "Cross-head interaction: `talking_heads` mixes the heads' attention logits and probabilities with "
           "learned H x H matrices; `group_mlp` mixes them inside model.head_groups groups and replaces the "
           "output projection by a two-layer GELU MLP."),
-      Key("model.head_groups", &ModelConfig::head_groups, "group_mlp: groups of heads (must divide model.n_heads).").min(1),
+      Key("model.head_groups", &ModelConfig::head_groups,
+          "group_mlp: groups of heads (must divide model.n_heads).")
+          .min(1),
       Key("train.objective", &TrainConfig::objective,
           "`causal_lm`: next-token prediction (decoder-only); `masked_lm`: BERT's masked tokens "
           "(encoder-only); `seq2seq`: an encoder-decoder over sentence pairs (translation)."),
@@ -367,7 +391,8 @@ std::vector<KeySpec> build_table() {
           .only_with("train.lr_schedule.name", std::vector{ScheduleKind::Wsd}),
       Key("train.lr_schedule.min_lr", &TrainConfig::lr_schedule, &LrScheduleConfig::min_lr,
           "Final learning rate of the cosine and wsd schedules.")
-          .derived("train.optimizer.lr / 10", [](const json& t) { return json(number(t, "train.optimizer.lr") / 10.0); })
+          .derived("train.optimizer.lr / 10",
+                   [](const json& t) { return json(number(t, "train.optimizer.lr") / 10.0); })
           .min(0),
       Key("train.eval_interval", &TrainConfig::eval_interval,
           "Evaluate (and keep best.ckpt) every this many steps and at the end.")
@@ -377,7 +402,8 @@ std::vector<KeySpec> build_table() {
           .min(1)
           .resumable(),
       Key("train.target_loss", &TrainConfig::target_loss,
-          "Time to quality: stop at the first evaluation whose val loss is at most this (best.ckpt holds that "
+          "Time to quality: stop at the first evaluation whose val loss is at most this (best.ckpt holds "
+          "that "
           "model), and report the wall time it took, evaluations included (0 = off: train to max_steps).")
           .min(0)
           .resumable(),
@@ -404,26 +430,27 @@ std::vector<KeySpec> build_table() {
       Key("train.data_parallel", &TrainConfig::data_parallel,
           "Workers that each take a share of the micro-batch's rows through the whole forward and backward "
           "with one-thread kernels, their gradients summed at the end (data parallelism inside the process): "
-          "1 = off (every kernel uses all train.threads), 0 = one per thread, N = N. Fewer OpenMP fork/joins: "
+          "1 = off (every kernel uses all train.threads), 0 = one per thread, N = N. Fewer OpenMP "
+          "fork/joins: "
           "faster for small models on few cores; each extra worker holds a gradient buffer. At most "
           "train.batch_size.")
-          .derived("0 when a micro-batch's feed-forward product (tokens x model.d_model x model.d_ff) is under "
-                   "2^30 multiply-adds, else 1",
-                   // Small products (the shipped small configs: ~5e7 multiply-adds in fc1) spend much of a
-                   // step in OpenMP fork/joins, and one worker per thread runs 0.71-0.90x the time; the large
-                   // model gains 2-7% at 6e8-1.2e9, nothing at 2.4e9, 2% at its config's 1e10 for a fifth
-                   // more memory (README, "Scale out").
-                   [](const json& t) {
-                     const bool pairs = seq2seq(t);
-                     const double tokens =
-                         static_cast<double>(integer(t, "train.batch_size")) *
-                         static_cast<double>(pairs ? integer(t, "data.max_source_len") +
-                                                         integer(t, "data.max_target_len") + 2
-                                                   : integer(t, "train.seq_len"));
-                     const double macs = tokens * static_cast<double>(integer(t, "model.d_model")) *
-                                         static_cast<double>(integer(t, "model.d_ff"));
-                     return json(macs < static_cast<double>(int64_t{1} << 30) ? 0 : 1);
-                   })
+          .derived(
+              "0 when a micro-batch's feed-forward product (tokens x model.d_model x model.d_ff) is under "
+              "2^30 multiply-adds, else 1",
+              // Small products (the shipped small configs: ~5e7 multiply-adds in fc1) spend much of a
+              // step in OpenMP fork/joins, and one worker per thread runs 0.71-0.90x the time; the large
+              // model gains 2-7% at 6e8-1.2e9, nothing at 2.4e9, 2% at its config's 1e10 for a fifth
+              // more memory (README, "Scale out").
+              [](const json& t) {
+                const bool pairs = seq2seq(t);
+                const double tokens = static_cast<double>(integer(t, "train.batch_size")) *
+                                      static_cast<double>(pairs ? integer(t, "data.max_source_len") +
+                                                                      integer(t, "data.max_target_len") + 2
+                                                                : integer(t, "train.seq_len"));
+                const double macs = tokens * static_cast<double>(integer(t, "model.d_model")) *
+                                    static_cast<double>(integer(t, "model.d_ff"));
+                return json(macs < static_cast<double>(int64_t{1} << 30) ? 0 : 1);
+              })
           .min(0)
           .resumable(),
       Key("train.precision", &TrainConfig::precision,

@@ -1,9 +1,8 @@
 // What config.cpp and the key table (keys.cpp) share. Private to src/config/.
 #pragma once
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tfm/config/config.h"
 

@@ -19,8 +19,8 @@ std::vector<SentencePair> read_pairs(const std::string& path, int64_t max_pairs)
   if (text.empty()) throw IoError(path + ": the sentence-pair file is empty");
   std::vector<SentencePair> pairs;
   size_t begin = 0;
-  for (int64_t line = 1; begin < text.size() && (max_pairs == 0 || static_cast<int64_t>(pairs.size()) < max_pairs);
-       ++line) {
+  for (int64_t line = 1;
+       begin < text.size() && (max_pairs == 0 || static_cast<int64_t>(pairs.size()) < max_pairs); ++line) {
     size_t end = text.find('\n', begin);
     if (end == std::string::npos) end = text.size();
     std::string row = text.substr(begin, end - begin);
@@ -49,8 +49,9 @@ std::vector<SentencePair> read_pairs(const std::string& path, int64_t max_pairs)
 PairDataset read_and_split(const std::string& path, const PairOptions& o) {
   if (o.max_pairs < 0 || o.max_source_len < 0 || o.max_target_len < 0 || o.min_freq < 1)
     throw ConfigError("load_pairs: max_pairs " + std::to_string(o.max_pairs) + ", max_source_len " +
-                      std::to_string(o.max_source_len) + ", max_target_len " + std::to_string(o.max_target_len) +
-                      " must be >= 0 and min_freq " + std::to_string(o.min_freq) + " >= 1");
+                      std::to_string(o.max_source_len) + ", max_target_len " +
+                      std::to_string(o.max_target_len) + " must be >= 0 and min_freq " +
+                      std::to_string(o.min_freq) + " >= 1");
   if (!(o.val_fraction >= 0.0 && o.val_fraction < 1.0))
     throw ConfigError("load_pairs: val_fraction must be in [0, 1), got " + std::to_string(o.val_fraction));
   std::vector<SentencePair> pairs = read_pairs(path, o.max_pairs);
@@ -60,8 +61,8 @@ PairDataset read_and_split(const std::string& path, const PairOptions& o) {
   int64_t n_val = static_cast<int64_t>(std::floor(static_cast<double>(n) * o.val_fraction));
   if (o.val_fraction > 0.0) n_val = std::max<int64_t>(n_val, 1);
   if (n - n_val < 1)
-    throw ConfigError("load_pairs: " + path + " has " + std::to_string(n) + " pairs, none left to train with val_fraction " +
-                      std::to_string(o.val_fraction));
+    throw ConfigError("load_pairs: " + path + " has " + std::to_string(n) +
+                      " pairs, none left to train with val_fraction " + std::to_string(o.val_fraction));
   PairDataset d;
   d.path = path;
   d.train.assign(pairs.begin(), pairs.end() - n_val);
@@ -71,8 +72,9 @@ PairDataset read_and_split(const std::string& path, const PairOptions& o) {
 
 void check_specials(const Tokenizer& t, const char* side) {
   if (t.specials() != seq2seq_specials())
-    throw ConfigError(std::string("load_pairs: the ") + side +
-                      " tokenizer must carry the specials <pad>, <bos>, <eos>, <unk> at ids 0-3 (seq2seq_specials())");
+    throw ConfigError(
+        std::string("load_pairs: the ") + side +
+        " tokenizer must carry the specials <pad>, <bos>, <eos>, <unk> at ids 0-3 (seq2seq_specials())");
 }
 
 // Encodes every pair with the dataset's tokenizers, truncating to the options' limits.
@@ -91,8 +93,8 @@ void encode_pairs(PairDataset& d, const PairOptions& o) {
     }
 }
 
-Tokenizer build_tokenizer(const std::string& kind_name, const std::string& bpe_path, const std::vector<SentencePair>& train,
-                          bool source, const PairOptions& o) {
+Tokenizer build_tokenizer(const std::string& kind_name, const std::string& bpe_path,
+                          const std::vector<SentencePair>& train, bool source, const PairOptions& o) {
   const Tokenizer::Kind kind = Tokenizer::parse_kind(kind_name);
   if (kind == Tokenizer::Kind::Bpe) return Tokenizer::load_bpe(bpe_path).with_specials(seq2seq_specials());
   std::vector<std::string> texts;
@@ -107,12 +109,16 @@ Tokenizer build_tokenizer(const std::string& kind_name, const std::string& bpe_p
 
 }  // namespace
 
-std::vector<std::string> seq2seq_specials() { return {"<pad>", "<bos>", "<eos>", "<unk>"}; }
+std::vector<std::string> seq2seq_specials() {
+  return {"<pad>", "<bos>", "<eos>", "<unk>"};
+}
 
 PairDataset load_pairs(const std::string& path, const PairOptions& options) {
   PairDataset d = read_and_split(path, options);
-  d.source_tokenizer = build_tokenizer(options.source_tokenizer, options.source_tokenizer_path, d.train, true, options);
-  d.target_tokenizer = build_tokenizer(options.target_tokenizer, options.target_tokenizer_path, d.train, false, options);
+  d.source_tokenizer =
+      build_tokenizer(options.source_tokenizer, options.source_tokenizer_path, d.train, true, options);
+  d.target_tokenizer =
+      build_tokenizer(options.target_tokenizer, options.target_tokenizer_path, d.train, false, options);
   encode_pairs(d, options);
   return d;
 }
@@ -142,8 +148,8 @@ PairBatch make_pair_batch(const std::vector<SentencePair>& pairs, const std::vec
   b.B = static_cast<int64_t>(indices.size());
   TFM_CHECK(b.B > 0, "make_pair_batch", "expected at least one pair index, got none");
   for (int64_t i : indices) {
-    TFM_CHECK(i >= 0 && i < static_cast<int64_t>(pairs.size()), "make_pair_batch", "index ", i, " outside [0, ",
-              pairs.size(), ")");
+    TFM_CHECK(i >= 0 && i < static_cast<int64_t>(pairs.size()), "make_pair_batch", "index ", i,
+              " outside [0, ", pairs.size(), ")");
     b.S = std::max<int64_t>(b.S, static_cast<int64_t>(pairs[i].src.size()) + 1);
     b.T = std::max<int64_t>(b.T, static_cast<int64_t>(pairs[i].tgt.size()) + 1);
   }
@@ -167,7 +173,8 @@ PairBatch make_pair_batch(const std::vector<SentencePair>& pairs, const std::vec
 }
 
 std::vector<int64_t> PairSampler::sample(int64_t n_pairs, int64_t B) {
-  TFM_CHECK(n_pairs > 0 && B > 0, "PairSampler::sample", "expected pairs and B > 0, got ", n_pairs, " and ", B);
+  TFM_CHECK(n_pairs > 0 && B > 0, "PairSampler::sample", "expected pairs and B > 0, got ", n_pairs, " and ",
+            B);
   std::vector<int64_t> out(static_cast<size_t>(B));
   for (int64_t& i : out) i = static_cast<int64_t>(rng_.below(static_cast<uint64_t>(n_pairs)));
   return out;

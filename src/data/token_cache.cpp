@@ -49,7 +49,9 @@ class TokenMapping {
   mutable std::atomic<int64_t> mapped_{0};
 };
 
-void note_read(const TokenMapping& mapping, int64_t bytes) { mapping.note(bytes); }
+void note_read(const TokenMapping& mapping, int64_t bytes) {
+  mapping.note(bytes);
+}
 
 TokenSpan::TokenSpan(const void* data, int width, int64_t count, std::shared_ptr<const void> owner,
                      const TokenMapping* mapping)
@@ -75,7 +77,8 @@ void TokenSpan::read(int64_t begin, int64_t n, int32_t* out) const {
 }
 
 TokenSpan TokenSpan::slice(int64_t begin, int64_t end) const {
-  TFM_CHECK(begin >= 0 && begin <= end && end <= size_, "TokenSpan::slice", "[", begin, ", ", end, ") of ", size_);
+  TFM_CHECK(begin >= 0 && begin <= end && end <= size_, "TokenSpan::slice", "[", begin, ", ", end, ") of ",
+            size_);
   TokenSpan s = *this;
   s.data_ = static_cast<const char*>(data_) + begin * width_;
   s.size_ = end - begin;
@@ -103,7 +106,9 @@ constexpr CacheFormat kCacheFormat{'3', XXH3_64bits};
 
 }  // namespace
 
-uint64_t hash64(const void* data, size_t size) { return kCacheFormat.hash(data, size); }
+uint64_t hash64(const void* data, size_t size) {
+  return kCacheFormat.hash(data, size);
+}
 
 uint64_t hash_fold(uint64_t acc, uint64_t block_hash) {
   const uint64_t two[2] = {acc, block_hash};
@@ -114,14 +119,18 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string errno_str() { return std::strerror(errno); }
+std::string errno_str() {
+  return std::strerror(errno);
+}
 
 // Files and folders that this user or root own; anything else another user could have planted.
 bool trusted_owner(uid_t uid) {
   return uid == ::geteuid() || uid == 0;
 }
 
-int cores(int threads) { return threads > 0 ? threads : std::min(omp_get_max_threads(), 64); }
+int cores(int threads) {
+  return threads > 0 ? threads : std::min(omp_get_max_threads(), 64);
+}
 
 // Runs f(0) .. f(n - 1) on up to `threads` OpenMP threads; the exception of the lowest index that
 // threw is rethrown (the first error in file order, as a sequential pass would report). Each index
@@ -146,7 +155,8 @@ void parallel_for(int n, int threads, F&& f) {
 uint64_t hash_file_range(int fd, uint64_t offset, uint64_t length, int threads, const std::string& what) {
   const uint64_t blocks = (length + kHashBlockBytes - 1) / kHashBlockBytes;
   std::vector<uint64_t> hashes(blocks);
-  const int T = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(cores(threads)), std::max<uint64_t>(blocks, 1)));
+  const int T = static_cast<int>(
+      std::min<uint64_t>(static_cast<uint64_t>(cores(threads)), std::max<uint64_t>(blocks, 1)));
   parallel_for(T, T, [&](int t) {
     std::vector<char> buf(kHashBlockBytes);
     for (uint64_t b = static_cast<uint64_t>(t); b < blocks; b += static_cast<uint64_t>(T)) {
@@ -176,9 +186,12 @@ size_t char_cut(std::string_view t, size_t at) {
 // the last such position at or before `at`, 0 when none.
 size_t cut_before(const Tokenizer& tok, std::string_view t, size_t at) {
   switch (tok.kind()) {
-    case Tokenizer::Kind::Byte: return std::min(at, t.size());
-    case Tokenizer::Kind::Char: return char_cut(t, at);
-    case Tokenizer::Kind::Bpe: return pretokenize_cut(t, at);
+    case Tokenizer::Kind::Byte:
+      return std::min(at, t.size());
+    case Tokenizer::Kind::Char:
+      return char_cut(t, at);
+    case Tokenizer::Kind::Bpe:
+      return pretokenize_cut(t, at);
     case Tokenizer::Kind::Word:
       for (size_t p = std::min(at, t.size()); p > 0; --p)
         if (t[p - 1] == ' ' || t[p - 1] == '\n') return p;  // d2l's splitting restarts after a space
@@ -503,9 +516,12 @@ std::optional<TokenCache> try_open(const std::string& cache, const Corpus& corpu
   const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
   Header h;
   if (file_bytes < sizeof h)
-    return reject("truncated: " + std::to_string(file_bytes) + " bytes, shorter than its 96-byte header", true);
-  if (read_at(fd.get(), &h, sizeof h, 0, cache) != sizeof h) return reject("truncated while reading its header", true);
-  if (std::memcmp(h.magic, kMagic, kMagicNameBytes) != 0) return reject("not a tfm token cache (bad magic)", true);
+    return reject("truncated: " + std::to_string(file_bytes) + " bytes, shorter than its 96-byte header",
+                  true);
+  if (read_at(fd.get(), &h, sizeof h, 0, cache) != sizeof h)
+    return reject("truncated while reading its header", true);
+  if (std::memcmp(h.magic, kMagic, kMagicNameBytes) != 0)
+    return reject("not a tfm token cache (bad magic)", true);
   if (h.magic[kMagicNameBytes] != kCacheFormat.version)
     return reject(detail::concat("written in cache format ", std::string(1, h.magic[kMagicNameBytes]),
                                  "; this tfm reads and writes format ", std::string(1, kCacheFormat.version)),
@@ -544,7 +560,8 @@ std::optional<TokenCache> try_open(const std::string& cache, const Corpus& corpu
   } catch (const std::exception& e) {
     return reject(std::string("its header cannot be read: ") + e.what(), true);
   }
-  if (fingerprint(stored) != h.tokenizer_hash) return reject("its tokenizer fails its checksum (corrupt)", true);
+  if (fingerprint(stored) != h.tokenizer_hash)
+    return reject("its tokenizer fails its checksum (corrupt)", true);
 
   // The corpus: the same files, each of the same size and time or (touched, copied) the same bytes,
   // read the same way.
@@ -570,8 +587,9 @@ std::optional<TokenCache> try_open(const std::string& cache, const Corpus& corpu
   if (req.given) {
     const uint64_t want = fingerprint(fixed || !separator ? *req.given : req.given->with_end_of_text());
     if (want != h.tokenizer_hash)
-      return reject("the tokenizer changed (fingerprint " + hex(want) + ", the cache's " + hex(h.tokenizer_hash) + ")",
-                    false);
+      return reject(
+          "the tokenizer changed (fingerprint " + hex(want) + ", the cache's " + hex(h.tokenizer_hash) + ")",
+          false);
   } else if (stored.kind() != req.kind || h.vocab_from_source != 1) {
     return reject("it holds ids of another vocabulary (a run's), not the corpus's own " +
                       std::string(req.kind == Tokenizer::Kind::Char ? "char" : "byte") + " vocabulary",
@@ -589,7 +607,8 @@ std::optional<TokenCache> try_open(const std::string& cache, const Corpus& corpu
     // File times tick coarsely (a few ms): a file written less than a second ago could be written
     // again within the same tick, unseen; it is stamped at a later start.
     const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                               std::chrono::system_clock::now().time_since_epoch()).count();
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
     if (now_ns - stamp.ctime_ns > 1000000000) {
       try {
         write_file_atomically(stamp_path, std::string(reinterpret_cast<const char*>(&stamp), sizeof stamp));
@@ -834,9 +853,11 @@ TokenCache open_cache(const std::string& spec, const Request& req, const TokenCa
     }
   }
   if (o.log) {
-    const std::string why = o.rebuild        ? "rebuilding it as asked"
-                            : rejected.why.empty() ? "first use"
-                                                   : rejected.why + (rejected.corrupt ? "; not trusted, rebuilding" : "; rebuilding");
+    const std::string why =
+        o.rebuild ? "rebuilding it as asked"
+        : rejected.why.empty()
+            ? "first use"
+            : rejected.why + (rejected.corrupt ? "; not trusted, rebuilding" : "; rebuilding");
     o.log("tokenizing " + spec + " into " + cache + " (" + why + ")");
   }
   build(cache, corpus, req, o.threads, o.block_bytes, o.log);
@@ -858,7 +879,7 @@ std::string default_cache_dir(const std::string& spec) {
 
 std::string token_cache_path(const std::string& spec, const std::string& dir, Tokenizer::Kind kind) {
   const std::string name = corpus_name(spec);
-  const char* k = kind == Tokenizer::Kind::Char  ? "char"
+  const char* k = kind == Tokenizer::Kind::Char   ? "char"
                   : kind == Tokenizer::Kind::Byte ? "byte"
                   : kind == Tokenizer::Kind::Bpe  ? "bpe"
                                                   : "word";
@@ -867,8 +888,9 @@ std::string token_cache_path(const std::string& spec, const std::string& dir, To
 
 TokenCache open_token_cache(const std::string& spec, Tokenizer::Kind kind, const TokenCacheOptions& options) {
   if (kind != Tokenizer::Kind::Char && kind != Tokenizer::Kind::Byte)
-    throw ConfigError("data.tokenizer: a vocabulary derived from the data file is char or byte; bpe reads "
-                      "data.tokenizer_path");
+    throw ConfigError(
+        "data.tokenizer: a vocabulary derived from the data file is char or byte; bpe reads "
+        "data.tokenizer_path");
   return open_cache(spec, {kind, nullptr, false, options.document_separator}, options);
 }
 

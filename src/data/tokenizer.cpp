@@ -41,16 +41,20 @@ namespace {
 uint32_t to_lower(uint32_t cp) {
   if (cp >= 'A' && cp <= 'Z') return cp + 32;
   if (cp >= 0xC0 && cp <= 0xDE && cp != 0xD7) return cp + 32;  // À..Þ except ×
-  if (cp == 0x130) return 'i';                                  // İ
-  if (cp == 0x178) return 0xFF;                                 // Ÿ -> ÿ
+  if (cp == 0x130) return 'i';                                 // İ
+  if (cp == 0x178) return 0xFF;                                // Ÿ -> ÿ
   const bool even_upper = (cp >= 0x100 && cp <= 0x137) || (cp >= 0x14A && cp <= 0x177);
   const bool odd_upper = (cp >= 0x139 && cp <= 0x148) || (cp >= 0x179 && cp <= 0x17E);
   if ((even_upper && cp % 2 == 0) || (odd_upper && cp % 2 == 1)) return cp + 1;
   return cp;
 }
 
-bool is_space(uint32_t cp) { return cp == ' ' || cp == '\t' || cp == '\n' || cp == '\r' || cp == '\v' || cp == '\f'; }
-bool is_split_punctuation(uint32_t cp) { return cp == ',' || cp == '.' || cp == '!' || cp == '?'; }
+bool is_space(uint32_t cp) {
+  return cp == ' ' || cp == '\t' || cp == '\n' || cp == '\r' || cp == '\v' || cp == '\f';
+}
+bool is_split_punctuation(uint32_t cp) {
+  return cp == ',' || cp == '.' || cp == '!' || cp == '?';
+}
 
 }  // namespace
 
@@ -67,7 +71,8 @@ Tokenizer::Tokenizer(Kind kind, std::vector<uint32_t> symbols) : kind_(kind), sy
 Tokenizer::Tokenizer(std::vector<std::string> words) : kind_(Kind::Word), words_(std::move(words)) {
   word_order_.resize(words_.size());
   for (size_t i = 0; i < words_.size(); ++i) word_order_[i] = static_cast<int32_t>(i);
-  std::sort(word_order_.begin(), word_order_.end(), [&](int32_t a, int32_t b) { return words_[a] < words_[b]; });
+  std::sort(word_order_.begin(), word_order_.end(),
+            [&](int32_t a, int32_t b) { return words_[a] < words_[b]; });
   for (size_t i = 0; i < words_.size(); ++i) {
     if (words_[i].empty()) throw IoError("tokenizer: word " + std::to_string(i) + " is empty");
     if (i > 0 && words_[word_order_[i]] == words_[word_order_[i - 1]])
@@ -80,21 +85,26 @@ Tokenizer::Kind Tokenizer::parse_kind(const std::string& name) {
   if (name == "byte") return Kind::Byte;
   if (name == "bpe") return Kind::Bpe;
   if (name == "word") return Kind::Word;
-  throw ConfigError("data.tokenizer: expected one of \"char\", \"byte\", \"bpe\", \"word\", got \"" + name + "\"");
+  throw ConfigError("data.tokenizer: expected one of \"char\", \"byte\", \"bpe\", \"word\", got \"" + name +
+                    "\"");
 }
 
 std::string Tokenizer::kind_name() const {
   switch (kind_) {
-    case Kind::Char: return "char";
-    case Kind::Byte: return "byte";
-    case Kind::Bpe: return "bpe";
-    case Kind::Word: return "word";
+    case Kind::Char:
+      return "char";
+    case Kind::Byte:
+      return "byte";
+    case Kind::Bpe:
+      return "bpe";
+    case Kind::Word:
+      return "word";
   }
   return "char";
 }
 
 int64_t Tokenizer::size() const {
-  const int64_t base = bpe_ ? bpe_->vocab_size()
+  const int64_t base = bpe_                  ? bpe_->vocab_size()
                        : kind_ == Kind::Word ? static_cast<int64_t>(words_.size())
                                              : static_cast<int64_t>(symbols_.size());
   return static_cast<int64_t>(specials_.size()) + base + (end_of_text_ ? 1 : 0);
@@ -136,7 +146,8 @@ Tokenizer Tokenizer::with_specials(std::vector<std::string> specials) const {
   for (size_t i = 0; i < specials.size(); ++i) {
     if (specials[i].empty()) throw IoError("tokenizer: special " + std::to_string(i) + " is empty");
     for (size_t j = 0; j < i; ++j)
-      if (specials[j] == specials[i]) throw IoError("tokenizer: the special \"" + specials[i] + "\" appears twice");
+      if (specials[j] == specials[i])
+        throw IoError("tokenizer: the special \"" + specials[i] + "\" appears twice");
     if (specials[i] == "<unk>") t.unk_ = static_cast<int32_t>(i);
   }
   t.specials_ = std::move(specials);
@@ -150,7 +161,7 @@ int32_t Tokenizer::special_id(const std::string& name) const {
 }
 
 nlohmann::json Tokenizer::to_json() const {
-  nlohmann::json j = bpe_ ? nlohmann::json{{"kind", "bpe"}, {"merges", bpe_->merges()}}
+  nlohmann::json j = bpe_                  ? nlohmann::json{{"kind", "bpe"}, {"merges", bpe_->merges()}}
                      : kind_ == Kind::Word ? nlohmann::json{{"kind", "word"}, {"words", words_}}
                                            : nlohmann::json{{"kind", kind_name()}, {"symbols", symbols_}};
   if (!specials_.empty()) j["specials"] = specials_;
@@ -160,9 +171,11 @@ nlohmann::json Tokenizer::to_json() const {
 
 Tokenizer Tokenizer::from_json(const nlohmann::json& j) {
   const Kind kind = parse_kind(j.at("kind").get<std::string>());
-  Tokenizer t = kind == Kind::Bpe ? Tokenizer(BpeTokenizer(j.at("merges").get<std::vector<BpeTokenizer::Merge>>(), "tokenizer"))
-                : kind == Kind::Word ? Tokenizer(j.at("words").get<std::vector<std::string>>())
-                                     : Tokenizer(kind, j.at("symbols").get<std::vector<uint32_t>>());
+  Tokenizer t =
+      kind == Kind::Bpe
+          ? Tokenizer(BpeTokenizer(j.at("merges").get<std::vector<BpeTokenizer::Merge>>(), "tokenizer"))
+      : kind == Kind::Word ? Tokenizer(j.at("words").get<std::vector<std::string>>())
+                           : Tokenizer(kind, j.at("symbols").get<std::vector<uint32_t>>());
   if (j.contains("specials")) t = t.with_specials(j.at("specials").get<std::vector<std::string>>());
   if (j.contains("end_of_text") && j.at("end_of_text").get<bool>()) t = t.with_end_of_text();
   return t;
@@ -178,7 +191,8 @@ std::vector<std::string> Tokenizer::split_words(const std::string& text, const s
   };
   for (uint32_t cp : decode_utf8(text, source)) {
     if (cp == 0xA0 || cp == 0x202F) cp = ' ';  // non-breaking spaces (French puts them before ! and ?)
-    if (is_split_punctuation(cp) && !is_space(prev)) flush();  // d2l: a space before ,.!? when none precedes it
+    if (is_split_punctuation(cp) && !is_space(prev))
+      flush();  // d2l: a space before ,.!? when none precedes it
     prev = cp;
     if (is_space(cp)) {
       flush();
@@ -193,7 +207,8 @@ std::vector<std::string> Tokenizer::split_words(const std::string& text, const s
 Tokenizer Tokenizer::from_texts(Kind kind, const std::vector<std::string>& texts, const std::string& source,
                                 int64_t min_freq) {
   if (kind == Kind::Bpe)
-    throw ConfigError("data.tokenizer: \"bpe\" reads its vocabulary from data.tokenizer_path (Tokenizer::load_bpe)");
+    throw ConfigError(
+        "data.tokenizer: \"bpe\" reads its vocabulary from data.tokenizer_path (Tokenizer::load_bpe)");
   std::vector<uint32_t> symbols;
   if (kind == Kind::Byte) {
     for (uint32_t b = 0; b < 256; ++b) symbols.push_back(b);
@@ -211,7 +226,8 @@ Tokenizer Tokenizer::from_texts(Kind kind, const std::vector<std::string>& texts
     for (const auto& [w, n] : counts)
       if (n >= min_freq) kept.emplace_back(w, n);
     // Frequency descending, then the word (bytewise): the map's order, kept by a stable sort.
-    std::stable_sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    std::stable_sort(kept.begin(), kept.end(),
+                     [](const auto& a, const auto& b) { return a.second > b.second; });
     std::vector<std::string> words;
     for (auto& [w, n] : kept) words.push_back(w);
     return Tokenizer(std::move(words));
@@ -219,7 +235,8 @@ Tokenizer Tokenizer::from_texts(Kind kind, const std::vector<std::string>& texts
   return Tokenizer(kind, std::move(symbols));
 }
 
-Tokenizer Tokenizer::from_text(Kind kind, const std::string& text, const std::string& source, int64_t min_freq) {
+Tokenizer Tokenizer::from_text(Kind kind, const std::string& text, const std::string& source,
+                               int64_t min_freq) {
   return from_texts(kind, {text}, source, min_freq);
 }
 
@@ -236,7 +253,8 @@ std::vector<int32_t> Tokenizer::encode(const std::string& text, const std::strin
 }
 
 void Tokenizer::encode_piece(std::string_view text, const std::string& source, uint64_t byte_offset,
-                             uint64_t char_offset, std::vector<int32_t>& ids, BpeChunkCache* bpe_cache) const {
+                             uint64_t char_offset, std::vector<int32_t>& ids,
+                             BpeChunkCache* bpe_cache) const {
   const int32_t shift = static_cast<int32_t>(specials_.size());
   const size_t first = ids.size();
   if (bpe_ && bpe_cache) {
@@ -274,8 +292,9 @@ void Tokenizer::encode_piece(std::string_view text, const std::string& source, u
         std::vector<uint32_t> rest;  // invalid UTF-8 anywhere is reported first, as a whole-text decode does
         decode_utf8(text.substr(at), source, byte_offset + at, rest);
         ids.resize(first);
-        throw IoError(source + ": character " + show_symbol(cp) + " at character " + std::to_string(char0 + w) +
-                      " is not in the vocabulary of " + std::to_string(symbols_.size()) + " symbols");
+        throw IoError(source + ": character " + show_symbol(cp) + " at character " +
+                      std::to_string(char0 + w) + " is not in the vocabulary of " +
+                      std::to_string(symbols_.size()) + " symbols");
       }
       out[w++] = id < 0 ? unk_ - shift : id;
     };

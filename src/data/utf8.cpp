@@ -66,7 +66,8 @@ std::vector<uint32_t> decode_utf8(const std::string& bytes, const std::string& s
   return out;
 }
 
-void decode_utf8(std::string_view bytes, const std::string& source, uint64_t base, std::vector<uint32_t>& out) {
+void decode_utf8(std::string_view bytes, const std::string& source, uint64_t base,
+                 std::vector<uint32_t>& out) {
   const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
   // The byte tokenizer is the way out for a data file; a flag's text or a stdin line is read with the
   // run's tokenizer, which the user cannot change there.
@@ -84,7 +85,9 @@ void decode_utf8(std::string_view bytes, const std::string& source, uint64_t bas
     }
     std::string why;
     switch (c.fault) {
-      case Utf8Char::Fault::BadLead: why = "byte " + hex_byte(p[i]) + " cannot start a character"; break;
+      case Utf8Char::Fault::BadLead:
+        why = "byte " + hex_byte(p[i]) + " cannot start a character";
+        break;
       case Utf8Char::Fault::Truncated:
         why = "the file ends inside a " + std::to_string(c.expected) + "-byte character";
         break;
@@ -92,8 +95,8 @@ void decode_utf8(std::string_view bytes, const std::string& source, uint64_t bas
         why = "byte " + hex_byte(p[c.fault_at]) + " is not a valid continuation of the character at offset " +
               std::to_string(base + i);
     }
-    throw IoError(source + ": invalid UTF-8 at byte offset " + std::to_string(base + c.fault_at) + " (" + why +
-                  ")" + (from_user ? "" : "; data.tokenizer = \"byte\" reads any file"));
+    throw IoError(source + ": invalid UTF-8 at byte offset " + std::to_string(base + c.fault_at) + " (" +
+                  why + ")" + (from_user ? "" : "; data.tokenizer = \"byte\" reads any file"));
   }
 }
 
@@ -117,7 +120,8 @@ void append_utf8(std::string& out, uint32_t cp) {
 
 size_t utf8_boundary_before(std::string_view t, size_t at) {
   size_t p = std::min(at, t.size());
-  for (int k = 0; k < 3 && p > 0 && p < t.size() && is_utf8_continuation(static_cast<unsigned char>(t[p])); ++k)
+  for (int k = 0; k < 3 && p > 0 && p < t.size() && is_utf8_continuation(static_cast<unsigned char>(t[p]));
+       ++k)
     --p;
   return p;
 }

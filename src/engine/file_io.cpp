@@ -149,7 +149,8 @@ std::string read_file(const std::string& path, uint64_t max_bytes) {
 size_t read_at(int fd, void* out, size_t size, uint64_t offset, const std::string& path) {
   size_t done = 0;
   while (done < size) {
-    const ssize_t r = ::pread(fd, static_cast<char*>(out) + done, size - done, static_cast<off_t>(offset + done));
+    const ssize_t r =
+        ::pread(fd, static_cast<char*>(out) + done, size - done, static_cast<off_t>(offset + done));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) throw IoError(detail::concat(path, ": read failed: ", errno_str()));
     if (r == 0) break;
@@ -330,7 +331,8 @@ void AtomicFile::commit() {
   const bool synced = ::fsync(fd) == 0 || errno == EINVAL;
   const std::string sync_err = synced ? "" : errno_str();
   ::close(fd);
-  if (!synced) throw IoError(detail::concat(path_, ": cannot sync its directory after the rename: ", sync_err));
+  if (!synced)
+    throw IoError(detail::concat(path_, ": cannot sync its directory after the rename: ", sync_err));
 }
 
 void write_file_atomically(const std::string& path, const std::string& bytes) {

@@ -2,14 +2,14 @@
 // Legend: B batch, Tq/Tk query/key length, H/Hkv query/key-value heads, Dk/Dv per-head widths.
 #include "tfm/engine/fused_attention.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 
-#include "tfm/engine/gemm.h"
 #include "kernels.h"
+#include "tfm/engine/gemm.h"
 #include "vecmath.h"
-
-#include <omp.h>
 
 namespace tfm {
 namespace kernels {
@@ -38,7 +38,9 @@ bool parallel_worth_it(const AttentionDims& d) {
 
 }  // namespace
 
-int attention_scratch_threads() { return omp_get_max_threads(); }
+int attention_scratch_threads() {
+  return omp_get_max_threads();
+}
 
 int64_t attention_scratch_floats(const AttentionDims& d, bool backward) {
   const int64_t rows = std::min(kAttentionRowBlock, d.Tq);
@@ -85,8 +87,8 @@ void gather_rows(float* dst, int64_t ldd, const float* src, int64_t lds, const R
 // keys, and fully masked rows, get P = 0. stats_in: the saved statistics (backward), or null to
 // compute them into stats_out (forward). Both are the (batch, head)'s (Tq, 2) statistics.
 void block_probabilities(float* p, float* stats_out, const float* stats_in, const float* qb, int64_t ldq,
-                         const float* kg, const RowBlock& blk, int64_t n, int64_t b, const int64_t* key_lengths,
-                         bool causal, const AttentionDims& d) {
+                         const float* kg, const RowBlock& blk, int64_t n, int64_t b,
+                         const int64_t* key_lengths, bool causal, const AttentionDims& d) {
   const int64_t ldk = d.Hkv * d.Dk;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.Dk));
   gemm(false, true, blk.rows, n, d.Dk, scale, qb, ldq, kg, ldk, 0.0f, p, d.Tk);
@@ -119,7 +121,8 @@ void block_probabilities(float* p, float* stats_out, const float* stats_in, cons
 }
 
 // P o M for a block into pd (M: the (batch, head)'s (Tq, Tk) dropout multipliers).
-void apply_keep(float* pd, const float* p, const float* keep_bh, const RowBlock& blk, const AttentionDims& d) {
+void apply_keep(float* pd, const float* p, const float* keep_bh, const RowBlock& blk,
+                const AttentionDims& d) {
   for (int64_t i = 0; i < blk.rows; ++i) {
     const float* m = keep_bh + blk.row(i) * d.Tk;
     for (int64_t j = 0; j < d.Tk; ++j) pd[i * d.Tk + j] = p[i * d.Tk + j] * m[j];
@@ -138,16 +141,16 @@ void attention_forward(float* out, float* stats, float* probs, const float* q, c
 #pragma omp parallel for schedule(static) if (parallel_worth_it(d))
   for (int64_t bh = 0; bh < d.B * d.H; ++bh) {
     const int64_t b = bh / d.H, h = bh % d.H, g = h / group;
-    const int64_t block = std::min(kRowBlock, d.Tq) * d.Tk;  // floats of one (rows, Tk) block
-    float* p_t = scratch + omp_get_thread_num() * per_thread;  // (rows, Tk): P of a block
-    float* pd_t = p_t + block;                                // (rows, Tk): P o M
-    float* qc = pd_t + block;                                 // gathered: (rows, Dk) Q rows
-    float* oc = qc + std::min(kRowBlock, d.Tq) * d.Dk;                       // gathered: (rows, Dv) outputs
-    const float* kg = k + b * d.k_batch_stride + g * d.Dk;  // (Tk, Dk), ld Hkv*Dk
-    const float* vg = v + b * d.v_batch_stride + g * d.Dv;  // (Tk, Dv), ld Hkv*Dv
-    const float* qh = q + b * d.q_batch_stride + h * d.Dk;  // (Tq, Dk), ld H*Dk
-    float* oh = out + b * d.Tq * ldo + h * d.Dv;            // (Tq, Dv), ld H*Dv
-    float* stats_bh = stats + 2 * bh * d.Tq;                // (Tq, 2)
+    const int64_t block = std::min(kRowBlock, d.Tq) * d.Tk;        // floats of one (rows, Tk) block
+    float* p_t = scratch + omp_get_thread_num() * per_thread;      // (rows, Tk): P of a block
+    float* pd_t = p_t + block;                                     // (rows, Tk): P o M
+    float* qc = pd_t + block;                                      // gathered: (rows, Dk) Q rows
+    float* oc = qc + std::min(kRowBlock, d.Tq) * d.Dk;             // gathered: (rows, Dv) outputs
+    const float* kg = k + b * d.k_batch_stride + g * d.Dk;         // (Tk, Dk), ld Hkv*Dk
+    const float* vg = v + b * d.v_batch_stride + g * d.Dv;         // (Tk, Dv), ld Hkv*Dv
+    const float* qh = q + b * d.q_batch_stride + h * d.Dk;         // (Tq, Dk), ld H*Dk
+    float* oh = out + b * d.Tq * ldo + h * d.Dv;                   // (Tq, Dv), ld H*Dv
+    float* stats_bh = stats + 2 * bh * d.Tq;                       // (Tq, 2)
     float* probs_bh = probs ? probs + bh * d.Tq * d.Tk : nullptr;  // (Tq, Tk)
     const auto [begin, end] = row_range(b, h, d);
     if (d.row_list) {  // head gating: rows this head does not serve give zero output (and P)
@@ -199,28 +202,28 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
 #pragma omp parallel for schedule(static) if (parallel_worth_it(d))
   for (int64_t bg = 0; bg < d.B * d.Hkv; ++bg) {
     const int64_t b = bg / d.Hkv, g = bg % d.Hkv;
-    const int64_t block = std::min(kRowBlock, d.Tq) * d.Tk;  // floats of one (rows, Tk) block
-    float* p = scratch + omp_get_thread_num() * per_thread;    // (rows, Tk): P, recomputed
-    float* dp = p + block;                                    // (rows, Tk): dP, then dS in place
-    float* pd = dp + block;                                   // (rows, Tk): P o M with dropout
-    float* qc = pd + block;                                   // gathered: (rows, Dk) Q rows
-    float* doc = qc + std::min(kRowBlock, d.Tq) * d.Dk;                      // gathered: (rows, Dv) dO rows
-    float* dqc = doc + std::min(kRowBlock, d.Tq) * d.Dv;                     // gathered: (rows, Dk) dQ rows
-    const float* kg = k + b * d.k_batch_stride + g * d.Dk;        // (Tk, Dk)
-    const float* vg = v + b * d.v_batch_stride + g * d.Dv;        // (Tk, Dv)
-    float* dkg = dk ? dk + b * d.Tk * ldk + g * d.Dk : nullptr;   // (Tk, Dk), ld Hkv*Dk
-    float* dvg = dv ? dv + b * d.Tk * ldv + g * d.Dv : nullptr;   // (Tk, Dv), ld Hkv*Dv
+    const int64_t block = std::min(kRowBlock, d.Tq) * d.Tk;      // floats of one (rows, Tk) block
+    float* p = scratch + omp_get_thread_num() * per_thread;      // (rows, Tk): P, recomputed
+    float* dp = p + block;                                       // (rows, Tk): dP, then dS in place
+    float* pd = dp + block;                                      // (rows, Tk): P o M with dropout
+    float* qc = pd + block;                                      // gathered: (rows, Dk) Q rows
+    float* doc = qc + std::min(kRowBlock, d.Tq) * d.Dk;          // gathered: (rows, Dv) dO rows
+    float* dqc = doc + std::min(kRowBlock, d.Tq) * d.Dv;         // gathered: (rows, Dk) dQ rows
+    const float* kg = k + b * d.k_batch_stride + g * d.Dk;       // (Tk, Dk)
+    const float* vg = v + b * d.v_batch_stride + g * d.Dv;       // (Tk, Dv)
+    float* dkg = dk ? dk + b * d.Tk * ldk + g * d.Dk : nullptr;  // (Tk, Dk), ld Hkv*Dk
+    float* dvg = dv ? dv + b * d.Tk * ldv + g * d.Dv : nullptr;  // (Tk, Dv), ld Hkv*Dv
     for (int64_t h = g * group; h < (g + 1) * group; ++h) {
       const int64_t bh = b * d.H + h;
-      const float* qh = q + b * d.q_batch_stride + h * d.Dk;   // (Tq, Dk), ld H*Dk
-      const float* doh = dout + b * d.Tq * ldo + h * d.Dv;     // (Tq, Dv), ld H*Dv
+      const float* qh = q + b * d.q_batch_stride + h * d.Dk;       // (Tq, Dk), ld H*Dk
+      const float* doh = dout + b * d.Tq * ldo + h * d.Dv;         // (Tq, Dv), ld H*Dv
       float* dqh = dq ? dq + b * d.Tq * ldq + h * d.Dk : nullptr;  // (Tq, Dk), ld H*Dk
       const auto [begin, end] = row_range(b, h, d);
       for (int64_t at = begin; at < end; at += kRowBlock) {
         const RowBlock blk = row_block(begin, at, end, d);
         const int64_t n = visible_keys(blk.last(), b, key_lengths, causal, d);
-        if (n == 0) continue;  // P is zero on the whole block: no gradient
-        const float* qb = qh + blk.row(0) * ldq;  // (rows, Dk)
+        if (n == 0) continue;                       // P is zero on the whole block: no gradient
+        const float* qb = qh + blk.row(0) * ldq;    // (rows, Dk)
         const float* dob = doh + blk.row(0) * ldo;  // (rows, Dv)
         int64_t ldqb = ldq, ldob = ldo;
         if (blk.index) {
@@ -229,7 +232,8 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
           qb = qc, dob = doc, ldqb = d.Dk, ldob = d.Dv;
         }
         const float* keep_bh = keep ? keep + bh * d.Tq * d.Tk : nullptr;
-        block_probabilities(p, nullptr, stats + 2 * bh * d.Tq, qb, ldqb, kg, blk, n, b, key_lengths, causal, d);
+        block_probabilities(p, nullptr, stats + 2 * bh * d.Tq, qb, ldqb, kg, blk, n, b, key_lengths, causal,
+                            d);
         if (dvg) {  // dV (n, Dv) += Pd^T dO
           const float* used = p;
           if (keep_bh) {
@@ -261,7 +265,8 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
               for (int64_t c = 0; c < d.Dk; ++c) dst[c] += dqc[i * d.Dk + c];
             }
           } else {
-            gemm(false, false, blk.rows, d.Dk, n, scale, dp, d.Tk, kg, ldk, 1.0f, dqh + blk.row(0) * ldq, ldq);
+            gemm(false, false, blk.rows, d.Dk, n, scale, dp, d.Tk, kg, ldk, 1.0f, dqh + blk.row(0) * ldq,
+                 ldq);
           }
         }
         if (dkg)  // dK (n, Dk) += dS^T Q / sqrt(Dk)
@@ -286,24 +291,27 @@ Tensor packed_rows(const Tensor& t) {
 Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
                                     const AttentionOptions& opt, Tensor* probabilities) {
   const char* fn = "scaled_dot_product_attention";
-  TFM_CHECK(q_in.dim() == 3 && k_in.dim() == 3 && v_in.dim() == 3, fn, "expected q (B, Tq, H*Dk), k (B, Tk, Hkv*Dk), ",
-            "v (B, Tk, Hkv*Dv), got ", shape_str(q_in.shape()), ", ", shape_str(k_in.shape()), ", ",
-            shape_str(v_in.shape()));
+  TFM_CHECK(q_in.dim() == 3 && k_in.dim() == 3 && v_in.dim() == 3, fn,
+            "expected q (B, Tq, H*Dk), k (B, Tk, Hkv*Dk), ", "v (B, Tk, Hkv*Dv), got ",
+            shape_str(q_in.shape()), ", ", shape_str(k_in.shape()), ", ", shape_str(v_in.shape()));
   kernels::AttentionDims d;
   d.B = q_in.size(0);
   d.Tq = q_in.size(1);
   d.Tk = k_in.size(1);
   d.H = opt.n_heads;
   d.Hkv = opt.n_kv_heads ? opt.n_kv_heads : opt.n_heads;
-  TFM_CHECK(d.H > 0 && d.Hkv > 0 && d.H % d.Hkv == 0, fn, "n_heads ", d.H, " must be a multiple of n_kv_heads ", d.Hkv);
-  TFM_CHECK(q_in.size(2) % d.H == 0, fn, "q ", shape_str(q_in.shape()), " width is not a multiple of ", d.H, " heads");
+  TFM_CHECK(d.H > 0 && d.Hkv > 0 && d.H % d.Hkv == 0, fn, "n_heads ", d.H,
+            " must be a multiple of n_kv_heads ", d.Hkv);
+  TFM_CHECK(q_in.size(2) % d.H == 0, fn, "q ", shape_str(q_in.shape()), " width is not a multiple of ", d.H,
+            " heads");
   d.Dk = q_in.size(2) / d.H;
-  TFM_CHECK(v_in.size(2) % d.Hkv == 0, fn, "v ", shape_str(v_in.shape()), " width is not a multiple of ", d.Hkv,
-            " kv heads");
+  TFM_CHECK(v_in.size(2) % d.Hkv == 0, fn, "v ", shape_str(v_in.shape()), " width is not a multiple of ",
+            d.Hkv, " kv heads");
   d.Dv = v_in.size(2) / d.Hkv;
-  TFM_CHECK(k_in.size(0) == d.B && v_in.size(0) == d.B && v_in.size(1) == d.Tk && k_in.size(2) == d.Hkv * d.Dk, fn,
-            "q ", shape_str(q_in.shape()), " with ", d.H, " heads needs k (", d.B, ", Tk, ", d.Hkv * d.Dk,
-            ") and v (", d.B, ", Tk, Hkv*Dv), got k ", shape_str(k_in.shape()), ", v ", shape_str(v_in.shape()));
+  TFM_CHECK(
+      k_in.size(0) == d.B && v_in.size(0) == d.B && v_in.size(1) == d.Tk && k_in.size(2) == d.Hkv * d.Dk, fn,
+      "q ", shape_str(q_in.shape()), " with ", d.H, " heads needs k (", d.B, ", Tk, ", d.Hkv * d.Dk,
+      ") and v (", d.B, ", Tk, Hkv*Dv), got k ", shape_str(k_in.shape()), ", v ", shape_str(v_in.shape()));
   if (!opt.key_lengths.empty()) {
     TFM_CHECK(static_cast<int64_t>(opt.key_lengths.size()) == d.B, fn, opt.key_lengths.size(),
               " key lengths for batch ", d.B);
@@ -322,7 +330,7 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   // recomputes P block by block, which costs one more Q K^T GEMM but not B*H*Tq*Tk floats.
   Tensor stats = Tensor::empty({d.B, d.H, d.Tq, 2});
   Tensor probs = probabilities ? Tensor::empty({d.B, d.H, d.Tq, d.Tk}) : Tensor();  // (B, H, Tq, Tk)
-  Tensor keep;                                                                     // (B, H, Tq, Tk): 0 or 1/(1-p)
+  Tensor keep;  // (B, H, Tq, Tk): 0 or 1/(1-p)
   if (drop) {
     // The dropout op's mask for a (B, H, Tq, Tk) tensor from the same generator, so the composed
     // form (dropout of the probabilities) matches.
@@ -347,8 +355,8 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
   }
   const int64_t threads = kernels::attention_scratch_threads();
   Tensor scratch = Tensor::empty({threads, kernels::attention_scratch_floats(d, false)});
-  kernels::attention_forward(out.data(), stats.data(), probs.defined() ? probs.data() : nullptr, q.data(), k.data(),
-                             v.data(), drop ? keep.data() : nullptr, scratch.data(),
+  kernels::attention_forward(out.data(), stats.data(), probs.defined() ? probs.data() : nullptr, q.data(),
+                             k.data(), v.data(), drop ? keep.data() : nullptr, scratch.data(),
                              opt.key_lengths.empty() ? nullptr : opt.key_lengths.data(), opt.causal, d);
   record(out, "scaled_dot_product_attention", {q_in, k_in, v_in},
          [rq = grad_ref(q_in), rk = grad_ref(k_in), rv = grad_ref(v_in), q, k, v, stats, keep,
@@ -357,7 +365,8 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
            kernels::AttentionDims db = d;  // the row lists now live in this closure
            db.row_offsets = row_list.empty() ? nullptr : row_offsets.data();
            db.row_list = row_list.empty() ? nullptr : row_list.data();
-           Tensor scratch = Tensor::empty({kernels::attention_scratch_threads(), kernels::attention_scratch_floats(db, true)});
+           Tensor scratch = Tensor::empty(
+               {kernels::attention_scratch_threads(), kernels::attention_scratch_floats(db, true)});
            kernels::attention_backward(rq ? grad_buffer(rq) : nullptr, rk ? grad_buffer(rk) : nullptr,
                                        rv ? grad_buffer(rv) : nullptr, g.data(), q.data(), k.data(), v.data(),
                                        stats.data(), keep.defined() ? keep.data() : nullptr, scratch.data(),

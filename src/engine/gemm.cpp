@@ -1,19 +1,17 @@
 #include "tfm/engine/gemm.h"
 
+#include <cblas.h>
+#include <immintrin.h>
 #include <omp.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <type_traits>
 #include <unordered_map>
 #include <vector>
-
-#include <cblas.h>
-#include <immintrin.h>
-
-#include <oneapi/dnnl/dnnl.hpp>
 
 #include "tfm/engine/error.h"
 
@@ -127,8 +125,8 @@ const uint16_t* bf16_operand(const float* x, bool trans, int64_t rows, int64_t c
   const int64_t stored_rows = trans ? cols : rows, stored_cols = trans ? rows : cols;
   ld_out = stored_cols;
   const uint64_t scope = t_same_operands > 0 ? t_scope : 0;
-  if (scope != 0 && held.scope == scope && held.src == x && held.rows == stored_rows && held.cols == stored_cols &&
-      held.ld == ld)
+  if (scope != 0 && held.scope == scope && held.src == x && held.rows == stored_rows &&
+      held.cols == stored_cols && held.ld == ld)
     return buf.data();
   uint16_t* d = scratch(buf, stored_rows * stored_cols);
   round_rows_bf16(x, stored_rows, stored_cols, ld, d);
@@ -137,22 +135,23 @@ const uint16_t* bf16_operand(const float* x, bool trans, int64_t rows, int64_t c
 }
 
 // ---- OpenBLAS ----
-void sgemm_openblas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                    const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+void sgemm_openblas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                    int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
               static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), alpha, A,
               static_cast<blasint>(lda), B, static_cast<blasint>(ldb), beta, C, static_cast<blasint>(ldc));
 }
 
-using Sgemm = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t,
-                       float, float*, int64_t);
+using Sgemm = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
+                       int64_t, float, float*, int64_t);
 
 // bfloat16 products as sgemm on operands rounded to bfloat16 values: the same products (exact in
 // float32), float32 sums. OpenBLAS's only bf16 (Debian's build has no sbgemm), and oneDNN's for small
 // products, where its bf16 matmul costs more per call than it saves (attention's 64x64x32 blocks:
 // ~2x slower than sgemm).
-void bf16_by_sgemm(Sgemm sgemm, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+void bf16_by_sgemm(Sgemm sgemm, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                   const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                   int64_t ldc) {
   thread_local std::vector<float> fa, fb;
   auto rounded = [](const float* x, int64_t rows, int64_t cols, int64_t ld, std::vector<float>& buf) {
     float* d = scratch(buf, rows * cols);
@@ -187,8 +186,8 @@ struct MatmulKey {
 struct MatmulKeyHash {
   size_t operator()(const MatmulKey& k) const {
     uint64_t h = 1469598103934665603ull;
-    for (int64_t v : {k.M, k.N, k.K, k.lda, k.ldb, k.ldc, int64_t{k.ta} * 4 + int64_t{k.tb} * 2 + int64_t{k.bias},
-                      int64_t{k.threads}})
+    for (int64_t v : {k.M, k.N, k.K, k.lda, k.ldb, k.ldc,
+                      int64_t{k.ta} * 4 + int64_t{k.tb} * 2 + int64_t{k.bias}, int64_t{k.threads}})
       h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull;
     uint32_t ab[2];
     std::memcpy(&ab[0], &k.alpha, 4);
@@ -220,8 +219,8 @@ Matmul make_matmul(const MatmulKey& k) {
   }
   // The bias (1, N): one float32 row broadcast over the M rows, added in the kernel.
   const dnnl::memory::desc bias({1, k.N}, dt::f32, dims{k.N, 1});
-  const dnnl::matmul::primitive_desc pd(k.bias ? dnnl::matmul::desc(a, b, bias, c) : dnnl::matmul::desc(a, b, c),
-                                        attr, engine());
+  const dnnl::matmul::primitive_desc pd(
+      k.bias ? dnnl::matmul::desc(a, b, bias, c) : dnnl::matmul::desc(a, b, c), attr, engine());
   const dnnl::memory::desc pad = pd.scratchpad_desc();
   return Matmul{dnnl::matmul(pd),
                 dnnl::memory(a, engine(), nullptr),
@@ -236,7 +235,8 @@ Matmul make_matmul(const MatmulKey& k) {
 constexpr int64_t kMatmulMinMacs = int64_t{1} << 20;
 
 void bf16_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias = nullptr) {
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                 const float* bias = nullptr) {
   thread_local std::vector<uint16_t> ba, bb;
   thread_local RoundedFrom held_a, held_b;
   thread_local std::vector<uint8_t> pad;
@@ -266,21 +266,26 @@ void bf16_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                                   {DNNL_ARG_SCRATCHPAD, mm.scratchpad.get()},
                                   {DNNL_ARG_BIAS, bias ? mm.bias.get() : nullptr}};
   const dnnl_status_t s = dnnl_primitive_execute(mm.prim.get(), stream.get(), bias ? 5 : 4, args);
-  TFM_CHECK(s == dnnl_success, "gemm", "oneDNN bf16 matmul failed with status ", static_cast<int>(s), " on (", M,
-            ", ", N, ", ", K, ")");
+  TFM_CHECK(s == dnnl_success, "gemm", "oneDNN bf16 matmul failed with status ", static_cast<int>(s), " on (",
+            M, ", ", N, ", ", K, ")");
   if (serial) omp_set_num_threads(threads);
 }
 
 void sgemm_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  const dnnl_status_t s = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  TFM_CHECK(s == dnnl_success, "gemm", "dnnl_sgemm failed with status ", static_cast<int>(s), " on (", M, ", ",
-            N, ", ", K, ")");
+  const dnnl_status_t s =
+      dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  TFM_CHECK(s == dnnl_success, "gemm", "dnnl_sgemm failed with status ", static_cast<int>(s), " on (", M,
+            ", ", N, ", ", K, ")");
 }
 
 // Which kernel runs a product: the precision and backend in use, and for bf16 on oneDNN, its size.
-bool bf16_now(int64_t K) { return g_precision.load(std::memory_order_relaxed) == Precision::Bf16 && K > 0; }
-bool onednn_now() { return g_backend.load(std::memory_order_relaxed) == GemmBackend::OneDnn; }
+bool bf16_now(int64_t K) {
+  return g_precision.load(std::memory_order_relaxed) == Precision::Bf16 && K > 0;
+}
+bool onednn_now() {
+  return g_backend.load(std::memory_order_relaxed) == GemmBackend::OneDnn;
+}
 bool bf16_matmul(int64_t M, int64_t N, int64_t K) {
   return bf16_now(K) && onednn_now() && M * N * K >= kMatmulMinMacs && onednn_bf16_matmul_available();
 }
@@ -330,14 +335,28 @@ void gemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
   gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 1.0f, C, ldc);
 }
 
-uint64_t gemm_flops() { return g_flops.load(std::memory_order_relaxed); }
+uint64_t gemm_flops() {
+  return g_flops.load(std::memory_order_relaxed);
+}
 
-void set_gemm_precision(Precision p) { g_precision.store(p); }
-Precision gemm_precision() { return g_precision.load(); }
-void set_gemm_backend(GemmBackend b) { g_backend.store(b); }
-GemmBackend gemm_backend() { return g_backend.load(); }
-const char* precision_name(Precision p) { return name_of(p).c_str(); }
-const char* gemm_backend_name(GemmBackend b) { return name_of(b).c_str(); }
+void set_gemm_precision(Precision p) {
+  g_precision.store(p);
+}
+Precision gemm_precision() {
+  return g_precision.load();
+}
+void set_gemm_backend(GemmBackend b) {
+  g_backend.store(b);
+}
+GemmBackend gemm_backend() {
+  return g_backend.load();
+}
+const char* precision_name(Precision p) {
+  return name_of(p).c_str();
+}
+const char* gemm_backend_name(GemmBackend b) {
+  return name_of(b).c_str();
+}
 
 template <>
 const std::vector<std::string>& enum_names<Precision>() {
@@ -379,7 +398,8 @@ GemmBackend resolve_gemm_backend(const std::string& name, const std::string& whe
   return resolve_gemm_backend(parse_gemm_backend(name, where));
 }
 
-GemmModeGuard::GemmModeGuard(Precision p, GemmBackend b) : precision_(gemm_precision()), backend_(gemm_backend()) {
+GemmModeGuard::GemmModeGuard(Precision p, GemmBackend b)
+    : precision_(gemm_precision()), backend_(gemm_backend()) {
   set_gemm_precision(p);
   set_gemm_backend(b);
 }
@@ -407,7 +427,9 @@ WeightMirror::~WeightMirror() {
 SameOperandsScope::SameOperandsScope() {
   if (t_same_operands++ == 0) ++t_scope;
 }
-SameOperandsScope::~SameOperandsScope() { --t_same_operands; }
+SameOperandsScope::~SameOperandsScope() {
+  --t_same_operands;
+}
 
 void weights_changed(const float* values) {
   Mirror& m = mirror();
@@ -431,15 +453,23 @@ float from_bf16(uint16_t h) {
 void set_blas_threads(int n) {
   if (n > 0) openblas_set_num_threads(n);
 }
-int blas_threads() { return openblas_get_num_threads(); }
-const char* blas_core_name() { return openblas_get_corename(); }
-const char* blas_config() { return openblas_get_config(); }
+int blas_threads() {
+  return openblas_get_num_threads();
+}
+const char* blas_core_name() {
+  return openblas_get_corename();
+}
+const char* blas_config() {
+  return openblas_get_config();
+}
 
 std::string onednn_version() {
   const dnnl_version_t* v = dnnl_version();
-  const char* runtime = v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : v->cpu_runtime == DNNL_RUNTIME_TBB ? "TBB" : "other";
-  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) +
-         " (" + runtime + " threads)";
+  const char* runtime = v->cpu_runtime == DNNL_RUNTIME_OMP   ? "OpenMP"
+                        : v->cpu_runtime == DNNL_RUNTIME_TBB ? "TBB"
+                                                             : "other";
+  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+         std::to_string(v->patch) + " (" + runtime + " threads)";
 }
 
 }  // namespace tfm

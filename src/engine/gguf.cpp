@@ -33,16 +33,30 @@ bool is_integer(GgufType t) {
 bool is_signed(GgufType t) {
   return t == GgufType::Int8 || t == GgufType::Int16 || t == GgufType::Int32 || t == GgufType::Int64;
 }
-bool is_known(uint32_t t) { return t <= static_cast<uint32_t>(GgufType::Float64); }
+bool is_known(uint32_t t) {
+  return t <= static_cast<uint32_t>(GgufType::Float64);
+}
 
 // Bytes of a fixed-size value type (0 for string and array).
 size_t scalar_size(GgufType t) {
   switch (t) {
-    case GgufType::UInt8: case GgufType::Int8: case GgufType::Bool: return 1;
-    case GgufType::UInt16: case GgufType::Int16: return 2;
-    case GgufType::UInt32: case GgufType::Int32: case GgufType::Float32: return 4;
-    case GgufType::UInt64: case GgufType::Int64: case GgufType::Float64: return 8;
-    default: return 0;
+    case GgufType::UInt8:
+    case GgufType::Int8:
+    case GgufType::Bool:
+      return 1;
+    case GgufType::UInt16:
+    case GgufType::Int16:
+      return 2;
+    case GgufType::UInt32:
+    case GgufType::Int32:
+    case GgufType::Float32:
+      return 4;
+    case GgufType::UInt64:
+    case GgufType::Int64:
+    case GgufType::Float64:
+      return 8;
+    default:
+      return 0;
   }
 }
 // The fewest bytes one value of type t can take in a file (string: its length; array: type + length).
@@ -54,7 +68,9 @@ uint64_t align_up(uint64_t offset, uint64_t alignment) {
   return offset + (alignment - offset % alignment) % alignment;
 }
 
-bool is_power_of_two(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
+bool is_power_of_two(uint64_t v) {
+  return v != 0 && (v & (v - 1)) == 0;
+}
 
 // The spec's key rule: ASCII, '.'-separated segments of lower_snake_case ([a-z0-9_]).
 bool valid_key(const std::string& key) {
@@ -72,12 +88,12 @@ bool valid_key(const std::string& key) {
 
 // The known ggml type names, for errors about the quantized types tfm does not read.
 const char* any_ggml_type_name(uint32_t t) {
-  static const char* const names[] = {"F32",   "F16",  "Q4_0",   "Q4_1",    "Q4_2",  "Q4_3",    "Q5_0",
-                                      "Q5_1",  "Q8_0", "Q8_1",   "Q2_K",    "Q3_K",  "Q4_K",    "Q5_K",
-                                      "Q6_K",  "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL",
-                                      "IQ3_S", "IQ2_S", "IQ4_XS", "I8",     "I16",   "I32",     "I64",
-                                      "F64",   "IQ1_M", "BF16",  "Q4_0_4_4", "Q4_0_4_8", "Q4_0_8_8", "TQ1_0",
-                                      "TQ2_0", "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4"};
+  static const char* const names[] = {
+      "F32",      "F16",      "Q4_0",    "Q4_1",  "Q4_2",       "Q4_3",       "Q5_0",       "Q5_1",
+      "Q8_0",     "Q8_1",     "Q2_K",    "Q3_K",  "Q4_K",       "Q5_K",       "Q6_K",       "Q8_K",
+      "IQ2_XXS",  "IQ2_XS",   "IQ3_XXS", "IQ1_S", "IQ4_NL",     "IQ3_S",      "IQ2_S",      "IQ4_XS",
+      "I8",       "I16",      "I32",     "I64",   "F64",        "IQ1_M",      "BF16",       "Q4_0_4_4",
+      "Q4_0_4_8", "Q4_0_8_8", "TQ1_0",   "TQ2_0", "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4"};
   return t < sizeof names / sizeof names[0] ? names[t] : "unknown";
 }
 
@@ -96,20 +112,45 @@ class Writer {
   }
   void value(const GgufValue& v, int depth) {
     switch (v.type()) {
-      case GgufType::UInt8: pod(static_cast<uint8_t>(v.unsigned_value())); break;
-      case GgufType::Int8: pod(static_cast<int8_t>(v.signed_value())); break;
-      case GgufType::UInt16: pod(static_cast<uint16_t>(v.unsigned_value())); break;
-      case GgufType::Int16: pod(static_cast<int16_t>(v.signed_value())); break;
-      case GgufType::UInt32: pod(static_cast<uint32_t>(v.unsigned_value())); break;
-      case GgufType::Int32: pod(static_cast<int32_t>(v.signed_value())); break;
-      case GgufType::UInt64: pod(v.unsigned_value()); break;
-      case GgufType::Int64: pod(v.signed_value()); break;
-      case GgufType::Float32: pod(static_cast<float>(v.number())); break;
-      case GgufType::Float64: pod(v.number()); break;
-      case GgufType::Bool: pod(static_cast<uint8_t>(v.boolean_value())); break;
-      case GgufType::String: str(v.str()); break;
+      case GgufType::UInt8:
+        pod(static_cast<uint8_t>(v.unsigned_value()));
+        break;
+      case GgufType::Int8:
+        pod(static_cast<int8_t>(v.signed_value()));
+        break;
+      case GgufType::UInt16:
+        pod(static_cast<uint16_t>(v.unsigned_value()));
+        break;
+      case GgufType::Int16:
+        pod(static_cast<int16_t>(v.signed_value()));
+        break;
+      case GgufType::UInt32:
+        pod(static_cast<uint32_t>(v.unsigned_value()));
+        break;
+      case GgufType::Int32:
+        pod(static_cast<int32_t>(v.signed_value()));
+        break;
+      case GgufType::UInt64:
+        pod(v.unsigned_value());
+        break;
+      case GgufType::Int64:
+        pod(v.signed_value());
+        break;
+      case GgufType::Float32:
+        pod(static_cast<float>(v.number()));
+        break;
+      case GgufType::Float64:
+        pod(v.number());
+        break;
+      case GgufType::Bool:
+        pod(static_cast<uint8_t>(v.boolean_value()));
+        break;
+      case GgufType::String:
+        str(v.str());
+        break;
       case GgufType::Array:
-        TFM_CHECK(depth < kGgufMaxArrayDepth, what_, "arrays nested deeper than ", kGgufMaxArrayDepth, " levels");
+        TFM_CHECK(depth < kGgufMaxArrayDepth, what_, "arrays nested deeper than ", kGgufMaxArrayDepth,
+                  " levels");
         pod(static_cast<uint32_t>(v.element_type()));
         pod<uint64_t>(v.items().size());
         for (const GgufValue& item : v.items()) value(item, depth + 1);
@@ -134,10 +175,11 @@ std::string layout(const GgufFile& file, const std::string& what, std::vector<ui
               " bytes (gguf.md)");
     TFM_CHECK(keys.insert(key).second, what, "duplicate metadata key \"", key, "\"");
     if (key == "general.alignment") {
-      TFM_CHECK(value.type() == GgufType::UInt32, what, "general.alignment is a ", gguf_type_name(value.type()),
-                ", expected a uint32 (gguf.md)");
+      TFM_CHECK(value.type() == GgufType::UInt32, what, "general.alignment is a ",
+                gguf_type_name(value.type()), ", expected a uint32 (gguf.md)");
       TFM_CHECK(is_power_of_two(value.unsigned_value()) && value.unsigned_value() >= 8, what,
-                "general.alignment is ", value.unsigned_value(), ", expected a power of two >= 8 (gguf.md: a "
+                "general.alignment is ", value.unsigned_value(),
+                ", expected a power of two >= 8 (gguf.md: a "
                 "multiple of 8)");
     }
   }
@@ -154,8 +196,8 @@ std::string layout(const GgufFile& file, const std::string& what, std::vector<ui
     for (int64_t d : t.shape)
       TFM_CHECK(d > 0, what, "tensor \"", t.name, "\": shape ", shape_str(t.shape), " has a dimension < 1");
     const uint64_t bytes = static_cast<uint64_t>(shape_numel(t.shape)) * ggml_type_size(t.type);
-    TFM_CHECK(t.data.size() == bytes, what, "tensor \"", t.name, "\": ", t.data.size(), " bytes of data, shape ",
-              shape_str(t.shape), " of ", ggml_type_name(t.type), " needs ", bytes);
+    TFM_CHECK(t.data.size() == bytes, what, "tensor \"", t.name, "\": ", t.data.size(),
+              " bytes of data, shape ", shape_str(t.shape), " of ", ggml_type_name(t.type), " needs ", bytes);
     offsets.push_back(offset);
     offset = align_up(offset + bytes, alignment);
   }
@@ -174,7 +216,8 @@ std::string layout(const GgufFile& file, const std::string& what, std::vector<ui
     const GgufTensor& t = file.tensors[i];
     w.str(t.name);
     w.pod(static_cast<uint32_t>(t.shape.size()));
-    for (auto d = t.shape.rbegin(); d != t.shape.rend(); ++d) w.pod(static_cast<uint64_t>(*d));  // innermost first
+    for (auto d = t.shape.rbegin(); d != t.shape.rend(); ++d)
+      w.pod(static_cast<uint64_t>(*d));  // innermost first
     w.pod(static_cast<uint32_t>(t.type));
     w.pod(offsets[i]);
   }
@@ -216,7 +259,8 @@ class Input {
   std::string str(const std::string& item, uint64_t max_bytes) {
     const uint64_t n = pod<uint64_t>(item + "'s length");
     if (n > max_bytes)
-      throw IoError(detail::concat(what_, ": ", item, " is ", n, " bytes long, more than the limit of ", max_bytes));
+      throw IoError(
+          detail::concat(what_, ": ", item, " is ", n, " bytes long, more than the limit of ", max_bytes));
     if (n > left())
       throw IoError(detail::concat(what_, ": truncated: ", item, " of ", n, " bytes at offset ", pos_,
                                    " runs past the end of the file at ", size_));
@@ -233,16 +277,26 @@ class Input {
 
 GgufValue read_value(Input& in, GgufType type, const std::string& item, int depth) {
   switch (type) {
-    case GgufType::UInt8: return GgufValue::u8(in.pod<uint8_t>(item));
-    case GgufType::Int8: return GgufValue::i8(in.pod<int8_t>(item));
-    case GgufType::UInt16: return GgufValue::u16(in.pod<uint16_t>(item));
-    case GgufType::Int16: return GgufValue::i16(in.pod<int16_t>(item));
-    case GgufType::UInt32: return GgufValue::u32(in.pod<uint32_t>(item));
-    case GgufType::Int32: return GgufValue::i32(in.pod<int32_t>(item));
-    case GgufType::UInt64: return GgufValue::u64(in.pod<uint64_t>(item));
-    case GgufType::Int64: return GgufValue::i64(in.pod<int64_t>(item));
-    case GgufType::Float32: return GgufValue::f32(in.pod<float>(item));
-    case GgufType::Float64: return GgufValue::f64(in.pod<double>(item));
+    case GgufType::UInt8:
+      return GgufValue::u8(in.pod<uint8_t>(item));
+    case GgufType::Int8:
+      return GgufValue::i8(in.pod<int8_t>(item));
+    case GgufType::UInt16:
+      return GgufValue::u16(in.pod<uint16_t>(item));
+    case GgufType::Int16:
+      return GgufValue::i16(in.pod<int16_t>(item));
+    case GgufType::UInt32:
+      return GgufValue::u32(in.pod<uint32_t>(item));
+    case GgufType::Int32:
+      return GgufValue::i32(in.pod<int32_t>(item));
+    case GgufType::UInt64:
+      return GgufValue::u64(in.pod<uint64_t>(item));
+    case GgufType::Int64:
+      return GgufValue::i64(in.pod<int64_t>(item));
+    case GgufType::Float32:
+      return GgufValue::f32(in.pod<float>(item));
+    case GgufType::Float64:
+      return GgufValue::f64(in.pod<double>(item));
     case GgufType::Bool: {
       const uint8_t b = in.pod<uint8_t>(item);
       // gguf.md: "1-byte value where 0 is false and 1 is true. Anything else is invalid".
@@ -251,11 +305,12 @@ GgufValue read_value(Input& in, GgufType type, const std::string& item, int dept
                                      " at offset ", in.pos() - 1, " (only 0 and 1 are valid)"));
       return GgufValue::boolean(b == 1);
     }
-    case GgufType::String: return GgufValue::string(in.str(item, in.left()));
+    case GgufType::String:
+      return GgufValue::string(in.str(item, in.left()));
     case GgufType::Array: {
       if (depth >= kGgufMaxArrayDepth)
-        throw IoError(detail::concat(in.what(), ": ", item, ": arrays nested deeper than ", kGgufMaxArrayDepth,
-                                     " levels"));
+        throw IoError(detail::concat(in.what(), ": ", item, ": arrays nested deeper than ",
+                                     kGgufMaxArrayDepth, " levels"));
       const uint32_t raw = in.pod<uint32_t>(item + "'s element type");
       if (!is_known(raw))
         throw IoError(detail::concat(in.what(), ": ", item, " has element type ", raw,
@@ -265,8 +320,9 @@ GgufValue read_value(Input& in, GgufType type, const std::string& item, int dept
       // Every element takes at least min_encoded_size bytes: a length the rest of the file cannot
       // hold is refused before any element is allocated.
       if (n > in.left() / min_encoded_size(element))
-        throw IoError(detail::concat(in.what(), ": ", item, " claims ", n, " elements of ", gguf_type_name(element),
-                                     ", more than the ", in.left(), " bytes left can hold"));
+        throw IoError(detail::concat(in.what(), ": ", item, " claims ", n, " elements of ",
+                                     gguf_type_name(element), ", more than the ", in.left(),
+                                     " bytes left can hold"));
       std::vector<GgufValue> items;
       items.reserve(static_cast<size_t>(n));
       for (uint64_t i = 0; i < n; ++i)
@@ -307,7 +363,8 @@ GgufFile read_gguf(Input& in) {
   for (uint64_t i = 0; i < n_kv; ++i) {
     std::string key = in.str(detail::concat("metadata key ", i), kGgufMaxKeyBytes);
     if (key.empty()) throw IoError(detail::concat(what, ": metadata key ", i, " is empty"));
-    if (!keys.insert(key).second) throw IoError(detail::concat(what, ": duplicate metadata key \"", key, "\""));
+    if (!keys.insert(key).second)
+      throw IoError(detail::concat(what, ": duplicate metadata key \"", key, "\""));
     const std::string item = "metadata \"" + key + "\"";
     const uint32_t raw = in.pod<uint32_t>(item + "'s type");
     if (!is_known(raw))
@@ -332,7 +389,8 @@ GgufFile read_gguf(Input& in) {
     // The spec allows 64 bytes; the name is checked against that, then kept to ggml's 63 on write.
     t.name = in.str(detail::concat("tensor name ", i), 64);
     if (t.name.empty()) throw IoError(detail::concat(what, ": tensor ", i, " has an empty name"));
-    if (!names.insert(t.name).second) throw IoError(detail::concat(what, ": duplicate tensor name \"", t.name, "\""));
+    if (!names.insert(t.name).second)
+      throw IoError(detail::concat(what, ": duplicate tensor name \"", t.name, "\""));
     const std::string item = "tensor \"" + t.name + "\"";
     const uint32_t n_dims = in.pod<uint32_t>(item + "'s rank");
     if (n_dims == 0 || n_dims > static_cast<uint32_t>(kGgufMaxDims))
@@ -356,8 +414,8 @@ GgufFile read_gguf(Input& in) {
     t.type = static_cast<GgmlType>(type);
     t.offset = in.pod<uint64_t>(item + "'s offset");
     if (t.offset % alignment != 0)
-      throw IoError(detail::concat(what, ": ", item, " has offset ", t.offset, ", not a multiple of the alignment ",
-                                   alignment));
+      throw IoError(detail::concat(what, ": ", item, " has offset ", t.offset,
+                                   ", not a multiple of the alignment ", alignment));
     file.tensors.push_back(std::move(t));
   }
 
@@ -367,7 +425,7 @@ GgufFile read_gguf(Input& in) {
   std::vector<size_t> order(file.tensors.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return file.tensors[a].offset < file.tensors[b].offset; });
+                   [&](size_t a, size_t b) { return file.tensors[a].offset < file.tensors[b].offset; });
   uint64_t end = 0;
   const GgufTensor* previous = nullptr;
   for (size_t i : order) {
@@ -391,24 +449,28 @@ GgufFile read_gguf(Input& in) {
 }  // namespace
 
 const char* gguf_type_name(GgufType type) {
-  static const char* const names[] = {"uint8", "int8",   "uint16", "int16", "uint32", "int32",  "float32",
-                                      "bool",  "string", "array",  "uint64", "int64", "float64"};
+  static const char* const names[] = {"uint8", "int8",   "uint16", "int16",  "uint32", "int32",  "float32",
+                                      "bool",  "string", "array",  "uint64", "int64",  "float64"};
   const auto i = static_cast<uint32_t>(type);
   return i < sizeof names / sizeof names[0] ? names[i] : "unknown";
 }
 
-const char* ggml_type_name(GgmlType type) { return any_ggml_type_name(static_cast<uint32_t>(type)); }
+const char* ggml_type_name(GgmlType type) {
+  return any_ggml_type_name(static_cast<uint32_t>(type));
+}
 
-size_t ggml_type_size(GgmlType type) { return type == GgmlType::F32 ? 4 : 2; }
+size_t ggml_type_size(GgmlType type) {
+  return type == GgmlType::F32 ? 4 : 2;
+}
 
 uint16_t to_f16(float x) {
   uint32_t u = 0;
   std::memcpy(&u, &x, sizeof u);
   const auto sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   u &= 0x7fffffffu;
-  if (u > 0x7f800000u) return sign | 0x7e00u;  // NaN: a quiet NaN
-  if (u >= 0x38800000u) {                     // |x| >= 2^-14: a normal half, or overflow
-    u += 0x0fffu + ((u >> 13) & 1u);           // round the 23-bit mantissa to 10 bits, nearest even
+  if (u > 0x7f800000u) return sign | 0x7e00u;     // NaN: a quiet NaN
+  if (u >= 0x38800000u) {                         // |x| >= 2^-14: a normal half, or overflow
+    u += 0x0fffu + ((u >> 13) & 1u);              // round the 23-bit mantissa to 10 bits, nearest even
     if (u >= 0x47800000u) return sign | 0x7c00u;  // 2^16 and up (65520 rounds there): infinity
     return static_cast<uint16_t>(sign | ((u >> 13) - (112u << 10)));  // rebias the exponent 127 -> 15
   }
@@ -461,8 +523,8 @@ GgufValue GgufValue::string(std::string v) {
 }
 GgufValue GgufValue::array(GgufType element_type, std::vector<GgufValue> items) {
   for (size_t i = 0; i < items.size(); ++i)
-    TFM_CHECK(items[i].type() == element_type, "GgufValue::array", "item ", i, " is ", gguf_type_name(items[i].type()),
-              ", the array holds ", gguf_type_name(element_type));
+    TFM_CHECK(items[i].type() == element_type, "GgufValue::array", "item ", i, " is ",
+              gguf_type_name(items[i].type()), ", the array holds ", gguf_type_name(element_type));
   GgufValue out;
   out.type_ = GgufType::Array, out.element_ = element_type, out.items_ = std::move(items);
   return out;
@@ -496,8 +558,8 @@ int64_t GgufValue::signed_value() const {
   return signed_;
 }
 double GgufValue::number() const {
-  TFM_CHECK(type_ == GgufType::Float32 || type_ == GgufType::Float64, "GgufValue", "a ", gguf_type_name(type_),
-            " is not a float32 or float64");
+  TFM_CHECK(type_ == GgufType::Float32 || type_ == GgufType::Float64, "GgufValue", "a ",
+            gguf_type_name(type_), " is not a float32 or float64");
   return number_;
 }
 bool GgufValue::boolean_value() const {
@@ -514,7 +576,8 @@ const std::vector<GgufValue>& GgufValue::items() const {
 }
 bool GgufValue::operator==(const GgufValue& other) const {
   return type_ == other.type_ && element_ == other.element_ && unsigned_ == other.unsigned_ &&
-         signed_ == other.signed_ && number_ == other.number_ && string_ == other.string_ && items_ == other.items_;
+         signed_ == other.signed_ && number_ == other.number_ && string_ == other.string_ &&
+         items_ == other.items_;
 }
 
 // ---- tensors and files ----
@@ -621,7 +684,8 @@ void save_gguf(const std::string& path, const GgufFile& file) {
 }
 
 GgufFile parse_gguf(const uint8_t* data, size_t size, const std::string& what) {
-  Input in(what, size, [data](void* dst, uint64_t offset, uint64_t n) { std::memcpy(dst, data + offset, n); });
+  Input in(what, size,
+           [data](void* dst, uint64_t offset, uint64_t n) { std::memcpy(dst, data + offset, n); });
   return read_gguf(in);
 }
 
@@ -632,12 +696,14 @@ GgufFile load_gguf(const std::string& path) {
     throw IoError(detail::concat(path, ": cannot open: ", std::strerror(errno)));
   std::FILE* fp = f.get();
   uint64_t cursor = 0;  // the stream's position: most reads follow the last one, and need no seek
-  Input in(path, static_cast<uint64_t>(st.st_size), [fp, &path, &cursor](void* dst, uint64_t offset, uint64_t n) {
-    if ((offset != cursor && std::fseek(fp, static_cast<long>(offset), SEEK_SET) != 0) ||
-        std::fread(dst, 1, n, fp) != n)
-      throw IoError(detail::concat(path, ": read failed at offset ", offset, " (file changed while reading?)"));
-    cursor = offset + n;
-  });
+  Input in(
+      path, static_cast<uint64_t>(st.st_size), [fp, &path, &cursor](void* dst, uint64_t offset, uint64_t n) {
+        if ((offset != cursor && std::fseek(fp, static_cast<long>(offset), SEEK_SET) != 0) ||
+            std::fread(dst, 1, n, fp) != n)
+          throw IoError(
+              detail::concat(path, ": read failed at offset ", offset, " (file changed while reading?)"));
+        cursor = offset + n;
+      });
   return read_gguf(in);
 }
 

@@ -9,7 +9,7 @@ namespace tfm::kernels {
 namespace {
 // Rows are split across OpenMP threads only when there is enough work to pay for it.
 constexpr int64_t kParallelWork = 1 << 15;
-}
+}  // namespace
 
 namespace {
 // LayerNorm (kCentered) and RMSNorm (Zhang & Sennrich 2019: no centring, no bias) share their loops:
@@ -29,8 +29,8 @@ inline void norm_row(float* y, const float* x, const float* w, const float* b, f
 }
 
 template <bool kCentered>
-void norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b, int64_t N,
-                  int64_t C, float eps) {
+void norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+                  int64_t N, int64_t C, float eps) {
 #pragma omp parallel for if (N * C > kParallelWork)
   for (int64_t i = 0; i < N; ++i) {
     const float* x = inp + i * C;
@@ -99,8 +99,8 @@ void norm_backward(float* dinp, float* dw, float* db, const float* dout, const f
 }
 }  // namespace
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
-                       const float* b, int64_t N, int64_t C, float eps) {
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+                       int64_t N, int64_t C, float eps) {
   norm_forward<true>(out, mean, rstd, inp, w, b, N, C, eps);
 }
 
@@ -116,7 +116,8 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
   norm_backward<true>(dinp, dw, db, dout, inp, w, mean, rstd, N, C, overwrite_dinp);
 }
 
-void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C, float eps) {
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C,
+                     float eps) {
   norm_forward<false>(out, nullptr, rstd, inp, w, nullptr, N, C, eps);
 }
 
@@ -125,8 +126,8 @@ void rmsnorm_apply(float* out, const float* inp, const float* w, const float* rs
   for (int64_t i = 0; i < N; ++i) norm_row<false>(out + i * C, inp + i * C, w, nullptr, 0.0f, rstd[i], C);
 }
 
-void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
-                      int64_t N, int64_t C, bool overwrite_dinp) {
+void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                      const float* rstd, int64_t N, int64_t C, bool overwrite_dinp) {
   norm_backward<false>(dinp, dw, nullptr, dout, inp, w, nullptr, rstd, N, C, overwrite_dinp);
 }
 
@@ -194,8 +195,8 @@ void log_softmax_backward(float* dinp, const float* dout, const float* out, int6
   }
 }
 
-double cross_entropy_forward(float* lse, const float* logits, const int32_t* targets, int64_t N,
-                             int64_t V, int32_t ignore_index) {
+double cross_entropy_forward(float* lse, const float* logits, const int32_t* targets, int64_t N, int64_t V,
+                             int32_t ignore_index) {
   double total = 0.0;
 #pragma omp parallel for reduction(+ : total) if (N * V > kParallelWork)
   for (int64_t i = 0; i < N; ++i) {
@@ -248,7 +249,8 @@ void swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
 #pragma omp parallel for simd if (n > kParallelWork)
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
-void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, int64_t n) {
+void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                     int64_t n) {
 #pragma omp parallel for simd if (n > kParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     const float x = gate[i];

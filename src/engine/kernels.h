@@ -7,8 +7,8 @@
 namespace tfm::kernels {
 
 // out (N, C) = (inp - mean) * rstd * w + b; saves mean (N), rstd (N).
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
-                       const float* b, int64_t N, int64_t C, float eps);
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+                       int64_t N, int64_t C, float eps);
 // The forward's output again from the saved mean and rstd (bit-identical): recomputation.
 void layernorm_apply(float* out, const float* inp, const float* w, const float* b, const float* mean,
                      const float* rstd, int64_t N, int64_t C);
@@ -20,11 +20,12 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
 
 // RMSNorm (Zhang & Sennrich 2019): out (N, C) = inp * rstd * w, rstd = 1 / sqrt(mean(inp^2) + eps);
 // saves rstd (N). The same loops as LayerNorm's with the mean fixed at 0 and no bias.
-void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C, float eps);
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C,
+                     float eps);
 void rmsnorm_apply(float* out, const float* inp, const float* w, const float* rstd, int64_t N, int64_t C);
 // dx = rstd * (g - xhat * mean(g * xhat)) with g = dout * w, xhat = inp * rstd; dw += dout * xhat.
-void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
-                      int64_t N, int64_t C, bool overwrite_dinp = false);
+void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                      const float* rstd, int64_t N, int64_t C, bool overwrite_dinp = false);
 
 // Row-wise softmax (numerically stable: the row max is subtracted first).
 void softmax_forward(float* out, const float* inp, int64_t N, int64_t C);
@@ -36,8 +37,8 @@ void log_softmax_backward(float* dinp, const float* dout, const float* out, int6
 
 // Cross-entropy of logits (N, V) against targets (N); rows whose target == ignore_index get loss 0.
 // Writes the per-row log-sum-exp (N) for the backward and returns the summed loss (double).
-double cross_entropy_forward(float* lse, const float* logits, const int32_t* targets, int64_t N,
-                             int64_t V, int32_t ignore_index);
+double cross_entropy_forward(float* lse, const float* logits, const int32_t* targets, int64_t N, int64_t V,
+                             int32_t ignore_index);
 // dlogits += scale * (softmax(logits) - onehot(target)) for each non-ignored row.
 void cross_entropy_backward(float* dlogits, const float* logits, const float* lse, const int32_t* targets,
                             int64_t N, int64_t V, int32_t ignore_index, float scale);
@@ -55,7 +56,8 @@ void gelu_with_slope(float* out, float* slope, const float* inp, int64_t n);
 void swiglu_forward(float* out, const float* gate, const float* up, int64_t n);
 // From dout = dL/dout, in place of the forward's inputs' gradients: dgate = dout * up * silu'(gate),
 // dup = dout * silu(gate), silu'(x) = s (1 + x (1 - s)) with s = sigmoid(x). Writes dgate and dup.
-void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, int64_t n);
+void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                     int64_t n);
 
 // Dropout with replayable draws: element i is dropped (0) with probability p, else scaled by 1/(1-p).
 // Its draw is SplitMix64's output for counter i from `seed` (a counter-based generator), so the

@@ -6,9 +6,9 @@
 #include <cstring>
 #include <numeric>
 
-#include "tfm/engine/gemm.h"
 #include "kernels.h"
 #include "strided.h"
+#include "tfm/engine/gemm.h"
 
 namespace tfm {
 
@@ -30,7 +30,6 @@ int64_t normalize_axis(const char* op, int64_t axis, const Shape& shape) {
   TFM_CHECK(axis >= -rank && axis < rank, op, "axis ", axis, " out of range for shape ", shape_str(shape));
   return axis < 0 ? axis + rank : axis;
 }
-
 
 // grad (contiguous, of the slot's shape) += g (contiguous, same number of elements, same order).
 void accumulate_flat(const GradRef& slot, const Tensor& g) {
@@ -83,41 +82,45 @@ Tensor binary(const char* name, const Tensor& a, const Tensor& b, F f, DA da, DB
   // for them in the loops below (it has the output's shape, and da/db ignore their arguments).
   const Tensor va = kReadsValues ? a : Tensor(), vb = kReadsValues ? b : Tensor();
   const Shape shape_a = a.shape(), shape_b = b.shape();
-  record(out, name, {a, b}, [ra = grad_ref(a), rb = grad_ref(b), va, vb, shape_a, shape_b, da, db, same,
-                             out_shape](const Tensor& g) {
-    const Shape sg = contiguous_strides(out_shape);
-    for (int which = 0; which < 2; ++which) {
-      const GradRef& r = which == 0 ? ra : rb;
-      if (!r) continue;
-      const float* pa = kReadsValues ? va.data() : g.data();
-      const float* pb = kReadsValues ? vb.data() : g.data();
-      if (same) {  // every element written: the first writer stores instead of adding to zeros
-        const GradTarget t = grad_target(r);
-        float* gt = t.data;
-        const float keep = t.beta;
-        const float* pg = g.data();
-        const int64_t n = g.numel();
-        if (which == 0) {
+  record(
+      out, name, {a, b},
+      [ra = grad_ref(a), rb = grad_ref(b), va, vb, shape_a, shape_b, da, db, same,
+       out_shape](const Tensor& g) {
+        const Shape sg = contiguous_strides(out_shape);
+        for (int which = 0; which < 2; ++which) {
+          const GradRef& r = which == 0 ? ra : rb;
+          if (!r) continue;
+          const float* pa = kReadsValues ? va.data() : g.data();
+          const float* pb = kReadsValues ? vb.data() : g.data();
+          if (same) {  // every element written: the first writer stores instead of adding to zeros
+            const GradTarget t = grad_target(r);
+            float* gt = t.data;
+            const float keep = t.beta;
+            const float* pg = g.data();
+            const int64_t n = g.numel();
+            if (which == 0) {
 #pragma omp parallel for simd if (n > kParallelElements)
-          for (int64_t i = 0; i < n; ++i) gt[i] = (keep != 0.0f ? gt[i] : 0.0f) + pg[i] * da(pa[i], pb[i]);
-        } else {
+              for (int64_t i = 0; i < n; ++i)
+                gt[i] = (keep != 0.0f ? gt[i] : 0.0f) + pg[i] * da(pa[i], pb[i]);
+            } else {
 #pragma omp parallel for simd if (n > kParallelElements)
-          for (int64_t i = 0; i < n; ++i) gt[i] = (keep != 0.0f ? gt[i] : 0.0f) + pg[i] * db(pa[i], pb[i]);
+              for (int64_t i = 0; i < n; ++i)
+                gt[i] = (keep != 0.0f ? gt[i] : 0.0f) + pg[i] * db(pa[i], pb[i]);
+            }
+            continue;
+          }
+          float* gt = grad_buffer(r);
+          // Broadcast dims of the input get stride 0 in its gradient, so contributions sum there.
+          const Shape sa = kReadsValues ? strided::broadcast_strides(shape_a, va.strides(), out_shape) : sg;
+          const Shape sb = kReadsValues ? strided::broadcast_strides(shape_b, vb.strides(), out_shape) : sg;
+          const Shape& shape_t = which == 0 ? shape_a : shape_b;
+          const Shape st = strided::broadcast_strides(shape_t, contiguous_strides(shape_t), out_shape);
+          strided::for_each<4>(
+              out_shape, {sg.data(), sa.data(), sb.data(), st.data()},
+              {g.data(), const_cast<float*>(pa), const_cast<float*>(pb), gt},
+              [&](float** p) { *p[3] += *p[0] * (which == 0 ? da(*p[1], *p[2]) : db(*p[1], *p[2])); });
         }
-        continue;
-      }
-      float* gt = grad_buffer(r);
-      // Broadcast dims of the input get stride 0 in its gradient, so contributions sum there.
-      const Shape sa = kReadsValues ? strided::broadcast_strides(shape_a, va.strides(), out_shape) : sg;
-      const Shape sb = kReadsValues ? strided::broadcast_strides(shape_b, vb.strides(), out_shape) : sg;
-      const Shape& shape_t = which == 0 ? shape_a : shape_b;
-      const Shape st = strided::broadcast_strides(shape_t, contiguous_strides(shape_t), out_shape);
-      strided::for_each<4>(out_shape, {sg.data(), sa.data(), sb.data(), st.data()},
-                           {g.data(), const_cast<float*>(pa), const_cast<float*>(pb), gt}, [&](float** p) {
-                             *p[3] += *p[0] * (which == 0 ? da(*p[1], *p[2]) : db(*p[1], *p[2]));
-                           });
-    }
-  });
+      });
   return out;
 }
 
@@ -170,55 +173,77 @@ Tensor affine(const char* name, const Tensor& x_in, float s, float t) {
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  return binary<false>("add", a, b, [](float x, float y) { return x + y; }, [](float, float) { return 1.0f; },
-                [](float, float) { return 1.0f; });
+  return binary<false>(
+      "add", a, b, [](float x, float y) { return x + y; }, [](float, float) { return 1.0f; },
+      [](float, float) { return 1.0f; });
 }
 Tensor sub(const Tensor& a, const Tensor& b) {
-  return binary<false>("sub", a, b, [](float x, float y) { return x - y; }, [](float, float) { return 1.0f; },
-                [](float, float) { return -1.0f; });
+  return binary<false>(
+      "sub", a, b, [](float x, float y) { return x - y; }, [](float, float) { return 1.0f; },
+      [](float, float) { return -1.0f; });
 }
 Tensor mul(const Tensor& a, const Tensor& b) {
-  return binary<true>("mul", a, b, [](float x, float y) { return x * y; }, [](float, float y) { return y; },
-                [](float x, float) { return x; });
+  return binary<true>(
+      "mul", a, b, [](float x, float y) { return x * y; }, [](float, float y) { return y; },
+      [](float x, float) { return x; });
 }
 Tensor div(const Tensor& a, const Tensor& b) {
-  return binary<true>("div", a, b, [](float x, float y) { return x / y; }, [](float, float y) { return 1.0f / y; },
-                [](float x, float y) { return -x / (y * y); });
+  return binary<true>(
+      "div", a, b, [](float x, float y) { return x / y; }, [](float, float y) { return 1.0f / y; },
+      [](float x, float y) { return -x / (y * y); });
 }
 
-Tensor add(const Tensor& a, float s) { return affine("add_scalar", a, 1.0f, s); }
-Tensor sub(const Tensor& a, float s) { return add(a, -s); }
-Tensor mul(const Tensor& a, float s) { return affine("mul_scalar", a, s, 0.0f); }
+Tensor add(const Tensor& a, float s) {
+  return affine("add_scalar", a, 1.0f, s);
+}
+Tensor sub(const Tensor& a, float s) {
+  return add(a, -s);
+}
+Tensor mul(const Tensor& a, float s) {
+  return affine("mul_scalar", a, s, 0.0f);
+}
 Tensor div(const Tensor& a, float s) {
   // x / s, not x * (1 / s): the forward rounds as the division does.
-  return unary("div_scalar", a, [s](float x) { return x / s; }, [s](float, float) { return 1.0f / s; });
+  return unary(
+      "div_scalar", a, [s](float x) { return x / s; }, [s](float, float) { return 1.0f / s; });
 }
-Tensor rsub(float s, const Tensor& a) { return affine("rsub_scalar", a, -1.0f, s); }
+Tensor rsub(float s, const Tensor& a) {
+  return affine("rsub_scalar", a, -1.0f, s);
+}
 Tensor rdiv(float s, const Tensor& a) {
   // d(s/x)/dx = -s/x^2 = -y/x
-  return unary("rdiv_scalar", a, [s](float x) { return s / x; }, [](float x, float y) { return -y / x; });
+  return unary(
+      "rdiv_scalar", a, [s](float x) { return s / x; }, [](float x, float y) { return -y / x; });
 }
 
-Tensor neg(const Tensor& x) { return affine("neg", x, -1.0f, 0.0f); }
+Tensor neg(const Tensor& x) {
+  return affine("neg", x, -1.0f, 0.0f);
+}
 Tensor exp(const Tensor& x) {
-  return unary("exp", x, [](float v) { return std::exp(v); }, [](float, float y) { return y; });
+  return unary(
+      "exp", x, [](float v) { return std::exp(v); }, [](float, float y) { return y; });
 }
 Tensor log(const Tensor& x) {
-  return unary("log", x, [](float v) { return std::log(v); }, [](float v, float) { return 1.0f / v; });
+  return unary(
+      "log", x, [](float v) { return std::log(v); }, [](float v, float) { return 1.0f / v; });
 }
 Tensor sqrt(const Tensor& x) {
-  return unary("sqrt", x, [](float v) { return std::sqrt(v); }, [](float, float y) { return 0.5f / y; });
+  return unary(
+      "sqrt", x, [](float v) { return std::sqrt(v); }, [](float, float y) { return 0.5f / y; });
 }
 Tensor pow(const Tensor& x, float p) {
-  return unary("pow", x, [p](float v) { return std::pow(v, p); },
-               [p](float v, float) { return p * std::pow(v, p - 1.0f); });
+  return unary(
+      "pow", x, [p](float v) { return std::pow(v, p); },
+      [p](float v, float) { return p * std::pow(v, p - 1.0f); });
 }
 Tensor tanh(const Tensor& x) {
-  return unary("tanh", x, [](float v) { return std::tanh(v); }, [](float, float y) { return 1.0f - y * y; });
+  return unary(
+      "tanh", x, [](float v) { return std::tanh(v); }, [](float, float y) { return 1.0f - y * y; });
 }
 Tensor relu(const Tensor& x) {
-  return unary("relu", x, [](float v) { return v > 0.0f ? v : 0.0f; },
-               [](float v, float) { return v > 0.0f ? 1.0f : 0.0f; });
+  return unary(
+      "relu", x, [](float v) { return v > 0.0f ? v : 0.0f; },
+      [](float v, float) { return v > 0.0f ? 1.0f : 0.0f; });
 }
 
 Tensor gelu(const Tensor& x_in) {
@@ -328,51 +353,52 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
       gemm(at, bt, M, N, K, 1.0f, ai, A.ld, bi, B.ld, 0.0f, out.data() + i * M * N, N);
     }
   }
-  record(out, "matmul", {a, b}, [ra = grad_ref(a), rb = grad_ref(b), A, B, at, bt, trans_a, trans_b, M, N, K, batches,
-                                 fold](const Tensor& g) {
-    // With logical op(A) (M,K), op(B) (K,N): d op(A) = dC op(B)^T, d op(B) = op(A)^T dC. When the user
-    // asked for a transpose, the gradient of the stored operand is the transpose of those.
-    const float* pa = A.values.data();
-    const float* pb = B.values.data();
-    const float* pg = g.data();
-    if (ra) {
-      float* ga = grad_buffer(ra);
-      const int64_t a_mat = M * K;
-      if (fold && !trans_a) {
-        gemm(false, !bt, batches * M, K, N, 1.0f, pg, N, pb, B.ld, 1.0f, ga, K);
-      } else {
-        for (int64_t i = 0; i < batches; ++i) {
-          const float* bi = pb + B.batch_offsets[B.batch_offsets.size() == 1 ? 0 : i];
-          float* gai = ga + (A.batch_offsets.size() == 1 ? 0 : i * a_mat);
-          const float* gi = pg + i * M * N;
-          if (!trans_a)
-            gemm(false, !bt, M, K, N, 1.0f, gi, N, bi, B.ld, 1.0f, gai, K);
-          else
-            gemm(bt, true, K, M, N, 1.0f, bi, B.ld, gi, N, 1.0f, gai, M);
-        }
-      }
-    }
-    if (rb) {
-      float* gb = grad_buffer(rb);
-      const int64_t b_mat = K * N;
-      if (fold) {
-        if (!trans_b)
-          gemm(true, false, K, N, batches * M, 1.0f, pa, A.ld, pg, N, 1.0f, gb, N);
-        else
-          gemm(true, false, N, K, batches * M, 1.0f, pg, N, pa, A.ld, 1.0f, gb, K);
-      } else {
-        for (int64_t i = 0; i < batches; ++i) {
-          const float* ai = pa + A.batch_offsets[A.batch_offsets.size() == 1 ? 0 : i];
-          float* gbi = gb + (B.batch_offsets.size() == 1 ? 0 : i * b_mat);
-          const float* gi = pg + i * M * N;
-          if (!trans_b)
-            gemm(!at, false, K, N, M, 1.0f, ai, A.ld, gi, N, 1.0f, gbi, N);
-          else
-            gemm(true, at, N, K, M, 1.0f, gi, N, ai, A.ld, 1.0f, gbi, K);
-        }
-      }
-    }
-  });
+  record(out, "matmul", {a, b},
+         [ra = grad_ref(a), rb = grad_ref(b), A, B, at, bt, trans_a, trans_b, M, N, K, batches,
+          fold](const Tensor& g) {
+           // With logical op(A) (M,K), op(B) (K,N): d op(A) = dC op(B)^T, d op(B) = op(A)^T dC. When the user
+           // asked for a transpose, the gradient of the stored operand is the transpose of those.
+           const float* pa = A.values.data();
+           const float* pb = B.values.data();
+           const float* pg = g.data();
+           if (ra) {
+             float* ga = grad_buffer(ra);
+             const int64_t a_mat = M * K;
+             if (fold && !trans_a) {
+               gemm(false, !bt, batches * M, K, N, 1.0f, pg, N, pb, B.ld, 1.0f, ga, K);
+             } else {
+               for (int64_t i = 0; i < batches; ++i) {
+                 const float* bi = pb + B.batch_offsets[B.batch_offsets.size() == 1 ? 0 : i];
+                 float* gai = ga + (A.batch_offsets.size() == 1 ? 0 : i * a_mat);
+                 const float* gi = pg + i * M * N;
+                 if (!trans_a)
+                   gemm(false, !bt, M, K, N, 1.0f, gi, N, bi, B.ld, 1.0f, gai, K);
+                 else
+                   gemm(bt, true, K, M, N, 1.0f, bi, B.ld, gi, N, 1.0f, gai, M);
+               }
+             }
+           }
+           if (rb) {
+             float* gb = grad_buffer(rb);
+             const int64_t b_mat = K * N;
+             if (fold) {
+               if (!trans_b)
+                 gemm(true, false, K, N, batches * M, 1.0f, pa, A.ld, pg, N, 1.0f, gb, N);
+               else
+                 gemm(true, false, N, K, batches * M, 1.0f, pg, N, pa, A.ld, 1.0f, gb, K);
+             } else {
+               for (int64_t i = 0; i < batches; ++i) {
+                 const float* ai = pa + A.batch_offsets[A.batch_offsets.size() == 1 ? 0 : i];
+                 float* gbi = gb + (B.batch_offsets.size() == 1 ? 0 : i * b_mat);
+                 const float* gi = pg + i * M * N;
+                 if (!trans_b)
+                   gemm(!at, false, K, N, M, 1.0f, ai, A.ld, gi, N, 1.0f, gbi, N);
+                 else
+                   gemm(true, at, N, K, M, 1.0f, gi, N, ai, A.ld, 1.0f, gbi, K);
+               }
+             }
+           }
+         });
   return out;
 }
 
@@ -424,17 +450,18 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
   linear_rows(out.data(), x.data(), w.data(), bc.defined() ? bc.data() : nullptr, N, in, out_dim);
   // x is saved only when W needs a gradient, W only when x does.
   const GradRef rx = grad_ref(x_in), rw = grad_ref(w_in), rb = grad_ref(bias);
-  record(out, "linear", {x_in, w_in, bias}, [rx, rw, rb, x = rw ? x : Tensor(), w = rx ? w : Tensor(), N, in,
-                                             out_dim](const Tensor& g) {
-    const SameOperandsScope same;  // dy: rounded to bfloat16 once for both products
-    if (rx) {  // dx (N, in) (+)= dy (N, out) W (out, in)
-      const GradTarget gx = grad_target(rx);
-      gemm(false, false, N, in, out_dim, 1.0f, g.data(), out_dim, w.data(), in, gx.beta, gx.data, in);
-    }
-    if (rw)  // dW (out, in) += dy^T (out, N) x (N, in)
-      gemm(true, false, out_dim, in, N, 1.0f, g.data(), out_dim, x.data(), in, 1.0f, grad_buffer(rw), in);
-    if (rb) kernels::bias_add_backward(grad_buffer(rb), g.data(), N, out_dim);
-  });
+  record(out, "linear", {x_in, w_in, bias},
+         [rx, rw, rb, x = rw ? x : Tensor(), w = rx ? w : Tensor(), N, in, out_dim](const Tensor& g) {
+           const SameOperandsScope same;  // dy: rounded to bfloat16 once for both products
+           if (rx) {                      // dx (N, in) (+)= dy (N, out) W (out, in)
+             const GradTarget gx = grad_target(rx);
+             gemm(false, false, N, in, out_dim, 1.0f, g.data(), out_dim, w.data(), in, gx.beta, gx.data, in);
+           }
+           if (rw)  // dW (out, in) += dy^T (out, N) x (N, in)
+             gemm(true, false, out_dim, in, N, 1.0f, g.data(), out_dim, x.data(), in, 1.0f, grad_buffer(rw),
+                  in);
+           if (rb) kernels::bias_add_backward(grad_buffer(rb), g.data(), N, out_dim);
+         });
   // Recomputable by one more GEMM: a layer may release an output that a backward saves (see
   // MultiHeadAttention: the queries).
   set_recompute(out, [x, w, bc, N, in, out_dim](float* dst) {
@@ -443,11 +470,13 @@ Tensor linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
   return out;
 }
 
-Tensor feed_forward(const Tensor& x_in, const Tensor& w1_in, const Tensor& b1, const Tensor& w2_in, const Tensor& b2,
-                    Activation act, int64_t chunk_rows, const Tensor& w3_in, const Tensor& b3) {
+Tensor feed_forward(const Tensor& x_in, const Tensor& w1_in, const Tensor& b1, const Tensor& w2_in,
+                    const Tensor& b2, Activation act, int64_t chunk_rows, const Tensor& w3_in,
+                    const Tensor& b3) {
   const char* fn = "feed_forward";
   TFM_CHECK(x_in.dim() >= 1 && w1_in.dim() == 2 && w2_in.dim() == 2, fn, "expected x (..., C), w1 (F, C), ",
-            "w2 (C, F), got ", shape_str(x_in.shape()), ", ", shape_str(w1_in.shape()), ", ", shape_str(w2_in.shape()));
+            "w2 (C, F), got ", shape_str(x_in.shape()), ", ", shape_str(w1_in.shape()), ", ",
+            shape_str(w2_in.shape()));
   const int64_t C = w1_in.size(1), F = w1_in.size(0);
   TFM_CHECK(x_in.size(-1) == C && w2_in.size(0) == C && w2_in.size(1) == F, fn, "x ", shape_str(x_in.shape()),
             ", w1 ", shape_str(w1_in.shape()), " and w2 ", shape_str(w2_in.shape()),
@@ -458,12 +487,13 @@ Tensor feed_forward(const Tensor& x_in, const Tensor& w1_in, const Tensor& b1, c
   TFM_CHECK(gated == w3_in.defined() && (!gated || w3_in.shape() == w1_in.shape()), fn,
             "SwiGLU takes w3 (the up projection) shaped as w1 ", shape_str(w1_in.shape()),
             ", the other activations none; got ", w3_in.defined() ? shape_str(w3_in.shape()) : "none");
-  TFM_CHECK(!b3.defined() || (gated && b3.shape() == Shape{F}), fn, "b3 ", shape_str(b3.shape()), " must be [", F,
-            "] with w3");
+  TFM_CHECK(!b3.defined() || (gated && b3.shape() == Shape{F}), fn, "b3 ", shape_str(b3.shape()),
+            " must be [", F, "] with w3");
   TFM_CHECK(chunk_rows > 0, fn, "chunk_rows must be positive, got ", chunk_rows);
   const Tensor x = contiguous_values(x_in), w1 = contiguous_values(w1_in), w2 = contiguous_values(w2_in);
   const Tensor w3 = gated ? contiguous_values(w3_in) : Tensor();
-  const Tensor b1c = b1.defined() ? contiguous_values(b1) : Tensor(), b2c = b2.defined() ? contiguous_values(b2) : Tensor();
+  const Tensor b1c = b1.defined() ? contiguous_values(b1) : Tensor(),
+               b2c = b2.defined() ? contiguous_values(b2) : Tensor();
   const Tensor b3c = b3.defined() ? contiguous_values(b3) : Tensor();
   const int64_t N = C ? x.numel() / C : 0;
   const int64_t chunk = std::min(chunk_rows, std::max<int64_t>(N, 1));
@@ -513,7 +543,7 @@ Tensor feed_forward(const Tensor& x_in, const Tensor& w1_in, const Tensor& b1, c
                activate(a.data(), hc, uc, rows * F);
              {
                const SameOperandsScope same;  // g: rounded to bfloat16 once for dW2 and d act(h)
-               if (rw2)  // dW2 (C, F) += g^T act(h)
+               if (rw2)                       // dW2 (C, F) += g^T act(h)
                  gemm(true, false, C, F, rows, 1.0f, gc, C, a.data(), F, 1.0f, grad_buffer(rw2), F);
                if (rb2) kernels::bias_add_backward(grad_buffer(rb2), gc, rows, C);
                if (!need_h) continue;
@@ -529,15 +559,16 @@ Tensor feed_forward(const Tensor& x_in, const Tensor& w1_in, const Tensor& b1, c
                for (int64_t i = 0; i < rows * F; ++i) dh[i] *= da[i];
              }
              const SameOperandsScope same_dh;  // dh: rounded to bfloat16 once for dW1 and dx
-             if (rw1)  // dW1 (F, C) += dh^T x
+             if (rw1)                          // dW1 (F, C) += dh^T x
                gemm(true, false, F, C, rows, 1.0f, dh, F, x.data() + r0 * C, C, 1.0f, grad_buffer(rw1), C);
              if (rb1) kernels::bias_add_backward(grad_buffer(rb1), dh, rows, F);
              if (rx)  // dx (rows, C) (+)= dh W1
                gemm(false, false, rows, C, F, 1.0f, dh, F, w1.data(), C, gx.beta, gx.data + r0 * C, C);
              if (!gated) continue;
              const SameOperandsScope same_du;  // du: rounded once for dW3 and dx
-             if (rw3)  // dW3 (F, C) += du^T x
-               gemm(true, false, F, C, rows, 1.0f, du.data(), F, x.data() + r0 * C, C, 1.0f, grad_buffer(rw3), C);
+             if (rw3)                          // dW3 (F, C) += du^T x
+               gemm(true, false, F, C, rows, 1.0f, du.data(), F, x.data() + r0 * C, C, 1.0f, grad_buffer(rw3),
+                    C);
              if (rb3) kernels::bias_add_backward(grad_buffer(rb3), du.data(), rows, F);
              if (rx)  // dx (rows, C) += du W3
                gemm(false, false, rows, C, F, 1.0f, du.data(), F, w3.data(), C, 1.0f, gx.data + r0 * C, C);
@@ -667,8 +698,8 @@ Tensor log_softmax(const Tensor& x_in) {
 Tensor cross_entropy(const Tensor& logits_in, const std::vector<int32_t>& targets, int32_t ignore_index) {
   TFM_CHECK(logits_in.dim() >= 1, "cross_entropy", "logits need at least 1 dim");
   const int64_t V = logits_in.size(-1), N = V ? logits_in.numel() / V : 0;
-  TFM_CHECK(static_cast<int64_t>(targets.size()) == N, "cross_entropy", "logits ", shape_str(logits_in.shape()),
-            " have ", N, " rows but ", targets.size(), " targets were given");
+  TFM_CHECK(static_cast<int64_t>(targets.size()) == N, "cross_entropy", "logits ",
+            shape_str(logits_in.shape()), " have ", N, " rows but ", targets.size(), " targets were given");
   int64_t count = 0;
   for (int64_t i = 0; i < N; ++i) {
     const int32_t t = targets[i];
@@ -678,7 +709,8 @@ Tensor cross_entropy(const Tensor& logits_in, const std::vector<int32_t>& target
   }
   const Tensor logits = contiguous_values(logits_in);
   Tensor lse = Tensor::empty({N});
-  const double total = kernels::cross_entropy_forward(lse.data(), logits.data(), targets.data(), N, V, ignore_index);
+  const double total =
+      kernels::cross_entropy_forward(lse.data(), logits.data(), targets.data(), N, V, ignore_index);
   Tensor out = Tensor::full({}, count ? static_cast<float>(total / count) : 0.0f);
   record(out, "cross_entropy", {logits_in},
          [rl = grad_ref(logits_in), logits, lse, targets, N, V, ignore_index, count](const Tensor& g) {
@@ -701,9 +733,9 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& w, const Tensor& b, float ep
   record(out, "layer_norm", {x_in, w, b},
          [rx = grad_ref(x_in), rw = grad_ref(w), rb = grad_ref(b), x, wc, mean, rstd, N, C](const Tensor& g) {
            const GradTarget gx = rx ? grad_target(rx) : GradTarget{nullptr, 1.0f};
-           kernels::layernorm_backward(gx.data, rw ? grad_buffer(rw) : nullptr, rb ? grad_buffer(rb) : nullptr,
-                                       g.data(), x.data(), wc.data(), mean.data(), rstd.data(), N, C,
-                                       gx.overwrite());
+           kernels::layernorm_backward(gx.data, rw ? grad_buffer(rw) : nullptr,
+                                       rb ? grad_buffer(rb) : nullptr, g.data(), x.data(), wc.data(),
+                                       mean.data(), rstd.data(), N, C, gx.overwrite());
          });
   // The output is cheap to recompute from what the backward keeps anyway (x, mean, rstd), so layers
   // may release it once its consumers have saved it (Tensor::release_values).
@@ -716,17 +748,18 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& w, const Tensor& b, float ep
 Tensor rms_norm(const Tensor& x_in, const Tensor& w, float eps) {
   TFM_CHECK(x_in.dim() >= 1, "rms_norm", "needs at least 1 dim");
   const int64_t C = x_in.size(-1), N = C ? x_in.numel() / C : 0;
-  TFM_CHECK(w.shape() == Shape{C}, "rms_norm", "weight ", shape_str(w.shape()), " must be [", C, "] for input ",
-            shape_str(x_in.shape()));
+  TFM_CHECK(w.shape() == Shape{C}, "rms_norm", "weight ", shape_str(w.shape()), " must be [", C,
+            "] for input ", shape_str(x_in.shape()));
   const Tensor x = contiguous_values(x_in), wc = contiguous_values(w);
   Tensor out = Tensor::empty(x.shape());
   Tensor rstd = Tensor::empty({N});
   kernels::rmsnorm_forward(out.data(), rstd.data(), x.data(), wc.data(), N, C, eps);
-  record(out, "rms_norm", {x_in, w}, [rx = grad_ref(x_in), rw = grad_ref(w), x, wc, rstd, N, C](const Tensor& g) {
-    const GradTarget gx = rx ? grad_target(rx) : GradTarget{nullptr, 1.0f};
-    kernels::rmsnorm_backward(gx.data, rw ? grad_buffer(rw) : nullptr, g.data(), x.data(), wc.data(), rstd.data(), N,
-                              C, gx.overwrite());
-  });
+  record(out, "rms_norm", {x_in, w},
+         [rx = grad_ref(x_in), rw = grad_ref(w), x, wc, rstd, N, C](const Tensor& g) {
+           const GradTarget gx = rx ? grad_target(rx) : GradTarget{nullptr, 1.0f};
+           kernels::rmsnorm_backward(gx.data, rw ? grad_buffer(rw) : nullptr, g.data(), x.data(), wc.data(),
+                                     rstd.data(), N, C, gx.overwrite());
+         });
   // As LayerNorm's: recomputable from what the backward keeps (x, rstd).
   set_recompute(out, [x, wc, rstd, N, C](float* dst) {
     kernels::rmsnorm_apply(dst, x.data(), wc.data(), rstd.data(), N, C);
@@ -777,8 +810,8 @@ void rope_rotate(float* out, const float* x, const float* cos, const float* sin,
 }  // namespace
 
 Tensor rope(const Tensor& x_in, int64_t heads, const Tensor& cos, const Tensor& sin, int64_t start) {
-  TFM_CHECK(x_in.dim() == 3 && heads > 0 && x_in.size(2) % heads == 0, "rope", "expected x (B, T, heads * D) with ",
-            heads, " heads, got ", shape_str(x_in.shape()));
+  TFM_CHECK(x_in.dim() == 3 && heads > 0 && x_in.size(2) % heads == 0, "rope",
+            "expected x (B, T, heads * D) with ", heads, " heads, got ", shape_str(x_in.shape()));
   const int64_t B = x_in.size(0), T = x_in.size(1), D = x_in.size(2) / heads;
   TFM_CHECK(cos.dim() == 2 && cos.size(1) * 2 == D && sin.shape() == cos.shape(), "rope", "tables ",
             shape_str(cos.shape()), " and ", shape_str(sin.shape()), " do not fit a head width of ", D);
@@ -808,8 +841,8 @@ Tensor embedding(const Tensor& weight, const std::vector<int32_t>& ids, const Sh
             " ids for ids shape ", shape_str(ids_shape));
   const int64_t V = weight.size(0), C = weight.size(1);
   for (size_t i = 0; i < ids.size(); ++i)
-    TFM_CHECK(ids[i] >= 0 && ids[i] < V, "embedding", "id ", ids[i], " at position ", i, " is outside [0, ", V,
-              ") for weight ", shape_str(weight.shape()));
+    TFM_CHECK(ids[i] >= 0 && ids[i] < V, "embedding", "id ", ids[i], " at position ", i, " is outside [0, ",
+              V, ") for weight ", shape_str(weight.shape()));
   const Tensor w = contiguous_values(weight);
   Shape out_shape = ids_shape;
   out_shape.push_back(C);
@@ -858,8 +891,8 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, float value) {
   record(out, "masked_fill", {x}, [rx = grad_ref(x), mask, out_shape](const Tensor& g) {
     const Shape sg = contiguous_strides(out_shape);
     const Shape sm = strided::broadcast_strides(mask.shape(), mask.strides(), out_shape);
-    strided::for_each<3>(out_shape, {sg.data(), sg.data(), sm.data()}, {grad_buffer(rx), g.data(), mask.data()},
-                         [](float** p) {
+    strided::for_each<3>(out_shape, {sg.data(), sg.data(), sm.data()},
+                         {grad_buffer(rx), g.data(), mask.data()}, [](float** p) {
                            if (*p[2] == 0.0f) *p[0] += *p[1];
                          });
   });
@@ -867,7 +900,8 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, float value) {
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
-  const Shape out_shape = broadcast_shape("where", broadcast_shape("where", cond.shape(), a.shape()), b.shape());
+  const Shape out_shape =
+      broadcast_shape("where", broadcast_shape("where", cond.shape(), a.shape()), b.shape());
   Tensor out = Tensor::empty(out_shape);
   const Shape so = out.strides();
   const Shape sc = strided::broadcast_strides(cond.shape(), cond.strides(), out_shape);
@@ -884,8 +918,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
       if (!r) continue;
       const Shape st = strided::broadcast_strides(r->shape, contiguous_strides(r->shape), out_shape);
       const bool want = which == 0;
-      strided::for_each<3>(out_shape, {st.data(), sg.data(), sc.data()}, {grad_buffer(r), g.data(), cond.data()},
-                           [want](float** p) {
+      strided::for_each<3>(out_shape, {st.data(), sg.data(), sc.data()},
+                           {grad_buffer(r), g.data(), cond.data()}, [want](float** p) {
                              if ((*p[2] != 0.0f) == want) *p[0] += *p[1];
                            });
     }

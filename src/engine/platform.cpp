@@ -1,11 +1,11 @@
 #include "tfm/engine/platform.h"
 
+#include <fcntl.h>
 #include <omp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,7 +20,9 @@
 
 namespace tfm::platform {
 namespace {
-bool has_avx512() { return __builtin_cpu_supports("avx512f"); }
+bool has_avx512() {
+  return __builtin_cpu_supports("avx512f");
+}
 
 std::atomic<bool> g_stop{false};
 
@@ -68,11 +70,13 @@ void select_blas_kernels(char** argv) {
 std::string blas_summary() {
   std::ostringstream os;
   os << "OpenBLAS " << blas_core_name() << " kernels, " << blas_threads() << " thread(s)";
-  if (const char* re = std::getenv("TFM_REEXEC")) os << " (restarted with " << re << "; TFM_NO_REEXEC=1 keeps the defaults)";
+  if (const char* re = std::getenv("TFM_REEXEC"))
+    os << " (restarted with " << re << "; TFM_NO_REEXEC=1 keeps the defaults)";
   if (const char* core = std::getenv("OPENBLAS_CORETYPE"); core && has_avx512()) {
     const std::string c(core);
     if (c != "SkylakeX" && c != "Cooperlake" && c != "SapphireRapids")
-      os << " (OPENBLAS_CORETYPE=" << c << " from the environment; this CPU has AVX-512: unset it to let tfm use the "
+      os << " (OPENBLAS_CORETYPE=" << c
+         << " from the environment; this CPU has AVX-512: unset it to let tfm use the "
          << "~1.7x faster SkylakeX kernels)";
   }
   return os.str();
@@ -80,16 +84,19 @@ std::string blas_summary() {
 
 std::string gemm_summary() {
   const GemmBackend b = gemm_backend();
-  std::string s = std::string("matrix products ") + precision_name(gemm_precision()) + " on " + gemm_backend_name(b);
+  std::string s =
+      std::string("matrix products ") + precision_name(gemm_precision()) + " on " + gemm_backend_name(b);
   if (b == GemmBackend::OneDnn)
-    s += " (" + onednn_version() +
-         (gemm_precision() != Precision::Bf16 ? ", dnnl_sgemm)"
-          : onednn_bf16_matmul_available()
-              ? ", bf16 matmul)"
-              : ": no bf16 matmul on this CPU, which lacks AVX-512; bf16 emulated: sgemm on rounded operands, "
-                "the same numbers as bf16 kernels but no speed-up: train.precision \"fp32\" is as fast here)");
+    s +=
+        " (" + onednn_version() +
+        (gemm_precision() != Precision::Bf16 ? ", dnnl_sgemm)"
+         : onednn_bf16_matmul_available()
+             ? ", bf16 matmul)"
+             : ": no bf16 matmul on this CPU, which lacks AVX-512; bf16 emulated: sgemm on rounded operands, "
+               "the same numbers as bf16 kernels but no speed-up: train.precision \"fp32\" is as fast here)");
   else if (gemm_precision() == Precision::Bf16)
-    s += " (bf16 emulated: sgemm on rounded operands, no speed-up; train.gemm_backend \"onednn\" runs bf16 kernels)";
+    s += " (bf16 emulated: sgemm on rounded operands, no speed-up; train.gemm_backend \"onednn\" runs bf16 "
+         "kernels)";
   if (const char* env = std::getenv("TFM_GEMM_BACKEND")) s += std::string(" (TFM_GEMM_BACKEND=") + env + ")";
   return s;
 }

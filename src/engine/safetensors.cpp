@@ -48,13 +48,15 @@ void refuse_other_formats(const uint8_t* bytes, uint64_t file_size, const std::s
     return file_size >= n && std::memcmp(bytes, magic, n) == 0;
   };
   if (starts_with("TFMCKPT\0", 8))
-    throw IoError(what + ": not a safetensors file but a tfm checkpoint (.ckpt); write its weights as one "
-                         "with tfm export --run DIR --out FILE.safetensors, or continue the run with tfm "
-                         "train --resume DIR");
+    throw IoError(what +
+                  ": not a safetensors file but a tfm checkpoint (.ckpt); write its weights as one "
+                  "with tfm export --run DIR --out FILE.safetensors, or continue the run with tfm "
+                  "train --resume DIR");
   if (starts_with("GGUF", 4))
-    throw IoError(what + ": not a safetensors file but a GGUF file (llama.cpp's format, which tfm only "
-                         "writes); export the run as safetensors with tfm export --run DIR --out "
-                         "FILE.safetensors");
+    throw IoError(what +
+                  ": not a safetensors file but a GGUF file (llama.cpp's format, which tfm only "
+                  "writes); export the run as safetensors with tfm export --run DIR --out "
+                  "FILE.safetensors");
 }
 
 // The header length field, and checks that the header fits in the file.

@@ -7,8 +7,8 @@
 #include <sstream>
 #include <unordered_set>
 
-#include "tfm/engine/memory.h"
 #include "strided.h"
+#include "tfm/engine/memory.h"
 
 namespace tfm {
 
@@ -40,7 +40,9 @@ Shape contiguous_strides(const Shape& shape) {
 }
 
 Storage::Storage(size_t n) : data_(memory::acquire(n)), size_(n) {}
-Storage::~Storage() { memory::release(data_, size_); }
+Storage::~Storage() {
+  memory::release(data_, size_);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Factories
@@ -63,8 +65,12 @@ Tensor Tensor::full(const Shape& shape, float value) {
   for (int64_t i = 0; i < n; ++i) p[i] = value;
   return t;
 }
-Tensor Tensor::zeros(const Shape& shape) { return full(shape, 0.0f); }
-Tensor Tensor::ones(const Shape& shape) { return full(shape, 1.0f); }
+Tensor Tensor::zeros(const Shape& shape) {
+  return full(shape, 0.0f);
+}
+Tensor Tensor::ones(const Shape& shape) {
+  return full(shape, 1.0f);
+}
 
 Tensor Tensor::arange(int64_t n) {
   Tensor t = empty({n});
@@ -87,9 +93,8 @@ Tensor Tensor::uniform(const Shape& shape, Rng& rng, float low, float high) {
 }
 
 Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape) {
-  TFM_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "Tensor::from_vector",
-            "got ", values.size(), " values for shape ", shape_str(shape), " (", shape_numel(shape),
-            " elements)");
+  TFM_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "Tensor::from_vector", "got ",
+            values.size(), " values for shape ", shape_str(shape), " (", shape_numel(shape), " elements)");
   Tensor t = empty(shape);
   std::copy(values.begin(), values.end(), t.data());
   return t;
@@ -117,9 +122,15 @@ const TensorImpl& need(const TensorImpl* impl) {
 }
 }  // namespace
 
-const Shape& Tensor::shape() const { return need(impl_.get()).shape; }
-const Shape& Tensor::strides() const { return need(impl_.get()).strides; }
-int64_t Tensor::offset() const { return need(impl_.get()).offset; }
+const Shape& Tensor::shape() const {
+  return need(impl_.get()).shape;
+}
+const Shape& Tensor::strides() const {
+  return need(impl_.get()).strides;
+}
+int64_t Tensor::offset() const {
+  return need(impl_.get()).offset;
+}
 namespace {
 // Recomputes released values (see Tensor::release_values) into fresh storage.
 void materialize(TensorImpl& impl) {
@@ -136,18 +147,25 @@ const std::shared_ptr<Storage>& Tensor::storage() const {
   if (!impl.storage) materialize(impl);
   return impl.storage;
 }
-float* Tensor::data() const { return storage()->data() + offset(); }
+float* Tensor::data() const {
+  return storage()->data() + offset();
+}
 
 void Tensor::release_values() const {
   TensorImpl& impl = const_cast<TensorImpl&>(need(impl_.get()));
   if (impl.recompute && impl.storage) impl.storage.reset();
 }
-bool Tensor::values_released() const { return !need(impl_.get()).storage; }
-int64_t Tensor::numel() const { return shape_numel(shape()); }
+bool Tensor::values_released() const {
+  return !need(impl_.get()).storage;
+}
+int64_t Tensor::numel() const {
+  return shape_numel(shape());
+}
 
 int64_t Tensor::size(int64_t d) const {
   const int64_t n = dim();
-  TFM_CHECK(d >= -n && d < n, "Tensor::size", "dimension ", d, " out of range for shape ", shape_str(shape()));
+  TFM_CHECK(d >= -n && d < n, "Tensor::size", "dimension ", d, " out of range for shape ",
+            shape_str(shape()));
   return shape()[d < 0 ? d + n : d];
 }
 
@@ -163,7 +181,8 @@ bool Tensor::is_contiguous() const {
 }
 
 float Tensor::item() const {
-  TFM_CHECK(numel() == 1, "Tensor::item", "expected a tensor with one element, got shape ", shape_str(shape()));
+  TFM_CHECK(numel() == 1, "Tensor::item", "expected a tensor with one element, got shape ",
+            shape_str(shape()));
   return *data();
 }
 
@@ -199,8 +218,8 @@ void Tensor::fill_(float value) {
 }
 
 void Tensor::copy_from(const Tensor& src) {
-  TFM_CHECK(src.shape() == shape(), "Tensor::copy_from", "shape ", shape_str(src.shape()),
-            " does not match ", shape_str(shape()));
+  TFM_CHECK(src.shape() == shape(), "Tensor::copy_from", "shape ", shape_str(src.shape()), " does not match ",
+            shape_str(shape()));
   if (is_contiguous() && src.is_contiguous()) {
     std::memmove(data(), src.data(), sizeof(float) * numel());
     return;
@@ -251,9 +270,15 @@ namespace {
 thread_local bool g_grad_enabled = true;
 }
 
-bool grad_enabled() { return g_grad_enabled; }
-NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
-NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }
+bool grad_enabled() {
+  return g_grad_enabled;
+}
+NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) {
+  g_grad_enabled = false;
+}
+NoGradGuard::~NoGradGuard() {
+  g_grad_enabled = previous_;
+}
 
 namespace {
 // t's gradient slot, created on first use.
@@ -265,7 +290,9 @@ GradSlot& slot_of(const Tensor& t) {
   }
   return *impl.autograd;
 }
-const GradSlot* slot_if_any(const Tensor& t) { return need(t.impl()).autograd.get(); }
+const GradSlot* slot_if_any(const Tensor& t) {
+  return need(t.impl()).autograd.get();
+}
 }  // namespace
 
 bool Tensor::requires_grad() const {
@@ -352,8 +379,10 @@ float* grad_buffer(const Tensor& t) {
 
 void set_recompute(const Tensor& out, std::function<void(float* dst)> recipe) {
   if (!g_grad_enabled) return;
-  TFM_CHECK(out.is_contiguous() && out.offset() == 0, "set_recompute", "only a contiguous op output of its own "
-            "storage can be recomputed, got shape ", shape_str(out.shape()));
+  TFM_CHECK(out.is_contiguous() && out.offset() == 0, "set_recompute",
+            "only a contiguous op output of its own "
+            "storage can be recomputed, got shape ",
+            shape_str(out.shape()));
   out.impl()->recompute = std::move(recipe);
 }
 
@@ -371,7 +400,8 @@ void Tensor::backward(bool retain_graph) const {
 }
 
 void Tensor::backward(const Tensor& upstream, bool retain_graph) const {
-  TFM_CHECK(requires_grad(), "Tensor::backward", "tensor does not require grad (no input needs a gradient, "
+  TFM_CHECK(requires_grad(), "Tensor::backward",
+            "tensor does not require grad (no input needs a gradient, "
             "or it was computed under NoGradGuard)");
   TFM_CHECK(upstream.shape() == shape(), "Tensor::backward", "upstream gradient shape ",
             shape_str(upstream.shape()), " does not match tensor shape ", shape_str(shape()));

@@ -25,7 +25,8 @@ double length_penalty(const BeamSearchOptions& o, int64_t len) {
 
 }  // namespace
 
-std::vector<std::vector<int32_t>> beam_search(int64_t B, const NextTokenModel& model, const BeamSearchOptions& o) {
+std::vector<std::vector<int32_t>> beam_search(int64_t B, const NextTokenModel& model,
+                                              const BeamSearchOptions& o) {
   const int64_t N = o.beam, V = model.vocab_size, max_len = o.max_len;
   TFM_CHECK(N >= 1, "beam_search", "beam must be >= 1, got ", N);
   const int64_t R = B * N;  // row b * N + i = hypothesis i of source b; every row starts as <bos>
@@ -102,7 +103,6 @@ std::vector<std::vector<int32_t>> beam_search(int64_t B, const NextTokenModel& m
     for (int64_t r = 0; r < R; ++r) moved = moved || parent[r] != r;
     if (moved && model.reorder) model.reorder(parent);
   }
-
 
   std::vector<std::vector<int32_t>> out(B);
   for (int64_t b = 0; b < B; ++b) {

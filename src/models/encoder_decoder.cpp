@@ -9,9 +9,9 @@
 #include <cstring>
 #include <limits>
 
+#include "tfm/engine/ops.h"
 #include "tfm/models/beam_search.h"
 #include "tfm/nn/blocks.h"
-#include "tfm/engine/ops.h"
 
 namespace tfm {
 namespace {
@@ -34,7 +34,8 @@ Tensor select_batch_rows(const Tensor& t, const std::vector<int64_t>& rows) {
   const Tensor src = contiguous_values(t);
   Tensor out = Tensor::empty(shape);  // (rows, ...)
   for (size_t i = 0; i < rows.size(); ++i) {
-    TFM_CHECK(rows[i] >= 0 && rows[i] < R, "Seq2SeqModel::select_rows", "row ", rows[i], " outside [0, ", R, ")");
+    TFM_CHECK(rows[i] >= 0 && rows[i] < R, "Seq2SeqModel::select_rows", "row ", rows[i], " outside [0, ", R,
+              ")");
     std::memcpy(out.data() + static_cast<int64_t>(i) * row, src.data() + rows[i] * row, sizeof(float) * row);
   }
   return out;
@@ -132,7 +133,9 @@ Seq2SeqModel::Seq2SeqModel(const ModelConfig& config, uint64_t init_seed)
 
 Seq2SeqModel::~Seq2SeqModel() = default;
 
-const ModelConfig& Seq2SeqModel::config() const { return impl_->net.config; }
+const ModelConfig& Seq2SeqModel::config() const {
+  return impl_->net.config;
+}
 
 Cost Seq2SeqModel::cost(const ModelConfig& config, int64_t B_, int64_t S_, int64_t T_) {
   const ModelConfig c = resolved(config);
@@ -160,11 +163,12 @@ FlopCount Seq2SeqModel::flops_per_token(const ModelConfig& c, int64_t src_len, i
   return tfm::flops_per_token(cost(c, 1, src_len, tgt_len), static_cast<double>(tgt_len));
 }
 
-Tensor Seq2SeqModel::encode(const std::vector<int32_t>& src, const std::vector<int64_t>& src_lengths, int64_t B,
-                            int64_t S) {
+Tensor Seq2SeqModel::encode(const std::vector<int32_t>& src, const std::vector<int64_t>& src_lengths,
+                            int64_t B, int64_t S) {
   Network& net = impl_->net;
   net.check_source(src_lengths, B, S, "Seq2SeqModel::encode");
-  Tensor x = embed_with_positions(net, net.src_emb, net.pe.get(), net.src_pos.get(), net.config.max_seq_len, src, B, S, 0, net.config.dropout,
+  Tensor x = embed_with_positions(net, net.src_emb, net.pe.get(), net.src_pos.get(), net.config.max_seq_len,
+                                  src, B, S, 0, net.config.dropout,
                                   "Seq2SeqModel::encode");  // (B, S, C)
   for (auto& block : net.encoder) x = block->forward(x, src_lengths);
   impl_->collect_encoder();
@@ -178,15 +182,15 @@ Tensor Seq2SeqModel::decode(const Tensor& memory, const std::vector<int64_t>& sr
             "expected memory (B, S, ", net.config.d_model, "), got ", shape_str(memory.shape()));
   const int64_t B = memory.size(0);
   net.check_source(src_lengths, B, memory.size(1), "Seq2SeqModel::decode");
-  Tensor y = embed_with_positions(net, net.tgt_emb, net.pe.get(), net.tgt_pos.get(), net.config.max_seq_len, tgt_in, B, T, 0,
-                                  net.config.dropout, "Seq2SeqModel::decode");  // (B, T, C)
+  Tensor y = embed_with_positions(net, net.tgt_emb, net.pe.get(), net.tgt_pos.get(), net.config.max_seq_len,
+                                  tgt_in, B, T, 0, net.config.dropout, "Seq2SeqModel::decode");  // (B, T, C)
   for (auto& block : net.decoder) y = block->forward(y, memory, src_lengths);
   impl_->collect_decoder();
   return net.logits(y);  // (B, T, V)
 }
 
-Tensor Seq2SeqModel::forward(const std::vector<int32_t>& src, const std::vector<int64_t>& src_lengths, int64_t B,
-                             int64_t S, const std::vector<int32_t>& tgt_in, int64_t T) {
+Tensor Seq2SeqModel::forward(const std::vector<int32_t>& src, const std::vector<int64_t>& src_lengths,
+                             int64_t B, int64_t S, const std::vector<int32_t>& tgt_in, int64_t T) {
   const Tensor memory = encode(src, src_lengths, B, S);  // (B, S, C)
   return decode(memory, src_lengths, tgt_in, T);         // (B, T, V)
 }
@@ -216,11 +220,12 @@ Seq2SeqCache Seq2SeqModel::make_cache(const Tensor& memory, const std::vector<in
 Tensor Seq2SeqModel::forward_cached(Seq2SeqCache& cache, const std::vector<int32_t>& tgt, int64_t T_new) {
   NoGradGuard no_grad;  // decoding only
   Network& net = impl_->net;
-  Tensor y = embed_with_positions(net, net.tgt_emb, net.pe.get(), net.tgt_pos.get(), net.config.max_seq_len, tgt, cache.rows, T_new,
-                                  cache.length, net.config.dropout, "Seq2SeqModel::forward_cached");  // (R, T_new, C)
+  Tensor y = embed_with_positions(net, net.tgt_emb, net.pe.get(), net.tgt_pos.get(), net.config.max_seq_len,
+                                  tgt, cache.rows, T_new, cache.length, net.config.dropout,
+                                  "Seq2SeqModel::forward_cached");  // (R, T_new, C)
   for (size_t l = 0; l < net.decoder.size(); ++l)
-    y = net.decoder[l]->forward_cached(y, cache.self_keys[l], cache.self_values[l], cache.length, cache.cross_keys[l],
-                                       cache.cross_values[l], cache.src_lengths);
+    y = net.decoder[l]->forward_cached(y, cache.self_keys[l], cache.self_values[l], cache.length,
+                                       cache.cross_keys[l], cache.cross_values[l], cache.src_lengths);
   cache.length += T_new;
   impl_->collect_decoder();
   return net.logits(y);  // (R, T_new, V)
@@ -287,14 +292,19 @@ std::vector<std::vector<int32_t>> Seq2SeqModel::translate(const std::vector<int3
   return beam_search(B, next, search);
 }
 
-
 void Seq2SeqModel::set_record_attention(bool on) {
   impl_->record_attention = on;
   for (auto& b : impl_->net.encoder) b->attn.record = on;
   for (auto& b : impl_->net.decoder) b->attn.record = b->cross.record = on;
 }
-const std::vector<Tensor>& Seq2SeqModel::encoder_attention() const { return impl_->encoder_probs; }
-const std::vector<Tensor>& Seq2SeqModel::decoder_self_attention() const { return impl_->self_probs; }
-const std::vector<Tensor>& Seq2SeqModel::decoder_cross_attention() const { return impl_->cross_probs; }
+const std::vector<Tensor>& Seq2SeqModel::encoder_attention() const {
+  return impl_->encoder_probs;
+}
+const std::vector<Tensor>& Seq2SeqModel::decoder_self_attention() const {
+  return impl_->self_probs;
+}
+const std::vector<Tensor>& Seq2SeqModel::decoder_cross_attention() const {
+  return impl_->cross_probs;
+}
 
 }  // namespace tfm

@@ -17,11 +17,15 @@ namespace tfm {
 namespace {
 
 // llama.h: llama_ftype of the file's matrices.
-uint32_t file_type(GgmlType t) { return t == GgmlType::F32 ? 0 : t == GgmlType::F16 ? 1 : 32; }
+uint32_t file_type(GgmlType t) {
+  return t == GgmlType::F32 ? 0 : t == GgmlType::F16 ? 1 : 32;
+}
 
 // The code point GPT-2's byte-to-unicode map gives byte b (gguf_export.h).
 uint32_t gpt2_code_point(uint8_t b) {
-  const auto printable = [](uint32_t c) { return (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE; };
+  const auto printable = [](uint32_t c) {
+    return (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE;
+  };
   if (printable(b)) return b;
   uint32_t rank = 0;
   for (uint32_t c = 0; c < b; ++c) rank += printable(c) ? 0 : 1;
@@ -70,9 +74,12 @@ Tensor neox_order(const Tensor& t, int64_t heads) {
 
 const char* gguf_architecture_name(GgufArchitecture arch) {
   switch (arch) {
-    case GgufArchitecture::Gpt2: return "gpt2";
-    case GgufArchitecture::Llama: return "llama";
-    case GgufArchitecture::Qwen3: return "qwen3";
+    case GgufArchitecture::Gpt2:
+      return "gpt2";
+    case GgufArchitecture::Llama:
+      return "llama";
+    case GgufArchitecture::Qwen3:
+      return "qwen3";
   }
   return "?";
 }
@@ -80,13 +87,16 @@ const char* gguf_architecture_name(GgufArchitecture arch) {
 namespace {
 
 // A rule for a key the graph takes with any value: `how` says where the value goes.
-GgufKeyRule any_value(const std::string& key, const std::string& where) { return {key, {}, nullptr, where}; }
+GgufKeyRule any_value(const std::string& key, const std::string& where) {
+  return {key, {}, nullptr, where};
+}
 
 // A rule for an enum key: the allowed values by name, the config's by name_of.
 template <class E>
 GgufKeyRule only(const std::string& key, E ModelConfig::*member, std::vector<nlohmann::json> allowed,
                  const std::string& why) {
-  return {key, std::move(allowed), [member](const ModelConfig& c) { return nlohmann::json(name_of(c.*member)); }, why};
+  return {key, std::move(allowed),
+          [member](const ModelConfig& c) { return nlohmann::json(name_of(c.*member)); }, why};
 }
 
 GgufKeyRule only(const std::string& key, bool ModelConfig::*member, bool allowed, const std::string& why) {
@@ -115,26 +125,31 @@ std::vector<GgufKeyRule> rules_spelled(GgufArchitecture arch) {
       any_value("model.head_groups", "read only with model.head_mixing, refused unless none"),
       only("model.causal", &ModelConfig::causal, true, graph + " attention is causal"),
       only("model.norm_position", &ModelConfig::norm_position, {"pre"},
-           graph + " graph normalises before each sub-layer (pre-norm); a norm after the residual add has no place "
+           graph + " graph normalises before each sub-layer (pre-norm); a norm after the residual add has no "
+                   "place "
                    "in it"),
       only("model.attention_score", &ModelConfig::attention_score, {"dot"},
            "llama.cpp scores attention by scaled dot products only"),
       only("model.head_gating", &ModelConfig::head_gating, {"none"},
            "llama.cpp has no per-token gate over attention heads"),
-      only("model.head_mixing", &ModelConfig::head_mixing, {"none"}, "llama.cpp's attention has no mixing across heads"),
+      only("model.head_mixing", &ModelConfig::head_mixing, {"none"},
+           "llama.cpp's attention has no mixing across heads"),
   };
   if (arch == GgufArchitecture::Gpt2) {
     r.push_back(any_value("model.rope_theta", "not read: no RoPE"));
     r.push_back(any_value("model.bias", "the biases, or zeros where llama.cpp's gpt2 requires them"));
-    r.push_back(only("model.activation", &ModelConfig::activation, {"gelu"},
-                     "llama.cpp's gpt2 feed-forward applies GELU, nothing else (its SwiGLU architectures, llama and "
-                     "qwen3, take model.positional_encoding = \"rope\")"));
-    r.push_back(only("model.norm", &ModelConfig::norm, {"layernorm"},
-                     "llama.cpp's gpt2 graph uses LayerNorm (its RMSNorm architectures, llama and qwen3, take "
-                     "model.positional_encoding = \"rope\")"));
-    r.push_back(only("model.qk_norm", &ModelConfig::qk_norm, false,
-                     "llama.cpp's gpt2 attention has no QK-norm (its qwen3 has, with model.positional_encoding = "
-                     "\"rope\")"));
+    r.push_back(
+        only("model.activation", &ModelConfig::activation, {"gelu"},
+             "llama.cpp's gpt2 feed-forward applies GELU, nothing else (its SwiGLU architectures, llama and "
+             "qwen3, take model.positional_encoding = \"rope\")"));
+    r.push_back(
+        only("model.norm", &ModelConfig::norm, {"layernorm"},
+             "llama.cpp's gpt2 graph uses LayerNorm (its RMSNorm architectures, llama and qwen3, take "
+             "model.positional_encoding = \"rope\")"));
+    r.push_back(
+        only("model.qk_norm", &ModelConfig::qk_norm, false,
+             "llama.cpp's gpt2 attention has no QK-norm (its qwen3 has, with model.positional_encoding = "
+             "\"rope\")"));
     return r;
   }
   const bool qwen3 = arch == GgufArchitecture::Qwen3;
@@ -142,12 +157,14 @@ std::vector<GgufKeyRule> rules_spelled(GgufArchitecture arch) {
                              " (llama with RoPE, RMSNorm and SwiGLU; qwen3 with QK-norm too), which ";
   r.push_back(any_value("model.rope_theta", "ARCH.rope.freq_base"));
   r.push_back(only("model.norm", &ModelConfig::norm, {"rmsnorm"}, modern + "normalises with RMSNorm"));
-  r.push_back(only("model.activation", &ModelConfig::activation, {"swiglu"}, modern + "has a SwiGLU feed-forward"));
+  r.push_back(
+      only("model.activation", &ModelConfig::activation, {"swiglu"}, modern + "has a SwiGLU feed-forward"));
   r.push_back(any_value("model.qk_norm", "picks the architecture: llama without QK-norm, qwen3 with it"));
   if (qwen3)
-    r.push_back(only("model.bias", &ModelConfig::bias, false,
-                     "llama.cpp's qwen3 (the architecture with QK-norm) has no biases on its output projection or "
-                     "feed-forward"));
+    r.push_back(
+        only("model.bias", &ModelConfig::bias, false,
+             "llama.cpp's qwen3 (the architecture with QK-norm) has no biases on its output projection or "
+             "feed-forward"));
   else
     r.push_back(any_value("model.bias", "the biases, which llama.cpp's llama reads when present"));
   return r;
@@ -176,8 +193,9 @@ GgufArchitecture gguf_architecture(const ModelConfig& c) {
   // RoPE picks the family: llama.cpp's gpt2 adds a position table, its llama and qwen3 turn queries
   // and keys (qwen3: after a per-head RMSNorm of each, QK-norm).
   const bool rope = c.positional_encoding == PositionalEncoding::Rope;
-  const GgufArchitecture arch =
-      !rope ? GgufArchitecture::Gpt2 : c.qk_norm ? GgufArchitecture::Qwen3 : GgufArchitecture::Llama;
+  const GgufArchitecture arch = !rope       ? GgufArchitecture::Gpt2
+                                : c.qk_norm ? GgufArchitecture::Qwen3
+                                            : GgufArchitecture::Llama;
   std::vector<std::string> problems;
   for (const GgufKeyRule& rule : gguf_key_rules(arch)) {
     if (rule.allowed.empty()) continue;
@@ -191,7 +209,9 @@ GgufArchitecture gguf_architecture(const ModelConfig& c) {
   throw ConfigError(msg);
 }
 
-void check_gguf_exportable(const ModelConfig& c) { gguf_architecture(c); }
+void check_gguf_exportable(const ModelConfig& c) {
+  gguf_architecture(c);
+}
 
 std::string gpt2_token_text(const std::string& bytes) {
   std::string out;
@@ -216,7 +236,8 @@ GgufEndOfText gguf_end_of_text(const Tokenizer& tok) {
 
 void add_gguf_tokenizer(GgufFile& f, const Tokenizer& tok) {
   TFM_CHECK(tok.kind() != Tokenizer::Kind::Word, "add_gguf_tokenizer",
-            "a word vocabulary (data.tokenizer = \"word\") has no byte-level form llama.cpp's gpt2 tokenizer reads");
+            "a word vocabulary (data.tokenizer = \"word\") has no byte-level form llama.cpp's gpt2 tokenizer "
+            "reads");
   const auto V = static_cast<int32_t>(tok.size());
   std::vector<std::string> tokens(static_cast<size_t>(V));
   std::vector<int32_t> types(static_cast<size_t>(V), 1);  // LLAMA_TOKEN_TYPE_NORMAL
@@ -249,10 +270,10 @@ void add_gguf_tokenizer(GgufFile& f, const Tokenizer& tok) {
   for (int32_t id = 0; id < V; ++id) {
     const auto [it, inserted] = by_text.emplace(tokens[id], id);
     if (!inserted)
-      throw ConfigError(detail::concat(
-          tok.kind() == Tokenizer::Kind::Bpe ? "data.tokenizer_path" : "data.tokenizer", ": tokens ", it->second,
-          " and ", id, " have the same bytes (\"", tok.decode(id),
-          "\"); llama.cpp looks tokens up by their text and cannot keep both"));
+      throw ConfigError(
+          detail::concat(tok.kind() == Tokenizer::Kind::Bpe ? "data.tokenizer_path" : "data.tokenizer",
+                         ": tokens ", it->second, " and ", id, " have the same bytes (\"", tok.decode(id),
+                         "\"); llama.cpp looks tokens up by their text and cannot keep both"));
   }
 
   f.set("tokenizer.ggml.model", GgufValue::string("gpt2"));
@@ -313,11 +334,14 @@ GgufFile gguf_from_model(const LanguageModel& model, const Tokenizer& tok, const
     // qwen3 turns the halves of a head (LLAMA_ROPE_TYPE_NEOX), tfm adjacent pairs: its query and key
     // rows (and QK-norm gains) go in half order (gguf_export.h).
     const bool neox = arch == GgufArchitecture::Qwen3;
-    const auto rope_rows = [&](const Tensor& t, int64_t heads) { return neox && heads > 0 ? neox_order(t, heads) : t; };
+    const auto rope_rows = [&](const Tensor& t, int64_t heads) {
+      return neox && heads > 0 ? neox_order(t, heads) : t;
+    };
     // Where a model.bias = true llama has biases, llama.cpp's llama reads them as optional tensors.
     const auto add_linear = [&](const std::string& g, const std::string& b, int64_t heads) {
       add(g + ".weight", rope_rows(parameter(model, b + ".weight"), heads));
-      if (const NamedParameter* p = model.find_parameter(b + ".bias")) add(g + ".bias", rope_rows(p->value, heads));
+      if (const NamedParameter* p = model.find_parameter(b + ".bias"))
+        add(g + ".bias", rope_rows(p->value, heads));
     };
     add("token_embd.weight", E);
     for (int64_t i = 0; i < c.n_layers; ++i) {
@@ -354,10 +378,12 @@ GgufFile gguf_from_model(const LanguageModel& model, const Tokenizer& tok, const
     const std::string b = "blocks." + std::to_string(i) + ".", g = "blk." + std::to_string(i) + ".";
     add(g + "attn_norm.weight", parameter(model, b + "ln1.weight"));
     add(g + "attn_norm.bias", parameter(model, b + "ln1.bias"));
-    add(g + "attn_qkv.weight", stack_rows({parameter(model, b + "attn.wq.weight"), parameter(model, b + "attn.wk.weight"),
-                                           parameter(model, b + "attn.wv.weight")}));  // (C + 2 Ckv, C)
-    add(g + "attn_qkv.bias", stack_rows({bias_or_zeros(b + "attn.wq.bias", C), bias_or_zeros(b + "attn.wk.bias", Ckv),
-                                         bias_or_zeros(b + "attn.wv.bias", Ckv)}));
+    add(g + "attn_qkv.weight",
+        stack_rows({parameter(model, b + "attn.wq.weight"), parameter(model, b + "attn.wk.weight"),
+                    parameter(model, b + "attn.wv.weight")}));  // (C + 2 Ckv, C)
+    add(g + "attn_qkv.bias",
+        stack_rows({bias_or_zeros(b + "attn.wq.bias", C), bias_or_zeros(b + "attn.wk.bias", Ckv),
+                    bias_or_zeros(b + "attn.wv.bias", Ckv)}));
     add(g + "attn_output.weight", parameter(model, b + "attn.wo.weight"));
     add(g + "attn_output.bias", bias_or_zeros(b + "attn.wo.bias", C));
     add(g + "ffn_norm.weight", parameter(model, b + "ln2.weight"));

@@ -41,7 +41,9 @@ struct Weights {
                                    ", llama.cpp reads a uint32"));
     return static_cast<int64_t>(v.unsigned_value());
   }
-  int64_t key_or(const std::string& name, int64_t fallback) const { return file.find(name) ? key(name) : fallback; }
+  int64_t key_or(const std::string& name, int64_t fallback) const {
+    return file.find(name) ? key(name) : fallback;
+  }
 };
 
 // LayerNorm of one row, as ggml_norm then * weight + bias.
@@ -82,7 +84,8 @@ void rope_head(double* x, int64_t Dk, int64_t p, double base, bool neox) {
         static_cast<double>(p) * std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(Dk));
     double& x0 = x[neox ? i : 2 * i];
     double& x1 = x[neox ? i + half : 2 * i + 1];
-    const double y0 = x0 * std::cos(angle) - x1 * std::sin(angle), y1 = x0 * std::sin(angle) + x1 * std::cos(angle);
+    const double y0 = x0 * std::cos(angle) - x1 * std::sin(angle),
+                 y1 = x0 * std::sin(angle) + x1 * std::cos(angle);
     x0 = y0;
     x1 = y1;
   }
@@ -119,8 +122,10 @@ void causal_attention(const std::vector<double>& qkv, int64_t T, int64_t H, int6
 // The logits (T, V) of the final hidden states x (T, C), normalised row by row by `norm`, through
 // output.weight or, without it, token_embd (llama.cpp's TENSOR_DUPLICATED fallback).
 template <class Norm>
-Tensor reference_head_logits(Weights& w, const std::vector<double>& x, int64_t T, int64_t C, int64_t V, Norm&& norm) {
-  const float* out = w.get(w.file.find_tensor("output.weight") ? "output.weight" : "token_embd.weight", {V, C});
+Tensor reference_head_logits(Weights& w, const std::vector<double>& x, int64_t T, int64_t C, int64_t V,
+                             Norm&& norm) {
+  const float* out =
+      w.get(w.file.find_tensor("output.weight") ? "output.weight" : "token_embd.weight", {V, C});
   Tensor logits = Tensor::empty({T, V});
   std::vector<double> h(C), row(V);
   for (int64_t t = 0; t < T; ++t) {
@@ -147,14 +152,17 @@ std::vector<double> softmax_rows(const std::vector<float>& logits, int64_t V) {
 
 double gelu_of(GeluForm form, double x) {
   switch (form) {
-    case GeluForm::Erf: return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
-    case GeluForm::Tanh: return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+    case GeluForm::Erf:
+      return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    case GeluForm::Tanh:
+      return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
     case GeluForm::LlamaCpp: {  // ggml-cpu/vec.h: ggml_vec_gelu_f32 under GGML_GELU_FP16
       const auto xf = static_cast<float>(x);
       if (xf <= -10.0f) return 0.0;
       if (xf >= 10.0f) return xf;
       const float h = from_f16(to_f16(xf));
-      const float g = 0.5f * h * (1.0f + std::tanh(0.79788456080286535587989211986876f * h * (1.0f + 0.044715f * h * h)));
+      const float g =
+          0.5f * h * (1.0f + std::tanh(0.79788456080286535587989211986876f * h * (1.0f + 0.044715f * h * h)));
       return from_f16(to_f16(g));
     }
   }
@@ -166,8 +174,9 @@ namespace {
 // Head counts a graph can be built from (a file may say anything): C = H Dk, H = G Hkv.
 void check_heads(const GgufFile& file, int64_t C, int64_t H, int64_t Hkv) {
   if (C < 1 || H < 1 || Hkv < 1 || C % H != 0 || H % Hkv != 0)
-    throw IoError(detail::concat(file.source, ": embedding length ", C, ", ", H, " heads and ", Hkv,
-                                 " key/value heads: expected heads dividing the embedding and kv heads the heads"));
+    throw IoError(
+        detail::concat(file.source, ": embedding length ", C, ", ", H, " heads and ", Hkv,
+                       " key/value heads: expected heads dividing the embedding and kv heads the heads"));
 }
 
 // Tokens in range and within the context of L.
@@ -226,9 +235,8 @@ Tensor gpt2_reference_logits(Weights& w, const std::vector<int32_t>& ids, GeluFo
   }
   const float* lnf_w = w.get("output_norm.weight", {C});
   const float* lnf_b = w.get("output_norm.bias", {C});
-  return reference_head_logits(w, x, T, C, V, [&](const double* in, double* out) {
-    layer_norm_row(in, C, lnf_w, lnf_b, eps, out);
-  });
+  return reference_head_logits(
+      w, x, T, C, V, [&](const double* in, double* out) { layer_norm_row(in, C, lnf_w, lnf_b, eps, out); });
 }
 
 // llama.cpp src/models/llama.cpp and, with QK-norm and NEOX RoPE, src/models/qwen3.cpp.
@@ -242,16 +250,18 @@ Tensor llama_reference_logits(Weights& w, const std::vector<int32_t>& ids, bool 
   // llama.cpp's defaults for the optional keys; it asserts n_rot == head width (llama.cpp, qwen3.cpp).
   for (const char* k : {".attention.key_length", ".attention.value_length", ".rope.dimension_count"})
     if (w.key_or(a + k, Dk) != Dk)
-      throw IoError(detail::concat(w.file.source, ": ", a, k, " is ", w.key(a + k), ", tfm's reading of llama.cpp's ",
-                                   a, " takes the head width ", Dk));
+      throw IoError(detail::concat(w.file.source, ": ", a, k, " is ", w.key(a + k),
+                                   ", tfm's reading of llama.cpp's ", a, " takes the head width ", Dk));
   const double eps = w.file.at(a + ".attention.layer_norm_rms_epsilon").number();
-  const double base = w.file.find(a + ".rope.freq_base") ? w.file.at(a + ".rope.freq_base").number() : 10000.0;
+  const double base =
+      w.file.find(a + ".rope.freq_base") ? w.file.at(a + ".rope.freq_base").number() : 10000.0;
   const auto V = static_cast<int64_t>(w.file.at("tokenizer.ggml.tokens").items().size());
   const auto T = static_cast<int64_t>(ids.size());
   check_ids(ids, V, L);
 
   const float* tok = w.get("token_embd.weight", {V, C});
-  std::vector<double> x(T * C), h(T * C), qkv(T * ld), att(T * C), gate(F), up(F), tmp(std::max(C, F)), head(Dk);
+  std::vector<double> x(T * C), h(T * C), qkv(T * ld), att(T * C), gate(F), up(F), tmp(std::max(C, F)),
+      head(Dk);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t k = 0; k < C; ++k) x[t * C + k] = tok[ids[t] * C + k];
   for (int64_t l = 0; l < n_layers; ++l) {
@@ -304,9 +314,8 @@ Tensor llama_reference_logits(Weights& w, const std::vector<int32_t>& ids, bool 
     }
   }
   const float* output_norm = w.get("output_norm.weight", {C});
-  return reference_head_logits(w, x, T, C, V, [&](const double* in, double* out) {
-    rms_norm_row(in, C, output_norm, eps, out);
-  });
+  return reference_head_logits(
+      w, x, T, C, V, [&](const double* in, double* out) { rms_norm_row(in, C, output_norm, eps, out); });
 }
 
 }  // namespace

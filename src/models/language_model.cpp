@@ -44,8 +44,8 @@ struct Network : Module {
 
   // Token and position embeddings for positions [start, start + T): (B, T, C).
   Tensor embed(const std::vector<int32_t>& tokens, int64_t B, int64_t T, int64_t start) {
-    return embed_with_positions(*this, emb, pe.get(), pos.get(), config.max_seq_len, tokens, B, T, start, config.dropout,
-                                "LanguageModel::forward");
+    return embed_with_positions(*this, emb, pe.get(), pos.get(), config.max_seq_len, tokens, B, T, start,
+                                config.dropout, "LanguageModel::forward");
   }
 
   Tensor logits(const Tensor& x) { return output_logits(x, ln_f.get(), head.get(), emb.weight); }
@@ -85,7 +85,9 @@ LanguageModel::LanguageModel(const ModelConfig& config, uint64_t init_seed)
 
 LanguageModel::~LanguageModel() = default;
 
-const ModelConfig& LanguageModel::config() const { return impl_->net.config; }
+const ModelConfig& LanguageModel::config() const {
+  return impl_->net.config;
+}
 
 Cost LanguageModel::cost(const ModelConfig& config, int64_t B_, int64_t T_) {
   const ModelConfig c = resolved(config);
@@ -132,7 +134,8 @@ KVCache LanguageModel::make_cache(int64_t B) const {
   return cache;
 }
 
-Tensor LanguageModel::forward_cached(KVCache& cache, const std::vector<int32_t>& tokens, int64_t B, int64_t T_new) {
+Tensor LanguageModel::forward_cached(KVCache& cache, const std::vector<int32_t>& tokens, int64_t B,
+                                     int64_t T_new) {
   TFM_CHECK(B == cache.batch, "LanguageModel::forward_cached", "batch ", B, " but the cache was made for ",
             cache.batch);
   NoGradGuard no_grad;  // decoding only
@@ -156,7 +159,11 @@ void LanguageModel::set_head_gates(const std::vector<Tensor>& gates) {
   for (size_t l = 0; l < blocks.size(); ++l) blocks[l]->attn.head_gate = gates.empty() ? Tensor() : gates[l];
 }
 
-const std::vector<Tensor>& LanguageModel::attention_probabilities() const { return impl_->probabilities; }
-const std::vector<Tensor>& LanguageModel::head_outputs() const { return impl_->head_outputs; }
+const std::vector<Tensor>& LanguageModel::attention_probabilities() const {
+  return impl_->probabilities;
+}
+const std::vector<Tensor>& LanguageModel::head_outputs() const {
+  return impl_->head_outputs;
+}
 
 }  // namespace tfm

@@ -36,7 +36,8 @@ void Model::adopt_parameters(Module& root, uint64_t init_seed, int64_t residual_
   root.set_rng(&dropout_rng_);
   // Initialisation exactly as docs/architecture.md and the reference, in its parameter order.
   Rng rng(init_seed);
-  const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(std::max<int64_t>(1, residual_layers)));
+  const float residual_std =
+      0.02f / std::sqrt(2.0f * static_cast<float>(std::max<int64_t>(1, residual_layers)));
   const auto named = root.named_parameters();
   for (size_t i = 0; i < named.size(); ++i) {
     const std::string& name = named[i].first;
@@ -64,9 +65,9 @@ void Model::adopt_parameters(Module& root, uint64_t init_seed, int64_t residual_
 }
 
 void Model::share_values_of(const Model& source) {
-  TFM_CHECK(source.size_ == size_ && source.parameters_.size() == parameters_.size(), "Model::share_values_of",
-            "the source has ", source.size_, " parameter values in ", source.parameters_.size(),
-            " tensors, this model ", size_, " in ", parameters_.size());
+  TFM_CHECK(source.size_ == size_ && source.parameters_.size() == parameters_.size(),
+            "Model::share_values_of", "the source has ", source.size_, " parameter values in ",
+            source.parameters_.size(), " tensors, this model ", size_, " in ", parameters_.size());
   const auto named = root_->named_parameters();
   for (size_t i = 0; i < named.size(); ++i) {
     NamedParameter& p = parameters_[i];
@@ -81,21 +82,24 @@ const NamedParameter* Model::find_parameter(const std::string& name) const {
   return nullptr;
 }
 
-Tensor Model::flat_values() const { return Tensor::view_of(values_, {size_}, 0); }
-Tensor Model::flat_grads() const { return Tensor::view_of(grads_, {size_}, 0); }
+Tensor Model::flat_values() const {
+  return Tensor::view_of(values_, {size_}, 0);
+}
+Tensor Model::flat_grads() const {
+  return Tensor::view_of(grads_, {size_}, 0);
+}
 
 std::vector<std::pair<std::string, int64_t>> Model::parameter_breakdown() const {
-  std::vector<std::pair<std::string, int64_t>> out = {{"embedding", 0}, {"positions", 0}, {"attention", 0},
-                                                      {"feed-forward", 0}, {"norms", 0}, {"head", 0}};
+  std::vector<std::pair<std::string, int64_t>> out = {{"embedding", 0},    {"positions", 0}, {"attention", 0},
+                                                      {"feed-forward", 0}, {"norms", 0},     {"head", 0}};
   for (const NamedParameter& p : parameters_) {
     const std::string& n = p.name;
-    const size_t k = n.find("emb.") != std::string::npos && n.find("pos") == std::string::npos ? 0
-                     : n.find("pos.") != std::string::npos                                    ? 1
-                     : n.find("attn.") != std::string::npos ||
-                             n.find("cross.") != std::string::npos                            ? 2
-                     : n.find(".fc") != std::string::npos                                     ? 3
-                     : n.find("ln") != std::string::npos                                      ? 4
-                                                                                              : 5;
+    const size_t k = n.find("emb.") != std::string::npos && n.find("pos") == std::string::npos       ? 0
+                     : n.find("pos.") != std::string::npos                                           ? 1
+                     : n.find("attn.") != std::string::npos || n.find("cross.") != std::string::npos ? 2
+                     : n.find(".fc") != std::string::npos                                            ? 3
+                     : n.find("ln") != std::string::npos                                             ? 4
+                                                                                                     : 5;
     out[k].second += p.value.numel();
   }
   return out;
@@ -121,7 +125,8 @@ std::vector<std::pair<std::string, std::vector<double>>> Model::take_head_usage(
     // The layer's name: its gate's parameter name without ".gate.weight".
     std::string name;
     for (const NamedParameter& p : parameters_)
-      if (p.value.data() == a->gate->weight.data()) name = p.name.substr(0, p.name.size() - std::string(".gate.weight").size());
+      if (p.value.data() == a->gate->weight.data())
+        name = p.name.substr(0, p.name.size() - std::string(".gate.weight").size());
     std::vector<double> share(a->head_tokens.size(), 0.0);
     for (size_t h = 0; h < share.size(); ++h)
       share[h] = a->tokens_seen > 0 ? a->head_tokens[h] / a->tokens_seen : 0.0;
@@ -132,7 +137,11 @@ std::vector<std::pair<std::string, std::vector<double>>> Model::take_head_usage(
   return out;
 }
 
-void Model::set_training(bool on) { root_->set_training(on); }
-bool Model::training() const { return root_->training(); }
+void Model::set_training(bool on) {
+  root_->set_training(on);
+}
+bool Model::training() const {
+  return root_->training();
+}
 
 }  // namespace tfm

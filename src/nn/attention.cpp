@@ -20,7 +20,8 @@ ModelConfig checked(ModelConfig c) {
 }
 
 // 1 where query i (at absolute position i + Tk - Tq) must not see key j: (B, 1, 1, Tq, Tk).
-Tensor attention_mask(int64_t B, int64_t Tq, int64_t Tk, bool causal, const std::vector<int64_t>& key_lengths) {
+Tensor attention_mask(int64_t B, int64_t Tq, int64_t Tk, bool causal,
+                      const std::vector<int64_t>& key_lengths) {
   Tensor mask = Tensor::zeros({B, 1, 1, Tq, Tk});
   for (int64_t b = 0; b < B; ++b)
     for (int64_t i = 0; i < Tq; ++i)
@@ -122,15 +123,17 @@ Cost MultiHeadAttention::cost(const ModelConfig& config, int64_t B_, int64_t Tq_
   const double B = static_cast<double>(B_), Tq = static_cast<double>(Tq_), Tk = static_cast<double>(Tk_);
   const double C = static_cast<double>(c.d_model), H = static_cast<double>(c.n_heads);
   const double Dk = static_cast<double>(c.head_dim()), kv = static_cast<double>(c.n_kv_heads) * Dk;
-  const double kdim = kdim_ > 0 ? static_cast<double>(kdim_) : C, vdim = vdim_ > 0 ? static_cast<double>(vdim_) : C;
+  const double kdim = kdim_ > 0 ? static_cast<double>(kdim_) : C,
+               vdim = vdim_ > 0 ? static_cast<double>(vdim_) : C;
   const double queries = B * Tq, keys = B * Tk, pairs = B * H * Tq * Tk;  // (query, key) pairs of all heads
-  Cost cost = linear_cost(C, C, c.bias, queries);  // Wq
-  cost += linear_cost(kdim, kv, c.bias, keys);       // Wk
-  cost += linear_cost(vdim, kv, c.bias, keys);       // Wv
+  Cost cost = linear_cost(C, C, c.bias, queries);                         // Wq
+  cost += linear_cost(kdim, kv, c.bias, keys);                            // Wk
+  cost += linear_cost(vdim, kv, c.bias, keys);                            // Wv
   if (c.head_mixing == HeadMixing::GroupMlp)
-    cost += FeedForward::cost(c.d_model, c.d_model, Activation::Gelu, c.bias, queries);  // out_mlp, Wo's place
+    cost +=
+        FeedForward::cost(c.d_model, c.d_model, Activation::Gelu, c.bias, queries);  // out_mlp, Wo's place
   else
-    cost += linear_cost(C, C, c.bias, queries);  // Wo
+    cost += linear_cost(C, C, c.bias, queries);                                      // Wo
   if (c.head_gating == HeadGating::TopK) cost += linear_cost(C, H, false, queries);  // the gate, no bias
   // Scores (dot: Q K^T; additive scores are elementwise, not products) and the weighted sum P V, over the
   // computed (query, head) pairs.
@@ -145,7 +148,7 @@ Cost MultiHeadAttention::cost(const ModelConfig& config, int64_t B_, int64_t Tq_
     cost.activations += queries * H + keys * (static_cast<double>(c.n_kv_heads) + kv);
   }
   if (c.head_gating == HeadGating::TopK) cost.activations += queries * 4.0 * H;  // gate logits, weights
-  if (c.attention_dropout > 0.0f) cost.activations += pairs;                       // the dropout mask
+  if (c.attention_dropout > 0.0f) cost.activations += pairs;                     // the dropout mask
   if (!dot) {  // composed ops over (B, H, Tq, Tk, Dk): tanh's output and a few score tensors
     cost.activations += pairs * (Dk + 4.0);
     cost.transient = std::max(cost.transient, 3.0 * pairs * Dk);
@@ -203,23 +206,27 @@ Tensor MultiHeadAttention::gate_weights(const Tensor& x, std::vector<uint8_t>& a
     // f_h: share of the B*Tq*k slots that went to head h (a constant); P_h: mean gate probability.
     for (float& f : picked) f /= static_cast<float>(B * Tq * k);
     const Tensor p = mean(reshape(softmax(logits), {B * Tq, H}), 0);  // (H)
-    auxiliary_loss_ = sum(p * Tensor::from_vector(picked, {H})) * (config_.head_balance_loss * static_cast<float>(H));
+    auxiliary_loss_ =
+        sum(p * Tensor::from_vector(picked, {H})) * (config_.head_balance_loss * static_cast<float>(H));
   }
   return softmax(masked_fill(logits, unselected, -1e30f));  // (B, Tq, H): 0 outside the top k
 }
 
-std::vector<Tensor> MultiHeadAttention::project(const Linear& w, const Norm* norm, int64_t heads, const Tensor& x,
-                                                int64_t start) const {
+std::vector<Tensor> MultiHeadAttention::project(const Linear& w, const Norm* norm, int64_t heads,
+                                                const Tensor& x, int64_t start) const {
   std::vector<Tensor> steps = {w.forward(x)};  // (B, T, heads*Dk)
   const int64_t B = x.size(0), T = x.size(1);
   if (norm)  // over each head's Dk entries
-    steps.push_back(reshape(norm->forward(reshape(steps.back(), {B, T, heads, head_dim_})), {B, T, heads * head_dim_}));
-  if (start >= 0 && rope_cos_.defined()) steps.push_back(rope(steps.back(), heads, rope_cos_, rope_sin_, start));
+    steps.push_back(
+        reshape(norm->forward(reshape(steps.back(), {B, T, heads, head_dim_})), {B, T, heads * head_dim_}));
+  if (start >= 0 && rope_cos_.defined())
+    steps.push_back(rope(steps.back(), heads, rope_cos_, rope_sin_, start));
   return steps;
 }
 
-Tensor MultiHeadAttention::attend_and_project(const Tensor& x, const std::vector<Tensor>& q_steps, const Tensor& k,
-                                              const Tensor& v, const std::vector<int64_t>& key_lengths) {
+Tensor MultiHeadAttention::attend_and_project(const Tensor& x, const std::vector<Tensor>& q_steps,
+                                              const Tensor& k, const Tensor& v,
+                                              const std::vector<int64_t>& key_lengths) {
   const Tensor o = attend(x, q_steps.back(), k, v, causal_, key_lengths);  // (B, Tq, H*Dv)
   // The attention's backward reads the queries; recomputing them there (one GEMM, and the norm and
   // rotation from what their backwards keep) is cheaper than keeping a (B, Tq, C) per layer through
@@ -230,14 +237,16 @@ Tensor MultiHeadAttention::attend_and_project(const Tensor& x, const std::vector
 
 Tensor MultiHeadAttention::self_attention(const Tensor& x, const std::vector<int64_t>& key_lengths) {
   if (!rope_cos_.defined()) return forward(x, x, x, key_lengths);
-  TFM_CHECK(x.dim() == 3 && x.size(-1) == config_.d_model && kdim_ == config_.d_model && vdim_ == config_.d_model,
-            "MultiHeadAttention::self_attention", "expected x (B, T, ", config_.d_model, ") and a layer whose keys ",
-            "and values are d_model wide, got ", shape_str(x.shape()), ", kdim ", kdim_, ", vdim ", vdim_);
+  TFM_CHECK(
+      x.dim() == 3 && x.size(-1) == config_.d_model && kdim_ == config_.d_model && vdim_ == config_.d_model,
+      "MultiHeadAttention::self_attention", "expected x (B, T, ", config_.d_model,
+      ") and a layer whose keys ", "and values are d_model wide, got ", shape_str(x.shape()), ", kdim ",
+      kdim_, ", vdim ", vdim_);
   const std::vector<Tensor> k_steps = project(wk, k_norm.get(), config_.n_kv_heads, x, 0);
   // K stays for the attention's backward; of its steps only QK-norm's input is read by a backward.
   for (size_t i = k_norm ? 1 : 0; i + 1 < k_steps.size(); ++i) k_steps[i].release_values();
-  return attend_and_project(x, project(wq, q_norm.get(), config_.n_heads, x, 0), k_steps.back(), wv.forward(x),
-                            key_lengths);
+  return attend_and_project(x, project(wq, q_norm.get(), config_.n_heads, x, 0), k_steps.back(),
+                            wv.forward(x), key_lengths);
 }
 
 Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
@@ -252,7 +261,8 @@ Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key, const
   return forward_projected(query, k, v, key_lengths);
 }
 
-std::pair<Tensor, Tensor> MultiHeadAttention::project_key_value(const Tensor& key, const Tensor& value) const {
+std::pair<Tensor, Tensor> MultiHeadAttention::project_key_value(const Tensor& key,
+                                                                const Tensor& value) const {
   // (B, Tk, Hkv*Dk) without positions, (B, Tk, Hkv*Dv)
   return {project(wk, k_norm.get(), config_.n_kv_heads, key, -1).back(), wv.forward(value)};
 }
@@ -263,8 +273,9 @@ Tensor MultiHeadAttention::forward_projected(const Tensor& query, const Tensor& 
   TFM_CHECK(query.dim() == 3 && k.dim() == 3 && v.dim() == 3 && query.size(-1) == config_.d_model &&
                 k.size(-1) == kv_width && v.size(-1) == kv_width && k.size(1) == v.size(1) &&
                 query.size(0) == k.size(0) && k.size(0) == v.size(0),
-            "MultiHeadAttention::forward_projected", "expected query (B, Tq, ", config_.d_model, "), k and v (B, Tk, ",
-            kv_width, "), got ", shape_str(query.shape()), ", ", shape_str(k.shape()), ", ", shape_str(v.shape()));
+            "MultiHeadAttention::forward_projected", "expected query (B, Tq, ", config_.d_model,
+            "), k and v (B, Tk, ", kv_width, "), got ", shape_str(query.shape()), ", ", shape_str(k.shape()),
+            ", ", shape_str(v.shape()));
   TFM_CHECK(key_lengths.empty() || static_cast<int64_t>(key_lengths.size()) == k.size(0),
             "MultiHeadAttention::forward", "expected ", k.size(0), " key_lengths, got ", key_lengths.size());
   return attend_and_project(query, project(wq, q_norm.get(), config_.n_heads, query, -1), k, v, key_lengths);
@@ -272,8 +283,8 @@ Tensor MultiHeadAttention::forward_projected(const Tensor& query, const Tensor& 
 
 Tensor MultiHeadAttention::forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v, int64_t past) {
   const int64_t T = x.size(1);
-  TFM_CHECK(past >= 0 && past + T <= cache_k.size(1), "MultiHeadAttention::forward_cached", past, " cached + ", T,
-            " new positions exceed the cache ", shape_str(cache_k.shape()));
+  TFM_CHECK(past >= 0 && past + T <= cache_k.size(1), "MultiHeadAttention::forward_cached", past,
+            " cached + ", T, " new positions exceed the cache ", shape_str(cache_k.shape()));
   const Tensor q = project(wq, q_norm.get(), config_.n_heads, x, past).back();  // (B, T, H*Dk)
   {
     NoGradGuard no_grad;  // the cache is a buffer, not part of the graph
@@ -285,8 +296,8 @@ Tensor MultiHeadAttention::forward_cached(const Tensor& x, Tensor& cache_k, Tens
   return project_output(attend(x, q, k, v, causal_, {}));
 }
 
-Tensor MultiHeadAttention::attend(const Tensor& x, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                                  const std::vector<int64_t>& key_lengths) {
+Tensor MultiHeadAttention::attend(const Tensor& x, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  bool causal, const std::vector<int64_t>& key_lengths) {
   const int64_t B = q.size(0), Tq = q.size(1);
   const int64_t H = config_.n_heads, Hkv = config_.n_kv_heads, Dk = head_dim_;
   const bool drop = training() && config_.attention_dropout > 0.0f;
@@ -309,8 +320,8 @@ Tensor MultiHeadAttention::attend(const Tensor& x, const Tensor& q, const Tensor
     o = attend_composed(q, k, v, causal, key_lengths, record ? &probs : nullptr);
   }
   if (head_gate.defined()) {
-    TFM_CHECK(head_gate.dim() == 1 && head_gate.size(0) == H, "MultiHeadAttention", "head_gate must be (",
-              H, "), got ", shape_str(head_gate.shape()));
+    TFM_CHECK(head_gate.dim() == 1 && head_gate.size(0) == H, "MultiHeadAttention", "head_gate must be (", H,
+              "), got ", shape_str(head_gate.shape()));
     o = reshape(reshape(o, {B, Tq, H, Dk}) * reshape(head_gate, {1, 1, H, 1}), {B, Tq, H * Dk});
   }
   if (record) {

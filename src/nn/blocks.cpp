@@ -20,8 +20,8 @@ Tensor residual_sublayer(const Module& block, const ModelConfig& c, const Norm& 
   TFM_CHECK(!drop || block.rng(), "Block", "dropout needs set_rng()");
   auto residual = [&](const Tensor& t) { return drop ? dropout(t, c.dropout, true, *block.rng()) : t; };
   if (c.norm_position == NormPosition::Pre) {
-    const Tensor a = ln.forward(x);             // (B, T, C)
-    const Tensor y = x + residual(f(a));        // (B, T, C)
+    const Tensor a = ln.forward(x);       // (B, T, C)
+    const Tensor y = x + residual(f(a));  // (B, T, C)
     a.release_values();
     return y;
   }
@@ -91,7 +91,7 @@ DecoderBlock::DecoderBlock(const ModelConfig& config)
 
 template <class SelfAttend, class CrossAttend>
 Tensor DecoderBlock::run(const Tensor& x, SelfAttend&& self_attend, CrossAttend&& cross_attend) {
-  const Tensor h1 = residual_sublayer(*this, config_, ln1, x, false, self_attend);    // (B, T, C)
+  const Tensor h1 = residual_sublayer(*this, config_, ln1, x, false, self_attend);   // (B, T, C)
   const Tensor h2 = residual_sublayer(*this, config_, ln2, h1, true, cross_attend);  // (B, T, C)
   return residual_sublayer(*this, config_, ln3, h2, true, [&](const Tensor& a) { return ffn.forward(a); });
 }
@@ -106,7 +106,8 @@ Cost DecoderBlock::cost(const ModelConfig& config, int64_t B, int64_t T, int64_t
   return cost;
 }
 
-Tensor DecoderBlock::forward(const Tensor& x, const Tensor& memory, const std::vector<int64_t>& memory_lengths) {
+Tensor DecoderBlock::forward(const Tensor& x, const Tensor& memory,
+                             const std::vector<int64_t>& memory_lengths) {
   return run(
       x, [&](const Tensor& a) { return attn.self_attention(a); },
       [&](const Tensor& a) { return cross.forward(a, memory, memory, memory_lengths); });

@@ -12,9 +12,13 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias) {
   register_parameter("weight", &weight, {out, in});
   if (has_bias) register_parameter("bias", &bias, {out});
 }
-Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, bias); }
+Tensor Linear::forward(const Tensor& x) const {
+  return linear(x, weight, bias);
+}
 
-Embedding::Embedding(int64_t num, int64_t dim) { register_parameter("weight", &weight, {num, dim}); }
+Embedding::Embedding(int64_t num, int64_t dim) {
+  register_parameter("weight", &weight, {num, dim});
+}
 Tensor Embedding::forward(const std::vector<int32_t>& ids, const Shape& ids_shape) const {
   return embedding(weight, ids, ids_shape);
 }
@@ -28,22 +32,30 @@ SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(int64_t max_len, int6
       if (j + 1 < dim) table.data()[i * dim + j + 1] = static_cast<float>(std::cos(angle));
     }
 }
-Tensor SinusoidalPositionalEncoding::forward(int64_t start, int64_t T) const { return narrow(table, 0, start, T); }
+Tensor SinusoidalPositionalEncoding::forward(int64_t start, int64_t T) const {
+  return narrow(table, 0, start, T);
+}
 
 LearnedPositionalEmbedding::LearnedPositionalEmbedding(int64_t max_len, int64_t dim) {
   register_parameter("weight", &weight, {max_len, dim});
 }
-Tensor LearnedPositionalEmbedding::forward(int64_t start, int64_t T) const { return narrow(weight, 0, start, T); }
+Tensor LearnedPositionalEmbedding::forward(int64_t start, int64_t T) const {
+  return narrow(weight, 0, start, T);
+}
 
-Tensor embed_with_positions(const Module& owner, const Embedding& emb, const SinusoidalPositionalEncoding* sinusoidal,
-                            const LearnedPositionalEmbedding* learned, int64_t max_len, const std::vector<int32_t>& ids,
-                            int64_t B, int64_t T, int64_t start, float p, const char* where) {
+Tensor embed_with_positions(const Module& owner, const Embedding& emb,
+                            const SinusoidalPositionalEncoding* sinusoidal,
+                            const LearnedPositionalEmbedding* learned, int64_t max_len,
+                            const std::vector<int32_t>& ids, int64_t B, int64_t T, int64_t start, float p,
+                            const char* where) {
   TFM_CHECK(static_cast<int64_t>(ids.size()) == B * T, where, ids.size(), " tokens for B = ", B, ", T = ", T);
   TFM_CHECK(start + T <= max_len, where, "positions up to ", start + T, " exceed max_seq_len ", max_len);
   const Tensor x = emb.forward(ids, {B, T});  // (B, T, C)
   const float scale = std::sqrt(static_cast<float>(emb.weight.size(1)));
   // (B, T, C); RoPE: the embeddings alone (positions turn the queries and keys inside attention)
-  const Tensor h = sinusoidal ? x * scale + sinusoidal->forward(start, T) : learned ? x + learned->forward(start, T) : x;
+  const Tensor h = sinusoidal ? x * scale + sinusoidal->forward(start, T)
+                   : learned  ? x + learned->forward(start, T)
+                              : x;
   const bool drop = owner.training() && p > 0.0f;
   TFM_CHECK(!drop || owner.rng(), where, "dropout needs set_rng()");
   return drop ? dropout(h, p, true, *owner.rng()) : h;
@@ -59,7 +71,7 @@ Tensor Norm::forward(const Tensor& x) const {
 }
 
 Tensor output_logits(const Tensor& x, const Norm* ln_f, const Linear* head, const Tensor& embedding) {
-  const Tensor h = ln_f ? ln_f->forward(x) : x;                                  // (B, T, C)
+  const Tensor h = ln_f ? ln_f->forward(x) : x;                                 // (B, T, C)
   const Tensor out = head ? head->forward(h) : linear(h, embedding, Tensor());  // (B, T, V): h E^T when tied
   if (ln_f) h.release_values();  // recomputed in the head's backward from ln_f's saved input
   return out;

@@ -60,24 +60,32 @@ std::vector<std::string> model_config_errors(const ModelConfig& c) {
   if (!errors.empty()) return errors;
   const int64_t H = c.n_heads;
   if (c.d_model % H != 0)
-    errors.push_back("model.d_model: expected a multiple of model.n_heads = " + n(H) + ", got " + n(c.d_model));
+    errors.push_back("model.d_model: expected a multiple of model.n_heads = " + n(H) + ", got " +
+                     n(c.d_model));
   if (H % c.n_kv_heads != 0)
-    errors.push_back("model.n_kv_heads: expected a divisor of model.n_heads = " + n(H) + ", got " + n(c.n_kv_heads));
+    errors.push_back("model.n_kv_heads: expected a divisor of model.n_heads = " + n(H) + ", got " +
+                     n(c.n_kv_heads));
   if (c.head_gating == HeadGating::TopK) {
     if (c.head_topk < 1 || c.head_topk > H)
-      errors.push_back("model.head_topk: expected at most model.n_heads = " + n(H) + ", got " + n(c.head_topk));
+      errors.push_back("model.head_topk: expected at most model.n_heads = " + n(H) + ", got " +
+                       n(c.head_topk));
     if (c.attention_score != AttentionScore::Dot)
-      errors.push_back("model.head_gating: \"topk\" needs model.attention_score = \"dot\" (the fused kernel skips "
-                       "the unselected heads' rows)");
+      errors.push_back(
+          "model.head_gating: \"topk\" needs model.attention_score = \"dot\" (the fused kernel skips "
+          "the unselected heads' rows)");
     if (c.head_mixing != HeadMixing::None)
       errors.push_back("model.head_gating: \"topk\" cannot be combined with model.head_mixing = \"" +
-                       name_of(c.head_mixing) + "\" (mixing reads every head's logits, gating skips most of them)");
+                       name_of(c.head_mixing) +
+                       "\" (mixing reads every head's logits, gating skips most of them)");
   }
   if (c.positional_encoding == PositionalEncoding::Rope && c.d_model % H == 0 && c.head_dim() % 2 != 0)
-    errors.push_back("model.positional_encoding: \"rope\" turns pairs of a head's dims, so the head width "
-                     "model.d_model / model.n_heads must be even, got " + n(c.head_dim()));
+    errors.push_back(
+        "model.positional_encoding: \"rope\" turns pairs of a head's dims, so the head width "
+        "model.d_model / model.n_heads must be even, got " +
+        n(c.head_dim()));
   if (c.head_mixing == HeadMixing::GroupMlp && (c.head_groups < 1 || H % c.head_groups != 0))
-    errors.push_back("model.head_groups: expected a divisor of model.n_heads = " + n(H) + ", got " + n(c.head_groups));
+    errors.push_back("model.head_groups: expected a divisor of model.n_heads = " + n(H) + ", got " +
+                     n(c.head_groups));
   return errors;
 }
 

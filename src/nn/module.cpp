@@ -10,7 +10,9 @@ void Module::register_parameter(const std::string& name, Tensor* slot, const Sha
   entries_.push_back({name, slot, nullptr});
 }
 
-void Module::register_module(const std::string& name, Module* module) { entries_.push_back({name, nullptr, module}); }
+void Module::register_module(const std::string& name, Module* module) {
+  entries_.push_back({name, nullptr, module});
+}
 
 void Module::collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor*>>& out) {
   for (Entry& e : entries_) {

@@ -53,10 +53,11 @@ Tokens split_whitespace(const std::string& text) {
   return out;
 }
 
-BleuScore bleu_from_counts(const std::vector<int64_t>& matches, const std::vector<int64_t>& totals, int64_t sys_len,
-                           int64_t ref_len) {
-  TFM_CHECK(!matches.empty() && matches.size() == totals.size(), "bleu_from_counts", "expected matches and totals ",
-            "of the same size >= 1, got ", matches.size(), " and ", totals.size());
+BleuScore bleu_from_counts(const std::vector<int64_t>& matches, const std::vector<int64_t>& totals,
+                           int64_t sys_len, int64_t ref_len) {
+  TFM_CHECK(!matches.empty() && matches.size() == totals.size(), "bleu_from_counts",
+            "expected matches and totals ", "of the same size >= 1, got ", matches.size(), " and ",
+            totals.size());
   const size_t max_n = matches.size();
   BleuScore s;
   s.matches = matches;
@@ -70,16 +71,19 @@ BleuScore bleu_from_counts(const std::vector<int64_t>& matches, const std::vecto
   double log_sum = 0.0;
   bool zero = false;
   for (size_t n = 0; n < max_n; ++n) {
-    if (totals[n] > 0) s.precisions[n] = 100.0 * static_cast<double>(matches[n]) / static_cast<double>(totals[n]);
-    if (matches[n] == 0) zero = true;  // no smoothing: BLEU is 0 (sacreBLEU's log(0) = -1e10)
-    else log_sum += std::log(s.precisions[n]);
+    if (totals[n] > 0)
+      s.precisions[n] = 100.0 * static_cast<double>(matches[n]) / static_cast<double>(totals[n]);
+    if (matches[n] == 0)
+      zero = true;  // no smoothing: BLEU is 0 (sacreBLEU's log(0) = -1e10)
+    else
+      log_sum += std::log(s.precisions[n]);
   }
   s.score = zero ? 0.0 : s.bp * std::exp(log_sum / static_cast<double>(max_n));
   return s;
 }
 
-BleuScore corpus_bleu(const std::vector<Tokens>& hypotheses, const std::vector<std::vector<Tokens>>& references,
-                      int max_n) {
+BleuScore corpus_bleu(const std::vector<Tokens>& hypotheses,
+                      const std::vector<std::vector<Tokens>>& references, int max_n) {
   TFM_CHECK(hypotheses.size() == references.size(), "corpus_bleu", hypotheses.size(), " hypotheses but ",
             references.size(), " reference lists");
   TFM_CHECK(max_n >= 1, "corpus_bleu", "max_n must be >= 1, got ", max_n);
@@ -106,7 +110,8 @@ BleuScore corpus_bleu(const std::vector<Tokens>& hypotheses, const std::vector<s
   return bleu_from_counts(matches, totals, sys_len, ref_len);
 }
 
-BleuScore corpus_bleu(const std::vector<Tokens>& hypotheses, const std::vector<Tokens>& references, int max_n) {
+BleuScore corpus_bleu(const std::vector<Tokens>& hypotheses, const std::vector<Tokens>& references,
+                      int max_n) {
   std::vector<std::vector<Tokens>> lists;
   for (const Tokens& r : references) lists.push_back({r});
   return corpus_bleu(hypotheses, lists, max_n);
@@ -125,9 +130,11 @@ BleuScore sentence_bleu(const Tokens& hypothesis, const Tokens& reference, int m
 }
 
 double d2l_bleu(const Tokens& prediction, const Tokens& label, int k) {
-  const int64_t len_pred = static_cast<int64_t>(prediction.size()), len_label = static_cast<int64_t>(label.size());
+  const int64_t len_pred = static_cast<int64_t>(prediction.size()),
+                len_label = static_cast<int64_t>(label.size());
   if (len_pred == 0) return 0.0;
-  double score = std::exp(std::min(0.0, 1.0 - static_cast<double>(len_label) / static_cast<double>(len_pred)));
+  double score =
+      std::exp(std::min(0.0, 1.0 - static_cast<double>(len_label) / static_cast<double>(len_pred)));
   for (int n = 1; n <= std::min<int64_t>(k, len_pred); ++n) {
     const double p =
         static_cast<double>(clipped_matches(prediction, {&label}, n)) / static_cast<double>(len_pred - n + 1);

@@ -38,15 +38,18 @@ class CausalLm : public TextObjective {
   CausalLm(const Config& c, const Vocabulary* ckpt, const ObjectiveOptions& o)
       : TextObjective(c, ckpt, o, 0) {
     if (!c.boolean("model.causal"))
-      throw ConfigError("model.causal: train.objective \"causal_lm\" needs model.causal = true (a "
-                        "bidirectional model trained on the next token reads the answer through attention; "
-                        "for a bidirectional encoder use train.objective \"masked_lm\")");
+      throw ConfigError(
+          "model.causal: train.objective \"causal_lm\" needs model.causal = true (a "
+          "bidirectional model trained on the next token reads the answer through attention; "
+          "for a bidirectional encoder use train.objective \"masked_lm\")");
   }
   std::string name() const override { return "causal_lm"; }
   ObjectiveCapabilities capabilities() const override {
     return {TrainingData::Text, ModelKind::CausalDecoder, Inference::Sample, "tfm sample", false, {"loss"}};
   }
-  std::string usage_hint(const std::string& dir) const override { return "Sample with: tfm sample --run " + dir; }
+  std::string usage_hint(const std::string& dir) const override {
+    return "Sample with: tfm sample --run " + dir;
+  }
 
   // Every position counts: shard i's share is its rows / B.
   BatchShards train_batch_shards(int parts) override {
@@ -87,7 +90,8 @@ class CausalLm : public TextObjective {
 
 }  // namespace
 
-std::unique_ptr<Objective> make_causal_lm(const Config& c, const Vocabulary* ckpt, const ObjectiveOptions& o) {
+std::unique_ptr<Objective> make_causal_lm(const Config& c, const Vocabulary* ckpt,
+                                          const ObjectiveOptions& o) {
   return std::make_unique<CausalLm>(c, ckpt, o);
 }
 

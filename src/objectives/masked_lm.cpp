@@ -7,9 +7,9 @@
 #include <cmath>
 
 #include "text_objective.h"
-#include "tfm/objectives/inference.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/ops.h"
+#include "tfm/objectives/inference.h"
 
 namespace tfm {
 namespace {
@@ -21,19 +21,21 @@ class MaskedLm : public TextObjective {
   MaskedLm(const Config& c, const Vocabulary* ckpt, const ObjectiveOptions& o)
       : TextObjective(c, ckpt, o, 1), mask_prob_(c.train().mask_prob) {
     if (c.boolean("model.causal"))
-      throw ConfigError("model.causal: train.objective \"masked_lm\" needs model.causal = false (a causal "
-                        "model cannot see the tokens after a [MASK]; set model.causal=false)");
+      throw ConfigError(
+          "model.causal: train.objective \"masked_lm\" needs model.causal = false (a causal "
+          "model cannot see the tokens after a [MASK]; set model.causal=false)");
   }
   std::string name() const override { return "masked_lm"; }
   // Refused by the objective alone, whatever the model options.
   GgufArchitecture gguf_architecture() const override {
     throw ConfigError(
         "GGUF export: llama.cpp cannot run this model:\ntrain.objective = \"masked_lm\": the encoder attends "
-        "both ways (model.causal false) and predicts masked tokens; llama.cpp's gpt2, llama and qwen3 are causal "
+        "both ways (model.causal false) and predicts masked tokens; llama.cpp's gpt2, llama and qwen3 are "
+        "causal "
         "next-token decoders (GGUF export takes causal_lm runs)");
   }
   ObjectiveCapabilities capabilities() const override {
-    return {TrainingData::Text, ModelKind::BidirectionalEncoder, Inference::FillMask, "tfm fill-mask", false,
+    return {TrainingData::Text,  ModelKind::BidirectionalEncoder, Inference::FillMask, "tfm fill-mask", false,
             {"loss", "accuracy"}};
   }
   std::string usage_hint(const std::string& dir) const override {
@@ -104,8 +106,8 @@ class MaskedLm : public TextObjective {
 
 }  // namespace
 
-int64_t mask_tokens(std::vector<int32_t>& x, std::vector<int32_t>& y, Rng& rng, double mask_prob, int32_t mask_id,
-                    int64_t ordinary) {
+int64_t mask_tokens(std::vector<int32_t>& x, std::vector<int32_t>& y, Rng& rng, double mask_prob,
+                    int32_t mask_id, int64_t ordinary) {
   const size_t n = x.size();
   y.resize(n);
   int64_t chosen = 0;
@@ -128,7 +130,8 @@ int64_t mask_tokens(std::vector<int32_t>& x, std::vector<int32_t>& y, Rng& rng, 
   return chosen;
 }
 
-std::unique_ptr<Objective> make_masked_lm(const Config& c, const Vocabulary* ckpt, const ObjectiveOptions& o) {
+std::unique_ptr<Objective> make_masked_lm(const Config& c, const Vocabulary* ckpt,
+                                          const ObjectiveOptions& o) {
   return std::make_unique<MaskedLm>(c, ckpt, o);
 }
 
@@ -143,19 +146,21 @@ FillMaskResult fill_mask(Objective& objective, const std::string& text, int64_t 
   size_t from = 0;
   for (;;) {
     const size_t at = text.find(mask, from);
-    const std::vector<int32_t> piece = tok.encode(text.substr(from, at == std::string::npos ? at : at - from), "--text");
+    const std::vector<int32_t> piece =
+        tok.encode(text.substr(from, at == std::string::npos ? at : at - from), "--text");
     r.tokens.insert(r.tokens.end(), piece.begin(), piece.end());
     if (at == std::string::npos) break;
     r.masks.push_back({static_cast<int64_t>(r.tokens.size()), {}});
     r.tokens.push_back(mlm->mask_id());
     from = at + mask.size();
   }
-  if (r.masks.empty()) throw ConfigError("--text: no " + mask + " in the text (mark each position to fill with " + mask + ")");
+  if (r.masks.empty())
+    throw ConfigError("--text: no " + mask + " in the text (mark each position to fill with " + mask + ")");
   LanguageModel& model = mlm->lm();
   const int64_t T = static_cast<int64_t>(r.tokens.size()), L = model.config().max_seq_len;
   if (T > L)
-    throw ConfigError("--text: " + std::to_string(T) + " tokens, the model reads at most model.max_seq_len = " +
-                      std::to_string(L));
+    throw ConfigError("--text: " + std::to_string(T) +
+                      " tokens, the model reads at most model.max_seq_len = " + std::to_string(L));
   const int64_t V = model.config().vocab_size, ordinary = tok.size();
   const int64_t k = std::min<int64_t>(std::max<int64_t>(top_k, 1), ordinary);
   const bool was_training = model.training();

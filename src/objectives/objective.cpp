@@ -130,7 +130,8 @@ std::unique_ptr<Model> TextObjective::replica() {
   return replica_of(model_, static_cast<uint64_t>(config_.integer("seed")));
 }
 
-BatchShards TextObjective::shards_of(const std::vector<int32_t>& x, const std::vector<int32_t>& y, int parts) const {
+BatchShards TextObjective::shards_of(const std::vector<int32_t>& x, const std::vector<int32_t>& y,
+                                     int parts) const {
   const auto counted = [](const std::vector<int32_t>& t) {
     return static_cast<int64_t>(t.size()) - std::count(t.begin(), t.end(), kNotMasked);
   };
@@ -138,7 +139,8 @@ BatchShards TextObjective::shards_of(const std::vector<int32_t>& x, const std::v
   out.tokens = B_ * T_;
   const double total = static_cast<double>(counted(y));
   for (const auto& [begin, end] : shard_rows(B_, parts)) {
-    std::vector<int32_t> xs(x.begin() + begin * T_, x.begin() + end * T_), ys(y.begin() + begin * T_, y.begin() + end * T_);
+    std::vector<int32_t> xs(x.begin() + begin * T_, x.begin() + end * T_),
+        ys(y.begin() + begin * T_, y.begin() + end * T_);
     const int64_t n = counted(ys), rows = end - begin;
     const float share = static_cast<float>(static_cast<double>(n) / total);
     out.losses.push_back([xs = std::move(xs), ys = std::move(ys), n, rows, share, T = T_](Model& m) {
@@ -160,9 +162,12 @@ std::unique_ptr<Objective> make_seq2seq(const Config&, const Vocabulary*, const 
 std::unique_ptr<Objective> make_objective(const Config& config, const Vocabulary* vocabulary,
                                           const ObjectiveOptions& options) {
   switch (config.train().objective) {
-    case ObjectiveKind::CausalLm: return make_causal_lm(config, vocabulary, options);
-    case ObjectiveKind::MaskedLm: return make_masked_lm(config, vocabulary, options);
-    case ObjectiveKind::Seq2Seq: return make_seq2seq(config, vocabulary, options);
+    case ObjectiveKind::CausalLm:
+      return make_causal_lm(config, vocabulary, options);
+    case ObjectiveKind::MaskedLm:
+      return make_masked_lm(config, vocabulary, options);
+    case ObjectiveKind::Seq2Seq:
+      return make_seq2seq(config, vocabulary, options);
   }
   throw ConfigError("train.objective: unknown objective");
 }

@@ -32,6 +32,8 @@ std::unique_ptr<Model> replica_of(const M& model, uint64_t seed) {
 }
 
 // Whether a stop request is pending (evaluate() checks it between batches).
-inline bool stop_requested(const std::atomic<bool>* stop) { return stop != nullptr && stop->load(); }
+inline bool stop_requested(const std::atomic<bool>* stop) {
+  return stop != nullptr && stop->load();
+}
 
 }  // namespace tfm

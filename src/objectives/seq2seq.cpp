@@ -8,11 +8,11 @@
 #include <cmath>
 
 #include "objective_parts.h"
-#include "tfm/objectives/bleu.h"
+#include "tfm/data/pairs.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/ops.h"
-#include "tfm/data/pairs.h"
 #include "tfm/models/encoder_decoder.h"
+#include "tfm/objectives/bleu.h"
 #include "tfm/objectives/inference.h"
 
 namespace tfm {
@@ -21,7 +21,8 @@ namespace {
 PairOptions pair_options(const Config& c) {
   PairOptions o;
   o.source_tokenizer = o.target_tokenizer = c.string("data.tokenizer");
-  if (o.source_tokenizer == "bpe") o.source_tokenizer_path = o.target_tokenizer_path = c.string("data.tokenizer_path");
+  if (o.source_tokenizer == "bpe")
+    o.source_tokenizer_path = o.target_tokenizer_path = c.string("data.tokenizer_path");
   o.min_freq = c.integer("data.min_freq");
   o.max_pairs = c.integer("data.max_pairs");
   o.val_fraction = c.number("data.val_fraction");
@@ -57,7 +58,8 @@ ModelConfig model_config(const Config& c, const Tokenizer& source, const Tokeniz
 double mean_length(const std::vector<SentencePair>& pairs, bool target) {
   if (pairs.empty()) return 1.0;
   double n = 0;
-  for (const SentencePair& p : pairs) n += static_cast<double>((target ? p.tgt : p.src).size() + 1);  // + <eos>
+  for (const SentencePair& p : pairs)
+    n += static_cast<double>((target ? p.tgt : p.src).size() + 1);  // + <eos>
   return n / static_cast<double>(pairs.size());
 }
 
@@ -69,20 +71,21 @@ class Seq2Seq : public Objective {
         data_(load_data_of(c, ckpt, o.load_data)),
         source_(side(ckpt, data_, false)),
         target_(side(ckpt, data_, true)),
-        model_(checked_model(model_config(c, source_, target_), o),
-               static_cast<uint64_t>(c.integer("seed"))),
+        model_(checked_model(model_config(c, source_, target_), o), static_cast<uint64_t>(c.integer("seed"))),
         sampler_(rank_seed(static_cast<uint64_t>(c.integer("seed")), o.rank)) {}
 
   std::string name() const override { return "seq2seq"; }
   ObjectiveCapabilities capabilities() const override {
-    return {TrainingData::Pairs, ModelKind::EncoderDecoder, Inference::Translate, "tfm translate", true,
-            {"loss", "accuracy", "bleu"}};
+    return {
+        TrainingData::Pairs,         ModelKind::EncoderDecoder, Inference::Translate, "tfm translate", true,
+        {"loss", "accuracy", "bleu"}};
   }
   // Refused by the objective alone (llama.cpp's encoder-decoders are T5s), whatever the model options.
   GgufArchitecture gguf_architecture() const override {
     throw ConfigError(
         "GGUF export: llama.cpp cannot run this model:\ntrain.objective = \"seq2seq\": llama.cpp runs "
-        "encoder-decoders only as T5 (relative position buckets, RMSNorm, no biases), which tfm's encoder-decoder "
+        "encoder-decoders only as T5 (relative position buckets, RMSNorm, no biases), which tfm's "
+        "encoder-decoder "
         "is not (GGUF export takes causal_lm runs)");
   }
   Model& model() override { return model_; }
@@ -97,7 +100,8 @@ class Seq2Seq : public Objective {
   // appends <eos>). `what` names the flag in errors.
   std::vector<int32_t> encode_source(const std::string& text, const char* what) const {
     std::vector<int32_t> ids = source_.encode(text, what);
-    if (static_cast<int64_t>(ids.size()) > max_source_len()) ids.resize(static_cast<size_t>(max_source_len()));
+    if (static_cast<int64_t>(ids.size()) > max_source_len())
+      ids.resize(static_cast<size_t>(max_source_len()));
     return ids;
   }
 
@@ -111,12 +115,14 @@ class Seq2Seq : public Objective {
     int64_t targets = 0;
     BatchShards out;
     for (const auto& [begin, end] : shard_rows(B_, parts)) {
-      shards.push_back(make_pair_batch(pairs, std::vector<int64_t>(drawn.begin() + begin, drawn.begin() + end)));
+      shards.push_back(
+          make_pair_batch(pairs, std::vector<int64_t>(drawn.begin() + begin, drawn.begin() + end)));
       targets += shards.back().real_target_tokens;
       out.tokens += shards.back().real_source_tokens + shards.back().real_target_tokens;
     }
     for (PairBatch& b : shards) {
-      const float share = static_cast<float>(static_cast<double>(b.real_target_tokens) / static_cast<double>(targets));
+      const float share =
+          static_cast<float>(static_cast<double>(b.real_target_tokens) / static_cast<double>(targets));
       out.losses.push_back([b = std::move(b), share](Model& m) {
         if (b.real_target_tokens == 0) return Tensor();
         const Tensor loss = loss_on(dynamic_cast<Seq2SeqModel&>(m), b);
@@ -147,7 +153,8 @@ class Seq2Seq : public Objective {
     const auto sentence = [&rng](int64_t max_len, const Tokenizer& tok) {
       const int64_t first = static_cast<int64_t>(tok.specials().size()), n = tok.size() - first;
       std::vector<int32_t> s(static_cast<size_t>(1 + rng.below(static_cast<uint64_t>(max_len))));
-      for (int32_t& t : s) t = static_cast<int32_t>(first + static_cast<int64_t>(rng.below(static_cast<uint64_t>(n))));
+      for (int32_t& t : s)
+        t = static_cast<int32_t>(first + static_cast<int64_t>(rng.below(static_cast<uint64_t>(n))));
       return s;
     };
     std::vector<SentencePair> pairs(static_cast<size_t>(B_));
@@ -227,9 +234,10 @@ class Seq2Seq : public Objective {
 
   std::string describe_data() const override {
     if (!data_) return "no data loaded";
-    return data_->path + ", " + std::to_string(data_->train.size()) + " train / " + std::to_string(data_->val.size()) +
-           " val pairs, " + source_.kind_name() + " tokenizer, vocabularies " + std::to_string(source_.size()) +
-           " source / " + std::to_string(target_.size()) + " target (specials included)";
+    return data_->path + ", " + std::to_string(data_->train.size()) + " train / " +
+           std::to_string(data_->val.size()) + " val pairs, " + source_.kind_name() +
+           " tokenizer, vocabularies " + std::to_string(source_.size()) + " source / " +
+           std::to_string(target_.size()) + " target (specials included)";
   }
   std::string usage_hint(const std::string& dir) const override {
     return "Translate with: tfm translate --run " + dir + " --text \"...\"";
@@ -269,7 +277,8 @@ Seq2Seq& seq2seq_of(Objective& objective, const char* what) {
 // Axis labels: a token's text, a special's name.
 std::vector<std::string> labels(const Tokenizer& tok, const std::vector<int32_t>& ids) {
   std::vector<std::string> out;
-  for (int32_t id : ids) out.push_back(tok.is_special(id) ? tok.specials()[static_cast<size_t>(id)] : tok.decode(id));
+  for (int32_t id : ids)
+    out.push_back(tok.is_special(id) ? tok.specials()[static_cast<size_t>(id)] : tok.decode(id));
   return out;
 }
 }  // namespace
@@ -297,7 +306,8 @@ PairAttention pair_attention(Objective& objective, const std::string& source, co
   const int64_t H = model.config().n_heads;
   const auto take = [H](const std::vector<Tensor>& probs, int64_t rows, int64_t cols) {
     std::vector<Tensor> out;
-    for (const Tensor& p : probs) out.push_back(reshape(contiguous_values(p), {H, rows, cols}).clone());  // (1, H, r, c)
+    for (const Tensor& p : probs)
+      out.push_back(reshape(contiguous_values(p), {H, rows, cols}).clone());  // (1, H, r, c)
     return out;
   };
   a.encoder = take(model.encoder_attention(), b.S, b.S);
@@ -316,9 +326,9 @@ std::vector<std::string> translate_texts(Objective& objective, const std::vector
   TranslateOptions o = options;
   if (o.max_len <= 0) o.max_len = s->max_target_len() + 1;
   if (o.max_len > model.config().max_seq_len)
-    throw ConfigError("--max-len: expected 0 to the model's max_seq_len = " +
-                      std::to_string(model.config().max_seq_len) + " (the decoder's positions), got " +
-                      std::to_string(o.max_len));
+    throw ConfigError(
+        "--max-len: expected 0 to the model's max_seq_len = " + std::to_string(model.config().max_seq_len) +
+        " (the decoder's positions), got " + std::to_string(o.max_len));
   if (texts.empty()) return {};
   std::vector<SentencePair> pairs(texts.size());
   std::vector<int64_t> idx;

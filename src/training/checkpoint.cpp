@@ -103,7 +103,8 @@ void save_checkpoint(const std::string& path, const CheckpointView& ckpt) {
                                    {"model", ckpt.model, ckpt.parameters * sizeof(float)}};
   if (ckpt.target_tokenizer) sections.push_back({"vocab.target", target_s.data(), target_s.size()});
   for (size_t i = 0; i < ckpt.optimizer.size(); ++i)
-    sections.push_back({"optim." + std::to_string(i), ckpt.optimizer[i].data(), ckpt.optimizer[i].size() * sizeof(float)});
+    sections.push_back(
+        {"optim." + std::to_string(i), ckpt.optimizer[i].data(), ckpt.optimizer[i].size() * sizeof(float)});
   // The header carries the payload's size and CRC, so a first pass computes them over the buffers
   // in place and a second streams the same bytes to the file.
   uint64_t payload_size = 0;
@@ -131,9 +132,9 @@ void save_checkpoint(const std::string& path, const CheckpointView& ckpt) {
 }
 
 void save_checkpoint(const std::string& path, const Checkpoint& ckpt) {
-  save_checkpoint(path, CheckpointView{ckpt.config, ckpt.tokenizer, ckpt.state, ckpt.model.data(), ckpt.model.size(),
-                                       ckpt.optimizer,
-                                       ckpt.target_tokenizer ? &*ckpt.target_tokenizer : nullptr});
+  save_checkpoint(
+      path, CheckpointView{ckpt.config, ckpt.tokenizer, ckpt.state, ckpt.model.data(), ckpt.model.size(),
+                           ckpt.optimizer, ckpt.target_tokenizer ? &*ckpt.target_tokenizer : nullptr});
 }
 
 Checkpoint load_checkpoint(const std::string& path) {

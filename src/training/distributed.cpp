@@ -60,11 +60,21 @@ void finalize() {
   g_local_size = 1;
 }
 
-bool active() { return g_size > 1; }
-int rank() { return g_rank; }
-int size() { return g_size; }
-bool is_root() { return g_rank == 0; }
-int local_size() { return g_local_size; }
+bool active() {
+  return g_size > 1;
+}
+int rank() {
+  return g_rank;
+}
+int size() {
+  return g_size;
+}
+bool is_root() {
+  return g_rank == 0;
+}
+int local_size() {
+  return g_local_size;
+}
 std::string describe() {
   if (!g_mpi) return "single process";
   return "rank " + std::to_string(g_rank) + " of " + std::to_string(g_size) + " (MPI)";
@@ -78,7 +88,8 @@ void allreduce_mean(float* data, int64_t n) {
   constexpr int64_t kChunk = int64_t{1} << 30;
   for (int64_t start = 0; start < n; start += kChunk) {
     const int count = static_cast<int>(std::min(kChunk, n - start));
-    check(MPI_Allreduce(MPI_IN_PLACE, data + start, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+    check(MPI_Allreduce(MPI_IN_PLACE, data + start, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+          "MPI_Allreduce");
   }
   const float inv = 1.0f / static_cast<float>(g_size);
   for (int64_t i = 0; i < n; ++i) data[i] *= inv;
@@ -151,6 +162,8 @@ void abort(int code) {
 #endif
 }
 
-double allreduce_seconds() { return g_allreduce_seconds; }
+double allreduce_seconds() {
+  return g_allreduce_seconds;
+}
 
 }  // namespace tfm::dist

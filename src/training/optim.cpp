@@ -137,9 +137,9 @@ void for_each_share(const std::vector<Span>& spans, int64_t total, const Fn& fn)
 // every pointer after each store and ran scalar sqrt/div, 7.7% of a small-config step). The same
 // formula; where the vector code fuses a multiply-add the scalar code did not, the last bit can differ
 // (grad norms after 100 steps agreed to 7 digits).
-void adamw_range(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v, int64_t n,
-                 float keep, float b1, float one_minus_b1, float b2, float one_minus_b2, float bc2_sqrt, float eps,
-                 float step_size) {
+void adamw_range(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
+                 int64_t n, float keep, float b1, float one_minus_b1, float b2, float one_minus_b2,
+                 float bc2_sqrt, float eps, float step_size) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i];
@@ -152,8 +152,8 @@ void adamw_range(float* __restrict p, const float* __restrict g, float* __restri
   }
 }
 
-void sgd_range(float* __restrict p, const float* __restrict g, float* __restrict buf, int64_t n, float wd, float mu,
-               float lr) {
+void sgd_range(float* __restrict p, const float* __restrict g, float* __restrict buf, int64_t n, float wd,
+               float mu, float lr) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i] + wd * p[i];

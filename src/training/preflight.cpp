@@ -8,12 +8,12 @@
 #include <sstream>
 #include <thread>
 
-#include "tfm/training/distributed.h"
 #include "tfm/engine/error.h"
 #include "tfm/models/encoder_decoder.h"
 #include "tfm/models/language_model.h"
 #include "tfm/nn/attention.h"
 #include "tfm/nn/blocks.h"
+#include "tfm/training/distributed.h"
 #include "tfm/training/optim.h"
 
 namespace tfm {
@@ -30,7 +30,9 @@ std::string bytes_str(double b) {
   return buf;
 }
 
-std::string kv(const std::string& key, int64_t value) { return key + " = " + std::to_string(value); }
+std::string kv(const std::string& key, int64_t value) {
+  return key + " = " + std::to_string(value);
+}
 
 // What the model costs for one micro-batch (each layer's cost(), nn/ and models/): B sequences of T
 // tokens, or B pairs of S source and T target tokens.
@@ -42,12 +44,14 @@ Cost model_cost(const ModelConfig& mc, int64_t B, int64_t S, int64_t T) {
 std::vector<std::string> model_keys(const ModelConfig& mc) {
   std::vector<std::string> keys;
   if (mc.source_vocab_size > 0)
-    keys = {kv("model.n_encoder_layers", mc.n_encoder_layers), kv("model.n_decoder_layers", mc.n_decoder_layers)};
+    keys = {kv("model.n_encoder_layers", mc.n_encoder_layers),
+            kv("model.n_decoder_layers", mc.n_decoder_layers)};
   else
     keys = {kv("model.n_layers", mc.n_layers)};
   keys.push_back(kv("model.d_model", mc.d_model));
   keys.push_back(kv("model.d_ff", mc.d_ff));
-  if (mc.positional_encoding == PositionalEncoding::Learned) keys.push_back(kv("model.max_seq_len", mc.max_seq_len));
+  if (mc.positional_encoding == PositionalEncoding::Learned)
+    keys.push_back(kv("model.max_seq_len", mc.max_seq_len));
   return keys;
 }
 
@@ -90,7 +94,8 @@ MemoryEstimate estimate(const ModelConfig& mc, int64_t B, int64_t S, int64_t T, 
   } else if (e.activations >= model_bytes) {
     e.drivers = {kv("train.batch_size", B)};
     if (mc.source_vocab_size > 0)
-      e.drivers.push_back(kv("data.max_source_len", S - 1)), e.drivers.push_back(kv("data.max_target_len", T - 1));
+      e.drivers.push_back(kv("data.max_source_len", S - 1)),
+          e.drivers.push_back(kv("data.max_target_len", T - 1));
     else
       e.drivers.push_back(kv("train.seq_len", T));
     for (const std::string& k : model_keys(mc)) e.drivers.push_back(k);
@@ -171,7 +176,9 @@ std::string MemoryEstimate::summary() const {
   return s + "; total " + bytes_str(total());
 }
 
-double parameter_count(const ModelConfig& mc) { return model_cost(mc, 1, 1, 1).parameters; }
+double parameter_count(const ModelConfig& mc) {
+  return model_cost(mc, 1, 1, 1).parameters;
+}
 
 MemoryEstimate estimate_memory(const Config& config, const ModelConfig& mc, bool training) {
   const TrainConfig train = config.train();
@@ -282,7 +289,8 @@ void refuse_if_over(const MemoryEstimate& estimate, const std::string& what, int
   for (const std::string& k : estimate.drivers) keys += (keys.empty() ? "" : ", ") + k;
   std::ostringstream os;
   os << keys << ": " << what << " needs an estimated " << bytes_str(need);
-  if (processes > 1) os << " (" << processes << " ranks on this machine, each " << bytes_str(estimate.total()) << ")";
+  if (processes > 1)
+    os << " (" << processes << " ranks on this machine, each " << bytes_str(estimate.total()) << ")";
   os << " (" << estimate.summary() << "), more than the " << bytes_str(avail.bytes)
      << " available to this process (" << avail.source << "); " << advice;
   throw ConfigError(os.str());
@@ -290,7 +298,8 @@ void refuse_if_over(const MemoryEstimate& estimate, const std::string& what, int
 
 }  // namespace
 
-void check_memory(const MemoryEstimate& estimate, const Config& config, const std::string& what, int processes) {
+void check_memory(const MemoryEstimate& estimate, const Config& config, const std::string& what,
+                  int processes) {
   if (config.train().skip_memory_check) return;
   refuse_if_over(estimate, what, processes,
                  "make them smaller, or set train.skip_memory_check=true to go on anyway");

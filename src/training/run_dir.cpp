@@ -1,13 +1,12 @@
 #include "tfm/training/run_dir.h"
 
+#include <fmt/format.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "tfm/config/config.h"
 #include "tfm/engine/error.h"
@@ -126,7 +125,8 @@ void check_output_path(const std::string& flag, const std::string& path,
 void make_output_dir(const std::string& dir, const std::string& flag) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir)) throw IoError(dir + ": cannot create the output directory (" + flag + ")");
+  if (ec || !fs::is_directory(dir))
+    throw IoError(dir + ": cannot create the output directory (" + flag + ")");
 }
 
 // ---- loading a run ----
@@ -144,7 +144,8 @@ void restore_model(Model& model, const Checkpoint& ckpt, const std::string& sour
   if (static_cast<int64_t>(ckpt.model.size()) != P)
     throw IoError(source + ": the checkpoint holds " + std::to_string(ckpt.model.size()) +
                   " parameter values, the model of its config needs " + std::to_string(P) + " (" +
-                  std::to_string(model.parameters().size()) + " tensors; was the config or the vocabulary changed?)");
+                  std::to_string(model.parameters().size()) +
+                  " tensors; was the config or the vocabulary changed?)");
   std::copy(ckpt.model.begin(), ckpt.model.end(), model.flat_values().data());
 }
 
@@ -205,17 +206,19 @@ std::string load_safetensors_into(Model& model, const std::string& path, const V
         !compare_tokenizer(f, "target_tokenizer", *vocabulary->target_tokenizer, vocabulary_source))
       absent += (absent.empty() ? "" : " or ") + std::string("\"target_tokenizer\"");
     if (!absent.empty())
-      note = path + ": no " + absent + " in its metadata (not a tfm export?), so its vocabulary cannot be "
+      note = path + ": no " + absent +
+             " in its metadata (not a tfm export?), so its vocabulary cannot be "
              "compared with the run's; the weights are loaded as they are";
   }
   for (const auto& [name, t] : f.tensors)
-    if (!model.find_parameter(name)) throw IoError(path + ": tensor " + name + " is not a parameter of the model");
+    if (!model.find_parameter(name))
+      throw IoError(path + ": tensor " + name + " is not a parameter of the model");
   for (const auto& p : model.parameters()) {
     if (!f.contains(p.name)) throw IoError(path + ": no tensor " + p.name + " (the model needs it)");
     const Tensor& t = f.at(p.name);
     if (t.shape() != p.value.shape())
-      throw IoError(path + ": tensor " + p.name + " has shape " + shape_str(t.shape()) + ", the model needs " +
-                    shape_str(p.value.shape()));
+      throw IoError(path + ": tensor " + p.name + " has shape " + shape_str(t.shape()) +
+                    ", the model needs " + shape_str(p.value.shape()));
     const std::vector<float> v = t.to_vector();
     std::copy(v.begin(), v.end(), model.flat_values().data() + p.offset);
   }
@@ -224,8 +227,9 @@ std::string load_safetensors_into(Model& model, const std::string& path, const V
 
 LoadedRun load_run(const std::string& dir, const std::string& which_asked, bool with_data) {
   require_run_directory(dir);
-  const std::string which =
-      !which_asked.empty() ? which_asked : fs::exists(dir + "/" + kBestCheckpointFile) ? "best" : "last";
+  const std::string which = !which_asked.empty()                          ? which_asked
+                            : fs::exists(dir + "/" + kBestCheckpointFile) ? "best"
+                                                                          : "last";
   if (which != "last" && which != "best")
     throw ConfigError("--checkpoint: expected \"last\" or \"best\", got \"" + which + "\"");
   const std::string path = dir + "/" + which + ".ckpt";

@@ -39,8 +39,8 @@ RunLock RunLock::acquire(const std::string& dir) {
   lock.created_dir_ = !fs::exists(dir, ec);
   fs::create_directories(dir, ec);
   if (ec || !fs::is_directory(dir))
-    throw IoError(dir + ": cannot create the run directory (output.dir): " +
-                  (ec ? ec.message() : "not a directory"));
+    throw IoError(
+        dir + ": cannot create the run directory (output.dir): " + (ec ? ec.message() : "not a directory"));
   // The file may be unlinked by its previous holder between our open() and flock(): then we would
   // hold a lock on a name-less file. Check that the locked file is still the one under the name.
   for (int attempt = 0; attempt < 100; ++attempt) {
@@ -56,11 +56,13 @@ RunLock RunLock::acquire(const std::string& dir) {
                     ") is training in this run directory and holds " + lock.path_ +
                     "; one writer per run: wait for it to finish or stop it, or train into another --out");
     }
-    struct stat held {}, named {};
+    struct stat held {
+    }, named{};
     if (::fstat(fd, &held) == 0 && ::stat(lock.path_.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
         held.st_dev == named.st_dev) {
       const std::string pid = std::to_string(::getpid()) + "\n";
-      if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+      if (::ftruncate(fd, 0) != 0 ||
+          ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
         const std::string e = std::strerror(errno);
         ::close(fd);
         throw IoError(lock.path_ + ": cannot write the run's lock file: " + e);
@@ -86,8 +88,8 @@ long RunLock::holder(const std::string& dir) {
     unsigned dev_major = 0, dev_minor = 0;
     unsigned long inode = 0;
     if (line.find("->") != std::string::npos ||  // a waiter, not a holder
-        std::sscanf(line.c_str(), "%*d: %15s %*s %15s %ld %x:%x:%lu", kind, mode, &pid, &dev_major, &dev_minor,
-                    &inode) != 6)
+        std::sscanf(line.c_str(), "%*d: %15s %*s %15s %ld %x:%x:%lu", kind, mode, &pid, &dev_major,
+                    &dev_minor, &inode) != 6)
       continue;
     if (std::string(kind) == "FLOCK" && inode == st.st_ino && dev_major == major(st.st_dev) &&
         dev_minor == minor(st.st_dev))
@@ -109,10 +111,15 @@ void RunLock::release() {
   }
 }
 
-RunLock::~RunLock() { release(); }
+RunLock::~RunLock() {
+  release();
+}
 
 RunLock::RunLock(RunLock&& other) noexcept
-    : dir_(std::move(other.dir_)), path_(std::move(other.path_)), fd_(other.fd_), created_dir_(other.created_dir_) {
+    : dir_(std::move(other.dir_)),
+      path_(std::move(other.path_)),
+      fd_(other.fd_),
+      created_dir_(other.created_dir_) {
   other.fd_ = -1;
 }
 

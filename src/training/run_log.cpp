@@ -1,5 +1,6 @@
 #include "run_log.h"
 
+#include <fmt/format.h>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <unistd.h>
@@ -9,8 +10,6 @@
 #include <filesystem>
 #include <mutex>
 #include <sstream>
-
-#include <fmt/format.h>
 #include <vector>
 
 #include "tfm/engine/error.h"
@@ -27,7 +26,9 @@ std::string duration_str(double s) {
   return fmt::format("{}s", t);
 }
 
-std::string rate_str(double r) { return r >= 1e4 ? fmt::format("{:.1f}k", r / 1e3) : fmt::format("{:.0f}", r); }
+std::string rate_str(double r) {
+  return r >= 1e4 ? fmt::format("{:.1f}k", r / 1e3) : fmt::format("{:.0f}", r);
+}
 
 namespace {
 
@@ -80,7 +81,8 @@ class AppendSink final : public spdlog::sinks::base_sink<std::mutex> {
 
 }  // namespace
 
-RunLog::RunLog(const std::string& dir, bool console, bool root, bool resume, int64_t resumed_step) : root_(root) {
+RunLog::RunLog(const std::string& dir, bool console, bool root, bool resume, int64_t resumed_step)
+    : root_(root) {
   const std::string log_path = dir + "/train.log", metrics = dir + "/metrics.jsonl";
   // Both refused before either is touched: a link or device at one name leaves the other as it was.
   if (root) require_regular_or_absent(log_path), require_regular_or_absent(metrics);

@@ -2,12 +2,12 @@
 // to on resume), a live progress line on a terminal, and DIR/metrics.jsonl, one JSON record per log
 // interval. Rank 0 writes; the other ranks of an MPI run log nothing. Private to src/training/.
 #pragma once
+#include <spdlog/spdlog.h>
+
 #include <cstdint>
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
+#include <string>
 
 #include "tfm/engine/file_io.h"
 
@@ -44,7 +44,8 @@ struct IntervalStats {
   double seconds = 0, loss = 0, norm = 0, tokens = 0, last_loss = 0;
   int64_t steps = 0;
   void add(double step_seconds, double step_loss, double step_norm, double step_tokens) {
-    seconds += step_seconds, loss += step_loss, norm += step_norm, tokens += step_tokens, last_loss = step_loss;
+    seconds += step_seconds, loss += step_loss, norm += step_norm, tokens += step_tokens,
+        last_loss = step_loss;
     ++steps;
   }
   void reset() { *this = IntervalStats{0, 0, 0, 0, last_loss, 0}; }

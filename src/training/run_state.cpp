@@ -12,7 +12,9 @@ using nlohmann::json;
 
 namespace {
 
-json rng_json(const Rng::State& s) { return json(std::vector<uint64_t>(s.begin(), s.end())); }
+json rng_json(const Rng::State& s) {
+  return json(std::vector<uint64_t>(s.begin(), s.end()));
+}
 Rng::State rng_state(const json& j) {
   const auto v = j.get<std::vector<uint64_t>>();
   if (v.size() != 5) throw json::other_error::create(501, "an RNG state has 5 words", nullptr);
@@ -76,25 +78,27 @@ json RunState::streams_json() const {
   json ranks = json::array();
   for (int r = 0; r < nranks_; ++r) {
     const auto w = rank_streams_.begin() + 10 * r;
-    ranks.push_back({{"sampler", std::vector<uint64_t>(w, w + 5)}, {"dropout", std::vector<uint64_t>(w + 5, w + 10)}});
+    ranks.push_back(
+        {{"sampler", std::vector<uint64_t>(w, w + 5)}, {"dropout", std::vector<uint64_t>(w + 5, w + 10)}});
   }
   rng["ranks"] = std::move(ranks);
   return rng;
 }
 
 void RunState::save(const std::string& path, double elapsed) const {
-  json state = {{"step", step},
-                {"best_val_loss", std::isfinite(best_val) ? json(best_val) : json(nullptr)},
-                {"elapsed_s", elapsed},
-                {"rng", streams_json()},
-                {"optimizer",
-                 {{"name", name_of(optimizer_.config().name)}, {"steps", optimizer_.steps_taken()}}}};
+  json state = {
+      {"step", step},
+      {"best_val_loss", std::isfinite(best_val) ? json(best_val) : json(nullptr)},
+      {"elapsed_s", elapsed},
+      {"rng", streams_json()},
+      {"optimizer", {{"name", name_of(optimizer_.config().name)}, {"steps", optimizer_.steps_taken()}}}};
   if (nranks_ > 1) state["ranks"] = nranks_;
   if (!stopped.empty()) state["stopped"] = stopped;
   const Model& model = objective_.model();
-  save_checkpoint(path, CheckpointView{config_.tree, objective_.tokenizer(), state, model.flat_values().data(),
-                                       static_cast<size_t>(model.parameter_count()), optimizer_.state(),
-                                       objective_.target_tokenizer()});
+  save_checkpoint(path,
+                  CheckpointView{config_.tree, objective_.tokenizer(), state, model.flat_values().data(),
+                                 static_cast<size_t>(model.parameter_count()), optimizer_.state(),
+                                 objective_.target_tokenizer()});
 }
 
 }  // namespace tfm

@@ -5,10 +5,9 @@
 #pragma once
 #include <cstdint>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tfm/config/config.h"
 #include "tfm/objectives/objective.h"

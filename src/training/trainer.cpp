@@ -3,10 +3,9 @@
 // at their intervals. What a step computes lives beside it (micro_batch.h), what a checkpoint keeps of
 // the run (run_state.h) and what the user sees (run_log.h): the loop is only the loop, the same for
 // every objective (objective.h).
-#include <fmt/format.h>
-
 #include "tfm/training/trainer.h"
 
+#include <fmt/format.h>
 #include <omp.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -21,10 +20,10 @@
 #include "micro_batch.h"
 #include "run_log.h"
 #include "run_state.h"
-#include "tfm/engine/gemm_timing.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
 #include "tfm/engine/gemm.h"
+#include "tfm/engine/gemm_timing.h"
 #include "tfm/engine/memory.h"
 #include "tfm/engine/platform.h"
 #include "tfm/training/distributed.h"
@@ -44,7 +43,9 @@ namespace {
 constexpr uint64_t kEvalSalt = 0x4556414C42415443ULL;  // "EVALBATC"
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 // The first parameter whose gradient holds a NaN or Inf, or "" when all are finite.
 std::string first_nonfinite_grad(const Model& model) {
@@ -80,8 +81,8 @@ ResumedCheckpoint resumable_checkpoint(const std::string& dir) {
     throw IoError(dir + "/" + kLastCheckpointFile + ": no checkpoint to resume from yet: the run in " + dir +
                   " has saved neither " + kLastCheckpointFile + " nor " + kBestCheckpointFile +
                   " (it saves every train.checkpoint_interval steps and when stopped). "
-                  "Start it afresh with `tfm train --config CONFIG --out " + dir + "` after removing " + dir +
-                  ", or wait for its first checkpoint");
+                  "Start it afresh with `tfm train --config CONFIG --out " +
+                  dir + "` after removing " + dir + ", or wait for its first checkpoint");
   return {path, load_checkpoint(path)};
 }
 
@@ -117,7 +118,7 @@ class TrainingRun {
   const TrainConfig train_;  // config_'s train.* options
   const TrainOptions& opt_;
   const std::string dir_, last_path_, best_path_;
-  std::string resumed_path_;  // the checkpoint a resumed run continues from ("" for a new run)
+  std::string resumed_path_;    // the checkpoint a resumed run continues from ("" for a new run)
   std::string init_from_note_;  // --init-from: why its vocabulary could not be checked ("" when it was)
   const int64_t accum_, max_steps_;
   const int rank_, nranks_;
@@ -183,9 +184,9 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
   gemm_mode_.emplace(train_.precision, resolve_gemm_backend(train_.gemm_backend));
   Model& model = objective_->model();
   model.set_training(true);
-  batches_ = std::make_unique<MicroBatches>(*objective_, static_cast<int>(data_parallel_workers(config_, threads_)));
-  optim_ = std::make_unique<Optimizer>(train_.optimizer, optimizer_segments(model),
-                                       model.parameter_count());
+  batches_ =
+      std::make_unique<MicroBatches>(*objective_, static_cast<int>(data_parallel_workers(config_, threads_)));
+  optim_ = std::make_unique<Optimizer>(train_.optimizer, optimizer_segments(model), model.parameter_count());
   state_ = std::make_unique<RunState>(config_, *objective_, *optim_, rank_, nranks_);
   if (rank_ > 0)
     model.dropout_rng().seed_with(rank_seed(static_cast<uint64_t>(config_.integer("seed")) + 1, rank_));
@@ -208,8 +209,9 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
 void TrainingRun::check_resumed(const Checkpoint& ckpt) const {
   check_resumable(checkpoint_config(ckpt, resumed_path_), config_, resumed_path_);
   const json& rs = ckpt.state;
-  const int64_t trained_ranks =
-      rs.is_object() && rs.contains("ranks") && rs.at("ranks").is_number_integer() ? rs.at("ranks").get<int64_t>() : 1;
+  const int64_t trained_ranks = rs.is_object() && rs.contains("ranks") && rs.at("ranks").is_number_integer()
+                                    ? rs.at("ranks").get<int64_t>()
+                                    : 1;
   if (trained_ranks != nranks_)
     throw ConfigError(resumed_path_ + ": the run was trained with " + std::to_string(trained_ranks) +
                       " rank(s), this run has " + std::to_string(nranks_) +
@@ -224,7 +226,8 @@ void TrainingRun::refuse_taken_directory() const {
   std::string names;
   for (const std::string& f : found) names += (names.empty() ? "" : ", ") + f;
   throw ConfigError("output.dir: " + dir_ + " already holds a run (" + names +
-                    "); continue it with `tfm train --resume " + dir_ + "` or choose another directory with --out");
+                    "); continue it with `tfm train --resume " + dir_ +
+                    "` or choose another directory with --out");
 }
 
 // Data parallel: only rank 0 writes (the run directory lives on its machine).
@@ -233,8 +236,10 @@ void TrainingRun::create_run_directory() {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec || !fs::is_directory(dir_))
-    throw IoError(dir_ + ": cannot create the run directory (output.dir): " + (ec ? ec.message() : "not a directory"));
-  if (::access(dir_.c_str(), W_OK) != 0) throw IoError(dir_ + ": the run directory (output.dir) is not writable");
+    throw IoError(
+        dir_ + ": cannot create the run directory (output.dir): " + (ec ? ec.message() : "not a directory"));
+  if (::access(dir_.c_str(), W_OK) != 0)
+    throw IoError(dir_ + ": the run directory (output.dir) is not writable");
   // Every file the run writes (and the lock), refused before any is written when a link or device
   // holds its name.
   for (const std::string& name : run_file_names()) require_regular_or_absent(dir_ + "/" + name);
@@ -249,8 +254,8 @@ void TrainingRun::log_header() {
     breakdown += (breakdown.empty() ? "" : ", ") + name + " " + std::to_string(n);
   log_->info(fmt::format("tfm train: {} {}", opt_.resume ? "resuming" : "run directory", dir_.c_str()));
   if (!resumed_path_.empty() && resumed_path_ != last_path_)
-    log_->info(
-        fmt::format("no {}: resuming from {} (step {})", kLastCheckpointFile, kBestCheckpointFile, state_->step));
+    log_->info(fmt::format("no {}: resuming from {} (step {})", kLastCheckpointFile, kBestCheckpointFile,
+                           state_->step));
   log_->info("objective: " + objective_->name() + "; data: " + objective_->describe_data());
   log_->info(fmt::format("model: {} parameters ({})", P, breakdown.c_str()));
   flops_per_token_ = objective_->train_flops_per_token();
@@ -258,8 +263,8 @@ void TrainingRun::log_header() {
   // inflated the logged MFU), timed for 0.3 s at start-up in the precision and backend in use.
   peak_gflops_ = root_ ? measure_gemm_peak_gflops(1024, 0.3) : 0.0;
   log_->info(fmt::format("compute: {} thread(s), {}; {}; measured {} peak {:.1f} GFLOP/s", threads_,
-                    platform::blas_summary().c_str(), platform::gemm_summary().c_str(),
-                    precision_name(gemm_precision()), peak_gflops_));
+                         platform::blas_summary().c_str(), platform::gemm_summary().c_str(),
+                         precision_name(gemm_precision()), peak_gflops_));
   if (optim_->config().name == OptimizerKind::Muon) {
     const std::vector<ParamSegment> segments = optimizer_segments(model);
     int64_t matrices = 0, elements = 0;
@@ -271,17 +276,18 @@ void TrainingRun::log_header() {
         matrices, elements, P - elements, 1e-9 * newton_schulz_flops(segments, OptimizerKind::Muon)));
   }
   if (batches_->workers() > 1)
-    log_->info(fmt::format("data parallel: {} workers, each a share of every micro-batch's rows on one thread; "
-                      "gradients summed in memory (train.data_parallel)",
-                      batches_->workers()));
-  log_->info(fmt::format("batch: {} x {} accumulation step(s); {} steps{}", objective_->describe_batch().c_str(),
-                    accum_, max_steps_,
-                    opt_.resume ? fmt::format(", continuing after step {}", state_->step).c_str()
-                                : ""));
+    log_->info(
+        fmt::format("data parallel: {} workers, each a share of every micro-batch's rows on one thread; "
+                    "gradients summed in memory (train.data_parallel)",
+                    batches_->workers()));
+  log_->info(fmt::format("batch: {} x {} accumulation step(s); {} steps{}",
+                         objective_->describe_batch().c_str(), accum_, max_steps_,
+                         opt_.resume ? fmt::format(", continuing after step {}", state_->step).c_str() : ""));
   if (nranks_ > 1)
-    log_->info(fmt::format("mpi: {} ranks x {} thread{} ({} on this machine); each rank samples its own batches, "
-                      "gradients averaged with MPI_Allreduce over {} floats per step",
-                      nranks_, threads_, threads_ == 1 ? "" : "s", dist::local_size(), P));
+    log_->info(
+        fmt::format("mpi: {} ranks x {} thread{} ({} on this machine); each rank samples its own batches, "
+                    "gradients averaged with MPI_Allreduce over {} floats per step",
+                    nranks_, threads_, threads_ == 1 ? "" : "s", dist::local_size(), P));
 }
 
 // The accumulated gradient of one optimizer step, averaged over the ranks, and its clipped norm.
@@ -310,7 +316,8 @@ TrainingRun::StepStats TrainingRun::step() {
 }
 
 std::string TrainingRun::nonfinite_reason(double loss) const {
-  if (!std::isfinite(loss)) return std::string("the training loss is ") + (std::isnan(loss) ? "NaN" : "infinite");
+  if (!std::isfinite(loss))
+    return std::string("the training loss is ") + (std::isnan(loss) ? "NaN" : "infinite");
   return "the gradient of " + first_nonfinite_grad(objective_->model()) + " is not finite (loss " +
          fmt::format("{:.4f}", loss) + ")";
 }
@@ -324,10 +331,11 @@ bool TrainingRun::reached_target(const Metrics& val) {
   if (target <= 0.0 || !(val.get("loss") <= target)) return false;
   result_.target_reached = true;
   result_.seconds_to_target = training_seconds();
-  log_->info(fmt::format("step {} | target reached: val loss {:.4f} <= train.target_loss {:g} after {:.1f} s of "
-                         "training ({}, evaluations included); best.ckpt holds this model",
-                         state_->step, val.get("loss"), target, result_.seconds_to_target,
-                         duration_str(result_.seconds_to_target)));
+  log_->info(
+      fmt::format("step {} | target reached: val loss {:.4f} <= train.target_loss {:g} after {:.1f} s of "
+                  "training ({}, evaluations included); best.ckpt holds this model",
+                  state_->step, val.get("loss"), target, result_.seconds_to_target,
+                  duration_str(result_.seconds_to_target)));
   return true;
 }
 
@@ -340,8 +348,7 @@ Metrics TrainingRun::evaluate_and_keep_best() {
   // keeps the two sets from being held at once.
   const bool workers = batches_->workers() > 1;
   if (workers) memory::trim();
-  const Metrics val =
-      objective_->evaluate("val", train_.eval_steps, eval_seed(config_), opt_.stop);
+  const Metrics val = objective_->evaluate("val", train_.eval_steps, eval_seed(config_), opt_.stop);
   if (workers) memory::trim();
   if (val.abandoned) {
     model.take_head_usage();
@@ -371,8 +378,8 @@ Metrics TrainingRun::evaluate_and_keep_best() {
   for (const auto& [name, v] : val.values)
     if (name != "loss") extra += fmt::format(" | val {} {:.4g}", name.c_str(), v);
   progress_extra_ = extra;
-  log_->info(fmt::format("step {}/{} | val loss {:.4f} (best {:.4f}){}{}", step,
-                    max_steps_, val_loss, state_->best_val, extra.c_str(), note.c_str()));
+  log_->info(fmt::format("step {}/{} | val loss {:.4f} (best {:.4f}){}{}", step, max_steps_, val_loss,
+                         state_->best_val, extra.c_str(), note.c_str()));
   return val;
 }
 
@@ -398,9 +405,9 @@ void TrainingRun::log_interval(double lr, const Metrics* val) {
   if (val && !head_usage_.is_null()) rec["val_head_usage"] = head_usage_;  // {layer: [share per head]}
   if (val && result_.target_reached) rec["seconds_to_target"] = result_.seconds_to_target;
   log_->record(rec);
-  log_->info(fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.1f} ms/step | {} tok/s | mfu {:.1f}%",
-                    state_->step, max_steps_, iv.loss / n, lr, iv.norm / n,
-                    ms, rate_str(tok_s).c_str(), 100.0 * mfu));
+  log_->info(fmt::format(
+      "step {}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.1f} ms/step | {} tok/s | mfu {:.1f}%",
+      state_->step, max_steps_, iv.loss / n, lr, iv.norm / n, ms, rate_str(tok_s).c_str(), 100.0 * mfu));
   interval_.reset();
 }
 
@@ -422,8 +429,9 @@ TrainResult TrainingRun::run() {
       if (train_.skip_nonfinite && ++skipped_in_a_row_ <= kMaxSkipsInARow) {
         // Marian's and llm.c's choice: drop this batch, keep the weights, draw the next batch.
         ++skipped_;
-        log_->warn(fmt::format("step {}: {}; batch skipped, no update (train.skip_nonfinite; {} skipped so far)",
-                          step + 1, where.c_str(), skipped_));
+        log_->warn(
+            fmt::format("step {}: {}; batch skipped, no update (train.skip_nonfinite; {} skipped so far)",
+                        step + 1, where.c_str(), skipped_));
         continue;
       }
       result_.status = TrainResult::Status::NonFinite;
@@ -450,7 +458,8 @@ TrainResult TrainingRun::run() {
     interval_.add(s.seconds, s.loss, s.norm, s.tokens);
 
     // train.max_seconds, on rank 0's clock so every rank stops at the same step.
-    const bool out_of_time = max_seconds > 0 && step < max_steps_ && dist::any(root_ && training_seconds() >= max_seconds);
+    const bool out_of_time =
+        max_seconds > 0 && step < max_steps_ && dist::any(root_ && training_seconds() >= max_seconds);
     const bool eval_now = step % eval_every == 0 || step == max_steps_ || out_of_time;
     const bool stop = dist::any(opt_.stop && opt_.stop->load()) || step == opt_.stop_at_step;
     const bool save_now = (ckpt_every > 0 && step % ckpt_every == 0) || step == max_steps_ || stop;
@@ -477,15 +486,16 @@ TrainResult TrainingRun::run() {
       result_.status = TrainResult::Status::Interrupted;
       result_.step = step;
       log_->info(fmt::format("interrupted after step {}: saved {}. Continue with: {}tfm train --resume {}",
-                        step, last_path_.c_str(),
-                        nranks_ > 1 ? fmt::format("mpirun -np {} ", nranks_).c_str() : "", dir_.c_str()));
+                             step, last_path_.c_str(),
+                             nranks_ > 1 ? fmt::format("mpirun -np {} ", nranks_).c_str() : "",
+                             dir_.c_str()));
       return result_;
     }
     if (!log_->shows_progress()) continue;  // no line to format off a terminal
     const double rate = s.seconds > 0 ? s.tokens / s.seconds : 0.0;
-    log_->progress(fmt::format("step {}/{} | loss {:.4f}{} | {} tok/s | ETA {}", step,
-                          max_steps_, s.loss, progress_extra_.c_str(), rate_str(rate).c_str(),
-                          duration_str(s.seconds * static_cast<double>(max_steps_ - step)).c_str()));
+    log_->progress(fmt::format("step {}/{} | loss {:.4f}{} | {} tok/s | ETA {}", step, max_steps_, s.loss,
+                               progress_extra_.c_str(), rate_str(rate).c_str(),
+                               duration_str(s.seconds * static_cast<double>(max_steps_ - step)).c_str()));
   }
   result_.step = step;
   log_summary();
@@ -496,39 +506,44 @@ TrainResult TrainingRun::run() {
 void TrainingRun::log_summary() {
   const int64_t step = state_->step;
   if (step == first_step_) {
-    log_->info(fmt::format("nothing to do: the run is at step {} of train.max_steps = {} (raise it with --set "
-                      "train.max_steps=N)",
-                      step, max_steps_));
+    log_->info(
+        fmt::format("nothing to do: the run is at step {} of train.max_steps = {} (raise it with --set "
+                    "train.max_steps=N)",
+                    step, max_steps_));
     return;
   }
   log_->info(fmt::format("done: {} steps in {}; val loss {:.4f} (best {:.4f}). {}", step,
-                    duration_str(elapsed()).c_str(), result_.val_loss, state_->best_val,
-                    objective_->usage_hint(dir_).c_str()));
+                         duration_str(elapsed()).c_str(), result_.val_loss, state_->best_val,
+                         objective_->usage_hint(dir_).c_str()));
   if (result_.out_of_time)
-    log_->info(fmt::format("time budget: stopped at step {} of {} after {:.1f} s of training (train.max_seconds = {:g})",
-                           step, max_steps_, training_seconds(), train_.max_seconds));
+    log_->info(fmt::format(
+        "time budget: stopped at step {} of {} after {:.1f} s of training (train.max_seconds = {:g})", step,
+        max_steps_, training_seconds(), train_.max_seconds));
   if (const double target = train_.target_loss; target > 0.0)
-    log_->info(result_.target_reached
-                   ? fmt::format("time to target: val loss <= {:g} at step {} after {:.1f} s of training", target,
-                                 step, result_.seconds_to_target)
-                   : fmt::format("time to target: val loss <= {:g} not reached in {} steps (best {:.4f}); raise "
-                                 "train.max_steps or change the recipe",
-                                 target, step, state_->best_val));
+    log_->info(
+        result_.target_reached
+            ? fmt::format("time to target: val loss <= {:g} at step {} after {:.1f} s of training", target,
+                          step, result_.seconds_to_target)
+            : fmt::format("time to target: val loss <= {:g} not reached in {} steps (best {:.4f}); raise "
+                          "train.max_steps or change the recipe",
+                          target, step, state_->best_val));
   // Where the memory went: tensors at their peak, what the caching pool holds for reuse, and the whole
   // process (tensors + libraries + data) as the OS counts it.
   const memory::Stats mem = memory::stats();
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  log_->info(fmt::format("memory: tensors peaked at {:.1f} MiB; the pool holds {:.1f} MiB; process peak RSS {:.1f} MiB",
-                    static_cast<double>(mem.peak_live_bytes) / (1 << 20),
-                    static_cast<double>(mem.live_bytes + mem.cached_bytes) / (1 << 20),
-                    static_cast<double>(usage.ru_maxrss) / 1024.0));
+  log_->info(fmt::format(
+      "memory: tensors peaked at {:.1f} MiB; the pool holds {:.1f} MiB; process peak RSS {:.1f} MiB",
+      static_cast<double>(mem.peak_live_bytes) / (1 << 20),
+      static_cast<double>(mem.live_bytes + mem.cached_bytes) / (1 << 20),
+      static_cast<double>(usage.ru_maxrss) / 1024.0));
   if (nranks_ > 1) {
     const double steps_run = static_cast<double>(step - first_step_);
-    log_->info(fmt::format("allreduce: {:.2f} ms/step, {:.1f}% of step ({:.1f} ms/step, {} ranks, {:.1f} MB of gradients)",
-                      1e3 * dist::allreduce_seconds() / steps_run, 100.0 * dist::allreduce_seconds() / run_step_s_,
-                      1e3 * run_step_s_ / steps_run, nranks_,
-                      4e-6 * static_cast<double>(objective_->model().parameter_count())));
+    log_->info(fmt::format(
+        "allreduce: {:.2f} ms/step, {:.1f}% of step ({:.1f} ms/step, {} ranks, {:.1f} MB of gradients)",
+        1e3 * dist::allreduce_seconds() / steps_run, 100.0 * dist::allreduce_seconds() / run_step_s_,
+        1e3 * run_step_s_ / steps_run, nranks_,
+        4e-6 * static_cast<double>(objective_->model().parameter_count())));
   }
 }
 

@@ -1,7 +1,6 @@
 // tfm bench attention (docs/heads.md, the cost of attention): the exponent fit, the report's figures from
 // the formulas, and its errors. Times are never asserted on.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>

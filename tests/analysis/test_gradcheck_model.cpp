@@ -2,7 +2,6 @@
 // model option, and fails when an op with a wrong backward formula is inserted through the public
 // op-writing API (record()).
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -10,8 +9,8 @@
 #include "cli_run.h"
 #include "model_config.h"
 #include "tfm/analysis/gradcheck.h"
-#include "tfm/models/language_model.h"
 #include "tfm/engine/ops.h"
+#include "tfm/models/language_model.h"
 
 using namespace tfm;
 using tfm_test::model_config_from;
@@ -38,7 +37,8 @@ struct Tiny {
     Tensor v = model.flat_values();
     for (int64_t i = 0; i < v.numel(); ++i) v.data()[i] += 0.3f * rng.normal();
     for (size_t i = 0; i < x.size(); ++i)
-      x[i] = static_cast<int32_t>(rng.below(c.vocab_size)), y[i] = static_cast<int32_t>(rng.below(c.vocab_size));
+      x[i] = static_cast<int32_t>(rng.below(c.vocab_size)),
+      y[i] = static_cast<int32_t>(rng.below(c.vocab_size));
   }
   GradCheckReport check(const std::function<Tensor(const Tensor&)>& on_logits) {
     return gradient_check([&] { return LanguageModel::loss(on_logits(model.forward(x, 2, 5)), y); },

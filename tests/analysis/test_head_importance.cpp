@@ -1,22 +1,21 @@
 // head_importance (analysis/head_importance.h) on a tiny trained run, against the composed forms: a
 // head masked by its gate equals the same head's columns of Wo zeroed, and the gradient score equals
 // central differences of the loss in the gate.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "cli_run.h"
-#include "tiny_runs.h"
-#include "train_options.h"
 #include "tfm/analysis/head_importance.h"
 #include "tfm/config/config.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/ops.h"
 #include "tfm/training/run_dir.h"
 #include "tfm/training/trainer.h"
+#include "tiny_runs.h"
+#include "train_options.h"
 
 using namespace tfm;
 
@@ -33,7 +32,8 @@ double mean_val_loss(LoadedRun& run, int64_t batches) {
 
 }  // namespace
 
-TEST_CASE("head_importance: masking a head is zeroing its slice of Wo, scores are |dL/dxi|", "[analysis][heads]") {
+TEST_CASE("head_importance: masking a head is zeroing its slice of Wo, scores are |dL/dxi|",
+          "[analysis][heads]") {
   const std::string dir = tfm_test::scratch_path("head_importance", "run");
   const Config config =
       load_config(std::string(TFM_SOURCE_DIR) + "/configs/tiny.json",
@@ -53,7 +53,8 @@ TEST_CASE("head_importance: masking a head is zeroing its slice of Wo, scores ar
   const std::vector<float> values = model.flat_values().to_vector();
   for (int64_t l = 0; l < L; ++l) {
     REQUIRE(r.loss_change[l].size() == static_cast<size_t>(H));
-    const NamedParameter* wo = model.find_parameter("blocks." + std::to_string(l) + ".attn.wo.weight");  // (C, C)
+    const NamedParameter* wo =
+        model.find_parameter("blocks." + std::to_string(l) + ".attn.wo.weight");  // (C, C)
     REQUIRE(wo != nullptr);
     for (int64_t h = 0; h < H; ++h) {
       float* w = model.flat_values().data() + wo->offset;
@@ -81,12 +82,13 @@ TEST_CASE("head_importance: masking a head is zeroing its slice of Wo, scores ar
       gates[1].data()[2] = xi;
       model.set_head_gates(gates);
       NoGradGuard no_grad;
-      const double loss = run.objective->split_batch_loss("val", eval_seed(run.config) + static_cast<uint64_t>(i)).item();
+      const double loss =
+          run.objective->split_batch_loss("val", eval_seed(run.config) + static_cast<uint64_t>(i)).item();
       model.set_head_gates({});
       return loss;
     };
-    score += std::fabs(loss_at(static_cast<float>(1 + eps)) - loss_at(static_cast<float>(1 - eps))) / (2 * eps) /
-             static_cast<double>(batches);
+    score += std::fabs(loss_at(static_cast<float>(1 + eps)) - loss_at(static_cast<float>(1 - eps))) /
+             (2 * eps) / static_cast<double>(batches);
   }
   CHECK(r.gradient_score[1][2] == Approx(score).epsilon(0.05).margin(1e-4));
 
@@ -101,7 +103,9 @@ TEST_CASE("head_importance: masking a head is zeroing its slice of Wo, scores ar
   CHECK(j.at("layer").size() == static_cast<size_t>(L));
 }
 
-TEST_CASE("head_importance: an encoder-decoder run is refused, naming the run and its objective", "[analysis][heads]") {
+TEST_CASE("head_importance: an encoder-decoder run is refused, naming the run and its objective",
+          "[analysis][heads]") {
   LoadedRun run = load_run(tfm_test::seq2seq_run(), "last", true);
-  CHECK_THROWS_WITH(head_importance(run, 1), Catch::Contains(tfm_test::seq2seq_run()) && Catch::Contains("seq2seq"));
+  CHECK_THROWS_WITH(head_importance(run, 1),
+                    Catch::Contains(tfm_test::seq2seq_run()) && Catch::Contains("seq2seq"));
 }

@@ -1,7 +1,6 @@
 // tfm bench attention (docs/heads.md, the cost of attention): the exponent fit, the report's figures from
 // the formulas, and its errors. Times are never asserted on.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -13,8 +12,8 @@
 using namespace tfm;
 
 TEST_CASE("bench attention: the report holds the formulas' figures for each length", "[bench][cli]") {
-  const tfm_test::CliRun r =
-      tfm_test::run_tfm("bench attention --seq-lens 8,16,32,64 --d-model 16 --heads 2 --batch 2 --seconds 0.001 --json");
+  const tfm_test::CliRun r = tfm_test::run_tfm(
+      "bench attention --seq-lens 8,16,32,64 --d-model 16 --heads 2 --batch 2 --seconds 0.001 --json");
   INFO(r.out);
   REQUIRE(r.status == 0);
   const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
@@ -38,11 +37,11 @@ TEST_CASE("bench attention: bad values name the flag", "[bench][cli]") {
   struct Case {
     std::string args, expect;
   };
-  for (const Case& c : {Case{"--d-model 16 --heads 3", "--heads: 3 does not divide --d-model 16"},
-                        Case{"--seq-lens 16,8", "--seq-lens: expected increasing lengths"},
-                        Case{"--seq-lens 16", "--seq-lens: give two or more lengths"},
-                        Case{"--seq-lens 0,8", "--seq-lens"},
-                        Case{"--heads 4 --kv-heads 3", "--kv-heads: 3 does not divide --heads 4"}}) {
+  for (const Case& c :
+       {Case{"--d-model 16 --heads 3", "--heads: 3 does not divide --d-model 16"},
+        Case{"--seq-lens 16,8", "--seq-lens: expected increasing lengths"},
+        Case{"--seq-lens 16", "--seq-lens: give two or more lengths"}, Case{"--seq-lens 0,8", "--seq-lens"},
+        Case{"--heads 4 --kv-heads 3", "--kv-heads: 3 does not divide --heads 4"}}) {
     const tfm_test::CliRun r = tfm_test::run_tfm("bench attention --seconds 0.001 " + c.args);
     INFO(c.args << "\n" << r.out);
     CHECK(r.status == 2);

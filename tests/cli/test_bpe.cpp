@@ -8,10 +8,10 @@
 
 #include "cli_run.h"
 #include "tfm/data/bpe.h"
-#include "tfm/training/checkpoint.h"
 #include "tfm/data/tokenizer.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
+#include "tfm/training/checkpoint.h"
 
 namespace fs = std::filesystem;
 

@@ -5,16 +5,16 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
-#include <nlohmann/json.hpp>
-
-#include "cli_run.h"
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "cli_run.h"
 
 namespace fs = std::filesystem;
 
@@ -22,7 +22,9 @@ namespace {
 
 using Run = tfm_test::CliRun;
 // Runs `tfm ARGS` from the repository root (tests/cli_run.h).
-Run tfm(const std::string& args) { return tfm_test::run_tfm(args); }
+Run tfm(const std::string& args) {
+  return tfm_test::run_tfm(args);
+}
 
 // A fresh, empty directory, removed when the test binary exits.
 std::string temp_dir(const std::string& name) {

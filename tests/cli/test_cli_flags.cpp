@@ -2,7 +2,6 @@
 // exits 2 with a message that names the flag and the allowed range (vocabulary-dependent bounds are
 // checked once the run is loaded).
 #include <catch2/catch.hpp>
-
 #include <string>
 #include <vector>
 
@@ -10,7 +9,8 @@
 
 TEST_CASE("cli flags: bad numeric values exit 2 naming the flag and the range", "[cli][flags]") {
   const std::string dir = tfm_test::scratch_path("flags", "run");
-  tfm_test::CliRun r = tfm_test::run_tfm("train --config configs/tiny.json --out " + dir + " --set train.max_steps=2");
+  tfm_test::CliRun r =
+      tfm_test::run_tfm("train --config configs/tiny.json --out " + dir + " --set train.max_steps=2");
   REQUIRE(r.status == 0);
   struct Case {
     std::string args, fragment;
@@ -30,7 +30,8 @@ TEST_CASE("cli flags: bad numeric values exit 2 naming the flag and the range", 
       {"sample" + run + " --top-k 57", "--top-k: expected 0 to 56 (the vocabulary of " + dir + "), got 57"},
       {"sample" + run + " --seed -3", "--seed: expected an integer in [0, 9223372036854775807]"},
       {"info --config configs/tiny.json --vocab-size 0", "--vocab-size: expected an integer in [1, "},
-      {"tokenizer train --data x --out y --vocab-size 255", "--vocab-size: expected an integer in [256, 1048576]"},
+      {"tokenizer train --data x --out y --vocab-size 255",
+       "--vocab-size: expected an integer in [256, 1048576]"},
       {"bench gemm --threads -1", "--threads: expected an integer in [0, 1024]"},
       {"bench gemm --n 8", "--n: expected an integer in [16, 8192]"},
       {"bench gemm --seconds 0", "--seconds: expected a number in [0.01, 60]"},

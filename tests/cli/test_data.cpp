@@ -25,7 +25,8 @@ std::vector<nlohmann::json> metrics(const std::string& run) {
   std::istringstream in(read_file(run + "/metrics.jsonl"));
   for (std::string line; std::getline(in, line);) {
     nlohmann::json j = nlohmann::json::parse(line);
-    for (const char* timing : {"elapsed_s", "training_s", "ms_per_step", "tokens_per_s", "mfu"}) j.erase(timing);
+    for (const char* timing : {"elapsed_s", "training_s", "ms_per_step", "tokens_per_s", "mfu"})
+      j.erase(timing);
     out.push_back(j);
   }
   return out;
@@ -50,7 +51,8 @@ TEST_CASE("data prepare: builds the cache once, prints the counts, rebuilds when
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("first use"));
-  CHECK_THAT(r.out, Catch::Contains("16000 tokens (char tokenizer, vocabulary 56, uint16 ids): 1.000 bytes/token"));
+  CHECK_THAT(r.out,
+             Catch::Contains("16000 tokens (char tokenizer, vocabulary 56, uint16 ids): 1.000 bytes/token"));
   CHECK_THAT(r.out, Catch::Contains("tokenized in"));
   CHECK_THAT(r.out, Catch::Contains("14400 train / 1600 val tokens"));
   CHECK(fs::exists(tmp.path + "/.tfm-cache/text.txt.char.tokens"));
@@ -76,11 +78,12 @@ TEST_CASE("data: a resumed run on a cached corpus is bit-identical to a run that
           "[cli][data]") {
   const TempDir tmp("data_resume");
   const std::string text = corpus(tmp);
-  const std::string base = "--config configs/tiny.json --set data.path=" + text + " --set train.eval_interval=10";
+  const std::string base =
+      "--config configs/tiny.json --set data.path=" + text + " --set train.eval_interval=10";
 
   // A: tokenizes at its start (its own cache directory), 20 steps in one go.
-  CliRun r = run_tfm("train " + base + " --set data.cache_dir=" + tmp.path + "/a_cache --set train.max_steps=20 --out " +
-                     tmp.path + "/a");
+  CliRun r = run_tfm("train " + base + " --set data.cache_dir=" + tmp.path +
+                     "/a_cache --set train.max_steps=20 --out " + tmp.path + "/a");
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("tokenized now"));

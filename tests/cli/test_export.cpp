@@ -9,8 +9,8 @@
 #include <string>
 
 #include "cli_run.h"
-#include "tfm/models/language_model.h"
 #include "tfm/engine/safetensors.h"
+#include "tfm/models/language_model.h"
 #include "tfm/training/run_dir.h"
 
 namespace {
@@ -101,7 +101,9 @@ TEST_CASE("export: safetensors round trip through --init-from, and the PyTorch r
     const double diff = nlohmann::json::parse(r.out.substr(brace)).at("max_abs_logit_diff").get<double>();
     CHECK(diff <= 1e-4);
   } else {
-    WARN("PyTorch missing (apt-get install python3-torch python3-numpy): skipped the scripts/torch_lm.py logit check");
+    WARN(
+        "PyTorch missing (apt-get install python3-torch python3-numpy): skipped the scripts/torch_lm.py "
+        "logit check");
   }
 }
 

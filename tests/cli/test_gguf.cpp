@@ -45,13 +45,14 @@ TEST_CASE("gguf: tfm export --format gguf writes llama.cpp's gpt2 and checks it 
   const std::string path = run + "/model-f32.gguf";
   CHECK_THAT(r.out, Catch::Contains("wrote " + path + ": llama.cpp architecture gpt2, 29 tensors"));
   CHECK(number_before(r.out, " with tfm's GELU (erf)") < 1e-5);  // the export itself: float rounding
-  CHECK_THAT(r.out, Catch::Contains("--ignore-eos"));              // a char vocabulary: id 11 ends generation
+  CHECK_THAT(r.out, Catch::Contains("--ignore-eos"));            // a char vocabulary: id 11 ends generation
   const tfm::GgufFile f = tfm::load_gguf(path);
   CHECK(f.at("general.architecture").str() == "gpt2");
   CHECK(f.at("general.name").str() == "run");
   const tfm::LoadedRun loaded = tfm::load_run(run, "last");
   CHECK(f.at("gpt2.context_length").unsigned_value() == 32);
-  CHECK(static_cast<int64_t>(f.at("tokenizer.ggml.tokens").items().size()) == loaded.checkpoint.tokenizer.size());
+  CHECK(static_cast<int64_t>(f.at("tokenizer.ggml.tokens").items().size()) ==
+        loaded.checkpoint.tokenizer.size());
   CHECK(nlohmann::json::parse(f.at("tfm.config").str()) == loaded.config.tree);
 
   // --out ending in .gguf picks the format; --dtype bf16 halves the matrices.
@@ -78,10 +79,12 @@ TEST_CASE("gguf: tfm export --format gguf writes llama.cpp's gpt2 and checks it 
 
 TEST_CASE("gguf: the modern options export as llama.cpp's llama, with QK-norm as qwen3", "[gguf][cli]") {
   TempDir tmp("gguf_modern");
-  // The recipe's model options (RoPE, RMSNorm, SwiGLU, no biases, untied head; QK-norm for qwen3) at tiny size.
-  const std::string modern = " --set model.positional_encoding=rope --set model.norm=rmsnorm"
-                             " --set model.activation=swiglu --set model.bias=false --set model.tie_embeddings=false"
-                             " --set model.n_kv_heads=2 --set train.max_steps=20";
+  // The recipe's model options (RoPE, RMSNorm, SwiGLU, no biases, untied head; QK-norm for qwen3) at tiny
+  // size.
+  const std::string modern =
+      " --set model.positional_encoding=rope --set model.norm=rmsnorm"
+      " --set model.activation=swiglu --set model.bias=false --set model.tie_embeddings=false"
+      " --set model.n_kv_heads=2 --set train.max_steps=20";
   for (const std::string arch : {"llama", "qwen3"}) {
     INFO(arch);
     const std::string run = tmp.path + "/" + arch;
@@ -115,9 +118,10 @@ TEST_CASE("gguf: what llama.cpp cannot run is refused naming the key", "[gguf][c
   const CliRun r = run_tfm("export --run " + run + " --format gguf");
   INFO(r.out);
   CHECK(r.status == 2);
-  CHECK_THAT(r.out, Catch::Contains("llama.cpp cannot run this model") &&
-                        Catch::Contains("model.norm_position = \"post\"") &&
-                        Catch::Contains("model.activation = \"relu\": llama.cpp's gpt2 feed-forward applies GELU"));
+  CHECK_THAT(r.out,
+             Catch::Contains("llama.cpp cannot run this model") &&
+                 Catch::Contains("model.norm_position = \"post\"") &&
+                 Catch::Contains("model.activation = \"relu\": llama.cpp's gpt2 feed-forward applies GELU"));
   CHECK_FALSE(std::filesystem::exists(run + "/model-f32.gguf"));
 
   // RoPE with the default LayerNorm and GELU: neither llama.cpp's gpt2 (a position table) nor its llama.
@@ -128,8 +132,9 @@ TEST_CASE("gguf: what llama.cpp cannot run is refused naming the key", "[gguf][c
   const CliRun q = run_tfm("export --run " + rope + " --format gguf");
   INFO(q.out);
   CHECK(q.status == 2);
-  CHECK_THAT(q.out, Catch::Contains("model.norm = \"layernorm\": with model.positional_encoding = \"rope\"") &&
-                        Catch::Contains("model.activation = \"gelu\": with model.positional_encoding = \"rope\""));
+  CHECK_THAT(q.out,
+             Catch::Contains("model.norm = \"layernorm\": with model.positional_encoding = \"rope\"") &&
+                 Catch::Contains("model.activation = \"gelu\": with model.positional_encoding = \"rope\""));
   CHECK_FALSE(std::filesystem::exists(rope + "/model-f32.gguf"));
 }
 
@@ -147,7 +152,8 @@ TEST_CASE("gguf: eval --dump-logits --text gives each text's tokens and logits",
   CHECK(j.at("logits")[1].size() == 4);  // (T, V) per text
   const tfm::LoadedRun loaded = tfm::load_run(run, "last");
   CHECK(static_cast<int64_t>(j.at("logits")[1][0].size()) == loaded.model->config().vocab_size);
-  CHECK(j.at("tokens")[0].get<std::vector<int32_t>>() == loaded.checkpoint.tokenizer.encode("ROMEO:", "test"));
+  CHECK(j.at("tokens")[0].get<std::vector<int32_t>>() ==
+        loaded.checkpoint.tokenizer.encode("ROMEO:", "test"));
 
   // --gguf: llama.cpp's graph run by tfm from an export; with tfm's erf GELU it is the model's forward.
   REQUIRE(run_tfm("export --run " + run + " --format gguf").status == 0);
@@ -163,7 +169,8 @@ TEST_CASE("gguf: eval --dump-logits --text gives each text's tokens and logits",
   for (size_t s = 0; s < 2; ++s)
     for (size_t t = 0; t < j["logits"][s].size(); ++t)
       for (size_t v = 0; v < j["logits"][s][t].size(); ++v)
-        worst = std::max(worst, std::abs(j["logits"][s][t][v].get<double>() - k["logits"][s][t][v].get<double>()));
+        worst = std::max(worst,
+                         std::abs(j["logits"][s][t][v].get<double>() - k["logits"][s][t][v].get<double>()));
   CHECK(worst < 1e-4);
   r = run_tfm("eval --run " + run + " --dump-logits " + ref + " --text 'ROMEO:' --gguf " + run +
               "/model-f32.gguf --gelu sigmoid");

@@ -2,15 +2,14 @@
 // model option, and fails when an op with a wrong backward formula is inserted through the public
 // op-writing API (record()).
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "cli_run.h"
 #include "tfm/analysis/gradcheck.h"
-#include "tfm/models/language_model.h"
 #include "tfm/engine/ops.h"
+#include "tfm/models/language_model.h"
 
 using namespace tfm;
 
@@ -26,23 +25,28 @@ TEST_CASE("gradcheck: tfm gradcheck passes on every shipped config, objective an
   args.push_back(base + " --set model.positional_encoding=learned --set model.tie_embeddings=false");
   // ReLU: eps 1e-3 crosses its kinks rarely, and a point where the check crossed kinks and failed is
   // replaced by a new one (src/cli/gradcheck.cpp); 28 of 28 seeds passed when this was written.
-  args.push_back(base + " --set model.activation=relu --set model.bias=false --set model.tie_embeddings=false");
+  args.push_back(base +
+                 " --set model.activation=relu --set model.bias=false --set model.tie_embeddings=false");
   args.push_back(base + " --set model.causal=false --set train.objective=masked_lm");
   // Head mixing (composed ops): talking heads over grouped-query K/V; group_mlp's groups and MLP output.
   args.push_back("--config configs/tiny.json --set model.head_mixing=talking_heads --set model.n_kv_heads=2");
   args.push_back("--config configs/tiny.json --set model.head_mixing=group_mlp");
   // The encoder-decoder: its shipped configs are in the list above (post-norm ReLU untied; pre-norm
   // tied); here grouped-query cross-attention with additive scores and learned positions.
-  args.push_back("--config configs/eng_fra.json --set model.n_kv_heads=2 --set model.attention_score=additive "
-                 "--set model.positional_encoding=learned");
+  args.push_back(
+      "--config configs/eng_fra.json --set model.n_kv_heads=2 --set model.attention_score=additive "
+      "--set model.positional_encoding=learned");
   // Top-k head gating: the gate's gradient (through the selected heads' softmax and the balance
   // loss, which the checked loss includes); a seq2seq model gates all three attentions.
   args.push_back(base + " --set model.n_heads=8 --set model.head_gating=topk --set model.head_topk=3");
   // The modern options (RoPE, RMSNorm, SwiGLU, QK-norm), in a language model and an encoder-decoder.
-  args.push_back(base + " --set model.positional_encoding=rope --set model.norm=rmsnorm --set model.activation=swiglu "
-                        "--set model.qk_norm=true --set model.bias=false --set model.tie_embeddings=false");
-  args.push_back("--config configs/eng_fra_d2l.json --set model.positional_encoding=rope --set model.norm=rmsnorm "
-                 "--set model.activation=swiglu --set model.qk_norm=true");
+  args.push_back(
+      base +
+      " --set model.positional_encoding=rope --set model.norm=rmsnorm --set model.activation=swiglu "
+      "--set model.qk_norm=true --set model.bias=false --set model.tie_embeddings=false");
+  args.push_back(
+      "--config configs/eng_fra_d2l.json --set model.positional_encoding=rope --set model.norm=rmsnorm "
+      "--set model.activation=swiglu --set model.qk_norm=true");
   args.push_back("--config configs/eng_fra_d2l.json --set model.head_gating=topk --set model.head_topk=1");
   for (const std::string& a : args) {
     const tfm_test::CliRun r = tfm_test::run_tfm("gradcheck " + a);

@@ -14,12 +14,12 @@
 #include "fixture_compare.h"
 #include "gradcheck.h"
 #include "tfm/config/config.h"
-#include "tfm/models/language_model.h"
-#include "tfm/nn/blocks.h"
 #include "tfm/engine/ops.h"
-#include "tfm/training/preflight.h"
 #include "tfm/engine/safetensors.h"
 #include "tfm/models/encoder_decoder.h"
+#include "tfm/models/language_model.h"
+#include "tfm/nn/blocks.h"
+#include "tfm/training/preflight.h"
 #include "tfm/training/run_dir.h"
 
 using namespace tfm;

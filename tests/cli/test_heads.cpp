@@ -2,21 +2,22 @@
 // ones changes nothing, a gate of 0 equals zeroing the head's columns of Wo (the composed form), the
 // gate's gradient matches central differences, and the CLI reports importance and refuses bad masks.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "cli_run.h"
-#include "tfm/models/model.h"
 #include "tfm/engine/ops.h"
+#include "tfm/models/model.h"
 
 using namespace tfm;
 
-TEST_CASE("heads: tfm heads ranks the heads, --mask-heads masks them, bad masks name the flag", "[heads][cli]") {
+TEST_CASE("heads: tfm heads ranks the heads, --mask-heads masks them, bad masks name the flag",
+          "[heads][cli]") {
   const std::string dir = tfm_test::scratch_path("heads", "run");
-  REQUIRE(tfm_test::run_tfm("train --config configs/tiny.json --out " + dir + " --set train.max_steps=150").status == 0);
+  REQUIRE(tfm_test::run_tfm("train --config configs/tiny.json --out " + dir + " --set train.max_steps=150")
+              .status == 0);
   tfm_test::CliRun r = tfm_test::run_tfm("heads --run " + dir + " --batches 2 --json --no-plot");
   INFO(r.out);
   REQUIRE(r.status == 0);
@@ -36,13 +37,15 @@ TEST_CASE("heads: tfm heads ranks the heads, --mask-heads masks them, bad masks 
   CHECK(curve[9].at("masked").get<int64_t>() == std::lround(0.9 * static_cast<double>(L * H)));
 
   const tfm_test::CliRun plain = tfm_test::run_tfm("eval --run " + dir + " --batches 2");
-  const tfm_test::CliRun masked = tfm_test::run_tfm("eval --run " + dir + " --batches 2 --mask-heads 0:0,0:1,0:2,0:3,1:0,1:1,1:2,1:3");
+  const tfm_test::CliRun masked =
+      tfm_test::run_tfm("eval --run " + dir + " --batches 2 --mask-heads 0:0,0:1,0:2,0:3,1:0,1:1,1:2,1:3");
   REQUIRE(plain.status == 0);
   REQUIRE(masked.status == 0);
   CHECK(plain.out != masked.out);
   CHECK(tfm_test::run_tfm("sample --run " + dir + " --max-new-tokens 5 --mask-heads 1:0").status == 0);
-  CHECK(tfm_test::run_tfm("attention --run " + dir + " --text \"First\" --no-plot --mask-heads 0:1 --out " + dir +
-                          "/att").status == 0);
+  CHECK(tfm_test::run_tfm("attention --run " + dir + " --text \"First\" --no-plot --mask-heads 0:1 --out " +
+                          dir + "/att")
+            .status == 0);
   struct Case {
     std::string mask, expect;
   };

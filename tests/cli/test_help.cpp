@@ -43,7 +43,8 @@ std::set<std::string> options_of(const std::string& help) {
   std::string line;
   while (std::getline(in, line))
     if (line.rfind("  -", 0) == 0)  // an option row, not its wrapped description
-      for (std::sregex_iterator it(line.begin(), line.end(), flag), end; it != end; ++it) flags.insert((*it)[1]);
+      for (std::sregex_iterator it(line.begin(), line.end(), flag), end; it != end; ++it)
+        flags.insert((*it)[1]);
   return flags;
 }
 
@@ -84,7 +85,7 @@ TEST_CASE("cli: every command's help shows its own examples, with flags it has",
       const std::string rest = example.substr(4 + command.size());
       if (!rest.empty() && rest[0] != ' ') continue;  // "tfm train" is not "tfm train-x"
       ++own;
-      if (!children.empty()) continue;                 // a group's examples use its children's flags
+      if (!children.empty()) continue;  // a group's examples use its children's flags
       static const std::regex used(R"((?:^| )(--[a-z][a-z0-9-]*))");
       const std::string args = rest.substr(0, rest.find('#'));  // a trailing comment is prose
       for (std::sregex_iterator it(args.begin(), args.end(), used), end; it != end; ++it) {

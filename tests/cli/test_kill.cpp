@@ -8,8 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -32,7 +32,8 @@ constexpr int kSteps = 40;
 
 struct TempDir {
   std::string path;
-  explicit TempDir(const std::string& name) : path("/tmp/tfm_test_kill_" + std::to_string(::getpid()) + "_" + name) {
+  explicit TempDir(const std::string& name)
+      : path("/tmp/tfm_test_kill_" + std::to_string(::getpid()) + "_" + name) {
     fs::remove_all(path);
     fs::create_directories(path);
   }
@@ -92,8 +93,17 @@ std::vector<std::pair<int, double>> train_losses(const std::string& run) {
 }
 
 std::vector<std::string> train_args(const std::string& run) {
-  return {"train", "--config", "configs/tiny.json", "--out", run, "--set", "train.checkpoint_interval=1",
-          "--set", "train.log_interval=1", "--set", "train.max_steps=" + std::to_string(kSteps)};
+  return {"train",
+          "--config",
+          "configs/tiny.json",
+          "--out",
+          run,
+          "--set",
+          "train.checkpoint_interval=1",
+          "--set",
+          "train.log_interval=1",
+          "--set",
+          "train.max_steps=" + std::to_string(kSteps)};
 }
 
 }  // namespace
@@ -118,7 +128,8 @@ TEST_CASE("kill: SIGKILL at random moments never costs the run", "[kill]") {
   int kills = 0, survived = 0, before_first = 0;
   for (int attempt = 0; attempt < 40 && kills < 12; ++attempt) {
     const bool resume = fs::exists(run + "/last.ckpt");
-    const pid_t pid = spawn(resume ? std::vector<std::string>{"train", "--resume", run} : train_args(run), log);
+    const pid_t pid =
+        spawn(resume ? std::vector<std::string>{"train", "--resume", run} : train_args(run), log);
     std::this_thread::sleep_for(std::chrono::duration<double>(delay(rng)));
     if (::kill(pid, SIGKILL) != 0 || wait_status(pid) != 128 + SIGKILL) {
       // It finished first; restart from scratch so the next attempt has work left to kill.
@@ -163,7 +174,8 @@ TEST_CASE("kill: SIGTERM finishes the step, checkpoints and exits 0 like SIGINT"
   std::vector<std::string> args = train_args(run);
   args.back() = "train.max_steps=1000000";
   const pid_t pid = spawn(args, log);
-  for (int i = 0; i < 3000 && !(fs::exists(run + "/metrics.jsonl") && fs::file_size(run + "/metrics.jsonl") > 0); ++i)
+  for (int i = 0;
+       i < 3000 && !(fs::exists(run + "/metrics.jsonl") && fs::file_size(run + "/metrics.jsonl") > 0); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   ::kill(pid, SIGTERM);
   const int status = wait_status(pid);
@@ -190,15 +202,17 @@ int wait_status_within(pid_t pid, double cap_s) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-TEST_CASE("kill: SIGINT or SIGTERM during an evaluation abandons it, checkpoints the step and exits 0", "[kill]") {
+TEST_CASE("kill: SIGINT or SIGTERM during an evaluation abandons it, checkpoints the step and exits 0",
+          "[kill]") {
   for (const int sig : {SIGINT, SIGTERM}) {
     TempDir tmp(sig == SIGINT ? "eval_sigint" : "eval_sigterm");
     const std::string log = tmp.path + "/log.txt", run = tmp.path + "/run";
     // The evaluation after step 5 would take days (a billion batches): only abandoning it ends the run.
-    const pid_t pid = spawn({"train", "--config", "configs/tiny.json", "--out", run, "--set", "train.max_steps=1000",
-                             "--set", "train.eval_interval=5", "--set", "train.eval_steps=1000000000", "--set",
-                             "train.log_interval=1", "--set", "train.checkpoint_interval=0"},
-                            log);
+    const pid_t pid =
+        spawn({"train", "--config", "configs/tiny.json", "--out", run, "--set", "train.max_steps=1000",
+               "--set", "train.eval_interval=5", "--set", "train.eval_steps=1000000000", "--set",
+               "train.log_interval=1", "--set", "train.checkpoint_interval=0"},
+              log);
     // Step 4 logged: the process is in step 5 or, soon, in its evaluation.
     for (int i = 0; i < 3000 && slurp(run + "/train.log").find("step 4/1000") == std::string::npos; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -215,9 +229,11 @@ TEST_CASE("kill: SIGINT or SIGTERM during an evaluation abandons it, checkpoints
     CHECK_FALSE(fs::exists(run + "/best.ckpt"));
     CHECK(slurp(run + "/metrics.jsonl").find("val_loss") == std::string::npos);
     // last.ckpt holds step 5 and continues.
-    CHECK(wait_status(spawn({"train", "--resume", run, "--set", "train.eval_steps=2", "--set", "train.max_steps=7"},
-                            log)) == 0);
-    CHECK_THAT(slurp(run + "/train.log"), Catch::Contains("continuing after step 5") && Catch::Contains("step 7/7"));
+    CHECK(wait_status(
+              spawn({"train", "--resume", run, "--set", "train.eval_steps=2", "--set", "train.max_steps=7"},
+                    log)) == 0);
+    CHECK_THAT(slurp(run + "/train.log"),
+               Catch::Contains("continuing after step 5") && Catch::Contains("step 7/7"));
   }
 }
 

@@ -1,24 +1,24 @@
 // The training objectives: masked_lm's masking rule, each objective through the one training loop,
 // and the inference commands that go with them.
 #include <algorithm>
-#include <cmath>
-#include <memory>
 #include <catch2/catch.hpp>
-#include <numeric>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
 #include "cli_run.h"
 #include "objective_data.h"
-#include "train_options.h"
 #include "tfm/config/config.h"
 #include "tfm/engine/error.h"
-#include "tfm/objectives/objective.h"
 #include "tfm/objectives/inference.h"
+#include "tfm/objectives/objective.h"
 #include "tfm/training/run_dir.h"
 #include "tfm/training/trainer.h"
+#include "train_options.h"
 
 using namespace tfm;
 
@@ -36,8 +36,10 @@ TEST_CASE("objectives: the CLI names the objective a run needs", "[objective][cl
   auto r = tfm_test::run_tfm("train --config configs/tiny.json --set train.objective=masked_lm --out " + dir);
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("model.causal") && Catch::Contains("masked_lm"));
-  r = tfm_test::run_tfm("train --config configs/tiny.json --set train.objective=masked_lm --set model.causal=false "
-                        "--set train.max_steps=20 --out " + dir);
+  r = tfm_test::run_tfm(
+      "train --config configs/tiny.json --set train.objective=masked_lm --set model.causal=false "
+      "--set train.max_steps=20 --out " +
+      dir);
   REQUIRE(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("tfm fill-mask --run"));
   r = tfm_test::run_tfm("fill-mask --run " + dir + " --text \"ROMEO: [MASK]\" --top-k 4 --json");
@@ -80,7 +82,7 @@ TEST_CASE("objectives: seq2seq learns a toy translation through the loop, BLEU, 
   const auto b = translate_texts(*run.objective, {"one two three.", "eight six!"}, beam);
   CHECK(g[0] == "trois deux un.");
   CHECK(g[1] == "six huit!");  // detokenized: no space before ,.!? (d2l's convention)
-  CHECK(b == g);  // a task this clear has one best answer
+  CHECK(b == g);               // a task this clear has one best answer
   CHECK_THROWS_WITH(fill_mask(*run.objective, "[MASK]", 1), Catch::Contains("masked_lm"));
 
   // The CLI: --text, and lines on stdin, one translation per line on stdout and nothing else.
@@ -88,7 +90,8 @@ TEST_CASE("objectives: seq2seq learns a toy translation through the loop, BLEU, 
                                "' translate --run " + dir + " --checkpoint last 2>/dev/null");
   REQUIRE(c.status == 0);
   CHECK(c.out == "deux un.\ntrois quatre cinq!\n");
-  c = tfm_test::run_tfm("translate --run " + dir + " --text \"seven one.\" --reference \"un sept.\" --beam 2 --json");
+  c = tfm_test::run_tfm("translate --run " + dir +
+                        " --text \"seven one.\" --reference \"un sept.\" --beam 2 --json");
   REQUIRE(c.status == 0);
   const auto j = nlohmann::json::parse(c.out.substr(c.out.find('{')));
   CHECK(j.at("translation") == "un sept.");
@@ -135,7 +138,8 @@ TEST_CASE("objectives: seq2seq learns a toy translation through the loop, BLEU, 
         }
       }
     }
-  c = tfm_test::run_tfm("attention --run " + dir + " --text \"one two.\" --target \"deux un.\" --no-plot --out " + att);
+  c = tfm_test::run_tfm("attention --run " + dir +
+                        " --text \"one two.\" --target \"deux un.\" --no-plot --out " + att);
   CHECK(c.status == 0);
   CHECK(nlohmann::json::parse(tfm_test::read_file(att + "/attention.json")).at("target_tokens").size() == 4);
 

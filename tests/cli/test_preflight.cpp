@@ -2,20 +2,19 @@
 // model's for every model option, the estimate stays close to the tensor memory a training step really
 // peaks at, and a config that cannot fit exits 2 before anything large is allocated, naming its keys,
 // the estimate and the available memory (train.skip_memory_check lets it through).
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "cli_run.h"
 #include "tfm/config/config.h"
-#include "tfm/engine/memory.h"
-#include "tfm/models/model.h"
-#include "tfm/engine/ops.h"
 #include "tfm/data/pairs.h"
+#include "tfm/engine/memory.h"
+#include "tfm/engine/ops.h"
 #include "tfm/models/encoder_decoder.h"
+#include "tfm/models/model.h"
 #include "tfm/training/preflight.h"
 
 using namespace tfm;
@@ -44,12 +43,14 @@ TEST_CASE("preflight: configs that cannot fit exit 2 before building the model",
   }
 }
 
-TEST_CASE("preflight: train.skip_memory_check lets a config through, eval and sample are guarded", "[preflight][cli]") {
+TEST_CASE("preflight: train.skip_memory_check lets a config through, eval and sample are guarded",
+          "[preflight][cli]") {
   // TFM_AVAILABLE_MEMORY_MB rehearses a machine with 0.1 MiB free: the tiny config (1.3 MiB) cannot fit.
   const std::string dir = tfm_test::scratch_path("preflight", "skip");
   const std::string small = "TFM_AVAILABLE_MEMORY_MB=0.1 ";
-  tfm_test::CliRun r = tfm_test::run_shell(small + "'" + TFM_BINARY + "' train --config configs/tiny.json --out " +
-                                           dir + " --set train.max_steps=2");
+  tfm_test::CliRun r =
+      tfm_test::run_shell(small + "'" + TFM_BINARY + "' train --config configs/tiny.json --out " + dir +
+                          " --set train.max_steps=2");
   INFO(r.out);
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("(TFM_AVAILABLE_MEMORY_MB)"));

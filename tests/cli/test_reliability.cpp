@@ -5,8 +5,6 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
-
-#include "cli_run.h"
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -16,8 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "tfm/training/checkpoint.h"
+#include "cli_run.h"
 #include "tfm/engine/error.h"
+#include "tfm/training/checkpoint.h"
 
 namespace fs = std::filesystem;
 
@@ -25,7 +24,9 @@ namespace {
 
 using Run = tfm_test::CliRun;
 // Runs `tfm ARGS` from the repository root (tests/cli_run.h).
-Run cli(const std::string& args) { return tfm_test::run_tfm(args); }
+Run cli(const std::string& args) {
+  return tfm_test::run_tfm(args);
+}
 
 // A fresh per-process directory, removed when the test binary exits.
 struct TempDir {
@@ -239,12 +240,14 @@ TEST_CASE("reliability: corrupt checkpoints are rejected with a clear message", 
   CHECK_THAT(r.out, Catch::Contains("last.ckpt"));
 }
 
-TEST_CASE("reliability: train.skip_nonfinite skips bad batches, then stops when they never end", "[reliability]") {
+TEST_CASE("reliability: train.skip_nonfinite skips bad batches, then stops when they never end",
+          "[reliability]") {
   TempDir tmp("skip");
   // lr 1e30 with no clipping: step 1's update makes every later loss NaN, so each batch is skipped
   // with a warning until the bound (100 in a row) stops the run with status 3 as without the option.
-  const Run r = cli("train " + kTiny + "--out " + tmp.path + "/run --set train.optimizer.lr=1e30 " +
-                    "--set train.lr_schedule.warmup_steps=0 --set train.grad_clip=0 --set train.skip_nonfinite=true");
+  const Run r =
+      cli("train " + kTiny + "--out " + tmp.path + "/run --set train.optimizer.lr=1e30 " +
+          "--set train.lr_schedule.warmup_steps=0 --set train.grad_clip=0 --set train.skip_nonfinite=true");
   INFO(r.out);
   CHECK(r.status == 3);
   CHECK_THAT(r.out, Catch::Contains("step 2: the training loss is NaN; batch skipped, no update") &&

@@ -20,10 +20,13 @@ TEST_CASE("scripts: profile_categories.py sorts perf samples into a step's parts
   tfm_test::TempDir tmp("scripts_profile");
   // A train.log whose steps 3-4 average 20 ms (steps up to 2 are skipped, as profile.sh asks).
   write(tmp.path + "/train.log",
-        "[2026-11-23 16:53:07] [info] step 2/4 | loss 3.9 | lr 2.00e-04 | grad norm 1.6 | 90.0 ms/step | 1k tok/s\n"
-        "[2026-11-23 16:53:07] [info] step 3/4 | loss 3.8 | lr 2.00e-04 | grad norm 1.6 | 18.0 ms/step | 1k tok/s\n"
+        "[2026-11-23 16:53:07] [info] step 2/4 | loss 3.9 | lr 2.00e-04 | grad norm 1.6 | 90.0 ms/step | 1k "
+        "tok/s\n"
+        "[2026-11-23 16:53:07] [info] step 3/4 | loss 3.8 | lr 2.00e-04 | grad norm 1.6 | 18.0 ms/step | 1k "
+        "tok/s\n"
         "[2026-11-23 16:53:07] [info] step 4/4 | val loss 3.7 (best 3.7)\n"
-        "[2026-11-23 16:53:07] [info] step 4/4 | loss 3.7 | lr 2.00e-04 | grad norm 1.6 | 22.0 ms/step | 1k tok/s\n");
+        "[2026-11-23 16:53:07] [info] step 4/4 | loss 3.7 | lr 2.00e-04 | grad norm 1.6 | 22.0 ms/step | 1k "
+        "tok/s\n");
   // perf report --no-children --sort dso,sym -g none -t TAB; shares summing to 80% (perf's own
   // list is cut at a limit): the table is of the listed samples.
   write(tmp.path + "/perf.txt",
@@ -37,8 +40,9 @@ TEST_CASE("scripts: profile_categories.py sorts perf samples into a step's parts
         "     4.00%\t[kernel.kallsyms]\t[k] clear_page_erms\n"
         "     4.00%\ttfm\t[.] tfm::Tensor::backward\n"
         "     4.00%\ttfm\t[.] tfm::(anonymous namespace)::adamw_range\n");
-  const tfm_test::CliRun r = tfm_test::run_shell("/usr/bin/python3 scripts/dev/profile_categories.py '" + tmp.path +
-                                                 "/train.log' 2 4 --json < '" + tmp.path + "/perf.txt'");
+  const tfm_test::CliRun r =
+      tfm_test::run_shell("/usr/bin/python3 scripts/dev/profile_categories.py '" + tmp.path +
+                          "/train.log' 2 4 --json < '" + tmp.path + "/perf.txt'");
   INFO(r.out);
   REQUIRE(r.status == 0);
   const auto j = nlohmann::json::parse(r.out);
@@ -56,22 +60,25 @@ TEST_CASE("scripts: profile_categories.py sorts perf samples into a step's parts
   CHECK(s["attention kernel"].get<double>() == 0.0);
 
   // No timed step after the skipped ones: a clear error, not a table of zeros.
-  const tfm_test::CliRun none = tfm_test::run_shell("/usr/bin/python3 scripts/dev/profile_categories.py '" + tmp.path +
-                                                    "/train.log' 4 4 < '" + tmp.path + "/perf.txt'");
+  const tfm_test::CliRun none =
+      tfm_test::run_shell("/usr/bin/python3 scripts/dev/profile_categories.py '" + tmp.path +
+                          "/train.log' 4 4 < '" + tmp.path + "/perf.txt'");
   CHECK(none.status != 0);
   CHECK_THAT(none.out, Catch::Contains("no 'step K/N | ... ms/step' lines after step 4"));
 }
 
-TEST_CASE("scripts: recipe_variants.py writes configs tfm accepts, each with its option taken out", "[scripts]") {
+TEST_CASE("scripts: recipe_variants.py writes configs tfm accepts, each with its option taken out",
+          "[scripts]") {
   tfm_test::TempDir tmp("scripts_variants");
   const tfm_test::CliRun resolved =
       tfm_test::run_tfm("config --config configs/shakespeare_speedrun.json > '" + tmp.path + "/full.json'");
   REQUIRE(resolved.status == 0);
-  const tfm_test::CliRun r =
-      tfm_test::run_shell("/usr/bin/python3 scripts/recipe_variants.py '" + tmp.path + "/full.json' '" + tmp.path + "'");
+  const tfm_test::CliRun r = tfm_test::run_shell("/usr/bin/python3 scripts/recipe_variants.py '" + tmp.path +
+                                                 "/full.json' '" + tmp.path + "'");
   INFO(r.out);
   REQUIRE(r.status == 0);
-  std::ifstream order_file(tmp.path + "/order");  // full is the input, beside the variants as ablate.sh keeps it
+  std::ifstream order_file(tmp.path +
+                           "/order");  // full is the input, beside the variants as ablate.sh keeps it
   std::vector<std::string> order;
   for (std::string name; order_file >> name;) order.push_back(name);
   REQUIRE(order.size() == 11);  // full, nine single removals, default
@@ -119,17 +126,17 @@ TEST_CASE("scripts: the plot scripts' save_figure never writes through a link or
   REQUIRE(tfm_test::run_shell("ln -s '" + d + "/outside' '" + d + "/link.png' && mkfifo '" + d + "/fifo.png'")
               .status == 0);
   // A stand-in for a matplotlib figure: save_figure's file handling is what is tested (no matplotlib here).
-  const std::string py = "import sys; sys.path.insert(0, 'scripts'); import tfm_plot\n"
-                         "class Fig:\n"
-                         "    def savefig(self, f, dpi, format): f.write(b'figure ' + format.encode())\n"
-                         "tfm_plot.save_figure(Fig(), sys.argv[1], 'test', 100)\n";
+  const std::string py =
+      "import sys; sys.path.insert(0, 'scripts'); import tfm_plot\n"
+      "class Fig:\n"
+      "    def savefig(self, f, dpi, format): f.write(b'figure ' + format.encode())\n"
+      "tfm_plot.save_figure(Fig(), sys.argv[1], 'test', 100)\n";
   std::ofstream(d + "/fake.py") << py;
   CHECK(tfm_test::run_shell("/usr/bin/python3 '" + d + "/fake.py' '" + d + "/ok.png'").status == 0);
   CHECK(tfm_test::read_file(d + "/ok.png") == "figure png");
   for (const std::string name : {"link.png", "fifo.png"}) {
-    const tfm_test::CliRun r =
-        tfm_test::run_shell("timeout -s KILL 30 /usr/bin/python3 '" + d + "/fake.py' '" + d + "/" + name +
-                            "'");
+    const tfm_test::CliRun r = tfm_test::run_shell("timeout -s KILL 30 /usr/bin/python3 '" + d +
+                                                   "/fake.py' '" + d + "/" + name + "'");
     CHECK(r.status == 1);
     CHECK_THAT(r.out, Catch::Contains(name + ": exists and is not a regular file"));
   }

@@ -2,7 +2,6 @@
 // stopped or extended sweep continued rather than restarted, sweep.jsonl with each point's cost and
 // val loss, and bad grids refused before anything trains.
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -39,7 +38,8 @@ TEST_CASE("sweep: trains each point once, continues a stopped sweep, writes swee
   // K and V of 2 layers in float32: 2 * 2 * Hkv * Dk * 4 bytes (Dk = 32 / 4).
   CHECK(points[0].at("kv_cache_bytes_per_token") == 2 * 2 * 4 * 8 * 4);
   CHECK(points[2].at("kv_cache_bytes_per_token") == 2 * 2 * 1 * 8 * 4);
-  CHECK(points[2].at("parameters").get<int64_t>() < points[0].at("parameters").get<int64_t>());  // fewer Wk, Wv rows
+  CHECK(points[2].at("parameters").get<int64_t>() <
+        points[0].at("parameters").get<int64_t>());  // fewer Wk, Wv rows
   for (const auto& p : points) {
     CHECK(p.at("step") == 2);
     CHECK(std::isfinite(p.at("val_loss").get<double>()));
@@ -64,8 +64,9 @@ TEST_CASE("sweep: time to quality per point (target loss, time budget), stopped 
   const std::string out = tfm_test::scratch_path("sweep", "target");
   // A target every evaluation reaches (the first at step 2) and one none does (a loss below 0 is
   // impossible, so a tiny positive target stands in); the budget of 1e-9 s stops a point after a step.
-  const std::string base = "sweep --config configs/tiny.json --no-plot --out " + out +
-                           " --set train.max_steps=6 --set train.eval_interval=2 --grid train.target_loss=100,1e-6";
+  const std::string base =
+      "sweep --config configs/tiny.json --no-plot --out " + out +
+      " --set train.max_steps=6 --set train.eval_interval=2 --grid train.target_loss=100,1e-6";
   tfm_test::CliRun r = tfm_test::run_tfm(base);
   INFO(r.out);
   REQUIRE(r.status == 0);

@@ -85,8 +85,8 @@ TEST_CASE("config: --set overrides parse JSON and fall back to strings", "[confi
   CHECK_THAT(error_of(json::object(), {"model.d_modle=3"}), Catch::Contains("did you mean model.d_model"));
   // KEY=null removes a key the file sets: its default, or the key it derives from, applies again.
   const json file = {{"model", {{"n_heads", 4}, {"n_kv_heads", 4}}}, {"train", {{"max_steps", 7}}}};
-  const Config d = resolve_config(file, {"model.n_heads=8", "model.n_kv_heads=null", "train.max_steps=null",
-                                         "data.min_freq=null"});
+  const Config d = resolve_config(
+      file, {"model.n_heads=8", "model.n_kv_heads=null", "train.max_steps=null", "data.min_freq=null"});
   CHECK(d.integer("model.n_kv_heads") == 8);
   CHECK(d.integer("train.max_steps") == 2000);
 }

@@ -14,7 +14,9 @@ using nlohmann::json;
 
 namespace {
 
-bool is_train_key(const KeySpec& k) { return k.path.rfind("train.", 0) == 0; }
+bool is_train_key(const KeySpec& k) {
+  return k.path.rfind("train.", 0) == 0;
+}
 
 std::string error_of(const std::vector<std::string>& overrides) {
   try {
@@ -117,8 +119,8 @@ TEST_CASE("train config: each train.* key set with --set reaches its member and 
       Config c;
       REQUIRE_NOTHROW(c = resolve_config(json::object(), sets));
       const TrainConfig t = c.train();
-      CHECK(k.train.get(t) == value);       // the member holds the value set
-      CHECK(c.at(k.path) == value);         // ... which the resolved tree holds too
+      CHECK(k.train.get(t) == value);  // the member holds the value set
+      CHECK(c.at(k.path) == value);    // ... which the resolved tree holds too
       CHECK(k.train.get(base.train()) != value);
       // Every other train.* member is as without the --set (derived keys may follow it: seq_len's
       // and min_lr's sources are model.* and train.optimizer.lr, data_parallel's the batch).

@@ -27,7 +27,8 @@ namespace {
 // /tmp/tfm_test_cache_<pid>_<name>/, removed at scope exit.
 struct Dir {
   std::string path;
-  explicit Dir(const std::string& name) : path("/tmp/tfm_test_cache_" + std::to_string(::getpid()) + "_" + name) {
+  explicit Dir(const std::string& name)
+      : path("/tmp/tfm_test_cache_" + std::to_string(::getpid()) + "_" + name) {
     fs::remove_all(path);
     fs::create_directories(path);
   }
@@ -50,16 +51,20 @@ std::string read(const std::string& path) {
 // punctuation, apostrophes, whitespace runs, letter runs longer than BPE's 256-byte chunk limit.
 std::string varied_text(size_t bytes, uint32_t seed) {
   std::mt19937 rng(seed);
-  const std::vector<std::string> words = {"the", "king", "Romeo", "and", "thou'rt", "we'll", "don't", "café",
-                                          "naïve", "春眠", "不觉晓", "😀", "x1", "2024", "--", "...", "?!",
-                                          "\xc3\xa9t\xc3\xa9", "Ωμέγα", "don", "'s"};
+  const std::vector<std::string> words = {"the",   "king", "Romeo", "and",  "thou'rt", "we'll",
+                                          "don't", "café", "naïve", "春眠", "不觉晓",  "😀",
+                                          "x1",    "2024", "--",    "...",  "?!",      "\xc3\xa9t\xc3\xa9",
+                                          "Ωμέγα", "don",  "'s"};
   const std::vector<std::string> gaps = {" ", " ", " ", "\n", ", ", ". ", "\n\n", "   ", "\t", " \n "};
   std::string t;
   while (t.size() < bytes) {
     const uint32_t r = rng() % 200;
-    if (r == 0) t += std::string(300 + rng() % 300, 'a');      // a letter run past the chunk limit
-    else if (r == 1) t += std::string(270 + rng() % 20, ' ');  // a whitespace run past it
-    else t += words[rng() % words.size()];
+    if (r == 0)
+      t += std::string(300 + rng() % 300, 'a');  // a letter run past the chunk limit
+    else if (r == 1)
+      t += std::string(270 + rng() % 20, ' ');  // a whitespace run past it
+    else
+      t += words[rng() % words.size()];
     t += gaps[rng() % gaps.size()];
   }
   return t;
@@ -82,7 +87,8 @@ bool logged(const std::vector<std::string>& log, const std::string& what) {
 
 }  // namespace
 
-TEST_CASE("token cache: pretokenize_cut cuts where the chunks of the pieces are the whole's", "[data][cache]") {
+TEST_CASE("token cache: pretokenize_cut cuts where the chunks of the pieces are the whole's",
+          "[data][cache]") {
   const std::string text = varied_text(60000, 1);
   const std::vector<std::string_view> whole = pretokenize(text);
   std::mt19937 rng(2);
@@ -145,7 +151,7 @@ TEST_CASE("token cache: round-trips the tokens of char, byte and BPE exactly", "
 TEST_CASE("token cache: a vocabulary past 65536 symbols is stored as uint32", "[data][cache]") {
   const Dir dir("wide");
   std::string text;
-  for (uint32_t cp = 0x4E00; cp < 0x4E00 + 20000; ++cp) append_utf8(text, cp);  // CJK
+  for (uint32_t cp = 0x4E00; cp < 0x4E00 + 20000; ++cp) append_utf8(text, cp);    // CJK
   for (uint32_t cp = 0x20000; cp < 0x20000 + 50000; ++cp) append_utf8(text, cp);  // CJK extension B
   text += "\nthe end\n";
   const std::string src = dir.file("wide.txt");
@@ -271,7 +277,8 @@ TEST_CASE("token cache: a truncated or corrupt cache is named and rebuilt, never
   CHECK(logged(log, "its tokens fail their checksum"));
 }
 
-TEST_CASE("token cache: its hash is XXH3-64, and a cache of another format version is rebuilt", "[data][cache]") {
+TEST_CASE("token cache: its hash is XXH3-64, and a cache of another format version is rebuilt",
+          "[data][cache]") {
   // XXH3-64 (seed 0) of "" and of "abc", xxHash's reference values.
   CHECK(hash64("", 0) == 0x2D06800538D394C2ull);
   CHECK(hash64("abc", 3) == 0x78AF5F94892F3950ull);
@@ -334,10 +341,12 @@ TEST_CASE("token cache: errors name the file, at the same offsets as a whole-fil
   write(src, text);
   TokenCacheOptions o;
   o.dir = src + "/cache";  // below a regular file
-  CHECK_THROWS_WITH(open_token_cache(src, Tokenizer::Kind::Char, o), Catch::StartsWith("data.cache_dir: cannot create"));
+  CHECK_THROWS_WITH(open_token_cache(src, Tokenizer::Kind::Char, o),
+                    Catch::StartsWith("data.cache_dir: cannot create"));
 }
 
-TEST_CASE("token cache: spans read windows of the mapping, and batches equal those of the vector", "[data][cache]") {
+TEST_CASE("token cache: spans read windows of the mapping, and batches equal those of the vector",
+          "[data][cache]") {
   const Dir dir("spans");
   const std::string src = dir.file("corpus.txt");
   const std::string text = varied_text(20000, 7);

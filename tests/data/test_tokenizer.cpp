@@ -23,7 +23,9 @@ std::vector<std::string>& written() {
         // and its token caches (data.cache_dir's default: .tfm-cache beside it)
         for (const char* kind : {"char", "byte", "bpe"})
           for (const char* suffix : {"", ".lock", ".checked"})
-            std::remove((default_cache_dir(p) + "/" + p.substr(p.rfind('/') + 1) + "." + kind + ".tokens" + suffix).c_str());
+            std::remove(
+                (default_cache_dir(p) + "/" + p.substr(p.rfind('/') + 1) + "." + kind + ".tokens" + suffix)
+                    .c_str());
       }
     }
   } files;

@@ -2,7 +2,6 @@
 // quoted beside each), fused ops against the same math composed of primitive ops (values and
 // gradients), numerical stability, and error messages for every op family.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -95,8 +94,9 @@ TEST_CASE("values: layer_norm of a small row", "[values]") {
   const Tensor x = Tensor::from_vector({1, 2, 3, 4}, {1, 4});
   check_close(layer_norm(x, Tensor::ones({4}), Tensor::zeros({4})),
               {-1.3416354199689269, -0.447211806656309, 0.447211806656309, 1.3416354199689269});
-  check_close(layer_norm(x, Tensor::from_vector({1, 2, 1, -1}, {4}), Tensor::from_vector({0, 0, 1, 0.5f}, {4})),
-              {-1.3416354199689269, -0.894423613312618, 1.447211806656309, -0.8416354199689269});
+  check_close(
+      layer_norm(x, Tensor::from_vector({1, 2, 1, -1}, {4}), Tensor::from_vector({0, 0, 1, 0.5f}, {4})),
+      {-1.3416354199689269, -0.894423613312618, 1.447211806656309, -0.8416354199689269});
   // A constant row normalises to 0 (variance 0, eps keeps it finite), leaving the bias.
   check_close(layer_norm(Tensor::full({1, 3}, 5.0f), Tensor::ones({3}), Tensor::full({3}, 0.25f)),
               {0.25, 0.25, 0.25});
@@ -115,8 +115,8 @@ TEST_CASE("values: cross_entropy of a 2x3 example", "[values]") {
   CHECK(loss.dim() == 0);
   CHECK(loss.item() == Approx(0.9076059644443802).epsilon(1e-6));
   loss.backward();  // (softmax - one_hot) / 2
-  check_close(logits.grad(), {0.04501528658519024, 0.12236423552739885, -0.167379522112589, 0.33262047788741095,
-                              -0.37763576447260117, 0.04501528658519022});
+  check_close(logits.grad(), {0.04501528658519024, 0.12236423552739885, -0.167379522112589,
+                              0.33262047788741095, -0.37763576447260117, 0.04501528658519022});
   // The ignored row counts in neither the sum nor the mean.
   CHECK(cross_entropy(logits, {2, -100}).item() == Approx(0.40760596444438013).epsilon(1e-6));
   CHECK(cross_entropy(logits, {-1, 1}, -1).item() == Approx(1.4076059644443804).epsilon(1e-6));
@@ -239,9 +239,10 @@ TEST_CASE("fused: cross_entropy equals -mean of the gathered log_softmax", "[fus
   SECTION("an ignored row: sum over counted rows / their count") {
     const std::vector<int32_t> targets = {1, -100, 4, 0};
     const Tensor oh = one_hot(targets, 5);
-    check_fused_vs_composed([&](const Inputs& in) { return cross_entropy(in[0], targets); },
-                            [&](const Inputs& in) { return mul(sum(mul(log_softmax(in[0]), oh)), -1.0f / 3.0f); },
-                            {normal({4, 5}, 2)});
+    check_fused_vs_composed(
+        [&](const Inputs& in) { return cross_entropy(in[0], targets); },
+        [&](const Inputs& in) { return mul(sum(mul(log_softmax(in[0]), oh)), -1.0f / 3.0f); },
+        {normal({4, 5}, 2)});
   }
   SECTION("3-D logits viewed as rows") {
     const std::vector<int32_t> targets = {2, 0, 1, 3, 3, 0};
@@ -329,8 +330,12 @@ TEST_CASE("fused: feed_forward equals linear -> activation -> linear", "[fused]"
       INFO((act == Activation::Gelu ? "gelu" : "relu") << ", chunk_rows " << chunk);
       const auto activate = [act](const Tensor& h) { return act == Activation::Gelu ? gelu(h) : relu(h); };
       check_fused_vs_composed(
-          [act, chunk](const Inputs& in) { return feed_forward(in[0], in[1], in[2], in[3], in[4], act, chunk); },
-          [activate](const Inputs& in) { return linear(activate(linear(in[0], in[1], in[2])), in[3], in[4]); },
+          [act, chunk](const Inputs& in) {
+            return feed_forward(in[0], in[1], in[2], in[3], in[4], act, chunk);
+          },
+          [activate](const Inputs& in) {
+            return linear(activate(linear(in[0], in[1], in[2])), in[3], in[4]);
+          },
           {normal({7, 4}, 1), normal({6, 4}, 2), normal({6}, 3), normal({4, 6}, 4), normal({4}, 5)});
     }
   SECTION("SwiGLU: fc2(silu(fc1 x) * fc3 x), silu(h) = h / (1 + exp(-h))") {
@@ -354,27 +359,33 @@ TEST_CASE("fused: feed_forward equals linear -> activation -> linear", "[fused]"
         [](const Inputs& in) {
           return feed_forward(transpose(in[0], 0, 1), in[1], Tensor(), in[2], Tensor(), Activation::Gelu, 2);
         },
-        [](const Inputs& in) { return linear(gelu(linear(transpose(in[0], 0, 1), in[1], Tensor())), in[2], Tensor()); },
+        [](const Inputs& in) {
+          return linear(gelu(linear(transpose(in[0], 0, 1), in[1], Tensor())), in[2], Tensor());
+        },
         {normal({3, 2, 4}, 6), normal({5, 4}, 7), normal({4, 5}, 8)});
   }
 }
 
 TEST_CASE("fused: mean equals sum / n, and over an axis", "[fused]") {
   check_fused_vs_composed([](const Inputs& in) { return mean(in[0], 1, true); },
-                          [](const Inputs& in) { return div(sum(in[0], 1, true), 3.0f); }, {normal({2, 3, 2}, 1)});
+                          [](const Inputs& in) { return div(sum(in[0], 1, true), 3.0f); },
+                          {normal({2, 3, 2}, 1)});
 }
 
 TEST_CASE("fused: matmul equals a broadcast multiply and sum", "[fused]") {
   // a (B, M, K) x b (K, N) as sum over k of a (B, M, K, 1) * b (K, N), at sizes past BLAS's tiny cases.
   const int64_t B = 2, M = 9, K = 33, N = 7;
   check_fused_vs_composed([](const Inputs& in) { return matmul(in[0], in[1]); },
-                          [&](const Inputs& in) { return sum(mul(reshape(in[0], {B, M, K, 1}), in[1]), -2); },
+                          [&](const Inputs& in) {
+                            return sum(mul(reshape(in[0], {B, M, K, 1}), in[1]), -2);
+                          },
                           {normal({B, M, K}, 1), normal({K, N}, 2)});
   check_fused_vs_composed(
       [](const Inputs& in) { return matmul(in[0], in[1], true, true); },  // a (B, K, M), b (B, N, K)
       [&](const Inputs& in) {
-        return sum(mul(reshape(transpose(in[0], 1, 2), {B, M, K, 1}), reshape(transpose(in[1], 1, 2), {B, 1, K, N})),
-                   -2);
+        return sum(
+            mul(reshape(transpose(in[0], 1, 2), {B, M, K, 1}), reshape(transpose(in[1], 1, 2), {B, 1, K, N})),
+            -2);
       },
       {normal({B, K, M}, 3), normal({B, N, K}, 4)});
 }
@@ -409,10 +420,11 @@ TEST_CASE("fused: kernels agree with their compositions on the parallel (large) 
     int count = 0;
     for (int32_t t : targets) count += t != -100;
     const Tensor oh = one_hot(targets, 520);
-    check_fused_vs_composed(
-        [&](const Inputs& in) { return cross_entropy(in[0], targets); },
-        [&](const Inputs& in) { return mul(sum(mul(log_softmax(in[0]), oh)), -1.0f / static_cast<float>(count)); },
-        {x});
+    check_fused_vs_composed([&](const Inputs& in) { return cross_entropy(in[0], targets); },
+                            [&](const Inputs& in) {
+                              return mul(sum(mul(log_softmax(in[0]), oh)), -1.0f / static_cast<float>(count));
+                            },
+                            {x});
   }
   SECTION("gelu against x * Phi(x) computed here") {
     Tensor xs = x.clone();
@@ -438,8 +450,8 @@ TEST_CASE("stability: softmax family on huge and masked inputs", "[stability]") 
   x.set_requires_grad(true);
   const Tensor s = softmax(x);
   check_close(s, {0.2689414213699951, 0.7310585786300049, 0.7310585786300049, 0.2689414213699951});
-  check_close(log_softmax(x), {-1.3132616875182228, -0.31326168751822286, -0.31326168751822286, -1.3132616875182228},
-              1e-5);
+  check_close(log_softmax(x),
+              {-1.3132616875182228, -0.31326168751822286, -0.31326168751822286, -1.3132616875182228}, 1e-5);
   const Tensor ce = cross_entropy(x, {0, 1});
   CHECK(ce.item() == Approx(1.3132616875182228).epsilon(1e-5));
   ce.backward();
@@ -464,16 +476,19 @@ TEST_CASE("errors: elementwise shape mismatch", "[errors]") {
   REQUIRE_THROWS_WITH(sub(a, b), StartsWith("sub:") && Contains("[2, 3]"));
   REQUIRE_THROWS_WITH(mul(a, b), StartsWith("mul:") && Contains("[2, 3]"));
   REQUIRE_THROWS_WITH(div(a, b), StartsWith("div:") && Contains("[2, 3]"));
-  REQUIRE_THROWS_WITH(add(Tensor::zeros({3, 2}), Tensor::zeros({2, 2, 3})), StartsWith("add:") && Contains("[2, 2, 3]"));
+  REQUIRE_THROWS_WITH(add(Tensor::zeros({3, 2}), Tensor::zeros({2, 2, 3})),
+                      StartsWith("add:") && Contains("[2, 2, 3]"));
 }
 
 TEST_CASE("errors: matmul and linear shapes", "[errors]") {
   REQUIRE_THROWS_WITH(matmul(Tensor::zeros({2, 3}), Tensor::zeros({4, 5})),
                       StartsWith("matmul:") && Contains("[2, 3]") && Contains("[4, 5]"));
-  REQUIRE_THROWS_WITH(matmul(Tensor::zeros({2, 3}), Tensor::zeros({2, 5}), false, true), StartsWith("matmul:"));
+  REQUIRE_THROWS_WITH(matmul(Tensor::zeros({2, 3}), Tensor::zeros({2, 5}), false, true),
+                      StartsWith("matmul:"));
   REQUIRE_THROWS_WITH(matmul(Tensor::zeros({2, 2, 3}), Tensor::zeros({3, 2, 3, 4})),
                       StartsWith("matmul:") && Contains("[2, 2, 3]") && Contains("[3, 2, 3, 4]"));
-  REQUIRE_THROWS_WITH(matmul(Tensor::zeros({3}), Tensor::zeros({3, 4})), StartsWith("matmul:") && Contains("[3]"));
+  REQUIRE_THROWS_WITH(matmul(Tensor::zeros({3}), Tensor::zeros({3, 4})),
+                      StartsWith("matmul:") && Contains("[3]"));
   REQUIRE_THROWS_WITH(linear(Tensor::zeros({2, 3}), Tensor::zeros({5, 4}), Tensor()),
                       StartsWith("linear:") && Contains("[2, 3]") && Contains("[5, 4]"));
   REQUIRE_THROWS_WITH(linear(Tensor::zeros({2, 4}), Tensor::zeros({5, 4}), Tensor::zeros({4})),
@@ -501,7 +516,8 @@ TEST_CASE("errors: bad axes", "[errors]") {
 
 TEST_CASE("errors: shape ops", "[errors]") {
   const Tensor x = Tensor::zeros({2, 3});
-  REQUIRE_THROWS_WITH(concat({x, Tensor::zeros({2, 2})}, 0), StartsWith("concat:") && Contains("[2, 2]") && Contains("[2, 3]"));
+  REQUIRE_THROWS_WITH(concat({x, Tensor::zeros({2, 2})}, 0),
+                      StartsWith("concat:") && Contains("[2, 2]") && Contains("[2, 3]"));
   REQUIRE_THROWS_WITH(concat({x, Tensor::zeros({3})}, 0), StartsWith("concat:") && Contains("[3]"));
   REQUIRE_THROWS_WITH(concat({x, x}, 2), StartsWith("concat:") && Contains("[2, 3]"));
   REQUIRE_THROWS_WITH(concat({}, 0), StartsWith("concat:"));
@@ -528,14 +544,16 @@ TEST_CASE("errors: losses, normalisation, indexing and masking", "[errors]") {
   REQUIRE_THROWS_WITH(layer_norm(logits, Tensor::ones({2}), Tensor::zeros({3})),
                       StartsWith("layer_norm:") && Contains("[2]") && Contains("[2, 3]"));
   const Tensor w = Tensor::zeros({4, 2});
-  REQUIRE_THROWS_WITH(embedding(w, {0, 4}, {2}), StartsWith("embedding:") && Contains("4") && Contains("[4, 2]"));
+  REQUIRE_THROWS_WITH(embedding(w, {0, 4}, {2}),
+                      StartsWith("embedding:") && Contains("4") && Contains("[4, 2]"));
   REQUIRE_THROWS_WITH(embedding(w, {-1}, {1}), StartsWith("embedding:") && Contains("-1"));
   REQUIRE_THROWS_WITH(embedding(w, {0, 1}, {3}), StartsWith("embedding:") && Contains("[3]"));
   REQUIRE_THROWS_WITH(embedding(Tensor::zeros({4}), {0}, {1}), StartsWith("embedding:") && Contains("[4]"));
   Rng rng(1);
   REQUIRE_THROWS_WITH(dropout(logits, 1.0f, true, rng), StartsWith("dropout:") && Contains("1"));
   REQUIRE_THROWS_WITH(dropout(logits, -0.1f, true, rng), StartsWith("dropout:"));
-  REQUIRE_THROWS_WITH(masked_fill(logits, Tensor::zeros({2}), 0.0f), StartsWith("masked_fill:") && Contains("[2]"));
+  REQUIRE_THROWS_WITH(masked_fill(logits, Tensor::zeros({2}), 0.0f),
+                      StartsWith("masked_fill:") && Contains("[2]"));
   REQUIRE_THROWS_WITH(masked_fill(logits, Tensor::zeros({2, 2, 3}), 0.0f),
                       StartsWith("masked_fill:") && Contains("[2, 2, 3]"));
   REQUIRE_THROWS_WITH(where(Tensor::zeros({2, 3}), logits, Tensor::zeros({4})),

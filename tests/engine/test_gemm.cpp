@@ -35,8 +35,12 @@ Operands make(int64_t M, int64_t N, int64_t K, bool ta, bool tb, uint64_t seed) 
   return o;
 }
 
-float at_a(const Operands& o, int64_t i, int64_t k) { return o.ta ? o.a[k * o.lda + i] : o.a[i * o.lda + k]; }
-float at_b(const Operands& o, int64_t k, int64_t j) { return o.tb ? o.b[j * o.ldb + k] : o.b[k * o.ldb + j]; }
+float at_a(const Operands& o, int64_t i, int64_t k) {
+  return o.ta ? o.a[k * o.lda + i] : o.a[i * o.lda + k];
+}
+float at_b(const Operands& o, int64_t k, int64_t j) {
+  return o.tb ? o.b[j * o.ldb + k] : o.b[k * o.ldb + j];
+}
 
 // alpha op(A) op(B) + beta C in double; `round` first rounds the operands to bfloat16.
 std::vector<double> reference(const Operands& o, float alpha, float beta, bool round) {
@@ -112,8 +116,8 @@ TEST_CASE("gemm: gemm_bias adds the bias to every row, on every path", "[gemm]")
           for (bool ta : {false, true})
             for (bool tb : {false, true}) {
               const GemmModeGuard mode(precision, backend);
-              INFO(gemm_backend_name(backend) << " " << precision_name(precision) << " large " << large << " ta "
-                                              << ta << " tb " << tb << " alpha " << alpha);
+              INFO(gemm_backend_name(backend) << " " << precision_name(precision) << " large " << large
+                                              << " ta " << ta << " tb " << tb << " alpha " << alpha);
               const Operands o = large ? make(130, 97, 90, ta, tb, 5) : make(37, 29, 53, ta, tb, 5);
               std::vector<float> bias(static_cast<size_t>(o.N));
               for (int64_t j = 0; j < o.N; ++j) bias[j] = 0.1f * static_cast<float>(j % 7) - 0.3f;
@@ -197,9 +201,10 @@ TEST_CASE("gemm: SameOperandsScope reuses an operand's rounding inside its scope
 
 TEST_CASE("gemm: bfloat16 rounding is to nearest even and keeps specials", "[gemm]") {
   CHECK(to_bf16(1.0f) == 0x3f80);
-  CHECK(from_bf16(to_bf16(1.0f + std::ldexp(1.0f, -8))) == 1.0f);                                  // tie: even
-  CHECK(from_bf16(to_bf16(1.0f + 3 * std::ldexp(1.0f, -8))) == 1.0f + std::ldexp(1.0f, -6));       // tie: even
-  CHECK(from_bf16(to_bf16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20))) == 1.0f + std::ldexp(1.0f, -7));
+  CHECK(from_bf16(to_bf16(1.0f + std::ldexp(1.0f, -8))) == 1.0f);                             // tie: even
+  CHECK(from_bf16(to_bf16(1.0f + 3 * std::ldexp(1.0f, -8))) == 1.0f + std::ldexp(1.0f, -6));  // tie: even
+  CHECK(from_bf16(to_bf16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20))) ==
+        1.0f + std::ldexp(1.0f, -7));
   CHECK(std::isinf(from_bf16(to_bf16(std::numeric_limits<float>::infinity()))));
   CHECK(std::isnan(from_bf16(to_bf16(std::numeric_limits<float>::quiet_NaN()))));
   CHECK(from_bf16(to_bf16(-0.0f)) == 0.0f);

@@ -132,7 +132,8 @@ TEST_CASE("gguf: tensors start at multiples of the alignment, packed in order", 
     GgufFile f;
     if (alignment != 32) f.metadata.emplace_back("general.alignment", GgufValue::u32(alignment));
     const std::vector<Shape> shapes = {{3}, {5, 7}, {1}, {2, 3, 4, 5}, {33}};
-    const std::vector<GgmlType> types = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::F32, GgmlType::F16};
+    const std::vector<GgmlType> types = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::F32,
+                                         GgmlType::F16};
     for (size_t i = 0; i < shapes.size(); ++i)
       f.tensors.push_back(gguf_tensor("t" + std::to_string(i), Tensor::randn(shapes[i], rng), types[i]));
     const std::string path = temp_path("aligned.gguf");
@@ -183,16 +184,16 @@ TEST_CASE("gguf: half conversion is exact on every half and rounds ties to even"
     REQUIRE(to_f16(x) == h);
   }
   REQUIRE(to_f16(1.0f) == 0x3c00);
-  REQUIRE(to_f16(65504.0f) == 0x7bff);                  // the largest half
-  REQUIRE(to_f16(65519.0f) == 0x7bff);                  // below the midpoint to 65536
-  REQUIRE(to_f16(65520.0f) == 0x7c00);                  // the midpoint rounds to even: infinity
+  REQUIRE(to_f16(65504.0f) == 0x7bff);  // the largest half
+  REQUIRE(to_f16(65519.0f) == 0x7bff);  // below the midpoint to 65536
+  REQUIRE(to_f16(65520.0f) == 0x7c00);  // the midpoint rounds to even: infinity
   REQUIRE(to_f16(-1e10f) == 0xfc00);
-  REQUIRE(to_f16(0x1p-24f) == 0x0001);                  // the smallest subnormal
-  REQUIRE(to_f16(0x1p-25f) == 0x0000);                  // halfway to it: even is zero
-  REQUIRE(to_f16(0x1.8p-24f) == 0x0002);                // 1.5 ulp: to even, 2
-  REQUIRE(to_f16(1.0f + 0x1p-11f) == 0x3c00);           // halfway between 1 and 1 + 2^-10: even
-  REQUIRE(to_f16(1.0f + 0x1.8p-10f) == 0x3c02);         // 1.5 ulp above 1: to even
-  REQUIRE(to_f16(0x1.ffcp-15f) == 0x0400);              // rounds up from the subnormals into the first normal
+  REQUIRE(to_f16(0x1p-24f) == 0x0001);           // the smallest subnormal
+  REQUIRE(to_f16(0x1p-25f) == 0x0000);           // halfway to it: even is zero
+  REQUIRE(to_f16(0x1.8p-24f) == 0x0002);         // 1.5 ulp: to even, 2
+  REQUIRE(to_f16(1.0f + 0x1p-11f) == 0x3c00);    // halfway between 1 and 1 + 2^-10: even
+  REQUIRE(to_f16(1.0f + 0x1.8p-10f) == 0x3c02);  // 1.5 ulp above 1: to even
+  REQUIRE(to_f16(0x1.ffcp-15f) == 0x0400);       // rounds up from the subnormals into the first normal
   REQUIRE(std::isnan(from_f16(to_f16(std::numeric_limits<float>::quiet_NaN()))));
 }
 
@@ -225,7 +226,8 @@ TEST_CASE("gguf: the writer refuses what the spec forbids", "[gguf]") {
                       "GgufValue::array: item 0 is uint8, the array holds int32");
 }
 
-TEST_CASE("gguf: truncated files are rejected at every length with the file and the missing item named", "[gguf]") {
+TEST_CASE("gguf: truncated files are rejected at every length with the file and the missing item named",
+          "[gguf]") {
   GgufFile f;
   f.metadata = every_kind();
   f.tensors.push_back(gguf_tensor("blk.0.attn_qkv.weight", Tensor::ones({3, 5}), GgmlType::F16));
@@ -239,12 +241,15 @@ TEST_CASE("gguf: truncated files are rejected at every length with the file and 
     REQUIRE_THROWS_AS(parse(full.substr(0, n)), IoError);
     REQUIRE_THROWS_WITH(parse(full.substr(0, n)), StartsWith("test.gguf: "));
   }
-  REQUIRE_THROWS_WITH(parse(full.substr(0, 30)), "test.gguf: header claims 20 metadata pairs, more than the 6 bytes "
-                                                  "after the header can hold");
-  REQUIRE_THROWS_WITH(parse(full.substr(0, 300)), "test.gguf: truncated: metadata key 11 of 15 bytes at offset 299 "
-                                                   "runs past the end of the file at 300");
-  REQUIRE_THROWS_WITH(parse(full.substr(0, needed - 1)),
-                      Contains("truncated: tensor \"output_norm.weight\" needs bytes [32, 52) of the data section"));
+  REQUIRE_THROWS_WITH(parse(full.substr(0, 30)),
+                      "test.gguf: header claims 20 metadata pairs, more than the 6 bytes "
+                      "after the header can hold");
+  REQUIRE_THROWS_WITH(parse(full.substr(0, 300)),
+                      "test.gguf: truncated: metadata key 11 of 15 bytes at offset 299 "
+                      "runs past the end of the file at 300");
+  REQUIRE_THROWS_WITH(
+      parse(full.substr(0, needed - 1)),
+      Contains("truncated: tensor \"output_norm.weight\" needs bytes [32, 52) of the data section"));
 }
 
 TEST_CASE("gguf: corrupt headers, metadata and tensor infos are rejected with what is wrong", "[gguf]") {
@@ -257,7 +262,8 @@ TEST_CASE("gguf: corrupt headers, metadata and tensor infos are rejected with wh
   // Offsets of the fields below, found by walking the layout.
   const size_t key0 = 24, value0_type = key0 + 8 + 20, key1 = value0_type + 4 + 8 + 4;
   const size_t flag_value = key1 + 8 + 4 + 4;
-  const size_t info_a = flag_value + 1, info_a_type = info_a + 8 + 1 + 4 + 16, info_a_offset = info_a_type + 4;
+  const size_t info_a = flag_value + 1, info_a_type = info_a + 8 + 1 + 4 + 16,
+               info_a_offset = info_a_type + 4;
   const size_t info_b = info_a_offset + 8, info_b_offset = info_b + 8 + 1 + 4 + 8 + 4;
   REQUIRE(good.substr(key1 + 8, 4) == "flag");
   REQUIRE(read_at<uint64_t>(good, info_b_offset) == 32);
@@ -280,7 +286,8 @@ TEST_CASE("gguf: corrupt headers, metadata and tensor infos are rejected with wh
   corrupt([&](std::string& b) { write_at<uint32_t>(b, value0_type, 13); },
           "metadata \"general.architecture\" has type 13, not a GGUF value type");
   corrupt([&](std::string& b) { b[flag_value] = 2; }, "metadata \"flag\" is a bool of byte value 2");
-  corrupt([&](std::string& b) { write_at<uint32_t>(b, info_a + 9, 5); }, "tensor \"a\" has rank 5, expected 1 to 4");
+  corrupt([&](std::string& b) { write_at<uint32_t>(b, info_a + 9, 5); },
+          "tensor \"a\" has rank 5, expected 1 to 4");
   corrupt([&](std::string& b) { write_at<uint64_t>(b, info_a + 13, 0); }, "tensor \"a\" dimension 0 is 0");
   corrupt([&](std::string& b) { write_at<uint32_t>(b, info_a_type, 12); },
           "tensor \"a\" has ggml type 12 (Q4_K); tfm reads F32, F16 and BF16 tensors only");
@@ -291,7 +298,8 @@ TEST_CASE("gguf: corrupt headers, metadata and tensor infos are rejected with wh
   corrupt([&](std::string& b) { b[info_b + 8] = 'a'; }, "duplicate tensor name \"a\"");
 }
 
-TEST_CASE("gguf: duplicate keys, arrays larger than the file and deep nesting are refused before allocating", "[gguf]") {
+TEST_CASE("gguf: duplicate keys, arrays larger than the file and deep nesting are refused before allocating",
+          "[gguf]") {
   GgufFile f;
   f.metadata = {{"a.b", GgufValue::u8(1)}, {"a.c", GgufValue::u8(2)}};
   std::string b = serialize_gguf(f);
@@ -302,8 +310,9 @@ TEST_CASE("gguf: duplicate keys, arrays larger than the file and deep nesting ar
   g.metadata = {{"tokens", GgufValue::strings({"x"})}};
   std::string big = serialize_gguf(g);
   write_at<uint64_t>(big, 24 + 8 + 6 + 4 + 4, uint64_t{1} << 62);  // the array's length
-  REQUIRE_THROWS_WITH(parse(big), Contains("metadata \"tokens\" claims 4611686018427387904 elements of string, "
-                                           "more than the"));
+  REQUIRE_THROWS_WITH(parse(big),
+                      Contains("metadata \"tokens\" claims 4611686018427387904 elements of string, "
+                               "more than the"));
 
   GgufValue v = GgufValue::u8(1);
   for (int i = 0; i < kGgufMaxArrayDepth + 1; ++i) v = GgufValue::array(v.type(), {v});
@@ -316,10 +325,12 @@ TEST_CASE("gguf: load_gguf names the path, and a missing file is an IoError", "[
   REQUIRE_THROWS_WITH(load_gguf("/nonexistent/x.gguf"), StartsWith("/nonexistent/x.gguf: cannot open"));
   const std::string path = temp_path("short.gguf");
   std::ofstream(path, std::ios::binary) << "GGUF";
-  REQUIRE_THROWS_WITH(load_gguf(path), path + ": truncated: the version needs 4 bytes at offset 4, the file ends at 4");
+  REQUIRE_THROWS_WITH(load_gguf(path),
+                      path + ": truncated: the version needs 4 bytes at offset 4, the file ends at 4");
 }
 
-TEST_CASE("gguf: a file written by another writer (Python struct, from the spec) reads as written", "[gguf]") {
+TEST_CASE("gguf: a file written by another writer (Python struct, from the spec) reads as written",
+          "[gguf]") {
   // tests/fuzz/corpus/gguf/every_kind.gguf: general.architecture, general.alignment, one pair of each
   // scalar kind but uint32, an array of strings, nested int32 arrays; tensors a (2, 3) F32, b (4) F16,
   // c (2) BF16 at offsets 0, 32, 64.
@@ -332,7 +343,9 @@ TEST_CASE("gguf: a file written by another writer (Python struct, from the spec)
   CHECK(f.at("k.i64").signed_value() == -(int64_t{1} << 62));
   CHECK(f.at("k.f64").number() == 1e-300);
   CHECK(f.at("k.bool").boolean_value());
-  CHECK(f.at("k.strings").items()[1].str() == "\xc4\xa0" "b");
+  CHECK(f.at("k.strings").items()[1].str() ==
+        "\xc4\xa0"
+        "b");
   CHECK(f.at("k.nested").element_type() == GgufType::Array);
   CHECK(f.at("k.nested").items()[1].items().empty());
   REQUIRE(f.tensors.size() == 3);

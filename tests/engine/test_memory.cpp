@@ -6,10 +6,10 @@
 
 #include "model_config.h"
 #include "tfm/engine/memory.h"
-#include "tfm/models/language_model.h"
 #include "tfm/engine/ops.h"
-#include "tfm/training/optim.h"
+#include "tfm/models/language_model.h"
 #include "tfm/objectives/text_data.h"
+#include "tfm/training/optim.h"
 
 using namespace tfm;
 using tfm_test::model_config_from;
@@ -34,11 +34,11 @@ void run_steps(LanguageModel& model, Optimizer& opt, Rng& rng, int steps, int64_
 
 TEST_CASE("memory: steady-state training steps allocate no fresh storage", "[memory]") {
   for (const char* norm : {"pre", "post"}) {
-    const ModelConfig c = model_config_from(
-        {"model.d_model=16", "model.n_layers=2", "model.n_heads=4", "model.n_kv_heads=2", "model.d_ff=32",
-         "model.max_seq_len=12", "model.dropout=0.1", "model.attention_dropout=0.1",
-         std::string("model.norm_position=") + norm},
-        17);
+    const ModelConfig c =
+        model_config_from({"model.d_model=16", "model.n_layers=2", "model.n_heads=4", "model.n_kv_heads=2",
+                           "model.d_ff=32", "model.max_seq_len=12", "model.dropout=0.1",
+                           "model.attention_dropout=0.1", std::string("model.norm_position=") + norm},
+                          17);
     LanguageModel model(c, 3);
     model.set_training(true);
     std::vector<ParamSegment> segs;
@@ -117,10 +117,10 @@ TEST_CASE("memory: a layer keeps a bounded set of activations through the step",
   const int64_t B = 4, T = 32, C = 32, F = 128;
   size_t peak[2];
   for (int i = 0; i < 2; ++i) {
-    const ModelConfig c = model_config_from({"model.d_model=" + std::to_string(C),
-                                             i == 0 ? "model.n_layers=2" : "model.n_layers=4", "model.n_heads=4",
-                                             "model.d_ff=" + std::to_string(F), "model.max_seq_len=" + std::to_string(T)},
-                                            17);
+    const ModelConfig c = model_config_from(
+        {"model.d_model=" + std::to_string(C), i == 0 ? "model.n_layers=2" : "model.n_layers=4",
+         "model.n_heads=4", "model.d_ff=" + std::to_string(F), "model.max_seq_len=" + std::to_string(T)},
+        17);
     LanguageModel model(c, 3);
     model.set_training(true);
     Rng rng(5);

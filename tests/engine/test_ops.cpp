@@ -56,7 +56,8 @@ Tensor distinct(const Shape& shape, uint64_t seed) {
 Tensor bernoulli_mask(const Shape& shape, uint64_t seed) {
   Rng rng(seed);
   Tensor m = Tensor::empty(shape);
-  for (int64_t i = 0; i < m.numel(); ++i) m.data()[i] = (i == 0 || (i != 1 && rng.uniform() < 0.5f)) ? 1.0f : 0.0f;
+  for (int64_t i = 0; i < m.numel(); ++i)
+    m.data()[i] = (i == 0 || (i != 1 && rng.uniform() < 0.5f)) ? 1.0f : 0.0f;
   return m;
 }
 
@@ -90,14 +91,16 @@ void check_binary(const BinaryOp& op, const Maker& make_a, const Maker& make_b) 
   struct Case {
     Shape a, b;
   };
-  const std::vector<Case> cases = {{{3, 4}, {3, 4}}, {{3, 1, 4}, {2, 4}}, {{4}, {3, 4}},  {{3, 4}, {1}},
-                                   {{3, 1}, {1, 4}}, {{2, 3, 4}, {3, 1}}, {{1}, {2, 3}}, {{2, 1, 3}, {2, 4, 1}},
-                                   {{2, 3}, {}},     {{}, {3}},          {{}, {}}};  // {} is 0-dim (a loss)
+  const std::vector<Case> cases = {
+      {{3, 4}, {3, 4}}, {{3, 1, 4}, {2, 4}}, {{4}, {3, 4}}, {{3, 4}, {1}},
+      {{3, 1}, {1, 4}}, {{2, 3, 4}, {3, 1}}, {{1}, {2, 3}}, {{2, 1, 3}, {2, 4, 1}},
+      {{2, 3}, {}},     {{}, {3}},           {{}, {}}};  // {} is 0-dim (a loss)
   SECTION("broadcasting shapes") {
     uint64_t seed = 10;
     for (const Case& c : cases) {
       INFO("a " << shape_str(c.a) << " b " << shape_str(c.b));
-      check_gradients([&](const Inputs& in) { return op(in[0], in[1]); }, {make_a(c.a, seed), make_b(c.b, seed + 1)});
+      check_gradients([&](const Inputs& in) { return op(in[0], in[1]); },
+                      {make_a(c.a, seed), make_b(c.b, seed + 1)});
       seed += 2;
     }
   }
@@ -131,9 +134,15 @@ void check_binary(const BinaryOp& op, const Maker& make_a, const Maker& make_b) 
 // ---------------------------------------------------------------------------------------------
 // Elementwise binary, with broadcasting
 
-TEST_CASE("grad: add", "[grad]") { check_binary([](const Tensor& a, const Tensor& b) { return add(a, b); }, normal, normal); }
-TEST_CASE("grad: sub", "[grad]") { check_binary([](const Tensor& a, const Tensor& b) { return sub(a, b); }, normal, normal); }
-TEST_CASE("grad: mul", "[grad]") { check_binary([](const Tensor& a, const Tensor& b) { return mul(a, b); }, normal, normal); }
+TEST_CASE("grad: add", "[grad]") {
+  check_binary([](const Tensor& a, const Tensor& b) { return add(a, b); }, normal, normal);
+}
+TEST_CASE("grad: sub", "[grad]") {
+  check_binary([](const Tensor& a, const Tensor& b) { return sub(a, b); }, normal, normal);
+}
+TEST_CASE("grad: mul", "[grad]") {
+  check_binary([](const Tensor& a, const Tensor& b) { return mul(a, b); }, normal, normal);
+}
 TEST_CASE("grad: div", "[grad]") {
   check_binary([](const Tensor& a, const Tensor& b) { return div(a, b); }, normal, positive);
 }
@@ -141,29 +150,55 @@ TEST_CASE("grad: div", "[grad]") {
 // ---------------------------------------------------------------------------------------------
 // Scalar variants
 
-TEST_CASE("grad: add scalar", "[grad]") { check_unary([](const Tensor& x) { return add(x, 1.5f); }, normal); }
-TEST_CASE("grad: sub scalar", "[grad]") { check_unary([](const Tensor& x) { return sub(x, 0.7f); }, normal); }
-TEST_CASE("grad: mul scalar", "[grad]") { check_unary([](const Tensor& x) { return mul(x, -2.5f); }, normal); }
-TEST_CASE("grad: div scalar", "[grad]") { check_unary([](const Tensor& x) { return div(x, 0.4f); }, normal); }
-TEST_CASE("grad: rsub", "[grad]") { check_unary([](const Tensor& x) { return rsub(3.0f, x); }, normal); }
-TEST_CASE("grad: rdiv", "[grad]") { check_unary([](const Tensor& x) { return rdiv(2.0f, x); }, positive); }
+TEST_CASE("grad: add scalar", "[grad]") {
+  check_unary([](const Tensor& x) { return add(x, 1.5f); }, normal);
+}
+TEST_CASE("grad: sub scalar", "[grad]") {
+  check_unary([](const Tensor& x) { return sub(x, 0.7f); }, normal);
+}
+TEST_CASE("grad: mul scalar", "[grad]") {
+  check_unary([](const Tensor& x) { return mul(x, -2.5f); }, normal);
+}
+TEST_CASE("grad: div scalar", "[grad]") {
+  check_unary([](const Tensor& x) { return div(x, 0.4f); }, normal);
+}
+TEST_CASE("grad: rsub", "[grad]") {
+  check_unary([](const Tensor& x) { return rsub(3.0f, x); }, normal);
+}
+TEST_CASE("grad: rdiv", "[grad]") {
+  check_unary([](const Tensor& x) { return rdiv(2.0f, x); }, positive);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Elementwise unary
 
-TEST_CASE("grad: neg", "[grad]") { check_unary([](const Tensor& x) { return neg(x); }, normal); }
-TEST_CASE("grad: exp", "[grad]") { check_unary([](const Tensor& x) { return exp(x); }, normal); }
-TEST_CASE("grad: log", "[grad]") { check_unary([](const Tensor& x) { return log(x); }, positive); }
-TEST_CASE("grad: sqrt", "[grad]") { check_unary([](const Tensor& x) { return sqrt(x); }, positive); }
+TEST_CASE("grad: neg", "[grad]") {
+  check_unary([](const Tensor& x) { return neg(x); }, normal);
+}
+TEST_CASE("grad: exp", "[grad]") {
+  check_unary([](const Tensor& x) { return exp(x); }, normal);
+}
+TEST_CASE("grad: log", "[grad]") {
+  check_unary([](const Tensor& x) { return log(x); }, positive);
+}
+TEST_CASE("grad: sqrt", "[grad]") {
+  check_unary([](const Tensor& x) { return sqrt(x); }, positive);
+}
 TEST_CASE("grad: pow", "[grad]") {
   // GENERATE, not a loop: check_unary's SECTIONs run once per test-case run.
   const float p = GENERATE(2.0f, 3.0f, 0.5f, -1.5f);
   INFO("exponent " << p);
   check_unary([p](const Tensor& x) { return pow(x, p); }, positive);
 }
-TEST_CASE("grad: tanh", "[grad]") { check_unary([](const Tensor& x) { return tanh(x); }, normal); }
-TEST_CASE("grad: relu", "[grad]") { check_unary([](const Tensor& x) { return relu(x); }, away_from_zero); }
-TEST_CASE("grad: gelu", "[grad]") { check_unary([](const Tensor& x) { return gelu(x); }, normal); }
+TEST_CASE("grad: tanh", "[grad]") {
+  check_unary([](const Tensor& x) { return tanh(x); }, normal);
+}
+TEST_CASE("grad: relu", "[grad]") {
+  check_unary([](const Tensor& x) { return relu(x); }, away_from_zero);
+}
+TEST_CASE("grad: gelu", "[grad]") {
+  check_unary([](const Tensor& x) { return gelu(x); }, normal);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Matrix products
@@ -177,7 +212,8 @@ TEST_CASE("grad: matmul", "[grad]") {
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
         INFO("trans_a " << ta << " trans_b " << tb);
-        check_gradients(mm(ta, tb), {normal(ta ? Shape{4, 3} : Shape{3, 4}, 1), normal(tb ? Shape{5, 4} : Shape{4, 5}, 2)});
+        check_gradients(mm(ta, tb), {normal(ta ? Shape{4, 3} : Shape{3, 4}, 1),
+                                     normal(tb ? Shape{5, 4} : Shape{4, 5}, 2)});
       }
   }
   SECTION("batched with equal batch dims, all four combinations") {
@@ -212,8 +248,9 @@ TEST_CASE("grad: matmul", "[grad]") {
                     {normal({4, 3}, 11), normal({4, 5}, 12)});
     check_gradients([](const Inputs& in) { return matmul(in[0], transpose(in[1], -1, -2)); },
                     {normal({3, 4}, 13), normal({5, 4}, 14)});
-    check_gradients([](const Inputs& in) { return matmul(transpose(in[0], -1, -2), transpose(in[1], -1, -2)); },
-                    {normal({2, 4, 3}, 15), normal({2, 5, 4}, 16)});
+    check_gradients(
+        [](const Inputs& in) { return matmul(transpose(in[0], -1, -2), transpose(in[1], -1, -2)); },
+        {normal({2, 4, 3}, 15), normal({2, 5, 4}, 16)});
     // A transposed view with a transpose flag: two transposes cancel.
     check_gradients([](const Inputs& in) { return matmul(transpose(in[0], -1, -2), in[1], true, false); },
                     {normal({3, 4}, 17), normal({4, 5}, 18)});
@@ -225,21 +262,36 @@ TEST_CASE("grad: matmul", "[grad]") {
   }
   SECTION("views with permuted batch dims") {
     // (3, 2, 4) permuted to (2, 3, 4): rows 8 apart, batches 4 apart.
-    check_gradients([](const Inputs& in) { return matmul(permute(in[0], {1, 0, 2}), in[1]); },
-                    {normal({3, 2, 4}, 23), normal({4, 5}, 24)});
-    check_gradients([](const Inputs& in) { return matmul(permute(in[0], {1, 0, 2}), in[1]); },
-                    {normal({3, 2, 4}, 25), normal({2, 4, 5}, 26)});
+    check_gradients(
+        [](const Inputs& in) {
+          return matmul(permute(in[0], {1, 0, 2}), in[1]);
+        },
+        {normal({3, 2, 4}, 23), normal({4, 5}, 24)});
+    check_gradients(
+        [](const Inputs& in) {
+          return matmul(permute(in[0], {1, 0, 2}), in[1]);
+        },
+        {normal({3, 2, 4}, 25), normal({2, 4, 5}, 26)});
     // A one-row matrix per batch whose row stride is not K (a (B, T=1, K) view from permute): the
     // batched x shared path must not read rows with that stride.
-    check_gradients([](const Inputs& in) { return matmul(permute(in[0], {1, 0, 2}), in[1]); },
-                    {normal({1, 3, 4}, 27), normal({4, 5}, 28)});
-    check_gradients([](const Inputs& in) { return matmul(permute(in[0], {1, 0, 2}), in[1], false, true); },
-                    {normal({1, 3, 4}, 29), normal({5, 4}, 30)});
+    check_gradients(
+        [](const Inputs& in) {
+          return matmul(permute(in[0], {1, 0, 2}), in[1]);
+        },
+        {normal({1, 3, 4}, 27), normal({4, 5}, 28)});
+    check_gradients(
+        [](const Inputs& in) {
+          return matmul(permute(in[0], {1, 0, 2}), in[1], false, true);
+        },
+        {normal({1, 3, 4}, 29), normal({5, 4}, 30)});
   }
   SECTION("strides BLAS cannot take (copied first)") {
     // (2, 3, 4) permuted to (4, 2, 3): neither of the last two dims has stride 1.
-    check_gradients([](const Inputs& in) { return matmul(permute(in[0], {2, 0, 1}), in[1]); },
-                    {normal({2, 3, 4}, 31), normal({4, 3, 2}, 32)});
+    check_gradients(
+        [](const Inputs& in) {
+          return matmul(permute(in[0], {2, 0, 1}), in[1]);
+        },
+        {normal({2, 3, 4}, 31), normal({4, 3, 2}, 32)});
   }
   SECTION("output used twice") {
     check_gradients(
@@ -284,14 +336,15 @@ TEST_CASE("grad: linear", "[grad]") {
                     {normal({4}, 9), normal({2, 4}, 10), normal({2}, 11)});
   }
   SECTION("transposed views for x and w") {
-    check_gradients([](const Inputs& in) { return linear(transpose(in[0], 0, 1), transpose(in[1], 0, 1), in[2]); },
-                    {normal({4, 3}, 12), normal({4, 5}, 13), normal({5}, 14)});
+    check_gradients(
+        [](const Inputs& in) { return linear(transpose(in[0], 0, 1), transpose(in[1], 0, 1), in[2]); },
+        {normal({4, 3}, 12), normal({4, 5}, 13), normal({5}, 14)});
   }
   SECTION("output used twice") {
     check_gradients(
         [](const Inputs& in) {
           const Tensor y = linear(in[0], in[1], in[2]);  // (3, 4)
-          return linear(y, y, Tensor());                  // (3, 3)
+          return linear(y, y, Tensor());                 // (3, 3)
         },
         {normal({3, 4}, 15), normal({4, 4}, 16), normal({4}, 17)});
   }
@@ -331,13 +384,15 @@ void check_axis_reduction(const std::function<Tensor(const Tensor&, int64_t, boo
     for (int64_t axis : {0, 1, 2, -1, -2, -3})
       for (bool keepdim : {false, true}) {
         INFO("axis " << axis << " keepdim " << keepdim);
-        check_gradients([&](const Inputs& in) { return op(in[0], axis, keepdim); }, {make({2, 3, 4}, seed++)});
+        check_gradients([&](const Inputs& in) { return op(in[0], axis, keepdim); },
+                        {make({2, 3, 4}, seed++)});
       }
   }
   SECTION("transposed view input") {
     for (int64_t axis : {0, 1}) {
       INFO("axis " << axis);
-      check_gradients([&](const Inputs& in) { return op(transpose(in[0], 0, 1), axis, false); }, {make({4, 3}, 20)});
+      check_gradients([&](const Inputs& in) { return op(transpose(in[0], 0, 1), axis, false); },
+                      {make({4, 3}, 20)});
     }
   }
   SECTION("output used twice") {
@@ -364,25 +419,44 @@ TEST_CASE("grad: max", "[grad]") {
 // ---------------------------------------------------------------------------------------------
 // Softmax, losses, normalisation
 
-TEST_CASE("grad: softmax", "[grad]") { check_unary([](const Tensor& x) { return softmax(x); }, normal); }
-TEST_CASE("grad: log_softmax", "[grad]") { check_unary([](const Tensor& x) { return log_softmax(x); }, normal); }
+TEST_CASE("grad: softmax", "[grad]") {
+  check_unary([](const Tensor& x) { return softmax(x); }, normal);
+}
+TEST_CASE("grad: log_softmax", "[grad]") {
+  check_unary([](const Tensor& x) { return log_softmax(x); }, normal);
+}
 
 TEST_CASE("grad: cross_entropy", "[grad]") {
   SECTION("2-D logits with an ignored row") {
-    check_gradients([](const Inputs& in) { return cross_entropy(in[0], {1, -100, 4, 0}); }, {normal({4, 5}, 1)});
+    check_gradients(
+        [](const Inputs& in) {
+          return cross_entropy(in[0], {1, -100, 4, 0});
+        },
+        {normal({4, 5}, 1)});
   }
   SECTION("3-D logits, every row counted") {
-    check_gradients([](const Inputs& in) { return cross_entropy(in[0], {0, 2, 3, 1}); }, {normal({2, 2, 4}, 2)});
+    check_gradients(
+        [](const Inputs& in) {
+          return cross_entropy(in[0], {0, 2, 3, 1});
+        },
+        {normal({2, 2, 4}, 2)});
   }
   SECTION("a custom ignore_index") {
-    check_gradients([](const Inputs& in) { return cross_entropy(in[0], {3, 1, 3, 2}, 3); }, {normal({4, 4}, 3)});
+    check_gradients(
+        [](const Inputs& in) {
+          return cross_entropy(in[0], {3, 1, 3, 2}, 3);
+        },
+        {normal({4, 4}, 3)});
   }
   SECTION("every row ignored: loss 0, gradient 0") {
     check_gradients([](const Inputs& in) { return cross_entropy(in[0], {-100, -100}); }, {normal({2, 3}, 4)});
   }
   SECTION("transposed view logits") {
-    check_gradients([](const Inputs& in) { return cross_entropy(transpose(in[0], 0, 1), {2, 0, -100, 1}); },
-                    {normal({3, 4}, 5)});
+    check_gradients(
+        [](const Inputs& in) {
+          return cross_entropy(transpose(in[0], 0, 1), {2, 0, -100, 1});
+        },
+        {normal({3, 4}, 5)});
   }
   SECTION("output used twice") {
     check_gradients(
@@ -419,7 +493,8 @@ TEST_CASE("grad: layer_norm", "[grad]") {
 
 TEST_CASE("grad: rms_norm", "[grad]") {
   SECTION("gradients of x and w") {
-    check_gradients([](const Inputs& in) { return rms_norm(in[0], in[1]); }, {normal({3, 5}, 21), normal({5}, 22)});
+    check_gradients([](const Inputs& in) { return rms_norm(in[0], in[1]); },
+                    {normal({3, 5}, 21), normal({5}, 22)});
   }
   SECTION("3-D input through a transposed view, output used twice") {
     check_gradients(
@@ -457,7 +532,8 @@ TEST_CASE("grad: embedding", "[grad]") {
     check_gradients([&](const Inputs& in) { return embedding(in[0], ids, {2, 3}); }, {normal({5, 3}, 1)});
   }
   SECTION("transposed view weight") {
-    check_gradients([&](const Inputs& in) { return embedding(transpose(in[0], 0, 1), ids, {6}); }, {normal({3, 5}, 2)});
+    check_gradients([&](const Inputs& in) { return embedding(transpose(in[0], 0, 1), ids, {6}); },
+                    {normal({3, 5}, 2)});
   }
   SECTION("output used twice") {
     check_gradients(
@@ -486,7 +562,9 @@ TEST_CASE("grad: dropout", "[grad]") {
     CHECK(scaled > 0);
     CHECK(zeros + scaled == 16);
   }
-  SECTION("training mode") { check_unary(train, normal); }
+  SECTION("training mode") {
+    check_unary(train, normal);
+  }
   SECTION("eval mode is the identity") {
     Rng rng(1);
     const Tensor x = normal({3, 4}, 1);
@@ -502,16 +580,23 @@ TEST_CASE("grad: dropout", "[grad]") {
 
 TEST_CASE("grad: masked_fill", "[grad]") {
   SECTION("mask broadcast over columns") {
-    check_gradients([](const Inputs& in) { return masked_fill(in[0], bernoulli_mask({3, 1}, 1), -5.0f); },
-                    {normal({3, 4}, 2)});
+    check_gradients(
+        [](const Inputs& in) {
+          return masked_fill(in[0], bernoulli_mask({3, 1}, 1), -5.0f);
+        },
+        {normal({3, 4}, 2)});
   }
   SECTION("full mask, 3-D") {
-    check_gradients([](const Inputs& in) { return masked_fill(in[0], bernoulli_mask({2, 3, 4}, 3), 7.0f); },
-                    {normal({2, 3, 4}, 4)});
+    check_gradients(
+        [](const Inputs& in) {
+          return masked_fill(in[0], bernoulli_mask({2, 3, 4}, 3), 7.0f);
+        },
+        {normal({2, 3, 4}, 4)});
   }
   SECTION("transposed view input") {
-    check_gradients([](const Inputs& in) { return masked_fill(transpose(in[0], 0, 1), bernoulli_mask({4}, 5), 0.0f); },
-                    {normal({4, 3}, 6)});
+    check_gradients(
+        [](const Inputs& in) { return masked_fill(transpose(in[0], 0, 1), bernoulli_mask({4}, 5), 0.0f); },
+        {normal({4, 3}, 6)});
   }
   SECTION("output used twice") {
     check_gradients(
@@ -525,18 +610,30 @@ TEST_CASE("grad: masked_fill", "[grad]") {
 
 TEST_CASE("grad: where", "[grad]") {
   SECTION("same shapes") {
-    check_gradients([](const Inputs& in) { return where(bernoulli_mask({3, 4}, 1), in[0], in[1]); },
-                    {normal({3, 4}, 2), normal({3, 4}, 3)});
+    check_gradients(
+        [](const Inputs& in) {
+          return where(bernoulli_mask({3, 4}, 1), in[0], in[1]);
+        },
+        {normal({3, 4}, 2), normal({3, 4}, 3)});
   }
   SECTION("broadcast condition and operands") {
-    check_gradients([](const Inputs& in) { return where(bernoulli_mask({3, 1}, 4), in[0], in[1]); },
-                    {normal({3, 4}, 5), normal({4}, 6)});
-    check_gradients([](const Inputs& in) { return where(bernoulli_mask({2, 3, 4}, 7), in[0], in[1]); },
-                    {normal({1, 4}, 8), normal({3, 1}, 9)});
+    check_gradients(
+        [](const Inputs& in) {
+          return where(bernoulli_mask({3, 1}, 4), in[0], in[1]);
+        },
+        {normal({3, 4}, 5), normal({4}, 6)});
+    check_gradients(
+        [](const Inputs& in) {
+          return where(bernoulli_mask({2, 3, 4}, 7), in[0], in[1]);
+        },
+        {normal({1, 4}, 8), normal({3, 1}, 9)});
   }
   SECTION("transposed view operand") {
-    check_gradients([](const Inputs& in) { return where(bernoulli_mask({3, 4}, 10), transpose(in[0], 0, 1), in[1]); },
-                    {normal({4, 3}, 11), normal({3, 4}, 12)});
+    check_gradients(
+        [](const Inputs& in) {
+          return where(bernoulli_mask({3, 4}, 10), transpose(in[0], 0, 1), in[1]);
+        },
+        {normal({4, 3}, 11), normal({3, 4}, 12)});
   }
   SECTION("the same tensor on both sides, output used twice") {
     check_gradients(
@@ -553,17 +650,30 @@ TEST_CASE("grad: where", "[grad]") {
 
 TEST_CASE("grad: concat", "[grad]") {
   SECTION("axis 0") {
-    check_gradients([](const Inputs& in) { return concat({in[0], in[1]}, 0); }, {normal({2, 3}, 1), normal({1, 3}, 2)});
+    check_gradients(
+        [](const Inputs& in) {
+          return concat({in[0], in[1]}, 0);
+        },
+        {normal({2, 3}, 1), normal({1, 3}, 2)});
   }
   SECTION("axis 1 and -1, three inputs") {
-    check_gradients([](const Inputs& in) { return concat({in[0], in[1], in[2]}, 1); },
-                    {normal({2, 3}, 3), normal({2, 1}, 4), normal({2, 2}, 5)});
-    check_gradients([](const Inputs& in) { return concat({in[0], in[1]}, -1); },
-                    {normal({2, 2, 3}, 6), normal({2, 2, 2}, 7)});
+    check_gradients(
+        [](const Inputs& in) {
+          return concat({in[0], in[1], in[2]}, 1);
+        },
+        {normal({2, 3}, 3), normal({2, 1}, 4), normal({2, 2}, 5)});
+    check_gradients(
+        [](const Inputs& in) {
+          return concat({in[0], in[1]}, -1);
+        },
+        {normal({2, 2, 3}, 6), normal({2, 2, 2}, 7)});
   }
   SECTION("transposed view input") {
-    check_gradients([](const Inputs& in) { return concat({transpose(in[0], 0, 1), in[1]}, 1); },
-                    {normal({3, 2}, 8), normal({2, 2}, 9)});
+    check_gradients(
+        [](const Inputs& in) {
+          return concat({transpose(in[0], 0, 1), in[1]}, 1);
+        },
+        {normal({3, 2}, 8), normal({2, 2}, 9)});
   }
   SECTION("the same tensor twice, output used twice") {
     check_gradients(
@@ -615,7 +725,11 @@ TEST_CASE("grad: reshape", "[grad]") {
     check_gradients([](const Inputs& in) { return reshape(in[0], {4, -1, 1}); }, {normal({2, 6}, 3)});
   }
   SECTION("transposed view input (a copy)") {
-    check_gradients([](const Inputs& in) { return reshape(transpose(in[0], 0, 1), {2, 6}); }, {normal({3, 4}, 4)});
+    check_gradients(
+        [](const Inputs& in) {
+          return reshape(transpose(in[0], 0, 1), {2, 6});
+        },
+        {normal({3, 4}, 4)});
   }
   SECTION("then an op, output used twice") {
     check_gradients(
@@ -632,7 +746,11 @@ TEST_CASE("grad: view", "[grad]") {
     check_gradients([](const Inputs& in) { return view(in[0], {4, 3}); }, {normal({3, 4}, 1)});
   }
   SECTION("a contiguous narrow with an offset") {
-    check_gradients([](const Inputs& in) { return view(narrow(in[0], 0, 1, 2), {3, 2}); }, {normal({4, 3}, 2)});
+    check_gradients(
+        [](const Inputs& in) {
+          return view(narrow(in[0], 0, 1, 2), {3, 2});
+        },
+        {normal({4, 3}, 2)});
   }
   SECTION("output used twice") {
     check_gradients(
@@ -647,7 +765,8 @@ TEST_CASE("grad: view", "[grad]") {
 TEST_CASE("grad: transpose", "[grad]") {
   check_gradients([](const Inputs& in) { return transpose(in[0], 0, 2); }, {normal({2, 3, 4}, 1)});
   check_gradients([](const Inputs& in) { return transpose(in[0], -1, -2); }, {normal({2, 3, 4}, 2)});
-  check_gradients([](const Inputs& in) { return transpose(transpose(in[0], 0, 1), 1, 2); }, {normal({2, 3, 4}, 3)});
+  check_gradients([](const Inputs& in) { return transpose(transpose(in[0], 0, 1), 1, 2); },
+                  {normal({2, 3, 4}, 3)});
   check_gradients(
       [](const Inputs& in) {
         const Tensor t = transpose(in[0], 0, 1);  // used twice, and beside its base
@@ -660,7 +779,11 @@ TEST_CASE("grad: permute", "[grad]") {
   check_gradients([](const Inputs& in) { return permute(in[0], {2, 0, 1}); }, {normal({2, 3, 4}, 1)});
   check_gradients([](const Inputs& in) { return permute(in[0], {1, 2, 0}); }, {normal({2, 3, 4}, 2)});
   check_gradients([](const Inputs& in) { return permute(in[0], {-1, 0, 1}); }, {normal({2, 3, 2}, 3)});
-  check_gradients([](const Inputs& in) { return permute(transpose(in[0], 0, 2), {1, 0, 2}); }, {normal({2, 3, 4}, 4)});
+  check_gradients(
+      [](const Inputs& in) {
+        return permute(transpose(in[0], 0, 2), {1, 0, 2});
+      },
+      {normal({2, 3, 4}, 4)});
   check_gradients(
       [](const Inputs& in) {
         const Tensor p = permute(in[0], {1, 0, 2});  // (3, 2, 2)
@@ -673,7 +796,8 @@ TEST_CASE("grad: narrow", "[grad]") {
   check_gradients([](const Inputs& in) { return narrow(in[0], 0, 1, 2); }, {normal({4, 3}, 1)});
   check_gradients([](const Inputs& in) { return narrow(in[0], 1, 1, 2); }, {normal({2, 4, 3}, 2)});
   check_gradients([](const Inputs& in) { return narrow(in[0], -1, 0, 2); }, {normal({2, 3}, 3)});
-  check_gradients([](const Inputs& in) { return narrow(transpose(in[0], 0, 1), 1, 1, 2); }, {normal({4, 3}, 4)});
+  check_gradients([](const Inputs& in) { return narrow(transpose(in[0], 0, 1), 1, 1, 2); },
+                  {normal({4, 3}, 4)});
   // Overlapping narrows of one tensor: the middle column gets both contributions.
   check_gradients([](const Inputs& in) { return mul(narrow(in[0], 1, 0, 2), narrow(in[0], 1, 1, 2)); },
                   {normal({3, 3}, 5)});
@@ -687,7 +811,11 @@ TEST_CASE("grad: narrow", "[grad]") {
 
 TEST_CASE("grad: contiguous", "[grad]") {
   check_gradients([](const Inputs& in) { return contiguous(transpose(in[0], 0, 1)); }, {normal({3, 4}, 1)});
-  check_gradients([](const Inputs& in) { return contiguous(permute(in[0], {2, 0, 1})); }, {normal({2, 3, 4}, 2)});
+  check_gradients(
+      [](const Inputs& in) {
+        return contiguous(permute(in[0], {2, 0, 1}));
+      },
+      {normal({2, 3, 4}, 2)});
   check_gradients([](const Inputs& in) { return contiguous(in[0]); }, {normal({2, 3}, 3)});
   check_gradients(
       [](const Inputs& in) {

@@ -14,8 +14,8 @@ namespace fs = std::filesystem;
 namespace {
 // Names that would run `touch PWNED` (or break the command) if they ever reached a shell.
 const std::vector<std::string> kHostileNames = {
-    "it's $(touch PWNED) 'x", "`touch PWNED`", "a;touch PWNED", "new\nline", "two  spaces",
-    "$HOME", "-starts-with-dash", "back\\slash", "\"double\" quotes", "a|touch PWNED&"};
+    "it's $(touch PWNED) 'x", "`touch PWNED`", "a;touch PWNED",     "new\nline",     "two  spaces", "$HOME",
+    "-starts-with-dash",      "back\\slash",   "\"double\" quotes", "a|touch PWNED&"};
 }  // namespace
 
 TEST_CASE("run_program passes hostile arguments verbatim and runs no shell", "[platform]") {

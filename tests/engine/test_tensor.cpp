@@ -1,7 +1,6 @@
 // The Tensor itself: factories, views without copies, element access, printing, errors, the autograd
 // engine's semantics, and the memory pool's reuse across identical steps.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <memory>
 
@@ -45,7 +44,8 @@ TEST_CASE("tensor: factories fill values and shapes", "[tensor]") {
   CHECK(v.size(-1) == 2);
   CHECK(v.size(0) == 3);
   REQUIRE_THROWS_AS(Tensor::from_vector({1, 2, 3}, {2, 2}), Error);
-  REQUIRE_THROWS_WITH(Tensor::from_vector({1, 2, 3}, {2, 2}), StartsWith("Tensor::from_vector") && Contains("[2, 2]"));
+  REQUIRE_THROWS_WITH(Tensor::from_vector({1, 2, 3}, {2, 2}),
+                      StartsWith("Tensor::from_vector") && Contains("[2, 2]"));
   REQUIRE_THROWS_WITH(Tensor::zeros({2, -1}), StartsWith("Tensor::empty") && Contains("[2, -1]"));
   REQUIRE_THROWS_WITH(v.size(2), StartsWith("Tensor::size") && Contains("[3, 2]"));
 }
@@ -179,7 +179,8 @@ TEST_CASE("tensor: printing is readable", "[tensor]") {
   // Tiny limits still show one value from each end, never past the end.
   CHECK_THAT(Tensor::from_vector({1, 2, 3, 4, 5}, {5}).str(1), Contains("[1, ..., 5]"));
   CHECK_THAT(Tensor::from_vector({1, 2, 3, 4, 5}, {5}).str(0), Contains("[1, ..., 5]"));
-  CHECK_THAT(reshape(Tensor::arange(64), {8, 8}).str(2), Contains("[0, ..., 7]") && Contains("[56, ..., 63]"));
+  CHECK_THAT(reshape(Tensor::arange(64), {8, 8}).str(2),
+             Contains("[0, ..., 7]") && Contains("[56, ..., 63]"));
   Tensor w = Tensor::ones({2});
   w.set_requires_grad(true);
   CHECK_THAT(w.str(), Contains("requires_grad"));
@@ -199,7 +200,8 @@ TEST_CASE("tensor: shape errors name the op and state the shapes", "[tensor]") {
   REQUIRE_THROWS_WITH(narrow(a, 1, 2, 2), StartsWith("narrow") && Contains("[2, 3]"));
   REQUIRE_THROWS_WITH(Tensor().shape(), StartsWith("Tensor"));
   Tensor c = Tensor::zeros({2});
-  REQUIRE_THROWS_WITH(c.copy_from(a), StartsWith("Tensor::copy_from") && Contains("[2, 3]") && Contains("[2]"));
+  REQUIRE_THROWS_WITH(c.copy_from(a),
+                      StartsWith("Tensor::copy_from") && Contains("[2, 3]") && Contains("[2]"));
   REQUIRE_THROWS_WITH(c.set_grad(Tensor::zeros({3})), StartsWith("Tensor::set_grad") && Contains("[3]"));
 }
 
@@ -320,8 +322,8 @@ TEST_CASE("autograd: the graph is freed after backward", "[autograd]") {
   REQUIRE_FALSE(hidden.expired());
   REQUIRE(kept.grad_fn() != nullptr);
   loss.backward();
-  CHECK(hidden.expired());           // nothing references the intermediate any more
-  CHECK(kept.grad_fn() == nullptr);  // its closure (and what it saved) is released
+  CHECK(hidden.expired());             // nothing references the intermediate any more
+  CHECK(kept.grad_fn() == nullptr);    // its closure (and what it saved) is released
   CHECK_FALSE(kept.grad().defined());  // intermediate gradients are not kept
   CHECK(loss.grad_fn() == nullptr);
   CHECK(x.grad().defined());  // leaf gradients are
@@ -405,7 +407,8 @@ TEST_CASE("autograd: gradients land in a flat buffer placed with set_grad", "[au
     CHECK(flat == std::vector<float>{0, k, k, k, 2 * k, 2 * k, 2 * k, k, k, k});
     if (pass == 0) sum(add(matmul(x, w), b)).backward();  // accumulates in place
   }
-  REQUIRE_THROWS_WITH(Tensor::view_of(values, {2, 3}, 5), StartsWith("Tensor::view_of") && Contains("[2, 3]"));
+  REQUIRE_THROWS_WITH(Tensor::view_of(values, {2, 3}, 5),
+                      StartsWith("Tensor::view_of") && Contains("[2, 3]"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -423,10 +426,10 @@ TEST_CASE("memory: the pool serves repeated identical steps without new allocati
   const auto step = [&]() {
     Rng drop(5);
     for (Tensor* p : params) p->zero_grad();
-    const Tensor x = layer_norm(embedding(emb, ids, {2, 3}), ln_w, ln_b);  // (2, 3, 8)
-    const Tensor scores = softmax(div(matmul(x, x, false, true), 3.0f));  // (2, 3, 3)
-    const Tensor mixed = add(x, matmul(scores, x));                       // (2, 3, 8)
-    const Tensor h = dropout(gelu(linear(mixed, w1, b1)), 0.1f, true, drop);  // (2, 3, 16)
+    const Tensor x = layer_norm(embedding(emb, ids, {2, 3}), ln_w, ln_b);               // (2, 3, 8)
+    const Tensor scores = softmax(div(matmul(x, x, false, true), 3.0f));                // (2, 3, 3)
+    const Tensor mixed = add(x, matmul(scores, x));                                     // (2, 3, 8)
+    const Tensor h = dropout(gelu(linear(mixed, w1, b1)), 0.1f, true, drop);            // (2, 3, 16)
     const Tensor logits = linear(transpose(transpose(h, 0, 1), 0, 1), head, Tensor());  // (2, 3, 11)
     const Tensor loss = add(cross_entropy(logits, targets), mul(mean(pow(h, 2.0f)), 0.01f));
     loss.backward();

@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "tfm/data/bpe.h"
-#include "tfm/training/checkpoint.h"
 #include "tfm/config/config.h"
+#include "tfm/data/bpe.h"
 #include "tfm/data/tokenizer.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/gguf.h"
 #include "tfm/engine/safetensors.h"
+#include "tfm/training/checkpoint.h"
 
 namespace tfm::fuzz {
 
@@ -34,13 +34,17 @@ inline void utf8(const uint8_t* data, size_t size) {
 }
 
 // Bytes -> the safetensors header and tensor table.
-inline void safetensors(const uint8_t* data, size_t size) { parse_safetensors(data, size, "fuzz.safetensors"); }
+inline void safetensors(const uint8_t* data, size_t size) {
+  parse_safetensors(data, size, "fuzz.safetensors");
+}
 
 // Bytes -> the checkpoint reader (every section validated before use). A mutated input almost never
 // keeps a valid CRC-32, so the fuzzer would only ever meet the checksum check: re-stamp the CRC of
 // the payload (bytes 24..27) of a copy so the section parsers are reached. checkpoint_raw is the
 // input as given (the replay test runs both, so the checksum path stays covered).
-inline void checkpoint_raw(const uint8_t* data, size_t size) { parse_checkpoint(data, size, "fuzz.ckpt"); }
+inline void checkpoint_raw(const uint8_t* data, size_t size) {
+  parse_checkpoint(data, size, "fuzz.ckpt");
+}
 inline void checkpoint(const uint8_t* data, size_t size) {
   constexpr size_t kHeader = 32, kCrcOffset = 24;
   if (size < kHeader) return checkpoint_raw(data, size);
@@ -74,14 +78,22 @@ inline void gguf(const uint8_t* data, size_t size) {
 // Runs target `name` on one input; false for an unknown name.
 inline bool run(const std::string& name, const uint8_t* data, size_t size) {
   try {
-    if (name == "config") config(data, size);
-    else if (name == "utf8") utf8(data, size);
-    else if (name == "safetensors") safetensors(data, size);
-    else if (name == "checkpoint") checkpoint(data, size);
-    else if (name == "checkpoint_raw") checkpoint_raw(data, size);
-    else if (name == "bpe") bpe(data, size);
-    else if (name == "gguf") gguf(data, size);
-    else return false;
+    if (name == "config")
+      config(data, size);
+    else if (name == "utf8")
+      utf8(data, size);
+    else if (name == "safetensors")
+      safetensors(data, size);
+    else if (name == "checkpoint")
+      checkpoint(data, size);
+    else if (name == "checkpoint_raw")
+      checkpoint_raw(data, size);
+    else if (name == "bpe")
+      bpe(data, size);
+    else if (name == "gguf")
+      gguf(data, size);
+    else
+      return false;
   } catch (const tfm::Error&) {
     // A clear rejection is the expected outcome for malformed input.
   }

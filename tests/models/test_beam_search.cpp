@@ -2,7 +2,6 @@
 // log-probabilities of the next token given the last one, where the greedy choice is not the best
 // sequence. (The encoder-decoder's translate() is tested with it in test_encoder_decoder.cpp.)
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <functional>
 #include <vector>
@@ -81,7 +80,7 @@ std::vector<int32_t> exhaustive_best(const BeamSearchOptions& o) {
       const bool ends = v == kEos || static_cast<int64_t>(seq.size()) == o.max_len;
       if (ends) {
         const double len = static_cast<double>(seq.size());
-        const double penalty = o.alpha == 0.0f ? 1.0
+        const double penalty = o.alpha == 0.0f                    ? 1.0
                                : o.penalty == LengthPenalty::Gnmt ? std::pow((5.0 + len) / 6.0, o.alpha)
                                                                   : std::pow(len, o.alpha);
         if (s / penalty > best_score) {
@@ -119,5 +118,6 @@ TEST_CASE("beam search: max_len ends every hypothesis, bad widths are named", "[
   BeamSearchOptions o = options(1);
   o.max_len = 1;  // out of room after one token: it ends there without <eos>
   CHECK(beam_search(1, toy.model(), o) == std::vector<std::vector<int32_t>>{{kA}});
-  CHECK_THROWS_WITH(beam_search(1, toy.model(), options(0)), Catch::Contains("beam_search: beam must be >= 1"));
+  CHECK_THROWS_WITH(beam_search(1, toy.model(), options(0)),
+                    Catch::Contains("beam_search: beam must be >= 1"));
 }

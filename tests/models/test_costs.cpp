@@ -3,7 +3,6 @@
 // GEMM wrapper (gemm_flops() counts 2 M N K per product), for every model option and both models.
 // Legend: B batch, S source length, T time, C = d_model, H heads.
 #include <catch2/catch.hpp>
-
 #include <functional>
 #include <string>
 #include <vector>
@@ -64,7 +63,8 @@ std::vector<std::pair<std::string, ModelConfig>> variants(bool causal) {
   add("rope", [](ModelConfig& c) { c.positional_encoding = PositionalEncoding::Rope; });
   add("qk_norm", [](ModelConfig& c) { c.qk_norm = true; });
   add("the modern recipe: rope, rmsnorm, swiglu, qk_norm, no bias, untied, gqa", [](ModelConfig& c) {
-    c.positional_encoding = PositionalEncoding::Rope, c.norm = NormKind::RMSNorm, c.activation = Activation::SwiGLU;
+    c.positional_encoding = PositionalEncoding::Rope, c.norm = NormKind::RMSNorm,
+    c.activation = Activation::SwiGLU;
     c.qk_norm = true, c.bias = false, c.tie_embeddings = false, c.n_kv_heads = 2;
   });
   return out;
@@ -78,7 +78,8 @@ std::vector<int32_t> tokens(int64_t n, int64_t vocab) {
 
 }  // namespace
 
-TEST_CASE("costs: a bidirectional model's forward issues exactly the FLOPs its cost() states", "[costs][model]") {
+TEST_CASE("costs: a bidirectional model's forward issues exactly the FLOPs its cost() states",
+          "[costs][model]") {
   const int64_t B = 3, T = 10;
   for (const auto& [name, c] : variants(false)) {
     DYNAMIC_SECTION(name) {
@@ -93,7 +94,8 @@ TEST_CASE("costs: a bidirectional model's forward issues exactly the FLOPs its c
   }
 }
 
-TEST_CASE("costs: a causal model's forward skips masked blocks, never more than its cost()", "[costs][model]") {
+TEST_CASE("costs: a causal model's forward skips masked blocks, never more than its cost()",
+          "[costs][model]") {
   // cost() counts the scores and weighted sums of a causal mask in full (the convention of MFU
   // figures); the fused kernel skips the key blocks past each query block. The projections, the
   // feed-forward and the head are exact either way.
@@ -106,15 +108,16 @@ TEST_CASE("costs: a causal model's forward skips masked blocks, never more than 
       NoGradGuard no_grad;
       const double flops = counted_flops([&] { model.forward(tokens(B * T, c.vocab_size), B, T); });
       // What the scores and weighted sums are at most (dot scores: both are products).
-      const double attention = 2.0 * 2.0 * B * T * T * c.d_model * MultiHeadAttention::computed_head_share(c) *
-                               static_cast<double>(c.n_layers);
+      const double attention = 2.0 * 2.0 * B * T * T * c.d_model *
+                               MultiHeadAttention::computed_head_share(c) * static_cast<double>(c.n_layers);
       CHECK(flops <= cost.flops * (1 + 1e-12));
       CHECK(flops >= cost.flops - attention);
     }
   }
 }
 
-TEST_CASE("costs: the encoder-decoder's forward issues exactly the FLOPs its cost() states", "[costs][seq2seq]") {
+TEST_CASE("costs: the encoder-decoder's forward issues exactly the FLOPs its cost() states",
+          "[costs][seq2seq]") {
   const int64_t B = 2, S = 7, T = 5;
   for (auto [name, c] : variants(false)) {
     DYNAMIC_SECTION(name) {
@@ -127,8 +130,9 @@ TEST_CASE("costs: the encoder-decoder's forward issues exactly the FLOPs its cos
       // No padding, so no key block is skipped; the decoder's causal self-attention is counted
       // through a prefix of one token, where causal and full attention are the same.
       const std::vector<int64_t> lengths(B, S);
-      const double flops = counted_flops(
-          [&] { model.forward(tokens(B * S, c.source_vocab_size), lengths, B, S, tokens(B * 1, c.vocab_size), 1); });
+      const double flops = counted_flops([&] {
+        model.forward(tokens(B * S, c.source_vocab_size), lengths, B, S, tokens(B * 1, c.vocab_size), 1);
+      });
       CHECK(flops == Approx(Seq2SeqModel::cost(c, B, S, 1).flops).epsilon(1e-12));
       CHECK(Seq2SeqModel::flops_per_token(c, S, T).forward_per_token == Approx(cost.flops / (B * T)));
     }
@@ -147,7 +151,8 @@ TEST_CASE("costs: each layer's cost() against the layer built alone", "[costs][n
     Rng rng(1);
     NoGradGuard no_grad;
     const double flops = counted_flops([&] {
-      cross.forward(Tensor::randn({2, 4, 16}, rng), Tensor::randn({2, 6, 5}, rng), Tensor::randn({2, 6, 3}, rng));
+      cross.forward(Tensor::randn({2, 4, 16}, rng), Tensor::randn({2, 6, 5}, rng),
+                    Tensor::randn({2, 6, 3}, rng));
     });
     CHECK(flops == Approx(cost.flops).epsilon(1e-12));
     EncoderBlock encoder(c, false);

@@ -2,9 +2,8 @@
 // batches, BLEU, DecoderBlock and Seq2SeqModel gradients, cached and beam decoding against full
 // recomputation, causality and source padding.
 // Legend: B batch, S source length, T target length, C = d_model, V target vocabulary.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -14,12 +13,12 @@
 #include "fixture_compare.h"
 #include "gradcheck.h"
 #include "model_config.h"
-#include "tfm/objectives/bleu.h"
-#include "tfm/nn/blocks.h"
-#include "tfm/engine/ops.h"
 #include "tfm/data/pairs.h"
+#include "tfm/engine/ops.h"
 #include "tfm/models/encoder_decoder.h"
 #include "tfm/models/language_model.h"
+#include "tfm/nn/blocks.h"
+#include "tfm/objectives/bleu.h"
 
 using namespace tfm;
 using tfm_test::model_config_from;
@@ -44,11 +43,11 @@ std::string error_of(F&& f) {
 }
 
 ModelConfig tiny_config(const std::string& norm, int64_t n_enc = 2, int64_t n_dec = 2) {
-  ModelConfig c = model_config_from({"train.objective=seq2seq", "model.d_model=16", "model.n_heads=2",
-                                     "model.n_kv_heads=2", "model.d_ff=32", "model.max_seq_len=12",
-                                     "model.n_encoder_layers=" + std::to_string(n_enc),
-                                     "model.n_decoder_layers=" + std::to_string(n_dec), "model.norm_position=" + norm},
-                                    13);
+  ModelConfig c = model_config_from(
+      {"train.objective=seq2seq", "model.d_model=16", "model.n_heads=2", "model.n_kv_heads=2",
+       "model.d_ff=32", "model.max_seq_len=12", "model.n_encoder_layers=" + std::to_string(n_enc),
+       "model.n_decoder_layers=" + std::to_string(n_dec), "model.norm_position=" + norm},
+      13);
   c.source_vocab_size = 11;  // the source side's tokenizer, not a key
   return c;
 }
@@ -71,7 +70,8 @@ void spread_parameters(Seq2SeqModel& m, uint64_t seed, float std = 0.3f) {
 
 std::vector<int32_t> random_ids(int64_t n, int64_t lo, int64_t hi, Rng& rng) {
   std::vector<int32_t> ids(n);
-  for (auto& id : ids) id = static_cast<int32_t>(lo + static_cast<int64_t>(rng.below(static_cast<uint64_t>(hi - lo))));
+  for (auto& id : ids)
+    id = static_cast<int32_t>(lo + static_cast<int64_t>(rng.below(static_cast<uint64_t>(hi - lo))));
   return ids;
 }
 
@@ -87,14 +87,18 @@ TEST_CASE("seq2seq: word tokenizer follows d2l's preprocessing", "[seq2seq][data
   CHECK(Tokenizer::split_words("Go.", "t") == V{"go", "."});
   CHECK(Tokenizer::split_words("Va !", "t") == V{"va", "!"});
   // U+202F and U+00A0 (French spacing before ! and ?) are spaces; É, È, Œ, Ÿ lowercase.
-  CHECK(Tokenizer::split_words("\xc3\x89T\xc3\x89\xe2\x80\xaf!  \xc3\x80 \xc5\x92uf\xc2\xa0? \xc5\xb8", "t") ==
-        V{"\xc3\xa9t\xc3\xa9", "!", "\xc3\xa0", "\xc5\x93uf", "?", "\xc3\xbf"});
+  CHECK(
+      Tokenizer::split_words("\xc3\x89T\xc3\x89\xe2\x80\xaf!  \xc3\x80 \xc5\x92uf\xc2\xa0? \xc5\xb8", "t") ==
+      V{"\xc3\xa9t\xc3\xa9", "!", "\xc3\xa0", "\xc5\x93uf", "?", "\xc3\xbf"});
   CHECK(Tokenizer::split_words("Hello, world...", "t") == V{"hello", ",", "world", ".", ".", "."});
   CHECK(Tokenizer::split_words("I'm home.", "t") == V{"i'm", "home", "."});
-  CHECK(error_of([] { Tokenizer::split_words("a\xff", "pairs.txt:3"); }).rfind("pairs.txt:3: invalid UTF-8", 0) == 0);
+  CHECK(error_of([] {
+          Tokenizer::split_words("a\xff", "pairs.txt:3");
+        }).rfind("pairs.txt:3: invalid UTF-8", 0) == 0);
 }
 
-TEST_CASE("seq2seq: word vocabulary by frequency with min_freq, specials, unk and detokenize", "[seq2seq][data]") {
+TEST_CASE("seq2seq: word vocabulary by frequency with min_freq, specials, unk and detokenize",
+          "[seq2seq][data]") {
   const Tokenizer base = Tokenizer::from_texts(Tokenizer::Kind::Word, {"b a c b.", "c b d."}, "t", 2);
   // b x3, c x2, . x2 kept (frequency desc, then bytewise: "." < "c"); a, d once: dropped.
   CHECK(base.words() == std::vector<std::string>{"b", ".", "c"});
@@ -121,12 +125,14 @@ TEST_CASE("seq2seq: word vocabulary by frequency with min_freq, specials, unk an
 }
 
 TEST_CASE("seq2seq: specials on char and byte tokenizers, old JSON loads", "[seq2seq][data]") {
-  const Tokenizer chars = Tokenizer::from_texts(Tokenizer::Kind::Char, {"ab", "ba c"}, "t").with_specials(seq2seq_specials());
+  const Tokenizer chars =
+      Tokenizer::from_texts(Tokenizer::Kind::Char, {"ab", "ba c"}, "t").with_specials(seq2seq_specials());
   // Base symbols ' ', a, b, c at 4..7.
   CHECK(chars.size() == 8);
   CHECK(chars.encode("ca?", "t") == std::vector<int32_t>{7, 5, kUnkId});
   CHECK(chars.decode({kBosId, 7, 5, kUnkId, kEosId}) == "ca<unk>");
-  const Tokenizer bytes = Tokenizer::from_text(Tokenizer::Kind::Byte, "", "t").with_specials(seq2seq_specials());
+  const Tokenizer bytes =
+      Tokenizer::from_text(Tokenizer::Kind::Byte, "", "t").with_specials(seq2seq_specials());
   CHECK(bytes.size() == 260);
   CHECK(bytes.encode("A", "t") == std::vector<int32_t>{65 + 4});
   // A checkpoint written before specials existed.
@@ -140,10 +146,13 @@ TEST_CASE("seq2seq: specials on char and byte tokenizers, old JSON loads", "[seq
 // ---------------------------------------------------------------------------------------------
 // Sentence pairs
 
-TEST_CASE("seq2seq: pairs are shuffled by the seed, split, tokenized from train and truncated", "[seq2seq][data]") {
+TEST_CASE("seq2seq: pairs are shuffled by the seed, split, tokenized from train and truncated",
+          "[seq2seq][data]") {
   tfm_test::TempDir dir("seq2seq_pairs");
   std::string text;
-  for (int i = 0; i < 20; ++i) text += "w" + std::to_string(i) + " x y.\tm" + std::to_string(i) + " n !\tattribution " + std::to_string(i) + "\n";
+  for (int i = 0; i < 20; ++i)
+    text += "w" + std::to_string(i) + " x y.\tm" + std::to_string(i) + " n !\tattribution " +
+            std::to_string(i) + "\n";
   text += "\n";  // a blank line is skipped
   const std::string path = write_file(dir, "pairs.txt", text);
   PairOptions o;
@@ -177,11 +186,12 @@ TEST_CASE("seq2seq: pairs are shuffled by the seed, split, tokenized from train 
   CHECK(v0.target == "m" + std::to_string(v0.line - 1) + " n !");
   CHECK(d.source_tokenizer.specials() == seq2seq_specials());
   CHECK(d.source_tokenizer.size() == 4 + 15 + 3);  // 15 training w<i>, x, y, "."
-  CHECK(v0.src[0] == kUnkId);                     // w<i> of a validation line is unseen
+  CHECK(v0.src[0] == kUnkId);                      // w<i> of a validation line is unseen
   CHECK(d.source_tokenizer.decode(d.train[0].src) == d.train[0].source);
   CHECK(d.target_tokenizer.decode(d.train[0].tgt) == "m" + std::to_string(d.train[0].line - 1) + " n!");
 
-  // min_freq 2 keeps the shared words; truncation counts tokens before <eos>; max_pairs reads the first lines.
+  // min_freq 2 keeps the shared words; truncation counts tokens before <eos>; max_pairs reads the first
+  // lines.
   o.min_freq = 2;
   o.max_source_len = 2;
   o.max_pairs = 8;
@@ -229,13 +239,18 @@ TEST_CASE("seq2seq: a BPE source side from its tokenizer file, a byte target sid
 TEST_CASE("seq2seq: pair file errors name file:line and what is wrong", "[seq2seq][data]") {
   tfm_test::TempDir dir("seq2seq_pair_errors");
   const std::string no_tab = write_file(dir, "a.txt", "Go.\tVa !\nHi. Salut !\n");
-  CHECK(error_of([&] { load_pairs(no_tab, PairOptions{}); }).rfind(no_tab + ":2: expected source<TAB>target", 0) == 0);
+  CHECK(error_of([&] {
+          load_pairs(no_tab, PairOptions{});
+        }).rfind(no_tab + ":2: expected source<TAB>target", 0) == 0);
   const std::string empty_side = write_file(dir, "b.txt", "Go.\tVa !\n\nHi.\t \n");
-  CHECK(error_of([&] { load_pairs(empty_side, PairOptions{}); }) == empty_side + ":3: the target sentence is empty");
+  CHECK(error_of([&] { load_pairs(empty_side, PairOptions{}); }) ==
+        empty_side + ":3: the target sentence is empty");
   const std::string bad_utf8 = write_file(dir, "c.txt", "Go.\tVa !\nHi.\tSalut \xc3\n");
-  CHECK(error_of([&] { load_pairs(bad_utf8, PairOptions{}); }).rfind(bad_utf8 + ":2: invalid UTF-8 at byte offset 10", 0) ==
-        0);
-  CHECK(error_of([&] { load_pairs(write_file(dir, "d.txt", ""), PairOptions{}); }).find("is empty") != std::string::npos);
+  CHECK(error_of([&] {
+          load_pairs(bad_utf8, PairOptions{});
+        }).rfind(bad_utf8 + ":2: invalid UTF-8 at byte offset 10", 0) == 0);
+  CHECK(error_of([&] { load_pairs(write_file(dir, "d.txt", ""), PairOptions{}); }).find("is empty") !=
+        std::string::npos);
   CHECK_THROWS_AS(load_pairs(dir.path + "/missing.txt", PairOptions{}), IoError);
   PairOptions one;
   one.val_fraction = 0.5;
@@ -247,9 +262,11 @@ TEST_CASE("seq2seq: pair file errors name file:line and what is wrong", "[seq2se
   // Existing tokenizers must carry the seq2seq specials.
   const Tokenizer plain = Tokenizer::from_text(Tokenizer::Kind::Word, "go va", "t");
   one.min_freq = 1;
-  CHECK(load_pairs(single, one, plain.with_specials(seq2seq_specials()), plain.with_specials(seq2seq_specials()))
+  CHECK(load_pairs(single, one, plain.with_specials(seq2seq_specials()),
+                   plain.with_specials(seq2seq_specials()))
             .train.size() == 1);
-  CHECK(error_of([&] { load_pairs(single, one, plain, plain); }).find("must carry the specials") != std::string::npos);
+  CHECK(error_of([&] { load_pairs(single, one, plain, plain); }).find("must carry the specials") !=
+        std::string::npos);
 }
 
 TEST_CASE("seq2seq: the eng-fra excerpt loads with d2l's tokens", "[seq2seq][data]") {
@@ -309,7 +326,8 @@ TEST_CASE("seq2seq: batches pad, append <eos> to the source and shift the target
 // BLEU
 
 TEST_CASE("seq2seq: corpus BLEU by hand", "[seq2seq][bleu]") {
-  const Tokens hyp = split_whitespace("the cat sat on the mat"), ref = split_whitespace("the cat is on the mat");
+  const Tokens hyp = split_whitespace("the cat sat on the mat"),
+               ref = split_whitespace("the cat is on the mat");
   // Clipped matches: 1-grams 5/6 (the x2, cat, on, mat), 2-grams 3/5, 3-grams 1/4, 4-grams 0/3.
   const BleuScore s4 = sentence_bleu(hyp, ref);
   CHECK(s4.matches == std::vector<int64_t>{5, 3, 1, 0});
@@ -320,17 +338,20 @@ TEST_CASE("seq2seq: corpus BLEU by hand", "[seq2seq][bleu]") {
   CHECK(s3.score == Approx(50.0));  // (5/6 * 3/5 * 1/4)^(1/3) = 0.5
   CHECK(s3.bp == 1.0);
   // Brevity penalty exp(1 - r/c) = exp(1 - 4/2).
-  const BleuScore short_hyp = sentence_bleu(split_whitespace("the cat"), split_whitespace("the cat sat on"), 2);
+  const BleuScore short_hyp =
+      sentence_bleu(split_whitespace("the cat"), split_whitespace("the cat sat on"), 2);
   CHECK(short_hyp.bp == Approx(std::exp(-1.0)));
   CHECK(short_hyp.score == Approx(100.0 * std::exp(-1.0)));
   CHECK(short_hyp.sys_len == 2);
   CHECK(short_hyp.ref_len == 4);
   // Counts are summed over the corpus before the geometric mean (not an average of sentence scores).
-  const BleuScore corpus = corpus_bleu(std::vector<std::string>{"a b c d", "a b"}, std::vector<std::string>{"a b c d", "a c"});
+  const BleuScore corpus =
+      corpus_bleu(std::vector<std::string>{"a b c d", "a b"}, std::vector<std::string>{"a b c d", "a c"});
   CHECK(corpus.matches == std::vector<int64_t>{5, 3, 2, 1});
   CHECK(corpus.totals == std::vector<int64_t>{6, 4, 2, 1});
   CHECK(corpus.score == Approx(100.0 * std::pow(5.0 / 6.0 * 3.0 / 4.0, 0.25)));
-  CHECK(corpus_bleu(std::vector<std::string>{"a b c d e"}, std::vector<std::string>{"a b c d e"}).score == Approx(100.0));
+  CHECK(corpus_bleu(std::vector<std::string>{"a b c d e"}, std::vector<std::string>{"a b c d e"}).score ==
+        Approx(100.0));
   CHECK_THROWS(corpus_bleu(std::vector<std::string>{"a"}, std::vector<std::string>{}));
 }
 
@@ -342,7 +363,8 @@ TEST_CASE("seq2seq: BLEU equals sacreBLEU's own test values", "[seq2seq][bleu]")
   CHECK(stats.matches == std::vector<int64_t>{4, 2, 1, 0});
   CHECK(stats.totals == std::vector<int64_t>{6, 5, 4, 3});
   CHECK(bleu_from_counts({9, 7, 5, 3}, {10, 8, 6, 4}, 11, 11).score == Approx(83.75922397).epsilon(1e-9));
-  const std::vector<std::string> hyps = {"The dog bit the man.", "It wasn't surprising.", "The man had just bitten him."};
+  const std::vector<std::string> hyps = {"The dog bit the man.", "It wasn't surprising.",
+                                         "The man had just bitten him."};
   const std::vector<std::vector<std::string>> streams = {
       {"The dog bit the man.", "It was not unexpected.", "The man bit him first."},
       {"The dog had bit the man.", "No one was surprised.", "The man had bitten the dog."}};
@@ -362,7 +384,8 @@ TEST_CASE("seq2seq: d2l's BLEU", "[seq2seq][bleu]") {
   CHECK(d2l_bleu(split_whitespace("il est bon ."), split_whitespace("il est calme ."), 2) ==
         Approx(std::pow(0.75, 0.5) * std::pow(1.0 / 3.0, 0.25)));
   // A short prediction: exp(min(0, 1 - 4/2)).
-  CHECK(d2l_bleu(split_whitespace("il est"), split_whitespace("il est calme ."), 2) == Approx(std::exp(-1.0)));
+  CHECK(d2l_bleu(split_whitespace("il est"), split_whitespace("il est calme ."), 2) ==
+        Approx(std::exp(-1.0)));
   // n stops at len_pred: a one-word exact prediction with k = 4 has only p1.
   CHECK(d2l_bleu({"va"}, {"va"}, 4) == Approx(1.0));
   CHECK(d2l_bleu({}, {"va"}, 2) == 0.0);
@@ -371,7 +394,8 @@ TEST_CASE("seq2seq: d2l's BLEU", "[seq2seq][bleu]") {
 // ---------------------------------------------------------------------------------------------
 // DecoderBlock and the model's gradients
 
-TEST_CASE("seq2seq: DecoderBlock gradient check with source padding, pre and post norm", "[seq2seq][gradcheck]") {
+TEST_CASE("seq2seq: DecoderBlock gradient check with source padding, pre and post norm",
+          "[seq2seq][gradcheck]") {
   for (const char* norm : {"pre", "post"}) {
     DYNAMIC_SECTION(norm << "-norm") {
       ModelConfig cfg;
@@ -381,18 +405,23 @@ TEST_CASE("seq2seq: DecoderBlock gradient check with source padding, pre and pos
       cfg.norm_position = *enum_from<NormPosition>(norm);
       DecoderBlock block(cfg);
       Rng rng(3);
-      std::vector<Tensor> inputs = {Tensor::randn({2, 3, 8}, rng), Tensor::randn({2, 4, 8}, rng)};  // x, memory
+      std::vector<Tensor> inputs = {Tensor::randn({2, 3, 8}, rng),
+                                    Tensor::randn({2, 4, 8}, rng)};  // x, memory
       for (auto& [name, t] : block.named_parameters()) {
         t->copy_from(Tensor::randn(t->shape(), rng, 0.0f, 0.5f));
         inputs.push_back(*t);
       }
-      testing::check_gradients([&](const std::vector<Tensor>& in) { return block.forward(in[0], in[1], {4, 2}); },
-                               inputs);
+      testing::check_gradients(
+          [&](const std::vector<Tensor>& in) {
+            return block.forward(in[0], in[1], {4, 2});
+          },
+          inputs);
     }
   }
 }
 
-TEST_CASE("seq2seq: model gradient check with source padding and S != T, pre and post norm", "[slow][seq2seq][gradcheck]") {
+TEST_CASE("seq2seq: model gradient check with source padding and S != T, pre and post norm",
+          "[slow][seq2seq][gradcheck]") {
   for (const char* norm : {"pre", "post", "modern"}) {
     DYNAMIC_SECTION(norm << "-norm") {
       const bool modern = std::string(norm) == "modern";  // pre-norm with RoPE, RMSNorm, SwiGLU, QK-norm
@@ -478,7 +507,8 @@ TEST_CASE("seq2seq: cached decoding equals the full decoder, causality and sourc
       for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < 2; ++h)
           for (int64_t i = 0; i < T; ++i)
-            for (int64_t j = 0; j < S; ++j) (j >= lengths[b] ? padded_mass : real_mass) += cross.at({b, h, i, j});
+            for (int64_t j = 0; j < S; ++j)
+              (j >= lengths[b] ? padded_mass : real_mass) += cross.at({b, h, i, j});
       CHECK(padded_mass == 0.0);
       CHECK(real_mass == Approx(B * 2 * T));
     }
@@ -563,7 +593,10 @@ TEST_CASE("seq2seq: beam search finds a better sequence than greedy when one exi
     // log P(y <eos> | x) by teacher forcing, counting <eos> unless y fills max_seq_len.
     std::vector<int32_t> in = {kBosId};
     in.insert(in.end(), y.begin(), y.end());
-    if (static_cast<int64_t>(y.size()) < c.max_seq_len) y.push_back(kEosId); else in.pop_back();
+    if (static_cast<int64_t>(y.size()) < c.max_seq_len)
+      y.push_back(kEosId);
+    else
+      in.pop_back();
     const int64_t T = static_cast<int64_t>(in.size());
     const Tensor lp = log_softmax(model.decode(narrow(memory, 0, b, 1), {S}, in, T));  // (1, T, V)
     double s = 0;
@@ -603,23 +636,57 @@ TEST_CASE("seq2seq: parameter names, breakdown and FLOPs", "[seq2seq]") {
   Seq2SeqModel model(c, 1);
   std::vector<std::string> names;
   for (const NamedParameter& p : model.parameters()) names.push_back(p.name);
-  const std::vector<std::string> expected = {
-      "src_emb.weight", "src_pos.weight", "encoder.blocks.0.ln1.weight", "encoder.blocks.0.ln1.bias",
-      "encoder.blocks.0.ln2.weight", "encoder.blocks.0.ln2.bias", "encoder.blocks.0.attn.wq.weight",
-      "encoder.blocks.0.attn.wq.bias", "encoder.blocks.0.attn.wk.weight", "encoder.blocks.0.attn.wk.bias",
-      "encoder.blocks.0.attn.wv.weight", "encoder.blocks.0.attn.wv.bias", "encoder.blocks.0.attn.wo.weight",
-      "encoder.blocks.0.attn.wo.bias", "encoder.blocks.0.fc1.weight", "encoder.blocks.0.fc1.bias",
-      "encoder.blocks.0.fc2.weight", "encoder.blocks.0.fc2.bias", "encoder.ln_f.weight", "encoder.ln_f.bias",
-      "tgt_emb.weight", "tgt_pos.weight", "decoder.blocks.0.ln1.weight", "decoder.blocks.0.ln1.bias",
-      "decoder.blocks.0.attn.wq.weight", "decoder.blocks.0.attn.wq.bias", "decoder.blocks.0.attn.wk.weight",
-      "decoder.blocks.0.attn.wk.bias", "decoder.blocks.0.attn.wv.weight", "decoder.blocks.0.attn.wv.bias",
-      "decoder.blocks.0.attn.wo.weight", "decoder.blocks.0.attn.wo.bias", "decoder.blocks.0.ln2.weight",
-      "decoder.blocks.0.ln2.bias", "decoder.blocks.0.cross.wq.weight", "decoder.blocks.0.cross.wq.bias",
-      "decoder.blocks.0.cross.wk.weight", "decoder.blocks.0.cross.wk.bias", "decoder.blocks.0.cross.wv.weight",
-      "decoder.blocks.0.cross.wv.bias", "decoder.blocks.0.cross.wo.weight", "decoder.blocks.0.cross.wo.bias",
-      "decoder.blocks.0.ln3.weight", "decoder.blocks.0.ln3.bias", "decoder.blocks.0.fc1.weight",
-      "decoder.blocks.0.fc1.bias", "decoder.blocks.0.fc2.weight", "decoder.blocks.0.fc2.bias",
-      "decoder.ln_f.weight", "decoder.ln_f.bias", "head.weight"};
+  const std::vector<std::string> expected = {"src_emb.weight",
+                                             "src_pos.weight",
+                                             "encoder.blocks.0.ln1.weight",
+                                             "encoder.blocks.0.ln1.bias",
+                                             "encoder.blocks.0.ln2.weight",
+                                             "encoder.blocks.0.ln2.bias",
+                                             "encoder.blocks.0.attn.wq.weight",
+                                             "encoder.blocks.0.attn.wq.bias",
+                                             "encoder.blocks.0.attn.wk.weight",
+                                             "encoder.blocks.0.attn.wk.bias",
+                                             "encoder.blocks.0.attn.wv.weight",
+                                             "encoder.blocks.0.attn.wv.bias",
+                                             "encoder.blocks.0.attn.wo.weight",
+                                             "encoder.blocks.0.attn.wo.bias",
+                                             "encoder.blocks.0.fc1.weight",
+                                             "encoder.blocks.0.fc1.bias",
+                                             "encoder.blocks.0.fc2.weight",
+                                             "encoder.blocks.0.fc2.bias",
+                                             "encoder.ln_f.weight",
+                                             "encoder.ln_f.bias",
+                                             "tgt_emb.weight",
+                                             "tgt_pos.weight",
+                                             "decoder.blocks.0.ln1.weight",
+                                             "decoder.blocks.0.ln1.bias",
+                                             "decoder.blocks.0.attn.wq.weight",
+                                             "decoder.blocks.0.attn.wq.bias",
+                                             "decoder.blocks.0.attn.wk.weight",
+                                             "decoder.blocks.0.attn.wk.bias",
+                                             "decoder.blocks.0.attn.wv.weight",
+                                             "decoder.blocks.0.attn.wv.bias",
+                                             "decoder.blocks.0.attn.wo.weight",
+                                             "decoder.blocks.0.attn.wo.bias",
+                                             "decoder.blocks.0.ln2.weight",
+                                             "decoder.blocks.0.ln2.bias",
+                                             "decoder.blocks.0.cross.wq.weight",
+                                             "decoder.blocks.0.cross.wq.bias",
+                                             "decoder.blocks.0.cross.wk.weight",
+                                             "decoder.blocks.0.cross.wk.bias",
+                                             "decoder.blocks.0.cross.wv.weight",
+                                             "decoder.blocks.0.cross.wv.bias",
+                                             "decoder.blocks.0.cross.wo.weight",
+                                             "decoder.blocks.0.cross.wo.bias",
+                                             "decoder.blocks.0.ln3.weight",
+                                             "decoder.blocks.0.ln3.bias",
+                                             "decoder.blocks.0.fc1.weight",
+                                             "decoder.blocks.0.fc1.bias",
+                                             "decoder.blocks.0.fc2.weight",
+                                             "decoder.blocks.0.fc2.bias",
+                                             "decoder.ln_f.weight",
+                                             "decoder.ln_f.bias",
+                                             "head.weight"};
   CHECK(names == expected);
   const int64_t C = 16, F = 32, L = 12;
   const int64_t attn = 4 * (C * C + C), ffn = 2 * C * F + F + C;
@@ -675,8 +742,9 @@ TEST_CASE("reference: encoder-decoder logits, loss and gradients match PyTorch",
       const Tensor logits = model.forward(fx.at("src").get<std::vector<int32_t>>(),
                                           fx.at("src_lengths").get<std::vector<int64_t>>(), B, S,
                                           fx.at("tgt_in").get<std::vector<int32_t>>(), T);  // (B, T, V)
-      check_logits_loss_gradients(name, model, fx, logits,
-                                  cross_entropy(logits, fx.at("tgt_out").get<std::vector<int32_t>>(), kPadId));
+      check_logits_loss_gradients(
+          name, model, fx, logits,
+          cross_entropy(logits, fx.at("tgt_out").get<std::vector<int32_t>>(), kPadId));
     }
   }
 }

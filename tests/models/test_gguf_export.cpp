@@ -4,7 +4,6 @@
 // tokenizer's tokens and merges; what cannot be exported is refused naming the key.
 // Legend: T tokens, C = d_model, V vocabulary.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 
 #include "model_config.h"
@@ -14,20 +13,23 @@
 #include "tfm/models/gguf_reference.h"
 
 using namespace tfm;
-using tfm_test::model_config_from;
 using Catch::Matchers::Contains;
+using tfm_test::model_config_from;
 
 namespace {
 
 // A char vocabulary with two multi-byte characters (é: 2 bytes, — : 3 bytes).
 Tokenizer char_vocab() {
-  return Tokenizer::from_text(Tokenizer::Kind::Char, "ROMEO: a b;c\n\xc3\xa9t\xc3\xa9 \xe2\x80\x94 xyz!?", "test");
+  return Tokenizer::from_text(Tokenizer::Kind::Char, "ROMEO: a b;c\n\xc3\xa9t\xc3\xa9 \xe2\x80\x94 xyz!?",
+                              "test");
 }
 
-const std::vector<std::string> kTiny = {"model.d_model=16", "model.n_layers=2", "model.n_heads=4",
-                                        "model.n_kv_heads=4", "model.d_ff=24", "model.max_seq_len=12"};
+const std::vector<std::string> kTiny = {"model.d_model=16",   "model.n_layers=2", "model.n_heads=4",
+                                        "model.n_kv_heads=4", "model.d_ff=24",    "model.max_seq_len=12"};
 
-ModelConfig tiny(int64_t V) { return model_config_from(kTiny, V); }
+ModelConfig tiny(int64_t V) {
+  return model_config_from(kTiny, V);
+}
 
 // Weights large enough that every path moves the probabilities (the 0.02 init is near uniform).
 void randomize(LanguageModel& model, uint64_t seed) {
@@ -107,7 +109,8 @@ TEST_CASE("gguf export: llama.cpp's gpt2 graph on the file gives the model's log
     REQUIRE(ours.size() == ref.size());
     CHECK(max_abs_diff(ours, ref) < 2e-5);
     // llama.cpp's GELU (tanh form through a half table) moves the logits visibly, and only it.
-    const double tanh_diff = max_abs_diff(ours, gguf_reference_logits(f, ids, GeluForm::LlamaCpp).to_vector());
+    const double tanh_diff =
+        max_abs_diff(ours, gguf_reference_logits(f, ids, GeluForm::LlamaCpp).to_vector());
     CHECK(tanh_diff > 1e-4);
     CHECK(tanh_diff < 0.1);
     CHECK(gguf_max_probability_diff(model, f, ids, GeluForm::Erf) < 1e-5);
@@ -154,14 +157,16 @@ TEST_CASE("gguf export: llama.cpp's llama and qwen3 graphs on the file give the 
     const std::vector<int32_t> ids = probe(v.config.max_seq_len, V);
     NoGradGuard no_grad;
     const std::vector<float> ours = model.forward(ids, 1, static_cast<int64_t>(ids.size())).to_vector();
-    const std::vector<float> ref = gguf_reference_logits(f, ids, GeluForm::LlamaCpp).to_vector();  // no GELU here
+    const std::vector<float> ref =
+        gguf_reference_logits(f, ids, GeluForm::LlamaCpp).to_vector();  // no GELU here
     REQUIRE(ours.size() == ref.size());
     CHECK(max_abs_diff(ours, ref) < 2e-5);
     CHECK(gguf_max_probability_diff(model, f, ids, GeluForm::Erf) < 1e-5);
   }
 }
 
-TEST_CASE("gguf export: qwen3's RoPE turns halves, so the export reorders Wq and Wk within each head", "[gguf]") {
+TEST_CASE("gguf export: qwen3's RoPE turns halves, so the export reorders Wq and Wk within each head",
+          "[gguf]") {
   const Tokenizer tok = char_vocab();
   ModelConfig c = modern(tok.size(), true);
   c.n_kv_heads = 2;
@@ -197,7 +202,8 @@ TEST_CASE("gguf export: qwen3's RoPE turns halves, so the export reorders Wq and
   CHECK(gguf_max_probability_diff(model, unordered, ids, GeluForm::Erf) > 1e-3);
 }
 
-TEST_CASE("gguf export: llama and qwen3 names, shapes and metadata as llama.cpp's loaders read them", "[gguf]") {
+TEST_CASE("gguf export: llama and qwen3 names, shapes and metadata as llama.cpp's loaders read them",
+          "[gguf]") {
   const Tokenizer tok = char_vocab();
   const int64_t V = tok.size(), C = 16, F = 24, L = 12, Dk = 4, Ckv = 2 * Dk;
   for (const bool qk_norm : {false, true}) {
@@ -212,10 +218,17 @@ TEST_CASE("gguf export: llama and qwen3 names, shapes and metadata as llama.cpp'
     const GgufFile f = round_trip(gguf_from_model(model, tok, {GgmlType::BF16, "tiny", "{}"}));
     REQUIRE(f.at("general.architecture").str() == a);
     REQUIRE(f.at("general.file_type").unsigned_value() == 32);  // MOSTLY_BF16
-    for (const auto& [key, value] : std::vector<std::pair<std::string, int64_t>>{
-             {".context_length", L}, {".embedding_length", C}, {".block_count", 2}, {".feed_forward_length", F},
-             {".attention.head_count", 4}, {".attention.head_count_kv", 2}, {".attention.key_length", Dk},
-             {".attention.value_length", Dk}, {".rope.dimension_count", Dk}, {".vocab_size", V}}) {
+    for (const auto& [key, value] :
+         std::vector<std::pair<std::string, int64_t>>{{".context_length", L},
+                                                      {".embedding_length", C},
+                                                      {".block_count", 2},
+                                                      {".feed_forward_length", F},
+                                                      {".attention.head_count", 4},
+                                                      {".attention.head_count_kv", 2},
+                                                      {".attention.key_length", Dk},
+                                                      {".attention.value_length", Dk},
+                                                      {".rope.dimension_count", Dk},
+                                                      {".vocab_size", V}}) {
       INFO(key);
       REQUIRE(f.at(a + key).type() == GgufType::UInt32);
       REQUIRE(static_cast<int64_t>(f.at(a + key).unsigned_value()) == value);
@@ -230,16 +243,19 @@ TEST_CASE("gguf export: llama and qwen3 names, shapes and metadata as llama.cpp'
     std::vector<std::pair<std::string, Shape>> expected = {{"token_embd.weight", {V, C}}};
     for (int l = 0; l < 2; ++l) {
       const std::string g = "blk." + std::to_string(l) + ".";
-      std::vector<std::pair<std::string, Shape>> layer = {
-          {"attn_norm.weight", {C}}, {"attn_q.weight", {C, C}}, {"attn_k.weight", {Ckv, C}},
-          {"attn_v.weight", {Ckv, C}}};
+      std::vector<std::pair<std::string, Shape>> layer = {{"attn_norm.weight", {C}},
+                                                          {"attn_q.weight", {C, C}},
+                                                          {"attn_k.weight", {Ckv, C}},
+                                                          {"attn_v.weight", {Ckv, C}}};
       if (qk_norm) {
         layer.push_back({"attn_q_norm.weight", {Dk}});
         layer.push_back({"attn_k_norm.weight", {Dk}});
       }
-      for (const auto& e : std::vector<std::pair<std::string, Shape>>{
-               {"attn_output.weight", {C, C}}, {"ffn_norm.weight", {C}}, {"ffn_gate.weight", {F, C}},
-               {"ffn_up.weight", {F, C}}, {"ffn_down.weight", {C, F}}})
+      for (const auto& e : std::vector<std::pair<std::string, Shape>>{{"attn_output.weight", {C, C}},
+                                                                      {"ffn_norm.weight", {C}},
+                                                                      {"ffn_gate.weight", {F, C}},
+                                                                      {"ffn_up.weight", {F, C}},
+                                                                      {"ffn_down.weight", {C, F}}})
         layer.push_back(e);
       for (const auto& e : layer) expected.emplace_back(g + e.first, e.second);
     }
@@ -265,15 +281,17 @@ TEST_CASE("gguf export: llama and qwen3 names, shapes and metadata as llama.cpp'
     bad = f;
     for (GgufTensor& t : bad.tensors)
       if (t.name == "blk.0.attn_k.weight") t = gguf_tensor(t.name, Tensor::zeros({4, C}));
-    REQUIRE_THROWS_WITH(gguf_reference_logits(bad, {1, 2}, GeluForm::Erf),
-                        Contains("tensor \"blk.0.attn_k.weight\" has shape [4, 16], llama.cpp's " + a +
-                                 " expects [8, 16]"));
+    REQUIRE_THROWS_WITH(
+        gguf_reference_logits(bad, {1, 2}, GeluForm::Erf),
+        Contains("tensor \"blk.0.attn_k.weight\" has shape [4, 16], llama.cpp's " + a + " expects [8, 16]"));
     // SwiGLU's gate is fc1 (silu applied to it), its up projection fc3.
     REQUIRE(gguf_tensor_values(f.tensor("blk.0.ffn_gate.weight")).to_vector() ==
-            gguf_tensor_values(gguf_tensor("x", model.find_parameter("blocks.0.fc1.weight")->value, GgmlType::BF16))
+            gguf_tensor_values(
+                gguf_tensor("x", model.find_parameter("blocks.0.fc1.weight")->value, GgmlType::BF16))
                 .to_vector());
     REQUIRE(gguf_tensor_values(f.tensor("blk.0.ffn_up.weight")).to_vector() ==
-            gguf_tensor_values(gguf_tensor("x", model.find_parameter("blocks.0.fc3.weight")->value, GgmlType::BF16))
+            gguf_tensor_values(
+                gguf_tensor("x", model.find_parameter("blocks.0.fc3.weight")->value, GgmlType::BF16))
                 .to_vector());
   }
 }
@@ -289,10 +307,14 @@ TEST_CASE("gguf export: names, shapes, types and metadata as llama.cpp's gpt2 lo
   REQUIRE(f.at("general.name").str() == "tiny");
   REQUIRE(f.at("general.file_type").unsigned_value() == 1);  // MOSTLY_F16
   REQUIRE(f.at("tfm.config").str() == "{}");
-  for (const auto& [key, value] : std::vector<std::pair<std::string, int64_t>>{
-           {"gpt2.context_length", L}, {"gpt2.embedding_length", C}, {"gpt2.block_count", 2},
-           {"gpt2.feed_forward_length", F}, {"gpt2.attention.head_count", 4}, {"gpt2.attention.head_count_kv", 2},
-           {"gpt2.vocab_size", V}}) {
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, int64_t>>{{"gpt2.context_length", L},
+                                                    {"gpt2.embedding_length", C},
+                                                    {"gpt2.block_count", 2},
+                                                    {"gpt2.feed_forward_length", F},
+                                                    {"gpt2.attention.head_count", 4},
+                                                    {"gpt2.attention.head_count_kv", 2},
+                                                    {"gpt2.vocab_size", V}}) {
     INFO(key);
     REQUIRE(f.at(key).type() == GgufType::UInt32);  // llama.cpp's loader checks the type
     REQUIRE(static_cast<int64_t>(f.at(key).unsigned_value()) == value);
@@ -305,11 +327,18 @@ TEST_CASE("gguf export: names, shapes, types and metadata as llama.cpp's gpt2 lo
                                                          {"position_embd.weight", {L, C}}};
   for (int l = 0; l < 2; ++l) {
     const std::string g = "blk." + std::to_string(l) + ".";
-    for (const auto& e : std::vector<std::pair<std::string, Shape>>{
-             {"attn_norm.weight", {C}}, {"attn_norm.bias", {C}}, {"attn_qkv.weight", {C + 2 * 8, C}},
-             {"attn_qkv.bias", {C + 2 * 8}}, {"attn_output.weight", {C, C}}, {"attn_output.bias", {C}},
-             {"ffn_norm.weight", {C}}, {"ffn_norm.bias", {C}}, {"ffn_up.weight", {F, C}}, {"ffn_up.bias", {F}},
-             {"ffn_down.weight", {C, F}}, {"ffn_down.bias", {C}}})
+    for (const auto& e : std::vector<std::pair<std::string, Shape>>{{"attn_norm.weight", {C}},
+                                                                    {"attn_norm.bias", {C}},
+                                                                    {"attn_qkv.weight", {C + 2 * 8, C}},
+                                                                    {"attn_qkv.bias", {C + 2 * 8}},
+                                                                    {"attn_output.weight", {C, C}},
+                                                                    {"attn_output.bias", {C}},
+                                                                    {"ffn_norm.weight", {C}},
+                                                                    {"ffn_norm.bias", {C}},
+                                                                    {"ffn_up.weight", {F, C}},
+                                                                    {"ffn_up.bias", {F}},
+                                                                    {"ffn_down.weight", {C, F}},
+                                                                    {"ffn_down.bias", {C}}})
       expected.emplace_back(g + e.first, e.second);
   }
   expected.push_back({"output_norm.weight", {C}});
@@ -340,18 +369,18 @@ TEST_CASE("gguf export: the sinusoidal model's scaled embedding and table are fo
   REQUIRE(gguf_tensor_values(f.tensor("output.weight")).to_vector() == E);
   // The first hidden state is exact: tfm's embed_with_positions and llama.cpp's get_rows + add agree.
   const std::vector<float> pos = gguf_tensor_values(f.tensor("position_embd.weight")).to_vector();
-  REQUIRE(pos[0] == 0.0f);   // sin(0)
-  REQUIRE(pos[1] == 1.0f);   // cos(0)
+  REQUIRE(pos[0] == 0.0f);  // sin(0)
+  REQUIRE(pos[1] == 1.0f);  // cos(0)
   REQUIRE(pos[12] == static_cast<float>(std::sin(1.0)));
 }
 
 TEST_CASE("gguf export: tokens in GPT-2's byte form, merges for multi-byte characters and BPE", "[gguf]") {
-  REQUIRE(gpt2_token_text(" ") == "\xc4\xa0");         // U+0120 'Ġ'
-  REQUIRE(gpt2_token_text("\n") == "\xc4\x8a");        // U+010A 'Ċ'
+  REQUIRE(gpt2_token_text(" ") == "\xc4\xa0");   // U+0120 'Ġ'
+  REQUIRE(gpt2_token_text("\n") == "\xc4\x8a");  // U+010A 'Ċ'
   REQUIRE(gpt2_token_text("a!~") == "a!~");
   REQUIRE(gpt2_token_text("\xc3\xa9") == "\xc3\x83\xc2\xa9");  // é's bytes C3 A9 -> "Ã©"
-  REQUIRE(gpt2_token_text("\xad") == "\xc5\x83");      // 0xAD, the last unprintable: U+0143
-  REQUIRE(gpt2_token_text("\xff") == "\xc3\xbf");      // ÿ stands for itself
+  REQUIRE(gpt2_token_text("\xad") == "\xc5\x83");              // 0xAD, the last unprintable: U+0143
+  REQUIRE(gpt2_token_text("\xff") == "\xc3\xbf");              // ÿ stands for itself
 
   GgufFile f;
   const Tokenizer chars = char_vocab();
@@ -367,7 +396,8 @@ TEST_CASE("gguf export: tokens in GPT-2's byte form, merges for multi-byte chara
   for (const GgufValue& m : f.at("tokenizer.ggml.merges").items()) merges.push_back(m.str());
   // é = C3 A9; — = E2 80 94: its bytes joined left to right.
   // (0x80 and 0x94 are unprintable: U+0122 'Ģ' and U+0136 'Ķ'.)
-  REQUIRE(merges == std::vector<std::string>{"\xc3\x83 \xc2\xa9", "\xc3\xa2 \xc4\xa2", "\xc3\xa2\xc4\xa2 \xc4\xb6"});
+  REQUIRE(merges ==
+          std::vector<std::string>{"\xc3\x83 \xc2\xa9", "\xc3\xa2 \xc4\xa2", "\xc3\xa2\xc4\xa2 \xc4\xb6"});
   REQUIRE(f.find("tokenizer.ggml.eos_token_id") == nullptr);  // llama.cpp's default 11 stands
   REQUIRE(gguf_end_of_text(chars).id == 11);
 
@@ -386,7 +416,9 @@ TEST_CASE("gguf export: tokens in GPT-2's byte form, merges for multi-byte chara
   REQUIRE(ptok.size() == 259);
   REQUIRE(ptok[256].str() == "ab");
   REQUIRE(ptok[257].str() == "abc");
-  REQUIRE(ptok[258].str() == "\xc4\xa0" "ab");
+  REQUIRE(ptok[258].str() ==
+          "\xc4\xa0"
+          "ab");
   std::vector<std::string> pm;
   for (const GgufValue& m : p.at("tokenizer.ggml.merges").items()) pm.push_back(m.str());
   REQUIRE(pm == std::vector<std::string>{"a b", "ab c", "\xc4\xa0 ab"});
@@ -394,8 +426,9 @@ TEST_CASE("gguf export: tokens in GPT-2's byte form, merges for multi-byte chara
   // Two ids with the same bytes cannot both live in llama.cpp's text-keyed vocabulary.
   GgufFile d;
   const Tokenizer dup(BpeTokenizer({{'a', 'b'}, {'b', 'c'}, {256, 'c'}, {'a', 257}}));
-  REQUIRE_THROWS_WITH(add_gguf_tokenizer(d, dup), Contains("data.tokenizer_path: tokens 258 and 259 have the same "
-                                                           "bytes (\"abc\")"));
+  REQUIRE_THROWS_WITH(add_gguf_tokenizer(d, dup),
+                      Contains("data.tokenizer_path: tokens 258 and 259 have the same "
+                               "bytes (\"abc\")"));
 }
 
 TEST_CASE("gguf export: what llama.cpp cannot run is refused naming every key and why", "[gguf]") {
@@ -411,7 +444,9 @@ TEST_CASE("gguf export: what llama.cpp cannot run is refused naming every key an
     FAIL("expected a ConfigError");
   } catch (const ConfigError& e) {
     const std::string m = e.what();
-    CHECK_THAT(m, Contains("model.norm_position = \"post\": llama.cpp's gpt2 graph normalises before each sub-layer"));
+    CHECK_THAT(
+        m,
+        Contains("model.norm_position = \"post\": llama.cpp's gpt2 graph normalises before each sub-layer"));
     CHECK_THAT(m, Contains("model.activation = \"relu\": llama.cpp's gpt2 feed-forward applies GELU"));
     CHECK_THAT(m, Contains("model.attention_score = \"additive\""));
     CHECK_THAT(m, Contains("model.head_gating = \"topk\""));
@@ -432,8 +467,10 @@ TEST_CASE("gguf export: what llama.cpp cannot run is refused naming every key an
     FAIL("expected a ConfigError");
   } catch (const ConfigError& e) {
     const std::string m = e.what();
-    CHECK_THAT(m, Contains("model.norm = \"layernorm\": with model.positional_encoding = \"rope\" the model is "
-                           "llama.cpp's llama") && Contains("which normalises with RMSNorm"));
+    CHECK_THAT(m,
+               Contains("model.norm = \"layernorm\": with model.positional_encoding = \"rope\" the model is "
+                        "llama.cpp's llama") &&
+                   Contains("which normalises with RMSNorm"));
     CHECK_THAT(m, Contains("model.activation = \"gelu\": with model.positional_encoding = \"rope\"") &&
                       Contains("which has a SwiGLU feed-forward"));
   }
@@ -450,8 +487,9 @@ TEST_CASE("gguf export: what llama.cpp cannot run is refused naming every key an
   }
   ModelConfig qwen3_bias = modern(10, true);
   qwen3_bias.bias = true;
-  REQUIRE_THROWS_WITH(check_gguf_exportable(qwen3_bias),
-                      Contains("model.bias = true: llama.cpp's qwen3 (the architecture with QK-norm) has no biases"));
+  REQUIRE_THROWS_WITH(
+      check_gguf_exportable(qwen3_bias),
+      Contains("model.bias = true: llama.cpp's qwen3 (the architecture with QK-norm) has no biases"));
   ModelConfig llama_bias = modern(10, false);
   llama_bias.bias = true;
   REQUIRE_NOTHROW(check_gguf_exportable(llama_bias));  // llama.cpp's llama reads them

@@ -1,9 +1,8 @@
 // The GGUF exporter held against the key table: every model.* key has a rule for each llama.cpp
 // architecture (gguf_key_rules: the values it expresses, or every value), and a value outside a rule
 // is refused naming the key and the value.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
@@ -32,7 +31,8 @@ std::vector<std::string> base_of(GgufArchitecture arch) {
   if (arch == GgufArchitecture::Gpt2) return {"model.positional_encoding=learned"};
   std::vector<std::string> modern = {"model.positional_encoding=rope", "model.norm=rmsnorm",
                                      "model.activation=swiglu"};
-  if (arch == GgufArchitecture::Qwen3) modern.insert(modern.end(), {"model.qk_norm=true", "model.bias=false"});
+  if (arch == GgufArchitecture::Qwen3)
+    modern.insert(modern.end(), {"model.qk_norm=true", "model.bias=false"});
   return modern;
 }
 

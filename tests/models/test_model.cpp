@@ -3,12 +3,11 @@
 // FLOP counts and attention recording.
 // Legend: B batch, T time, C = d_model, H heads, Hkv kv heads, V vocabulary.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 
 #include "model_config.h"
-#include "tfm/models/language_model.h"
 #include "tfm/engine/ops.h"
+#include "tfm/models/language_model.h"
 
 using namespace tfm;
 using tfm_test::model_config_from;
@@ -18,20 +17,23 @@ namespace {
 // The modern options together (docs/architecture.md, "Modern options"): RoPE, RMSNorm, SwiGLU, QK-norm,
 // no biases, an untied head.
 ModelConfig modern(int64_t heads, int64_t kv_heads, const std::string& norm_position = "pre") {
-  return model_config_from({"model.d_model=8", "model.n_layers=2", "model.n_heads=" + std::to_string(heads),
-                            "model.n_kv_heads=" + std::to_string(kv_heads), "model.d_ff=12", "model.max_seq_len=8",
-                            "model.norm_position=" + norm_position, "model.positional_encoding=rope",
-                            "model.rope_theta=500", "model.norm=rmsnorm", "model.activation=swiglu",
-                            "model.qk_norm=true", "model.bias=false", "model.tie_embeddings=false"},
-                           7);
+  return model_config_from(
+      {"model.d_model=8", "model.n_layers=2", "model.n_heads=" + std::to_string(heads),
+       "model.n_kv_heads=" + std::to_string(kv_heads), "model.d_ff=12", "model.max_seq_len=8",
+       "model.norm_position=" + norm_position, "model.positional_encoding=rope", "model.rope_theta=500",
+       "model.norm=rmsnorm", "model.activation=swiglu", "model.qk_norm=true", "model.bias=false",
+       "model.tie_embeddings=false"},
+      7);
 }
 
-ModelConfig tiny(const std::string& norm, const std::string& positions, bool tied, int64_t heads, int64_t kv_heads) {
-  return model_config_from({"model.d_model=8", "model.n_layers=2", "model.n_heads=" + std::to_string(heads),
-                            "model.n_kv_heads=" + std::to_string(kv_heads), "model.d_ff=12", "model.max_seq_len=8",
-                            "model.norm_position=" + norm, "model.positional_encoding=" + positions,
-                            std::string("model.tie_embeddings=") + (tied ? "true" : "false")},
-                           7);
+ModelConfig tiny(const std::string& norm, const std::string& positions, bool tied, int64_t heads,
+                 int64_t kv_heads) {
+  return model_config_from(
+      {"model.d_model=8", "model.n_layers=2", "model.n_heads=" + std::to_string(heads),
+       "model.n_kv_heads=" + std::to_string(kv_heads), "model.d_ff=12", "model.max_seq_len=8",
+       "model.norm_position=" + norm, "model.positional_encoding=" + positions,
+       std::string("model.tie_embeddings=") + (tied ? "true" : "false")},
+      7);
 }
 
 std::vector<int32_t> random_tokens(int64_t n, int64_t V, Rng& rng) {
@@ -179,7 +181,8 @@ TEST_CASE("model: initialisation follows docs/architecture.md", "[model]") {
     const double std = std::sqrt(sq / v.size());
     CHECK(p.decay == (p.value.dim() >= 2));
     if (p.value.dim() == 2) {
-      const bool residual = p.name.find("attn.wo.weight") != std::string::npos || p.name.find("fc2.weight") != std::string::npos;
+      const bool residual = p.name.find("attn.wo.weight") != std::string::npos ||
+                            p.name.find("fc2.weight") != std::string::npos;
       const double want = residual ? residual_std : 0.02;
       CHECK(std == Approx(want).epsilon(0.08));
       CHECK(std::fabs(mean) < 4 * want / std::sqrt(static_cast<double>(v.size())) + 1e-6);

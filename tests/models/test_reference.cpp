@@ -2,9 +2,8 @@
 // scripts/torch_lm.py (and torch.nn.MultiheadAttention) are loaded into our model and
 // layers; logits, loss and outputs must match to 1e-5, every gradient to 1e-4 relative to the
 // largest entry of its tensor. Set TFM_REPORT_DIFFS=1 to print the largest differences seen.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -13,9 +12,9 @@
 #include <string>
 
 #include "fixture_compare.h"
+#include "tfm/engine/ops.h"
 #include "tfm/models/language_model.h"
 #include "tfm/nn/blocks.h"
-#include "tfm/engine/ops.h"
 
 using namespace tfm;
 using tfm_test::model_config_from;
@@ -24,8 +23,12 @@ using json = nlohmann::json;
 using namespace tfm::testing;
 
 TEST_CASE("reference: language model logits, loss and gradients match PyTorch", "[reference][model]") {
-  const char* names[] = {"lm_pre_sinusoidal_tied", "lm_post_learned_untied", "lm_gqa_relu", "mlm_bidirectional",
-                         "lm_modern", "mlm_modern"};
+  const char* names[] = {"lm_pre_sinusoidal_tied",
+                         "lm_post_learned_untied",
+                         "lm_gqa_relu",
+                         "mlm_bidirectional",
+                         "lm_modern",
+                         "mlm_modern"};
   for (const char* name : names) {
     SECTION(name) {
       const json fx = load_fixture(name);
@@ -45,7 +48,8 @@ TEST_CASE("reference: language model logits, loss and gradients match PyTorch", 
   }
 }
 
-TEST_CASE("reference: cross-attention with kdim/vdim matches torch.nn.MultiheadAttention", "[reference][attention]") {
+TEST_CASE("reference: cross-attention with kdim/vdim matches torch.nn.MultiheadAttention",
+          "[reference][attention]") {
   const json fx = load_fixture("mha_cross_kdim_vdim");
   const ModelConfig cfg = model_config_from(
       {"model.d_model=" + fx.at("d_model").dump(), "model.n_heads=" + fx.at("n_heads").dump()}, 0);
@@ -68,7 +72,8 @@ TEST_CASE("reference: cross-attention with kdim/vdim matches torch.nn.MultiheadA
   check_gradient("value", value.grad(), fx.at("grads").at("value"));
 }
 
-TEST_CASE("reference: top-k head gating equals a PyTorch version, output, balance loss and gradients", "[reference]") {
+TEST_CASE("reference: top-k head gating equals a PyTorch version, output, balance loss and gradients",
+          "[reference]") {
   const json fx = load_fixture("mha_topk_gating");
   const ModelConfig cfg = model_config_from(
       {"model.d_model=" + fx.at("d_model").dump(), "model.n_heads=" + fx.at("n_heads").dump(),

@@ -16,24 +16,24 @@
 #include <vector>
 
 #include "tfm/config/config.h"
-#include "tfm/training/distributed.h"
-#include "tfm/models/language_model.h"
-#include "tfm/training/optim.h"
 #include "tfm/engine/random.h"
+#include "tfm/models/language_model.h"
+#include "tfm/training/distributed.h"
+#include "tfm/training/optim.h"
 #include "tfm/training/trainer.h"
 
 namespace {
 
 int g_failures = 0;
-#define MPI_CHECK(cond, ...)                                                                    \
-  do {                                                                                         \
-    if (!(cond)) {                                                                             \
-      std::fprintf(stderr, "rank %d: %s:%d: CHECK(%s) failed: ", tfm::dist::rank(), __FILE__, \
-                   __LINE__, #cond);                                                           \
-      std::fprintf(stderr, __VA_ARGS__);                                                       \
-      std::fputc('\n', stderr);                                                                \
-      ++g_failures;                                                                            \
-    }                                                                                          \
+#define MPI_CHECK(cond, ...)                                                                            \
+  do {                                                                                                  \
+    if (!(cond)) {                                                                                      \
+      std::fprintf(stderr, "rank %d: %s:%d: CHECK(%s) failed: ", tfm::dist::rank(), __FILE__, __LINE__, \
+                   #cond);                                                                              \
+      std::fprintf(stderr, __VA_ARGS__);                                                                \
+      std::fputc('\n', stderr);                                                                         \
+      ++g_failures;                                                                                     \
+    }                                                                                                   \
   } while (0)
 
 uint64_t fnv1a(const float* data, int64_t n) {
@@ -59,7 +59,8 @@ void test_identical_parameters(const std::string& dir, std::vector<std::string> 
     const tfm::Tensor v = model.flat_values();
     const std::vector<uint64_t> all = tfm::dist::allgather({fnv1a(v.data(), v.numel())});
     for (size_t r = 1; r < all.size(); ++r)
-      MPI_CHECK(all[r] == all[0], "step %ld: parameters of rank %zu differ from rank 0's (hash %016llx vs %016llx)",
+      MPI_CHECK(all[r] == all[0],
+                "step %ld: parameters of rank %zu differ from rank 0's (hash %016llx vs %016llx)",
                 static_cast<long>(step), r, static_cast<unsigned long long>(all[r]),
                 static_cast<unsigned long long>(all[0]));
     ++checked;
@@ -70,7 +71,8 @@ void test_identical_parameters(const std::string& dir, std::vector<std::string> 
   // The logged loss is the mean over ranks: the same number on every rank.
   for (size_t i = 0; i < r.losses.size(); ++i) {
     const double mean = tfm::dist::allreduce_mean(r.losses[i]);
-    MPI_CHECK(mean == r.losses[i], "step %zu: loss %.9g on this rank, mean over ranks %.9g", i + 1, r.losses[i], mean);
+    MPI_CHECK(mean == r.losses[i], "step %zu: loss %.9g on this rank, mean over ranks %.9g", i + 1,
+              r.losses[i], mean);
   }
   if (tfm::dist::is_root())
     MPI_CHECK(std::filesystem::exists(dir + "/last.ckpt"), "rank 0 wrote no %s/last.ckpt", dir.c_str());
@@ -82,7 +84,8 @@ void test_split_batch_matches_full_batch() {
   mc.vocab_size = 17, mc.d_model = 32, mc.n_layers = 2, mc.n_heads = 4, mc.d_ff = 64, mc.max_seq_len = 16;
   mc.dropout = 0.0;
   const int64_t B = 8, T = 16, ranks = tfm::dist::size(), Bl = B / ranks;
-  MPI_CHECK(B % ranks == 0, "B = %ld is not divisible by %ld ranks", static_cast<long>(B), static_cast<long>(ranks));
+  MPI_CHECK(B % ranks == 0, "B = %ld is not divisible by %ld ranks", static_cast<long>(B),
+            static_cast<long>(ranks));
   tfm::Rng rng(7);
   std::vector<int32_t> x(B * T), y(B * T);
   for (auto& t : x) t = static_cast<int32_t>(rng.below(17));
@@ -118,8 +121,10 @@ void test_split_batch_matches_full_batch() {
   }
   std::printf("split vs full batch: max |grad diff| %.3g (max |grad| %.3g), max |param diff| %.3g\n", max_gd,
               max_g, max_vd);
-  MPI_CHECK(max_g > 1e-3, "the full-batch gradient is ~0 (max %.3g): the comparison would prove nothing", max_g);
-  MPI_CHECK(max_gd <= 1e-5 * std::max(1.0, max_g), "averaged gradient differs from the full batch's by %.3g", max_gd);
+  MPI_CHECK(max_g > 1e-3, "the full-batch gradient is ~0 (max %.3g): the comparison would prove nothing",
+            max_g);
+  MPI_CHECK(max_gd <= 1e-5 * std::max(1.0, max_g), "averaged gradient differs from the full batch's by %.3g",
+            max_gd);
   MPI_CHECK(max_vd <= 1e-5, "parameters after one step differ by %.3g", max_vd);
 }
 
@@ -138,7 +143,8 @@ int bench_allreduce(int64_t P) {
   std::sort(ms.begin(), ms.end());
   if (tfm::dist::is_root())
     std::printf("allreduce_mean of %ld floats (%.1f MB) over %d ranks: median %.3f ms (min %.3f, max %.3f)\n",
-                static_cast<long>(P), 4e-6 * static_cast<double>(P), tfm::dist::size(), ms[10], ms[0], ms[20]);
+                static_cast<long>(P), 4e-6 * static_cast<double>(P), tfm::dist::size(), ms[10], ms[0],
+                ms[20]);
   tfm::dist::finalize();
   return 0;
 }
@@ -160,10 +166,10 @@ int main(int argc, char** argv) {
     // Muon: every rank runs the same Newton-Schulz products on the averaged gradient.
     test_identical_parameters(dir + "/muon", {"train.optimizer.name=muon", "train.lr_schedule.name=wsd"});
     test_identical_parameters(dir + "/masked_lm", {"train.objective=masked_lm", "model.causal=false"});
-    test_identical_parameters(dir + "/seq2seq",
-                              {"train.objective=seq2seq", "data.tokenizer=word", "train.batch_size=4",
-                               "data.val_fraction=0.2", "data.path=" + std::string(TFM_SOURCE_DIR) +
-                                                            "/tests/fixtures/eng_fra_head.txt"});
+    test_identical_parameters(
+        dir + "/seq2seq",
+        {"train.objective=seq2seq", "data.tokenizer=word", "train.batch_size=4", "data.val_fraction=0.2",
+         "data.path=" + std::string(TFM_SOURCE_DIR) + "/tests/fixtures/eng_fra_head.txt"});
     test_split_batch_matches_full_batch();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: exception: %s\n", tfm::dist::rank(), e.what());

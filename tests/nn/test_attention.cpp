@@ -39,10 +39,11 @@ Tensor repeat_kv_heads(const Tensor& kv, const Case& c, int64_t D) {
 }
 
 // The composed form: softmax(Q K^T / sqrt(Dk) masked) (dropped) V, per head, from primitive ops.
-Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const Case& c, Tensor* probs, uint64_t seed) {
+Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, const Case& c, Tensor* probs,
+                uint64_t seed) {
   const Tensor qh = permute(reshape(q, {c.B, c.Tq, c.H, c.Dk}), {0, 2, 1, 3});  // (B, H, Tq, Dk)
-  const Tensor kh = repeat_kv_heads(k, c, c.Dk);                                 // (B, H, Tk, Dk)
-  const Tensor vh = repeat_kv_heads(v, c, c.Dv);                                 // (B, H, Tk, Dv)
+  const Tensor kh = repeat_kv_heads(k, c, c.Dk);                                // (B, H, Tk, Dk)
+  const Tensor vh = repeat_kv_heads(v, c, c.Dv);                                // (B, H, Tk, Dv)
   const Tensor s = matmul(qh, kh, false, true) * (1.0f / std::sqrt(static_cast<float>(c.Dk)));
   const Tensor mask = hidden_mask(c);
   Tensor p = softmax(masked_fill(s, mask, -1e30f)) * rsub(1.0f, mask);  // (B, H, Tq, Tk)
@@ -136,8 +137,13 @@ TEST_CASE("attention: fused op equals the composed form, values and gradients", 
   for (const Case& c : cases()) {
     SECTION(c.name) {
       const Compared cmp = compare_forms(
-          c, 11, [&](const Tensor& q, const Tensor& k, const Tensor& v, Tensor* p) { return fused(q, k, v, c, p, 5); },
-          [&](const Tensor& q, const Tensor& k, const Tensor& v, Tensor* p) { return composed(q, k, v, c, p, 5); });
+          c, 11,
+          [&](const Tensor& q, const Tensor& k, const Tensor& v, Tensor* p) {
+            return fused(q, k, v, c, p, 5);
+          },
+          [&](const Tensor& q, const Tensor& k, const Tensor& v, Tensor* p) {
+            return composed(q, k, v, c, p, 5);
+          });
       const Tensor* outs = cmp.outs;
       const Tensor* probs = cmp.probs;
       require_close(probs[0], probs[1], 1e-6f, "probabilities");
@@ -175,14 +181,16 @@ TEST_CASE("attention: fused op gradient check", "[attention][gradcheck]") {
   }
 }
 
-TEST_CASE("attention: keys and values strided per batch (a narrowed KV cache) are read in place", "[attention]") {
+TEST_CASE("attention: keys and values strided per batch (a narrowed KV cache) are read in place",
+          "[attention]") {
   const Case c{"cache", 2, 1, 3, 2, 1, 2, 2, true, {}};
   Rng rng(4);
   const Tensor q = Tensor::randn({2, 1, 4}, rng);
   const Tensor cache_k = Tensor::randn({2, 6, 2}, rng), cache_v = Tensor::randn({2, 6, 2}, rng);
   const Tensor k = narrow(cache_k, 1, 0, 3), v = narrow(cache_v, 1, 0, 3);  // batch stride 12, not 6
   REQUIRE_FALSE(k.is_contiguous());
-  require_close(fused(q, k, v, c, nullptr, 1), fused(q, k.clone(), v.clone(), c, nullptr, 1), 0.0f, "strided");
+  require_close(fused(q, k, v, c, nullptr, 1), fused(q, k.clone(), v.clone(), c, nullptr, 1), 0.0f,
+                "strided");
 }
 
 TEST_CASE("attention: bad shapes are reported with the op's name", "[attention]") {
@@ -190,7 +198,8 @@ TEST_CASE("attention: bad shapes are reported with the op's name", "[attention]"
   opt.n_heads = 3;
   opt.n_kv_heads = 2;
   const Tensor x = Tensor::zeros({1, 2, 6});
-  CHECK_THROWS_WITH(scaled_dot_product_attention(x, x, x, opt), Catch::Contains("scaled_dot_product_attention"));
+  CHECK_THROWS_WITH(scaled_dot_product_attention(x, x, x, opt),
+                    Catch::Contains("scaled_dot_product_attention"));
   opt.n_kv_heads = 3;
   opt.key_lengths = {5};
   CHECK_THROWS_WITH(scaled_dot_product_attention(x, x, x, opt), Catch::Contains("key length 5"));
@@ -220,13 +229,16 @@ Tensor dense_then_zeroed(const Tensor& q, const Tensor& k, const Tensor& v, cons
 
 }  // namespace
 
-TEST_CASE("attention: selected rows (head gating) equal the dense op with the other rows zeroed", "[attention]") {
+TEST_CASE("attention: selected rows (head gating) equal the dense op with the other rows zeroed",
+          "[attention]") {
   for (const Case& c : cases()) {
     SECTION(c.name) {
       const std::vector<uint8_t> rows = random_rows(c, 4);
       const Compared cmp = compare_forms(
           c, 12,
-          [&](const Tensor& q, const Tensor& k, const Tensor& v, Tensor* p) { return fused(q, k, v, c, p, 5, rows); },
+          [&](const Tensor& q, const Tensor& k, const Tensor& v, Tensor* p) {
+            return fused(q, k, v, c, p, 5, rows);
+          },
           [&](const Tensor& q, const Tensor& k, const Tensor& v, Tensor* p) {
             return dense_then_zeroed(q, k, v, c, rows, p, 5);
           });
@@ -240,7 +252,8 @@ TEST_CASE("attention: selected rows (head gating) equal the dense op with the ot
             const bool on = rows[(b * c.Tq + i) * c.H + h];
             for (int64_t j = 0; j < c.Tk; ++j) {
               if (!on) REQUIRE(probs[0].at({b, h, i, j}) == 0.0f);
-              worst = std::max(worst, std::fabs(probs[0].at({b, h, i, j}) - (on ? probs[1].at({b, h, i, j}) : 0.0f)));
+              worst = std::max(
+                  worst, std::fabs(probs[0].at({b, h, i, j}) - (on ? probs[1].at({b, h, i, j}) : 0.0f)));
             }
           }
       CHECK(worst <= 1e-6f);

@@ -1,11 +1,10 @@
-// Top-k head gating (model.head_gating "topk"; Mixture of Attention heads, Zhang et al. 2022): the layer equals
-// the formula written out from the standard layer's per-head outputs, k = H with a zero gate is the
+// Top-k head gating (model.head_gating "topk"; Mixture of Attention heads, Zhang et al. 2022): the layer
+// equals the formula written out from the standard layer's per-head outputs, k = H with a zero gate is the
 // standard layer with every head weighted 1/H, gradients (layer and balance loss) match central
 // differences, the balance term is the Switch Transformer's, and a trained run logs head usage.
 // Legend: B batch, T time, C = d_model, H heads, Dk per-head width.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -16,9 +15,9 @@
 #include "fixture_compare.h"
 #include "gradcheck.h"
 #include "model_config.h"
+#include "tfm/engine/ops.h"
 #include "tfm/models/language_model.h"
 #include "tfm/nn/blocks.h"
-#include "tfm/engine/ops.h"
 
 using namespace tfm;
 using tfm_test::model_config_from;
@@ -26,10 +25,10 @@ using tfm_test::model_config_from;
 namespace {
 
 ModelConfig gated(int64_t H, int64_t Hkv, int64_t k) {
-  return model_config_from({"model.d_model=16", "model.n_heads=" + std::to_string(H),
-                            "model.n_kv_heads=" + std::to_string(Hkv), "model.head_gating=topk",
-                            "model.head_topk=" + std::to_string(k)},
-                           0);
+  return model_config_from(
+      {"model.d_model=16", "model.n_heads=" + std::to_string(H), "model.n_kv_heads=" + std::to_string(Hkv),
+       "model.head_gating=topk", "model.head_topk=" + std::to_string(k)},
+      0);
 }
 
 void randomize(Module& m, Rng& rng, float std = 0.5f) {
@@ -48,7 +47,8 @@ using testing::max_abs_diff;
 
 }  // namespace
 
-TEST_CASE("head gating: the layer is sum over the token's top-k heads of softmax-weighted heads", "[gating]") {
+TEST_CASE("head gating: the layer is sum over the token's top-k heads of softmax-weighted heads",
+          "[gating]") {
   struct Case {
     int64_t H, Hkv, k;
     bool causal;
@@ -70,7 +70,7 @@ TEST_CASE("head gating: the layer is sum over the token's top-k heads of softmax
       const Tensor out = layer.forward(x, x, x, c.lengths);  // (B, T, C)
       plain.record = true;
       plain.forward(x, x, x, c.lengths);
-      const Tensor heads = plain.last_head_outputs;  // (B, T, H, Dk), ungated
+      const Tensor heads = plain.last_head_outputs;                 // (B, T, H, Dk), ungated
       const Tensor g = matmul(x, layer.gate->weight, false, true);  // (B, T, H) gate logits
       // Written out: per token, the top-k heads by logit, their softmax weights, then Wo.
       std::vector<float> mixed(B * T * H * Dk, 0.0f);
@@ -94,7 +94,8 @@ TEST_CASE("head gating: the layer is sum over the token's top-k heads of softmax
   }
 }
 
-TEST_CASE("head gating: k = H with a zero gate is the standard layer with each head weighted 1/H", "[gating]") {
+TEST_CASE("head gating: k = H with a zero gate is the standard layer with each head weighted 1/H",
+          "[gating]") {
   for (bool causal : {true, false}) {
     ModelConfig cfg = gated(4, 2, 4);
     MultiHeadAttention layer(cfg, causal);
@@ -166,8 +167,8 @@ TEST_CASE("head gating: the balance loss is balance_loss * H * sum f_h P_h, summ
   CHECK(one.tokens_seen == 3.0);
 
   // The model sums its layers' terms; without gating there is none.
-  const std::vector<std::string> sets = {"model.d_model=16", "model.n_layers=3", "model.n_heads=4",
-                                         "model.n_kv_heads=4", "model.d_ff=32", "model.max_seq_len=8"};
+  const std::vector<std::string> sets = {"model.d_model=16",   "model.n_layers=3", "model.n_heads=4",
+                                         "model.n_kv_heads=4", "model.d_ff=32",    "model.max_seq_len=8"};
   std::vector<std::string> gated_sets = sets;
   gated_sets.insert(gated_sets.end(), {"model.head_gating=topk", "model.head_topk=4"});
   LanguageModel model(model_config_from(gated_sets, 11), 1);

@@ -15,12 +15,12 @@
 #include "gradcheck.h"
 #include "model_config.h"
 #include "tfm/config/config.h"
-#include "tfm/models/language_model.h"
-#include "tfm/nn/blocks.h"
 #include "tfm/engine/ops.h"
-#include "tfm/training/preflight.h"
 #include "tfm/engine/safetensors.h"
 #include "tfm/models/encoder_decoder.h"
+#include "tfm/models/language_model.h"
+#include "tfm/nn/blocks.h"
+#include "tfm/training/preflight.h"
 
 using namespace tfm;
 using tfm_test::model_config_from;
@@ -35,19 +35,20 @@ void set_identity(Tensor& mix) {
 }
 
 ModelConfig attention_config(const std::string& mixing, const std::string& score, int64_t heads, int64_t kv) {
-  return model_config_from({"model.d_model=8", "model.n_heads=" + std::to_string(heads),
-                            "model.n_kv_heads=" + std::to_string(kv), "model.attention_score=" + score,
-                            "model.head_mixing=" + mixing, "model.head_groups=2"},
-                           0);
+  return model_config_from(
+      {"model.d_model=8", "model.n_heads=" + std::to_string(heads), "model.n_kv_heads=" + std::to_string(kv),
+       "model.attention_score=" + score, "model.head_mixing=" + mixing, "model.head_groups=2"},
+      0);
 }
 
 using testing::max_abs_diff;
 
 ModelConfig tiny_lm(const std::string& mixing, int64_t kv_heads, const std::string& score = "dot") {
-  return model_config_from({"model.d_model=8", "model.n_layers=2", "model.n_heads=4",
-                            "model.n_kv_heads=" + std::to_string(kv_heads), "model.d_ff=12", "model.max_seq_len=8",
-                            "model.attention_score=" + score, "model.head_mixing=" + mixing, "model.head_groups=2"},
-                           7);
+  return model_config_from(
+      {"model.d_model=8", "model.n_layers=2", "model.n_heads=4",
+       "model.n_kv_heads=" + std::to_string(kv_heads), "model.d_ff=12", "model.max_seq_len=8",
+       "model.attention_score=" + score, "model.head_mixing=" + mixing, "model.head_groups=2"},
+      7);
 }
 
 }  // namespace
@@ -101,7 +102,8 @@ TEST_CASE("head mixing: identity mixing gives the standard layer", "[head_mixing
       }
 }
 
-TEST_CASE("head mixing: gradient checks of each variant with random mixing", "[slow][head_mixing][gradcheck]") {
+TEST_CASE("head mixing: gradient checks of each variant with random mixing",
+          "[slow][head_mixing][gradcheck]") {
   // Every parameter (mixing matrices included) is drawn N(0, 0.5^2): far from the identity, so the
   // mixing really mixes. Float32 forward, double accumulation, gradcheck.h's tolerances.
   struct Heads {

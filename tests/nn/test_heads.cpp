@@ -2,7 +2,6 @@
 // ones changes nothing, a gate of 0 equals zeroing the head's columns of Wo (the composed form), the
 // gate's gradient matches central differences, and the CLI reports importance and refuses bad masks.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -10,8 +9,8 @@
 
 #include "cli_run.h"
 #include "model_config.h"
-#include "tfm/models/language_model.h"
 #include "tfm/engine/ops.h"
+#include "tfm/models/language_model.h"
 
 using namespace tfm;
 using tfm_test::model_config_from;
@@ -41,7 +40,8 @@ std::vector<Tensor> ones(int64_t L, int64_t H) {
 
 }  // namespace
 
-TEST_CASE("heads: a gate of ones is the standard layer, a gate of 0 zeroes the head's slice of Wo", "[heads]") {
+TEST_CASE("heads: a gate of ones is the standard layer, a gate of 0 zeroes the head's slice of Wo",
+          "[heads]") {
   LanguageModel m(gated_config(), 3);
   Rng rng(9);
   Tensor v = m.flat_values();
@@ -65,7 +65,8 @@ TEST_CASE("heads: a gate of ones is the standard layer, a gate of 0 zeroes the h
   const std::vector<float> zeroed = m.forward(b.x, 2, 7).to_vector();
   REQUIRE(gated.size() == zeroed.size());
   double worst = 0;
-  for (size_t i = 0; i < gated.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(gated[i]) - zeroed[i]));
+  for (size_t i = 0; i < gated.size(); ++i)
+    worst = std::max(worst, std::fabs(static_cast<double>(gated[i]) - zeroed[i]));
   CHECK(worst < 1e-5);
   CHECK(gated != plain);
 }

@@ -25,12 +25,16 @@ std::vector<Tensor> parameters_of(Module& m, Rng& rng) {
 }
 
 // Gradient check of f(inputs...) with respect to the inputs and every parameter of m.
-void check_module(Module& m, std::vector<Tensor> inputs, const std::function<Tensor(const std::vector<Tensor>&)>& f) {
+void check_module(Module& m, std::vector<Tensor> inputs,
+                  const std::function<Tensor(const std::vector<Tensor>&)>& f) {
   Rng rng(21);
   const size_t n_inputs = inputs.size();
   for (Tensor& p : parameters_of(m, rng)) inputs.push_back(p);
-  testing::check_gradients([&](const std::vector<Tensor>& in) { return f({in.begin(), in.begin() + n_inputs}); },
-                           inputs);
+  testing::check_gradients(
+      [&](const std::vector<Tensor>& in) {
+        return f({in.begin(), in.begin() + n_inputs});
+      },
+      inputs);
 }
 
 }  // namespace
@@ -43,15 +47,17 @@ TEST_CASE("nn: MultiHeadAttention gradient check for each mask, head layout and 
     for (Heads heads : {Heads{2, 2}, Heads{4, 2}, Heads{4, 1}})
       for (int mask = 0; mask < 3; ++mask) {  // none, causal, key padding
         DYNAMIC_SECTION(score << " H=" << heads.h << " Hkv=" << heads.kv << " mask=" << mask) {
-          const ModelConfig cfg = model_config_from({"model.d_model=8", "model.n_heads=" + std::to_string(heads.h),
-                                                     "model.n_kv_heads=" + std::to_string(heads.kv),
-                                                     std::string("model.attention_score=") + score},
-                                                    0);
+          const ModelConfig cfg = model_config_from(
+              {"model.d_model=8", "model.n_heads=" + std::to_string(heads.h),
+               "model.n_kv_heads=" + std::to_string(heads.kv), std::string("model.attention_score=") + score},
+              0);
           MultiHeadAttention mha(cfg, mask == 1);
-          const std::vector<int64_t> lengths = mask == 2 ? std::vector<int64_t>{3, 1} : std::vector<int64_t>{};
+          const std::vector<int64_t> lengths =
+              mask == 2 ? std::vector<int64_t>{3, 1} : std::vector<int64_t>{};
           Rng rng(5);
-          check_module(mha, {Tensor::randn({2, 3, 8}, rng)},
-                       [&](const std::vector<Tensor>& in) { return mha.forward(in[0], in[0], in[0], lengths); });
+          check_module(mha, {Tensor::randn({2, 3, 8}, rng)}, [&](const std::vector<Tensor>& in) {
+            return mha.forward(in[0], in[0], in[0], lengths);
+          });
         }
       }
 }
@@ -60,15 +66,19 @@ TEST_CASE("nn: cross-attention with kdim/vdim != d_model, gradient check", "[nn]
   for (const char* score : {"dot", "additive"})
     for (bool bias : {true, false}) {
       DYNAMIC_SECTION(score << (bias ? " with bias" : " without bias")) {
-        const ModelConfig cfg = model_config_from({"model.d_model=8", "model.n_heads=4", "model.n_kv_heads=2",
-                                                   bias ? "model.bias=true" : "model.bias=false",
-                                                   std::string("model.attention_score=") + score},
-                                                  0);
+        const ModelConfig cfg = model_config_from(
+            {"model.d_model=8", "model.n_heads=4", "model.n_kv_heads=2",
+             bias ? "model.bias=true" : "model.bias=false", std::string("model.attention_score=") + score},
+            0);
         MultiHeadAttention mha(cfg, false, 5, 3);
         Rng rng(6);
         // query (B, Tq=2, C), key (B, Tk=4, kdim), value (B, Tk=4, vdim)
-        check_module(mha, {Tensor::randn({2, 2, 8}, rng), Tensor::randn({2, 4, 5}, rng), Tensor::randn({2, 4, 3}, rng)},
-                     [&](const std::vector<Tensor>& in) { return mha.forward(in[0], in[1], in[2], {4, 3}); });
+        check_module(
+            mha,
+            {Tensor::randn({2, 2, 8}, rng), Tensor::randn({2, 4, 5}, rng), Tensor::randn({2, 4, 3}, rng)},
+            [&](const std::vector<Tensor>& in) {
+              return mha.forward(in[0], in[1], in[2], {4, 3});
+            });
       }
     }
 }
@@ -77,10 +87,10 @@ TEST_CASE("nn: EncoderBlock gradient check, pre and post norm", "[nn][gradcheck]
   for (const char* norm : {"pre", "post"})
     for (const char* act : {"gelu", "relu"}) {
       DYNAMIC_SECTION(norm << "-norm " << act) {
-        const ModelConfig cfg = model_config_from({"model.d_model=8", "model.n_heads=2", "model.d_ff=12",
-                                                   std::string("model.activation=") + act,
-                                                   std::string("model.norm_position=") + norm},
-                                                  0);
+        const ModelConfig cfg = model_config_from(
+            {"model.d_model=8", "model.n_heads=2", "model.d_ff=12", std::string("model.activation=") + act,
+             std::string("model.norm_position=") + norm},
+            0);
         EncoderBlock block(cfg, true);
         Rng rng(7);
         check_module(block, {Tensor::randn({2, 3, 8}, rng)},
@@ -123,9 +133,9 @@ TEST_CASE("nn: names follow the reference, flat buffers hold every parameter", "
   std::vector<std::string> names;
   for (auto& [name, t] : block.named_parameters()) names.push_back(name);
   const std::vector<std::string> expected = {
-      "ln1.weight",      "ln1.bias",        "ln2.weight",      "ln2.bias",   "attn.wq.weight", "attn.wq.bias",
-      "attn.wk.weight",  "attn.wk.bias",    "attn.wv.weight",  "attn.wv.bias", "attn.wo.weight", "attn.wo.bias",
-      "fc1.weight",      "fc1.bias",        "fc2.weight",      "fc2.bias"};
+      "ln1.weight",     "ln1.bias",     "ln2.weight",     "ln2.bias",     "attn.wq.weight", "attn.wq.bias",
+      "attn.wk.weight", "attn.wk.bias", "attn.wv.weight", "attn.wv.bias", "attn.wo.weight", "attn.wo.bias",
+      "fc1.weight",     "fc1.bias",     "fc2.weight",     "fc2.bias"};
   CHECK(names == expected);
   const ParameterBuffers buf = flatten_parameters(block);
   CHECK(buf.size == block.parameter_count());
@@ -146,8 +156,8 @@ TEST_CASE("nn: names follow the reference, flat buffers hold every parameter", "
 
 TEST_CASE("nn: causality - changing position j never changes outputs before j", "[nn]") {
   for (const char* score : {"dot", "additive"}) {
-    const ModelConfig cfg =
-        model_config_from({"model.d_model=8", "model.n_heads=2", std::string("model.attention_score=") + score}, 0);
+    const ModelConfig cfg = model_config_from(
+        {"model.d_model=8", "model.n_heads=2", std::string("model.attention_score=") + score}, 0);
     EncoderBlock block(cfg, true);
     Rng rng(8);
     parameters_of(block, rng);
@@ -174,8 +184,8 @@ TEST_CASE("nn: causality - changing position j never changes outputs before j", 
 
 TEST_CASE("nn: padded keys get zero attention and do not affect the output", "[nn]") {
   for (const char* score : {"dot", "additive"}) {
-    const ModelConfig cfg =
-        model_config_from({"model.d_model=8", "model.n_heads=2", std::string("model.attention_score=") + score}, 0);
+    const ModelConfig cfg = model_config_from(
+        {"model.d_model=8", "model.n_heads=2", std::string("model.attention_score=") + score}, 0);
     MultiHeadAttention mha(cfg, false);
     mha.record = true;
     Rng rng(9);
@@ -202,7 +212,8 @@ TEST_CASE("nn: padded keys get zero attention and do not affect the output", "[n
 }
 
 TEST_CASE("nn: attention dropout is active only in training mode", "[nn]") {
-  const ModelConfig cfg = model_config_from({"model.d_model=8", "model.n_heads=2", "model.attention_dropout=0.5"}, 0);
+  const ModelConfig cfg =
+      model_config_from({"model.d_model=8", "model.n_heads=2", "model.attention_dropout=0.5"}, 0);
   MultiHeadAttention mha(cfg, false);
   Rng rng(10), drop_rng(3);
   parameters_of(mha, rng);
@@ -234,15 +245,17 @@ TEST_CASE("nn: bad configurations name the layer and the key", "[nn]") {
   ModelConfig cfg;
   cfg.d_model = 8;
   cfg.n_heads = 3;
-  CHECK_THROWS_WITH(MultiHeadAttention(cfg, false),
-                    Catch::Contains("MultiHeadAttention: model.d_model: expected a multiple of model.n_heads = 3"));
+  CHECK_THROWS_WITH(
+      MultiHeadAttention(cfg, false),
+      Catch::Contains("MultiHeadAttention: model.d_model: expected a multiple of model.n_heads = 3"));
   cfg.n_heads = 4;
   cfg.n_kv_heads = 3;
   CHECK_THROWS_WITH(MultiHeadAttention(cfg, false), Catch::Contains("model.n_kv_heads: expected a divisor"));
   cfg.n_kv_heads = 2;
   cfg.head_gating = HeadGating::TopK;
   cfg.head_topk = 5;
-  CHECK_THROWS_WITH(EncoderBlock(cfg, false), Catch::Contains("model.head_topk: expected at most model.n_heads = 4"));
+  CHECK_THROWS_WITH(EncoderBlock(cfg, false),
+                    Catch::Contains("model.head_topk: expected at most model.n_heads = 4"));
   // A variant's name outside its enum is no value at all (the config table rejects it by key).
   CHECK_FALSE(enum_from<AttentionScore>("bilinear").has_value());
   CHECK(enum_from<AttentionScore>("additive") == AttentionScore::Additive);
@@ -281,7 +294,8 @@ TEST_CASE("nn: additive scoring equals w_v^T tanh(W_q q + W_k k) written out wit
         for (int64_t j = 0; j < Tk; ++j) {
           const double p = j < visible ? s[j] / total : 0.0;
           CHECK(mha.last_probabilities.at({b, h, i, j}) == Approx(p).margin(1e-6));
-          for (int64_t e = 0; e < Dk; ++e) o[(b * Tq + i) * H * Dk + h * Dk + e] += p * v.at({b, j, g * Dk + e});
+          for (int64_t e = 0; e < Dk; ++e)
+            o[(b * Tq + i) * H * Dk + h * Dk + e] += p * v.at({b, j, g * Dk + e});
         }
       }
     }
@@ -290,12 +304,13 @@ TEST_CASE("nn: additive scoring equals w_v^T tanh(W_q q + W_k k) written out wit
   for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-5));
 }
 
-TEST_CASE("nn: the modern options' layers, gradient checks (RMSNorm, SwiGLU, QK-norm, RoPE)", "[nn][gradcheck]") {
-  const ModelConfig cfg = model_config_from(
-      {"model.d_model=8", "model.n_heads=2", "model.d_ff=6", "model.max_seq_len=8", "model.norm_eps=1e-4",
-       "model.norm=rmsnorm", "model.activation=swiglu", "model.qk_norm=true", "model.positional_encoding=rope",
-       "model.rope_theta=100"},
-      0);
+TEST_CASE("nn: the modern options' layers, gradient checks (RMSNorm, SwiGLU, QK-norm, RoPE)",
+          "[nn][gradcheck]") {
+  const ModelConfig cfg =
+      model_config_from({"model.d_model=8", "model.n_heads=2", "model.d_ff=6", "model.max_seq_len=8",
+                         "model.norm_eps=1e-4", "model.norm=rmsnorm", "model.activation=swiglu",
+                         "model.qk_norm=true", "model.positional_encoding=rope", "model.rope_theta=100"},
+                        0);
   SECTION("RMSNorm") {
     Norm norm(8, cfg);
     CHECK(norm.parameter_count() == 8);  // a gain, no bias
@@ -310,7 +325,8 @@ TEST_CASE("nn: the modern options' layers, gradient checks (RMSNorm, SwiGLU, QK-
     CHECK(names == std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "fc3.weight",
                                             "fc3.bias"});
     Rng rng(32);
-    check_module(ffn, {Tensor::randn({2, 3, 8}, rng)}, [&](const std::vector<Tensor>& in) { return ffn.forward(in[0]); });
+    check_module(ffn, {Tensor::randn({2, 3, 8}, rng)},
+                 [&](const std::vector<Tensor>& in) { return ffn.forward(in[0]); });
   }
   for (const bool causal : {true, false})
     for (const int64_t kv : {int64_t{2}, int64_t{1}}) {
@@ -330,7 +346,8 @@ TEST_CASE("nn: the modern options' layers, gradient checks (RMSNorm, SwiGLU, QK-
     c.norm_position = NormPosition::Post;
     EncoderBlock block(c, true);
     Rng rng(34);
-    check_module(block, {Tensor::randn({2, 3, 8}, rng)}, [&](const std::vector<Tensor>& in) { return block.forward(in[0]); });
+    check_module(block, {Tensor::randn({2, 3, 8}, rng)},
+                 [&](const std::vector<Tensor>& in) { return block.forward(in[0]); });
   }
 }
 

@@ -2,39 +2,44 @@
 // and the inference commands that go with them.
 #include <algorithm>
 #include <atomic>
-#include <cmath>
-#include <memory>
 #include <catch2/catch.hpp>
-#include <numeric>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
 #include "cli_run.h"
 #include "objective_data.h"
-#include "train_options.h"
 #include "tfm/config/config.h"
 #include "tfm/engine/error.h"
-#include "tfm/objectives/objective.h"
 #include "tfm/objectives/inference.h"
+#include "tfm/objectives/objective.h"
 #include "tfm/objectives/text_data.h"
 #include "tfm/training/run_dir.h"
 #include "tfm/training/trainer.h"
+#include "train_options.h"
 
 using namespace tfm;
 
 namespace {
 
-std::string tiny_data() { return std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt"; }
+std::string tiny_data() {
+  return std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt";
+}
 
 Config mlm_config(const std::string& dir, std::vector<std::string> extra = {}) {
-  std::vector<std::string> sets = {"data.path=" + tiny_data(), "output.dir=" + dir, "train.objective=masked_lm",
-                                   "model.causal=false", "model.d_model=32", "model.n_layers=2", "model.n_heads=4",
-                                   "model.max_seq_len=16", "train.batch_size=8", "train.max_steps=80",
-                                   "train.eval_interval=40", "train.eval_steps=4", "train.log_interval=10",
-                                   "train.checkpoint_interval=40", "train.threads=1",
-                                   "train.lr_schedule.warmup_steps=5", "train.optimizer.lr=3e-3"};
+  std::vector<std::string> sets = {"data.path=" + tiny_data(),  "output.dir=" + dir,
+                                   "train.objective=masked_lm", "model.causal=false",
+                                   "model.d_model=32",          "model.n_layers=2",
+                                   "model.n_heads=4",           "model.max_seq_len=16",
+                                   "train.batch_size=8",        "train.max_steps=80",
+                                   "train.eval_interval=40",    "train.eval_steps=4",
+                                   "train.log_interval=10",     "train.checkpoint_interval=40",
+                                   "train.threads=1",           "train.lr_schedule.warmup_steps=5",
+                                   "train.optimizer.lr=3e-3"};
   sets.insert(sets.end(), extra.begin(), extra.end());
   return resolve_config(nlohmann::json::object(), sets);
 }
@@ -46,7 +51,8 @@ using tfm_test::write_reversal_pairs;
 
 }  // namespace
 
-TEST_CASE("objectives: masked_lm masks as BERT does (15% chosen, 80% [MASK], 10% random, 10% kept)", "[objective]") {
+TEST_CASE("objectives: masked_lm masks as BERT does (15% chosen, 80% [MASK], 10% random, 10% kept)",
+          "[objective]") {
   const int64_t n = 200000, ordinary = 50;
   const int32_t mask_id = 50;
   std::vector<int32_t> original(n), x, y;
@@ -85,7 +91,8 @@ TEST_CASE("objectives: masked_lm masks as BERT does (15% chosen, 80% [MASK], 10%
   CHECK(std::count(few.begin(), few.end(), mask_id) == 1);
 }
 
-TEST_CASE("objectives: masked_lm trains through the loop, reports accuracy and fills masks", "[objective][train]") {
+TEST_CASE("objectives: masked_lm trains through the loop, reports accuracy and fills masks",
+          "[objective][train]") {
   const std::string dir = tfm_test::scratch_path("objectives", "mlm");
   const TrainResult r = train(mlm_config(dir), quiet());
   REQUIRE(r.status == TrainResult::Status::Finished);
@@ -94,7 +101,8 @@ TEST_CASE("objectives: masked_lm trains through the loop, reports accuracy and f
   const auto mean_of = [](auto first, auto last) { return std::accumulate(first, last, 0.0) / 10.0; };
   INFO("first 10 steps " << mean_of(r.losses.begin(), r.losses.begin() + 10) << ", last 10 "
                          << mean_of(r.losses.end() - 10, r.losses.end()));
-  CHECK(mean_of(r.losses.end() - 10, r.losses.end()) < mean_of(r.losses.begin(), r.losses.begin() + 10) - 0.5);
+  CHECK(mean_of(r.losses.end() - 10, r.losses.end()) <
+        mean_of(r.losses.begin(), r.losses.begin() + 10) - 0.5);
   const auto metrics = read_metrics(dir);
   bool saw_accuracy = false;
   for (const auto& m : metrics)
@@ -124,7 +132,8 @@ TEST_CASE("objectives: masked_lm trains through the loop, reports accuracy and f
 
   // Evaluation is deterministic (the same masks each time) and reports the same metrics.
   LoadedRun with_data = load_run(dir, "last", true);
-  const Metrics a = with_data.objective->evaluate("val", 3, 7), b = with_data.objective->evaluate("val", 3, 7);
+  const Metrics a = with_data.objective->evaluate("val", 3, 7),
+                b = with_data.objective->evaluate("val", 3, 7);
   CHECK(a.get("loss") == b.get("loss"));
   CHECK(a.has("accuracy"));
 }
@@ -177,7 +186,8 @@ namespace {
 // ||a - b|| / ||b||: float rounding of sums taken in another order stays near 1e-7.
 double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
   double d = 0.0, n = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), n += double(b[i]) * b[i];
+  for (size_t i = 0; i < a.size(); ++i)
+    d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), n += double(b[i]) * b[i];
   return std::sqrt(d / n);
 }
 
@@ -220,10 +230,12 @@ void check_shards_sum_to_the_batch(const Config& config, int parts) {
 
 }  // namespace
 
-TEST_CASE("objectives: data-parallel shards' gradients sum to the whole batch's", "[objective][data_parallel]") {
+TEST_CASE("objectives: data-parallel shards' gradients sum to the whole batch's",
+          "[objective][data_parallel]") {
   tfm_test::TempDir tmp("objectives_dp_grad");
   SECTION("causal_lm, 2 and 3 workers (uneven rows)") {
-    const Config c = mlm_config(tmp.path + "/c", {"train.objective=causal_lm", "model.causal=true", "train.batch_size=7"});
+    const Config c =
+        mlm_config(tmp.path + "/c", {"train.objective=causal_lm", "model.causal=true", "train.batch_size=7"});
     check_shards_sum_to_the_batch(c, 2);
     check_shards_sum_to_the_batch(c, 3);
   }
@@ -236,7 +248,8 @@ TEST_CASE("objectives: data-parallel shards' gradients sum to the whole batch's"
   }
 }
 
-TEST_CASE("objectives: a data-parallel run follows the ordinary run's loss", "[slow][objective][data_parallel][train]") {
+TEST_CASE("objectives: a data-parallel run follows the ordinary run's loss",
+          "[slow][objective][data_parallel][train]") {
   tfm_test::TempDir tmp("objectives_dp_train");
   const auto compare = [](const TrainResult& a, const TrainResult& b) {
     REQUIRE(a.losses.size() == b.losses.size());
@@ -246,7 +259,8 @@ TEST_CASE("objectives: a data-parallel run follows the ordinary run's loss", "[s
     const std::vector<std::string> run = {"train.max_steps=20", "train.threads=2", "train.data_parallel=1"};
     auto dp = run;
     dp.push_back("train.data_parallel=2");
-    compare(train(mlm_config(tmp.path + "/dp", dp), quiet()), train(mlm_config(tmp.path + "/one", run), quiet()));
+    compare(train(mlm_config(tmp.path + "/dp", dp), quiet()),
+            train(mlm_config(tmp.path + "/one", run), quiet()));
   }
   SECTION("seq2seq, 3 workers with gradient accumulation") {
     const std::string data = write_reversal_pairs(tmp.path, 200);
@@ -268,7 +282,8 @@ TEST_CASE("objectives: train.data_parallel is checked", "[objective][data_parall
     }
     return std::string("no error");
   };
-  CHECK_THAT(message({"train.data_parallel=-1"}), Catch::Contains("train.data_parallel: expected an integer >= 0"));
+  CHECK_THAT(message({"train.data_parallel=-1"}),
+             Catch::Contains("train.data_parallel: expected an integer >= 0"));
   CHECK_THAT(message({"train.batch_size=4", "train.data_parallel=5"}),
              Catch::Contains("train.data_parallel: expected at most train.batch_size = 4"));
 }
@@ -293,11 +308,12 @@ TEST_CASE("objectives: train.data_parallel defaults to one worker per thread for
   CHECK(workers("configs/shakespeare_char_large.json", {"train.data_parallel=3"}) == 3);
 }
 
-TEST_CASE("objectives: a data-parallel run with dropout resumes bit-identically", "[slow][objective][data_parallel][train]") {
+TEST_CASE("objectives: a data-parallel run with dropout resumes bit-identically",
+          "[slow][objective][data_parallel][train]") {
   tfm_test::TempDir tmp("objectives_dp_resume");
   // The replicas' dropout streams are seeded from the model's, which the checkpoint holds.
-  const std::vector<std::string> run = {"train.max_steps=20", "train.checkpoint_interval=10", "model.dropout=0.1",
-                                        "train.threads=2", "train.data_parallel=2"};
+  const std::vector<std::string> run = {"train.max_steps=20", "train.checkpoint_interval=10",
+                                        "model.dropout=0.1", "train.threads=2", "train.data_parallel=2"};
   const TrainResult a = train(mlm_config(tmp.path + "/whole", run), quiet());
   TrainOptions stop = quiet();
   stop.stop_at_step = 7;
@@ -315,9 +331,9 @@ TEST_CASE("objectives: every evaluation abandons on a stop request between batch
   const std::string dir = tfm_test::scratch_path("objectives", "eval_stop");
   const std::string pairs = write_reversal_pairs(dir + "_data", 200);
   const std::vector<Config> configs = {
-      resolve_config(nlohmann::json::object(), {"data.path=" + tiny_data(), "output.dir=" + dir,
-                                                "model.d_model=16", "model.n_layers=1", "model.n_heads=2",
-                                                "model.max_seq_len=16", "train.seq_len=16"}),
+      resolve_config(nlohmann::json::object(),
+                     {"data.path=" + tiny_data(), "output.dir=" + dir, "model.d_model=16", "model.n_layers=1",
+                      "model.n_heads=2", "model.max_seq_len=16", "train.seq_len=16"}),
       mlm_config(dir), s2s_config(dir, pairs)};
   for (const Config& c : configs) {
     const std::unique_ptr<Objective> objective = make_objective(c, nullptr, {});
@@ -340,10 +356,10 @@ TEST_CASE("objectives: capabilities say what each needs and does, and evaluate()
           "[objective][capabilities]") {
   const std::string dir = tfm_test::scratch_path("objectives", "capabilities");
   const std::string pairs = write_reversal_pairs(dir + "_data", 200);
-  const Config causal = resolve_config(nlohmann::json::object(),
-                                       {"data.path=" + tiny_data(), "output.dir=" + dir, "model.d_model=16",
-                                        "model.n_layers=1", "model.n_heads=2", "model.max_seq_len=16",
-                                        "train.seq_len=16"});
+  const Config causal =
+      resolve_config(nlohmann::json::object(),
+                     {"data.path=" + tiny_data(), "output.dir=" + dir, "model.d_model=16", "model.n_layers=1",
+                      "model.n_heads=2", "model.max_seq_len=16", "train.seq_len=16"});
   struct Expected {
     Config config;
     TrainingData data;
@@ -373,6 +389,7 @@ TEST_CASE("objectives: capabilities say what each needs and does, and evaluate()
     if (e.model == ModelKind::CausalDecoder)
       CHECK(objective->gguf_architecture() == GgufArchitecture::Gpt2);
     else
-      CHECK_THROWS_WITH(objective->gguf_architecture(), Catch::Contains("train.objective = \"" + objective->name()));
+      CHECK_THROWS_WITH(objective->gguf_architecture(),
+                        Catch::Contains("train.objective = \"" + objective->name()));
   }
 }

@@ -25,7 +25,8 @@ uint32_t crc32_bitwise(const unsigned char* p, size_t n, uint32_t crc) {
 
 }  // namespace
 
-TEST_CASE("checkpoint: crc32 equals the bitwise IEEE CRC-32 on random buffers, and continues", "[checkpoint]") {
+TEST_CASE("checkpoint: crc32 equals the bitwise IEEE CRC-32 on random buffers, and continues",
+          "[checkpoint]") {
   const char* check = "123456789";
   CHECK(crc32(check, 9) == 0xCBF43926u);  // the standard check value of CRC-32/ISO-HDLC
   CHECK(crc32(nullptr, 0) == 0u);
@@ -44,7 +45,8 @@ TEST_CASE("checkpoint: crc32 equals the bitwise IEEE CRC-32 on random buffers, a
 TEST_CASE("checkpoint: a checkpoint written by an older build still loads, exactly", "[checkpoint]") {
   // Written by `tfm train --config configs/tiny.json` (d_model 8, 1 layer, 2 steps) before the CRC came
   // from zlib; its header's CRC was computed by the byte-table code.
-  const Checkpoint c = load_checkpoint(std::string(TFM_SOURCE_DIR) + "/tests/fixtures/checkpoint_v1_tiny.ckpt");
+  const Checkpoint c =
+      load_checkpoint(std::string(TFM_SOURCE_DIR) + "/tests/fixtures/checkpoint_v1_tiny.ckpt");
   CHECK(c.config.at("model").at("d_model") == 8);
   CHECK(c.state.at("optimizer").at("steps") == 2);
   REQUIRE(c.model.size() == 1336);
@@ -55,7 +57,7 @@ TEST_CASE("checkpoint: a checkpoint written by an older build still loads, exact
     std::memcpy(&u, &v, 4);
     return u;
   };
-  CHECK(bits(c.model[0]) == 0x3c009404u);  // bytes 04 94 00 3c: the first parameter
+  CHECK(bits(c.model[0]) == 0x3c009404u);         // bytes 04 94 00 3c: the first parameter
   CHECK(bits(c.optimizer[1][0]) == 0x36f03fbcu);  // AdamW's v of it
   CHECK(c.tokenizer.kind() == Tokenizer::Kind::Char);
 }

@@ -2,20 +2,19 @@
 // model's for every model option, the estimate stays close to the tensor memory a training step really
 // peaks at, and a config that cannot fit exits 2 before anything large is allocated, naming its keys,
 // the estimate and the available memory (train.skip_memory_check lets it through).
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "cli_run.h"
 #include "tfm/config/config.h"
-#include "tfm/engine/memory.h"
-#include "tfm/models/language_model.h"
-#include "tfm/engine/ops.h"
 #include "tfm/data/pairs.h"
+#include "tfm/engine/memory.h"
+#include "tfm/engine/ops.h"
 #include "tfm/models/encoder_decoder.h"
+#include "tfm/models/language_model.h"
 #include "tfm/training/optim.h"
 #include "tfm/training/preflight.h"
 #include "tfm/training/trainer.h"
@@ -39,8 +38,8 @@ const std::vector<std::vector<std::string>> kVariants = {
 };
 
 Config small_config(std::vector<std::string> sets) {
-  sets.insert(sets.begin(), {"model.d_model=32", "model.n_layers=2", "model.n_heads=4", "model.max_seq_len=32",
-                             "train.batch_size=4", "train.seq_len=32"});
+  sets.insert(sets.begin(), {"model.d_model=32", "model.n_layers=2", "model.n_heads=4",
+                             "model.max_seq_len=32", "train.batch_size=4", "train.seq_len=32"});
   return resolve_config(nlohmann::json::object(), sets);
 }
 
@@ -101,13 +100,15 @@ TEST_CASE("preflight: the drivers of an estimate are its largest component's key
   CHECK(table.drivers[0] == "model.max_seq_len = 1000000000");
   CHECK(table.position_table == 4.0 * 1e9 * 32);
   const MemoryEstimate layers = estimate_training_memory(small_config({"model.n_layers=100000"}), 65);
-  CHECK(std::find(layers.drivers.begin(), layers.drivers.end(), "model.n_layers = 100000") != layers.drivers.end());
+  CHECK(std::find(layers.drivers.begin(), layers.drivers.end(), "model.n_layers = 100000") !=
+        layers.drivers.end());
   const AvailableMemory avail = available_memory();
   CHECK(avail.bytes > 0);
   CHECK(!avail.source.empty());
 }
 
-TEST_CASE("preflight: the encoder-decoder's estimate is close to its measured peak", "[slow][preflight][seq2seq]") {
+TEST_CASE("preflight: the encoder-decoder's estimate is close to its measured peak",
+          "[slow][preflight][seq2seq]") {
   // B pairs at the longest lengths (S = max_source_len + 1 with <eos>, T = max_target_len + 1 with
   // <bos>), each variant as the LM test above; parameters from the shapes equal the built model's.
   const std::vector<std::vector<std::string>> variants = {
@@ -117,9 +118,9 @@ TEST_CASE("preflight: the encoder-decoder's estimate is close to its measured pe
       {"data.max_source_len=20", "data.max_target_len=7", "model.attention_dropout=0.1", "model.dropout=0.1"},
   };
   for (std::vector<std::string> sets : variants) {
-    sets.insert(sets.begin(), {"train.objective=\"seq2seq\"", "data.format=\"pairs\"", "data.tokenizer=\"word\"",
-                               "model.d_model=32", "model.n_layers=2", "model.n_heads=4", "model.max_seq_len=32",
-                               "train.batch_size=8"});
+    sets.insert(sets.begin(), {"train.objective=\"seq2seq\"", "data.format=\"pairs\"",
+                               "data.tokenizer=\"word\"", "model.d_model=32", "model.n_layers=2",
+                               "model.n_heads=4", "model.max_seq_len=32", "train.batch_size=8"});
     const Config c = resolve_config(nlohmann::json::object(), sets);
     ModelConfig mc = c.model(41);
     mc.source_vocab_size = 53;
@@ -138,14 +139,15 @@ TEST_CASE("preflight: the encoder-decoder's estimate is close to its measured pe
       std::vector<int32_t> src(B * S), tgt_in(B * T), tgt_out(B * T);
       for (int32_t& t : src) t = static_cast<int32_t>(4 + rng.below(49));
       for (size_t i = 0; i < tgt_in.size(); ++i)
-        tgt_in[i] = static_cast<int32_t>(4 + rng.below(37)), tgt_out[i] = static_cast<int32_t>(4 + rng.below(37));
+        tgt_in[i] = static_cast<int32_t>(4 + rng.below(37)),
+        tgt_out[i] = static_cast<int32_t>(4 + rng.below(37));
       const std::vector<int64_t> lengths(static_cast<size_t>(B), S);
       cross_entropy(model.forward(src, lengths, B, S, tgt_in, T), tgt_out, kPadId).backward();
       measured = static_cast<double>(memory::stats().peak_live_bytes - base);
     }
     const double estimated = e.total() - e.optimizer;
-    INFO(c.tree["model"].dump() << " " << c.tree["data"].dump() << ": estimated " << estimated << " bytes, measured "
-                                << measured);
+    INFO(c.tree["model"].dump() << " " << c.tree["data"].dump() << ": estimated " << estimated
+                                << " bytes, measured " << measured);
     CHECK(estimated >= 0.75 * measured);
     CHECK(estimated <= 1.35 * measured);
   }

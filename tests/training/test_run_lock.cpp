@@ -32,7 +32,8 @@ TEST_CASE("run lock: one holder at a time, released on destruction", "[lock]") {
       RunLock b = RunLock::acquire(dir);
       FAIL("a second lock on " << dir << " was granted");
     } catch (const tfm::IoError& e) {
-      CHECK_THAT(e.what(), Catch::StartsWith(dir + ": another tfm process (PID " + std::to_string(::getpid()) + ")"));
+      CHECK_THAT(e.what(),
+                 Catch::StartsWith(dir + ": another tfm process (PID " + std::to_string(::getpid()) + ")"));
     }
     RunLock moved = std::move(a);
     CHECK(moved.held());

@@ -12,13 +12,13 @@
 #include <vector>
 
 #include "cli_run.h"
-#include "train_options.h"
-#include "tfm/training/checkpoint.h"
 #include "tfm/config/config.h"
 #include "tfm/engine/error.h"
 #include "tfm/models/sampling.h"
+#include "tfm/training/checkpoint.h"
 #include "tfm/training/run_dir.h"
 #include "tfm/training/trainer.h"
+#include "train_options.h"
 
 using namespace tfm;
 namespace fs = std::filesystem;
@@ -26,7 +26,9 @@ namespace fs = std::filesystem;
 namespace {
 
 // A fresh run directory path per test (not created: the trainer makes it).
-std::string run_dir(const std::string& name) { return tfm_test::scratch_path("train", name); }
+std::string run_dir(const std::string& name) {
+  return tfm_test::scratch_path("train", name);
+}
 
 std::string tiny_data() {
   return std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt";
@@ -166,7 +168,8 @@ TEST_CASE("train: resuming from last.ckpt reproduces the uninterrupted run bit f
   CHECK_THROWS_WITH(train(small_config(b, other), resume), Catch::StartsWith("model.d_model"));
 }
 
-TEST_CASE("train: a Muon run with the wsd schedule resumes bit for bit, momentum included", "[slow][train][muon]") {
+TEST_CASE("train: a Muon run with the wsd schedule resumes bit for bit, momentum included",
+          "[slow][train][muon]") {
   // Interrupted inside the stable phase, resumed through the decay (s0 = 16 - floor(0.25 * 16) = 12), on
   // 2 threads so that Muon's matrices are shared between threads.
   const std::vector<std::string> sets = {
@@ -296,7 +299,8 @@ TEST_CASE("checkpoint: corrupt, truncated and foreign files are clear errors", "
   CHECK(tfm_test::temporaries_beside(bad).empty());
 }
 
-TEST_CASE("train: bf16 products follow the fp32 loss curve, resume is bit-identical in bf16", "[slow][train][bf16]") {
+TEST_CASE("train: bf16 products follow the fp32 loss curve, resume is bit-identical in bf16",
+          "[slow][train][bf16]") {
   const std::vector<std::string> sets = {"train.max_steps=40", "train.eval_interval=40"};
   auto with = [&](std::vector<std::string> extra) {
     extra.insert(extra.begin(), sets.begin(), sets.end());
@@ -307,11 +311,12 @@ TEST_CASE("train: bf16 products follow the fp32 loss curve, resume is bit-identi
   const TrainResult bf16 =
       train(small_config(a, with({"train.precision=bf16", "train.gemm_backend=onednn"})), quiet());
   const TrainResult emulated =
-      train(small_config(run_dir("bf16_e"), with({"train.precision=bf16", "train.gemm_backend=openblas"})), quiet());
+      train(small_config(run_dir("bf16_e"), with({"train.precision=bf16", "train.gemm_backend=openblas"})),
+            quiet());
   REQUIRE(fp32.losses.size() == 40);
   REQUIRE(bf16.losses.size() == 40);
-  // Both learn (the first loss is ~4.0, the last ~3.6) and end within a few percent of each other; the products
-  // did run in bf16 (the curves are not identical), and both backends' bf16 agree as closely.
+  // Both learn (the first loss is ~4.0, the last ~3.6) and end within a few percent of each other; the
+  // products did run in bf16 (the curves are not identical), and both backends' bf16 agree as closely.
   CHECK(bf16.losses.back() < fp32.losses.front() - 0.3);
   CHECK(std::fabs(bf16.losses.back() - fp32.losses.back()) < 0.05);
   CHECK(std::fabs(bf16.val_loss - fp32.val_loss) < 0.05);
@@ -335,8 +340,9 @@ TEST_CASE("train: bf16 products follow the fp32 loss curve, resume is bit-identi
   CHECK(load_checkpoint(b + "/last.ckpt").model == load_checkpoint(a + "/last.ckpt").model);
 }
 
-TEST_CASE("train: train.target_loss stops at the first evaluation that reaches it, best.ckpt holds that model",
-          "[train]") {
+TEST_CASE(
+    "train: train.target_loss stops at the first evaluation that reaches it, best.ckpt holds that model",
+    "[train]") {
   // The same run without a target, to know where its evaluations are.
   const std::vector<std::string> sets = {"train.max_steps=120", "train.eval_interval=10",
                                          "train.checkpoint_interval=0"};
@@ -372,15 +378,17 @@ TEST_CASE("train: train.target_loss stops at the first evaluation that reaches i
   std::ifstream in(dir + "/metrics.jsonl");
   std::string line, last_line;
   while (std::getline(in, line)) last_line = line;
-  CHECK(nlohmann::json::parse(last_line).at("seconds_to_target").get<double>() == Approx(r.seconds_to_target));
+  CHECK(nlohmann::json::parse(last_line).at("seconds_to_target").get<double>() ==
+        Approx(r.seconds_to_target));
   CHECK(last.state.at("stopped") == "target_loss");
 }
 
-TEST_CASE("train: train.max_seconds stops after the step that exhausts the budget, evaluated and saved", "[train]") {
+TEST_CASE("train: train.max_seconds stops after the step that exhausts the budget, evaluated and saved",
+          "[train]") {
   // A budget every step exceeds: the run stops after its first step, off the eval interval.
   const std::string dir = run_dir("max_seconds");
-  const std::vector<std::string> sets = {"train.max_steps=50", "train.eval_interval=20", "train.checkpoint_interval=0",
-                                         "train.max_seconds=1e-9"};
+  const std::vector<std::string> sets = {"train.max_steps=50", "train.eval_interval=20",
+                                         "train.checkpoint_interval=0", "train.max_seconds=1e-9"};
   const TrainResult r = train(small_config(dir, sets), quiet());
   CHECK(r.status == TrainResult::Status::Finished);
   CHECK(r.out_of_time);

@@ -8,10 +8,9 @@
 // The similarity of the attention patterns themselves (cosine of the flattened (T, T) maps) is
 // reported beside it.
 #pragma once
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tfm/models/language_model.h"
 #include "tfm/objectives/inference.h"
@@ -19,10 +18,10 @@
 namespace tfm {
 
 struct LayerAttention {
-  Tensor probabilities;       // (H, T, T)
-  Tensor output_similarity;   // (H, H): rho_ij of the heads' contributions
-  Tensor pattern_similarity;  // (H, H): cosine of the attention maps
-  double mean_output_similarity = 0.0;   // mean off-diagonal rho (0 with a single head)
+  Tensor probabilities;                 // (H, T, T)
+  Tensor output_similarity;             // (H, H): rho_ij of the heads' contributions
+  Tensor pattern_similarity;            // (H, H): cosine of the attention maps
+  double mean_output_similarity = 0.0;  // mean off-diagonal rho (0 with a single head)
   double mean_pattern_similarity = 0.0;
 };
 

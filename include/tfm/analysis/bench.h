@@ -18,10 +18,10 @@ std::vector<GemmTiming> time_model_gemms(const ModelConfig& config, int64_t B, i
 // layer).
 struct AttentionTiming {
   int64_t n = 0;
-  double median_ms = 0.0;      // forward + backward of the layer on (B, n, C)
-  double flops = 0.0;          // 3 x the forward's, MultiHeadAttention::cost(): projections and 4 B n^2 C
-  double peak_bytes = 0.0;     // tensor memory the step allocated above what was live before it
-  double matrix_bytes = 0.0;   // the B H n^2 floats of attention probabilities an unfused layer keeps
+  double median_ms = 0.0;     // forward + backward of the layer on (B, n, C)
+  double flops = 0.0;         // 3 x the forward's, MultiHeadAttention::cost(): projections and 4 B n^2 C
+  double peak_bytes = 0.0;    // tensor memory the step allocated above what was live before it
+  double matrix_bytes = 0.0;  // the B H n^2 floats of attention probabilities an unfused layer keeps
 };
 // Times the layer at each of `lengths` (B sequences, random input and weights) for at least
 // min_seconds each after a warm-up; the median.

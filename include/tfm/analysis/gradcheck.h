@@ -20,14 +20,14 @@
 #include <string>
 #include <vector>
 
-#include "tfm/models/language_model.h"
 #include "tfm/engine/tensor.h"
+#include "tfm/models/language_model.h"
 
 namespace tfm {
 
 struct GradCheckOptions {
-  double eps = 1e-3;        // step along each unit direction (small: ReLU kinks are crossed rarely)
-  int directions = 4;       // random directions per parameter tensor
+  double eps = 1e-3;   // step along each unit direction (small: ReLU kinks are crossed rarely)
+  int directions = 4;  // random directions per parameter tensor
   // Relative errors are taken against max(|analytic|, |numeric|, floor): a derivative at the level of
   // float32 rounding in L cannot be checked. The floor used is the larger of `floor` and
   // noise * |L| * FLT_EPSILON / eps (what rounding in the forward passes can move the difference by).
@@ -41,7 +41,7 @@ struct GradCheckOptions {
 struct ParameterGradCheck {
   std::string name;
   Shape shape;
-  double worst_relative_error = 0;  // over the directions
+  double worst_relative_error = 0;   // over the directions
   double analytic = 0, numeric = 0;  // of the worst direction
 };
 
@@ -52,7 +52,7 @@ struct GradCheckReport {
   int64_t kinks = 0;    // directions drawn again because the step crossed a kink
   bool passed = false;  // worst_relative_error <= tolerance
   double loss = 0;      // L at the unperturbed values
-  double floor = 0;  // the floor used
+  double floor = 0;     // the floor used
   int64_t forward_passes = 0;
 };
 
@@ -60,6 +60,7 @@ struct GradCheckReport {
 // whose gradients are the matching views into `grads`). Leaves the values as it found them and the
 // gradients holding the analytic gradient.
 GradCheckReport gradient_check(const std::function<Tensor()>& loss, Tensor values, Tensor grads,
-                               const std::vector<NamedParameter>& parameters, const GradCheckOptions& options = {});
+                               const std::vector<NamedParameter>& parameters,
+                               const GradCheckOptions& options = {});
 
 }  // namespace tfm

@@ -4,10 +4,9 @@
 // per layer and a pruning curve (the validation loss as the least important heads are masked).
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tfm/training/run_dir.h"
 
@@ -23,9 +22,9 @@ struct PruningPoint {
 // Per layer l and head h ([l][h]) over the same validation batches.
 struct HeadImportance {
   int64_t layers = 0, heads = 0, batches = 0;
-  double val_loss = 0.0;                              // every head on
-  std::vector<std::vector<double>> loss_change;       // val loss with head h of layer l masked, minus val_loss
-  std::vector<std::vector<double>> gradient_score;    // E over batches of |dL/dxi| at xi = 1
+  double val_loss = 0.0;                            // every head on
+  std::vector<std::vector<double>> loss_change;     // val loss with head h of layer l masked, minus val_loss
+  std::vector<std::vector<double>> gradient_score;  // E over batches of |dL/dxi| at xi = 1
   std::vector<std::vector<double>> normalized_score;  // gradient_score / its layer's l2 norm
   std::vector<std::vector<int64_t>> ranking;          // each layer's heads, most important first
   std::vector<PruningPoint> pruning;                  // 0%, 10%, ... 90% masked, by normalized score

@@ -6,10 +6,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tfm/config/config.h"
 
@@ -45,7 +44,8 @@ struct SweepResult {
 
 // Before each point that trains: its index (0-based), the number of points, its name and the step it
 // continues after (-1: a fresh run).
-using SweepProgress = std::function<void(size_t index, size_t points, const std::string& point, int64_t step)>;
+using SweepProgress =
+    std::function<void(size_t index, size_t points, const std::string& point, int64_t step)>;
 
 // Resolves every point's config first (a bad value fails the sweep before anything trains; the same
 // for an output the guard refuses), then trains each point in OUT/<key=value,...> that has not

@@ -31,7 +31,7 @@ struct KeySpec {
   nlohmann::json default_value;  // null: derived from other keys (see `derived`, `rule`)
   std::string derived;           // how a null default is computed, in words: "4 * model.d_model"
   std::function<nlohmann::json(const nlohmann::json& tree)> rule;  // ... and in code, from the tree so far
-  double min = 0, max = 0;       // numeric range, used when has_min / has_max
+  double min = 0, max = 0;  // numeric range, used when has_min / has_max
   bool has_min = false, has_max = false;
   bool min_open = false, max_open = false;  // exclusive bounds
   std::vector<std::string> choices;         // allowed strings (empty: any)

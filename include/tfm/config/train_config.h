@@ -33,10 +33,10 @@ const std::vector<std::string>& enum_names<ScheduleKind>();
 struct OptimizerConfig {
   OptimizerKind name = OptimizerKind::AdamW;
   double lr = 1e-3;  // the schedule's peak: Muon's rate is muon_lr * (rate of the step / lr)
-  std::array<double, 2> betas = {0.9, 0.99};  // AdamW's (beta1, beta2)
-  double eps = 1e-8;                          // AdamW's; not a key
-  double weight_decay = 0.1;                  // of rank >= 2 tensors
-  double momentum = 0.9;                      // sgd
+  std::array<double, 2> betas = {0.9, 0.99};                             // AdamW's (beta1, beta2)
+  double eps = 1e-8;                                                     // AdamW's; not a key
+  double weight_decay = 0.1;                                             // of rank >= 2 tensors
+  double momentum = 0.9;                                                 // sgd
   double muon_lr = 0.02, muon_momentum = 0.95, muon_weight_decay = 0.0;  // muon
 };
 

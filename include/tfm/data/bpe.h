@@ -49,7 +49,8 @@ class BpeChunkCache {
 
  private:
   friend class BpeTokenizer;
-  std::unordered_map<std::string_view, std::pair<size_t, size_t>> index_;  // chunk -> [begin, begin + n) of ids_
+  std::unordered_map<std::string_view, std::pair<size_t, size_t>>
+      index_;                     // chunk -> [begin, begin + n) of ids_
   std::deque<std::string> keys_;  // the chunks' bytes (stable addresses for the views)
   std::vector<int32_t> ids_;
 };

@@ -19,9 +19,9 @@ struct Dataset {
   Tokenizer tokenizer;
   TokenSpan train, val;  // (N_train), (N_val): views of the cache's mapping
   std::string path;
-  std::string cache_path;   // the token cache the spans map
-  bool cache_built = false; // tokenized by this load (else mapped from an earlier one)
-  double load_seconds = 0;  // the cache's open (or build) time
+  std::string cache_path;                    // the token cache the spans map
+  bool cache_built = false;                  // tokenized by this load (else mapped from an earlier one)
+  double load_seconds = 0;                   // the cache's open (or build) time
   uint64_t source_bytes = 0;                 // of the corpus's files on disk
   int64_t documents = 0, val_documents = 0;  // val_documents: 0 with one document (a token split)
   bool document_separator = false;
@@ -42,7 +42,8 @@ class BatchSampler {
  public:
   explicit BatchSampler(uint64_t seed) : rng_(seed) {}
   // x, y: (B, T) row-major; y is x shifted by one token. Reads the windows straight from `tokens`.
-  void sample(const TokenSpan& tokens, int64_t B, int64_t T, std::vector<int32_t>& x, std::vector<int32_t>& y);
+  void sample(const TokenSpan& tokens, int64_t B, int64_t T, std::vector<int32_t>& x,
+              std::vector<int32_t>& y);
   Rng& rng() { return rng_; }
 
  private:

@@ -17,7 +17,7 @@ constexpr int32_t kPadId = 0, kBosId = 1, kEosId = 2, kUnkId = 3;
 std::vector<std::string> seq2seq_specials();
 
 struct SentencePair {
-  std::string source, target;   // the raw text (BLEU references, showing examples)
+  std::string source, target;     // the raw text (BLEU references, showing examples)
   std::vector<int32_t> src, tgt;  // token ids, truncated, without <bos>/<eos>
   int64_t line = 0;               // 1-based line in the file
 };

@@ -138,10 +138,10 @@ struct TokenCache {
   TokenSpan tokens;     // every token of the corpus, documents in order
   DocumentEnds document_ends;
   bool document_separator = false;  // the tokenizer's end-of-text id between two documents
-  std::string path;     // the cache file
-  bool built = false;   // tokenized by this call (else an existing cache was mapped)
-  double seconds = 0;   // wall time of this call
-  uint64_t source_bytes = 0;  // of the corpus's files on disk
+  std::string path;                 // the cache file
+  bool built = false;               // tokenized by this call (else an existing cache was mapped)
+  double seconds = 0;               // wall time of this call
+  uint64_t source_bytes = 0;        // of the corpus's files on disk
 };
 
 // `.tfm-cache` in the directory of the corpus (corpus_home): every run, sweep point, eval and sample
@@ -168,6 +168,7 @@ uint64_t encode_file(const std::string& source, const Tokenizer& tokenizer,
                      const std::function<void(const int32_t* ids, size_t n)>& sink, int threads = 0,
                      size_t block_bytes = 0);
 // The char vocabulary of a file (Tokenizer::from_text's) in a streaming pass; *hash gets its hash.
-Tokenizer char_vocabulary_of_file(const std::string& source, uint64_t* hash = nullptr, size_t block_bytes = 0);
+Tokenizer char_vocabulary_of_file(const std::string& source, uint64_t* hash = nullptr,
+                                  size_t block_bytes = 0);
 
 }  // namespace tfm

@@ -40,7 +40,8 @@ class Tokenizer {
   explicit Tokenizer(std::vector<std::string> words);   // a Kind::Word vocabulary, distinct words
   // The char vocabulary of a text (its sorted distinct code points), the 256-byte vocabulary, or the
   // word vocabulary: the words seen at least min_freq times, by frequency (descending), then bytewise.
-  static Tokenizer from_text(Kind kind, const std::string& text, const std::string& source, int64_t min_freq = 1);
+  static Tokenizer from_text(Kind kind, const std::string& text, const std::string& source,
+                             int64_t min_freq = 1);
   // The same over several texts (sentences), which are not joined: no character is added between them.
   static Tokenizer from_texts(Kind kind, const std::vector<std::string>& texts, const std::string& source,
                               int64_t min_freq = 1);
@@ -75,8 +76,8 @@ class Tokenizer {
   std::string kind_name() const;
   int64_t size() const;  // specials + base vocabulary (+ 1 with the end-of-text id)
   const std::vector<uint32_t>& symbols() const { return symbols_; }  // char/byte
-  const std::vector<std::string>& words() const { return words_; }    // word
-  const BpeTokenizer* bpe() const { return bpe_.get(); }              // bpe (null otherwise)
+  const std::vector<std::string>& words() const { return words_; }   // word
+  const BpeTokenizer* bpe() const { return bpe_.get(); }             // bpe (null otherwise)
 
   // Throws IoError naming `source` and the offset of a symbol (or word) outside the vocabulary,
   // unless "<unk>" is a special.
@@ -86,8 +87,9 @@ class Tokenizer {
   // the whole text's when each cut is at a character boundary (char), anywhere (byte), at a
   // pretokenization boundary (bpe: pretokenize_cut) or at whitespace (word).
   // bpe_cache: chunks a BPE tokenizer encoded before (a streaming encoder's, one per thread).
-  void encode_piece(std::string_view text, const std::string& source, uint64_t byte_offset, uint64_t char_offset,
-                    std::vector<int32_t>& out, BpeChunkCache* bpe_cache = nullptr) const;
+  void encode_piece(std::string_view text, const std::string& source, uint64_t byte_offset,
+                    uint64_t char_offset, std::vector<int32_t>& out,
+                    BpeChunkCache* bpe_cache = nullptr) const;
   // Specials other than <unk> are skipped; <unk> reads "<unk>", the end-of-text id kEndOfText. Word:
   // detokenized (see Kind::Word).
   std::string decode(const std::vector<int32_t>& ids) const;
@@ -99,12 +101,12 @@ class Tokenizer {
   int32_t base_id(const std::string& word) const;  // word -> base id, -1 when unknown
   Kind kind_ = Kind::Char;
   std::vector<uint32_t> symbols_;
-  std::vector<std::string> words_;              // Kind::Word only, in id order
-  std::vector<int32_t> word_order_;             // base ids sorted by word, for lookup
-  std::shared_ptr<const BpeTokenizer> bpe_;     // Kind::Bpe only
+  std::vector<std::string> words_;           // Kind::Word only, in id order
+  std::vector<int32_t> word_order_;          // base ids sorted by word, for lookup
+  std::shared_ptr<const BpeTokenizer> bpe_;  // Kind::Bpe only
   std::vector<std::string> specials_;
-  int32_t unk_ = -1;                            // the id of "<unk>", -1 without it
-  bool end_of_text_ = false;                    // the last id is kEndOfText
+  int32_t unk_ = -1;          // the id of "<unk>", -1 without it
+  bool end_of_text_ = false;  // the last id is kEndOfText
 };
 
 // The vocabularies of a trained run (checkpoints keep them): the input side's and, for an

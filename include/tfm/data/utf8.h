@@ -10,14 +10,16 @@
 namespace tfm {
 
 // A byte of the form 10xxxxxx, which continues a character and never starts one.
-inline bool is_utf8_continuation(unsigned char byte) { return (byte & 0xC0) == 0x80; }
+inline bool is_utf8_continuation(unsigned char byte) {
+  return (byte & 0xC0) == 0x80;
+}
 
 // The character that starts at s[at], decoded strictly. `length` is 0 when the bytes there are not
 // one; then `fault` says why and `fault_at` is the offset of the byte at fault.
 struct Utf8Char {
   enum class Fault { None, BadLead, Truncated, BadContinuation };
   uint32_t code_point = 0;
-  size_t length = 0;    // bytes, 1-4; 0 when invalid
+  size_t length = 0;  // bytes, 1-4; 0 when invalid
   Fault fault = Fault::None;
   size_t fault_at = 0;  // BadLead, Truncated: `at`; BadContinuation: that byte's offset
   size_t expected = 0;  // Truncated: the length the lead byte announced
@@ -28,7 +30,8 @@ Utf8Char decode_utf8_char(std::string_view s, size_t at);
 std::vector<uint32_t> decode_utf8(const std::string& bytes, const std::string& source);
 // The same for a piece of a longer file that starts `base` bytes into it (the offsets in errors count
 // from the file's start); appends to `out`.
-void decode_utf8(std::string_view bytes, const std::string& source, uint64_t base, std::vector<uint32_t>& out);
+void decode_utf8(std::string_view bytes, const std::string& source, uint64_t base,
+                 std::vector<uint32_t>& out);
 // Appends the UTF-8 encoding of one code point.
 void append_utf8(std::string& out, uint32_t code_point);
 

@@ -43,7 +43,7 @@ std::string concat(const Args&... args) {
 }  // namespace tfm
 
 // TFM_CHECK(cond, "where", "what", values...) throws tfm::Error("where: what values...").
-#define TFM_CHECK(cond, where, ...)                                                      \
-  do {                                                                                   \
+#define TFM_CHECK(cond, where, ...)                                                   \
+  do {                                                                                \
     if (!(cond)) throw ::tfm::Error(::tfm::detail::concat(where, ": ", __VA_ARGS__)); \
   } while (0)

@@ -27,8 +27,19 @@ namespace tfm {
 
 // gguf_metadata_value_type.
 enum class GgufType : uint32_t {
-  UInt8 = 0, Int8 = 1, UInt16 = 2, Int16 = 3, UInt32 = 4, Int32 = 5, Float32 = 6, Bool = 7,
-  String = 8, Array = 9, UInt64 = 10, Int64 = 11, Float64 = 12,
+  UInt8 = 0,
+  Int8 = 1,
+  UInt16 = 2,
+  Int16 = 3,
+  UInt32 = 4,
+  Int32 = 5,
+  Float32 = 6,
+  Bool = 7,
+  String = 8,
+  Array = 9,
+  UInt64 = 10,
+  Int64 = 11,
+  Float64 = 12,
 };
 const char* gguf_type_name(GgufType type);  // "uint32", "string", ...
 
@@ -94,10 +105,10 @@ class GgufValue {
 
 struct GgufTensor {
   std::string name;
-  Shape shape;                 // row-major, outermost first (tfm's order; the file lists it reversed)
+  Shape shape;  // row-major, outermost first (tfm's order; the file lists it reversed)
   GgmlType type = GgmlType::F32;
-  std::vector<uint8_t> data;   // the elements, little-endian: numel * ggml_type_size(type) bytes
-  uint64_t offset = 0;         // into the data section (the reader fills it in; the writer lays out its own)
+  std::vector<uint8_t> data;  // the elements, little-endian: numel * ggml_type_size(type) bytes
+  uint64_t offset = 0;        // into the data section (the reader fills it in; the writer lays out its own)
 };
 
 // A float32 tensor as a GGUF tensor of `type` (F16 and BF16 rounded to nearest even).
@@ -106,7 +117,7 @@ GgufTensor gguf_tensor(std::string name, const Tensor& values, GgmlType type = G
 Tensor gguf_tensor_values(const GgufTensor& t);
 
 struct GgufFile {
-  std::string source;                                       // the file (or buffer name) it came from
+  std::string source;  // the file (or buffer name) it came from
   uint32_t version = 3;
   std::vector<std::pair<std::string, GgufValue>> metadata;  // in file order
   std::vector<GgufTensor> tensors;                          // in file order
@@ -124,10 +135,10 @@ struct GgufFile {
 };
 
 // Limits the writer keeps and the reader enforces (the spec's, and ggml's where it is stricter).
-constexpr size_t kGgufMaxKeyBytes = 65535;     // spec: keys at most 2^16 - 1 bytes
-constexpr size_t kGgufMaxTensorName = 63;      // spec: 64 bytes; ggml's GGML_MAX_NAME keeps a NUL
-constexpr int kGgufMaxDims = 4;                // spec: "currently at most 4" (GGML_MAX_DIMS)
-constexpr int kGgufMaxArrayDepth = 8;          // nested arrays: ours, so a hostile file cannot recurse deeply
+constexpr size_t kGgufMaxKeyBytes = 65535;  // spec: keys at most 2^16 - 1 bytes
+constexpr size_t kGgufMaxTensorName = 63;   // spec: 64 bytes; ggml's GGML_MAX_NAME keeps a NUL
+constexpr int kGgufMaxDims = 4;             // spec: "currently at most 4" (GGML_MAX_DIMS)
+constexpr int kGgufMaxArrayDepth = 8;       // nested arrays: ours, so a hostile file cannot recurse deeply
 constexpr uint32_t kGgufDefaultAlignment = 32;
 
 // The file's bytes. Error("<what>: ...") for what the spec forbids: a key that is not

@@ -104,15 +104,35 @@ Tensor narrow(const Tensor& x, int64_t axis, int64_t start, int64_t length);
 Tensor contiguous(const Tensor& x);
 
 // Operators for readable composed math.
-inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
-inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
-inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
-inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-inline Tensor operator+(const Tensor& a, float s) { return add(a, s); }
-inline Tensor operator-(const Tensor& a, float s) { return sub(a, s); }
-inline Tensor operator*(const Tensor& a, float s) { return mul(a, s); }
-inline Tensor operator/(const Tensor& a, float s) { return div(a, s); }
-inline Tensor operator*(float s, const Tensor& a) { return mul(a, s); }
-inline Tensor operator-(const Tensor& a) { return neg(a); }
+inline Tensor operator+(const Tensor& a, const Tensor& b) {
+  return add(a, b);
+}
+inline Tensor operator-(const Tensor& a, const Tensor& b) {
+  return sub(a, b);
+}
+inline Tensor operator*(const Tensor& a, const Tensor& b) {
+  return mul(a, b);
+}
+inline Tensor operator/(const Tensor& a, const Tensor& b) {
+  return div(a, b);
+}
+inline Tensor operator+(const Tensor& a, float s) {
+  return add(a, s);
+}
+inline Tensor operator-(const Tensor& a, float s) {
+  return sub(a, s);
+}
+inline Tensor operator*(const Tensor& a, float s) {
+  return mul(a, s);
+}
+inline Tensor operator/(const Tensor& a, float s) {
+  return div(a, s);
+}
+inline Tensor operator*(float s, const Tensor& a) {
+  return mul(a, s);
+}
+inline Tensor operator-(const Tensor& a) {
+  return neg(a);
+}
 
 }  // namespace tfm

@@ -137,7 +137,7 @@ struct TensorImpl {
   std::shared_ptr<Storage> storage;  // null while released values await recomputation
   Shape shape, strides;
   int64_t offset = 0;
-  std::shared_ptr<GradSlot> autograd;             // created when the tensor first takes part in autograd
+  std::shared_ptr<GradSlot> autograd;         // created when the tensor first takes part in autograd
   std::function<void(float* dst)> recompute;  // fills contiguous values (see release_values)
 };
 

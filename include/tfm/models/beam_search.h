@@ -37,6 +37,7 @@ struct NextTokenModel {
 // do not end survive), counts an ending one only when it ranks among the N best (as GNMT and fairseq),
 // stops a source once N have ended, and returns the one with the best sum of log-probabilities /
 // penalty(len), len = generated tokens with <eos>. Ties go to the lower row, then the lower token.
-std::vector<std::vector<int32_t>> beam_search(int64_t B, const NextTokenModel& model, const BeamSearchOptions& options);
+std::vector<std::vector<int32_t>> beam_search(int64_t B, const NextTokenModel& model,
+                                              const BeamSearchOptions& options);
 
 }  // namespace tfm

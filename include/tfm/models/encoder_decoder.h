@@ -10,13 +10,13 @@
 // bias, attention_score.
 //
 // Encoder: x = E_src[src] * sqrt(C) + P[:S] (sinusoidal; learned: E_src[src] + W_src_pos[:S], as the
-// language model of docs/architecture.md), dropout, EncoderBlocks with bidirectional self-attention that ignores the
-// source padding (keys j >= src_lengths[b]), then LayerNorm (pre-norm only).
-// Decoder: y = E_tgt[tgt] * sqrt(C) + P[:T] (or learned), dropout, DecoderBlocks (causal
-// self-attention, cross-attention to the encoder output with the source padding masked,
-// feed-forward), LayerNorm (pre-norm), logits = y E_tgt^T when tied, else head(y) without bias.
-// Init: Model::adopt_parameters with n_encoder_layers + n_decoder_layers residual layers (every
-// *wo.weight and *fc2.weight, the cross-attention's wo included, gets 0.02 / sqrt(2 * that)).
+// language model of docs/architecture.md), dropout, EncoderBlocks with bidirectional self-attention that
+// ignores the source padding (keys j >= src_lengths[b]), then LayerNorm (pre-norm only). Decoder: y =
+// E_tgt[tgt] * sqrt(C) + P[:T] (or learned), dropout, DecoderBlocks (causal self-attention, cross-attention
+// to the encoder output with the source padding masked, feed-forward), LayerNorm (pre-norm), logits = y
+// E_tgt^T when tied, else head(y) without bias. Init: Model::adopt_parameters with n_encoder_layers +
+// n_decoder_layers residual layers (every *wo.weight and *fc2.weight, the cross-attention's wo included, gets
+// 0.02 / sqrt(2 * that)).
 //
 // Parameter names (export and checkpoint names, in this order):
 //   src_emb.weight (Vs, C), src_pos.weight (max_seq_len, C) if learned,
@@ -34,16 +34,17 @@
 #include <string>
 #include <vector>
 
-#include "tfm/models/beam_search.h"
-#include "tfm/models/model.h"
 #include "tfm/data/pairs.h"
 #include "tfm/engine/tensor.h"
+#include "tfm/models/beam_search.h"
+#include "tfm/models/model.h"
 
 namespace tfm {
 
 // Incremental-decoding state of a batch of R rows (R = sources, or sources * beam).
 struct Seq2SeqCache {
-  std::vector<Tensor> self_keys, self_values;    // per decoder layer: (R, max_seq_len, Hkv*Dk), filled to `length`
+  std::vector<Tensor> self_keys,
+      self_values;  // per decoder layer: (R, max_seq_len, Hkv*Dk), filled to `length`
   std::vector<Tensor> cross_keys, cross_values;  // per decoder layer: (R, S, Hkv*Dk), from the encoder output
   std::vector<int64_t> src_lengths;              // (R)
   int64_t rows = 0, source_len = 0;
@@ -51,9 +52,9 @@ struct Seq2SeqCache {
 };
 
 struct TranslateOptions {
-  int64_t beam = 1;       // 1 = greedy
-  int64_t max_len = 0;    // generated tokens per sentence, <eos> included (0 = max_seq_len)
-  float alpha = 0.0f;     // length penalty exponent (0 = none: plain sum of log-probabilities)
+  int64_t beam = 1;     // 1 = greedy
+  int64_t max_len = 0;  // generated tokens per sentence, <eos> included (0 = max_seq_len)
+  float alpha = 0.0f;   // length penalty exponent (0 = none: plain sum of log-probabilities)
   LengthPenalty penalty = LengthPenalty::Gnmt;
   bool use_cache = true;  // false: recompute the whole decoder every step (the reference for tests)
   int32_t bos = kBosId, eos = kEosId;
@@ -76,13 +77,14 @@ class Seq2SeqModel : public Model {
   // Teacher forcing. src (B, S) and tgt_in (B, T) row-major ids, src_lengths (B) real source tokens
   // (keys j >= src_lengths[b] are padding) -> logits (B, T, V), differentiable. The loss is the
   // caller's: cross_entropy(logits, tgt_out, kPadId).
-  Tensor forward(const std::vector<int32_t>& src, const std::vector<int64_t>& src_lengths, int64_t B, int64_t S,
-                 const std::vector<int32_t>& tgt_in, int64_t T);
+  Tensor forward(const std::vector<int32_t>& src, const std::vector<int64_t>& src_lengths, int64_t B,
+                 int64_t S, const std::vector<int32_t>& tgt_in, int64_t T);
   // The encoder alone: (B, S, C) (after encoder.ln_f in pre-norm).
-  Tensor encode(const std::vector<int32_t>& src, const std::vector<int64_t>& src_lengths, int64_t B, int64_t S);
+  Tensor encode(const std::vector<int32_t>& src, const std::vector<int64_t>& src_lengths, int64_t B,
+                int64_t S);
   // The decoder alone over a full target prefix: memory (B, S, C) from encode -> logits (B, T, V).
-  Tensor decode(const Tensor& memory, const std::vector<int64_t>& src_lengths, const std::vector<int32_t>& tgt_in,
-                int64_t T);
+  Tensor decode(const Tensor& memory, const std::vector<int64_t>& src_lengths,
+                const std::vector<int32_t>& tgt_in, int64_t T);
 
   // Incremental decoding (no gradients): make_cache projects the memory's cross-attention keys and
   // values once; forward_cached feeds T_new target tokens per row after the cached ones and returns
@@ -94,8 +96,9 @@ class Seq2SeqModel : public Model {
 
   // Greedy (beam = 1) or beam search (beam_search.h), batched over the B sources, driven by the
   // cached decoder. Each result is the target ids without <bos> and <eos>.
-  std::vector<std::vector<int32_t>> translate(const std::vector<int32_t>& src, const std::vector<int64_t>& src_lengths,
-                                              int64_t B, int64_t S, const TranslateOptions& options = {});
+  std::vector<std::vector<int32_t>> translate(const std::vector<int32_t>& src,
+                                              const std::vector<int64_t>& src_lengths, int64_t B, int64_t S,
+                                              const TranslateOptions& options = {});
 
   // When on, each forward/decode/forward_cached keeps the attention probabilities of its last call,
   // per layer: encoder self (B, H, S, S), decoder self (B, H, T, T) and cross (B, H, T, S)

@@ -78,10 +78,10 @@ const char* gguf_architecture_name(GgufArchitecture arch);  // general.architect
 // Any other value is refused as "KEY = VALUE: note". Every model.* key has a rule (a test walks the
 // key table), so a new key is refused by name until the export expresses it.
 struct GgufKeyRule {
-  std::string key;                                             // "model.norm"
-  std::vector<nlohmann::json> allowed;                         // {"layernorm"}; empty: every value
-  std::function<nlohmann::json(const ModelConfig&)> value;     // null when every value is allowed
-  std::string note;                                            // why only those, or where the value goes
+  std::string key;                                          // "model.norm"
+  std::vector<nlohmann::json> allowed;                      // {"layernorm"}; empty: every value
+  std::function<nlohmann::json(const ModelConfig&)> value;  // null when every value is allowed
+  std::string note;                                         // why only those, or where the value goes
 };
 const std::vector<GgufKeyRule>& gguf_key_rules(GgufArchitecture arch);
 

@@ -31,9 +31,9 @@ namespace tfm {
 // attention's keys come from another sequence and get none.
 //
 // Head mixing (head_mixing, legend g = ModelConfig::mixing_groups(), n = H / g heads per group): the
-// heads are split into g groups of n consecutive heads. Within each group the logits S (B, H, Tq, Tk) of either scoring are
-// mixed across heads, S'_o = sum_i mix_logits[group, o, i] S_i, before the masks and the softmax, and
-// the probabilities after it, P'_o = sum_i mix_weights[group, o, i] P_i; out_h = P'_h V_{kv(h)}.
+// heads are split into g groups of n consecutive heads. Within each group the logits S (B, H, Tq, Tk) of
+// either scoring are mixed across heads, S'_o = sum_i mix_logits[group, o, i] S_i, before the masks and the
+// softmax, and the probabilities after it, P'_o = sum_i mix_weights[group, o, i] P_i; out_h = P'_h V_{kv(h)}.
 // talking_heads is one group of all H heads (Shazeer et al. 2020, "Talking-Heads Attention");
 // group_mlp (grouped heads with an MLP across them) mixes inside g groups and replaces Wo by out_mlp,
 // a C -> C -> C GELU MLP over the concatenated heads, which carries information between the groups.
@@ -127,10 +127,11 @@ class MultiHeadAttention : public Module {
   // Q (B, T, H*Dk) or K (B, T, Hkv*Dk) of x: the projection, QK-norm, and RoPE at positions
   // [start, start + T) when start >= 0 and the model has RoPE. Returns the steps, the last one the result:
   // the intermediates a caller may release once the result is used (each is recomputable).
-  std::vector<Tensor> project(const Linear& w, const Norm* norm, int64_t heads, const Tensor& x, int64_t start) const;
+  std::vector<Tensor> project(const Linear& w, const Norm* norm, int64_t heads, const Tensor& x,
+                              int64_t start) const;
   // Attends q_steps.back() to k, v and releases the queries' steps (recomputed in the backward).
-  Tensor attend_and_project(const Tensor& x, const std::vector<Tensor>& q_steps, const Tensor& k, const Tensor& v,
-                            const std::vector<int64_t>& key_lengths);
+  Tensor attend_and_project(const Tensor& x, const std::vector<Tensor>& q_steps, const Tensor& k,
+                            const Tensor& v, const std::vector<int64_t>& key_lengths);
   Tensor rope_cos_, rope_sin_;  // RoPE only: (max_seq_len, Dk/2) tables of the angles' cosines and sines
 };
 

@@ -58,8 +58,9 @@ class DecoderBlock : public Module {
   // Decoding step: x (B, T, C) holds positions [past, past + T); self-attention keys/values go to
   // cache_k/cache_v (B, max_len, Hkv*Dk) as MultiHeadAttention::forward_cached; cross_k/cross_v
   // (B, S, Hkv*Dk) are cross.project_key_value(memory, memory), computed once per sentence.
-  Tensor forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v, int64_t past, const Tensor& cross_k,
-                        const Tensor& cross_v, const std::vector<int64_t>& memory_lengths = {});
+  Tensor forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v, int64_t past,
+                        const Tensor& cross_k, const Tensor& cross_v,
+                        const std::vector<int64_t>& memory_lengths = {});
   Norm ln1, ln2, ln3;
   MultiHeadAttention attn, cross;
   FeedForward ffn;

@@ -50,9 +50,11 @@ class LearnedPositionalEmbedding : public Module {
 // E[ids] + W_pos[start:start+T] with learned positions, E[ids] alone with neither (RoPE: positions enter
 // inside attention), then dropout p when `owner` is training (drawing from its rng). ids (B*T) ->
 // (B, T, C). `where` names the caller in errors.
-Tensor embed_with_positions(const Module& owner, const Embedding& emb, const SinusoidalPositionalEncoding* sinusoidal,
-                            const LearnedPositionalEmbedding* learned, int64_t max_len, const std::vector<int32_t>& ids,
-                            int64_t B, int64_t T, int64_t start, float p, const char* where);
+Tensor embed_with_positions(const Module& owner, const Embedding& emb,
+                            const SinusoidalPositionalEncoding* sinusoidal,
+                            const LearnedPositionalEmbedding* learned, int64_t max_len,
+                            const std::vector<int32_t>& ids, int64_t B, int64_t T, int64_t start, float p,
+                            const char* where);
 
 // Normalisation over the last dim, the kind model.norm names: LayerNorm (Ba et al. 2016)
 // (x - mean) / sqrt(var + eps) * g + b, or RMSNorm (Zhang & Sennrich 2019) x / sqrt(mean(x^2) + eps) * g,
@@ -73,8 +75,8 @@ class Norm : public Module {
   float eps;
 };
 
-// A stack's output (docs/architecture.md, the model's step 5): h = ln_f(x) when ln_f is given, else x; logits = h E^T
-// with the embedding E (V, C) when head is null (tied), else head(h). x (B, T, C) -> (B, T, V).
+// A stack's output (docs/architecture.md, the model's step 5): h = ln_f(x) when ln_f is given, else x; logits
+// = h E^T with the embedding E (V, C) when head is null (tied), else head(h). x (B, T, C) -> (B, T, V).
 Tensor output_logits(const Tensor& x, const Norm* ln_f, const Linear* head, const Tensor& embedding);
 
 // FFN(x) = fc2(act(fc1(x))), act = exact GELU or ReLU; SwiGLU (Shazeer 2020): fc2(silu(fc1(x)) *

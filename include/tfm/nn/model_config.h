@@ -14,11 +14,11 @@ namespace tfm {
 
 // Each variant is an enum; enum_names<E>() (engine/enum_names.h) spells its values as configs do.
 // Activation, the feed-forward's, is the engine's own (engine/ops.h: the fused op takes it as it is).
-enum class NormKind { LayerNorm, RMSNorm };          // what every norm of the model is
-enum class NormPosition { Pre, Post };               // a norm before each sub-layer, or after its add
+enum class NormKind { LayerNorm, RMSNorm };  // what every norm of the model is
+enum class NormPosition { Pre, Post };       // a norm before each sub-layer, or after its add
 enum class PositionalEncoding { Sinusoidal, Learned, Rope };
-enum class AttentionScore { Dot, Additive };         // scaled dot-product or Bahdanau's additive scores
-enum class HeadGating { None, TopK };                // top-k gated heads (MultiHeadAttention)
+enum class AttentionScore { Dot, Additive };             // scaled dot-product or Bahdanau's additive scores
+enum class HeadGating { None, TopK };                    // top-k gated heads (MultiHeadAttention)
 enum class HeadMixing { None, TalkingHeads, GroupMlp };  // cross-head interaction (MultiHeadAttention)
 
 template <>
@@ -42,24 +42,24 @@ struct ModelConfig {
   int64_t n_kv_heads = 0;  // Hkv, 0 = n_heads; grouped-query when 1 < Hkv < H, multi-query when 1
   int64_t d_ff = 0;        // F, 0 = 4 * d_model
   int64_t max_seq_len = 64;
-  float dropout = 0.0f;            // on the embeddings and every residual branch
-  float attention_dropout = 0.0f;  // on the attention probabilities
+  float dropout = 0.0f;                      // on the embeddings and every residual branch
+  float attention_dropout = 0.0f;            // on the attention probabilities
   Activation activation = Activation::Gelu;  // SwiGLU: d_ff is the width of the gate and of the up projection
   NormKind norm = NormKind::LayerNorm;
-  float norm_eps = 1e-5f;                    // every norm's, QK-norm's too
+  float norm_eps = 1e-5f;  // every norm's, QK-norm's too
   NormPosition norm_position = NormPosition::Pre;
   PositionalEncoding positional_encoding = PositionalEncoding::Sinusoidal;
-  double rope_theta = 10000.0;               // RoPE's base: pair i of a head turns by p * theta^(-2i/Dk)
-  bool qk_norm = false;                      // RMSNorm of each head's queries and keys before RoPE
+  double rope_theta = 10000.0;  // RoPE's base: pair i of a head turns by p * theta^(-2i/Dk)
+  bool qk_norm = false;         // RMSNorm of each head's queries and keys before RoPE
   AttentionScore attention_score = AttentionScore::Dot;
   HeadGating head_gating = HeadGating::None;
-  int64_t head_topk = 2;             // top-k gating: heads per token
-  float head_balance_loss = 0.01f;   // top-k gating: weight of the load-balancing term
+  int64_t head_topk = 2;            // top-k gating: heads per token
+  float head_balance_loss = 0.01f;  // top-k gating: weight of the load-balancing term
   HeadMixing head_mixing = HeadMixing::None;
-  int64_t head_groups = 2;           // group_mlp: groups of heads
-  bool causal = true;                // language models: mask future positions
-  bool tie_embeddings = true;        // the output head is the token embedding
-  bool bias = true;                  // biases in the attention and feed-forward projections
+  int64_t head_groups = 2;     // group_mlp: groups of heads
+  bool causal = true;          // language models: mask future positions
+  bool tie_embeddings = true;  // the output head is the token embedding
+  bool bias = true;            // biases in the attention and feed-forward projections
   // The encoder-decoder (models/encoder_decoder.h) only: vocab_size is the target side's.
   int64_t source_vocab_size = 0;
   int64_t n_encoder_layers = -1;  // -1 = n_layers

@@ -18,23 +18,24 @@ namespace tfm {
 using Tokens = std::vector<std::string>;
 
 struct BleuScore {
-  double score = 0;               // 0-100
-  std::vector<double> precisions;  // p_n * 100, n = 1..max_n
+  double score = 0;                      // 0-100
+  std::vector<double> precisions;        // p_n * 100, n = 1..max_n
   std::vector<int64_t> matches, totals;  // clipped matches and hypothesis n-grams per n
-  double bp = 0;                  // brevity penalty
+  double bp = 0;                         // brevity penalty
   int64_t sys_len = 0, ref_len = 0;
 };
 
 // hypotheses[i] is scored against references[i]; Error when the sizes differ.
-BleuScore corpus_bleu(const std::vector<Tokens>& hypotheses, const std::vector<Tokens>& references, int max_n = 4);
+BleuScore corpus_bleu(const std::vector<Tokens>& hypotheses, const std::vector<Tokens>& references,
+                      int max_n = 4);
 // Several references per sentence (references[i] = those of hypothesis i, at least one), as sacreBLEU:
 // an n-gram's matches are clipped to its largest count in any reference, and the reference length
 // is the one closest to the hypothesis's (the shorter on a tie).
-BleuScore corpus_bleu(const std::vector<Tokens>& hypotheses, const std::vector<std::vector<Tokens>>& references,
-                      int max_n = 4);
+BleuScore corpus_bleu(const std::vector<Tokens>& hypotheses,
+                      const std::vector<std::vector<Tokens>>& references, int max_n = 4);
 // BLEU from summed statistics (sacreBLEU's compute_bleu without smoothing): matches and totals per n.
-BleuScore bleu_from_counts(const std::vector<int64_t>& matches, const std::vector<int64_t>& totals, int64_t sys_len,
-                           int64_t ref_len);
+BleuScore bleu_from_counts(const std::vector<int64_t>& matches, const std::vector<int64_t>& totals,
+                           int64_t sys_len, int64_t ref_len);
 // The same on whitespace-separated strings (sacreBLEU's tokenize='none').
 BleuScore corpus_bleu(const std::vector<std::string>& hypotheses, const std::vector<std::string>& references,
                       int max_n = 4);

@@ -2,9 +2,10 @@
 // the model is. The training loop (trainer.cpp: schedule, clipping, accumulation, logging, eval,
 // checkpoints, signals, MPI) is written once against this interface; each objective lives in one
 // file:
-//   causal_lm  src/objectives/causal_lm.cpp  decoder-only: next-token prediction (sampling: models/sampling.h)
-//   masked_lm  src/objectives/masked_lm.cpp  encoder-only: BERT's masked tokens (fill_mask: inference.h)
-//   seq2seq    src/objectives/seq2seq.cpp    encoder-decoder over sentence pairs (translate_texts: inference.h)
+//   causal_lm  src/objectives/causal_lm.cpp  decoder-only: next-token prediction (sampling:
+//   models/sampling.h) masked_lm  src/objectives/masked_lm.cpp  encoder-only: BERT's masked tokens
+//   (fill_mask: inference.h) seq2seq    src/objectives/seq2seq.cpp    encoder-decoder over sentence pairs
+//   (translate_texts: inference.h)
 // Callers ask an objective what it can do (capabilities()), never its name.
 #pragma once
 #include <atomic>
@@ -64,9 +65,9 @@ enum class ModelKind {
 };
 // What a trained model does at inference (objectives/inference.h, models/sampling.h).
 enum class Inference {
-  Sample,    // continues a prompt: generate() (tfm sample)
-  FillMask,  // predicts each [MASK]: fill_mask() (tfm fill-mask)
-  Translate, // maps a source sentence to a target one: translate_texts(), pair_attention() (tfm translate)
+  Sample,     // continues a prompt: generate() (tfm sample)
+  FillMask,   // predicts each [MASK]: fill_mask() (tfm fill-mask)
+  Translate,  // maps a source sentence to a target one: translate_texts(), pair_attention() (tfm translate)
 };
 
 // What an objective needs and what its trained model can do: what callers ask instead of its name.

@@ -32,7 +32,7 @@ inline double evaluate(LanguageModel& model, const TokenSpan& tokens, int64_t B,
 // (10%) or stays (10%). y gets the original token at chosen positions and kNotMasked elsewhere. When
 // no position was chosen one is, so the loss is defined. Returns the number chosen.
 constexpr int32_t kNotMasked = -100;  // cross_entropy's ignore_index
-int64_t mask_tokens(std::vector<int32_t>& x, std::vector<int32_t>& y, Rng& rng, double mask_prob, int32_t mask_id,
-                    int64_t ordinary);
+int64_t mask_tokens(std::vector<int32_t>& x, std::vector<int32_t>& y, Rng& rng, double mask_prob,
+                    int32_t mask_id, int64_t ordinary);
 
 }  // namespace tfm

@@ -38,7 +38,7 @@ constexpr uint64_t kMaxCheckpointBytes = uint64_t{1} << 36;
 
 // The vocabularies (Vocabulary: tokenizer, target_tokenizer) and the rest of a run's state.
 struct Checkpoint : Vocabulary {
-  nlohmann::json config;  // the resolved config the run was trained with
+  nlohmann::json config;                      // the resolved config the run was trained with
   nlohmann::json state;                       // step, best_val_loss, rng, optimizer, elapsed_s
   std::vector<float> model;                   // (P,) flat parameter values
   std::vector<std::vector<float>> optimizer;  // per state buffer (optim.h: (P,) each for AdamW and SGD)

@@ -24,7 +24,7 @@ namespace tfm {
 // (warmup = warmup_steps, total = train.max_steps; the options are train.lr_schedule.*,
 // config/train_config.h.)
 struct LrSchedule : LrScheduleConfig {
-  double lr = 1e-3;     // train.optimizer.lr
+  double lr = 1e-3;      // train.optimizer.lr
   int64_t total = 2000;  // train.max_steps
   double at(int64_t step) const;
 };

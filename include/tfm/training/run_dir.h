@@ -65,7 +65,7 @@ void make_output_dir(const std::string& dir, const std::string& flag = "--out");
 
 // A trained run loaded for evaluation, sampling, filling masks, translating or analysis.
 struct LoadedRun {
-  std::string dir;              // the run directory as given
+  std::string dir;  // the run directory as given
   Config config;
   std::string checkpoint_path;  // DIR/<which>.ckpt, the file it was read from
   Checkpoint checkpoint;

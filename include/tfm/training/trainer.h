@@ -25,14 +25,14 @@
 namespace tfm {
 
 struct TrainOptions {
-  bool resume = false;                      // continue from output.dir/last.ckpt (else best.ckpt)
-  int64_t stop_at_step = -1;                // stop as if interrupted once this step is done (tests)
+  bool resume = false;        // continue from output.dir/last.ckpt (else best.ckpt)
+  int64_t stop_at_step = -1;  // stop as if interrupted once this step is done (tests)
   // Set by SIGINT/SIGTERM: finish the step (or abandon the evaluation), checkpoint, return.
   const std::atomic<bool>* stop = nullptr;
-  bool console = true;                      // log to stdout as well as train.log
+  bool console = true;  // log to stdout as well as train.log
   // Called on every rank after each optimizer step (tests: parameters identical across ranks).
   std::function<void(int64_t step, const Model& model)> on_step;
-  std::string init_from;                    // safetensors file: initial weights of a fresh run (not on resume)
+  std::string init_from;  // safetensors file: initial weights of a fresh run (not on resume)
 };
 
 struct TrainResult {
@@ -58,7 +58,8 @@ TrainResult train(const Config& config, const TrainOptions& options = {});
 // Continues the run in `dir` (`tfm train --resume DIR`): takes its lock, then reads last.ckpt (else
 // best.ckpt, saying so in the log) and its config with `overrides` applied (only keys marked resumable
 // may change). A directory whose run has not saved a checkpoint yet is named with what to do.
-TrainResult resume(const std::string& dir, const std::vector<std::string>& overrides, TrainOptions options = {});
+TrainResult resume(const std::string& dir, const std::vector<std::string>& overrides,
+                   TrainOptions options = {});
 
 // The seed of the evaluation batches of a run (the same batches at every evaluation).
 uint64_t eval_seed(const Config& config);
