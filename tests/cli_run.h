@@ -59,6 +59,7 @@ struct TempDir {
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return path + "/" + name; }
 };
 
 // /tmp/tfm_test_<group>_<pid>_<name>, removed if present (not created). It and a sibling

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli_run.h"
 #include "tfm/data/corpus.h"
 #include "tfm/data/dataset.h"
 #include "tfm/data/token_cache.h"
@@ -23,19 +24,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Dir {
-  std::string path;
-  explicit Dir(const std::string& name)
-      : path("/tmp/tfm_test_corpus_" + std::to_string(::getpid()) + "_" + name) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~Dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return path + "/" + name; }
-};
+using Dir = tfm_test::TempDir;  // /tmp/tfm_test_<name>_<pid>/, removed at scope exit
 
 void write(const std::string& path, const std::string& bytes) {
   fs::create_directories(fs::path(path).parent_path());

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli_run.h"
 #include "tfm/data/bpe.h"
 #include "tfm/data/dataset.h"
 #include "tfm/data/token_cache.h"
@@ -24,20 +25,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// /tmp/tfm_test_cache_<pid>_<name>/, removed at scope exit.
-struct Dir {
-  std::string path;
-  explicit Dir(const std::string& name)
-      : path("/tmp/tfm_test_cache_" + std::to_string(::getpid()) + "_" + name) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~Dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return path + "/" + name; }
-};
+using Dir = tfm_test::TempDir;  // /tmp/tfm_test_<name>_<pid>/, removed at scope exit
 
 void write(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
