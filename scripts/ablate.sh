@@ -19,7 +19,7 @@
 # Equal time: each variant's train.max_steps is the full recipe's time over its own ms/step (measured
 # in a 40-step probe), so its schedule ends, decay included, when the time is up; train.max_seconds
 # stops it there should the probe have been optimistic. Evaluations every 50 steps (10 batches).
-# Results: a table on stdout, DIR/ablate.jsonl, DIR/ablate.png (val loss against minutes).
+# Results: a table on stdout, DIR/ablate.jsonl, DIR/ablate.svg (val loss against minutes).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$TFM_ROOT"
@@ -99,6 +99,6 @@ with open(os.path.join(out, "ablate.jsonl"), "w") as f:
 EOF
 args=()
 while read -r name; do args+=("$name=$out/$name"); done < "$out/configs/order"
-"$py" scripts/plot_speedrun.py "$out/ablate.png" --target "$target" --title "ablation: $(basename "$config")" \
-  "${args[@]}" 2>/dev/null || echo "(no figure: python3-matplotlib is missing)"
+"$tfm" plot speedrun --out "$out/ablate.svg" --target "$target" --title "ablation: $(basename "$config")" \
+  "${args[@]}" >/dev/null
 echo "wrote $out/ablate.jsonl"

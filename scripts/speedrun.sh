@@ -23,8 +23,8 @@
 #                 positions, LayerNorm, GELU, biases, tied head, AdamW 1e-3, cosine: the "default" of
 #                 scripts/recipe_variants.py) in tfm and PyTorch, for the figure (~3x the time)
 # Results: a table on stdout, and runs/speedrun/<config>-<date>/{tfm/, torch.jsonl, baseline.jsonl,
-# summary.json, curves.png}: curves.png is val loss against wall-clock minutes of every run made
-# (scripts/plot_speedrun.py; needs python3-matplotlib).
+# summary.json, curves.svg}: curves.svg is val loss against wall-clock minutes of every run made
+# (tfm plot speedrun).
 # Needs /usr/bin/python3 with torch for the PyTorch side (apt-get install python3-torch python3-numpy).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -129,8 +129,8 @@ if [ "$figure" = 1 ]; then
   fi
 fi
 [ -n "$base_s" ] && curves+=("PyTorch, nanoGPT's recipe (large, bf16)=$out/baseline.jsonl")
-"$py" scripts/plot_speedrun.py "$out/curves.png" --target "$target" --title "time to quality: $source_config" \
-  "${curves[@]}" >/dev/null 2>&1 || echo "(no figure: python3-matplotlib is missing)"
+"$tfm" plot speedrun --out "$out/curves.svg" --target "$target" --title "time to quality: $source_config" \
+  "${curves[@]}" >/dev/null
 
 "$py" - "$out" "$source_config" "$target" "$tfm_s" "$tfm_step" "$tfm_reached" "$confirm" "$torch_s" "$torch_step" \
   "$torch_reached" "$base_s" "$base_note" <<'EOF'
@@ -168,4 +168,4 @@ json.dump({"config": config, "target": float(target), "tfm": {"seconds": f(tfm_s
            "torch": {"seconds": f(torch_s), "step": torch_step, "reached": torch_reached == "True"} if torch_s else None,
            "baseline": {"seconds": f(base_s), "note": base_note} if base_s else None}, open(out + "/summary.json", "w"), indent=1)
 EOF
-echo "figure: $out/curves.png"
+echo "figure: $out/curves.svg"

@@ -24,8 +24,4 @@ if [ -f "$run_dir/last.ckpt" ] || [ -f "$run_dir/best.ckpt" ]; then
 else
   "$TFM_BIN" train --config "$config" --out "$run_dir" "${args[@]}"
 fi
-if [ -f scripts/plot.py ] && /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
-  /usr/bin/python3 scripts/plot.py "$run_dir" && echo "tfm: loss curve in $run_dir/loss.png"
-else
-  echo "tfm: for a loss plot: apt-get install python3-matplotlib && /usr/bin/python3 scripts/plot.py $run_dir"
-fi
+[ -f "$run_dir/loss.svg" ] && echo "tfm: loss curve in $run_dir/loss.svg (any browser opens it)"

@@ -1,6 +1,7 @@
 // tfm bench gemm: this machine's GEMM speed through our wrapper, per backend and precision: the peaks
 // MFU is quoted against.
 #include "tfm/analysis/bench.h"
+#include "tfm/analysis/figures.h"
 
 #include <fmt/format.h>
 
@@ -204,7 +205,7 @@ int run_bench_attention(const BenchAttentionOptions& o) {
         "each row's max and 1/sum in the backward, so its memory grows with n d, not h n^2.\n");
   }
   if (report.empty()) return kExitOk;
-  run_plot_script("plot_bench_attention.py", {report}, o.no_plot, o.json);
+  if (!o.no_plot) write_figure(o.out + "/bench_attention.svg", bench_attention_figure(j), o.json);
   return kExitOk;
 }
 
@@ -267,9 +268,9 @@ std::vector<Command> add_bench_commands(CLI::App& app) {
       ->capture_default_str()
       ->check(number_in(0.001, 60.0));
   att->add_option("--out", a->out,
-                  "Write DIR/bench_attention.json and, with matplotlib, DIR/bench_attention.png")
+                  "Write DIR/bench_attention.json and DIR/bench_attention.svg")
       ->type_name("DIR");
-  att->add_flag("--no-plot", a->no_plot, "With --out: do not run scripts/plot_bench_attention.py");
+  att->add_flag("--no-plot", a->no_plot, "With --out: do not draw DIR/bench_attention.svg");
   att->add_flag("--json", a->json, "One JSON object instead of the table");
   att->footer(
       "\nA self-attention layer costs time O(n^2 d + n d^2) (Vaswani et al. 2017, table 1) and, unfused,\n"

@@ -104,14 +104,11 @@ std::vector<Command> add_heads_commands(CLI::App& app);      // heads.cpp: heads
 std::vector<Command> add_sweep_commands(CLI::App& app);      // sweep.cpp: sweep
 std::vector<Command> add_data_commands(CLI::App& app);       // data.cpp: data prepare
 
-// scripts/NAME where this tfm finds it: PREFIX/share/tfm/scripts beside an installed binary, the
-// scripts/ of the sources a build tree was built from, or ./scripts; "scripts/NAME" when none has it
-// (plot.cpp).
-std::string find_script(const std::string& name);
-// Runs `python3 scripts/NAME ARGS...` when matplotlib is installed and no_plot is off; otherwise
-// prints the command to run (unless quiet, which also silences the script). True when it drew.
-bool run_plot_script(const std::string& name, const std::vector<std::string>& args, bool no_plot,
-                     bool quiet = false);
+std::vector<Command> add_plot_commands(CLI::App& app);       // plot.cpp: plot loss, speedrun, report
+
+// Writes a figure (SVG text, tfm/analysis/figures.h) to `path` atomically and, unless quiet, prints
+// "wrote PATH" (plot.cpp).
+void write_figure(const std::string& path, const std::string& svg, bool quiet = false);
 
 // --mask-heads L:H,... (heads.cpp): per layer an (H) gate of ones with 0 at each masked head;
 // ConfigError naming the flag on a bad item or an index out of range.

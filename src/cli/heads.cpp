@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "tfm/analysis/figures.h"
 #include "tfm/analysis/head_importance.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
@@ -94,7 +95,7 @@ int run_heads(const HeadsOptions& o) {
   fmt::print("{} of {} heads can be masked before the val loss rises by more than {}\n",
              r.heads_masked_within_tolerance, r.layers * r.heads, kPruningTolerance);
   fmt::print("wrote {}\n", report.c_str());
-  run_plot_script("plot_heads.py", {report}, o.no_plot);
+  if (!o.no_plot) write_figure(out + "/heads.svg", heads_figure(j));
   return kExitOk;
 }
 
@@ -111,12 +112,12 @@ std::vector<Command> add_heads_commands(CLI::App& app) {
   h->add_option("--checkpoint", o->which, "last or best")->capture_default_str()->check(checkpoint_name());
   h->add_option("--out", o->out, "Output directory (default: DIR/heads)")->type_name("DIR");
   h->add_flag("--json", o->json, "The report as one JSON object");
-  h->add_flag("--no-plot", o->no_plot, "Do not run scripts/plot_heads.py");
+  h->add_flag("--no-plot", o->no_plot, "Do not draw OUT/heads.svg");
   h->footer(
       "\nFor each head: the validation loss change when it alone is masked, and the gradient score\n"
       "|dL/dxi| of a gate xi = 1 on its output (averaged over batches, normalized per layer, as Michel et\n"
       "al. 2019); then heads are masked least important first (10%, 20%, ... 90%). Writes OUT/heads.json\n"
-      "and, with python3-matplotlib, OUT/heads.png.\nExamples:\n"
+      "and OUT/heads.svg.\nExamples:\n"
       "  tfm heads --run runs/shakespeare_char\n"
       "  tfm eval --run runs/shakespeare_char --mask-heads 0:1,3:2   # the loss without two heads\n");
   return {{h, [o] { return run_heads(*o); }}};

@@ -13,6 +13,7 @@
 
 #include "cli.h"
 #include "tfm/analysis/attention_maps.h"
+#include "tfm/analysis/figures.h"
 #include "tfm/data/bpe.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
@@ -70,6 +71,8 @@ int run_pair_attention(const AttentionOptions& o, LoadedRun& run) {
   const std::string report = out + "/attention.json";
   const nlohmann::json j = pair_attention_report_json(a);
   write_file_atomically(report, j.dump() + "\n");
+  if (!o.no_plot)
+    for (const auto& [file, svg] : attention_figures(j)) write_figure(out + "/" + file, svg);
   std::string target;
   for (size_t t = 0; t + 1 < a.target_tokens.size(); ++t) target += (t ? " " : "") + a.target_tokens[t];
   fmt::print("pair: {} => {}{}\n", o.text.c_str(), target.c_str(),
@@ -88,7 +91,6 @@ int run_pair_attention(const AttentionOptions& o, LoadedRun& run) {
       "wrote {} and attention_{{encoder,decoder_self,cross}}_layerL.npy ({} source, {} target tokens; "
       "(H, rows, cols) float32)\n",
       report.c_str(), a.source_tokens.size(), a.target_tokens.size());
-  run_plot_script("plot_attention.py", {report, "--out", out}, o.no_plot);
   return kExitOk;
 }
 
@@ -118,7 +120,8 @@ int run_attention(const AttentionOptions& o) {
   const std::vector<LayerAttention> layers = analyze_attention(*run.model, ids);
   const std::string out = output_dir(o, run);
   const std::string report = out + "/attention.json";
-  write_file_atomically(report, attention_report_json(layers, token_text).dump() + "\n");
+  const nlohmann::json j = attention_report_json(layers, token_text);
+  write_file_atomically(report, j.dump() + "\n");
   for (size_t l = 0; l < layers.size(); ++l) {
     write_npy(out + "/attention_layer" + std::to_string(l) + ".npy", layers[l].probabilities);
     fmt::print("layer {}: mean head similarity rho = {:.2f} (output), {:.2f} (pattern)\n", l,
@@ -126,7 +129,8 @@ int run_attention(const AttentionOptions& o) {
   }
   fmt::print("wrote {} and attention_layer{{0..{}}}.npy ({} tokens; probabilities (H, T, T) float32)\n",
              report.c_str(), layers.size() - 1, ids.size());
-  run_plot_script("plot_attention.py", {report, "--out", out}, o.no_plot);
+  if (!o.no_plot)
+    for (const auto& [file, svg] : attention_figures(j)) write_figure(out + "/" + file, svg);
   return kExitOk;
 }
 
@@ -276,14 +280,15 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
                   "Mask attention heads: LAYER:HEAD,... (0-based; their output is zero)")
       ->type_name("L:H,...");
   att->add_option("--checkpoint", a->which, "last or best")->capture_default_str()->check(checkpoint_name());
-  att->add_flag("--no-plot", a->no_plot, "Do not run scripts/plot_attention.py");
+  att->add_flag("--no-plot", a->no_plot, "Do not draw the SVG figures");
   att->footer(
-      "\nWrites OUT/attention.json, OUT/attention_layerL.npy ((H, T, T) float32) and, with\n"
-      "python3-matplotlib, OUT/attention_layerL.png.\nExample:\n"
+      "\nWrites OUT/attention.json, OUT/attention_layerL.npy ((H, T, T) float32) and\n"
+      "OUT/attention_layerL.svg (a heat map per head, the head-similarity matrix).\nExample:\n"
       "  tfm attention --run runs/shakespeare_char --text \"ROMEO:\\nWhat light through yonder window "
       "breaks?\"\n"
-      "A seq2seq run writes attention_{encoder,decoder_self,cross}_layerL.{npy,png}: cross-attention\n"
-      "has target tokens down (the token each row predicts) and source tokens across:\n"
+      "A seq2seq run writes attention_{encoder,decoder_self,cross}_layerL.npy and\n"
+      "attention_seq2seq_layerL.svg: cross-attention has target tokens down (the token each row\n"
+      "predicts) and source tokens across:\n"
       "  tfm attention --run runs/eng_fra --text \"i'm home .\" [--target \"je suis chez moi .\"]\n");
   commands.push_back({att, [a] { return run_attention(*a); }});
 

@@ -1,52 +1,149 @@
-// Where the commands put their reports and how they draw them (scripts/plot_*.py, Debian's
-// python3-matplotlib).
+// Figures as SVG (analysis/figures.h, drawn by tfm itself: no Python) and `tfm plot`, which draws them
+// again from files: runs' loss curves overlaid, time-to-quality curves, and the commands' reports.
 #include <fmt/format.h>
 
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "cli.h"
+#include "tfm/analysis/figures.h"
 #include "tfm/engine/error.h"
-#include "tfm/engine/platform.h"
+#include "tfm/engine/file_io.h"
 
 namespace tfm::cli {
 
 namespace fs = std::filesystem;
 
-std::string find_script(const std::string& name) {
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  std::vector<fs::path> candidates;
-  // An installed tfm: PREFIX/bin/tfm with its scripts in PREFIX/share/tfm/scripts (cmake --install).
-  if (!ec) candidates.push_back(exe.parent_path().parent_path() / "share" / "tfm" / "scripts" / name);
-  // A build tree, in the repository or outside it: the sources it was built from.
-  candidates.push_back(fs::path(TFM_SOURCE_SCRIPTS_DIR) / name);
-  candidates.push_back(fs::path("scripts") / name);  // a repository root as the working directory
-  for (const fs::path& p : candidates)
-    if (fs::exists(p, ec)) return p.string();
-  return "scripts/" + name;
+void write_figure(const std::string& path, const std::string& svg, bool quiet) {
+  write_file_atomically(path, svg);
+  if (!quiet) fmt::print("wrote {}\n", path.c_str());
 }
 
-bool run_plot_script(const std::string& name, const std::vector<std::string>& args, bool no_plot,
-                     bool quiet) {
-  static const std::string kPython = "/usr/bin/python3";
-  std::vector<std::string> argv = {kPython, find_script(name)};
-  argv.insert(argv.end(), args.begin(), args.end());
-  std::fflush(stdout);  // our lines before the script's
-  // An argument vector, never a shell command line: paths are user strings.
-  if (!no_plot && fs::exists(argv[1]) &&
-      platform::run_program({kPython, "-c", "import matplotlib"}, true) == 0 &&
-      platform::run_program(argv, quiet) == 0)
-    return true;
-  if (!quiet) {
-    std::string cmd;
-    for (const std::string& a : argv) cmd += (cmd.empty() ? "" : " ") + platform::shell_quote(a);
-    fmt::print("to draw it (needs python3-matplotlib): {}\n", cmd.c_str());
+namespace {
+
+constexpr uint64_t kMaxReportBytes = uint64_t{1} << 30;
+
+struct PlotLossOptions {
+  std::vector<std::string> runs;
+  std::string out, title;
+  bool log_y = false;
+};
+
+struct PlotSpeedrunOptions {
+  std::vector<std::string> runs;  // LABEL=RUN
+  std::string out, title;
+  double target = -1;  // < 0: no target line
+};
+
+struct PlotReportOptions {
+  std::string report, out;
+};
+
+int run_plot_loss(const PlotLossOptions& o) {
+  std::vector<LossCurves> runs;
+  for (const std::string& r : o.runs) runs.push_back(read_loss_curves(r));
+  if (runs.size() == 1 && o.title.empty() && !o.log_y) {
+    const std::string out = o.out.empty() ? (fs::path(o.runs[0]) / "loss.svg").string() : o.out;
+    write_figure(out, loss_figure(runs[0]));
+    return kExitOk;
   }
-  return false;
+  if (o.out.empty()) throw ConfigError("--out: give the SVG to write when plotting several runs (or --log-y)");
+  write_figure(o.out, runs_loss_figure(runs, o.log_y, o.title.empty() ? "loss" : o.title));
+  return kExitOk;
+}
+
+int run_plot_speedrun(const PlotSpeedrunOptions& o) {
+  std::vector<TimedCurve> runs;
+  for (const std::string& spec : o.runs) {
+    const size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw ConfigError("plot speedrun: \"" + spec + "\": expected LABEL=RUN (a run directory, its "
+                        "metrics.jsonl or torch_lm.py --target-loss output)");
+    runs.push_back(read_timed_curve(spec.substr(0, eq), spec.substr(eq + 1)));
+  }
+  write_figure(o.out, speedrun_figure(runs, o.target >= 0 ? std::optional<double>(o.target) : std::nullopt,
+                                      o.title));
+  return kExitOk;
+}
+
+// Which command wrote `report`, from its name: each command's report has a fixed one.
+int run_plot_report(const PlotReportOptions& o) {
+  const fs::path path(o.report);
+  const std::string name = path.filename().string();
+  const std::string dir = o.out.empty() ? path.parent_path().string() : o.out;
+  const std::string text = read_file(o.report, kMaxReportBytes);
+  const auto parse = [&](const std::string& s) {
+    nlohmann::json j = nlohmann::json::parse(s, nullptr, false);
+    if (j.is_discarded()) throw ConfigError(o.report + ": not JSON");
+    return j;
+  };
+  const std::string at = dir.empty() ? "." : dir;
+  if (!o.out.empty()) make_output_dir(o.out);
+  if (name == "attention.json") {
+    for (const auto& [file, svg] : attention_figures(parse(text))) write_figure(at + "/" + file, svg);
+  } else if (name == "heads.json") {
+    write_figure(at + "/heads.svg", heads_figure(parse(text)));
+  } else if (name == "bench_attention.json") {
+    write_figure(at + "/bench_attention.svg", bench_attention_figure(parse(text)));
+  } else if (name == "sweep.jsonl") {
+    std::vector<nlohmann::json> points;
+    std::istringstream in(text);
+    std::string line;
+    while (std::getline(in, line))
+      if (!line.empty()) points.push_back(parse(line));
+    if (points.empty() || sweep_keys(points[0]).empty()) throw ConfigError(o.report + ": no sweep points");
+    write_figure(at + "/sweep.svg",
+                 sweep_figure(points, sweep_keys(points[0])[0], fs::path(at).filename().string()));
+  } else {
+    throw ConfigError("plot report: " + o.report +
+                      ": expected attention.json, heads.json, bench_attention.json or sweep.jsonl (the "
+                      "reports of tfm attention, heads, bench attention and sweep)");
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+std::vector<Command> add_plot_commands(CLI::App& app) {
+  auto* plot = app.add_subcommand("plot", "Draw figures (SVG) from runs and reports");
+  plot->require_subcommand(1);
+  plot->footer("\nExamples:\n  tfm plot loss runs/tiny\n  tfm plot report runs/tiny/heads/heads.json\n");
+
+  auto lo = std::make_shared<PlotLossOptions>();
+  auto* loss = plot->add_subcommand("loss", "Loss curves of one run (RUN/loss.svg) or of several overlaid");
+  loss->add_option("runs", lo->runs, "Run directories (or their metrics.jsonl)")->required()->type_name("RUN");
+  loss->add_option("--out", lo->out, "The SVG to write (default RUN/loss.svg for one run)")->type_name("FILE");
+  loss->add_option("--title", lo->title, "The figure's title")->type_name("TEXT");
+  loss->add_flag("--log-y", lo->log_y, "Logarithmic loss axis");
+  loss->footer(
+      "\nExamples:\n  tfm plot loss runs/tiny\n  tfm plot loss runs/a runs/b --out ab.svg --log-y\n");
+
+  auto so = std::make_shared<PlotSpeedrunOptions>();
+  auto* speed = plot->add_subcommand("speedrun", "Validation loss against wall-clock minutes, runs overlaid");
+  speed->add_option("runs", so->runs, "LABEL=RUN: a curve's legend and its run (or metrics file)")
+      ->required()
+      ->type_name("LABEL=RUN");
+  speed->add_option("--out", so->out, "The SVG to write")->required()->type_name("FILE");
+  speed->add_option("--target", so->target, "Draw this val loss as a dashed line")
+      ->type_name("X")
+      ->check(number_in(0, 1e9));
+  speed->add_option("--title", so->title, "The figure's title")->type_name("TEXT");
+  speed->footer(
+      "\nExamples:\n  tfm plot speedrun --out curves.svg --target 1.6 tfm=runs/speedrun torch=torch.jsonl\n");
+
+  auto ro = std::make_shared<PlotReportOptions>();
+  auto* report = plot->add_subcommand(
+      "report", "Draw a report again: attention.json, heads.json, bench_attention.json or sweep.jsonl");
+  report->add_option("report", ro->report, "The report file")->required()->type_name("FILE");
+  report->add_option("--out", ro->out, "Directory for the SVGs (default: the report's)")->type_name("DIR");
+  report->footer("\nExamples:\n  tfm plot report runs/tiny/attention/attention.json --out figures\n");
+
+  return {{loss, [lo] { return run_plot_loss(*lo); }},
+          {speed, [so] { return run_plot_speedrun(*so); }},
+          {report, [ro] { return run_plot_report(*ro); }}};
 }
 
 }  // namespace tfm::cli

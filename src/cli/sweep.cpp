@@ -1,11 +1,13 @@
 // tfm sweep: trains every point of a grid of config values (analysis/sweep.h) and tabulates what each
 // point costs and reaches.
+#include "tfm/analysis/figures.h"
 #include "tfm/analysis/sweep.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -80,7 +82,9 @@ int run_sweep_command(const SweepOptions& o) {
     fmt::print(" {:.1f} | {:.0f} |\n", r["ms_per_step"].get<double>(), r["tokens_per_s"].get<double>());
   }
   fmt::print("wrote {}/sweep.jsonl\n", result.out.c_str());
-  run_plot_script("plot_sweep.py", {result.out + "/sweep.jsonl", axes[0].key}, o.no_plot);
+  if (!o.no_plot)
+    write_figure(result.out + "/sweep.svg",
+                 sweep_figure(all, axes[0].key, std::filesystem::path(result.out).filename().string()));
   return kExitOk;
 }
 
@@ -99,13 +103,13 @@ std::vector<Command> add_sweep_commands(CLI::App& app) {
   s->add_option("--set", o->sets, "Override a key for every point (repeatable)")->type_name("KEY=VALUE");
   s->add_option("--out", o->out, "Sweep directory (default: runs/sweep_<config name>)")->type_name("DIR");
   s->add_flag("--json", o->json, "The table as one JSON object");
-  s->add_flag("--no-plot", o->no_plot, "Do not run scripts/plot_sweep.py");
+  s->add_flag("--no-plot", o->no_plot, "Do not draw OUT/sweep.svg");
   s->footer(
       "\nEach point trains in OUT/<key=value,...> with the same seed and data; a finished point is not\n"
       "trained again and an interrupted one continues (run the same command again), so a stopped sweep\n"
       "picks up where it was. Writes OUT/sweep.jsonl (one line per point: the grid values, parameters,\n"
       "training FLOPs per token, KV-cache bytes per token, last and best val loss, steps, training\n"
-      "seconds, why it stopped, ms/step, tokens/s) and, with python3-matplotlib, OUT/sweep.png (val loss\n"
+      "seconds, why it stopped, ms/step, tokens/s) and OUT/sweep.svg (val loss and ms/step\n"
       "against the first key).\n"
       "Time to quality: with train.target_loss each point stops at its first evaluation at or below it\n"
       "and the table gains 's to target'; with train.max_seconds each point stops at that time budget\n"

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "tfm/analysis/figures.h"
 #include "tfm/config/config.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/platform.h"
@@ -34,6 +35,7 @@ int train_command(const TrainCliOptions& o) {
   options.stop = platform::stop_on_signals();
   options.stop_at_step = o.stop_at;
   options.init_from = init_from;
+  options.on_evaluation = [](const std::string& dir) { write_loss_figure(dir); };  // DIR/loss.svg
   TrainResult r;
   // What the pre-flight estimated (tfm info): an allocation failure past it still names the sizes.
   const std::string sizes = "train.batch_size, train.seq_len and the model.* sizes";

@@ -406,8 +406,10 @@ void TrainingRun::log_interval(double lr, const Metrics* val) {
   if (val && result_.target_reached) rec["seconds_to_target"] = result_.seconds_to_target;
   log_->record(rec);
   log_->info(fmt::format(
-      "step {}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.1f} ms/step | {} tok/s | mfu {:.1f}%",
-      state_->step, max_steps_, iv.loss / n, lr, iv.norm / n, ms, rate_str(tok_s).c_str(), 100.0 * mfu));
+      "step {}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.1f} ms/step | {} tok/s | mfu {:.1f}% | "
+      "eta {}",
+      state_->step, max_steps_, iv.loss / n, lr, iv.norm / n, ms, rate_str(tok_s).c_str(), 100.0 * mfu,
+      duration_str(iv.seconds / n * static_cast<double>(max_steps_ - state_->step)).c_str()));
   interval_.reset();
 }
 
@@ -422,6 +424,16 @@ TrainResult TrainingRun::run() {
   memory::trim();
   int64_t& step = state_->step;
   loop_start_ = Clock::now();
+  int64_t drawn_at = -1;  // the step of the last call: the end of a run just evaluated needs none
+  const auto after_evaluation = [&] {
+    if (!root_ || !opt_.on_evaluation || drawn_at == step) return;
+    drawn_at = step;
+    try {
+      opt_.on_evaluation(dir_);
+    } catch (const std::exception& e) {
+      log_->warn(e.what());
+    }
+  };
   while (step < max_steps_) {
     StepStats s = this->step();
     if (!std::isfinite(s.loss) || !std::isfinite(s.norm)) {
@@ -472,6 +484,7 @@ TrainResult TrainingRun::run() {
     const bool reached = eval_now && !abandoned && dist::any(root_ && reached_target(val));
     if (root_ && (step % log_every == 0 || (eval_now && !abandoned)))
       log_interval(lr, eval_now && !abandoned ? &val : nullptr);
+    if (eval_now && !abandoned) after_evaluation();
     if (reached || (out_of_time && !abandoned)) {
       state_->stopped = reached ? "target_loss" : "max_seconds";
       result_.out_of_time = !reached;
@@ -485,6 +498,7 @@ TrainResult TrainingRun::run() {
     if ((stop && step < max_steps_) || abandoned) {
       result_.status = TrainResult::Status::Interrupted;
       result_.step = step;
+      after_evaluation();
       log_->info(fmt::format("interrupted after step {}: saved {}. Continue with: {}tfm train --resume {}",
                              step, last_path_.c_str(),
                              nranks_ > 1 ? fmt::format("mpirun -np {} ", nranks_).c_str() : "",
@@ -498,6 +512,7 @@ TrainResult TrainingRun::run() {
                                duration_str(s.seconds * static_cast<double>(max_steps_ - step)).c_str()));
   }
   result_.step = step;
+  after_evaluation();
   log_summary();
   log_->clear_progress();
   return result_;

@@ -33,6 +33,10 @@ struct TrainOptions {
   // Called on every rank after each optimizer step (tests: parameters identical across ranks).
   std::function<void(int64_t step, const Model& model)> on_step;
   std::string init_from;  // safetensors file: initial weights of a fresh run (not on resume)
+  // Called on rank 0 with the run directory after each evaluation's metrics.jsonl record and once when
+  // the run returns (tfm train draws DIR/loss.svg). What it throws is logged as a warning: a figure
+  // never stops a run.
+  std::function<void(const std::string& run_dir)> on_evaluation;
 };
 
 struct TrainResult {
