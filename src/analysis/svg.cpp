@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <utility>
 
 namespace tfm::svg {
 
@@ -294,6 +296,7 @@ void draw_chart(Document& doc, double x, double y, double w, double h, const Cha
     if (!l.label.empty()) doc.text(px0 + 4, py(v) - 4, l.label, 9, Document::Anchor::Start, "#666666");
   }
   bool any = false;
+  std::vector<double> all_x, all_y;  // every point drawn, in pixels: the legend goes where fewest are
   for (size_t s = 0; s < chart.series.size(); ++s) {
     const Series& se = chart.series[s];
     if (xs[s].empty()) continue;
@@ -301,6 +304,7 @@ void draw_chart(Document& doc, double x, double y, double w, double h, const Cha
     const std::string colour = se.colour.empty() ? series_colour(s) : se.colour;
     std::vector<double> sx, sy;
     for (size_t i = 0; i < xs[s].size(); ++i) sx.push_back(px(xs[s][i])), sy.push_back(py(ys[s][i]));
+    all_x.insert(all_x.end(), sx.begin(), sx.end()), all_y.insert(all_y.end(), sy.begin(), sy.end());
     // Past the palette's 8 colours, the cycle repeats dashed: no two series look the same up to 16.
     doc.raw(fmt::format("<g class=\"series\" data-name=\"{}\">\n", escape(se.name)));
     doc.polyline(sx, sy, colour, se.width, se.dashed || s >= 8);
@@ -317,7 +321,24 @@ void draw_chart(Document& doc, double x, double y, double w, double h, const Cha
       named.push_back(s), lw = std::max(lw, text_width(chart.series[s].name, 10));
   if (named.empty()) return;
   const double box_w = lw + 34, box_h = 14.0 * static_cast<double>(named.size()) + 6;
-  const double lx = px0 + pw - box_w - 6, ly = py0 + 6;
+  // The corner (upper right, upper left, lower right, lower left) whose box covers the fewest points,
+  // counting the segments between them by their midpoints too.
+  double lx = px0 + pw - box_w - 6, ly = py0 + 6;
+  size_t fewest = SIZE_MAX;
+  for (const auto& [cx, cy] : {std::pair<double, double>{px0 + pw - box_w - 6, py0 + 6},
+                               {px0 + 6, py0 + 6},
+                               {px0 + pw - box_w - 6, py0 + ph - box_h - 6},
+                               {px0 + 6, py0 + ph - box_h - 6}}) {
+    size_t covered = 0;
+    for (size_t i = 0; i < all_x.size(); ++i) {
+      const auto inside = [&](double qx, double qy) {
+        return qx >= cx && qx <= cx + box_w && qy >= cy && qy <= cy + box_h;
+      };
+      covered += inside(all_x[i], all_y[i]);
+      if (i + 1 < all_x.size()) covered += inside((all_x[i] + all_x[i + 1]) / 2, (all_y[i] + all_y[i + 1]) / 2);
+    }
+    if (covered < fewest) fewest = covered, lx = cx, ly = cy;
+  }
   doc.rect(lx, ly, box_w, box_h, "#ffffff", "fill-opacity=\"0.85\" stroke=\"#cccccc\"");
   for (size_t k = 0; k < named.size(); ++k) {
     const Series& se = chart.series[named[k]];
@@ -338,9 +359,9 @@ void draw_heatmap(Document& doc, double x, double y, double w, double h, const H
     for (size_t j = 0; j < cols && j < map.values[i].size(); ++j) {
       const double t = (map.values[i][j] - map.vmin) / span;  // 0..1
       const std::string fill = map.signed_scale ? diverging(2 * t - 1) : viridis(t);
-      // Cells overlap by a hair so that no background shows between them when scaled.
+      // Cells overlap by a hair and are drawn with crisp edges: no background shows between them.
       doc.rect(x + cw * static_cast<double>(j), y + ch * static_cast<double>(i), cw + 0.05, ch + 0.05, fill,
-               "class=\"" + escape(map.cell_class) + "\"");
+               "class=\"" + escape(map.cell_class) + "\" shape-rendering=\"crispEdges\"");
       if (map.cell_format.empty()) continue;
       const bool light = map.signed_scale ? std::abs(2 * t - 1) < 0.6 : t > 0.6;
       doc.text(x + cw * (static_cast<double>(j) + 0.5), y + ch * (static_cast<double>(i) + 0.5) + 3.5,
