@@ -109,7 +109,7 @@ TEST_CASE("svg: a loss figure holds one point per logged step, escapes its label
   CHECK(xml_problem(svg).empty());
   CHECK(series_points(svg, "train") == 30);
   CHECK(series_points(svg, "lr") == 30);
-  CHECK(count_of(svg, "best 0.7668 at step 30") == 1);  // 4.2 / sqrt(30), the lowest
+  CHECK(count_of(svg, "best 0.7668 at step 30") == 2);  // 4.2 / sqrt(30): the legend and the series name
   CHECK(count_of(svg, "run &lt;&amp;&quot;x&quot;&gt;") == 1);
   CHECK(svg == tfm::loss_figure(c));
   // A long run is downsampled: at most max_points per curve.
