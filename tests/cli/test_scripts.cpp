@@ -119,29 +119,24 @@ TEST_CASE("scripts: recipe_variants.py writes configs tfm accepts, each with its
   }
 }
 
-TEST_CASE("scripts: the plot scripts' save_figure never writes through a link or over a FIFO", "[scripts]") {
+TEST_CASE("scripts: tfm's figures are never written through a link or over a FIFO", "[scripts]") {
   tfm_test::TempDir tmp("save_figure");
   const std::string d = tmp.path;
   std::ofstream(d + "/outside") << "precious\n";
-  REQUIRE(tfm_test::run_shell("ln -s '" + d + "/outside' '" + d + "/link.png' && mkfifo '" + d + "/fifo.png'")
+  std::ofstream(d + "/metrics.jsonl") << "{\"step\": 1, \"train_loss\": 3.5, \"lr\": 0.001}\n";
+  REQUIRE(tfm_test::run_shell("ln -s '" + d + "/outside' '" + d + "/link.svg' && mkfifo '" + d + "/fifo.svg'")
               .status == 0);
-  // A stand-in for a matplotlib figure: save_figure's file handling is what is tested (no matplotlib here).
-  const std::string py =
-      "import sys; sys.path.insert(0, 'scripts'); import tfm_plot\n"
-      "class Fig:\n"
-      "    def savefig(self, f, dpi, format): f.write(b'figure ' + format.encode())\n"
-      "tfm_plot.save_figure(Fig(), sys.argv[1], 'test', 100)\n";
-  std::ofstream(d + "/fake.py") << py;
-  CHECK(tfm_test::run_shell("/usr/bin/python3 '" + d + "/fake.py' '" + d + "/ok.png'").status == 0);
-  CHECK(tfm_test::read_file(d + "/ok.png") == "figure png");
-  for (const std::string name : {"link.png", "fifo.png"}) {
-    const tfm_test::CliRun r = tfm_test::run_shell("timeout -s KILL 30 /usr/bin/python3 '" + d +
-                                                   "/fake.py' '" + d + "/" + name + "'");
-    CHECK(r.status == 1);
-    CHECK_THAT(r.out, Catch::Contains(name + ": exists and is not a regular file"));
+  CHECK(tfm_test::run_tfm("plot loss '" + d + "' --out '" + d + "/ok.svg'").status == 0);
+  CHECK(tfm_test::read_file(d + "/ok.svg").find("<svg") != std::string::npos);
+  for (const std::string name : {"link.svg", "fifo.svg"}) {
+    const tfm_test::CliRun r =
+        tfm_test::run_shell("timeout -s KILL 30 '" + std::string(TFM_BINARY) + "' plot loss '" + d +
+                            "' --out '" + d + "/" + name + "'");
+    CHECK(r.status == 2);
+    CHECK_THAT(r.out, Catch::Contains(name) && Catch::Contains("not a regular file"));
   }
   CHECK(tfm_test::read_file(d + "/outside") == "precious\n");
   int entries = 0;
   for (const auto& e : std::filesystem::directory_iterator(d)) (void)e, ++entries;
-  CHECK(entries == 5);  // outside, link.png, fifo.png, fake.py, ok.png: no temporary left
+  CHECK(entries == 5);  // outside, metrics.jsonl, link.svg, fifo.svg, ok.svg: no temporary left
 }
