@@ -49,7 +49,7 @@ TEST_CASE("figures: tfm train draws loss.svg and logs progress with an ETA when 
   CHECK(count_of(t.train.out, "\r") == 0);  // no terminal line redrawing in a pipe
 }
 
-TEST_CASE("figures: attention, heads and bench attention write SVGs; tfm plot draws them again",
+TEST_CASE("figures: attention, heads and bench attention write SVGs, and tfm plot draws them again",
           "[cli][figures]") {
   FiguresTestRun t;
   INFO(t.train.out);
