@@ -39,7 +39,8 @@ inline std::string xml_problem(const std::string& doc) {
       ok = true;
       const bool hex = e[1] == 'x';
       for (size_t k = hex ? 2 : 1; k < e.size(); ++k)
-        ok = ok && (hex ? std::isxdigit(static_cast<unsigned char>(e[k])) : std::isdigit(static_cast<unsigned char>(e[k])));
+        ok = ok && (hex ? std::isxdigit(static_cast<unsigned char>(e[k]))
+                        : std::isdigit(static_cast<unsigned char>(e[k])));
     }
     i = semi + 1;
     return ok;
@@ -59,7 +60,8 @@ inline std::string xml_problem(const std::string& doc) {
         if (!entity_ok()) return at("bad entity");
         continue;
       }
-      if (open.empty() && !std::isspace(static_cast<unsigned char>(doc[i]))) return at("text outside the root");
+      if (open.empty() && !std::isspace(static_cast<unsigned char>(doc[i])))
+        return at("text outside the root");
       ++i;
       continue;
     }
@@ -106,7 +108,8 @@ inline std::string xml_problem(const std::string& doc) {
       if (i >= n || (doc[i] != '"' && doc[i] != '\'')) return at("unquoted attribute " + attr);
       const char quote = doc[i++];
       while (i < n && doc[i] != quote) {
-        if (doc[i] == '<' || bad_control(doc[i])) return at("'<' or a control character in attribute " + attr);
+        if (doc[i] == '<' || bad_control(doc[i]))
+          return at("'<' or a control character in attribute " + attr);
         if (doc[i] == '&') {
           if (!entity_ok()) return at("bad entity in attribute " + attr);
           continue;
@@ -125,7 +128,8 @@ inline std::string xml_problem(const std::string& doc) {
 // How many times `needle` occurs in `text`.
 inline size_t count_of(const std::string& text, const std::string& needle) {
   size_t count = 0;
-  for (size_t p = text.find(needle); p != std::string::npos; p = text.find(needle, p + needle.size())) ++count;
+  for (size_t p = text.find(needle); p != std::string::npos; p = text.find(needle, p + needle.size()))
+    ++count;
   return count;
 }
 

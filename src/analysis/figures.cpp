@@ -175,7 +175,8 @@ TimedCurve read_timed_curve(const std::string& label, const std::string& path) {
     c.minutes.push_back(seconds / 60.0), c.val_loss.push_back(val);
   }
   if (c.minutes.empty())
-    throw ConfigError(file + ": no evaluations with a time (a tfm run's metrics.jsonl with val_loss and "
+    throw ConfigError(file +
+                      ": no evaluations with a time (a tfm run's metrics.jsonl with val_loss and "
                       "training_s, or scripts/torch_lm.py --target-loss output)");
   return c;
 }
@@ -205,10 +206,11 @@ std::string attention_layer_figure(const json& layer, const std::vector<std::str
   const size_t heads = probs.size(), cols = std::min<size_t>(heads, 2), rows = (heads + cols - 1) / cols;
   constexpr double kPanel = 320, kGap = 64, kLeft = 56, kTop = 64;
   const double side_x = kLeft + static_cast<double>(cols) * (kPanel + kGap) + 10;
-  const double width = side_x + 230, height = std::max(kTop + static_cast<double>(rows) * (kPanel + kGap + 20), 640.0);
+  const double width = side_x + 230,
+               height = std::max(kTop + static_cast<double>(rows) * (kPanel + kGap + 20), 640.0);
   svg::Document doc(width, height);
-  doc.text(width / 2, 26, fmt::format("layer {}: attention probabilities per head", layer.value("layer", 0)), 16,
-           svg::Document::Anchor::Middle, "#222222", 0, true);
+  doc.text(width / 2, 26, fmt::format("layer {}: attention probabilities per head", layer.value("layer", 0)),
+           16, svg::Document::Anchor::Middle, "#222222", 0, true);
   for (size_t h = 0; h < heads; ++h) {
     svg::Heatmap m;
     m.values = matrix(probs[h]);
@@ -225,7 +227,8 @@ std::string attention_layer_figure(const json& layer, const std::vector<std::str
   rho.vmin = -1, rho.vmax = 1, rho.signed_scale = true;
   rho.cell_format = "{:.1f}";
   rho.cell_class = "similarity";
-  rho.title = fmt::format("head similarity \xCF\x81 (mean {:.2f})", layer.value("mean_output_similarity", 0.0));
+  rho.title =
+      fmt::format("head similarity \xCF\x81 (mean {:.2f})", layer.value("mean_output_similarity", 0.0));
   rho.row_labels = rho.col_labels = index_labels(heads);
   svg::draw_heatmap(doc, side_x + 20, kTop, 180, 180, rho);
   svg::draw_colour_bar(doc, side_x + 20, kTop + 210, 180, 12, -1, 1, true, "\xCF\x81");
@@ -237,7 +240,8 @@ std::string attention_layer_figure(const json& layer, const std::vector<std::str
                          "outputs after Wo:",
                          "1 redundant, 0 complementary"};
   double y = kTop + 330;
-  for (const char* n : notes) doc.text(side_x + 20, y, n, 10, svg::Document::Anchor::Start, "#444444"), y += 14;
+  for (const char* n : notes)
+    doc.text(side_x + 20, y, n, 10, svg::Document::Anchor::Start, "#444444"), y += 14;
   return doc.str();
 }
 
@@ -273,8 +277,9 @@ std::string pair_layer_figure(const json& report, size_t layer) {
     const json& entry = report[present[r]->key][layer];
     const double y = kTop + static_cast<double>(r) * (panel + kGap);
     doc.text(14, y + panel / 2, present[r]->title, 11, svg::Document::Anchor::Middle, "#222222", -90);
-    doc.text(30, y + panel / 2, fmt::format("(similarity {:.2f})", entry.value("mean_pattern_similarity", 0.0)),
-             10, svg::Document::Anchor::Middle, "#444444", -90);
+    doc.text(30, y + panel / 2,
+             fmt::format("(similarity {:.2f})", entry.value("mean_pattern_similarity", 0.0)), 10,
+             svg::Document::Anchor::Middle, "#444444", -90);
     for (size_t h = 0; h < heads; ++h) {
       svg::Heatmap m;
       m.values = matrix(entry.at("probabilities")[h]);
@@ -321,7 +326,8 @@ std::string heads_figure(const json& r) {
                        r.value("batches", 0), r.value("val_loss", 0.0)),
            14, svg::Document::Anchor::Middle, "#222222", 0, true);
   const std::pair<const std::vector<std::vector<double>>*, const char*> maps[] = {
-      {&delta, "val loss change, head masked alone"}, {&score, "gradient score |dL/d\xCE\xBE| (per-layer l2 = 1)"}};
+      {&delta, "val loss change, head masked alone"},
+      {&score, "gradient score |dL/d\xCE\xBE| (per-layer l2 = 1)"}};
   for (size_t k = 0; k < 2; ++k) {
     svg::Heatmap m;
     m.values = *maps[k].first;
@@ -353,10 +359,18 @@ std::string heads_figure(const json& r) {
 }
 
 std::vector<std::string> sweep_keys(const json& point) {
-  static const char* kMeasured[] = {"parameters",  "train_flops_per_token", "kv_cache_bytes_per_token",
-                                    "val_loss",    "best_val_loss",         "ms_per_step",
-                                    "tokens_per_s", "step",                 "training_s",
-                                    "stopped",     "seconds_to_target",     "dir"};
+  static const char* kMeasured[] = {"parameters",
+                                    "train_flops_per_token",
+                                    "kv_cache_bytes_per_token",
+                                    "val_loss",
+                                    "best_val_loss",
+                                    "ms_per_step",
+                                    "tokens_per_s",
+                                    "step",
+                                    "training_s",
+                                    "stopped",
+                                    "seconds_to_target",
+                                    "dir"};
   std::vector<std::string> keys;
   for (const auto& [k, v] : point.items())
     if (std::find(std::begin(kMeasured), std::end(kMeasured), k) == std::end(kMeasured)) keys.push_back(k);
@@ -375,7 +389,8 @@ std::string sweep_figure(const std::vector<json>& points, const std::string& key
   std::vector<std::pair<std::string, std::vector<const json*>>> groups;
   for (const json& p : points) {
     std::string label;
-    for (const std::string& k : others) label += (label.empty() ? "" : ", ") + k + "=" + p.value(k, json()).dump();
+    for (const std::string& k : others)
+      label += (label.empty() ? "" : ", ") + k + "=" + p.value(k, json()).dump();
     auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == label; });
     if (it == groups.end()) groups.emplace_back(label, std::vector<const json*>{}), it = groups.end() - 1;
     it->second.push_back(&p);
@@ -391,7 +406,8 @@ std::string sweep_figure(const std::vector<json>& points, const std::string& key
     svg::Series l, s;
     l.name = s.name = label, l.markers = s.markers = true;
     for (const json* p : ps) {
-      const double pos = static_cast<double>(std::find(xs.begin(), xs.end(), p->value(key, json())) - xs.begin());
+      const double pos =
+          static_cast<double>(std::find(xs.begin(), xs.end(), p->value(key, json())) - xs.begin());
       l.x.push_back(pos), s.x.push_back(pos);
       l.y.push_back(number_or_nan(*p, "val_loss")), s.y.push_back(number_or_nan(*p, "ms_per_step"));
     }
@@ -419,7 +435,10 @@ std::string bench_attention_figure(const json& r) {
   const double scale = !flops.empty() && flops.back() > 0 ? ms.y.back() / flops.back() : 0;
   for (double f : flops) formula.y.push_back(f * scale);
   ms.name = fmt::format("measured (fit n^{:.2f})", r.value("time_exponent", 0.0)), ms.markers = true;
-  formula.name = fmt::format("formula O(n\xC2\xB2" "d + nd\xC2\xB2) (n^{:.2f})", r.value("flops_exponent", 0.0));
+  formula.name = fmt::format(
+      "formula O(n\xC2\xB2"
+      "d + nd\xC2\xB2) (n^{:.2f})",
+      r.value("flops_exponent", 0.0));
   formula.dashed = true;
   peak.name = fmt::format("tfm, fused (fit n^{:.2f})", r.value("memory_exponent", 0.0)), peak.markers = true;
   matrix_mib.name = "B\xC2\xB7H\xC2\xB7n\xC2\xB2 attention matrices (n^2)", matrix_mib.dashed = true;

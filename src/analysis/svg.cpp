@@ -16,11 +16,21 @@ std::string escape(std::string_view s) {
   out.reserve(s.size());
   for (const char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
       default:
         // XML 1.0 allows tab, newline and carriage return among the control characters, nothing else.
         if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r')
@@ -121,20 +131,21 @@ std::string tick_label(double v, double step) {
 
 Document::Document(double width, double height) : width_(width), height_(height) {}
 
-void Document::rect(double x, double y, double w, double h, const std::string& fill, const std::string& extra) {
-  body_ += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"{}{}/>\n", num(x), num(y),
-                       num(w), num(h), fill, extra.empty() ? "" : " ", extra);
+void Document::rect(double x, double y, double w, double h, const std::string& fill,
+                    const std::string& extra) {
+  body_ += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"{}{}/>\n", num(x),
+                       num(y), num(w), num(h), fill, extra.empty() ? "" : " ", extra);
 }
 
 void Document::line(double x1, double y1, double x2, double y2, const std::string& stroke, double width,
                     bool dashed) {
-  body_ += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"{}\"{}/>\n",
-                       num(x1), num(y1), num(x2), num(y2), stroke, num(width),
-                       dashed ? " stroke-dasharray=\"5,3\"" : "");
+  body_ += fmt::format(
+      "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"{}\"{}/>\n", num(x1),
+      num(y1), num(x2), num(y2), stroke, num(width), dashed ? " stroke-dasharray=\"5,3\"" : "");
 }
 
-void Document::polyline(const std::vector<double>& xs, const std::vector<double>& ys, const std::string& stroke,
-                        double width, bool dashed) {
+void Document::polyline(const std::vector<double>& xs, const std::vector<double>& ys,
+                        const std::string& stroke, double width, bool dashed) {
   std::string points;
   for (size_t i = 0; i < xs.size() && i < ys.size(); ++i)
     points += (i ? " " : "") + num(xs[i]) + "," + num(ys[i]);
@@ -148,13 +159,14 @@ void Document::circle(double x, double y, double r, const std::string& fill) {
   body_ += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"{}\" fill=\"{}\"/>\n", num(x), num(y), num(r), fill);
 }
 
-void Document::text(double x, double y, std::string_view s, double size, Anchor anchor, const std::string& fill,
-                    double rotate, bool bold) {
+void Document::text(double x, double y, std::string_view s, double size, Anchor anchor,
+                    const std::string& fill, double rotate, bool bold) {
   const char* a = anchor == Anchor::Start ? "start" : anchor == Anchor::Middle ? "middle" : "end";
   const std::string turn =
       rotate != 0 ? fmt::format(" transform=\"rotate({} {} {})\"", num(rotate), num(x), num(y)) : "";
-  body_ += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"{}\" text-anchor=\"{}\" fill=\"{}\"{}{}>{}</text>\n",
-                       num(x), num(y), num(size), a, fill, bold ? " font-weight=\"bold\"" : "", turn, escape(s));
+  body_ +=
+      fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"{}\" text-anchor=\"{}\" fill=\"{}\"{}{}>{}</text>\n",
+                  num(x), num(y), num(size), a, fill, bold ? " font-weight=\"bold\"" : "", turn, escape(s));
 }
 
 std::string Document::str() const {
@@ -278,7 +290,8 @@ void draw_chart(Document& doc, double x, double y, double w, double h, const Cha
   double widest = 0;
   for (const std::string& l : ax.labels) widest = std::max(widest, text_width(l, 10));
   const double room = ax.ticks.size() > 1 ? px(ax.ticks[1]) - px(ax.ticks[0]) : pw;
-  const size_t every = room > 0 ? std::max<size_t>(1, static_cast<size_t>(std::ceil((widest + 6) / room))) : 1;
+  const size_t every =
+      room > 0 ? std::max<size_t>(1, static_cast<size_t>(std::ceil((widest + 6) / room))) : 1;
   for (size_t i = 0; i < ax.ticks.size(); ++i) {
     const double tx = px(ax.ticks[i]);
     doc.line(tx, py0, tx, py0 + ph, "#e6e6e6");
@@ -335,7 +348,8 @@ void draw_chart(Document& doc, double x, double y, double w, double h, const Cha
         return qx >= cx && qx <= cx + box_w && qy >= cy && qy <= cy + box_h;
       };
       covered += inside(all_x[i], all_y[i]);
-      if (i + 1 < all_x.size()) covered += inside((all_x[i] + all_x[i + 1]) / 2, (all_y[i] + all_y[i + 1]) / 2);
+      if (i + 1 < all_x.size())
+        covered += inside((all_x[i] + all_x[i + 1]) / 2, (all_y[i] + all_y[i + 1]) / 2);
     }
     if (covered < fewest) fewest = covered, lx = cx, ly = cy;
   }

@@ -1,7 +1,6 @@
 // tfm bench gemm: this machine's GEMM speed through our wrapper, per backend and precision: the peaks
 // MFU is quoted against.
 #include "tfm/analysis/bench.h"
-#include "tfm/analysis/figures.h"
 
 #include <fmt/format.h>
 
@@ -13,6 +12,7 @@
 #include <string>
 
 #include "cli.h"
+#include "tfm/analysis/figures.h"
 #include "tfm/config/config.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
@@ -267,8 +267,7 @@ std::vector<Command> add_bench_commands(CLI::App& app) {
   att->add_option("--seconds", a->seconds, "Time to spend per length")
       ->capture_default_str()
       ->check(number_in(0.001, 60.0));
-  att->add_option("--out", a->out,
-                  "Write DIR/bench_attention.json and DIR/bench_attention.svg")
+  att->add_option("--out", a->out, "Write DIR/bench_attention.json and DIR/bench_attention.svg")
       ->type_name("DIR");
   att->add_flag("--no-plot", a->no_plot, "With --out: do not draw DIR/bench_attention.svg");
   att->add_flag("--json", a->json, "One JSON object instead of the table");

@@ -104,7 +104,7 @@ std::vector<Command> add_heads_commands(CLI::App& app);      // heads.cpp: heads
 std::vector<Command> add_sweep_commands(CLI::App& app);      // sweep.cpp: sweep
 std::vector<Command> add_data_commands(CLI::App& app);       // data.cpp: data prepare
 
-std::vector<Command> add_plot_commands(CLI::App& app);       // plot.cpp: plot loss, speedrun, report
+std::vector<Command> add_plot_commands(CLI::App& app);  // plot.cpp: plot loss, speedrun, report
 
 // Writes a figure (SVG text, tfm/analysis/figures.h) to `path` atomically and, unless quiet, prints
 // "wrote PATH" (plot.cpp).

@@ -50,7 +50,8 @@ int run_plot_loss(const PlotLossOptions& o) {
     write_figure(out, loss_figure(runs[0]));
     return kExitOk;
   }
-  if (o.out.empty()) throw ConfigError("--out: give the SVG to write when plotting several runs (or --log-y)");
+  if (o.out.empty())
+    throw ConfigError("--out: give the SVG to write when plotting several runs (or --log-y)");
   write_figure(o.out, runs_loss_figure(runs, o.log_y, o.title.empty() ? "loss" : o.title));
   return kExitOk;
 }
@@ -60,12 +61,13 @@ int run_plot_speedrun(const PlotSpeedrunOptions& o) {
   for (const std::string& spec : o.runs) {
     const size_t eq = spec.find('=');
     if (eq == std::string::npos || eq == 0)
-      throw ConfigError("plot speedrun: \"" + spec + "\": expected LABEL=RUN (a run directory, its "
+      throw ConfigError("plot speedrun: \"" + spec +
+                        "\": expected LABEL=RUN (a run directory, its "
                         "metrics.jsonl or torch_lm.py --target-loss output)");
     runs.push_back(read_timed_curve(spec.substr(0, eq), spec.substr(eq + 1)));
   }
-  write_figure(o.out, speedrun_figure(runs, o.target >= 0 ? std::optional<double>(o.target) : std::nullopt,
-                                      o.title));
+  write_figure(
+      o.out, speedrun_figure(runs, o.target >= 0 ? std::optional<double>(o.target) : std::nullopt, o.title));
   return kExitOk;
 }
 
@@ -114,8 +116,11 @@ std::vector<Command> add_plot_commands(CLI::App& app) {
 
   auto lo = std::make_shared<PlotLossOptions>();
   auto* loss = plot->add_subcommand("loss", "Loss curves of one run (RUN/loss.svg) or of several overlaid");
-  loss->add_option("runs", lo->runs, "Run directories (or their metrics.jsonl)")->required()->type_name("RUN");
-  loss->add_option("--out", lo->out, "The SVG to write (default RUN/loss.svg for one run)")->type_name("FILE");
+  loss->add_option("runs", lo->runs, "Run directories (or their metrics.jsonl)")
+      ->required()
+      ->type_name("RUN");
+  loss->add_option("--out", lo->out, "The SVG to write (default RUN/loss.svg for one run)")
+      ->type_name("FILE");
   loss->add_option("--title", lo->title, "The figure's title")->type_name("TEXT");
   loss->add_flag("--log-y", lo->log_y, "Logarithmic loss axis");
   loss->footer(

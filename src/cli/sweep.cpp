@@ -1,6 +1,5 @@
 // tfm sweep: trains every point of a grid of config values (analysis/sweep.h) and tabulates what each
 // point costs and reaches.
-#include "tfm/analysis/figures.h"
 #include "tfm/analysis/sweep.h"
 
 #include <fmt/format.h>
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "tfm/analysis/figures.h"
 #include "tfm/engine/platform.h"
 
 namespace tfm::cli {

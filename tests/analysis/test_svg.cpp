@@ -25,7 +25,8 @@ tfm::LossCurves svg_test_curves(int n, int every) {
   for (int s = 1; s <= n; ++s) {
     c.step.push_back(s), c.train_loss.push_back(4.0 / std::sqrt(s));
     c.lr_step.push_back(s), c.lr.push_back(1e-3 * s / n);
-    if (s % every == 0) c.val_step.push_back(s), c.val_loss.push_back(4.2 / std::sqrt(s)), c.val_minutes.push_back(s);
+    if (s % every == 0)
+      c.val_step.push_back(s), c.val_loss.push_back(4.2 / std::sqrt(s)), c.val_minutes.push_back(s);
   }
   return c;
 }
@@ -61,7 +62,7 @@ json svg_test_attention_report(int layers, int heads, const std::vector<std::str
 TEST_CASE("svg: text is escaped, numbers are short and locale-free", "[svg]") {
   CHECK(tfm::svg::escape("a<b&c\"d'e>") == "a&lt;b&amp;c&quot;d&apos;e&gt;");
   CHECK(tfm::svg::escape(std::string("x\x01y")) == "x\xEF\xBF\xBDy");  // not allowed in XML 1.0
-  CHECK(tfm::svg::escape("\xE2\x90\xA3 \\n") == "\xE2\x90\xA3 \\n");  // UTF-8 passes through
+  CHECK(tfm::svg::escape("\xE2\x90\xA3 \\n") == "\xE2\x90\xA3 \\n");   // UTF-8 passes through
   CHECK(tfm::svg::num(12.5) == "12.5");
   CHECK(tfm::svg::num(3.0) == "3");
   CHECK(tfm::svg::num(-0.001) == "0");
@@ -133,9 +134,9 @@ TEST_CASE("svg: attention maps have one cell per head x query x key, labels esca
   for (const auto& [name, svg] : figures) {
     INFO(name);
     CHECK(xml_problem(svg).empty());
-    CHECK(count_of(svg, "class=\"cell\"") == 3 * 6 * 6);      // heads x T x T
+    CHECK(count_of(svg, "class=\"cell\"") == 3 * 6 * 6);    // heads x T x T
     CHECK(count_of(svg, "class=\"similarity\"") == 3 * 3);  // the head-similarity matrix
-    CHECK(count_of(svg, ">&lt;</text>") >= 2);                // the token "<" on both axes of a panel
+    CHECK(count_of(svg, ">&lt;</text>") >= 2);              // the token "<" on both axes of a panel
     CHECK(count_of(svg, ">&amp;</text>") >= 2);
     CHECK(count_of(svg, ">&quot;</text>") >= 2);
     CHECK(count_of(svg, ">\\n</text>") >= 2);  // a newline shown as \n
@@ -145,8 +146,8 @@ TEST_CASE("svg: attention maps have one cell per head x query x key, labels esca
 TEST_CASE("svg: a seq2seq report gives one figure per layer with each kind of attention", "[svg]") {
   const json m2 = {{0.5, 0.5}, {1.0, 0.0}};
   const json kind = json::array({{{"probabilities", {m2, m2}}, {"mean_pattern_similarity", 0.5}}});
-  const json report = {{"kind", "seq2seq"},  {"source_tokens", {"a", "<b>"}}, {"target_tokens", {"x", "</s>"}},
-                       {"encoder", kind},    {"decoder_self", kind},          {"cross", kind}};
+  const json report = {{"kind", "seq2seq"}, {"source_tokens", {"a", "<b>"}}, {"target_tokens", {"x", "</s>"}},
+                       {"encoder", kind},   {"decoder_self", kind},          {"cross", kind}};
   const auto figures = tfm::attention_figures(report);
   REQUIRE(figures.size() == 1);
   CHECK(figures[0].first == "attention_seq2seq_layer0.svg");
@@ -158,8 +159,9 @@ TEST_CASE("svg: heads, sweep, bench and speedrun figures are well-formed and hol
   const json heads = {{"run", "runs/<x>"},
                       {"batches", 2},
                       {"val_loss", 2.5},
-                      {"layer", {{{"loss_change_when_masked", {0.1, -0.02}}, {"normalized_score", {0.9, 0.4}}},
-                                 {{"loss_change_when_masked", {0.0, 0.3}}, {"normalized_score", {0.2, 0.98}}}}},
+                      {"layer",
+                       {{{"loss_change_when_masked", {0.1, -0.02}}, {"normalized_score", {0.9, 0.4}}},
+                        {{"loss_change_when_masked", {0.0, 0.3}}, {"normalized_score", {0.2, 0.98}}}}},
                       {"pruning", {{{"masked", 0}, {"val_loss", 2.5}}, {{"masked", 2}, {"val_loss", 2.7}}}}};
   const std::string h = tfm::heads_figure(heads);
   CHECK(xml_problem(h).empty());
@@ -170,16 +172,26 @@ TEST_CASE("svg: heads, sweep, bench and speedrun figures are well-formed and hol
   std::vector<json> points;
   for (int heads_n : {1, 2, 4})
     for (int layers : {1, 2})
-      points.push_back({{"model.n_heads", heads_n}, {"model.n_layers", layers}, {"val_loss", 2.0 + 0.1 * heads_n},
-                        {"ms_per_step", 3.0 * layers}, {"parameters", 100}, {"step", 10}});
+      points.push_back({{"model.n_heads", heads_n},
+                        {"model.n_layers", layers},
+                        {"val_loss", 2.0 + 0.1 * heads_n},
+                        {"ms_per_step", 3.0 * layers},
+                        {"parameters", 100},
+                        {"step", 10}});
   CHECK(tfm::sweep_keys(points[0]) == std::vector<std::string>{"model.n_heads", "model.n_layers"});
   const std::string s = tfm::sweep_figure(points, "model.n_heads", "sweep & co");
   CHECK(xml_problem(s).empty());
   CHECK(series_points(s, "model.n_layers=1") == 3);
   CHECK(series_points(s, "model.n_layers=2") == 3);
 
-  json bench = {{"d_model", 64}, {"heads", 4},           {"batch", 2},           {"causal", true},
-                {"threads", 1},  {"time_exponent", 1.9}, {"flops_exponent", 1.8}, {"memory_exponent", 1.1}};
+  json bench = {{"d_model", 64},
+                {"heads", 4},
+                {"batch", 2},
+                {"causal", true},
+                {"threads", 1},
+                {"time_exponent", 1.9},
+                {"flops_exponent", 1.8},
+                {"memory_exponent", 1.1}};
   for (int n : {64, 128, 256})
     bench["lengths"].push_back({{"n", n},
                                 {"ms", 0.001 * n * n},
@@ -202,8 +214,9 @@ TEST_CASE("svg: metrics.jsonl is read with a truncated last line, loss.svg writt
   tfm_test::TempDir dir("svg_metrics");
   std::string metrics;
   for (int s = 1; s <= 12; ++s)
-    metrics += json({{"step", s}, {"train_loss", 3.0 - 0.1 * s}, {"lr", 1e-3}, {"training_s", 0.5 * s}}).dump() +
-               "\n";
+    metrics +=
+        json({{"step", s}, {"train_loss", 3.0 - 0.1 * s}, {"lr", 1e-3}, {"training_s", 0.5 * s}}).dump() +
+        "\n";
   metrics += json({{"step", 12}, {"val_loss", 2.0}, {"training_s", 6.0}}).dump() + "\n";
   metrics += "{\"step\": 13, \"train_lo";  // a run being written
   tfm::write_file_atomically(dir.file("metrics.jsonl"), metrics);

@@ -19,11 +19,11 @@ namespace {
 struct FiguresTestRun {
   tfm_test::TempDir dir{"figures_cli"};
   std::string run = dir.file("run");
-  tfm_test::CliRun train = run_tfm(
-      "train --config configs/tiny.json --out " + run +
-      " --set model.d_model=8 --set model.n_layers=1 --set model.n_heads=2 --set model.max_seq_len=8"
-      " --set train.seq_len=8 --set train.max_steps=30 --set train.log_interval=1"
-      " --set train.eval_interval=10 --set train.checkpoint_interval=10");
+  tfm_test::CliRun train =
+      run_tfm("train --config configs/tiny.json --out " + run +
+              " --set model.d_model=8 --set model.n_layers=1 --set model.n_heads=2 --set model.max_seq_len=8"
+              " --set train.seq_len=8 --set train.max_steps=30 --set train.log_interval=1"
+              " --set train.eval_interval=10 --set train.checkpoint_interval=10");
 };
 
 }  // namespace
@@ -40,7 +40,8 @@ TEST_CASE("figures: tfm train draws loss.svg and logs progress with an ETA when 
   CHECK(tfm_test::temporaries_beside(t.run + "/loss.svg").empty());
   // train.log and the console (a pipe here, as under `| tee`) carry one progress line per log interval.
   const std::string log = read_file(t.run + "/train.log");
-  static const std::regex line(R"(step (\d+)/30 \| loss [0-9.]+ \|.* tok/s \|.* \| eta (\d+s|\d+m\d\ds|\?)\n)");
+  static const std::regex line(
+      R"(step (\d+)/30 \| loss [0-9.]+ \|.* tok/s \|.* \| eta (\d+s|\d+m\d\ds|\?)\n)");
   size_t lines = 0;
   for (std::sregex_iterator it(log.begin(), log.end(), line), end; it != end; ++it) ++lines;
   CHECK(lines == 30);
@@ -67,7 +68,8 @@ TEST_CASE("figures: attention, heads and bench attention write SVGs, and tfm plo
   REQUIRE(r.status == 0);
   CHECK(xml_problem(read_file(t.dir.file("heads") + "/heads.svg")).empty());
 
-  r = run_tfm("bench attention --seq-lens 8,16 --d-model 8 --heads 2 --seconds 0.001 --out " + t.dir.file("b"));
+  r = run_tfm("bench attention --seq-lens 8,16 --d-model 8 --heads 2 --seconds 0.001 --out " +
+              t.dir.file("b"));
   REQUIRE(r.status == 0);
   CHECK(xml_problem(read_file(t.dir.file("b") + "/bench_attention.svg")).empty());
 

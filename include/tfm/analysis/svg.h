@@ -56,10 +56,10 @@ class Document {
 double text_width(std::string_view s, double size);
 
 struct Series {
-  std::string name;           // in the legend; empty: not listed
-  std::vector<double> x, y;   // same length
-  std::string colour;         // empty: series_colour(index)
-  bool markers = false;       // a dot at every point
+  std::string name;          // in the legend; empty: not listed
+  std::vector<double> x, y;  // same length
+  std::string colour;        // empty: series_colour(index)
+  bool markers = false;      // a dot at every point
   bool dashed = false;
   double width = 1.5;
 };
@@ -89,7 +89,7 @@ struct Heatmap {
   bool signed_scale = false;  // diverging() over [vmin, vmax] mapped to [-1, 1], else viridis
   std::string title, x_label, y_label;
   std::vector<std::string> row_labels, col_labels;  // empty: none drawn
-  std::string cell_format;  // non-empty: each cell's value printed in it ("{:.2f}")
+  std::string cell_format;                          // non-empty: each cell's value printed in it ("{:.2f}")
   double label_size = 10;
   std::string cell_class = "cell";  // each cell's class attribute (what tests and style sheets select)
 };
