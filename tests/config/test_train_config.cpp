@@ -98,7 +98,7 @@ TEST_CASE("train config: the table's defaults are TrainConfig's", "[config]") {
   CHECK(resolved.optimizer.name == OptimizerKind::AdamW);
   CHECK(resolved.lr_schedule.name == ScheduleKind::Cosine);
   CHECK(resolved.objective == ObjectiveKind::CausalLm);
-  CHECK(resolved.precision == Precision::Fp32);
+  CHECK(resolved.precision == PrecisionChoice::Fp32);
   CHECK(resolved.gemm_backend == GemmBackendChoice::Auto);
   CHECK(resolved.optimizer.betas == std::array<double, 2>{0.9, 0.99});
 }
