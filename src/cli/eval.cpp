@@ -173,7 +173,7 @@ int eval_command(const EvalOptions& o) {
   const Metrics m = run.objective->evaluate(split, batches, eval_seed(c));
   // A split walked in order (seq2seq) ends before a large --batches does: report what ran.
   const int64_t ran = run.objective->evaluation_batches(split, batches);
-  const std::string whole = batches == 0 ? " (the whole " + split + " split, every token once)"
+  const std::string whole = batches == 0    ? " (the whole " + split + " split, every token once)"
                             : ran < batches ? " (the whole " + split + " split; " + std::to_string(batches) +
                                                   " asked for more than it holds)"
                                             : "";

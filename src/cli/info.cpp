@@ -207,23 +207,26 @@ void print_model(const Config& c, const std::string& file, const InfoModel& m, c
 void print_training_options(const TrainConfig& t) {
   const GemmBackend backend = resolve_gemm_backend(t.gemm_backend);
   const ResolvedPrecision p = resolve_precision(t.precision, backend);
-  std::string line = "training: precision " + name_of(t.precision) +
-                     (t.precision == PrecisionChoice::Auto ? " -> " + name_of(p.precision) + " (" + p.reason + ")"
-                                                           : "") +
-                     " on " + name_of(backend) + "; evaluation " +
-                     (t.eval_steps == 0 ? std::string("the whole validation split (every token once)")
-                                        : std::to_string(t.eval_steps) + " random batches") +
-                     " every " + std::to_string(t.eval_interval) + " steps";
+  std::string line =
+      "training: precision " + name_of(t.precision) +
+      (t.precision == PrecisionChoice::Auto ? " -> " + name_of(p.precision) + " (" + p.reason + ")" : "") +
+      " on " + name_of(backend) + "; evaluation " +
+      (t.eval_steps == 0 ? std::string("the whole validation split (every token once)")
+                         : std::to_string(t.eval_steps) + " random batches") +
+      " every " + std::to_string(t.eval_interval) + " steps";
   const OptimizerConfig& o = t.optimizer;
   if (o.ema_decay > 0)
-    line += fmt::format("; EMA of the weights (decay {:g}: evaluations and best.ckpt, one more copy of the "
-                        "weights in memory)",
-                        o.ema_decay);
+    line += fmt::format(
+        "; EMA of the weights (decay {:g}: evaluations and best.ckpt, one more copy of the "
+        "weights in memory)",
+        o.ema_decay);
   if (o.name == OptimizerKind::Muon) {
     if (o.muon_momentum_warmup_steps > 0 || o.muon_momentum_cooldown_steps > 0)
-      line += fmt::format("; Muon momentum {:g} -> {:g} over {} steps, back over the last {}", o.muon_momentum_min,
-                          o.muon_momentum, o.muon_momentum_warmup_steps, o.muon_momentum_cooldown_steps);
-    if (o.muon_cautious_weight_decay) line += fmt::format("; cautious Muon weight decay {:g}", o.muon_weight_decay);
+      line += fmt::format("; Muon momentum {:g} -> {:g} over {} steps, back over the last {}",
+                          o.muon_momentum_min, o.muon_momentum, o.muon_momentum_warmup_steps,
+                          o.muon_momentum_cooldown_steps);
+    if (o.muon_cautious_weight_decay)
+      line += fmt::format("; cautious Muon weight decay {:g}", o.muon_weight_decay);
   }
   fmt::print("{}\n", line);
 }

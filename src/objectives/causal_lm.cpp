@@ -116,9 +116,9 @@ class CausalLm : public TextObjective {
   Metrics evaluate(const std::string& split, int64_t batches, uint64_t seed,
                    const std::atomic<bool>* stop) override {
     Metrics m;
-    const std::optional<double> loss = batches == 0
-                                           ? evaluate_whole(model_, split_tokens(split), B_, T_, stop)
-                                           : tfm::evaluate(model_, split_tokens(split), B_, T_, batches, seed, stop);
+    const std::optional<double> loss =
+        batches == 0 ? evaluate_whole(model_, split_tokens(split), B_, T_, stop)
+                     : tfm::evaluate(model_, split_tokens(split), B_, T_, batches, seed, stop);
     if (loss)
       m.set("loss", *loss);
     else

@@ -174,9 +174,9 @@ class Seq2Seq : public Objective {
     return cross_entropy(logits, b.tgt_out, kPadId);
   }
 
-  // Over the first min(n, batches * B) pairs of the split (all of them for batches 0), in order (the same pairs every time; the
-  // seed is not needed). BLEU compares greedy translations with the references, both split into
-  // words as the word tokenizer does (so char/byte/bpe runs are scored on words too).
+  // Over the first min(n, batches * B) pairs of the split (all of them for batches 0), in order (the same
+  // pairs every time; the seed is not needed). BLEU compares greedy translations with the references, both
+  // split into words as the word tokenizer does (so char/byte/bpe runs are scored on words too).
   Metrics evaluate(const std::string& split_name, int64_t batches, uint64_t,
                    const std::atomic<bool>* stop) override {
     const std::vector<SentencePair>& pairs = split(split_name);

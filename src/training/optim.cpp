@@ -83,10 +83,11 @@ double muon_momentum_at(const OptimizerConfig& config, int64_t step, int64_t tot
   if (warmup <= 0 && cooldown <= 0) return config.muon_momentum;
   const double s = static_cast<double>(step);
   const double w = warmup > 0 ? std::min(1.0, s / static_cast<double>(warmup)) : 1.0;
-  const double c = cooldown > 0 ? std::clamp((s - static_cast<double>(total - cooldown) + 1.0) /
-                                                 static_cast<double>(cooldown),
-                                             0.0, 1.0)
-                                : 0.0;
+  const double c =
+      cooldown > 0
+          ? std::clamp((s - static_cast<double>(total - cooldown) + 1.0) / static_cast<double>(cooldown), 0.0,
+                       1.0)
+          : 0.0;
   const double lo = config.muon_momentum_min;
   return lo + (config.muon_momentum - lo) * w * (1.0 - c);
 }
@@ -247,7 +248,8 @@ void Optimizer::step(float* values, const float* grads, double lr) {
 void Optimizer::update_ema(const float* values) {
   float* __restrict e = ema();
   const float* __restrict w = values;
-  const float d = static_cast<float>(config_.ema_decay), one_minus_d = static_cast<float>(1.0 - config_.ema_decay);
+  const float d = static_cast<float>(config_.ema_decay),
+              one_minus_d = static_cast<float>(1.0 - config_.ema_decay);
   const int64_t n = total_size_;
   // Elementwise: the same bits at any thread count.
 #pragma omp parallel for simd if (n > (1 << 16))

@@ -61,7 +61,9 @@ void RunState::restore(Checkpoint& ckpt, const std::string& path) {
     // are in the EMA buffer.
     if (s.value("ema_in_model", false)) {
       float* ema = optimizer_.ema();
-      if (!ema) throw IoError(path + ": the checkpoint holds an EMA of the weights, the config has no train.ema_decay");
+      if (!ema)
+        throw IoError(path +
+                      ": the checkpoint holds an EMA of the weights, the config has no train.ema_decay");
       float* w = model.flat_values().data();
       std::swap_ranges(w, w + P, ema);
     }

@@ -95,10 +95,12 @@ Config with_resolved_precision(const Config& config, const Config* trained, std:
   Config out = config;
   if (trained && trained->train().precision != PrecisionChoice::Auto) {
     out.tree["train"]["precision"] = trained->at("train.precision");
-    note = "precision auto -> " + trained->at("train.precision").get<std::string>() + " (the run's, kept on resume)";
+    note = "precision auto -> " + trained->at("train.precision").get<std::string>() +
+           " (the run's, kept on resume)";
     return out;
   }
-  const ResolvedPrecision r = resolve_precision(PrecisionChoice::Auto, resolve_gemm_backend(train.gemm_backend));
+  const ResolvedPrecision r =
+      resolve_precision(PrecisionChoice::Auto, resolve_gemm_backend(train.gemm_backend));
   out.tree["train"]["precision"] = name_of(r.precision);
   note = "precision auto -> " + name_of(r.precision) + " (" + r.reason + ")";
   return out;
@@ -300,9 +302,10 @@ void TrainingRun::log_header() {
         matrices, elements, P - elements, 1e-9 * newton_schulz_flops(segments, OptimizerKind::Muon)));
   }
   if (train_.optimizer.ema_decay > 0)
-    log_->info(fmt::format("EMA of the weights (train.ema_decay {:g}): evaluations, target_loss and best.ckpt use "
-                           "it; the raw weights train (last.ckpt)",
-                           train_.optimizer.ema_decay));
+    log_->info(
+        fmt::format("EMA of the weights (train.ema_decay {:g}): evaluations, target_loss and best.ckpt use "
+                    "it; the raw weights train (last.ckpt)",
+                    train_.optimizer.ema_decay));
   if (train_.eval_steps == 0)
     log_->info("evaluation: the whole validation split, every token once (train.eval_steps 0)");
   if (batches_->workers() > 1)

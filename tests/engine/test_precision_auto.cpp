@@ -8,7 +8,9 @@ using namespace tfm;
 
 TEST_CASE("precision auto: bf16 with AVX512_BF16 or AMX-BF16 under oneDNN, else fp32", "[gemm][precision]") {
   const CpuBf16 none{}, avx512{true, false}, amx{false, true}, both{true, true};
-  const auto auto_on = [](GemmBackend b, const CpuBf16& cpu) { return resolve_precision(PrecisionChoice::Auto, b, cpu); };
+  const auto auto_on = [](GemmBackend b, const CpuBf16& cpu) {
+    return resolve_precision(PrecisionChoice::Auto, b, cpu);
+  };
   CHECK(auto_on(GemmBackend::OneDnn, none).precision == Precision::Fp32);
   CHECK_THAT(auto_on(GemmBackend::OneDnn, none).reason, Catch::Contains("no avx512_bf16"));
   CHECK(auto_on(GemmBackend::OneDnn, avx512).precision == Precision::Bf16);

@@ -18,9 +18,13 @@ using namespace tfm;
 namespace {
 
 Config whole_split_config(const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> sets = {"data.path=" + std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt",
-                                   "model.d_model=16", "model.n_layers=2", "model.n_heads=2",
-                                   "model.max_seq_len=8", "model.dropout=0.2"};
+  std::vector<std::string> sets = {
+      "data.path=" + std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt",
+      "model.d_model=16",
+      "model.n_layers=2",
+      "model.n_heads=2",
+      "model.max_seq_len=8",
+      "model.dropout=0.2"};
   sets.insert(sets.end(), extra.begin(), extra.end());
   return resolve_config(nlohmann::json::object(), sets);
 }
@@ -98,7 +102,8 @@ TEST_CASE("whole split: evaluate(split, 0) is the whole split for every objectiv
     CHECK(a.get("loss") != objective->evaluate("val", 2, 1).get("loss"));
   }
   SECTION("masked_lm") {
-    const Config c = whole_split_config({"train.objective=masked_lm", "model.causal=false", "train.batch_size=3"});
+    const Config c =
+        whole_split_config({"train.objective=masked_lm", "model.causal=false", "train.batch_size=3"});
     const std::unique_ptr<Objective> objective = make_objective(c, nullptr, {});
     const Metrics a = objective->evaluate("val", 0, 5), b = objective->evaluate("val", 0, 5);
     CHECK(a.get("loss") == b.get("loss"));

@@ -97,9 +97,10 @@ TEST_CASE("optim reference: Muon + AdamW, WSD and clipping equal torch_lm.py's p
   run_optimizer_reference("lm_muon_wsd");
 }
 
-TEST_CASE("optim reference: Muon's momentum warmup and cooldown, cautious weight decay and the weights' EMA "
-          "equal torch_lm.py's after 10 steps",
-          "[optim][muon][reference]") {
+TEST_CASE(
+    "optim reference: Muon's momentum warmup and cooldown, cautious weight decay and the weights' EMA "
+    "equal torch_lm.py's after 10 steps",
+    "[optim][muon][reference]") {
   run_optimizer_reference("lm_muon_tricks");
 }
 

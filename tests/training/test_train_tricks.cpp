@@ -2,6 +2,7 @@
 // (train.ema_decay) with Muon's momentum schedule and cautious weight decay, resumed bit for bit;
 // train.precision "auto" resolved once and kept; train.eval_steps 0 (the whole split) as the loop's
 // evaluation.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <string>
@@ -21,22 +22,23 @@ using namespace tfm;
 namespace {
 
 Config tricks_config(const std::string& dir, std::vector<std::string> extra = {}) {
-  std::vector<std::string> sets = {"data.path=" + std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt",
-                                   "output.dir=" + dir,
-                                   "model.d_model=32",
-                                   "model.n_layers=2",
-                                   "model.n_heads=4",
-                                   "model.max_seq_len=16",
-                                   "train.batch_size=4",
-                                   "train.max_steps=16",
-                                   "train.eval_interval=4",
-                                   "train.eval_steps=2",
-                                   "train.log_interval=4",
-                                   "train.checkpoint_interval=4",
-                                   "train.threads=1",
-                                   "train.lr_schedule.warmup_steps=3",
-                                   "train.optimizer.lr=3e-3",
-                                   "model.dropout=0.1"};
+  std::vector<std::string> sets = {
+      "data.path=" + std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt",
+      "output.dir=" + dir,
+      "model.d_model=32",
+      "model.n_layers=2",
+      "model.n_heads=4",
+      "model.max_seq_len=16",
+      "train.batch_size=4",
+      "train.max_steps=16",
+      "train.eval_interval=4",
+      "train.eval_steps=2",
+      "train.log_interval=4",
+      "train.checkpoint_interval=4",
+      "train.threads=1",
+      "train.lr_schedule.warmup_steps=3",
+      "train.optimizer.lr=3e-3",
+      "model.dropout=0.1"};
   sets.insert(sets.end(), extra.begin(), extra.end());
   return resolve_config(nlohmann::json::object(), sets);
 }
@@ -48,9 +50,10 @@ nlohmann::json tricks_run_config(const std::string& dir) {
 
 }  // namespace
 
-TEST_CASE("train tricks: the EMA, Muon's momentum schedule and cautious decay resume bit for bit; "
-          "evaluations read the EMA",
-          "[train][muon][ema]") {
+TEST_CASE(
+    "train tricks: the EMA, Muon's momentum schedule and cautious decay resume bit for bit; "
+    "evaluations read the EMA",
+    "[train][muon][ema]") {
   const std::vector<std::string> sets = {"train.optimizer.name=muon",
                                          "train.optimizer.muon_weight_decay=0.1",
                                          "train.optimizer.muon_cautious_weight_decay=true",
@@ -85,7 +88,6 @@ TEST_CASE("train tricks: the EMA, Muon's momentum schedule and cautious decay re
   // The last evaluation read the EMA: the final EMA in the model gives its loss, the raw weights do not.
   LoadedRun run = load_run(a, "last", true);
   Model& model = run.objective->model();
-  const std::vector<float> raw = model.flat_values().to_vector();
   const Config c = tricks_config(a, sets);
   const double raw_loss = run.objective->evaluate("val", 2, eval_seed(c)).get("loss");
   std::copy(ca.optimizer[3].begin(), ca.optimizer[3].end(), model.flat_values().data());
@@ -101,7 +103,8 @@ TEST_CASE("train tricks: the EMA, Muon's momentum schedule and cautious decay re
   CHECK(best.optimizer[3] == ca.model);
 }
 
-TEST_CASE("train tricks: adding train.ema_decay to a run on resume is refused naming the key", "[train][ema]") {
+TEST_CASE("train tricks: adding train.ema_decay to a run on resume is refused naming the key",
+          "[train][ema]") {
   const std::string dir = tfm_test::scratch_path("train_tricks", "ema_refused");
   TrainOptions stop = tfm_test::quiet();
   stop.stop_at_step = 2;
@@ -119,7 +122,8 @@ TEST_CASE("train tricks: precision auto resolves at start-up, the run records it
   stop.stop_at_step = 2;
   REQUIRE(train(tricks_config(dir, {"train.precision=auto", "train.max_steps=4"}), stop).status ==
           TrainResult::Status::Interrupted);
-  const std::string here = name_of(resolve_precision(PrecisionChoice::Auto, resolve_gemm_backend("onednn")).precision);
+  const GemmBackend backend = resolve_gemm_backend(GemmBackendChoice::Auto);
+  const std::string here = name_of(resolve_precision(PrecisionChoice::Auto, backend).precision);
   CHECK(tricks_run_config(dir)["train"]["precision"] == here);
   CHECK(checkpoint_config(load_checkpoint(dir + "/last.ckpt"), dir).string("train.precision") == here);
 

@@ -71,7 +71,7 @@ struct TrainConfig {
   OptimizerConfig optimizer;
   LrScheduleConfig lr_schedule;
   int64_t eval_interval = 250;
-  int64_t eval_steps = 20;  // 0 = the whole validation split
+  int64_t eval_steps = 20;   // 0 = the whole validation split
   double target_loss = 0.0;  // 0 = off
   double max_seconds = 0.0;  // 0 = off
   int64_t log_interval = 10;
