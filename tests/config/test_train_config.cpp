@@ -156,7 +156,8 @@ TEST_CASE("train config: bad values are refused naming the key and the allowed v
   // The enums' names come from their one spelling table.
   CHECK_THAT(error_of({"train.optimizer.name=adam"}),
              Catch::Contains("one of \"adamw\", \"sgd\", \"muon\", got \"adam\""));
-  CHECK_THAT(error_of({"train.precision=fp16"}), Catch::Contains("one of \"auto\", \"fp32\", \"bf16\", got \"fp16\""));
+  CHECK_THAT(error_of({"train.precision=fp16"}),
+             Catch::Contains("one of \"auto\", \"fp32\", \"bf16\", got \"fp16\""));
 }
 
 TEST_CASE("train config: each option enum spells its values once, and reads them back", "[config]") {
