@@ -5,12 +5,13 @@
 # that reached the target, evaluations included (train.eval_interval steps apart, train.eval_steps
 # batches each). tfm's model at the target is confirmed on 200 validation batches (best.ckpt).
 #
-#   scripts/speedrun.sh [CONFIG] [--target X] [--precision fp32|bf16] [--baseline] [--max-minutes M]
+#   scripts/speedrun.sh [CONFIG] [--target X] [--precision fp32|bf16|auto] [--baseline] [--max-minutes M]
 #                       [--threads N] [--no-torch] [--figure]
 #
 #   CONFIG        default configs/shakespeare_speedrun.json
 #   --target X    val loss to reach (default: the config's train.target_loss, else 1.5)
-#   --precision P the matrix products of both sides, overriding the config's train.precision (PyTorch:
+#   --precision P the matrix products of both sides, overriding the config's train.precision, whose "auto"
+#                 tfm resolves at start-up (bf16 with AVX512_BF16 or AMX, else fp32) for both (PyTorch:
 #                 --bf16 autocast or float32). On a CPU without AVX-512 bf16 only emulates (tfm logs it):
 #                 fp32 is faster there, in both
 #   --baseline    also time PyTorch on nanoGPT's recipe (configs/shakespeare_char_large.json, --bf16) to
@@ -35,7 +36,7 @@ target="" precision="" baseline=0 max_minutes=240 threads="$(nproc)" torch=1 fig
 while [ $# -gt 0 ]; do
   case "$1" in
     --target) target="$2"; shift 2 ;;
-    --precision) precision="$2"; shift 2 ;;
+    --precision) precision="$2"; shift 2 ;;  # fp32, bf16 or auto
     --baseline) baseline=1; shift ;;
     --max-minutes) max_minutes="$2"; shift 2 ;;
     --no-torch) torch=0; shift ;;
@@ -62,7 +63,6 @@ config="$out/config.json"
 if [ -z "$target" ]; then
   target=$(json "$config" 'train["target_loss"] if train["target_loss"] > 0 else 1.5')
 fi
-bf16=$(json "$config" 'train["precision"] == "bf16"')
 echo "speedrun: $source_config to val loss <= $target, $threads thread(s), $(json "$config" 'train["precision"]'); results in $out"
 
 # --- tfm ---
@@ -79,6 +79,8 @@ print(json.dumps({"reached": bool(hit), "seconds": hit[0]["seconds_to_target"] i
                   "curve": [[r["training_s"], r["val_loss"]] for r in evals]}))
 EOF
 confirm=$("$tfm" eval --run "$out/tfm" --checkpoint best --batches 200 | sed -n 's/^val loss \([0-9.]*\).*/\1/p')
+# The precision tfm ran in (train.precision "auto" resolved at its start-up): PyTorch uses the same.
+bf16=$(json "$out/tfm/config.json" 'train["precision"] == "bf16"')
 tfm_s=$(json "$out/tfm_summary.json" seconds)
 tfm_step=$(json "$out/tfm_summary.json" step)
 tfm_reached=$(json "$out/tfm_summary.json" reached)

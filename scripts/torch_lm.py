@@ -18,7 +18,9 @@ Config keys read (all optional except data.path; defaults in brackets):
   train.objective [causal_lm|masked_lm] mask_prob [0.15] batch_size [12] seq_len [max_seq_len]
         max_steps [2000] grad_clip [1.0] eval_interval [250] eval_steps [20]
   train.optimizer.name [adamw|muon] lr [1e-3] betas [[0.9, 0.99]] weight_decay [0.1]
-        muon_lr [0.02] muon_momentum [0.95] muon_weight_decay [0]
+        muon_lr [0.02] muon_momentum [0.95] muon_weight_decay [0] muon_cautious_weight_decay [false]
+        muon_momentum_warmup_steps [0] muon_momentum_cooldown_steps [0] muon_momentum_min [0.85]
+  train.ema_decay [0]                          evaluations read an EMA of the weights
   train.lr_schedule.name [cosine|wsd|constant|inverse_sqrt] warmup_steps [100] min_lr [lr / 10]
         decay_fraction [0.2, wsd]
 Keys of tfm's that change the model or the loss but are not implemented here (seq2seq, BPE, additive
@@ -305,10 +307,12 @@ def newton_schulz5(G, steps=5, eps=1e-7):
 
 class Muon(torch.optim.Optimizer):
     """Muon (Jordan et al. 2024) for weight matrices (out, in), per step:
-    M = mu M + G;  U = G + mu M (Nesterov);  W -= lr wd W;  W -= lr sqrt(max(1, out/in)) NS5(U)."""
+    M = mu M + G;  U = G + mu M (Nesterov);  W -= lr wd W;  W -= lr sqrt(max(1, out/in)) NS5(U).
+    cautious: the decay only where NS5(U) W >= 0, the sign read before it (Chen et al. 2025, "Cautious
+    Weight Decay")."""
 
-    def __init__(self, params, lr, momentum, weight_decay):
-        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay))
+    def __init__(self, params, lr, momentum, weight_decay, cautious=False):
+        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay, cautious=cautious))
 
     @torch.no_grad()
     def step(self):
@@ -320,8 +324,61 @@ class Muon(torch.optim.Optimizer):
                 momentum = self.state[p].setdefault("m", torch.zeros_like(p))
                 momentum.mul_(mu).add_(p.grad)
                 update = p.grad + mu * momentum
+                if group["cautious"]:
+                    o = newton_schulz5(update)
+                    p.mul_(torch.where(o * p >= 0, torch.tensor(1 - lr * wd), torch.tensor(1.0)))
+                    p.add_(o, alpha=-lr * max(1.0, p.size(0) / p.size(1)) ** 0.5)
+                    continue
                 p.mul_(1 - lr * wd)
                 p.add_(newton_schulz5(update), alpha=-lr * max(1.0, p.size(0) / p.size(1)) ** 0.5)
+
+
+def muon_momentum_at(cfg, step, total):
+    """Muon's momentum at step (0-based) of total (modded-nanogpt's schedule): from muon_momentum_min up to
+    muon_momentum over the first muon_momentum_warmup_steps, back down over the last
+    muon_momentum_cooldown_steps; exactly muon_momentum when both are 0."""
+    final = setting(cfg, "train.optimizer.muon_momentum", 0.95)
+    warmup = setting(cfg, "train.optimizer.muon_momentum_warmup_steps", 0)
+    cooldown = setting(cfg, "train.optimizer.muon_momentum_cooldown_steps", 0)
+    if warmup <= 0 and cooldown <= 0:
+        return final
+    lo = setting(cfg, "train.optimizer.muon_momentum_min", 0.85)
+    w = min(1.0, step / warmup) if warmup > 0 else 1.0
+    c = min(1.0, max(0.0, (step - (total - cooldown) + 1.0) / cooldown)) if cooldown > 0 else 0.0
+    return lo + (final - lo) * w * (1.0 - c)
+
+
+def set_muon_momentum(optimizers, cfg, step, total):
+    for opt, _ in optimizers:
+        if isinstance(opt, Muon):
+            for group in opt.param_groups:
+                group["momentum"] = muon_momentum_at(cfg, step, total)
+
+
+class WeightEma:
+    """train.ema_decay d: E = W at the start; after every step E = d E + (1 - d) W. swapped() puts E in
+    the model for an evaluation and the raw weights back after."""
+
+    def __init__(self, model, decay):
+        self.decay = decay
+        self.shadow = {n: p.detach().clone() for n, p in model.named_parameters()}
+
+    @torch.no_grad()
+    def update(self, model):
+        for n, p in model.named_parameters():
+            self.shadow[n].mul_(self.decay).add_(p, alpha=1.0 - self.decay)
+
+    @torch.no_grad()
+    def swap(self, model):
+        for n, p in model.named_parameters():
+            raw = p.detach().clone()
+            p.copy_(self.shadow[n])
+            self.shadow[n] = raw
+
+
+def make_ema(model, cfg):
+    decay = setting(cfg, "train.ema_decay", 0.0)
+    return WeightEma(model, decay) if decay > 0 else None
 
 
 def make_optimizers(model, cfg):
@@ -343,7 +400,8 @@ def make_optimizers(model, cfg):
         muon_lr = setting(cfg, "train.optimizer.muon_lr", 0.02)
         muon = Muon([p for n, p in model.named_parameters() if to_muon(n, p)], lr=muon_lr,
                     momentum=setting(cfg, "train.optimizer.muon_momentum", 0.95),
-                    weight_decay=setting(cfg, "train.optimizer.muon_weight_decay", 0.0))
+                    weight_decay=setting(cfg, "train.optimizer.muon_weight_decay", 0.0),
+                    cautious=setting(cfg, "train.optimizer.muon_cautious_weight_decay", False))
         optimizers.append((muon, muon_lr))
     return optimizers
 
@@ -412,7 +470,8 @@ def parse_args():
     ap.add_argument("--steps", type=int, help="train this many steps (the schedule still ends at train.max_steps)")
     ap.add_argument("--threads", type=int, default=int(os.environ.get("TFM_THREADS", os.cpu_count())),
                     help="torch threads (default: $TFM_THREADS, else all cores)")
-    ap.add_argument("--eval-steps", type=int, help="validation batches (default train.eval_steps)")
+    ap.add_argument("--eval-steps", type=int,
+                    help="validation batches (default train.eval_steps; 0 = the whole split, causal_lm)")
     ap.add_argument("--load-safetensors", metavar="FILE",
                     help="load these weights and do not train: with --check-logits compare logits, "
                          "else print the validation loss")
@@ -436,6 +495,8 @@ def parse_args():
                          "(masked_lm: y is -100 where no loss is read); steps default to their number")
     ap.add_argument("--save-safetensors", metavar="FILE",
                     help="after training, write the weights (float32, names as --print-names)")
+    ap.add_argument("--save-ema-safetensors", metavar="FILE",
+                    help="with train.ema_decay: after training, write the EMA of the weights")
     ap.add_argument("--log-steps", action="store_true",
                     help='print {"step", "lr", "loss"} after every step (loss unrounded)')
     return ap.parse_args()
@@ -481,7 +542,7 @@ def main():
 
     B = setting(cfg, "train.batch_size", 12)
     T = setting(cfg, "train.seq_len", m["max_seq_len"])
-    eval_steps = a.eval_steps or setting(cfg, "train.eval_steps", 20)
+    eval_steps = a.eval_steps if a.eval_steps is not None else setting(cfg, "train.eval_steps", 20)
 
     def random_batch(src):
         """B uniform windows t[i:i+T]; causal_lm targets t[i+1:i+T+1]. masked_lm (Devlin et al. 2019,
@@ -504,13 +565,41 @@ def main():
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
             return F.cross_entropy(model(x).view(-1, V).float(), y.view(-1), ignore_index=-100)
 
+    ema = None  # train.ema_decay's WeightEma, made with the optimizers
+
     def evaluate(src):
-        """Mean loss of eval_steps random batches, in eval mode (no dropout)."""
+        """Mean loss of eval_steps random batches, in eval mode (no dropout); the EMA's weights if any."""
         model.eval()
+        if ema:
+            ema.swap(model)
         with torch.no_grad():
-            losses = [loss_of(x, y).item() for x, y in (random_batch(src) for _ in range(eval_steps))]
+            if eval_steps == 0:
+                result = evaluate_whole(src)
+            else:
+                losses = [loss_of(x, y).item() for x, y in (random_batch(src) for _ in range(eval_steps))]
+                result = sum(losses) / len(losses)
+        if ema:
+            ema.swap(model)
         model.train()
-        return sum(losses) / len(losses)
+        return result
+
+    def evaluate_whole(src):
+        """train.eval_steps 0 (causal_lm): every token after the first a target once, in non-overlapping
+        windows of T (B per forward), the tail (the last (n - 1) mod T targets) a shorter window."""
+        if masked:
+            sys.exit("train.eval_steps 0: the whole split is implemented here for causal_lm only")
+        total, n = 0.0, len(src) - 1
+        starts = list(range(0, n - T + 1, T))
+        for i in range(0, len(starts), B):
+            rows = starts[i:i + B]
+            x = torch.stack([src[s:s + T] for s in rows])
+            y = torch.stack([src[s + 1:s + T + 1] for s in rows])
+            total += loss_of(x, y).item() * x.numel()
+        tail = n % T
+        if tail:
+            s = n - tail
+            total += loss_of(src[s:s + tail].view(1, -1), src[s + 1:s + tail + 1].view(1, -1)).item() * tail
+        return total / n
 
     if a.load_safetensors:
         load_weights(model, a.load_safetensors)
@@ -559,6 +648,7 @@ def main():
     clip = setting(cfg, "train.grad_clip", 1.0)
     eval_interval = setting(cfg, "train.eval_interval", 250)
     optimizers = make_optimizers(model, cfg)
+    ema = make_ema(model, cfg)
 
     times, loss, reached, gave_up = [], float("nan"), None, None
     t_start = time.perf_counter()
@@ -568,6 +658,7 @@ def main():
         for opt, base in optimizers:
             for group in opt.param_groups:
                 group["lr"] = base * factor
+        set_muon_momentum(optimizers, cfg, step, total)
         t0 = time.perf_counter()
         x, y = given[step] if given else random_batch(train_tokens)
         loss = loss_of(x, y)
@@ -578,6 +669,8 @@ def main():
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         for opt, _ in optimizers:
             opt.step()
+        if ema:
+            ema.update(model)
         times.append(time.perf_counter() - t0)
         if a.log_steps:
             print(json.dumps({"step": step + 1, "lr": lr * factor, "loss": loss.item()}), flush=True)
@@ -596,6 +689,10 @@ def main():
     train_seconds = time.perf_counter() - t_start
     if a.save_safetensors:
         save_safetensors(a.save_safetensors, dict(model.named_parameters()))
+    if a.save_ema_safetensors:
+        if not ema:
+            sys.exit("--save-ema-safetensors: the config has no train.ema_decay")
+        save_safetensors(a.save_ema_safetensors, ema.shadow)
     median = sorted(times)[len(times) // 2]  # the upper median, first steps included
     result = {"impl": "torch", "torch": torch.__version__, "threads": a.threads, "params": n_params,
               "objective": objective, "bf16": a.bf16, "steps": steps,

@@ -449,12 +449,24 @@ OPTIMIZER_CONFIG = {
 }
 
 
-def optimizer_fixture(name, seed):
-    """torch_lm.py trains OPTIMIZER_CONFIG for max_steps steps through its optimizer-parity options
+# The optimizer options that are off by default, all on: Muon's momentum warmup (0.85 -> 0.95 over the first
+# 4 steps) and cooldown (back over the last 3), cautious weight decay on Muon's matrices, and an EMA of the
+# weights (decay 0.8, so the 10 steps move it well away from the initial weights).
+OPTIMIZER_TRICKS_CONFIG = json.loads(json.dumps(OPTIMIZER_CONFIG))
+OPTIMIZER_TRICKS_CONFIG["train"]["optimizer"].update(
+    muon_momentum_warmup_steps=4, muon_momentum_cooldown_steps=3, muon_momentum_min=0.85,
+    muon_cautious_weight_decay=True)
+OPTIMIZER_TRICKS_CONFIG["train"]["ema_decay"] = 0.8
+
+
+def optimizer_fixture(name, seed, config=OPTIMIZER_CONFIG):
+    """torch_lm.py trains `config` for max_steps steps through its optimizer-parity options
     (--init-safetensors, --batches, --save-safetensors, --log-steps), in a subprocess: the fixture holds
-    the config, the initial weights, the batches, each step's lr and loss, and the final weights."""
+    the config, the initial weights, the batches, each step's lr and loss, and the final weights (and
+    with train.ema_decay the final EMA of the weights)."""
     torch.manual_seed(seed)
-    cfg = json.loads(json.dumps(OPTIMIZER_CONFIG))
+    cfg = json.loads(json.dumps(config))
+    ema = cfg["train"].get("ema_decay", 0) > 0
     m = torch_lm.model_config(cfg)
     model = torch_lm.LM(m, VOCAB)
     steps, Bs, Ts = cfg["train"]["max_steps"], cfg["train"]["batch_size"], cfg["train"]["seq_len"]
@@ -463,7 +475,7 @@ def optimizer_fixture(name, seed):
     chars = "abcdefghijk"[:VOCAB]  # the reference's char vocabulary: the file's sorted distinct characters
     with tempfile.TemporaryDirectory() as tmp:
         files = {k: os.path.join(tmp, k) for k in ("data.txt", "config.json", "init.safetensors", "batches.json",
-                                                   "final.safetensors")}
+                                                   "final.safetensors", "ema.safetensors")}
         with open(files["data.txt"], "w") as f:  # only its vocabulary and validation split are read
             f.write("".join(chars[i] for i in torch.randint(VOCAB, (400,)).tolist()) + chars)
         cfg["data"] = {"path": files["data.txt"]}
@@ -474,9 +486,11 @@ def optimizer_fixture(name, seed):
             json.dump({"x": x.tolist(), "y": y.tolist()}, f)
         out = subprocess.run([sys.executable, os.path.join(SCRIPTS, "torch_lm.py"), "--config", files["config.json"],
                               "--init-safetensors", files["init.safetensors"], "--batches", files["batches.json"],
-                              "--save-safetensors", files["final.safetensors"], "--log-steps", "--threads", "1"],
+                              "--save-safetensors", files["final.safetensors"], "--log-steps", "--threads", "1"]
+                             + (["--save-ema-safetensors", files["ema.safetensors"]] if ema else []),
                              check=True, capture_output=True, text=True).stdout
         final = torch_lm.load_safetensors(files["final.safetensors"])
+        averaged = torch_lm.load_safetensors(files["ema.safetensors"]) if ema else None
     log = [json.loads(line) for line in out.splitlines() if line.startswith('{"step"')]
     assert len(log) == steps, out
     del cfg["data"]
@@ -485,6 +499,7 @@ def optimizer_fixture(name, seed):
         "lr": [r["lr"] for r in log], "loss": [r["loss"] for r in log],
         "init": {n: tensor(p) for n, p in model.named_parameters()},
         "final": {n: tensor(t) for n, t in final.items()},
+        **({"ema": {n: tensor(t) for n, t in averaged.items()}} if ema else {}),
     })
 
 
@@ -507,6 +522,7 @@ if __name__ == "__main__":
     jobs.append(("head_mixing_group_mlp_additive",
                  lambda: head_mixing_fixture("head_mixing_group_mlp_additive", 4, 4, "additive", "group_mlp", 2, 401)))
     jobs.append(("lm_muon_wsd", lambda: optimizer_fixture("lm_muon_wsd", 500)))
+    jobs.append(("lm_muon_tricks", lambda: optimizer_fixture("lm_muon_tricks", 501, OPTIMIZER_TRICKS_CONFIG)))
     unknown = [n for n in args.only or [] if n not in dict(jobs)]
     if unknown:
         sys.exit("--only %s: no such fixture (%s)" % (", ".join(unknown), ", ".join(n for n, _ in jobs)))

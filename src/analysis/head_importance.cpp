@@ -18,7 +18,8 @@ HeadImportance head_importance(LoadedRun& run, int64_t batches) {
                       " was trained with train.objective \"" + run.objective->name() + "\")");
   TFM_CHECK(run.model != nullptr && batches >= 1, "head_importance", "a language model and batches >= 1");
   const Config& c = run.config;
-  const GemmModeGuard gemm_mode(c.train().precision, resolve_gemm_backend(c.train().gemm_backend));
+  const GemmBackend backend = resolve_gemm_backend(c.train().gemm_backend);
+  const GemmModeGuard gemm_mode(resolve_precision(c.train().precision, backend).precision, backend);
   LanguageModel& model = *run.model;
   model.set_training(false);
   const int64_t L = model.config().n_layers, H = model.config().n_heads;

@@ -124,12 +124,15 @@ struct EvalOptions {
   std::string run, split = "val", which = "last", dump_path, mask_heads, gguf_path, gelu = "llama.cpp";
   std::vector<std::string> texts;
   int64_t batches = 0;  // 0: the run's train.eval_steps (--dump-logits: 2 sequences)
+  bool full = false;    // the whole split once (as train.eval_steps 0)
 };
 
 int eval_command(const EvalOptions& o) {
   const std::string& dir = o.run;
   const std::string& split = o.split;
   int64_t batches = o.batches;
+  if (o.full && (o.batches > 0 || !o.dump_path.empty()))
+    throw ConfigError("--full: evaluates the whole split; it goes without --batches and --dump-logits");
   if (!o.texts.empty() && o.dump_path.empty()) throw ConfigError("--text: goes with --dump-logits FILE");
   if (!o.gguf_path.empty() && o.texts.empty())
     throw ConfigError("--gguf: goes with --dump-logits FILE --text TEXT");
@@ -145,7 +148,8 @@ int eval_command(const EvalOptions& o) {
   const Config& c = run.config;
   // The run's precision, as its evaluations during training (and torch_lm.py --bf16) ran.
   const TrainConfig train = c.train();
-  const GemmModeGuard gemm_mode(train.precision, resolve_gemm_backend(train.gemm_backend));
+  const GemmBackend backend = resolve_gemm_backend(train.gemm_backend);
+  const GemmModeGuard gemm_mode(resolve_precision(train.precision, backend).precision, backend);
   const int64_t B = train.batch_size, T = train.seq_len;
   if (!o.dump_path.empty()) {
     if (!run.model)
@@ -164,13 +168,15 @@ int eval_command(const EvalOptions& o) {
              [&] { dump_logits(*run.model, c, split == "val" ? data.val : data.train, rows, o.dump_path); });
     return kExitOk;
   }
-  if (batches == 0) batches = train.eval_steps;
+  // 0 (--full, or a run trained with train.eval_steps 0): the whole split.
+  if (!o.full && batches == 0) batches = train.eval_steps;
   const Metrics m = run.objective->evaluate(split, batches, eval_seed(c));
   // A split walked in order (seq2seq) ends before a large --batches does: report what ran.
   const int64_t ran = run.objective->evaluation_batches(split, batches);
-  const std::string whole = ran < batches ? " (the whole " + split + " split; " + std::to_string(batches) +
-                                                " asked for more than it holds)"
-                                          : "";
+  const std::string whole = batches == 0    ? " (the whole " + split + " split, every token once)"
+                            : ran < batches ? " (the whole " + split + " split; " + std::to_string(batches) +
+                                                  " asked for more than it holds)"
+                                            : "";
   const int64_t step = run.checkpoint.state.value("step", int64_t{0});
   std::string extra;
   for (const auto& [name, v] : m.values)
@@ -192,6 +198,9 @@ std::vector<Command> add_eval_commands(CLI::App& app) {
                    "Number of batches (default: the run's train.eval_steps; seq2seq: at most what its split "
                    "holds)")
       ->check(integer_in(1, kMaxFlagCount));
+  eval->add_flag("--full", o->full,
+                 "Evaluate the whole split once, every token scored exactly once (non-overlapping windows "
+                 "of train.seq_len, the tail a shorter one; seq2seq: every pair): no sampling noise");
   eval->add_option("--checkpoint", o->which, "last or best")->capture_default_str()->check(checkpoint_name());
   eval->add_option("--dump-logits", o->dump_path,
                    "Write one batch of --batches (default 2) sequences and their logits as JSON "

@@ -202,6 +202,35 @@ void print_model(const Config& c, const std::string& file, const InfoModel& m, c
         mc.head_mixing == HeadMixing::GroupMlp ? " in " + std::to_string(mc.head_groups) + " groups" : "");
 }
 
+// What a training run decides at start-up or changes besides the model: precision ("auto" resolved on
+// this machine), the evaluation, the weights' EMA and Muon's optional tricks.
+void print_training_options(const TrainConfig& t) {
+  const GemmBackend backend = resolve_gemm_backend(t.gemm_backend);
+  const ResolvedPrecision p = resolve_precision(t.precision, backend);
+  std::string line =
+      "training: precision " + name_of(t.precision) +
+      (t.precision == PrecisionChoice::Auto ? " -> " + name_of(p.precision) + " (" + p.reason + ")" : "") +
+      " on " + name_of(backend) + "; evaluation " +
+      (t.eval_steps == 0 ? std::string("the whole validation split (every token once)")
+                         : std::to_string(t.eval_steps) + " random batches") +
+      " every " + std::to_string(t.eval_interval) + " steps";
+  const OptimizerConfig& o = t.optimizer;
+  if (o.ema_decay > 0)
+    line += fmt::format(
+        "; EMA of the weights (decay {:g}: evaluations and best.ckpt, one more copy of the "
+        "weights in memory)",
+        o.ema_decay);
+  if (o.name == OptimizerKind::Muon) {
+    if (o.muon_momentum_warmup_steps > 0 || o.muon_momentum_cooldown_steps > 0)
+      line += fmt::format("; Muon momentum {:g} -> {:g} over {} steps, back over the last {}",
+                          o.muon_momentum_min, o.muon_momentum, o.muon_momentum_warmup_steps,
+                          o.muon_momentum_cooldown_steps);
+    if (o.muon_cautious_weight_decay)
+      line += fmt::format("; cautious Muon weight decay {:g}", o.muon_weight_decay);
+  }
+  fmt::print("{}\n", line);
+}
+
 // Parameters, FLOPs, memory and the optimizer's own work.
 void print_costs(const Config& c, const InfoModel& m, const InfoFigures& f) {
   fmt::print("parameters: {} ({})\n", f.P, human_count(static_cast<double>(f.P)));
@@ -218,6 +247,7 @@ void print_costs(const Config& c, const InfoModel& m, const InfoFigures& f) {
                human_count(f.train_flops * f.step_tokens));
     fmt::print("memory estimate (batch {} x {}): {}\n", f.B, f.T, f.memory.summary());
   }
+  print_training_options(c.train());
   if (f.optimizer != OptimizerKind::Muon) return;
   int64_t matrices = 0, elements = 0;
   for (const ParamSegment& s : f.segments)

@@ -376,6 +376,29 @@ std::vector<KeySpec> build_table() {
           "Muon's decoupled weight decay: W *= 1 - lr_muon * muon_weight_decay.")
           .min(0)
           .only_with("train.optimizer.name", std::vector{OptimizerKind::Muon}),
+      Key("train.optimizer.muon_cautious_weight_decay", &TrainConfig::optimizer,
+          &OptimizerConfig::muon_cautious_weight_decay,
+          "Cautious weight decay (Chen et al. 2025): Muon's decay (muon_weight_decay, scheduled with the lr) "
+          "only on the entries whose update and weight have the same sign, i.e. where the step already "
+          "moves the weight towards 0.")
+          .only_with("train.optimizer.name", std::vector{OptimizerKind::Muon}),
+      Key("train.optimizer.muon_momentum_warmup_steps", &TrainConfig::optimizer,
+          &OptimizerConfig::muon_momentum_warmup_steps,
+          "Muon's momentum rises linearly from muon_momentum_min to muon_momentum over these first steps "
+          "(0 = off: muon_momentum throughout).")
+          .min(0)
+          .only_with("train.optimizer.name", std::vector{OptimizerKind::Muon}),
+      Key("train.optimizer.muon_momentum_cooldown_steps", &TrainConfig::optimizer,
+          &OptimizerConfig::muon_momentum_cooldown_steps,
+          "Muon's momentum falls linearly back to muon_momentum_min over the last these many of "
+          "train.max_steps (0 = off).")
+          .min(0)
+          .only_with("train.optimizer.name", std::vector{OptimizerKind::Muon}),
+      Key("train.optimizer.muon_momentum_min", &TrainConfig::optimizer, &OptimizerConfig::muon_momentum_min,
+          "Muon's momentum at the start of its warmup and the end of its cooldown.")
+          .min(0)
+          .max(1, true)
+          .only_with("train.optimizer.name", std::vector{OptimizerKind::Muon}),
       Key("train.lr_schedule.name", &TrainConfig::lr_schedule, &LrScheduleConfig::name,
           "`cosine` (warmup, then cosine to min_lr at max_steps), `constant` (after warmup), "
           "`inverse_sqrt` (warmup, then lr * sqrt(warmup / (step + 1)), the original Transformer's), `wsd` "
@@ -394,12 +417,22 @@ std::vector<KeySpec> build_table() {
           .derived("train.optimizer.lr / 10",
                    [](const json& t) { return json(number(t, "train.optimizer.lr") / 10.0); })
           .min(0),
+      Key("train.ema_decay", &TrainConfig::optimizer, &OptimizerConfig::ema_decay,
+          "An exponential moving average of the weights, E = d E + (1 - d) W after every step from E = W "
+          "at the start (0 = off): evaluations, best.ckpt (its model) and target_loss use E while the raw "
+          "weights keep training; checkpoints keep E (last.ckpt's model is the raw weights).")
+          .min(0)
+          .max(1, true),
       Key("train.eval_interval", &TrainConfig::eval_interval,
           "Evaluate (and keep best.ckpt) every this many steps and at the end.")
           .min(1)
           .resumable(),
-      Key("train.eval_steps", &TrainConfig::eval_steps, "Validation batches per evaluation.")
-          .min(1)
+      Key("train.eval_steps", &TrainConfig::eval_steps,
+          "Validation batches per evaluation, drawn at random from a fixed seed; 0 = the whole validation "
+          "split once, every token scored exactly once (text: non-overlapping windows of train.seq_len, "
+          "the tail a shorter window; seq2seq: every pair): no sampling noise, the same value at every "
+          "call.")
+          .min(0)
           .resumable(),
       Key("train.target_loss", &TrainConfig::target_loss,
           "Time to quality: stop at the first evaluation whose val loss is at most this (best.ckpt holds "
@@ -455,7 +488,10 @@ std::vector<KeySpec> build_table() {
           .resumable(),
       Key("train.precision", &TrainConfig::precision,
           "Matrix products: `fp32`, or `bf16` operands with float32 accumulation (as torch.autocast); "
-          "weights, optimizer state, norms, softmax, loss and checkpoints stay float32.")
+          "weights, optimizer state, norms, softmax, loss and checkpoints stay float32. `auto`: bf16 where "
+          "oneDNN runs bf16 matmuls natively (a CPU with AVX512_BF16 or AMX-BF16), else fp32, decided at "
+          "start-up and logged; the run's config and checkpoints record the resolved value, which a "
+          "resumed run keeps.")
           .resumable(),
       Key("train.gemm_backend", &TrainConfig::gemm_backend,
           "GEMM library: `openblas`, `onednn`, or `auto` (the TFM_GEMM_BACKEND environment variable if set, "

@@ -1,6 +1,7 @@
 #include "tfm/engine/gemm.h"
 
 #include <cblas.h>
+#include <cpuid.h>
 #include <immintrin.h>
 #include <omp.h>
 
@@ -385,6 +386,43 @@ GemmBackendChoice parse_gemm_backend(const std::string& name, const std::string&
   throw ConfigError(where + ": expected " + enum_choices<GemmBackendChoice>() + ", got \"" + name + "\"");
 }
 }  // namespace
+
+template <>
+const std::vector<std::string>& enum_names<PrecisionChoice>() {
+  static const std::vector<std::string> names = {"auto", "fp32", "bf16"};
+  return names;
+}
+
+CpuBf16 cpu_bf16() {
+  CpuBf16 f;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  // The OS must save the registers: OSXSAVE, then XCR0's opmask/ZMM bits (5-7) for AVX-512 and its tile
+  // bits (17-18) for AMX.
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27)) || __get_cpuid_max(0, nullptr) < 7) return f;
+  uint32_t lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  const uint64_t xcr0 = (static_cast<uint64_t>(hi) << 32) | lo;
+  const bool zmm = (xcr0 & 0xE6) == 0xE6, tiles = (xcr0 & (3ull << 17)) == (3ull << 17);
+  __cpuid_count(7, 0, a, b, c, d);
+  const bool avx512f = (b & (1u << 16)) != 0;
+  f.amx_bf16 = tiles && (d & (1u << 22)) != 0;  // CPUID.(7, 0):EDX[22]
+  __cpuid_count(7, 1, a, b, c, d);
+  f.avx512_bf16 = zmm && avx512f && (a & (1u << 5)) != 0;  // CPUID.(7, 1):EAX[5]
+  return f;
+}
+
+ResolvedPrecision resolve_precision(PrecisionChoice choice, GemmBackend backend, const CpuBf16& cpu) {
+  if (choice == PrecisionChoice::Fp32) return {Precision::Fp32, "train.precision \"fp32\""};
+  if (choice == PrecisionChoice::Bf16) return {Precision::Bf16, "train.precision \"bf16\""};
+  if (backend != GemmBackend::OneDnn) return {Precision::Fp32, "the openblas backend has no bf16 kernels"};
+  if (cpu.amx_bf16) return {Precision::Bf16, "amx_bf16"};
+  if (cpu.avx512_bf16) return {Precision::Bf16, "avx512_bf16"};
+  return {Precision::Fp32, "no avx512_bf16 or amx_bf16 on this CPU: bf16 would be emulated"};
+}
+
+ResolvedPrecision resolve_precision(PrecisionChoice choice, GemmBackend backend) {
+  return resolve_precision(choice, backend, cpu_bf16());
+}
 
 GemmBackend resolve_gemm_backend(GemmBackendChoice choice) {
   if (choice == GemmBackendChoice::Auto) {

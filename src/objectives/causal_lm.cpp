@@ -31,6 +31,39 @@ std::optional<double> evaluate(LanguageModel& model, const TokenSpan& tokens, in
   return sum / static_cast<double>(batches);
 }
 
+std::optional<double> evaluate_whole(LanguageModel& model, const TokenSpan& tokens, int64_t B, int64_t T,
+                                     const std::atomic<bool>* stop) {
+  const int64_t n = tokens.size();
+  TFM_CHECK(n >= 2 && B >= 1 && T >= 1, "evaluate_whole", "expected at least 2 tokens, got ", n);
+  const int64_t targets = n - 1, windows = targets / T, tail = targets % T;
+  const bool was_training = model.training();
+  model.set_training(false);
+  NoGradGuard no_grad;
+  std::vector<int32_t> x, y;
+  double sum = 0.0;  // of the per-token losses
+  // `rows` consecutive windows of `len` inputs from token `begin` on, as one (rows, len) batch.
+  const auto run = [&](int64_t begin, int64_t rows, int64_t len) {
+    x.resize(static_cast<size_t>(rows * len));
+    y.resize(x.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      tokens.read(begin + r * len, len, x.data() + r * len);
+      tokens.read(begin + r * len + 1, len, y.data() + r * len);
+    }
+    // The batch's mean times its tokens: the sum of its per-token losses.
+    sum += LanguageModel::loss(model.forward(x, rows, len), y).item() * static_cast<double>(rows * len);
+  };
+  for (int64_t k = 0; k < windows; k += B) {
+    if (stop_requested(stop)) {
+      model.set_training(was_training);
+      return std::nullopt;
+    }
+    run(k * T, std::min(B, windows - k), T);
+  }
+  if (tail > 0) run(windows * T, 1, tail);  // (1, tail)
+  model.set_training(was_training);
+  return sum / static_cast<double>(targets);
+}
+
 namespace {
 
 class CausalLm : public TextObjective {
@@ -64,6 +97,13 @@ class CausalLm : public TextObjective {
     return LanguageModel::loss(model_.forward(x, B_, T_), y);
   }
 
+  // The forward batches of the whole split: its full windows B at a time, and the tail's.
+  int64_t evaluation_batches(const std::string& split, int64_t batches) const override {
+    if (batches > 0) return batches;
+    const int64_t targets = split_tokens(split).size() - 1, windows = targets / T_;
+    return (windows + B_ - 1) / B_ + (targets % T_ > 0 ? 1 : 0);
+  }
+
   std::function<Tensor()> random_batch_loss(Rng& rng) override {
     const int64_t V = model_.config().vocab_size;
     std::vector<int32_t> x(B_ * T_), y(B_ * T_);
@@ -72,11 +112,13 @@ class CausalLm : public TextObjective {
     return [this, x, y] { return LanguageModel::loss(model_.forward(x, B_, T_), y); };
   }
 
+  // batches 0: the whole split (evaluate_whole).
   Metrics evaluate(const std::string& split, int64_t batches, uint64_t seed,
                    const std::atomic<bool>* stop) override {
     Metrics m;
     const std::optional<double> loss =
-        tfm::evaluate(model_, split_tokens(split), B_, T_, batches, seed, stop);
+        batches == 0 ? evaluate_whole(model_, split_tokens(split), B_, T_, stop)
+                     : tfm::evaluate(model_, split_tokens(split), B_, T_, batches, seed, stop);
     if (loss)
       m.set("loss", *loss);
     else

@@ -64,32 +64,61 @@ class MaskedLm : public TextObjective {
     return [this, x, y] { return cross_entropy(model_.forward(x, B_, T_), y, kIgnore); };
   }
 
+  // batches 0: the whole split once, in non-overlapping windows t[kT, kT + T) (B per forward; the last
+  // n mod T tokens a shorter window of their own), masked by a generator seeded with `seed`: every
+  // token is an input once, and the loss is the mean over all the chosen positions.
   Metrics evaluate(const std::string& split, int64_t batches, uint64_t seed,
                    const std::atomic<bool>* stop) override {
     const bool was_training = model_.training();
     model_.set_training(false);
     NoGradGuard no_grad;
     BatchSampler sampler(seed);
+    const TokenSpan& tokens = split_tokens(split);
+    const bool whole = batches == 0;
+    const int64_t n = tokens.size(), windows = n / T_, tail = n % T_;
     std::vector<int32_t> x, y;
     const int64_t V = model_.config().vocab_size;
     double loss_sum = 0.0;
     int64_t correct = 0, total = 0;
     Metrics m;
-    for (int64_t i = 0; i < batches; ++i) {
+    const int64_t forwards = evaluation_batches(split, batches);
+    for (int64_t i = 0; i < forwards; ++i) {
       if ((m.abandoned = stop_requested(stop))) break;
-      total += draw(split_tokens(split), sampler, x, y);
-      const Tensor logits = model_.forward(x, B_, T_);  // (B, T, V)
-      // As the reference: the mean over batches of each batch's mean over its chosen positions.
-      loss_sum += cross_entropy(logits, y, kIgnore).item();
+      int64_t rows = B_, len = T_, chosen = 0;
+      if (!whole) {
+        chosen = draw(tokens, sampler, x, y);
+      } else {
+        int64_t first = i * B_;  // window index
+        if (first < windows)
+          rows = std::min(B_, windows - first);
+        else
+          first = windows, rows = 1, len = tail;
+        x.resize(static_cast<size_t>(rows * len));
+        tokens.read(first * T_, rows * len, x.data());
+        chosen = mask_tokens(x, y, sampler.rng(), mask_prob_, mask_id(), tokenizer_.size());
+      }
+      total += chosen;
+      const Tensor logits = model_.forward(x, rows, len);  // (rows, len, V)
+      // Random batches, as the reference: the mean over batches of each batch's mean over its chosen
+      // positions; the whole split: the mean over every chosen position.
+      const double loss = cross_entropy(logits, y, kIgnore).item();
+      loss_sum += whole ? loss * static_cast<double>(chosen) : loss;
       const float* l = contiguous(logits).data();
-      for (int64_t p = 0; p < B_ * T_; ++p)
+      for (int64_t p = 0; p < rows * len; ++p)
         if (y[p] != kIgnore) correct += (std::max_element(l + p * V, l + (p + 1) * V) - (l + p * V)) == y[p];
     }
     model_.set_training(was_training);
     if (m.abandoned) return m;
-    m.set("loss", loss_sum / static_cast<double>(batches));
+    m.set("loss", loss_sum / static_cast<double>(whole ? total : batches));
     m.set("accuracy", total > 0 ? static_cast<double>(correct) / static_cast<double>(total) : 0.0);
     return m;
+  }
+
+  // The whole split's forward batches: its full windows B at a time, and the tail's.
+  int64_t evaluation_batches(const std::string& split, int64_t batches) const override {
+    if (batches > 0) return batches;
+    const int64_t n = split_tokens(split).size(), windows = n / T_;
+    return (windows + B_ - 1) / B_ + (n % T_ > 0 ? 1 : 0);
   }
 
  private:

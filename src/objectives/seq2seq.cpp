@@ -174,9 +174,9 @@ class Seq2Seq : public Objective {
     return cross_entropy(logits, b.tgt_out, kPadId);
   }
 
-  // Over the first min(n, batches * B) pairs of the split, in order (the same pairs every time; the
-  // seed is not needed). BLEU compares greedy translations with the references, both split into
-  // words as the word tokenizer does (so char/byte/bpe runs are scored on words too).
+  // Over the first min(n, batches * B) pairs of the split (all of them for batches 0), in order (the same
+  // pairs every time; the seed is not needed). BLEU compares greedy translations with the references, both
+  // split into words as the word tokenizer does (so char/byte/bpe runs are scored on words too).
   Metrics evaluate(const std::string& split_name, int64_t batches, uint64_t,
                    const std::atomic<bool>* stop) override {
     const std::vector<SentencePair>& pairs = split(split_name);
@@ -218,9 +218,11 @@ class Seq2Seq : public Objective {
     return m;
   }
 
+  // batches 0: every pair of the split.
   int64_t evaluation_batches(const std::string& split_name, int64_t batches) const override {
     const auto pairs = static_cast<int64_t>(split(split_name).size());
-    return std::min(batches, (pairs + B_ - 1) / B_);
+    const int64_t all = (pairs + B_ - 1) / B_;
+    return batches == 0 ? all : std::min(batches, all);
   }
 
   double train_flops_per_token() const override {

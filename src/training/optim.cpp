@@ -78,10 +78,27 @@ double Optimizer::newton_schulz_workspace(int64_t rows, int64_t cols) {
   return 2.0 * static_cast<double>(rows) * static_cast<double>(cols) + 2.0 * m * m;
 }
 
-Optimizer::Optimizer(OptimizerConfig config, std::vector<ParamSegment> segments, int64_t total_size)
-    : config_(std::move(config)) {
+double muon_momentum_at(const OptimizerConfig& config, int64_t step, int64_t total) {
+  const int64_t warmup = config.muon_momentum_warmup_steps, cooldown = config.muon_momentum_cooldown_steps;
+  if (warmup <= 0 && cooldown <= 0) return config.muon_momentum;
+  const double s = static_cast<double>(step);
+  const double w = warmup > 0 ? std::min(1.0, s / static_cast<double>(warmup)) : 1.0;
+  const double c =
+      cooldown > 0
+          ? std::clamp((s - static_cast<double>(total - cooldown) + 1.0) / static_cast<double>(cooldown), 0.0,
+                       1.0)
+          : 0.0;
+  const double lo = config.muon_momentum_min;
+  return lo + (config.muon_momentum - lo) * w * (1.0 - c);
+}
+
+Optimizer::Optimizer(OptimizerConfig config, std::vector<ParamSegment> segments, int64_t total_size,
+                     int64_t total_steps)
+    : config_(std::move(config)), total_size_(total_size), total_steps_(total_steps) {
   const bool muon = config_.name == OptimizerKind::Muon;
   TFM_CHECK(!muon || config_.lr > 0, "Optimizer", "muon needs the schedule's peak lr > 0, got ", config_.lr);
+  TFM_CHECK(config_.muon_momentum_cooldown_steps <= 0 || total_steps > 0, "Optimizer",
+            "a momentum cooldown needs the run's total steps");
   std::map<std::pair<int64_t, int64_t>, size_t> shape_index;
   int64_t elementwise = 0, matrices = 0;
   for (const ParamSegment& s : segments) {
@@ -106,6 +123,7 @@ Optimizer::Optimizer(OptimizerConfig config, std::vector<ParamSegment> segments,
               std::vector<float>(matrices, 0.0f)};
   else
     state_.assign(config_.name == OptimizerKind::AdamW ? 2 : 1, std::vector<float>(total_size, 0.0f));
+  if (config_.ema_decay > 0) state_.emplace_back(static_cast<size_t>(total_size), 0.0f);
 }
 
 double Optimizer::state_floats(int threads) const {
@@ -191,6 +209,7 @@ float* newton_schulz5(float* x, int64_t rows, int64_t cols, float* xn, float* a,
 
 void Optimizer::step(float* values, const float* grads, double lr) {
   ++t_;
+  if (config_.ema_decay > 0 && t_ == 1) std::copy(values, values + total_size_, ema());  // E = W_0
   const int64_t total = static_cast<int64_t>(state_[0].size());
   if (config_.name == OptimizerKind::AdamW || config_.name == OptimizerKind::Muon) {
     float* m = state_[0].data();
@@ -222,12 +241,25 @@ void Optimizer::step(float* values, const float* grads, double lr) {
                 seg.decay ? wd_f : 0.0f, mu, lr_f);
     });
   }
+  if (config_.ema_decay > 0) update_ema(values);
   weights_changed(values);  // bfloat16 products re-round the weights once, on their next use
 }
 
+void Optimizer::update_ema(const float* values) {
+  float* __restrict e = ema();
+  const float* __restrict w = values;
+  const float d = static_cast<float>(config_.ema_decay),
+              one_minus_d = static_cast<float>(1.0 - config_.ema_decay);
+  const int64_t n = total_size_;
+  // Elementwise: the same bits at any thread count.
+#pragma omp parallel for simd if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) e[i] = e[i] * d + w[i] * one_minus_d;
+}
+
 void Optimizer::muon_step(float* values, const float* grads, double lr) {
-  const float mu = static_cast<float>(config_.muon_momentum);
+  const float mu = static_cast<float>(muon_momentum_at(config_, t_ - 1, total_steps_));
   const float keep = static_cast<float>(1.0 - lr * config_.muon_weight_decay);
+  const bool cautious = config_.muon_cautious_weight_decay;
   float* momentum = state_[2].data();
   // One matrix on the calling thread: momentum, Nesterov's look-ahead, NS5 and the update.
   auto update = [&](const Matrix& w, std::vector<float>& ws) {
@@ -252,7 +284,10 @@ void Optimizer::muon_step(float* values, const float* grads, double lr) {
     // tall matrix as for a wide or square one (Jordan et al. 2024).
     const float step =
         static_cast<float>(lr * std::sqrt(std::max(1.0, static_cast<double>(w.rows) / w.cols)));
-    for (int64_t i = 0; i < size; ++i) p[i] = p[i] * keep - step * o[i];
+    if (cautious)
+      for (int64_t i = 0; i < size; ++i) p[i] = (o[i] * p[i] >= 0.0f ? p[i] * keep : p[i]) - step * o[i];
+    else
+      for (int64_t i = 0; i < size; ++i) p[i] = p[i] * keep - step * o[i];
   };
   // NS5's products run in the run's precision (train.precision), like the model's: its result only
   // steers the direction of the update. Measured on the 2-core development machine with other builds

@@ -197,6 +197,7 @@ MemoryEstimate estimate_memory(const Config& config, const ModelConfig& mc, bool
   // weights are shared; the activations are the same batch split between the workers). 0 = one
   // worker per thread, as the trainer resolves it.
   if (training) e.gradients *= static_cast<double>(data_parallel_workers(config, training_threads(config)));
+  if (training && train.optimizer.ema_decay > 0) e.optimizer += e.parameters;  // train.ema_decay's copy
   return e;
 }
 

@@ -57,6 +57,16 @@ void RunState::restore(Checkpoint& ckpt, const std::string& path) {
       optimizer_.state()[i] = std::move(ckpt.optimizer[i]);
     }
     optimizer_.set_steps_taken(s.at("optimizer").at("steps").get<int64_t>());
+    // A checkpoint saved with the EMA in the model (best.ckpt under train.ema_decay): the raw weights
+    // are in the EMA buffer.
+    if (s.value("ema_in_model", false)) {
+      float* ema = optimizer_.ema();
+      if (!ema)
+        throw IoError(path +
+                      ": the checkpoint holds an EMA of the weights, the config has no train.ema_decay");
+      float* w = model.flat_values().data();
+      std::swap_ranges(w, w + P, ema);
+    }
     if (step < 0) throw IoError(path + ": negative step in the checkpoint");
   } catch (const json::exception& e) {
     throw IoError(path + ": corrupt checkpoint state (" + e.what() + ")");
@@ -94,6 +104,7 @@ void RunState::save(const std::string& path, double elapsed) const {
       {"optimizer", {{"name", name_of(optimizer_.config().name)}, {"steps", optimizer_.steps_taken()}}}};
   if (nranks_ > 1) state["ranks"] = nranks_;
   if (!stopped.empty()) state["stopped"] = stopped;
+  if (ema_in_model) state["ema_in_model"] = true;
   const Model& model = objective_.model();
   save_checkpoint(path,
                   CheckpointView{config_.tree, objective_.tokenizer(), state, model.flat_values().data(),

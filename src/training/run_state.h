@@ -26,6 +26,9 @@ class RunState {
   // Why the run stopped before train.max_steps, saved with the checkpoint so a sweep knows the point
   // is done: "target_loss" or "max_seconds" ("" while it runs, and after a resume).
   std::string stopped;
+  // train.ema_decay: the model's weights hold the EMA and the optimizer's EMA buffer the raw weights
+  // (during an evaluation: best.ckpt is saved so). Saved with the checkpoint; restore() swaps them back.
+  bool ema_in_model = false;
 
   // From a checkpoint read from `path` (named in errors; its optimizer buffers are moved out): the
   // weights, the optimizer, this rank's streams and the counters above. IoError when the state does

@@ -86,12 +86,32 @@ ResumedCheckpoint resumable_checkpoint(const std::string& dir) {
   return {path, load_checkpoint(path)};
 }
 
+// The config a run trains with: train.precision "auto" replaced by what it resolves to here (a resumed
+// run keeps its checkpoint's), so that the run's config.json and checkpoints record the precision used.
+// `note` gets the start-up log's line about it ("" when the config named a precision).
+Config with_resolved_precision(const Config& config, const Config* trained, std::string& note) {
+  const TrainConfig train = config.train();
+  if (train.precision != PrecisionChoice::Auto) return config;
+  Config out = config;
+  if (trained && trained->train().precision != PrecisionChoice::Auto) {
+    out.tree["train"]["precision"] = trained->at("train.precision");
+    note = "precision auto -> " + trained->at("train.precision").get<std::string>() +
+           " (the run's, kept on resume)";
+    return out;
+  }
+  const ResolvedPrecision r =
+      resolve_precision(PrecisionChoice::Auto, resolve_gemm_backend(train.gemm_backend));
+  out.tree["train"]["precision"] = name_of(r.precision);
+  note = "precision auto -> " + name_of(r.precision) + " (" + r.reason + ")";
+  return out;
+}
+
 // One call of train(): the constructor checks the input and builds everything (a resumed run's state
 // restored); run() is the loop.
 class TrainingRun {
  public:
   TrainingRun(const Config& config, const TrainOptions& opt, RunLock lock,
-              std::optional<ResumedCheckpoint> resumed);
+              std::optional<ResumedCheckpoint> resumed, std::string precision_note);
   TrainResult run();
 
  private:
@@ -115,7 +135,8 @@ class TrainingRun {
   bool reached_target(const Metrics& val);
 
   const Config& config_;
-  const TrainConfig train_;  // config_'s train.* options
+  const std::string precision_note_;  // train.precision "auto": what it resolved to and why
+  const TrainConfig train_;           // config_'s train.* options
   const TrainOptions& opt_;
   const std::string dir_, last_path_, best_path_;
   std::string resumed_path_;    // the checkpoint a resumed run continues from ("" for a new run)
@@ -145,8 +166,9 @@ class TrainingRun {
 };
 
 TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock lock,
-                         std::optional<ResumedCheckpoint> resumed)
+                         std::optional<ResumedCheckpoint> resumed, std::string precision_note)
     : config_(config),
+      precision_note_(std::move(precision_note)),
       train_(config.train()),
       opt_(opt),
       dir_(config.string("output.dir")),
@@ -181,12 +203,15 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
   create_run_directory();
   threads_ = platform::configure_threads(static_cast<int>(training_threads(config_)));
   // Precision and GEMM backend live below the model: every product of this run (any objective) uses them.
-  gemm_mode_.emplace(train_.precision, resolve_gemm_backend(train_.gemm_backend));
+  // "auto" was resolved before (with_resolved_precision): the config names fp32 or bf16.
+  const GemmBackend backend = resolve_gemm_backend(train_.gemm_backend);
+  gemm_mode_.emplace(resolve_precision(train_.precision, backend).precision, backend);
   Model& model = objective_->model();
   model.set_training(true);
   batches_ =
       std::make_unique<MicroBatches>(*objective_, static_cast<int>(data_parallel_workers(config_, threads_)));
-  optim_ = std::make_unique<Optimizer>(train_.optimizer, optimizer_segments(model), model.parameter_count());
+  optim_ = std::make_unique<Optimizer>(train_.optimizer, optimizer_segments(model), model.parameter_count(),
+                                       max_steps_);
   state_ = std::make_unique<RunState>(config_, *objective_, *optim_, rank_, nranks_);
   if (rank_ > 0)
     model.dropout_rng().seed_with(rank_seed(static_cast<uint64_t>(config_.integer("seed")) + 1, rank_));
@@ -258,6 +283,7 @@ void TrainingRun::log_header() {
                            state_->step));
   log_->info("objective: " + objective_->name() + "; data: " + objective_->describe_data());
   log_->info(fmt::format("model: {} parameters ({})", P, breakdown.c_str()));
+  if (!precision_note_.empty()) log_->info(precision_note_);
   flops_per_token_ = objective_->train_flops_per_token();
   // The same square n = 1024 peak `tfm bench gemm` reports (a 512 cube ran ~15% below it, which
   // inflated the logged MFU), timed for 0.3 s at start-up in the precision and backend in use.
@@ -275,6 +301,13 @@ void TrainingRun::log_header() {
         "Newton-Schulz {:.3g} GFLOP per step (not in MFU)",
         matrices, elements, P - elements, 1e-9 * newton_schulz_flops(segments, OptimizerKind::Muon)));
   }
+  if (train_.optimizer.ema_decay > 0)
+    log_->info(
+        fmt::format("EMA of the weights (train.ema_decay {:g}): evaluations, target_loss and best.ckpt use "
+                    "it; the raw weights train (last.ckpt)",
+                    train_.optimizer.ema_decay));
+  if (train_.eval_steps == 0)
+    log_->info("evaluation: the whole validation split, every token once (train.eval_steps 0)");
   if (batches_->workers() > 1)
     log_->info(
         fmt::format("data parallel: {} workers, each a share of every micro-batch's rows on one thread; "
@@ -322,6 +355,32 @@ std::string TrainingRun::nonfinite_reason(double loss) const {
          fmt::format("{:.4f}", loss) + ")";
 }
 
+// train.ema_decay: swaps the EMA (the optimizer's last buffer) into the model's weights for the scope, and
+// back at its end (a swap: both come back bit for bit). RunState::ema_in_model tells a checkpoint saved
+// meanwhile (best.ckpt) that its model and EMA buffer are exchanged, so a resume from it swaps them back.
+class EmaInModel {
+ public:
+  EmaInModel(Optimizer& optim, Model& model, RunState& state)
+      : ema_(optim.ema()), values_(model.flat_values().data()), n_(model.parameter_count()), state_(state) {
+    swap();
+  }
+  ~EmaInModel() { swap(); }
+  EmaInModel(const EmaInModel&) = delete;
+  EmaInModel& operator=(const EmaInModel&) = delete;
+
+ private:
+  void swap() {
+    if (!ema_) return;
+    std::swap_ranges(values_, values_ + n_, ema_);
+    state_.ema_in_model = !state_.ema_in_model;
+    weights_changed(values_);  // bfloat16 products re-round the weights
+  }
+  float* ema_;
+  float* values_;
+  int64_t n_;
+  RunState& state_;
+};
+
 // Rank 0 alone evaluates (nothing collective happens in here); a new best is saved as best.ckpt. A stop
 // request abandons the evaluation between batches: nothing is saved or recorded from it.
 // train.target_loss: at the first evaluation at or below it, the time it took (from the first step,
@@ -348,6 +407,8 @@ Metrics TrainingRun::evaluate_and_keep_best() {
   // keeps the two sets from being held at once.
   const bool workers = batches_->workers() > 1;
   if (workers) memory::trim();
+  // train.ema_decay: the evaluation and best.ckpt's model are the EMA's; the raw weights come back after.
+  EmaInModel ema_in_model(*optim_, model, *state_);
   const Metrics val = objective_->evaluate("val", train_.eval_steps, eval_seed(config_), opt_.stop);
   if (workers) memory::trim();
   if (val.abandoned) {
@@ -574,7 +635,11 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
   RunLock lock = dist::is_root() ? RunLock::acquire(dir) : RunLock();  // rank 0 writes, so it holds it
   std::optional<ResumedCheckpoint> resumed;
   if (opt.resume) resumed = resumable_checkpoint(dir);
-  return TrainingRun(config, opt, std::move(lock), std::move(resumed)).run();
+  std::string note;
+  std::optional<Config> trained;
+  if (resumed) trained = checkpoint_config(resumed->checkpoint, resumed->path);
+  const Config run_config = with_resolved_precision(config, trained ? &*trained : nullptr, note);
+  return TrainingRun(run_config, opt, std::move(lock), std::move(resumed), note).run();
 }
 
 TrainResult resume(const std::string& dir, const std::vector<std::string>& overrides, TrainOptions opt) {
@@ -583,9 +648,10 @@ TrainResult resume(const std::string& dir, const std::vector<std::string>& overr
   ResumedCheckpoint ckpt = resumable_checkpoint(dir);
   Config trained = checkpoint_config(ckpt.checkpoint, ckpt.path);
   trained.tree["output"]["dir"] = dir;  // the directory may have moved since
-  const Config config = resume_config(trained, overrides);
+  std::string note;
+  const Config config = with_resolved_precision(resume_config(trained, overrides), &trained, note);
   opt.resume = true;
-  return TrainingRun(config, opt, std::move(lock), std::move(ckpt)).run();
+  return TrainingRun(config, opt, std::move(lock), std::move(ckpt), note).run();
 }
 
 }  // namespace tfm

@@ -98,7 +98,7 @@ TEST_CASE("train config: the table's defaults are TrainConfig's", "[config]") {
   CHECK(resolved.optimizer.name == OptimizerKind::AdamW);
   CHECK(resolved.lr_schedule.name == ScheduleKind::Cosine);
   CHECK(resolved.objective == ObjectiveKind::CausalLm);
-  CHECK(resolved.precision == Precision::Fp32);
+  CHECK(resolved.precision == PrecisionChoice::Fp32);
   CHECK(resolved.gemm_backend == GemmBackendChoice::Auto);
   CHECK(resolved.optimizer.betas == std::array<double, 2>{0.9, 0.99});
 }
@@ -156,7 +156,8 @@ TEST_CASE("train config: bad values are refused naming the key and the allowed v
   // The enums' names come from their one spelling table.
   CHECK_THAT(error_of({"train.optimizer.name=adam"}),
              Catch::Contains("one of \"adamw\", \"sgd\", \"muon\", got \"adam\""));
-  CHECK_THAT(error_of({"train.precision=fp16"}), Catch::Contains("one of \"fp32\", \"bf16\", got \"fp16\""));
+  CHECK_THAT(error_of({"train.precision=fp16"}),
+             Catch::Contains("one of \"auto\", \"fp32\", \"bf16\", got \"fp16\""));
 }
 
 TEST_CASE("train config: each option enum spells its values once, and reads them back", "[config]") {

@@ -4,7 +4,10 @@
 // its own parts, as its trainer does: the model's loss on the batch, backward, clip_grad_norm, the
 // config's schedule and optimizer; every parameter must then equal PyTorch's. Both run NS5 in float32;
 // what differs is the summation order of the products, amplified a little by the steps (see the tolerance
-// below). Set TFM_REPORT_DIFFS=1 to print the differences.
+// below). tests/fixtures/lm_muon_tricks.json does the same with the options that are off by default on
+// (Muon's momentum warmup and cooldown, cautious weight decay, train.ema_decay, whose EMA is compared too).
+// Set TFM_REPORT_DIFFS=1 to print the differences.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
@@ -30,11 +33,10 @@ std::vector<int32_t> flat_ids(const json& rows) {
   return ids;
 }
 
-}  // namespace
-
-TEST_CASE("optim reference: Muon + AdamW, WSD and clipping equal torch_lm.py's parameters after 10 steps",
-          "[optim][muon][wsd][reference]") {
-  const json fx = load_fixture("lm_muon_wsd");
+// Runs the fixture's steps with tfm's parts; every parameter (and with train.ema_decay the EMA) must
+// then equal PyTorch's.
+void run_optimizer_reference(const std::string& fixture) {
+  const json fx = load_fixture(fixture);
   const Config c = resolve_config(fx.at("config"));
   LanguageModel model(c.model(fx.at("vocab_size").get<int64_t>()), 1);
   load_parameters(model, fx.at("init"));
@@ -44,7 +46,7 @@ TEST_CASE("optim reference: Muon + AdamW, WSD and clipping equal torch_lm.py's p
   REQUIRE(oc.name == OptimizerKind::Muon);
   REQUIRE(schedule.name == ScheduleKind::Wsd);
   const std::vector<ParamSegment> segments = optimizer_segments(model);
-  Optimizer optimizer(oc, segments, model.parameter_count());
+  Optimizer optimizer(oc, segments, model.parameter_count(), c.integer("train.max_steps"));
   int64_t matrices = 0;
   for (const ParamSegment& s : segments) matrices += s.rows > 0;
   CHECK(matrices == 2 * 6);  // per block wq, wk, wv, wo, fc1, fc2
@@ -78,4 +80,42 @@ TEST_CASE("optim reference: Muon + AdamW, WSD and clipping equal torch_lm.py's p
     CHECK(diff < 2e-5);
   }
   report("after 10 steps: every parameter", worst);
+  REQUIRE((optimizer.ema() != nullptr) == fx.contains("ema"));
+  if (!fx.contains("ema")) return;
+  // The EMA, read through the model's parameters: copy it in.
+  std::copy(optimizer.ema(), optimizer.ema() + P, model.flat_values().data());
+  for (const NamedParameter& p : model.parameters()) {
+    INFO("EMA of " << p.name);
+    CHECK(max_diff(p.value, fx.at("ema").at(p.name)) < 2e-5);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("optim reference: Muon + AdamW, WSD and clipping equal torch_lm.py's parameters after 10 steps",
+          "[optim][muon][wsd][reference]") {
+  run_optimizer_reference("lm_muon_wsd");
+}
+
+TEST_CASE(
+    "optim reference: Muon's momentum warmup and cooldown, cautious weight decay and the weights' EMA "
+    "equal torch_lm.py's after 10 steps",
+    "[optim][muon][reference]") {
+  run_optimizer_reference("lm_muon_tricks");
+}
+
+TEST_CASE("optim: Muon's momentum schedule", "[optim][muon]") {
+  OptimizerConfig oc;
+  oc.muon_momentum = 0.95;
+  CHECK(muon_momentum_at(oc, 0, 100) == 0.95);  // off: exactly muon_momentum
+  oc.muon_momentum_warmup_steps = 10;
+  oc.muon_momentum_min = 0.85;
+  CHECK(muon_momentum_at(oc, 0, 100) == Approx(0.85));
+  CHECK(muon_momentum_at(oc, 5, 100) == Approx(0.90));
+  CHECK(muon_momentum_at(oc, 10, 100) == Approx(0.95));
+  CHECK(muon_momentum_at(oc, 95, 100) == Approx(0.95));
+  oc.muon_momentum_cooldown_steps = 4;  // the last 4 of 100 steps: 96..99
+  CHECK(muon_momentum_at(oc, 95, 100) == Approx(0.95));
+  CHECK(muon_momentum_at(oc, 96, 100) == Approx(0.95 - 0.1 / 4));
+  CHECK(muon_momentum_at(oc, 99, 100) == Approx(0.85));
 }

@@ -38,6 +38,14 @@ struct OptimizerConfig {
   double weight_decay = 0.1;                                             // of rank >= 2 tensors
   double momentum = 0.9;                                                 // sgd
   double muon_lr = 0.02, muon_momentum = 0.95, muon_weight_decay = 0.0;  // muon
+  // Muon's momentum schedule (modded-nanogpt's): from muon_momentum_min up to muon_momentum over the
+  // first warmup steps, back down to muon_momentum_min over the last cooldown steps (0 = off).
+  int64_t muon_momentum_warmup_steps = 0, muon_momentum_cooldown_steps = 0;
+  double muon_momentum_min = 0.85;
+  // Muon's weight decay only where the update and the weight agree in sign (Chen et al. 2025).
+  bool muon_cautious_weight_decay = false;
+  // train.ema_decay: an exponential moving average of the weights, updated after every step (0 = off).
+  double ema_decay = 0.0;
 };
 
 // train.lr_schedule.*: the learning rate over the steps (LrSchedule in training/optim.h runs it).
@@ -63,7 +71,7 @@ struct TrainConfig {
   OptimizerConfig optimizer;
   LrScheduleConfig lr_schedule;
   int64_t eval_interval = 250;
-  int64_t eval_steps = 20;
+  int64_t eval_steps = 20;   // 0 = the whole validation split
   double target_loss = 0.0;  // 0 = off
   double max_seconds = 0.0;  // 0 = off
   int64_t log_interval = 10;
@@ -71,7 +79,9 @@ struct TrainConfig {
   int64_t threads = 0;                // 0 = all cores
   // Derived by the key table (from the micro-batch's feed-forward product); the default model's is 0.
   int64_t data_parallel = 0;
-  Precision precision = Precision::Fp32;
+  // "auto" is decided at start-up (resolve_precision, engine/gemm.h); a run's config and checkpoints
+  // record the precision it resolved to.
+  PrecisionChoice precision = PrecisionChoice::Fp32;
   GemmBackendChoice gemm_backend = GemmBackendChoice::Auto;
   bool skip_memory_check = false;
 };

@@ -27,6 +27,10 @@ enum class Precision { Fp32, Bf16 };
 enum class GemmBackend { OpenBlas, OneDnn };
 // The backend a config asks for: Auto takes TFM_GEMM_BACKEND when set, else oneDNN.
 enum class GemmBackendChoice { Auto, OpenBlas, OneDnn };
+// The precision a config asks for (train.precision): "auto", "fp32", "bf16".
+enum class PrecisionChoice { Auto, Fp32, Bf16 };
+template <>
+const std::vector<std::string>& enum_names<PrecisionChoice>();
 template <>
 const std::vector<std::string>& enum_names<Precision>();
 template <>
@@ -45,6 +49,24 @@ void gemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
 // Whether oneDNN can run bf16 matmul kernels on this CPU (it needs AVX-512); without them bf16
 // products run as sgemm on rounded operands, as under OpenBLAS.
 bool onednn_bf16_matmul_available();
+
+// The CPU's native bfloat16 instructions that oneDNN's bf16 matmul kernels use, as CPUID and the OS
+// (XCR0) report them: AVX512_BF16 (vdpbf16ps) and AMX-BF16 (tile products).
+struct CpuBf16 {
+  bool avx512_bf16 = false, amx_bf16 = false;
+};
+CpuBf16 cpu_bf16();
+// train.precision "auto" decided: bf16 when oneDNN runs the products and the CPU has native bf16
+// instructions (AMX-BF16 or AVX512_BF16: bf16 matmuls then run ~1.5-2x fp32's rate), else fp32 (without
+// them oneDNN's bf16 is emulated on AVX-512 or absent, and OpenBLAS has no bf16 kernels: no faster).
+// "fp32" and "bf16" stay themselves. `reason` says why, for the start-up log ("avx512_bf16").
+struct ResolvedPrecision {
+  Precision precision = Precision::Fp32;
+  std::string reason;
+};
+ResolvedPrecision resolve_precision(PrecisionChoice choice, GemmBackend backend, const CpuBf16& cpu);
+// The same on this machine's CPU.
+ResolvedPrecision resolve_precision(PrecisionChoice choice, GemmBackend backend);
 
 // Floating-point operations issued through gemm() since start (2*M*N*K each), for MFU figures.
 uint64_t gemm_flops();

@@ -130,13 +130,16 @@ class Objective {
   virtual Tensor split_batch_loss(const std::string& split, uint64_t seed) = 0;
 
   // Evaluation in eval mode without a graph over `batches` batches of `split` ("val" | "train"),
-  // drawn from a fresh generator seeded with `seed` (the same batches at every evaluation). When
+  // drawn from a fresh generator seeded with `seed` (the same batches at every evaluation); batches 0
+  // (train.eval_steps 0): the whole split once, every token scored once, in order (text: windows of
+  // train.seq_len, the tail a shorter one; seq2seq: every pair), the same value at every call. When
   // `stop` is set (SIGINT/SIGTERM during training) before a batch, the evaluation is abandoned:
   // Metrics::abandoned, no figures.
   virtual Metrics evaluate(const std::string& split, int64_t batches, uint64_t seed,
                            const std::atomic<bool>* stop = nullptr) = 0;
   // The batches of `batches` that evaluate() runs: all of them where batches are drawn at random; at
-  // most the split's size in batches where the split is walked in order (seq2seq).
+  // most the split's size in batches where the split is walked in order (seq2seq); for batches 0 the
+  // forward batches the whole split takes.
   virtual int64_t evaluation_batches(const std::string& split, int64_t batches) const {
     (void)split;
     return batches;

@@ -21,6 +21,15 @@ TokenCacheOptions token_cache_options(const Config& config, bool log);
 // a generator seeded with `seed`, in eval mode without a graph; nullopt when abandoned on `stop`.
 std::optional<double> evaluate(LanguageModel& model, const TokenSpan& tokens, int64_t B, int64_t T,
                                int64_t batches, uint64_t seed, const std::atomic<bool>* stop);
+// causal_lm's evaluation of the whole of `tokens` (train.eval_steps 0): every token after the first is
+// a target exactly once. Non-overlapping windows: input t[kT, kT + T), target t[kT + 1, kT + T + 1),
+// k = 0 .. W - 1 with W = floor((n - 1) / T), B windows per forward; the tail, the last (n - 1) mod T
+// targets, is one shorter window of its own (input t[WT, n - 1), target t[WT + 1, n)), so its tokens see
+// only the context inside it as the first tokens of every window do. The mean over all n - 1 targets
+// (each window weighted by its tokens); no randomness, so the same value at every call. nullopt when
+// abandoned on `stop`; n >= 2.
+std::optional<double> evaluate_whole(LanguageModel& model, const TokenSpan& tokens, int64_t B, int64_t T,
+                                     const std::atomic<bool>* stop);
 // The same, never abandoned: the mean loss.
 inline double evaluate(LanguageModel& model, const TokenSpan& tokens, int64_t B, int64_t T, int64_t batches,
                        uint64_t seed) {

@@ -59,9 +59,17 @@ double newton_schulz_flops(const std::vector<ParamSegment>& segments, OptimizerK
 
 // The options (OptimizerConfig, train.optimizer.*) are in config/train_config.h.
 
+// Muon's momentum at `step` (0-based) of `total` (train.max_steps), as torch_lm.py's muon_momentum_at:
+// mu = lo + (mu_max - lo) w (1 - c), lo = muon_momentum_min, mu_max = muon_momentum,
+// w = min(1, step / warmup) (1 without a warmup), c = clamp((step - (total - cooldown) + 1) / cooldown, 0, 1)
+// (0 without a cooldown); exactly muon_momentum when both are off.
+double muon_momentum_at(const OptimizerConfig& config, int64_t step, int64_t total);
+
 class Optimizer {
  public:
-  Optimizer(OptimizerConfig config, std::vector<ParamSegment> segments, int64_t total_size);
+  // total_steps: train.max_steps, where Muon's momentum cooldown ends (needed only with one).
+  Optimizer(OptimizerConfig config, std::vector<ParamSegment> segments, int64_t total_size,
+            int64_t total_steps = 0);
   // One update of values (P,) from grads (P,) at learning rate lr.
   //   AdamW: p *= 1 - lr wd (decay segments); (b1, b2) = betas;
   //          m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
@@ -70,6 +78,10 @@ class Optimizer {
   //   Muon (Jordan et al. 2024), on each hidden matrix W (out, in), at lr_m = muon_lr * lr / config.lr:
   //          M = mu M + G; U = G + mu M (Nesterov); W *= 1 - lr_m wd_m;
   //          W -= lr_m sqrt(max(1, out / in)) NS5(U); AdamW as above on every other segment.
+  //          mu = muon_momentum_at(step) (muon_momentum unless its warmup or cooldown is on). Cautious
+  //          weight decay: W_ij *= 1 - lr_m wd_m only where NS5(U)_ij W_ij >= 0 (the step moves W_ij
+  //          towards 0 anyway), the sign read before the decay.
+  //   EMA (ema_decay d > 0): E = W before the first step; after each, E = d E + (1 - d) W, over all P.
   //          NS5 (the quintic Newton-Schulz iteration): X = U / (||U||_F + 1e-7), in the orientation with
   //          fewer rows; five times A = X X^T, X = a X + (b A + c A A) X, (a, b, c) = (3.4445, -4.7750,
   //          2.0315); every singular value of U above ~0.002 ||U|| moves into [0.68, 1.21], approximating
@@ -80,11 +92,13 @@ class Optimizer {
   void step(float* values, const float* grads, double lr);
 
   const OptimizerConfig& config() const { return config_; }
+  // The EMA of the weights (P,), nullptr without ema_decay.
+  float* ema() { return config_.ema_decay > 0 ? state_.back().data() : nullptr; }
   int64_t steps_taken() const { return t_; }
   void set_steps_taken(int64_t t) { t_ = t; }
   // AdamW: {m, v}, each (P,); SGD: {momentum buffer} (P,); Muon: {m, v} of its AdamW part (the
   // segments that are not hidden matrices, in buffer order) and the hidden matrices' momentum (in
-  // buffer order). Saved in checkpoints.
+  // buffer order); with ema_decay > 0 the EMA of the weights (P,) last. Saved in checkpoints.
   std::vector<std::vector<float>>& state() { return state_; }
   const std::vector<std::vector<float>>& state() const { return state_; }
   // Floats of state() plus Muon's Newton-Schulz workspace for `threads` threads: what the memory
@@ -104,8 +118,10 @@ class Optimizer {
     int64_t offset = 0, rows = 0, cols = 0, state = 0;
   };
   void muon_step(float* values, const float* grads, double lr);
+  void update_ema(const float* values);
 
   OptimizerConfig config_;
+  int64_t total_size_ = 0, total_steps_ = 0;
   std::vector<Span> spans_;
   int64_t span_total_ = 0;
   std::vector<std::vector<Matrix>> shapes_;    // Muon's matrices, grouped by shape
