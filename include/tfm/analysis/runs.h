@@ -80,7 +80,7 @@ std::vector<size_t> downsample_min_max(const std::vector<double>& y, size_t max_
 // A nested config flattened to dotted keys ("train.optimizer.lr" -> value); arrays stay values.
 nlohmann::json flatten_config(const nlohmann::json& config);
 // The keys (dotted) whose values differ between two resolved configs, sorted; a key only one has is
-// null in the other.
+// null in the other. output.dir, each run's own directory, is left out.
 struct ConfigDifference {
   std::string key;
   nlohmann::json a, b;
