@@ -15,6 +15,7 @@ try {
   page.on('pageerror', (e) => errors.push(e.message));
   const t0 = Date.now();
   await page.goto(url, { waitUntil: 'load' });
+  console.log(`check_board.mjs: page loaded in ${Date.now() - t0} ms`);
   await page.waitForSelector('#runs-table tr[data-run="runs/small"]', { timeout: 10000 });
   await page.waitForSelector('#runs-table tr[data-run="runs/two_heads"]', { timeout: 10000 });
   console.log(`check_board.mjs: page and runs table in ${Date.now() - t0} ms`);
@@ -23,9 +24,10 @@ try {
     window.tfmBoard.points('runs/two_heads') === 20, { timeout: 10000 });
   const drawn = await page.evaluate(() => {
     const c = Chart.getChart('chart-loss');
-    return c.data.datasets.filter((d) => d.label.endsWith('train_loss')).map((d) => d.data.length);
+    return ['runs/small', 'runs/two_heads'].map((run) =>
+      (c.data.datasets.find((d) => d.label === run + ' train_loss') || { data: [] }).data.length);
   });
-  if (!(drawn.length >= 2 && drawn.every((n) => n === 20))) fail('the loss chart holds ' + JSON.stringify(drawn));
+  if (!drawn.every((n) => n === 20)) fail('the loss chart holds ' + JSON.stringify(drawn) + ' train_loss points');
   // The live run: its step in the table grows within a few seconds.
   await page.waitForSelector('#runs-table tr[data-run="runs/live"]', { timeout: 15000 });
   const stepOf = () => page.$eval('#runs-table tr[data-run="runs/live"] td.step', (td) => parseInt(td.textContent));
@@ -47,6 +49,7 @@ try {
   const maps = await page.$$eval('#attention canvas.heat', (c) => c.length);
   if (maps < 2) fail(`${maps} attention maps drawn`);
   console.log(`check_board.mjs: sample of ${sample.length} characters, ${maps} attention maps`);
+  await page.evaluate(() => window.scrollTo(0, 0));
   await page.screenshot({ path: path.join(shots, 'board.png'), fullPage: false });
   await page.screenshot({ path: path.join(shots, 'board_full.png'), fullPage: true });
   if (errors.length) fail('errors on the page: ' + errors.join('; '));
