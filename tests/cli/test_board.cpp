@@ -136,6 +136,11 @@ std::string board_raw(int port, const std::string& request, bool half_close = fa
   return out;
 }
 
+// The name the board lists a run of board_runs_root() by: the root's own name, then the run's.
+std::string board_name(const std::string& run) {
+  return fs::path(board_runs_root()).filename().string() + "/" + run;
+}
+
 const json& board_run(const json& listing, const std::string& name) {
   for (const json& r : listing["runs"])
     if (r["name"] == name) return r;
@@ -188,50 +193,50 @@ TEST_CASE("tfm board: the JSON API per endpoint on finished, stopped, corrupt an
 
   const json listing = board_get(c, "/api/runs");
   REQUIRE(listing["runs"].size() == 4);
-  CHECK(board_run(listing, "runs/done")["status"] == "finished");
-  CHECK(board_run(listing, "runs/done")["step"] == 6);
-  CHECK(board_run(listing, "runs/target")["status"] == "stopped: target");
-  CHECK(board_run(listing, "runs/corrupt")["status"] == "interrupted");
-  CHECK(board_run(listing, "runs/corrupt")["problems"].size() == 1);
-  CHECK(board_run(listing, "runs/cut_metrics")["problems"][0].get<std::string>().find("metrics.jsonl") == 0);
+  CHECK(board_run(listing, board_name("done"))["status"] == "finished");
+  CHECK(board_run(listing, board_name("done"))["step"] == 6);
+  CHECK(board_run(listing, board_name("target"))["status"] == "stopped: target");
+  CHECK(board_run(listing, board_name("corrupt"))["status"] == "interrupted");
+  CHECK(board_run(listing, board_name("corrupt"))["problems"].size() == 1);
+  CHECK(board_run(listing, board_name("cut_metrics"))["problems"][0].get<std::string>().find("metrics.jsonl") == 0);
 
-  json m = board_get(c, "/api/metrics?run=runs/done");
+  json m = board_get(c, "/api/metrics?run=" + board_name("done") );
   CHECK(m["series"]["train_loss"]["step"] == json({1, 2, 3, 4, 5, 6}));
   CHECK(m["series"]["val_loss"]["step"] == json({3, 6}));
   CHECK(m["last_step"] == 6);
-  m = board_get(c, "/api/metrics?run=runs/done&since=4");
+  m = board_get(c, "/api/metrics?run=" + board_name("done") + "&since=4");
   CHECK(m["series"]["train_loss"]["step"] == json({5, 6}));
-  m = board_get(c, "/api/metrics?run=runs/done&max_points=2");
+  m = board_get(c, "/api/metrics?run=" + board_name("done") + "&max_points=2");
   CHECK(m["series"]["train_loss"]["step"].size() == 2);
-  CHECK(board_get(c, "/api/metrics?run=runs/cut_metrics")["skipped_lines"] == 1);
-  board_get(c, "/api/metrics?run=runs/done&since=x", 400);
+  CHECK(board_get(c, "/api/metrics?run=" + board_name("cut_metrics") )["skipped_lines"] == 1);
+  board_get(c, "/api/metrics?run=" + board_name("done") + "&since=x", 400);
   board_get(c, "/api/metrics?run=nothing", 404);
 
-  CHECK(board_get(c, "/api/config?run=runs/done")["config"]["model"]["d_model"] == 8);
-  const json d = board_get(c, "/api/diff?run=runs/done&run=runs/target&run=runs/corrupt");
+  CHECK(board_get(c, "/api/config?run=" + board_name("done") )["config"]["model"]["d_model"] == 8);
+  const json d = board_get(c, "/api/diff?run=" + board_name("done") + "&run=" + board_name("target") + "&run=" + board_name("corrupt") );
   REQUIRE(d["keys"].size() == 2);
   CHECK(d["keys"][0]["key"] == "train.optimizer.lr");
   CHECK(d["keys"][1]["key"] == "train.target_loss");
-  board_get(c, "/api/diff?run=runs/done", 400);
+  board_get(c, "/api/diff?run=" + board_name("done") , 400);
 
-  const auto log = c.Get("/api/file?run=runs/done&path=train.log");
+  const auto log = c.Get(("/api/file?run=" + board_name("done") + "&path=train.log").c_str());
   REQUIRE(log);
   CHECK(log->status == 200);
   CHECK(log->body.find("tfm train") != std::string::npos);
-  board_get(c, "/api/file?run=runs/done&path=last.ckpt", 403);  // weights are not served
+  board_get(c, "/api/file?run=" + board_name("done") + "&path=last.ckpt", 403);  // weights are not served
 
-  json s = board_post(c, "/api/model/sample", {{"run", "runs/done"}, {"prompt", "RO"}, {"max_tokens", 5}});
+  json s = board_post(c, "/api/model/sample", {{"run", board_name("done")}, {"prompt", "RO"}, {"max_tokens", 5}});
   CHECK(s["prompt"] == "RO");
   CHECK(!s["text"].get<std::string>().empty());
-  s = board_post(c, "/api/model/attention", {{"run", "runs/done"}, {"text", "ROMEO"}});
+  s = board_post(c, "/api/model/attention", {{"run", board_name("done")}, {"text", "ROMEO"}});
   REQUIRE(s["layers"].size() == 1);
   CHECK(s["layers"][0]["probabilities"].size() == 2);  // heads
   CHECK(s["layers"][0]["output_similarity"].size() == 2);
   CHECK(s["tokens"].size() == 5);
-  board_post(c, "/api/model/sample", {{"run", "runs/done"}, {"max_tokens", 100000}}, 400);
-  board_post(c, "/api/model/sample", {{"run", "runs/done"}, {"prompt", std::string(5000, 'a')}}, 400);
-  board_post(c, "/api/model/fill_mask", {{"run", "runs/done"}, {"text", "a[MASK]"}}, 400);  // a causal_lm run
-  board_post(c, "/api/model/sample", {{"run", "runs/corrupt"}}, 409);  // its checkpoints are cut
+  board_post(c, "/api/model/sample", {{"run", board_name("done")}, {"max_tokens", 100000}}, 400);
+  board_post(c, "/api/model/sample", {{"run", board_name("done")}, {"prompt", std::string(5000, 'a')}}, 400);
+  board_post(c, "/api/model/fill_mask", {{"run", board_name("done")}, {"text", "a[MASK]"}}, 400);  // a causal_lm run
+  board_post(c, "/api/model/sample", {{"run", board_name("corrupt")}}, 409);  // its checkpoints are cut
   board_post(c, "/api/model/sample", {{"run", "../etc"}}, 404);
   const auto bad_body = c.Post("/api/model/sample", "not json", "application/json");
   REQUIRE(bad_body);
@@ -250,13 +255,13 @@ TEST_CASE("tfm board: traversal, oversized and stalled requests, 50 clients, SIG
   BoardProcess board("--runs " + root);
   httplib::Client c("127.0.0.1", board.port);
 
-  for (const char* path :
-       {"/api/file?run=runs/done&path=../target/train.log", "/api/file?run=runs/done&path=%2e%2e/target/train.log",
-        "/api/file?run=runs/done&path=..%2ftarget%2ftrain.log", "/api/file?run=runs/done&path=/etc/passwd",
-        "/api/file?run=runs/done&path=%2fetc%2fpasswd", "/api/file?run=runs/done&path=escape.txt",
-        "/api/file?run=..&path=etc/passwd", "/api/file?run=runs/done&path=", "/../../etc/passwd",
+  for (const std::string& path : std::vector<std::string>{
+           "/api/file?run=" + board_name("done") + "&path=../target/train.log", "/api/file?run=" + board_name("done") + "&path=%2e%2e/target/train.log",
+        "/api/file?run=" + board_name("done") + "&path=..%2ftarget%2ftrain.log", "/api/file?run=" + board_name("done") + "&path=/etc/passwd",
+        "/api/file?run=" + board_name("done") + "&path=%2fetc%2fpasswd", "/api/file?run=" + board_name("done") + "&path=escape.txt",
+        "/api/file?run=..&path=etc/passwd", "/api/file?run=" + board_name("done") + "&path=", "/../../etc/passwd",
         "/%2e%2e/%2e%2e/etc/passwd", "/static/..%2f..%2fCMakeLists.txt", "/static/../board.js"}) {
-    const auto res = c.Get(path);
+    const auto res = c.Get(path.c_str());
     REQUIRE(res);
     INFO(path << " -> " << res->status << " " << res->body.substr(0, 200));
     CHECK(res->status >= 400);
@@ -292,7 +297,8 @@ TEST_CASE("tfm board: traversal, oversized and stalled requests, 50 clients, SIG
       httplib::Client mine("127.0.0.1", board.port);
       mine.set_read_timeout(20, 0);
       for (int k = 0; k < 4; ++k) {
-        const auto res = mine.Get(i % 2 ? "/api/runs" : "/api/metrics?run=runs/done&since=2");
+        const std::string path = i % 2 ? "/api/runs" : "/api/metrics?run=" + board_name("done") + "&since=2";
+        const auto res = mine.Get(path.c_str());
         (res && res->status == 200 ? ok : failed)++;
       }
     });
