@@ -108,12 +108,18 @@ std::string run_name_under(const std::string& root_path, const std::string& dir_
 
 const char* run_status_name(RunStatus status) {
   switch (status) {
-    case RunStatus::Training: return "training";
-    case RunStatus::Finished: return "finished";
-    case RunStatus::StoppedAtTarget: return "stopped: target";
-    case RunStatus::StoppedAtTimeBudget: return "stopped: time budget";
-    case RunStatus::Interrupted: return "interrupted";
-    case RunStatus::Failed: return "failed";
+    case RunStatus::Training:
+      return "training";
+    case RunStatus::Finished:
+      return "finished";
+    case RunStatus::StoppedAtTarget:
+      return "stopped: target";
+    case RunStatus::StoppedAtTimeBudget:
+      return "stopped: time budget";
+    case RunStatus::Interrupted:
+      return "interrupted";
+    case RunStatus::Failed:
+      return "failed";
   }
   return "?";
 }
@@ -173,7 +179,8 @@ RunSummary summarize_run(const std::string& dir, const std::string& name) {
     r.objective = train.value("objective", std::string("causal_lm"));
     r.max_steps = train.value("max_steps", int64_t{0});
   } else {
-    r.problems.push_back(std::string(kRunConfigFile) + (config_text.empty() ? ": missing" : ": not valid JSON"));
+    r.problems.push_back(std::string(kRunConfigFile) +
+                         (config_text.empty() ? ": missing" : ": not valid JSON"));
   }
 
   // What the log says: parameters, and an error that ended the last start.
@@ -281,15 +288,17 @@ void sort_runs(std::vector<RunSummary>& runs, const std::string& key) {
       {"last_update", [](const RunSummary& r) { return -r.last_update; }}};  // newest first
   if (key == "name" || key == "status") {
     std::stable_sort(runs.begin(), runs.end(), [&](const RunSummary& a, const RunSummary& b) {
-      return key == "name" ? a.name < b.name : std::string(run_status_name(a.status)) < run_status_name(b.status);
+      return key == "name" ? a.name < b.name
+                           : std::string(run_status_name(a.status)) < run_status_name(b.status);
     });
     return;
   }
   const auto it = numbers.find(key);
   if (it == numbers.end())
-    throw ConfigError("--sort: expected one of name, status, step, best_val_loss, seconds_to_target, "
-                      "tokens_per_s, parameters, last_update; got \"" +
-                      key + "\"");
+    throw ConfigError(
+        "--sort: expected one of name, status, step, best_val_loss, seconds_to_target, "
+        "tokens_per_s, parameters, last_update; got \"" +
+        key + "\"");
   const Number& f = it->second;
   std::stable_sort(runs.begin(), runs.end(), [&](const RunSummary& a, const RunSummary& b) {
     const double x = f(a), y = f(b);
@@ -311,7 +320,10 @@ std::vector<json> find_result_sets(const std::vector<std::string>& roots, int ma
         for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
           if (it->is_regular_file(ec)) files.push_back(it->path().filename().string());
         std::sort(files.begin(), files.end());
-        sets.push_back({{"name", run_name_under(root, dir.string())}, {"dir", dir.string()}, {"kind", kind}, {"files", files}});
+        sets.push_back({{"name", run_name_under(root, dir.string())},
+                        {"dir", dir.string()},
+                        {"kind", kind},
+                        {"files", files}});
         break;
       }
     });
@@ -341,9 +353,11 @@ std::vector<size_t> downsample_min_max(const std::vector<double>& y, size_t max_
 
 json flatten_config(const json& config) {
   json flat = json::object();
-  const std::function<void(const json&, const std::string&)> walk = [&](const json& j, const std::string& at) {
+  const std::function<void(const json&, const std::string&)> walk = [&](const json& j,
+                                                                        const std::string& at) {
     if (j.is_object() && !j.empty()) {
-      for (auto it = j.begin(); it != j.end(); ++it) walk(it.value(), at.empty() ? it.key() : at + "." + it.key());
+      for (auto it = j.begin(); it != j.end(); ++it)
+        walk(it.value(), at.empty() ? it.key() : at + "." + it.key());
     } else if (!at.empty()) {
       flat[at] = j;
     }
@@ -355,7 +369,7 @@ json flatten_config(const json& config) {
 std::vector<ConfigDifference> config_diff(const json& a, const json& b) {
   json fa = flatten_config(a), fb = flatten_config(b);
   fa.erase("output.dir"), fb.erase("output.dir");  // where each run is: always different, never the point
-  std::map<std::string, ConfigDifference> diffs;  // sorted by key
+  std::map<std::string, ConfigDifference> diffs;   // sorted by key
   for (auto it = fa.begin(); it != fa.end(); ++it) {
     const auto other = fb.find(it.key());
     if (other == fb.end() || *other != it.value())

@@ -7,6 +7,8 @@
 // by the names it listed, never by a path from the request; a file is served only from inside a listed
 // run (or result) directory, after its real path is checked to stay there; requests are bounded in size
 // and time; model work is capped and queued (board.h).
+#include "board.h"
+
 #include <fmt/format.h>
 #include <httplib.h>
 #include <signal.h>
@@ -23,7 +25,6 @@
 #include <set>
 #include <thread>
 
-#include "board.h"
 #include "cli.h"
 #include "tfm/analysis/runs.h"
 #include "tfm/engine/error.h"
@@ -58,8 +59,8 @@ std::string find_board_asset(const std::string& name) {
   candidates.push_back(fs::path(TFM_SOURCE_BOARD_DIR) / name);
   for (const fs::path& p : candidates)
     if (fs::is_regular_file(p, ec)) return p.string();
-  throw IoError("tfm board: the page's file " + name + " is in none of " + candidates.front().string() + ", " +
-                candidates.back().string() + " (reinstall tfm)");
+  throw IoError("tfm board: the page's file " + name + " is in none of " + candidates.front().string() +
+                ", " + candidates.back().string() + " (reinstall tfm)");
 }
 
 // A small file's text, "" when it is missing or unreadable (a run being written or deleted).
@@ -188,8 +189,8 @@ class RunIndex {
 };
 
 // The series the page charts, each against step and wall time.
-const char* const kSeriesKeys[] = {"train_loss", "train_loss_avg", "val_loss", "lr", "grad_norm",
-                                   "tokens_per_s", "mfu", "ms_per_step"};
+const char* const kSeriesKeys[] = {"train_loss", "train_loss_avg", "val_loss", "lr",
+                                   "grad_norm",  "tokens_per_s",   "mfu",      "ms_per_step"};
 
 json metrics_reply(const std::string& name, const MetricsLog& log, int64_t since, size_t max_points) {
   json series = json::object();
@@ -217,13 +218,19 @@ json metrics_reply(const std::string& name, const MetricsLog& log, int64_t since
     }
     series[key] = std::move(s);
   }
-  return {{"run", name},   {"since", since},   {"last_step", last_step}, {"points", points},
-          {"max_points", max_points}, {"skipped_lines", log.skipped_lines}, {"missing", log.missing},
+  return {{"run", name},
+          {"since", since},
+          {"last_step", last_step},
+          {"points", points},
+          {"max_points", max_points},
+          {"skipped_lines", log.skipped_lines},
+          {"missing", log.missing},
           {"series", series}};
 }
 
 // A query parameter as an integer in [lo, hi], else `fallback` when absent; ConfigError naming it.
-int64_t query_integer(const httplib::Request& req, const char* key, int64_t fallback, int64_t lo, int64_t hi) {
+int64_t query_integer(const httplib::Request& req, const char* key, int64_t fallback, int64_t lo,
+                      int64_t hi) {
   if (!req.has_param(key)) return fallback;
   const std::string text = req.get_param_value(key);
   char* end = nullptr;
@@ -253,10 +260,14 @@ std::string file_inside(const std::string& dir, const std::string& rel) {
 }
 
 const char* content_type_of(const std::string& path) {
-  static const std::map<std::string, const char*> types = {
-      {".json", "application/json"}, {".jsonl", "text/plain; charset=utf-8"}, {".log", "text/plain; charset=utf-8"},
-      {".txt", "text/plain; charset=utf-8"}, {".csv", "text/plain; charset=utf-8"}, {".md", "text/plain; charset=utf-8"},
-      {".svg", "image/svg+xml"}, {".png", "image/png"}};
+  static const std::map<std::string, const char*> types = {{".json", "application/json"},
+                                                           {".jsonl", "text/plain; charset=utf-8"},
+                                                           {".log", "text/plain; charset=utf-8"},
+                                                           {".txt", "text/plain; charset=utf-8"},
+                                                           {".csv", "text/plain; charset=utf-8"},
+                                                           {".md", "text/plain; charset=utf-8"},
+                                                           {".svg", "image/svg+xml"},
+                                                           {".png", "image/png"}};
   const auto it = types.find(fs::path(path).extension().string());
   return it == types.end() ? nullptr : it->second;
 }
@@ -269,7 +280,8 @@ int board_command(const BoardOptions& o) {
   for (const std::string& root : o.roots) {
     std::error_code ec;
     if (!fs::is_directory(root, ec))
-      throw IoError("--runs " + root + ": no such directory (the board shows the runs under the directories "
+      throw IoError("--runs " + root +
+                    ": no such directory (the board shows the runs under the directories "
                     "--runs names; default runs/)");
   }
   // The page, read once: a request never names a file of the installation.
@@ -309,8 +321,8 @@ int board_command(const BoardOptions& o) {
     // Bound to this machine only: a page elsewhere must not reach it through DNS rebinding.
     if (loopback) {
       const std::string host = req.get_header_value("Host");
-      const std::string name = host.rfind("[", 0) == 0 ? host.substr(0, host.find(']') + 1)
-                                                        : host.substr(0, host.find(':'));
+      const std::string name =
+          host.rfind("[", 0) == 0 ? host.substr(0, host.find(']') + 1) : host.substr(0, host.find(':'));
       if (!(name == "127.0.0.1" || name == "localhost" || name == "[::1]")) {
         reply_error(res, 403, "Host \"" + host + "\": this board answers only to localhost");
         return httplib::Server::HandlerResponse::Handled;
@@ -342,11 +354,14 @@ int board_command(const BoardOptions& o) {
       res.set_content(body, type);
     });
   }
-  server.Get("/api/runs", [&](const httplib::Request&, httplib::Response& res) { reply_json(res, index.listing()); });
+  server.Get("/api/runs",
+             [&](const httplib::Request&, httplib::Response& res) { reply_json(res, index.listing()); });
   const auto run_dir = [&](const httplib::Request& req, httplib::Response& res, bool results_too = false) {
     const std::string name = req.get_param_value("run");
     const std::string dir = name.empty() ? "" : index.dir_of(name, results_too);
-    if (dir.empty()) reply_error(res, 404, "run \"" + name + "\": no such run under " + fmt::format("{}", fmt::join(o.roots, ", ")));
+    if (dir.empty())
+      reply_error(res, 404,
+                  "run \"" + name + "\": no such run under " + fmt::format("{}", fmt::join(o.roots, ", ")));
     return dir;
   };
   server.Get("/api/metrics", [&](const httplib::Request& req, httplib::Response& res) {
@@ -361,7 +376,8 @@ int board_command(const BoardOptions& o) {
     const std::string dir = run_dir(req, res);
     if (dir.empty()) return;
     const json config = json::parse(read_part_of(dir + "/" + kRunConfigFile), nullptr, false);
-    if (!config.is_object()) return reply_error(res, 409, dir + "/" + kRunConfigFile + ": missing or not JSON");
+    if (!config.is_object())
+      return reply_error(res, 409, dir + "/" + kRunConfigFile + ": missing or not JSON");
     reply_json(res, {{"run", req.get_param_value("run")}, {"config", config}});
   });
   server.Get("/api/diff", [&](const httplib::Request& req, httplib::Response& res) {
@@ -395,9 +411,13 @@ int board_command(const BoardOptions& o) {
     const std::string path = file_inside(dir, rel);
     if (path.empty()) return reply_error(res, 403, "path \"" + rel + "\": not a file inside the run");
     const char* type = content_type_of(path);
-    if (!type) return reply_error(res, 403, "path \"" + rel + "\": the board serves only json, jsonl, log, txt, csv, md, svg and png files");
+    if (!type)
+      return reply_error(
+          res, 403,
+          "path \"" + rel + "\": the board serves only json, jsonl, log, txt, csv, md, svg and png files");
     std::error_code size_ec;
-    if (fs::file_size(path, size_ec) > kMaxServedFileBytes) return reply_error(res, 413, "path \"" + rel + "\": larger than 32 MiB");
+    if (fs::file_size(path, size_ec) > kMaxServedFileBytes)
+      return reply_error(res, 413, "path \"" + rel + "\": larger than 32 MiB");
     // A figure from a run directory is shown, never run: no scripts in an SVG.
     res.set_header("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; sandbox");
     res.set_content(read_file(path, kMaxServedFileBytes), type);
@@ -413,11 +433,13 @@ int board_command(const BoardOptions& o) {
                 reply_json(res, r.body, r.status);
               });
 
-  const int port = o.port == 0 ? server.bind_to_any_port(o.host) : (server.bind_to_port(o.host, o.port) ? o.port : -1);
+  const int port =
+      o.port == 0 ? server.bind_to_any_port(o.host) : (server.bind_to_port(o.host, o.port) ? o.port : -1);
   if (port < 0)
-    throw IoError(fmt::format("--host {} --port {}: cannot listen there (the port is in use, or the address is "
-                              "not this machine's)",
-                              o.host, o.port));
+    throw IoError(
+        fmt::format("--host {} --port {}: cannot listen there (the port is in use, or the address is "
+                    "not this machine's)",
+                    o.host, o.port));
   std::atomic<bool> done{false};
   std::thread stopper([&] {
     const timespec tick{0, 200 * 1000 * 1000};
@@ -449,8 +471,10 @@ int board_command(const BoardOptions& o) {
 
 std::vector<Command> add_board_commands(CLI::App& app) {
   auto o = std::make_shared<BoardOptions>();
-  auto* cmd = app.add_subcommand("board", "A live web page of the runs: table, curves, config diff, the model inside");
-  cmd->add_option("--runs", o->roots, "Directories whose runs it shows (default: runs)")->type_name("DIR ...");
+  auto* cmd = app.add_subcommand("board",
+                                 "A live web page of the runs: table, curves, config diff, the model inside");
+  cmd->add_option("--runs", o->roots, "Directories whose runs it shows (default: runs)")
+      ->type_name("DIR ...");
   cmd->add_option("--host", o->host, "Address to listen on (anything but 127.0.0.1 opens it to the network)")
       ->capture_default_str();
   cmd->add_option("--port", o->port, "Port (0: any free one, printed at start)")

@@ -53,8 +53,8 @@ double number_field(const json& request, const char* key, double fallback, doubl
   const auto it = request.find(key);
   if (it == request.end() || it->is_null()) return fallback;
   if (!it->is_number() || !(it->get<double>() >= lo && it->get<double>() <= hi))
-    throw ConfigError(std::string(key) + ": expected a number in [" + json(lo).dump() + ", " + json(hi).dump() +
-                      "], got " + it->dump());
+    throw ConfigError(std::string(key) + ": expected a number in [" + json(lo).dump() + ", " +
+                      json(hi).dump() + "], got " + it->dump());
   return it->get<double>();
 }
 int64_t integer_field(const json& request, const char* key, int64_t fallback, int64_t lo, int64_t hi) {
@@ -124,8 +124,9 @@ BoardReply BoardModels::evaluate(const std::string& dir, const std::string& kind
                            [&](const auto& p) { return p.first == dir; });
   if (slot == queued_per_run_.end()) slot = queued_per_run_.insert(queued_per_run_.end(), {dir, 0});
   if (slot->second > kBoardMaxQueuedPerRun)
-    return {429, {{"error", "busy: this run is already evaluating " + std::to_string(slot->second) +
-                                " requests; try again shortly"}}};
+    return {429,
+            {{"error", "busy: this run is already evaluating " + std::to_string(slot->second) +
+                           " requests; try again shortly"}}};
   if (queued_ >= kBoardMaxQueued)
     return {503, {{"error", "busy: " + std::to_string(queued_) + " model requests are waiting; try again"}}};
   QueueTicket ticket(queued_, slot->second);  // the vector never shrinks: the reference stays valid
@@ -155,8 +156,8 @@ BoardReply BoardModels::run_request(LoadedRun& run, const std::string& kind, con
   const std::string objective = run.objective->name();
   const auto needs = [&](Inference inference, const char* what) {
     if (can.inference != inference)
-      throw ConfigError(std::string(what) + ": not for a " + objective + " run (it does: " +
-                        can.inference_command + ")");
+      throw ConfigError(std::string(what) + ": not for a " + objective +
+                        " run (it does: " + can.inference_command + ")");
   };
   if (kind == "sample") {
     needs(Inference::Sample, "sample");
@@ -192,8 +193,8 @@ BoardReply BoardModels::run_request(LoadedRun& run, const std::string& kind, con
   if (kind == "fill_mask") {
     needs(Inference::FillMask, "fill_mask");
     const std::string text = text_field(request, "text", true);
-    const int64_t top_k =
-        integer_field(request, "top_k", 5, 1, std::min<int64_t>(run.objective->tokenizer().size(), kBoardMaxTopK));
+    const int64_t top_k = integer_field(request, "top_k", 5, 1,
+                                        std::min<int64_t>(run.objective->tokenizer().size(), kBoardMaxTopK));
     const FillMaskResult r = fill_mask(*run.objective, text, top_k);
     json masks = json::array();
     for (const MaskCandidates& m : r.masks) {

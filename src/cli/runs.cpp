@@ -1,5 +1,7 @@
 // `tfm runs`: the runs under some directories as a table (or JSON), and `tfm runs --diff A B`: the
 // config keys two runs differ in and their final metrics side by side (analysis/runs.h).
+#include "tfm/analysis/runs.h"
+
 #include <fmt/format.h>
 
 #include <chrono>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "cli.h"
-#include "tfm/analysis/runs.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
 
@@ -74,16 +75,16 @@ int diff_command(const RunsOptions& o) {
     const char* name;
     double a, b;
   };
-  const std::vector<Row> rows = {
-      {"step", double(ra.step), double(rb.step)},
-      {"train_loss", last_of(ma, "train_loss"), last_of(mb, "train_loss")},
-      {"val_loss", last_of(ma, "val_loss"), last_of(mb, "val_loss")},
-      {"best_val_loss", ra.best_val_loss, rb.best_val_loss},
-      {"seconds_to_target", ra.seconds_to_target, rb.seconds_to_target},
-      {"tokens_per_s", ra.tokens_per_s, rb.tokens_per_s},
-      {"elapsed_s", last_of(ma, "elapsed_s"), last_of(mb, "elapsed_s")}};
+  const std::vector<Row> rows = {{"step", double(ra.step), double(rb.step)},
+                                 {"train_loss", last_of(ma, "train_loss"), last_of(mb, "train_loss")},
+                                 {"val_loss", last_of(ma, "val_loss"), last_of(mb, "val_loss")},
+                                 {"best_val_loss", ra.best_val_loss, rb.best_val_loss},
+                                 {"seconds_to_target", ra.seconds_to_target, rb.seconds_to_target},
+                                 {"tokens_per_s", ra.tokens_per_s, rb.tokens_per_s},
+                                 {"elapsed_s", last_of(ma, "elapsed_s"), last_of(mb, "elapsed_s")}};
   if (o.json) {
-    nlohmann::json out = {{"a", a}, {"b", b}, {"config", nlohmann::json::array()}, {"metrics", nlohmann::json::object()}};
+    nlohmann::json out = {
+        {"a", a}, {"b", b}, {"config", nlohmann::json::array()}, {"metrics", nlohmann::json::object()}};
     for (const ConfigDifference& d : diffs) out["config"].push_back({{"key", d.key}, {"a", d.a}, {"b", d.b}});
     for (const Row& r : rows)
       out["metrics"][r.name] = {std::isfinite(r.a) ? nlohmann::json(r.a) : nlohmann::json(nullptr),
@@ -95,8 +96,10 @@ int diff_command(const RunsOptions& o) {
   size_t w = 17;
   for (const ConfigDifference& d : diffs) w = std::max(w, d.key.size());
   fmt::print("A: {}\nB: {}\n\n", a.c_str(), b.c_str());
-  if (diffs.empty()) fmt::print("config: identical\n");
-  else fmt::print("{:<{}}  {:<24}  {}\n", "config key", w, "A", "B");
+  if (diffs.empty())
+    fmt::print("config: identical\n");
+  else
+    fmt::print("{:<{}}  {:<24}  {}\n", "config key", w, "A", "B");
   for (const ConfigDifference& d : diffs)
     fmt::print("{:<{}}  {:<24}  {}\n", d.key.c_str(), w, value_str(d.a).c_str(), value_str(d.b).c_str());
   fmt::print("\n{:<{}}  {:<24}  {}\n", "final metrics", w, "A", "B");
@@ -132,15 +135,17 @@ int runs_command(const RunsOptions& o) {
   }
   size_t w = 4;
   for (const RunSummary& r : runs) w = std::max(w, r.name.size());
-  fmt::print("{:<{}}  {:<10}  {:>7}  {:<20}  {:>13}  {:>8}  {:>9}  {:>8}  {}\n", "name", w, "objective", "params",
-             "status", "step", "best val", "to target", "tok/s", "updated");
+  fmt::print("{:<{}}  {:<10}  {:>7}  {:<20}  {:>13}  {:>8}  {:>9}  {:>8}  {}\n", "name", w, "objective",
+             "params", "status", "step", "best val", "to target", "tok/s", "updated");
   for (const RunSummary& r : runs) {
     std::string status = run_status_name(r.status);
-    if (r.status == RunStatus::Failed || r.status == RunStatus::Training) status += " (" + r.status_detail + ")";
+    if (r.status == RunStatus::Failed || r.status == RunStatus::Training)
+      status += " (" + r.status_detail + ")";
     if (status.size() > 20) status = status.substr(0, 19) + "~";
     fmt::print("{:<{}}  {:<10}  {:>7}  {:<20}  {:>13}  {:>8}  {:>9}  {:>8}  {}\n", r.name.c_str(), w,
-               r.objective.empty() ? "-" : r.objective.c_str(), count_str(r.parameters).c_str(), status.c_str(),
-               fmt::format("{}/{}", r.step, r.max_steps).c_str(), number_or_dash(r.best_val_loss, "{:.4f}").c_str(),
+               r.objective.empty() ? "-" : r.objective.c_str(), count_str(r.parameters).c_str(),
+               status.c_str(), fmt::format("{}/{}", r.step, r.max_steps).c_str(),
+               number_or_dash(r.best_val_loss, "{:.4f}").c_str(),
                number_or_dash(r.seconds_to_target, "{:.1f}s").c_str(),
                r.tokens_per_s >= 0 ? count_str(static_cast<int64_t>(r.tokens_per_s)).c_str() : "-",
                age(r.last_update).c_str());
@@ -153,7 +158,8 @@ int runs_command(const RunsOptions& o) {
 
 std::vector<Command> add_runs_commands(CLI::App& app) {
   auto o = std::make_shared<RunsOptions>();
-  auto* cmd = app.add_subcommand("runs", "The runs under directories as a table (status, step, best val loss)");
+  auto* cmd =
+      app.add_subcommand("runs", "The runs under directories as a table (status, step, best val loss)");
   cmd->add_option("DIR", o->dirs, "Directories to look in for runs (default: runs)")->type_name("DIR ...");
   cmd->add_option("--sort", o->sort,
                   "Sort by name, status, step, best_val_loss, seconds_to_target, tokens_per_s, parameters or "
@@ -163,8 +169,9 @@ std::vector<Command> add_runs_commands(CLI::App& app) {
   cmd->add_option("--diff", o->diff, "Compare two runs: the config keys that differ and the final metrics")
       ->type_name("RUN_A RUN_B")
       ->expected(2);
-  cmd->footer("\nExamples:\n  tfm runs\n  tfm runs runs/ other_runs/ --sort best_val_loss\n"
-              "  tfm runs --diff runs/a runs/b\n");
+  cmd->footer(
+      "\nExamples:\n  tfm runs\n  tfm runs runs/ other_runs/ --sort best_val_loss\n"
+      "  tfm runs --diff runs/a runs/b\n");
   return {{cmd, [o] {
              if (o->dirs.empty()) o->dirs = {"runs"};
              return runs_command(*o);

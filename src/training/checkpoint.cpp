@@ -150,7 +150,8 @@ nlohmann::json load_checkpoint_state(const std::string& path) {
   const uint64_t size = static_cast<uint64_t>(in.tellg());
   in.seekg(0);
   char header[kHeaderBytes];
-  if (size < kHeaderBytes || !in.read(header, kHeaderBytes) || std::memcmp(header, kMagic, sizeof kMagic) != 0)
+  if (size < kHeaderBytes || !in.read(header, kHeaderBytes) ||
+      std::memcmp(header, kMagic, sizeof kMagic) != 0)
     throw IoError(path + ": not a tfm checkpoint (no tfm checkpoint header)");
   uint32_t version, sections;
   uint64_t payload_size;
@@ -174,7 +175,8 @@ nlohmann::json load_checkpoint_state(const std::string& path) {
       if (!in.read(data.data(), static_cast<std::streamsize>(len)))
         throw IoError(path + ": truncated checkpoint (the state section)");
       nlohmann::json state = to_json(path, "state", data);
-      if (!state.is_object()) throw IoError(path + ": corrupt checkpoint: the state section is not an object");
+      if (!state.is_object())
+        throw IoError(path + ": corrupt checkpoint: the state section is not an object");
       return state;
     }
     pos += len;

@@ -46,9 +46,8 @@ void runs_checkpoint(const std::string& path, const json& config, int64_t step, 
 void runs_make(const std::string& dir, int64_t step, int64_t max_steps, const std::string& stopped = "") {
   const json config = runs_config(max_steps);
   runs_write(dir + "/config.json", config.dump(2));
-  runs_write(dir + "/train.log",
-             "[2026-01-01 00:00:00] [info] tfm train: run directory " + dir +
-                 "\n[2026-01-01 00:00:00] [info] model: 1234 parameters (embedding 1)\n");
+  runs_write(dir + "/train.log", "[2026-01-01 00:00:00] [info] tfm train: run directory " + dir +
+                                     "\n[2026-01-01 00:00:00] [info] model: 1234 parameters (embedding 1)\n");
   std::string metrics;
   for (int64_t s = 10; s <= step; s += 10) {
     json rec = {{"step", s}, {"train_loss", 3.0}, {"tokens_per_s", 1000.0 * double(s)}};
@@ -101,7 +100,7 @@ TEST_CASE("runs: every status, from the lock, the log and the checkpoint's state
   CHECK(done.parameters == 1234);
   CHECK(done.step == 40);
   CHECK(done.max_steps == 40);
-  CHECK(done.best_val_loss == Approx(2.6));  // val at steps 20 and 40: 2.8, 2.6
+  CHECK(done.best_val_loss == Approx(2.6));     // val at steps 20 and 40: 2.8, 2.6
   CHECK(done.tokens_per_s == Approx(30000.0));  // median of 10k, 20k, 30k, 40k: the upper middle
   CHECK(std::isnan(done.seconds_to_target));
   CHECK(done.problems.empty());

@@ -33,7 +33,8 @@ void board_train(const std::string& root, const std::string& name, const std::st
   const tfm_test::CliRun r =
       run_tfm("train --config configs/tiny.json --out " + root + "/" + name +
               " --set model.d_model=8 --set model.n_layers=1 --set model.n_heads=2 --set model.max_seq_len=8"
-              " --set train.seq_len=8 --set train.max_steps=6 --set train.eval_interval=3 --set train.log_interval=1 " +
+              " --set train.seq_len=8 --set train.max_steps=6 --set train.eval_interval=3 --set "
+              "train.log_interval=1 " +
               sets);
   INFO(r.out);
   REQUIRE(r.status == 0);
@@ -64,7 +65,8 @@ struct BoardProcess {
     pid = ::fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
-      const std::string cmd = std::string("exec '") + TFM_BINARY + "' board --port 0 " + args + " > '" + log + "' 2>&1";
+      const std::string cmd =
+          std::string("exec '") + TFM_BINARY + "' board --port 0 " + args + " > '" + log + "' 2>&1";
       ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
       ::_exit(127);
     }
@@ -73,8 +75,10 @@ struct BoardProcess {
       const std::string out = tfm_test::read_file(log);
       const size_t at = out.find("http://");
       const size_t slash = at == std::string::npos ? std::string::npos : out.find('/', at + 7);
-      if (slash != std::string::npos) port = std::stoi(out.substr(out.rfind(':', slash) + 1));
-      else std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (slash != std::string::npos)
+        port = std::stoi(out.substr(out.rfind(':', slash) + 1));
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     INFO(tfm_test::read_file(log));
     REQUIRE(port > 0);
@@ -131,7 +135,8 @@ std::string board_raw(int port, const std::string& request, bool half_close = fa
   std::string out;
   char buf[4096];
   ssize_t n;
-  while (out.size() < 65536 && (n = ::recv(fd, buf, sizeof buf, 0)) > 0) out.append(buf, static_cast<size_t>(n));
+  while (out.size() < 65536 && (n = ::recv(fd, buf, sizeof buf, 0)) > 0)
+    out.append(buf, static_cast<size_t>(n));
   ::close(fd);
   return out;
 }
@@ -155,8 +160,8 @@ TEST_CASE("tfm runs: the table, --json, --sort and --diff on trained and damaged
   tfm_test::CliRun r = run_tfm("runs " + root);
   INFO(r.out);
   REQUIRE(r.status == 0);
-  for (const char* want : {"runs/done ", "finished", "stopped: target", "runs/corrupt ", "checkpoint", "runs/cut_metrics",
-                           "unreadable line"})
+  for (const char* want : {"runs/done ", "finished", "stopped: target", "runs/corrupt ", "checkpoint",
+                           "runs/cut_metrics", "unreadable line"})
     CHECK(r.out.find(want) != std::string::npos);
 
   r = run_tfm("runs " + root + " --json --sort best_val_loss");
@@ -185,7 +190,8 @@ TEST_CASE("tfm runs: the table, --json, --sort and --diff on trained and damaged
   CHECK(run_tfm("runs --diff " + root + "/done " + root + "/nowhere").status == 2);
 }
 
-TEST_CASE("tfm board: the JSON API per endpoint on finished, stopped, corrupt and cut runs", "[board][slow]") {
+TEST_CASE("tfm board: the JSON API per endpoint on finished, stopped, corrupt and cut runs",
+          "[board][slow]") {
   const std::string& root = board_runs_root();
   BoardProcess board("--runs " + root);
   httplib::Client c("127.0.0.1", board.port);
@@ -198,9 +204,10 @@ TEST_CASE("tfm board: the JSON API per endpoint on finished, stopped, corrupt an
   CHECK(board_run(listing, board_name("target"))["status"] == "stopped: target");
   CHECK(board_run(listing, board_name("corrupt"))["status"] == "interrupted");
   CHECK(board_run(listing, board_name("corrupt"))["problems"].size() == 1);
-  CHECK(board_run(listing, board_name("cut_metrics"))["problems"][0].get<std::string>().find("metrics.jsonl") == 0);
+  CHECK(board_run(listing, board_name("cut_metrics"))["problems"][0].get<std::string>().find(
+            "metrics.jsonl") == 0);
 
-  json m = board_get(c, "/api/metrics?run=" + board_name("done") );
+  json m = board_get(c, "/api/metrics?run=" + board_name("done"));
   CHECK(m["series"]["train_loss"]["step"] == json({1, 2, 3, 4, 5, 6}));
   CHECK(m["series"]["val_loss"]["step"] == json({3, 6}));
   CHECK(m["last_step"] == 6);
@@ -208,16 +215,17 @@ TEST_CASE("tfm board: the JSON API per endpoint on finished, stopped, corrupt an
   CHECK(m["series"]["train_loss"]["step"] == json({5, 6}));
   m = board_get(c, "/api/metrics?run=" + board_name("done") + "&max_points=2");
   CHECK(m["series"]["train_loss"]["step"].size() == 2);
-  CHECK(board_get(c, "/api/metrics?run=" + board_name("cut_metrics") )["skipped_lines"] == 1);
+  CHECK(board_get(c, "/api/metrics?run=" + board_name("cut_metrics"))["skipped_lines"] == 1);
   board_get(c, "/api/metrics?run=" + board_name("done") + "&since=x", 400);
   board_get(c, "/api/metrics?run=nothing", 404);
 
-  CHECK(board_get(c, "/api/config?run=" + board_name("done") )["config"]["model"]["d_model"] == 8);
-  const json d = board_get(c, "/api/diff?run=" + board_name("done") + "&run=" + board_name("target") + "&run=" + board_name("corrupt") );
+  CHECK(board_get(c, "/api/config?run=" + board_name("done"))["config"]["model"]["d_model"] == 8);
+  const json d = board_get(c, "/api/diff?run=" + board_name("done") + "&run=" + board_name("target") +
+                                  "&run=" + board_name("corrupt"));
   REQUIRE(d["keys"].size() == 2);
   CHECK(d["keys"][0]["key"] == "train.optimizer.lr");
   CHECK(d["keys"][1]["key"] == "train.target_loss");
-  board_get(c, "/api/diff?run=" + board_name("done") , 400);
+  board_get(c, "/api/diff?run=" + board_name("done"), 400);
 
   const auto log = c.Get(("/api/file?run=" + board_name("done") + "&path=train.log").c_str());
   REQUIRE(log);
@@ -225,7 +233,8 @@ TEST_CASE("tfm board: the JSON API per endpoint on finished, stopped, corrupt an
   CHECK(log->body.find("tfm train") != std::string::npos);
   board_get(c, "/api/file?run=" + board_name("done") + "&path=last.ckpt", 403);  // weights are not served
 
-  json s = board_post(c, "/api/model/sample", {{"run", board_name("done")}, {"prompt", "RO"}, {"max_tokens", 5}});
+  json s =
+      board_post(c, "/api/model/sample", {{"run", board_name("done")}, {"prompt", "RO"}, {"max_tokens", 5}});
   CHECK(s["prompt"] == "RO");
   CHECK(!s["text"].get<std::string>().empty());
   s = board_post(c, "/api/model/attention", {{"run", board_name("done")}, {"text", "ROMEO"}});
@@ -235,7 +244,8 @@ TEST_CASE("tfm board: the JSON API per endpoint on finished, stopped, corrupt an
   CHECK(s["tokens"].size() == 5);
   board_post(c, "/api/model/sample", {{"run", board_name("done")}, {"max_tokens", 100000}}, 400);
   board_post(c, "/api/model/sample", {{"run", board_name("done")}, {"prompt", std::string(5000, 'a')}}, 400);
-  board_post(c, "/api/model/fill_mask", {{"run", board_name("done")}, {"text", "a[MASK]"}}, 400);  // a causal_lm run
+  board_post(c, "/api/model/fill_mask", {{"run", board_name("done")}, {"text", "a[MASK]"}},
+             400);                                                            // a causal_lm run
   board_post(c, "/api/model/sample", {{"run", board_name("corrupt")}}, 409);  // its checkpoints are cut
   board_post(c, "/api/model/sample", {{"run", "../etc"}}, 404);
   const auto bad_body = c.Post("/api/model/sample", "not json", "application/json");
@@ -256,11 +266,14 @@ TEST_CASE("tfm board: traversal, oversized and stalled requests, 50 clients, SIG
   httplib::Client c("127.0.0.1", board.port);
 
   for (const std::string& path : std::vector<std::string>{
-           "/api/file?run=" + board_name("done") + "&path=../target/train.log", "/api/file?run=" + board_name("done") + "&path=%2e%2e/target/train.log",
-        "/api/file?run=" + board_name("done") + "&path=..%2ftarget%2ftrain.log", "/api/file?run=" + board_name("done") + "&path=/etc/passwd",
-        "/api/file?run=" + board_name("done") + "&path=%2fetc%2fpasswd", "/api/file?run=" + board_name("done") + "&path=escape.txt",
-        "/api/file?run=..&path=etc/passwd", "/api/file?run=" + board_name("done") + "&path=", "/../../etc/passwd",
-        "/%2e%2e/%2e%2e/etc/passwd", "/static/..%2f..%2fCMakeLists.txt", "/static/../board.js"}) {
+           "/api/file?run=" + board_name("done") + "&path=../target/train.log",
+           "/api/file?run=" + board_name("done") + "&path=%2e%2e/target/train.log",
+           "/api/file?run=" + board_name("done") + "&path=..%2ftarget%2ftrain.log",
+           "/api/file?run=" + board_name("done") + "&path=/etc/passwd",
+           "/api/file?run=" + board_name("done") + "&path=%2fetc%2fpasswd",
+           "/api/file?run=" + board_name("done") + "&path=escape.txt", "/api/file?run=..&path=etc/passwd",
+           "/api/file?run=" + board_name("done") + "&path=", "/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd",
+           "/static/..%2f..%2fCMakeLists.txt", "/static/../board.js"}) {
     const auto res = c.Get(path.c_str());
     REQUIRE(res);
     INFO(path << " -> " << res->status << " " << res->body.substr(0, 200));
@@ -272,14 +285,15 @@ TEST_CASE("tfm board: traversal, oversized and stalled requests, 50 clients, SIG
   CHECK(board_raw(board.port, "GET /api/runs HTTP/1.1\r\nHost: evil.example:80\r\nConnection: close\r\n\r\n")
             .rfind("HTTP/1.1 403", 0) == 0);
   // An oversized request line and an oversized header: refused, not served.
-  const std::string long_line = board_raw(board.port, "GET /api/runs?x=" + std::string(20000, 'a') +
-                                                          " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  const std::string long_line = board_raw(
+      board.port, "GET /api/runs?x=" + std::string(20000, 'a') + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
   CHECK(long_line.find("HTTP/1.1 200") == std::string::npos);
-  const std::string long_header = board_raw(
-      board.port, "GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + std::string(20000, 'b') + "\r\n\r\n");
+  const std::string long_header =
+      board_raw(board.port, "GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + std::string(20000, 'b') +
+                                "\r\n\r\n");
   CHECK(long_header.find("HTTP/1.1 200") == std::string::npos);
-  const std::string big_body =
-      board_raw(board.port, "POST /api/model/sample HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10000000\r\n\r\n{");
+  const std::string big_body = board_raw(
+      board.port, "POST /api/model/sample HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10000000\r\n\r\n{");
   CHECK(big_body.rfind("HTTP/1.1 413", 0) == 0);
 
   // A stalled half request is dropped within the read timeout, while others are served meanwhile.
