@@ -5,7 +5,8 @@
 
 TFM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TFM_PACKAGES=(g++ cmake make libopenblas-dev libopenblas-openmp-dev libcli11-dev nlohmann-json3-dev libspdlog-dev catch2
-  libopenmpi-dev openmpi-bin time libdnnl-dev libxxhash-dev zlib1g-dev libzstd-dev)
+  libopenmpi-dev openmpi-bin time libdnnl-dev libxxhash-dev zlib1g-dev libzstd-dev
+  libcpp-httplib-dev libjs-chart.js pkgconf)
 
 # tfm_fail MESSAGE...: the calling script's name and MESSAGE on stderr, then exit 2 (bad input or setup).
 tfm_fail() {

@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <cstring>
+#include <fstream>
 
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
@@ -140,6 +141,48 @@ void save_checkpoint(const std::string& path, const Checkpoint& ckpt) {
 Checkpoint load_checkpoint(const std::string& path) {
   const std::string bytes = read_file(path, kMaxCheckpointBytes);  // bounded before allocating
   return parse_checkpoint(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), path);
+}
+
+nlohmann::json load_checkpoint_state(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(path + ": cannot open the checkpoint");
+  in.seekg(0, std::ios::end);
+  const uint64_t size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  char header[kHeaderBytes];
+  if (size < kHeaderBytes || !in.read(header, kHeaderBytes) ||
+      std::memcmp(header, kMagic, sizeof kMagic) != 0)
+    throw IoError(path + ": not a tfm checkpoint (no tfm checkpoint header)");
+  uint32_t version, sections;
+  uint64_t payload_size;
+  std::memcpy(&version, header + 8, 4);
+  std::memcpy(&sections, header + 12, 4);
+  std::memcpy(&payload_size, header + 16, 8);
+  if (version != kCheckpointVersion || sections > kMaxSections || payload_size != size - kHeaderBytes)
+    throw IoError(path + ": truncated or corrupt checkpoint (its header does not match the file)");
+  uint64_t pos = kHeaderBytes;
+  for (uint32_t s = 0; s < sections; ++s) {
+    uint32_t name_len = 0;
+    uint64_t len = 0;
+    char name[kMaxNameBytes];
+    if (pos + 4 > size || !in.read(reinterpret_cast<char*>(&name_len), 4) || name_len == 0 ||
+        name_len > kMaxNameBytes || pos + 4 + name_len + 8 > size || !in.read(name, name_len) ||
+        !in.read(reinterpret_cast<char*>(&len), 8) || len > size - (pos + 12 + name_len))
+      throw IoError(path + ": truncated or corrupt checkpoint (section " + std::to_string(s) + ")");
+    pos += 12 + name_len;
+    if (std::string(name, name_len) == "state") {
+      std::string data(len, '\0');
+      if (!in.read(data.data(), static_cast<std::streamsize>(len)))
+        throw IoError(path + ": truncated checkpoint (the state section)");
+      nlohmann::json state = to_json(path, "state", data);
+      if (!state.is_object())
+        throw IoError(path + ": corrupt checkpoint: the state section is not an object");
+      return state;
+    }
+    pos += len;
+    in.seekg(static_cast<std::streamoff>(pos));
+  }
+  throw IoError(path + ": corrupt checkpoint: no state section");
 }
 
 Checkpoint parse_checkpoint(const uint8_t* data, size_t size, const std::string& path) {

@@ -60,6 +60,11 @@ void save_checkpoint(const std::string& path, const CheckpointView& ckpt);
 void save_checkpoint(const std::string& path, const Checkpoint& ckpt);
 // Throws IoError "PATH: ..." for a missing, truncated, corrupt or foreign file.
 Checkpoint load_checkpoint(const std::string& path);
+// The "state" section alone (step, best_val_loss, stopped, ...), read by seeking past the others: what a
+// list of runs needs, without reading gigabytes of weights. The header and every section's bounds are
+// checked against the file's size, but not the checksum (that needs every byte). IoError "PATH: ..."
+// for a missing, truncated or foreign file or a state that is not a JSON object.
+nlohmann::json load_checkpoint_state(const std::string& path);
 // The same reader over bytes in memory (load_checkpoint reads the file and calls it; fuzzers and
 // tests call it directly); errors are IoError("<what>: ...").
 Checkpoint parse_checkpoint(const uint8_t* data, size_t size, const std::string& what);

@@ -1,0 +1,58 @@
+// check_board.sh's browser: node check_board.mjs URL CHROMIUM SCREENSHOT_DIR. Exit 1 on a failed check.
+import { createRequire } from 'node:module';
+import path from 'node:path';
+const require = createRequire(path.join(process.env.NODE_PATH, 'x.js'));
+const puppeteer = require('puppeteer-core');
+
+const [url, chromium, shots] = process.argv.slice(2);
+const fail = (msg) => { console.error('check_board.mjs: FAILED: ' + msg); process.exitCode = 1; };
+const browser = await puppeteer.launch({ executablePath: chromium, headless: true,
+  args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'] });
+try {
+  const page = await browser.newPage();
+  await page.setViewport({ width: 1400, height: 1000 });
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  const t0 = Date.now();
+  await page.goto(url, { waitUntil: 'load' });
+  console.log(`check_board.mjs: page loaded in ${Date.now() - t0} ms`);
+  await page.waitForSelector('#runs-table tr[data-run="runs/small"]', { timeout: 10000 });
+  await page.waitForSelector('#runs-table tr[data-run="runs/two_heads"]', { timeout: 10000 });
+  console.log(`check_board.mjs: page and runs table in ${Date.now() - t0} ms`);
+  // The loss chart holds both runs' points (100 steps, logged every 5: 20 points each).
+  await page.waitForFunction(() => window.tfmBoard.points('runs/small') === 20 &&
+    window.tfmBoard.points('runs/two_heads') === 20, { timeout: 10000 });
+  const drawn = await page.evaluate(() => {
+    const c = Chart.getChart('chart-loss');
+    return ['runs/small', 'runs/two_heads'].map((run) =>
+      (c.data.datasets.find((d) => d.label === run + ' train_loss') || { data: [] }).data.length);
+  });
+  if (!drawn.every((n) => n === 20)) fail('the loss chart holds ' + JSON.stringify(drawn) + ' train_loss points');
+  // The live run: its step in the table grows within a few seconds.
+  await page.waitForSelector('#runs-table tr[data-run="runs/live"]', { timeout: 15000 });
+  const stepOf = () => page.$eval('#runs-table tr[data-run="runs/live"] td.step', (td) => parseInt(td.textContent));
+  const first = await stepOf();
+  await page.waitForFunction((s) => {
+    const td = document.querySelector('#runs-table tr[data-run="runs/live"] td.step');
+    return td && parseInt(td.textContent) > s;
+  }, { timeout: 15000 }, first);
+  console.log(`check_board.mjs: live run went past step ${first}`);
+  // A sample and an attention map of the first run.
+  await page.select('#model-run', 'runs/small');
+  await page.$eval('#model-text', (e) => { e.value = 'ROMEO:'; });
+  await page.click('#run-model');
+  await page.waitForFunction(() => document.querySelector('#model-output').dataset.done, { timeout: 20000 });
+  const sample = await page.$eval('#model-output', (e) => e.textContent);
+  if (!sample.startsWith('ROMEO:') || sample.length <= 6) fail('sample: ' + JSON.stringify(sample));
+  await page.click('#run-attention');
+  await page.waitForSelector('#attention canvas.heat', { timeout: 20000 });
+  const maps = await page.$$eval('#attention canvas.heat', (c) => c.length);
+  if (maps < 2) fail(`${maps} attention maps drawn`);
+  console.log(`check_board.mjs: sample of ${sample.length} characters, ${maps} attention maps`);
+  await page.evaluate(() => window.scrollTo(0, 0));
+  await page.screenshot({ path: path.join(shots, 'board.png'), fullPage: false });
+  await page.screenshot({ path: path.join(shots, 'board_full.png'), fullPage: true });
+  if (errors.length) fail('errors on the page: ' + errors.join('; '));
+} finally {
+  await browser.close();
+}

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# `tfm board` in a real browser: headless Chromium (Debian's chromium) driven by puppeteer-core opens the
+# board on two tiny runs, finds both in the runs table, sees the loss chart drawn with their points, sees
+# a third run that trains meanwhile show a new step within seconds, asks for a sample and an attention
+# map and gets them, and saves screenshots (the first to docs/board.png with TFM_BOARD_SCREENSHOT=1).
+#   puppeteer-core (pinned) installs once into a cache outside the repository; chromium with apt-get.
+# Usage: scripts/dev/check_board.sh [TFM_BINARY]
+# Environment: TFM_PUPPETEER   install directory (default ${XDG_CACHE_HOME:-~/.cache}/tfm/puppeteer)
+#              TFM_BOARD_KEEP=DIR   keep the runs and screenshots in DIR
+# Exit status: 0 every check passed, 1 a check failed, 2 a setup error, 77 skipped (node/npm or chromium
+# missing and not installable, or npm cannot reach its registry and nothing is cached).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
+root=$TFM_ROOT
+tfm_find_binary "${1:-}"
+tfm=$TFM_BIN
+skip() { echo "check_board.sh: SKIPPED: $*"; exit 77; }
+
+# ---- 1. chromium and puppeteer-core ----
+if ! command -v chromium >/dev/null; then
+  if [[ $(id -u) == 0 ]] && timeout 600 apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1 ||
+    { [[ $(id -u) == 0 ]] && apt-get update -qq >/dev/null 2>&1 &&
+      timeout 600 apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1; }; then
+    echo "check_board.sh: installed chromium"
+  fi
+  command -v chromium >/dev/null || skip "chromium is not installed and apt-get could not install it; no browser was run"
+fi
+command -v node >/dev/null && command -v npm >/dev/null ||
+  skip "node and npm are not installed (Debian: apt-get install nodejs npm); no browser was run"
+version=24.9.0
+home=${TFM_PUPPETEER:-${XDG_CACHE_HOME:-$HOME/.cache}/tfm/puppeteer}
+installed() {
+  node -e 'process.exit(require(process.argv[1]).version === process.argv[2] ? 0 : 1)' \
+    "$home/node_modules/puppeteer-core/package.json" "$version" 2>/dev/null
+}
+if ! installed; then
+  if ! timeout 60 npm view --fetch-retries=1 --fetch-timeout=20000 "puppeteer-core@$version" version >/dev/null 2>&1; then
+    skip "npm cannot reach its registry and puppeteer-core $version is not in $home yet"
+  fi
+  mkdir -p "$home"
+  echo '{"name": "tfm-board-check", "private": true}' > "$home/package.json"
+  (cd "$home" && npm install --ignore-scripts --save-exact --no-audit --no-fund --loglevel=error \
+    "puppeteer-core@$version") || { echo "check_board.sh: npm install failed" >&2; exit 2; }
+  installed || { echo "check_board.sh: puppeteer-core $version is still missing from $home" >&2; exit 2; }
+fi
+
+# ---- 2. two tiny runs, a third training beside the board ----
+if [[ -n ${TFM_BOARD_KEEP:-} ]]; then
+  work=$TFM_BOARD_KEEP
+  rm -rf "$work" && mkdir -p "$work"
+else
+  work=$(mktemp -d "${TMPDIR:-/tmp}/tfm_check_board.XXXXXX")
+fi
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  [[ -n ${TFM_BOARD_KEEP:-} ]] || rm -rf "$work"
+}
+trap cleanup EXIT
+cd "$root"
+tiny=(--config configs/tiny.json --set train.log_interval=5 --set train.eval_interval=20 --set train.threads=1)
+"$tfm" train "${tiny[@]}" --set train.max_steps=100 --out "$work/runs/small" > "$work/small.log" 2>&1
+"$tfm" train "${tiny[@]}" --set train.max_steps=100 --set model.n_heads=2 --out "$work/runs/two_heads" \
+  > "$work/two_heads.log" 2>&1
+"$tfm" board --runs "$work/runs" --port 0 > "$work/board.log" 2>&1 &
+pids+=($!)
+url=""
+for _ in $(seq 100); do
+  url=$(grep -o 'http://127.0.0.1:[0-9]*/' "$work/board.log" || true)
+  [[ -n $url ]] && break
+  sleep 0.1
+done
+[[ -n $url ]] || { cat "$work/board.log"; echo "check_board.sh: the board did not start" >&2; exit 1; }
+# A run that trains slowly while the page watches (a larger model, one thread).
+"$tfm" train "${tiny[@]}" --set train.max_steps=100000 --set train.log_interval=20 --set model.d_model=128 \
+  --out "$work/runs/live" > "$work/live.log" 2>&1 &
+pids+=($!)
+
+# ---- 3. the browser ----
+shots=$work/screenshots
+mkdir -p "$shots"
+NODE_PATH=$home/node_modules node "$root/scripts/dev/check_board.mjs" "$url" "$(command -v chromium)" "$shots"
+if [[ ${TFM_BOARD_SCREENSHOT:-0} == 1 ]]; then cp "$shots/board.png" "$root/docs/board.png"; fi
+echo "check_board.sh: passed (screenshots in $shots)"

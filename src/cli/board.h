@@ -1,0 +1,61 @@
+// `tfm board`'s parts shared by its two files: the run directories it serves (board.cpp) and the model
+// work it does on request (board_model.cpp), bounded in time, size, concurrency and memory.
+#pragma once
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tfm/training/run_dir.h"
+
+namespace tfm::cli {
+
+// Caps on what one request may ask the model for.
+constexpr int64_t kBoardMaxPromptBytes = 2048;
+constexpr int64_t kBoardMaxNewTokens = 512;
+constexpr int64_t kBoardMaxTopK = 1000;
+constexpr int64_t kBoardMaxBeam = 8;
+// Requests for one run that may wait behind the one being evaluated; past it the answer is 429. All runs
+// together share one evaluation at a time (the cores are shared), with at most kBoardMaxQueued waiting
+// (503 past it).
+constexpr int kBoardMaxQueuedPerRun = 2;
+constexpr int kBoardMaxQueued = 8;
+
+// What a model request answers: an HTTP status and a JSON body ({"error": "..."} unless 200).
+struct BoardReply {
+  int status = 200;
+  nlohmann::json body;
+};
+
+// Loaded runs kept for the next request, least recently used dropped first once their parameters
+// (float32, 4 bytes each) pass the memory cap; a run whose checkpoint changed is loaded again.
+class BoardModels {
+ public:
+  explicit BoardModels(uint64_t memory_cap_bytes) : cap_(memory_cap_bytes) {}
+  // kind: "sample", "attention", "fill_mask", "translate"; request: the body's fields. Never throws.
+  BoardReply evaluate(const std::string& dir, const std::string& kind, const nlohmann::json& request);
+  uint64_t cached_bytes() const;
+
+ private:
+  struct Entry {
+    std::string dir;
+    std::string checkpoint_path;
+    double checkpoint_mtime = 0;
+    uint64_t bytes = 0;
+    std::shared_ptr<LoadedRun> run;
+  };
+  std::shared_ptr<LoadedRun> acquire(const std::string& dir);  // under eval_mutex_
+  BoardReply run_request(LoadedRun& run, const std::string& kind, const nlohmann::json& request);
+
+  uint64_t cap_;
+  mutable std::mutex cache_mutex_;  // guards cache_ and the queue counters
+  std::list<Entry> cache_;          // most recently used first
+  std::mutex eval_mutex_;           // one evaluation at a time
+  int queued_ = 0;
+  std::vector<std::pair<std::string, int>> queued_per_run_;
+};
+
+}  // namespace tfm::cli

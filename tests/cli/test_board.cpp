@@ -1,0 +1,338 @@
+// `tfm runs` and `tfm board` end to end, on run directories the test trains or damages: a finished run,
+// one stopped at its target, one with a corrupt checkpoint and one with a cut metrics line. The board's
+// JSON API per endpoint, then hostile HTTP: traversal spellings, oversized request line and headers, a
+// stalled half request, 50 concurrent clients, and SIGINT.
+#include <arpa/inet.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli_run.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using tfm_test::run_tfm;
+
+namespace {
+
+// Trains the tiny model of tests/tiny_runs.h into root/name with extra `sets`.
+void board_train(const std::string& root, const std::string& name, const std::string& sets) {
+  const tfm_test::CliRun r =
+      run_tfm("train --config configs/tiny.json --out " + root + "/" + name +
+              " --set model.d_model=8 --set model.n_layers=1 --set model.n_heads=2 --set model.max_seq_len=8"
+              " --set train.seq_len=8 --set train.max_steps=6 --set train.eval_interval=3 --set "
+              "train.log_interval=1 " +
+              sets);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+}
+
+// The four runs: done, target (stopped at train.target_loss), corrupt (checkpoints cut), cut_metrics.
+const std::string& board_runs_root() {
+  static const std::string root = [] {
+    const std::string dir = tfm_test::scratch_path("board", "runs");
+    board_train(dir, "done", "");
+    board_train(dir, "target", "--set train.target_loss=100");
+    board_train(dir, "corrupt", "--set train.optimizer.lr=0.01");
+    for (const char* f : {"last.ckpt", "best.ckpt"}) fs::resize_file(dir + "/corrupt/" + f, 100);
+    board_train(dir, "cut_metrics", "");
+    std::ofstream(dir + "/cut_metrics/metrics.jsonl", std::ios::app) << "{\"step\": 7, \"train_lo";
+    return dir;
+  }();
+  return root;
+}
+
+// A `tfm board` process on a free port, stopped (SIGINT) at scope exit if still running.
+struct BoardProcess {
+  pid_t pid = -1;
+  int port = 0;
+  std::string log;
+  explicit BoardProcess(const std::string& args) {
+    log = tfm_test::scratch_path("board", "log_" + std::to_string(::getpid()));
+    pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      const std::string cmd =
+          std::string("exec '") + TFM_BINARY + "' board --port 0 " + args + " > '" + log + "' 2>&1";
+      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    // "tfm board: http://HOST:PORT/ ..."
+    for (int i = 0; i < 200 && port == 0; ++i) {
+      const std::string out = tfm_test::read_file(log);
+      const size_t at = out.find("http://");
+      const size_t slash = at == std::string::npos ? std::string::npos : out.find('/', at + 7);
+      if (slash != std::string::npos)
+        port = std::stoi(out.substr(out.rfind(':', slash) + 1));
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    INFO(tfm_test::read_file(log));
+    REQUIRE(port > 0);
+  }
+  // SIGINT, then the exit status (-1 when it did not stop within 10 s).
+  int stop() {
+    if (pid <= 0) return -1;
+    ::kill(pid, SIGINT);
+    for (int i = 0; i < 200; ++i) {
+      int st = 0;
+      if (::waitpid(pid, &st, WNOHANG) == pid) {
+        pid = -1;
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    pid = -1;
+    return -1;
+  }
+  ~BoardProcess() { stop(); }
+};
+
+json board_get(httplib::Client& c, const std::string& path, int expected = 200) {
+  const auto res = c.Get(path.c_str());
+  REQUIRE(res);
+  INFO(path << " -> " << res->status << " " << res->body);
+  CHECK(res->status == expected);
+  return json::parse(res->body, nullptr, false);
+}
+
+json board_post(httplib::Client& c, const std::string& path, const json& body, int expected = 200) {
+  const auto res = c.Post(path.c_str(), body.dump(), "application/json");
+  REQUIRE(res);
+  INFO(path << " " << body.dump() << " -> " << res->status << " " << res->body);
+  CHECK(res->status == expected);
+  return json::parse(res->body, nullptr, false);
+}
+
+// Sends `request` raw and returns what the server answers before it closes (up to 64 KiB, 10 s).
+std::string board_raw(int port, const std::string& request, bool half_close = false) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  const timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  if (half_close) ::shutdown(fd, SHUT_WR);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while (out.size() < 65536 && (n = ::recv(fd, buf, sizeof buf, 0)) > 0)
+    out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return out;
+}
+
+// The name the board lists a run of board_runs_root() by: the root's own name, then the run's.
+std::string board_name(const std::string& run) {
+  return fs::path(board_runs_root()).filename().string() + "/" + run;
+}
+
+const json& board_run(const json& listing, const std::string& name) {
+  for (const json& r : listing["runs"])
+    if (r["name"] == name) return r;
+  FAIL("no run " << name << " in " << listing.dump());
+  return listing;
+}
+
+}  // namespace
+
+TEST_CASE("tfm runs: the table, --json, --sort and --diff on trained and damaged runs", "[board][slow]") {
+  const std::string& root = board_runs_root();
+  tfm_test::CliRun r = run_tfm("runs " + root);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  for (const char* want : {"runs/done ", "finished", "stopped: target", "runs/corrupt ", "checkpoint",
+                           "runs/cut_metrics", "unreadable line"})
+    CHECK(r.out.find(want) != std::string::npos);
+
+  r = run_tfm("runs " + root + " --json --sort best_val_loss");
+  REQUIRE(r.status == 0);
+  const json runs = json::parse(r.out);
+  REQUIRE(runs.size() == 4);
+  for (size_t i = 1; i < runs.size(); ++i)
+    if (!runs[i]["best_val_loss"].is_null()) CHECK(runs[i - 1]["best_val_loss"] <= runs[i]["best_val_loss"]);
+
+  r = run_tfm("runs " + root + " --sort speed");
+  CHECK(r.status == 2);
+  CHECK(r.out.find("--sort") != std::string::npos);
+  CHECK(run_tfm("runs " + root + "/nowhere").status == 2);
+
+  r = run_tfm("runs --diff " + root + "/done " + root + "/target");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("train.target_loss") != std::string::npos);
+  CHECK(r.out.find("best_val_loss") != std::string::npos);
+  CHECK(r.out.find("model.d_model") == std::string::npos);  // equal keys are not listed
+  r = run_tfm("runs --json --diff " + root + "/done " + root + "/corrupt");
+  REQUIRE(r.status == 0);
+  const json diff = json::parse(r.out);
+  REQUIRE(diff["config"].size() == 1);
+  CHECK(diff["config"][0]["key"] == "train.optimizer.lr");
+  CHECK(run_tfm("runs --diff " + root + "/done " + root + "/nowhere").status == 2);
+}
+
+TEST_CASE("tfm board: the JSON API per endpoint on finished, stopped, corrupt and cut runs",
+          "[board][slow]") {
+  const std::string& root = board_runs_root();
+  BoardProcess board("--runs " + root);
+  httplib::Client c("127.0.0.1", board.port);
+  c.set_read_timeout(60, 0);
+
+  const json listing = board_get(c, "/api/runs");
+  REQUIRE(listing["runs"].size() == 4);
+  CHECK(board_run(listing, board_name("done"))["status"] == "finished");
+  CHECK(board_run(listing, board_name("done"))["step"] == 6);
+  CHECK(board_run(listing, board_name("target"))["status"] == "stopped: target");
+  CHECK(board_run(listing, board_name("corrupt"))["status"] == "interrupted");
+  CHECK(board_run(listing, board_name("corrupt"))["problems"].size() == 1);
+  CHECK(board_run(listing, board_name("cut_metrics"))["problems"][0].get<std::string>().find(
+            "metrics.jsonl") == 0);
+
+  json m = board_get(c, "/api/metrics?run=" + board_name("done"));
+  CHECK(m["series"]["train_loss"]["step"] == json({1, 2, 3, 4, 5, 6}));
+  CHECK(m["series"]["val_loss"]["step"] == json({3, 6}));
+  CHECK(m["last_step"] == 6);
+  m = board_get(c, "/api/metrics?run=" + board_name("done") + "&since=4");
+  CHECK(m["series"]["train_loss"]["step"] == json({5, 6}));
+  m = board_get(c, "/api/metrics?run=" + board_name("done") + "&max_points=2");
+  CHECK(m["series"]["train_loss"]["step"].size() == 2);
+  CHECK(board_get(c, "/api/metrics?run=" + board_name("cut_metrics"))["skipped_lines"] == 1);
+  board_get(c, "/api/metrics?run=" + board_name("done") + "&since=x", 400);
+  board_get(c, "/api/metrics?run=nothing", 404);
+
+  CHECK(board_get(c, "/api/config?run=" + board_name("done"))["config"]["model"]["d_model"] == 8);
+  const json d = board_get(c, "/api/diff?run=" + board_name("done") + "&run=" + board_name("target") +
+                                  "&run=" + board_name("corrupt"));
+  REQUIRE(d["keys"].size() == 2);
+  CHECK(d["keys"][0]["key"] == "train.optimizer.lr");
+  CHECK(d["keys"][1]["key"] == "train.target_loss");
+  board_get(c, "/api/diff?run=" + board_name("done"), 400);
+
+  const auto log = c.Get(("/api/file?run=" + board_name("done") + "&path=train.log").c_str());
+  REQUIRE(log);
+  CHECK(log->status == 200);
+  CHECK(log->body.find("tfm train") != std::string::npos);
+  board_get(c, "/api/file?run=" + board_name("done") + "&path=last.ckpt", 403);  // weights are not served
+
+  json s =
+      board_post(c, "/api/model/sample", {{"run", board_name("done")}, {"prompt", "RO"}, {"max_tokens", 5}});
+  CHECK(s["prompt"] == "RO");
+  CHECK(!s["text"].get<std::string>().empty());
+  s = board_post(c, "/api/model/attention", {{"run", board_name("done")}, {"text", "ROMEO"}});
+  REQUIRE(s["layers"].size() == 1);
+  CHECK(s["layers"][0]["probabilities"].size() == 2);  // heads
+  CHECK(s["layers"][0]["output_similarity"].size() == 2);
+  CHECK(s["tokens"].size() == 5);
+  board_post(c, "/api/model/sample", {{"run", board_name("done")}, {"max_tokens", 100000}}, 400);
+  board_post(c, "/api/model/sample", {{"run", board_name("done")}, {"prompt", std::string(5000, 'a')}}, 400);
+  board_post(c, "/api/model/fill_mask", {{"run", board_name("done")}, {"text", "a[MASK]"}},
+             400);                                                            // a causal_lm run
+  board_post(c, "/api/model/sample", {{"run", board_name("corrupt")}}, 409);  // its checkpoints are cut
+  board_post(c, "/api/model/sample", {{"run", "../etc"}}, 404);
+  const auto bad_body = c.Post("/api/model/sample", "not json", "application/json");
+  REQUIRE(bad_body);
+  CHECK(bad_body->status == 400);
+  board_get(c, "/api/nothing", 404);
+  CHECK(c.Get("/")->body.find("tfm board") != std::string::npos);
+  CHECK(c.Get("/static/chart.js")->status == 200);
+  CHECK(board.stop() == 0);
+}
+
+TEST_CASE("tfm board: traversal, oversized and stalled requests, 50 clients, SIGINT", "[board][slow]") {
+  const std::string& root = board_runs_root();
+  // A symlink inside a run that leads out of it.
+  std::error_code ec;
+  fs::create_symlink("/etc/passwd", root + "/done/escape.txt", ec);
+  BoardProcess board("--runs " + root);
+  httplib::Client c("127.0.0.1", board.port);
+
+  for (const std::string& path : std::vector<std::string>{
+           "/api/file?run=" + board_name("done") + "&path=../target/train.log",
+           "/api/file?run=" + board_name("done") + "&path=%2e%2e/target/train.log",
+           "/api/file?run=" + board_name("done") + "&path=..%2ftarget%2ftrain.log",
+           "/api/file?run=" + board_name("done") + "&path=/etc/passwd",
+           "/api/file?run=" + board_name("done") + "&path=%2fetc%2fpasswd",
+           "/api/file?run=" + board_name("done") + "&path=escape.txt", "/api/file?run=..&path=etc/passwd",
+           "/api/file?run=" + board_name("done") + "&path=", "/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd",
+           "/static/..%2f..%2fCMakeLists.txt", "/static/../board.js"}) {
+    const auto res = c.Get(path.c_str());
+    REQUIRE(res);
+    INFO(path << " -> " << res->status << " " << res->body.substr(0, 200));
+    CHECK(res->status >= 400);
+    CHECK(res->status < 500);
+    CHECK(res->body.find("root:") == std::string::npos);
+  }
+  // Another Host (DNS rebinding) is refused.
+  CHECK(board_raw(board.port, "GET /api/runs HTTP/1.1\r\nHost: evil.example:80\r\nConnection: close\r\n\r\n")
+            .rfind("HTTP/1.1 403", 0) == 0);
+  // An oversized request line and an oversized header: refused, not served.
+  const std::string long_line = board_raw(
+      board.port, "GET /api/runs?x=" + std::string(20000, 'a') + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  CHECK(long_line.find("HTTP/1.1 200") == std::string::npos);
+  const std::string long_header =
+      board_raw(board.port, "GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + std::string(20000, 'b') +
+                                "\r\n\r\n");
+  CHECK(long_header.find("HTTP/1.1 200") == std::string::npos);
+  const std::string big_body = board_raw(
+      board.port, "POST /api/model/sample HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10000000\r\n\r\n{");
+  CHECK(big_body.rfind("HTTP/1.1 413", 0) == 0);
+
+  // A stalled half request is dropped within the read timeout, while others are served meanwhile.
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread stalled([&] { board_raw(board.port, "GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n"); });
+  CHECK(c.Get("/api/runs")->status == 200);
+  stalled.join();
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(9));
+
+  // 50 clients polling at once.
+  std::atomic<int> ok{0}, failed{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 50; ++i)
+    clients.emplace_back([&, i] {
+      httplib::Client mine("127.0.0.1", board.port);
+      mine.set_read_timeout(20, 0);
+      for (int k = 0; k < 4; ++k) {
+        const std::string path = i % 2 ? "/api/runs" : "/api/metrics?run=" + board_name("done") + "&since=2";
+        const auto res = mine.Get(path.c_str());
+        (res && res->status == 200 ? ok : failed)++;
+      }
+    });
+  for (std::thread& t : clients) t.join();
+  CHECK(ok == 200);
+  CHECK(failed == 0);
+
+  CHECK(board.stop() == 0);
+  CHECK(tfm_test::read_file(board.log).find("tfm board: stopped") != std::string::npos);
+}
+
+TEST_CASE("tfm board: refuses a missing directory and warns when opened to the network", "[board]") {
+  tfm_test::CliRun r = run_tfm("board --runs /nonexistent_tfm_dir --port 0");
+  CHECK(r.status == 2);
+  CHECK(r.out.find("--runs /nonexistent_tfm_dir") != std::string::npos);
+  r = run_tfm("board --port 70000");
+  CHECK(r.status == 2);
+  CHECK(r.out.find("--port") != std::string::npos);
+  tfm_test::TempDir tmp("board_host");
+  BoardProcess board("--runs " + tmp.path + " --host 0.0.0.0");
+  CHECK(board.stop() == 0);
+  CHECK(tfm_test::read_file(board.log).find("anyone who can reach this port") != std::string::npos);
+}
