@@ -16,7 +16,7 @@
 namespace tfm {
 namespace {
 
-ModelConfig checked(ModelConfig c) {
+ModelConfig checked_seq2seq_config(ModelConfig c) {
   c = resolved(c);
   check_model_config(c, "Seq2SeqModel");
   TFM_CHECK(c.vocab_size > 0 && c.source_vocab_size > 0, "Seq2SeqModel", "vocab_size ", c.vocab_size,
@@ -42,8 +42,8 @@ Tensor select_batch_rows(const Tensor& t, const std::vector<int64_t>& rows) {
 }
 
 // The module tree, registered in the order of seq2seq.h's parameter names.
-struct Network : Module {
-  explicit Network(const ModelConfig& c)
+struct Seq2SeqNetwork : Module {
+  explicit Seq2SeqNetwork(const ModelConfig& c)
       : config(c), src_emb(c.source_vocab_size, c.d_model), tgt_emb(c.vocab_size, c.d_model) {
     const bool learned = c.positional_encoding == PositionalEncoding::Learned;
     register_module("src_emb", &src_emb);
@@ -105,7 +105,7 @@ struct Network : Module {
 
 struct Seq2SeqModel::Impl {
   explicit Impl(const ModelConfig& c) : net(c) {}
-  Network net;
+  Seq2SeqNetwork net;
   bool record_attention = false;
   std::vector<Tensor> encoder_probs, self_probs, cross_probs;
 
@@ -126,7 +126,7 @@ struct Seq2SeqModel::Impl {
 };
 
 Seq2SeqModel::Seq2SeqModel(const ModelConfig& config, uint64_t init_seed)
-    : impl_(std::make_unique<Impl>(checked(config))) {
+    : impl_(std::make_unique<Impl>(checked_seq2seq_config(config))) {
   const ModelConfig& c = impl_->net.config;
   adopt_parameters(impl_->net, init_seed, c.n_encoder_layers + c.n_decoder_layers);
 }
@@ -165,7 +165,7 @@ FlopCount Seq2SeqModel::flops_per_token(const ModelConfig& c, int64_t src_len, i
 
 Tensor Seq2SeqModel::encode(const std::vector<int32_t>& src, const std::vector<int64_t>& src_lengths,
                             int64_t B, int64_t S) {
-  Network& net = impl_->net;
+  Seq2SeqNetwork& net = impl_->net;
   net.check_source(src_lengths, B, S, "Seq2SeqModel::encode");
   Tensor x = embed_with_positions(net, net.src_emb, net.pe.get(), net.src_pos.get(), net.config.max_seq_len,
                                   src, B, S, 0, net.config.dropout,
@@ -177,7 +177,7 @@ Tensor Seq2SeqModel::encode(const std::vector<int32_t>& src, const std::vector<i
 
 Tensor Seq2SeqModel::decode(const Tensor& memory, const std::vector<int64_t>& src_lengths,
                             const std::vector<int32_t>& tgt_in, int64_t T) {
-  Network& net = impl_->net;
+  Seq2SeqNetwork& net = impl_->net;
   TFM_CHECK(memory.dim() == 3 && memory.size(2) == net.config.d_model, "Seq2SeqModel::decode",
             "expected memory (B, S, ", net.config.d_model, "), got ", shape_str(memory.shape()));
   const int64_t B = memory.size(0);
@@ -197,7 +197,7 @@ Tensor Seq2SeqModel::forward(const std::vector<int32_t>& src, const std::vector<
 
 Seq2SeqCache Seq2SeqModel::make_cache(const Tensor& memory, const std::vector<int64_t>& src_lengths) const {
   NoGradGuard no_grad;
-  const Network& net = impl_->net;
+  const Seq2SeqNetwork& net = impl_->net;
   const ModelConfig& c = net.config;
   TFM_CHECK(memory.dim() == 3 && memory.size(2) == c.d_model, "Seq2SeqModel::make_cache",
             "expected memory (B, S, ", c.d_model, "), got ", shape_str(memory.shape()));
@@ -219,7 +219,7 @@ Seq2SeqCache Seq2SeqModel::make_cache(const Tensor& memory, const std::vector<in
 
 Tensor Seq2SeqModel::forward_cached(Seq2SeqCache& cache, const std::vector<int32_t>& tgt, int64_t T_new) {
   NoGradGuard no_grad;  // decoding only
-  Network& net = impl_->net;
+  Seq2SeqNetwork& net = impl_->net;
   Tensor y = embed_with_positions(net, net.tgt_emb, net.pe.get(), net.tgt_pos.get(), net.config.max_seq_len,
                                   tgt, cache.rows, T_new, cache.length, net.config.dropout,
                                   "Seq2SeqModel::forward_cached");  // (R, T_new, C)

@@ -22,7 +22,7 @@ namespace {
 
 using Run = tfm_test::CliRun;
 // Runs `tfm ARGS` from the repository root (tests/cli_run.h).
-Run tfm(const std::string& args) {
+Run run_cli(const std::string& args) {
   return tfm_test::run_tfm(args);
 }
 
@@ -37,7 +37,7 @@ std::string temp_dir(const std::string& name) {
 
 TEST_CASE("cli: train, eval, sample and resume on the tiny config", "[cli]") {
   const std::string dir = temp_dir("e2e") + "/run";
-  Run r = tfm("train --config configs/tiny.json --out " + dir + " --set train.max_steps=30");
+  Run r = run_cli("train --config configs/tiny.json --out " + dir + " --set train.max_steps=30");
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("step 30/30"));
@@ -45,32 +45,48 @@ TEST_CASE("cli: train, eval, sample and resume on the tiny config", "[cli]") {
   for (const char* f : {"config.json", "last.ckpt", "best.ckpt", "train.log", "metrics.jsonl"})
     CHECK(fs::exists(dir + "/" + f));
 
-  r = tfm("eval --run " + dir + " --batches 3");
+  r = run_cli("eval --run " + dir + " --batches 3");
   INFO(r.out);
   CHECK(r.status == 0);
   CHECK_THAT(r.out, Catch::StartsWith("val loss "));
-  r = tfm("eval --run " + dir + " --split train --checkpoint best");
+  r = run_cli("eval --run " + dir + " --split train --checkpoint best");
   CHECK(r.status == 0);
   CHECK_THAT(r.out, Catch::StartsWith("train loss "));
 
-  const Run s1 = tfm("sample --run " + dir + " --prompt 'First Citizen:' --max-new-tokens 50 --seed 7");
-  const Run s2 = tfm("sample --run " + dir + " --prompt 'First Citizen:' --max-new-tokens 50 --seed 7");
+  const Run s1 = run_cli("sample --run " + dir + " --prompt 'First Citizen:' --max-new-tokens 50 --seed 7");
+  const Run s2 = run_cli("sample --run " + dir + " --prompt 'First Citizen:' --max-new-tokens 50 --seed 7");
   CHECK(s1.status == 0);
   CHECK_THAT(s1.out, Catch::StartsWith("First Citizen:"));
   CHECK(s1.out.size() > 50);
   CHECK(s1.out == s2.out);
 
   // Resume continues to a higher max_steps; a model key may not change.
-  r = tfm("train --resume " + dir + " --set train.max_steps=40");
+  r = run_cli("train --resume " + dir + " --set train.max_steps=40");
   CHECK(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("step 40/40"));
-  r = tfm("train --resume " + dir + " --set model.n_layers=3");
+  r = run_cli("train --resume " + dir + " --set model.n_layers=3");
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("model.n_layers: cannot change when resuming"));
   // A new run into the same directory would overwrite it: refused.
-  r = tfm("train --config configs/tiny.json --out " + dir);
+  r = run_cli("train --config configs/tiny.json --out " + dir);
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("already holds a run"));
+}
+
+// The tests start tfm with TFM_NO_REEXEC=1 (CMakeLists.txt); a user's tfm restarts itself once with its
+// OpenBLAS and OpenMP settings (src/engine/platform.cpp): here it does, as for a user.
+TEST_CASE("cli: tfm restarts once with its OpenBLAS and OpenMP settings and says so", "[cli]") {
+  const std::string dir = temp_dir("reexec") + "/run";
+  const Run r = tfm_test::run_shell(
+      std::string(
+          "env -u TFM_NO_REEXEC -u TFM_REEXEC -u OPENBLAS_CORETYPE -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT '") +
+      TFM_BINARY + "' train --config configs/tiny.json --out " + dir + " --set train.max_steps=1");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  const std::string expected = __builtin_cpu_supports("avx512f")
+                                   ? "(restarted with OPENBLAS_CORETYPE=SkylakeX GOMP_SPINCOUNT=10000;"
+                                   : "(restarted with GOMP_SPINCOUNT=10000;";
+  CHECK_THAT(r.out, Catch::Contains(expected));
 }
 
 TEST_CASE("cli: bad input exits 2 naming the key or file", "[cli]") {
@@ -103,7 +119,7 @@ TEST_CASE("cli: bad input exits 2 naming the key or file", "[cli]") {
       {"train --config configs/tiny.json --bogus-flag", ""},
   };
   for (const auto& c : cases) {
-    const Run r = tfm(c.args);
+    const Run r = run_cli(c.args);
     INFO(c.args << "\n" << r.out);
     CHECK(r.status == 2);
     CHECK_THAT(r.out, Catch::Contains(c.fragment));
@@ -113,32 +129,32 @@ TEST_CASE("cli: bad input exits 2 naming the key or file", "[cli]") {
 }
 
 TEST_CASE("cli: help teaches by example, config and info print", "[cli]") {
-  Run r = tfm("--help");
+  Run r = run_cli("--help");
   CHECK(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("Examples:") &&
                         Catch::Contains("tfm train --config configs/shakespeare_char.json"));
-  r = tfm("train --help");
+  r = run_cli("train --help");
   CHECK(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("--resume"));
-  r = tfm("config --keys");
+  r = run_cli("config --keys");
   CHECK(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("| `model.d_model` | integer | `128` |"));
-  r = tfm("config --config configs/tiny.json --set train.max_steps=7");
+  r = run_cli("config --config configs/tiny.json --set train.max_steps=7");
   CHECK(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("\"max_steps\": 7") && Catch::Contains("\"n_kv_heads\": 4"));
-  r = tfm("info --config configs/tiny.json");
+  r = run_cli("info --config configs/tiny.json");
   INFO(r.out);
   CHECK(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("parameters:") && Catch::Contains("FLOPs per token") &&
                         Catch::Contains("memory"));
   CHECK_THAT(r.out, !Catch::Contains("Newton-Schulz"));
   // Muon's Newton-Schulz FLOPs per step, apart from the model's.
-  r = tfm("info --config configs/tiny.json --set train.optimizer.name=muon");
+  r = run_cli("info --config configs/tiny.json --set train.optimizer.name=muon");
   INFO(r.out);
   CHECK(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("optimizer muon:") && Catch::Contains("Newton-Schulz") &&
                         Catch::Contains("not counted in MFU"));
-  r = tfm("info --config configs/tiny.json --set train.optimizer.name=muon --json");
+  r = run_cli("info --config configs/tiny.json --set train.optimizer.name=muon --json");
   CHECK(r.status == 0);
   CHECK(nlohmann::json::parse(r.out).at("newton_schulz_flops_per_step").get<double>() > 0);
 }
@@ -157,10 +173,11 @@ TEST_CASE("cli: info takes the vocabulary from the data when the file is too sho
     REQUIRE(r.out.find('{') != std::string::npos);
     return nlohmann::json::parse(r.out.substr(r.out.find('{'))).at("vocab_size").get<int64_t>();
   };
-  CHECK(vocab_of(tfm(info + "/short.txt")) == 11);
-  CHECK(vocab_of(tfm(info + "/short.txt --set train.objective=masked_lm --set model.causal=false")) == 12);
-  CHECK(vocab_of(tfm(info + "/short.txt --set data.tokenizer=byte")) == 256);
-  const tfm_test::CliRun empty = tfm(info + "/empty.txt");
+  CHECK(vocab_of(run_cli(info + "/short.txt")) == 11);
+  CHECK(vocab_of(run_cli(info + "/short.txt --set train.objective=masked_lm --set model.causal=false")) ==
+        12);
+  CHECK(vocab_of(run_cli(info + "/short.txt --set data.tokenizer=byte")) == 256);
+  const tfm_test::CliRun empty = run_cli(info + "/empty.txt");
   CHECK(empty.status == 2);
   CHECK_THAT(empty.out, Catch::Contains("data.path: " + dir + "/empty.txt holds no text"));
 }
@@ -198,9 +215,9 @@ TEST_CASE("cli: SIGINT checkpoints and exits 0 and a NaN exits 3", "[cli]") {
                             Catch::Contains("tfm train --resume " + dir + "/run"));
   CHECK(fs::exists(dir + "/run/last.ckpt"));
 
-  const Run r =
-      tfm("train --config configs/tiny.json --out " + dir + "/nan --set train.optimizer.lr=1e30 " +
-          "--set train.lr_schedule.warmup_steps=0 --set train.grad_clip=0 --set train.checkpoint_interval=1");
+  const Run r = run_cli(
+      "train --config configs/tiny.json --out " + dir + "/nan --set train.optimizer.lr=1e30 " +
+      "--set train.lr_schedule.warmup_steps=0 --set train.grad_clip=0 --set train.checkpoint_interval=1");
   INFO(r.out);
   CHECK(r.status == 3);
   CHECK_THAT(r.out, Catch::Contains("training stopped") && Catch::Contains("untouched"));

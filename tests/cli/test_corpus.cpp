@@ -20,7 +20,7 @@ using tfm_test::read_file;
 using tfm_test::run_tfm;
 using tfm_test::TempDir;
 
-void write(const std::string& path, const std::string& bytes) {
+void write_corpus_file(const std::string& path, const std::string& bytes) {
   fs::create_directories(fs::path(path).parent_path());
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
 }
@@ -32,7 +32,8 @@ std::string folder_corpus(const TempDir& tmp) {
   const std::string root = tmp.path + "/corpus";
   const size_t part = text.size() / 6;
   for (int i = 0; i < 4; ++i)
-    write(root + (i < 2 ? "/acts/" : "/more/") + std::to_string(i) + ".txt", text.substr(part * i, part));
+    write_corpus_file(root + (i < 2 ? "/acts/" : "/more/") + std::to_string(i) + ".txt",
+                      text.substr(part * i, part));
   std::string lines;
   for (int i = 4; i < 6; ++i) lines += nlohmann::json{{"content", text.substr(part * i, part)}}.dump() + "\n";
   gzFile gz = gzopen((root + "/records.jsonl.gz").c_str(), "wb");
@@ -75,7 +76,7 @@ TEST_CASE("corpus: train and sample on a folder of text and compressed JSON Line
   CHECK_THAT(r.out, Catch::StartsWith("ROMEO:"));
 
   // A bad record: named with its file and line, exit 2, before any training.
-  write(root + "/more/bad.jsonl", "{\"content\": \"fine\"}\n{\"content\": 3}\n");
+  write_corpus_file(root + "/more/bad.jsonl", "{\"content\": \"fine\"}\n{\"content\": 3}\n");
   r = run_tfm("train --config configs/tiny.json --out " + tmp.path + "/run2" + sets);
   CHECK(r.status == 2);
   CHECK_THAT(r.out,

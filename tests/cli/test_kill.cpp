@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli_run.h"
 #include "tfm/engine/platform.h"
 
 namespace fs = std::filesystem;
@@ -30,18 +31,7 @@ namespace {
 
 constexpr int kSteps = 40;
 
-struct TempDir {
-  std::string path;
-  explicit TempDir(const std::string& name)
-      : path("/tmp/tfm_test_kill_" + std::to_string(::getpid()) + "_" + name) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using tfm_test::TempDir;
 
 // Starts `tfm ARGS...` from the repository root with its output in `log`.
 pid_t spawn(const std::vector<std::string>& args, const std::string& log) {

@@ -17,7 +17,7 @@ namespace {
 
 using tfm_test::CliRun;
 
-void write(const std::string& path, const std::string& text) {
+void write_message_file(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
 }
 
@@ -33,7 +33,8 @@ std::vector<std::string> lines_of(const std::string& text) {
 TEST_CASE("messages: a path holding a NUL byte is named as such, not cut at the NUL", "[messages][cli]") {
   const std::string dir = tfm_test::scratch_path("messages", "nul");
   fs::create_directories(dir);
-  write(dir + "/nul.json", R"({"data": {"path": "abc\u0000def"}, "output": {"dir": ")" + dir + R"(/run"}})");
+  write_message_file(dir + "/nul.json",
+                     R"({"data": {"path": "abc\u0000def"}, "output": {"dir": ")" + dir + R"(/run"}})");
   for (const std::string& args : std::vector<std::string>{
            "train --config " + dir + "/nul.json",
            "train --config configs/tiny.json --out " + dir + "/run --set 'data.path=\"abc\\u0000def\"'",
@@ -149,7 +150,7 @@ TEST_CASE("messages: data.tokenizer_path suggests making a tokenizer only where 
                  Catch::Contains("(make one with: tfm tokenizer train --data FILE --vocab-size N --out " +
                                  dir + "/missing.json)"));
   // A config, a text: files of another kind, which tfm tokenizer train --out would overwrite.
-  write(dir + "/corpus.txt", "some text, not a tokenizer\n");
+  write_message_file(dir + "/corpus.txt", "some text, not a tokenizer\n");
   for (const std::string& file : {std::string("configs/tiny.json"), dir + "/corpus.txt"}) {
     r = tfm_test::run_tfm(bpe + file);
     INFO(r.out);
@@ -233,7 +234,7 @@ TEST_CASE("messages: a NUL byte inside a message is shown escaped, not the end o
   const std::string header = R"({"a\u0000b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
   std::string bytes(8, '\0');
   for (size_t i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xFF);
-  write(path, bytes + header + std::string(4, '\0'));
+  write_message_file(path, bytes + header + std::string(4, '\0'));
   const CliRun r = tfm_test::run_tfm("sample --run " + tfm_test::causal_run() + " --init-from " + path);
   INFO(r.out);
   CHECK(r.status == 2);

@@ -28,21 +28,9 @@ Run cli(const std::string& args) {
   return tfm_test::run_tfm(args);
 }
 
-// A fresh per-process directory, removed when the test binary exits.
-struct TempDir {
-  std::string path;
-  explicit TempDir(const std::string& name)
-      : path("/tmp/tfm_test_rel_" + std::to_string(::getpid()) + "_" + name) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using tfm_test::TempDir;
 
-void write(const std::string& path, const std::string& bytes) {
+void write_reliability_file(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
 }
 
@@ -62,22 +50,22 @@ TEST_CASE("reliability: bad configs exit 2 naming the key or file", "[reliabilit
   TempDir tmp("configs");
   const std::string d = tmp.path;
   // Files the configs point at.
-  write(d + "/empty.txt", "");
-  write(d + "/short.txt", "abc");
+  write_reliability_file(d + "/empty.txt", "");
+  write_reliability_file(d + "/short.txt", "abc");
   std::string bad_utf8;  // invalid UTF-8 (\xc3 then '(') in a text long enough for several batches
   for (int i = 0; i < 60; ++i) bad_utf8 += "hello \xc3\x28 world, long enough to hold a batch or two. ";
-  write(d + "/bad_utf8.txt", bad_utf8);
-  write(d + "/a_file", "not a directory");
-  write(d + "/empty.json", "");
-  write(d + "/blank.json", "  \n\t\n");
-  write(d + "/syntax.json", "{\n  \"seed\": 1,\n  \"model\": {\"d_model\": 32,,}\n}");
-  write(d + "/unclosed.json", "{\"train\": {\"max_steps\": 5}");
-  write(d + "/trailing.json", "{\"seed\": 1} xyz");
-  write(d + "/dup.json", "{\"seed\": 1, \"seed\": 2}");
-  write(d + "/overflow.json", "{\"seed\": 1e999}");
-  write(d + "/not_utf8.json", "{\"output\": {\"dir\": \"r\xff\xfe\"}}");
-  write(d + "/array.json", "[1, 2, 3]");
-  write(d + "/deep.json", std::string(200, '[') + std::string(200, ']'));
+  write_reliability_file(d + "/bad_utf8.txt", bad_utf8);
+  write_reliability_file(d + "/a_file", "not a directory");
+  write_reliability_file(d + "/empty.json", "");
+  write_reliability_file(d + "/blank.json", "  \n\t\n");
+  write_reliability_file(d + "/syntax.json", "{\n  \"seed\": 1,\n  \"model\": {\"d_model\": 32,,}\n}");
+  write_reliability_file(d + "/unclosed.json", "{\"train\": {\"max_steps\": 5}");
+  write_reliability_file(d + "/trailing.json", "{\"seed\": 1} xyz");
+  write_reliability_file(d + "/dup.json", "{\"seed\": 1, \"seed\": 2}");
+  write_reliability_file(d + "/overflow.json", "{\"seed\": 1e999}");
+  write_reliability_file(d + "/not_utf8.json", "{\"output\": {\"dir\": \"r\xff\xfe\"}}");
+  write_reliability_file(d + "/array.json", "[1, 2, 3]");
+  write_reliability_file(d + "/deep.json", std::string(200, '[') + std::string(200, ']'));
   struct Case {
     std::string args, fragment;
   };
@@ -215,7 +203,7 @@ TEST_CASE("reliability: corrupt checkpoints are rejected with a clear message", 
 
   // Through the CLI: a few of them in place of last.ckpt give exit 2 naming the file, no crash.
   for (size_t i : {size_t{3}, size_t{15}, cases.size() - 4}) {
-    write(d + "/run/last.ckpt", cases[i].bytes);
+    write_reliability_file(d + "/run/last.ckpt", cases[i].bytes);
     const Run r = cli("eval --run " + d + "/run");
     INFO(cases[i].name << "\n" << r.out);
     CHECK(r.status == 2);

@@ -10,7 +10,7 @@
 
 namespace {
 
-void write(const std::string& path, const std::string& text) {
+void write_script_input(const std::string& path, const std::string& text) {
   std::ofstream(path) << text;
 }
 
@@ -19,27 +19,28 @@ void write(const std::string& path, const std::string& text) {
 TEST_CASE("scripts: profile_categories.py sorts perf samples into a step's parts", "[scripts]") {
   tfm_test::TempDir tmp("scripts_profile");
   // A train.log whose steps 3-4 average 20 ms (steps up to 2 are skipped, as profile.sh asks).
-  write(tmp.path + "/train.log",
-        "[2026-11-23 16:53:07] [info] step 2/4 | loss 3.9 | lr 2.00e-04 | grad norm 1.6 | 90.0 ms/step | 1k "
-        "tok/s\n"
-        "[2026-11-23 16:53:07] [info] step 3/4 | loss 3.8 | lr 2.00e-04 | grad norm 1.6 | 18.0 ms/step | 1k "
-        "tok/s\n"
-        "[2026-11-23 16:53:07] [info] step 4/4 | val loss 3.7 (best 3.7)\n"
-        "[2026-11-23 16:53:07] [info] step 4/4 | loss 3.7 | lr 2.00e-04 | grad norm 1.6 | 22.0 ms/step | 1k "
-        "tok/s\n");
+  write_script_input(
+      tmp.path + "/train.log",
+      "[2026-11-23 16:53:07] [info] step 2/4 | loss 3.9 | lr 2.00e-04 | grad norm 1.6 | 90.0 ms/step | 1k "
+      "tok/s\n"
+      "[2026-11-23 16:53:07] [info] step 3/4 | loss 3.8 | lr 2.00e-04 | grad norm 1.6 | 18.0 ms/step | 1k "
+      "tok/s\n"
+      "[2026-11-23 16:53:07] [info] step 4/4 | val loss 3.7 (best 3.7)\n"
+      "[2026-11-23 16:53:07] [info] step 4/4 | loss 3.7 | lr 2.00e-04 | grad norm 1.6 | 22.0 ms/step | 1k "
+      "tok/s\n");
   // perf report --no-children --sort dso,sym -g none -t TAB; shares summing to 80% (perf's own
   // list is cut at a limit): the table is of the listed samples.
-  write(tmp.path + "/perf.txt",
-        "# Samples: 10K of event 'cpu-clock'\n"
-        "    40.00%\t[JIT] tid 123\t[.] 0x00007f19dc2dc23c\n"
-        "     8.00%\ttfm\t[.] tfm::(anonymous namespace)::round_rows_bf16<unsigned short>\n"
-        "     8.00%\tlibmvec.so.1\t[.] _ZGVeN16v_erff_skx\n"
-        "     4.00%\ttfm\t[.] tfm::Tensor::full\n"
-        "     4.00%\tlibgomp.so.1.0.0\t[.] 0x000000000001f7da\n"
-        "     4.00%\ttfm\t[.] tfm::kernels::layernorm_backward\n"
-        "     4.00%\t[kernel.kallsyms]\t[k] clear_page_erms\n"
-        "     4.00%\ttfm\t[.] tfm::Tensor::backward\n"
-        "     4.00%\ttfm\t[.] tfm::(anonymous namespace)::adamw_range\n");
+  write_script_input(tmp.path + "/perf.txt",
+                     "# Samples: 10K of event 'cpu-clock'\n"
+                     "    40.00%\t[JIT] tid 123\t[.] 0x00007f19dc2dc23c\n"
+                     "     8.00%\ttfm\t[.] tfm::(anonymous namespace)::round_rows_bf16<unsigned short>\n"
+                     "     8.00%\tlibmvec.so.1\t[.] _ZGVeN16v_erff_skx\n"
+                     "     4.00%\ttfm\t[.] tfm::Tensor::full\n"
+                     "     4.00%\tlibgomp.so.1.0.0\t[.] 0x000000000001f7da\n"
+                     "     4.00%\ttfm\t[.] tfm::kernels::layernorm_backward\n"
+                     "     4.00%\t[kernel.kallsyms]\t[k] clear_page_erms\n"
+                     "     4.00%\ttfm\t[.] tfm::Tensor::backward\n"
+                     "     4.00%\ttfm\t[.] tfm::(anonymous namespace)::adamw_range\n");
   const tfm_test::CliRun r =
       tfm_test::run_shell("/usr/bin/python3 scripts/dev/profile_categories.py '" + tmp.path +
                           "/train.log' 2 4 --json < '" + tmp.path + "/perf.txt'");

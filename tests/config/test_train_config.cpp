@@ -18,7 +18,7 @@ bool is_train_key(const KeySpec& k) {
   return k.path.rfind("train.", 0) == 0;
 }
 
-std::string error_of(const std::vector<std::string>& overrides) {
+std::string train_error_of(const std::vector<std::string>& overrides) {
   try {
     resolve_config(json::object(), overrides);
   } catch (const ConfigError& e) {
@@ -140,23 +140,23 @@ TEST_CASE("train config: bad values are refused naming the key and the allowed v
     if (!is_train_key(k)) continue;
     INFO(k.path);
     if (k.type == KeyType::String) {
-      const std::string e = error_of({k.path + "=not_a_name"});
+      const std::string e = train_error_of({k.path + "=not_a_name"});
       CHECK_THAT(e, Catch::StartsWith(k.path + ": expected one of "));
       for (const auto& c : k.choices) CHECK_THAT(e, Catch::Contains("\"" + c + "\""));
       CHECK_THAT(e, Catch::Contains("not_a_name"));
     } else if (k.type == KeyType::Integer || k.type == KeyType::Number) {
       REQUIRE(k.has_min);
-      const std::string e = error_of({k.path + "=" + std::to_string(k.min - 1)});
+      const std::string e = train_error_of({k.path + "=" + std::to_string(k.min - 1)});
       CHECK_THAT(e, Catch::StartsWith(k.path + ": expected "));
       CHECK_THAT(e, Catch::Contains(k.min_open ? "> " : ">= ") || Catch::Contains("in "));
     } else {
-      CHECK_THAT(error_of({k.path + "=\"yes\""}), Catch::StartsWith(k.path + ": expected "));
+      CHECK_THAT(train_error_of({k.path + "=\"yes\""}), Catch::StartsWith(k.path + ": expected "));
     }
   }
   // The enums' names come from their one spelling table.
-  CHECK_THAT(error_of({"train.optimizer.name=adam"}),
+  CHECK_THAT(train_error_of({"train.optimizer.name=adam"}),
              Catch::Contains("one of \"adamw\", \"sgd\", \"muon\", got \"adam\""));
-  CHECK_THAT(error_of({"train.precision=fp16"}),
+  CHECK_THAT(train_error_of({"train.precision=fp16"}),
              Catch::Contains("one of \"auto\", \"fp32\", \"bf16\", got \"fp16\""));
 }
 

@@ -26,7 +26,7 @@ namespace {
 
 using Dir = tfm_test::TempDir;  // /tmp/tfm_test_<name>_<pid>/, removed at scope exit
 
-void write(const std::string& path, const std::string& bytes) {
+void write_corpus_input(const std::string& path, const std::string& bytes) {
   fs::create_directories(fs::path(path).parent_path());
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
 }
@@ -80,7 +80,7 @@ std::vector<std::string> paths(const std::vector<CorpusFile>& files, const std::
   return out;
 }
 
-bool logged(const std::vector<std::string>& log, const std::string& what) {
+bool corpus_logged(const std::vector<std::string>& log, const std::string& what) {
   for (const auto& l : log)
     if (l.find(what) != std::string::npos) return true;
   return false;
@@ -97,7 +97,7 @@ std::vector<int32_t> joined(const Tokenizer& tok, const std::vector<std::string>
   return ids;
 }
 
-std::string error_of(const std::function<void()>& f) {
+std::string corpus_error_of(const std::function<void()>& f) {
   try {
     f();
   } catch (const Error& e) {
@@ -116,16 +116,16 @@ void next_tick() {
 TEST_CASE("corpus: a directory is walked recursively and sorted, globs and lists expand in order",
           "[data][corpus]") {
   const Dir d("list");
-  write(d.file("c/b.txt"), "b");
-  write(d.file("c/a.txt"), "a");
-  write(d.file("c/sub/z.jsonl"), jsonl_line("text", "z"));
-  write(d.file("c/sub/deeper/y.txt.gz"), gzip("y"));
-  write(d.file("c/.hidden.txt"), "hidden");
-  write(d.file("c/.git/x.txt"), "in a hidden folder");
-  write(d.file("c/notes.md"), "not a corpus file");
-  write(d.file("g/one.txt"), "1");
-  write(d.file("g/two.txt"), "2");
-  write(d.file("g/skip.jsonl"), jsonl_line("text", "s"));
+  write_corpus_input(d.file("c/b.txt"), "b");
+  write_corpus_input(d.file("c/a.txt"), "a");
+  write_corpus_input(d.file("c/sub/z.jsonl"), jsonl_line("text", "z"));
+  write_corpus_input(d.file("c/sub/deeper/y.txt.gz"), gzip("y"));
+  write_corpus_input(d.file("c/.hidden.txt"), "hidden");
+  write_corpus_input(d.file("c/.git/x.txt"), "in a hidden folder");
+  write_corpus_input(d.file("c/notes.md"), "not a corpus file");
+  write_corpus_input(d.file("g/one.txt"), "1");
+  write_corpus_input(d.file("g/two.txt"), "2");
+  write_corpus_input(d.file("g/skip.jsonl"), jsonl_line("text", "s"));
 
   CHECK(paths(list_corpus(d.file("c")), d.path) ==
         std::vector<std::string>{"c/a.txt", "c/b.txt", "c/sub/deeper/y.txt.gz", "c/sub/z.jsonl"});
@@ -148,18 +148,19 @@ TEST_CASE("corpus: a directory is walked recursively and sorted, globs and lists
   CHECK(corpus_name(list) != corpus_name(d.file("g/*.txt")));
   CHECK(default_cache_dir(list) == d.file("g/.tfm-cache"));
 
-  CHECK_THAT(error_of([&] { list_corpus(d.file("g/*.none")); }), Catch::Contains("matches no file"));
-  CHECK_THAT(error_of([&] { list_corpus(d.file("missing.txt")); }),
+  CHECK_THAT(corpus_error_of([&] { list_corpus(d.file("g/*.none")); }), Catch::Contains("matches no file"));
+  CHECK_THAT(corpus_error_of([&] { list_corpus(d.file("missing.txt")); }),
              Catch::Contains(d.file("missing.txt") + ": cannot open"));
-  write(d.file("empty/readme.md"), "x");
-  CHECK_THAT(error_of([&] { list_corpus(d.file("empty")); }), Catch::Contains("holds no corpus file"));
+  write_corpus_input(d.file("empty/readme.md"), "x");
+  CHECK_THAT(corpus_error_of([&] { list_corpus(d.file("empty")); }), Catch::Contains("holds no corpus file"));
   const std::string twice = nlohmann::json::array({d.file("c/a.txt"), d.file("c")}).dump();
-  CHECK_THAT(error_of([&] { list_corpus(twice); }), Catch::Contains("c/a.txt is named twice"));
-  CHECK_THAT(error_of([&] { list_corpus("[\"a\", 3]"); }), Catch::Contains("data.path"));
+  CHECK_THAT(corpus_error_of([&] { list_corpus(twice); }), Catch::Contains("c/a.txt is named twice"));
+  CHECK_THAT(corpus_error_of([&] { list_corpus("[\"a\", 3]"); }), Catch::Contains("data.path"));
   if (::geteuid() != 0) {  // root reads any file
-    write(d.file("locked/x.txt"), "x");
+    write_corpus_input(d.file("locked/x.txt"), "x");
     fs::permissions(d.file("locked/x.txt"), fs::perms::none);
-    CHECK_THAT(error_of([&] { list_corpus(d.file("locked")); }), Catch::Contains("x.txt: cannot read it"));
+    CHECK_THAT(corpus_error_of([&] { list_corpus(d.file("locked")); }),
+               Catch::Contains("x.txt: cannot read it"));
   }
 }
 
@@ -174,9 +175,9 @@ TEST_CASE("corpus: text, JSON Lines with a custom field, .gz and .zst give the s
     INFO(form);
     const std::string root = d.file(form);
     const auto put = [&](const std::string& name, const std::string& text) {
-      if (form == std::string("plain")) write(root + "/" + name, text);
-      if (form == std::string("gz")) write(root + "/" + name + ".gz", gzip(text, 2));
-      if (form == std::string("zst")) write(root + "/" + name + ".zst", zstd(text));
+      if (form == std::string("plain")) write_corpus_input(root + "/" + name, text);
+      if (form == std::string("gz")) write_corpus_input(root + "/" + name + ".gz", gzip(text, 2));
+      if (form == std::string("zst")) write_corpus_input(root + "/" + name + ".zst", zstd(text));
     };
     put("a.txt", docs[0]);
     put("b.txt", docs[1]);
@@ -214,8 +215,8 @@ TEST_CASE("corpus: text, JSON Lines with a custom field, .gz and .zst give the s
 TEST_CASE("corpus: document_separator false concatenates, one document keeps the single-file tokens",
           "[data][corpus]") {
   const Dir d("separator");
-  write(d.file("c/a.txt"), "alpha beta\n");
-  write(d.file("c/b.txt"), "gamma delta\n");
+  write_corpus_input(d.file("c/a.txt"), "alpha beta\n");
+  write_corpus_input(d.file("c/b.txt"), "gamma delta\n");
   TokenCacheOptions o = options(d.file("cache"));
   o.document_separator = false;
   const TokenCache off = open_token_cache(d.file("c"), Tokenizer::Kind::Char, o);
@@ -228,12 +229,12 @@ TEST_CASE("corpus: document_separator false concatenates, one document keeps the
   o.document_separator = true;
   const TokenCache on = open_token_cache(d.file("c"), Tokenizer::Kind::Char, o);
   CHECK(on.built);
-  CHECK(logged(log, "data.document_separator changed (false then, true now)"));
+  CHECK(corpus_logged(log, "data.document_separator changed (false then, true now)"));
   CHECK(on.tokenizer.decode(on.tokens.to_vector()) ==
         std::string("alpha beta\n") + kEndOfText + "gamma delta\n");
 
   // One file, default: the tokenizer and ids of the whole file, no end-of-text id.
-  write(d.file("one.txt"), "just one file\n");
+  write_corpus_input(d.file("one.txt"), "just one file\n");
   const TokenCache one = open_token_cache(d.file("one.txt"), Tokenizer::Kind::Char, options(d.file("cache")));
   CHECK_FALSE(one.tokenizer.has_end_of_text());
   CHECK(one.tokenizer.to_json() ==
@@ -241,7 +242,7 @@ TEST_CASE("corpus: document_separator false concatenates, one document keeps the
   CHECK(one.tokens.to_vector() == one.tokenizer.encode("just one file\n", "t"));
   // A JSON Lines file of several records is several documents: separated (byte: decided by reading on
   // to the second record).
-  write(d.file("recs.jsonl"), jsonl_line("text", "r1") + jsonl_line("text", "r2"));
+  write_corpus_input(d.file("recs.jsonl"), jsonl_line("text", "r1") + jsonl_line("text", "r2"));
   const TokenCache recs =
       open_token_cache(d.file("recs.jsonl"), Tokenizer::Kind::Byte, options(d.file("cache")));
   CHECK(recs.tokenizer.has_end_of_text());
@@ -273,7 +274,8 @@ TEST_CASE("corpus: the validation split takes whole documents, the last ones", "
   for (int i = 0; i < 10; ++i) {
     docs.push_back("document number " + std::to_string(i) + " " +
                    std::string(static_cast<size_t>(20 + 7 * i), 'a' + i));
-    write(d.file("c/" + std::to_string(i) + ".txt"), docs.back());  // "0.txt" .. "9.txt": sorted in order
+    write_corpus_input(d.file("c/" + std::to_string(i) + ".txt"),
+                       docs.back());  // "0.txt" .. "9.txt": sorted in order
   }
   const Dataset data = load_dataset(d.file("c"), "char", 0.2, 8, options(d.file("cache")));
   CHECK(data.documents == 10);
@@ -286,21 +288,21 @@ TEST_CASE("corpus: the validation split takes whole documents, the last ones", "
   CHECK(data.tokenizer.decode(data.train.to_vector()) == train);
 
   // A fraction that leaves no document on one side is refused, naming the key.
-  CHECK_THAT(error_of([&] { load_dataset(d.file("c"), "char", 0.95, 8, options(d.file("cache"))); }),
+  CHECK_THAT(corpus_error_of([&] { load_dataset(d.file("c"), "char", 0.95, 8, options(d.file("cache"))); }),
              Catch::Contains("data.val_fraction = 0.95 of 10 documents leaves no document to train on"));
-  CHECK_THAT(error_of([&] { load_dataset(d.file("c"), "char", 1e-17, 8, options(d.file("cache"))); }),
+  CHECK_THAT(corpus_error_of([&] { load_dataset(d.file("c"), "char", 1e-17, 8, options(d.file("cache"))); }),
              Catch::Contains("leaves no document to validate"));
 }
 
 TEST_CASE("corpus: the cache is rebuilt when a file changes or is added, and reused otherwise",
           "[data][corpus]") {
   const Dir d("rebuild");
-  write(d.file("c/a.txt"), "first file\n");
-  write(d.file("c/b.jsonl"), jsonl_line("text", "a record") + jsonl_line("text", "another"));
+  write_corpus_input(d.file("c/a.txt"), "first file\n");
+  write_corpus_input(d.file("c/b.jsonl"), jsonl_line("text", "a record") + jsonl_line("text", "another"));
   std::vector<std::string> log;
   const TokenCacheOptions o = options(d.file("cache"), &log);
   CHECK(open_token_cache(d.file("c"), Tokenizer::Kind::Char, o).built);
-  CHECK(logged(log, "(first use)"));
+  CHECK(corpus_logged(log, "(first use)"));
   log.clear();
   CHECK_FALSE(open_token_cache(d.file("c"), Tokenizer::Kind::Char, o).built);
   CHECK(log.empty());
@@ -312,32 +314,32 @@ TEST_CASE("corpus: the cache is rebuilt when a file changes or is added, and reu
   }
   SECTION("rewritten with other bytes of the same size") {
     next_tick();
-    write(d.file("c/a.txt"), "FIRST file\n");
+    write_corpus_input(d.file("c/a.txt"), "FIRST file\n");
     const TokenCache c = open_token_cache(d.file("c"), Tokenizer::Kind::Char, o);
     CHECK(c.built);
-    CHECK(logged(log, "c/a.txt changed since it was tokenized (its bytes differ); rebuilding"));
+    CHECK(corpus_logged(log, "c/a.txt changed since it was tokenized (its bytes differ); rebuilding"));
     CHECK_THAT(c.tokenizer.decode(c.tokens.to_vector()), Catch::StartsWith("FIRST"));
   }
   SECTION("a file added") {
-    write(d.file("c/sub/new.txt"), "new\n");
+    write_corpus_input(d.file("c/sub/new.txt"), "new\n");
     const TokenCache c = open_token_cache(d.file("c"), Tokenizer::Kind::Char, o);
     CHECK(c.built);
-    CHECK(logged(log, "the corpus's files changed since it was tokenized (added: "));
+    CHECK(corpus_logged(log, "the corpus's files changed since it was tokenized (added: "));
     CHECK(c.document_ends.size() == 4);
   }
   SECTION("a file removed") {
     fs::remove(d.file("c/a.txt"));
     CHECK(open_token_cache(d.file("c"), Tokenizer::Kind::Char, o).built);
-    CHECK(logged(log, "removed: "));
+    CHECK(corpus_logged(log, "removed: "));
   }
   SECTION("another text field") {
-    write(d.file("c/b.jsonl"), nlohmann::json{{"text", "x"}, {"body", "y"}}.dump() + "\n");
+    write_corpus_input(d.file("c/b.jsonl"), nlohmann::json{{"text", "x"}, {"body", "y"}}.dump() + "\n");
     TokenCacheOptions other = o;
     CHECK(open_token_cache(d.file("c"), Tokenizer::Kind::Char, other).built);
     log.clear();
     other.text_field = "body";
     CHECK(open_token_cache(d.file("c"), Tokenizer::Kind::Char, other).built);
-    CHECK(logged(log, "data.text_field changed (\"text\" then, \"body\" now)"));
+    CHECK(corpus_logged(log, "data.text_field changed (\"text\" then, \"body\" now)"));
   }
 }
 
@@ -345,56 +347,57 @@ TEST_CASE("corpus: bad input names the file and the place", "[data][corpus]") {
   const Dir d("bad");
   const auto fails = [&](const std::string& spec, const std::string& message, TokenCacheOptions o) {
     INFO(spec);
-    CHECK_THAT(error_of([&] { open_token_cache(spec, Tokenizer::Kind::Char, o); }), Catch::Contains(message));
+    CHECK_THAT(corpus_error_of([&] { open_token_cache(spec, Tokenizer::Kind::Char, o); }),
+               Catch::Contains(message));
   };
   const TokenCacheOptions o = options(d.file("cache"));
 
-  write(d.file("utf8/a.txt"), "fine\n");
-  write(d.file("utf8/b.txt"), std::string(100, 'x') + "\xff" + "tail");
+  write_corpus_input(d.file("utf8/a.txt"), "fine\n");
+  write_corpus_input(d.file("utf8/b.txt"), std::string(100, 'x') + "\xff" + "tail");
   fails(d.file("utf8"), d.file("utf8/b.txt") + ": invalid UTF-8 at byte offset 100", o);
-  write(d.file("utf8gz/b.txt.gz"), gzip(std::string(300, 'x') + "\xc3(" + "tail"));
+  write_corpus_input(d.file("utf8gz/b.txt.gz"), gzip(std::string(300, 'x') + "\xc3(" + "tail"));
   fails(d.file("utf8gz"), d.file("utf8gz/b.txt.gz") + ": invalid UTF-8 at byte offset 301", o);  // the "("
 
   const std::string good = jsonl_line("text", "good");
-  write(d.file("notjson.jsonl"), good + "{\"text\": \"unterminated\n" + good);
+  write_corpus_input(d.file("notjson.jsonl"), good + "{\"text\": \"unterminated\n" + good);
   fails(d.file("notjson.jsonl"), d.file("notjson.jsonl") + ":2: not JSON", o);
-  write(d.file("nofield.jsonl"), good + good + "{\"body\": \"x\"}\n");
+  write_corpus_input(d.file("nofield.jsonl"), good + good + "{\"body\": \"x\"}\n");
   fails(d.file("nofield.jsonl"), d.file("nofield.jsonl") + ":3: the record has no field \"text\"", o);
-  write(d.file("number.jsonl"), "{\"text\": 42}\n" + good);
+  write_corpus_input(d.file("number.jsonl"), "{\"text\": 42}\n" + good);
   fails(d.file("number.jsonl"),
         d.file("number.jsonl") + ":1: the field \"text\" (data.text_field) is number, not a string", o);
-  write(d.file("array.jsonl"), "[1, 2]\n" + good);
+  write_corpus_input(d.file("array.jsonl"), "[1, 2]\n" + good);
   fails(d.file("array.jsonl"), d.file("array.jsonl") + ":1: not a JSON object", o);
 
   const std::string text = std::string(5000, 'q') + " some more text\n";
   const std::string gz = gzip(text), zs = zstd(text);
-  write(d.file("cut.txt.gz"), gz.substr(0, gz.size() / 2));
+  write_corpus_input(d.file("cut.txt.gz"), gz.substr(0, gz.size() / 2));
   fails(d.file("cut.txt.gz"), d.file("cut.txt.gz") + ": truncated gzip data", o);
-  write(d.file("cut.txt.zst"), zs.substr(0, zs.size() - 3));
+  write_corpus_input(d.file("cut.txt.zst"), zs.substr(0, zs.size() - 3));
   fails(d.file("cut.txt.zst"), d.file("cut.txt.zst") + ": truncated zstd data", o);
-  write(d.file("garbage.txt.gz"), "this is not gzip at all");
+  write_corpus_input(d.file("garbage.txt.gz"), "this is not gzip at all");
   fails(d.file("garbage.txt.gz"), d.file("garbage.txt.gz") + ": not valid gzip data", o);
 
   // An empty corpus: no documents at all, or only empty ones.
-  write(d.file("empty/a.txt"), "");
-  write(d.file("empty/b.jsonl"), jsonl_line("text", "") + "\n");
+  write_corpus_input(d.file("empty/a.txt"), "");
+  write_corpus_input(d.file("empty/b.jsonl"), jsonl_line("text", "") + "\n");
   fails(d.file("empty"), "the corpus has no text (2 files, no document in any", o);
   TokenCacheOptions byte = o;
-  CHECK_THAT(error_of([&] { open_token_cache(d.file("empty"), Tokenizer::Kind::Byte, byte); }),
+  CHECK_THAT(corpus_error_of([&] { open_token_cache(d.file("empty"), Tokenizer::Kind::Byte, byte); }),
              Catch::Contains("the corpus has no text"));
 
   SECTION("on_bad_record skip: skipped, counted and reported") {
-    write(d.file("mixed.jsonl"),
-          good + "not json\n" + "{\"text\": 1}\n" + jsonl_line("text", "kept") + "{}\n");
+    write_corpus_input(d.file("mixed.jsonl"),
+                       good + "not json\n" + "{\"text\": 1}\n" + jsonl_line("text", "kept") + "{}\n");
     std::vector<std::string> log;
     TokenCacheOptions skip = options(d.file("cache"), &log);
     skip.skip_bad_records = true;
     const TokenCache c = open_token_cache(d.file("mixed.jsonl"), Tokenizer::Kind::Char, skip);
     CHECK(c.document_ends.size() == 2);
     CHECK(c.tokenizer.decode(c.tokens.to_vector()) == std::string("good") + kEndOfText + "kept");
-    CHECK(logged(log, "skipped 3 bad records (data.on_bad_record = \"skip\"), the first: " +
-                          d.file("mixed.jsonl") + ":2: not JSON"));
-    CHECK(logged(log, d.file("mixed.jsonl") + ":5: the record has no field"));
+    CHECK(corpus_logged(log, "skipped 3 bad records (data.on_bad_record = \"skip\"), the first: " +
+                                 d.file("mixed.jsonl") + ":2: not JSON"));
+    CHECK(corpus_logged(log, d.file("mixed.jsonl") + ":5: the record has no field"));
     // Back to "error": rebuilt, so the error is seen.
     fails(d.file("mixed.jsonl"), d.file("mixed.jsonl") + ":2: not JSON", o);
   }
@@ -404,7 +407,7 @@ TEST_CASE("corpus: a plain single file keeps the cache's ids and split of before
   const Dir d("single");
   std::string text;
   for (int i = 0; i < 200; ++i) text += "line " + std::to_string(i) + " of the only document\n";
-  write(d.file("one.txt"), text);
+  write_corpus_input(d.file("one.txt"), text);
   const Dataset data = load_dataset(d.file("one.txt"), "char", 0.1, 8, options(d.file("cache")));
   const Tokenizer tok = Tokenizer::from_text(Tokenizer::Kind::Char, text, "t");
   const std::vector<int32_t> ids = tok.encode(text, "t");

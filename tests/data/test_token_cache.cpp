@@ -27,7 +27,7 @@ namespace {
 
 using Dir = tfm_test::TempDir;  // /tmp/tfm_test_<name>_<pid>/, removed at scope exit
 
-void write(const std::string& path, const std::string& bytes) {
+void write_cache_input(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
 }
 std::string read(const std::string& path) {
@@ -98,7 +98,7 @@ TEST_CASE("token cache: round-trips the tokens of char, byte and BPE exactly", "
   const Dir dir("roundtrip");
   const std::string text = varied_text(200000, 3);
   const std::string src = dir.file("corpus.txt");
-  write(src, text);
+  write_cache_input(src, text);
   const std::string cache_dir = dir.file("cache");
 
   SECTION("char: the file's own vocabulary, uint16") {
@@ -143,7 +143,7 @@ TEST_CASE("token cache: a vocabulary past 65536 symbols is stored as uint32", "[
   for (uint32_t cp = 0x20000; cp < 0x20000 + 50000; ++cp) append_utf8(text, cp);  // CJK extension B
   text += "\nthe end\n";
   const std::string src = dir.file("wide.txt");
-  write(src, text);
+  write_cache_input(src, text);
   const TokenCache c = open_token_cache(src, Tokenizer::Kind::Char, small_blocks(dir.file("cache")));
   const Tokenizer expected = Tokenizer::from_text(Tokenizer::Kind::Char, text, src);
   REQUIRE(expected.size() > 65536);
@@ -155,7 +155,7 @@ TEST_CASE("token cache: a changed source or tokenizer invalidates it, with the r
   const Dir dir("invalidate");
   const std::string src = dir.file("corpus.txt");
   std::string text = varied_text(30000, 4);
-  write(src, text);
+  write_cache_input(src, text);
   std::vector<std::string> log;
   const TokenCacheOptions o = small_blocks(dir.file("cache"), &log);
   REQUIRE(open_token_cache(src, Tokenizer::Kind::Char, o).built);
@@ -163,7 +163,7 @@ TEST_CASE("token cache: a changed source or tokenizer invalidates it, with the r
 
   SECTION("the source grew") {
     text += "more text\n";
-    write(src, text);
+    write_cache_input(src, text);
     log.clear();
     const TokenCache c = open_token_cache(src, Tokenizer::Kind::Char, o);
     CHECK(c.built);
@@ -172,7 +172,7 @@ TEST_CASE("token cache: a changed source or tokenizer invalidates it, with the r
   }
   SECTION("the same size, other bytes") {
     text[100] = text[100] == 'z' ? 'y' : 'z';
-    write(src, text);
+    write_cache_input(src, text);
     log.clear();
     const TokenCache c = open_token_cache(src, Tokenizer::Kind::Char, o);
     CHECK(c.built);
@@ -214,7 +214,7 @@ TEST_CASE("token cache: a truncated or corrupt cache is named and rebuilt, never
   const Dir dir("corrupt");
   const std::string src = dir.file("corpus.txt");
   const std::string text = varied_text(30000, 5);
-  write(src, text);
+  write_cache_input(src, text);
   std::vector<std::string> log;
   const TokenCacheOptions o = small_blocks(dir.file("cache"), &log);
   const std::string cache = open_token_cache(src, Tokenizer::Kind::Byte, o).path;
@@ -224,7 +224,7 @@ TEST_CASE("token cache: a truncated or corrupt cache is named and rebuilt, never
 
   const auto damaged = [&](const std::string& bytes, const std::string& why) {
     INFO(why);
-    write(cache, bytes);
+    write_cache_input(cache, bytes);
     log.clear();
     const TokenCache c = open_token_cache(src, Tokenizer::Kind::Byte, o);
     CHECK(c.built);
@@ -274,7 +274,7 @@ TEST_CASE("token cache: its hash is XXH3-64, and a cache of another format versi
   const Dir dir("format");
   const std::string src = dir.file("corpus.txt");
   const std::string text = varied_text(20000, 9);
-  write(src, text);
+  write_cache_input(src, text);
   std::vector<std::string> log;
   const TokenCacheOptions o = small_blocks(dir.file("cache"), &log);
   const TokenCache first = open_token_cache(src, Tokenizer::Kind::Char, o);
@@ -287,7 +287,7 @@ TEST_CASE("token cache: its hash is XXH3-64, and a cache of another format versi
     // left as they are (an older tfm's would be XXH64's): it is refused on the version alone.
     std::string other = good;
     other[7] = version;
-    write(first.path, other);
+    write_cache_input(first.path, other);
     log.clear();
     const TokenCache c = open_token_cache(src, Tokenizer::Kind::Char, o);
     CHECK(c.built);
@@ -306,7 +306,7 @@ TEST_CASE("token cache: errors name the file, at the same offsets as a whole-fil
   for (size_t at : {size_t{4095}, size_t{4096}, size_t{4097}, size_t{9000}}) {
     std::string text = varied_text(12000, 6);
     text[at] = static_cast<char>(0xFF);
-    write(src, text);
+    write_cache_input(src, text);
     std::string whole_error;
     try {
       decode_utf8(text, src);
@@ -319,14 +319,14 @@ TEST_CASE("token cache: errors name the file, at the same offsets as a whole-fil
   }
   // A character the run's vocabulary lacks: named with its character index in the file.
   const std::string text = std::string(5000, 'a') + "b";
-  write(src, text);
+  write_cache_input(src, text);
   const Tokenizer only_a(Tokenizer::Kind::Char, {'a'});
   CHECK_THROWS_WITH(open_token_cache(src, only_a, small_blocks(dir.file("cache"))),
                     Catch::Contains("character 'b'") && Catch::Contains("at character 5000"));
   CHECK_THROWS_WITH(open_token_cache(dir.file("missing.txt"), Tokenizer::Kind::Char, {}),
                     Catch::StartsWith(dir.file("missing.txt") + ": cannot open"));
   // An unwritable cache directory names data.cache_dir.
-  write(src, text);
+  write_cache_input(src, text);
   TokenCacheOptions o;
   o.dir = src + "/cache";  // below a regular file
   CHECK_THROWS_WITH(open_token_cache(src, Tokenizer::Kind::Char, o),
@@ -338,7 +338,7 @@ TEST_CASE("token cache: spans read windows of the mapping, and batches equal tho
   const Dir dir("spans");
   const std::string src = dir.file("corpus.txt");
   const std::string text = varied_text(20000, 7);
-  write(src, text);
+  write_cache_input(src, text);
   TokenCacheOptions o;
   o.dir = dir.file("cache");
   const Dataset d = load_dataset(src, "char", 0.1, 16, o);
@@ -366,8 +366,8 @@ TEST_CASE("token cache: spans read windows of the mapping, and batches equal tho
 TEST_CASE("token cache: a link planted at its stamp's name is never written through", "[data][cache]") {
   const Dir dir("stamp_link");
   const std::string src = dir.file("corpus.txt"), victim = dir.file("victim");
-  write(src, varied_text(20000, 8));
-  write(victim, "precious\n");
+  write_cache_input(src, varied_text(20000, 8));
+  write_cache_input(victim, "precious\n");
   const TokenCacheOptions o = small_blocks(dir.file("cache"));
   const std::string cache = open_token_cache(src, Tokenizer::Kind::Byte, o).path;
   fs::create_symlink(victim, cache + ".checked");

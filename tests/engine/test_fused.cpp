@@ -18,7 +18,7 @@ using Fn = std::function<Tensor(const Inputs&)>;
 
 namespace {
 
-Tensor normal(const Shape& shape, uint64_t seed) {
+Tensor fused_normal(const Shape& shape, uint64_t seed) {
   Rng rng(seed);
   return Tensor::randn(shape, rng);
 }
@@ -55,7 +55,7 @@ void check_fused_vs_composed(const Fn& fused, const Fn& composed, const Inputs& 
   REQUIRE(ya.shape() == yb.shape());
   const std::vector<float> vb = yb.to_vector();
   check_close(ya.to_vector(), std::vector<double>(vb.begin(), vb.end()), 1e-5, 1e-4);
-  const Tensor up = normal(ya.shape(), 99);
+  const Tensor up = fused_normal(ya.shape(), 99);
   ya.backward(up);
   yb.backward(up);
   for (size_t k = 0; k < inputs.size(); ++k) {
@@ -218,7 +218,7 @@ TEST_CASE("values: dropout drops about p and keeps the expectation", "[values]")
   CHECK(total / 10000.0 == Approx(1.0).margin(0.03));
   // Seeded: the same seed gives the same mask.
   Rng r1(8), r2(8);
-  const Tensor x = normal({50}, 1);
+  const Tensor x = fused_normal({50}, 1);
   CHECK(dropout(x, 0.5f, true, r1).to_vector() == dropout(x, 0.5f, true, r2).to_vector());
   // Training with p = 0 and eval mode are the identity.
   CHECK(dropout(x, 0.0f, true, r1).to_vector() == x.to_vector());
@@ -234,7 +234,7 @@ TEST_CASE("fused: cross_entropy equals -mean of the gathered log_softmax", "[fus
     const Tensor oh = one_hot(targets, 5);
     check_fused_vs_composed([&](const Inputs& in) { return cross_entropy(in[0], targets); },
                             [&](const Inputs& in) { return neg(mean(sum(mul(log_softmax(in[0]), oh), 1))); },
-                            {normal({4, 5}, 1)});
+                            {fused_normal({4, 5}, 1)});
   }
   SECTION("an ignored row: sum over counted rows / their count") {
     const std::vector<int32_t> targets = {1, -100, 4, 0};
@@ -242,14 +242,14 @@ TEST_CASE("fused: cross_entropy equals -mean of the gathered log_softmax", "[fus
     check_fused_vs_composed(
         [&](const Inputs& in) { return cross_entropy(in[0], targets); },
         [&](const Inputs& in) { return mul(sum(mul(log_softmax(in[0]), oh)), -1.0f / 3.0f); },
-        {normal({4, 5}, 2)});
+        {fused_normal({4, 5}, 2)});
   }
   SECTION("3-D logits viewed as rows") {
     const std::vector<int32_t> targets = {2, 0, 1, 3, 3, 0};
     const Tensor oh = reshape(one_hot(targets, 4), {2, 3, 4});
     check_fused_vs_composed([&](const Inputs& in) { return cross_entropy(in[0], targets); },
                             [&](const Inputs& in) { return neg(mean(sum(mul(log_softmax(in[0]), oh), -1))); },
-                            {normal({2, 3, 4}, 3)});
+                            {fused_normal({2, 3, 4}, 3)});
   }
 }
 
@@ -262,8 +262,10 @@ TEST_CASE("fused: layer_norm equals its mean/sub/pow/sqrt/div composition", "[fu
     return add(mul(div(d, sqrt(add(var, eps))), in[1]), in[2]);
   };
   const Fn fused = [eps](const Inputs& in) { return layer_norm(in[0], in[1], in[2], eps); };
-  check_fused_vs_composed(fused, composed, {normal({3, 6}, 1), normal({6}, 2), normal({6}, 3)});
-  check_fused_vs_composed(fused, composed, {normal({2, 2, 5}, 4), normal({5}, 5), normal({5}, 6)});
+  check_fused_vs_composed(fused, composed,
+                          {fused_normal({3, 6}, 1), fused_normal({6}, 2), fused_normal({6}, 3)});
+  check_fused_vs_composed(fused, composed,
+                          {fused_normal({2, 2, 5}, 4), fused_normal({5}, 5), fused_normal({5}, 6)});
 }
 
 TEST_CASE("fused: rms_norm equals x / sqrt(mean(x^2) + eps) * w", "[fused]") {
@@ -272,8 +274,8 @@ TEST_CASE("fused: rms_norm equals x / sqrt(mean(x^2) + eps) * w", "[fused]") {
     return mul(div(in[0], sqrt(add(mean(pow(in[0], 2.0f), -1, true), eps))), in[1]);
   };
   const Fn fused = [eps](const Inputs& in) { return rms_norm(in[0], in[1], eps); };
-  check_fused_vs_composed(fused, composed, {normal({3, 6}, 1), normal({6}, 2)});
-  check_fused_vs_composed(fused, composed, {normal({2, 2, 5}, 4), normal({5}, 5)});
+  check_fused_vs_composed(fused, composed, {fused_normal({3, 6}, 1), fused_normal({6}, 2)});
+  check_fused_vs_composed(fused, composed, {fused_normal({2, 2, 5}, 4), fused_normal({5}, 5)});
 }
 
 TEST_CASE("fused: rope equals the rotation of each pair written with narrow and concat", "[fused]") {
@@ -294,7 +296,7 @@ TEST_CASE("fused: rope equals the rotation of each pair written with narrow and 
     return concat(columns, 2);
   };
   check_fused_vs_composed([&](const Inputs& in) { return rope(in[0], H, cos, sin, 1); }, composed,
-                          {normal({B, T, H * D}, 1)});
+                          {fused_normal({B, T, H * D}, 1)});
   // Position 0 is the identity; the table's angles are p * theta^(-2i/D).
   CHECK(cos.at({0, 1}) == 1.0f);
   CHECK(sin.at({3, 1}) == static_cast<float>(std::sin(3.0 * std::pow(10000.0, -0.5))));
@@ -305,22 +307,24 @@ TEST_CASE("fused: softmax equals exp(x - max) / sum", "[fused]") {
     const Tensor e = exp(sub(in[0], max(in[0], -1, true)));
     return div(e, sum(e, -1, true));
   };
-  check_fused_vs_composed([](const Inputs& in) { return softmax(in[0]); }, composed, {normal({3, 5}, 1)});
-  check_fused_vs_composed([](const Inputs& in) { return softmax(in[0]); }, composed, {normal({2, 2, 4}, 2)});
+  check_fused_vs_composed([](const Inputs& in) { return softmax(in[0]); }, composed,
+                          {fused_normal({3, 5}, 1)});
+  check_fused_vs_composed([](const Inputs& in) { return softmax(in[0]); }, composed,
+                          {fused_normal({2, 2, 4}, 2)});
 }
 
 TEST_CASE("fused: log_softmax equals log(softmax)", "[fused]") {
   check_fused_vs_composed([](const Inputs& in) { return log_softmax(in[0]); },
-                          [](const Inputs& in) { return log(softmax(in[0])); }, {normal({3, 5}, 1)});
+                          [](const Inputs& in) { return log(softmax(in[0])); }, {fused_normal({3, 5}, 1)});
 }
 
 TEST_CASE("fused: linear equals matmul(x, w^T) + bias", "[fused]") {
   check_fused_vs_composed([](const Inputs& in) { return linear(in[0], in[1], in[2]); },
                           [](const Inputs& in) { return add(matmul(in[0], in[1], false, true), in[2]); },
-                          {normal({2, 3, 4}, 1), normal({5, 4}, 2), normal({5}, 3)});
+                          {fused_normal({2, 3, 4}, 1), fused_normal({5, 4}, 2), fused_normal({5}, 3)});
   check_fused_vs_composed([](const Inputs& in) { return linear(in[0], in[1], Tensor()); },
                           [](const Inputs& in) { return matmul(in[0], transpose(in[1], 0, 1)); },
-                          {normal({3, 4}, 4), normal({2, 4}, 5)});
+                          {fused_normal({3, 4}, 4), fused_normal({2, 4}, 5)});
 }
 
 TEST_CASE("fused: feed_forward equals linear -> activation -> linear", "[fused]") {
@@ -336,7 +340,8 @@ TEST_CASE("fused: feed_forward equals linear -> activation -> linear", "[fused]"
           [activate](const Inputs& in) {
             return linear(activate(linear(in[0], in[1], in[2])), in[3], in[4]);
           },
-          {normal({7, 4}, 1), normal({6, 4}, 2), normal({6}, 3), normal({4, 6}, 4), normal({4}, 5)});
+          {fused_normal({7, 4}, 1), fused_normal({6, 4}, 2), fused_normal({6}, 3), fused_normal({4, 6}, 4),
+           fused_normal({4}, 5)});
     }
   SECTION("SwiGLU: fc2(silu(fc1 x) * fc3 x), silu(h) = h / (1 + exp(-h))") {
     for (const int64_t chunk : {int64_t{1}, int64_t{3}, kFeedForwardChunkRows}) {
@@ -350,8 +355,8 @@ TEST_CASE("fused: feed_forward equals linear -> activation -> linear", "[fused]"
             const Tensor silu = div(h, add(exp(neg(h)), 1.0f));
             return linear(mul(silu, linear(in[0], in[5], in[6])), in[3], in[4]);
           },
-          {normal({7, 4}, 11), normal({6, 4}, 12), normal({6}, 13), normal({4, 6}, 14), normal({4}, 15),
-           normal({6, 4}, 16), normal({6}, 17)});
+          {fused_normal({7, 4}, 11), fused_normal({6, 4}, 12), fused_normal({6}, 13),
+           fused_normal({4, 6}, 14), fused_normal({4}, 15), fused_normal({6, 4}, 16), fused_normal({6}, 17)});
     }
   }
   SECTION("without biases, a 3-D input read through a transposed view") {
@@ -362,14 +367,14 @@ TEST_CASE("fused: feed_forward equals linear -> activation -> linear", "[fused]"
         [](const Inputs& in) {
           return linear(gelu(linear(transpose(in[0], 0, 1), in[1], Tensor())), in[2], Tensor());
         },
-        {normal({3, 2, 4}, 6), normal({5, 4}, 7), normal({4, 5}, 8)});
+        {fused_normal({3, 2, 4}, 6), fused_normal({5, 4}, 7), fused_normal({4, 5}, 8)});
   }
 }
 
 TEST_CASE("fused: mean equals sum / n, and over an axis", "[fused]") {
   check_fused_vs_composed([](const Inputs& in) { return mean(in[0], 1, true); },
                           [](const Inputs& in) { return div(sum(in[0], 1, true), 3.0f); },
-                          {normal({2, 3, 2}, 1)});
+                          {fused_normal({2, 3, 2}, 1)});
 }
 
 TEST_CASE("fused: matmul equals a broadcast multiply and sum", "[fused]") {
@@ -379,7 +384,7 @@ TEST_CASE("fused: matmul equals a broadcast multiply and sum", "[fused]") {
                           [&](const Inputs& in) {
                             return sum(mul(reshape(in[0], {B, M, K, 1}), in[1]), -2);
                           },
-                          {normal({B, M, K}, 1), normal({K, N}, 2)});
+                          {fused_normal({B, M, K}, 1), fused_normal({K, N}, 2)});
   check_fused_vs_composed(
       [](const Inputs& in) { return matmul(in[0], in[1], true, true); },  // a (B, K, M), b (B, N, K)
       [&](const Inputs& in) {
@@ -387,12 +392,12 @@ TEST_CASE("fused: matmul equals a broadcast multiply and sum", "[fused]") {
             mul(reshape(transpose(in[0], 1, 2), {B, M, K, 1}), reshape(transpose(in[1], 1, 2), {B, 1, K, N})),
             -2);
       },
-      {normal({B, K, M}, 3), normal({B, N, K}, 4)});
+      {fused_normal({B, K, M}, 3), fused_normal({B, N, K}, 4)});
 }
 
 TEST_CASE("fused: kernels agree with their compositions on the parallel (large) path", "[fused]") {
   // The kernels split rows across OpenMP threads above 2^15 elements; these inputs are (64, 520).
-  const Tensor x = normal({64, 520}, 1);
+  const Tensor x = fused_normal({64, 520}, 1);
   SECTION("softmax") {
     check_fused_vs_composed([](const Inputs& in) { return softmax(in[0]); },
                             [](const Inputs& in) {
@@ -412,7 +417,7 @@ TEST_CASE("fused: kernels agree with their compositions on the parallel (large) 
                               const Tensor var = mean(pow(d, 2.0f), -1, true);
                               return add(mul(div(d, sqrt(add(var, 1e-5f))), in[1]), in[2]);
                             },
-                            {x, normal({520}, 2), normal({520}, 3)});
+                            {x, fused_normal({520}, 2), fused_normal({520}, 3)});
   }
   SECTION("cross_entropy") {
     std::vector<int32_t> targets(64);

@@ -56,7 +56,7 @@ TEST_CASE("memory: steady-state training steps allocate no fresh storage", "[mem
 }
 
 namespace {
-Tensor normal(const Shape& shape, uint64_t seed) {
+Tensor memory_normal(const Shape& shape, uint64_t seed) {
   Rng rng(seed);
   return Tensor::randn(shape, rng);
 }
@@ -75,8 +75,8 @@ TEST_CASE("recompute: released values come back bit for bit and leave the gradie
   // are released after use in one run and kept in the other.
   std::vector<float> kept, released;
   for (const bool release : {false, true}) {
-    std::vector<Tensor> leaves = {normal({3, 5, 8}, 1), normal({8}, 2), normal({8}, 3), normal({6, 8}, 4),
-                                  normal({6}, 5)};
+    std::vector<Tensor> leaves = {memory_normal({3, 5, 8}, 1), memory_normal({8}, 2), memory_normal({8}, 3),
+                                  memory_normal({6, 8}, 4), memory_normal({6}, 5)};
     for (Tensor& t : leaves) t.set_requires_grad(true);
     const Tensor a = layer_norm(leaves[0], leaves[1], leaves[2]);
     const Tensor q = linear(a, leaves[3], leaves[4]);
@@ -93,14 +93,14 @@ TEST_CASE("recompute: released values come back bit for bit and leave the gradie
       a.release_values();
       q.release_values();
     }
-    sum(y * normal({3, 5, 6}, 6)).backward();
+    sum(y * memory_normal({3, 5, 6}, 6)).backward();
     (release ? released : kept) = grads_of(leaves);
   }
   CHECK(released == kept);
 }
 
 TEST_CASE("recompute: release_values is a no-op without a recipe", "[memory]") {
-  const Tensor leaf = normal({4}, 1);
+  const Tensor leaf = memory_normal({4}, 1);
   leaf.release_values();
   CHECK_FALSE(leaf.values_released());
   NoGradGuard no_grad;  // nothing is saved outside a graph, so ops attach no recipe

@@ -33,7 +33,7 @@ std::string write_file(const tfm_test::TempDir& dir, const std::string& name, co
 
 // The error message of f(), or "" when it does not throw.
 template <class F>
-std::string error_of(F&& f) {
+std::string decoder_error_of(F&& f) {
   try {
     f();
   } catch (const std::exception& e) {
@@ -92,7 +92,7 @@ TEST_CASE("seq2seq: word tokenizer follows d2l's preprocessing", "[seq2seq][data
       V{"\xc3\xa9t\xc3\xa9", "!", "\xc3\xa0", "\xc5\x93uf", "?", "\xc3\xbf"});
   CHECK(Tokenizer::split_words("Hello, world...", "t") == V{"hello", ",", "world", ".", ".", "."});
   CHECK(Tokenizer::split_words("I'm home.", "t") == V{"i'm", "home", "."});
-  CHECK(error_of([] {
+  CHECK(decoder_error_of([] {
           Tokenizer::split_words("a\xff", "pairs.txt:3");
         }).rfind("pairs.txt:3: invalid UTF-8", 0) == 0);
 }
@@ -104,7 +104,7 @@ TEST_CASE("seq2seq: word vocabulary by frequency with min_freq, specials, unk an
   CHECK(base.words() == std::vector<std::string>{"b", ".", "c"});
   CHECK(base.size() == 3);
   CHECK(base.encode("B c.", "t") == std::vector<int32_t>{0, 2, 1});
-  const std::string err = error_of([&] { base.encode("b a", "line 7"); });
+  const std::string err = decoder_error_of([&] { base.encode("b a", "line 7"); });
   CHECK(err.rfind("line 7: word \"a\"", 0) == 0);
 
   const Tokenizer tok = base.with_specials(seq2seq_specials());
@@ -139,7 +139,7 @@ TEST_CASE("seq2seq: specials on char and byte tokenizers, old JSON loads", "[seq
   const Tokenizer old = Tokenizer::from_json(nlohmann::json{{"kind", "char"}, {"symbols", {97, 98}}});
   CHECK(old.specials().empty());
   CHECK(old.encode("ba", "t") == std::vector<int32_t>{1, 0});
-  CHECK(!error_of([&] { old.encode("c", "t"); }).empty());
+  CHECK(!decoder_error_of([&] { old.encode("c", "t"); }).empty());
   CHECK(Tokenizer::from_json(bytes.to_json()).encode("A", "t") == std::vector<int32_t>{69});
 }
 
@@ -233,23 +233,23 @@ TEST_CASE("seq2seq: a BPE source side from its tokenizer file, a byte target sid
     for (int32_t id : p.src) CHECK(id >= 4);
   }
   o.source_tokenizer_path = dir.path + "/missing.json";
-  CHECK(error_of([&] { load_pairs(path, o); }).rfind("data.tokenizer_path: ", 0) == 0);
+  CHECK(decoder_error_of([&] { load_pairs(path, o); }).rfind("data.tokenizer_path: ", 0) == 0);
 }
 
 TEST_CASE("seq2seq: pair file errors name file:line and what is wrong", "[seq2seq][data]") {
   tfm_test::TempDir dir("seq2seq_pair_errors");
   const std::string no_tab = write_file(dir, "a.txt", "Go.\tVa !\nHi. Salut !\n");
-  CHECK(error_of([&] {
+  CHECK(decoder_error_of([&] {
           load_pairs(no_tab, PairOptions{});
         }).rfind(no_tab + ":2: expected source<TAB>target", 0) == 0);
   const std::string empty_side = write_file(dir, "b.txt", "Go.\tVa !\n\nHi.\t \n");
-  CHECK(error_of([&] { load_pairs(empty_side, PairOptions{}); }) ==
+  CHECK(decoder_error_of([&] { load_pairs(empty_side, PairOptions{}); }) ==
         empty_side + ":3: the target sentence is empty");
   const std::string bad_utf8 = write_file(dir, "c.txt", "Go.\tVa !\nHi.\tSalut \xc3\n");
-  CHECK(error_of([&] {
+  CHECK(decoder_error_of([&] {
           load_pairs(bad_utf8, PairOptions{});
         }).rfind(bad_utf8 + ":2: invalid UTF-8 at byte offset 10", 0) == 0);
-  CHECK(error_of([&] { load_pairs(write_file(dir, "d.txt", ""), PairOptions{}); }).find("is empty") !=
+  CHECK(decoder_error_of([&] { load_pairs(write_file(dir, "d.txt", ""), PairOptions{}); }).find("is empty") !=
         std::string::npos);
   CHECK_THROWS_AS(load_pairs(dir.path + "/missing.txt", PairOptions{}), IoError);
   PairOptions one;
@@ -265,7 +265,7 @@ TEST_CASE("seq2seq: pair file errors name file:line and what is wrong", "[seq2se
   CHECK(load_pairs(single, one, plain.with_specials(seq2seq_specials()),
                    plain.with_specials(seq2seq_specials()))
             .train.size() == 1);
-  CHECK(error_of([&] { load_pairs(single, one, plain, plain); }).find("must carry the specials") !=
+  CHECK(decoder_error_of([&] { load_pairs(single, one, plain, plain); }).find("must carry the specials") !=
         std::string::npos);
 }
 

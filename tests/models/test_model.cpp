@@ -16,7 +16,7 @@ namespace {
 
 // The modern options together (docs/architecture.md, "Modern options"): RoPE, RMSNorm, SwiGLU, QK-norm,
 // no biases, an untied head.
-ModelConfig modern(int64_t heads, int64_t kv_heads, const std::string& norm_position = "pre") {
+ModelConfig modern_config(int64_t heads, int64_t kv_heads, const std::string& norm_position = "pre") {
   return model_config_from(
       {"model.d_model=8", "model.n_layers=2", "model.n_heads=" + std::to_string(heads),
        "model.n_kv_heads=" + std::to_string(kv_heads), "model.d_ff=12", "model.max_seq_len=8",
@@ -67,8 +67,8 @@ TEST_CASE("model: whole language model gradient check through the flat buffers",
       {"post-norm, learned, untied, GQA", tiny("post", "learned", false, 4, 2)},
       {"pre-norm, MQA, dropout (fixed seed)", dropout_cfg},
       {"additive scoring, GQA", additive_cfg},
-      {"RoPE, RMSNorm, SwiGLU, QK-norm, no bias, GQA", modern(4, 2)},
-      {"RoPE, RMSNorm, SwiGLU, QK-norm, post-norm, MQA", modern(4, 1, "post")},
+      {"RoPE, RMSNorm, SwiGLU, QK-norm, no bias, GQA", modern_config(4, 2)},
+      {"RoPE, RMSNorm, SwiGLU, QK-norm, post-norm, MQA", modern_config(4, 1, "post")},
   };
   for (const Variant& variant : variants) {
     SECTION(variant.name) {
@@ -117,10 +117,10 @@ TEST_CASE("model: KV-cache decoding equals the full forward", "[model]") {
   additive.attention_score = AttentionScore::Additive;
   ModelConfig topk = tiny("pre", "sinusoidal", true, 4, 2);
   topk.head_gating = HeadGating::TopK, topk.head_topk = 2;
-  ModelConfig modern_additive = modern(4, 2);
+  ModelConfig modern_additive = modern_config(4, 2);
   modern_additive.attention_score = AttentionScore::Additive;
   const Variant variants[] = {
-      {"RoPE, RMSNorm, SwiGLU, QK-norm, GQA (positions absolute in the cache)", modern(4, 2)},
+      {"RoPE, RMSNorm, SwiGLU, QK-norm, GQA (positions absolute in the cache)", modern_config(4, 2)},
       {"RoPE, MQA, additive scoring", modern_additive},
       {"GQA, top-k head gating", topk},
       {"MHA, pre-norm", tiny("pre", "sinusoidal", true, 4, 4)},
