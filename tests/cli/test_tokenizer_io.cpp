@@ -20,8 +20,8 @@ TEST_CASE("tokenizer cli: encode and decode with GPT-2's tokenizer", "[tokenizer
   CliRun r = run_tfm("tokenizer encode " + kTokenizerIoGpt2 + "--text \"Hello world, it's 2024\"");
   INFO(r.out);
   REQUIRE(r.status == 0);
-  // js-tiktoken's gpt2: Hello, " world", ",", " it", "'s", " 20", "24"
-  CHECK(r.out == "[15496,995,11,340,338,1160,1731]\n");
+  // js-tiktoken's gpt2: "Hello", " world", ",", " it", "'s", " 2024"
+  CHECK(r.out == "[15496,995,11,340,338,48609]\n");
   r = run_tfm("tokenizer decode " + kTokenizerIoGpt2 + "--ids '[15496, 995, 50256, 11]'");
   INFO(r.out);
   REQUIRE(r.status == 0);
