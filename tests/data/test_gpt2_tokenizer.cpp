@@ -138,7 +138,8 @@ TEST_CASE("gpt2 pretokenize_cut: the pieces of both sides are the whole text's",
       CHECK(both == whole);
       ++cuts;
     }
-    CHECK(cuts > 0);
+    // The text with U+00A0 beside its newlines has no safe cut: a newline there may join a whitespace run.
+    CHECK((cuts > 0) == (t.find("\xc2\xa0") == std::string::npos));
   }
 }
 
