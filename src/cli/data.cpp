@@ -43,9 +43,10 @@ int run_prepare(const PrepareOptions& o) {
   // The split's check needs a sequence length; 0 reports the counts of any file with two tokens.
   TokenCacheOptions bpe_cache = cache;
   bpe_cache.extend_vocabulary = true;  // as a new run's
-  const Dataset d = kind == "bpe" || kind == "gpt2"
-                        ? load_dataset(path, tokenizer_from_file(c), c.number("data.val_fraction"), 0, bpe_cache)
-                        : load_dataset(path, kind, c.number("data.val_fraction"), 0, cache);
+  const Dataset d =
+      kind == "bpe" || kind == "gpt2"
+          ? load_dataset(path, tokenizer_from_file(c), c.number("data.val_fraction"), 0, bpe_cache)
+          : load_dataset(path, kind, c.number("data.val_fraction"), 0, cache);
   const int64_t n = d.train.size() + d.val.size();
   const double source_bytes = static_cast<double>(d.source_bytes);
   const int width = d.train.width();
@@ -105,12 +106,13 @@ Tokenizer io_tokenizer(const TokenizerIoOptions& o) {
       break;
   }
   throw ConfigError(
-      "data.tokenizer: \"word\" builds its vocabulary from the training pairs; give a trained run with --run DIR");
+      "data.tokenizer: \"word\" builds its vocabulary from the training pairs; give a trained run with --run "
+      "DIR");
 }
 
 // The bytes of --file, else of the inline flag's value, and the name to report them by.
-std::string io_input(const TokenizerIoOptions& o, const std::string& inline_flag, const std::string& inline_value,
-                     std::string* source) {
+std::string io_input(const TokenizerIoOptions& o, const std::string& inline_flag,
+                     const std::string& inline_value, std::string* source) {
   if (!o.file.empty()) {
     *source = o.file;
     return read_file(o.file, uint64_t{1} << 32);
@@ -144,15 +146,17 @@ int run_tokenizer_decode(const TokenizerIoOptions& o) {
   try {
     j = nlohmann::json::parse(json_text);
   } catch (const nlohmann::json::exception& e) {
-    throw ConfigError(source + ": expected a JSON array of token ids, e.g. [15496, 11, 995] (" + e.what() + ")");
+    throw ConfigError(source + ": expected a JSON array of token ids, e.g. [15496, 11, 995] (" + e.what() +
+                      ")");
   }
   const Tokenizer tok = io_tokenizer(o);
   if (!j.is_array()) throw ConfigError(source + ": expected a JSON array of token ids, got " + j.type_name());
   std::vector<int32_t> ids;
   for (size_t i = 0; i < j.size(); ++i) {
     if (!j[i].is_number_integer() || j[i].get<int64_t>() < 0 || j[i].get<int64_t>() >= tok.size())
-      throw ConfigError(source + ": id " + std::to_string(i) + " is " + j[i].dump() + ", expected an integer in [0, " +
-                        std::to_string(tok.size()) + ") (the " + tok.kind_name() + " tokenizer's vocabulary)");
+      throw ConfigError(source + ": id " + std::to_string(i) + " is " + j[i].dump() +
+                        ", expected an integer in [0, " + std::to_string(tok.size()) + ") (the " +
+                        tok.kind_name() + " tokenizer's vocabulary)");
     ids.push_back(j[i].get<int32_t>());
   }
   const std::string text = tok.decode(ids);  // as is: no newline added, so decode(encode(x)) is x
@@ -189,7 +193,8 @@ std::vector<Command> add_data_commands(CLI::App& app) {
   // Under `tfm tokenizer` (insight.cpp's, which has train).
   CLI::App* tok = app.get_subcommand("tokenizer");
   const auto common = [](CLI::App* cmd, TokenizerIoOptions& io) {
-    cmd->add_option("--config", io.config, "Config file: its data.tokenizer (and data.tokenizer_path, data.path)")
+    cmd->add_option("--config", io.config,
+                    "Config file: its data.tokenizer (and data.tokenizer_path, data.path)")
         ->type_name("FILE");
     cmd->add_option("--run", io.run, "Run directory: its checkpoint's tokenizer (instead of --config)")
         ->type_name("DIR");
@@ -215,7 +220,8 @@ std::vector<Command> add_data_commands(CLI::App& app) {
   dec->footer(
       "\nThe text is written as is, without a newline after it. The end-of-text id reads <|endoftext|>.\n"
       "Examples:\n"
-      "  tfm tokenizer decode --config configs/tiny.json --set data.tokenizer=gpt2 --ids \"[15496, 11, 995]\"\n"
+      "  tfm tokenizer decode --config configs/tiny.json --set data.tokenizer=gpt2 --ids \"[15496, 11, "
+      "995]\"\n"
       "  tfm tokenizer encode --run runs/r --text hi > ids.json && tfm tokenizer decode --run runs/r --file "
       "ids.json\n");
   commands.push_back({dec, [d] { return run_tokenizer_decode(*d); }});

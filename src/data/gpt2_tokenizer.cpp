@@ -119,7 +119,8 @@ uint64_t pair_key(int32_t a, int32_t b) {
 bool token_text_to_bytes(const std::string& text, std::string& bytes) {
   static const std::map<uint32_t, uint8_t> inverse = [] {
     std::map<uint32_t, uint8_t> m;
-    for (int b = 0; b < 256; ++b) m[gpt2_byte_to_code_point(static_cast<uint8_t>(b))] = static_cast<uint8_t>(b);
+    for (int b = 0; b < 256; ++b)
+      m[gpt2_byte_to_code_point(static_cast<uint8_t>(b))] = static_cast<uint8_t>(b);
     return m;
   }();
   bytes.clear();
@@ -142,7 +143,8 @@ nlohmann::json read_json(const std::string& path) {
 }
 
 // An object {token: id, ...} (encoder.json, vocab.json, tokenizer.json's model.vocab) into id -> token.
-void read_vocab(const nlohmann::json& vocab, const std::string& where, std::map<int64_t, std::string>& by_id) {
+void read_vocab(const nlohmann::json& vocab, const std::string& where,
+                std::map<int64_t, std::string>& by_id) {
   if (!vocab.is_object())
     throw IoError(where + ": expected a JSON object {\"token\": id, ...}, got " + vocab.type_name());
   for (const auto& item : vocab.items()) {
@@ -152,8 +154,8 @@ void read_vocab(const nlohmann::json& vocab, const std::string& where, std::map<
     const int64_t id = item.value().get<int64_t>();
     const auto [it, inserted] = by_id.emplace(id, item.key());
     if (!inserted && it->second != item.key())
-      throw IoError(where + ": id " + std::to_string(id) + " names two tokens, \"" + it->second + "\" and \"" +
-                    item.key() + "\"");
+      throw IoError(where + ": id " + std::to_string(id) + " names two tokens, \"" + it->second +
+                    "\" and \"" + item.key() + "\"");
   }
 }
 
@@ -226,7 +228,8 @@ Gpt2Bpe load_pair(const std::string& vocab_path, const std::string& merges_path)
 
 std::string describe_pre_tokenizer(const nlohmann::json& p) {
   if (p.is_null()) return "null";
-  if (p.is_object() && p.contains("type") && p["type"].is_string()) return "\"" + p["type"].get<std::string>() + "\"";
+  if (p.is_object() && p.contains("type") && p["type"].is_string())
+    return "\"" + p["type"].get<std::string>() + "\"";
   return p.dump().substr(0, 80);
 }
 
@@ -234,15 +237,17 @@ Gpt2Bpe load_tokenizer_json(const std::string& path, const nlohmann::json& root)
   if (!root.is_object() || !root.contains("model") || !root["model"].is_object())
     throw IoError(path + ": expected a Hugging Face tokenizer.json (an object with \"model\")");
   const nlohmann::json& model = root["model"];
-  const std::string type = model.contains("type") && model["type"].is_string() ? model["type"].get<std::string>()
-                                                                                 : "(none)";
+  const std::string type =
+      model.contains("type") && model["type"].is_string() ? model["type"].get<std::string>() : "(none)";
   if (type != "BPE")
-    throw IoError(path + ": model.type is \"" + type +
-                  "\"; tfm reads byte-level BPE tokenizers (model.type \"BPE\" with a ByteLevel pre-tokenizer)");
+    throw IoError(
+        path + ": model.type is \"" + type +
+        "\"; tfm reads byte-level BPE tokenizers (model.type \"BPE\" with a ByteLevel pre-tokenizer)");
   // GPT-2's pre-split is the ByteLevel pre-tokenizer with its regex; another split (a Split of its own
   // regex, Metaspace) would tokenize differently.
   const nlohmann::json pre = root.value("pre_tokenizer", nlohmann::json());
-  const bool byte_level = pre.is_object() && pre.value("type", "") == "ByteLevel" && pre.value("use_regex", true);
+  const bool byte_level =
+      pre.is_object() && pre.value("type", "") == "ByteLevel" && pre.value("use_regex", true);
   if (!byte_level)
     throw IoError(path + ": pre_tokenizer is " + describe_pre_tokenizer(pre) +
                   "; tfm reads byte-level BPE with GPT-2's pre-split (pre_tokenizer type \"ByteLevel\", "
@@ -252,17 +257,19 @@ Gpt2Bpe load_tokenizer_json(const std::string& path, const nlohmann::json& root)
   std::map<int64_t, std::string> by_id;
   read_vocab(model.value("vocab", nlohmann::json()), path + ": model.vocab", by_id);
   const nlohmann::json added = root.value("added_tokens", nlohmann::json::array());
-  if (!added.is_array()) throw IoError(path + ": added_tokens must be an array, got " + std::string(added.type_name()));
+  if (!added.is_array())
+    throw IoError(path + ": added_tokens must be an array, got " + std::string(added.type_name()));
   for (size_t i = 0; i < added.size(); ++i) {
     const nlohmann::json& a = added[i];
     if (!a.is_object() || !a.contains("id") || !a["id"].is_number_unsigned() || !a.contains("content") ||
         !a["content"].is_string())
-      throw IoError(path + ": added_tokens[" + std::to_string(i) + "] must have an integer id and a string content");
+      throw IoError(path + ": added_tokens[" + std::to_string(i) +
+                    "] must have an integer id and a string content");
     const auto [it, inserted] = by_id.emplace(a["id"].get<int64_t>(), a["content"].get<std::string>());
     if (!inserted && it->second != a["content"].get<std::string>())
       throw IoError(path + ": added_tokens[" + std::to_string(i) + "] gives id " + std::to_string(it->first) +
-                    " to \"" + a["content"].get<std::string>() + "\", which model.vocab gives to \"" + it->second +
-                    "\"");
+                    " to \"" + a["content"].get<std::string>() + "\", which model.vocab gives to \"" +
+                    it->second + "\"");
   }
   const nlohmann::json merges_json = model.value("merges", nlohmann::json::array());
   if (!merges_json.is_array())
@@ -292,7 +299,9 @@ bool is_file(const fs::path& p) {
 }  // namespace
 
 uint32_t gpt2_byte_to_code_point(uint8_t b) {
-  const auto printable = [](uint32_t c) { return (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE; };
+  const auto printable = [](uint32_t c) {
+    return (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE;
+  };
   if (printable(b)) return b;
   uint32_t rank = 0;
   for (uint32_t c = 0; c < b; ++c) rank += printable(c) ? 0 : 1;
@@ -335,7 +344,8 @@ size_t gpt2_pretokenize_cut(std::string_view t, size_t at) {
 
 // ---- Gpt2Bpe ----
 
-Gpt2Bpe::Gpt2Bpe(std::vector<std::string> tokens, const std::vector<TextMerge>& merges, const std::string& what)
+Gpt2Bpe::Gpt2Bpe(std::vector<std::string> tokens, const std::vector<TextMerge>& merges,
+                 const std::string& what)
     : tokens_(std::move(tokens)), merges_(merges) {
   const auto V = static_cast<int32_t>(tokens_.size());
   std::unordered_map<std::string, int32_t> ids;
@@ -345,7 +355,8 @@ Gpt2Bpe::Gpt2Bpe(std::vector<std::string> tokens, const std::vector<TextMerge>& 
   for (int32_t id = 0; id < V; ++id) {
     const auto [it, inserted] = ids.emplace(tokens_[id], id);
     if (!inserted)
-      throw IoError(detail::concat(what, ": tokens ", it->second, " and ", id, " are both \"", tokens_[id], "\""));
+      throw IoError(
+          detail::concat(what, ": tokens ", it->second, " and ", id, " are both \"", tokens_[id], "\""));
     // A token outside the printable form (an added token such as "<|im_start|>" stays readable) is its
     // own text; encoding never reaches it.
     if (!token_text_to_bytes(tokens_[id], bytes_[id])) bytes_[id] = tokens_[id];
@@ -364,9 +375,10 @@ Gpt2Bpe::Gpt2Bpe(std::vector<std::string> tokens, const std::vector<TextMerge>& 
   for (size_t k = 0; k < merges_.size(); ++k) {
     const auto& [left, right] = merges_[k];
     const auto l = ids.find(left), r = ids.find(right), joined = ids.find(left + right);
-    const char* missing = l == ids.end() ? "its left token" : r == ids.end() ? "its right token"
-                          : joined == ids.end()                                ? "the token it makes"
-                                                                               : nullptr;
+    const char* missing = l == ids.end()        ? "its left token"
+                          : r == ids.end()      ? "its right token"
+                          : joined == ids.end() ? "the token it makes"
+                                                : nullptr;
     if (missing)
       throw IoError(detail::concat(what, ": merge ", k, " (\"", left, " ", right, "\"): ", missing,
                                    " is not in the vocabulary"));
@@ -463,7 +475,8 @@ Gpt2Bpe Gpt2Bpe::from_json(const nlohmann::json& j, const std::string& what) {
   for (const std::string& line : j.at("merges").get<std::vector<std::string>>()) {
     TextMerge m;
     if (!split_merge(line, m))
-      throw IoError(what + ": merge " + std::to_string(merges.size()) + " is not two tokens: \"" + line + "\"");
+      throw IoError(what + ": merge " + std::to_string(merges.size()) + " is not two tokens: \"" + line +
+                    "\"");
     merges.push_back(std::move(m));
   }
   return Gpt2Bpe(j.at("tokens").get<std::vector<std::string>>(), merges, what);
@@ -480,9 +493,10 @@ Gpt2Bpe Gpt2Bpe::load(const std::string& path) {
       return load_pair((p / "vocab.json").string(), (p / "merges.txt").string());
     if (is_file(p / "tokenizer.json"))
       return load_tokenizer_json((p / "tokenizer.json").string(), read_json((p / "tokenizer.json").string()));
-    throw IoError(path +
-                  ": a directory without GPT-2's encoder.json + vocab.bpe, Hugging Face's vocab.json + merges.txt "
-                  "or a tokenizer.json");
+    throw IoError(
+        path +
+        ": a directory without GPT-2's encoder.json + vocab.bpe, Hugging Face's vocab.json + merges.txt "
+        "or a tokenizer.json");
   }
   const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
   const auto partner = [&](std::initializer_list<const char*> names, const char* what_it_is) {
@@ -490,8 +504,8 @@ Gpt2Bpe Gpt2Bpe::load(const std::string& path) {
       if (is_file(dir / name)) return (dir / name).string();
     std::string list;
     for (const char* name : names) list += std::string(list.empty() ? "" : " or ") + name;
-    throw IoError(path + ": " + what_it_is + " needs its partner file, " + list + ", beside it; there is none in " +
-                  dir.string());
+    throw IoError(path + ": " + what_it_is + " needs its partner file, " + list +
+                  ", beside it; there is none in " + dir.string());
   };
   if (p.extension() == ".json") {
     const nlohmann::json root = read_json(path);
@@ -516,9 +530,10 @@ std::string Gpt2Bpe::gpt2_directory() {
     if (is_file(d / "encoder.json") && is_file(d / "vocab.bpe")) return d.string();
     tried += (tried.empty() ? "" : ", ") + d.string();
   }
-  throw IoError("data.tokenizer: \"gpt2\": GPT-2's encoder.json and vocab.bpe are not in " + tried +
-                " (they ship in the repository's data/tokenizers/gpt2; or set data.tokenizer_path to a directory "
-                "holding them)");
+  throw IoError(
+      "data.tokenizer: \"gpt2\": GPT-2's encoder.json and vocab.bpe are not in " + tried +
+      " (they ship in the repository's data/tokenizers/gpt2; or set data.tokenizer_path to a directory "
+      "holding them)");
 }
 
 Gpt2Bpe Gpt2Bpe::load_gpt2() {

@@ -86,8 +86,9 @@ Tokenizer::Kind Tokenizer::parse_kind(const std::string& name) {
   if (name == "bpe") return Kind::Bpe;
   if (name == "word") return Kind::Word;
   if (name == "gpt2") return Kind::Gpt2;
-  throw ConfigError("data.tokenizer: expected one of \"char\", \"byte\", \"bpe\", \"word\", \"gpt2\", got \"" +
-                    name + "\"");
+  throw ConfigError(
+      "data.tokenizer: expected one of \"char\", \"byte\", \"bpe\", \"word\", \"gpt2\", got \"" + name +
+      "\"");
 }
 
 std::string Tokenizer::kind_name() const {
@@ -118,7 +119,8 @@ int64_t Tokenizer::size() const {
 
 int32_t Tokenizer::end_of_text_id() const {
   if (!end_of_text_) return -1;
-  if (gpt2_ && gpt2_->end_of_text() >= 0) return static_cast<int32_t>(specials_.size()) + gpt2_->end_of_text();
+  if (gpt2_ && gpt2_->end_of_text() >= 0)
+    return static_cast<int32_t>(specials_.size()) + gpt2_->end_of_text();
   return static_cast<int32_t>(size() - 1);
 }
 
@@ -148,8 +150,9 @@ Tokenizer Tokenizer::load_bpe(const std::string& path) {
     const std::string name = std::filesystem::path(path).filename().string();
     if (std::filesystem::is_directory(path, ec) || name == "encoder.json" || name == "vocab.bpe" ||
         name == "vocab.json" || name == "merges.txt" || name == "tokenizer.json")
-      throw IoError(std::string("data.tokenizer_path: ") + e.what() +
-                    " (GPT-2's and Hugging Face's byte-level BPE files are read with data.tokenizer = \"gpt2\")");
+      throw IoError(
+          std::string("data.tokenizer_path: ") + e.what() +
+          " (GPT-2's and Hugging Face's byte-level BPE files are read with data.tokenizer = \"gpt2\")");
     throw IoError(std::string("data.tokenizer_path: ") + e.what() +
                   (missing
                        ? " (make one with: tfm tokenizer train --data FILE --vocab-size N --out " + path + ")"
@@ -173,7 +176,9 @@ Tokenizer Tokenizer::from_file(Kind kind, const std::string& path) {
   if (kind == Kind::Bpe) return load_bpe(path);
   if (kind == Kind::Gpt2) return load_gpt2(path);
   throw ConfigError(std::string("data.tokenizer: \"") +
-                    (kind == Kind::Char ? "char" : kind == Kind::Byte ? "byte" : "word") +
+                    (kind == Kind::Char   ? "char"
+                     : kind == Kind::Byte ? "byte"
+                                          : "word") +
                     "\" takes its vocabulary from the data, not from a file");
 }
 
@@ -247,7 +252,8 @@ std::vector<std::string> Tokenizer::split_words(const std::string& text, const s
 Tokenizer Tokenizer::from_texts(Kind kind, const std::vector<std::string>& texts, const std::string& source,
                                 int64_t min_freq) {
   if (kind == Kind::Bpe || kind == Kind::Gpt2)
-    throw ConfigError("data.tokenizer: \"bpe\" and \"gpt2\" read their vocabulary from files (Tokenizer::from_file)");
+    throw ConfigError(
+        "data.tokenizer: \"bpe\" and \"gpt2\" read their vocabulary from files (Tokenizer::from_file)");
   std::vector<uint32_t> symbols;
   if (kind == Kind::Byte) {
     for (uint32_t b = 0; b < 256; ++b) symbols.push_back(b);

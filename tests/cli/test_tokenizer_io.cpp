@@ -31,8 +31,8 @@ TEST_CASE("tokenizer cli: encode and decode with GPT-2's tokenizer", "[tokenizer
   const std::string text = tmp.file("text.txt"), ids = tmp.file("ids.json");
   std::ofstream(text, std::ios::binary) << "naïve café\n\n  中文 👍🏽\t";
   // The ids to a file, --stats's line (stderr) to the output.
-  r = tfm_test::run_shell(std::string("('") + TFM_BINARY + "' tokenizer encode " + kTokenizerIoGpt2 + "--file " +
-                          text + " --stats > " + ids + ")");
+  r = tfm_test::run_shell(std::string("('") + TFM_BINARY + "' tokenizer encode " + kTokenizerIoGpt2 +
+                          "--file " + text + " --stats > " + ids + ")");
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("tokens (gpt2 tokenizer, vocabulary 50257)") && Catch::Contains("MB/s"));
@@ -41,7 +41,8 @@ TEST_CASE("tokenizer cli: encode and decode with GPT-2's tokenizer", "[tokenizer
   CHECK(r.out == "naïve café\n\n  中文 👍🏽\t");
 }
 
-TEST_CASE("tokenizer cli: a char config's vocabulary, and bad input refused with exit 2", "[tokenizer][cli]") {
+TEST_CASE("tokenizer cli: a char config's vocabulary, and bad input refused with exit 2",
+          "[tokenizer][cli]") {
   CliRun r = run_tfm("tokenizer encode --config configs/tiny.json --text 'First'");
   INFO(r.out);
   REQUIRE(r.status == 0);
@@ -61,8 +62,9 @@ TEST_CASE("tokenizer cli: a char config's vocabulary, and bad input refused with
   r = run_tfm("tokenizer decode " + kTokenizerIoGpt2 + "--ids '[1,'");
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("--ids: expected a JSON array of token ids"));
-  r = run_tfm("tokenizer encode --config configs/tiny.json --set data.tokenizer=gpt2 "
-              "--set data.tokenizer_path=/nonexistent/tok --text a");
+  r = run_tfm(
+      "tokenizer encode --config configs/tiny.json --set data.tokenizer=gpt2 "
+      "--set data.tokenizer_path=/nonexistent/tok --text a");
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("data.tokenizer_path: /nonexistent/tok: no such file or directory"));
 }

@@ -59,17 +59,19 @@ TEST_CASE("gpt2 pretokenize: the regex's pieces on tricky strings", "[gpt2][toke
   CHECK(gpt2_test_pieces("end   ") == V{"end", "   "});  // at the end: the whole run
   CHECK(gpt2_test_pieces("I'm don't") == V{"I", "'m", " don", "'t"});
   CHECK(gpt2_test_pieces("x''s !'s") == V{"x", "''", "s", " !'", "s"});  // a symbol run takes apostrophes
-  CHECK(gpt2_test_pieces("'LL 'll") == V{"'", "LL", " '", "ll"});       // contractions are lowercase only
+  CHECK(gpt2_test_pieces("'LL 'll") == V{"'", "LL", " '", "ll"});        // contractions are lowercase only
   CHECK(gpt2_test_pieces(" 123abc") == V{" 123", "abc"});
-  CHECK(gpt2_test_pieces("e\xcc\x81") == V{"e", "\xcc\x81"});                     // U+0301 is a mark, not \p{L}
-  CHECK(gpt2_test_pieces("\xe4\xb8\xad\xe6\x96\x87\xef\xbc\x8c") == V{"中文", "，"});  // CJK letters, then punctuation
-  CHECK(gpt2_test_pieces("\xd9\xa1\xd9\xa2 \xc2\xbd") == V{"١٢", " ½"});               // Arabic-Indic digits, ½ are \p{N}
+  CHECK(gpt2_test_pieces("e\xcc\x81") == V{"e", "\xcc\x81"});  // U+0301 is a mark, not \p{L}
+  CHECK(gpt2_test_pieces("\xe4\xb8\xad\xe6\x96\x87\xef\xbc\x8c") ==
+        V{"中文", "，"});                                                 // CJK letters, then punctuation
+  CHECK(gpt2_test_pieces("\xd9\xa1\xd9\xa2 \xc2\xbd") == V{"١٢", " ½"});  // Arabic-Indic digits, ½ are \p{N}
   // U+00A0 is \s, and not the space of " ?\p{L}+": the run keeps its last one, which stands alone.
   CHECK(gpt2_test_pieces("a\xc2\xa0\xc2\xa0"
                          "b") == V{"a", "\xc2\xa0", "\xc2\xa0", "b"});
   CHECK(gpt2_test_pieces("\xff\xfe x") == V{"\xff\xfe", " x"});  // invalid bytes: symbols
   std::string joined;
-  for (const std::string& p : gpt2_test_pieces("mixed \xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd 12\n\n x")) joined += p;
+  for (const std::string& p : gpt2_test_pieces("mixed \xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd 12\n\n x"))
+    joined += p;
   CHECK(joined == "mixed \xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd 12\n\n x");
 }
 
@@ -78,8 +80,8 @@ TEST_CASE("gpt2 encode: ids identical to js-tiktoken's gpt2 on tricky strings, a
   const Tokenizer& tok = gpt2_test_tokenizer();
   REQUIRE(tok.size() == 50257);
   REQUIRE(tok.kind_name() == "gpt2");
-  const std::string fixture = tfm::read_file(std::string(TFM_SOURCE_DIR) + "/tests/data/gpt2_tiktoken_cases.json",
-                                             1 << 20);
+  const std::string fixture =
+      tfm::read_file(std::string(TFM_SOURCE_DIR) + "/tests/data/gpt2_tiktoken_cases.json", 1 << 20);
   const nlohmann::json cases = nlohmann::json::parse(fixture).at("cases");
   REQUIRE(cases.size() >= 30);
   for (const nlohmann::json& c : cases) {
@@ -152,12 +154,13 @@ TEST_CASE("gpt2 loaders: encoder.json + vocab.bpe, vocab.json + merges.txt, toke
   gpt2_test_write(openai + "/vocab.bpe", kGpt2TestMerges);
   gpt2_test_write(hf + "/vocab.json", gpt2_test_vocab_json());
   gpt2_test_write(hf + "/merges.txt", kGpt2TestMerges);
-  nlohmann::json tj = {{"version", "1.0"},
-                       {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
-                       {"model",
-                        {{"type", "BPE"},
-                         {"vocab", nlohmann::json::parse(gpt2_test_vocab_json())},
-                         {"merges", {"\xc4\xa0 t", nlohmann::json::array({"h", "e"}), "\xc4\xa0t he"}}}}};
+  nlohmann::json tj = {
+      {"version", "1.0"},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+      {"model",
+       {{"type", "BPE"},
+        {"vocab", nlohmann::json::parse(gpt2_test_vocab_json())},
+        {"merges", {"\xc4\xa0 t", nlohmann::json::array({"h", "e"}), "\xc4\xa0t he"}}}}};
   gpt2_test_write(fast + "/tokenizer.json", tj.dump());
 
   const std::string text = "the theme, then the end";
@@ -191,7 +194,8 @@ TEST_CASE("gpt2 loaders: a bad file is refused, naming the file and the place", 
   };
   refuse(tmp.file("missing"), "missing: no such file or directory");
   refuse(tmp.path, "a directory without GPT-2's encoder.json + vocab.bpe");
-  refuse(pair("line", gpt2_test_vocab_json(), "#version: 0.2\n\xc4\xa0 t\nhe\n"), "vocab.bpe:3: expected a merge");
+  refuse(pair("line", gpt2_test_vocab_json(), "#version: 0.2\n\xc4\xa0 t\nhe\n"),
+         "vocab.bpe:3: expected a merge");
   refuse(pair("unknown", gpt2_test_vocab_json(), "#version: 0.2\n\xc4\xa0 t\nh x\n"),
          "vocab.bpe:3: merge 1 (\"h x\"): the token it makes is not in the vocabulary");
   refuse(pair("gap", gpt2_test_vocab_json(true), kGpt2TestMerges), "id 256 has no token");
@@ -209,11 +213,13 @@ TEST_CASE("gpt2 loaders: a bad file is refused, naming the file and the place", 
   };
   refuse(tokenizer_json("wordpiece", {{"model", {{"type", "WordPiece"}, {"vocab", {{"a", 0}}}}}}),
          "wordpiece.json: model.type is \"WordPiece\"; tfm reads byte-level BPE");
-  refuse(tokenizer_json("metaspace", {{"pre_tokenizer", {{"type", "Metaspace"}}}, {"model", {{"type", "BPE"}}}}),
-         "metaspace.json: pre_tokenizer is \"Metaspace\"");
+  refuse(
+      tokenizer_json("metaspace", {{"pre_tokenizer", {{"type", "Metaspace"}}}, {"model", {{"type", "BPE"}}}}),
+      "metaspace.json: pre_tokenizer is \"Metaspace\"");
   refuse(tokenizer_json("split", {{"pre_tokenizer", {{"type", "Sequence"}}}, {"model", {{"type", "BPE"}}}}),
          "pre_tokenizer is \"Sequence\"");
   // tfm's own BPE file format read as "bpe" points to "gpt2" for these files.
-  CHECK_THROWS_WITH(Tokenizer::load_bpe(pair("asbpe", gpt2_test_vocab_json(), kGpt2TestMerges) + "/encoder.json"),
-                    Catch::Contains("data.tokenizer = \"gpt2\""));
+  CHECK_THROWS_WITH(
+      Tokenizer::load_bpe(pair("asbpe", gpt2_test_vocab_json(), kGpt2TestMerges) + "/encoder.json"),
+      Catch::Contains("data.tokenizer = \"gpt2\""));
 }

@@ -63,9 +63,9 @@ class Tokenizer {
   // empty for gpt2); ConfigError for the kinds whose vocabulary comes from the data.
   static Tokenizer from_file(Kind kind, const std::string& path);
   // {"kind": "char"|"byte", "symbols": [...]}, {"kind": "word", "words": [...]} or {"kind": "bpe",
-  // "merges": [[l, r], ...]}, {"kind": "gpt2", "tokens": [...], "merges": ["l r", ...]}, plus "specials": [...] when there are any and "end_of_text": true
-  // with the end-of-text id (checkpoints, export metadata); from_json throws IoError/json exceptions on a
-  // malformed object.
+  // "merges": [[l, r], ...]}, {"kind": "gpt2", "tokens": [...], "merges": ["l r", ...]}, plus "specials":
+  // [...] when there are any and "end_of_text": true with the end-of-text id (checkpoints, export metadata);
+  // from_json throws IoError/json exceptions on a malformed object.
   nlohmann::json to_json() const;
   static Tokenizer from_json(const nlohmann::json& j);
 
