@@ -200,10 +200,8 @@ std::vector<KeySpec> build_table() {
           .one_of({"char", "byte", "bpe", "word", "gpt2"}),
       Key("data.tokenizer_path", T::String, nullptr,
           "data.tokenizer = `bpe`: the file of `tfm tokenizer train`; `gpt2`: a byte-level BPE's "
-          "encoder.json + "
-          "vocab.bpe, vocab.json + merges.txt or Hugging Face tokenizer.json (a directory holding them, or "
-          "one "
-          "of the files), GPT-2's own when unset. The checkpoint keeps a copy.")
+          "encoder.json + vocab.bpe, vocab.json + merges.txt or Hugging Face tokenizer.json (a directory "
+          "holding them, or one of the files), GPT-2's own when unset. The checkpoint keeps a copy.")
           .derived("null (bpe needs one; gpt2 without one is GPT-2's)", [](const json&) { return json(); }),
       Key("data.cache_dir", T::String, nullptr,
           "Where a text corpus's token cache lives (tokenized once, memory-mapped by every later train, "

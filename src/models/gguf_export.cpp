@@ -235,8 +235,8 @@ void add_gguf_tokenizer(GgufFile& f, const Tokenizer& tok) {
       continue;
     }
     const int32_t own = id - static_cast<int32_t>(tok.specials().size());
-    if (const Gpt2Bpe* gpt2 = tok.gpt2();
-        gpt2 && own < gpt2->vocab_size()) {  // the file's tokens, in this form
+    // A gpt2 vocabulary: the file's own tokens, already in this form.
+    if (const Gpt2Bpe* gpt2 = tok.gpt2(); gpt2 && own < gpt2->vocab_size()) {
       tokens[id] = gpt2->tokens()[own];
       if (gpt2->is_control(own)) types[id] = 3;  // "<|endoftext|>": never produced by encoding
       continue;
