@@ -3,11 +3,12 @@
 # libraries, against tfm on the same token ids.
 #   1. Installs node-llama-cpp 3.22.1 and only its linux-x64 CPU prebuilt into a cache outside the
 #      repository (once; later runs use the cache and need no network).
-#   2. Trains four tiny models (configs/tiny.json-sized, a few hundred steps): `char` (char tokenizer,
+#   2. Trains five tiny models (configs/tiny.json-sized, a few hundred steps): `char` (char tokenizer,
 #      sinusoidal positions, tied head: the defaults) and `bpe` (byte-level BPE, learned positions,
 #      untied head, grouped-query attention), both llama.cpp's gpt2; `llama` (BPE, RoPE, RMSNorm, SwiGLU,
-#      no biases, grouped-query attention, untied head: llama.cpp's llama) and `qwen3` (char, the same
-#      with QK-norm and a tied head: llama.cpp's qwen3); and exports each as GGUF in f32, f16 and bf16.
+#      no biases, grouped-query attention, untied head: llama.cpp's llama), `qwen3` (char, the same
+#      with QK-norm and a tied head: llama.cpp's qwen3) and `gpt2` (GPT-2's own tokenizer, 50,257 ids, on
+#      d_model 32: llama.cpp's gpt2 with pre "gpt-2"); and exports each as GGUF in f32, f16 and bf16.
 #   3. For each file: llama.cpp's next-token probabilities at every position of a few prompts against
 #      tfm's (`tfm eval --dump-logits --text`), llama.cpp's greedy continuation of 32 tokens against
 #      `tfm sample --temperature 0`, and llama.cpp's tokenization of the prompts against tfm's ids.
@@ -88,7 +89,13 @@ modern=(--set model.positional_encoding=rope --set model.norm=rmsnorm --set mode
   { cat "$work/llama.train.log"; exit 1; }
 "$tfm" train "${common[@]}" "${modern[@]}" --set model.qk_norm=true --set model.n_kv_heads=2 \
   --out "$work/qwen3" > "$work/qwen3.train.log" 2>&1 || { cat "$work/qwen3.train.log"; exit 1; }
-runs=(char bpe llama qwen3)
+# GPT-2's tokenizer: a 50257-row embedding on d_model 32, so that llama.cpp's gpt-2 pre-split and merges
+# are checked against tfm's on the prompts (and the figures on a model of GPT-2's vocabulary).
+gpt2_steps=150
+"$tfm" train "${common[@]}" --set data.tokenizer=gpt2 --set model.d_model=32 --set train.max_steps=$gpt2_steps \
+  --set train.eval_interval=$gpt2_steps --set train.log_interval=$gpt2_steps --out "$work/gpt2" \
+  > "$work/gpt2.train.log" 2>&1 || { cat "$work/gpt2.train.log"; exit 1; }
+runs=(char bpe llama qwen3 gpt2)
 for run in "${runs[@]}"; do
   for dtype in f32 f16 bf16; do
     "$tfm" export --run "$work/$run" --format gguf --dtype $dtype --out "$work/$run-$dtype.gguf" \
@@ -101,6 +108,7 @@ done
 # characters of its vocabulary; the BPE model's last prompt is there for tokenization beyond ASCII.
 char_prompts=("First Citizen:" "MENENIUS:" "You are all resolved" $'All:\nWe know\'t, we know\'t.\n')
 bpe_prompts=("${char_prompts[@]}" "Café “naïve” — ¿qué?")
+gpt2_prompts=("${bpe_prompts[@]}" "中文 テキスト 👍🏽  it's   x''s" $'\t\tdef f(x):\n\n    return 42')
 # check RUN DTYPE exact|defaults TOLERANCE REFERENCE_TOLERANCE GREEDY_REQUIRED PROMPTS...
 # llama.cpp's probabilities against tfm's model (TOLERANCE) and, in exact mode, against tfm's reading of
 # the same file with llama.cpp's GELU (`tfm eval --gguf --gelu llama.cpp`, REFERENCE_TOLERANCE, "-" to
@@ -194,7 +202,8 @@ echo "check_gguf.sh: node-llama-cpp $version (llama.cpp $(node -e 'console.log(r
   "$home/node_modules/node-llama-cpp/llama/llama.cpp.info.json")) against $tfm"
 status=0
 for run in "${runs[@]}"; do
-  case $run in char | qwen3) prompts=("${char_prompts[@]}") ;; *) prompts=("${bpe_prompts[@]}") ;; esac
+  case $run in char | qwen3) prompts=("${char_prompts[@]}") ;; gpt2) prompts=("${gpt2_prompts[@]}") ;;
+    *) prompts=("${bpe_prompts[@]}") ;; esac
   # gpt2's GELU is llama.cpp's tanh form through a half table (~1e-3 in p); llama and qwen3 have no
   # approximation, so only float rounding may separate llama.cpp from tfm there.
   case $run in llama | qwen3) exact=1e-4 ;; *) exact=5e-3 ;; esac

@@ -1,6 +1,8 @@
 // tfm data prepare: builds a config's token cache ahead of training (docs/data.md), so the first run
-// starts as fast as every later one, and says what the corpus costs in tokens.
+// starts as fast as every later one, and says what the corpus costs in tokens. tfm tokenizer encode and
+// decode: a config's (or a run's) tokenizer on a text or on ids.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -14,6 +16,7 @@
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
 #include "tfm/objectives/text_data.h"
+#include "tfm/training/run_dir.h"
 
 namespace tfm::cli {
 namespace {
@@ -40,9 +43,10 @@ int run_prepare(const PrepareOptions& o) {
   // The split's check needs a sequence length; 0 reports the counts of any file with two tokens.
   TokenCacheOptions bpe_cache = cache;
   bpe_cache.extend_vocabulary = true;  // as a new run's
-  const Dataset d = kind == "bpe" ? load_dataset(path, Tokenizer::load_bpe(c.string("data.tokenizer_path")),
-                                                 c.number("data.val_fraction"), 0, bpe_cache)
-                                  : load_dataset(path, kind, c.number("data.val_fraction"), 0, cache);
+  const Dataset d =
+      kind == "bpe" || kind == "gpt2"
+          ? load_dataset(path, tokenizer_from_file(c), c.number("data.val_fraction"), 0, bpe_cache)
+          : load_dataset(path, kind, c.number("data.val_fraction"), 0, cache);
   const int64_t n = d.train.size() + d.val.size();
   const double source_bytes = static_cast<double>(d.source_bytes);
   const int width = d.train.width();
@@ -75,6 +79,91 @@ int run_prepare(const PrepareOptions& o) {
   return kExitOk;
 }
 
+// ---- tfm tokenizer encode / decode ----
+
+struct TokenizerIoOptions {
+  std::string config, run, text, ids, file;
+  std::vector<std::string> sets;
+  bool stats = false;
+};
+
+// The tokenizer a new run of the config would build (char: the data file's characters; bpe, gpt2: their
+// files), or the run's own (its checkpoint's).
+Tokenizer io_tokenizer(const TokenizerIoOptions& o) {
+  if (o.config.empty() == o.run.empty()) throw ConfigError("--config, --run: give exactly one of them");
+  if (!o.run.empty()) return load_run(o.run).checkpoint.tokenizer;
+  const Config c = load_config(o.config, o.sets);
+  const Tokenizer::Kind kind = Tokenizer::parse_kind(c.string("data.tokenizer"));
+  switch (kind) {
+    case Tokenizer::Kind::Bpe:
+    case Tokenizer::Kind::Gpt2:
+      return tokenizer_from_file(c);
+    case Tokenizer::Kind::Char:
+      return char_vocabulary_of_file(c.string("data.path"));
+    case Tokenizer::Kind::Byte:
+      return Tokenizer::from_text(kind, "", c.string("data.path"));
+    case Tokenizer::Kind::Word:
+      break;
+  }
+  throw ConfigError(
+      "data.tokenizer: \"word\" builds its vocabulary from the training pairs; give a trained run with --run "
+      "DIR");
+}
+
+// The bytes of --file, else of the inline flag's value, and the name to report them by.
+std::string io_input(const TokenizerIoOptions& o, const std::string& inline_flag,
+                     const std::string& inline_value, std::string* source) {
+  if (!o.file.empty()) {
+    *source = o.file;
+    return read_file(o.file, uint64_t{1} << 32);
+  }
+  *source = inline_flag;
+  return inline_value;
+}
+
+int run_tokenizer_encode(const TokenizerIoOptions& o) {
+  std::string source;
+  if (o.text.empty() == o.file.empty()) throw ConfigError("--text, --file: give exactly one of them");
+  const std::string text = io_input(o, "--text", o.text, &source);
+  const Tokenizer tok = io_tokenizer(o);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<int32_t> ids = tok.encode(text, source);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string out = nlohmann::json(ids).dump() + "\n";
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  if (o.stats)
+    std::fprintf(stderr, "%zu bytes -> %zu tokens (%s tokenizer, vocabulary %ld) in %.3f s: %.2f MB/s\n",
+                 text.size(), ids.size(), tok.kind_name().c_str(), static_cast<long>(tok.size()), seconds,
+                 static_cast<double>(text.size()) / 1e6 / std::max(seconds, 1e-9));
+  return kExitOk;
+}
+
+int run_tokenizer_decode(const TokenizerIoOptions& o) {
+  std::string source;
+  if (o.ids.empty() == o.file.empty()) throw ConfigError("--ids, --file: give exactly one of them");
+  const std::string json_text = io_input(o, "--ids", o.ids, &source);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(json_text);
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(source + ": expected a JSON array of token ids, e.g. [15496, 11, 995] (" + e.what() +
+                      ")");
+  }
+  const Tokenizer tok = io_tokenizer(o);
+  if (!j.is_array()) throw ConfigError(source + ": expected a JSON array of token ids, got " + j.type_name());
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < j.size(); ++i) {
+    if (!j[i].is_number_integer() || j[i].get<int64_t>() < 0 || j[i].get<int64_t>() >= tok.size())
+      throw ConfigError(source + ": id " + std::to_string(i) + " is " + j[i].dump() +
+                        ", expected an integer in [0, " + std::to_string(tok.size()) + ") (the " +
+                        tok.kind_name() + " tokenizer's vocabulary)");
+    ids.push_back(j[i].get<int32_t>());
+  }
+  const std::string text = tok.decode(ids);  // as is: no newline added, so decode(encode(x)) is x
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  return kExitOk;
+}
+
 }  // namespace
 
 std::vector<Command> add_data_commands(CLI::App& app) {
@@ -100,6 +189,42 @@ std::vector<Command> add_data_commands(CLI::App& app) {
       "  tfm data prepare --config configs/tiny.json --set data.path=big.txt --set "
       "data.cache_dir=/scratch/tfm\n");
   commands.push_back({prep, [o] { return run_prepare(*o); }});
+
+  // Under `tfm tokenizer` (insight.cpp's, which has train).
+  CLI::App* tok = app.get_subcommand("tokenizer");
+  const auto common = [](CLI::App* cmd, TokenizerIoOptions& io) {
+    cmd->add_option("--config", io.config,
+                    "Config file: its data.tokenizer (and data.tokenizer_path, data.path)")
+        ->type_name("FILE");
+    cmd->add_option("--run", io.run, "Run directory: its checkpoint's tokenizer (instead of --config)")
+        ->type_name("DIR");
+    cmd->add_option("--set", io.sets, "Override a config key (repeatable)")->type_name("KEY=VALUE");
+  };
+  auto e = std::make_shared<TokenizerIoOptions>();
+  auto* enc = tok->add_subcommand("encode", "Print the token ids of a text as a JSON array");
+  common(enc, *e);
+  enc->add_option("--text", e->text, "The text");
+  enc->add_option("--file", e->file, "A file whose bytes are the text")->type_name("FILE");
+  enc->add_flag("--stats", e->stats, "Also print the count and the encoding speed (MB/s) on stderr");
+  enc->footer(
+      "\nThe ids are what training sees (no end-of-text id is added). A char vocabulary is data.path's\n"
+      "characters, so a character outside it is an error.\nExamples:\n"
+      "  tfm tokenizer encode --config configs/tiny.json --set data.tokenizer=gpt2 --text \"Hello, world\"\n"
+      "  tfm tokenizer encode --run runs/shakespeare_char --file prompt.txt\n");
+  commands.push_back({enc, [e] { return run_tokenizer_encode(*e); }});
+  auto d = std::make_shared<TokenizerIoOptions>();
+  auto* dec = tok->add_subcommand("decode", "Print the text of token ids (a JSON array)");
+  common(dec, *d);
+  dec->add_option("--ids", d->ids, "The ids, a JSON array: [15496, 11, 995]")->type_name("JSON");
+  dec->add_option("--file", d->file, "A file holding the JSON array")->type_name("FILE");
+  dec->footer(
+      "\nThe text is written as is, without a newline after it. The end-of-text id reads <|endoftext|>.\n"
+      "Examples:\n"
+      "  tfm tokenizer decode --config configs/tiny.json --set data.tokenizer=gpt2 --ids \"[15496, 11, "
+      "995]\"\n"
+      "  tfm tokenizer encode --run runs/r --text hi > ids.json && tfm tokenizer decode --run runs/r --file "
+      "ids.json\n");
+  commands.push_back({dec, [d] { return run_tokenizer_decode(*d); }});
   return commands;
 }
 

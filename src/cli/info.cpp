@@ -20,6 +20,7 @@
 #include "tfm/models/language_model.h"
 #include "tfm/nn/attention.h"
 #include "tfm/objectives/objective.h"
+#include "tfm/objectives/text_data.h"
 #include "tfm/training/optim.h"
 #include "tfm/training/preflight.h"
 
@@ -73,8 +74,8 @@ struct InfoModel {
 int64_t data_vocabulary_size(const Config& c, ObjectiveKind objective) {
   const std::string path = c.string("data.path");
   const Tokenizer::Kind kind = Tokenizer::parse_kind(c.string("data.tokenizer"));
-  const Tokenizer tokenizer = kind == Tokenizer::Kind::Bpe
-                                  ? Tokenizer::load_bpe(c.string("data.tokenizer_path"))
+  const Tokenizer tokenizer = kind == Tokenizer::Kind::Bpe || kind == Tokenizer::Kind::Gpt2
+                                  ? tokenizer_from_file(c)
                               : kind == Tokenizer::Kind::Char ? char_vocabulary_of_file(path)
                                                               : Tokenizer::from_text(kind, "", path);
   if (tokenizer.size() == 0)

@@ -194,11 +194,15 @@ std::vector<KeySpec> build_table() {
       Key("data.tokenizer", T::String, "char",
           "`char`: Unicode code points of the UTF-8 file, vocabulary = its sorted distinct characters; "
           "`byte`: the 256 byte values; `bpe`: byte-level BPE from data.tokenizer_path; `word` (seq2seq): "
-          "lowercased words with punctuation split off, rarer than data.min_freq -> `<unk>`.")
-          .one_of({"char", "byte", "bpe", "word"}),
+          "lowercased words with punctuation split off, rarer than data.min_freq -> `<unk>`; `gpt2`: GPT-2's "
+          "tokenizer exactly (50,257 ids, `<|endoftext|>` = 50256, shipped with tfm), or another byte-level "
+          "BPE from data.tokenizer_path.")
+          .one_of({"char", "byte", "bpe", "word", "gpt2"}),
       Key("data.tokenizer_path", T::String, nullptr,
-          "Tokenizer file for data.tokenizer = `bpe` (`tfm tokenizer train`); the checkpoint keeps a copy.")
-          .derived("null (only bpe uses it)", [](const json&) { return json(); }),
+          "data.tokenizer = `bpe`: the file of `tfm tokenizer train`; `gpt2`: a byte-level BPE's "
+          "encoder.json + vocab.bpe, vocab.json + merges.txt or Hugging Face tokenizer.json (a directory "
+          "holding them, or one of the files), GPT-2's own when unset. The checkpoint keeps a copy.")
+          .derived("null (bpe needs one; gpt2 without one is GPT-2's)", [](const json&) { return json(); }),
       Key("data.cache_dir", T::String, nullptr,
           "Where a text corpus's token cache lives (tokenized once, memory-mapped by every later train, "
           "resume, eval, sample, heads and sweep point; rebuilt when the file or tokenizer changes). Beside "

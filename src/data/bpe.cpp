@@ -334,22 +334,29 @@ void BpeChunkCache::clear() {
   ids_.clear();
 }
 
+bool BpeChunkCache::append(std::string_view chunk, std::vector<int32_t>& out) const {
+  const auto it = index_.find(chunk);
+  if (it == index_.end()) return false;
+  const auto [begin, len] = it->second;
+  out.insert(out.end(), ids_.begin() + static_cast<std::ptrdiff_t>(begin),
+             ids_.begin() + static_cast<std::ptrdiff_t>(begin + len));
+  return true;
+}
+
+void BpeChunkCache::add(std::string_view chunk, const int32_t* ids, size_t n) {
+  if (index_.size() >= kMaxEntries) clear();
+  const std::string& key = keys_.emplace_back(chunk);
+  const size_t begin = ids_.size();
+  ids_.insert(ids_.end(), ids, ids + n);
+  index_.emplace(std::string_view(key), std::make_pair(begin, n));
+}
+
 void BpeTokenizer::encode(std::string_view text, std::vector<int32_t>& out, BpeChunkCache& cache) const {
   for_each_chunk(text, [&](std::string_view chunk) {
-    const auto it = cache.index_.find(chunk);
-    if (it != cache.index_.end()) {
-      const auto [begin, len] = it->second;
-      out.insert(out.end(), cache.ids_.begin() + static_cast<std::ptrdiff_t>(begin),
-                 cache.ids_.begin() + static_cast<std::ptrdiff_t>(begin + len));
-      return;
-    }
+    if (cache.append(chunk, out)) return;
     const size_t first = out.size();
     encode_chunk(chunk, out);
-    if (cache.index_.size() >= BpeChunkCache::kMaxEntries) cache.clear();
-    const std::string& key = cache.keys_.emplace_back(chunk);
-    const size_t begin = cache.ids_.size();
-    cache.ids_.insert(cache.ids_.end(), out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
-    cache.index_.emplace(std::string_view(key), std::make_pair(begin, out.size() - first));
+    cache.add(chunk, out.data() + first, out.size() - first);
   });
 }
 

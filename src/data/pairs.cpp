@@ -96,7 +96,8 @@ void encode_pairs(PairDataset& d, const PairOptions& o) {
 Tokenizer build_tokenizer(const std::string& kind_name, const std::string& bpe_path,
                           const std::vector<SentencePair>& train, bool source, const PairOptions& o) {
   const Tokenizer::Kind kind = Tokenizer::parse_kind(kind_name);
-  if (kind == Tokenizer::Kind::Bpe) return Tokenizer::load_bpe(bpe_path).with_specials(seq2seq_specials());
+  if (kind == Tokenizer::Kind::Bpe || kind == Tokenizer::Kind::Gpt2)
+    return Tokenizer::from_file(kind, bpe_path).with_specials(seq2seq_specials());
   std::vector<std::string> texts;
   for (const SentencePair& p : train) texts.push_back(source ? p.source : p.target);
   const Tokenizer tok = Tokenizer::from_texts(kind, texts, "load_pairs", o.min_freq);

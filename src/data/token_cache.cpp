@@ -192,6 +192,8 @@ size_t cut_before(const Tokenizer& tok, std::string_view t, size_t at) {
       return char_cut(t, at);
     case Tokenizer::Kind::Bpe:
       return pretokenize_cut(t, at);
+    case Tokenizer::Kind::Gpt2:
+      return gpt2_pretokenize_cut(t, at);
     case Tokenizer::Kind::Word:
       for (size_t p = std::min(at, t.size()); p > 0; --p)
         if (t[p - 1] == ' ' || t[p - 1] == '\n') return p;  // d2l's splitting restarts after a space
@@ -882,6 +884,7 @@ std::string token_cache_path(const std::string& spec, const std::string& dir, To
   const char* k = kind == Tokenizer::Kind::Char   ? "char"
                   : kind == Tokenizer::Kind::Byte ? "byte"
                   : kind == Tokenizer::Kind::Bpe  ? "bpe"
+                  : kind == Tokenizer::Kind::Gpt2 ? "gpt2"
                                                   : "word";
   return (std::filesystem::path(dir) / (name + "." + k + ".tokens")).string();
 }

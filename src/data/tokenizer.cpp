@@ -85,8 +85,10 @@ Tokenizer::Kind Tokenizer::parse_kind(const std::string& name) {
   if (name == "byte") return Kind::Byte;
   if (name == "bpe") return Kind::Bpe;
   if (name == "word") return Kind::Word;
-  throw ConfigError("data.tokenizer: expected one of \"char\", \"byte\", \"bpe\", \"word\", got \"" + name +
-                    "\"");
+  if (name == "gpt2") return Kind::Gpt2;
+  throw ConfigError(
+      "data.tokenizer: expected one of \"char\", \"byte\", \"bpe\", \"word\", \"gpt2\", got \"" + name +
+      "\"");
 }
 
 std::string Tokenizer::kind_name() const {
@@ -99,15 +101,27 @@ std::string Tokenizer::kind_name() const {
       return "bpe";
     case Kind::Word:
       return "word";
+    case Kind::Gpt2:
+      return "gpt2";
   }
   return "char";
 }
 
 int64_t Tokenizer::size() const {
   const int64_t base = bpe_                  ? bpe_->vocab_size()
+                       : gpt2_               ? gpt2_->vocab_size()
                        : kind_ == Kind::Word ? static_cast<int64_t>(words_.size())
                                              : static_cast<int64_t>(symbols_.size());
-  return static_cast<int64_t>(specials_.size()) + base + (end_of_text_ ? 1 : 0);
+  // A gpt2 vocabulary with its own "<|endoftext|>" needs no extra id.
+  const bool extra = end_of_text_ && !(gpt2_ && gpt2_->end_of_text() >= 0);
+  return static_cast<int64_t>(specials_.size()) + base + (extra ? 1 : 0);
+}
+
+int32_t Tokenizer::end_of_text_id() const {
+  if (!end_of_text_) return -1;
+  if (gpt2_ && gpt2_->end_of_text() >= 0)
+    return static_cast<int32_t>(specials_.size()) + gpt2_->end_of_text();
+  return static_cast<int32_t>(size() - 1);
 }
 
 Tokenizer Tokenizer::with_end_of_text() const {
@@ -133,11 +147,39 @@ Tokenizer Tokenizer::load_bpe(const std::string& path) {
     // (a config, a corpus) must not be suggested as tfm tokenizer train's --out.
     std::error_code ec;
     const bool missing = !std::filesystem::exists(std::filesystem::symlink_status(path, ec));
+    const std::string name = std::filesystem::path(path).filename().string();
+    if (std::filesystem::is_directory(path, ec) || name == "encoder.json" || name == "vocab.bpe" ||
+        name == "vocab.json" || name == "merges.txt" || name == "tokenizer.json")
+      throw IoError(
+          std::string("data.tokenizer_path: ") + e.what() +
+          " (GPT-2's and Hugging Face's byte-level BPE files are read with data.tokenizer = \"gpt2\")");
     throw IoError(std::string("data.tokenizer_path: ") + e.what() +
                   (missing
                        ? " (make one with: tfm tokenizer train --data FILE --vocab-size N --out " + path + ")"
                        : " (expected a byte-level BPE tokenizer file written by tfm tokenizer train)"));
   }
+}
+
+Tokenizer::Tokenizer(Gpt2Bpe gpt2)
+    : kind_(Kind::Gpt2), gpt2_(std::make_shared<const Gpt2Bpe>(std::move(gpt2))) {}
+
+Tokenizer Tokenizer::load_gpt2(const std::string& path) {
+  try {
+    return Tokenizer(path.empty() ? Gpt2Bpe::load_gpt2() : Gpt2Bpe::load(path));
+  } catch (const IoError& e) {
+    const std::string msg = e.what();
+    throw IoError(msg.rfind("data.tokenizer", 0) == 0 ? msg : "data.tokenizer_path: " + msg);
+  }
+}
+
+Tokenizer Tokenizer::from_file(Kind kind, const std::string& path) {
+  if (kind == Kind::Bpe) return load_bpe(path);
+  if (kind == Kind::Gpt2) return load_gpt2(path);
+  throw ConfigError(std::string("data.tokenizer: \"") +
+                    (kind == Kind::Char   ? "char"
+                     : kind == Kind::Byte ? "byte"
+                                          : "word") +
+                    "\" takes its vocabulary from the data, not from a file");
 }
 
 Tokenizer Tokenizer::with_specials(std::vector<std::string> specials) const {
@@ -162,8 +204,10 @@ int32_t Tokenizer::special_id(const std::string& name) const {
 
 nlohmann::json Tokenizer::to_json() const {
   nlohmann::json j = bpe_                  ? nlohmann::json{{"kind", "bpe"}, {"merges", bpe_->merges()}}
+                     : gpt2_               ? gpt2_->to_json()
                      : kind_ == Kind::Word ? nlohmann::json{{"kind", "word"}, {"words", words_}}
                                            : nlohmann::json{{"kind", kind_name()}, {"symbols", symbols_}};
+  if (gpt2_) j["kind"] = "gpt2";
   if (!specials_.empty()) j["specials"] = specials_;
   if (end_of_text_) j["end_of_text"] = true;
   return j;
@@ -172,7 +216,8 @@ nlohmann::json Tokenizer::to_json() const {
 Tokenizer Tokenizer::from_json(const nlohmann::json& j) {
   const Kind kind = parse_kind(j.at("kind").get<std::string>());
   Tokenizer t =
-      kind == Kind::Bpe
+      kind == Kind::Gpt2 ? Tokenizer(Gpt2Bpe::from_json(j, "tokenizer"))
+      : kind == Kind::Bpe
           ? Tokenizer(BpeTokenizer(j.at("merges").get<std::vector<BpeTokenizer::Merge>>(), "tokenizer"))
       : kind == Kind::Word ? Tokenizer(j.at("words").get<std::vector<std::string>>())
                            : Tokenizer(kind, j.at("symbols").get<std::vector<uint32_t>>());
@@ -206,9 +251,9 @@ std::vector<std::string> Tokenizer::split_words(const std::string& text, const s
 
 Tokenizer Tokenizer::from_texts(Kind kind, const std::vector<std::string>& texts, const std::string& source,
                                 int64_t min_freq) {
-  if (kind == Kind::Bpe)
+  if (kind == Kind::Bpe || kind == Kind::Gpt2)
     throw ConfigError(
-        "data.tokenizer: \"bpe\" reads its vocabulary from data.tokenizer_path (Tokenizer::load_bpe)");
+        "data.tokenizer: \"bpe\" and \"gpt2\" read their vocabulary from files (Tokenizer::from_file)");
   std::vector<uint32_t> symbols;
   if (kind == Kind::Byte) {
     for (uint32_t b = 0; b < 256; ++b) symbols.push_back(b);
@@ -257,7 +302,9 @@ void Tokenizer::encode_piece(std::string_view text, const std::string& source, u
                              BpeChunkCache* bpe_cache) const {
   const int32_t shift = static_cast<int32_t>(specials_.size());
   const size_t first = ids.size();
-  if (bpe_ && bpe_cache) {
+  if (gpt2_) {
+    gpt2_->encode(text, ids, bpe_cache);  // every byte string encodes
+  } else if (bpe_ && bpe_cache) {
     bpe_->encode(text, ids, *bpe_cache);  // every byte string encodes
   } else if (bpe_) {
     const std::vector<int32_t> piece = bpe_->encode(text);
@@ -329,6 +376,7 @@ std::string Tokenizer::decode(int32_t id) const {
   if (is_special(id)) return id == unk_ ? specials_[id] : out;
   id -= static_cast<int32_t>(specials_.size());
   if (bpe_) return bpe_->token_bytes(id);
+  if (gpt2_) return gpt2_->token_bytes(id);
   if (kind_ == Kind::Word) return words_[id];
   if (kind_ == Kind::Byte)
     out += static_cast<char>(symbols_[id]);

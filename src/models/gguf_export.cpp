@@ -21,17 +21,6 @@ uint32_t file_type(GgmlType t) {
   return t == GgmlType::F32 ? 0 : t == GgmlType::F16 ? 1 : 32;
 }
 
-// The code point GPT-2's byte-to-unicode map gives byte b (gguf_export.h).
-uint32_t gpt2_code_point(uint8_t b) {
-  const auto printable = [](uint32_t c) {
-    return (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE;
-  };
-  if (printable(b)) return b;
-  uint32_t rank = 0;
-  for (uint32_t c = 0; c < b; ++c) rank += printable(c) ? 0 : 1;
-  return 256 + rank;
-}
-
 const Tensor& parameter(const LanguageModel& model, const std::string& name) {
   const NamedParameter* p = model.find_parameter(name);
   TFM_CHECK(p, "gguf_from_model", "the model has no parameter \"", name, "\"");
@@ -213,14 +202,10 @@ void check_gguf_exportable(const ModelConfig& c) {
   gguf_architecture(c);
 }
 
-std::string gpt2_token_text(const std::string& bytes) {
-  std::string out;
-  for (char b : bytes) append_utf8(out, gpt2_code_point(static_cast<uint8_t>(b)));
-  return out;
-}
-
 GgufEndOfText gguf_end_of_text(const Tokenizer& tok) {
   const int32_t S = static_cast<int32_t>(tok.specials().size());
+  if (tok.gpt2() && tok.gpt2()->end_of_text() >= 0)
+    return {S + tok.gpt2()->end_of_text(), "<|endoftext|>, the vocabulary's own (GPT-2's 50256)"};
   if (tok.kind() == Tokenizer::Kind::Bpe || tok.kind() == Tokenizer::Kind::Byte)
     return {S + 0xFF, "byte 0xFF, which UTF-8 text never contains, so generation ends only at its length"};
   const int64_t id = tok.size() > 11 ? 11 : -1;
@@ -249,6 +234,13 @@ void add_gguf_tokenizer(GgufFile& f, const Tokenizer& tok) {
       types[id] = 3;  // LLAMA_TOKEN_TYPE_CONTROL
       continue;
     }
+    const int32_t own = id - static_cast<int32_t>(tok.specials().size());
+    // A gpt2 vocabulary: the file's own tokens, already in this form.
+    if (const Gpt2Bpe* gpt2 = tok.gpt2(); gpt2 && own < gpt2->vocab_size()) {
+      tokens[id] = gpt2->tokens()[own];
+      if (gpt2->is_control(own)) types[id] = 3;  // "<|endoftext|>": never produced by encoding
+      continue;
+    }
     const std::string bytes = tok.decode(id);
     tokens[id] = gpt2_token_text(bytes);
     if (tok.kind() != Tokenizer::Kind::Char || bytes.size() < 2) continue;
@@ -261,6 +253,8 @@ void add_gguf_tokenizer(GgufFile& f, const Tokenizer& tok) {
       left += right;
     }
   }
+  if (const Gpt2Bpe* gpt2 = tok.gpt2())
+    for (const auto& [a, b] : gpt2->merges()) merges.push_back(a + " " + b);
   if (const BpeTokenizer* bpe = tok.bpe())
     for (const auto& [a, b] : bpe->merges())
       merges.push_back(gpt2_token_text(bpe->token_bytes(a)) + " " + gpt2_token_text(bpe->token_bytes(b)));

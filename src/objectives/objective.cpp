@@ -59,15 +59,22 @@ Dataset load_text(const Config& c, const Vocabulary* ckpt, int64_t T, int rank) 
   const double f = c.number("data.val_fraction");
   const TokenCacheOptions cache = token_cache_options(c, rank == 0);
   if (ckpt) return load_dataset(path, ckpt->tokenizer, f, T, cache);  // its end-of-text id decides
-  if (c.string("data.tokenizer") == "bpe") {
+  const std::string kind = c.string("data.tokenizer");
+  if (kind == "bpe" || kind == "gpt2") {
     TokenCacheOptions base = cache;
     base.extend_vocabulary = true;  // a new run's BPE gains the end-of-text id when documents are joined
-    return load_dataset(path, Tokenizer::load_bpe(c.string("data.tokenizer_path")), f, T, base);
+    return load_dataset(path, tokenizer_from_file(c), f, T, base);
   }
   return load_dataset(path, c.string("data.tokenizer"), f, T, cache);
 }
 
 }  // namespace
+
+Tokenizer tokenizer_from_file(const Config& c) {
+  const nlohmann::json& path = c.at("data.tokenizer_path");
+  return Tokenizer::from_file(Tokenizer::parse_kind(c.string("data.tokenizer")),
+                              path.is_string() ? path.get<std::string>() : "");
+}
 
 TokenCacheOptions token_cache_options(const Config& c, bool log) {
   TokenCacheOptions o;

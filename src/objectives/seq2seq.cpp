@@ -21,7 +21,7 @@ namespace {
 PairOptions pair_options(const Config& c) {
   PairOptions o;
   o.source_tokenizer = o.target_tokenizer = c.string("data.tokenizer");
-  if (o.source_tokenizer == "bpe")
+  if (c.at("data.tokenizer_path").is_string())  // bpe's file, or gpt2's (GPT-2's own without one)
     o.source_tokenizer_path = o.target_tokenizer_path = c.string("data.tokenizer_path");
   o.min_freq = c.integer("data.min_freq");
   o.max_pairs = c.integer("data.max_pairs");

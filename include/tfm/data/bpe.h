@@ -46,9 +46,12 @@ class BpeChunkCache {
  public:
   static constexpr size_t kMaxEntries = size_t{1} << 18;
   void clear();
+  // Appends the ids of `chunk` to `out` and returns true when it is cached; false otherwise.
+  bool append(std::string_view chunk, std::vector<int32_t>& out) const;
+  // Remembers the n ids of `chunk` (starting over when full).
+  void add(std::string_view chunk, const int32_t* ids, size_t n);
 
  private:
-  friend class BpeTokenizer;
   std::unordered_map<std::string_view, std::pair<size_t, size_t>>
       index_;                     // chunk -> [begin, begin + n) of ids_
   std::deque<std::string> keys_;  // the chunks' bytes (stable addresses for the views)

@@ -25,7 +25,7 @@ struct SentencePair {
 struct PairOptions {
   std::string source_tokenizer = "word";  // "char" | "byte" | "word" | "bpe"
   std::string target_tokenizer = "word";
-  std::string source_tokenizer_path;  // the BPE file when source_tokenizer = "bpe"
+  std::string source_tokenizer_path;  // the BPE file(s) when source_tokenizer = "bpe" or "gpt2"
   std::string target_tokenizer_path;
   int64_t min_freq = 1;        // word tokenizers: keep words seen at least this often in train (d2l: 2)
   int64_t max_pairs = 0;       // read only the first N lines (0 = all)

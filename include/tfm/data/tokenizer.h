@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "tfm/data/bpe.h"
+#include "tfm/data/gpt2_tokenizer.h"
 #include "tfm/data/utf8.h"
 
 namespace tfm {
@@ -34,7 +35,9 @@ class Tokenizer {
   // (ASCII, Latin-1 and Latin Extended-A: "É" -> "é"), a space is inserted before ',', '.', '!', '?'
   // when none precedes it, and the text is split on whitespace. decode() joins the words with spaces
   // and removes the space before ,.!? again.
-  enum class Kind { Char, Byte, Bpe, Word };
+  // Gpt2: GPT-2's tokenizer, or another byte-level BPE in its file formats (gpt2_tokenizer.h); its ids are
+  // the vocabulary file's, and its "<|endoftext|>" is the end-of-text id (GPT-2's 50256).
+  enum class Kind { Char, Byte, Bpe, Word, Gpt2 };
   Tokenizer() = default;
   Tokenizer(Kind kind, std::vector<uint32_t> symbols);  // symbols sorted ascending, distinct
   explicit Tokenizer(std::vector<std::string> words);   // a Kind::Word vocabulary, distinct words
@@ -45,17 +48,24 @@ class Tokenizer {
   // The same over several texts (sentences), which are not joined: no character is added between them.
   static Tokenizer from_texts(Kind kind, const std::vector<std::string>& texts, const std::string& source,
                               int64_t min_freq = 1);
-  static Kind parse_kind(const std::string& name);  // "char" | "byte" | "bpe" | "word"
+  static Kind parse_kind(const std::string& name);  // "char" | "byte" | "bpe" | "word" | "gpt2"
   // The words of a text after d2l's preprocessing (Kind::Word); IoError naming `source` on invalid UTF-8.
   static std::vector<std::string> split_words(const std::string& text, const std::string& source);
   // A byte-level BPE tokenizer (bpe.h): ids are its tokens, symbols() is empty.
   explicit Tokenizer(BpeTokenizer bpe);
   // The BPE tokenizer file of data.tokenizer_path; IoError "data.tokenizer_path: ..." when unusable.
   static Tokenizer load_bpe(const std::string& path);
+  explicit Tokenizer(Gpt2Bpe gpt2);
+  // data.tokenizer "gpt2": the files at data.tokenizer_path (Gpt2Bpe::load), or GPT-2's own when `path` is
+  // empty; IoError "data.tokenizer_path: ..." when unusable.
+  static Tokenizer load_gpt2(const std::string& path);
+  // The tokenizer a new run of data.tokenizer = `kind` reads from a file: bpe's or gpt2's (`path` may be
+  // empty for gpt2); ConfigError for the kinds whose vocabulary comes from the data.
+  static Tokenizer from_file(Kind kind, const std::string& path);
   // {"kind": "char"|"byte", "symbols": [...]}, {"kind": "word", "words": [...]} or {"kind": "bpe",
-  // "merges": [[l, r], ...]}, plus "specials": [...] when there are any and "end_of_text": true
-  // with the end-of-text id (checkpoints, export metadata); from_json throws IoError/json exceptions on a
-  // malformed object.
+  // "merges": [[l, r], ...]}, {"kind": "gpt2", "tokens": [...], "merges": ["l r", ...]}, plus "specials":
+  // [...] when there are any and "end_of_text": true with the end-of-text id (checkpoints, export metadata);
+  // from_json throws IoError/json exceptions on a malformed object.
   nlohmann::json to_json() const;
   static Tokenizer from_json(const nlohmann::json& j);
 
@@ -66,11 +76,12 @@ class Tokenizer {
   int32_t special_id(const std::string& name) const;  // its id, or -1 when not a special here
   bool is_special(int32_t id) const { return id >= 0 && id < static_cast<int32_t>(specials_.size()); }
 
-  // A copy with the end-of-text id (the last id); unchanged when it has one.
+  // A copy with the end-of-text id (the last id, or a gpt2 vocabulary's own "<|endoftext|>"); unchanged
+  // when it has one.
   Tokenizer with_end_of_text() const;
   Tokenizer without_end_of_text() const;
   bool has_end_of_text() const { return end_of_text_; }
-  int32_t end_of_text_id() const { return end_of_text_ ? static_cast<int32_t>(size() - 1) : -1; }
+  int32_t end_of_text_id() const;
 
   Kind kind() const { return kind_; }
   std::string kind_name() const;
@@ -78,6 +89,7 @@ class Tokenizer {
   const std::vector<uint32_t>& symbols() const { return symbols_; }  // char/byte
   const std::vector<std::string>& words() const { return words_; }   // word
   const BpeTokenizer* bpe() const { return bpe_.get(); }             // bpe (null otherwise)
+  const Gpt2Bpe* gpt2() const { return gpt2_.get(); }                // gpt2 (null otherwise)
 
   // Throws IoError naming `source` and the offset of a symbol (or word) outside the vocabulary,
   // unless "<unk>" is a special.
@@ -85,7 +97,7 @@ class Tokenizer {
   // Appends the ids of `text`, a piece of a longer text that starts `byte_offset` bytes and
   // `char_offset` characters into `source` (errors count from there). The pieces' ids concatenate to
   // the whole text's when each cut is at a character boundary (char), anywhere (byte), at a
-  // pretokenization boundary (bpe: pretokenize_cut) or at whitespace (word).
+  // pretokenization boundary (bpe: pretokenize_cut, gpt2: gpt2_pretokenize_cut) or at whitespace (word).
   // bpe_cache: chunks a BPE tokenizer encoded before (a streaming encoder's, one per thread).
   void encode_piece(std::string_view text, const std::string& source, uint64_t byte_offset,
                     uint64_t char_offset, std::vector<int32_t>& out,
@@ -104,6 +116,7 @@ class Tokenizer {
   std::vector<std::string> words_;           // Kind::Word only, in id order
   std::vector<int32_t> word_order_;          // base ids sorted by word, for lookup
   std::shared_ptr<const BpeTokenizer> bpe_;  // Kind::Bpe only
+  std::shared_ptr<const Gpt2Bpe> gpt2_;      // Kind::Gpt2 only
   std::vector<std::string> specials_;
   int32_t unk_ = -1;          // the id of "<unk>", -1 without it
   bool end_of_text_ = false;  // the last id is kEndOfText

@@ -54,6 +54,7 @@
 #include <string>
 #include <vector>
 
+#include "tfm/data/gpt2_tokenizer.h"  // gpt2_token_text: the form llama.cpp keeps tokens in
 #include "tfm/data/tokenizer.h"
 #include "tfm/engine/gguf.h"
 #include "tfm/models/language_model.h"
@@ -94,11 +95,6 @@ void check_gguf_exportable(const ModelConfig& config);  // the same, no result
 // The model and tokenizer as a GGUF file of its architecture (after gguf_architecture).
 GgufFile gguf_from_model(const LanguageModel& model, const Tokenizer& tokenizer,
                          const GgufExportOptions& options = {});
-
-// GPT-2's byte-to-unicode map (the form llama.cpp's gpt2 tokenizer keeps its tokens in): the
-// printable bytes '!'..'~', 0xA1..0xAC and 0xAE..0xFF stand for themselves, the other 68 bytes for
-// U+0100 + their rank among them. A byte string becomes the UTF-8 of its bytes' code points.
-std::string gpt2_token_text(const std::string& bytes);
 
 // The tokenizer keys of llama.cpp's gpt2 BPE tokenizer (tokenizer.ggml.*), so that llama.cpp's
 // tokenize gives tfm's ids:

@@ -16,6 +16,9 @@ namespace tfm {
 // How a text objective reaches its token cache: data.cache_dir, and (log) a line on stderr for every
 // cache built and why. tfm data prepare and eval --dump-logits read the data this way too.
 TokenCacheOptions token_cache_options(const Config& config, bool log);
+// The tokenizer a new run reads from files (data.tokenizer "bpe" or "gpt2", data.tokenizer_path; gpt2
+// without a path is GPT-2's own); ConfigError for the kinds whose vocabulary comes from the data.
+Tokenizer tokenizer_from_file(const Config& config);
 
 // causal_lm's evaluation: the mean loss over `batches` random (B, T) windows of `tokens`, drawn from
 // a generator seeded with `seed`, in eval mode without a graph; nullopt when abandoned on `stop`.
