@@ -536,6 +536,7 @@ std::string keys_markdown() {
     std::string allowed = k.type == T::String && !k.choices.empty() ? describe_choices(k) : describe_range(k);
     if (k.type == T::Boolean) allowed = "true, false";
     if (k.type == T::NumberPair) allowed = "each " + allowed;
+    if (k.list_as_text) allowed = "a string or a list of strings";
     std::string meaning = k.meaning;
     if (k.resumable) meaning += " May change on `--resume`.";
     if (!k.objectives.empty()) {
