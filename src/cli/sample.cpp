@@ -146,7 +146,7 @@ int sample_command(const SampleCliOptions& cli) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     try {
       tokenizer.encode(line, "stdin line " + std::to_string(n));
-    } catch (const ConfigError& e) {
+    } catch (const Error& e) {  // ConfigError or IoError: the line is not text the vocabulary holds
       std::fprintf(stderr, "tfm: error: %s\n", e.what());
       status = kExitBadInput;
       continue;
