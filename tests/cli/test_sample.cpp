@@ -143,7 +143,8 @@ TEST_CASE("sample: --num-samples 3 gives 3 different samples, the first the sing
                         "\n--- sample 3 of 3 ---\nROMEO:" + r[2]["text"].get<std::string>() + "\n");
 }
 
-TEST_CASE("sample: --interactive continues each line of stdin until EOF; --prompt-file", "[cli][sample]") {
+TEST_CASE("sample: --interactive continues each line of stdin until EOF, and --prompt-file",
+          "[cli][sample]") {
   const std::string run = " --run " + sample_test_run() + " --max-new-tokens 12 --seed 6";
   auto continuation = [&](const std::string& prompt) -> std::string {
     return sample_test_records(sample_test_stdout("sample" + run + " --json --prompt '" + prompt + "'").out)
@@ -203,7 +204,7 @@ TEST_CASE("sample: bad filter values exit 2 naming the flag and the range", "[cl
         0);
 }
 
-TEST_CASE("commands that read a run: best.ckpt, else last.ckpt; --checkpoint overrides; one line says which",
+TEST_CASE("commands that read a run: best.ckpt, else last.ckpt, --checkpoint overrides, one line says which",
           "[cli][run_dir]") {
   const std::string dir = tfm_test::causal_run();
   REQUIRE(std::filesystem::exists(dir + "/best.ckpt"));

@@ -19,7 +19,7 @@ void run_dir_test_touch(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("run dir: best.ckpt when it exists, else last.ckpt; --checkpoint overrides", "[run_dir]") {
+TEST_CASE("run dir: best.ckpt when it exists, else last.ckpt, and --checkpoint overrides", "[run_dir]") {
   const tfm_test::TempDir tmp("choose_checkpoint");
   const std::string dir = tmp.path, best = tmp.file("best.ckpt"), last = tmp.file("last.ckpt");
   // Neither: the message names the directory and both files.
