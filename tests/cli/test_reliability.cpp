@@ -227,14 +227,14 @@ TEST_CASE("reliability: corrupt checkpoints are rejected with a clear message", 
   tfm::Checkpoint ck = parse(good);
   ck.model.pop_back();
   tfm::save_checkpoint(d + "/run/last.ckpt", ck);
-  Run r = cli("eval --run " + d + "/run");
+  Run r = cli("eval --run " + d + "/run --checkpoint last");
   INFO(r.out);
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("last.ckpt") && Catch::Contains("the checkpoint holds"));
   ck = parse(good);
   ck.config["model"]["d_model"] = 16;
   tfm::save_checkpoint(d + "/run/last.ckpt", ck);
-  r = cli("eval --run " + d + "/run");
+  r = cli("eval --run " + d + "/run --checkpoint last");
   INFO(r.out);
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("last.ckpt"));
