@@ -77,6 +77,21 @@ inline CLI::Validator checkpoint_name() {
       "last|best");
 }
 
+// The --checkpoint flag of every command that reads a run; unset, choose_checkpoint's rule applies
+// (run_dir.h: best.ckpt when the run has one, else last.ckpt).
+inline CLI::Option* add_checkpoint_option(CLI::App* app, std::string& which) {
+  return app
+      ->add_option("--checkpoint", which, "last or best (default: best.ckpt when the run has one, else last)")
+      ->check(checkpoint_name());
+}
+
+// load_run, and the one line on stderr that says which checkpoint the command read.
+inline LoadedRun read_run(const std::string& dir, const std::string& which, bool with_data = false) {
+  LoadedRun run = load_run(dir, which, with_data);
+  std::fprintf(stderr, "tfm: read %s\n", describe_checkpoint(run.checkpoint_path, run.checkpoint).c_str());
+  return run;
+}
+
 // f(), with an allocation failure in it reported as the user's input: `sizes` names the flags or keys
 // that sized it ("--beam = 8, --max-len = 20"), and the error exits 2 like any refused size. For work
 // whose sizes the pre-flight estimates; what it misses still ends named, not as an internal error.

@@ -121,7 +121,7 @@ void dump_text_logits(LanguageModel& model, const Tokenizer& tok, const std::vec
 }
 
 struct EvalOptions {
-  std::string run, split = "val", which = "last", dump_path, mask_heads, gguf_path, gelu = "llama.cpp";
+  std::string run, split = "val", which, dump_path, mask_heads, gguf_path, gelu = "llama.cpp";
   std::vector<std::string> texts;
   int64_t batches = 0;  // 0: the run's train.eval_steps (--dump-logits: 2 sequences)
   bool full = false;    // the whole split once (as train.eval_steps 0)
@@ -138,7 +138,7 @@ int eval_command(const EvalOptions& o) {
     throw ConfigError("--gguf: goes with --dump-logits FILE --text TEXT");
   if (split != "val" && split != "train")
     throw ConfigError("--split: expected \"val\" or \"train\", got \"" + split + "\"");
-  LoadedRun run = load_run(dir, o.which, o.texts.empty());  // --text needs no data file
+  LoadedRun run = read_run(dir, o.which, o.texts.empty());  // --text needs no data file
   if (!o.dump_path.empty()) {
     std::vector<CommandInput> inputs = run_inputs(run.checkpoint_path, run.config);
     inputs.push_back({"--gguf", o.gguf_path});
@@ -182,7 +182,7 @@ int eval_command(const EvalOptions& o) {
   for (const auto& [name, v] : m.values)
     if (name != "loss") extra += ", " + name + " " + std::to_string(v).substr(0, 6);
   fmt::print("{} loss {:.4f}{} over {} batches of {}{} ({}/{}.ckpt, step {}, {})\n", split.c_str(),
-             m.get("loss"), extra.c_str(), ran, B, whole, dir.c_str(), o.which.c_str(), step,
+             m.get("loss"), extra.c_str(), ran, B, whole, dir.c_str(), run.which.c_str(), step,
              run.objective->name().c_str());
   return kExitOk;
 }
@@ -201,7 +201,7 @@ std::vector<Command> add_eval_commands(CLI::App& app) {
   eval->add_flag("--full", o->full,
                  "Evaluate the whole split once, every token scored exactly once (non-overlapping windows "
                  "of train.seq_len, the tail a shorter one; seq2seq: every pair): no sampling noise");
-  eval->add_option("--checkpoint", o->which, "last or best")->capture_default_str()->check(checkpoint_name());
+  add_checkpoint_option(eval, o->which);
   eval->add_option("--dump-logits", o->dump_path,
                    "Write one batch of --batches (default 2) sequences and their logits as JSON "
                    "(for scripts/torch_lm.py --check-logits; refused when it cannot fit in memory)")

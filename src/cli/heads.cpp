@@ -59,17 +59,17 @@ void apply_head_mask(LoadedRun& run, const std::string& spec) {
 namespace {
 
 struct HeadsOptions {
-  std::string run, which = "last", out;
+  std::string run, which, out;
   int64_t batches = 20;
   bool json = false, no_plot = false;
 };
 
 int run_heads(const HeadsOptions& o) {
-  LoadedRun run = load_run(o.run, o.which, true);
+  LoadedRun run = read_run(o.run, o.which, true);
   const std::string out = o.out.empty() ? o.run + "/heads" : o.out;
   check_output_path("--out", out, run_inputs(run.checkpoint_path, run.config));
   const HeadImportance r = head_importance(run, o.batches);
-  const nlohmann::json j = head_importance_json(r, o.run, o.which);
+  const nlohmann::json j = head_importance_json(r, o.run, run.which);
   make_output_dir(out);
   const std::string report = out + "/heads.json";
   write_file_atomically(report, j.dump(1) + "\n");
@@ -78,7 +78,7 @@ int run_heads(const HeadsOptions& o) {
     return kExitOk;
   }
   fmt::print("head importance of {} ({}.ckpt) over {} validation batches; val loss {:.4f} with every head\n",
-             o.run.c_str(), o.which.c_str(), o.batches, r.val_loss);
+             o.run.c_str(), run.which.c_str(), o.batches, r.val_loss);
   fmt::print("{:>6} {:>5} {:>18} {:>15} {:>12}\n", "layer", "head", "loss if masked", "|dL/dxi|",
              "rank in layer");
   for (int64_t l = 0; l < r.layers; ++l)
@@ -109,7 +109,7 @@ std::vector<Command> add_heads_commands(CLI::App& app) {
   h->add_option("--batches", o->batches, "Validation batches per measurement")
       ->capture_default_str()
       ->check(integer_in(1, 100000));
-  h->add_option("--checkpoint", o->which, "last or best")->capture_default_str()->check(checkpoint_name());
+  add_checkpoint_option(h, o->which);
   h->add_option("--out", o->out, "Output directory (default: DIR/heads)")->type_name("DIR");
   h->add_flag("--json", o->json, "The report as one JSON object");
   h->add_flag("--no-plot", o->no_plot, "Do not draw OUT/heads.svg");

@@ -53,7 +53,7 @@ void write_npy(const std::string& path, const Tensor& t) {
 // ---- tfm attention ----
 
 struct AttentionOptions {
-  std::string run, text, target, out, which = "last", mask_heads;
+  std::string run, text, target, out, which, mask_heads;
   bool no_plot = false;
 };
 
@@ -95,7 +95,7 @@ int run_pair_attention(const AttentionOptions& o, LoadedRun& run) {
 }
 
 int run_attention(const AttentionOptions& o) {
-  LoadedRun run = load_run(o.run, o.which);
+  LoadedRun run = read_run(o.run, o.which);
   if (!run.model) {
     if (!o.mask_heads.empty())
       throw ConfigError(
@@ -137,7 +137,7 @@ int run_attention(const AttentionOptions& o) {
 // ---- tfm export ----
 
 struct ExportOptions {
-  std::string run, out, which = "last", format, dtype = "f32";
+  std::string run, out, which, format, dtype = "f32";
 };
 
 int export_safetensors(const ExportOptions& o, const LoadedRun& run) {
@@ -159,7 +159,7 @@ int export_safetensors(const ExportOptions& o, const LoadedRun& run) {
     metadata["target_tokenizer"] = run.checkpoint.target_tokenizer->to_json().dump();
   save_safetensors(o.out, tensors, metadata);
   fmt::print("wrote {}: {} float32 tensors, {} parameters ({}/{}.ckpt, {})\n", o.out.c_str(), tensors.size(),
-             model.parameter_count(), o.run.c_str(), o.which.c_str(), run.objective->name().c_str());
+             model.parameter_count(), o.run.c_str(), run.which.c_str(), run.objective->name().c_str());
   return kExitOk;
 }
 
@@ -189,7 +189,7 @@ int export_gguf(const ExportOptions& o, LoadedRun& run) {
       "vocabulary of %ld, context %ld (%s/%s.ckpt, step %ld)\n",
       out.c_str(), arch.c_str(), back.tensors.size(), ggml_type_name(dtype),
       static_cast<long>(model.parameter_count()), tok.kind_name().c_str(), static_cast<long>(c.vocab_size),
-      static_cast<long>(c.max_seq_len), o.run.c_str(), o.which.c_str(),
+      static_cast<long>(c.max_seq_len), o.run.c_str(), run.which.c_str(),
       static_cast<long>(run.checkpoint.state.value("step", int64_t{0})));
   if (arch == "gpt2") {
     const double tanh_form = gguf_max_probability_diff(model, back, probe, GeluForm::Tanh);
@@ -230,7 +230,7 @@ int run_export(const ExportOptions& o) {
     throw ConfigError("--format: expected \"safetensors\" or \"gguf\", got \"" + format + "\"");
   if (o.dtype != "f32" && o.dtype != "f16" && o.dtype != "bf16")
     throw ConfigError("--dtype: expected \"f32\", \"f16\" or \"bf16\", got \"" + o.dtype + "\"");
-  LoadedRun run = load_run(o.run, o.which);
+  LoadedRun run = read_run(o.run, o.which);
   return format == "gguf" ? export_gguf(o, run) : export_safetensors(o, run);
 }
 
@@ -279,7 +279,7 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
   att->add_option("--mask-heads", a->mask_heads,
                   "Mask attention heads: LAYER:HEAD,... (0-based; their output is zero)")
       ->type_name("L:H,...");
-  att->add_option("--checkpoint", a->which, "last or best")->capture_default_str()->check(checkpoint_name());
+  add_checkpoint_option(att, a->which);
   att->add_flag("--no-plot", a->no_plot, "Do not draw the SVG figures");
   att->footer(
       "\nWrites OUT/attention.json, OUT/attention_layerL.npy ((H, T, T) float32) and\n"
@@ -302,7 +302,7 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
       ->type_name("FILE");
   exp->add_option("--dtype", e->dtype, "gguf: f32, f16 or bf16 matrices (norms and biases stay f32)")
       ->capture_default_str();
-  exp->add_option("--checkpoint", e->which, "last or best")->capture_default_str()->check(checkpoint_name());
+  add_checkpoint_option(exp, e->which);
   exp->footer(
       "\nsafetensors: names and shapes as scripts/torch_lm.py's (weights (out, in) as PyTorch; an\n"
       "encoder-decoder's names are in include/tfm/models/encoder_decoder.h); metadata: objective, config,\n"

@@ -28,7 +28,7 @@ struct FillMaskOptions {
 };
 
 int fill_mask_command(const FillMaskOptions& o) {
-  LoadedRun run = load_run(o.run, o.which);
+  LoadedRun run = read_run(o.run, o.which);
   if (o.top_k > run.objective->tokenizer().size())
     throw ConfigError("--top-k: expected at most the vocabulary's " +
                       std::to_string(run.objective->tokenizer().size()) + " tokens, got " +
@@ -93,7 +93,7 @@ int translate_command(const TranslateCliOptions& o) {
   if (!o.references.empty() && o.references.size() != o.texts.size())
     throw ConfigError("--reference: " + std::to_string(o.references.size()) + " given for " +
                       std::to_string(o.texts.size()) + " --text (one reference per text, in order)");
-  LoadedRun run = load_run(o.run, o.which);
+  LoadedRun run = read_run(o.run, o.which);
   TranslateOptions t;
   t.beam = o.beam;
   t.max_len = o.max_len;
@@ -180,8 +180,7 @@ std::vector<Command> add_objective_commands(CLI::App& app) {
   f->add_option("--top-k", fm->top_k, "Candidates per mask (at most the vocabulary)")
       ->capture_default_str()
       ->check(integer_in(1, kMaxFlagCount));
-  f->add_option("--checkpoint", fm->which, "last or best (default: best when it exists)")
-      ->check(checkpoint_name());
+  add_checkpoint_option(f, fm->which);
   f->add_flag("--json", fm->json,
               "Print one JSON object: per mask its position and candidates with probabilities");
   f->footer(
@@ -212,8 +211,7 @@ std::vector<Command> add_objective_commands(CLI::App& app) {
                 "Most tokens generated per sentence, 0 to the model's max_seq_len (0 = the run's "
                 "data.max_target_len + 1)")
       ->check(integer_in(0, kMaxFlagCount));
-  t->add_option("--checkpoint", to->which, "last or best (default: best when it exists)")
-      ->check(checkpoint_name());
+  add_checkpoint_option(t, to->which);
   t->add_flag("--json", to->json, "One JSON object per line: source, translation (and reference, BLEU)");
   t->footer(
       "\nExamples:\n  tfm translate --run runs/eng_fra_d2l --text \"go .\" --text \"i lost .\"\n"

@@ -1,25 +1,122 @@
-// `tfm sample`: text from a causal_lm run, streamed as it is generated.
+// `tfm sample`: text from a causal_lm run, streamed as it is generated; several samples, stop strings,
+// a prompt file, JSON records with log-probabilities, and an interactive loop over stdin.
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <iostream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "cli.h"
 #include "tfm/engine/error.h"
+#include "tfm/engine/file_io.h"
+#include "tfm/engine/platform.h"
 #include "tfm/models/sampling.h"
 #include "tfm/training/run_dir.h"
 
 namespace tfm::cli {
 namespace {
 
+// Largest --prompt-file read (a prompt longer than any context is cut to the context anyway).
+constexpr uint64_t kMaxPromptFileBytes = uint64_t{1} << 26;
+
 struct SampleCliOptions {
-  std::string run, which, init_from, mask_heads;
+  std::string run, which, init_from, mask_heads, prompt_file;
+  int64_t num_samples = 1, threads = 0;
+  bool json = false, interactive = false;
   SampleOptions sample;
 };
+
+std::string shortest_number(double v) {  // 1e-08, 0.01, 60
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+// A number in (lo, hi]: for flags where the lower bound itself means nothing (top-p 0 keeps no token).
+CLI::Validator number_above(double lo, double hi) {
+  const std::string range = "(" + shortest_number(lo) + ", " + shortest_number(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, range](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || *end != '\0' || !std::isfinite(v) || v <= lo || v > hi)
+          return "expected a number in " + range + ", got \"" + text + "\"";
+        return "";
+      },
+      "NUMBER in " + range);
+}
+
+// --stop's escapes, so a newline can be typed: \n (newline), \t (tab), \\ (a backslash); any other
+// backslash stays as it is.
+CLI::Validator stop_escapes() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        std::string out;
+        for (size_t i = 0; i < text.size(); ++i) {
+          const char next = i + 1 < text.size() ? text[i + 1] : '\0';
+          if (text[i] == '\\' && (next == 'n' || next == 't' || next == '\\')) {
+            out += next == 'n' ? '\n' : next == 't' ? '\t' : '\\';
+            ++i;
+          } else {
+            out += text[i];
+          }
+        }
+        if (out.empty()) return "expected a non-empty string (generation stops where it occurs)";
+        text = out;
+        return "";
+      },
+      "STR");
+}
+
+// The samples of one prompt, drawn from one generator seeded with --seed (sample 1 is what a single
+// sample with that seed gives): printed as text streamed after the prompt, or one JSON line each.
+// `echo_prompt`: the prompt is printed before its continuation (not in the interactive loop, where the
+// user just typed it).
+void print_samples(LoadedRun& run, const SampleCliOptions& cli, const std::string& prompt, bool echo_prompt) {
+  SampleOptions o = cli.sample;
+  o.prompt = prompt;
+  Rng rng(o.seed);
+  for (int64_t i = 0; i < cli.num_samples; ++i) {
+    if (cli.json) {
+      const Generation g = generate(*run.model, run.checkpoint.tokenizer, o, rng, {}, true);
+      double total = 0.0;
+      for (const double lp : g.logprobs) total += lp;
+      const nlohmann::json stop = g.stopped_at.empty() ? nlohmann::json() : nlohmann::json(g.stopped_at);
+      const nlohmann::json record = {{"prompt", prompt}, {"sample", i + 1},       {"seed", o.seed},
+                                     {"text", g.text},   {"token_ids", g.tokens}, {"logprobs", g.logprobs},
+                                     {"logprob", total}, {"stop", stop}};
+      // A byte-level BPE token may end inside a character: such bytes become U+FFFD in the JSON.
+      std::printf("%s\n", record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+      std::fflush(stdout);
+      continue;
+    }
+    if (cli.num_samples > 1)
+      std::printf("--- sample %lld of %lld ---\n", static_cast<long long>(i + 1),
+                  static_cast<long long>(cli.num_samples));
+    if (echo_prompt) std::fputs(prompt.c_str(), stdout);
+    generate(
+        *run.model, run.checkpoint.tokenizer, o, rng,
+        [](const std::string& piece) {
+          std::fputs(piece.c_str(), stdout);
+          std::fflush(stdout);
+        },
+        false);
+    std::fputs("\n", stdout);
+    std::fflush(stdout);
+  }
+}
 
 int sample_command(const SampleCliOptions& cli) {
   const std::string& dir = cli.run;
   const SampleOptions& o = cli.sample;
-  LoadedRun run = load_run(dir, cli.which);
+  std::string prompt = o.prompt, prompt_source = "--prompt";
+  if (!cli.prompt_file.empty()) {
+    prompt = read_file(cli.prompt_file, kMaxPromptFileBytes);
+    prompt_source = "--prompt-file " + cli.prompt_file;
+  }
+  LoadedRun run = read_run(dir, cli.which);
   const ObjectiveCapabilities can = run.objective->capabilities();
   if (can.inference != Inference::Sample)
     throw ConfigError("sample: " + dir + " was trained with train.objective \"" + run.objective->name() +
@@ -31,18 +128,32 @@ int sample_command(const SampleCliOptions& cli) {
     if (!note.empty()) std::fprintf(stderr, "tfm: warning: %s\n", note.c_str());
   }
   apply_head_mask(run, cli.mask_heads);
+  if (cli.threads > 0) platform::configure_threads(static_cast<int>(cli.threads));
   const int64_t V = run.model->config().vocab_size;
   if (o.top_k > V)
     throw ConfigError("--top-k: expected 0 to " + std::to_string(V) + " (the vocabulary of " + dir +
                       "), got " + std::to_string(o.top_k));
-  run.checkpoint.tokenizer.encode(o.prompt, "--prompt");  // a bad prompt is refused before it is echoed
-  std::fputs(o.prompt.c_str(), stdout);
-  generate(*run.model, run.checkpoint.tokenizer, o, [](const std::string& piece) {
-    std::fputs(piece.c_str(), stdout);
-    std::fflush(stdout);
-  });
-  std::fputs("\n", stdout);
-  return kExitOk;
+  const Tokenizer& tokenizer = run.checkpoint.tokenizer;
+  if (!cli.interactive) {
+    tokenizer.encode(prompt, prompt_source);  // a bad prompt is refused before anything is printed
+    print_samples(run, cli, prompt, true);
+    return kExitOk;
+  }
+  // One prompt per line until EOF; a line the vocabulary cannot encode is reported and skipped.
+  int status = kExitOk;
+  std::string line;
+  for (int64_t n = 1; std::getline(std::cin, line); ++n) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    try {
+      tokenizer.encode(line, "stdin line " + std::to_string(n));
+    } catch (const Error& e) {  // ConfigError or IoError: the line is not text the vocabulary holds
+      std::fprintf(stderr, "tfm: error: %s\n", e.what());
+      status = kExitBadInput;
+      continue;
+    }
+    print_samples(run, cli, line, false);
+  }
+  return status;
 }
 
 }  // namespace
@@ -54,10 +165,22 @@ std::vector<Command> add_sample_commands(CLI::App& app) {
   SampleOptions& s = o->sample;
   auto* samp = app.add_subcommand("sample", "Generate text from a trained run (streams as it goes)");
   samp->add_option("--run", o->run, "Run directory")->type_name("DIR")->required();
-  samp->add_option("--prompt", s.prompt, "Text to continue (default: a newline)");
-  samp->add_option("--max-new-tokens", s.max_new_tokens, "Tokens to generate")
+  auto* prompt = samp->add_option("--prompt", s.prompt, "Text to continue (default: a newline)");
+  auto* prompt_file = samp->add_option("--prompt-file", o->prompt_file,
+                                       "Continue the text of FILE (all of it, newlines kept)")
+                          ->type_name("FILE")
+                          ->excludes(prompt);
+  samp->add_flag("--interactive", o->interactive,
+                 "Read prompts from stdin, one a line, and stream each one's continuation until EOF")
+      ->excludes(prompt)
+      ->excludes(prompt_file);
+  samp->add_option("--max-new-tokens", s.max_new_tokens, "Tokens to generate per sample")
       ->capture_default_str()
       ->check(integer_in(0, kMaxFlagCount));
+  samp->add_option("--num-samples", o->num_samples,
+                   "Samples per prompt, drawn one after another from the same seeded generator")
+      ->capture_default_str()
+      ->check(integer_in(1, 100000));
   samp->add_option("--temperature", s.temperature, "Softmax temperature (0 = greedy)")
       ->capture_default_str()
       ->check(number_in(0, 100));
@@ -65,19 +188,52 @@ std::vector<Command> add_sample_commands(CLI::App& app) {
                    "Sample among the k most likely tokens (0 = all; at most the vocabulary)")
       ->capture_default_str()
       ->check(integer_in(0, kMaxFlagCount));
-  samp->add_option("--seed", s.seed, "Sampling seed (same seed, same text)")
+  samp->add_option("--top-p", s.top_p,
+                   "Nucleus: the fewest most likely tokens whose probabilities reach P, ties kept (1 = all)")
+      ->capture_default_str()
+      ->check(number_above(0, 1));
+  samp->add_option("--min-p", s.min_p, "Drop tokens less likely than MIN_P times the most likely (0 = none)")
+      ->capture_default_str()
+      ->check(number_in(0, 1));
+  samp->add_option("--repetition-penalty", s.repetition_penalty,
+                   "Divide (multiply when negative) the logit of every token already in the prompt or the "
+                   "text generated by this (1 = none; CTRL's 1.2 is common)")
+      ->capture_default_str()
+      ->check(number_above(0, 100));
+  samp->add_option(
+          "--stop", s.stop,
+          "End a sample at the first occurrence of STR in its text, STR not printed (repeatable; \\n, \\t, "
+          "\\\\ escapes)")
+      ->type_name("STR")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->transform(stop_escapes());
+  samp->add_flag("--json", o->json,
+                 "One JSON object per sample: prompt, text, token_ids, logprobs (each token's under the "
+                 "distribution it was drawn from: after penalty, temperature and filters; 0 when greedy), "
+                 "their sum logprob, and stop");
+  samp->add_option("--seed", s.seed, "Sampling seed (same seed, same text, whatever the thread count)")
       ->capture_default_str()
       ->check(integer_in(0, std::numeric_limits<int64_t>::max()));
-  samp->add_option("--checkpoint", o->which, "last or best (default: best when it exists)")
-      ->check(checkpoint_name());
+  samp->add_option("--threads", o->threads, "Threads for the model (0 = the run's train.threads)")
+      ->capture_default_str()
+      ->check(integer_in(0, 1024));
+  add_checkpoint_option(samp, o->which);
   samp->add_option("--mask-heads", o->mask_heads,
                    "Mask attention heads: LAYER:HEAD,... (0-based; their output is zero)")
       ->type_name("L:H,...");
   samp->add_option("--init-from", o->init_from, "Weights from a safetensors file instead of the run's")
       ->type_name("FILE");
   samp->footer(
-      "\nExample:\n  tfm sample --run runs/shakespeare_char --prompt \"ROMEO:\" --temperature 0.8 --top-k "
-      "40\n");
+      "\nThe next token's distribution: repetition penalty -> temperature -> top-k -> top-p -> min-p (the\n"
+      "order of Hugging Face's generate), renormalised; computed in double, so a seed gives the same text\n"
+      "whatever the thread count.\n"
+      "\nExamples:\n"
+      "  tfm sample --run runs/shakespeare_char --prompt \"ROMEO:\" --temperature 0.8 --top-k 40\n"
+      "  tfm sample --run runs/shakespeare_char --prompt \"ROMEO:\" --top-p 0.9 --repetition-penalty 1.2 \\\n"
+      "      --num-samples 3 --stop \"\\n\\n\"\n"
+      "  tfm sample --run runs/shakespeare_char --prompt-file prompt.txt --min-p 0.05 --json\n"
+      "  tfm sample --run runs/shakespeare_char --interactive --max-new-tokens 100\n");
   return {{samp, [o] { return sample_command(*o); }}};
 }
 

@@ -96,6 +96,7 @@ std::string describe_expected(const KeySpec& k) {
     case T::Boolean:
       return "true or false";
     case T::String:
+      if (k.list_as_text) return "a string or a non-empty list of non-empty strings";
       return k.choices.empty() ? "a string" : "one of " + describe_choices(k);
     case T::NumberPair:
       return "two numbers [a, b], each " + range;
@@ -150,6 +151,15 @@ bool check_value(const KeySpec& k, const json& v, json& out, std::vector<std::st
       out = v;
       return true;
     case T::String:
+      if (k.list_as_text && v.is_array()) {  // kept as its JSON text, which the key's reader parses
+        if (v.empty()) return fail();
+        for (const json& e : v)
+          if (!e.is_string() || e.get<std::string>().empty() ||
+              e.get<std::string>().find('\0') != std::string::npos)
+            return fail();
+        out = v.dump();
+        return true;
+      }
       if (!v.is_string()) return fail();
       if (!k.choices.empty() &&
           std::find(k.choices.begin(), k.choices.end(), v.get<std::string>()) == k.choices.end())
@@ -526,6 +536,7 @@ std::string keys_markdown() {
     std::string allowed = k.type == T::String && !k.choices.empty() ? describe_choices(k) : describe_range(k);
     if (k.type == T::Boolean) allowed = "true, false";
     if (k.type == T::NumberPair) allowed = "each " + allowed;
+    if (k.list_as_text) allowed = "a string or a list of strings";
     std::string meaning = k.meaning;
     if (k.resumable) meaning += " May change on `--resume`.";
     if (!k.objectives.empty()) {

@@ -128,6 +128,10 @@ struct Key {
     s.max = v, s.has_max = true, s.max_open = open;
     return *this;
   }
+  Key& or_list() {
+    s.list_as_text = true;
+    return *this;
+  }
   Key& one_of(std::vector<std::string> c) {
     s.choices = std::move(c);
     return *this;
@@ -182,9 +186,10 @@ std::vector<KeySpec> build_table() {
       Key("data.path", T::String, "data/tinyshakespeare.txt",
           "Training text (or sentence pairs for seq2seq); a relative path is taken from the working "
           "directory. Text: a file, a directory (walked recursively, sorted, hidden entries skipped), a glob "
-          "(`data/*.txt`) or a JSON list of these as the string's text "
-          "(`[\\\"a\\\", \\\"b/*.jsonl.gz\\\"]`); files `.txt` (one document) and `.jsonl` (one "
-          "document per record), either optionally `.gz` or `.zst`."),
+          "(`data/*.txt`) or a list of these (`[\"a\", \"b/*.jsonl.gz\"]`, or that list's JSON text as "
+          "a string); files `.txt` (one document) and `.jsonl` (one document per record), either "
+          "optionally `.gz` or `.zst`.")
+          .or_list(),
       Key("data.format", T::String, nullptr,
           "`text`: one UTF-8 text (causal_lm, masked_lm); `pairs`: `source<TAB>target[<TAB>...]` lines "
           "(seq2seq).")

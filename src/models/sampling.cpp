@@ -1,4 +1,5 @@
-// Sampling from a language model with its KV cache: temperature, top-k, a seeded generator.
+// Sampling from a language model with its KV cache: the filters of sampling.h, a seeded draw, stop
+// strings held back while they may still be forming.
 #include "tfm/models/sampling.h"
 
 #include <algorithm>
@@ -8,11 +9,18 @@
 #include "tfm/engine/ops.h"
 
 namespace tfm {
-namespace {
 
-int32_t pick_token(const float* logits, int64_t V, const SampleOptions& o, Rng& rng) {
-  if (o.temperature <= 0.0) return static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
-  std::vector<double> z(logits, logits + V);
+std::vector<double> next_token_distribution(const float* logits, int64_t V, const std::vector<bool>& seen,
+                                            const SampleOptions& o) {
+  std::vector<double> z(logits, logits + V);  // (V,)
+  if (o.repetition_penalty != 1.0 && !seen.empty())
+    for (int64_t i = 0; i < V; ++i)
+      if (seen[i]) z[i] = z[i] > 0 ? z[i] / o.repetition_penalty : z[i] * o.repetition_penalty;
+  std::vector<double> p(V, 0.0);
+  if (o.temperature <= 0.0) {  // greedy: every filter below keeps the most likely token
+    p[std::max_element(z.begin(), z.end()) - z.begin()] = 1.0;
+    return p;
+  }
   for (double& v : z) v /= o.temperature;
   if (o.top_k > 0 && o.top_k < V) {
     std::vector<double> sorted = z;
@@ -23,26 +31,102 @@ int32_t pick_token(const float* logits, int64_t V, const SampleOptions& o, Rng& 
   }
   const double mx = *std::max_element(z.begin(), z.end());
   double sum = 0.0;
-  for (double& v : z) sum += (v = std::exp(v - mx));
-  const double u = static_cast<double>(rng.next_u64() >> 11) * (1.0 / 9007199254740992.0) * sum;
+  for (int64_t i = 0; i < V; ++i) sum += (p[i] = std::exp(z[i] - mx));
+  for (double& v : p) v /= sum;
+  double threshold = 0.0;  // tokens below it are dropped
+  if (o.top_p < 1.0) {
+    std::vector<double> sorted = p;
+    std::sort(sorted.begin(), sorted.end(), std::greater<double>());
+    double cumulative = 0.0;
+    for (const double v : sorted) {  // the smallest prefix reaching top_p; its last value is the boundary
+      cumulative += v;
+      threshold = v;
+      if (cumulative >= o.top_p * (1.0 - 1e-12)) break;
+    }
+  }
+  threshold = std::max(threshold, o.min_p * (1.0 / sum));  // p_max = exp(0) / sum
+  if (threshold > 0.0) {
+    double kept = 0.0;
+    for (double& v : p) kept += (v = v >= threshold ? v : 0.0);
+    for (double& v : p) v /= kept;
+  }
+  return p;
+}
+
+int32_t draw_token(const std::vector<double>& probs, Rng& rng) {
+  const double u = static_cast<double>(rng.next_u64() >> 11) * (1.0 / 9007199254740992.0);  // [0, 1)
   double acc = 0.0;
-  for (int64_t i = 0; i < V; ++i) {
-    acc += z[i];
+  for (size_t i = 0; i < probs.size(); ++i) {
+    acc += probs[i];
     if (u < acc) return static_cast<int32_t>(i);
   }
-  for (int64_t i = V - 1; i >= 0; --i)
-    if (z[i] > 0) return static_cast<int32_t>(i);
+  for (size_t i = probs.size(); i-- > 0;)  // rounding left u above the total: the last kept token
+    if (probs[i] > 0) return static_cast<int32_t>(i);
   return 0;
 }
 
+namespace {
+
+// Streams generated text while watching for stop strings: text that may be the start of one is held
+// back until the next pieces show whether it is.
+class StopWatch {
+ public:
+  StopWatch(const std::vector<std::string>& stops, const std::function<void(const std::string&)>& emit)
+      : emit_(emit) {
+    for (const std::string& s : stops)
+      if (!s.empty()) stops_.push_back(s);  // "" would stop before anything is generated
+  }
+
+  // Adds a piece; returns true (having emitted the text before it) when a stop string is complete.
+  bool add(const std::string& piece) {
+    pending_ += piece;
+    // The earliest occurrence of any stop string. None can have started in text already emitted: that
+    // text was never a possible start of one.
+    size_t first = std::string::npos;
+    for (const std::string& s : stops_) {
+      const size_t at = pending_.find(s);
+      if (at < first) first = at, stopped_at_ = s;
+    }
+    if (first != std::string::npos) {
+      emit(pending_.substr(0, first));
+      pending_.clear();
+      return true;
+    }
+    // The longest end of the pending text that begins some stop string is held back.
+    size_t hold = 0;
+    for (const std::string& s : stops_)
+      for (size_t n = std::min(s.size() - 1, pending_.size()); n > hold; --n)
+        if (pending_.compare(pending_.size() - n, n, s, 0, n) == 0) {
+          hold = n;
+          break;
+        }
+    emit(pending_.substr(0, pending_.size() - hold));
+    pending_.erase(0, pending_.size() - hold);
+    return false;
+  }
+  // The generation ended without a stop string: what was held back is text after all.
+  void flush() {
+    emit(pending_);
+    pending_.clear();
+  }
+  const std::string& stopped_at() const { return stopped_at_; }
+
+ private:
+  void emit(const std::string& text) {
+    if (!text.empty()) emit_(text);
+  }
+  std::vector<std::string> stops_;
+  const std::function<void(const std::string&)>& emit_;
+  std::string pending_, stopped_at_;
+};
+
 }  // namespace
 
-std::string generate(LanguageModel& model, const Tokenizer& tokenizer, const SampleOptions& o,
-                     const std::function<void(const std::string&)>& on_text) {
+Generation generate(LanguageModel& model, const Tokenizer& tokenizer, const SampleOptions& o, Rng& rng,
+                    const std::function<void(const std::string&)>& on_text, bool record) {
   const bool was_training = model.training();
   model.set_training(false);
   NoGradGuard no_grad;
-  Rng rng(o.seed);
   const int64_t L = model.config().max_seq_len, V = model.config().vocab_size;
   std::vector<int32_t> ids = tokenizer.encode(o.prompt, "--prompt");
   if (ids.empty() && tokenizer.kind() == Tokenizer::Kind::Bpe) ids = tokenizer.encode("\n", "--prompt");
@@ -50,6 +134,12 @@ std::string generate(LanguageModel& model, const Tokenizer& tokenizer, const Sam
     const auto& s = tokenizer.symbols();
     const auto nl = std::lower_bound(s.begin(), s.end(), static_cast<uint32_t>('\n'));
     ids.push_back(nl != s.end() && *nl == '\n' ? static_cast<int32_t>(nl - s.begin()) : 0);
+  }
+  // The repetition penalty's context: every token of the prompt and of the generation so far.
+  std::vector<bool> seen;
+  if (o.repetition_penalty != 1.0) {
+    seen.assign(static_cast<size_t>(V), false);
+    for (const int32_t id : ids) seen[id] = true;
   }
   KVCache cache;
   std::vector<float> last(V);
@@ -62,18 +152,26 @@ std::string generate(LanguageModel& model, const Tokenizer& tokenizer, const Sam
     std::copy(logits.end() - V, logits.end(), last.begin());
   };
   refill(std::min<size_t>(ids.size(), static_cast<size_t>(L)));
-  std::string out;
-  for (int64_t i = 0; i < o.max_new_tokens; ++i) {
-    const int32_t next = pick_token(last.data(), V, o, rng);
+  Generation out;
+  const std::function<void(const std::string&)> emit = [&](const std::string& text) {
+    if (record) out.text += text;
+    if (on_text) on_text(text);
+  };
+  StopWatch watch(o.stop, emit);
+  bool stopped = false;
+  for (int64_t i = 0; i < o.max_new_tokens && !stopped; ++i) {
+    const std::vector<double> probs = next_token_distribution(last.data(), V, seen, o);
+    const int32_t next = draw_token(probs, rng);  // greedy: the one token with probability 1
+    if (record) {
+      out.tokens.push_back(next);
+      out.logprobs.push_back(std::log(probs[next]));
+    }
+    if (!seen.empty()) seen[next] = true;
     ids.push_back(next);
     // Only the last context's tokens are read again: a long generation stays in constant memory.
     if (ids.size() > 2 * static_cast<size_t>(L)) ids.erase(ids.begin(), ids.end() - L);
-    const std::string piece = tokenizer.decode(next);
-    if (on_text)
-      on_text(piece);
-    else
-      out += piece;
-    if (i + 1 == o.max_new_tokens) break;
+    stopped = watch.add(tokenizer.decode(next));
+    if (stopped || i + 1 == o.max_new_tokens) break;
     if (cache.length >= L) {
       // The context is full: restart from the newest half (amortised O(1) refills per token).
       refill(std::min<size_t>(ids.size(), static_cast<size_t>(std::max<int64_t>(1, L / 2))));
@@ -82,8 +180,18 @@ std::string generate(LanguageModel& model, const Tokenizer& tokenizer, const Sam
       std::copy(logits.end() - V, logits.end(), last.begin());
     }
   }
+  if (stopped)
+    out.stopped_at = watch.stopped_at();
+  else
+    watch.flush();
   model.set_training(was_training);
   return out;
+}
+
+std::string generate(LanguageModel& model, const Tokenizer& tokenizer, const SampleOptions& options,
+                     const std::function<void(const std::string&)>& on_text) {
+  Rng rng(options.seed);
+  return generate(model, tokenizer, options, rng, on_text, !on_text).text;
 }
 
 }  // namespace tfm

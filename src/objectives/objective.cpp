@@ -120,10 +120,16 @@ std::string TextObjective::describe_data() const {
   if (!data_) return "no data loaded";
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.2f s", data_->load_seconds);
+  // One document splits by tokens; several split by whole documents, counted here.
+  const std::string documents = data_->documents >= 2
+                                    ? std::to_string(data_->documents) + " documents (" +
+                                          std::to_string(data_->documents - data_->val_documents) +
+                                          " train / " + std::to_string(data_->val_documents) + " val), "
+                                    : "1 document, ";
   return data_->path + ", " + tokenizer_.kind_name() + " tokenizer, vocabulary " +
-         std::to_string(tokenizer_.size()) + ", " + std::to_string(data_->train.size()) + " train / " +
-         std::to_string(data_->val.size()) + " val tokens, mapped from " + data_->cache_path + " (" +
-         (data_->cache_built ? "tokenized now, " : "cached, opened in ") + secs + ")";
+         std::to_string(tokenizer_.size()) + ", " + documents + std::to_string(data_->train.size()) +
+         " train / " + std::to_string(data_->val.size()) + " val tokens, mapped from " + data_->cache_path +
+         " (" + (data_->cache_built ? "tokenized now, " : "cached, opened in ") + secs + ")";
 }
 
 const TokenSpan& TextObjective::split_tokens(const std::string& split) const {

@@ -225,17 +225,46 @@ std::string load_safetensors_into(Model& model, const std::string& path, const V
   return note;
 }
 
-LoadedRun load_run(const std::string& dir, const std::string& which_asked, bool with_data) {
+ChosenCheckpoint choose_checkpoint(const std::string& dir, const std::string& which) {
   require_run_directory(dir);
-  const std::string which = !which_asked.empty()                          ? which_asked
-                            : fs::exists(dir + "/" + kBestCheckpointFile) ? "best"
-                                                                          : "last";
-  if (which != "last" && which != "best")
+  if (!which.empty() && which != "last" && which != "best")
     throw ConfigError("--checkpoint: expected \"last\" or \"best\", got \"" + which + "\"");
-  const std::string path = dir + "/" + which + ".ckpt";
-  if (!fs::exists(path)) throw IoError(path + ": no checkpoint here (has the run written one yet?)");
+  const std::string best = dir + "/" + kBestCheckpointFile, last = dir + "/" + kLastCheckpointFile;
+  if (which.empty()) {
+    if (fs::exists(best)) return {"best", best};
+    if (fs::exists(last)) return {"last", last};
+    throw IoError(dir + ": no checkpoint here, neither " + kBestCheckpointFile + " nor " +
+                  kLastCheckpointFile + " (has the run written one yet?)");
+  }
+  const ChosenCheckpoint asked{which, which == "best" ? best : last};
+  if (!fs::exists(asked.path)) {
+    const std::string other = which == "best" ? last : best;
+    throw IoError(asked.path + ": no such checkpoint (--checkpoint " + which + ")" +
+                  (fs::exists(other) ? "; the run has " + other : "; has the run written one yet?"));
+  }
+  return asked;
+}
+
+std::string describe_checkpoint(const std::string& path, const Checkpoint& ckpt) {
+  const nlohmann::json& state = ckpt.state;
+  const int64_t step = state.is_object() ? state.value("step", int64_t{0}) : 0;
+  const bool evaluated =
+      state.is_object() && state.contains("best_val_loss") && state["best_val_loss"].is_number();
+  std::string val = "not evaluated yet";
+  if (evaluated) {
+    const bool is_best = fs::path(path).filename().string() == kBestCheckpointFile;
+    val = fmt::format("{} {:.4g}", is_best ? "val loss" : "best val loss so far",
+                      state["best_val_loss"].get<double>());
+  }
+  return fmt::format("{} (step {}, {})", path, step, val);
+}
+
+LoadedRun load_run(const std::string& dir, const std::string& which_asked, bool with_data) {
+  const ChosenCheckpoint chosen = choose_checkpoint(dir, which_asked);
+  const std::string& path = chosen.path;
   LoadedRun run;
   run.dir = dir;
+  run.which = chosen.which;
   run.checkpoint_path = path;
   run.checkpoint = load_checkpoint(path);
   run.config = checkpoint_config(run.checkpoint, path);

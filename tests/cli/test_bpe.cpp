@@ -48,7 +48,8 @@ TEST_CASE(
   r = run_tfm("sample --run " + run + " --prompt 'ROMEO:' --max-new-tokens 10 --seed 3");
   INFO(r.out);
   CHECK(r.status == 0);
-  CHECK(r.out.rfind("ROMEO:", 0) == 0);
+  CHECK(r.out.rfind("tfm: read " + run + "/", 0) == 0);  // stderr names the checkpoint, then the text
+  CHECK(r.out.find(")\nROMEO:") != std::string::npos);
   r = run_tfm("eval --run " + run + " --batches 2");
   CHECK(r.status == 0);
 

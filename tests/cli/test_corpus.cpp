@@ -63,17 +63,18 @@ TEST_CASE("corpus: train and sample on a folder of text and compressed JSON Line
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("step 4/4"));
+  CHECK_THAT(r.out, Catch::Contains(", 6 documents (4 train / 2 val), "));  // the log's data line
   const nlohmann::json ckpt_config = nlohmann::json::parse(read_file(dir + "/config.json"));
   CHECK(ckpt_config.at("data").at("path") == root);
 
   r = run_tfm("eval --run " + dir + " --batches 2");
   INFO(r.out);
   CHECK(r.status == 0);
-  CHECK_THAT(r.out, Catch::StartsWith("val loss "));
+  CHECK_THAT(r.out, Catch::StartsWith("tfm: read " + dir + "/best.ckpt") && Catch::Contains(")\nval loss "));
   r = run_tfm("sample --run " + dir + " --prompt 'ROMEO:' --max-new-tokens 40 --seed 3");
   INFO(r.out);
   CHECK(r.status == 0);
-  CHECK_THAT(r.out, Catch::StartsWith("ROMEO:"));
+  CHECK_THAT(r.out, Catch::StartsWith("tfm: read ") && Catch::Contains(")\nROMEO:"));
 
   // A bad record: named with its file and line, exit 2, before any training.
   write_corpus_file(root + "/more/bad.jsonl", "{\"content\": \"fine\"}\n{\"content\": 3}\n");

@@ -204,7 +204,7 @@ TEST_CASE("reliability: corrupt checkpoints are rejected with a clear message", 
   // Through the CLI: a few of them in place of last.ckpt give exit 2 naming the file, no crash.
   for (size_t i : {size_t{3}, size_t{15}, cases.size() - 4}) {
     write_reliability_file(d + "/run/last.ckpt", cases[i].bytes);
-    const Run r = cli("eval --run " + d + "/run");
+    const Run r = cli("eval --run " + d + "/run --checkpoint last");
     INFO(cases[i].name << "\n" << r.out);
     CHECK(r.status == 2);
     CHECK_THAT(r.out, Catch::Contains("last.ckpt"));
@@ -215,14 +215,14 @@ TEST_CASE("reliability: corrupt checkpoints are rejected with a clear message", 
   tfm::Checkpoint ck = parse(good);
   ck.model.pop_back();
   tfm::save_checkpoint(d + "/run/last.ckpt", ck);
-  Run r = cli("eval --run " + d + "/run");
+  Run r = cli("eval --run " + d + "/run --checkpoint last");
   INFO(r.out);
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("last.ckpt") && Catch::Contains("the checkpoint holds"));
   ck = parse(good);
   ck.config["model"]["d_model"] = 16;
   tfm::save_checkpoint(d + "/run/last.ckpt", ck);
-  r = cli("eval --run " + d + "/run");
+  r = cli("eval --run " + d + "/run --checkpoint last");
   INFO(r.out);
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("last.ckpt"));

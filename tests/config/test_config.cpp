@@ -169,6 +169,10 @@ TEST_CASE("config: bad configs name the key, the value and what is allowed", "[c
       {R"({"data": {"tokenizer": "bpe"}})", {"data.tokenizer_path", "required"}},
       {R"({"data": {"val_fraction": 0}})", {"data.val_fraction", "(0, 1)"}},
       {R"({"data": {"path": ""}})", {"data.path", "non-empty string"}},
+      {R"({"data": {"path": []}})", {"data.path", "a string or a non-empty list of non-empty strings", "[]"}},
+      {R"({"data": {"path": ["a.txt", 3]}})", {"data.path", "non-empty list of non-empty strings"}},
+      {R"({"data": {"path": ["a.txt", ""]}})", {"data.path", "non-empty list of non-empty strings"}},
+      {R"({"model": {"activation": ["gelu"]}})", {"model.activation", "one of"}},
       {R"({"output": {"dir": 3}})", {"output.dir", "a string", "3"}},
       {R"([1, 2])", {"top level", "object"}},
   };
@@ -178,6 +182,17 @@ TEST_CASE("config: bad configs name the key, the value and what is allowed", "[c
     REQUIRE_FALSE(msg.empty());
     for (const auto& f : c.fragments) CHECK_THAT(msg, Catch::Contains(f));
   }
+}
+
+TEST_CASE("config: data.path takes a JSON array of paths, kept as its JSON text", "[config]") {
+  const Config c = resolve_config(json::parse(R"({"data": {"path": ["a/*.txt", "b dir", "c.jsonl.gz"]}})"));
+  CHECK(c.string("data.path") == R"(["a/*.txt","b dir","c.jsonl.gz"])");
+  // The same list through --set, and the string spelling of before, resolve alike.
+  CHECK(resolve_config(json::object(), {R"(data.path=["a/*.txt", "b dir", "c.jsonl.gz"])"})
+            .string("data.path") == c.string("data.path"));
+  CHECK(resolve_config(json::parse(R"({"data": {"path": "[\"a\", \"b\"]"}})")).string("data.path") ==
+        R"(["a", "b"])");
+  CHECK_NOTHROW(resolve_config(c.tree));  // a resolved config resolves again (a checkpoint's)
 }
 
 TEST_CASE("config: Muon's and WSD's keys are read with their optimizer and schedule only", "[config][muon]") {

@@ -35,6 +35,9 @@ struct KeySpec {
   bool has_min = false, has_max = false;
   bool min_open = false, max_open = false;  // exclusive bounds
   std::vector<std::string> choices;         // allowed strings (empty: any)
+  // A string key that also takes a JSON array of non-empty strings, kept as the array's JSON text
+  // (data.path's list of files, directories and globs).
+  bool list_as_text = false;
   bool resumable = false;                   // may change with `train --resume DIR --set ...`
   std::vector<ObjectiveKind> objectives;    // the train.objective values that read it (empty: all)
   // Read only while the string key only_with_key holds one of only_with_values (train.optimizer.muon_lr:

@@ -1,10 +1,28 @@
-// Text generation from a trained language model: the KV cache, temperature and top-k.
+// Text generation from a trained language model: the KV cache, a seeded draw, and the filters people
+// expect (repetition penalty, temperature, top-k, top-p, min-p) and stop strings.
+//
+// The next token's distribution is made from the model's logits in this order, as Hugging Face's
+// generate() applies its logits processors:
+//   1. repetition penalty (CTRL, Keskar et al. 2019, sec. 4.1, as common tools implement it): the logit of
+//      every token that occurs anywhere in the context (the whole prompt and every token generated so far,
+//      not only the model's window; each distinct token once) is divided by the penalty when positive and
+//      multiplied by it when negative;
+//   2. temperature: logits / T; T = 0 is greedy: all the probability on the largest (penalised) logit, the
+//      first one on a tie, so the filters below never change a greedy choice;
+//   3. top-k: tokens whose logit is below the k-th largest are dropped (ties with the k-th kept);
+//   4. top-p (nucleus, Holtzman et al. 2020): of the tokens left, in descending probability, the smallest
+//      set whose cumulative probability reaches p is kept, and every token tied with its least likely one;
+//   5. min-p: tokens with probability below min_p * (the largest probability) are dropped.
+// The kept tokens' probabilities are renormalised. All of it is computed in double, serially, in token
+// order, so the same logits and seed give the same token whatever the thread count.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "tfm/data/tokenizer.h"
+#include "tfm/engine/random.h"
 #include "tfm/models/language_model.h"
 
 namespace tfm {
@@ -12,13 +30,44 @@ namespace tfm {
 struct SampleOptions {
   std::string prompt;  // empty: start from a newline (or token 0 when there is none)
   int64_t max_new_tokens = 500;
-  double temperature = 1.0;  // 0: greedy
-  int64_t top_k = 0;         // 0: all tokens
+  double temperature = 1.0;         // 0: greedy
+  int64_t top_k = 0;                // 0: all tokens
+  double top_p = 1.0;               // in (0, 1]; 1: all tokens
+  double min_p = 0.0;               // in [0, 1]; 0: all tokens
+  double repetition_penalty = 1.0;  // > 0; 1: none
+  // Generation ends at the first occurrence of any of these in the generated text (the prompt is not
+  // searched); the stop string and what follows are not part of the text.
+  std::vector<std::string> stop;
   uint64_t seed = 1337;
 };
-// Generates with the model's KV cache; calls on_text with each new piece of text as it is made.
-// Returns the generated text (without the prompt) when there is no on_text (streamed text is not also
-// kept: memory stays constant however many tokens are asked for).
+
+// The distribution the next token is drawn from (the order above): (V,) probabilities summing to 1, 0 for
+// a dropped token. `seen` (V,) marks the tokens the repetition penalty applies to (empty: none).
+std::vector<double> next_token_distribution(const float* logits, int64_t V, const std::vector<bool>& seen,
+                                            const SampleOptions& options);
+
+// A token drawn from `probs` (as next_token_distribution makes them) with one draw of `rng`.
+int32_t draw_token(const std::vector<double>& probs, Rng& rng);
+
+// One generated continuation.
+struct Generation {
+  std::string text;              // the generated text (without the prompt), cut before a stop string
+  std::vector<int32_t> tokens;   // every token drawn (the last one completed the stop string, if any)
+  std::vector<double> logprobs;  // each token's natural log-probability under the distribution it was
+                                 // drawn from (after penalty, temperature and filters: 0 when greedy)
+  std::string stopped_at;        // the stop string that ended it; "" when max_new_tokens ran out
+};
+
+// Generates with the model's KV cache, drawing from `rng` (a caller that wants several samples of one
+// prompt keeps drawing from the same generator). on_text receives the text as it is made, holding back a
+// piece that may be the start of a stop string until it is known not to be one. With `record`, the
+// result keeps the text, tokens and log-probabilities; without, only stopped_at (a long streamed
+// generation then stays in constant memory).
+Generation generate(LanguageModel& model, const Tokenizer& tokenizer, const SampleOptions& options, Rng& rng,
+                    const std::function<void(const std::string&)>& on_text, bool record);
+
+// One continuation drawn with Rng(options.seed). Returns the generated text when there is no on_text
+// (streamed text is not also kept).
 std::string generate(LanguageModel& model, const Tokenizer& tokenizer, const SampleOptions& options,
                      const std::function<void(const std::string&)>& on_text = {});
 

@@ -63,19 +63,34 @@ void make_output_dir(const std::string& dir, const std::string& flag = "--out");
 
 // ---- loading a run ----
 
+// The checkpoint every command that reads a trained run loads (sample, eval, export, attention, heads,
+// fill-mask, translate, and whatever shows runs), in this one place: `which` "best" or "last" reads
+// DIR/<which>.ckpt (IoError naming the file when it is missing); "" reads best.ckpt when the run has
+// one (the lowest val loss: what a user wants from a run), else last.ckpt. ConfigError for another
+// `which`; IoError when DIR is missing or no directory, or has neither checkpoint.
+struct ChosenCheckpoint {
+  std::string which;  // "best" or "last"
+  std::string path;   // DIR/<which>.ckpt
+};
+ChosenCheckpoint choose_checkpoint(const std::string& dir, const std::string& which = "");
+
+// What a loaded checkpoint is, for the line a command logs: "runs/x/best.ckpt (step 900, val loss 1.49)";
+// a last.ckpt names the best val loss so far, and a run not yet evaluated says so.
+std::string describe_checkpoint(const std::string& path, const Checkpoint& ckpt);
+
 // A trained run loaded for evaluation, sampling, filling masks, translating or analysis.
 struct LoadedRun {
   std::string dir;  // the run directory as given
   Config config;
+  std::string which;            // "best" or "last" (choose_checkpoint)
   std::string checkpoint_path;  // DIR/<which>.ckpt, the file it was read from
   Checkpoint checkpoint;
   std::unique_ptr<Objective> objective;  // with the run's data only when load_run was asked for it
   LanguageModel* model = nullptr;        // the objective's model when it is a LanguageModel, else null
 };
-// Loads DIR/<which>.ckpt ("last" or "best"; "" = best when the run has one, else last; IoError when DIR
-// is missing or no directory), builds its objective and model and sets the threads the run's
-// train.threads asks for. With data, the objective reads the run's data files too (evaluation);
-// without, it needs none.
+// Loads the checkpoint choose_checkpoint(DIR, which) names, builds its objective and model and sets the
+// threads the run's train.threads asks for. With data, the objective reads the run's data files too
+// (evaluation); without, it needs none.
 LoadedRun load_run(const std::string& dir, const std::string& which = "", bool with_data = false);
 
 // The resolved config a checkpoint was trained with; IoError naming `path` when it is invalid.

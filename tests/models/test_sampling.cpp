@@ -1,0 +1,211 @@
+// The next-token filters of sampling.h against their formulas on fixed logits, and stop strings in
+// generate(): what is streamed and what is kept end where the stop string begins.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "model_config.h"
+#include "tfm/models/sampling.h"
+
+using namespace tfm;
+
+namespace {
+
+// Logits whose softmax is `probs` (log p: the softmax of log-probabilities gives them back).
+std::vector<float> sampling_test_logits(const std::vector<double>& probs) {
+  std::vector<float> z;
+  for (const double p : probs) z.push_back(static_cast<float>(std::log(p)));
+  return z;
+}
+
+std::vector<double> sampling_test_distribution(const std::vector<float>& logits, const SampleOptions& o,
+                                               const std::vector<bool>& seen = {}) {
+  return next_token_distribution(logits.data(), static_cast<int64_t>(logits.size()), seen, o);
+}
+
+// `want` (unnormalised, 0 = dropped) renormalised, checked against `got` entry by entry.
+void sampling_test_expect(const std::vector<double>& got, std::vector<double> want) {
+  REQUIRE(got.size() == want.size());
+  double sum = 0.0;
+  for (const double w : want) sum += w;
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO("token " << i);
+    if (want[i] == 0.0)
+      CHECK(got[i] == 0.0);
+    else
+      CHECK(got[i] == Approx(want[i] / sum).epsilon(1e-6));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("sampling: top-p keeps the smallest set reaching p, ties at the boundary included", "[sampling]") {
+  const std::vector<float> z = sampling_test_logits({0.4, 0.2, 0.2, 0.1, 0.1});
+  SampleOptions o;
+  o.top_p = 1.0;
+  sampling_test_expect(sampling_test_distribution(z, o), {0.4, 0.2, 0.2, 0.1, 0.1});
+  o.top_p = 0.3;  // 0.4 alone reaches it
+  sampling_test_expect(sampling_test_distribution(z, o), {1, 0, 0, 0, 0});
+  o.top_p = 0.4;  // reached exactly by the first token
+  sampling_test_expect(sampling_test_distribution(z, o), {1, 0, 0, 0, 0});
+  o.top_p = 0.5;  // 0.4 + 0.2 reaches it; the other 0.2 ties with the boundary
+  sampling_test_expect(sampling_test_distribution(z, o), {0.4, 0.2, 0.2, 0, 0});
+  o.top_p = 0.75;
+  sampling_test_expect(sampling_test_distribution(z, o), {0.4, 0.2, 0.2, 0, 0});
+  o.top_p = 0.85;  // needs a 0.1, and both are tied
+  sampling_test_expect(sampling_test_distribution(z, o), {0.4, 0.2, 0.2, 0.1, 0.1});
+  // The order of the tokens does not matter, only their probabilities.
+  const std::vector<float> shuffled = sampling_test_logits({0.1, 0.2, 0.4, 0.1, 0.2});
+  o.top_p = 0.5;
+  sampling_test_expect(sampling_test_distribution(shuffled, o), {0, 0.2, 0.4, 0, 0.2});
+}
+
+TEST_CASE("sampling: min-p drops tokens below min_p times the largest probability", "[sampling]") {
+  const std::vector<float> z = sampling_test_logits({0.4, 0.2, 0.2, 0.12, 0.08});
+  SampleOptions o;
+  o.min_p = 0.0;
+  sampling_test_expect(sampling_test_distribution(z, o), {0.4, 0.2, 0.2, 0.12, 0.08});
+  o.min_p = 0.25;  // threshold 0.1
+  sampling_test_expect(sampling_test_distribution(z, o), {0.4, 0.2, 0.2, 0.12, 0});
+  o.min_p = 0.45;  // threshold 0.18
+  sampling_test_expect(sampling_test_distribution(z, o), {0.4, 0.2, 0.2, 0, 0});
+  o.min_p = 0.55;  // threshold 0.22
+  sampling_test_expect(sampling_test_distribution(z, o), {1, 0, 0, 0, 0});
+  o.min_p = 1.0;  // only the most likely
+  sampling_test_expect(sampling_test_distribution(z, o), {1, 0, 0, 0, 0});
+  // The threshold is relative: a temperature that flattens the distribution keeps more tokens.
+  o.min_p = 0.45;
+  o.temperature = 2.0;  // probabilities become sqrt(p) renormalised: relative to the largest, 0.12 -> 0.548
+                        // and 0.08 -> 0.447, so 0.12 is kept now and 0.08 is still dropped
+  sampling_test_expect(sampling_test_distribution(z, o),
+                       {std::sqrt(0.4), std::sqrt(0.2), std::sqrt(0.2), std::sqrt(0.12), 0});
+}
+
+TEST_CASE("sampling: the repetition penalty divides positive logits and multiplies negative ones",
+          "[sampling]") {
+  const std::vector<float> z = {2.0f, -1.0f, 0.5f, -0.5f};
+  const std::vector<bool> seen = {true, true, false, false};
+  SampleOptions o;
+  o.repetition_penalty = 2.0;
+  std::vector<double> want = {std::exp(1.0), std::exp(-2.0), std::exp(0.5), std::exp(-0.5)};
+  sampling_test_expect(sampling_test_distribution(z, o, seen), want);
+  o.repetition_penalty = 0.5;  // below 1 it favours repeats
+  want = {std::exp(4.0), std::exp(-0.5), std::exp(0.5), std::exp(-0.5)};
+  sampling_test_expect(sampling_test_distribution(z, o, seen), want);
+  // No token seen, or a penalty of 1: the plain softmax.
+  o.repetition_penalty = 2.0;
+  want = {std::exp(2.0), std::exp(-1.0), std::exp(0.5), std::exp(-0.5)};
+  sampling_test_expect(sampling_test_distribution(z, o, std::vector<bool>(4, false)), want);
+  o.repetition_penalty = 1.0;
+  sampling_test_expect(sampling_test_distribution(z, o, seen), want);
+  // It comes before the temperature: (2 / 2) / 0.5 = 2, (-1 * 2) / 0.5 = -4.
+  o.repetition_penalty = 2.0;
+  o.temperature = 0.5;
+  want = {std::exp(2.0), std::exp(-4.0), std::exp(1.0), std::exp(-1.0)};
+  sampling_test_expect(sampling_test_distribution(z, o, seen), want);
+  // Greedy takes the penalised logits: token 0's 2.0 becomes 0.25 (penalty 8), below token 2's 0.5.
+  o.temperature = 0.0;
+  o.repetition_penalty = 8.0;
+  sampling_test_expect(sampling_test_distribution(z, o, seen), {0, 0, 1, 0});
+}
+
+TEST_CASE("sampling: top-k then top-p renormalises between them", "[sampling]") {
+  const std::vector<float> z = sampling_test_logits({0.35, 0.25, 0.2, 0.12, 0.08});
+  SampleOptions o;
+  o.top_k = 3;
+  sampling_test_expect(sampling_test_distribution(z, o), {0.35, 0.25, 0.2, 0, 0});
+  o.top_k = 0;
+  o.top_p = 0.7;  // alone: 0.35 + 0.25 + 0.2 reaches 0.7
+  sampling_test_expect(sampling_test_distribution(z, o), {0.35, 0.25, 0.2, 0, 0});
+  o.top_k = 3;  // after top-k the three are 0.4375, 0.3125, 0.25: the first two reach 0.7
+  sampling_test_expect(sampling_test_distribution(z, o), {0.35, 0.25, 0, 0, 0});
+  // Top-k keeps every token tied with the k-th.
+  o.top_p = 1.0;
+  o.top_k = 2;
+  sampling_test_expect(sampling_test_distribution(sampling_test_logits({0.4, 0.2, 0.2, 0.1, 0.1}), o),
+                       {0.4, 0.2, 0.2, 0, 0});
+}
+
+TEST_CASE("sampling: greedy with every filter is plain greedy", "[sampling]") {
+  Rng rng(5);
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<float> z(17);
+    for (float& v : z) v = 3.0f * rng.normal();
+    const int64_t argmax = std::max_element(z.begin(), z.end()) - z.begin();
+    SampleOptions o;
+    o.temperature = 0.0;
+    o.top_k = 1 + trial % 5;
+    o.top_p = 0.05 + 0.9 * (trial % 7) / 6.0;
+    o.min_p = (trial % 4) / 3.0;
+    const std::vector<double> p = sampling_test_distribution(z, o);
+    for (int64_t i = 0; i < 17; ++i) CHECK(p[i] == (i == argmax ? 1.0 : 0.0));
+    Rng draw(static_cast<uint64_t>(trial));
+    CHECK(draw_token(p, draw) == argmax);
+  }
+}
+
+TEST_CASE("sampling: draws follow the distribution and a seed repeats them", "[sampling]") {
+  const std::vector<double> p = {0.5, 0.0, 0.3, 0.2};
+  Rng a(9), b(9);
+  std::vector<int> counts(4, 0);
+  for (int i = 0; i < 20000; ++i) {
+    const int32_t t = draw_token(p, a);
+    CHECK(t == draw_token(p, b));
+    ++counts[t];
+  }
+  CHECK(counts[1] == 0);
+  CHECK(counts[0] / 20000.0 == Approx(0.5).margin(0.02));
+  CHECK(counts[2] / 20000.0 == Approx(0.3).margin(0.02));
+}
+
+TEST_CASE("sampling: a stop string ends generation and is neither streamed nor kept", "[sampling]") {
+  ModelConfig c = tfm_test::model_config_from(
+      {"model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.max_seq_len=16"}, 4);
+  LanguageModel model(c, 7);
+  const Tokenizer tok(Tokenizer::Kind::Char, {'\n', 'a', 'b', 'c'});
+  SampleOptions o;
+  o.prompt = "ab";
+  o.max_new_tokens = 60;  // beyond the context: the window slides
+  o.seed = 3;
+  Rng r1(o.seed);
+  const Generation all = generate(model, tok, o, r1, {}, true);
+  REQUIRE(all.text.size() == 60);
+  REQUIRE(all.tokens.size() == 60);
+  REQUIRE(all.stopped_at.empty());
+  for (size_t i = 0; i < all.tokens.size(); ++i) {
+    CHECK(all.logprobs[i] <= 0.0);
+    CHECK(all.logprobs[i] > std::log(1e-3));  // a near-uniform model over 4 tokens
+  }
+  // Stop strings taken from the middle of that text: the same draws, cut where the first one begins.
+  o.stop = {all.text.substr(20, 3), all.text.substr(40, 4)};
+  const size_t first = all.text.find(o.stop[0]), second = all.text.find(o.stop[1]);
+  const std::string stop = second < first ? o.stop[1] : o.stop[0];
+  const size_t cut = std::min(first, second);
+  std::string streamed;
+  Rng r2(o.seed);
+  const Generation g = generate(
+      model, tok, o, r2, [&](const std::string& s) { streamed += s; }, true);
+  CHECK(g.text == all.text.substr(0, cut));
+  CHECK(streamed == g.text);
+  CHECK(g.stopped_at == stop);
+  CHECK(g.tokens.size() == cut + stop.size());  // a char model: one token a character
+  CHECK(std::vector<int32_t>(all.tokens.begin(), all.tokens.begin() + g.tokens.size()) == g.tokens);
+  // A stop string that never occurs holds text back only until it is known not to start one.
+  o.stop = {"aX", "bcX"};  // 'X' is no token: held back at every "a", "b" and "bc", never matched
+  streamed.clear();
+  Rng r3(o.seed);
+  const Generation none = generate(
+      model, tok, o, r3, [&](const std::string& s) { streamed += s; }, false);
+  CHECK(streamed == all.text);
+  CHECK(none.text.empty());  // not recorded
+  CHECK(none.stopped_at.empty());
+  // Several samples from one generator differ from one another; the first is the single sample's.
+  o.stop.clear();
+  Rng r4(o.seed);
+  const Generation s1 = generate(model, tok, o, r4, {}, true), s2 = generate(model, tok, o, r4, {}, true);
+  CHECK(s1.text == all.text);
+  CHECK(s2.text != s1.text);
+  CHECK(generate(model, tok, o) == all.text);
+}
