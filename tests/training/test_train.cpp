@@ -213,7 +213,7 @@ TEST_CASE("train: a Muon run with the wsd schedule resumes bit for bit, momentum
 }
 
 TEST_CASE("train: a run with every speedrun trick resumes bit for bit and samples through its cache",
-          "[train][tricks]") {
+          "[slow][train][tricks]") {
   // The tricks' parameters (x0 mixes, value lambdas, the bigram table) are the model's: checkpointed
   // and restored like the others. Muon takes the blocks' matrices, AdamW the tricks' scalars.
   const std::vector<std::string> sets = {
