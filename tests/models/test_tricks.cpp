@@ -167,7 +167,7 @@ TEST_CASE("tricks: KV-cache decoding equals the full forward with every trick on
   }
 }
 
-TEST_CASE("tricks: what each starts as; the other weights are drawn as without it", "[tricks]") {
+TEST_CASE("tricks: what each starts as, the other weights drawn as without it", "[tricks]") {
   const int64_t B = 2, T = 6;
   const auto tokens = tricks_tokens(B * T, 10);
   LanguageModel off(tricks_config(true, {}), 21);
