@@ -15,6 +15,7 @@ Config keys read (all optional except data.path; defaults in brackets):
         dropout [0] attention_dropout [0] activation [gelu|relu|swiglu] norm_position [pre|post]
         positional_encoding [sinusoidal|learned|rope] rope_theta [10000] norm [layernorm|rmsnorm]
         norm_eps [1e-5] qk_norm [false] causal [true] tie_embeddings [true] bias [true]
+        zero_init [false] logit_softcap [0] x0_skip [false] value_residual [false] bigram_buckets [0]
   train.objective [causal_lm|masked_lm] mask_prob [0.15] batch_size [12] seq_len [max_seq_len]
         max_steps [2000] grad_clip [1.0] eval_interval [250] eval_steps [20]
   train.optimizer.name [adamw|muon] lr [1e-3] betas [[0.9, 0.99]] weight_decay [0.1]
@@ -61,7 +62,8 @@ import torch.nn.functional as F
 MODEL_DEFAULTS = dict(d_model=128, n_layers=4, n_heads=4, n_kv_heads=None, d_ff=None, max_seq_len=64,
                       dropout=0.0, attention_dropout=0.0, activation="gelu", norm_position="pre",
                       positional_encoding="sinusoidal", causal=True, tie_embeddings=True, bias=True,
-                      norm="layernorm", norm_eps=1e-5, rope_theta=10000.0, qk_norm=False)
+                      norm="layernorm", norm_eps=1e-5, rope_theta=10000.0, qk_norm=False,
+                      zero_init=False, logit_softcap=0.0, x0_skip=False, value_residual=False, bigram_buckets=0)
 
 # tfm keys this reference does not implement, with the value that means "off": any other value is refused.
 NOT_HERE = {"model.attention_score": "dot", "model.head_gating": "none", "model.head_mixing": "none",
@@ -138,7 +140,7 @@ class Attention(nn.Module):
     Attention"), with grouped-query K/V (Ainslie et al. 2023; Hkv = 1 is Shazeer 2019's multi-query),
     optional QK-norm and RoPE. Parameter names: wq, wk, wv, wo (weights (out, in)), q_norm, k_norm."""
 
-    def __init__(self, m):
+    def __init__(self, m, later_layer=False):
         super().__init__()
         d, h, hkv = m["d_model"], m["n_heads"], m["n_kv_heads"]
         assert d % h == 0 and h % hkv == 0, "n_heads must divide d_model and n_kv_heads divide n_heads"
@@ -153,12 +155,19 @@ class Attention(nn.Module):
         self.wv = nn.Linear(d, hkv * self.dk, bias=m["bias"])
         self.wo = nn.Linear(h * self.dk, d, bias=m["bias"])
         self.drop = nn.Dropout(m["attention_dropout"])
+        # Value residual (Zhou et al. 2024, "Value Residual Learning"): a later layer attends to
+        # lambda V + (1 - lambda) V_1, V_1 the first layer's values; lambda starts at 0.5.
+        self.value_lambda = nn.Parameter(torch.full((1,), 0.5)) if later_layer else None
 
-    def forward(self, x):  # x (B, T, C)
+    def forward(self, x, first_values=None):
+        """x (B, T, C) -> (B, T, C) and the values (B, T, Hkv*Dk) the layer attended to."""
         B, T, _ = x.shape
         q = self.wq(x).view(B, T, self.h, self.dk).transpose(1, 2)    # (B, H, T, Dk)
         k = self.wk(x).view(B, T, self.hkv, self.dk).transpose(1, 2)  # (B, Hkv, T, Dk)
-        v = self.wv(x).view(B, T, self.hkv, self.dk).transpose(1, 2)  # (B, Hkv, T, Dk)
+        values = self.wv(x)  # (B, T, Hkv*Dk)
+        if self.value_lambda is not None:
+            values = self.value_lambda * values + (1 - self.value_lambda) * first_values
+        v = values.view(B, T, self.hkv, self.dk).transpose(1, 2)      # (B, Hkv, T, Dk)
         if self.q_norm is not None:  # before the rotation
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope_theta is not None:
@@ -171,7 +180,7 @@ class Attention(nn.Module):
             s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
         p = self.drop(torch.softmax(s, dim=-1))
         o = (p @ v).transpose(1, 2).reshape(B, T, self.h * self.dk)  # heads concatenated (B, T, C)
-        return self.wo(o)
+        return self.wo(o), values
 
 
 class Block(nn.Module):
@@ -179,13 +188,13 @@ class Block(nn.Module):
     position-wise feed-forward network, each a residual branch. Pre-norm normalises the branch input
     (Xiong et al. 2020); post-norm the sum, as Vaswani et al. 2017 (d2l's AddNorm)."""
 
-    def __init__(self, m):
+    def __init__(self, m, layer=0):
         super().__init__()
         d, bias = m["d_model"], m["bias"]
         self.pre = m["norm_position"] == "pre"
         # Creation order fixes both the export-name order and the random draws nn.Linear makes.
         self.ln1, self.ln2 = make_norm(m, d), make_norm(m, d)
-        self.attn = Attention(m)
+        self.attn = Attention(m, later_layer=m["value_residual"] and layer > 0)
         self.fc1 = nn.Linear(d, m["d_ff"], bias=bias)
         self.fc2 = nn.Linear(m["d_ff"], d, bias=bias)
         self.swiglu = m["activation"] == "swiglu"
@@ -195,6 +204,8 @@ class Block(nn.Module):
             raise ValueError("model.activation: expected gelu, relu or swiglu, got %r" % m["activation"])
         self.act = F.relu if m["activation"] == "relu" else F.gelu  # exact (erf) GELU, Hendrycks & Gimpel 2016
         self.drop = nn.Dropout(m["dropout"])
+        # The x0 skip: the block's input becomes a x + b x0, x0 the embedding output, (a, b) from (1, 0).
+        self.x0_mix = nn.Parameter(torch.tensor([1.0, 0.0])) if m["x0_skip"] else None
 
     def ffn(self, x):
         """Vaswani et al. 2017 eq. 2 with act = GELU or ReLU: fc2(act(fc1 x)); SwiGLU: fc2(silu(fc1 x) * fc3 x)."""
@@ -202,12 +213,17 @@ class Block(nn.Module):
             return self.fc2(F.silu(self.fc1(x)) * self.fc3(x))
         return self.fc2(self.act(self.fc1(x)))
 
-    def forward(self, x):  # (B, T, C)
+    def forward(self, x, x0=None, first_values=None):
+        """x (B, T, C) -> (B, T, C) and the values its attention attended to (the value residual's V_1)."""
+        if self.x0_mix is not None:
+            x = x * self.x0_mix[0:1] + x0 * self.x0_mix[1:2]
         if self.pre:
-            x = x + self.drop(self.attn(self.ln1(x)))
-            return x + self.drop(self.ffn(self.ln2(x)))
-        x = self.ln1(x + self.drop(self.attn(x)))
-        return self.ln2(x + self.drop(self.ffn(x)))
+            a, values = self.attn(self.ln1(x), first_values)
+            x = x + self.drop(a)
+            return x + self.drop(self.ffn(self.ln2(x))), values
+        a, values = self.attn(x, first_values)
+        x = self.ln1(x + self.drop(a))
+        return self.ln2(x + self.drop(self.ffn(x))), values
 
 
 class LM(nn.Module):
@@ -228,9 +244,15 @@ class LM(nn.Module):
         elif self.positions == "learned":
             self.pos = nn.Embedding(m["max_seq_len"], d)
         self.drop = nn.Dropout(m["dropout"])
-        self.blocks = nn.ModuleList(Block(m) for _ in range(m["n_layers"]))
+        self.blocks = nn.ModuleList(Block(m, layer) for layer in range(m["n_layers"]))
         self.ln_f = make_norm(m, d) if m["norm_position"] == "pre" else nn.Identity()
         self.head = None if m["tie_embeddings"] else nn.Linear(d, vocab, bias=False)
+        if m["zero_init"] and m["tie_embeddings"]:
+            raise ValueError("model.zero_init: needs model.tie_embeddings = false")
+        self.vocab = vocab
+        # The bigram embedding: row (prev * V + token) mod N of a zero-initialised (N, C) table is added to
+        # the embedding output of every position that has a token before it.
+        self.bigram = nn.Embedding(m["bigram_buckets"], d) if m["bigram_buckets"] > 0 else None
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -239,6 +261,8 @@ class LM(nn.Module):
         drawn like fc1.) Drawn in parameter order, after the default draws nn.Linear/nn.Embedding made."""
         residual_std = 0.02 / math.sqrt(2 * self.m["n_layers"])
         for name, p in self.named_parameters():
+            if name.endswith(("x0_mix", "value_lambda")):  # the tricks' scalars keep their own start
+                continue
             if p.dim() == 2:
                 std = residual_std if name.endswith(("attn.wo.weight", "fc2.weight")) else 0.02
                 nn.init.normal_(p, 0.0, std)
@@ -246,6 +270,12 @@ class LM(nn.Module):
                 nn.init.ones_(p)
             else:
                 nn.init.zeros_(p)
+        # Zeroed after the draws, so the other weights are the same with a trick on or off.
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                zero_init = self.m["zero_init"] and name.endswith(("attn.wo.weight", "fc2.weight", "head.weight"))
+                if zero_init or name == "bigram.weight":
+                    p.zero_()
 
     def forward(self, idx):
         T = idx.shape[1]
@@ -256,10 +286,17 @@ class LM(nn.Module):
             x = x + self.pos(torch.arange(T))
         # rope: no table; positions enter inside every attention layer
         x = self.drop(x)
+        if self.bigram is not None:  # positions 1.. of each sequence: the pair (idx[t-1], idx[t])
+            rows = (idx[:, :-1] * self.vocab + idx[:, 1:]) % self.m["bigram_buckets"]  # (B, T-1)
+            x = torch.cat((x[:, :1], x[:, 1:] + self.bigram(rows)), dim=1)
+        x0, first_values = x, None
         for block in self.blocks:
-            x = block(x)
+            x, values = block(x, x0, first_values)
+            first_values = values if first_values is None else first_values
         x = self.ln_f(x)
-        return x @ self.emb.weight.t() if self.head is None else self.head(x)  # (B, T, V)
+        logits = x @ self.emb.weight.t() if self.head is None else self.head(x)  # (B, T, V)
+        c = self.m["logit_softcap"]
+        return c * torch.tanh(logits / c) if c > 0 else logits
 
 
 # ---- optimisation ----

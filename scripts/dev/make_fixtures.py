@@ -71,6 +71,17 @@ CONFIGS = {
     "mlm_modern": dict(d_model=16, n_layers=2, n_heads=4, d_ff=24, max_seq_len=8, norm_position="pre",
                        positional_encoding="rope", norm="rmsnorm", activation="swiglu", qk_norm=True,
                        causal=False, tie_embeddings=True),
+    # the speedrun tricks together on the modern recipe: zero-init, logit softcap, x0 skip, value residual,
+    # and a bigram table smaller than V^2 (hashed pairs share rows); three layers, two of them later ones
+    "lm_tricks": dict(d_model=16, n_layers=3, n_heads=4, n_kv_heads=2, d_ff=24, max_seq_len=8,
+                      norm_position="pre", positional_encoding="rope", norm="rmsnorm", activation="swiglu",
+                      qk_norm=True, bias=False, tie_embeddings=False, zero_init=True, logit_softcap=5.0,
+                      x0_skip=True, value_residual=True, bigram_buckets=50),
+    # ... on the 2017 recipe (sinusoidal positions, LayerNorm, GELU, tied head), an exact bigram table (V^2)
+    "lm_tricks_sinusoidal": dict(d_model=8, n_layers=2, n_heads=2, d_ff=24, max_seq_len=8,
+                                 norm_position="pre", positional_encoding="sinusoidal", tie_embeddings=True,
+                                 activation="gelu", logit_softcap=3.0, x0_skip=True, value_residual=True,
+                                 bigram_buckets=121),
 }
 VOCAB, B, T = 11, 2, 6
 
@@ -98,6 +109,8 @@ def lm_fixture(name, model_cfg, seed):
         for p in model.parameters():
             if p.dim() == 1:
                 p.add_(0.1 * torch.randn_like(p))
+            elif p.std() == 0:  # zero-initialised (model.zero_init, the bigram table)
+                p.normal_(0.0, 0.3)
             else:
                 p.mul_(0.3 / p.std())
     tokens = torch.randint(VOCAB, (B, T))
@@ -276,6 +289,8 @@ def seq2seq_fixture(name, overrides, seed):
         for p in model.parameters():
             if p.dim() == 1:
                 p.add_(0.1 * torch.randn_like(p))
+            elif p.std() == 0:  # zero-initialised (model.zero_init, the bigram table)
+                p.normal_(0.0, 0.3)
             else:
                 p.mul_(0.3 / p.std())
     Bs, S, T = 3, 5, 4

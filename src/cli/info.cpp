@@ -201,6 +201,14 @@ void print_model(const Config& c, const std::string& file, const InfoModel& m, c
     fmt::print(
         "heads: {} mixing{}\n", name_of(mc.head_mixing),
         mc.head_mixing == HeadMixing::GroupMlp ? " in " + std::to_string(mc.head_groups) + " groups" : "");
+  std::string tricks;  // the speedrun tricks that are on (docs/speedrun.md)
+  auto add = [&](const std::string& t) { tricks += (tricks.empty() ? "" : ", ") + t; };
+  if (mc.zero_init) add("zero-init of wo, fc2 and the head");
+  if (mc.logit_softcap > 0.0f) add(fmt::format("logit softcap {:g}", mc.logit_softcap));
+  if (mc.x0_skip) add("x0 skip");
+  if (mc.value_residual) add("value residual");
+  if (mc.bigram_buckets > 0) add(fmt::format("bigram table of {} rows", mc.bigram_buckets));
+  if (!tricks.empty()) fmt::print("tricks: {}\n", tricks);
 }
 
 // What a training run decides at start-up or changes besides the model: precision ("auto" resolved on

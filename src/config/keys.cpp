@@ -329,6 +329,29 @@ std::vector<KeySpec> build_table() {
       Key("model.head_groups", &ModelConfig::head_groups,
           "group_mlp: groups of heads (must divide model.n_heads).")
           .min(1),
+      Key("model.zero_init", &ModelConfig::zero_init,
+          "The residual branches' output projections (attention wo, feed-forward fc2) and the output head "
+          "start at zero, so every block starts as the identity (needs model.tie_embeddings = false).")
+          .only_for(kLanguageModels),
+      Key("model.logit_softcap", &ModelConfig::logit_softcap,
+          "c > 0: logits = c tanh(logits / c), every logit within (-c, c) (Gemma 2; modded-nanogpt uses 15 "
+          "to 30); 0 = off.")
+          .min(0)
+          .only_for(kLanguageModels),
+      Key("model.x0_skip", &ModelConfig::x0_skip,
+          "Each block's input becomes a x + b x0, x0 the embedding output, with learned scalars (a, b) per "
+          "block starting at (1, 0).")
+          .only_for(kLanguageModels),
+      Key("model.value_residual", &ModelConfig::value_residual,
+          "Value residual learning (Zhou et al. 2024): every layer after the first attends to lambda V + (1 "
+          "- lambda) V_1, V_1 the first layer's values, a learned lambda per layer starting at 0.5.")
+          .only_for(kLanguageModels),
+      Key("model.bigram_buckets", &ModelConfig::bigram_buckets,
+          "N > 0: a zero-initialised table of N bigram embeddings; each token after the first of a sequence "
+          "adds row (previous * V + token) mod N to its embedding (exact, no two pairs sharing a row, when "
+          "N >= V^2: 4225 for tiny Shakespeare's 65 characters); 0 = off.")
+          .min(0)
+          .only_for(kLanguageModels),
       Key("train.objective", &TrainConfig::objective,
           "`causal_lm`: next-token prediction (decoder-only); `masked_lm`: BERT's masked tokens "
           "(encoder-only); `seq2seq`: an encoder-decoder over sentence pairs (translation)."),

@@ -92,6 +92,13 @@ GgufKeyRule only(const std::string& key, bool ModelConfig::*member, bool allowed
   return {key, {allowed}, [member](const ModelConfig& c) { return nlohmann::json(c.*member); }, why};
 }
 
+// A rule for a number key whose 0 means "off": only off.
+template <class V>
+GgufKeyRule only_off(const std::string& key, V ModelConfig::*member, const std::string& why) {
+  return {key, {nlohmann::json(V{0})}, [member](const ModelConfig& c) { return nlohmann::json(c.*member); },
+          why};
+}
+
 std::vector<GgufKeyRule> rules_spelled(GgufArchitecture arch) {
   const std::string graph = std::string("llama.cpp's ") + gguf_architecture_name(arch);
   std::vector<GgufKeyRule> r = {
@@ -123,6 +130,15 @@ std::vector<GgufKeyRule> rules_spelled(GgufArchitecture arch) {
            "llama.cpp has no per-token gate over attention heads"),
       only("model.head_mixing", &ModelConfig::head_mixing, {"none"},
            "llama.cpp's attention has no mixing across heads"),
+      any_value("model.zero_init", "initialisation only: the trained weights are exported as they are"),
+      only_off("model.logit_softcap", &ModelConfig::logit_softcap,
+               graph + " has no logit soft-capping (llama.cpp's gemma2 has, but not this model's layers)"),
+      only("model.x0_skip", &ModelConfig::x0_skip, false,
+           graph + " feeds each block the previous block's output only, not a mix with the embeddings"),
+      only("model.value_residual", &ModelConfig::value_residual, false,
+           graph + " attention reads its own layer's values only"),
+      only_off("model.bigram_buckets", &ModelConfig::bigram_buckets,
+               graph + " embeds each token alone, with no table over token pairs"),
   };
   if (arch == GgufArchitecture::Gpt2) {
     r.push_back(any_value("model.rope_theta", "not read: no RoPE"));

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "tfm/engine/ops.h"
 #include "tfm/nn/blocks.h"
@@ -40,15 +41,52 @@ struct Network : Module {
       head = std::make_unique<Linear>(c.d_model, c.vocab_size, false);
       register_module("head", head.get());
     }
+    // The tricks' parameters come last in their modules: with a trick off or on, the other parameters
+    // draw the same initial values.
+    for (size_t l = 0; l < blocks.size(); ++l) {
+      if (c.x0_skip) blocks[l]->use_x0_mix();
+      if (c.value_residual) blocks[l]->attn.use_value_residual(&first_values, l == 0);
+    }
+    if (c.bigram_buckets > 0) {
+      bigram = std::make_unique<Embedding>(c.bigram_buckets, c.d_model);
+      register_module("bigram", bigram.get());
+    }
   }
 
-  // Token and position embeddings for positions [start, start + T): (B, T, C).
-  Tensor embed(const std::vector<int32_t>& tokens, int64_t B, int64_t T, int64_t start) {
-    return embed_with_positions(*this, emb, pe.get(), pos.get(), config.max_seq_len, tokens, B, T, start,
-                                config.dropout, "LanguageModel::forward");
+  // Token and position embeddings for positions [start, start + T): (B, T, C), plus the bigram
+  // embedding; `previous` holds each sequence's token before position start (empty: none).
+  Tensor embed(const std::vector<int32_t>& tokens, int64_t B, int64_t T, int64_t start,
+               const std::vector<int32_t>& previous) {
+    const Tensor x = embed_with_positions(*this, emb, pe.get(), pos.get(), config.max_seq_len, tokens, B, T,
+                                          start, config.dropout, "LanguageModel::forward");
+    if (!bigram) return x;
+    const int64_t V = config.vocab_size, N = config.bigram_buckets;
+    std::vector<int32_t> rows(static_cast<size_t>(B * T), 0);
+    Tensor has_previous = Tensor::zeros({B, T, 1});  // 0 where a position has no token before it
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t prev = t > 0 ? tokens[b * T + t - 1] : previous.empty() ? -1 : previous[b];
+        if (prev < 0) continue;
+        rows[b * T + t] = static_cast<int32_t>((prev * V + tokens[b * T + t]) % N);
+        has_previous.data()[b * T + t] = 1.0f;
+      }
+    return x + bigram->forward(rows, {B, T}) * has_previous;  // (B, T, C)
   }
 
-  Tensor logits(const Tensor& x) { return output_logits(x, ln_f.get(), head.get(), emb.weight); }
+  Tensor logits(const Tensor& x) {
+    const Tensor out = output_logits(x, ln_f.get(), head.get(), emb.weight);  // (B, T, V)
+    const float c = config.logit_softcap;
+    return c > 0.0f ? tanh(out / c) * c : out;
+  }
+
+  // The blocks over the embedding output x0 (B, T, C), with the x0 skip; `block(l, x)` runs block l.
+  template <class RunBlock>
+  Tensor run_blocks(const Tensor& x0, RunBlock&& block) {
+    Tensor x = x0;
+    for (size_t l = 0; l < blocks.size(); ++l) x = block(l, config.x0_skip ? blocks[l]->mix_x0(x, x0) : x);
+    first_values = Tensor();  // the value residual's slot: held by the graph, not here
+    return x;
+  }
 
   ModelConfig config;
   Embedding emb;
@@ -57,6 +95,8 @@ struct Network : Module {
   std::vector<std::unique_ptr<EncoderBlock>> blocks;
   std::unique_ptr<Norm> ln_f;
   std::unique_ptr<Linear> head;
+  std::unique_ptr<Embedding> bigram;
+  Tensor first_values;  // the value residual's: the first layer's V of the current forward
 };
 
 }  // namespace
@@ -81,6 +121,25 @@ struct LanguageModel::Impl {
 LanguageModel::LanguageModel(const ModelConfig& config, uint64_t init_seed)
     : impl_(std::make_unique<Impl>(checked(config))) {
   adopt_parameters(impl_->net, init_seed, impl_->net.config.n_layers);
+  // The tricks' initial values (their parameters drew nothing or were drawn last: the others are as
+  // without them).
+  const bool zero_init = impl_->net.config.zero_init;
+  auto ends_with = [](const std::string& s, const std::string& end) {
+    return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
+  };
+  for (const NamedParameter& p : parameters()) {
+    Tensor v = p.value;
+    if (ends_with(p.name, ".x0_mix")) {
+      v.fill_(0.0f);
+      v.data()[0] = 1.0f;
+    } else if (ends_with(p.name, ".value_lambda")) {
+      v.fill_(0.5f);
+    } else if (p.name == "bigram.weight" ||
+               (zero_init && (ends_with(p.name, "wo.weight") || ends_with(p.name, "fc2.weight") ||
+                              p.name == "head.weight"))) {
+      v.fill_(0.0f);
+    }
+  }
 }
 
 LanguageModel::~LanguageModel() = default;
@@ -101,6 +160,20 @@ Cost LanguageModel::cost(const ModelConfig& config, int64_t B_, int64_t T_) {
   if (c.norm_position == NormPosition::Pre) cost += Norm::cost(c.d_model, c.norm, rows);  // ln_f
   cost += linear_cost(C, V, false, rows);  // the head: x E^T when tied
   if (c.tie_embeddings) cost.parameters -= V * C;
+  const double L = static_cast<double>(c.n_layers), kv = static_cast<double>(c.n_kv_heads * c.head_dim());
+  if (c.bigram_buckets > 0) {  // the table, and its rows before the add
+    cost.parameters += static_cast<double>(c.bigram_buckets) * C;
+    cost.activations += rows * C;
+  }
+  if (c.x0_skip) {  // (a, b) per block; each block's unmixed input
+    cost.parameters += 2.0 * L;
+    cost.activations += L * rows * C;
+  }
+  if (c.value_residual) {  // lambda per later layer; each later layer's unmixed values
+    cost.parameters += L - 1.0;
+    cost.activations += (L - 1.0) * rows * kv;
+  }
+  if (c.logit_softcap > 0.0f) cost.activations += rows * V;  // the capped logits' tanh
   // The backward's largest transient (~5 C per token) and the logits with their gradient.
   cost.activations += 5.0 * rows * C + 2.0 * rows * V;
   return cost;
@@ -112,8 +185,8 @@ FlopCount LanguageModel::flops_per_token(const ModelConfig& c, int64_t seq_len) 
 
 Tensor LanguageModel::forward(const std::vector<int32_t>& tokens, int64_t B, int64_t T) {
   Network& net = impl_->net;
-  Tensor x = net.embed(tokens, B, T, 0);  // (B, T, C)
-  for (auto& block : net.blocks) x = block->forward(x);
+  const Tensor x0 = net.embed(tokens, B, T, 0, {});  // (B, T, C)
+  const Tensor x = net.run_blocks(x0, [&](size_t l, const Tensor& h) { return net.blocks[l]->forward(h); });
   impl_->collect_recorded();
   return net.logits(x);
 }
@@ -140,10 +213,15 @@ Tensor LanguageModel::forward_cached(KVCache& cache, const std::vector<int32_t>&
             cache.batch);
   NoGradGuard no_grad;  // decoding only
   Network& net = impl_->net;
-  Tensor x = net.embed(tokens, B, T_new, cache.length);  // (B, T_new, C)
-  for (size_t l = 0; l < net.blocks.size(); ++l)
-    x = net.blocks[l]->forward_cached(x, cache.keys[l], cache.values[l], cache.length);
+  const Tensor x0 = net.embed(tokens, B, T_new, cache.length, cache.last_tokens);  // (B, T_new, C)
+  const Tensor x = net.run_blocks(x0, [&](size_t l, const Tensor& h) {
+    return net.blocks[l]->forward_cached(h, cache.keys[l], cache.values[l], cache.length);
+  });
   cache.length += T_new;
+  if (T_new > 0) {
+    cache.last_tokens.resize(static_cast<size_t>(B));
+    for (int64_t b = 0; b < B; ++b) cache.last_tokens[b] = tokens[b * T_new + T_new - 1];
+  }
   impl_->collect_recorded();
   return net.logits(x);
 }

@@ -92,9 +92,15 @@ Tensor Model::flat_grads() const {
 std::vector<std::pair<std::string, int64_t>> Model::parameter_breakdown() const {
   std::vector<std::pair<std::string, int64_t>> out = {{"embedding", 0},    {"positions", 0}, {"attention", 0},
                                                       {"feed-forward", 0}, {"norms", 0},     {"head", 0}};
+  int64_t skips = 0;  // the x0 skip's scalars (model.x0_skip), listed only when there are some
   for (const NamedParameter& p : parameters_) {
     const std::string& n = p.name;
-    const size_t k = n.find("emb.") != std::string::npos && n.find("pos") == std::string::npos       ? 0
+    if (n.find(".x0_mix") != std::string::npos) {
+      skips += p.value.numel();
+      continue;
+    }
+    const size_t k = n.rfind("bigram.", 0) == 0                                                      ? 0
+                     : n.find("emb.") != std::string::npos && n.find("pos") == std::string::npos     ? 0
                      : n.find("pos.") != std::string::npos                                           ? 1
                      : n.find("attn.") != std::string::npos || n.find("cross.") != std::string::npos ? 2
                      : n.find(".fc") != std::string::npos                                            ? 3
@@ -102,6 +108,7 @@ std::vector<std::pair<std::string, int64_t>> Model::parameter_breakdown() const 
                                                                                                      : 5;
     out[k].second += p.value.numel();
   }
+  if (skips > 0) out.emplace_back("x0 skips", skips);
   return out;
 }
 

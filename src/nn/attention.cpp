@@ -235,8 +235,29 @@ Tensor MultiHeadAttention::attend_and_project(const Tensor& x, const std::vector
   return project_output(o);
 }
 
+void MultiHeadAttention::use_value_residual(Tensor* first_values, bool first_layer) {
+  first_values_ = first_values;
+  if (!first_layer) register_parameter("value_lambda", &value_lambda, {1});
+}
+
+Tensor MultiHeadAttention::self_values(const Tensor& x) {
+  const Tensor v = wv.forward(x);  // (B, T, Hkv*Dv)
+  if (!first_values_) return v;
+  if (!value_lambda.defined()) return *first_values_ = v;
+  TFM_CHECK(first_values_->defined() && first_values_->shape() == v.shape(), "MultiHeadAttention",
+            "the value residual needs the first layer's values of these positions (",
+            shape_str(v.shape()), ") before a later layer runs");
+  return v * value_lambda + *first_values_ * rsub(1.0f, value_lambda);  // (B, T, Hkv*Dv)
+}
+
 Tensor MultiHeadAttention::self_attention(const Tensor& x, const std::vector<int64_t>& key_lengths) {
-  if (!rope_cos_.defined()) return forward(x, x, x, key_lengths);
+  if (!rope_cos_.defined() && !first_values_) return forward(x, x, x, key_lengths);
+  if (!rope_cos_.defined()) {  // the value residual without RoPE: forward's halves, V mixed between them
+    TFM_CHECK(x.dim() == 3 && x.size(-1) == config_.d_model, "MultiHeadAttention::self_attention",
+              "expected x (B, T, ", config_.d_model, "), got ", shape_str(x.shape()));
+    const Tensor k = project(wk, k_norm.get(), config_.n_kv_heads, x, -1).back();  // (B, T, Hkv*Dk)
+    return forward_projected(x, k, self_values(x), key_lengths);
+  }
   TFM_CHECK(
       x.dim() == 3 && x.size(-1) == config_.d_model && kdim_ == config_.d_model && vdim_ == config_.d_model,
       "MultiHeadAttention::self_attention", "expected x (B, T, ", config_.d_model,
@@ -246,7 +267,7 @@ Tensor MultiHeadAttention::self_attention(const Tensor& x, const std::vector<int
   // K stays for the attention's backward; of its steps only QK-norm's input is read by a backward.
   for (size_t i = k_norm ? 1 : 0; i + 1 < k_steps.size(); ++i) k_steps[i].release_values();
   return attend_and_project(x, project(wq, q_norm.get(), config_.n_heads, x, 0), k_steps.back(),
-                            wv.forward(x), key_lengths);
+                            self_values(x), key_lengths);
 }
 
 Tensor MultiHeadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
@@ -289,7 +310,7 @@ Tensor MultiHeadAttention::forward_cached(const Tensor& x, Tensor& cache_k, Tens
   {
     NoGradGuard no_grad;  // the cache is a buffer, not part of the graph
     narrow(cache_k, 1, past, T).copy_from(project(wk, k_norm.get(), config_.n_kv_heads, x, past).back());
-    narrow(cache_v, 1, past, T).copy_from(wv.forward(x));
+    narrow(cache_v, 1, past, T).copy_from(self_values(x));
   }
   // Keys [0, past + T): views into the caches, strided per batch, read in place by the fused op.
   const Tensor k = narrow(cache_k, 1, 0, past + T), v = narrow(cache_v, 1, 0, past + T);

@@ -73,6 +73,14 @@ Tensor EncoderBlock::forward_cached(const Tensor& x, Tensor& cache_k, Tensor& ca
   return run(x, [&](const Tensor& a) { return attn.forward_cached(a, cache_k, cache_v, past); });
 }
 
+void EncoderBlock::use_x0_mix() {
+  register_parameter("x0_mix", &x0_mix, {2});
+}
+
+Tensor EncoderBlock::mix_x0(const Tensor& x, const Tensor& x0) const {
+  return x * narrow(x0_mix, 0, 0, 1) + x0 * narrow(x0_mix, 0, 1, 1);  // (B, T, C)
+}
+
 DecoderBlock::DecoderBlock(const ModelConfig& config)
     : config_(resolved(config)),
       ln1(config_.d_model, config_),

@@ -86,6 +86,14 @@ std::vector<std::string> model_config_errors(const ModelConfig& c) {
   if (c.head_mixing == HeadMixing::GroupMlp && (c.head_groups < 1 || H % c.head_groups != 0))
     errors.push_back("model.head_groups: expected a divisor of model.n_heads = " + n(H) + ", got " +
                      n(c.head_groups));
+  if (c.zero_init && c.tie_embeddings)
+    errors.push_back(
+        "model.zero_init: needs model.tie_embeddings = false (a zero head tied to the embedding would "
+        "zero the embedding too)");
+  if (c.logit_softcap < 0.0f)
+    errors.push_back("model.logit_softcap: expected >= 0 (0 = off), got " + std::to_string(c.logit_softcap));
+  if (c.bigram_buckets < 0)
+    errors.push_back("model.bigram_buckets: expected >= 0 (0 = off), got " + n(c.bigram_buckets));
   return errors;
 }
 

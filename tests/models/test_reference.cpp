@@ -28,7 +28,9 @@ TEST_CASE("reference: language model logits, loss and gradients match PyTorch", 
                          "lm_gqa_relu",
                          "mlm_bidirectional",
                          "lm_modern",
-                         "mlm_modern"};
+                         "mlm_modern",
+                         "lm_tricks",
+                         "lm_tricks_sinusoidal"};
   for (const char* name : names) {
     SECTION(name) {
       const json fx = load_fixture(name);

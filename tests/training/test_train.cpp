@@ -212,6 +212,41 @@ TEST_CASE("train: a Muon run with the wsd schedule resumes bit for bit, momentum
                     Catch::Contains("optimizer state 2 has") && Catch::Contains("expected"));
 }
 
+TEST_CASE("train: a run with every speedrun trick resumes bit for bit and samples through its cache",
+          "[slow][train][tricks]") {
+  // The tricks' parameters (x0 mixes, value lambdas, the bigram table) are the model's: checkpointed
+  // and restored like the others. Muon takes the blocks' matrices, AdamW the tricks' scalars.
+  const std::vector<std::string> sets = {
+      "model.tie_embeddings=false", "model.zero_init=true",       "model.logit_softcap=15",
+      "model.x0_skip=true",         "model.value_residual=true",  "model.bigram_buckets=512",
+      "train.optimizer.name=muon",  "train.max_steps=8",          "model.dropout=0.1"};
+  const std::string a = run_dir("tricks_a"), b = run_dir("tricks_b");
+  const TrainResult full = train(small_config(a, sets), quiet());
+  REQUIRE(full.losses.size() == 8);
+  TrainOptions stop = quiet();
+  stop.stop_at_step = 3;
+  REQUIRE(train(small_config(b, sets), stop).status == TrainResult::Status::Interrupted);
+  const Checkpoint mid = load_checkpoint(b + "/last.ckpt");
+  TrainOptions resume = quiet();
+  resume.resume = true;
+  const TrainResult second = train(small_config(b, sets), resume);
+  REQUIRE(second.status == TrainResult::Status::Finished);
+  CHECK(second.losses.size() == 5);
+  CHECK(load_checkpoint(a + "/last.ckpt").model == load_checkpoint(b + "/last.ckpt").model);
+  CHECK(second.val_loss == full.val_loss);
+  CHECK(load_checkpoint(b + "/last.ckpt").model != mid.model);  // the resumed steps trained it
+
+  LoadedRun run = load_run(b, "last");
+  CHECK(run.model->find_parameter("bigram.weight") != nullptr);
+  SampleOptions o;
+  o.prompt = "First";
+  o.max_new_tokens = 40;  // beyond max_seq_len = 16: the cache is refilled as the window slides
+  o.temperature = 0.0;
+  const std::string text = generate(*run.model, run.checkpoint.tokenizer, o);
+  CHECK(decode_utf8(text, "sample").size() == 40);
+  CHECK(generate(*run.model, run.checkpoint.tokenizer, o) == text);
+}
+
 TEST_CASE("train: a non-finite loss stops with the step and leaves the last checkpoint", "[train]") {
   const std::string dir = run_dir("nan");
   const Config c = small_config(

@@ -1,6 +1,16 @@
 // The language model of docs/architecture.md (decoder-only with a causal mask, or a bidirectional
 // encoder for masked LM), built from the layers of nn/: token embedding and positions, n_layers
 // encoder blocks, the final norm (pre-norm) and the output head (tied to the embedding or its own).
+// The speedrun tricks (ModelConfig, docs/speedrun.md), each off by default:
+// - zero_init: wo, fc2 and the untied head start at zero (each block starts as the identity);
+// - logit_softcap c: logits = c tanh(logits / c) (Gemma 2 report, sec. 2);
+// - x0_skip: block l's input is a_l x + b_l x0, x0 the embedding output, (a_l, b_l) = blocks.l.x0_mix
+//   starting at (1, 0);
+// - value_residual: layers after the first attend to lambda_l V_l + (1 - lambda_l) V_1 (Zhou et al.
+//   2024), lambda_l = blocks.l.attn.value_lambda starting at 0.5;
+// - bigram_buckets N: bigram.weight (N, C), zero at first, adds row (prev * V + cur) mod N for each
+//   token after the first of a sequence (or of a generation) to the embedding output; no two token
+//   pairs share a row when N >= V^2.
 // Legend: B batch, T time, C = d_model, H heads, Hkv key/value heads, Dk = C / H, V vocabulary.
 #pragma once
 #include <cstdint>
@@ -16,6 +26,7 @@ struct KVCache {
   std::vector<Tensor> keys, values;  // per layer: (B, max_seq_len, Hkv * Dk), filled up to `length`
   int64_t batch = 0;
   int64_t length = 0;  // positions cached so far
+  std::vector<int32_t> last_tokens;  // per sequence, the last token fed (the bigram embedding's context)
 };
 
 class LanguageModel : public Model {

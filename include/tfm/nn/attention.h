@@ -84,6 +84,13 @@ class MultiHeadAttention : public Module {
   // importance at gate 1 (tfm heads). Undefined (the default) costs nothing.
   Tensor head_gate;
 
+  // Value residual (Zhou et al. 2024, "Value Residual Learning"): a model's self-attention layers share
+  // one slot. The first layer (first_layer) writes its values V_1 (B, T, Hkv*Dv) there; each later one
+  // registers value_lambda (1), initialised by the model, and attends to lambda V + (1 - lambda) V_1.
+  // The KV cache holds the mixed values. Call before the model adopts its parameters.
+  void use_value_residual(Tensor* first_values, bool first_layer);
+  Tensor value_lambda;  // (1), a later layer's only
+
   const ModelConfig& config() const { return config_; }
   bool causal() const { return causal_; }
   int64_t head_dim() const { return head_dim_; }
@@ -132,6 +139,9 @@ class MultiHeadAttention : public Module {
   // Attends q_steps.back() to k, v and releases the queries' steps (recomputed in the backward).
   Tensor attend_and_project(const Tensor& x, const std::vector<Tensor>& q_steps, const Tensor& k,
                             const Tensor& v, const std::vector<int64_t>& key_lengths);
+  // The values of self-attention: wv(x) (B, T, Hkv*Dv), mixed with the first layer's by the value residual.
+  Tensor self_values(const Tensor& x);
+  Tensor* first_values_ = nullptr;  // the value residual's slot
   Tensor rope_cos_, rope_sin_;  // RoPE only: (max_seq_len, Dk/2) tables of the angles' cosines and sines
 };
 

@@ -31,9 +31,14 @@ class EncoderBlock : public Module {
   static Cost cost(const ModelConfig& config, int64_t B, int64_t T);
   Tensor forward(const Tensor& x, const std::vector<int64_t>& key_lengths = {});  // (B, T, C)
   Tensor forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v, int64_t past);
+  // The x0 skip (a language model's, model.x0_skip): registers x0_mix (2), [a, b], initialised by the
+  // model to [1, 0]; mix_x0 gives the block's input a x + b x0, x and x0 (B, T, C).
+  void use_x0_mix();
+  Tensor mix_x0(const Tensor& x, const Tensor& x0) const;
   Norm ln1, ln2;
   MultiHeadAttention attn;
   FeedForward ffn;
+  Tensor x0_mix;  // (2), with use_x0_mix only
 
  private:
   template <class Attend>

@@ -64,6 +64,12 @@ struct ModelConfig {
   int64_t source_vocab_size = 0;
   int64_t n_encoder_layers = -1;  // -1 = n_layers
   int64_t n_decoder_layers = -1;  // -1 = n_layers
+  // The speedrun tricks (docs/speedrun.md, "Tricks"), language models only, each off by default:
+  bool zero_init = false;       // wo, fc2 and the (untied) head start at zero
+  float logit_softcap = 0.0f;   // c > 0: logits = c tanh(logits / c)
+  bool x0_skip = false;         // block l's input a_l x + b_l x0, x0 the embedding output
+  bool value_residual = false;  // V_l = lambda_l V_l + (1 - lambda_l) V_1 for l > 0
+  int64_t bigram_buckets = 0;   // > 0: a table of bigram embeddings indexed by the hashed token pair
 
   int64_t head_dim() const { return d_model / n_heads; }  // Dk
   // The groups head mixing mixes within: group_mlp's head_groups; talking_heads mixes all heads as one
