@@ -64,12 +64,11 @@ static int run_cli(int argc, char** argv) {
 
   // Every command family registers its subcommands (cli.h); the first five are the everyday ones.
   std::vector<cli::Command> commands;
-  for (auto add :
-       {cli::add_train_commands, cli::add_eval_commands, cli::add_sample_commands, cli::add_info_commands,
-        cli::add_config_commands, cli::add_bench_commands, cli::add_insight_commands,
-        cli::add_objective_commands, cli::add_gradcheck_commands, cli::add_heads_commands,
-        cli::add_sweep_commands, cli::add_data_commands, cli::add_plot_commands, cli::add_runs_commands,
-        cli::add_board_commands})
+  for (auto add : {cli::add_train_commands, cli::add_eval_commands, cli::add_sample_commands,
+                   cli::add_info_commands, cli::add_config_commands, cli::add_bench_commands,
+                   cli::add_insight_commands, cli::add_objective_commands, cli::add_gradcheck_commands,
+                   cli::add_heads_commands, cli::add_sweep_commands, cli::add_data_commands,
+                   cli::add_plot_commands, cli::add_runs_commands, cli::add_board_commands})
     for (cli::Command& c : add(app)) commands.push_back(std::move(c));
 
   try {

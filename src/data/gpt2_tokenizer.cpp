@@ -111,7 +111,7 @@ size_t piece_end(std::string_view t, size_t i) {
   return last > i ? last : k;
 }
 
-uint64_t pair_key(int32_t a, int32_t b) {
+uint64_t merge_pair_key(int32_t a, int32_t b) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
 }
 
@@ -384,7 +384,8 @@ Gpt2Bpe::Gpt2Bpe(std::vector<std::string> tokens, const std::vector<TextMerge>& 
                                    " is not in the vocabulary"));
     // A pair listed twice keeps its first (lowest) rank, as GPT-2's bpe_ranks dict built in order would
     // not: it keeps the last; Hugging Face's keeps the first. Neither happens in a real vocabulary.
-    ranks_.emplace(pair_key(l->second, r->second), std::make_pair(static_cast<int32_t>(k), joined->second));
+    ranks_.emplace(merge_pair_key(l->second, r->second),
+                   std::make_pair(static_cast<int32_t>(k), joined->second));
     reachable_[static_cast<size_t>(joined->second)] = true;
   }
   if (end_of_text_ >= 0 && reachable_[static_cast<size_t>(end_of_text_)]) end_of_text_ = -1;
@@ -402,7 +403,7 @@ void Gpt2Bpe::encode_piece(std::string_view piece, std::vector<int32_t>& out) co
   }
   std::vector<int32_t> made(s.size() - 1);  // made[i]: the token the merge of rank[i] makes
   const auto rank_of = [&](int32_t a, int32_t b, int32_t* id) {
-    const auto it = ranks_.find(pair_key(a, b));
+    const auto it = ranks_.find(merge_pair_key(a, b));
     if (it == ranks_.end()) return kNone;
     *id = it->second.second;
     return it->second.first;

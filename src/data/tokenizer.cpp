@@ -49,7 +49,7 @@ uint32_t to_lower(uint32_t cp) {
   return cp;
 }
 
-bool is_space(uint32_t cp) {
+bool is_unicode_space(uint32_t cp) {
   return cp == ' ' || cp == '\t' || cp == '\n' || cp == '\r' || cp == '\v' || cp == '\f';
 }
 bool is_split_punctuation(uint32_t cp) {
@@ -236,10 +236,10 @@ std::vector<std::string> Tokenizer::split_words(const std::string& text, const s
   };
   for (uint32_t cp : decode_utf8(text, source)) {
     if (cp == 0xA0 || cp == 0x202F) cp = ' ';  // non-breaking spaces (French puts them before ! and ?)
-    if (is_split_punctuation(cp) && !is_space(prev))
+    if (is_split_punctuation(cp) && !is_unicode_space(prev))
       flush();  // d2l: a space before ,.!? when none precedes it
     prev = cp;
-    if (is_space(cp)) {
+    if (is_unicode_space(cp)) {
       flush();
       continue;
     }

@@ -95,8 +95,8 @@ GgufKeyRule only(const std::string& key, bool ModelConfig::*member, bool allowed
 // A rule for a number key whose 0 means "off": only off.
 template <class V>
 GgufKeyRule only_off(const std::string& key, V ModelConfig::*member, const std::string& why) {
-  return {key, {nlohmann::json(V{0})}, [member](const ModelConfig& c) { return nlohmann::json(c.*member); },
-          why};
+  return {
+      key, {nlohmann::json(V{0})}, [member](const ModelConfig& c) { return nlohmann::json(c.*member); }, why};
 }
 
 std::vector<GgufKeyRule> rules_spelled(GgufArchitecture arch) {

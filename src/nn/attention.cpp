@@ -245,8 +245,8 @@ Tensor MultiHeadAttention::self_values(const Tensor& x) {
   if (!first_values_) return v;
   if (!value_lambda.defined()) return *first_values_ = v;
   TFM_CHECK(first_values_->defined() && first_values_->shape() == v.shape(), "MultiHeadAttention",
-            "the value residual needs the first layer's values of these positions (",
-            shape_str(v.shape()), ") before a later layer runs");
+            "the value residual needs the first layer's values of these positions (", shape_str(v.shape()),
+            ") before a later layer runs");
   return v * value_lambda + *first_values_ * rsub(1.0f, value_lambda);  // (B, T, Hkv*Dv)
 }
 

@@ -25,7 +25,7 @@ std::string source_file(const std::string& relative) {
   return tfm_test::read_file(path);
 }
 
-std::vector<std::string> lines_of(const std::string& text) {
+std::vector<std::string> lines_of_readme(const std::string& text) {
   std::vector<std::string> lines;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
@@ -39,7 +39,7 @@ std::vector<std::string> lines_of(const std::string& text) {
 std::vector<std::vector<std::string>> fenced_blocks(const std::string& text, const std::string& lang) {
   std::vector<std::vector<std::string>> blocks;
   bool inside = false, wanted = false;
-  for (const std::string& line : lines_of(text)) {
+  for (const std::string& line : lines_of_readme(text)) {
     if (line.rfind("```", 0) == 0) {
       if (inside) {
         inside = false;
@@ -85,7 +85,7 @@ TEST_CASE("readme: every C++ block is quoted from a program in examples/", "[rea
   for (const auto& dir : fs::directory_iterator(std::string(TFM_SOURCE_DIR) + "/examples")) {
     const std::string name = "examples/" + dir.path().filename().string() + "/main.cpp";
     if (fs::is_regular_file(std::string(TFM_SOURCE_DIR) + "/" + name))
-      examples[name] = lines_of(source_file(name));
+      examples[name] = lines_of_readme(source_file(name));
   }
   REQUIRE(examples.count("examples/engine/main.cpp") == 1);
   const auto blocks = fenced_blocks(source_file("README.md"), "cpp");

@@ -40,7 +40,7 @@ std::string read(const std::string& path) {
 }
 
 // A tiny model so a checkpoint is ~18 KB and trains in milliseconds.
-const std::string kTiny =
+const std::string kReliabilityTiny =
     "--config configs/tiny.json --set model.d_model=8 --set model.n_layers=1 --set model.n_heads=2 "
     "--set model.max_seq_len=8 --set train.seq_len=8 ";
 
@@ -69,7 +69,7 @@ TEST_CASE("reliability: bad configs exit 2 naming the key or file", "[reliabilit
   struct Case {
     std::string args, fragment;
   };
-  const std::string c = "train " + kTiny + "--out " + d + "/run ";
+  const std::string c = "train " + kReliabilityTiny + "--out " + d + "/run ";
   const Case cases[] = {
       // Malformed JSON, with line and column.
       {"train --config " + d + "/syntax.json", d + "/syntax.json:3:27: malformed JSON"},
@@ -113,8 +113,8 @@ TEST_CASE("reliability: bad configs exit 2 naming the key or file", "[reliabilit
       {c + "--set data.path=" + d, d},
       {c + "--set data.tokenizer=bpe --set data.tokenizer_path=" + d + "/nope.json", d + "/nope.json"},
       // Output directory that cannot be created (a file is in the way) or written.
-      {"train " + kTiny + "--out " + d + "/a_file/run", d + "/a_file"},
-      {"train " + kTiny + "--out /proc/tfm_run", "/proc/tfm_run"},
+      {"train " + kReliabilityTiny + "--out " + d + "/a_file/run", d + "/a_file"},
+      {"train " + kReliabilityTiny + "--out /proc/tfm_run", "/proc/tfm_run"},
   };
   int tried = 0;
   for (const auto& k : cases) {
@@ -132,7 +132,7 @@ TEST_CASE("reliability: bad configs exit 2 naming the key or file", "[reliabilit
 TEST_CASE("reliability: corrupt checkpoints are rejected with a clear message", "[reliability]") {
   TempDir tmp("ckpt");
   const std::string d = tmp.path;
-  const Run train = cli("train " + kTiny + "--set train.max_steps=2 --out " + d + "/run");
+  const Run train = cli("train " + kReliabilityTiny + "--set train.max_steps=2 --out " + d + "/run");
   INFO(train.out);
   REQUIRE(train.status == 0);
   const std::string good = read(d + "/run/last.ckpt");
@@ -234,7 +234,7 @@ TEST_CASE("reliability: train.skip_nonfinite skips bad batches, then stops when 
   // lr 1e30 with no clipping: step 1's update makes every later loss NaN, so each batch is skipped
   // with a warning until the bound (100 in a row) stops the run with status 3 as without the option.
   const Run r =
-      cli("train " + kTiny + "--out " + tmp.path + "/run --set train.optimizer.lr=1e30 " +
+      cli("train " + kReliabilityTiny + "--out " + tmp.path + "/run --set train.optimizer.lr=1e30 " +
           "--set train.lr_schedule.warmup_steps=0 --set train.grad_clip=0 --set train.skip_nonfinite=true");
   INFO(r.out);
   CHECK(r.status == 3);

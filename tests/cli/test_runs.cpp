@@ -42,7 +42,7 @@ std::string copy_corpus(const std::string& dir) {
 }
 
 // Every file under `dir` (names relative to it) with its bytes.
-std::map<std::string, std::string> snapshot(const std::string& dir) {
+std::map<std::string, std::string> snapshot_runs(const std::string& dir) {
   std::map<std::string, std::string> files;
   for (const auto& e : fs::recursive_directory_iterator(dir))
     files[fs::relative(e.path(), dir).string()] =
@@ -75,13 +75,14 @@ TEST_CASE("runs: a directory holding only best.ckpt, train.log or metrics.jsonl 
     const std::string dir = tmp.path + "/only_" + name;
     fs::create_directories(dir);
     fs::copy_file(run + "/" + name, dir + "/" + name);
-    const auto before = snapshot(dir);
+    const auto before = snapshot_runs(dir);
     const CliRun r = run_tfm(tiny_train(data) + "--out " + dir);
     INFO(name << ": " << r.out);
     CHECK(r.status == 2);
     CHECK_THAT(r.out, Catch::Contains(dir + " already holds a run (" + name + ")") &&
                           Catch::Contains("tfm train --resume " + dir));
-    CHECK(snapshot(dir) == before);  // nothing written, replaced or left behind (no config.json, no lock)
+    CHECK(snapshot_runs(dir) ==
+          before);  // nothing written, replaced or left behind (no config.json, no lock)
   }
 }
 
@@ -132,7 +133,7 @@ TEST_CASE("runs: no command writes over a run's own files or over its input", "[
   fs::create_symlink(run + "/last.ckpt", tmp.path + "/link.safetensors");
   fs::create_symlink(data, tmp.path + "/data_link.txt");
   fs::create_hard_link(data, tmp.path + "/data_hard.txt");
-  const auto run_before = snapshot(run);
+  const auto run_before = snapshot_runs(run);
   const std::string data_before = read_file(data);
 
   struct Case {
@@ -172,7 +173,7 @@ TEST_CASE("runs: no command writes over a run's own files or over its input", "[
     CHECK_THAT(r.out, Catch::Contains("only `tfm train` writes a run's own files") ||
                           Catch::Contains("which this command reads"));
   }
-  CHECK(snapshot(run) == run_before);  // byte for byte, and nothing added
+  CHECK(snapshot_runs(run) == run_before);  // byte for byte, and nothing added
   CHECK(read_file(data) == data_before);
   CHECK(fs::is_symlink(tmp.path + "/link.safetensors"));
   for (const char* which : {"last", "best"}) {

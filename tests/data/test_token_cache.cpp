@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-using Dir = tfm_test::TempDir;  // /tmp/tfm_test_<name>_<pid>/, removed at scope exit
+using TokenCacheDir = tfm_test::TempDir;  // /tmp/tfm_test_<name>_<pid>/, removed at scope exit
 
 void write_cache_input(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
@@ -95,7 +95,7 @@ TEST_CASE("token cache: pretokenize_cut cuts where the chunks of the pieces are 
 }
 
 TEST_CASE("token cache: round-trips the tokens of char, byte and BPE exactly", "[data][cache]") {
-  const Dir dir("roundtrip");
+  const TokenCacheDir dir("roundtrip");
   const std::string text = varied_text(200000, 3);
   const std::string src = dir.file("corpus.txt");
   write_cache_input(src, text);
@@ -137,7 +137,7 @@ TEST_CASE("token cache: round-trips the tokens of char, byte and BPE exactly", "
 }
 
 TEST_CASE("token cache: a vocabulary past 65536 symbols is stored as uint32", "[data][cache]") {
-  const Dir dir("wide");
+  const TokenCacheDir dir("wide");
   std::string text;
   for (uint32_t cp = 0x4E00; cp < 0x4E00 + 20000; ++cp) append_utf8(text, cp);    // CJK
   for (uint32_t cp = 0x20000; cp < 0x20000 + 50000; ++cp) append_utf8(text, cp);  // CJK extension B
@@ -152,7 +152,7 @@ TEST_CASE("token cache: a vocabulary past 65536 symbols is stored as uint32", "[
 }
 
 TEST_CASE("token cache: a changed source or tokenizer invalidates it, with the reason", "[data][cache]") {
-  const Dir dir("invalidate");
+  const TokenCacheDir dir("invalidate");
   const std::string src = dir.file("corpus.txt");
   std::string text = varied_text(30000, 4);
   write_cache_input(src, text);
@@ -211,7 +211,7 @@ TEST_CASE("token cache: a changed source or tokenizer invalidates it, with the r
 }
 
 TEST_CASE("token cache: a truncated or corrupt cache is named and rebuilt, never trusted", "[data][cache]") {
-  const Dir dir("corrupt");
+  const TokenCacheDir dir("corrupt");
   const std::string src = dir.file("corpus.txt");
   const std::string text = varied_text(30000, 5);
   write_cache_input(src, text);
@@ -271,7 +271,7 @@ TEST_CASE("token cache: its hash is XXH3-64, and a cache of another format versi
   CHECK(hash64("", 0) == 0x2D06800538D394C2ull);
   CHECK(hash64("abc", 3) == 0x78AF5F94892F3950ull);
 
-  const Dir dir("format");
+  const TokenCacheDir dir("format");
   const std::string src = dir.file("corpus.txt");
   const std::string text = varied_text(20000, 9);
   write_cache_input(src, text);
@@ -300,7 +300,7 @@ TEST_CASE("token cache: its hash is XXH3-64, and a cache of another format versi
 }
 
 TEST_CASE("token cache: errors name the file, at the same offsets as a whole-file read", "[data][cache]") {
-  const Dir dir("errors");
+  const TokenCacheDir dir("errors");
   const std::string src = dir.file("bad.txt");
   // Invalid bytes at and around block edges: the first one is reported, at its file offset.
   for (size_t at : {size_t{4095}, size_t{4096}, size_t{4097}, size_t{9000}}) {
@@ -335,7 +335,7 @@ TEST_CASE("token cache: errors name the file, at the same offsets as a whole-fil
 
 TEST_CASE("token cache: spans read windows of the mapping, and batches equal those of the vector",
           "[data][cache]") {
-  const Dir dir("spans");
+  const TokenCacheDir dir("spans");
   const std::string src = dir.file("corpus.txt");
   const std::string text = varied_text(20000, 7);
   write_cache_input(src, text);
@@ -364,7 +364,7 @@ TEST_CASE("token cache: spans read windows of the mapping, and batches equal tho
 }
 
 TEST_CASE("token cache: a link planted at its stamp's name is never written through", "[data][cache]") {
-  const Dir dir("stamp_link");
+  const TokenCacheDir dir("stamp_link");
   const std::string src = dir.file("corpus.txt"), victim = dir.file("victim");
   write_cache_input(src, varied_text(20000, 8));
   write_cache_input(victim, "precious\n");

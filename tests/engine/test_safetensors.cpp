@@ -16,7 +16,7 @@ using Catch::Matchers::StartsWith;
 
 namespace {
 
-std::string temp_path(const std::string& name) {
+std::string temp_path_safetensors(const std::string& name) {
   const auto dir = std::filesystem::temp_directory_path() / ("tfm_test_st_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   return (dir / name).string();
@@ -27,7 +27,7 @@ std::string read_bytes(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-void write_bytes(const std::string& path, const std::string& bytes) {
+void write_bytes_safetensors(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
@@ -51,7 +51,7 @@ std::string ones(int n) {
   return out;
 }
 
-SafetensorsFile parse(const std::string& bytes) {
+SafetensorsFile parse_safetensors(const std::string& bytes) {
   return parse_safetensors(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "test.safetensors");
 }
 
@@ -73,7 +73,7 @@ TEST_CASE("safetensors: round trip keeps names, order, shapes, values and metada
       {"cube", Tensor::randn({2, 3, 4}, rng)},
   };
   const std::map<std::string, std::string> metadata = {{"config", "{\"d_model\": 3}"}, {"format", "pt"}};
-  const std::string path = temp_path("round_trip.safetensors");
+  const std::string path = temp_path_safetensors("round_trip.safetensors");
   save_safetensors(path, tensors, metadata);
   REQUIRE(tfm_test::temporaries_beside(path).empty());
 
@@ -93,13 +93,13 @@ TEST_CASE("safetensors: round trip keeps names, order, shapes, values and metada
   REQUIRE_THROWS_WITH(f.at("nope"), StartsWith(path) && Contains("no tensor named \"nope\""));
 
   // The buffer parser sees the same thing.
-  const SafetensorsFile g = parse(read_bytes(path));
+  const SafetensorsFile g = parse_safetensors(read_bytes(path));
   REQUIRE(g.tensors.size() == tensors.size());
   require_same(g.at("cube"), tensors[5].second);
 }
 
 TEST_CASE("safetensors: byte layout matches the format", "[safetensors]") {
-  const std::string path = temp_path("layout.safetensors");
+  const std::string path = temp_path_safetensors("layout.safetensors");
   save_safetensors(path,
                    {{"b", Tensor::from_vector({1.0f, -2.0f}, {2})}, {"a", Tensor::from_vector({0.5f}, {1})}},
                    {{"k", "v"}});
@@ -127,14 +127,14 @@ TEST_CASE("safetensors: non-contiguous views are saved by value", "[safetensors]
   // A transposed view: same storage, permuted strides.
   Tensor view = Tensor::view_of(base.storage(), {4, 3}, 0);
   view.impl()->strides = {1, 4};
-  const std::string path = temp_path("view.safetensors");
+  const std::string path = temp_path_safetensors("view.safetensors");
   save_safetensors(path, {{"t", view}});
   const SafetensorsFile f = load_safetensors(path);
   REQUIRE(f.at("t").to_vector() == view.to_vector());
 }
 
 TEST_CASE("safetensors: an empty file list and no metadata", "[safetensors]") {
-  const std::string path = temp_path("nothing.safetensors");
+  const std::string path = temp_path_safetensors("nothing.safetensors");
   save_safetensors(path, {});
   const SafetensorsFile f = load_safetensors(path);
   REQUIRE(f.tensors.empty());
@@ -142,7 +142,7 @@ TEST_CASE("safetensors: an empty file list and no metadata", "[safetensors]") {
 }
 
 TEST_CASE("safetensors: invalid arguments to save are refused and leave no file", "[safetensors]") {
-  const std::string path = temp_path("bad_save.safetensors");
+  const std::string path = temp_path_safetensors("bad_save.safetensors");
   const Tensor t = Tensor::zeros({2});
   REQUIRE_THROWS_WITH(save_safetensors(path, {{"a", t}, {"a", t}}), Contains("duplicate tensor name \"a\""));
   REQUIRE_THROWS_WITH(save_safetensors(path, {{"__metadata__", t}}), Contains("invalid tensor name"));
@@ -232,25 +232,26 @@ TEST_CASE("safetensors: malformed files are rejected with a clear message", "[sa
   };
   for (const Case& c : cases) {
     INFO(c.name);
-    REQUIRE_THROWS_AS(parse(c.bytes), IoError);
-    REQUIRE_THROWS_WITH(parse(c.bytes), StartsWith("test.safetensors: ") && Contains(c.fragment));
+    REQUIRE_THROWS_AS(parse_safetensors(c.bytes), IoError);
+    REQUIRE_THROWS_WITH(parse_safetensors(c.bytes), StartsWith("test.safetensors: ") && Contains(c.fragment));
   }
 }
 
 TEST_CASE("safetensors: a file truncated anywhere is rejected, never crashes", "[safetensors]") {
   Rng rng(11);
-  const std::string path = temp_path("full.safetensors");
+  const std::string path = temp_path_safetensors("full.safetensors");
   save_safetensors(path, {{"a", Tensor::randn({4, 4}, rng)}, {"b", Tensor::randn({3}, rng)}},
                    {{"step", "10"}});
   const std::string bytes = read_bytes(path);
-  const std::string cut_path = temp_path("cut.safetensors");
+  const std::string cut_path = temp_path_safetensors("cut.safetensors");
   // Every cut point: inside the length field, the header, and the data section.
   for (size_t cut = 0; cut < bytes.size(); ++cut) {
     INFO("cut at " << cut << " of " << bytes.size());
-    write_bytes(cut_path, bytes.substr(0, cut));
+    write_bytes_safetensors(cut_path, bytes.substr(0, cut));
     REQUIRE_THROWS_WITH(load_safetensors(cut_path), StartsWith(cut_path + ": "));
   }
-  REQUIRE_THROWS_WITH(load_safetensors(temp_path("missing.safetensors")), Contains("cannot open"));
+  REQUIRE_THROWS_WITH(load_safetensors(temp_path_safetensors("missing.safetensors")),
+                      Contains("cannot open"));
   REQUIRE_THROWS_WITH(load_safetensors(std::filesystem::temp_directory_path().string()),
                       Contains("is a directory; expected a regular file"));
 }
@@ -260,7 +261,7 @@ TEST_CASE("safetensors: files with foreign but valid layouts load", "[safetensor
   std::string data(12, '\0');
   const float v[3] = {1.0f, 2.0f, 3.0f};
   std::memcpy(data.data(), v, sizeof v);
-  const SafetensorsFile f = parse(make_file(
+  const SafetensorsFile f = parse_safetensors(make_file(
       R"({"second":{"dtype":"F32","shape":[1],"data_offsets":[8,12]},"first":{"dtype":"F32","shape":[1,2],"data_offsets":[0,8]}})",
       data));
   REQUIRE(f.tensors.size() == 2);

@@ -47,7 +47,7 @@ struct Toy {
   }
 };
 
-BeamSearchOptions options(int64_t beam) {
+BeamSearchOptions options_beam_search(int64_t beam) {
   BeamSearchOptions o;
   o.beam = beam, o.max_len = 5, o.bos = kBos, o.eos = kEos;
   return o;
@@ -57,10 +57,11 @@ BeamSearchOptions options(int64_t beam) {
 
 TEST_CASE("beam search: a wider beam finds the better sequence greedy misses", "[beam]") {
   Toy toy;
-  CHECK(beam_search(1, toy.model(), options(1)) == std::vector<std::vector<int32_t>>{{kA}});
-  CHECK(beam_search(1, toy.model(), options(2)) == std::vector<std::vector<int32_t>>{{kB}});
+  CHECK(beam_search(1, toy.model(), options_beam_search(1)) == std::vector<std::vector<int32_t>>{{kA}});
+  CHECK(beam_search(1, toy.model(), options_beam_search(2)) == std::vector<std::vector<int32_t>>{{kB}});
   // Sources are independent: three at once give each one's own answer.
-  CHECK(beam_search(3, toy.model(), options(2)) == std::vector<std::vector<int32_t>>{{kB}, {kB}, {kB}});
+  CHECK(beam_search(3, toy.model(), options_beam_search(2)) ==
+        std::vector<std::vector<int32_t>>{{kB}, {kB}, {kB}});
   // A hypothesis only ever moves within its source's rows (2 rows per source here).
   for (const auto& parents : toy.reorders)
     for (size_t r = 0; r < parents.size(); ++r) CHECK(parents[r] / 2 == static_cast<int64_t>(r) / 2);
@@ -101,7 +102,7 @@ std::vector<int32_t> exhaustive_best(const BeamSearchOptions& o) {
 
 TEST_CASE("beam search: a beam that holds every hypothesis finds the exhaustive search's best", "[beam]") {
   Toy toy;
-  BeamSearchOptions o = options(64);
+  BeamSearchOptions o = options_beam_search(64);
   for (const float alpha : {0.0f, 0.6f, 3.0f})
     for (const LengthPenalty penalty : {LengthPenalty::Gnmt, LengthPenalty::Power}) {
       o.alpha = alpha, o.penalty = penalty;
@@ -115,9 +116,9 @@ TEST_CASE("beam search: a beam that holds every hypothesis finds the exhaustive 
 
 TEST_CASE("beam search: max_len ends every hypothesis, bad widths are named", "[beam]") {
   Toy toy;
-  BeamSearchOptions o = options(1);
+  BeamSearchOptions o = options_beam_search(1);
   o.max_len = 1;  // out of room after one token: it ends there without <eos>
   CHECK(beam_search(1, toy.model(), o) == std::vector<std::vector<int32_t>>{{kA}});
-  CHECK_THROWS_WITH(beam_search(1, toy.model(), options(0)),
+  CHECK_THROWS_WITH(beam_search(1, toy.model(), options_beam_search(0)),
                     Catch::Contains("beam_search: beam must be >= 1"));
 }

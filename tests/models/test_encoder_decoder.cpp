@@ -42,7 +42,7 @@ std::string decoder_error_of(F&& f) {
   return "";
 }
 
-ModelConfig tiny_config(const std::string& norm, int64_t n_enc = 2, int64_t n_dec = 2) {
+ModelConfig tiny_config_encoder_decoder(const std::string& norm, int64_t n_enc = 2, int64_t n_dec = 2) {
   ModelConfig c = model_config_from(
       {"train.objective=seq2seq", "model.d_model=16", "model.n_heads=2", "model.n_kv_heads=2",
        "model.d_ff=32", "model.max_seq_len=12", "model.n_encoder_layers=" + std::to_string(n_enc),
@@ -425,7 +425,7 @@ TEST_CASE("seq2seq: model gradient check with source padding and S != T, pre and
   for (const char* norm : {"pre", "post", "modern"}) {
     DYNAMIC_SECTION(norm << "-norm") {
       const bool modern = std::string(norm) == "modern";  // pre-norm with RoPE, RMSNorm, SwiGLU, QK-norm
-      ModelConfig c = tiny_config(modern ? "pre" : norm, 1, 1);
+      ModelConfig c = tiny_config_encoder_decoder(modern ? "pre" : norm, 1, 1);
       c.d_model = 8;
       c.d_ff = 12;
       c.vocab_size = 7;
@@ -457,7 +457,7 @@ TEST_CASE("seq2seq: cached decoding equals the full decoder, causality and sourc
     // post-norm also with multi-query attention and additive scoring (its own masking path); pre-norm
     // with the modern options (RoPE in both stacks' self-attention, absolute positions in the cache)
     DYNAMIC_SECTION(norm << "-norm") {
-      ModelConfig c = tiny_config(norm);
+      ModelConfig c = tiny_config_encoder_decoder(norm);
       if (std::string(norm) == "post") c.n_kv_heads = 1, c.attention_score = AttentionScore::Additive;
       if (std::string(norm) == "pre") use_modern_options(c);
       Seq2SeqModel model(c, 4);
@@ -516,7 +516,7 @@ TEST_CASE("seq2seq: cached decoding equals the full decoder, causality and sourc
 }
 
 TEST_CASE("seq2seq: greedy and beam search, with the cache and recomputing the decoder", "[seq2seq]") {
-  ModelConfig c = tiny_config("pre");
+  ModelConfig c = tiny_config_encoder_decoder("pre");
   c.max_seq_len = 10;
   Seq2SeqModel model(c, 11);
   spread_parameters(model, 12, 0.5f);
@@ -575,7 +575,7 @@ TEST_CASE("seq2seq: greedy and beam search, with the cache and recomputing the d
 
 TEST_CASE("seq2seq: beam search finds a better sequence than greedy when one exists", "[seq2seq]") {
   // Over many random sources the beam's best sum of log-probabilities is never below greedy's.
-  ModelConfig c = tiny_config("post", 1, 1);
+  ModelConfig c = tiny_config_encoder_decoder("post", 1, 1);
   c.max_seq_len = 6;
   Seq2SeqModel model(c, 21);
   spread_parameters(model, 22, 0.6f);
@@ -613,7 +613,7 @@ TEST_CASE("seq2seq: beam search finds a better sequence than greedy when one exi
 }
 
 TEST_CASE("seq2seq: dropout only in training mode, translate evaluates", "[seq2seq]") {
-  ModelConfig c = tiny_config("pre", 1, 1);
+  ModelConfig c = tiny_config_encoder_decoder("pre", 1, 1);
   c.dropout = 0.2f;
   c.attention_dropout = 0.1f;
   Seq2SeqModel model(c, 31);
@@ -630,7 +630,7 @@ TEST_CASE("seq2seq: dropout only in training mode, translate evaluates", "[seq2s
 }
 
 TEST_CASE("seq2seq: parameter names, breakdown and FLOPs", "[seq2seq]") {
-  ModelConfig c = tiny_config("pre", 1, 1);
+  ModelConfig c = tiny_config_encoder_decoder("pre", 1, 1);
   c.tie_embeddings = false;
   c.positional_encoding = PositionalEncoding::Learned;
   Seq2SeqModel model(c, 1);

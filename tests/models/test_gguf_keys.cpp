@@ -40,7 +40,7 @@ std::vector<std::string> base_of(GgufArchitecture arch) {
 std::vector<nlohmann::json> refused_values(const KeySpec& key, const GgufKeyRule& rule) {
   std::vector<nlohmann::json> candidates;
   if (key.type == KeyType::Boolean) candidates = {true, false};
-  if (key.type == KeyType::Integer) candidates = {30};    // a number key's rule allows its 0 ("off")
+  if (key.type == KeyType::Integer) candidates = {30};  // a number key's rule allows its 0 ("off")
   if (key.type == KeyType::Number) candidates = {30.5};
   for (const std::string& c : key.choices) candidates.emplace_back(c);
   std::vector<nlohmann::json> refused;

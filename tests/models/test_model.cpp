@@ -26,8 +26,8 @@ ModelConfig modern_config(int64_t heads, int64_t kv_heads, const std::string& no
       7);
 }
 
-ModelConfig tiny(const std::string& norm, const std::string& positions, bool tied, int64_t heads,
-                 int64_t kv_heads) {
+ModelConfig tiny_model(const std::string& norm, const std::string& positions, bool tied, int64_t heads,
+                       int64_t kv_heads) {
   return model_config_from(
       {"model.d_model=8", "model.n_layers=2", "model.n_heads=" + std::to_string(heads),
        "model.n_kv_heads=" + std::to_string(kv_heads), "model.d_ff=12", "model.max_seq_len=8",
@@ -48,7 +48,7 @@ struct Variant {
 };
 
 // Larger random weights than the 0.02 init, so every path carries a visible gradient.
-void randomize(LanguageModel& model, Rng& rng) {
+void randomize_model(LanguageModel& model, Rng& rng) {
   Tensor values = model.flat_values();
   values.copy_from(Tensor::randn(values.shape(), rng, 0.0f, 0.4f));
 }
@@ -56,15 +56,15 @@ void randomize(LanguageModel& model, Rng& rng) {
 }  // namespace
 
 TEST_CASE("model: whole language model gradient check through the flat buffers", "[slow][model][gradcheck]") {
-  ModelConfig dropout_cfg = tiny("pre", "sinusoidal", true, 2, 1);
+  ModelConfig dropout_cfg = tiny_model("pre", "sinusoidal", true, 2, 1);
   dropout_cfg.dropout = 0.2f;
   dropout_cfg.attention_dropout = 0.3f;
-  ModelConfig additive_cfg = tiny("pre", "learned", true, 4, 2);
+  ModelConfig additive_cfg = tiny_model("pre", "learned", true, 4, 2);
   additive_cfg.attention_score = AttentionScore::Additive;
   additive_cfg.n_layers = 1;  // the composed additive path is the slow one under sanitizers
   const Variant variants[] = {
-      {"pre-norm, sinusoidal, tied, MHA", tiny("pre", "sinusoidal", true, 2, 2)},
-      {"post-norm, learned, untied, GQA", tiny("post", "learned", false, 4, 2)},
+      {"pre-norm, sinusoidal, tied, MHA", tiny_model("pre", "sinusoidal", true, 2, 2)},
+      {"post-norm, learned, untied, GQA", tiny_model("post", "learned", false, 4, 2)},
       {"pre-norm, MQA, dropout (fixed seed)", dropout_cfg},
       {"additive scoring, GQA", additive_cfg},
       {"RoPE, RMSNorm, SwiGLU, QK-norm, no bias, GQA", modern_config(4, 2)},
@@ -74,7 +74,7 @@ TEST_CASE("model: whole language model gradient check through the flat buffers",
     SECTION(variant.name) {
       LanguageModel model(variant.config, 3);
       Rng rng(4);
-      randomize(model, rng);
+      randomize_model(model, rng);
       const int64_t B = 2, T = 4;
       const auto tokens = random_tokens(B * T, variant.config.vocab_size, rng);
       const auto targets = random_tokens(B * T, variant.config.vocab_size, rng);
@@ -113,9 +113,9 @@ TEST_CASE("model: whole language model gradient check through the flat buffers",
 }
 
 TEST_CASE("model: KV-cache decoding equals the full forward", "[model]") {
-  ModelConfig additive = tiny("pre", "sinusoidal", true, 4, 2);
+  ModelConfig additive = tiny_model("pre", "sinusoidal", true, 4, 2);
   additive.attention_score = AttentionScore::Additive;
-  ModelConfig topk = tiny("pre", "sinusoidal", true, 4, 2);
+  ModelConfig topk = tiny_model("pre", "sinusoidal", true, 4, 2);
   topk.head_gating = HeadGating::TopK, topk.head_topk = 2;
   ModelConfig modern_additive = modern_config(4, 2);
   modern_additive.attention_score = AttentionScore::Additive;
@@ -123,16 +123,16 @@ TEST_CASE("model: KV-cache decoding equals the full forward", "[model]") {
       {"RoPE, RMSNorm, SwiGLU, QK-norm, GQA (positions absolute in the cache)", modern_config(4, 2)},
       {"RoPE, MQA, additive scoring", modern_additive},
       {"GQA, top-k head gating", topk},
-      {"MHA, pre-norm", tiny("pre", "sinusoidal", true, 4, 4)},
-      {"GQA, post-norm, learned positions", tiny("post", "learned", false, 4, 2)},
-      {"MQA", tiny("pre", "learned", true, 4, 1)},
+      {"MHA, pre-norm", tiny_model("pre", "sinusoidal", true, 4, 4)},
+      {"GQA, post-norm, learned positions", tiny_model("post", "learned", false, 4, 2)},
+      {"MQA", tiny_model("pre", "learned", true, 4, 1)},
       {"GQA, additive scoring", additive},
   };
   for (const Variant& variant : variants) {
     SECTION(variant.name) {
       LanguageModel model(variant.config, 5);
       Rng rng(6);
-      randomize(model, rng);
+      randomize_model(model, rng);
       const int64_t B = 2, T = 7;
       const auto tokens = random_tokens(B * T, variant.config.vocab_size, rng);
       NoGradGuard no_grad;
@@ -164,7 +164,7 @@ TEST_CASE("model: KV-cache decoding equals the full forward", "[model]") {
 }
 
 TEST_CASE("model: initialisation follows docs/architecture.md", "[model]") {
-  ModelConfig c = tiny("pre", "learned", false, 4, 4);
+  ModelConfig c = tiny_model("pre", "learned", false, 4, 4);
   c.d_model = 64;
   c.d_ff = 128;
   c.vocab_size = 50;
@@ -254,7 +254,7 @@ TEST_CASE("model: FLOPs per token", "[model]") {
 }
 
 TEST_CASE("model: attention probabilities and head outputs are recorded on request", "[model]") {
-  LanguageModel model(tiny("pre", "sinusoidal", true, 4, 2), 1);
+  LanguageModel model(tiny_model("pre", "sinusoidal", true, 4, 2), 1);
   Rng rng(2);
   const auto tokens = random_tokens(2 * 5, 7, rng);
   model.forward(tokens, 2, 5);
@@ -272,7 +272,7 @@ TEST_CASE("model: attention probabilities and head outputs are recorded on reque
 }
 
 TEST_CASE("model: bad input is reported", "[model]") {
-  ModelConfig c = tiny("pre", "sinusoidal", true, 2, 2);
+  ModelConfig c = tiny_model("pre", "sinusoidal", true, 2, 2);
   LanguageModel model(c, 1);
   CHECK_THROWS_WITH(model.forward({0, 1, 2}, 1, 2), Catch::Contains("LanguageModel::forward"));
   CHECK_THROWS_WITH(model.forward(std::vector<int32_t>(9, 0), 1, 9), Catch::Contains("max_seq_len"));

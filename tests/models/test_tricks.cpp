@@ -67,7 +67,8 @@ TEST_CASE("tricks: the value residual's gradients (x, V_1, lambda) by central di
       Tensor slot;
       attn.use_value_residual(&slot, false);
       Rng rng(3);
-      for (auto& [name, p] : attn.named_parameters()) p->copy_from(Tensor::randn(p->shape(), rng, 0.0f, 0.5f));
+      for (auto& [name, p] : attn.named_parameters())
+        p->copy_from(Tensor::randn(p->shape(), rng, 0.0f, 0.5f));
       const int64_t B = 2, T = 4, kv = c.n_kv_heads * c.head_dim();
       check_gradients(
           [&](const std::vector<Tensor>& in) {
@@ -193,7 +194,8 @@ TEST_CASE("tricks: what each starts as, the other weights drawn as without it", 
     LanguageModel on(tricks_config(true, {"model.zero_init=true"}), 21);
     std::set<std::string> zeroed = {"head.weight"};
     for (int l = 0; l < 3; ++l)
-      for (const char* w : {".attn.wo.weight", ".fc2.weight"}) zeroed.insert("blocks." + std::to_string(l) + w);
+      for (const char* w : {".attn.wo.weight", ".fc2.weight"})
+        zeroed.insert("blocks." + std::to_string(l) + w);
     same_draws(on, zeroed);
     const std::vector<float> logits = on.forward(tokens, B, T).to_vector();
     CHECK(std::all_of(logits.begin(), logits.end(), [](float x) { return x == 0.0f; }));
@@ -240,8 +242,8 @@ TEST_CASE("tricks: with V^2 buckets every token pair has its own bigram row", "[
   const int64_t C = 8;
   for (int64_t row = 0; row < V * V; ++row) {
     INFO("row " << row);
-    const bool used = std::any_of(grad.begin() + row * C, grad.begin() + (row + 1) * C,
-                                  [](float g) { return g != 0.0f; });
+    const bool used =
+        std::any_of(grad.begin() + row * C, grad.begin() + (row + 1) * C, [](float g) { return g != 0.0f; });
     CHECK(used == (pairs.count(row) > 0));
   }
 }
@@ -267,6 +269,8 @@ TEST_CASE("tricks: cost() counts each trick's parameters as the built model has 
 TEST_CASE("tricks: refused for seq2seq and out of range, naming the key", "[tricks][config]") {
   CHECK_THROWS_WITH(model_config_from({"train.objective=seq2seq", "model.x0_skip=true"}, 10),
                     Catch::Contains("model.x0_skip"));
-  CHECK_THROWS_WITH(model_config_from({"model.logit_softcap=-1"}, 10), Catch::Contains("model.logit_softcap"));
-  CHECK_THROWS_WITH(model_config_from({"model.bigram_buckets=-3"}, 10), Catch::Contains("model.bigram_buckets"));
+  CHECK_THROWS_WITH(model_config_from({"model.logit_softcap=-1"}, 10),
+                    Catch::Contains("model.logit_softcap"));
+  CHECK_THROWS_WITH(model_config_from({"model.bigram_buckets=-3"}, 10),
+                    Catch::Contains("model.bigram_buckets"));
 }

@@ -31,7 +31,7 @@ ModelConfig gated(int64_t H, int64_t Hkv, int64_t k) {
       0);
 }
 
-void randomize(Module& m, Rng& rng, float std = 0.5f) {
+void randomize_head_gating(Module& m, Rng& rng, float std = 0.5f) {
   for (auto& [name, t] : m.named_parameters()) t->copy_from(Tensor::randn(t->shape(), rng, 0.0f, std));
 }
 
@@ -62,7 +62,7 @@ TEST_CASE("head gating: the layer is sum over the token's top-k heads of softmax
       cfg.head_gating = HeadGating::None;
       MultiHeadAttention plain(cfg, c.causal);
       Rng rng(3);
-      randomize(layer, rng);
+      randomize_head_gating(layer, rng);
       copy_shared(layer, plain);
       const int64_t B = 2, T = 5, C = 16, H = c.H, Dk = C / H;
       const Tensor x = Tensor::randn({B, T, C}, rng);
@@ -102,7 +102,7 @@ TEST_CASE("head gating: k = H with a zero gate is the standard layer with each h
     cfg.head_gating = HeadGating::None;
     MultiHeadAttention plain(cfg, causal);
     Rng rng(4);
-    randomize(layer, rng);
+    randomize_head_gating(layer, rng);
     layer.gate->weight.fill_(0.0f);
     copy_shared(layer, plain);
     plain.head_gate = Tensor::full({4}, 0.25f);
@@ -144,7 +144,7 @@ TEST_CASE("head gating: the balance loss is balance_loss * H * sum f_h P_h, summ
   cfg.head_balance_loss = 0.01f;
   MultiHeadAttention all(cfg, true);
   Rng rng(2);
-  randomize(all, rng);
+  randomize_head_gating(all, rng);
   const Tensor x = Tensor::randn({3, 5, 16}, rng);
   all.forward(x, x, x);
   CHECK(all.take_auxiliary_loss().item() == Approx(0.01).epsilon(1e-5));
@@ -155,7 +155,7 @@ TEST_CASE("head gating: the balance loss is balance_loss * H * sum f_h P_h, summ
   // f = (0, 0, 1, 0), P_2 = mean gate probability of head 2, term = 0.01 * 4 * P_2.
   cfg.head_topk = 1;
   MultiHeadAttention one(cfg, true);
-  randomize(one, rng);
+  randomize_head_gating(one, rng);
   one.gate->weight.fill_(0.0f);
   for (int64_t c = 0; c < 16; ++c) one.gate->weight.data()[2 * 16 + c] = 1.0f;
   const Tensor xp = Tensor::full({1, 3, 16}, 0.1f);  // logits (0, 0, 1.6, 0) for every token

@@ -32,7 +32,7 @@ struct Batch {
   }
 };
 
-std::vector<Tensor> ones(int64_t L, int64_t H) {
+std::vector<Tensor> ones_heads(int64_t L, int64_t H) {
   std::vector<Tensor> g;
   for (int64_t l = 0; l < L; ++l) g.push_back(Tensor::ones({H}));
   return g;
@@ -49,11 +49,11 @@ TEST_CASE("heads: a gate of ones is the standard layer, a gate of 0 zeroes the h
   const Batch b;
   NoGradGuard no_grad;
   const std::vector<float> plain = m.forward(b.x, 2, 7).to_vector();
-  m.set_head_gates(ones(2, 4));
+  m.set_head_gates(ones_heads(2, 4));
   CHECK(m.forward(b.x, 2, 7).to_vector() == plain);
 
   // Layer 1, head 2 masked by its gate == the same head's columns of Wo set to zero.
-  std::vector<Tensor> g = ones(2, 4);
+  std::vector<Tensor> g = ones_heads(2, 4);
   g[1].data()[2] = 0.0f;
   m.set_head_gates(g);
   const std::vector<float> gated = m.forward(b.x, 2, 7).to_vector();
@@ -77,7 +77,7 @@ TEST_CASE("heads: dL/dgate matches central differences", "[heads][gradcheck]") {
   Tensor v = m.flat_values();
   for (int64_t i = 0; i < v.numel(); ++i) v.data()[i] += 0.3f * rng.normal();
   const Batch b;
-  std::vector<Tensor> g = ones(2, 4);
+  std::vector<Tensor> g = ones_heads(2, 4);
   for (Tensor& t : g) t.set_requires_grad(true);
   m.set_head_gates(g);
   LanguageModel::loss(m.forward(b.x, 2, 7), b.y).backward();

@@ -30,19 +30,26 @@ std::string run_dir(const std::string& name) {
   return tfm_test::scratch_path("train", name);
 }
 
-std::string tiny_data() {
+std::string tiny_data_train() {
   return std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt";
 }
 
 // A small, fast config; `extra` are --set style overrides.
-Config small_config(const std::string& dir, std::vector<std::string> extra = {}) {
-  std::vector<std::string> sets = {"data.path=" + tiny_data(), "output.dir=" + dir,
-                                   "model.d_model=32",         "model.n_layers=2",
-                                   "model.n_heads=4",          "model.max_seq_len=16",
-                                   "train.batch_size=4",       "train.max_steps=20",
-                                   "train.eval_interval=10",   "train.eval_steps=2",
-                                   "train.log_interval=1",     "train.checkpoint_interval=5",
-                                   "train.threads=1",          "train.lr_schedule.warmup_steps=5",
+Config small_config_train(const std::string& dir, std::vector<std::string> extra = {}) {
+  std::vector<std::string> sets = {"data.path=" + tiny_data_train(),
+                                   "output.dir=" + dir,
+                                   "model.d_model=32",
+                                   "model.n_layers=2",
+                                   "model.n_heads=4",
+                                   "model.max_seq_len=16",
+                                   "train.batch_size=4",
+                                   "train.max_steps=20",
+                                   "train.eval_interval=10",
+                                   "train.eval_steps=2",
+                                   "train.log_interval=1",
+                                   "train.checkpoint_interval=5",
+                                   "train.threads=1",
+                                   "train.lr_schedule.warmup_steps=5",
                                    "train.optimizer.lr=3e-3"};
   sets.insert(sets.end(), extra.begin(), extra.end());
   return resolve_config(nlohmann::json::object(), sets);
@@ -57,7 +64,7 @@ std::string file_bytes(const std::string& path) {
   return ss.str();
 }
 
-void write_bytes(const std::string& path, const std::string& bytes) {
+void write_bytes_train(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
 }
 
@@ -71,12 +78,12 @@ TEST_CASE("train: a tiny model overfits a short text to near-zero loss", "[train
   std::string text;
   for (int i = 0; i < 8; ++i) text += unit;
   const std::string path = dir + "_data.txt";
-  write_bytes(path, text);
-  const Config c =
-      small_config(dir, {"data.path=" + path, "model.d_model=64", "train.seq_len=16", "train.batch_size=8",
-                         "train.max_steps=200", "train.optimizer.lr=1e-2", "train.optimizer.weight_decay=0",
-                         "train.lr_schedule.name=constant", "train.log_interval=50",
-                         "train.eval_interval=200", "train.checkpoint_interval=0"});
+  write_bytes_train(path, text);
+  const Config c = small_config_train(
+      dir, {"data.path=" + path, "model.d_model=64", "train.seq_len=16", "train.batch_size=8",
+            "train.max_steps=200", "train.optimizer.lr=1e-2", "train.optimizer.weight_decay=0",
+            "train.lr_schedule.name=constant", "train.log_interval=50", "train.eval_interval=200",
+            "train.checkpoint_interval=0"});
   const TrainResult r = train(c, quiet());
   REQUIRE(r.status == TrainResult::Status::Finished);
   REQUIRE(r.losses.size() == 200);
@@ -107,7 +114,7 @@ TEST_CASE("train: grad accumulation 2 x B/2 gives the update of one batch of B",
   auto values_after = [](const std::string& name, std::vector<std::string> sets) {
     const std::string dir = run_dir(name);
     sets.insert(sets.end(), {"train.max_steps=1", "train.grad_clip=0", "train.eval_interval=1"});
-    train(small_config(dir, sets), quiet());
+    train(small_config_train(dir, sets), quiet());
     return load_checkpoint(dir + "/last.ckpt").model;
   };
   const auto before = values_after("accum0", {"train.optimizer.lr=1e-12"});
@@ -132,17 +139,17 @@ TEST_CASE("train: resuming from last.ckpt reproduces the uninterrupted run bit f
   const std::vector<std::string> sets = {"model.dropout=0.1", "model.attention_dropout=0.1",
                                          "train.max_steps=16"};
   const std::string a = run_dir("resume_a"), b = run_dir("resume_b");
-  const TrainResult full = train(small_config(a, sets), quiet());
+  const TrainResult full = train(small_config_train(a, sets), quiet());
   REQUIRE(full.losses.size() == 16);
 
   TrainOptions stop = quiet();
   stop.stop_at_step = 7;  // not a checkpoint_interval multiple: the stop itself writes last.ckpt
-  const TrainResult first = train(small_config(b, sets), stop);
+  const TrainResult first = train(small_config_train(b, sets), stop);
   REQUIRE(first.status == TrainResult::Status::Interrupted);
   REQUIRE(first.losses.size() == 7);
   TrainOptions resume = quiet();
   resume.resume = true;
-  const TrainResult second = train(small_config(b, sets), resume);
+  const TrainResult second = train(small_config_train(b, sets), resume);
   REQUIRE(second.status == TrainResult::Status::Finished);
   std::vector<double> joined = first.losses;
   joined.insert(joined.end(), second.losses.begin(), second.losses.end());
@@ -162,10 +169,10 @@ TEST_CASE("train: resuming from last.ckpt reproduces the uninterrupted run bit f
   CHECK(expect == 17);
 
   // A fresh run refuses a directory holding a run; resume refuses to change the model.
-  CHECK_THROWS_AS(train(small_config(b, sets), quiet()), ConfigError);
+  CHECK_THROWS_AS(train(small_config_train(b, sets), quiet()), ConfigError);
   auto other = sets;
   other.push_back("model.d_model=64");
-  CHECK_THROWS_WITH(train(small_config(b, other), resume), Catch::StartsWith("model.d_model"));
+  CHECK_THROWS_WITH(train(small_config_train(b, other), resume), Catch::StartsWith("model.d_model"));
 }
 
 TEST_CASE("train: a Muon run with the wsd schedule resumes bit for bit, momentum included",
@@ -178,12 +185,12 @@ TEST_CASE("train: a Muon run with the wsd schedule resumes bit for bit, momentum
       "train.max_steps=16",         "train.threads=2",
       "model.dropout=0.1"};
   const std::string a = run_dir("muon_a"), b = run_dir("muon_b");
-  const TrainResult full = train(small_config(a, sets), quiet());
+  const TrainResult full = train(small_config_train(a, sets), quiet());
   REQUIRE(full.losses.size() == 16);
   CHECK(full.losses.back() < full.losses.front() - 0.3);  // it learns
   TrainOptions stop = quiet();
   stop.stop_at_step = 7;
-  const TrainResult first = train(small_config(b, sets), stop);
+  const TrainResult first = train(small_config_train(b, sets), stop);
   REQUIRE(first.status == TrainResult::Status::Interrupted);
   const Checkpoint mid = load_checkpoint(b + "/last.ckpt");
   CHECK(mid.state["optimizer"]["name"] == "muon");
@@ -192,7 +199,7 @@ TEST_CASE("train: a Muon run with the wsd schedule resumes bit for bit, momentum
   CHECK(mid.optimizer[0].size() + mid.optimizer[2].size() == mid.model.size());
   TrainOptions resume = quiet();
   resume.resume = true;
-  const TrainResult second = train(small_config(b, sets), resume);
+  const TrainResult second = train(small_config_train(b, sets), resume);
   REQUIRE(second.status == TrainResult::Status::Finished);
   std::vector<double> joined = first.losses;
   joined.insert(joined.end(), second.losses.begin(), second.losses.end());
@@ -204,11 +211,11 @@ TEST_CASE("train: a Muon run with the wsd schedule resumes bit for bit, momentum
   // whose momentum does not fit is named.
   std::vector<std::string> adamw = sets;
   adamw[0] = "train.optimizer.name=adamw", adamw[1] = "train.optimizer.weight_decay=0.1";
-  CHECK_THROWS_WITH(train(small_config(b, adamw), resume), Catch::StartsWith("train.optimizer.name"));
+  CHECK_THROWS_WITH(train(small_config_train(b, adamw), resume), Catch::StartsWith("train.optimizer.name"));
   Checkpoint bad = cb;
   bad.optimizer[2].pop_back();
   save_checkpoint(b + "/last.ckpt", bad);
-  CHECK_THROWS_WITH(train(small_config(b, sets), resume),
+  CHECK_THROWS_WITH(train(small_config_train(b, sets), resume),
                     Catch::Contains("optimizer state 2 has") && Catch::Contains("expected"));
 }
 
@@ -217,19 +224,19 @@ TEST_CASE("train: a run with every speedrun trick resumes bit for bit and sample
   // The tricks' parameters (x0 mixes, value lambdas, the bigram table) are the model's: checkpointed
   // and restored like the others. Muon takes the blocks' matrices, AdamW the tricks' scalars.
   const std::vector<std::string> sets = {
-      "model.tie_embeddings=false", "model.zero_init=true",       "model.logit_softcap=15",
-      "model.x0_skip=true",         "model.value_residual=true",  "model.bigram_buckets=512",
-      "train.optimizer.name=muon",  "train.max_steps=8",          "model.dropout=0.1"};
+      "model.tie_embeddings=false", "model.zero_init=true",      "model.logit_softcap=15",
+      "model.x0_skip=true",         "model.value_residual=true", "model.bigram_buckets=512",
+      "train.optimizer.name=muon",  "train.max_steps=8",         "model.dropout=0.1"};
   const std::string a = run_dir("tricks_a"), b = run_dir("tricks_b");
-  const TrainResult full = train(small_config(a, sets), quiet());
+  const TrainResult full = train(small_config_train(a, sets), quiet());
   REQUIRE(full.losses.size() == 8);
   TrainOptions stop = quiet();
   stop.stop_at_step = 3;
-  REQUIRE(train(small_config(b, sets), stop).status == TrainResult::Status::Interrupted);
+  REQUIRE(train(small_config_train(b, sets), stop).status == TrainResult::Status::Interrupted);
   const Checkpoint mid = load_checkpoint(b + "/last.ckpt");
   TrainOptions resume = quiet();
   resume.resume = true;
-  const TrainResult second = train(small_config(b, sets), resume);
+  const TrainResult second = train(small_config_train(b, sets), resume);
   REQUIRE(second.status == TrainResult::Status::Finished);
   CHECK(second.losses.size() == 5);
   CHECK(load_checkpoint(a + "/last.ckpt").model == load_checkpoint(b + "/last.ckpt").model);
@@ -249,7 +256,7 @@ TEST_CASE("train: a run with every speedrun trick resumes bit for bit and sample
 
 TEST_CASE("train: a non-finite loss stops with the step and leaves the last checkpoint", "[train]") {
   const std::string dir = run_dir("nan");
-  const Config c = small_config(
+  const Config c = small_config_train(
       dir, {"train.optimizer.lr=1e30", "train.lr_schedule.warmup_steps=0", "train.checkpoint_interval=1",
             "train.grad_clip=0", "train.optimizer.name=sgd", "train.optimizer.momentum=0"});
   const TrainResult r = train(c, quiet());
@@ -264,7 +271,7 @@ TEST_CASE("train: a non-finite loss stops with the step and leaves the last chec
 
 TEST_CASE("train: sampling is deterministic for a fixed seed and streams its text", "[train]") {
   const std::string dir = run_dir("sample");
-  train(small_config(dir, {"train.max_steps=10"}), quiet());
+  train(small_config_train(dir, {"train.max_steps=10"}), quiet());
   LoadedRun run = load_run(dir, "last");
   SampleOptions o;
   o.prompt = "First";
@@ -290,11 +297,11 @@ TEST_CASE("train: sampling is deterministic for a fixed seed and streams its tex
 
 TEST_CASE("checkpoint: corrupt, truncated and foreign files are clear errors", "[train][checkpoint]") {
   const std::string dir = run_dir("corrupt");
-  train(small_config(dir, {"train.max_steps=2"}), quiet());
+  train(small_config_train(dir, {"train.max_steps=2"}), quiet());
   const std::string good = file_bytes(dir + "/last.ckpt");
   const std::string bad = dir + "/bad.ckpt";
   auto error_of = [&](const std::string& bytes) {
-    write_bytes(bad, bytes);
+    write_bytes_train(bad, bytes);
     try {
       load_checkpoint(bad);
     } catch (const IoError& e) {
@@ -341,13 +348,13 @@ TEST_CASE("train: bf16 products follow the fp32 loss curve, resume is bit-identi
     extra.insert(extra.begin(), sets.begin(), sets.end());
     return extra;
   };
-  const TrainResult fp32 = train(small_config(run_dir("bf16_ref"), sets), quiet());
+  const TrainResult fp32 = train(small_config_train(run_dir("bf16_ref"), sets), quiet());
   const std::string a = run_dir("bf16_a");
   const TrainResult bf16 =
-      train(small_config(a, with({"train.precision=bf16", "train.gemm_backend=onednn"})), quiet());
-  const TrainResult emulated =
-      train(small_config(run_dir("bf16_e"), with({"train.precision=bf16", "train.gemm_backend=openblas"})),
-            quiet());
+      train(small_config_train(a, with({"train.precision=bf16", "train.gemm_backend=onednn"})), quiet());
+  const TrainResult emulated = train(
+      small_config_train(run_dir("bf16_e"), with({"train.precision=bf16", "train.gemm_backend=openblas"})),
+      quiet());
   REQUIRE(fp32.losses.size() == 40);
   REQUIRE(bf16.losses.size() == 40);
   // Both learn (the first loss is ~4.0, the last ~3.6) and end within a few percent of each other; the
@@ -364,10 +371,10 @@ TEST_CASE("train: bf16 products follow the fp32 loss curve, resume is bit-identi
   stop.stop_at_step = 13;
   const std::string b = run_dir("bf16_b");
   const auto bf16_sets = with({"train.precision=bf16", "train.gemm_backend=onednn"});
-  const TrainResult first = train(small_config(b, bf16_sets), stop);
+  const TrainResult first = train(small_config_train(b, bf16_sets), stop);
   TrainOptions resume = quiet();
   resume.resume = true;
-  const TrainResult second = train(small_config(b, bf16_sets), resume);
+  const TrainResult second = train(small_config_train(b, bf16_sets), resume);
   std::vector<double> joined = first.losses;
   joined.insert(joined.end(), second.losses.begin(), second.losses.end());
   CHECK(joined == bf16.losses);
@@ -382,7 +389,7 @@ TEST_CASE(
   const std::vector<std::string> sets = {"train.max_steps=120", "train.eval_interval=10",
                                          "train.checkpoint_interval=0"};
   const std::string full_dir = run_dir("target_full");
-  const TrainResult full = train(small_config(full_dir, sets), quiet());
+  const TrainResult full = train(small_config_train(full_dir, sets), quiet());
   REQUIRE_FALSE(full.target_reached);
   // The loss its evaluation at step 60 reached, as the target: reached at step 60 or before.
   double at_60 = 0.0;
@@ -397,7 +404,7 @@ TEST_CASE(
   std::vector<std::string> with = sets;
   const double target = at_60 + 1e-9;
   with.push_back("train.target_loss=" + std::to_string(target));
-  const TrainResult r = train(small_config(dir, with), quiet());
+  const TrainResult r = train(small_config_train(dir, with), quiet());
   REQUIRE(r.target_reached);
   CHECK(r.step <= 60);
   CHECK(r.step % 10 == 0);
@@ -424,7 +431,7 @@ TEST_CASE("train: train.max_seconds stops after the step that exhausts the budge
   const std::string dir = run_dir("max_seconds");
   const std::vector<std::string> sets = {"train.max_steps=50", "train.eval_interval=20",
                                          "train.checkpoint_interval=0", "train.max_seconds=1e-9"};
-  const TrainResult r = train(small_config(dir, sets), quiet());
+  const TrainResult r = train(small_config_train(dir, sets), quiet());
   CHECK(r.status == TrainResult::Status::Finished);
   CHECK(r.out_of_time);
   CHECK_FALSE(r.target_reached);

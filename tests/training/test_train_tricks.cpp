@@ -21,7 +21,7 @@ using namespace tfm;
 
 namespace {
 
-Config tricks_config(const std::string& dir, std::vector<std::string> extra = {}) {
+Config tricks_config_train_tricks(const std::string& dir, std::vector<std::string> extra = {}) {
   std::vector<std::string> sets = {
       "data.path=" + std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt",
       "output.dir=" + dir,
@@ -62,11 +62,11 @@ TEST_CASE(
                                          "train.ema_decay=0.9"};
   const std::string a = tfm_test::scratch_path("train_tricks", "ema_a"),
                     b = tfm_test::scratch_path("train_tricks", "ema_b");
-  const TrainResult full = train(tricks_config(a, sets), tfm_test::quiet());
+  const TrainResult full = train(tricks_config_train_tricks(a, sets), tfm_test::quiet());
   REQUIRE(full.losses.size() == 16);
   TrainOptions stop = tfm_test::quiet();
   stop.stop_at_step = 7;
-  const TrainResult first = train(tricks_config(b, sets), stop);
+  const TrainResult first = train(tricks_config_train_tricks(b, sets), stop);
   REQUIRE(first.status == TrainResult::Status::Interrupted);
   const Checkpoint mid = load_checkpoint(b + "/last.ckpt");
   REQUIRE(mid.optimizer.size() == 4);  // AdamW's m, v, Muon's momentum, the EMA
@@ -75,7 +75,7 @@ TEST_CASE(
   CHECK(!mid.state.contains("ema_in_model"));
   TrainOptions resume = tfm_test::quiet();
   resume.resume = true;
-  const TrainResult second = train(tricks_config(b, sets), resume);
+  const TrainResult second = train(tricks_config_train_tricks(b, sets), resume);
   REQUIRE(second.status == TrainResult::Status::Finished);
   std::vector<double> joined = first.losses;
   joined.insert(joined.end(), second.losses.begin(), second.losses.end());
@@ -88,7 +88,7 @@ TEST_CASE(
   // The last evaluation read the EMA: the final EMA in the model gives its loss, the raw weights do not.
   LoadedRun run = load_run(a, "last", true);
   Model& model = run.objective->model();
-  const Config c = tricks_config(a, sets);
+  const Config c = tricks_config_train_tricks(a, sets);
   const double raw_loss = run.objective->evaluate("val", 2, eval_seed(c)).get("loss");
   std::copy(ca.optimizer[3].begin(), ca.optimizer[3].end(), model.flat_values().data());
   CHECK(run.objective->evaluate("val", 2, eval_seed(c)).get("loss") == full.val_loss);
@@ -108,10 +108,10 @@ TEST_CASE("train tricks: adding train.ema_decay to a run on resume is refused na
   const std::string dir = tfm_test::scratch_path("train_tricks", "ema_refused");
   TrainOptions stop = tfm_test::quiet();
   stop.stop_at_step = 2;
-  REQUIRE(train(tricks_config(dir), stop).status == TrainResult::Status::Interrupted);
+  REQUIRE(train(tricks_config_train_tricks(dir), stop).status == TrainResult::Status::Interrupted);
   TrainOptions resume = tfm_test::quiet();
   resume.resume = true;
-  CHECK_THROWS_WITH(train(tricks_config(dir, {"train.ema_decay=0.9"}), resume),
+  CHECK_THROWS_WITH(train(tricks_config_train_tricks(dir, {"train.ema_decay=0.9"}), resume),
                     Catch::StartsWith("train.ema_decay"));
 }
 
@@ -120,8 +120,9 @@ TEST_CASE("train tricks: precision auto resolves at start-up, the run records it
   const std::string dir = tfm_test::scratch_path("train_tricks", "precision_auto");
   TrainOptions stop = tfm_test::quiet();
   stop.stop_at_step = 2;
-  REQUIRE(train(tricks_config(dir, {"train.precision=auto", "train.max_steps=4"}), stop).status ==
-          TrainResult::Status::Interrupted);
+  REQUIRE(
+      train(tricks_config_train_tricks(dir, {"train.precision=auto", "train.max_steps=4"}), stop).status ==
+      TrainResult::Status::Interrupted);
   const GemmBackend backend = resolve_gemm_backend(GemmBackendChoice::Auto);
   const std::string here = name_of(resolve_precision(PrecisionChoice::Auto, backend).precision);
   CHECK(tricks_run_config(dir)["train"]["precision"] == here);
@@ -129,19 +130,21 @@ TEST_CASE("train tricks: precision auto resolves at start-up, the run records it
 
   // A run trained in fp32 and continued with a config saying "auto" keeps fp32, whatever this CPU has.
   const std::string fixed = tfm_test::scratch_path("train_tricks", "precision_kept");
-  REQUIRE(train(tricks_config(fixed, {"train.precision=fp32", "train.max_steps=4"}), stop).status ==
-          TrainResult::Status::Interrupted);
+  REQUIRE(
+      train(tricks_config_train_tricks(fixed, {"train.precision=fp32", "train.max_steps=4"}), stop).status ==
+      TrainResult::Status::Interrupted);
   TrainOptions resume = tfm_test::quiet();
   resume.resume = true;
-  REQUIRE(train(tricks_config(fixed, {"train.precision=auto", "train.max_steps=4"}), resume).status ==
-          TrainResult::Status::Finished);
+  REQUIRE(train(tricks_config_train_tricks(fixed, {"train.precision=auto", "train.max_steps=4"}), resume)
+              .status == TrainResult::Status::Finished);
   CHECK(checkpoint_config(load_checkpoint(fixed + "/last.ckpt"), fixed).string("train.precision") == "fp32");
 }
 
 TEST_CASE("train tricks: train.eval_steps 0 evaluates the whole split, the same value as evaluate(val, 0)",
           "[train][eval]") {
   const std::string dir = tfm_test::scratch_path("train_tricks", "whole_split");
-  const Config c = tricks_config(dir, {"train.eval_steps=0", "train.max_steps=4", "train.eval_interval=4"});
+  const Config c =
+      tricks_config_train_tricks(dir, {"train.eval_steps=0", "train.max_steps=4", "train.eval_interval=4"});
   const TrainResult r = train(c, tfm_test::quiet());
   REQUIRE(r.status == TrainResult::Status::Finished);
   LoadedRun run = load_run(dir, "last", true);

@@ -38,8 +38,8 @@ struct KeySpec {
   // A string key that also takes a JSON array of non-empty strings, kept as the array's JSON text
   // (data.path's list of files, directories and globs).
   bool list_as_text = false;
-  bool resumable = false;                   // may change with `train --resume DIR --set ...`
-  std::vector<ObjectiveKind> objectives;    // the train.objective values that read it (empty: all)
+  bool resumable = false;                 // may change with `train --resume DIR --set ...`
+  std::vector<ObjectiveKind> objectives;  // the train.objective values that read it (empty: all)
   // Read only while the string key only_with_key holds one of only_with_values (train.optimizer.muon_lr:
   // train.optimizer.name "muon"); empty: always.
   std::string only_with_key;

@@ -25,7 +25,7 @@ namespace tfm {
 struct KVCache {
   std::vector<Tensor> keys, values;  // per layer: (B, max_seq_len, Hkv * Dk), filled up to `length`
   int64_t batch = 0;
-  int64_t length = 0;  // positions cached so far
+  int64_t length = 0;                // positions cached so far
   std::vector<int32_t> last_tokens;  // per sequence, the last token fed (the bigram embedding's context)
 };
 
