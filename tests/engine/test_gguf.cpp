@@ -27,7 +27,7 @@ std::string temp_path_gguf(const std::string& name) {
   return (dir / name).string();
 }
 
-GgufFile parse_gguf(const std::string& bytes) {
+GgufFile parse_gguf_bytes(const std::string& bytes) {
   return parse_gguf(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "test.gguf");
 }
 
@@ -74,7 +74,7 @@ std::vector<std::pair<std::string, GgufValue>> every_kind() {
 TEST_CASE("gguf: every metadata value kind round-trips through the writer and the reader", "[gguf]") {
   GgufFile f;
   f.metadata = every_kind();
-  const GgufFile back = parse_gguf(serialize_gguf(f));
+  const GgufFile back = parse_gguf_bytes(serialize_gguf(f));
   REQUIRE(back.source == "test.gguf");
   REQUIRE(back.version == 3);
   REQUIRE(back.metadata.size() == f.metadata.size());
@@ -233,22 +233,22 @@ TEST_CASE("gguf: truncated files are rejected at every length with the file and 
   f.tensors.push_back(gguf_tensor("blk.0.attn_qkv.weight", Tensor::ones({3, 5}), GgmlType::F16));
   f.tensors.push_back(gguf_tensor("output_norm.weight", Tensor::ones({5})));
   const std::string full = serialize_gguf(f);
-  REQUIRE_NOTHROW(parse_gguf(full));
+  REQUIRE_NOTHROW(parse_gguf_bytes(full));
   // Every proper prefix that cuts into the data (the last tensor's padding is not data).
   const size_t needed = full.size() - (32 - 5 * 4);
   for (size_t n = 0; n < needed; ++n) {
     INFO("prefix of " << n << " bytes");
-    REQUIRE_THROWS_AS(parse_gguf(full.substr(0, n)), IoError);
-    REQUIRE_THROWS_WITH(parse_gguf(full.substr(0, n)), StartsWith("test.gguf: "));
+    REQUIRE_THROWS_AS(parse_gguf_bytes(full.substr(0, n)), IoError);
+    REQUIRE_THROWS_WITH(parse_gguf_bytes(full.substr(0, n)), StartsWith("test.gguf: "));
   }
-  REQUIRE_THROWS_WITH(parse_gguf(full.substr(0, 30)),
+  REQUIRE_THROWS_WITH(parse_gguf_bytes(full.substr(0, 30)),
                       "test.gguf: header claims 20 metadata pairs, more than the 6 bytes "
                       "after the header can hold");
-  REQUIRE_THROWS_WITH(parse_gguf(full.substr(0, 300)),
+  REQUIRE_THROWS_WITH(parse_gguf_bytes(full.substr(0, 300)),
                       "test.gguf: truncated: metadata key 11 of 15 bytes at offset 299 "
                       "runs past the end of the file at 300");
   REQUIRE_THROWS_WITH(
-      parse_gguf(full.substr(0, needed - 1)),
+      parse_gguf_bytes(full.substr(0, needed - 1)),
       Contains("truncated: tensor \"output_norm.weight\" needs bytes [32, 52) of the data section"));
 }
 
@@ -258,7 +258,7 @@ TEST_CASE("gguf: corrupt headers, metadata and tensor infos are rejected with wh
   f.tensors.push_back(gguf_tensor("a", Tensor::ones({2, 3})));
   f.tensors.push_back(gguf_tensor("b", Tensor::ones({4})));
   const std::string good = serialize_gguf(f);
-  REQUIRE_NOTHROW(parse_gguf(good));
+  REQUIRE_NOTHROW(parse_gguf_bytes(good));
   // Offsets of the fields below, found by walking the layout.
   const size_t key0 = 24, value0_type = key0 + 8 + 20, key1 = value0_type + 4 + 8 + 4;
   const size_t flag_value = key1 + 8 + 4 + 4;
@@ -272,8 +272,8 @@ TEST_CASE("gguf: corrupt headers, metadata and tensor infos are rejected with wh
     std::string b = good;
     edit(b);
     INFO(message);
-    REQUIRE_THROWS_AS(parse_gguf(b), IoError);
-    REQUIRE_THROWS_WITH(parse_gguf(b), StartsWith("test.gguf: ") && Contains(message));
+    REQUIRE_THROWS_AS(parse_gguf_bytes(b), IoError);
+    REQUIRE_THROWS_WITH(parse_gguf_bytes(b), StartsWith("test.gguf: ") && Contains(message));
   };
   corrupt([](std::string& b) { b[0] = 'X'; }, "not a GGUF file");
   corrupt([](std::string& b) { write_at<uint32_t>(b, 4, 1); }, "GGUF version 1, expected 3");
@@ -304,13 +304,13 @@ TEST_CASE("gguf: duplicate keys, arrays larger than the file and deep nesting ar
   f.metadata = {{"a.b", GgufValue::u8(1)}, {"a.c", GgufValue::u8(2)}};
   std::string b = serialize_gguf(f);
   b[24 + 8 + 3 + 4 + 1 + 8 + 2] = 'b';  // the second key becomes "a.b" too
-  REQUIRE_THROWS_WITH(parse_gguf(b), "test.gguf: duplicate metadata key \"a.b\"");
+  REQUIRE_THROWS_WITH(parse_gguf_bytes(b), "test.gguf: duplicate metadata key \"a.b\"");
 
   GgufFile g;
   g.metadata = {{"tokens", GgufValue::strings({"x"})}};
   std::string big = serialize_gguf(g);
   write_at<uint64_t>(big, 24 + 8 + 6 + 4 + 4, uint64_t{1} << 62);  // the array's length
-  REQUIRE_THROWS_WITH(parse_gguf(big),
+  REQUIRE_THROWS_WITH(parse_gguf_bytes(big),
                       Contains("metadata \"tokens\" claims 4611686018427387904 elements of string, "
                                "more than the"));
 

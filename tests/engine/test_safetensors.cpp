@@ -51,7 +51,7 @@ std::string ones(int n) {
   return out;
 }
 
-SafetensorsFile parse_safetensors(const std::string& bytes) {
+SafetensorsFile parse_safetensors_bytes(const std::string& bytes) {
   return parse_safetensors(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "test.safetensors");
 }
 
@@ -93,7 +93,7 @@ TEST_CASE("safetensors: round trip keeps names, order, shapes, values and metada
   REQUIRE_THROWS_WITH(f.at("nope"), StartsWith(path) && Contains("no tensor named \"nope\""));
 
   // The buffer parser sees the same thing.
-  const SafetensorsFile g = parse_safetensors(read_bytes(path));
+  const SafetensorsFile g = parse_safetensors_bytes(read_bytes(path));
   REQUIRE(g.tensors.size() == tensors.size());
   require_same(g.at("cube"), tensors[5].second);
 }
@@ -232,8 +232,9 @@ TEST_CASE("safetensors: malformed files are rejected with a clear message", "[sa
   };
   for (const Case& c : cases) {
     INFO(c.name);
-    REQUIRE_THROWS_AS(parse_safetensors(c.bytes), IoError);
-    REQUIRE_THROWS_WITH(parse_safetensors(c.bytes), StartsWith("test.safetensors: ") && Contains(c.fragment));
+    REQUIRE_THROWS_AS(parse_safetensors_bytes(c.bytes), IoError);
+    REQUIRE_THROWS_WITH(parse_safetensors_bytes(c.bytes),
+                        StartsWith("test.safetensors: ") && Contains(c.fragment));
   }
 }
 
@@ -261,7 +262,7 @@ TEST_CASE("safetensors: files with foreign but valid layouts load", "[safetensor
   std::string data(12, '\0');
   const float v[3] = {1.0f, 2.0f, 3.0f};
   std::memcpy(data.data(), v, sizeof v);
-  const SafetensorsFile f = parse_safetensors(make_file(
+  const SafetensorsFile f = parse_safetensors_bytes(make_file(
       R"({"second":{"dtype":"F32","shape":[1],"data_offsets":[8,12]},"first":{"dtype":"F32","shape":[1,2],"data_offsets":[0,8]}})",
       data));
   REQUIRE(f.tensors.size() == 2);
