@@ -153,7 +153,7 @@ TEST_CASE("runs: the checkpoint's state alone equals the full load's", "[runs]")
   CHECK_THROWS_AS(load_checkpoint_state(std::string(TFM_SOURCE_DIR) + "/README.md"), IoError);
 }
 
-TEST_CASE("runs: sort by a column, unknown values last; a bad key names --sort", "[runs]") {
+TEST_CASE("runs: sort by a column, unknown values last, a bad key names --sort", "[runs]") {
   std::vector<RunSummary> runs(3);
   runs[0].name = "a", runs[0].best_val_loss = 2.0, runs[0].tokens_per_s = 10;
   runs[1].name = "b";  // nothing known

@@ -51,7 +51,7 @@ nlohmann::json tricks_run_config(const std::string& dir) {
 }  // namespace
 
 TEST_CASE(
-    "train tricks: the EMA, Muon's momentum schedule and cautious decay resume bit for bit; "
+    "train tricks: the EMA, Muon's momentum schedule and cautious decay resume bit for bit, and "
     "evaluations read the EMA",
     "[train][muon][ema]") {
   const std::vector<std::string> sets = {"train.optimizer.name=muon",
