@@ -27,6 +27,11 @@ echo "tfm: the installed tfm, run outside the repository, draws its figures itse
 (cd "$work" && "$prefix/bin/tfm" attention --run "$work/run" --text "First Citizen" --out "$work/att" >/dev/null)
 [ -s "$work/att/attention_layer0.svg" ] || { echo "tfm: error: tfm attention drew no attention_layer0.svg" >&2; exit 1; }
 [ -s "$work/run/loss.svg" ] || { echo "tfm: error: tfm train drew no loss.svg" >&2; exit 1; }
+echo "tfm: the installed tfm finds GPT-2's tokenizer files and the board's page in share/tfm"
+ids=$(cd "$work" && "$prefix/bin/tfm" tokenizer encode --config "$root/configs/tiny.json" --set data.tokenizer=gpt2 \
+  --text "Hello world")
+[ "$ids" = "[15496,995]" ] || { echo "tfm: error: the installed tfm encoded 'Hello world' as $ids" >&2; exit 1; }
+[ -f "$prefix/share/tfm/board/index.html" ] || { echo "tfm: error: the board's page was not installed" >&2; exit 1; }
 for dev in "$root"/scripts/dev/*; do  # developers' tools are not part of the product
   installed="$prefix/share/tfm/scripts/$(basename "$dev")"
   [ ! -e "$installed" ] || { echo "tfm: error: $installed was installed: scripts/dev/ is not for users" >&2; exit 1; }
