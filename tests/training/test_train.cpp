@@ -30,31 +30,6 @@ std::string run_dir(const std::string& name) {
   return tfm_test::scratch_path("train", name);
 }
 
-std::string tiny_data_train() {
-  return std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt";
-}
-
-// A small, fast config; `extra` are --set style overrides.
-Config small_config_train(const std::string& dir, std::vector<std::string> extra = {}) {
-  std::vector<std::string> sets = {"data.path=" + tiny_data_train(),
-                                   "output.dir=" + dir,
-                                   "model.d_model=32",
-                                   "model.n_layers=2",
-                                   "model.n_heads=4",
-                                   "model.max_seq_len=16",
-                                   "train.batch_size=4",
-                                   "train.max_steps=20",
-                                   "train.eval_interval=10",
-                                   "train.eval_steps=2",
-                                   "train.log_interval=1",
-                                   "train.checkpoint_interval=5",
-                                   "train.threads=1",
-                                   "train.lr_schedule.warmup_steps=5",
-                                   "train.optimizer.lr=3e-3"};
-  sets.insert(sets.end(), extra.begin(), extra.end());
-  return resolve_config(nlohmann::json::object(), sets);
-}
-
 using tfm_test::quiet;
 
 std::string file_bytes(const std::string& path) {
@@ -79,7 +54,7 @@ TEST_CASE("train: a tiny model overfits a short text to near-zero loss", "[train
   for (int i = 0; i < 8; ++i) text += unit;
   const std::string path = dir + "_data.txt";
   write_bytes_train(path, text);
-  const Config c = small_config_train(
+  const Config c = tfm_test::small_train_config(
       dir, {"data.path=" + path, "model.d_model=64", "train.seq_len=16", "train.batch_size=8",
             "train.max_steps=200", "train.optimizer.lr=1e-2", "train.optimizer.weight_decay=0",
             "train.lr_schedule.name=constant", "train.log_interval=50", "train.eval_interval=200",
@@ -114,7 +89,7 @@ TEST_CASE("train: grad accumulation 2 x B/2 gives the update of one batch of B",
   auto values_after = [](const std::string& name, std::vector<std::string> sets) {
     const std::string dir = run_dir(name);
     sets.insert(sets.end(), {"train.max_steps=1", "train.grad_clip=0", "train.eval_interval=1"});
-    train(small_config_train(dir, sets), quiet());
+    train(tfm_test::small_train_config(dir, sets), quiet());
     return load_checkpoint(dir + "/last.ckpt").model;
   };
   const auto before = values_after("accum0", {"train.optimizer.lr=1e-12"});
@@ -139,17 +114,17 @@ TEST_CASE("train: resuming from last.ckpt reproduces the uninterrupted run bit f
   const std::vector<std::string> sets = {"model.dropout=0.1", "model.attention_dropout=0.1",
                                          "train.max_steps=16"};
   const std::string a = run_dir("resume_a"), b = run_dir("resume_b");
-  const TrainResult full = train(small_config_train(a, sets), quiet());
+  const TrainResult full = train(tfm_test::small_train_config(a, sets), quiet());
   REQUIRE(full.losses.size() == 16);
 
   TrainOptions stop = quiet();
   stop.stop_at_step = 7;  // not a checkpoint_interval multiple: the stop itself writes last.ckpt
-  const TrainResult first = train(small_config_train(b, sets), stop);
+  const TrainResult first = train(tfm_test::small_train_config(b, sets), stop);
   REQUIRE(first.status == TrainResult::Status::Interrupted);
   REQUIRE(first.losses.size() == 7);
   TrainOptions resume = quiet();
   resume.resume = true;
-  const TrainResult second = train(small_config_train(b, sets), resume);
+  const TrainResult second = train(tfm_test::small_train_config(b, sets), resume);
   REQUIRE(second.status == TrainResult::Status::Finished);
   std::vector<double> joined = first.losses;
   joined.insert(joined.end(), second.losses.begin(), second.losses.end());
@@ -169,10 +144,11 @@ TEST_CASE("train: resuming from last.ckpt reproduces the uninterrupted run bit f
   CHECK(expect == 17);
 
   // A fresh run refuses a directory holding a run; resume refuses to change the model.
-  CHECK_THROWS_AS(train(small_config_train(b, sets), quiet()), ConfigError);
+  CHECK_THROWS_AS(train(tfm_test::small_train_config(b, sets), quiet()), ConfigError);
   auto other = sets;
   other.push_back("model.d_model=64");
-  CHECK_THROWS_WITH(train(small_config_train(b, other), resume), Catch::StartsWith("model.d_model"));
+  CHECK_THROWS_WITH(train(tfm_test::small_train_config(b, other), resume),
+                    Catch::StartsWith("model.d_model"));
 }
 
 TEST_CASE("train: a Muon run with the wsd schedule resumes bit for bit, momentum included",
@@ -185,12 +161,12 @@ TEST_CASE("train: a Muon run with the wsd schedule resumes bit for bit, momentum
       "train.max_steps=16",         "train.threads=2",
       "model.dropout=0.1"};
   const std::string a = run_dir("muon_a"), b = run_dir("muon_b");
-  const TrainResult full = train(small_config_train(a, sets), quiet());
+  const TrainResult full = train(tfm_test::small_train_config(a, sets), quiet());
   REQUIRE(full.losses.size() == 16);
   CHECK(full.losses.back() < full.losses.front() - 0.3);  // it learns
   TrainOptions stop = quiet();
   stop.stop_at_step = 7;
-  const TrainResult first = train(small_config_train(b, sets), stop);
+  const TrainResult first = train(tfm_test::small_train_config(b, sets), stop);
   REQUIRE(first.status == TrainResult::Status::Interrupted);
   const Checkpoint mid = load_checkpoint(b + "/last.ckpt");
   CHECK(mid.state["optimizer"]["name"] == "muon");
@@ -199,23 +175,19 @@ TEST_CASE("train: a Muon run with the wsd schedule resumes bit for bit, momentum
   CHECK(mid.optimizer[0].size() + mid.optimizer[2].size() == mid.model.size());
   TrainOptions resume = quiet();
   resume.resume = true;
-  const TrainResult second = train(small_config_train(b, sets), resume);
-  REQUIRE(second.status == TrainResult::Status::Finished);
-  std::vector<double> joined = first.losses;
-  joined.insert(joined.end(), second.losses.begin(), second.losses.end());
-  CHECK(joined == full.losses);  // exactly
-  const Checkpoint ca = load_checkpoint(a + "/last.ckpt"), cb = load_checkpoint(b + "/last.ckpt");
-  CHECK(ca.model == cb.model);
-  CHECK(ca.optimizer == cb.optimizer);
+  const TrainResult second = train(tfm_test::small_train_config(b, sets), resume);
+  tfm_test::check_resume_is_exact(first, second, full, a, b);
+  const Checkpoint cb = load_checkpoint(b + "/last.ckpt");
   // The same run directory under another optimizer: refused (the config differs), and a checkpoint
   // whose momentum does not fit is named.
   std::vector<std::string> adamw = sets;
   adamw[0] = "train.optimizer.name=adamw", adamw[1] = "train.optimizer.weight_decay=0.1";
-  CHECK_THROWS_WITH(train(small_config_train(b, adamw), resume), Catch::StartsWith("train.optimizer.name"));
+  CHECK_THROWS_WITH(train(tfm_test::small_train_config(b, adamw), resume),
+                    Catch::StartsWith("train.optimizer.name"));
   Checkpoint bad = cb;
   bad.optimizer[2].pop_back();
   save_checkpoint(b + "/last.ckpt", bad);
-  CHECK_THROWS_WITH(train(small_config_train(b, sets), resume),
+  CHECK_THROWS_WITH(train(tfm_test::small_train_config(b, sets), resume),
                     Catch::Contains("optimizer state 2 has") && Catch::Contains("expected"));
 }
 
@@ -228,15 +200,15 @@ TEST_CASE("train: a run with every speedrun trick resumes bit for bit and sample
       "model.x0_skip=true",         "model.value_residual=true", "model.bigram_buckets=512",
       "train.optimizer.name=muon",  "train.max_steps=8",         "model.dropout=0.1"};
   const std::string a = run_dir("tricks_a"), b = run_dir("tricks_b");
-  const TrainResult full = train(small_config_train(a, sets), quiet());
+  const TrainResult full = train(tfm_test::small_train_config(a, sets), quiet());
   REQUIRE(full.losses.size() == 8);
   TrainOptions stop = quiet();
   stop.stop_at_step = 3;
-  REQUIRE(train(small_config_train(b, sets), stop).status == TrainResult::Status::Interrupted);
+  REQUIRE(train(tfm_test::small_train_config(b, sets), stop).status == TrainResult::Status::Interrupted);
   const Checkpoint mid = load_checkpoint(b + "/last.ckpt");
   TrainOptions resume = quiet();
   resume.resume = true;
-  const TrainResult second = train(small_config_train(b, sets), resume);
+  const TrainResult second = train(tfm_test::small_train_config(b, sets), resume);
   REQUIRE(second.status == TrainResult::Status::Finished);
   CHECK(second.losses.size() == 5);
   CHECK(load_checkpoint(a + "/last.ckpt").model == load_checkpoint(b + "/last.ckpt").model);
@@ -256,7 +228,7 @@ TEST_CASE("train: a run with every speedrun trick resumes bit for bit and sample
 
 TEST_CASE("train: a non-finite loss stops with the step and leaves the last checkpoint", "[train]") {
   const std::string dir = run_dir("nan");
-  const Config c = small_config_train(
+  const Config c = tfm_test::small_train_config(
       dir, {"train.optimizer.lr=1e30", "train.lr_schedule.warmup_steps=0", "train.checkpoint_interval=1",
             "train.grad_clip=0", "train.optimizer.name=sgd", "train.optimizer.momentum=0"});
   const TrainResult r = train(c, quiet());
@@ -271,7 +243,7 @@ TEST_CASE("train: a non-finite loss stops with the step and leaves the last chec
 
 TEST_CASE("train: sampling is deterministic for a fixed seed and streams its text", "[train]") {
   const std::string dir = run_dir("sample");
-  train(small_config_train(dir, {"train.max_steps=10"}), quiet());
+  train(tfm_test::small_train_config(dir, {"train.max_steps=10"}), quiet());
   LoadedRun run = load_run(dir, "last");
   SampleOptions o;
   o.prompt = "First";
@@ -297,7 +269,7 @@ TEST_CASE("train: sampling is deterministic for a fixed seed and streams its tex
 
 TEST_CASE("checkpoint: corrupt, truncated and foreign files are clear errors", "[train][checkpoint]") {
   const std::string dir = run_dir("corrupt");
-  train(small_config_train(dir, {"train.max_steps=2"}), quiet());
+  train(tfm_test::small_train_config(dir, {"train.max_steps=2"}), quiet());
   const std::string good = file_bytes(dir + "/last.ckpt");
   const std::string bad = dir + "/bad.ckpt";
   auto error_of = [&](const std::string& bytes) {
@@ -348,13 +320,14 @@ TEST_CASE("train: bf16 products follow the fp32 loss curve, resume is bit-identi
     extra.insert(extra.begin(), sets.begin(), sets.end());
     return extra;
   };
-  const TrainResult fp32 = train(small_config_train(run_dir("bf16_ref"), sets), quiet());
+  const TrainResult fp32 = train(tfm_test::small_train_config(run_dir("bf16_ref"), sets), quiet());
   const std::string a = run_dir("bf16_a");
-  const TrainResult bf16 =
-      train(small_config_train(a, with({"train.precision=bf16", "train.gemm_backend=onednn"})), quiet());
-  const TrainResult emulated = train(
-      small_config_train(run_dir("bf16_e"), with({"train.precision=bf16", "train.gemm_backend=openblas"})),
-      quiet());
+  const TrainResult bf16 = train(
+      tfm_test::small_train_config(a, with({"train.precision=bf16", "train.gemm_backend=onednn"})), quiet());
+  const TrainResult emulated =
+      train(tfm_test::small_train_config(run_dir("bf16_e"),
+                                         with({"train.precision=bf16", "train.gemm_backend=openblas"})),
+            quiet());
   REQUIRE(fp32.losses.size() == 40);
   REQUIRE(bf16.losses.size() == 40);
   // Both learn (the first loss is ~4.0, the last ~3.6) and end within a few percent of each other; the
@@ -371,10 +344,10 @@ TEST_CASE("train: bf16 products follow the fp32 loss curve, resume is bit-identi
   stop.stop_at_step = 13;
   const std::string b = run_dir("bf16_b");
   const auto bf16_sets = with({"train.precision=bf16", "train.gemm_backend=onednn"});
-  const TrainResult first = train(small_config_train(b, bf16_sets), stop);
+  const TrainResult first = train(tfm_test::small_train_config(b, bf16_sets), stop);
   TrainOptions resume = quiet();
   resume.resume = true;
-  const TrainResult second = train(small_config_train(b, bf16_sets), resume);
+  const TrainResult second = train(tfm_test::small_train_config(b, bf16_sets), resume);
   std::vector<double> joined = first.losses;
   joined.insert(joined.end(), second.losses.begin(), second.losses.end());
   CHECK(joined == bf16.losses);
@@ -389,7 +362,7 @@ TEST_CASE(
   const std::vector<std::string> sets = {"train.max_steps=120", "train.eval_interval=10",
                                          "train.checkpoint_interval=0"};
   const std::string full_dir = run_dir("target_full");
-  const TrainResult full = train(small_config_train(full_dir, sets), quiet());
+  const TrainResult full = train(tfm_test::small_train_config(full_dir, sets), quiet());
   REQUIRE_FALSE(full.target_reached);
   // The loss its evaluation at step 60 reached, as the target: reached at step 60 or before.
   double at_60 = 0.0;
@@ -404,7 +377,7 @@ TEST_CASE(
   std::vector<std::string> with = sets;
   const double target = at_60 + 1e-9;
   with.push_back("train.target_loss=" + std::to_string(target));
-  const TrainResult r = train(small_config_train(dir, with), quiet());
+  const TrainResult r = train(tfm_test::small_train_config(dir, with), quiet());
   REQUIRE(r.target_reached);
   CHECK(r.step <= 60);
   CHECK(r.step % 10 == 0);
@@ -431,7 +404,7 @@ TEST_CASE("train: train.max_seconds stops after the step that exhausts the budge
   const std::string dir = run_dir("max_seconds");
   const std::vector<std::string> sets = {"train.max_steps=50", "train.eval_interval=20",
                                          "train.checkpoint_interval=0", "train.max_seconds=1e-9"};
-  const TrainResult r = train(small_config_train(dir, sets), quiet());
+  const TrainResult r = train(tfm_test::small_train_config(dir, sets), quiet());
   CHECK(r.status == TrainResult::Status::Finished);
   CHECK(r.out_of_time);
   CHECK_FALSE(r.target_reached);
