@@ -101,3 +101,30 @@ tfm_find_binary() {
   fi
   TFM_BIN="$(cd "$(dirname "$candidate")" && pwd)/$(basename "$candidate")"
 }
+
+# tfm_npm_check_package CHECK PACKAGE VERSION DIR: for a check by a real client (scripts/dev/check_*.sh):
+# npm's PACKAGE@VERSION installed into DIR, a cache outside the repository, unless it is there already.
+# Exits 77, a skip saying why as "CHECK: SKIPPED: ...", when node/npm are missing or npm cannot reach its
+# registry and nothing is installed yet; exits 2 when the install fails.
+tfm_npm_check_package() {
+  local check=$1 package=$2 version=$3 dir=$4
+  command -v node >/dev/null && command -v npm >/dev/null || {
+    echo "$check: SKIPPED: node and npm are not installed (Debian: apt-get install nodejs npm)"
+    exit 77
+  }
+  local manifest="$dir/node_modules/$package/package.json"
+  local installed='process.exit(require(process.argv[1]).version === process.argv[2] ? 0 : 1)'
+  node -e "$installed" "$manifest" "$version" 2>/dev/null && return 0
+  if ! timeout 60 npm view --fetch-retries=1 --fetch-timeout=20000 "$package@$version" version >/dev/null 2>&1; then
+    echo "$check: SKIPPED: npm cannot reach its registry ($(npm config get registry 2>/dev/null)) and" \
+      "$package $version is not in $dir yet"
+    exit 77
+  fi
+  echo "$check: installing $package $version into $dir"
+  mkdir -p "$dir"
+  [ -f "$dir/package.json" ] || echo '{"name": "tfm-check", "private": true}' >"$dir/package.json"
+  (cd "$dir" && npm install --ignore-scripts --save-exact --no-audit --no-fund --loglevel=error \
+    "$package@$version") || { echo "$check: npm install failed" >&2; exit 2; }
+  node -e "$installed" "$manifest" "$version" 2>/dev/null ||
+    { echo "$check: $package $version is still missing from $dir" >&2; exit 2; }
+}

@@ -25,8 +25,8 @@ echo "tfm: Release build in $release"
 tfm_build "$release" -DCMAKE_BUILD_TYPE=Release -DTFM_WERROR=ON
 echo "tfm: tests (Release)"
 (cd "$release" && ctest --output-on-failure -j "$jobs")
-# ctest counts a skipped check as skipped without its reason: say it (scripts/dev/check_gguf.sh).
-grep -h "check_gguf.sh: SKIPPED" "$release/Testing/Temporary/LastTest.log" 2>/dev/null || true
+# ctest counts a skipped check as skipped without its reason: say it (scripts/dev/check_*.sh).
+grep -h "check_[a-z]*.sh: SKIPPED" "$release/Testing/Temporary/LastTest.log" 2>/dev/null || true
 echo "tfm: install into a temporary prefix, build and run examples/ against it"
 "$TFM_ROOT/scripts/dev/check_install.sh" "$release"
 

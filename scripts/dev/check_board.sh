@@ -25,24 +25,9 @@ if ! command -v chromium >/dev/null; then
   fi
   command -v chromium >/dev/null || skip "chromium is not installed and apt-get could not install it; no browser was run"
 fi
-command -v node >/dev/null && command -v npm >/dev/null ||
-  skip "node and npm are not installed (Debian: apt-get install nodejs npm); no browser was run"
 version=24.9.0
 home=${TFM_PUPPETEER:-${XDG_CACHE_HOME:-$HOME/.cache}/tfm/puppeteer}
-installed() {
-  node -e 'process.exit(require(process.argv[1]).version === process.argv[2] ? 0 : 1)' \
-    "$home/node_modules/puppeteer-core/package.json" "$version" 2>/dev/null
-}
-if ! installed; then
-  if ! timeout 60 npm view --fetch-retries=1 --fetch-timeout=20000 "puppeteer-core@$version" version >/dev/null 2>&1; then
-    skip "npm cannot reach its registry and puppeteer-core $version is not in $home yet"
-  fi
-  mkdir -p "$home"
-  echo '{"name": "tfm-board-check", "private": true}' > "$home/package.json"
-  (cd "$home" && npm install --ignore-scripts --save-exact --no-audit --no-fund --loglevel=error \
-    "puppeteer-core@$version") || { echo "check_board.sh: npm install failed" >&2; exit 2; }
-  installed || { echo "check_board.sh: puppeteer-core $version is still missing from $home" >&2; exit 2; }
-fi
+tfm_npm_check_package check_board.sh puppeteer-core "$version" "$home"
 
 # ---- 2. two tiny runs, a third training beside the board ----
 if [[ -n ${TFM_BOARD_KEEP:-} ]]; then

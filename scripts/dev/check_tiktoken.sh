@@ -21,24 +21,7 @@ tfm=$TFM_BIN
 version=1.0.21
 home=${TFM_JS_TIKTOKEN:-${XDG_CACHE_HOME:-$HOME/.cache}/tfm/js-tiktoken}
 export TFM_JS_TIKTOKEN=$home
-skip() { echo "check_tiktoken.sh: SKIPPED: $*"; exit 77; }
-command -v node >/dev/null && command -v npm >/dev/null ||
-  skip "node and npm are not installed (Debian: apt-get install nodejs npm); js-tiktoken was not run"
-installed() {
-  node -e 'process.exit(require(process.argv[1]).version === process.argv[2] ? 0 : 1)' \
-    "$home/node_modules/js-tiktoken/package.json" "$version" 2>/dev/null
-}
-if ! installed; then
-  if ! timeout 60 npm view --fetch-retries=1 --fetch-timeout=20000 "js-tiktoken@$version" version >/dev/null 2>&1; then
-    skip "npm cannot reach its registry ($(npm config get registry 2>/dev/null)) and js-tiktoken $version is not in $home yet"
-  fi
-  echo "check_tiktoken.sh: installing js-tiktoken $version into $home"
-  mkdir -p "$home"
-  echo '{"name": "tfm-tiktoken-check", "private": true}' > "$home/package.json"
-  (cd "$home" && npm install --ignore-scripts --save-exact --no-audit --no-fund --loglevel=error "js-tiktoken@$version") ||
-    { echo "check_tiktoken.sh: npm install failed" >&2; exit 2; }
-  installed || { echo "check_tiktoken.sh: js-tiktoken $version is still missing from $home" >&2; exit 2; }
-fi
+tfm_npm_check_package check_tiktoken.sh js-tiktoken "$version" "$home"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/tfm_check_tiktoken.XXXXXX")
 trap 'rm -rf "$work"' EXIT
