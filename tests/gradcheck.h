@@ -74,4 +74,34 @@ inline void check_gradients(const std::function<Tensor(const std::vector<Tensor>
   }
 }
 
+// Every parameter element of `model` (anything with flat_values(), flat_grads(), parameter_count()):
+// the analytic gradient of loss() against (loss(w + eps) - loss(w - eps)) / (2 eps), one element at a
+// time, with eps 1e-2, atol 1e-3, rtol 2e-2 (stated in each failure; the first five are reported).
+template <typename Model>
+void check_every_parameter(Model& model, const std::function<Tensor()>& loss) {
+  model.flat_grads().fill_(0.0f);
+  loss().backward();
+  const std::vector<float> analytic = model.flat_grads().to_vector();
+  float* values = model.flat_values().data();
+  int failures = 0;
+  const double eps = 1e-2;
+  for (int64_t i = 0; i < model.parameter_count(); ++i) {
+    const float saved = values[i];
+    double lp, lm;
+    {
+      NoGradGuard no_grad;
+      values[i] = saved + static_cast<float>(eps);
+      lp = loss().item();
+      values[i] = saved - static_cast<float>(eps);
+      lm = loss().item();
+    }
+    values[i] = saved;
+    const double numeric = (lp - lm) / (2 * eps);
+    if (std::fabs(analytic[i] - numeric) > 1e-3 + 2e-2 * std::fabs(numeric) && failures++ < 5)
+      FAIL_CHECK("parameter element " << i << ": analytic " << analytic[i] << " numeric " << numeric
+                                      << " (eps 1e-2, atol 1e-3, rtol 2e-2)");
+  }
+  CHECK(failures == 0);
+}
+
 }  // namespace tfm::testing

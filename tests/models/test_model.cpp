@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
+#include "gradcheck.h"
 #include "model_config.h"
 #include "tfm/engine/ops.h"
 #include "tfm/models/language_model.h"
@@ -85,29 +86,7 @@ TEST_CASE("model: whole language model gradient check through the flat buffers",
         model.dropout_rng().set_state(start);  // the same dropout masks every evaluation
         return LanguageModel::loss(model.forward(tokens, B, T), targets);
       };
-      model.flat_grads().fill_(0.0f);
-      loss_at().backward();
-      const std::vector<float> analytic = model.flat_grads().to_vector();
-      float* values = model.flat_values().data();
-      int failures = 0;
-      const double eps = 1e-2;
-      for (int64_t i = 0; i < model.parameter_count(); ++i) {
-        const float saved = values[i];
-        double lp, lm;
-        {
-          NoGradGuard no_grad;
-          values[i] = saved + static_cast<float>(eps);
-          lp = loss_at().item();
-          values[i] = saved - static_cast<float>(eps);
-          lm = loss_at().item();
-        }
-        values[i] = saved;
-        const double numeric = (lp - lm) / (2 * eps);
-        if (std::fabs(analytic[i] - numeric) > 1e-3 + 2e-2 * std::fabs(numeric) && failures++ < 5)
-          FAIL_CHECK("parameter element " << i << ": analytic " << analytic[i] << " numeric " << numeric
-                                          << " (eps 1e-2, atol 1e-3, rtol 2e-2)");
-      }
-      CHECK(failures == 0);
+      tfm::testing::check_every_parameter(model, loss_at);
     }
   }
 }

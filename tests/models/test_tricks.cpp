@@ -110,29 +110,7 @@ TEST_CASE("tricks: whole-model gradient check with every trick on, through the f
       const int64_t B = 2, T = 4;
       const auto tokens = tricks_tokens(B * T, 8), targets = tricks_tokens(B * T, 9);
       auto loss_at = [&]() { return LanguageModel::loss(model.forward(tokens, B, T), targets); };
-      model.flat_grads().fill_(0.0f);
-      loss_at().backward();
-      const std::vector<float> analytic = model.flat_grads().to_vector();
-      float* values = model.flat_values().data();
-      int failures = 0;
-      const double eps = 1e-2;
-      for (int64_t i = 0; i < model.parameter_count(); ++i) {
-        const float saved = values[i];
-        double lp, lm;
-        {
-          NoGradGuard no_grad;
-          values[i] = saved + static_cast<float>(eps);
-          lp = loss_at().item();
-          values[i] = saved - static_cast<float>(eps);
-          lm = loss_at().item();
-        }
-        values[i] = saved;
-        const double numeric = (lp - lm) / (2 * eps);
-        if (std::fabs(analytic[i] - numeric) > 1e-3 + 2e-2 * std::fabs(numeric) && failures++ < 5)
-          FAIL_CHECK("parameter element " << i << ": analytic " << analytic[i] << " numeric " << numeric
-                                          << " (eps 1e-2, atol 1e-3, rtol 2e-2)");
-      }
-      CHECK(failures == 0);
+      tfm::testing::check_every_parameter(model, loss_at);
     }
   }
 }
