@@ -10,6 +10,7 @@
 #include "tfm/analysis/svg.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
+#include "tfm/training/run_dir.h"
 
 namespace tfm {
 
@@ -17,8 +18,6 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr uint64_t kMaxMetricsBytes = uint64_t{1} << 30;  // as the run log's own bound
 
 // The metrics file of a run directory, or the file itself.
 std::string metrics_path(const std::string& path) {

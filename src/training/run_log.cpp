@@ -14,6 +14,7 @@
 
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
+#include "tfm/training/run_dir.h"
 
 namespace tfm {
 using nlohmann::json;
@@ -31,9 +32,6 @@ std::string rate_str(double r) {
 }
 
 namespace {
-
-// Bigger than the records of any run (a few hundred bytes per log interval).
-constexpr uint64_t kMaxMetricsBytes = uint64_t{1} << 30;
 
 // A run killed after its last checkpoint logged steps that the resumed run will log again: keep
 // only the records up to the checkpoint's step, so metrics.jsonl reads as one uninterrupted run.

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "tfm/training/run_dir.h"
+
 namespace tfm {
 
 enum class RunStatus { Training, Finished, StoppedAtTarget, StoppedAtTimeBudget, Interrupted, Failed };
@@ -29,7 +31,6 @@ struct MetricsLog {
 };
 // Records with "step" > since_step (-1: all). At most kMaxMetricsBytes of the file are read.
 MetricsLog read_metrics(const std::string& path, int64_t since_step = -1);
-constexpr uint64_t kMaxMetricsBytes = uint64_t{1} << 30;
 
 constexpr double kNoValue = std::numeric_limits<double>::quiet_NaN();
 

@@ -22,6 +22,8 @@ constexpr const char* kLastCheckpointFile = "last.ckpt";  // at train.checkpoint
 constexpr const char* kBestCheckpointFile = "best.ckpt";  // the evaluation with the lowest val loss
 constexpr const char* kRunLogFile = "train.log";
 constexpr const char* kMetricsFile = "metrics.jsonl";
+// What a reader of metrics.jsonl reads at most: more than any run logs (a few hundred bytes per interval).
+constexpr uint64_t kMaxMetricsBytes = uint64_t{1} << 30;
 
 // Every name above and the lock's: the files no command but training writes.
 const std::vector<std::string>& run_file_names();
