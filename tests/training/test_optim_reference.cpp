@@ -35,7 +35,7 @@ std::vector<int32_t> flat_ids(const json& rows) {
 
 // Runs the fixture's steps with tfm's parts; every parameter (and with train.ema_decay the EMA) must
 // then equal PyTorch's.
-void run_optimizer_reference(const std::string& fixture) {
+void run_optimizer_reference(const std::string& fixture, double tolerance = 2e-5) {
   const json fx = load_fixture(fixture);
   const Config c = resolve_config(fx.at("config"));
   LanguageModel model(c.model(fx.at("vocab_size").get<int64_t>()), 1);
@@ -77,7 +77,7 @@ void run_optimizer_reference(const std::string& fixture) {
     report("after 10 steps: " + p.name, diff);
     worst = std::max(worst, diff);
     INFO(p.name);
-    CHECK(diff < 2e-5);
+    CHECK(diff < tolerance);
   }
   report("after 10 steps: every parameter", worst);
   REQUIRE((optimizer.ema() != nullptr) == fx.contains("ema"));
@@ -86,7 +86,7 @@ void run_optimizer_reference(const std::string& fixture) {
   std::copy(optimizer.ema(), optimizer.ema() + P, model.flat_values().data());
   for (const NamedParameter& p : model.parameters()) {
     INFO("EMA of " << p.name);
-    CHECK(max_diff(p.value, fx.at("ema").at(p.name)) < 2e-5);
+    CHECK(max_diff(p.value, fx.at("ema").at(p.name)) < tolerance);
   }
 }
 
@@ -101,7 +101,9 @@ TEST_CASE(
     "optim reference: Muon's momentum warmup and cooldown, cautious weight decay and the weights' EMA "
     "equal torch_lm.py's after 10 steps",
     "[optim][muon][reference]") {
-  run_optimizer_reference("lm_muon_tricks");
+  // 1e-4: the sanitizer build's library (-O1, batched) sums in another order and reached 5.4e-5 here (2e-5
+  // in Release); each trick alone moves the weights by 1e-3 to 9e-3, so the check still holds every one.
+  run_optimizer_reference("lm_muon_tricks", 1e-4);
 }
 
 TEST_CASE("optim: Muon's momentum schedule", "[optim][muon]") {
