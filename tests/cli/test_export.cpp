@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli_run.h"
+#include "tfm/data/tokenizer.h"
 #include "tfm/engine/gguf.h"
 #include "tfm/engine/safetensors.h"
 #include "tfm/models/language_model.h"
@@ -164,21 +165,27 @@ TEST_CASE("export: the document separator's id in the safetensors metadata and a
           "[export][cli]") {
   TempDir tmp("export_separator");
   const std::string sep_run = tmp.path + "/sep", plain_run = tmp.path + "/plain";
-  REQUIRE(run_tfm("train --config configs/tiny.json --out " + sep_run +
-                  " --set train.max_steps=2 --set data.document_separator=true")
+  // Two documents (the two halves of the text): a multi-document corpus gets the separator.
+  const std::string text = tfm_test::read_file(std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt");
+  std::filesystem::create_directories(tmp.path + "/docs");
+  std::ofstream(tmp.path + "/docs/a.txt") << text.substr(0, text.size() / 2);
+  std::ofstream(tmp.path + "/docs/b.txt") << text.substr(text.size() / 2);
+  REQUIRE(run_tfm("train --config configs/tiny.json --out " + sep_run + " --set train.max_steps=2 --set data.path=" +
+                  tmp.path + "/docs")
               .status == 0);
   REQUIRE(run_tfm("train --config configs/tiny.json --out " + plain_run + " --set train.max_steps=2").status == 0);
-  const auto vocab_size = [](const std::string& run) {
-    return read_json(run + "/config.json").at("model").at("vocab_size").get<int64_t>();
-  };
-  const int64_t V = vocab_size(sep_run);
-  REQUIRE(V == vocab_size(plain_run) + 1);  // the separator is the last id
-
   REQUIRE(run_tfm("export --run " + sep_run + " --out " + tmp.path + "/sep.safetensors").status == 0);
-  const tfm::SafetensorsFile st = tfm::load_safetensors(tmp.path + "/sep.safetensors");
-  CHECK(st.metadata.at("end_of_text_id") == std::to_string(V - 1));
   REQUIRE(run_tfm("export --run " + plain_run + " --out " + tmp.path + "/plain.safetensors").status == 0);
-  CHECK(tfm::load_safetensors(tmp.path + "/plain.safetensors").metadata.count("end_of_text_id") == 0);
+  const tfm::SafetensorsFile st = tfm::load_safetensors(tmp.path + "/sep.safetensors");
+  const tfm::SafetensorsFile plain = tfm::load_safetensors(tmp.path + "/plain.safetensors");
+  const auto vocab_of = [](const tfm::SafetensorsFile& f) {
+    return tfm::Tokenizer::from_json(nlohmann::json::parse(f.metadata.at("tokenizer")));
+  };
+  const int64_t V = vocab_of(st).size();
+  REQUIRE(V == vocab_of(plain).size() + 1);  // the separator is the last id
+  REQUIRE(vocab_of(st).end_of_text_id() == V - 1);
+  CHECK(st.metadata.at("end_of_text_id") == std::to_string(V - 1));
+  CHECK(plain.metadata.count("end_of_text_id") == 0);
 
   const std::string gguf = tmp.path + "/sep.gguf";
   const CliRun r = run_tfm("export --run " + sep_run + " --format gguf --out " + gguf);
