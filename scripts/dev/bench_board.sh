@@ -42,6 +42,7 @@ for _ in $(seq "$repeat"); do
   while [[ -z $url ]]; do
     url=$(grep -o 'http://127.0.0.1:[0-9]*/' "$work/board.log" || true)
     kill -0 "$board" 2>/dev/null || { cat "$work/board.log"; exit 1; }
+    [[ -n $url ]] || sleep 0.01
   done
   echo $((($(date +%s%N) - t0) / 1000000)) >> "$work/startup"
   if [[ $page == 1 ]]; then
