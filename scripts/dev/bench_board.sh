@@ -35,16 +35,15 @@ page=0
 if command -v chromium >/dev/null && [[ -d $home/node_modules/puppeteer-core ]]; then page=1; fi
 : > "$work/startup" && : > "$work/load" && : > "$work/peak" && : > "$work/rss"
 for _ in $(seq "$repeat"); do
+  # Its first line through a pipe: read blocks until it is written, no polling.
+  rm -f "$work/out" && mkfifo "$work/out"
   t0=$(date +%s%N)
-  "$tfm" board --runs "$work/runs" --port 0 > "$work/board.log" 2>&1 &
+  "$tfm" board --runs "$work/runs" --port 0 > "$work/out" 2>&1 &
   board=$!
-  url=""
-  while [[ -z $url ]]; do
-    url=$(grep -o 'http://127.0.0.1:[0-9]*/' "$work/board.log" || true)
-    kill -0 "$board" 2>/dev/null || { cat "$work/board.log"; exit 1; }
-    [[ -n $url ]] || sleep 0.01
-  done
+  exec 3< "$work/out"
+  read -r line <&3 || { echo "bench_board.sh: the board did not start" >&2; exit 1; }
   echo $((($(date +%s%N) - t0) / 1000000)) >> "$work/startup"
+  url=$(grep -o 'http://127.0.0.1:[0-9]*/' <<< "$line")
   if [[ $page == 1 ]]; then
     NODE_PATH=$home/node_modules node "$TFM_ROOT/scripts/dev/bench_board.mjs" "$url" "$(command -v chromium)" \
       "$runs" >> "$work/load"
@@ -54,6 +53,7 @@ for _ in $(seq "$repeat"); do
   awk '/VmHWM/ {print $2}' "/proc/$board/status" >> "$work/peak"
   awk '/VmRSS/ {print $2}' "/proc/$board/status" >> "$work/rss"
   kill -INT "$board" && wait "$board" || true
+  exec 3<&-
   board=""
 done
 echo "tfm board on $runs runs, median of $repeat starts ($(grep -o -m1 'model name.*' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores):"
