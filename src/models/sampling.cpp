@@ -125,7 +125,8 @@ class StopWatch {
 int32_t empty_prompt_token(const Tokenizer& tokenizer) {
   if (tokenizer.has_end_of_text()) return tokenizer.end_of_text_id();
   const int32_t S = static_cast<int32_t>(tokenizer.specials().size());
-  if (const Gpt2Bpe* gpt2 = tokenizer.gpt2(); gpt2 && gpt2->end_of_text() >= 0) return S + gpt2->end_of_text();
+  if (const Gpt2Bpe* gpt2 = tokenizer.gpt2(); gpt2 && gpt2->end_of_text() >= 0)
+    return S + gpt2->end_of_text();
   if (tokenizer.kind() == Tokenizer::Kind::Bpe) return tokenizer.encode("\n", "--prompt").front();
   const auto& s = tokenizer.symbols();  // char and byte: the newline when the vocabulary has one
   const auto nl = std::lower_bound(s.begin(), s.end(), static_cast<uint32_t>('\n'));

@@ -300,17 +300,19 @@ TEST_CASE("tfm board: traversal, oversized and stalled requests, 50 clients, SIG
   const std::string too_many = board_raw(board.port, many_headers + "\r\n");
   CHECK(too_many.rfind("HTTP/1.1 400", 0) == 0);
   std::string big_head = "GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n";
-  for (int i = 0; i < 6; ++i) big_head += "X-Big" + std::to_string(i) + ": " + std::string(7000, 'h') + "\r\n";
+  for (int i = 0; i < 6; ++i)
+    big_head += "X-Big" + std::to_string(i) + ": " + std::string(7000, 'h') + "\r\n";
   const std::string too_big = board_raw(board.port, big_head + "\r\n");
   CHECK(too_big.rfind("HTTP/1.1 400", 0) == 0);
   CHECK(c.Get("/api/runs")->status == 200);
   // Keep-alive: each request of a connection gets its own bounds, so many requests of a few headers pass.
   std::string pipelined;
   for (int i = 0; i < 20; ++i) pipelined += "GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: 1\r\n\r\n";
-  const std::string answers =
-      board_raw(board.port, pipelined + "GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  const std::string answers = board_raw(
+      board.port, pipelined + "GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
   size_t oks = 0;
-  for (size_t at = answers.find("HTTP/1.1 200"); at != std::string::npos; at = answers.find("HTTP/1.1 200", at + 1))
+  for (size_t at = answers.find("HTTP/1.1 200"); at != std::string::npos;
+       at = answers.find("HTTP/1.1 200", at + 1))
     ++oks;
   CHECK(oks == 21);
   const std::string big_body = board_raw(
@@ -383,7 +385,8 @@ TEST_CASE("tfm board: fill-mask of a masked_lm run and translation of a seq2seq 
   r = board_post(c, "/api/model/attention", {{"run", prefix + "masked"}, {"text", "To be"}});
   CHECK(r["layers"].size() == 1);
 
-  r = board_post(c, "/api/model/translate", {{"run", prefix + "seq2seq"}, {"text", "one two ."}, {"beam", 2}});
+  r = board_post(c, "/api/model/translate",
+                 {{"run", prefix + "seq2seq"}, {"text", "one two ."}, {"beam", 2}});
   CHECK(r["text"] == "one two .");
   CHECK(r["translation"].is_string());
   board_post(c, "/api/model/translate", {{"run", prefix + "seq2seq"}, {"text", "one ."}, {"beam", 99}}, 400);

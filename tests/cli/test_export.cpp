@@ -166,14 +166,17 @@ TEST_CASE("export: the document separator's id in the safetensors metadata and a
   TempDir tmp("export_separator");
   const std::string sep_run = tmp.path + "/sep", plain_run = tmp.path + "/plain";
   // Two documents (the two halves of the text): a multi-document corpus gets the separator.
-  const std::string text = tfm_test::read_file(std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt");
+  const std::string text =
+      tfm_test::read_file(std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt");
   std::filesystem::create_directories(tmp.path + "/docs");
   std::ofstream(tmp.path + "/docs/a.txt") << text.substr(0, text.size() / 2);
   std::ofstream(tmp.path + "/docs/b.txt") << text.substr(text.size() / 2);
-  REQUIRE(run_tfm("train --config configs/tiny.json --out " + sep_run + " --set train.max_steps=2 --set data.path=" +
-                  tmp.path + "/docs")
+  REQUIRE(run_tfm("train --config configs/tiny.json --out " + sep_run +
+                  " --set train.max_steps=2 --set data.path=" + tmp.path + "/docs")
               .status == 0);
-  REQUIRE(run_tfm("train --config configs/tiny.json --out " + plain_run + " --set train.max_steps=2").status == 0);
+  REQUIRE(
+      run_tfm("train --config configs/tiny.json --out " + plain_run + " --set train.max_steps=2").status ==
+      0);
   REQUIRE(run_tfm("export --run " + sep_run + " --out " + tmp.path + "/sep.safetensors").status == 0);
   REQUIRE(run_tfm("export --run " + plain_run + " --out " + tmp.path + "/plain.safetensors").status == 0);
   const tfm::SafetensorsFile st = tfm::load_safetensors(tmp.path + "/sep.safetensors");
