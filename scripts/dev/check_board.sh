@@ -46,7 +46,9 @@ trap cleanup EXIT
 cd "$root"
 tiny=(--config configs/tiny.json --set train.log_interval=5 --set train.eval_interval=20 --set train.threads=1)
 "$tfm" train "${tiny[@]}" --set train.max_steps=100 --out "$work/runs/small" > "$work/small.log" 2>&1
-"$tfm" train "${tiny[@]}" --set train.max_steps=100 --set model.n_heads=2 --out "$work/runs/two_heads" \
+# Another learning rate as well, so that its curves differ from the first run's and both show.
+"$tfm" train "${tiny[@]}" --set train.max_steps=100 --set model.n_heads=2 --set train.optimizer.lr=1e-3 \
+  --out "$work/runs/two_heads" \
   > "$work/two_heads.log" 2>&1
 "$tfm" board --runs "$work/runs" --port 0 > "$work/board.log" 2>&1 &
 pids+=($!)

@@ -320,8 +320,11 @@ std::string heads_figure(const json& r) {
   }
   const size_t layers = delta.size(), heads = layers ? delta[0].size() : 0;
   svg::Document doc(1240, 460);
+  // The run directory's own name: a figure made for a document says nothing of where its run lived.
+  const std::string run_name =
+      std::filesystem::path(r.value("run", "") + "/").lexically_normal().parent_path().filename().string();
   doc.text(620, 24,
-           fmt::format("{}: {} validation batches, val loss {:.4f} with every head", r.value("run", ""),
+           fmt::format("{}: {} validation batches, val loss {:.4f} with every head", run_name,
                        r.value("batches", 0), r.value("val_loss", 0.0)),
            14, svg::Document::Anchor::Middle, "#222222", 0, true);
   const std::pair<const std::vector<std::vector<double>>*, const char*> maps[] = {

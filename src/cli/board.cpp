@@ -307,13 +307,9 @@ int board_command(const BoardOptions& o) {
 
   RunIndex index(o.roots);
   BoardModels models(static_cast<uint64_t>(o.model_memory_mb) << 20);
-  httplib::Server server;
+  BoundedHeadServer server;  // the read timeout, keep-alive and head bounds: board.h
   server.new_task_queue = [] { return new httplib::ThreadPool(kServerThreads); };
   server.set_payload_max_length(kMaxBodyBytes);
-  server.set_read_timeout(5, 0);  // a stalled half request holds its thread at most this long
-  server.set_write_timeout(5, 0);
-  server.set_keep_alive_timeout(2);
-  server.set_keep_alive_max_count(1000);
   const bool loopback = is_loopback(o.host);
   server.set_pre_routing_handler([loopback](const httplib::Request& req, httplib::Response& res) {
     res.set_header("X-Content-Type-Options", "nosniff");

@@ -1,6 +1,8 @@
 // `tfm board`'s parts shared by its two files: the run directories it serves (board.cpp) and the model
 // work it does on request (board_model.cpp), bounded in time, size, concurrency and memory.
 #pragma once
+#include <httplib.h>
+
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -23,6 +25,23 @@ constexpr int64_t kBoardMaxBeam = 8;
 // (503 past it).
 constexpr int kBoardMaxQueuedPerRun = 2;
 constexpr int kBoardMaxQueued = 8;
+
+// Bounds on each request's head, the request line and its headers (board_http.cpp): bytes, lines (the
+// request line and each header), and seconds from its first byte to its blank line. cpp-httplib bounds each
+// line at 8 KiB itself. A read of the connection waits at most kBoardReadTimeoutSeconds; an idle
+// keep-alive connection is closed after kBoardKeepAliveSeconds or kBoardKeepAliveRequests requests.
+constexpr size_t kBoardMaxHeadBytes = 32 * 1024;
+constexpr size_t kBoardMaxHeadLines = 64;
+constexpr int kBoardHeadSeconds = 10;
+constexpr int kBoardReadTimeoutSeconds = 5;
+constexpr int kBoardKeepAliveSeconds = 2;
+constexpr int kBoardKeepAliveRequests = 1000;
+
+// cpp-httplib's server with the head bounds above on every request of every connection.
+class BoundedHeadServer : public httplib::Server {
+ private:
+  bool process_and_close_socket(socket_t sock) override;
+};
 
 // What a model request answers: an HTTP status and a JSON body ({"error": "..."} unless 200).
 struct BoardReply {

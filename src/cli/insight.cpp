@@ -157,6 +157,12 @@ int export_safetensors(const ExportOptions& o, const LoadedRun& run) {
       {"step", std::to_string(run.checkpoint.state.value("step", int64_t{0}))}};
   if (run.checkpoint.target_tokenizer)
     metadata["target_tokenizer"] = run.checkpoint.target_tokenizer->to_json().dump();
+  // The document separator, for a reader that does not parse the tokenizer: the corpus's, else a gpt2
+  // vocabulary's own "<|endoftext|>" (GPT-2's 50256).
+  int64_t separator = tok.end_of_text_id();
+  if (separator < 0 && tok.gpt2() && tok.gpt2()->end_of_text() >= 0)
+    separator = static_cast<int64_t>(tok.specials().size()) + tok.gpt2()->end_of_text();
+  if (separator >= 0) metadata["end_of_text_id"] = std::to_string(separator);
   save_safetensors(o.out, tensors, metadata);
   fmt::print("wrote {}: {} float32 tensors, {} parameters ({}/{}.ckpt, {})\n", o.out.c_str(), tensors.size(),
              model.parameter_count(), o.run.c_str(), run.which.c_str(), run.objective->name().c_str());

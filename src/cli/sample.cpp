@@ -165,7 +165,8 @@ std::vector<Command> add_sample_commands(CLI::App& app) {
   SampleOptions& s = o->sample;
   auto* samp = app.add_subcommand("sample", "Generate text from a trained run (streams as it goes)");
   samp->add_option("--run", o->run, "Run directory")->type_name("DIR")->required();
-  auto* prompt = samp->add_option("--prompt", s.prompt, "Text to continue (default: a newline)");
+  auto* prompt = samp->add_option("--prompt", s.prompt,
+                                  "Text to continue (default: the end-of-text token, else a newline)");
   auto* prompt_file = samp->add_option("--prompt-file", o->prompt_file,
                                        "Continue the text of FILE (all of it, newlines kept)")
                           ->type_name("FILE")

@@ -220,6 +220,8 @@ void check_gguf_exportable(const ModelConfig& c) {
 
 GgufEndOfText gguf_end_of_text(const Tokenizer& tok) {
   const int32_t S = static_cast<int32_t>(tok.specials().size());
+  if (tok.has_end_of_text() && !tok.gpt2())
+    return {tok.end_of_text_id(), "<|endoftext|>, the corpus's document separator"};
   if (tok.gpt2() && tok.gpt2()->end_of_text() >= 0)
     return {S + tok.gpt2()->end_of_text(), "<|endoftext|>, the vocabulary's own (GPT-2's 50256)"};
   if (tok.kind() == Tokenizer::Kind::Bpe || tok.kind() == Tokenizer::Kind::Byte)
@@ -255,6 +257,11 @@ void add_gguf_tokenizer(GgufFile& f, const Tokenizer& tok) {
     if (const Gpt2Bpe* gpt2 = tok.gpt2(); gpt2 && own < gpt2->vocab_size()) {
       tokens[id] = gpt2->tokens()[own];
       if (gpt2->is_control(own)) types[id] = 3;  // "<|endoftext|>": never produced by encoding
+      continue;
+    }
+    if (id == tok.end_of_text_id()) {  // the document separator: never produced by encoding either
+      tokens[id] = kEndOfText;
+      types[id] = 3;
       continue;
     }
     const std::string bytes = tok.decode(id);

@@ -122,6 +122,17 @@ class StopWatch {
 
 }  // namespace
 
+int32_t empty_prompt_token(const Tokenizer& tokenizer) {
+  if (tokenizer.has_end_of_text()) return tokenizer.end_of_text_id();
+  const int32_t S = static_cast<int32_t>(tokenizer.specials().size());
+  if (const Gpt2Bpe* gpt2 = tokenizer.gpt2(); gpt2 && gpt2->end_of_text() >= 0)
+    return S + gpt2->end_of_text();
+  if (tokenizer.kind() == Tokenizer::Kind::Bpe) return tokenizer.encode("\n", "--prompt").front();
+  const auto& s = tokenizer.symbols();  // char and byte: the newline when the vocabulary has one
+  const auto nl = std::lower_bound(s.begin(), s.end(), static_cast<uint32_t>('\n'));
+  return nl != s.end() && *nl == '\n' ? S + static_cast<int32_t>(nl - s.begin()) : 0;
+}
+
 Generation generate(LanguageModel& model, const Tokenizer& tokenizer, const SampleOptions& o, Rng& rng,
                     const std::function<void(const std::string&)>& on_text, bool record) {
   const bool was_training = model.training();
@@ -129,12 +140,7 @@ Generation generate(LanguageModel& model, const Tokenizer& tokenizer, const Samp
   NoGradGuard no_grad;
   const int64_t L = model.config().max_seq_len, V = model.config().vocab_size;
   std::vector<int32_t> ids = tokenizer.encode(o.prompt, "--prompt");
-  if (ids.empty() && tokenizer.kind() == Tokenizer::Kind::Bpe) ids = tokenizer.encode("\n", "--prompt");
-  if (ids.empty()) {
-    const auto& s = tokenizer.symbols();
-    const auto nl = std::lower_bound(s.begin(), s.end(), static_cast<uint32_t>('\n'));
-    ids.push_back(nl != s.end() && *nl == '\n' ? static_cast<int32_t>(nl - s.begin()) : 0);
-  }
+  if (ids.empty()) ids.push_back(empty_prompt_token(tokenizer));
   // The repetition penalty's context: every token of the prompt and of the generation so far.
   std::vector<bool> seen;
   if (o.repetition_penalty != 1.0) {

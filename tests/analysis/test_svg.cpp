@@ -165,8 +165,9 @@ TEST_CASE("svg: heads, sweep, bench and speedrun figures are well-formed and hol
                       {"pruning", {{{"masked", 0}, {"val_loss", 2.5}}, {{"masked", 2}, {"val_loss", 2.7}}}}};
   const std::string h = tfm::heads_figure(heads);
   CHECK(xml_problem(h).empty());
-  CHECK(count_of(h, "class=\"cell\"") == 2 * 2 * 2);  // two layer x head maps
-  CHECK(count_of(h, "runs/&lt;x&gt;") == 1);
+  CHECK(count_of(h, "class=\"cell\"") == 2 * 2 * 2);           // two layer x head maps
+  CHECK(count_of(h, "&lt;x&gt;: 2 validation batches") == 1);  // titled by the run directory's own name
+  CHECK(count_of(h, "runs/") == 0);
   CHECK(series_points(h, "val loss") == 2);
 
   std::vector<json> points;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cli_run.h"
+#include "tiny_runs.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -292,6 +293,28 @@ TEST_CASE("tfm board: traversal, oversized and stalled requests, 50 clients, SIG
       board_raw(board.port, "GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + std::string(20000, 'b') +
                                 "\r\n\r\n");
   CHECK(long_header.find("HTTP/1.1 200") == std::string::npos);
+  // More header lines than kBoardMaxHeadLines, each short, and a head past kBoardMaxHeadBytes in lines
+  // under httplib's 8 KiB each: 400, and the server goes on serving.
+  std::string many_headers = "GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+  for (int i = 0; i < 500; ++i) many_headers += "X-H" + std::to_string(i) + ": v\r\n";
+  const std::string too_many = board_raw(board.port, many_headers + "\r\n");
+  CHECK(too_many.rfind("HTTP/1.1 400", 0) == 0);
+  std::string big_head = "GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+  for (int i = 0; i < 6; ++i)
+    big_head += "X-Big" + std::to_string(i) + ": " + std::string(7000, 'h') + "\r\n";
+  const std::string too_big = board_raw(board.port, big_head + "\r\n");
+  CHECK(too_big.rfind("HTTP/1.1 400", 0) == 0);
+  CHECK(c.Get("/api/runs")->status == 200);
+  // Keep-alive: each request of a connection gets its own bounds, so many requests of a few headers pass.
+  std::string pipelined;
+  for (int i = 0; i < 20; ++i) pipelined += "GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: 1\r\n\r\n";
+  const std::string answers = board_raw(
+      board.port, pipelined + "GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  size_t oks = 0;
+  for (size_t at = answers.find("HTTP/1.1 200"); at != std::string::npos;
+       at = answers.find("HTTP/1.1 200", at + 1))
+    ++oks;
+  CHECK(oks == 21);
   const std::string big_body = board_raw(
       board.port, "POST /api/model/sample HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10000000\r\n\r\n{");
   CHECK(big_body.rfind("HTTP/1.1 413", 0) == 0);
@@ -335,4 +358,42 @@ TEST_CASE("tfm board: refuses a missing directory and warns when opened to the n
   BoardProcess board("--runs " + tmp.path + " --host 0.0.0.0");
   CHECK(board.stop() == 0);
   CHECK(tfm_test::read_file(board.log).find("anyone who can reach this port") != std::string::npos);
+}
+
+TEST_CASE("tfm board: fill-mask of a masked_lm run and translation of a seq2seq run", "[board][slow]") {
+  // tests/tiny_runs.h's runs, copied under a root of their own.
+  const std::string root = tfm_test::scratch_path("board", "objectives");
+  fs::create_directories(root);
+  fs::copy(tfm_test::masked_run(), root + "/masked", fs::copy_options::recursive);
+  fs::copy(tfm_test::seq2seq_run(), root + "/seq2seq", fs::copy_options::recursive);
+  const std::string prefix = fs::path(root).filename().string() + "/";
+  BoardProcess board("--runs " + root);
+  httplib::Client c("127.0.0.1", board.port);
+  c.set_read_timeout(60, 0);
+
+  json r = board_post(c, "/api/model/fill_mask",
+                      {{"run", prefix + "masked"}, {"text", "To b[MASK]"}, {"top_k", 3}});
+  REQUIRE(r["masks"].size() == 1);
+  CHECK(r["masks"][0]["position"] == 4);
+  REQUIRE(r["masks"][0]["candidates"].size() == 3);
+  double total = 0;
+  for (const json& cand : r["masks"][0]["candidates"]) total += cand["probability"].get<double>();
+  CHECK(total > 0);
+  CHECK(total <= 1.0 + 1e-6);
+  board_post(c, "/api/model/fill_mask", {{"run", prefix + "masked"}, {"text", "no mask here"}}, 400);
+  board_post(c, "/api/model/sample", {{"run", prefix + "masked"}, {"prompt", "To"}}, 400);  // not a causal_lm
+  r = board_post(c, "/api/model/attention", {{"run", prefix + "masked"}, {"text", "To be"}});
+  CHECK(r["layers"].size() == 1);
+
+  r = board_post(c, "/api/model/translate",
+                 {{"run", prefix + "seq2seq"}, {"text", "one two ."}, {"beam", 2}});
+  CHECK(r["text"] == "one two .");
+  CHECK(r["translation"].is_string());
+  board_post(c, "/api/model/translate", {{"run", prefix + "seq2seq"}, {"text", "one ."}, {"beam", 99}}, 400);
+  board_post(c, "/api/model/translate", {{"run", prefix + "masked"}, {"text", "one ."}}, 400);
+  r = board_post(c, "/api/model/attention", {{"run", prefix + "seq2seq"}, {"text", "one two ."}});
+  CHECK(r["kind"] == "seq2seq");
+  CHECK(r["source_tokens"].size() >= 3);
+  CHECK(r["cross"].size() == 1);  // one decoder layer
+  CHECK(board.stop() == 0);
 }

@@ -9,6 +9,8 @@
 #include <string>
 
 #include "cli_run.h"
+#include "tfm/data/tokenizer.h"
+#include "tfm/engine/gguf.h"
 #include "tfm/engine/safetensors.h"
 #include "tfm/models/language_model.h"
 #include "tfm/training/run_dir.h"
@@ -157,4 +159,43 @@ TEST_CASE("attention: json, npy (H, T, T) per layer, summary lines, text checks"
   r = run_tfm("attention --run " + run + " --text '" + std::string(40, 'a') + "' --no-plot --out " + out);
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("--text") && Catch::Contains("max_seq_len"));
+}
+
+TEST_CASE("export: the document separator's id in the safetensors metadata and as GGUF's end of text",
+          "[export][cli]") {
+  TempDir tmp("export_separator");
+  const std::string sep_run = tmp.path + "/sep", plain_run = tmp.path + "/plain";
+  // Two documents (the two halves of the text): a multi-document corpus gets the separator.
+  const std::string text =
+      tfm_test::read_file(std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt");
+  std::filesystem::create_directories(tmp.path + "/docs");
+  std::ofstream(tmp.path + "/docs/a.txt") << text.substr(0, text.size() / 2);
+  std::ofstream(tmp.path + "/docs/b.txt") << text.substr(text.size() / 2);
+  REQUIRE(run_tfm("train --config configs/tiny.json --out " + sep_run +
+                  " --set train.max_steps=2 --set data.path=" + tmp.path + "/docs")
+              .status == 0);
+  REQUIRE(
+      run_tfm("train --config configs/tiny.json --out " + plain_run + " --set train.max_steps=2").status ==
+      0);
+  REQUIRE(run_tfm("export --run " + sep_run + " --out " + tmp.path + "/sep.safetensors").status == 0);
+  REQUIRE(run_tfm("export --run " + plain_run + " --out " + tmp.path + "/plain.safetensors").status == 0);
+  const tfm::SafetensorsFile st = tfm::load_safetensors(tmp.path + "/sep.safetensors");
+  const tfm::SafetensorsFile plain = tfm::load_safetensors(tmp.path + "/plain.safetensors");
+  const auto vocab_of = [](const tfm::SafetensorsFile& f) {
+    return tfm::Tokenizer::from_json(nlohmann::json::parse(f.metadata.at("tokenizer")));
+  };
+  const int64_t V = vocab_of(st).size();
+  REQUIRE(V == vocab_of(plain).size() + 1);  // the separator is the last id
+  REQUIRE(vocab_of(st).end_of_text_id() == V - 1);
+  CHECK(st.metadata.at("end_of_text_id") == std::to_string(V - 1));
+  CHECK(plain.metadata.count("end_of_text_id") == 0);
+
+  const std::string gguf = tmp.path + "/sep.gguf";
+  const CliRun r = run_tfm("export --run " + sep_run + " --format gguf --out " + gguf);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("document separator"));
+  const tfm::GgufFile f = tfm::load_gguf(gguf);
+  CHECK(f.at("tokenizer.ggml.eos_token_id").unsigned_value() == static_cast<uint64_t>(V - 1));
+  CHECK(f.at("tokenizer.ggml.tokens").items()[static_cast<size_t>(V - 1)].str() == "<|endoftext|>");
 }

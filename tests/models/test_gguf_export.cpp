@@ -401,6 +401,19 @@ TEST_CASE("gguf export: tokens in GPT-2's byte form, merges for multi-byte chara
   REQUIRE(f.find("tokenizer.ggml.eos_token_id") == nullptr);  // llama.cpp's default 11 stands
   REQUIRE(gguf_end_of_text(chars).id == 11);
 
+  // A multi-document corpus's separator (the last id) is the end of generation, a control token.
+  GgufFile fe;
+  const Tokenizer chars_eot = chars.with_end_of_text();
+  add_gguf_tokenizer(fe, chars_eot);
+  const int64_t sep = chars_eot.end_of_text_id();
+  REQUIRE(sep == chars.size());
+  REQUIRE(fe.at("tokenizer.ggml.tokens").items().size() == static_cast<size_t>(chars_eot.size()));
+  REQUIRE(fe.at("tokenizer.ggml.tokens").items()[sep].str() == "<|endoftext|>");
+  REQUIRE(fe.at("tokenizer.ggml.token_type").items()[sep].signed_value() == 3);
+  REQUIRE(fe.at("tokenizer.ggml.eos_token_id").unsigned_value() == static_cast<uint64_t>(sep));
+  REQUIRE(fe.at("tokenizer.ggml.bos_token_id").unsigned_value() == static_cast<uint64_t>(sep));
+  REQUIRE(gguf_end_of_text(chars_eot).id == sep);
+
   GgufFile b;
   const Tokenizer bytes = Tokenizer::from_text(Tokenizer::Kind::Byte, "x", "test");
   add_gguf_tokenizer(b, bytes);
@@ -422,6 +435,11 @@ TEST_CASE("gguf export: tokens in GPT-2's byte form, merges for multi-byte chara
   std::vector<std::string> pm;
   for (const GgufValue& m : p.at("tokenizer.ggml.merges").items()) pm.push_back(m.str());
   REQUIRE(pm == std::vector<std::string>{"a b", "ab c", "\xc4\xa0 ab"});
+  REQUIRE(p.at("tokenizer.ggml.eos_token_id").unsigned_value() == 255);
+  GgufFile pe;
+  add_gguf_tokenizer(pe, bpe.with_end_of_text());
+  REQUIRE(pe.at("tokenizer.ggml.eos_token_id").unsigned_value() == 259);
+  REQUIRE(pe.at("tokenizer.ggml.tokens").items()[259].str() == "<|endoftext|>");
 
   // Two ids with the same bytes cannot both live in llama.cpp's text-keyed vocabulary.
   GgufFile d;

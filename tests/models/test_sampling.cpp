@@ -209,3 +209,20 @@ TEST_CASE("sampling: a stop string ends generation and is neither streamed nor k
   CHECK(s2.text != s1.text);
   CHECK(generate(model, tok, o) == all.text);
 }
+
+TEST_CASE("sampling: an empty prompt starts from the end-of-text token, else a newline", "[sampling]") {
+  const Tokenizer chars = Tokenizer::from_text(Tokenizer::Kind::Char, "ab\nc", "test");  // \n a b c
+  CHECK(empty_prompt_token(chars) == 0);
+  CHECK(empty_prompt_token(chars.with_end_of_text()) == 4);  // the separator, past the characters
+  CHECK(empty_prompt_token(Tokenizer::from_text(Tokenizer::Kind::Char, "abc", "test")) == 0);  // no newline
+  const Tokenizer chars_specials = chars.with_specials({"<pad>", "<unk>"});
+  CHECK(empty_prompt_token(chars_specials) == 2);  // the newline, shifted past the specials
+  CHECK(empty_prompt_token(Tokenizer::from_text(Tokenizer::Kind::Byte, "x", "test")) == '\n');
+  const Tokenizer bpe(BpeTokenizer({{'a', 'b'}}));
+  CHECK(empty_prompt_token(bpe) == '\n');
+  CHECK(empty_prompt_token(bpe.with_end_of_text()) == 257);
+  // GPT-2's convention: a gpt2 vocabulary starts from <|endoftext|> with or without a separator.
+  const Tokenizer gpt2 = Tokenizer::load_gpt2("");
+  CHECK(empty_prompt_token(gpt2) == 50256);
+  CHECK(empty_prompt_token(gpt2.with_end_of_text()) == 50256);
+}

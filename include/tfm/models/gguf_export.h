@@ -104,13 +104,16 @@ GgufFile gguf_from_model(const LanguageModel& model, const Tokenizer& tokenizer,
 //   char  the characters in GPT-2's form; a multi-byte UTF-8 character gets the merges that join its
 //         bytes (they never cross characters: every left side starts with a lead byte, every right
 //         side is a continuation byte), so text of the vocabulary's characters encodes to tfm's ids
-// Token types are normal (1), specials control (3); scores are 0 (llama.cpp's BPE does not use them).
+// Token types are normal (1), specials and the document separator control (3); scores are 0 (llama.cpp's
+// BPE does not use them).
 // ConfigError when two tokens have the same bytes (llama.cpp looks tokens up by text).
 void add_gguf_tokenizer(GgufFile& file, const Tokenizer& tokenizer);
 
 // llama.cpp's end-of-generation token for the exported vocabulary and how it was chosen, for the
-// export's report: byte and BPE vocabularies end at byte 0xFF (never part of UTF-8 text); a char
-// vocabulary has no free id, so llama.cpp's default for gpt2 tokenizers, id 11, stands.
+// export's report: the document separator of a multi-document corpus (Tokenizer::end_of_text_id, a control
+// token "<|endoftext|>"; a gpt2 vocabulary's own); without one, byte and BPE vocabularies end at byte 0xFF
+// (never part of UTF-8 text) and a char vocabulary has no free id, so llama.cpp's default for gpt2
+// tokenizers, id 11, stands.
 struct GgufEndOfText {
   int64_t id = -1;
   std::string note;

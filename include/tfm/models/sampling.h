@@ -28,7 +28,7 @@
 namespace tfm {
 
 struct SampleOptions {
-  std::string prompt;  // empty: start from a newline (or token 0 when there is none)
+  std::string prompt;  // empty: start from empty_prompt_token
   int64_t max_new_tokens = 500;
   double temperature = 1.0;         // 0: greedy
   int64_t top_k = 0;                // 0: all tokens
@@ -48,6 +48,11 @@ std::vector<double> next_token_distribution(const float* logits, int64_t V, cons
 
 // A token drawn from `probs` (as next_token_distribution makes them) with one draw of `rng`.
 int32_t draw_token(const std::vector<double>& probs, Rng& rng);
+
+// The token generation starts from when the prompt is empty: the document separator when the vocabulary
+// has one (a gpt2 vocabulary always: "<|endoftext|>", GPT-2's convention), else a newline (a BPE
+// vocabulary's encoding of "\n", a char vocabulary's newline when it has one), else id 0.
+int32_t empty_prompt_token(const Tokenizer& tokenizer);
 
 // One generated continuation.
 struct Generation {
