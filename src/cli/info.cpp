@@ -209,8 +209,11 @@ void print_model(const Config& c, const std::string& file, const InfoModel& m, c
   if (mc.value_residual) add("value residual");
   if (mc.bigram_buckets > 0) add(fmt::format("bigram table of {} rows", mc.bigram_buckets));
   if (mc.mtp_heads > 0)
-    add(fmt::format("multi-token prediction: {} extra head{} (tokens t+2..t+{}), loss weight {:g} decaying to 0",
-                    mc.mtp_heads, mc.mtp_heads > 1 ? "s" : "", mc.mtp_heads + 1, c.train().mtp_weight));
+    add(fmt::format("multi-token prediction, {} training-only head{} (token{} t+2{}), loss weight {:g} decaying "
+                    "to 0",
+                    mc.mtp_heads, mc.mtp_heads > 1 ? "s" : "", mc.mtp_heads > 1 ? "s" : "",
+                    mc.mtp_heads > 1 ? ".." + std::string("t+") + std::to_string(mc.mtp_heads + 1) : "",
+                    c.train().mtp_weight));
   if (!tricks.empty()) fmt::print("tricks: {}\n", tricks);
 }
 

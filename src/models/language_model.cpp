@@ -202,10 +202,10 @@ Cost LanguageModel::cost(const ModelConfig& config, int64_t B_, int64_t T_) {
   for (int64_t k = 0; k < c.mtp_heads; ++k) {
     cost += Norm::cost(c.d_model, c.norm, rows);
     cost += linear_cost(C, C, false, rows);
-    if (c.norm_position == NormPosition::Pre) cost += Norm::cost(c.d_model, c.norm, rows);
-    Cost head = linear_cost(C, V, false, rows);
-    head.parameters = 0;  // shared with the next-token head
-    cost += head;
+    Cost shared = linear_cost(C, V, false, rows);  // the head
+    if (c.norm_position == NormPosition::Pre) shared += Norm::cost(c.d_model, c.norm, rows);  // ln_f
+    shared.parameters = 0;  // the next-token head's
+    cost += shared;
     cost.activations += 2.0 * rows * C + (c.logit_softcap > 0.0f ? 3.0 : 2.0) * rows * V;
   }
   // The backward's largest transient (~5 C per token) and the logits with their gradient.

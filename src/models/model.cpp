@@ -114,7 +114,7 @@ std::vector<std::pair<std::string, int64_t>> Model::parameter_breakdown() const 
     out[k].second += p.value.numel();
   }
   if (skips > 0) out.emplace_back("x0 skips", skips);
-  if (mtp > 0) out.emplace_back("mtp heads (training only)", mtp);
+  if (mtp > 0) out.emplace_back("mtp heads", mtp);  // training only
   return out;
 }
 
