@@ -208,12 +208,12 @@ void print_model(const Config& c, const std::string& file, const InfoModel& m, c
   if (mc.x0_skip) add("x0 skip");
   if (mc.value_residual) add("value residual");
   if (mc.bigram_buckets > 0) add(fmt::format("bigram table of {} rows", mc.bigram_buckets));
-  if (mc.mtp_heads > 0)
-    add(fmt::format("multi-token prediction, {} training-only head{} (token{} t+2{}), loss weight {:g} decaying "
-                    "to 0",
-                    mc.mtp_heads, mc.mtp_heads > 1 ? "s" : "", mc.mtp_heads > 1 ? "s" : "",
-                    mc.mtp_heads > 1 ? ".." + std::string("t+") + std::to_string(mc.mtp_heads + 1) : "",
-                    c.train().mtp_weight));
+  if (mc.mtp_heads > 0) {
+    const std::string predicted =
+        mc.mtp_heads == 1 ? "token t+2" : "tokens t+2..t+" + std::to_string(mc.mtp_heads + 1);
+    add(fmt::format("multi-token prediction of {} ({} training-only head{}), loss weight {:g} decaying to 0",
+                    predicted, mc.mtp_heads, mc.mtp_heads > 1 ? "s" : "", c.train().mtp_weight));
+  }
   if (!tricks.empty()) fmt::print("tricks: {}\n", tricks);
 }
 

@@ -247,8 +247,9 @@ void cross_checks(const json& t, std::vector<std::string>& errors) {
                      " (head k predicts token t+1+k inside the window), got " +
                      std::to_string(model.mtp_heads));
   if (model.mtp_heads == 0 && train.mtp_weight != TrainConfig{}.mtp_weight)
-    errors.push_back("train.mtp_weight: only read with model.mtp_heads > 0; this config has 0 (remove the "
-                     "key or set model.mtp_heads)");
+    errors.push_back(
+        "train.mtp_weight: only read with model.mtp_heads > 0; this config has 0 (remove the "
+        "key or set model.mtp_heads)");
   if (train.data_parallel > train.batch_size)
     errors.push_back(
         "train.data_parallel: expected at most train.batch_size = " + std::to_string(train.batch_size) +

@@ -202,9 +202,10 @@ Cost LanguageModel::cost(const ModelConfig& config, int64_t B_, int64_t T_) {
   for (int64_t k = 0; k < c.mtp_heads; ++k) {
     cost += Norm::cost(c.d_model, c.norm, rows);
     cost += linear_cost(C, C, false, rows);
-    Cost shared = linear_cost(C, V, false, rows);  // the head
-    if (c.norm_position == NormPosition::Pre) shared += Norm::cost(c.d_model, c.norm, rows);  // ln_f
-    shared.parameters = 0;  // the next-token head's
+    // The shared head (and ln_f), whose parameters are the next-token head's.
+    Cost shared = linear_cost(C, V, false, rows);
+    if (c.norm_position == NormPosition::Pre) shared += Norm::cost(c.d_model, c.norm, rows);
+    shared.parameters = 0;
     cost += shared;
     cost.activations += 2.0 * rows * C + (c.logit_softcap > 0.0f ? 3.0 : 2.0) * rows * V;
   }
@@ -238,8 +239,8 @@ Tensor LanguageModel::loss(const Tensor& logits, const std::vector<int32_t>& tar
   return cross_entropy(logits, targets);
 }
 
-Tensor LanguageModel::mtp_loss(const std::vector<Tensor>& extra, const std::vector<int32_t>& targets, int64_t B,
-                               int64_t T) {
+Tensor LanguageModel::mtp_loss(const std::vector<Tensor>& extra, const std::vector<int32_t>& targets,
+                               int64_t B, int64_t T) {
   TFM_CHECK(!extra.empty() && static_cast<int64_t>(targets.size()) == B * T &&
                 static_cast<int64_t>(extra.size()) < T,
             "LanguageModel::mtp_loss", "expected 1 to T - 1 = ", T - 1, " extra heads and B*T = ", B * T,

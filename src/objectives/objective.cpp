@@ -166,7 +166,8 @@ BatchShards TextObjective::shards_of(const std::vector<int32_t>& x, const std::v
       if (mtp) s.auxiliary = LanguageModel::mtp_loss(heads.extra, ys, rows, T);
       if (share != 1.0f) {  // one shard: the batch's own mean
         s.loss = s.loss * share;
-        if (mtp) s.auxiliary = s.auxiliary * share;  // every row has T - k positions per head: share = rows / B
+        // Every row has T - k positions per head: the auxiliary term's share is rows / B too.
+        if (mtp) s.auxiliary = s.auxiliary * share;
       }
       return s;
     });

@@ -45,7 +45,8 @@ double LrSchedule::at(int64_t step) const {
 
 double mtp_weight_at(double weight, int64_t step, int64_t total) {
   if (total <= 0) return 0.0;
-  const double left = 1.0 - static_cast<double>(std::clamp<int64_t>(step, 0, total)) / static_cast<double>(total);
+  const double left =
+      1.0 - static_cast<double>(std::clamp<int64_t>(step, 0, total)) / static_cast<double>(total);
   return weight * left;
 }
 

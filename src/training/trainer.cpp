@@ -481,8 +481,7 @@ void TrainingRun::log_interval(double lr, const Metrics* val) {
       "step {}/{} | loss {:.4f}{} | lr {:.2e} | grad norm {:.3f} | {:.1f} ms/step | {} tok/s | mfu {:.1f}% | "
       "eta {}",
       state_->step, max_steps_, iv.loss / n, mtp.c_str(), lr, iv.norm / n, ms, rate_str(tok_s).c_str(),
-      100.0 * mfu,
-      duration_str(iv.seconds / n * static_cast<double>(max_steps_ - state_->step)).c_str()));
+      100.0 * mfu, duration_str(iv.seconds / n * static_cast<double>(max_steps_ - state_->step)).c_str()));
   interval_.reset();
 }
 

@@ -30,11 +30,13 @@ constexpr int64_t kMtpVocab = 7;
 // A small model with `heads` extra heads: the modern recipe (RoPE, RMSNorm, SwiGLU, untied, soft-capped),
 // or the 2017 one post-norm (no final norm) with a tied head.
 ModelConfig mtp_config(bool modern, int64_t heads) {
-  std::vector<std::string> sets = {"model.d_model=8", "model.n_layers=2", "model.n_heads=2", "model.d_ff=12",
+  std::vector<std::string> sets = {"model.d_model=8",     "model.n_layers=2",
+                                   "model.n_heads=2",     "model.d_ff=12",
                                    "model.max_seq_len=8", "model.mtp_heads=" + std::to_string(heads)};
   if (modern)
-    sets.insert(sets.end(), {"model.positional_encoding=rope", "model.norm=rmsnorm", "model.activation=swiglu",
-                             "model.bias=false", "model.tie_embeddings=false", "model.logit_softcap=3"});
+    sets.insert(sets.end(),
+                {"model.positional_encoding=rope", "model.norm=rmsnorm", "model.activation=swiglu",
+                 "model.bias=false", "model.tie_embeddings=false", "model.logit_softcap=3"});
   else
     sets.insert(sets.end(), {"model.norm_position=post", "model.positional_encoding=learned"});
   return model_config_from(sets, kMtpVocab);
@@ -157,7 +159,8 @@ TEST_CASE("mtp: the other weights start as without the heads, and zero-init zero
     CHECK(a.find_parameter(p.name)->value.to_vector() == p.value.to_vector());
   }
   const int64_t C = with.d_model;
-  for (const char* name : {"mtp.1.norm.weight", "mtp.1.proj.weight", "mtp.2.norm.weight", "mtp.2.proj.weight"})
+  for (const char* name :
+       {"mtp.1.norm.weight", "mtp.1.proj.weight", "mtp.2.norm.weight", "mtp.2.proj.weight"})
     CHECK(a.find_parameter(name) != nullptr);
   CHECK(a.find_parameter("mtp.1.proj.weight")->value.shape() == Shape{C, C});
   CHECK(a.parameter_count() - b.parameter_count() == 2 * (C * C + C));  // RMSNorm: a gain only
@@ -200,9 +203,11 @@ TEST_CASE("mtp: the loss weight decays linearly from train.mtp_weight at step 0 
   CHECK(mtp_weight_at(0.5, 1, 4) == 0.375);
 }
 
-TEST_CASE("mtp: refused outside causal_lm, at seq_len or more, and its weight without heads", "[mtp][config]") {
-  CHECK_THROWS_WITH(model_config_from({"train.objective=masked_lm", "model.causal=false", "model.mtp_heads=1"}, 10),
-                    Catch::Contains("model.mtp_heads: belongs to train.objective \"causal_lm\""));
+TEST_CASE("mtp: refused outside causal_lm, at seq_len or more, and its weight without heads",
+          "[mtp][config]") {
+  CHECK_THROWS_WITH(
+      model_config_from({"train.objective=masked_lm", "model.causal=false", "model.mtp_heads=1"}, 10),
+      Catch::Contains("model.mtp_heads: belongs to train.objective \"causal_lm\""));
   CHECK_THROWS_WITH(model_config_from({"train.objective=seq2seq", "model.mtp_heads=1"}, 10),
                     Catch::Contains("model.mtp_heads: belongs to train.objective \"causal_lm\""));
   CHECK_THROWS_WITH(model_config_from({"model.mtp_heads=-1"}, 10), Catch::Contains("model.mtp_heads"));
@@ -217,10 +222,11 @@ TEST_CASE("mtp: refused outside causal_lm, at seq_len or more, and its weight wi
 
 TEST_CASE("mtp: the GGUF export leaves the training-only heads out", "[mtp][gguf]") {
   for (const bool rope : {true, false}) {
-    std::vector<std::string> sets = {"model.d_model=8", "model.n_layers=1", "model.n_heads=2", "model.d_ff=12",
-                                     "model.max_seq_len=8"};
+    std::vector<std::string> sets = {"model.d_model=8", "model.n_layers=1", "model.n_heads=2",
+                                     "model.d_ff=12", "model.max_seq_len=8"};
     if (rope)
-      sets.insert(sets.end(), {"model.positional_encoding=rope", "model.norm=rmsnorm", "model.activation=swiglu"});
+      sets.insert(sets.end(),
+                  {"model.positional_encoding=rope", "model.norm=rmsnorm", "model.activation=swiglu"});
     const ModelConfig plain = model_config_from(sets, kMtpVocab);
     sets.push_back("model.mtp_heads=2");
     const ModelConfig with = model_config_from(sets, kMtpVocab);

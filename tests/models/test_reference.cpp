@@ -50,7 +50,8 @@ TEST_CASE("reference: language model logits, loss and gradients match PyTorch", 
   }
 }
 
-TEST_CASE("reference: multi-token prediction's logits, loss and gradients match PyTorch", "[reference][mtp]") {
+TEST_CASE("reference: multi-token prediction's logits, loss and gradients match PyTorch",
+          "[reference][mtp]") {
   // The training loss with the extra heads: next-token loss + mtp_weight * the extra heads' mean loss, each
   // head's positions without a target left out; every gradient through the shared head and trunk.
   for (const char* name : {"lm_mtp", "lm_mtp_post_tied"}) {

@@ -20,7 +20,8 @@ using namespace tfm;
 namespace {
 
 Config mtp_train_config(const std::string& dir, std::vector<std::string> extra = {}) {
-  std::vector<std::string> sets = {"train.max_steps=6", "train.eval_interval=3", "train.checkpoint_interval=3"};
+  std::vector<std::string> sets = {"train.max_steps=6", "train.eval_interval=3",
+                                   "train.checkpoint_interval=3"};
   sets.insert(sets.end(), extra.begin(), extra.end());
   return tfm_test::small_train_config(dir, sets);
 }
@@ -42,7 +43,7 @@ TEST_CASE("train mtp: the train and val losses are the next-token loss, the extr
   REQUIRE(on.losses.size() == 6);
   CHECK(off.losses == plain.losses);  // bit for bit: the logged loss is the next-token loss
   CHECK(off.val_loss == plain.val_loss);
-  CHECK(on.losses[0] == plain.losses[0]);  // the first step: the same trunk, the same batch
+  CHECK(on.losses[0] == plain.losses[0]);          // the first step: the same trunk, the same batch
   CHECK(on.losses.back() != plain.losses.back());  // the extra head's gradient trained the trunk
   CHECK(on.val_loss != plain.val_loss);
 
