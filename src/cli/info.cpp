@@ -286,7 +286,9 @@ void measure_step(const Config& c, const InfoModel& m, const InfoFigures& f) {
   memory::reset_peak();
   if (m.objective) {
     m.model().set_training(true);
-    m.objective->train_batch().loss.backward();
+    const BatchLoss batch = m.objective->train_batch();  // with multi-token prediction's term, as step 0
+    const float weight = static_cast<float>(c.train().mtp_weight);
+    (batch.auxiliary.defined() ? batch.loss + batch.auxiliary * weight : batch.loss).backward();
   } else {
     std::vector<int32_t> x(f.B * f.T), y(f.B * f.T);
     Rng rng(1);
