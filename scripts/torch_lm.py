@@ -16,12 +16,15 @@ Config keys read (all optional except data.path; defaults in brackets):
         positional_encoding [sinusoidal|learned|rope] rope_theta [10000] norm [layernorm|rmsnorm]
         norm_eps [1e-5] qk_norm [false] causal [true] tie_embeddings [true] bias [true]
         zero_init [false] logit_softcap [0] x0_skip [false] value_residual [false] bigram_buckets [0]
+        mtp_heads [0]
   train.objective [causal_lm|masked_lm] mask_prob [0.15] batch_size [12] seq_len [max_seq_len]
         max_steps [2000] grad_clip [1.0] eval_interval [250] eval_steps [20]
   train.optimizer.name [adamw|muon] lr [1e-3] betas [[0.9, 0.99]] weight_decay [0.1]
         muon_lr [0.02] muon_momentum [0.95] muon_weight_decay [0] muon_cautious_weight_decay [false]
         muon_momentum_warmup_steps [0] muon_momentum_cooldown_steps [0] muon_momentum_min [0.85]
   train.ema_decay [0]                          evaluations read an EMA of the weights
+  train.mtp_weight [0.3]                       model.mtp_heads > 0: the extra heads' loss weight at step 0,
+                                               linearly down to 0 at max_steps (logged loss: next token only)
   train.lr_schedule.name [cosine|wsd|constant|inverse_sqrt] warmup_steps [100] min_lr [lr / 10]
         decay_fraction [0.2, wsd]
 Keys of tfm's that change the model or the loss but are not implemented here (seq2seq, BPE, additive
@@ -63,7 +66,8 @@ MODEL_DEFAULTS = dict(d_model=128, n_layers=4, n_heads=4, n_kv_heads=None, d_ff=
                       dropout=0.0, attention_dropout=0.0, activation="gelu", norm_position="pre",
                       positional_encoding="sinusoidal", causal=True, tie_embeddings=True, bias=True,
                       norm="layernorm", norm_eps=1e-5, rope_theta=10000.0, qk_norm=False,
-                      zero_init=False, logit_softcap=0.0, x0_skip=False, value_residual=False, bigram_buckets=0)
+                      zero_init=False, logit_softcap=0.0, x0_skip=False, value_residual=False, bigram_buckets=0,
+                      mtp_heads=0)
 
 # tfm keys this reference does not implement, with the value that means "off": any other value is refused.
 NOT_HERE = {"model.attention_score": "dot", "model.head_gating": "none", "model.head_mixing": "none",
@@ -226,10 +230,39 @@ class Block(nn.Module):
         return self.ln2(x + self.drop(self.ffn(x))), values
 
 
+class MtpBranch(nn.Module):
+    """One extra head of multi-token prediction (Gloeckle et al. 2024; DeepSeek-V3 2024 sec. 2.2): a pre-norm
+    residual branch with one linear map, z = x + W norm(x), W (C, C) without bias, x the last block's output;
+    the shared final norm and output head turn z into the logits of token t+1+k."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.norm = make_norm(m, m["d_model"])
+        self.proj = nn.Linear(m["d_model"], m["d_model"], bias=False)
+
+    def forward(self, x):  # (B, T, C)
+        return x + self.proj(self.norm(x))
+
+
+def mtp_loss(extra, y):
+    """Multi-token prediction's loss: the mean over k = 1..K of head k's mean cross-entropy over the positions
+    t < T - k, whose target is y[:, t + k] (token t+1+k); the last k positions of each row have none."""
+    T = y.shape[1]
+    losses = [F.cross_entropy(z[:, :T - k].reshape(-1, z.shape[-1]).float(), y[:, k:].reshape(-1))
+              for k, z in enumerate(extra, start=1)]
+    return sum(losses) / len(losses)
+
+
+def mtp_weight_at(weight, step, total):
+    """train.mtp_weight at step 0 (0-based), linearly down to 0 at step total (train.max_steps)."""
+    return weight * (1.0 - min(max(step, 0), total) / total)
+
+
 class LM(nn.Module):
     """The language model: embedding (+ positions), n_layers blocks, final norm (pre-norm), output head
     tied to the embedding (Press & Wolf 2017; Vaswani et al. 2017 sec. 3.4) or its own matrix.
-    LM(model_config(cfg), V); forward(idx (B, T) int64) -> logits (B, T, V)."""
+    LM(model_config(cfg), V); forward(idx (B, T) int64) -> logits (B, T, V); with extra_heads=True and
+    model.mtp_heads K, (logits, [K extra heads' logits (B, T, V)])."""
 
     def __init__(self, m, vocab):
         super().__init__()
@@ -253,6 +286,8 @@ class LM(nn.Module):
         # The bigram embedding: row (prev * V + token) mod N of a zero-initialised (N, C) table is added to
         # the embedding output of every position that has a token before it.
         self.bigram = nn.Embedding(m["bigram_buckets"], d) if m["bigram_buckets"] > 0 else None
+        # Multi-token prediction: mtp.k (k = 1..K) predicts token t+1+k, training only.
+        self.mtp = nn.ModuleDict((str(k), MtpBranch(m)) for k in range(1, m["mtp_heads"] + 1))
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -273,11 +308,12 @@ class LM(nn.Module):
         # Zeroed after the draws, so the other weights are the same with a trick on or off.
         with torch.no_grad():
             for name, p in self.named_parameters():
-                zero_init = self.m["zero_init"] and name.endswith(("attn.wo.weight", "fc2.weight", "head.weight"))
+                zero_init = self.m["zero_init"] and (name.endswith(("attn.wo.weight", "fc2.weight", "head.weight"))
+                                                     or (name.startswith("mtp.") and name.endswith(".proj.weight")))
                 if zero_init or name == "bigram.weight":
                     p.zero_()
 
-    def forward(self, idx):
+    def forward(self, idx, extra_heads=False):
         T = idx.shape[1]
         x = self.emb(idx)  # (B, T, C)
         if self.positions == "sinusoidal":  # Vaswani et al. 2017 sec. 3.4: embeddings scaled by sqrt(C)
@@ -293,6 +329,13 @@ class LM(nn.Module):
         for block in self.blocks:
             x, values = block(x, x0, first_values)
             first_values = values if first_values is None else first_values
+        logits = self.logits(x)
+        if not extra_heads:
+            return logits
+        return logits, [self.logits(branch(x)) for branch in self.mtp.values()]
+
+    def logits(self, x):
+        """The final norm and the output head, soft-capped: (B, T, C) -> (B, T, V)."""
         x = self.ln_f(x)
         logits = x @ self.emb.weight.t() if self.head is None else self.head(x)  # (B, T, V)
         c = self.m["logit_softcap"]
@@ -569,6 +612,8 @@ def main():
     m = model_config(cfg)
     V = len(chars) + (1 if masked else 0)  # masked_lm: [MASK] is the last id (Devlin et al. 2019)
     mask_id, mask_prob = len(chars), setting(cfg, "train.mask_prob", 0.15)
+    if masked and m["mtp_heads"]:
+        sys.exit("model.mtp_heads: multi-token prediction belongs to train.objective causal_lm")
     model = LM(m, V)  # the seed's first draws: the initial weights
     n_params = sum(p.numel() for p in model.parameters())
 
@@ -601,6 +646,19 @@ def main():
         """Mean cross-entropy over the positions with a target (all of them for causal_lm)."""
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
             return F.cross_entropy(model(x).view(-1, V).float(), y.view(-1), ignore_index=-100)
+
+    mtp_weight = setting(cfg, "train.mtp_weight", 0.3)
+
+    def training_loss_of(x, y, step, total):
+        """(what backward differentiates, the next-token loss to report): with model.mtp_heads, the
+        next-token loss plus mtp_weight_at(step) times the extra heads' loss."""
+        if not m["mtp_heads"]:
+            loss = loss_of(x, y)
+            return loss, loss
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+            logits, extra = model(x, extra_heads=True)
+            loss = F.cross_entropy(logits.view(-1, V).float(), y.view(-1))
+            return loss + mtp_weight_at(mtp_weight, step, total) * mtp_loss(extra, y), loss
 
     ema = None  # train.ema_decay's WeightEma, made with the optimizers
 
@@ -698,10 +756,10 @@ def main():
         set_muon_momentum(optimizers, cfg, step, total)
         t0 = time.perf_counter()
         x, y = given[step] if given else random_batch(train_tokens)
-        loss = loss_of(x, y)
+        differentiated, loss = training_loss_of(x, y, step, total)
         for opt, _ in optimizers:
             opt.zero_grad(set_to_none=True)
-        loss.backward()
+        differentiated.backward()
         if clip > 0:  # global norm over all parameters, before any optimizer reads the gradient
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         for opt, _ in optimizers:

@@ -82,8 +82,17 @@ CONFIGS = {
                                  norm_position="pre", positional_encoding="sinusoidal", tie_embeddings=True,
                                  activation="gelu", logit_softcap=3.0, x0_skip=True, value_residual=True,
                                  bigram_buckets=121),
+    # multi-token prediction: two extra heads on the modern recipe with an untied, soft-capped head (the
+    # loss: next token + MTP_WEIGHT times the extra heads' mean loss); one on a post-norm model (no final
+    # norm) with a tied head
+    "lm_mtp": dict(d_model=16, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=24, max_seq_len=8, norm_position="pre",
+                   positional_encoding="rope", norm="rmsnorm", activation="swiglu", bias=False,
+                   tie_embeddings=False, logit_softcap=5.0, mtp_heads=2),
+    "lm_mtp_post_tied": dict(d_model=8, n_layers=2, n_heads=2, d_ff=16, max_seq_len=8, norm_position="post",
+                             positional_encoding="learned", activation="gelu", tie_embeddings=True, mtp_heads=1),
 }
 VOCAB, B, T = 11, 2, 6
+MTP_WEIGHT = 0.3  # train.mtp_weight of the multi-token fixtures' loss
 
 
 def tensor(t):
@@ -118,16 +127,23 @@ def lm_fixture(name, model_cfg, seed):
     if not m["causal"]:  # masked_lm's loss reads the chosen positions only
         targets = torch.where(torch.rand(B, T) < 0.4, targets, torch.full_like(targets, -100))
         targets[0, 0] = 3  # at least one chosen position
-    logits = model(tokens)
-    loss = torch.nn.functional.cross_entropy(logits.view(-1, VOCAB), targets.view(-1))
+    extra = {}
+    if m["mtp_heads"]:  # the training loss: next token + weight * the extra heads' loss
+        logits, heads = model(tokens, extra_heads=True)
+        aux = torch_lm.mtp_loss(heads, targets)
+        loss = torch.nn.functional.cross_entropy(logits.view(-1, VOCAB), targets.view(-1)) + MTP_WEIGHT * aux
+        extra = {"mtp_weight": MTP_WEIGHT, "mtp_loss": float(aux), "mtp_logits": [tensor(z) for z in heads]}
+    else:
+        logits = model(tokens)
+        loss = torch.nn.functional.cross_entropy(logits.view(-1, VOCAB), targets.view(-1))
     loss.backward()
-    write(name, {
+    write(name, dict({
         "config": dict(m, vocab_size=VOCAB), "B": B, "T": T,
         "tokens": tokens.view(-1).tolist(), "targets": targets.view(-1).tolist(),
         "params": {n: tensor(p) for n, p in model.named_parameters()},
         "logits": tensor(logits), "loss": float(loss),
         "grads": {n: tensor(p.grad) for n, p in model.named_parameters()},
-    })
+    }, **extra))
 
 
 def mha_fixture(seed):

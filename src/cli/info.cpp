@@ -208,6 +208,12 @@ void print_model(const Config& c, const std::string& file, const InfoModel& m, c
   if (mc.x0_skip) add("x0 skip");
   if (mc.value_residual) add("value residual");
   if (mc.bigram_buckets > 0) add(fmt::format("bigram table of {} rows", mc.bigram_buckets));
+  if (mc.mtp_heads > 0) {
+    const std::string predicted =
+        mc.mtp_heads == 1 ? "token t+2" : "tokens t+2..t+" + std::to_string(mc.mtp_heads + 1);
+    add(fmt::format("multi-token prediction of {} ({} training-only head{}), loss weight {:g} decaying to 0",
+                    predicted, mc.mtp_heads, mc.mtp_heads > 1 ? "s" : "", c.train().mtp_weight));
+  }
   if (!tricks.empty()) fmt::print("tricks: {}\n", tricks);
 }
 
@@ -280,7 +286,9 @@ void measure_step(const Config& c, const InfoModel& m, const InfoFigures& f) {
   memory::reset_peak();
   if (m.objective) {
     m.model().set_training(true);
-    m.objective->train_batch().loss.backward();
+    const BatchLoss batch = m.objective->train_batch();  // with multi-token prediction's term, as step 0
+    const float weight = static_cast<float>(c.train().mtp_weight);
+    (batch.auxiliary.defined() ? batch.loss + batch.auxiliary * weight : batch.loss).backward();
   } else {
     std::vector<int32_t> x(f.B * f.T), y(f.B * f.T);
     Rng rng(1);

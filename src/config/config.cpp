@@ -242,6 +242,14 @@ void cross_checks(const json& t, std::vector<std::string>& errors) {
   if (train.seq_len > model.max_seq_len)
     errors.push_back("train.seq_len: expected at most model.max_seq_len = " +
                      std::to_string(model.max_seq_len) + ", got " + std::to_string(train.seq_len));
+  if (model.mtp_heads >= train.seq_len)
+    errors.push_back("model.mtp_heads: expected fewer than train.seq_len = " + std::to_string(train.seq_len) +
+                     " (head k predicts token t+1+k inside the window), got " +
+                     std::to_string(model.mtp_heads));
+  if (model.mtp_heads == 0 && train.mtp_weight != TrainConfig{}.mtp_weight)
+    errors.push_back(
+        "train.mtp_weight: only read with model.mtp_heads > 0; this config has 0 (remove the "
+        "key or set model.mtp_heads)");
   if (train.data_parallel > train.batch_size)
     errors.push_back(
         "train.data_parallel: expected at most train.batch_size = " + std::to_string(train.batch_size) +

@@ -352,6 +352,13 @@ std::vector<KeySpec> build_table() {
           "N >= V^2: 4225 for tiny Shakespeare's 65 characters); 0 = off.")
           .min(0)
           .only_for(kLanguageModels),
+      Key("model.mtp_heads", &ModelConfig::mtp_heads,
+          "K > 0: multi-token prediction (Gloeckle et al. 2024) as an auxiliary training loss: K extra heads "
+          "predict tokens t+2 .. t+1+K from the last block's output, each a pre-norm residual linear branch "
+          "(mtp.k.norm, mtp.k.proj, C x C) before the shared final norm and output head; training only "
+          "(sampling, evaluation and the GGUF export use the next-token head); 0 = off.")
+          .min(0)
+          .only_for({ObjectiveKind::CausalLm}),
       Key("train.objective", &TrainConfig::objective,
           "`causal_lm`: next-token prediction (decoder-only); `masked_lm`: BERT's masked tokens "
           "(encoder-only); `seq2seq`: an encoder-decoder over sentence pairs (translation)."),
@@ -379,6 +386,13 @@ std::vector<KeySpec> build_table() {
           "On a NaN/Inf loss or gradient skip the batch (no update, a warning) instead of stopping; "
           "still stops after 100 in a row.")
           .resumable(),
+      Key("train.mtp_weight", &TrainConfig::mtp_weight,
+          "model.mtp_heads > 0: weight of the extra heads' loss (the mean over the heads of each one's mean "
+          "cross-entropy over the positions that have its target) at step 0, decaying linearly to 0 at "
+          "train.max_steps; the logged train loss and every val loss stay the next-token loss, the extra "
+          "heads' loss is logged apart (train_mtp_loss).")
+          .min(0)
+          .only_for({ObjectiveKind::CausalLm}),
       Key("train.optimizer.name", &TrainConfig::optimizer, &OptimizerConfig::name,
           "`adamw` (decoupled weight decay on matrices only), `sgd` (momentum, L2 decay on matrices) or "
           "`muon` (Muon on the blocks' weight matrices, AdamW with the keys below on everything else; "

@@ -139,6 +139,10 @@ std::vector<GgufKeyRule> rules_spelled(GgufArchitecture arch) {
            graph + " attention reads its own layer's values only"),
       only_off("model.bigram_buckets", &ModelConfig::bigram_buckets,
                graph + " embeds each token alone, with no table over token pairs"),
+      any_value(
+          "model.mtp_heads",
+          "exported: training-only; the extra heads (mtp.*) are left out, the file's output head is the "
+          "next-token head llama.cpp runs"),
   };
   if (arch == GgufArchitecture::Gpt2) {
     r.push_back(any_value("model.rope_theta", "not read: no RoPE"));

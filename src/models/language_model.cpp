@@ -19,6 +19,24 @@ ModelConfig checked(ModelConfig c) {
   return c;
 }
 
+// One extra head of multi-token prediction (model.mtp_heads): a pre-norm residual branch whose body is one
+// linear map, z = x + W norm(x), x the last block's output (B, T, C), W (C, C) without bias; the shared final
+// norm and output head then give its logits. Gloeckle et al. 2024 ("Better & Faster Large Language Models
+// via Multi-token Prediction", sec. 2) give each future token its own transformer layer on a shared trunk
+// and share the unembedding; DeepSeek-V3 (2024, sec. 2.2) chains such modules (an RMSNorm, a projection, a
+// block) before a shared output head. One norm and one C x C matrix per head is the cheapest form of the
+// same idea: K (C^2 + C) parameters beside the trunk's ~12 L C^2, and a head of its own without a V x C
+// unembedding; the residual path lets the loss of token t+1+k reach the trunk directly.
+struct MtpBranch : Module {
+  explicit MtpBranch(const ModelConfig& c) : norm(c.d_model, c), proj(c.d_model, c.d_model, false) {
+    register_module("norm", &norm);
+    register_module("proj", &proj);
+  }
+  Tensor forward(const Tensor& x) { return x + proj.forward(norm.forward(x)); }  // (B, T, C)
+  Norm norm;
+  Linear proj;
+};
+
 // The module tree, registered in the reference's order: emb, pos, blocks.i, ln_f, head.
 struct Network : Module {
   explicit Network(const ModelConfig& c) : config(c), emb(c.vocab_size, c.d_model) {
@@ -50,6 +68,10 @@ struct Network : Module {
     if (c.bigram_buckets > 0) {
       bigram = std::make_unique<Embedding>(c.bigram_buckets, c.d_model);
       register_module("bigram", bigram.get());
+    }
+    for (int64_t k = 1; k <= c.mtp_heads; ++k) {  // mtp.k predicts token t+1+k
+      mtp.push_back(std::make_unique<MtpBranch>(c));
+      register_module("mtp." + std::to_string(k), mtp.back().get());
     }
   }
 
@@ -96,6 +118,7 @@ struct Network : Module {
   std::unique_ptr<Norm> ln_f;
   std::unique_ptr<Linear> head;
   std::unique_ptr<Embedding> bigram;
+  std::vector<std::unique_ptr<MtpBranch>> mtp;
   Tensor first_values;  // the value residual's: the first layer's V of the current forward
 };
 
@@ -136,7 +159,7 @@ LanguageModel::LanguageModel(const ModelConfig& config, uint64_t init_seed)
       v.fill_(0.5f);
     } else if (p.name == "bigram.weight" ||
                (zero_init && (ends_with(p.name, "wo.weight") || ends_with(p.name, "fc2.weight") ||
-                              p.name == "head.weight"))) {
+                              p.name == "head.weight" || ends_with(p.name, ".proj.weight")))) {
       v.fill_(0.0f);
     }
   }
@@ -174,6 +197,18 @@ Cost LanguageModel::cost(const ModelConfig& config, int64_t B_, int64_t T_) {
     cost.activations += (L - 1.0) * rows * kv;
   }
   if (c.logit_softcap > 0.0f) cost.activations += rows * V;  // the capped logits' tanh
+  // Multi-token prediction: a training step's forward runs each extra head (forward_multi_token) over
+  // every position: its norm and C x C projection, the final norm again, the shared head's product.
+  for (int64_t k = 0; k < c.mtp_heads; ++k) {
+    cost += Norm::cost(c.d_model, c.norm, rows);
+    cost += linear_cost(C, C, false, rows);
+    // The shared head (and ln_f), whose parameters are the next-token head's.
+    Cost shared = linear_cost(C, V, false, rows);
+    if (c.norm_position == NormPosition::Pre) shared += Norm::cost(c.d_model, c.norm, rows);
+    shared.parameters = 0;
+    cost += shared;
+    cost.activations += 2.0 * rows * C + (c.logit_softcap > 0.0f ? 3.0 : 2.0) * rows * V;
+  }
   // The backward's largest transient (~5 C per token) and the logits with their gradient.
   cost.activations += 5.0 * rows * C + 2.0 * rows * V;
   return cost;
@@ -184,15 +219,43 @@ FlopCount LanguageModel::flops_per_token(const ModelConfig& c, int64_t seq_len) 
 }
 
 Tensor LanguageModel::forward(const std::vector<int32_t>& tokens, int64_t B, int64_t T) {
+  return forward_multi_token(tokens, B, T, false).logits;
+}
+
+MultiTokenLogits LanguageModel::forward_multi_token(const std::vector<int32_t>& tokens, int64_t B, int64_t T,
+                                                    bool extra_heads) {
   Network& net = impl_->net;
   const Tensor x0 = net.embed(tokens, B, T, 0, {});  // (B, T, C)
   const Tensor x = net.run_blocks(x0, [&](size_t l, const Tensor& h) { return net.blocks[l]->forward(h); });
   impl_->collect_recorded();
-  return net.logits(x);
+  MultiTokenLogits out;
+  out.logits = net.logits(x);  // (B, T, V)
+  if (extra_heads)
+    for (auto& branch : net.mtp) out.extra.push_back(net.logits(branch->forward(x)));  // (B, T, V)
+  return out;
 }
 
 Tensor LanguageModel::loss(const Tensor& logits, const std::vector<int32_t>& targets) {
   return cross_entropy(logits, targets);
+}
+
+Tensor LanguageModel::mtp_loss(const std::vector<Tensor>& extra, const std::vector<int32_t>& targets,
+                               int64_t B, int64_t T) {
+  TFM_CHECK(!extra.empty() && static_cast<int64_t>(targets.size()) == B * T &&
+                static_cast<int64_t>(extra.size()) < T,
+            "LanguageModel::mtp_loss", "expected 1 to T - 1 = ", T - 1, " extra heads and B*T = ", B * T,
+            " targets, got ", extra.size(), " heads and ", targets.size(), " targets");
+  constexpr int32_t kNoTarget = -100;  // cross_entropy's ignore_index: left out of the mean
+  Tensor sum;
+  std::vector<int32_t> shifted(targets.size());
+  for (size_t i = 0; i < extra.size(); ++i) {
+    const int64_t k = static_cast<int64_t>(i) + 1;  // head k predicts targets[t + k] (token t+1+k)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t) shifted[b * T + t] = t + k < T ? targets[b * T + t + k] : kNoTarget;
+    const Tensor l = cross_entropy(extra[i], shifted);  // mean over the B (T - k) positions with a target
+    sum = sum.defined() ? sum + l : l;
+  }
+  return extra.size() == 1 ? sum : sum * (1.0f / static_cast<float>(extra.size()));
 }
 
 KVCache LanguageModel::make_cache(int64_t B) const {

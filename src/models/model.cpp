@@ -93,10 +93,15 @@ std::vector<std::pair<std::string, int64_t>> Model::parameter_breakdown() const 
   std::vector<std::pair<std::string, int64_t>> out = {{"embedding", 0},    {"positions", 0}, {"attention", 0},
                                                       {"feed-forward", 0}, {"norms", 0},     {"head", 0}};
   int64_t skips = 0;  // the x0 skip's scalars (model.x0_skip), listed only when there are some
+  int64_t mtp = 0;    // multi-token prediction's extra heads (model.mtp_heads), likewise
   for (const NamedParameter& p : parameters_) {
     const std::string& n = p.name;
     if (n.find(".x0_mix") != std::string::npos) {
       skips += p.value.numel();
+      continue;
+    }
+    if (n.rfind("mtp.", 0) == 0) {
+      mtp += p.value.numel();
       continue;
     }
     const size_t k = n.rfind("bigram.", 0) == 0                                                      ? 0
@@ -109,6 +114,7 @@ std::vector<std::pair<std::string, int64_t>> Model::parameter_breakdown() const 
     out[k].second += p.value.numel();
   }
   if (skips > 0) out.emplace_back("x0 skips", skips);
+  if (mtp > 0) out.emplace_back("mtp heads", mtp);  // training only
   return out;
 }
 

@@ -94,6 +94,7 @@ std::vector<std::string> model_config_errors(const ModelConfig& c) {
     errors.push_back("model.logit_softcap: expected >= 0 (0 = off), got " + std::to_string(c.logit_softcap));
   if (c.bigram_buckets < 0)
     errors.push_back("model.bigram_buckets: expected >= 0 (0 = off), got " + n(c.bigram_buckets));
+  if (c.mtp_heads < 0) errors.push_back("model.mtp_heads: expected >= 0 (0 = off), got " + n(c.mtp_heads));
   return errors;
 }
 

@@ -104,12 +104,20 @@ class CausalLm : public TextObjective {
     return (windows + B_ - 1) / B_ + (targets % T_ > 0 ? 1 : 0);
   }
 
+  // With model.mtp_heads, the loss of the first training step: next-token loss + train.mtp_weight times
+  // the extra heads' loss.
   std::function<Tensor()> random_batch_loss(Rng& rng) override {
     const int64_t V = model_.config().vocab_size;
     std::vector<int32_t> x(B_ * T_), y(B_ * T_);
     for (size_t i = 0; i < x.size(); ++i)
       x[i] = static_cast<int32_t>(rng.below(V)), y[i] = static_cast<int32_t>(rng.below(V));
-    return [this, x, y] { return LanguageModel::loss(model_.forward(x, B_, T_), y); };
+    if (model_.config().mtp_heads == 0)
+      return [this, x, y] { return LanguageModel::loss(model_.forward(x, B_, T_), y); };
+    const float weight = static_cast<float>(config_.train().mtp_weight);
+    return [this, x, y, weight] {
+      const MultiTokenLogits heads = model_.forward_multi_token(x, B_, T_);
+      return LanguageModel::loss(heads.logits, y) + LanguageModel::mtp_loss(heads.extra, y, B_, T_) * weight;
+    };
   }
 
   // batches 0: the whole split (evaluate_whole).

@@ -34,7 +34,8 @@ void Metrics::set(const std::string& name, double value) {
 
 BatchLoss Objective::train_batch() {
   const BatchShards whole = train_batch_shards(1);
-  return {whole.losses[0](model()), whole.tokens};
+  const ShardLoss loss = whole.losses[0](model());
+  return {loss.loss, whole.tokens, loss.auxiliary};
 }
 
 std::vector<std::pair<int64_t, int64_t>> shard_rows(int64_t B, int parts) {
@@ -151,15 +152,24 @@ BatchShards TextObjective::shards_of(const std::vector<int32_t>& x, const std::v
   BatchShards out;
   out.tokens = B_ * T_;
   const double total = static_cast<double>(counted(y));
+  const bool mtp = model_.config().mtp_heads > 0;  // causal_lm's only: the key table refuses it elsewhere
   for (const auto& [begin, end] : shard_rows(B_, parts)) {
     std::vector<int32_t> xs(x.begin() + begin * T_, x.begin() + end * T_),
         ys(y.begin() + begin * T_, y.begin() + end * T_);
     const int64_t n = counted(ys), rows = end - begin;
     const float share = static_cast<float>(static_cast<double>(n) / total);
-    out.losses.push_back([xs = std::move(xs), ys = std::move(ys), n, rows, share, T = T_](Model& m) {
-      if (n == 0) return Tensor();
-      const Tensor loss = cross_entropy(dynamic_cast<LanguageModel&>(m).forward(xs, rows, T), ys, kNotMasked);
-      return share == 1.0f ? loss : loss * share;  // one shard: the batch's own mean
+    out.losses.push_back([xs = std::move(xs), ys = std::move(ys), n, rows, share, T = T_, mtp](Model& m) {
+      ShardLoss s;
+      if (n == 0) return s;
+      const MultiTokenLogits heads = dynamic_cast<LanguageModel&>(m).forward_multi_token(xs, rows, T, mtp);
+      s.loss = cross_entropy(heads.logits, ys, kNotMasked);
+      if (mtp) s.auxiliary = LanguageModel::mtp_loss(heads.extra, ys, rows, T);
+      if (share != 1.0f) {  // one shard: the batch's own mean
+        s.loss = s.loss * share;
+        // Every row has T - k positions per head: the auxiliary term's share is rows / B too.
+        if (mtp) s.auxiliary = s.auxiliary * share;
+      }
+      return s;
     });
   }
   return out;

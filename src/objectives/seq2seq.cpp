@@ -124,9 +124,9 @@ class Seq2Seq : public Objective {
       const float share =
           static_cast<float>(static_cast<double>(b.real_target_tokens) / static_cast<double>(targets));
       out.losses.push_back([b = std::move(b), share](Model& m) {
-        if (b.real_target_tokens == 0) return Tensor();
+        if (b.real_target_tokens == 0) return ShardLoss{};
         const Tensor loss = loss_on(dynamic_cast<Seq2SeqModel&>(m), b);
-        return share == 1.0f ? loss : loss * share;  // one shard: the batch's own mean
+        return ShardLoss{share == 1.0f ? loss : loss * share, Tensor()};  // one shard: the batch's own mean
       });
     }
     return out;

@@ -36,7 +36,8 @@ class TextObjective : public Objective {
   const TokenSpan& split_tokens(const std::string& split) const;
   // The shards of a drawn batch x, y (B, T), both text objectives' loss: the cross-entropy over the
   // positions whose target is not kNotMasked (all of them for causal_lm), each shard scaled by its
-  // share of those positions so that the shards' sum is the batch's mean.
+  // share of those positions so that the shards' sum is the batch's mean; with model.mtp_heads
+  // (causal_lm), the extra heads' loss as the auxiliary term (LanguageModel::mtp_loss), scaled alike.
   BatchShards shards_of(const std::vector<int32_t>& x, const std::vector<int32_t>& y, int parts) const;
 
   Config config_;

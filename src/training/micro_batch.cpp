@@ -12,18 +12,23 @@ MicroBatches::MicroBatches(Objective& objective, int workers) : objective_(objec
   for (int w = 1; w < workers_; ++w) replicas_.push_back(objective_.replica());
 }
 
-std::pair<double, double> MicroBatches::run(float scale) {
+MicroBatchLoss MicroBatches::run(float scale, float auxiliary_weight) {
   const BatchShards shards = objective_.train_batch_shards(workers_);
   Model& master = objective_.model();
   // Each replica's dropout stream is seeded from the master's, so the checkpointed master state is
   // all a resumed run needs to draw the same masks.
   for (auto& r : replicas_) r->dropout_rng().seed_with(master.dropout_rng().next_u64());
-  std::vector<double> losses(static_cast<size_t>(workers_), 0.0);
+  std::vector<double> losses(static_cast<size_t>(workers_), 0.0), auxiliaries(losses.size(), 0.0);
   const auto shard = [&](int w) {
     Model& model = w == 0 ? master : *replicas_[static_cast<size_t>(w - 1)];
-    Tensor loss = shards.losses[static_cast<size_t>(w)](model);
+    const ShardLoss shard_loss = shards.losses[static_cast<size_t>(w)](model);
+    Tensor loss = shard_loss.loss;
     if (!loss.defined()) return;  // no counted position in this shard
     losses[static_cast<size_t>(w)] = loss.item();
+    if (shard_loss.auxiliary.defined()) {  // the objective's term, already scaled to the shard's share
+      auxiliaries[static_cast<size_t>(w)] = shard_loss.auxiliary.item();
+      if (auxiliary_weight != 0.0f) loss = loss + shard_loss.auxiliary * auxiliary_weight;
+    }
     // Top-k gating's balance term joins the gradient, not the logged loss (which stays the
     // objective's, comparable across variants): over this shard's tokens, a 1/workers share of it per
     // shard (the whole batch's term up to how the shards' head usage differs).
@@ -48,9 +53,10 @@ std::pair<double, double> MicroBatches::run(float scale) {
     }
     if (error) std::rethrow_exception(error);
   }
-  double loss = 0.0;
-  for (double l : losses) loss += l;
-  return {loss, static_cast<double>(shards.tokens)};
+  MicroBatchLoss out;
+  for (size_t w = 0; w < losses.size(); ++w) out.loss += losses[w], out.auxiliary += auxiliaries[w];
+  out.tokens = static_cast<double>(shards.tokens);
+  return out;
 }
 
 void MicroBatches::sum_gradients() {

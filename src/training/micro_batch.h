@@ -14,14 +14,20 @@
 
 namespace tfm {
 
+// What one micro-batch measured: the objective's loss (the shards' sum, without auxiliary terms), its
+// real tokens, and the objective's auxiliary loss unweighted (ShardLoss::auxiliary's sum; 0 without).
+struct MicroBatchLoss {
+  double loss = 0, tokens = 0, auxiliary = 0;
+};
+
 class MicroBatches {
  public:
   MicroBatches(Objective& objective, int workers);
   int workers() const { return workers_; }
-  // The next micro-batch's loss (the objective's, the sum of the shards': without auxiliary terms)
-  // and its real tokens. Its gradient, scaled by `scale` (1 / accumulation steps: the update of one
-  // batch of B * accum), is added into the workers' gradient buffers.
-  std::pair<double, double> run(float scale);
+  // The next micro-batch's figures. The gradient of its loss + auxiliary_weight times the objective's
+  // auxiliary term (multi-token prediction: mtp_weight_at, optim.h), scaled by `scale` (1 / accumulation
+  // steps: the update of one batch of B * accum), is added into the workers' gradient buffers.
+  MicroBatchLoss run(float scale, float auxiliary_weight);
   // Adds the replicas' gradients into the model's, in worker order (the same sums every run), and
   // zeroes theirs for the next step: one pass over each buffer.
   void sum_gradients();

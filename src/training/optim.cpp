@@ -43,6 +43,13 @@ double LrSchedule::at(int64_t step) const {
   return min_lr + 0.5 * (1.0 + std::cos(M_PI * ratio)) * (lr - min_lr);
 }
 
+double mtp_weight_at(double weight, int64_t step, int64_t total) {
+  if (total <= 0) return 0.0;
+  const double left =
+      1.0 - static_cast<double>(std::clamp<int64_t>(step, 0, total)) / static_cast<double>(total);
+  return weight * left;
+}
+
 bool is_hidden_matrix(const std::string& name, const Shape& shape) {
   if (shape.size() != 2) return false;
   for (const char* stack : {"blocks.", "encoder.blocks.", "decoder.blocks."})

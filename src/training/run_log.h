@@ -43,12 +43,14 @@ class RunLog {
 struct IntervalStats {
   double seconds = 0, loss = 0, norm = 0, tokens = 0, last_loss = 0;
   int64_t steps = 0;
-  void add(double step_seconds, double step_loss, double step_norm, double step_tokens) {
+  double auxiliary = 0;  // the objective's auxiliary loss (multi-token prediction), summed like loss
+  void add(double step_seconds, double step_loss, double step_norm, double step_tokens,
+           double step_auxiliary = 0) {
     seconds += step_seconds, loss += step_loss, norm += step_norm, tokens += step_tokens,
-        last_loss = step_loss;
+        last_loss = step_loss, auxiliary += step_auxiliary;
     ++steps;
   }
-  void reset() { *this = IntervalStats{0, 0, 0, 0, last_loss, 0}; }
+  void reset() { *this = IntervalStats{0, 0, 0, 0, last_loss, 0, 0}; }
 };
 
 }  // namespace tfm

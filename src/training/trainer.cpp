@@ -118,6 +118,7 @@ class TrainingRun {
   // What one optimizer step measured: the loss and gradient norm averaged over ranks, the real tokens.
   struct StepStats {
     double loss = 0, norm = 0, tokens = 0, seconds = 0;
+    double mtp_loss = 0;  // model.mtp_heads: the extra heads' loss (unweighted), apart from `loss`
   };
   void check_resumed(const Checkpoint& ckpt) const;
   void refuse_taken_directory() const;
@@ -142,6 +143,7 @@ class TrainingRun {
   std::string resumed_path_;    // the checkpoint a resumed run continues from ("" for a new run)
   std::string init_from_note_;  // --init-from: why its vocabulary could not be checked ("" when it was)
   const int64_t accum_, max_steps_;
+  const bool mtp_;  // model.mtp_heads > 0: the extra heads' loss joins the gradient with a decaying weight
   const int rank_, nranks_;
   const bool root_;
   RunLock lock_;  // one writer per run directory (run_lock.h), held until train() returns
@@ -176,6 +178,7 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
       best_path_(dir_ + "/" + kBestCheckpointFile),
       accum_(train_.grad_accum_steps),
       max_steps_(train_.max_steps),
+      mtp_(config.integer("model.mtp_heads") > 0),
       rank_(dist::rank()),
       nranks_(dist::size()),
       root_(dist::is_root()),
@@ -330,17 +333,20 @@ TrainingRun::StepStats TrainingRun::step() {
   Tensor grads = model.flat_grads();
   const int64_t P = model.parameter_count();
   grads.fill_(0.0f);
-  double loss_sum = 0.0, tokens = 0.0;
+  double loss_sum = 0.0, tokens = 0.0, mtp_sum = 0.0;
+  const float mtp_weight =
+      mtp_ ? static_cast<float>(mtp_weight_at(train_.mtp_weight, state_->step, max_steps_)) : 0.0f;
   for (int64_t a = 0; a < accum_; ++a) {
     // Mean over the micro-batches: the same gradient as one batch of B * accum.
-    const auto [loss, n] = batches_->run(accum_ > 1 ? 1.0f / static_cast<float>(accum_) : 1.0f);
-    loss_sum += loss, tokens += n;
+    const MicroBatchLoss m = batches_->run(accum_ > 1 ? 1.0f / static_cast<float>(accum_) : 1.0f, mtp_weight);
+    loss_sum += m.loss, tokens += m.tokens, mtp_sum += m.auxiliary;
   }
   batches_->sum_gradients();
   // Data parallel: the mean over ranks of loss and gradient, before clipping, so the clip sees the
   // global gradient and every rank applies the same update (no-ops in a single process).
   StepStats s;
   s.loss = dist::allreduce_mean(loss_sum / static_cast<double>(accum_));
+  if (mtp_) s.mtp_loss = dist::allreduce_mean(mtp_sum / static_cast<double>(accum_));
   s.tokens = dist::allreduce_mean(tokens) * nranks_;  // every rank's real tokens
   dist::allreduce_mean(grads.data(), P);
   s.norm = std::isfinite(s.loss) ? clip_grad_norm(grads.data(), P, train_.grad_clip) : NAN;
@@ -461,16 +467,21 @@ void TrainingRun::log_interval(double lr, const Metrics* val) {
               {"mfu", mfu},
               {"elapsed_s", elapsed()},
               {"training_s", training_seconds()}};  // the loop's time: the clock of train.target_loss
+  // Multi-token prediction: the extra heads' loss (unweighted) and its weight at the interval's last step.
+  const double mtp_weight = mtp_ ? mtp_weight_at(train_.mtp_weight, state_->step - 1, max_steps_) : 0.0;
+  if (mtp_) rec["train_mtp_loss"] = iv.auxiliary / n, rec["mtp_weight"] = mtp_weight;
   if (val)
     for (const auto& [name, v] : val->values) rec["val_" + name] = v;
   if (val && !head_usage_.is_null()) rec["val_head_usage"] = head_usage_;  // {layer: [share per head]}
   if (val && result_.target_reached) rec["seconds_to_target"] = result_.seconds_to_target;
   log_->record(rec);
+  const std::string mtp =
+      mtp_ ? fmt::format(" | mtp loss {:.4f} (weight {:.3f})", iv.auxiliary / n, mtp_weight) : std::string();
   log_->info(fmt::format(
-      "step {}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.1f} ms/step | {} tok/s | mfu {:.1f}% | "
+      "step {}/{} | loss {:.4f}{} | lr {:.2e} | grad norm {:.3f} | {:.1f} ms/step | {} tok/s | mfu {:.1f}% | "
       "eta {}",
-      state_->step, max_steps_, iv.loss / n, lr, iv.norm / n, ms, rate_str(tok_s).c_str(), 100.0 * mfu,
-      duration_str(iv.seconds / n * static_cast<double>(max_steps_ - state_->step)).c_str()));
+      state_->step, max_steps_, iv.loss / n, mtp.c_str(), lr, iv.norm / n, ms, rate_str(tok_s).c_str(),
+      100.0 * mfu, duration_str(iv.seconds / n * static_cast<double>(max_steps_ - state_->step)).c_str()));
   interval_.reset();
 }
 
@@ -528,7 +539,7 @@ TrainResult TrainingRun::run() {
     run_step_s_ += s.seconds;
     if (opt_.on_step) opt_.on_step(step, model);
     result_.losses.push_back(s.loss);
-    interval_.add(s.seconds, s.loss, s.norm, s.tokens);
+    interval_.add(s.seconds, s.loss, s.norm, s.tokens, s.mtp_loss);
 
     // train.max_seconds, on rank 0's clock so every rank stops at the same step.
     const bool out_of_time =

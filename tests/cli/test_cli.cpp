@@ -159,6 +159,15 @@ TEST_CASE("cli: help teaches by example, config and info print", "[cli]") {
   r = run_cli("info --config configs/tiny.json --set train.optimizer.name=muon --json");
   CHECK(r.status == 0);
   CHECK(nlohmann::json::parse(r.out).at("newton_schulz_flops_per_step").get<double>() > 0);
+  // Multi-token prediction: the extra heads' parameters listed apart, the option on the tricks line.
+  r = run_cli("info --config configs/tiny.json --set model.mtp_heads=2 --json");
+  CHECK(r.status == 0);
+  const nlohmann::json breakdown = nlohmann::json::parse(r.out).at("breakdown");
+  // configs/tiny.json's d_model C = 32; two heads of a C x C projection and a LayerNorm (gain and bias).
+  CHECK(breakdown.at("mtp heads").get<int64_t>() == 2 * (32 * 32 + 2 * 32));
+  r = run_cli("info --config configs/tiny.json --set model.mtp_heads=2");
+  CHECK_THAT(r.out, Catch::Contains("multi-token prediction of tokens t+2..t+3 (2 training-only heads)") &&
+                        Catch::Contains("mtp heads"));
 }
 
 TEST_CASE("cli: info takes the vocabulary from the data when the file is too short for a batch", "[cli]") {

@@ -48,11 +48,14 @@ TEST_CASE("gradcheck: tfm gradcheck passes on every shipped config, objective an
       "--config configs/eng_fra_d2l.json --set model.positional_encoding=rope --set model.norm=rmsnorm "
       "--set model.activation=swiglu --set model.qk_norm=true");
   args.push_back("--config configs/eng_fra_d2l.json --set model.head_gating=topk --set model.head_topk=1");
+  // Multi-token prediction: the checked loss includes the extra heads' loss at train.mtp_weight.
+  args.push_back(base + " --set model.mtp_heads=2 --set train.mtp_weight=0.5");
   for (const std::string& a : args) {
     const tfm_test::CliRun r = tfm_test::run_tfm("gradcheck " + a);
     INFO("tfm gradcheck " << a << "\n" << r.out);
     CHECK(r.status == 0);
     CHECK_THAT(r.out, Catch::Contains("\nok: worst relative error"));
+    if (a.find("mtp_heads") != std::string::npos) CHECK_THAT(r.out, Catch::Contains("mtp.2.proj.weight"));
   }
   // A tolerance no float32 model can meet: the command says so and exits 1.
   const tfm_test::CliRun r = tfm_test::run_tfm("gradcheck " + base + " --tolerance 1e-8");

@@ -36,6 +36,7 @@ std::vector<std::string> context_for(const KeySpec& k, const json& value) {
   if (k.path == "train.objective") objective = value.get<std::string>();
   if (!objective.empty()) sets.push_back("train.objective=" + objective);
   if (objective == name_of(ObjectiveKind::MaskedLm)) sets.push_back("model.causal=false");
+  if (k.path == "train.mtp_weight") sets.push_back("model.mtp_heads=1");  // read only with extra heads
   return sets;
 }
 

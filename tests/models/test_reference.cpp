@@ -50,6 +50,38 @@ TEST_CASE("reference: language model logits, loss and gradients match PyTorch", 
   }
 }
 
+TEST_CASE("reference: multi-token prediction's logits, loss and gradients match PyTorch",
+          "[reference][mtp]") {
+  // The training loss with the extra heads: next-token loss + mtp_weight * the extra heads' mean loss, each
+  // head's positions without a target left out; every gradient through the shared head and trunk.
+  for (const char* name : {"lm_mtp", "lm_mtp_post_tied"}) {
+    SECTION(name) {
+      const json fx = load_fixture(name);
+      LanguageModel model(config_from(fx.at("config")), 1);
+      load_parameters(model, fx.at("params"));
+      const int64_t B = fx.at("B"), T = fx.at("T");
+      const auto tokens = fx.at("tokens").get<std::vector<int32_t>>();
+      const auto targets = fx.at("targets").get<std::vector<int32_t>>();
+      model.flat_grads().fill_(0.0f);
+      const MultiTokenLogits heads = model.forward_multi_token(tokens, B, T);
+      REQUIRE(heads.extra.size() == fx.at("mtp_logits").size());
+      for (size_t k = 0; k < heads.extra.size(); ++k) {
+        const double diff = max_diff(heads.extra[k], fx.at("mtp_logits")[k]);
+        report(std::string(name) + " extra head " + std::to_string(k + 1) + " logits", diff);
+        CHECK(diff <= 1e-5);
+      }
+      const Tensor aux = LanguageModel::mtp_loss(heads.extra, targets, B, T);
+      CHECK(std::fabs(aux.item() - fx.at("mtp_loss").get<double>()) <= 1e-5);
+      const float weight = fx.at("mtp_weight").get<float>();
+      check_logits_loss_gradients(name, model, fx, heads.logits,
+                                  LanguageModel::loss(heads.logits, targets) + aux * weight);
+      // forward() is the next-token head alone, the same logits.
+      NoGradGuard no_grad;
+      CHECK(max_diff(model.forward(tokens, B, T), fx.at("logits")) <= 1e-5);
+    }
+  }
+}
+
 TEST_CASE("reference: cross-attention with kdim/vdim matches torch.nn.MultiheadAttention",
           "[reference][attention]") {
   const json fx = load_fixture("mha_cross_kdim_vdim");

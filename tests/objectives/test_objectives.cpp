@@ -200,7 +200,8 @@ void check_shards_sum_to_the_batch(const Config& config, int parts) {
   const Rng::State start = objective->sampler_rng().state();
   model.flat_grads().fill_(0.0f);
   const BatchLoss whole = objective->train_batch();
-  whole.loss.backward();
+  const Tensor whole_loss = whole.auxiliary.defined() ? whole.loss + whole.auxiliary : whole.loss;
+  whole_loss.backward();
   const std::vector<float> expected = model.flat_grads().to_vector();
 
   objective->sampler_rng().set_state(start);
@@ -212,8 +213,10 @@ void check_shards_sum_to_the_batch(const Config& config, int parts) {
   CHECK(shards.tokens == whole.tokens);
   double loss = 0.0;
   for (int w = 0; w < parts; ++w) {
-    Tensor l = shards.losses[w](w == 0 ? model : *replicas[w - 1]);
-    if (!l.defined()) continue;
+    const ShardLoss shard = shards.losses[w](w == 0 ? model : *replicas[w - 1]);
+    if (!shard.loss.defined()) continue;
+    // An auxiliary term (multi-token prediction) is summed and differentiated with the loss.
+    Tensor l = shard.auxiliary.defined() ? shard.loss + shard.auxiliary : shard.loss;
     loss += l.item();
     l.backward();
   }
@@ -224,7 +227,7 @@ void check_shards_sum_to_the_batch(const Config& config, int parts) {
     // The replica read the model's weights, not a copy.
     CHECK(r->flat_values().data() == model.flat_values().data());
   }
-  CHECK(loss == Approx(whole.loss.item()).epsilon(1e-6));
+  CHECK(loss == Approx(whole_loss.item()).epsilon(1e-6));
   CHECK(relative_error(got, expected) < 5e-6);
 }
 
@@ -237,6 +240,11 @@ TEST_CASE("objectives: data-parallel shards' gradients sum to the whole batch's"
     const Config c =
         mlm_config(tmp.path + "/c", {"train.objective=causal_lm", "model.causal=true", "train.batch_size=7"});
     check_shards_sum_to_the_batch(c, 2);
+    check_shards_sum_to_the_batch(c, 3);
+  }
+  SECTION("causal_lm with two multi-token prediction heads: the auxiliary terms sum too") {
+    const Config c = mlm_config(tmp.path + "/mtp", {"train.objective=causal_lm", "model.causal=true",
+                                                    "train.batch_size=7", "model.mtp_heads=2"});
     check_shards_sum_to_the_batch(c, 3);
   }
   SECTION("masked_lm: shards weighted by their masked positions") {

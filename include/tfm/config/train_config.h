@@ -68,6 +68,9 @@ struct TrainConfig {
   int64_t max_steps = 2000;
   double grad_clip = 1.0;  // 0 = off
   bool skip_nonfinite = false;
+  // Multi-token prediction's loss weight at step 0 (model.mtp_heads > 0), decaying linearly to 0 at
+  // max_steps (mtp_weight_at, training/optim.h).
+  double mtp_weight = 0.3;
   OptimizerConfig optimizer;
   LrScheduleConfig lr_schedule;
   int64_t eval_interval = 250;

@@ -70,6 +70,7 @@ struct ModelConfig {
   bool x0_skip = false;         // block l's input a_l x + b_l x0, x0 the embedding output
   bool value_residual = false;  // V_l = lambda_l V_l + (1 - lambda_l) V_1 for l > 0
   int64_t bigram_buckets = 0;   // > 0: a table of bigram embeddings indexed by the hashed token pair
+  int64_t mtp_heads = 0;        // K > 0: extra training-only heads predicting tokens t+2 .. t+1+K
 
   int64_t head_dim() const { return d_model / n_heads; }  // Dk
   // The groups head mixing mixes within: group_mlp's head_groups; talking_heads mixes all heads as one

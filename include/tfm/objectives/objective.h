@@ -34,21 +34,34 @@ struct Metrics {
   void set(const std::string& name, double value);
 };
 
+// One shard's loss, with its graph. `loss` is the objective's: the train loss train.log and
+// metrics.jsonl report, comparable across variants. `auxiliary`, when defined, is an auxiliary training
+// term of the same forward, scaled like `loss` (by the shard's share) but not weighted: causal_lm's
+// multi-token prediction loss (model.mtp_heads, LanguageModel::mtp_loss). The training step
+// differentiates loss + w * auxiliary, w its scheduled weight (train.mtp_weight: mtp_weight_at,
+// training/optim.h), and logs the auxiliary apart (train_mtp_loss).
+struct ShardLoss {
+  Tensor loss;
+  Tensor auxiliary;
+};
+
 // One training micro-batch's loss (a scalar with its graph) and the real tokens it holds (padding
-// and unmasked positions excluded where the objective says so), for tokens/s.
+// and unmasked positions excluded where the objective says so), for tokens/s; its auxiliary term as
+// ShardLoss's.
 struct BatchLoss {
   Tensor loss;
   int64_t tokens = 0;
+  Tensor auxiliary;
 };
 
 // One training micro-batch cut into shards of whole rows for data-parallel workers inside one process
 // (train.data_parallel; trainer.cpp). losses[i] computes shard i's loss, with its graph, on any model
-// of the objective's architecture (model() or a replica()); the shards' losses sum to the whole
-// batch's loss (each is its own mean scaled by its share of the counted positions), so their
-// gradients sum to the whole batch's gradient. A shard with no counted position returns an undefined
-// tensor (nothing to add).
+// of the objective's architecture (model() or a replica()); the shards' losses (and auxiliary terms)
+// sum to the whole batch's (each is its own mean scaled by its share of the counted positions), so
+// their gradients sum to the whole batch's gradient. A shard with no counted position returns
+// undefined tensors (nothing to add).
 struct BatchShards {
-  std::vector<std::function<Tensor(Model&)>> losses;
+  std::vector<std::function<ShardLoss(Model&)>> losses;
   int64_t tokens = 0;  // as BatchLoss::tokens, over the whole batch
 };
 

@@ -31,6 +31,12 @@ struct LrSchedule : LrScheduleConfig {
 // The schedule of a run's options.
 LrSchedule lr_schedule(const TrainConfig& train);
 
+// Multi-token prediction's loss weight at optimizer step `step` (0-based) of train.max_steps = total:
+// weight * (1 - step / total), from train.mtp_weight at step 0 linearly down to 0 at the end, so the
+// last steps train for the next token alone, as the evaluation measures it (DeepSeek-V3, 2024, sec. 4.2,
+// likewise lowers its weight from 0.3 to 0.1 late in training).
+double mtp_weight_at(double weight, int64_t step, int64_t total);
+
 // A contiguous run of parameters in the flat buffers.
 struct ParamSegment {
   int64_t offset = 0;
