@@ -4,9 +4,10 @@
 #   1. the Release build (-O3 -march=native, warnings as errors), all tests (with scripts/dev/check_gguf.sh:
 #      llama.cpp runs tfm's GGUF exports; skipped, saying why, when npm cannot reach its registry), then
 #      `cmake --install` into a temporary prefix and examples/ built and run against the installed package;
-#   2. an AddressSanitizer + UndefinedBehaviorSanitizer build (-O1 -g1), the same tests. -g1 keeps the
-#      line tables the sanitizers' stack traces need (file:line) without the full debug information,
-#      which compiles ~15% faster (the CLI's main.cpp: 36 s against 42 s).
+#   2. an AddressSanitizer + UndefinedBehaviorSanitizer build (-Og -g1), the same tests (the unit tests
+#      one process per file). -Og compiles the instrumented code in half the time of -O1 (the CLI's
+#      first batch: 88 -> 35 s of CPU); -g1 keeps the line tables the sanitizers' stack traces need
+#      (file:line) without the full debug information.
 # Usage: scripts/test.sh
 # Environment: TFM_TEST_JOBS (parallel ctest jobs, default: cores), TFM_SANITIZE=0 skips step 2.
 set -euo pipefail
@@ -34,7 +35,7 @@ if [ "${TFM_SANITIZE:-1}" != "0" ]; then
   asan="$TFM_ROOT/build/asan"
   rm -rf "$asan"
   echo "tfm: ASan+UBSan build in $asan"
-  tfm_build "$asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+  tfm_build "$asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-Og -g1" \
     -DTFM_SANITIZE=ON -DTFM_WERROR=ON
   echo "tfm: tests (ASan+UBSan)"
   export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1"
