@@ -60,7 +60,7 @@ print(eval(sys.argv[2]))' "$@"; }
 if [ -n "$steps" ]; then
   [[ "$steps" =~ ^[1-9][0-9]*$ ]] || tfm_fail "--steps: a positive whole number, not '$steps'"
   [[ "$seeds" =~ ^[1-9][0-9]*$ ]] || tfm_fail "--seeds: a positive whole number, not '$seeds'"
-  seed0=$(metric "$out/configs/full.json" 'rows[0]["seed"]')
+  seed0=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["seed"])' "$out/configs/full.json")
   interval=$(( steps / 2 > 0 ? steps / 2 : 1 ))
   while read -r name; do
     for ((k = 0; k < seeds; k++)); do
