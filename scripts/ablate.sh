@@ -6,16 +6,24 @@
 # minutes to reach --target (the first evaluation at or below it), steps and ms/step.
 #
 #   scripts/ablate.sh [CONFIG] [--target X] [--only NAME,...] [--threads N] [--out DIR]
+#   scripts/ablate.sh [CONFIG] --steps N [--seeds K] [--only NAME,...] [--threads N] [--out DIR]
 #
 #   CONFIG      default configs/shakespeare_speedrun.json (any config using the modern options)
 #   --target X  the val loss whose time is reported (default 1.60)
 #   --only      the variants to run (full always runs first: it sets the time); names below
 #   --threads N threads (default: all cores)
 #   --out DIR   default runs/ablate/<config>-<date>; an existing DIR's finished variants are kept
+#   --steps N   equal steps instead of equal time: every variant trains N steps (its schedule ends
+#               there), evaluated on the whole validation split (train.eval_steps 0) every N/2 steps;
+#               the val column is the last evaluation's (the EMA's weights where train.ema_decay is on)
+#   --seeds K   with --steps: K seeds each (the config's seed, +1, ...), DIR/<variant>-s<seed>; the table
+#               gives each seed's val, their mean and the mean's difference against full
 #
 # Variants (scripts/recipe_variants.py): full; rope -> sinusoidal; rmsnorm -> layernorm; swiglu -> gelu
 # (d_ff x 1.5: the same parameters); no qk_norm; tied head; biases back; muon -> adamw (at the config's
-# lr) and adamw at lr 1e-3; wsd -> cosine; default (all of them at once: adamw 1e-3, cosine).
+# lr) and adamw at lr 1e-3; wsd -> cosine; default (all of them at once: adamw 1e-3, cosine); and the
+# speedrun tricks the config turns on, one at a time (no_value_residual, no_bigram, no_x0_skip,
+# no_softcap, no_mtp, no_momentum_schedule, no_cautious_wd, no_ema; with_dropout where it has none).
 # Equal time: each variant's train.max_steps is the full recipe's time over its own ms/step (measured
 # in a 40-step probe), so its schedule ends, decay included, when the time is up; train.max_seconds
 # stops it there should the probe have been optimistic. Evaluations every 50 steps (10 batches).
@@ -24,9 +32,11 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$TFM_ROOT"
 
-config="configs/shakespeare_speedrun.json" target=1.60 only="" threads="$(nproc)" out=""
+config="configs/shakespeare_speedrun.json" target=1.60 only="" threads="$(nproc)" out="" steps="" seeds=1
 while [ $# -gt 0 ]; do
   case "$1" in
+    --steps) steps="$2"; shift 2 ;;
+    --seeds) seeds="$2"; shift 2 ;;
     --target) target="$2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
@@ -46,6 +56,54 @@ common=(--set train.threads="$threads" --set train.eval_interval=50 --set train.
 metric() { "$py" -c 'import json,sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 print(eval(sys.argv[2]))' "$@"; }
+
+if [ -n "$steps" ]; then
+  [[ "$steps" =~ ^[1-9][0-9]*$ ]] || tfm_fail "--steps: a positive whole number, not '$steps'"
+  [[ "$seeds" =~ ^[1-9][0-9]*$ ]] || tfm_fail "--seeds: a positive whole number, not '$seeds'"
+  seed0=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["seed"])' "$out/configs/full.json")
+  interval=$(( steps / 2 > 0 ? steps / 2 : 1 ))
+  while read -r name; do
+    for ((k = 0; k < seeds; k++)); do
+      seed=$((seed0 + k)) dir="$out/$name-s$((seed0 + k))"
+      if [ -f "$dir/ablate.json" ]; then echo "ablate: $name seed $seed done before"; continue; fi
+      rm -rf "$dir"
+      "$tfm" train --config "$out/configs/$name.json" --out "$dir" --set train.threads="$threads" \
+        --set seed="$seed" --set train.max_steps="$steps" --set train.eval_steps=0 \
+        --set train.eval_interval="$interval" --set train.target_loss=0 --set train.max_seconds=0 \
+        --set train.checkpoint_interval=0 --set train.log_interval=10 > "$dir.log" 2>&1 ||
+        { tail -3 "$dir.log" >&2; echo "ablate.sh: $name seed $seed failed ($dir.log)" >&2; exit 1; }
+      metric "$dir/metrics.jsonl" 'json.dumps({"variant": sys.argv[3], "seed": int(sys.argv[4]),
+        "val_full": [r for r in rows if "val_loss" in r][-1]["val_loss"], "steps": rows[-1]["step"],
+        "minutes": rows[-1]["training_s"] / 60})' "$name" "$seed" > "$dir/ablate.json"
+      cat "$dir/ablate.json"
+    done
+  done < "$out/configs/order"
+  "$py" - "$out" "$steps" "$seeds" "$seed0" <<'EOF'
+import json, os, sys
+out, steps, seeds, seed0 = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+names = open(os.path.join(out, "configs", "order")).read().split()
+sys.path.insert(0, "scripts")
+from recipe_variants import WHAT as what
+rows = {n: [json.load(open(os.path.join(out, "%s-s%d" % (n, seed0 + k), "ablate.json"))) for k in range(seeds)]
+        for n in names}
+mean = {n: sum(r["val_full"] for r in rs) / len(rs) for n, rs in rows.items()}
+print("\n| variant | what changed | val at step %d, whole split (seeds %s) | mean | vs full |"
+      % (steps, ", ".join(str(seed0 + k) for k in range(seeds))))
+print("|---|---|---|---|---|")
+for n in names:
+    print("| %s | %s | %s | %.4f | %+.4f |" % (n, what.get(n, ""), " / ".join("%.4f" % r["val_full"] for r in rows[n]),
+          mean[n], mean[n] - mean["full"]))
+with open(os.path.join(out, "ablate.jsonl"), "w") as f:
+    for n in names:
+        for r in rows[n]:
+            f.write(json.dumps(r) + "\n")
+EOF
+  args=()
+  while read -r name; do args+=("$out/$name-s$seed0"); done < "$out/configs/order"
+  "$tfm" plot loss --out "$out/ablate.svg" --title "ablation at $steps steps: $(basename "$config")" "${args[@]}" >/dev/null
+  echo "wrote $out/ablate.jsonl, $out/ablate.svg"
+  exit 0
+fi
 
 budget=""
 while read -r name; do

@@ -20,7 +20,18 @@ Variants (those whose option the config uses):
   adamw         AdamW for every parameter, at the config's lr
   adamw_lr1e-3  AdamW for every parameter, at lr 1e-3 (nanoGPT's)
   cosine        the cosine schedule instead of warmup-stable-decay
-  default       all of the above at once (AdamW 1e-3, cosine): the 2019 recipe
+  default       all of the above at once (AdamW 1e-3, cosine, and none of the tricks below): the 2019
+                recipe
+The speedrun tricks, each taken out alone:
+  no_value_residual   model.value_residual off
+  no_bigram           model.bigram_buckets 0
+  no_x0_skip          model.x0_skip off
+  no_softcap          model.logit_softcap 0
+  no_mtp              model.mtp_heads 0 (multi-token prediction)
+  no_momentum_schedule  Muon momentum warmup and cooldown off (constant muon_momentum)
+  no_cautious_wd      Muon's weight decay off
+  no_ema              train.ema_decay 0 (evaluate the weights themselves)
+  with_dropout        model.dropout 0.1 (where the config has none)
 """
 import argparse
 import copy
@@ -40,12 +51,21 @@ WHAT = {
     "adamw_lr1e-3": "AdamW for every parameter, lr 1e-3",
     "cosine": "cosine schedule instead of WSD",
     "default": "all of the above removed (AdamW 1e-3, cosine)",
+    "no_value_residual": "no value residual",
+    "no_bigram": "no bigram embedding",
+    "no_x0_skip": "no x0 skip",
+    "no_softcap": "no logit softcap",
+    "no_mtp": "no multi-token prediction",
+    "no_momentum_schedule": "constant Muon momentum (no warmup/cooldown)",
+    "no_cautious_wd": "no Muon weight decay",
+    "no_ema": "no EMA of the weights",
+    "with_dropout": "dropout 0.1",
 }
 
 
 def adamw(c, lr=None):
     o = c["train"]["optimizer"]
-    for k in ("muon_lr", "muon_momentum", "muon_weight_decay", "momentum"):
+    for k in [k for k in o if k.startswith("muon_")] + ["momentum"]:
         o.pop(k, None)
     o["name"] = "adamw"
     if lr:
@@ -74,6 +94,32 @@ MODEL_EDITS = {
 }
 
 
+def no_momentum_schedule(c):
+    c["train"]["optimizer"].update(muon_momentum_warmup_steps=0, muon_momentum_cooldown_steps=0)
+
+
+def no_cautious_wd(c):
+    c["train"]["optimizer"].update(muon_weight_decay=0.0, muon_cautious_weight_decay=False)
+
+
+# variant: (is the trick on in this resolved config, the edit that takes it out)
+TRICK_EDITS = {
+    "no_value_residual": (lambda c: c["model"].get("value_residual"),
+                          lambda c: c["model"].update(value_residual=False)),
+    "no_bigram": (lambda c: c["model"].get("bigram_buckets"), lambda c: c["model"].update(bigram_buckets=0)),
+    "no_x0_skip": (lambda c: c["model"].get("x0_skip"), lambda c: c["model"].update(x0_skip=False)),
+    "no_softcap": (lambda c: c["model"].get("logit_softcap"), lambda c: c["model"].update(logit_softcap=0.0)),
+    "no_mtp": (lambda c: c["model"].get("mtp_heads"), lambda c: c["model"].update(mtp_heads=0)),
+    "no_momentum_schedule": (lambda c: c["train"]["optimizer"].get("name") == "muon" and (
+        c["train"]["optimizer"].get("muon_momentum_warmup_steps")
+        or c["train"]["optimizer"].get("muon_momentum_cooldown_steps")), no_momentum_schedule),
+    "no_cautious_wd": (lambda c: c["train"]["optimizer"].get("name") == "muon"
+                       and c["train"]["optimizer"].get("muon_weight_decay"), no_cautious_wd),
+    "no_ema": (lambda c: c["train"].get("ema_decay"), lambda c: c["train"].update(ema_decay=0.0)),
+    "with_dropout": (lambda c: c["model"].get("dropout") == 0, lambda c: c["model"].update(dropout=0.1)),
+}
+
+
 def variants_of(full):
     """{name: config} of every variant the config has an option for, the default recipe last."""
     m, t = full["model"], full["train"]
@@ -96,7 +142,15 @@ def variants_of(full):
         cosine(c)
         out["cosine"] = c
         cosine(default)
+    for name, (on, edit) in TRICK_EDITS.items():
+        if on(full) and name != "with_dropout":
+            edit(default)
     out["default"] = default
+    for name, (on, edit) in TRICK_EDITS.items():
+        if on(full):
+            c = copy.deepcopy(full)
+            edit(c)
+            out[name] = c
     return out
 
 

@@ -71,8 +71,14 @@ TEST_CASE("scripts: profile_categories.py sorts perf samples into a step's parts
 TEST_CASE("scripts: recipe_variants.py writes configs tfm accepts, each with its option taken out",
           "[scripts]") {
   tfm_test::TempDir tmp("scripts_variants");
-  const tfm_test::CliRun resolved =
-      tfm_test::run_tfm("config --config configs/shakespeare_speedrun.json > '" + tmp.path + "/full.json'");
+  // Every trick on, whatever the shipped config turns on: each then has its variant.
+  const tfm_test::CliRun resolved = tfm_test::run_tfm(
+      "config --config configs/shakespeare_speedrun.json --set model.value_residual=true"
+      " --set model.bigram_buckets=4225 --set model.x0_skip=true --set model.logit_softcap=15"
+      " --set train.optimizer.muon_momentum_warmup_steps=50 --set train.optimizer.muon_momentum_cooldown_steps=50"
+      " --set train.optimizer.muon_weight_decay=0.1 --set train.optimizer.muon_cautious_weight_decay=true"
+      " --set train.ema_decay=0.9 --set model.dropout=0 > '" +
+      tmp.path + "/full.json'");
   REQUIRE(resolved.status == 0);
   const tfm_test::CliRun r = tfm_test::run_shell("/usr/bin/python3 scripts/recipe_variants.py '" + tmp.path +
                                                  "/full.json' '" + tmp.path + "'");
@@ -82,9 +88,9 @@ TEST_CASE("scripts: recipe_variants.py writes configs tfm accepts, each with its
                            "/order");  // full is the input, beside the variants as ablate.sh keeps it
   std::vector<std::string> order;
   for (std::string name; order_file >> name;) order.push_back(name);
-  REQUIRE(order.size() == 11);  // full, nine single removals, default
+  REQUIRE(order.size() == 19);  // full, nine single removals, default, eight tricks
   CHECK(order.front() == "full");
-  CHECK(order.back() == "default");
+  CHECK(order[10] == "default");
   auto load = [&](const std::string& name) {
     // tfm resolves it: a variant that left a removed option's keys behind would be refused here.
     const tfm_test::CliRun c = tfm_test::run_tfm("config --config '" + tmp.path + "/" + name + ".json'");
@@ -111,6 +117,26 @@ TEST_CASE("scripts: recipe_variants.py writes configs tfm accepts, each with its
   CHECK(old["model"]["activation"] == "gelu");
   CHECK(old["train"]["optimizer"]["name"] == "adamw");
   CHECK(old["train"]["lr_schedule"]["name"] == "cosine");
+  CHECK(old["model"]["value_residual"] == false);
+  CHECK(old["model"]["bigram_buckets"] == 0);
+  CHECK(old["train"]["ema_decay"].get<double>() == 0.0);
+  CHECK(old["model"]["dropout"].get<double>() == 0.0);  // dropout is not part of the modern recipe
+  // Each trick's variant takes out that trick and only it.
+  const auto no_vr = load("no_value_residual");
+  CHECK(no_vr["model"]["value_residual"] == false);
+  CHECK(no_vr["model"]["bigram_buckets"] == 4225);
+  CHECK(load("no_bigram")["model"]["bigram_buckets"] == 0);
+  CHECK(load("no_x0_skip")["model"]["x0_skip"] == false);
+  CHECK(load("no_softcap")["model"]["logit_softcap"].get<double>() == 0.0);
+  const auto constant = load("no_momentum_schedule")["train"]["optimizer"];
+  CHECK(constant["muon_momentum_warmup_steps"] == 0);
+  CHECK(constant["muon_momentum_cooldown_steps"] == 0);
+  CHECK(constant["muon_weight_decay"].get<double>() == Approx(0.1));
+  const auto no_wd = load("no_cautious_wd")["train"]["optimizer"];
+  CHECK(no_wd["muon_weight_decay"].get<double>() == 0.0);
+  CHECK(no_wd["muon_momentum_warmup_steps"] == 50);
+  CHECK(load("no_ema")["train"]["ema_decay"].get<double>() == 0.0);
+  CHECK(load("with_dropout")["model"]["dropout"].get<double>() == Approx(0.1));
   // Everything else stays: the same shape, data and steps.
   for (const std::string& name : order) {
     const auto c = load(name);
