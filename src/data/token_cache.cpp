@@ -580,9 +580,14 @@ std::optional<TokenCache> try_open(const std::string& cache, const Corpus& corpu
                     false);
   }
   const bool fixed = req.given && !req.extend;
-  if (!fixed && req.separator && *req.separator != separator)
+  // Unset, the option means "when there is more than one document", as build() decides it: the corpus
+  // is unchanged, so the cache's own count says. A cache built with the separator on for one document
+  // must not serve a run that left the option at its default.
+  const bool wanted_separator = req.separator ? *req.separator : h.documents > 1;
+  if (!fixed && wanted_separator != separator)
     return reject(std::string("data.document_separator changed (") + (separator ? "true" : "false") +
-                      " then, " + (*req.separator ? "true" : "false") + " now)",
+                      " then, " + (wanted_separator ? "true" : "false") + (req.separator ? "" : ", the default") +
+                      " now)",
                   false);
 
   // The tokenizer.

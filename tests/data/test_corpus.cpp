@@ -240,6 +240,20 @@ TEST_CASE("corpus: document_separator false concatenates, one document keeps the
   CHECK(one.tokenizer.to_json() ==
         Tokenizer::from_text(Tokenizer::Kind::Char, "just one file\n", "t").to_json());
   CHECK(one.tokens.to_vector() == one.tokenizer.encode("just one file\n", "t"));
+  // The separator asked for on one document, then the default again: the cache of the first is rebuilt
+  // for the second, never served to it (the default has no end-of-text id for one document).
+  TokenCacheOptions asked = options(d.file("cache"));
+  asked.document_separator = true;
+  CHECK(open_token_cache(d.file("one.txt"), Tokenizer::Kind::Char, asked).tokenizer.has_end_of_text());
+  log.clear();
+  const TokenCache back =
+      open_token_cache(d.file("one.txt"), Tokenizer::Kind::Char, options(d.file("cache"), &log));
+  CHECK(back.built);
+  CHECK(corpus_logged(log, "data.document_separator changed (true then, false, the default now)"));
+  CHECK_FALSE(back.tokenizer.has_end_of_text());
+  CHECK(back.tokenizer.to_json() == one.tokenizer.to_json());
+  // ... and the default again reuses it.
+  CHECK_FALSE(open_token_cache(d.file("one.txt"), Tokenizer::Kind::Char, options(d.file("cache"))).built);
   // A JSON Lines file of several records is several documents: separated (byte: decided by reading on
   // to the second record).
   write_corpus_input(d.file("recs.jsonl"), jsonl_line("text", "r1") + jsonl_line("text", "r2"));
