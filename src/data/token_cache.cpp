@@ -586,8 +586,8 @@ std::optional<TokenCache> try_open(const std::string& cache, const Corpus& corpu
   const bool wanted_separator = req.separator ? *req.separator : h.documents > 1;
   if (!fixed && wanted_separator != separator)
     return reject(std::string("data.document_separator changed (") + (separator ? "true" : "false") +
-                      " then, " + (wanted_separator ? "true" : "false") + (req.separator ? "" : ", the default") +
-                      " now)",
+                      " then, " + (wanted_separator ? "true" : "false") +
+                      (req.separator ? "" : ", the default") + " now)",
                   false);
 
   // The tokenizer.

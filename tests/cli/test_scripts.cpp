@@ -75,7 +75,8 @@ TEST_CASE("scripts: recipe_variants.py writes configs tfm accepts, each with its
   const tfm_test::CliRun resolved = tfm_test::run_tfm(
       "config --config configs/shakespeare_speedrun.json --set model.value_residual=true"
       " --set model.bigram_buckets=4225 --set model.x0_skip=true --set model.logit_softcap=15"
-      " --set train.optimizer.muon_momentum_warmup_steps=50 --set train.optimizer.muon_momentum_cooldown_steps=50"
+      " --set train.optimizer.muon_momentum_warmup_steps=50 --set "
+      "train.optimizer.muon_momentum_cooldown_steps=50"
       " --set train.optimizer.muon_weight_decay=0.1 --set train.optimizer.muon_cautious_weight_decay=true"
       " --set train.ema_decay=0.9 --set model.dropout=0 > '" +
       tmp.path + "/full.json'");
