@@ -29,6 +29,7 @@
 #include "tfm/analysis/runs.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
+#include "tfm/engine/platform.h"
 #include "tfm/training/run_lock.h"
 
 namespace tfm::cli {
@@ -52,15 +53,12 @@ struct BoardOptions {
 
 // share/board/NAME: PREFIX/share/tfm/board beside an installed binary, else the sources' share/board.
 std::string find_board_asset(const std::string& name) {
+  const std::vector<std::string> dirs = platform::data_directories("board", TFM_SOURCE_BOARD_DIR);
   std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  std::vector<fs::path> candidates;
-  if (!ec) candidates.push_back(exe.parent_path().parent_path() / "share" / "tfm" / "board" / name);
-  candidates.push_back(fs::path(TFM_SOURCE_BOARD_DIR) / name);
-  for (const fs::path& p : candidates)
-    if (fs::is_regular_file(p, ec)) return p.string();
-  throw IoError("tfm board: the page's file " + name + " is in none of " + candidates.front().string() +
-                ", " + candidates.back().string() + " (reinstall tfm)");
+  for (const std::string& d : dirs)
+    if (fs::is_regular_file(fs::path(d) / name, ec)) return (fs::path(d) / name).string();
+  throw IoError("tfm board: the page's file " + name + " is in none of " + dirs.front() + ", " + dirs.back() +
+                " (reinstall tfm)");
 }
 
 // A small file's text, "" when it is missing or unreadable (a run being written or deleted).

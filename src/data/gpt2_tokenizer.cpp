@@ -10,6 +10,11 @@
 #include "tfm/data/utf8.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
+#include "tfm/engine/platform.h"
+
+#ifndef TFM_SOURCE_TOKENIZERS_DIR  // set by the build: its source tree's data/tokenizers
+#define TFM_SOURCE_TOKENIZERS_DIR "data/tokenizers"
+#endif
 
 namespace tfm {
 
@@ -518,13 +523,9 @@ Gpt2Bpe Gpt2Bpe::load(const std::string& path) {
 
 std::string Gpt2Bpe::gpt2_directory() {
   std::vector<fs::path> candidates;
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  // An installed tfm: PREFIX/bin/tfm with PREFIX/share/tfm/tokenizers/gpt2 (cmake --install).
-  if (!ec) candidates.push_back(exe.parent_path().parent_path() / "share" / "tfm" / "tokenizers" / "gpt2");
-#ifdef TFM_SOURCE_TOKENIZERS_DIR
-  candidates.push_back(fs::path(TFM_SOURCE_TOKENIZERS_DIR) / "gpt2");  // the source tree of this build
-#endif
+  for (const std::string& d :
+       platform::data_directories("tokenizers/gpt2", TFM_SOURCE_TOKENIZERS_DIR "/gpt2"))
+    candidates.push_back(d);
   candidates.push_back(fs::path("data") / "tokenizers" / "gpt2");  // a repository root as working directory
   std::string tried;
   for (const fs::path& d : candidates) {

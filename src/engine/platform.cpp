@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -163,6 +164,15 @@ int run_program(const std::vector<std::string>& argv, bool quiet) {
   while (::waitpid(pid, &status, 0) < 0)
     if (errno != EINTR) return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::vector<std::string> data_directories(const std::string& subdir, const std::string& source_dir) {
+  std::vector<std::string> dirs;
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) dirs.push_back((exe.parent_path().parent_path() / "share" / "tfm" / subdir).string());
+  dirs.push_back(source_dir);
+  return dirs;
 }
 
 std::string shell_quote(const std::string& arg) {

@@ -37,6 +37,11 @@ const std::atomic<bool>* stop_on_signals();
 // start or was killed by a signal.
 int run_program(const std::vector<std::string>& argv, bool quiet = false);
 
+// Where tfm's data files of `subdir` (a path under share/tfm: "board", "tokenizers/gpt2") may be, in
+// the order to try: PREFIX/share/tfm/<subdir> beside an installed binary (PREFIX/bin/tfm, from
+// `cmake --install`), then `source_dir`, where this build's source tree keeps them.
+std::vector<std::string> data_directories(const std::string& subdir, const std::string& source_dir);
+
 // `arg` quoted for a POSIX shell ('it'\''s'), for printing a command a user may copy; never executed.
 std::string shell_quote(const std::string& arg);
 
