@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what is missing, checks the formatting (scripts/dev/format.sh --check), builds from scratch and
-# runs every test through ctest, twice (test code compiles at -Og in both: docs/testing.md):
+# runs every test through ctest, twice (the test code compiles once, at -Og: docs/testing.md):
 #   1. the Release build (-O3 -march=native, warnings as errors), all tests (with scripts/dev/check_gguf.sh:
 #      llama.cpp runs tfm's GGUF exports; skipped, saying why, when npm cannot reach its registry), then
 #      `cmake --install` into a temporary prefix and examples/ built and run against the installed package;
-#   2. an AddressSanitizer + UndefinedBehaviorSanitizer build (-Og -g1), the same tests (the unit tests
-#      one process per file). -Og compiles the instrumented code in half the time of -O1 (the CLI's
+#   2. an AddressSanitizer + UndefinedBehaviorSanitizer build (-Og -g1), compiled while the Release tests
+#      run and linking the test code the Release build compiled; the same tests (the unit tests one
+#      process per file). -Og compiles the instrumented code in half the time of -O1 (the CLI's
 #      first batch: 88 -> 35 s of CPU); -g1 keeps the line tables the sanitizers' stack traces need
 #      (file:line) without the full debug information.
 # Usage: scripts/test.sh
@@ -21,9 +22,24 @@ jobs="${TFM_TEST_JOBS:-$(nproc)}"
 export OMP_WAIT_POLICY=passive  # ctest runs tests side by side: idle OpenMP threads must not spin
 
 release="$TFM_ROOT/build/test"
-rm -rf "$release"
+asan="$TFM_ROOT/build/asan"
+rm -rf "$release" "$asan"
 echo "tfm: Release build in $release"
 tfm_build "$release" -DCMAKE_BUILD_TYPE=Release -DTFM_WERROR=ON
+# The sanitizer build compiles beside the Release tests, at a lower priority: the tests leave cores idle
+# (the llama.cpp check's last minute runs alone), the build takes them. It links the test code the
+# Release build compiled (TFM_TEST_OBJECTS_FROM: the same sources, compiled once) against its own
+# instrumented library, and runs its own instrumented tfm.
+asan_log="$TFM_ROOT/build/asan.log"
+asan_pid=""
+if [ "${TFM_SANITIZE:-1}" != "0" ]; then
+  echo "tfm: ASan+UBSan build in $asan, beside the Release tests (its output: $asan_log)"
+  setsid nice -n 10 bash -c 'source "$1/scripts/common.sh"; shift; tfm_build "$@"' _ "$TFM_ROOT" "$asan" \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-Og -g1" -DTFM_SANITIZE=ON -DTFM_WERROR=ON \
+    -DTFM_TEST_OBJECTS_FROM="$release" > "$asan_log" 2>&1 &
+  asan_pid=$!
+  trap 'kill -- "-$asan_pid" 2>/dev/null || true' EXIT  # a failed Release test stops it too
+fi
 echo "tfm: tests (Release)"
 (cd "$release" && ctest --output-on-failure -j "$jobs")
 # ctest counts a skipped check as skipped without its reason: say it (scripts/dev/check_*.sh).
@@ -31,12 +47,8 @@ grep -h "check_[a-z]*.sh: SKIPPED" "$release/Testing/Temporary/LastTest.log" 2>/
 echo "tfm: install into a temporary prefix, build and run examples/ against it"
 "$TFM_ROOT/scripts/dev/check_install.sh" "$release"
 
-if [ "${TFM_SANITIZE:-1}" != "0" ]; then
-  asan="$TFM_ROOT/build/asan"
-  rm -rf "$asan"
-  echo "tfm: ASan+UBSan build in $asan"
-  tfm_build "$asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-Og -g1" \
-    -DTFM_SANITIZE=ON -DTFM_WERROR=ON
+if [ -n "$asan_pid" ]; then
+  wait "$asan_pid" || { tail -n 60 "$asan_log"; echo "tfm: the ASan+UBSan build failed (all of it: $asan_log)"; exit 1; }
   echo "tfm: tests (ASan+UBSan)"
   export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"

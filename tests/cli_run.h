@@ -1,7 +1,8 @@
-// Running the tfm executable (TFM_BINARY) or a shell command from the repository root in CLI tests,
+// Running the tfm executable (tfm_binary()) or a shell command from the repository root in CLI tests,
 // a per-process temporary directory removed when it goes out of scope, and named scratch paths
 // removed when the test binary exits.
 #pragma once
+#include <dlfcn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +20,20 @@ struct CliRun {
   int status = -1;
   std::string out;  // stdout and stderr
 };
+
+// The tfm executable the CLI tests run: the one beside this test binary in its build tree. Found at run
+// time, not compiled in, so that a sanitizer tree can link the test code a Release tree compiled
+// (TFM_TEST_OBJECTS_FROM in CMakeLists.txt) and still run its own, instrumented tfm.
+inline const char* tfm_binary() {
+  static const std::string path = std::filesystem::canonical("/proc/self/exe").parent_path() / "tfm";
+  return path.c_str();
+}
+
+// Whether this process, and so the tfm beside it, runs under AddressSanitizer (its runtime is loaded):
+// asked at run time for the same reason.
+inline bool under_address_sanitizer() {
+  return ::dlsym(RTLD_DEFAULT, "__asan_init") != nullptr;
+}
 
 // `command` run by the shell from the repository root, its output and exit status.
 // A file's whole content ("" when it cannot be read; the caller's checks then fail).
@@ -42,7 +57,7 @@ inline CliRun run_shell(const std::string& command) {
 
 // `tfm ARGS` (ARGS as the shell reads them).
 inline CliRun run_tfm(const std::string& args) {
-  return run_shell(std::string("'") + TFM_BINARY + "' " + args);
+  return run_shell(std::string("'") + tfm_binary() + "' " + args);
 }
 
 // /tmp/tfm_test_<name>_<pid>, created empty, removed with everything in it at scope exit.

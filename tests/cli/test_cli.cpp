@@ -82,7 +82,8 @@ TEST_CASE("cli: tfm restarts once with its OpenBLAS and OpenMP settings and says
   const Run r = tfm_test::run_shell(
       std::string(
           "env -u TFM_NO_REEXEC -u TFM_REEXEC -u OPENBLAS_CORETYPE -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT '") +
-      TFM_BINARY + "' train --config configs/tiny.json --out " + dir + " --set train.max_steps=1");
+      tfm_test::tfm_binary() + "' train --config configs/tiny.json --out " + dir +
+      " --set train.max_steps=1");
   INFO(r.out);
   REQUIRE(r.status == 0);
   const std::string expected = __builtin_cpu_supports("avx512f")
@@ -203,8 +204,9 @@ TEST_CASE("cli: SIGINT checkpoints and exits 0 and a NaN exits 3", "[cli]") {
     FILE* f = std::freopen(log.c_str(), "w", stdout);
     if (!f) ::_exit(127);
     ::dup2(::fileno(stdout), 2);
-    ::execl(TFM_BINARY, TFM_BINARY, "train", "--config", "configs/tiny.json", "--out", (dir + "/run").c_str(),
-            "--set", "train.max_steps=1000000", "--set", "train.log_interval=1", static_cast<char*>(nullptr));
+    ::execl(tfm_test::tfm_binary(), tfm_test::tfm_binary(), "train", "--config", "configs/tiny.json", "--out",
+            (dir + "/run").c_str(), "--set", "train.max_steps=1000000", "--set", "train.log_interval=1",
+            static_cast<char*>(nullptr));
     ::_exit(127);
   }
   // Wait until it is training, then interrupt it.

@@ -42,10 +42,10 @@ pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
     if (::chdir(TFM_SOURCE_DIR) != 0) ::_exit(127);
     if (!std::freopen(log.c_str(), "a", stdout)) ::_exit(127);
     ::dup2(::fileno(stdout), 2);
-    std::vector<char*> argv{const_cast<char*>(TFM_BINARY)};
+    std::vector<char*> argv{const_cast<char*>(tfm_test::tfm_binary())};
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
-    ::execv(TFM_BINARY, argv.data());
+    ::execv(tfm_test::tfm_binary(), argv.data());
     ::_exit(127);
   }
   return pid;
