@@ -50,7 +50,10 @@ echo "tfm: install into a temporary prefix, build and run examples/ against it"
 if [ -n "$asan_pid" ]; then
   wait "$asan_pid" || { tail -n 60 "$asan_log"; echo "tfm: the ASan+UBSan build failed (all of it: $asan_log)"; exit 1; }
   echo "tfm: tests (ASan+UBSan)"
-  export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1"
+  # malloc_context_size=10: the stack kept for each allocation, 10 frames instead of 30, which costs less to
+  # record at every malloc (the whole-model gradient checks: 52 -> 42 s of CPU); reports still name the
+  # allocating function and its callers.
+  export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:malloc_context_size=10"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
   (cd "$asan" && ctest --output-on-failure -j "$jobs")
 fi
