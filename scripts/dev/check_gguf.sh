@@ -124,11 +124,15 @@ done
 char_prompts=("First Citizen:" "MENENIUS:" "You are all resolved" $'All:\nWe know\'t, we know\'t.\n')
 bpe_prompts=("${char_prompts[@]}" "Café “naïve” — ¿qué?")
 gpt2_prompts=("${bpe_prompts[@]}" "中文 テキスト 👍🏽  it's   x''s" $'\t\tdef f(x):\n\n    return 42')
-# check RUN DTYPE exact|defaults TOLERANCE REFERENCE_TOLERANCE GREEDY_REQUIRED PROMPTS...
-# llama.cpp's probabilities against tfm's model (TOLERANCE) and, in exact mode, against tfm's reading of
-# the same file with llama.cpp's GELU (`tfm eval --gguf --gelu llama.cpp`, REFERENCE_TOLERANCE, "-" to
-# report only): the first is what a user sees, the second what is left once GELU's form is accounted for.
-check() {
+# plan RUN DTYPE exact|defaults TOLERANCE REFERENCE_TOLERANCE GREEDY_REQUIRED PROMPTS...
+# One check: tfm's side now (its probabilities, greedy samples and, in exact mode, its reading of the same
+# file with llama.cpp's GELU: `tfm eval --gguf --gelu llama.cpp`), llama.cpp's job added to $work/jobs.jsonl
+# (all of them run in one node process: loading llama.cpp costs ~2 s of CPU a process), the comparison
+# queued for compare(): llama.cpp's probabilities against tfm's model (TOLERANCE) and against tfm's reading
+# of the file (REFERENCE_TOLERANCE, "-" to report only): the first is what a user sees, the second what is
+# left once GELU's form is accounted for.
+checks=()
+plan() {
   local run=$1 dtype=$2 mode=$3 tolerance=$4 ref_tolerance=$5 greedy_required=$6
   shift 6
   local name=$run-$dtype-$mode kv=f32 fa=off
@@ -145,11 +149,18 @@ check() {
   fi
   [[ $mode == exact ]] && "$tfm" eval --run "$work/$run" --checkpoint last --dump-logits "$work/$run-$dtype.ref.json" \
     --gguf "$work/$run-$dtype.gguf" --gelu llama.cpp "${args[@]}" > /dev/null
-  local prompts texts
-  prompts=$(node -e 'console.log(JSON.stringify(require(process.argv[1]).tokens))' "$work/$run.tfm.json")
-  texts=$(node -e 'console.log(JSON.stringify(process.argv.slice(1)))' "$@")
-  node "$root/scripts/dev/llama_cpp.mjs" "$work/$run-$dtype.gguf" --prompts "$prompts" --greedy 32 --texts "$texts" \
-    --kv-cache $kv --flash-attention $fa > "$work/$name.llama.json" || { echo "$name: scripts/dev/llama_cpp.mjs failed: FAIL"; return 1; }
+  node -e 'const [tfm, model, kv, fa, out, ...texts] = process.argv.slice(1);
+    console.log(JSON.stringify({model, prompts: require(tfm).tokens, greedy: 32, texts, kv_cache: kv,
+                                flash_attention: fa, out}))' \
+    "$work/$run.tfm.json" "$work/$run-$dtype.gguf" $kv $fa "$work/$name.llama.json" "$@" >> "$work/jobs.jsonl"
+  checks+=("$run $dtype $name $tolerance $ref_tolerance $greedy_required")
+}
+
+# compare RUN DTYPE NAME TOLERANCE REFERENCE_TOLERANCE GREEDY_REQUIRED: a planned check's verdict, once
+# llama.cpp has run.
+compare() {
+  local run=$1 dtype=$2 name=$3 tolerance=$4 ref_tolerance=$5 greedy_required=$6
+  [[ -f $work/$name.llama.json ]] || { echo "$name: llama.cpp gave no output: FAIL"; return 1; }
   node - "$work" "$run" "$dtype" "$name" "$tolerance" "$ref_tolerance" "$greedy_required" <<'JS'
 const fs = require("fs");
 const [work, run, dtype, name, tolerance, refTolerance, greedyRequired] = process.argv.slice(2);
@@ -215,7 +226,6 @@ JS
 
 echo "check_gguf.sh: node-llama-cpp $version (llama.cpp $(node -e 'console.log(require(process.argv[1]).tag)' \
   "$home/node_modules/node-llama-cpp/llama/llama.cpp.info.json")) against $tfm"
-status=0
 for run in "${runs[@]}"; do
   case $run in char | qwen3 | char_sep) prompts=("${char_prompts[@]}") ;; gpt2) prompts=("${gpt2_prompts[@]}") ;;
     *) prompts=("${bpe_prompts[@]}") ;; esac
@@ -225,15 +235,26 @@ for run in "${runs[@]}"; do
   # char_sep's greedy continuations are reported only: llama.cpp stops at the separator, tfm sample does not.
   greedy=yes
   [[ $run == char_sep ]] && greedy=no
-  check $run f32 exact $exact 2e-4 $greedy "${prompts[@]}" || status=1
-  if [[ $run == gpt2 || $run == char_sep ]]; then
-    sed -n 's/^read back: /  tfm export, read back: /p' "$work/$run-f32.export.txt"
-    continue
-  fi
-  check $run f32 defaults 1e-2 - no "${prompts[@]}" || status=1
-  check $run f16 exact 1e-2 - no "${prompts[@]}" || status=1
-  check $run bf16 exact 1e-1 - no "${prompts[@]}" || status=1
-  sed -n 's/^read back: /  tfm export, read back: /p' "$work/$run-f32.export.txt"
+  plan $run f32 exact $exact 2e-4 $greedy "${prompts[@]}"
+  [[ $run == gpt2 || $run == char_sep ]] && continue
+  plan $run f32 defaults 1e-2 - no "${prompts[@]}"
+  plan $run f16 exact 1e-2 - no "${prompts[@]}"
+  plan $run bf16 exact 1e-1 - no "${prompts[@]}"
 done
+node -e 'const lines = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n");
+  require("fs").writeFileSync(process.argv[2], "[" + lines.join(",") + "]")' "$work/jobs.jsonl" "$work/jobs.json"
+status=0
+node "$root/scripts/dev/llama_cpp.mjs" --jobs "$work/jobs.json" || { echo "scripts/dev/llama_cpp.mjs failed: FAIL"; status=1; }
+last_run=""
+for c in "${checks[@]}"; do
+  read -r run _ <<< "$c"
+  if [[ -n $last_run && $run != "$last_run" ]]; then
+    sed -n 's/^read back: /  tfm export, read back: /p' "$work/$last_run-f32.export.txt"
+  fi
+  last_run=$run
+  # shellcheck disable=SC2086 # the fields of a planned check
+  compare $c || status=1
+done
+sed -n 's/^read back: /  tfm export, read back: /p' "$work/$last_run-f32.export.txt"
 [[ $status == 0 ]] && echo "check_gguf.sh: OK" || echo "check_gguf.sh: FAILED (files in ${TFM_GGUF_KEEP:-a temporary directory: set TFM_GGUF_KEEP=DIR to keep them})"
 exit $status
