@@ -32,7 +32,8 @@ The speedrun tricks, each taken out alone:
   no_cautious_wd      Muon's weight decay off
   no_ema              train.ema_decay 0 (evaluate the weights themselves)
   with_dropout        model.dropout 0.1 (where the config has none)
-  with_mtp            model.mtp_heads 1, train.mtp_weight 0.3 (where the config has no extra heads)
+  with_mtp            model.mtp_heads 1, train.mtp_weight 0.3 (where the config has no extra heads; run only
+                      when --only names it)
 """
 import argparse
 import copy
@@ -124,6 +125,10 @@ TRICK_EDITS = {
 }
 
 
+# Variants written for every config that has them but listed in OUTDIR/order only when --only names them.
+OPT_IN = ("with_mtp",)
+
+
 def variants_of(full):
     """{name: config} of every variant the config has an option for, the default recipe last."""
     m, t = full["model"], full["train"]
@@ -183,7 +188,8 @@ def main():
         c.pop("_comment", None)
         with open(os.path.join(a.outdir, name + ".json"), "w", encoding="utf-8") as f:
             json.dump(c, f, indent=1)
-    names = ["full"] + [n for n in variants if not only or n in only]
+    # with_mtp adds a trick rather than taking one out: written always, run only when --only names it.
+    names = ["full"] + [n for n in variants if n in only or (not only and n not in OPT_IN)]
     with open(os.path.join(a.outdir, "order"), "w", encoding="utf-8") as f:
         f.write("\n".join(names) + "\n")
 
