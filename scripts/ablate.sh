@@ -23,7 +23,8 @@
 # (d_ff x 1.5: the same parameters); no qk_norm; tied head; biases back; muon -> adamw (at the config's
 # lr) and adamw at lr 1e-3; wsd -> cosine; default (all of them at once: adamw 1e-3, cosine); and the
 # speedrun tricks the config turns on, one at a time (no_value_residual, no_bigram, no_x0_skip,
-# no_softcap, no_mtp, no_momentum_schedule, no_cautious_wd, no_ema; with_dropout where it has none).
+# no_softcap, no_mtp, no_momentum_schedule, no_cautious_wd, no_ema), and with_dropout and with_mtp
+# (dropout 0.1, one multi-token head) where the config has none; with_mtp only when --only names it.
 # Equal time: each variant's train.max_steps is the full recipe's time over its own ms/step (measured
 # in a 40-step probe), so its schedule ends, decay included, when the time is up; train.max_seconds
 # stops it there should the probe have been optimistic. Evaluations every 50 steps (10 batches).

@@ -32,6 +32,8 @@ The speedrun tricks, each taken out alone:
   no_cautious_wd      Muon's weight decay off
   no_ema              train.ema_decay 0 (evaluate the weights themselves)
   with_dropout        model.dropout 0.1 (where the config has none)
+  with_mtp            model.mtp_heads 1, train.mtp_weight 0.3 (where the config has no extra heads; run only
+                      when --only names it)
 """
 import argparse
 import copy
@@ -60,6 +62,7 @@ WHAT = {
     "no_cautious_wd": "no Muon weight decay",
     "no_ema": "no EMA of the weights",
     "with_dropout": "dropout 0.1",
+    "with_mtp": "multi-token prediction, 1 extra head (weight 0.3)",
 }
 
 
@@ -117,7 +120,13 @@ TRICK_EDITS = {
                        and c["train"]["optimizer"].get("muon_weight_decay"), no_cautious_wd),
     "no_ema": (lambda c: c["train"].get("ema_decay"), lambda c: c["train"].update(ema_decay=0.0)),
     "with_dropout": (lambda c: c["model"].get("dropout") == 0, lambda c: c["model"].update(dropout=0.1)),
+    "with_mtp": (lambda c: c["train"].get("objective") == "causal_lm" and not c["model"].get("mtp_heads"),
+                 lambda c: (c["model"].update(mtp_heads=1), c["train"].update(mtp_weight=0.3))),
 }
+
+
+# Variants written for every config that has them but listed in OUTDIR/order only when --only names them.
+OPT_IN = ("with_mtp",)
 
 
 def variants_of(full):
@@ -143,7 +152,7 @@ def variants_of(full):
         out["cosine"] = c
         cosine(default)
     for name, (on, edit) in TRICK_EDITS.items():
-        if on(full) and name != "with_dropout":
+        if on(full) and not name.startswith("with_"):
             edit(default)
     out["default"] = default
     for name, (on, edit) in TRICK_EDITS.items():
@@ -179,7 +188,8 @@ def main():
         c.pop("_comment", None)
         with open(os.path.join(a.outdir, name + ".json"), "w", encoding="utf-8") as f:
             json.dump(c, f, indent=1)
-    names = ["full"] + [n for n in variants if not only or n in only]
+    # with_mtp adds a trick rather than taking one out: written always, run only when --only names it.
+    names = ["full"] + [n for n in variants if n in only or (not only and n not in OPT_IN)]
     with open(os.path.join(a.outdir, "order"), "w", encoding="utf-8") as f:
         f.write("\n".join(names) + "\n")
 
