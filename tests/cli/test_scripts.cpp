@@ -78,7 +78,7 @@ TEST_CASE("scripts: recipe_variants.py writes configs tfm accepts, each with its
       " --set train.optimizer.muon_momentum_warmup_steps=50 --set "
       "train.optimizer.muon_momentum_cooldown_steps=50"
       " --set train.optimizer.muon_weight_decay=0.1 --set train.optimizer.muon_cautious_weight_decay=true"
-      " --set train.ema_decay=0.9 --set model.dropout=0 > '" +
+      " --set train.ema_decay=0.9 --set model.dropout=0 --set model.mtp_heads=1 > '" +
       tmp.path + "/full.json'");
   REQUIRE(resolved.status == 0);
   const tfm_test::CliRun r = tfm_test::run_shell("/usr/bin/python3 scripts/recipe_variants.py '" + tmp.path +
@@ -89,7 +89,7 @@ TEST_CASE("scripts: recipe_variants.py writes configs tfm accepts, each with its
                            "/order");  // full is the input, beside the variants as ablate.sh keeps it
   std::vector<std::string> order;
   for (std::string name; order_file >> name;) order.push_back(name);
-  REQUIRE(order.size() == 19);  // full, nine single removals, default, eight tricks
+  REQUIRE(order.size() == 20);  // full, nine single removals, default, nine tricks
   CHECK(order.front() == "full");
   CHECK(order[10] == "default");
   auto load = [&](const std::string& name) {
@@ -138,6 +138,9 @@ TEST_CASE("scripts: recipe_variants.py writes configs tfm accepts, each with its
   CHECK(no_wd["muon_momentum_warmup_steps"] == 50);
   CHECK(load("no_ema")["train"]["ema_decay"].get<double>() == 0.0);
   CHECK(load("with_dropout")["model"]["dropout"].get<double>() == Approx(0.1));
+  const auto no_mtp = load("no_mtp");
+  CHECK(no_mtp["model"]["mtp_heads"] == 0);
+  CHECK(no_mtp["model"]["bigram_buckets"] == 4225);
   // Everything else stays: the same shape, data and steps.
   for (const std::string& name : order) {
     const auto c = load(name);
