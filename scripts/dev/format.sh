@@ -21,10 +21,14 @@ else
   mapfile -t files < <(find src include tests examples -name '*.cpp' -o -name '*.h' -o -name '*.hpp' | sort)
 fi
 if [ "$check" = 1 ]; then
-  unformatted=()
-  for f in "${files[@]}"; do
-    clang-format --dry-run --Werror "$f" >/dev/null 2>&1 || unformatted+=("$f")
-  done
+  # One clang-format process for every file: a process per file spent 33 s loading LLVM, one takes 2 s.
+  # Each difference is reported as "FILE:LINE:COL: error: code should be clang-formatted".
+  report="$(clang-format --dry-run --Werror "${files[@]}" 2>&1 >/dev/null)" || true
+  mapfile -t unformatted < <(printf '%s\n' "$report" | sed -n 's/^\(.*\):[0-9]*:[0-9]*: error: .*clang-format.*/\1/p' | sort -u)
+  if [ -n "$report" ] && [ ${#unformatted[@]} -eq 0 ]; then
+    printf '%s\n' "$report" >&2
+    tfm_fail "clang-format failed (its output is above)"
+  fi
   if [ ${#unformatted[@]} -gt 0 ]; then
     echo "format.sh: ${#unformatted[@]} file(s) differ from clang-format (run scripts/dev/format.sh):" >&2
     printf '  %s\n' "${unformatted[@]}" >&2
