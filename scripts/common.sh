@@ -4,7 +4,7 @@
 # Sourced, not run. Everything here is idempotent and quick when nothing is missing.
 
 TFM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-TFM_PACKAGES=(g++ cmake make libopenblas-dev libopenblas-openmp-dev libcli11-dev nlohmann-json3-dev libspdlog-dev catch2
+TFM_PACKAGES=(g++ cmake make ninja-build libopenblas-dev libopenblas-openmp-dev libcli11-dev nlohmann-json3-dev libspdlog-dev catch2
   libopenmpi-dev openmpi-bin time libdnnl-dev libxxhash-dev zlib1g-dev libzstd-dev
   libcpp-httplib-dev libjs-chart.js pkgconf)
 
@@ -64,10 +64,16 @@ tfm_install() {
 }
 
 # tfm_build DIR [cmake options...]: configures (Release unless told otherwise) and builds in DIR.
+# A new tree uses Ninja: Make builds a target's objects only after the targets it links are built, so
+# the layers compiled one after another with a core idle; Ninja compiles every object as soon as a core
+# is free (the Release build with tests: 223 -> 146 s on 2 cores). A tree already configured keeps its
+# generator.
 tfm_build() {
   local dir="$1"
   shift
-  cmake -S "$TFM_ROOT" -B "$dir" "$@" >/dev/null
+  local generator=()
+  [ -f "$dir/CMakeCache.txt" ] || ! command -v ninja >/dev/null || generator=(-G Ninja)
+  cmake "${generator[@]}" -S "$TFM_ROOT" -B "$dir" "$@" >/dev/null
   cmake --build "$dir" -j "$(nproc)"
 }
 

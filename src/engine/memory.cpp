@@ -1,5 +1,6 @@
 #include "tfm/engine/memory.h"
 
+#include <sanitizer/asan_interface.h>  // ASAN_(UN)POISON_MEMORY_REGION: no-ops without AddressSanitizer
 #include <sys/mman.h>
 
 #include <cstdlib>
@@ -37,6 +38,7 @@ float* acquire(size_t n) {
     if (it != p.free_lists.end() && !it->second.empty()) {
       float* ptr = it->second.back();
       it->second.pop_back();
+      ASAN_UNPOISON_MEMORY_REGION(ptr, bytes);
       p.stats.reused++;
       p.stats.cached_bytes -= bytes;
       p.stats.live_bytes += bytes;
@@ -64,6 +66,9 @@ void release(float* ptr, size_t n) {
   if (!ptr) return;
   if (n == 0) n = 1;
   Pool& p = pool();
+  // Under AddressSanitizer a pooled buffer is unreadable until acquire() hands it out again: a tensor's
+  // storage used after its release is reported as it would be after free().
+  ASAN_POISON_MEMORY_REGION(ptr, n * sizeof(float));
   std::lock_guard<std::mutex> lock(p.mu);
   p.free_lists[n].push_back(ptr);
   p.stats.live_bytes -= n * sizeof(float);

@@ -2,6 +2,8 @@
 // step (forward, backward, clipping, optimizer, and an evaluation in between) gets every buffer from
 // the cache and asks the OS for no fresh storage. And a step keeps only the activations its backward
 // needs: released values come back bit for bit, and a layer costs a bounded number of activations.
+#include <dlfcn.h>
+
 #include <catch2/catch.hpp>
 
 #include "model_config.h"
@@ -138,4 +140,25 @@ TEST_CASE("memory: a layer keeps a bounded set of activations through the step",
   const double needed = 5.0 * B * T * C + static_cast<double>(B * T * F);
   INFO("per layer: " << per_layer << " floats; the backward needs " << needed);
   CHECK(per_layer <= needed + B * T * C);
+}
+
+TEST_CASE("memory: a released buffer is poisoned under AddressSanitizer until acquired again", "[memory]") {
+  // The test code itself is compiled without the sanitizers (docs/testing.md): it asks the runtime.
+  using IsPoisoned = int (*)(const volatile void*);
+  const auto is_poisoned = reinterpret_cast<IsPoisoned>(::dlsym(RTLD_DEFAULT, "__asan_address_is_poisoned"));
+  const size_t n = 12345;  // a size no other test asks for, so the cache hands back this very buffer
+  float* a = memory::acquire(n);
+  a[0] = 1.0f, a[n - 1] = 2.0f;
+  memory::release(a, n);
+  if (is_poisoned) {
+    CHECK(is_poisoned(a) == 1);
+    CHECK(is_poisoned(a + n - 1) == 1);
+  }
+  float* b = memory::acquire(n);
+  CHECK(b == a);
+  if (is_poisoned) {
+    CHECK(is_poisoned(b) == 0);
+    CHECK(is_poisoned(b + n - 1) == 0);
+  }
+  memory::release(b, n);
 }
