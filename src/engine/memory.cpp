@@ -26,6 +26,11 @@ Pool& pool() {
   return *p;
 }
 
+// The bytes of a pooled buffer of n floats that AddressSanitizer marks: whole 8-byte granules (its
+// shadow's unit; a region's partial last granule is left as it was), within the 64-byte rounding of
+// every buffer acquire() allocates.
+size_t poisoned_bytes(size_t n) { return (n * sizeof(float) + 7) / 8 * 8; }
+
 }  // namespace
 
 float* acquire(size_t n) {
@@ -38,7 +43,7 @@ float* acquire(size_t n) {
     if (it != p.free_lists.end() && !it->second.empty()) {
       float* ptr = it->second.back();
       it->second.pop_back();
-      ASAN_UNPOISON_MEMORY_REGION(ptr, bytes);
+      ASAN_UNPOISON_MEMORY_REGION(ptr, poisoned_bytes(n));
       p.stats.reused++;
       p.stats.cached_bytes -= bytes;
       p.stats.live_bytes += bytes;
@@ -68,7 +73,7 @@ void release(float* ptr, size_t n) {
   Pool& p = pool();
   // Under AddressSanitizer a pooled buffer is unreadable until acquire() hands it out again: a tensor's
   // storage used after its release is reported as it would be after free().
-  ASAN_POISON_MEMORY_REGION(ptr, n * sizeof(float));
+  ASAN_POISON_MEMORY_REGION(ptr, poisoned_bytes(n));
   std::lock_guard<std::mutex> lock(p.mu);
   p.free_lists[n].push_back(ptr);
   p.stats.live_bytes -= n * sizeof(float);
