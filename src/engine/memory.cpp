@@ -29,7 +29,9 @@ Pool& pool() {
 // The bytes of a pooled buffer of n floats that AddressSanitizer marks: whole 8-byte granules (its
 // shadow's unit; a region's partial last granule is left as it was), within the 64-byte rounding of
 // every buffer acquire() allocates.
-size_t poisoned_bytes(size_t n) { return (n * sizeof(float) + 7) / 8 * 8; }
+size_t poisoned_bytes(size_t n) {
+  return (n * sizeof(float) + 7) / 8 * 8;
+}
 
 }  // namespace
 
