@@ -25,7 +25,7 @@ release="$TFM_ROOT/build/test"
 asan="$TFM_ROOT/build/asan"
 rm -rf "$release" "$asan"
 echo "tfm: Release build in $release"
-tfm_build "$release" -DCMAKE_BUILD_TYPE=Release -DTFM_WERROR=ON
+tfm_build "$release" -DCMAKE_BUILD_TYPE=Release -DTFM_WERROR=ON -DTFM_TESTS_PER_FILE=ON
 # The sanitizer build compiles beside the Release tests, at a lower priority: the tests leave cores idle
 # (the llama.cpp check's last minute runs alone), the build takes them. It links the test code the
 # Release build compiled (TFM_TEST_OBJECTS_FROM: the same sources, compiled once) against its own
@@ -38,14 +38,18 @@ if [ "${TFM_SANITIZE:-1}" != "0" ]; then
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-Og -g1" -DTFM_SANITIZE=ON -DTFM_WERROR=ON \
     -DTFM_TEST_OBJECTS_FROM="$release" > "$asan_log" 2>&1 &
   asan_pid=$!
-  trap 'kill -- "-$asan_pid" 2>/dev/null || true' EXIT  # a failed Release test stops it too
+  trap 'kill -- "-$asan_pid" 2>/dev/null || true' EXIT  # a failed test stops it too
 fi
 echo "tfm: tests (Release)"
 (cd "$release" && ctest --output-on-failure -j "$jobs")
 # ctest counts a skipped check as skipped without its reason: say it (scripts/dev/check_*.sh).
 grep -h "check_[a-z]*.sh: SKIPPED" "$release/Testing/Temporary/LastTest.log" 2>/dev/null || true
-echo "tfm: install into a temporary prefix, build and run examples/ against it"
-"$TFM_ROOT/scripts/dev/check_install.sh" "$release"
+# The install check runs beside what follows (it is mostly compiling examples/); its report comes last.
+install_log="$TFM_ROOT/build/install_check.log"
+echo "tfm: install into a temporary prefix, build and run examples/ against it (its output: $install_log)"
+setsid "$TFM_ROOT/scripts/dev/check_install.sh" "$release" > "$install_log" 2>&1 &
+install_pid=$!
+trap 'kill -- "-$install_pid" ${asan_pid:+"-$asan_pid"} 2>/dev/null || true' EXIT
 
 if [ -n "$asan_pid" ]; then
   wait "$asan_pid" || { tail -n 60 "$asan_log"; echo "tfm: the ASan+UBSan build failed (all of it: $asan_log)"; exit 1; }
@@ -61,3 +65,5 @@ if [ -n "$asan_pid" ]; then
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
   (cd "$asan" && ctest --output-on-failure -j "$jobs")
 fi
+cat "$install_log"
+wait "$install_pid" || { echo "tfm: the install check failed"; exit 1; }
