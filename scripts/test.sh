@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Installs what is missing, checks the formatting (scripts/dev/format.sh --check), builds from scratch and
-# runs every test through ctest, twice (the test code compiles once, at -Og: docs/testing.md):
+# Installs what is missing, checks the formatting (scripts/dev/format.sh --check), builds from scratch with
+# Ninja and runs every test through ctest, each test file as one process, twice (the test code compiles
+# once, at -Og: docs/testing.md):
 #   1. the Release build (-O3 -march=native, warnings as errors), all tests (with scripts/dev/check_gguf.sh:
 #      llama.cpp runs tfm's GGUF exports; skipped, saying why, when npm cannot reach its registry), then
-#      `cmake --install` into a temporary prefix and examples/ built and run against the installed package;
+#      `cmake --install` into a temporary prefix and examples/ built and run against the installed package,
+#      beside step 2;
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build (-Og -g1), compiled while the Release tests
-#      run and linking the test code the Release build compiled; the same tests (the unit tests one
-#      process per file). -Og compiles the instrumented code in half the time of -O1 (the CLI's
-#      first batch: 88 -> 35 s of CPU); -g1 keeps the line tables the sanitizers' stack traces need
-#      (file:line) without the full debug information.
+#      run and linking the test code the Release build compiled; the same tests. -Og compiles the
+#      instrumented code in half the time of -O1 (the CLI's first batch: 88 -> 35 s of CPU); -g1 keeps
+#      the line tables the sanitizers' stack traces need (file:line) without the full debug information.
 # Usage: scripts/test.sh
 # Environment: TFM_TEST_JOBS (parallel ctest jobs, default: cores), TFM_SANITIZE=0 skips step 2.
 set -euo pipefail
