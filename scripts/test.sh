@@ -32,14 +32,15 @@ tfm_build "$release" -DCMAKE_BUILD_TYPE=Release -DTFM_WERROR=ON -DTFM_TESTS_PER_
 # Release build compiled (TFM_TEST_OBJECTS_FROM: the same sources, compiled once) against its own
 # instrumented library, and runs its own instrumented tfm.
 asan_log="$TFM_ROOT/build/asan.log"
-asan_pid=""
+asan_pid="" install_pid=""
+# What runs in the background is its own process group, stopped with the script (a failed test too).
+trap 'for pid in $asan_pid $install_pid; do kill -- "-$pid" 2>/dev/null || true; done' EXIT
 if [ "${TFM_SANITIZE:-1}" != "0" ]; then
   echo "tfm: ASan+UBSan build in $asan, beside the Release tests (its output: $asan_log)"
   setsid nice -n 10 bash -c 'source "$1/scripts/common.sh"; shift; tfm_build "$@"' _ "$TFM_ROOT" "$asan" \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-Og -g1" -DTFM_SANITIZE=ON -DTFM_WERROR=ON \
     -DTFM_TEST_OBJECTS_FROM="$release" > "$asan_log" 2>&1 &
   asan_pid=$!
-  trap 'kill -- "-$asan_pid" 2>/dev/null || true' EXIT  # a failed test stops it too
 fi
 echo "tfm: tests (Release)"
 (cd "$release" && ctest --output-on-failure -j "$jobs")
@@ -50,7 +51,6 @@ install_log="$TFM_ROOT/build/install_check.log"
 echo "tfm: install into a temporary prefix, build and run examples/ against it (its output: $install_log)"
 setsid "$TFM_ROOT/scripts/dev/check_install.sh" "$release" > "$install_log" 2>&1 &
 install_pid=$!
-trap 'kill -- "-$install_pid" ${asan_pid:+"-$asan_pid"} 2>/dev/null || true' EXIT
 
 if [ -n "$asan_pid" ]; then
   wait "$asan_pid" || { tail -n 60 "$asan_log"; echo "tfm: the ASan+UBSan build failed (all of it: $asan_log)"; exit 1; }

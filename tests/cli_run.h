@@ -29,6 +29,11 @@ inline const char* tfm_binary() {
   return path.c_str();
 }
 
+// tfm_binary() quoted for a shell command line.
+inline std::string tfm_command() {
+  return "'" + std::string(tfm_binary()) + "'";
+}
+
 // Whether this process, and so the tfm beside it, runs under AddressSanitizer (its runtime is loaded):
 // asked at run time for the same reason.
 inline bool under_address_sanitizer() {
@@ -57,7 +62,7 @@ inline CliRun run_shell(const std::string& command) {
 
 // `tfm ARGS` (ARGS as the shell reads them).
 inline CliRun run_tfm(const std::string& args) {
-  return run_shell(std::string("'") + tfm_binary() + "' " + args);
+  return run_shell(tfm_command() + " " + args);
 }
 
 // /tmp/tfm_test_<name>_<pid>, created empty, removed with everything in it at scope exit.

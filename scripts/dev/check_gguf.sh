@@ -245,16 +245,13 @@ node -e 'const lines = require("fs").readFileSync(process.argv[1], "utf8").trim(
   require("fs").writeFileSync(process.argv[2], "[" + lines.join(",") + "]")' "$work/jobs.jsonl" "$work/jobs.json"
 status=0
 node "$root/scripts/dev/llama_cpp.mjs" --jobs "$work/jobs.json" || { echo "scripts/dev/llama_cpp.mjs failed: FAIL"; status=1; }
-last_run=""
-for c in "${checks[@]}"; do
-  read -r run _ <<< "$c"
-  if [[ -n $last_run && $run != "$last_run" ]]; then
-    sed -n 's/^read back: /  tfm export, read back: /p' "$work/$last_run-f32.export.txt"
-  fi
-  last_run=$run
-  # shellcheck disable=SC2086 # the fields of a planned check
-  compare $c || status=1
+# Each run's verdicts, then what `tfm export` read back from its file.
+for run in "${runs[@]}"; do
+  for c in "${checks[@]}"; do
+    # shellcheck disable=SC2086 # the fields of a planned check
+    [[ $c == "$run "* ]] && { compare $c || status=1; }
+  done
+  sed -n 's/^read back: /  tfm export, read back: /p' "$work/$run-f32.export.txt"
 done
-sed -n 's/^read back: /  tfm export, read back: /p' "$work/$last_run-f32.export.txt"
 [[ $status == 0 ]] && echo "check_gguf.sh: OK" || echo "check_gguf.sh: FAILED (files in ${TFM_GGUF_KEEP:-a temporary directory: set TFM_GGUF_KEEP=DIR to keep them})"
 exit $status

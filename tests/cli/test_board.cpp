@@ -69,8 +69,8 @@ struct BoardProcess {
     pid = ::fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
-      const std::string cmd = std::string("exec '") + tfm_test::tfm_binary() + "' board --port 0 " + args +
-                              " > '" + log + "' 2>&1";
+      const std::string cmd =
+          "exec " + tfm_test::tfm_command() + " board --port 0 " + args + " > '" + log + "' 2>&1";
       ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
       ::_exit(127);
     }

@@ -20,8 +20,7 @@ using tfm_test::CliRun;
 
 // `tfm ARGS` on a machine with 1 GiB available.
 CliRun with_1gib(const std::string& args) {
-  return tfm_test::run_shell("TFM_AVAILABLE_MEMORY_MB=1024 '" + std::string(tfm_test::tfm_binary()) + "' " +
-                             args);
+  return tfm_test::run_shell("TFM_AVAILABLE_MEMORY_MB=1024 " + tfm_test::tfm_command() + " " + args);
 }
 
 struct Refusal {
@@ -74,9 +73,9 @@ TEST_CASE("bounds: translate's --beam and --max-len", "[bounds][cli][seq2seq]") 
       {"translate" + run + " --max-len -1", "--max-len: expected an integer in [0, "},
   });
   // Lines on stdin go through the same checks before the first line is read.
-  const CliRun r = tfm_test::run_shell("echo 'one two.' | TFM_AVAILABLE_MEMORY_MB=1024 '" +
-                                       std::string(tfm_test::tfm_binary()) + "' translate --run " +
-                                       tfm_test::seq2seq_run() + " --beam 1000000000");
+  const CliRun r =
+      tfm_test::run_shell("echo 'one two.' | TFM_AVAILABLE_MEMORY_MB=1024 " + tfm_test::tfm_command() +
+                          " translate --run " + tfm_test::seq2seq_run() + " --beam 1000000000");
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("--beam = 1000000000"));
   // The edges that fit: the longest --max-len, a wide beam.
@@ -219,7 +218,7 @@ TEST_CASE("bounds: an allocation that fails past the pre-flight names the sizes 
   // The pre-flight told the machine is huge lets the sizes through; a 4 GB address-space limit makes
   // the allocation fail, as when the memory went to another process between the check and the use.
   const std::string tfm =
-      "ulimit -v 4000000; TFM_AVAILABLE_MEMORY_MB=100000000 '" + std::string(tfm_test::tfm_binary()) + "' ";
+      "ulimit -v 4000000; TFM_AVAILABLE_MEMORY_MB=100000000 " + tfm_test::tfm_command() + " ";
   struct Case {
     std::string args, sizes;
   };

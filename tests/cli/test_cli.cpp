@@ -80,9 +80,8 @@ TEST_CASE("cli: train, eval, sample and resume on the tiny config", "[cli]") {
 TEST_CASE("cli: tfm restarts once with its OpenBLAS and OpenMP settings and says so", "[cli]") {
   const std::string dir = temp_dir("reexec") + "/run";
   const Run r = tfm_test::run_shell(
-      std::string(
-          "env -u TFM_NO_REEXEC -u TFM_REEXEC -u OPENBLAS_CORETYPE -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT '") +
-      tfm_test::tfm_binary() + "' train --config configs/tiny.json --out " + dir +
+      "env -u TFM_NO_REEXEC -u TFM_REEXEC -u OPENBLAS_CORETYPE -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT " +
+      tfm_test::tfm_command() + " train --config configs/tiny.json --out " + dir +
       " --set train.max_steps=1");
   INFO(r.out);
   REQUIRE(r.status == 0);

@@ -25,7 +25,7 @@ using tfm_test::TempDir;
 // `tfm ARGS` with a time limit: a command that blocks (on a FIFO) fails the test (status 137)
 // instead of hanging it.
 CliRun tfm_within(const std::string& args) {
-  return tfm_test::run_shell(std::string("timeout -s KILL 120 '") + tfm_test::tfm_binary() + "' " + args);
+  return tfm_test::run_shell("timeout -s KILL 120 " + tfm_test::tfm_command() + " " + args);
 }
 
 // Every entry under `dir`, links not followed: its kind and, for a regular file, its bytes (a FIFO

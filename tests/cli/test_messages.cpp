@@ -166,8 +166,7 @@ TEST_CASE("messages: a stdin line of invalid UTF-8 is named by its line and skip
           "[messages][cli][seq2seq]") {
   const std::string dir = tfm_test::scratch_path("messages", "stdin");
   fs::create_directories(dir);
-  const std::string translate =
-      "'" + std::string(tfm_test::tfm_binary()) + "' translate --run " + tfm_test::seq2seq_run();
+  const std::string translate = tfm_test::tfm_command() + " translate --run " + tfm_test::seq2seq_run();
   for (const bool json : {false, true}) {
     const CliRun r = tfm_test::run_shell("(printf 'one two.\\n\\377 three.\\nfour one.\\n' | " + translate +
                                          (json ? " --json" : "") + " 2>" + dir + "/stderr)");

@@ -86,9 +86,8 @@ TEST_CASE("objectives: seq2seq learns a toy translation through the loop, BLEU, 
   CHECK_THROWS_WITH(fill_mask(*run.objective, "[MASK]", 1), Catch::Contains("masked_lm"));
 
   // The CLI: --text, and lines on stdin, one translation per line on stdout and nothing else.
-  auto c = tfm_test::run_shell("{ printf 'one two.\\nfive four three!\\n' | '" +
-                               std::string(tfm_test::tfm_binary()) + "' translate --run " + dir +
-                               " --checkpoint last 2>/dev/null; }");
+  auto c = tfm_test::run_shell("{ printf 'one two.\\nfive four three!\\n' | " + tfm_test::tfm_command() +
+                               " translate --run " + dir + " --checkpoint last 2>/dev/null; }");
   REQUIRE(c.status == 0);
   CHECK(c.out == "deux un.\ntrois quatre cinq!\n");
   c = tfm_test::run_tfm("translate --run " + dir +

@@ -49,24 +49,24 @@ TEST_CASE("preflight: train.skip_memory_check lets a config through, eval and sa
   const std::string dir = tfm_test::scratch_path("preflight", "skip");
   const std::string small = "TFM_AVAILABLE_MEMORY_MB=0.1 ";
   tfm_test::CliRun r =
-      tfm_test::run_shell(small + "'" + tfm_test::tfm_binary() + "' train --config configs/tiny.json --out " +
-                          dir + " --set train.max_steps=2");
+      tfm_test::run_shell(small + tfm_test::tfm_command() + " train --config configs/tiny.json --out " + dir +
+                          " --set train.max_steps=2");
   INFO(r.out);
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("(TFM_AVAILABLE_MEMORY_MB)"));
-  r = tfm_test::run_shell(small + "'" + tfm_test::tfm_binary() + "' train --config configs/tiny.json --out " +
-                          dir + " --set train.max_steps=2 --set train.skip_memory_check=true");
+  r = tfm_test::run_shell(small + tfm_test::tfm_command() + " train --config configs/tiny.json --out " + dir +
+                          " --set train.max_steps=2 --set train.skip_memory_check=true");
   REQUIRE(r.status == 0);
   // The run's config keeps skip_memory_check = true: flip it back on resume, then readers are guarded.
-  r = tfm_test::run_shell(small + "'" + tfm_test::tfm_binary() + "' train --resume " + dir +
+  r = tfm_test::run_shell(small + tfm_test::tfm_command() + " train --resume " + dir +
                           " --set train.max_steps=3 --set train.skip_memory_check=false");
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("train.skip_memory_check=true"));
-  r = tfm_test::run_shell("'" + std::string(tfm_test::tfm_binary()) + "' train --resume " + dir +
+  r = tfm_test::run_shell(tfm_test::tfm_command() + " train --resume " + dir +
                           " --set train.max_steps=3 --set train.skip_memory_check=false");
   REQUIRE(r.status == 0);
   for (const std::string& cmd : {"eval --run " + dir, "sample --run " + dir + " --max-new-tokens 5"}) {
-    r = tfm_test::run_shell(small + "'" + tfm_test::tfm_binary() + "' " + cmd);
+    r = tfm_test::run_shell(small + tfm_test::tfm_command() + " " + cmd);
     CHECK(r.status == 2);
     CHECK_THAT(r.out, Catch::Contains("needs an estimated"));
     CHECK(tfm_test::run_tfm(cmd).status == 0);

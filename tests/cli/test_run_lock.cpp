@@ -36,7 +36,7 @@ TEST_CASE("run lock: a second tfm train on a run exits 2 naming the directory an
   const std::string dir = tfm_test::scratch_path("lock", "cli") + "/run";
   // The first writer: a long run in the background (killed below).
   const tfm_test::CliRun bg = tfm_test::run_shell(
-      "'" + std::string(tfm_test::tfm_binary()) + "' train --config configs/tiny.json --out " + dir +
+      tfm_test::tfm_command() + " train --config configs/tiny.json --out " + dir +
       " --set train.max_steps=1000000 --set train.checkpoint_interval=5 >/dev/null 2>&1 & echo $!");
   REQUIRE(bg.status == 0);
   const pid_t pid = static_cast<pid_t>(std::stol(bg.out));
@@ -73,7 +73,7 @@ TEST_CASE("run lock: --resume takes the lock before reading the run, and a run w
   const std::string dir = tfm_test::scratch_path("lock", "first") + "/run";
   // A writer that has not saved anything yet (it saves only at its end, a million steps away).
   const tfm_test::CliRun bg = tfm_test::run_shell(
-      "'" + std::string(tfm_test::tfm_binary()) + "' train --config configs/tiny.json --out " + dir +
+      tfm_test::tfm_command() + " train --config configs/tiny.json --out " + dir +
       " --set train.max_steps=1000000 --set train.checkpoint_interval=0 --set train.eval_interval=1000000 "
       ">/dev/null 2>&1 & echo $!");
   REQUIRE(bg.status == 0);

@@ -27,11 +27,10 @@ const std::string& sample_test_run() {
 
 // `ENV tfm ARGS` with stdout alone (stderr discarded), or with stderr alone.
 tfm_test::CliRun sample_test_stdout(const std::string& args, const std::string& env = "") {
-  return tfm_test::run_shell("{ " + env + " '" + std::string(tfm_test::tfm_binary()) + "' " + args +
-                             " 2>/dev/null; }");
+  return tfm_test::run_shell("{ " + env + " " + tfm_test::tfm_command() + " " + args + " 2>/dev/null; }");
 }
 tfm_test::CliRun sample_test_stderr(const std::string& args) {
-  return tfm_test::run_shell("{ '" + std::string(tfm_test::tfm_binary()) + "' " + args + " >/dev/null; }");
+  return tfm_test::run_shell("{ " + tfm_test::tfm_command() + " " + args + " >/dev/null; }");
 }
 
 // One JSON object per line of `out`.
@@ -153,7 +152,7 @@ TEST_CASE("sample: --interactive continues each line of stdin until EOF, and --p
         .get<std::string>();
   };
   const std::string romeo = continuation("ROMEO:"), menenius = continuation("MENENIUS:");
-  const std::string tfm = "'" + std::string(tfm_test::tfm_binary()) + "' sample" + run + " --interactive";
+  const std::string tfm = tfm_test::tfm_command() + " sample" + run + " --interactive";
   tfm_test::CliRun r = tfm_test::run_shell("{ printf 'ROMEO:\\nMENENIUS:\\n' | " + tfm + " 2>/dev/null; }");
   REQUIRE(r.status == 0);
   CHECK(r.out == romeo + "\n" + menenius + "\n");

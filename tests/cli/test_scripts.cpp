@@ -160,9 +160,8 @@ TEST_CASE("scripts: tfm's figures are never written through a link or over a FIF
   CHECK(tfm_test::run_tfm("plot loss '" + d + "' --out '" + d + "/ok.svg'").status == 0);
   CHECK(tfm_test::read_file(d + "/ok.svg").find("<svg") != std::string::npos);
   for (const std::string name : {"link.svg", "fifo.svg"}) {
-    const tfm_test::CliRun r =
-        tfm_test::run_shell("timeout -s KILL 30 '" + std::string(tfm_test::tfm_binary()) + "' plot loss '" +
-                            d + "' --out '" + d + "/" + name + "'");
+    const tfm_test::CliRun r = tfm_test::run_shell("timeout -s KILL 30 " + tfm_test::tfm_command() +
+                                                   " plot loss '" + d + "' --out '" + d + "/" + name + "'");
     CHECK(r.status == 2);
     CHECK_THAT(r.out, Catch::Contains(name) && Catch::Contains("tfm writes only regular files"));
   }

@@ -31,8 +31,8 @@ TEST_CASE("tokenizer cli: encode and decode with GPT-2's tokenizer", "[tokenizer
   const std::string text = tmp.file("text.txt"), ids = tmp.file("ids.json");
   std::ofstream(text, std::ios::binary) << "naïve café\n\n  中文 👍🏽\t";
   // The ids to a file, --stats's line (stderr) to the output.
-  r = tfm_test::run_shell(std::string("('") + tfm_test::tfm_binary() + "' tokenizer encode " +
-                          kTokenizerIoGpt2 + "--file " + text + " --stats > " + ids + ")");
+  r = tfm_test::run_shell("(" + tfm_test::tfm_command() + " tokenizer encode " + kTokenizerIoGpt2 +
+                          "--file " + text + " --stats > " + ids + ")");
   INFO(r.out);
   REQUIRE(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("tokens (gpt2 tokenizer, vocabulary 50257)") && Catch::Contains("MB/s"));
