@@ -289,11 +289,24 @@ void TrainingRun::log_header() {
   if (!precision_note_.empty()) log_->info(precision_note_);
   flops_per_token_ = objective_->train_flops_per_token();
   // The same square n = 1024 peak `tfm bench gemm` reports (a 512 cube ran ~15% below it, which
-  // inflated the logged MFU), timed for 0.3 s at start-up in the precision and backend in use.
-  peak_gflops_ = root_ ? measure_gemm_peak_gflops(1024, 0.3) : 0.0;
-  log_->info(fmt::format("compute: {} thread(s), {}; {}; measured {} peak {:.1f} GFLOP/s", threads_,
-                         platform::blas_summary().c_str(), platform::gemm_summary().c_str(),
-                         precision_name(gemm_precision()), peak_gflops_));
+  // inflated the logged MFU), in the precision and backend in use: timed for 0.3 s the first time on
+  // this machine and setup, read from the user's cache after that.
+  const GemmPeak peak = root_ ? training_gemm_peak() : GemmPeak{};
+  peak_gflops_ = peak.gflops;
+  log_->info(fmt::format("compute: {} thread(s), {}; {}", threads_, platform::blas_summary().c_str(),
+                         platform::gemm_summary().c_str()));
+  if (root_) {
+    std::string line =
+        fmt::format("{} peak {:.1f} GFLOP/s for MFU: ", precision_name(gemm_precision()), peak.gflops);
+    if (peak.cached)
+      line += "measured " + peak.measured + ", read from " + gemm_peak_cache_path() +
+              " (`tfm bench gemm` measures it again)";
+    else
+      line += "measured now on " + platform::cpu_name() +
+              (peak.kept ? ", kept in " + gemm_peak_cache_path() + " for 30 days" : "");
+    if (!peak.note.empty()) line += "; " + peak.note;
+    log_->info(line);
+  }
   if (optim_->config().name == OptimizerKind::Muon) {
     const std::vector<ParamSegment> segments = optimizer_segments(model);
     int64_t matrices = 0, elements = 0;

@@ -1,15 +1,18 @@
 // The bad-input catalogue: bad configs through the CLI (exit 2, a message naming the key or
 // file) and corrupt checkpoints (truncated at every tenth, seeded bit flips, wrong magic, future
-// version, a tensor count that does not match the config), each rejected with a clear message.
+// version, a tensor count that does not match the config), each rejected with a clear message; and
+// the GEMM peak cache, which a bad file or link never stops a run over.
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -240,4 +243,91 @@ TEST_CASE("reliability: train.skip_nonfinite skips bad batches, then stops when 
   CHECK(r.status == 3);
   CHECK_THAT(r.out, Catch::Contains("step 2: the training loss is NaN; batch skipped, no update") &&
                         Catch::Contains("100 skipped so far") && Catch::Contains("training stopped"));
+}
+
+TEST_CASE("reliability: the GEMM peak for MFU is measured once per setup, and its cache never stops a run",
+          "[reliability]") {
+  TempDir tmp("gemm_peak");
+  const std::string cache = tmp.path + "/cache/tfm/gemm_peaks.json";
+  int n = 0;
+  auto train = [&] {
+    return tfm_test::run_shell("XDG_CACHE_HOME='" + tmp.path + "/cache' " + tfm_test::tfm_command() +
+                               " train " + kReliabilityTiny + "--set train.max_steps=2 --out " + tmp.path +
+                               "/run" + std::to_string(++n));
+  };
+  auto entry = [&] {
+    const nlohmann::json j = nlohmann::json::parse(read(cache));
+    REQUIRE(j["format"] == "tfm gemm peaks 1");
+    REQUIRE(j["peaks"].size() == 1);
+    return std::make_pair(j["peaks"].begin().key(), j["peaks"].begin().value());
+  };
+  auto write_entry = [&](double gflops, int64_t unix_time) {
+    const auto [key, value] = entry();
+    nlohmann::json j = {{"format", "tfm gemm peaks 1"}, {"peaks", {{key, value}}}};
+    j["peaks"][key]["gflops"] = gflops;
+    j["peaks"][key]["unix_time"] = unix_time;
+    write_reliability_file(cache, j.dump());
+  };
+  const int64_t now = static_cast<int64_t>(std::time(nullptr)), day = 24 * 3600;
+
+  // The first run measures and keeps it; the key names the CPU, threads, backend, precision and n.
+  Run r = train();
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("peak") && Catch::Contains("GFLOP/s for MFU: measured now on") &&
+                        Catch::Contains("kept in " + cache + " for 30 days"));
+  CHECK_THAT(entry().first,
+             Catch::Contains("1 thread(s)") && Catch::Contains("fp32") && Catch::EndsWith("| n 1024"));
+  CHECK(entry().second["gflops"].get<double>() > 0);
+
+  // The next reads it: a planted figure shows it is the cache's, not a new measurement.
+  write_entry(12345.6, now - day);
+  r = train();
+  INFO(r.out);
+  CHECK_THAT(r.out, Catch::Contains("fp32 peak 12345.6 GFLOP/s for MFU: measured ") &&
+                        Catch::Contains(", read from " + cache));
+
+  // 31 days old, or from the future: measured again and replaced.
+  for (const int64_t when : {now - 31 * day, now + 2 * day}) {
+    write_entry(12345.6, when);
+    r = train();
+    INFO(r.out);
+    CHECK_THAT(r.out, Catch::Contains("measured now on"));
+    CHECK(entry().second["gflops"].get<double>() != 12345.6);
+  }
+
+  // A file that is not a cache: the run goes on, says why, and writes a good one.
+  write_reliability_file(cache, "{nope");
+  r = train();
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("the cache could not be read: " + cache + ": invalid JSON"));
+  CHECK(entry().second["gflops"].get<double>() > 0);
+
+  // A symbolic link there is neither followed nor replaced.
+  write_reliability_file(tmp.path + "/elsewhere.json", "keep me");
+  fs::remove(cache);
+  fs::create_symlink(tmp.path + "/elsewhere.json", cache);
+  r = train();
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("the cache could not be read: ") &&
+                        Catch::Contains("the cache was not written: "));
+  CHECK(fs::is_symlink(cache));
+  CHECK(read(tmp.path + "/elsewhere.json") == "keep me");
+  fs::remove(cache);
+
+  // `tfm bench gemm` replaces the entries with its own measurement when it is one a run would make.
+  r = tfm_test::run_shell("XDG_CACHE_HOME='" + tmp.path + "/cache' " + tfm_test::tfm_command() +
+                          " bench gemm --threads 1 --seconds 0.05");
+  INFO(r.out);
+  CHECK_THAT(r.out, Catch::Contains("peaks not kept for training runs: timed for less than their 0.3 s"));
+  CHECK(!fs::exists(cache));
+  r = tfm_test::run_shell("XDG_CACHE_HOME='" + tmp.path + "/cache' " + tfm_test::tfm_command() +
+                          " bench gemm --threads 1 --seconds 0.3");
+  INFO(r.out);
+  CHECK_THAT(r.out, Catch::Contains("peaks kept for training runs' MFU in " + cache));
+  r = train();
+  INFO(r.out);
+  CHECK_THAT(r.out, Catch::Contains(", read from " + cache));
 }

@@ -15,6 +15,10 @@ namespace tfm::platform {
 // TFM_NO_REEXEC=1 opts out. Returns when no re-exec happens.
 void select_blas_kernels(char** argv);
 
+// The CPU's model name ("AMD EPYC 9R14 96-Core Processor", from /proc/cpuinfo), for reports that say
+// which machine a figure came from; "unknown CPU" when it cannot be read.
+std::string cpu_name();
+
 // One line for the start-up log: OpenBLAS core, threads, and why that core was chosen.
 std::string blas_summary();
 
