@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -82,27 +83,45 @@ struct TempDir {
   std::string file(const std::string& name) const { return path + "/" + name; }
 };
 
-// /tmp/tfm_test_<group>_<pid>_<name>, removed if present (not created). It and a sibling
-// "<path>_data.txt" are removed when the test binary exits.
-inline std::string scratch_path(const std::string& group, const std::string& name) {
+// Removes, when the test binary exits, everything in /tmp whose name starts with `prefix` (a test's
+// path and the siblings it derives from it: "<path>_data.txt", "<path>_data", "<path>2"), and the token
+// caches of such data files (data.cache_dir's default: .tfm-cache beside the data).
+inline void remove_at_exit(const std::string& prefix) {
   struct Registry {
-    std::vector<std::string> paths;
+    std::vector<std::string> prefixes;
     ~Registry() {
       std::error_code ec;
-      for (const auto& p : paths) {
-        std::filesystem::remove_all(p, ec), std::filesystem::remove(p + "_data.txt", ec);
-        // The data file's token caches (data.cache_dir's default: .tfm-cache beside it).
-        const std::string name = std::filesystem::path(p).filename().string() + "_data.txt.";
-        for (const auto& e : std::filesystem::directory_iterator("/tmp/.tfm-cache", ec))
-          if (e.path().filename().string().rfind(name, 0) == 0) std::filesystem::remove(e.path(), ec);
-      }
+      for (const std::string& prefix : prefixes)
+        for (const char* dir : {"/tmp", "/tmp/.tfm-cache"})
+          for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+            if (e.path().filename().string().rfind(prefix, 0) == 0) std::filesystem::remove_all(e.path(), ec);
     }
   };
   static Registry registry;
+  registry.prefixes.push_back(prefix);
+}
+
+// /tmp/tfm_test_<group>_<pid>_<name>, removed if present (not created). It and the paths that start
+// with it ("<path>_data.txt", "<path>_data/", "<path>2") are removed when the test binary exits.
+inline std::string scratch_path(const std::string& group, const std::string& name) {
   const std::string path = "/tmp/tfm_test_" + group + "_" + std::to_string(::getpid()) + "_" + name;
   std::filesystem::remove_all(path);
-  registry.paths.push_back(path);
+  remove_at_exit(std::filesystem::path(path).filename().string());
   return path;
+}
+
+// /tmp/tfm_test_<group>_<pid>_files/<name>: a file in a directory of this process's own, made on first
+// use and removed with everything in it when the test binary exits.
+inline std::string scratch_file(const std::string& group, const std::string& name) {
+  const std::string dir = "/tmp/tfm_test_" + group + "_" + std::to_string(::getpid()) + "_files";
+  static std::vector<std::string> made;
+  if (std::find(made.begin(), made.end(), dir) == made.end()) {
+    made.push_back(dir);
+    std::filesystem::remove_all(dir);
+    remove_at_exit(std::filesystem::path(dir).filename().string());
+  }
+  std::filesystem::create_directories(dir);
+  return dir + "/" + name;
 }
 
 // The temporaries AtomicFile left beside `path` (".NAME.<random>"): none once every write of it

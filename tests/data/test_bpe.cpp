@@ -26,10 +26,9 @@ const std::string kText =
 const std::string kChinese = "你好，世界";  // "Hello, world"
 const std::string kEmoji = "hi 👋🏽! ❤️ 🇫🇷";
 
+// /tmp/tfm_test_bpe_<pid>_files/NAME, removed when the test binary exits.
 std::string temp_path(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("tfm_test_bpe_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
+  return tfm_test::scratch_file("bpe", name);
 }
 
 std::string repeat(const std::string& s, int n) {

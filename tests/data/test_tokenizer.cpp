@@ -7,35 +7,18 @@
 #include <set>
 #include <string>
 
+#include "cli_run.h"
 #include "tfm/data/dataset.h"
 #include "tfm/engine/error.h"
 
 using namespace tfm;
 
 namespace {
-// Files to remove when the test binary exits.
-std::vector<std::string>& written() {
-  static struct Files {
-    std::vector<std::string> paths;
-    ~Files() {
-      for (const auto& p : paths) {
-        std::remove(p.c_str());
-        // and its token caches (data.cache_dir's default: .tfm-cache beside it)
-        for (const char* kind : {"char", "byte", "bpe"})
-          for (const char* suffix : {"", ".lock", ".checked"})
-            std::remove(
-                (default_cache_dir(p) + "/" + p.substr(p.rfind('/') + 1) + "." + kind + ".tokens" + suffix)
-                    .c_str());
-      }
-    }
-  } files;
-  return files.paths;
-}
-
+// NAME in a scratch directory of this process, its token caches beside it (.tfm-cache), all removed
+// when the test binary exits.
 std::string write_temp(const std::string& name, const std::string& bytes) {
-  const std::string path = "/tmp/tfm_test_data_" + std::to_string(::getpid()) + "_" + name;
+  const std::string path = tfm_test::scratch_file("data", name);
   std::ofstream(path, std::ios::binary) << bytes;
-  written().push_back(path);
   return path;
 }
 }  // namespace

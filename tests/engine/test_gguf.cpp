@@ -21,10 +21,9 @@ using Catch::Matchers::StartsWith;
 
 namespace {
 
+// /tmp/tfm_test_gguf_<pid>_files/NAME, removed when the test binary exits.
 std::string temp_path_gguf(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("tfm_test_gguf_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
+  return tfm_test::scratch_file("gguf", name);
 }
 
 GgufFile parse_gguf_bytes(const std::string& bytes) {

@@ -16,10 +16,9 @@ using Catch::Matchers::StartsWith;
 
 namespace {
 
+// /tmp/tfm_test_st_<pid>_files/NAME, removed when the test binary exits.
 std::string temp_path_safetensors(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("tfm_test_st_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
+  return tfm_test::scratch_file("st", name);
 }
 
 std::string read_bytes(const std::string& path) {
