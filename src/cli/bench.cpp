@@ -74,10 +74,11 @@ int run_bench_gemm(const BenchGemmOptions& o) {
     const GemmModeGuard guard(mode.precision, mode.backend);
     const double peak = sized_by(square.drivers[0], [&] { return measure_gemm_peak_gflops(o.n, o.seconds); });
     // Training runs quote MFU against this peak (training_gemm_peak): this measurement replaces theirs.
-    cache_problem = remember_gemm_peak(o.n, o.seconds, peak);
+    cache_problem = store_training_gemm_peak(o.n, o.seconds, peak);
     nlohmann::json j = {{"backend", gemm_backend_name(mode.backend)},
                         {"precision", precision_name(mode.precision)},
-                        {"peak_gflops", peak}};
+                        {"peak_gflops", peak},
+                        {"kept_for_training", cache_problem.empty()}};
     if (!o.json)
       fmt::print("{:<8} {} {}^3: {:7.1f} GFLOP/s{}\n", gemm_backend_name(mode.backend),
                  precision_name(mode.precision), o.n, peak, mode.note);
@@ -102,8 +103,8 @@ int run_bench_gemm(const BenchGemmOptions& o) {
   fmt::print("{}; {}; {}; train.gemm_backend \"auto\" = {} (median of repeated runs over {:.2f} s each)\n",
              platform::cpu_name().c_str(), platform::blas_summary().c_str(), onednn_version().c_str(),
              gemm_backend_name(default_backend), o.seconds);
-  fmt::print("peaks {}\n", cache_problem.empty() ? "kept for training runs' MFU in " + gemm_peak_cache_path()
-                                                 : cache_problem);
+  fmt::print("peaks for training runs' MFU: {}\n",
+             cache_problem.empty() ? "kept in " + gemm_peak_cache_path() : cache_problem);
   if (!shapes.empty()) {
     fmt::print("\n{:<36} {:>6} {:>6} {:>6}  {}\n", "GFLOP/s of a training step's products", "M", "N", "K",
                "openblas fp32 | onednn fp32 | onednn bf16 | openblas bf16 (emulated)");

@@ -1,11 +1,16 @@
 #include "tfm/engine/gemm_timing.h"
 
 #include <fmt/format.h>
+#include <omp.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <ctime>
+#include <exception>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -13,23 +18,22 @@
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
 #include "tfm/engine/gemm.h"
+#include "tfm/engine/memory.h"
 #include "tfm/engine/platform.h"
 #include "tfm/engine/random.h"
+#include "tfm/engine/tensor.h"
 
 namespace tfm {
 
-GemmTiming time_gemm(const std::string& label, int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b,
-                     double min_seconds) {
-  // Plain vectors, not tensors: the timing stays out of the tensor pool and its statistics (a run's
-  // "tensors peaked at" is the model's, not this 1024-square product's).
+namespace {
+// Operands are tensors, the kind of memory the model's products use (the pool's: 2 MiB pages for the
+// large ones).
+GemmTiming time_gemm_on_tensors(const std::string& label, int64_t M, int64_t N, int64_t K, bool trans_a,
+                                bool trans_b, double min_seconds) {
   Rng rng(1);
-  auto uniform = [&rng](int64_t n) {
-    std::vector<float> v(static_cast<size_t>(n));
-    for (float& x : v) x = 2.0f * rng.uniform() - 1.0f;
-    return v;
-  };
-  const std::vector<float> a = uniform(M * K), b = uniform(K * N);
-  std::vector<float> c(static_cast<size_t>(M * N), 0.0f);
+  const Tensor a = Tensor::uniform({M, K}, rng, -1.0f, 1.0f);
+  const Tensor b = Tensor::uniform({K, N}, rng, -1.0f, 1.0f);
+  Tensor c = Tensor::zeros({M, N});
   const int64_t lda = trans_a ? M : K, ldb = trans_b ? K : N;
   using clock = std::chrono::steady_clock;
   gemm(trans_a, trans_b, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), N);  // warm-up
@@ -46,6 +50,17 @@ GemmTiming time_gemm(const std::string& label, int64_t M, int64_t N, int64_t K, 
   t.gflops = 2.0 * M * N * K / (t.median_ms * 1e-3) / 1e9;
   return t;
 }
+}  // namespace
+
+GemmTiming time_gemm(const std::string& label, int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b,
+                     double min_seconds) {
+  // The pool's peak is set back once the operands are released: a run's "tensors peaked at" is the
+  // model's, not this product's.
+  const size_t peak_before = memory::stats().peak_live_bytes;
+  const GemmTiming t = time_gemm_on_tensors(label, M, N, K, trans_a, trans_b, min_seconds);
+  memory::restore_peak(peak_before);
+  return t;
+}
 
 double measure_gemm_peak_gflops(int64_t n, double min_seconds) {
   return time_gemm("square", n, n, n, false, false, min_seconds).gflops;
@@ -53,19 +68,31 @@ double measure_gemm_peak_gflops(int64_t n, double min_seconds) {
 
 namespace {
 constexpr const char* kPeakCacheFormat = "tfm gemm peaks 1";
-constexpr int64_t kPeakMaxAgeSeconds = 30 * 24 * 3600;
 constexpr size_t kPeakMaxEntries = 64;            // the oldest go first
-constexpr uint64_t kPeakCacheMaxBytes = 1 << 20;  // 64 entries are ~15 KB
+constexpr uint64_t kPeakCacheMaxBytes = 1 << 20;  // 64 entries are ~20 KB
+constexpr double kPeakMaxGflops = 1e7;            // 10 PFLOP/s: anything above is not a measurement
 constexpr const char* kNoCacheDirectory = "not kept: neither XDG_CACHE_HOME nor HOME is set";
 
-// What the peak depends on, one entry each: the CPU, the OpenBLAS kernels and threads, the backend
-// and precision of the products (and oneDNN's release when it computes them).
+// What the peak depends on, one entry each: the machine and its CPU, the OpenBLAS kernels and threads,
+// OpenMP's threads (oneDNN's), the backend and precision of the products (with oneDNN's release and an
+// ISA limit set for it), and whether this tfm is a sanitizer build (its bf16 rounding is slower).
 std::string peak_key() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
   const GemmBackend backend = gemm_backend();
-  std::string key = platform::cpu_name() + " | OpenBLAS " + blas_core_name() + ", " +
-                    std::to_string(blas_threads()) + " thread(s) | " + gemm_backend_name(backend) + " " +
-                    precision_name(gemm_precision());
-  if (backend == GemmBackend::OneDnn) key += " (" + onednn_version() + ")";
+  std::string key = std::string(host) + " | " + platform::cpu_name() + " | OpenBLAS " + blas_core_name() +
+                    ", " + std::to_string(blas_threads()) + " thread(s); OpenMP " +
+                    std::to_string(omp_get_max_threads()) + " thread(s) | " + gemm_backend_name(backend) +
+                    " " + precision_name(gemm_precision());
+  if (backend == GemmBackend::OneDnn) {
+    key += " (" + onednn_version();
+    if (const char* isa = std::getenv("ONEDNN_MAX_CPU_ISA"))
+      key += std::string(", ONEDNN_MAX_CPU_ISA=") + isa;
+    key += ")";
+  }
+#if defined(__SANITIZE_ADDRESS__)
+  key += " | sanitizers";
+#endif
   return key + " | n " + std::to_string(kTrainingPeakN);
 }
 
@@ -86,19 +113,32 @@ int64_t now_seconds() {
 nlohmann::json read_peak_cache(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(std::filesystem::symlink_status(path, ec))) return nlohmann::json::object();
+  require_regular_or_absent(path);  // a link there is not read either
   const std::string bytes = read_file(path, kPeakCacheMaxBytes);
   const nlohmann::json j = parse_json_strict(bytes.data(), bytes.size(), path);
-  if (!j.is_object() || j.value("format", "") != kPeakCacheFormat || !j.contains("peaks") ||
-      !j["peaks"].is_object())
+  const bool ok = j.is_object() && j.contains("format") && j["format"].is_string() &&
+                  j["format"].get<std::string>() == kPeakCacheFormat && j.contains("peaks") &&
+                  j["peaks"].is_object();
+  if (!ok)
     throw IoError(path + ": not a GEMM peak cache (expected {\"format\": \"" + kPeakCacheFormat +
                   "\", \"peaks\": {...}})");
   return j["peaks"];
 }
 
-// Whether a cache entry holds a positive rate and the integer time it was measured.
+// Whether a cache entry holds a plausible rate and a time of measurement that fits an int64_t.
 bool valid_entry(const nlohmann::json& e) {
   return e.is_object() && e.contains("gflops") && e["gflops"].is_number() && e["gflops"].get<double>() > 0 &&
-         e.contains("unix_time") && e["unix_time"].is_number_integer();
+         e["gflops"].get<double>() < kPeakMaxGflops && e.contains("unix_time") &&
+         e["unix_time"].is_number_integer() &&
+         (!e["unix_time"].is_number_unsigned() ||  // JSON's positive integers read as unsigned
+          e["unix_time"].get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX));
+}
+
+// Whether an entry measured at `when` is still used now: not older than kTrainingPeakMaxAgeDays and
+// not from the future (compared without a subtraction that could overflow).
+bool fresh(int64_t when) {
+  const int64_t now = now_seconds();
+  return when <= now && when > now - int64_t{kTrainingPeakMaxAgeDays} * 24 * 3600;
 }
 
 void write_peak_cache(const std::string& path, nlohmann::json peaks) {
@@ -110,24 +150,55 @@ void write_peak_cache(const std::string& path, nlohmann::json peaks) {
   nlohmann::json kept = nlohmann::json::object();
   for (size_t i = 0; i < by_age.size() && i < kPeakMaxEntries; ++i)
     kept[by_age[i].second] = peaks[by_age[i].second];
-  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw IoError(dir.string() + ": cannot create the cache directory: " + ec.message());
   const nlohmann::json doc = {{"format", kPeakCacheFormat}, {"peaks", kept}};
   write_file_atomically(path, doc.dump(2) + "\n");
 }
 
-std::string store_peak(const std::string& path, const std::string& key, double gflops, nlohmann::json peaks) {
-  const int64_t now = now_seconds();
-  peaks[key] = {{"gflops", gflops}, {"unix_time", now}, {"measured", utc_text(now)}};
+// The cache's entries, or {} and why not in `problem`.
+nlohmann::json read_peaks_or_none(const std::string& path, std::string& problem) {
   try {
+    return read_peak_cache(path);
+  } catch (const std::exception& e) {  // IoError, or a JSON value of an unexpected type
+    problem = std::string("the cache could not be read: ") + e.what();
+    return nlohmann::json::object();
+  }
+}
+
+// Adds (or replaces) this setup's entry and writes the cache; "" or why it was not written.
+std::string store_peak(const std::string& path, double gflops, nlohmann::json peaks) {
+  const int64_t now = now_seconds();
+  try {
+    peaks[peak_key()] = {{"gflops", gflops}, {"unix_time", now}, {"measured", utc_text(now)}};
     write_peak_cache(path, std::move(peaks));
     return "";
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     return std::string("the cache was not written: ") + e.what();
   }
 }
+
+// Holds an exclusive lock on PATH.lock while it lives, so that runs starting together measure once and
+// the others read that measurement; without one (it could not be made) they each measure.
+class CacheLock {
+ public:
+  explicit CacheLock(const std::string& path) {
+    try {
+      std::error_code ec;
+      std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+      fd_ = open_lock_file(path + ".lock");
+      if (::flock(fd_.get(), LOCK_EX) != 0) fd_ = FileDescriptor();
+    } catch (const std::exception&) {
+      fd_ = FileDescriptor();
+    }
+  }
+  ~CacheLock() {
+    if (fd_) ::flock(fd_.get(), LOCK_UN);
+  }
+  CacheLock(const CacheLock&) = delete;
+  CacheLock& operator=(const CacheLock&) = delete;
+
+ private:
+  FileDescriptor fd_;
+};
 }  // namespace
 
 std::string gemm_peak_cache_path() {
@@ -139,50 +210,40 @@ std::string gemm_peak_cache_path() {
 }
 
 GemmPeak training_gemm_peak() {
-  const std::string path = gemm_peak_cache_path(), key = peak_key();
   GemmPeak peak;
-  nlohmann::json peaks = nlohmann::json::object();
-  if (!path.empty()) {
-    try {
-      peaks = read_peak_cache(path);
-    } catch (const Error& e) {
-      peak.note = std::string("the cache could not be read: ") + e.what();
-    }
-    const auto it = peaks.find(key);
-    if (it != peaks.end() && valid_entry(*it)) {
-      const int64_t when = (*it)["unix_time"].get<int64_t>();
-      const int64_t age = now_seconds() - when;  // one from the future is measured again too
-      if (age >= 0 && age < kPeakMaxAgeSeconds) {
-        peak.gflops = (*it)["gflops"].get<double>();
-        peak.measured = utc_text(when);
-        peak.cached = true;
-        return peak;
-      }
-    }
+  const std::string path = gemm_peak_cache_path();
+  if (path.empty()) {
+    peak.gflops = measure_gemm_peak_gflops(kTrainingPeakN, kTrainingPeakSeconds);
+    peak.measured = utc_text(now_seconds());
+    peak.cache_problem = kNoCacheDirectory;
+    return peak;
+  }
+  const CacheLock lock(path);
+  nlohmann::json peaks = read_peaks_or_none(path, peak.cache_problem);
+  const auto it = peaks.find(peak_key());
+  if (it != peaks.end() && valid_entry(*it) && fresh((*it)["unix_time"].get<int64_t>())) {
+    peak.gflops = (*it)["gflops"].get<double>();
+    peak.measured = utc_text((*it)["unix_time"].get<int64_t>());
+    peak.from_cache = true;
+    return peak;
   }
   peak.gflops = measure_gemm_peak_gflops(kTrainingPeakN, kTrainingPeakSeconds);
   peak.measured = utc_text(now_seconds());
-  const std::string problem =
-      path.empty() ? kNoCacheDirectory : store_peak(path, key, peak.gflops, std::move(peaks));
-  peak.kept = problem.empty();
-  if (!problem.empty()) peak.note += (peak.note.empty() ? "" : "; ") + problem;
+  const std::string problem = store_peak(path, peak.gflops, std::move(peaks));
+  peak.written_to_cache = problem.empty();
+  if (!problem.empty()) peak.cache_problem += (peak.cache_problem.empty() ? "" : "; ") + problem;
   return peak;
 }
 
-std::string remember_gemm_peak(int64_t n, double seconds, double gflops) {
-  if (n != kTrainingPeakN)
-    return fmt::format("not kept for training runs: they measure n = {}", kTrainingPeakN);
+std::string store_training_gemm_peak(int64_t n, double seconds, double gflops) {
+  if (n != kTrainingPeakN) return fmt::format("not kept: training runs measure n = {}", kTrainingPeakN);
   if (seconds < kTrainingPeakSeconds)
-    return fmt::format("not kept for training runs: timed for less than their {:g} s", kTrainingPeakSeconds);
+    return fmt::format("not kept: timed for less than a training run's {:g} s", kTrainingPeakSeconds);
   const std::string path = gemm_peak_cache_path();
   if (path.empty()) return kNoCacheDirectory;
-  nlohmann::json peaks = nlohmann::json::object();
-  try {
-    peaks = read_peak_cache(path);
-  } catch (const Error&) {
-    // Replaced by a cache holding this entry.
-  }
-  return store_peak(path, peak_key(), gflops, std::move(peaks));
+  const CacheLock lock(path);
+  std::string unread;  // an unreadable cache is replaced by one holding this entry
+  return store_peak(path, gflops, read_peaks_or_none(path, unread));
 }
 
 }  // namespace tfm

@@ -3,6 +3,7 @@
 #include <sanitizer/asan_interface.h>  // ASAN_(UN)POISON_MEMORY_REGION: no-ops without AddressSanitizer
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -92,6 +93,12 @@ void reset_peak() {
   Pool& p = pool();
   std::lock_guard<std::mutex> lock(p.mu);
   p.stats.peak_live_bytes = p.stats.live_bytes;
+}
+
+void restore_peak(size_t peak_live_bytes) {
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lock(p.mu);
+  p.stats.peak_live_bytes = std::max(peak_live_bytes, p.stats.live_bytes);
 }
 
 void trim() {

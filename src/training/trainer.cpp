@@ -298,13 +298,15 @@ void TrainingRun::log_header() {
   if (root_) {
     std::string line =
         fmt::format("{} peak {:.1f} GFLOP/s for MFU: ", precision_name(gemm_precision()), peak.gflops);
-    if (peak.cached)
+    if (peak.from_cache)
       line += "measured " + peak.measured + ", read from " + gemm_peak_cache_path() +
-              " (`tfm bench gemm` measures it again)";
+              " (`tfm bench gemm --threads " + std::to_string(threads_) + "` measures it again)";
     else
       line += "measured now on " + platform::cpu_name() +
-              (peak.kept ? ", kept in " + gemm_peak_cache_path() + " for 30 days" : "");
-    if (!peak.note.empty()) line += "; " + peak.note;
+              (peak.written_to_cache
+                   ? fmt::format(", kept in {} for {} days", gemm_peak_cache_path(), kTrainingPeakMaxAgeDays)
+                   : "");
+    if (!peak.cache_problem.empty()) line += "; " + peak.cache_problem;
     log_->info(line);
   }
   if (optim_->config().name == OptimizerKind::Muon) {

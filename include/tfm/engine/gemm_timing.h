@@ -20,27 +20,28 @@ GemmTiming time_gemm(const std::string& label, int64_t M, int64_t N, int64_t K, 
 // The square n x n x n rate in the current backend and precision: the measured peak for MFU.
 double measure_gemm_peak_gflops(int64_t n = 1024, double min_seconds = 1.0);
 
-// The peak a training run quotes MFU against: the square product of kTrainingPeakN, for this CPU and
-// the current threads, backend and precision. Measured the first time (for kTrainingPeakSeconds) and
-// kept in the user's cache (gemm_peak_cache_path()), read from there later: measuring cost every start
-// its first 0.3 s, most of a short run. An entry is measured again once 30 days old, and `tfm bench
-// gemm` replaces it with its own measurement (remember_gemm_peak). The cache never stops a run: one
-// that cannot be read is measured over, one that cannot be written is left as it is, and `note` says
-// why.
+// The peak a training run quotes MFU against: the square product of kTrainingPeakN on this machine,
+// with the current threads, backend and precision. The first run on a setup times it for
+// kTrainingPeakSeconds and keeps it in the user's cache (gemm_peak_cache_path()); later runs read it
+// there, for kTrainingPeakMaxAgeDays, rather than spend their first 0.3 s timing it again (most of a
+// short run). Runs starting together time it once (a lock beside the cache). `tfm bench gemm` replaces
+// the entry with its own timing (store_training_gemm_peak). A cache that cannot be read or written
+// never stops a run: the peak is timed, and `cache_problem` says what went wrong.
 constexpr int64_t kTrainingPeakN = 1024;
 constexpr double kTrainingPeakSeconds = 0.3;
+constexpr int kTrainingPeakMaxAgeDays = 30;
 struct GemmPeak {
   double gflops = 0.0;
-  std::string measured;  // when, UTC: "2026-11-26 11:40 UTC"
-  bool cached = false;   // read from the cache rather than measured now
-  bool kept = false;     // measured now and written to the cache
-  std::string note;      // what went wrong with the cache, "" when nothing did
+  std::string measured;           // when, UTC: "2026-11-26 11:40 UTC"
+  bool from_cache = false;        // read from the cache, not timed by this run
+  bool written_to_cache = false;  // timed by this run and kept for the next ones
+  std::string cache_problem;      // what went wrong with the cache, "" when nothing did
 };
 GemmPeak training_gemm_peak();
-// Keeps `gflops`, measured now in the current setup at size n for `seconds`, as the training peak
-// when it is one (n is kTrainingPeakN, timed at least as long as a run would). Returns why it was not
-// kept, "" when it was.
-std::string remember_gemm_peak(int64_t n, double seconds, double gflops);
+// Keeps `gflops`, timed now at size n for `seconds` in the current setup, as training runs' peak, when
+// it is one a run would time (n is kTrainingPeakN, timed at least kTrainingPeakSeconds). Returns why it
+// was not kept, "" when it was.
+std::string store_training_gemm_peak(int64_t n, double seconds, double gflops);
 // ${XDG_CACHE_HOME:-$HOME/.cache}/tfm/gemm_peaks.json; "" when neither variable is set.
 std::string gemm_peak_cache_path();
 

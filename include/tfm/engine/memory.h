@@ -21,6 +21,9 @@ struct Stats {
 Stats stats();
 // Starts a new peak: peak_live_bytes = live_bytes (to measure the peak of one stretch of work).
 void reset_peak();
+// Sets the peak back to `peak_live_bytes` (or to the bytes live now, if more): a stretch of work that
+// is not the caller's to count, such as timing the GEMM, leaves the peak as it found it.
+void restore_peak(size_t peak_live_bytes);
 // Gives every cached buffer back to the OS.
 void trim();
 
