@@ -1,9 +1,7 @@
 // Byte-level BPE: exact round trips of any bytes, the split into chunks, the merge order training
 // must find, save/load, and a catalogue of malformed tokenizer files.
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
-#include <filesystem>
 #include <random>
 
 #include "cli_run.h"

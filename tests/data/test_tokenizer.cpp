@@ -1,8 +1,6 @@
 // Tokenizers, UTF-8 decoding, the train/validation split and the batch sampler.
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
-#include <cstdio>
 #include <fstream>
 #include <set>
 #include <string>

@@ -1,7 +1,6 @@
 // GGUF (ggml's docs/gguf.md): the writer against the reader, the exact header bytes, every metadata
 // value kind, alignment and tensor offsets, half and bfloat16 conversions, and malformed files that
 // must be rejected with a message naming the file and what is wrong.
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cmath>

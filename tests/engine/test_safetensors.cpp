@@ -1,6 +1,5 @@
 // safetensors: round trips, the exact byte layout, and a catalogue of malformed files that must be
 // rejected with a message naming the file and the problem.
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstring>
