@@ -66,6 +66,9 @@ Tokenizer::Tokenizer(Kind kind, std::vector<uint32_t> symbols) : kind_(kind), sy
           "tokenizer: the vocabulary must be distinct ascending symbols <= " + std::to_string(limit) +
           "; symbol " + std::to_string(i) + " is " + std::to_string(symbols_[i]));
   }
+  ascii_ids_.fill(-1);
+  for (size_t i = 0; i < symbols_.size() && symbols_[i] < ascii_ids_.size(); ++i)
+    ascii_ids_[symbols_[i]] = static_cast<int32_t>(i);
 }
 
 Tokenizer::Tokenizer(std::vector<std::string> words) : kind_(Kind::Word), words_(std::move(words)) {
@@ -291,6 +294,14 @@ int32_t Tokenizer::base_id(const std::string& word) const {
   return it != word_order_.end() && words_[*it] == word ? *it : -1;
 }
 
+// ASCII from the table; other code points by binary search in the ascending symbols (a table up to the
+// largest code point, ~4 MiB for an emoji, would cost more to build or keep than the search).
+int32_t Tokenizer::symbol_id(uint32_t cp) const {
+  if (cp < ascii_ids_.size()) return ascii_ids_[cp];
+  const auto it = std::lower_bound(symbols_.begin(), symbols_.end(), cp);
+  return it != symbols_.end() && *it == cp ? static_cast<int32_t>(it - symbols_.begin()) : -1;
+}
+
 std::vector<int32_t> Tokenizer::encode(const std::string& text, const std::string& source) const {
   std::vector<int32_t> ids;
   encode_piece(text, source, 0, 0, ids);
@@ -323,9 +334,6 @@ void Tokenizer::encode_piece(std::string_view text, const std::string& source, u
       ids.push_back(id < 0 ? unk_ - shift : id);
     }
   } else {
-    const uint32_t top = symbols_.empty() ? 0 : symbols_.back() + 1;
-    std::vector<int32_t> table(top, -1);  // code point -> id
-    for (size_t i = 0; i < symbols_.size(); ++i) table[symbols_[i]] = static_cast<int32_t>(i);
     ids.resize(first + text.size());  // at most one id per byte; trimmed below
     int32_t* out = ids.data() + first;
     const auto* p = reinterpret_cast<const unsigned char*>(text.data());
@@ -334,7 +342,7 @@ void Tokenizer::encode_piece(std::string_view text, const std::string& source, u
     size_t w = 0;   // ids written
     size_t at = 0;  // where the bytes not yet decoded start
     const auto put = [&](uint32_t cp) {
-      const int32_t id = cp < top ? table[cp] : -1;
+      const int32_t id = symbol_id(cp);
       if (id < 0 && unk_ < 0) {
         std::vector<uint32_t> rest;  // invalid UTF-8 anywhere is reported first, as a whole-text decode does
         decode_utf8(text.substr(at), source, byte_offset + at, rest);

@@ -13,6 +13,7 @@
 // so the ids of text are the same with or without it. Encoding text never produces it (the characters
 // "<|endoftext|>" encode as characters); decode shows it as kEndOfText.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -111,8 +112,10 @@ class Tokenizer {
 
  private:
   int32_t base_id(const std::string& word) const;  // word -> base id, -1 when unknown
+  int32_t symbol_id(uint32_t cp) const;            // char: code point -> base id, -1 when unknown
   Kind kind_ = Kind::Char;
   std::vector<uint32_t> symbols_;
+  std::array<int32_t, 128> ascii_ids_{};     // char: symbol_id of each ASCII code point, built once
   std::vector<std::string> words_;           // Kind::Word only, in id order
   std::vector<int32_t> word_order_;          // base ids sorted by word, for lookup
   std::shared_ptr<const BpeTokenizer> bpe_;  // Kind::Bpe only
