@@ -2,7 +2,6 @@
 // a per-process temporary directory removed when it goes out of scope, and named scratch paths
 // removed when the test binary exits.
 #pragma once
-#include <dlfcn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,10 +34,19 @@ inline std::string tfm_command() {
   return "'" + std::string(tfm_binary()) + "'";
 }
 
-// Whether this process, and so the tfm beside it, runs under AddressSanitizer (its runtime is loaded):
-// asked at run time for the same reason.
+}  // namespace tfm_test
+
+// AddressSanitizer's interface, declared weak: resolved when this binary is linked with the runtime
+// (a sanitizer tree, static or shared), null otherwise. The test code compiles without the sanitizers
+// (docs/testing.md), so it asks this way.
+extern "C" int __asan_address_is_poisoned(const volatile void* address) __attribute__((weak));
+
+namespace tfm_test {
+
+// Whether this process, and so the tfm beside it, runs under AddressSanitizer: asked when the binary is
+// linked, for the same reason (sanitizer_canary's ctest entries check that such a tree reports bugs).
 inline bool under_address_sanitizer() {
-  return ::dlsym(RTLD_DEFAULT, "__asan_init") != nullptr;
+  return &__asan_address_is_poisoned != nullptr;
 }
 
 // `command` run by the shell from the repository root, its output and exit status.

@@ -2,10 +2,9 @@
 // step (forward, backward, clipping, optimizer, and an evaluation in between) gets every buffer from
 // the cache and asks the OS for no fresh storage. And a step keeps only the activations its backward
 // needs: released values come back bit for bit, and a layer costs a bounded number of activations.
-#include <dlfcn.h>
-
 #include <catch2/catch.hpp>
 
+#include "cli_run.h"
 #include "model_config.h"
 #include "tfm/engine/memory.h"
 #include "tfm/engine/ops.h"
@@ -143,9 +142,9 @@ TEST_CASE("memory: a layer keeps a bounded set of activations through the step",
 }
 
 TEST_CASE("memory: a released buffer is poisoned under AddressSanitizer until acquired again", "[memory]") {
-  // The test code itself is compiled without the sanitizers (docs/testing.md): it asks the runtime.
-  using IsPoisoned = int (*)(const volatile void*);
-  const auto is_poisoned = reinterpret_cast<IsPoisoned>(::dlsym(RTLD_DEFAULT, "__asan_address_is_poisoned"));
+  // The test code itself is compiled without the sanitizers (docs/testing.md): it asks the runtime, when
+  // this binary has one (tests/cli_run.h).
+  const auto is_poisoned = tfm_test::under_address_sanitizer() ? &__asan_address_is_poisoned : nullptr;
   const size_t n = 12345;  // a size no other test asks for, so the cache hands back this very buffer
   float* a = memory::acquire(n);
   a[0] = 1.0f, a[n - 1] = 2.0f;
