@@ -3,7 +3,6 @@
 
 #include <fcntl.h>
 #include <omp.h>
-#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -791,20 +790,6 @@ void build(const std::string& cache, const Corpus& corpus, const Request& req, i
   file.commit();
 }
 
-// Holds an exclusive flock on `path` (created) while alive: one process builds a cache, the others
-// wait and then map what it built.
-class BuildLock {
- public:
-  // Never through a link, and only a regular file (open_lock_file).
-  explicit BuildLock(const std::string& path) : fd_(open_lock_file(path)) {
-    while (::flock(fd_.get(), LOCK_EX) != 0)
-      if (errno != EINTR) throw IoError(detail::concat(path, ": cannot lock: ", errno_str()));
-  }
-
- private:
-  FileDescriptor fd_;
-};
-
 // The cache folder: tfm reads ids from it and writes into it, so no other user may control it.
 // Refused (not skipped, which would leave a user wondering why every start tokenizes again) when
 // another user owns it or may replace what is in it (anyone may write, and no sticky bit).
@@ -855,7 +840,7 @@ TokenCache open_cache(const std::string& spec, const Request& req, const TokenCa
     throw IoError("data.cache_dir: cannot create " + dir + " (" + ec.message() +
                   "); set data.cache_dir to a writable directory");
   check_cache_dir(dir);
-  const BuildLock lock(cache + ".lock");
+  const ExclusiveFileLock lock(cache + ".lock");  // one process builds, the others wait and map it
   // Another process may have built it while this one waited for the lock.
   if (!o.rebuild) {
     if (auto c = try_open(cache, corpus, req, o.threads, &rejected)) {

@@ -1,6 +1,7 @@
 #include "tfm/engine/file_io.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -177,6 +178,11 @@ FileDescriptor open_for_append(const std::string& path, bool truncate) {
 
 FileDescriptor open_lock_file(const std::string& path) {
   return open_for_writing(path, O_RDWR);
+}
+
+ExclusiveFileLock::ExclusiveFileLock(const std::string& path) : fd_(open_lock_file(path)) {
+  while (::flock(fd_.get(), LOCK_EX) != 0)
+    if (errno != EINTR) throw IoError(detail::concat(path, ": cannot lock: ", errno_str()));
 }
 
 void write_all(int fd, const void* data, size_t size, const std::string& path) {

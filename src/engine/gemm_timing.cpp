@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <omp.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 #include <exception>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <vector>
 
 #include "tfm/engine/error.h"
@@ -176,29 +176,18 @@ std::string store_peak(const std::string& path, double gflops, nlohmann::json pe
   }
 }
 
-// Holds an exclusive lock on PATH.lock while it lives, so that runs starting together measure once and
-// the others read that measurement; without one (it could not be made) they each measure.
-class CacheLock {
- public:
-  explicit CacheLock(const std::string& path) {
-    try {
-      std::error_code ec;
-      std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-      fd_ = open_lock_file(path + ".lock");
-      if (::flock(fd_.get(), LOCK_EX) != 0) fd_ = FileDescriptor();
-    } catch (const std::exception&) {
-      fd_ = FileDescriptor();
-    }
+// An exclusive lock on PATH.lock, so that runs starting together time the peak once and the others read
+// that timing; none when it cannot be had (each then times it).
+std::optional<ExclusiveFileLock> lock_peak_cache(const std::string& path) {
+  std::optional<ExclusiveFileLock> lock;
+  try {
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+    lock.emplace(path + ".lock");
+  } catch (const std::exception&) {
   }
-  ~CacheLock() {
-    if (fd_) ::flock(fd_.get(), LOCK_UN);
-  }
-  CacheLock(const CacheLock&) = delete;
-  CacheLock& operator=(const CacheLock&) = delete;
-
- private:
-  FileDescriptor fd_;
-};
+  return lock;
+}
 }  // namespace
 
 std::string gemm_peak_cache_path() {
@@ -218,7 +207,7 @@ GemmPeak training_gemm_peak() {
     peak.cache_problem = kNoCacheDirectory;
     return peak;
   }
-  const CacheLock lock(path);
+  const auto lock = lock_peak_cache(path);
   nlohmann::json peaks = read_peaks_or_none(path, peak.cache_problem);
   const auto it = peaks.find(peak_key());
   if (it != peaks.end() && valid_entry(*it) && fresh((*it)["unix_time"].get<int64_t>())) {
@@ -241,7 +230,7 @@ std::string store_training_gemm_peak(int64_t n, double seconds, double gflops) {
     return fmt::format("not kept: timed for less than a training run's {:g} s", kTrainingPeakSeconds);
   const std::string path = gemm_peak_cache_path();
   if (path.empty()) return kNoCacheDirectory;
-  const CacheLock lock(path);
+  const auto lock = lock_peak_cache(path);
   std::string unread;  // an unreadable cache is replaced by one holding this entry
   return store_peak(path, gflops, read_peaks_or_none(path, unread));
 }

@@ -73,6 +73,17 @@ FileDescriptor open_for_append(const std::string& path, bool truncate);
 // Opens `path` read-write for an flock, created when missing; refused like open_for_append.
 FileDescriptor open_lock_file(const std::string& path);
 
+// Holds an exclusive flock(2) on `path` (open_lock_file) while it lives, waiting until another holder
+// lets go; IoError naming `path` when it cannot be had. One process does a piece of work (builds a
+// token cache, times the GEMM peak) while the others wait and then use what it made.
+class ExclusiveFileLock {
+ public:
+  explicit ExclusiveFileLock(const std::string& path);
+
+ private:
+  FileDescriptor fd_;  // closing it lets go
+};
+
 // Writes all `size` bytes to `fd`; IoError naming `path` when that fails.
 void write_all(int fd, const void* data, size_t size, const std::string& path);
 
