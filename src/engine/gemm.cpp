@@ -5,6 +5,7 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -308,32 +309,83 @@ bool onednn_bf16_matmul_available() {
   return available;
 }
 
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (M == 0 || N == 0) return;
-  g_flops.fetch_add(static_cast<uint64_t>(2 * M * N * K), std::memory_order_relaxed);
+namespace {
+
+// One product as the backend and precision decide, threaded by the library as it likes. With `bias`,
+// C = alpha op(A) op(B) + bias and beta is unused: oneDNN's bf16 matmul adds the bias in the kernel; the
+// other paths start C's rows as the bias and accumulate onto them (no second pass over C).
+void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+             const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+  if (bias != nullptr) {
+    // oneDNN's output scale (alpha) would scale the bias too.
+    if (alpha == 1.0f && bf16_matmul(M, N, K)) {
+      bf16_onednn(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc, bias);
+      return;
+    }
+#pragma omp parallel for if (M * N > (int64_t{1} << 20))
+    for (int64_t i = 0; i < M; ++i) std::memcpy(C + i * ldc, bias, sizeof(float) * N);
+    beta = 1.0f;
+  }
   const Sgemm sgemm = onednn_now() ? sgemm_onednn : sgemm_openblas;
   if (bf16_matmul(M, N, K))
-    bf16_onednn(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    bf16_onednn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   else if (bf16_now(K))
-    bf16_by_sgemm(sgemm, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    bf16_by_sgemm(sgemm, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   else
-    sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// The tiles of a product inside a ThreadInvariantProducts scope: C's rows and columns cut at fixed
+// multiples, K whole.
+constexpr int64_t kTileRows = 64, kTileCols = 256;
+thread_local int t_thread_invariant = 0;  // depth of nested ThreadInvariantProducts scopes
+
+// The product as tiles fixed by (M, N), each one single-threaded library call: the library runs serially
+// inside an active parallel region, and with one thread there is no other way to run. The tiles are
+// spread over the threads, so the thread count decides who computes a tile, never how.
+void product_in_tiles(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                      int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                      const float* bias) {
+  const int64_t row_tiles = (M + kTileRows - 1) / kTileRows, col_tiles = (N + kTileCols - 1) / kTileCols;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < row_tiles * col_tiles; ++t) {
+    const int64_t i0 = t / col_tiles * kTileRows, j0 = t % col_tiles * kTileCols;
+    const int64_t m = std::min(kTileRows, M - i0), n = std::min(kTileCols, N - j0);
+    // op(A)'s rows i0.. and op(B)'s columns j0..: a transposed operand is stored the other way round.
+    const float* a = ta ? A + i0 : A + i0 * lda;
+    const float* b = tb ? B + j0 * ldb : B + j0;
+    product(ta, tb, m, n, K, alpha, a, lda, b, ldb, beta, C + i0 * ldc + j0, ldc, bias ? bias + j0 : nullptr);
+  }
+}
+
+void gemm_any(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+              const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+  if (M == 0 || N == 0) return;
+  g_flops.fetch_add(static_cast<uint64_t>(2 * M * N * K), std::memory_order_relaxed);
+  // A worker thread of a parallel region (attention's per-head products) already runs the library serially.
+  if (t_thread_invariant > 0 && !omp_in_parallel())
+    product_in_tiles(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+  else
+    product(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+}
+
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  gemm_any(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr);
 }
 
 void gemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                int64_t lda, const float* B, int64_t ldb, const float* bias, float* C, int64_t ldc) {
-  if (M == 0 || N == 0) return;
-  // oneDNN's output scale (alpha) would scale the bias too.
-  if (alpha == 1.0f && bf16_matmul(M, N, K)) {
-    g_flops.fetch_add(static_cast<uint64_t>(2 * M * N * K), std::memory_order_relaxed);
-    bf16_onednn(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc, bias);
-    return;
-  }
-  // The rows start as the bias and the product accumulates onto them (no second pass over C).
-#pragma omp parallel for if (M * N > (int64_t{1} << 20))
-  for (int64_t i = 0; i < M; ++i) std::memcpy(C + i * ldc, bias, sizeof(float) * N);
-  gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 1.0f, C, ldc);
+  gemm_any(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc, bias);
+}
+
+ThreadInvariantProducts::ThreadInvariantProducts() {
+  ++t_thread_invariant;
+}
+ThreadInvariantProducts::~ThreadInvariantProducts() {
+  --t_thread_invariant;
 }
 
 uint64_t gemm_flops() {

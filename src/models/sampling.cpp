@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 
+#include "tfm/engine/gemm.h"
 #include "tfm/engine/ops.h"
 
 namespace tfm {
@@ -138,6 +139,7 @@ Generation generate(LanguageModel& model, const Tokenizer& tokenizer, const Samp
   const bool was_training = model.training();
   model.set_training(false);
   NoGradGuard no_grad;
+  ThreadInvariantProducts same_bits_any_threads;  // the logits, and so the text, whatever the thread count
   const int64_t L = model.config().max_seq_len, V = model.config().vocab_size;
   std::vector<int32_t> ids = tokenizer.encode(o.prompt, "--prompt");
   if (ids.empty()) ids.push_back(empty_prompt_token(tokenizer));

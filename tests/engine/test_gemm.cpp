@@ -148,6 +148,56 @@ TEST_CASE("gemm: bfloat16 from OpenMP threads, as attention calls it per head", 
   }
 }
 
+TEST_CASE("gemm: inside ThreadInvariantProducts a product has the same bits at 1 and 2 threads", "[gemm]") {
+  // Shapes where the libraries' own threading changed the last bits between 1 and 2 threads on an AVX2
+  // EPYC (a decode step's 1 x N x K with a long K; short, wide products), and one cut into 3 x 2 tiles
+  // with edges (the tiles are 64 x 256).
+  struct Shape {
+    int64_t M, N, K;
+  };
+  const Shape shapes[] = {{1, 64, 256}, {1, 300, 1024}, {6, 64, 512}, {7, 56, 256}, {150, 300, 40}};
+  const int threads_before = omp_get_max_threads();
+  auto product_at = [](const Operands& o, int threads, const float* bias) {
+    set_blas_threads(threads);
+    omp_set_num_threads(threads);
+    const ThreadInvariantProducts same_bits;
+    std::vector<float> c = o.c;
+    if (bias)
+      gemm_bias(o.ta, o.tb, o.M, o.N, o.K, 1.0f, o.a.data(), o.lda, o.b.data(), o.ldb, bias, c.data(), o.ldc);
+    else
+      gemm(o.ta, o.tb, o.M, o.N, o.K, 0.5f, o.a.data(), o.lda, o.b.data(), o.ldb, 1.0f, c.data(), o.ldc);
+    return c;
+  };
+  for (GemmBackend backend : kBackends)
+    for (Precision precision : {Precision::Fp32, Precision::Bf16})
+      for (const Shape& s : shapes)
+        for (bool ta : {false, true})
+          for (bool tb : {false, true})
+            for (bool with_bias : {false, true}) {
+              const GemmModeGuard mode(precision, backend);
+              INFO(gemm_backend_name(backend)
+                   << " " << precision_name(precision) << " " << s.M << "x" << s.N << "x" << s.K << " ta "
+                   << ta << " tb " << tb << " bias " << with_bias);
+              const Operands o = make(s.M, s.N, s.K, ta, tb, 13);
+              std::vector<float> bias(static_cast<size_t>(o.N));
+              for (int64_t j = 0; j < o.N; ++j) bias[j] = 0.01f * static_cast<float>(j % 11);
+              const float* b = with_bias ? bias.data() : nullptr;
+              const std::vector<float> one = product_at(o, 1, b), two = product_at(o, 2, b);
+              CHECK(one == two);  // bit for bit, C's row padding included
+              // The tiles make the whole product: against the double one (rounded operands in bf16).
+              std::vector<double> want = reference(o, with_bias ? 1.0f : 0.5f, with_bias ? 0.0f : 1.0f,
+                                                   precision == Precision::Bf16);
+              if (with_bias)
+                for (int64_t i = 0; i < o.M; ++i)
+                  for (int64_t j = 0; j < o.N; ++j) want[i * o.ldc + j] += bias[j];
+              for (int64_t i = 0; i < o.M; ++i)  // and C's row padding left alone
+                for (int64_t j = o.N; j < o.ldc; ++j) want[i * o.ldc + j] = o.c[i * o.ldc + j];
+              CHECK(max_diff(two, want) < 1e-4);
+            }
+  set_blas_threads(threads_before);
+  omp_set_num_threads(threads_before);
+}
+
 TEST_CASE("gemm: a registered weight buffer is re-rounded after weights_changed", "[gemm]") {
   const GemmModeGuard mode(Precision::Bf16, GemmBackend::OneDnn);
   Operands o = make(8, 12, 16, false, true, 5);
