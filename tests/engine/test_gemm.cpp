@@ -150,12 +150,14 @@ TEST_CASE("gemm: bfloat16 from OpenMP threads, as attention calls it per head", 
 
 TEST_CASE("gemm: inside ThreadInvariantProducts a product has the same bits at 1 and 2 threads", "[gemm]") {
   // Shapes where the libraries' own threading changed the last bits between 1 and 2 threads on an AVX2
-  // EPYC (a decode step's 1 x N x K with a long K; short, wide products), and one cut into 3 x 2 tiles
-  // with edges (the tiles are 64 x 256).
+  // EPYC (a decode step's 1 x N x K with a long K; short, wide products), one cut into 3 x 2 tiles with
+  // edges (the tiles are 64 x 256), and one whose full tiles reach 2^20 multiply-adds: oneDNN's bf16
+  // matmul on a CPU that has it (AVX-512), with the bias added in its kernel, tile by tile.
   struct Shape {
     int64_t M, N, K;
   };
-  const Shape shapes[] = {{1, 64, 256}, {1, 300, 1024}, {6, 64, 512}, {7, 56, 256}, {150, 300, 40}};
+  const Shape shapes[] = {{1, 64, 256}, {1, 300, 1024}, {6, 64, 512},
+                          {7, 56, 256}, {150, 300, 40}, {130, 300, 64}};
   const int threads_before = omp_get_max_threads();
   auto product_at = [](const Operands& o, int threads, const float* bias) {
     set_blas_threads(threads);
