@@ -10,8 +10,8 @@ work="$(mktemp -d /tmp/tfm_install.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 prefix="$work/prefix"
 cmake --install "$build" --prefix "$prefix" >/dev/null
-# One configure for the three examples (examples/CMakeLists.txt): finding tfm's dependencies (MPI, OpenMP)
-# is most of a configure.
+# One configure for the three examples (examples/CMakeLists.txt): finding tfm's dependencies (OpenMP,
+# spdlog, ...) is most of a configure.
 cmake -S "$root/examples" -B "$work/examples" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$work/examples" -j "$(nproc)" >/dev/null
 for ex in engine train_small generate; do ln -s "$work/examples/$ex" "$work/$ex"; done
@@ -32,6 +32,13 @@ ids=$(cd "$work" && "$prefix/bin/tfm" tokenizer encode --config "$root/configs/t
   --text "Hello world")
 [ "$ids" = "[15496,995]" ] || { echo "tfm: error: the installed tfm encoded 'Hello world' as $ids" >&2; exit 1; }
 [ -f "$prefix/share/tfm/board/index.html" ] || { echo "tfm: error: the board's page was not installed" >&2; exit 1; }
+if command -v mpirun >/dev/null && [ -e "$build/libtfm_mpi.so" ]; then
+  echo "tfm: the installed tfm, started by mpirun, loads its MPI plugin from lib/tfm and trains on 2 ranks"
+  (cd "$root" && mpirun --oversubscribe --allow-run-as-root -np 2 "$prefix/bin/tfm" train --config configs/tiny.json \
+    --out "$work/mpi_run" --set train.max_steps=2 > "$work/mpi.log" 2>&1) || { cat "$work/mpi.log"; exit 1; }
+  grep -q "mpi: 2 ranks" "$work/mpi_run/train.log" ||
+    { echo "tfm: error: the installed tfm under mpirun -np 2 did not train on 2 ranks" >&2; exit 1; }
+fi
 for dev in "$root"/scripts/dev/*; do  # developers' tools are not part of the product
   installed="$prefix/share/tfm/scripts/$(basename "$dev")"
   [ ! -e "$installed" ] || { echo "tfm: error: $installed was installed: scripts/dev/ is not for users" >&2; exit 1; }

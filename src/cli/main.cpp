@@ -110,7 +110,15 @@ int main(int argc, char** argv) {
   tfm::platform::select_blas_kernels(argv);
   // MPI starts after the possible re-exec above, in the process image that runs (under mpirun too:
   // the launcher's environment survives the exec). Without mpirun this does nothing.
-  tfm::dist::init(&argc, &argv);
+  try {
+    tfm::dist::init(&argc, &argv);
+  } catch (const IoError& e) {  // mpirun, but no MPI plugin
+    print_error(e.what());
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    print_error(e.what());
+    return kExitInternal;
+  }
   const int status = run_cli(argc, argv);
   // An error on one rank (the others may wait in a collective) ends the whole job. A NaN stop is
   // seen by every rank at the same step (the loss and gradients are global), so it finalizes.

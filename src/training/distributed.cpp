@@ -1,21 +1,21 @@
 #include "tfm/training/distributed.h"
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 
+#include "mpi_plugin.h"
 #include "tfm/engine/error.h"
-
-#ifdef TFM_HAVE_MPI
-#include <mpi.h>
-#endif
 
 namespace tfm::dist {
 namespace {
 int g_rank = 0;
 int g_size = 1;
 int g_local_size = 1;
-bool g_mpi = false;
+const TfmMpiPlugin* g_mpi = nullptr;  // loaded by init() under mpirun
 double g_allreduce_seconds = 0.0;
 
 bool launched_by_mpirun() {
@@ -24,37 +24,59 @@ bool launched_by_mpirun() {
   return false;
 }
 
-#ifdef TFM_HAVE_MPI
 void check(int rc, const char* call) {
-  TFM_CHECK(rc == MPI_SUCCESS, "dist", call, " failed with MPI error ", rc);
+  TFM_CHECK(rc == 0, "dist", call, " failed with MPI error ", rc);
 }
-#endif
+
+// libtfm_mpi.so beside the running program (a build tree), else in PREFIX/lib/tfm of the prefix the
+// program is installed in (PREFIX/bin), else in the directory the build installs it to (a program of
+// another project linking the installed library): its table of MPI calls, or an error naming every
+// place looked at.
+const TfmMpiPlugin* load_mpi_plugin() {
+  constexpr const char* kFile = "libtfm_mpi.so";
+  std::vector<std::string> candidates;
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    candidates.push_back((exe.parent_path() / kFile).string());
+    candidates.push_back((exe.parent_path().parent_path() / TFM_PLUGIN_LIBDIR / "tfm" / kFile).string());
+  }
+  candidates.push_back(std::string(TFM_PLUGIN_INSTALL_DIR) + "/" + kFile);
+  std::string tried;
+  for (const std::string& path : candidates) {
+    if (!std::filesystem::exists(path, ec)) {
+      tried += "\n  " + path + ": no such file";
+      continue;
+    }
+    // RTLD_GLOBAL: Open MPI opens its own components (dlopen) and they look up libmpi's symbols.
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+    if (!handle) {
+      tried += "\n  " + path + ": " + dlerror();
+      continue;
+    }
+    using Entry = const TfmMpiPlugin* (*)();
+    auto entry = reinterpret_cast<Entry>(dlsym(handle, "tfm_mpi_plugin"));
+    const TfmMpiPlugin* plugin = entry ? entry() : nullptr;
+    if (plugin && plugin->version == kTfmMpiPluginVersion) return plugin;
+    tried += "\n  " + path + ": not a tfm MPI plugin of this version (rebuild tfm)";
+  }
+  throw IoError(
+      "dist: tfm was started by mpirun, but its MPI plugin libtfm_mpi.so could not be loaded (it is built "
+      "when Open MPI is installed: apt-get install libopenmpi-dev, then build again):" +
+      tried);
+}
 }  // namespace
 
 void init(int* argc, char*** argv) {
-#ifdef TFM_HAVE_MPI
   if (g_mpi || !launched_by_mpirun()) return;
-  int provided = 0;
-  check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
-  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &g_size);
-  MPI_Comm node;
-  check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &node),
-        "MPI_Comm_split_type");
-  MPI_Comm_size(node, &g_local_size);
-  MPI_Comm_free(&node);
-  g_mpi = true;
-#else
-  (void)argc;
-  (void)argv;
-#endif
+  const TfmMpiPlugin* mpi = load_mpi_plugin();
+  check(mpi->init(argc, argv, &g_rank, &g_size, &g_local_size), "MPI_Init_thread");
+  g_mpi = mpi;
 }
 
 void finalize() {
-#ifdef TFM_HAVE_MPI
-  if (g_mpi) MPI_Finalize();
-#endif
-  g_mpi = false;
+  if (g_mpi) g_mpi->finalize();
+  g_mpi = nullptr;
   g_rank = 0;
   g_size = 1;
   g_local_size = 1;
@@ -82,84 +104,54 @@ std::string describe() {
 
 void allreduce_mean(float* data, int64_t n) {
   if (!active()) return;
-#ifdef TFM_HAVE_MPI
   const auto t0 = std::chrono::steady_clock::now();
   // MPI counts are int: reduce in chunks so any parameter count works.
   constexpr int64_t kChunk = int64_t{1} << 30;
   for (int64_t start = 0; start < n; start += kChunk) {
     const int count = static_cast<int>(std::min(kChunk, n - start));
-    check(MPI_Allreduce(MPI_IN_PLACE, data + start, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
-          "MPI_Allreduce");
+    check(g_mpi->allreduce_sum_float(data + start, count), "MPI_Allreduce");
   }
   const float inv = 1.0f / static_cast<float>(g_size);
   for (int64_t i = 0; i < n; ++i) data[i] *= inv;
   g_allreduce_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-#endif
 }
 
 double allreduce_mean(double value) {
   if (!active()) return value;
-#ifdef TFM_HAVE_MPI
-  double sum = 0.0;
-  check(MPI_Allreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
-  return sum / g_size;
-#else
-  return value;
-#endif
+  check(g_mpi->allreduce_sum_double(&value), "MPI_Allreduce");
+  return value / g_size;
 }
 
 void broadcast(float* data, int64_t n, int root) {
   if (!active()) return;
-#ifdef TFM_HAVE_MPI
-  check(MPI_Bcast(data, static_cast<int>(n), MPI_FLOAT, root, MPI_COMM_WORLD), "MPI_Bcast");
-#else
-  (void)data, (void)n, (void)root;
-#endif
+  check(g_mpi->broadcast_float(data, static_cast<int>(n), root), "MPI_Bcast");
 }
 
 void broadcast(uint64_t* data, int64_t n, int root) {
   if (!active()) return;
-#ifdef TFM_HAVE_MPI
-  check(MPI_Bcast(data, static_cast<int>(n), MPI_UINT64_T, root, MPI_COMM_WORLD), "MPI_Bcast");
-#else
-  (void)data, (void)n, (void)root;
-#endif
+  check(g_mpi->broadcast_u64(data, static_cast<int>(n), root), "MPI_Bcast");
 }
 
 std::vector<uint64_t> allgather(const std::vector<uint64_t>& local) {
   if (!active()) return local;
   std::vector<uint64_t> all(local.size() * g_size);
-#ifdef TFM_HAVE_MPI
-  check(MPI_Allgather(local.data(), static_cast<int>(local.size()), MPI_UINT64_T, all.data(),
-                      static_cast<int>(local.size()), MPI_UINT64_T, MPI_COMM_WORLD),
-        "MPI_Allgather");
-#endif
+  check(g_mpi->allgather_u64(local.data(), static_cast<int>(local.size()), all.data()), "MPI_Allgather");
   return all;
 }
 
 void barrier() {
-#ifdef TFM_HAVE_MPI
-  if (active()) MPI_Barrier(MPI_COMM_WORLD);
-#endif
+  if (active()) check(g_mpi->barrier(), "MPI_Barrier");
 }
 
 bool any(bool flag) {
   if (!active()) return flag;
-#ifdef TFM_HAVE_MPI
-  int local = flag ? 1 : 0, global = 0;
-  check(MPI_Allreduce(&local, &global, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD), "MPI_Allreduce");
+  int global = flag ? 1 : 0;
+  check(g_mpi->allreduce_or(&global), "MPI_Allreduce");
   return global != 0;
-#else
-  return flag;
-#endif
 }
 
 void abort(int code) {
-#ifdef TFM_HAVE_MPI
-  if (g_mpi) MPI_Abort(MPI_COMM_WORLD, code);
-#else
-  (void)code;
-#endif
+  if (g_mpi) g_mpi->abort(code);
 }
 
 double allreduce_seconds() {

@@ -239,3 +239,25 @@ TEST_CASE("messages: a NUL byte inside a message is shown escaped, not the end o
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains(path + ": ") && Catch::Contains("a\\0b"));
 }
+
+TEST_CASE("messages: started by mpirun, a tfm whose MPI plugin is missing says where it looked",
+          "[messages][cli]") {
+  // A copy of tfm in a directory of its own: libtfm_mpi.so is not beside it. (An installed plugin at the
+  // build's install directory would be found: then there is nothing to check here.)
+  if (fs::exists(std::string(TFM_PLUGIN_INSTALL_DIR) + "/libtfm_mpi.so")) {
+    WARN("an MPI plugin is installed in " TFM_PLUGIN_INSTALL_DIR ": a copy of tfm finds it");
+    return;
+  }
+  tfm_test::TempDir dir("mpi_plugin");
+  const std::string copy = dir.file("tfm");
+  fs::copy_file(tfm_test::tfm_binary(), copy);
+  fs::permissions(copy, fs::perms::owner_exec, fs::perm_options::add);
+  const CliRun r = tfm_test::run_shell("OMPI_COMM_WORLD_SIZE=2 '" + copy + "' config --keys");
+  INFO(r.out);
+  CHECK(r.status == 2);
+  CHECK(r.out.find("started by mpirun, but its MPI plugin libtfm_mpi.so could not be loaded") !=
+        std::string::npos);
+  CHECK(r.out.find(dir.file("libtfm_mpi.so") + ": no such file") != std::string::npos);
+  CHECK(r.out.find("libopenmpi-dev") != std::string::npos);
+  CHECK(r.out.find("AddressSanitizer") == std::string::npos);
+}

@@ -3,8 +3,9 @@
 // gradient buffer, so every rank applies the same update. Rank 0 alone logs, evaluates and writes
 // checkpoints.
 //
-// Without MPI at build time, or when the program was not started by mpirun, there is one rank and
-// every call here is a no-op: tfm behaves exactly as a single process.
+// When the program was not started by mpirun there is one rank and every call here is a no-op: tfm
+// behaves exactly as a single process, and Open MPI is not even loaded. Under mpirun, init() loads the
+// MPI plugin (libtfm_mpi.so, built when Open MPI is installed; src/training/mpi_plugin.h).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -13,7 +14,8 @@
 namespace tfm::dist {
 
 // Starts MPI when the process was launched by mpirun (Open MPI, MPICH or PMIx environment); call once
-// from main() before anything else uses it. Safe to call when MPI is absent.
+// from main() before anything else uses it. Throws IoError under mpirun when the plugin cannot be
+// loaded (naming where it looked), Error when MPI fails to start; does nothing without mpirun.
 void init(int* argc, char*** argv);
 void finalize();
 
