@@ -32,6 +32,26 @@ ids=$(cd "$work" && "$prefix/bin/tfm" tokenizer encode --config "$root/configs/t
   --text "Hello world")
 [ "$ids" = "[15496,995]" ] || { echo "tfm: error: the installed tfm encoded 'Hello world' as $ids" >&2; exit 1; }
 [ -f "$prefix/share/tfm/board/index.html" ] || { echo "tfm: error: the board's page was not installed" >&2; exit 1; }
+echo "tfm: the installed tfm board starts its server (tfm-board) and serves its page and the runs"
+"$prefix/bin/tfm" board --runs "$work" --port 0 > "$work/board.log" 2>&1 &
+board_pid=$!
+port=""
+for _ in $(seq 100); do
+  port=$(sed -n 's|^tfm board: http://127.0.0.1:\([0-9]*\)/.*|\1|p' "$work/board.log")
+  [ -n "$port" ] || ! kill -0 "$board_pid" 2>/dev/null && break
+  sleep 0.1
+done
+[ -n "$port" ] || { cat "$work/board.log"; echo "tfm: error: the installed tfm board did not start" >&2; exit 1; }
+http_get() {  # PATH: the response of the board to GET PATH, through bash's /dev/tcp
+  exec 3<> "/dev/tcp/127.0.0.1/$port"
+  printf 'GET %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n' "$1" >&3
+  cat <&3
+  exec 3<&-
+}
+http_get / | grep -q "<title>" || { echo "tfm: error: the installed board did not serve its page" >&2; exit 1; }
+http_get /api/runs | grep -q "\"name\":\"$(basename "$work")/run\"" || { echo "tfm: error: the installed board did not list $work/run" >&2; exit 1; }
+kill "$board_pid"
+wait "$board_pid" || true
 if command -v mpirun >/dev/null && [ -e "$build/libtfm_mpi.so" ]; then
   echo "tfm: the installed tfm, started by mpirun, loads its MPI plugin from lib/tfm and trains on 2 ranks"
   (cd "$root" && mpirun --oversubscribe --allow-run-as-root -np 2 "$prefix/bin/tfm" train --config configs/tiny.json \

@@ -119,7 +119,7 @@ std::vector<Command> add_heads_commands(CLI::App& app);      // heads.cpp: heads
 std::vector<Command> add_sweep_commands(CLI::App& app);      // sweep.cpp: sweep
 std::vector<Command> add_data_commands(CLI::App& app);       // data.cpp: data prepare
 std::vector<Command> add_runs_commands(CLI::App& app);       // runs.cpp: runs
-std::vector<Command> add_board_commands(CLI::App& app);      // board.cpp: board
+std::vector<Command> add_board_commands(CLI::App& app);      // board.cpp: board (the server: src/board/)
 
 std::vector<Command> add_plot_commands(CLI::App& app);  // plot.cpp: plot loss, speedrun, report
 

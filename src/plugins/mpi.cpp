@@ -56,9 +56,17 @@ void abort(int code) {
   MPI_Abort(MPI_COMM_WORLD, code);
 }
 
-constexpr TfmMpiPlugin kPlugin = {kTfmMpiPluginVersion, init,          finalize,        allreduce_sum_float,
-                                  allreduce_sum_double,  allreduce_or, broadcast_float, broadcast_u64,
-                                  allgather_u64,         barrier,      abort};
+constexpr TfmMpiPlugin kPlugin = {kTfmMpiPluginVersion,
+                                  init,
+                                  finalize,
+                                  allreduce_sum_float,
+                                  allreduce_sum_double,
+                                  allreduce_or,
+                                  broadcast_float,
+                                  broadcast_u64,
+                                  allgather_u64,
+                                  barrier,
+                                  abort};
 
 }  // namespace
 

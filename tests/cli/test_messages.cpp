@@ -28,6 +28,14 @@ std::vector<std::string> lines_of(const std::string& text) {
   return out;
 }
 
+// A copy of the tfm binary in `dir`, without the programs and plugins built beside it.
+std::string copy_of_tfm_alone(const tfm_test::TempDir& dir) {
+  const std::string copy = dir.file("tfm");
+  fs::copy_file(tfm_test::tfm_binary(), copy);
+  fs::permissions(copy, fs::perms::owner_exec, fs::perm_options::add);
+  return copy;
+}
+
 }  // namespace
 
 TEST_CASE("messages: a path holding a NUL byte is named as such, not cut at the NUL", "[messages][cli]") {
@@ -249,9 +257,7 @@ TEST_CASE("messages: started by mpirun, a tfm whose MPI plugin is missing says w
     return;
   }
   tfm_test::TempDir dir("mpi_plugin");
-  const std::string copy = dir.file("tfm");
-  fs::copy_file(tfm_test::tfm_binary(), copy);
-  fs::permissions(copy, fs::perms::owner_exec, fs::perm_options::add);
+  const std::string copy = copy_of_tfm_alone(dir);
   const CliRun r = tfm_test::run_shell("OMPI_COMM_WORLD_SIZE=2 '" + copy + "' config --keys");
   INFO(r.out);
   CHECK(r.status == 2);
@@ -260,4 +266,12 @@ TEST_CASE("messages: started by mpirun, a tfm whose MPI plugin is missing says w
   CHECK(r.out.find(dir.file("libtfm_mpi.so") + ": no such file") != std::string::npos);
   CHECK(r.out.find("libopenmpi-dev") != std::string::npos);
   CHECK(r.out.find("AddressSanitizer") == std::string::npos);
+}
+
+TEST_CASE("messages: a tfm whose board server is missing says where it looked", "[messages][cli]") {
+  tfm_test::TempDir dir("board_server");
+  const CliRun r = tfm_test::run_shell("'" + copy_of_tfm_alone(dir) + "' board --port 0");
+  INFO(r.out);
+  CHECK(r.status == 2);
+  CHECK(r.out.find("tfm board: its server " + dir.file("tfm-board") + " is missing") != std::string::npos);
 }

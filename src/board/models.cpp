@@ -12,7 +12,7 @@
 #include "tfm/models/sampling.h"
 #include "tfm/objectives/inference.h"
 
-namespace tfm::cli {
+namespace tfm::board {
 namespace {
 
 namespace fs = std::filesystem;
@@ -215,4 +215,4 @@ BoardReply BoardModels::run_request(LoadedRun& run, const std::string& kind, con
   throw ConfigError("unknown model request \"" + kind + "\"");
 }
 
-}  // namespace tfm::cli
+}  // namespace tfm::board

@@ -1,5 +1,6 @@
-// `tfm board`'s parts shared by its two files: the run directories it serves (board.cpp) and the model
-// work it does on request (board_model.cpp), bounded in time, size, concurrency and memory.
+// tfm-board, the server of `tfm board`: its parts shared by its files: the run directories it serves
+// (server.cpp), the bounded request heads (http.cpp) and the model work it does on request (models.cpp),
+// bounded in time, size, concurrency and memory.
 #pragma once
 #include <httplib.h>
 
@@ -11,9 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "options.h"
 #include "tfm/training/run_dir.h"
 
-namespace tfm::cli {
+namespace tfm::board {
 
 // Caps on what one request may ask the model for.
 constexpr int64_t kBoardMaxPromptBytes = 2048;
@@ -77,4 +79,8 @@ class BoardModels {
   std::vector<std::pair<std::string, int>> queued_per_run_;
 };
 
-}  // namespace tfm::cli
+// Serves the board until SIGINT or SIGTERM (server.cpp); returns 0, or throws IoError or ConfigError
+// for what it was asked (a missing --runs directory, a port it cannot listen on).
+int serve(const BoardOptions& options);
+
+}  // namespace tfm::board

@@ -15,7 +15,7 @@
 
 #include "board.h"
 
-namespace tfm::cli {
+namespace tfm::board {
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
@@ -135,4 +135,4 @@ bool BoundedHeadServer::process_and_close_socket(socket_t sock) {
   return ok;
 }
 
-}  // namespace tfm::cli
+}  // namespace tfm::board
