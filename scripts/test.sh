@@ -55,19 +55,21 @@ install_pid=$!
 if [ -n "$asan_pid" ]; then
   wait "$asan_pid" || { tail -n 60 "$asan_log"; echo "tfm: the ASan+UBSan build failed (all of it: $asan_log)"; exit 1; }
   echo "tfm: tests (ASan+UBSan)"
-  # malloc_context_size=2 and max_malloc_fill_size=0 catch the same bugs for less: AddressSanitizer
-  # records the stack of every allocation (2 frames instead of 30: the allocator and its caller) and
-  # fills new memory with a pattern (no fill: it makes no report, MemorySanitizer's job). The whole-model
-  # gradient checks allocate a tensor per op: `tfm gradcheck` of eng_fra took 2.12 -> 1.68 s of CPU, this
-  # tree's ctest 0.93x (farm-bench, 2 pairs; AVX2 EPYC). A report still gives the bad access's whole
-  # stack; tests that fail run once more with whole allocation and free stacks (malloc_context_size=30).
+  # malloc_context_size=1 and max_malloc_fill_size=0 catch the same bugs for less: AddressSanitizer
+  # records the stack of every allocation (1 frame instead of 30: the allocator) and fills new memory
+  # with a pattern (no fill: it makes no report, MemorySanitizer's job). The whole-model gradient checks
+  # allocate a tensor per op: `tfm gradcheck` of eng_fra took 2.12 -> 1.68 s of CPU with 2 frames, this
+  # tree's ctest 0.93x (farm-bench, 2 pairs; AVX2 EPYC); each distinct stack takes a slot of a 4 MB table
+  # at a random page, and 1 frame took a start of tfm from 4,955 to 4,590 page faults. A report still
+  # gives the bad access's whole stack; tests that fail run once more with whole allocation and free
+  # stacks (malloc_context_size=30).
   # quarantine_size_mb=16: a freed block stays unusable, so that a use after free is caught, until 16 MB
   # more have been freed (256 by default). Tensor storage is recycled by tfm's own pool (engine/memory.cpp,
   # poisoned while it waits there), so what goes through the quarantine is small objects, thousands of
   # frees deep; the smaller quarantine reuses memory that is still mapped and cached: one gradient check of
   # eng_fra took 0.79x the CPU (farm-bench, 7 pairs).
   asan_common="detect_leaks=1:abort_on_error=1:strict_string_checks=1:quarantine_size_mb=16"
-  export ASAN_OPTIONS="$asan_common:malloc_context_size=2:max_malloc_fill_size=0"
+  export ASAN_OPTIONS="$asan_common:malloc_context_size=1:max_malloc_fill_size=0"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
   if ! (cd "$asan" && ctest --output-on-failure -j "$jobs"); then
     echo "tfm: the failed sanitizer tests once more, with every report's allocation and free stacks whole"
