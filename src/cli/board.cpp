@@ -18,8 +18,8 @@ int exec_board_server(const board::BoardOptions& o) {
   const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   const std::string server = (exe.parent_path() / board::kServerProgram).string();
   if (ec || !std::filesystem::is_regular_file(server, ec))
-    throw IoError("tfm board: its server " + server + " is missing (it is built and installed beside tfm: " +
-                  "build or install tfm again)");
+    throw IoError("tfm board: its server " + server +
+                  " is missing (it is built and installed beside tfm: " + "build or install tfm again)");
   const std::string options = nlohmann::json(o).dump();
   char* const argv[] = {const_cast<char*>(server.c_str()), const_cast<char*>("--options"),
                         const_cast<char*>(options.c_str()), nullptr};
