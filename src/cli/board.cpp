@@ -8,16 +8,17 @@
 
 #include "cli.h"
 #include "options.h"
+#include "tfm/engine/platform.h"
 
 namespace tfm::cli {
 namespace {
 
 // Replaces this process with tfm-board: Ctrl-C, a kill or an exit status reach the server itself.
 int exec_board_server(const board::BoardOptions& o) {
+  const std::string bin = platform::program_directory();
+  const std::string server = (std::filesystem::path(bin) / board::kServerProgram).string();
   std::error_code ec;
-  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  const std::string server = (exe.parent_path() / board::kServerProgram).string();
-  if (ec || !std::filesystem::is_regular_file(server, ec))
+  if (bin.empty() || !std::filesystem::is_regular_file(server, ec))
     throw IoError("tfm board: its server " + server +
                   " is missing (it is built and installed beside tfm: " + "build or install tfm again)");
   const std::string options = nlohmann::json(o).dump();

@@ -180,11 +180,17 @@ int run_program(const std::vector<std::string>& argv, bool quiet) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-std::vector<std::string> data_directories(const std::string& subdir, const std::string& source_dir) {
-  std::vector<std::string> dirs;
+std::string program_directory() {
   std::error_code ec;
   const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) dirs.push_back((exe.parent_path().parent_path() / "share" / "tfm" / subdir).string());
+  return ec ? "" : exe.parent_path().string();
+}
+
+std::vector<std::string> data_directories(const std::string& subdir, const std::string& source_dir) {
+  std::vector<std::string> dirs;
+  const std::string bin = program_directory();
+  if (!bin.empty())
+    dirs.push_back((std::filesystem::path(bin).parent_path() / "share" / "tfm" / subdir).string());
   dirs.push_back(source_dir);
   return dirs;
 }

@@ -9,6 +9,7 @@
 
 #include "mpi_plugin.h"
 #include "tfm/engine/error.h"
+#include "tfm/engine/platform.h"
 
 namespace tfm::dist {
 namespace {
@@ -35,14 +36,14 @@ void check(int rc, const char* call) {
 const TfmMpiPlugin* load_mpi_plugin() {
   constexpr const char* kFile = "libtfm_mpi.so";
   std::vector<std::string> candidates;
-  std::error_code ec;
-  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    candidates.push_back((exe.parent_path() / kFile).string());
-    candidates.push_back((exe.parent_path().parent_path() / TFM_PLUGIN_LIBDIR / "tfm" / kFile).string());
+  const std::filesystem::path bin = platform::program_directory();
+  if (!bin.empty()) {
+    candidates.push_back((bin / kFile).string());
+    candidates.push_back((bin.parent_path() / TFM_PLUGIN_LIBDIR / "tfm" / kFile).string());
   }
   candidates.push_back(std::string(TFM_PLUGIN_INSTALL_DIR) + "/" + kFile);
   std::string tried;
+  std::error_code ec;
   for (const std::string& path : candidates) {
     if (!std::filesystem::exists(path, ec)) {
       tried += "\n  " + path + ": no such file";

@@ -41,6 +41,10 @@ const std::atomic<bool>* stop_on_signals();
 // start or was killed by a signal.
 int run_program(const std::vector<std::string>& argv, bool quiet = false);
 
+// The directory of the running program's file (/proc/self/exe), "" when it cannot be read: where a build
+// tree keeps tfm's other programs and plugins beside it, and PREFIX/bin in an install.
+std::string program_directory();
+
 // Where tfm's data files of `subdir` (a path under share/tfm: "board", "tokenizers/gpt2") may be, in
 // the order to try: PREFIX/share/tfm/<subdir> beside an installed binary (PREFIX/bin/tfm, from
 // `cmake --install`), then `source_dir`, where this build's source tree keeps them.
