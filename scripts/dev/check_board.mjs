@@ -49,6 +49,19 @@ try {
   const maps = await page.$$eval('#attention canvas.heat', (c) => c.length);
   if (maps < 2) fail(`${maps} attention maps drawn`);
   console.log(`check_board.mjs: sample of ${sample.length} characters, ${maps} attention maps`);
+  // No curve on a chart's top or bottom edge, where its line is half clipped (the learning rate's peak
+  // was): every drawn value strictly inside the y axis, or on a zero that the axis starts at.
+  const edges = await page.evaluate(() => [...document.querySelectorAll('#charts canvas')].flatMap((canvas) => {
+    const c = Chart.getChart(canvas), y = c.scales.y;
+    return c.data.datasets.flatMap((d) => {
+      const ys = d.data.map((p) => p.y).filter((v) => v !== null);
+      if (!ys.length) return [];
+      const lo = Math.min(...ys), hi = Math.max(...ys);
+      const inside = hi < y.max && (lo > y.min || (lo === 0 && y.min === 0));
+      return inside ? [] : [`${canvas.id} ${d.label}: values ${lo}..${hi} on an axis of ${y.min}..${y.max}`];
+    });
+  }));
+  if (edges.length) fail('curves on a chart\'s edge: ' + edges.join('; '));
   await page.evaluate(() => window.scrollTo(0, 0));
   await page.screenshot({ path: path.join(shots, 'board.png'), fullPage: false });
   await page.screenshot({ path: path.join(shots, 'board_full.png'), fullPage: true });

@@ -5,7 +5,7 @@
 const POLL_MS = 1500;
 const CHARTS = [
   { id: 'loss', title: 'loss (train, val)', keys: ['train_loss', 'val_loss'] },
-  { id: 'lr', title: 'learning rate', keys: ['lr'] },
+  { id: 'lr', title: 'learning rate', keys: ['lr'], beginAtZero: true },
   { id: 'grad_norm', title: 'grad norm', keys: ['grad_norm'] },
   { id: 'tokens_per_s', title: 'tokens/s', keys: ['tokens_per_s'] },
   { id: 'mfu', title: 'MFU', keys: ['mfu'] },
@@ -131,7 +131,12 @@ function makeCharts() {
         animation: false, parsing: false, normalized: true, maintainAspectRatio: false,
         plugins: { title: { display: true, text: c.title }, legend: { labels: { boxWidth: 12 } } },
         elements: { point: { radius: 0 }, line: { borderWidth: 1.5 } },
-        scales: { x: { type: 'linear', title: { display: true, text: 'step' } }, y: { type: 'linear' } },
+        // grace: room above and below the data, so that no curve runs along the chart's edge, where
+        // half its line is clipped (a schedule's peak learning rate did).
+        scales: {
+          x: { type: 'linear', title: { display: true, text: 'step' } },
+          y: { type: 'linear', grace: '5%', beginAtZero: Boolean(c.beginAtZero) },
+        },
       },
     });
   }
