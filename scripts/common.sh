@@ -108,6 +108,14 @@ tfm_find_binary() {
   TFM_BIN="$(cd "$(dirname "$candidate")" && pwd)/$(basename "$candidate")"
 }
 
+# tfm_keep_gemm_peak_in DIR: the tfm runs a check starts keep the GEMM peak they time (MFU's, in
+# ${XDG_CACHE_HOME:-~/.cache}/tfm) in DIR, not in the user's cache: a check runs beside a build and other
+# tests, and a peak timed there would stand for this machine's in every later run. Call it once the
+# check's own caches (npm's) are found.
+tfm_keep_gemm_peak_in() {
+  export XDG_CACHE_HOME="$1"
+}
+
 # tfm_npm_check_package CHECK PACKAGE VERSION DIR: for a check by a real client (scripts/dev/check_*.sh):
 # npm's PACKAGE@VERSION installed into DIR, a cache outside the repository, unless it is there already.
 # Exits 77, a skip saying why as "CHECK: SKIPPED: ...", when node/npm are missing or npm cannot reach its

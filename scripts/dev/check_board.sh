@@ -36,6 +36,7 @@ if [[ -n ${TFM_BOARD_KEEP:-} ]]; then
 else
   work=$(mktemp -d "${TMPDIR:-/tmp}/tfm_check_board.XXXXXX")
 fi
+tfm_keep_gemm_peak_in "$work/cache"
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done

@@ -68,6 +68,7 @@ else
   work=$(mktemp -d "${TMPDIR:-/tmp}/tfm_check_gguf.XXXXXX")
   trap 'rm -rf "$work"' EXIT
 fi
+tfm_keep_gemm_peak_in "$work/cache"
 cd "$root"  # the config's data.path is relative to the repository
 steps=1000
 common=(--config configs/tiny.json --set model.d_model=64 --set model.max_seq_len=64 --set train.seq_len=64

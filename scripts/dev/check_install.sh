@@ -8,6 +8,7 @@ root=$TFM_ROOT
 build="$(cd "${1:?usage: check_install.sh BUILD_DIR}" && pwd)"
 work="$(mktemp -d /tmp/tfm_install.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
+tfm_keep_gemm_peak_in "$work/cache"
 prefix="$work/prefix"
 cmake --install "$build" --prefix "$prefix" >/dev/null
 # One configure for the three examples (examples/CMakeLists.txt): finding tfm's dependencies (OpenMP,

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <omp.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,6 +27,13 @@
 namespace tfm {
 
 namespace {
+// CPU time of every thread of this process.
+double process_cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 // Operands are tensors, the kind of memory the model's products use (the pool's: 2 MiB pages for the
 // large ones).
 GemmTiming time_gemm_on_tensors(const std::string& label, int64_t M, int64_t N, int64_t K, bool trans_a,
@@ -38,6 +46,7 @@ GemmTiming time_gemm_on_tensors(const std::string& label, int64_t M, int64_t N, 
   using clock = std::chrono::steady_clock;
   gemm(trans_a, trans_b, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), N);  // warm-up
   std::vector<double> ms;
+  const double cpu_start = process_cpu_seconds();
   const auto start = clock::now();
   while (ms.size() < 3 || std::chrono::duration<double>(clock::now() - start).count() < min_seconds) {
     const auto t0 = clock::now();
@@ -45,9 +54,15 @@ GemmTiming time_gemm_on_tensors(const std::string& label, int64_t M, int64_t N, 
     ms.push_back(std::chrono::duration<double, std::milli>(clock::now() - t0).count());
     if (ms.size() >= 10000) break;
   }
+  const double wall = std::chrono::duration<double>(clock::now() - start).count();
+  const double cpu = process_cpu_seconds() - cpu_start;
   std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
   GemmTiming t{label, M, N, K, trans_a, trans_b, ms[ms.size() / 2], 0.0};
   t.gflops = 2.0 * M * N * K / (t.median_ms * 1e-3) / 1e9;
+  t.threads = std::max(gemm_backend() == GemmBackend::OneDnn ? omp_get_max_threads() : blas_threads(), 1);
+  // Threads that wait for a descheduled one may spin (and count): a busy machine can only read higher
+  // than it was, never lower.
+  if (wall > 0) t.core_share = std::min(cpu / (wall * t.threads), 1.0);
   return t;
 }
 }  // namespace
@@ -62,8 +77,8 @@ GemmTiming time_gemm(const std::string& label, int64_t M, int64_t N, int64_t K, 
   return t;
 }
 
-double measure_gemm_peak_gflops(int64_t n, double min_seconds) {
-  return time_gemm("square", n, n, n, false, false, min_seconds).gflops;
+GemmTiming measure_gemm_peak(int64_t n, double min_seconds) {
+  return time_gemm("square", n, n, n, false, false, min_seconds);
 }
 
 namespace {
@@ -176,6 +191,15 @@ std::string store_peak(const std::string& path, double gflops, nlohmann::json pe
   }
 }
 
+// Why a timing is not one to keep for later runs, "" when it is.
+std::string busy_problem(const GemmTiming& peak) {
+  if (peak.core_share >= kPeakMinCoreShare) return "";
+  return fmt::format(
+      "not kept: the machine was busy (the product had {:.0f}% of its {} core(s)); `tfm bench gemm` on a "
+      "quiet machine keeps one",
+      100.0 * peak.core_share, peak.threads);
+}
+
 // An exclusive lock on PATH.lock, so that runs starting together time the peak once and the others read
 // that timing; none when it cannot be had (each then times it).
 std::optional<ExclusiveFileLock> lock_peak_cache(const std::string& path) {
@@ -202,7 +226,7 @@ GemmPeak training_gemm_peak() {
   GemmPeak peak;
   const std::string path = gemm_peak_cache_path();
   if (path.empty()) {
-    peak.gflops = measure_gemm_peak_gflops(kTrainingPeakN, kTrainingPeakSeconds);
+    peak.gflops = measure_gemm_peak(kTrainingPeakN, kTrainingPeakSeconds).gflops;
     peak.measured = utc_text(now_seconds());
     peak.cache_problem = kNoCacheDirectory;
     return peak;
@@ -216,23 +240,27 @@ GemmPeak training_gemm_peak() {
     peak.from_cache = true;
     return peak;
   }
-  peak.gflops = measure_gemm_peak_gflops(kTrainingPeakN, kTrainingPeakSeconds);
+  const GemmTiming timed = measure_gemm_peak(kTrainingPeakN, kTrainingPeakSeconds);
+  peak.gflops = timed.gflops;
   peak.measured = utc_text(now_seconds());
-  const std::string problem = store_peak(path, peak.gflops, std::move(peaks));
+  std::string problem = busy_problem(timed);
+  if (problem.empty()) problem = store_peak(path, peak.gflops, std::move(peaks));
   peak.written_to_cache = problem.empty();
   if (!problem.empty()) peak.cache_problem += (peak.cache_problem.empty() ? "" : "; ") + problem;
   return peak;
 }
 
-std::string store_training_gemm_peak(int64_t n, double seconds, double gflops) {
-  if (n != kTrainingPeakN) return fmt::format("not kept: training runs measure n = {}", kTrainingPeakN);
+std::string store_training_gemm_peak(const GemmTiming& peak, double seconds) {
+  if (peak.M != kTrainingPeakN || peak.N != kTrainingPeakN || peak.K != kTrainingPeakN)
+    return fmt::format("not kept: training runs measure n = {}", kTrainingPeakN);
   if (seconds < kTrainingPeakSeconds)
     return fmt::format("not kept: timed for less than a training run's {:g} s", kTrainingPeakSeconds);
+  if (std::string busy = busy_problem(peak); !busy.empty()) return busy;
   const std::string path = gemm_peak_cache_path();
   if (path.empty()) return kNoCacheDirectory;
   const auto lock = lock_peak_cache(path);
   std::string unread;  // an unreadable cache is replaced by one holding this entry
-  return store_peak(path, gflops, read_peaks_or_none(path, unread));
+  return store_peak(path, peak.gflops, read_peaks_or_none(path, unread));
 }
 
 }  // namespace tfm

@@ -12,21 +12,31 @@ struct GemmTiming {
   bool trans_a = false, trans_b = false;
   double median_ms = 0.0;
   double gflops = 0.0;  // 2*M*N*K / median time
+  // The CPU time the process got while timing, over the wall time times the product's threads: ~1 on
+  // a quiet machine, 0.5 when another program had half of each core (the rate is then that much low).
+  double core_share = 1.0;
+  int threads = 1;  // the product's threads (OpenBLAS's, or OpenMP's for oneDNN)
 };
 
 // Times C = op(A) op(B) for at least min_seconds (after a warm-up) and returns the median.
 GemmTiming time_gemm(const std::string& label, int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b,
                      double min_seconds);
-// The square n x n x n rate in the current backend and precision: the measured peak for MFU.
-double measure_gemm_peak_gflops(int64_t n = 1024, double min_seconds = 1.0);
+// The square n x n x n product in the current backend and precision: its rate is the measured peak for
+// MFU.
+GemmTiming measure_gemm_peak(int64_t n = 1024, double min_seconds = 1.0);
+// A peak timed with less than this share of its cores (GemmTiming::core_share) was timed on a busy
+// machine: it is reported, and used by the run that timed it, but never kept for later runs (a test
+// suite beside a compiler had timed 60 of this core's 96 GFLOP/s, and every later run's MFU was 1.6x).
+constexpr double kPeakMinCoreShare = 0.8;
 
 // The peak a training run quotes MFU against: the square product of kTrainingPeakN on this machine,
 // with the current threads, backend and precision. The first run on a setup times it for
 // kTrainingPeakSeconds and keeps it in the user's cache (gemm_peak_cache_path()); later runs read it
 // there, for kTrainingPeakMaxAgeDays, rather than spend their first 0.3 s timing it again (most of a
 // short run). Runs starting together time it once (a lock beside the cache). `tfm bench gemm` replaces
-// the entry with its own timing (store_training_gemm_peak). A cache that cannot be read or written
-// never stops a run: the peak is timed, and `cache_problem` says what went wrong.
+// the entry with its own timing (store_training_gemm_peak). A timing made on a busy machine is not kept
+// (kPeakMinCoreShare). A cache that cannot be read or written never stops a run: the peak is timed,
+// and `cache_problem` says what went wrong.
 constexpr int64_t kTrainingPeakN = 1024;
 constexpr double kTrainingPeakSeconds = 0.3;
 constexpr int kTrainingPeakMaxAgeDays = 30;
@@ -38,10 +48,10 @@ struct GemmPeak {
   std::string cache_problem;      // what went wrong with the cache, "" when nothing did
 };
 GemmPeak training_gemm_peak();
-// Keeps `gflops`, timed now at size n for `seconds` in the current setup, as training runs' peak, when
-// it is one a run would time (n is kTrainingPeakN, timed at least kTrainingPeakSeconds). Returns why it
-// was not kept, "" when it was.
-std::string store_training_gemm_peak(int64_t n, double seconds, double gflops);
+// Keeps `peak`, timed now (measure_gemm_peak) for `seconds` in the current setup, as training runs'
+// peak, when it is one a run would time (n is kTrainingPeakN, timed at least kTrainingPeakSeconds) on a
+// machine that was not busy. Returns why it was not kept, "" when it was.
+std::string store_training_gemm_peak(const GemmTiming& peak, double seconds);
 // ${XDG_CACHE_HOME:-$HOME/.cache}/tfm/gemm_peaks.json; "" when neither variable is set.
 std::string gemm_peak_cache_path();
 
