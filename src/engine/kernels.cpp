@@ -226,15 +226,25 @@ double cross_entropy_forward(float* lse, const float* logits, const int32_t* tar
 }
 
 void cross_entropy_backward(float* dlogits, const float* logits, const float* lse, const int32_t* targets,
-                            int64_t N, int64_t V, int32_t ignore_index, float scale) {
+                            int64_t N, int64_t V, int32_t ignore_index, float scale, bool overwrite) {
 #pragma omp parallel for if (N * V > kParallelWork)
   for (int64_t i = 0; i < N; ++i) {
-    if (targets[i] == ignore_index) continue;
-    const float* x = logits + i * V;
     float* dx = dlogits + i * V;
+    if (targets[i] == ignore_index) {
+      if (overwrite) std::fill(dx, dx + V, 0.0f);
+      continue;
+    }
+    const float* x = logits + i * V;
     const float l = lse[i];
+    // A GPT-2-vocabulary logits gradient is 100 MB a step: stored, it is written once, not zero-filled
+    // and then added into (0 + a is a: the same bits).
+    if (overwrite) {
 #pragma omp simd
-    for (int64_t v = 0; v < V; ++v) dx[v] += scale * expf(x[v] - l);
+      for (int64_t v = 0; v < V; ++v) dx[v] = scale * expf(x[v] - l);
+    } else {
+#pragma omp simd
+      for (int64_t v = 0; v < V; ++v) dx[v] += scale * expf(x[v] - l);
+    }
     dx[targets[i]] -= scale;
   }
 }

@@ -39,9 +39,10 @@ void log_softmax_backward(float* dinp, const float* dout, const float* out, int6
 // Writes the per-row log-sum-exp (N) for the backward and returns the summed loss (double).
 double cross_entropy_forward(float* lse, const float* logits, const int32_t* targets, int64_t N, int64_t V,
                              int32_t ignore_index);
-// dlogits += scale * (softmax(logits) - onehot(target)) for each non-ignored row.
+// dlogits += scale * (softmax(logits) - onehot(target)) for each non-ignored row; with overwrite, stores
+// it instead (and 0 in the ignored rows), so that dlogits need not be zero-filled first.
 void cross_entropy_backward(float* dlogits, const float* logits, const float* lse, const int32_t* targets,
-                            int64_t N, int64_t V, int32_t ignore_index, float scale);
+                            int64_t N, int64_t V, int32_t ignore_index, float scale, bool overwrite = false);
 
 // Exact GELU: y = x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)).
 void gelu_forward(float* out, const float* inp, int64_t n);

@@ -714,9 +714,11 @@ Tensor cross_entropy(const Tensor& logits_in, const std::vector<int32_t>& target
   Tensor out = Tensor::full({}, count ? static_cast<float>(total / count) : 0.0f);
   record(out, "cross_entropy", {logits_in},
          [rl = grad_ref(logits_in), logits, lse, targets, N, V, ignore_index, count](const Tensor& g) {
-           if (!count) return;
-           kernels::cross_entropy_backward(grad_buffer(rl), logits.data(), lse.data(), targets.data(), N, V,
-                                           ignore_index, g.data()[0] / static_cast<float>(count));
+           if (!count || !rl) return;
+           const GradTarget gl = grad_target(rl);
+           kernels::cross_entropy_backward(gl.data, logits.data(), lse.data(), targets.data(), N, V,
+                                           ignore_index, g.data()[0] / static_cast<float>(count),
+                                           gl.overwrite());
          });
   return out;
 }
