@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,16 +23,35 @@
 
 namespace tfm::platform {
 namespace {
+constexpr int64_t kStopRepeatNs = 1000000000;  // 1 s: see on_stop_signal
 bool has_avx512() {
   return __builtin_cpu_supports("avx512f");
 }
 
 std::atomic<bool> g_stop{false};
+std::atomic<int64_t> g_first_stop_ns{0};  // CLOCK_MONOTONIC of the first stop signal, 0 before it
 
+int64_t monotonic_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+// A stop signal asks the run to finish its step, save and exit. A second one a second or more later
+// (a person pressing Ctrl-C again) ends the program at once: checkpoints are written atomically, so
+// the last one saved stays whole. One sooner is the same request again, and only that: GNU timeout
+// sends its signal to tfm and then to tfm's process group, twice within microseconds, and a run
+// stopped that way had lost everything since its last checkpoint.
 extern "C" void on_stop_signal(int sig) {
-  g_stop.store(true);
-  // A second Ctrl-C ends the program at once (checkpoints are written atomically, so that is safe).
+  const int64_t now = monotonic_ns();
+  int64_t first = 0;
+  if (g_first_stop_ns.compare_exchange_strong(first, now)) {
+    g_stop.store(true);
+    return;
+  }
+  if (now - first < kStopRepeatNs) return;
   ::signal(sig, SIG_DFL);
+  ::raise(sig);
 }
 
 sigset_t stop_signal_set() {
