@@ -290,8 +290,8 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
   att->footer(
       "\nWrites OUT/attention.json, OUT/attention_layerL.npy ((H, T, T) float32) and\n"
       "OUT/attention_layerL.svg (a heat map per head, the head-similarity matrix).\nExample:\n"
-      "  tfm attention --run runs/shakespeare_char --text \"ROMEO:\\nWhat light through yonder window "
-      "breaks?\"\n"
+      "  tfm attention --run runs/shakespeare_char --text $'ROMEO:\\nWhat light through yonder window "
+      "breaks?'   # bash's $'...' for the newline\n"
       "A seq2seq run writes attention_{encoder,decoder_self,cross}_layerL.npy and\n"
       "attention_seq2seq_layerL.svg: cross-attention has target tokens down (the token each row\n"
       "predicts) and source tokens across:\n"

@@ -126,6 +126,8 @@ int sample_command(const SampleCliOptions& cli) {
     const std::string note =
         load_safetensors_into(*run.model, cli.init_from, &run.checkpoint, run.checkpoint_path);
     if (!note.empty()) std::fprintf(stderr, "tfm: warning: %s\n", note.c_str());
+    std::fprintf(stderr, "tfm: weights from %s (--init-from), the run's config and tokenizer\n",
+                 cli.init_from.c_str());
   }
   apply_head_mask(run, cli.mask_heads);
   if (cli.threads > 0) platform::configure_threads(static_cast<int>(cli.threads));

@@ -63,12 +63,15 @@ std::vector<Command> add_train_commands(CLI::App& app) {
   train
       ->add_option("--resume", o->resume_dir,
                    "Continue the run in DIR from its last.ckpt, else its best.ckpt (bit-identical to an "
-                   "uninterrupted run)")
+                   "uninterrupted run when no --set changes train.max_steps)")
       ->type_name("DIR");
+  std::string resumable;  // the key table's keys that may change on --resume
+  for (const KeySpec& k : config_keys())
+    if (k.resumable) resumable += (resumable.empty() ? "" : ", ") + k.path;
   train
-      ->add_option("--set", o->sets,
-                   "Override a key: --set train.max_steps=500 (repeatable; on --resume only "
-                   "logging/eval/checkpoint intervals, max_steps and threads)")
+      ->add_option(
+          "--set", o->sets,
+          "Override a key: --set train.max_steps=500 (repeatable; on --resume only " + resumable + ")")
       ->type_name("KEY=VALUE");
   train->add_option("--out", o->out, "Run directory (default: output.dir, i.e. runs/<config name>)")
       ->type_name("DIR");

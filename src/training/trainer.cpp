@@ -229,6 +229,8 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
   weight_mirror_.emplace(model.flat_values().data(), model.parameter_count());
   log_ = std::make_unique<RunLog>(dir_, opt_.console, root_, opt_.resume, state_->step);
   log_header();
+  if (!resumed && !opt_.init_from.empty())
+    log_->info(fmt::format("initial weights: {} (--init-from), not the seed's", opt_.init_from.c_str()));
   if (!init_from_note_.empty()) log_->warn(init_from_note_);
   result_.best_val_loss = state_->best_val;
 }
@@ -676,6 +678,19 @@ TrainResult resume(const std::string& dir, const std::vector<std::string>& overr
   trained.tree["output"]["dir"] = dir;  // the directory may have moved since
   std::string note;
   const Config config = with_resolved_precision(resume_config(trained, overrides), &trained, note);
+  // What the overrides changed: the run goes on from its checkpoint, but a new max_steps also stretches
+  // or shrinks the learning-rate schedule from here (it is a function of max_steps), so the steps after
+  // it are not those of a run started with it.
+  for (const std::string& path : differing_keys(trained, config, "train.")) {
+    if (path == "train.precision") continue;  // the note above says what "auto" became
+    note += (note.empty() ? "" : "; ") + fmt::format("{} changed on resume: {} -> {}", path,
+                                                     trained.at(path).dump(), config.at(path).dump());
+    if (path == "train.max_steps")
+      note += fmt::format(
+          " (from step {} the learning rate follows a {}-step schedule: bit-identical to "
+          "neither run)",
+          ckpt.checkpoint.state.value("step", int64_t{0}) + 1, config.at(path).dump());
+  }
   opt.resume = true;
   return TrainingRun(config, opt, std::move(lock), std::move(ckpt), note).run();
 }

@@ -66,6 +66,9 @@ TEST_CASE("cli: train, eval, sample and resume on the tiny config", "[cli]") {
   r = run_cli("train --resume " + dir + " --set train.max_steps=40");
   CHECK(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("step 40/40"));
+  // It says that the schedule is no longer the run's.
+  CHECK_THAT(r.out, Catch::Contains("train.max_steps changed on resume: ") &&
+                        Catch::Contains(" -> 40 (from step ") && Catch::Contains("40-step schedule"));
   r = run_cli("train --resume " + dir + " --set model.n_layers=3");
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("model.n_layers: cannot change when resuming"));

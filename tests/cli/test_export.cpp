@@ -75,6 +75,9 @@ TEST_CASE("export: safetensors round trip through --init-from, and the PyTorch r
               st);
   INFO(r.out);
   REQUIRE(r.status == 0);
+  // Where the starting weights came from is in the run's log.
+  CHECK_THAT(tfm_test::read_file(run2 + "/train.log"),
+             Catch::Contains("initial weights: " + st + " (--init-from)"));
   r = run_tfm("eval --run " + run2 + " --dump-logits " + tmp.path + "/b.json --batches 2");
   REQUIRE(r.status == 0);
   const nlohmann::json a = read_json(tmp.path + "/a.json"), b = read_json(tmp.path + "/b.json");
@@ -91,6 +94,7 @@ TEST_CASE("export: safetensors round trip through --init-from, and the PyTorch r
   r = run_tfm("sample --run " + run + " --init-from " + st + " --max-new-tokens 5 --seed 1");
   INFO(r.out);
   CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("tfm: weights from " + st + " (--init-from)"));
 
   // The project's own PyTorch reference (scripts/torch_lm.py) reads the export; only PyTorch may be missing.
   if (run_shell("/usr/bin/python3 -c 'import torch, numpy' >/dev/null").status == 0) {
