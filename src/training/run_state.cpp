@@ -38,6 +38,7 @@ void RunState::restore(Checkpoint& ckpt, const std::string& path) {
     best_val = s.at("best_val_loss").is_number() ? s.at("best_val_loss").get<double>()
                                                  : std::numeric_limits<double>::infinity();
     elapsed_before = s.at("elapsed_s").get<double>();
+    stopped = s.contains("stopped") && s.at("stopped").is_string() ? s.at("stopped").get<std::string>() : "";
     // A multi-rank checkpoint holds every rank's streams under rng.ranks (rank 0's also at the top).
     const json& r = nranks_ > 1 ? s.at("rng").at("ranks").at(static_cast<size_t>(rank_)) : s.at("rng");
     objective_.sampler_rng().set_state(rng_state(r.at("sampler")));

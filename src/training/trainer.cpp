@@ -523,6 +523,19 @@ TrainResult TrainingRun::run() {
       log_->warn(e.what());
     }
   };
+  // A run that stopped at its target has nothing to do while the target stands: a lower
+  // train.target_loss, or 0 for none, trains on (and anything else trains on from where it stopped).
+  if (state_->stopped == "target_loss" && train_.target_loss > 0.0 &&
+      state_->best_val <= train_.target_loss) {
+    log_->info(
+        fmt::format("nothing to do: the run reached val loss <= {:g} at step {} (best {:.4f}); to train "
+                    "on, lower the target or drop it: --set train.target_loss=0",
+                    train_.target_loss, step, state_->best_val));
+    result_.step = step;
+    result_.target_reached = true;
+    return result_;
+  }
+  state_->stopped.clear();
   while (step < max_steps_) {
     StepStats s = this->step();
     if (!std::isfinite(s.loss) || !std::isfinite(s.norm)) {

@@ -2,11 +2,13 @@
 // non-finite stops, sampling determinism and corrupt checkpoints.
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -396,6 +398,23 @@ TEST_CASE(
   CHECK(nlohmann::json::parse(last_line).at("seconds_to_target").get<double>() ==
         Approx(r.seconds_to_target));
   CHECK(last.state.at("stopped") == "target_loss");
+  // Resumed with the target standing: nothing to do, no step and no new record; a lower target trains on
+  // from there, the same steps as the run without one.
+  const auto records = [&] {
+    std::ifstream m(dir + "/metrics.jsonl");
+    return std::count(std::istreambuf_iterator<char>(m), std::istreambuf_iterator<char>(), '\n');
+  };
+  const auto before = records();
+  const TrainResult again = resume(dir, {}, quiet());
+  CHECK(again.step == r.step);
+  CHECK(again.target_reached);
+  CHECK(records() == before);
+  CHECK(load_checkpoint(dir + "/last.ckpt").state.at("step").get<int64_t>() == r.step);
+  const TrainResult on = resume(dir, {"train.target_loss=0"}, quiet());
+  CHECK(on.step == 120);
+  CHECK_FALSE(load_checkpoint(dir + "/last.ckpt").state.contains("stopped"));
+  REQUIRE(on.losses.size() == static_cast<size_t>(120 - r.step));
+  for (size_t i = 0; i < on.losses.size(); ++i) CHECK(on.losses[i] == full.losses[r.step + i]);
 }
 
 TEST_CASE("train: train.max_seconds stops after the step that exhausts the budget, evaluated and saved",
