@@ -69,13 +69,13 @@ json measure_sweep_point(const std::string& dir, const Config& config) {
   // Through read_file: a FIFO or device under the name is refused, not waited on.
   std::istringstream in(read_file(dir + "/" + kMetricsFile, uint64_t{1} << 30));
   std::string line;
-  std::vector<double> ms, tok;
+  std::vector<std::pair<double, double>> speed;  // (ms_per_step, tokens_per_s) of one record
   double val = NAN, best = NAN, training_s = 0, to_target = NAN;
   while (std::getline(in, line)) {
     const json r = json::parse(line, nullptr, false);
     if (r.is_discarded()) continue;
-    if (r.contains("ms_per_step")) ms.push_back(r["ms_per_step"].get<double>());
-    if (r.contains("tokens_per_s")) tok.push_back(r["tokens_per_s"].get<double>());
+    if (r.contains("ms_per_step") && r.contains("tokens_per_s"))
+      speed.emplace_back(r["ms_per_step"].get<double>(), r["tokens_per_s"].get<double>());
     if (r.contains("training_s")) training_s = r["training_s"].get<double>();
     if (r.contains("seconds_to_target") && std::isnan(to_target))
       to_target = r["seconds_to_target"].get<double>();
@@ -84,11 +84,14 @@ json measure_sweep_point(const std::string& dir, const Config& config) {
       if (!(best <= val)) best = val;
     }
   }
-  const auto median = [](std::vector<double> v) {
-    if (v.empty()) return 0.0;
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    return v[v.size() / 2];
-  };
+  // The median record by ms/step, its tokens/s with it (medians taken column by column paired one
+  // record's ms/step with another's tokens/s); of two, the faster: the first interval holds the warm-up.
+  std::pair<double, double> median_speed{0.0, 0.0};
+  if (!speed.empty()) {
+    const auto mid = speed.begin() + static_cast<std::ptrdiff_t>((speed.size() - 1) / 2);
+    std::nth_element(speed.begin(), mid, speed.end());
+    median_speed = *mid;
+  }
   LoadedRun run = load_run(dir, "last");
   const Model& model = run.objective->model();
   const int64_t C = config.integer("model.d_model"), H = config.integer("model.n_heads");
@@ -101,8 +104,8 @@ json measure_sweep_point(const std::string& dir, const Config& config) {
   rec["kv_cache_bytes_per_token"] = 2 * layers * kv * (C / H) * 4;  // K and V, float32, every layer
   rec["val_loss"] = val;
   rec["best_val_loss"] = best;
-  rec["ms_per_step"] = median(ms);
-  rec["tokens_per_s"] = median(tok);
+  rec["ms_per_step"] = median_speed.first;
+  rec["tokens_per_s"] = median_speed.second;
   rec["step"] = run.checkpoint.state.value("step", int64_t{0});
   rec["training_s"] = training_s;
   rec["stopped"] = run.checkpoint.state.value(

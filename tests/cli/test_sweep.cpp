@@ -25,8 +25,10 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path) {
 
 TEST_CASE("sweep: trains each point once, continues a stopped sweep, writes sweep.jsonl", "[sweep][cli]") {
   const std::string out = tfm_test::scratch_path("sweep", "grid");
+  // A record a step: 4 of them per point in the end, an even count (see the ms/step check below).
   const std::string base = "sweep --config configs/tiny.json --no-plot --out " + out +
-                           " --grid model.n_kv_heads=4,1 --grid model.attention_score=dot,additive";
+                           " --set train.log_interval=1 --grid model.n_kv_heads=4,1 --grid "
+                           "model.attention_score=dot,additive";
   tfm_test::CliRun r = tfm_test::run_tfm(base + " --set train.max_steps=2 --set train.eval_interval=2");
   INFO(r.out);
   REQUIRE(r.status == 0);
@@ -56,7 +58,12 @@ TEST_CASE("sweep: trains each point once, continues a stopped sweep, writes swee
   CHECK_THAT(r.out, Catch::Contains("continuing after step 2"));
   points = read_jsonl(out + "/sweep.jsonl");
   REQUIRE(points.size() == 4);
-  for (const auto& p : points) CHECK(p.at("step") == 4);
+  for (const auto& p : points) {
+    CHECK(p.at("step") == 4);
+    // ms/step and tokens/s of one record (the median by ms/step): their product is a step's 8 x 32 tokens.
+    CHECK(p.at("tokens_per_s").get<double>() * p.at("ms_per_step").get<double>() / 1000.0 ==
+          Approx(8 * 32).epsilon(1e-3));
+  }
 }
 
 TEST_CASE("sweep: time to quality per point (target loss, time budget), stopped points count as done",
