@@ -234,6 +234,13 @@ int run_export(const ExportOptions& o) {
     format = o.out.size() >= 5 && o.out.substr(o.out.size() - 5) == ".gguf" ? "gguf" : "safetensors";
   if (format != "safetensors" && format != "gguf")
     throw ConfigError("--format: expected \"safetensors\" or \"gguf\", got \"" + format + "\"");
+  // A file named for the other format would be refused by whatever reads it by its name (sample
+  // --init-from: "not a safetensors file but a GGUF file").
+  const std::string other = format == "gguf" ? ".safetensors" : ".gguf";
+  if (o.out.size() >= other.size() && o.out.compare(o.out.size() - other.size(), other.size(), other) == 0)
+    throw ConfigError("--out: " + o.out + " is named for " + other.substr(1) + " but --format " + format +
+                      " writes " + (format == "gguf" ? "GGUF" : "safetensors") + ": name it ." + format +
+                      ", or drop --format (the name chooses it)");
   if (o.dtype != "f32" && o.dtype != "f16" && o.dtype != "bf16")
     throw ConfigError("--dtype: expected \"f32\", \"f16\" or \"bf16\", got \"" + o.dtype + "\"");
   LoadedRun run = read_run(o.run, o.which);

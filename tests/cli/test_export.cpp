@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 
 #include "cli_run.h"
 #include "tfm/data/tokenizer.h"
@@ -95,6 +96,16 @@ TEST_CASE("export: safetensors round trip through --init-from, and the PyTorch r
   INFO(r.out);
   CHECK(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("tfm: weights from " + st + " (--init-from)"));
+
+  // A file named for the other format is refused before anything is written.
+  for (const auto& [format, name] : {std::pair<std::string, std::string>{"gguf", "/m.safetensors"},
+                                     std::pair<std::string, std::string>{"safetensors", "/m.gguf"}}) {
+    r = run_tfm("export --run " + run + " --format " + format + " --out " + tmp.path + name);
+    INFO(r.out);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.out, Catch::Contains("is named for") && Catch::Contains("but --format " + format));
+    CHECK_FALSE(std::filesystem::exists(tmp.path + name));
+  }
 
   // The project's own PyTorch reference (scripts/torch_lm.py) reads the export; only PyTorch may be missing.
   if (run_shell("/usr/bin/python3 -c 'import torch, numpy' >/dev/null").status == 0) {
