@@ -45,14 +45,19 @@ struct PlotReportOptions {
 int run_plot_loss(const PlotLossOptions& o) {
   std::vector<LossCurves> runs;
   for (const std::string& r : o.runs) runs.push_back(read_loss_curves(r));
-  if (runs.size() == 1 && o.title.empty() && !o.log_y) {
-    const std::string out = o.out.empty() ? (fs::path(o.runs[0]) / "loss.svg").string() : o.out;
-    write_figure(out, loss_figure(runs[0]));
-    return kExitOk;
+  std::string out = o.out;
+  if (out.empty()) {
+    if (runs.size() > 1) throw ConfigError("--out: give the SVG to write when plotting several runs");
+    // One run: beside its metrics. loss.svg is the figure training redraws at each evaluation; a
+    // log-scale one gets a name of its own.
+    const fs::path run =
+        fs::is_directory(o.runs[0]) ? fs::path(o.runs[0]) : fs::path(o.runs[0]).parent_path();
+    out = (run / (o.log_y ? "loss-log.svg" : "loss.svg")).string();
   }
-  if (o.out.empty())
-    throw ConfigError("--out: give the SVG to write when plotting several runs (or --log-y)");
-  write_figure(o.out, runs_loss_figure(runs, o.log_y, o.title.empty() ? "loss" : o.title));
+  if (runs.size() == 1 && o.title.empty() && !o.log_y)
+    write_figure(out, loss_figure(runs[0]));
+  else
+    write_figure(out, runs_loss_figure(runs, o.log_y, o.title.empty() ? "loss" : o.title));
   return kExitOk;
 }
 
@@ -119,7 +124,8 @@ std::vector<Command> add_plot_commands(CLI::App& app) {
   loss->add_option("runs", lo->runs, "Run directories (or their metrics.jsonl)")
       ->required()
       ->type_name("RUN");
-  loss->add_option("--out", lo->out, "The SVG to write (default RUN/loss.svg for one run)")
+  loss->add_option("--out", lo->out,
+                   "The SVG to write (default for one run: RUN/loss.svg, RUN/loss-log.svg with --log-y)")
       ->type_name("FILE");
   loss->add_option("--title", lo->title, "The figure's title")->type_name("TEXT");
   loss->add_flag("--log-y", lo->log_y, "Logarithmic loss axis");

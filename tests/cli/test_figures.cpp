@@ -83,6 +83,15 @@ TEST_CASE("figures: attention, heads and bench attention write SVGs, and tfm plo
   const std::string two = read_file(t.dir.file("two.svg"));
   CHECK(xml_problem(two).empty());
   CHECK(count_of(two, "<polyline") == 4);
+  // One run with --log-y and no --out: beside its metrics, under a name of its own (training redraws
+  // loss.svg).
+  std::filesystem::create_directories(t.dir.file("one"));
+  std::filesystem::copy_file(t.run + "/metrics.jsonl", t.dir.file("one") + "/metrics.jsonl");
+  r = run_tfm("plot loss " + t.dir.file("one") + " --log-y");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(xml_problem(read_file(t.dir.file("one") + "/loss-log.svg")).empty());
+  CHECK_FALSE(std::filesystem::exists(t.dir.file("one") + "/loss.svg"));
   r = run_tfm("plot speedrun --out " + t.dir.file("speed.svg") + " --target 3 'tiny <1>=" + t.run + "'");
   REQUIRE(r.status == 0);
   const std::string speed = read_file(t.dir.file("speed.svg"));
