@@ -255,6 +255,12 @@ void TrainingRun::refuse_taken_directory() const {
   if (found.empty()) return;
   std::string names;
   for (const std::string& f : found) names += (names.empty() ? "" : ", ") + f;
+  // Without a checkpoint there is nothing to resume (--resume says so too): only the logs of a run
+  // stopped before its first save.
+  if (resume_checkpoint_path(dir_).empty())
+    throw ConfigError("output.dir: " + dir_ + " already holds a run (" + names +
+                      ") that saved no checkpoint, so it cannot be continued; remove " + dir_ +
+                      " to start afresh there, or choose another directory with --out");
   throw ConfigError("output.dir: " + dir_ + " already holds a run (" + names +
                     "); continue it with `tfm train --resume " + dir_ +
                     "` or choose another directory with --out");
