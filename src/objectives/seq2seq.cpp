@@ -4,6 +4,8 @@
 // over the validation pairs in order: loss, token accuracy (argmax = target, non-pad tokens) and
 // corpus BLEU of greedy translations (bleu.h: sacreBLEU's formula on d2l-tokenized words).
 // Inference: translate_texts().
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -98,8 +100,11 @@ class Seq2Seq : public Objective {
   int64_t max_target_len() const { return config_.integer("data.max_target_len"); }
   // A source text as training saw it: encoded, truncated to data.max_source_len tokens (make_pair_batch
   // appends <eos>). `what` names the flag in errors.
-  std::vector<int32_t> encode_source(const std::string& text, const char* what) const {
+  // The source's ids, cut to data.max_source_len; `whole`, when given, gets the count before the cut.
+  std::vector<int32_t> encode_source(const std::string& text, const char* what,
+                                     int64_t* whole = nullptr) const {
     std::vector<int32_t> ids = source_.encode(text, what);
+    if (whole) *whole = static_cast<int64_t>(ids.size());
     if (static_cast<int64_t>(ids.size()) > max_source_len())
       ids.resize(static_cast<size_t>(max_source_len()));
     return ids;
@@ -319,7 +324,8 @@ PairAttention pair_attention(Objective& objective, const std::string& source, co
 }
 
 std::vector<std::string> translate_texts(Objective& objective, const std::vector<std::string>& texts,
-                                         const TranslateOptions& options, const std::string& source) {
+                                         const TranslateOptions& options, const std::string& source,
+                                         std::vector<std::string>* cut) {
   auto* s = dynamic_cast<Seq2Seq*>(&objective);
   if (!s)
     throw ConfigError("translate: the run was trained with train.objective \"" + objective.name() +
@@ -335,7 +341,13 @@ std::vector<std::string> translate_texts(Objective& objective, const std::vector
   std::vector<SentencePair> pairs(texts.size());
   std::vector<int64_t> idx;
   for (size_t i = 0; i < texts.size(); ++i) {
-    pairs[i].src = s->encode_source(texts[i], source.c_str());
+    int64_t whole = 0;
+    pairs[i].src = s->encode_source(texts[i], source.c_str(), &whole);
+    if (cut && whole > s->max_source_len())
+      cut->push_back(fmt::format(
+          "{}: {} tokens; the model reads the first {} (data.max_source_len, the "
+          "longest source it was trained on): the rest is not translated",
+          texts.size() > 1 ? fmt::format("{} {}", source, i + 1) : source, whole, s->max_source_len()));
     idx.push_back(static_cast<int64_t>(i));
   }
   const PairBatch b = make_pair_batch(pairs, idx);

@@ -96,6 +96,14 @@ TEST_CASE("objectives: seq2seq learns a toy translation through the loop, BLEU, 
   const auto j = nlohmann::json::parse(c.out.substr(c.out.find('{')));
   CHECK(j.at("translation") == "un sept.");
   CHECK(j.at("d2l_bleu").get<double>() == Approx(1.0));
+  CHECK_THAT(c.out, !Catch::Contains("warning"));
+  // A source longer than data.max_source_len is translated as far as the model reads, and said so.
+  c = tfm_test::run_tfm("translate --run " + dir +
+                        " --text \"one two three four five six seven eight one two.\"");
+  INFO(c.out);
+  REQUIRE(c.status == 0);
+  CHECK_THAT(c.out, Catch::Contains("tfm: warning: --text: 11 tokens; the model reads the first ") &&
+                        Catch::Contains("(data.max_source_len"));
   c = tfm_test::run_tfm("translate --run " + dir + " --text x --beam 0");
   CHECK(c.status == 2);
   CHECK_THAT(c.out, Catch::Contains("--beam"));

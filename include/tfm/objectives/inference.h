@@ -30,10 +30,12 @@ FillMaskResult fill_mask(Objective& objective, const std::string& text, int64_t 
 // truncated to data.max_source_len), detokenized; greedy or beam search as `options` say
 // (options.max_len 0 = data.max_target_len + 1; more than the model's max_seq_len: ConfigError naming
 // --max-len). `source` names the texts in errors (a flag, or "stdin line 3"). No texts: only the run and
-// the options are checked.
+// the options are checked. `cut`, when given, gets a line for each text longer than data.max_source_len
+// (the model was trained on no longer source, and reads only that much of it).
 std::vector<std::string> translate_texts(Objective& objective, const std::vector<std::string>& texts,
                                          const TranslateOptions& options,
-                                         const std::string& source = "--text");
+                                         const std::string& source = "--text",
+                                         std::vector<std::string>* cut = nullptr);
 
 // An encoder-decoder's attention on one sentence pair (pair_attention computes it, analysis/
 // attention_maps.h reports it): per layer, the encoder's self-attention (H, S, S), the decoder's causal
