@@ -2,12 +2,14 @@
 // cli.h) and is the one place that turns the library's typed errors into exit statuses.
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <new>
 #include <string>
 #include <vector>
 
 #include "cli.h"
+#include "tfm/config/config.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/platform.h"
 #include "tfm/training/distributed.h"
@@ -52,6 +54,64 @@ void print_error(const std::string& what) {
   std::fprintf(stderr, "tfm: error: %s\n", msg.c_str());
 }
 
+// The deepest command the parser entered ("tfm sample": its App), and its name as typed.
+CLI::App* parsed_command(CLI::App& app, std::string& name) {
+  CLI::App* cmd = &app;
+  name = "tfm";
+  for (bool deeper = true; deeper;) {
+    deeper = false;
+    for (CLI::App* sub : cmd->get_subcommands())
+      if (sub->parsed()) {
+        cmd = sub, name += " " + sub->get_name(), deeper = true;
+        break;
+      }
+  }
+  return cmd;
+}
+
+// The closest of `names` to `word` within two edits (a typo), "" when none is.
+std::string closest(const std::string& word, const std::vector<std::string>& names) {
+  std::string best;
+  size_t best_d = 3;
+  for (const std::string& n : names)
+    if (const size_t d = edit_distance(word, n); d < best_d) best = n, best_d = d;
+  return best;
+}
+
+// CLI11's parse errors as tfm's own: "tfm: error: ..." on stderr, what a mistyped command or flag
+// was likely meant to be, and where the command's help is. --help, --help-all and --version are not
+// errors: CLI11 prints them.
+int report_parse_error(CLI::App& app, const CLI::ParseError& e) {
+  if (e.get_exit_code() == 0) return app.exit(e) == 0 ? kExitOk : kExitBadInput;
+  std::string name;
+  CLI::App* cmd = parsed_command(app, name);
+  const std::vector<std::string> extra = cmd->remaining();
+  std::vector<std::string> commands, flags;
+  for (const CLI::App* sub : cmd->get_subcommands([](CLI::App*) { return true; }))
+    commands.push_back(sub->get_name());
+  for (const CLI::Option* opt : cmd->get_options())
+    for (const std::string& l : opt->get_lnames()) flags.push_back("--" + l);
+  std::string msg;
+  const auto word =
+      std::find_if(extra.begin(), extra.end(), [](const std::string& a) { return a[0] != '-'; });
+  if (!commands.empty() && word != extra.end()) {
+    std::string list;
+    for (const std::string& c : commands) list += (list.empty() ? "" : ", ") + c;
+    const std::string s = closest(*word, commands);
+    msg = name + ": unknown command \"" + *word + "\"" + (s.empty() ? "" : " (did you mean " + s + "?)") +
+          "; the commands: " + list;
+  } else {
+    msg = name + ": " + e.what();
+    for (const std::string& a : extra)
+      if (a.size() > 1 && a[0] == '-' && std::find(flags.begin(), flags.end(), a) == flags.end()) {
+        const std::string s = closest(a.substr(0, a.find('=')), flags);
+        msg += "; " + a + " is not a flag of " + name + (s.empty() ? "" : " (did you mean " + s + "?)");
+      }
+  }
+  print_error(msg + "\n`" + name + " --help` shows its usage, with examples");
+  return kExitBadInput;
+}
+
 }  // namespace
 
 static int run_cli(int argc, char** argv) {
@@ -61,6 +121,7 @@ static int run_cli(int argc, char** argv) {
   app.footer(kExamples);
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Help for every command");
+  app.set_version_flag("--version", std::string("tfm ") + TFM_VERSION);
 
   // Every command family registers its subcommands (cli.h); the first five are the everyday ones.
   std::vector<cli::Command> commands;
@@ -74,8 +135,7 @@ static int run_cli(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? kExitOk : kExitBadInput;
+    return report_parse_error(app, e);
   }
 
   std::string command;

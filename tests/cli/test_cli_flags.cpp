@@ -46,3 +46,31 @@ TEST_CASE("cli flags: bad numeric values exit 2 naming the flag and the range", 
   CHECK(tfm_test::run_tfm("eval" + run + " --batches 1").status == 0);
   CHECK(tfm_test::run_tfm("sample" + run + " --max-new-tokens 0 --top-k 56 --temperature 0").status == 0);
 }
+
+TEST_CASE("cli flags: a mistyped command or flag is named as tfm's own error, with what was meant",
+          "[cli][flags]") {
+  struct Case {
+    std::string args;
+    std::vector<std::string> fragments;
+  };
+  const std::vector<Case> cases = {
+      {"trian",
+       {"tfm: error: tfm: unknown command \"trian\" (did you mean train?); the commands: train, ",
+        "`tfm --help` shows its usage, with examples"}},
+      {"bench gemmm", {"tfm: error: tfm bench: unknown command \"gemmm\" (did you mean gemm?)"}},
+      {"frobnicate", {"tfm: error: tfm: unknown command \"frobnicate\"; the commands: "}},
+      {"sample --run x --promt hi",
+       {"tfm: error: tfm sample: ", "--promt is not a flag of tfm sample (did you mean --prompt?)",
+        "`tfm sample --help` shows its usage, with examples"}},
+      {"train --config", {"tfm: error: tfm train: --config: 1 required FILE missing"}},
+  };
+  for (const Case& c : cases) {
+    const tfm_test::CliRun r = tfm_test::run_tfm(c.args);
+    INFO(c.args << "\n" << r.out);
+    CHECK(r.status == 2);
+    for (const std::string& f : c.fragments) CHECK_THAT(r.out, Catch::Contains(f));
+  }
+  const tfm_test::CliRun v = tfm_test::run_tfm("--version");
+  CHECK(v.status == 0);
+  CHECK_THAT(v.out, Catch::StartsWith("tfm ") && !Catch::Contains("error"));
+}
