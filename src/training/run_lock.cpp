@@ -36,7 +36,9 @@ RunLock RunLock::acquire(const std::string& dir) {
   lock.dir_ = dir;
   lock.path_ = dir + "/" + kFileName;
   std::error_code ec;
-  lock.created_dir_ = !fs::exists(dir, ec);
+  for (fs::path p = fs::absolute(dir, ec); !ec && p.has_relative_path() && !fs::exists(p, ec);
+       p = p.parent_path())
+    lock.created_top_ = p.string();
   fs::create_directories(dir, ec);
   if (ec || !fs::is_directory(dir))
     throw IoError(
@@ -105,9 +107,12 @@ void RunLock::release() {
   ::unlink(path_.c_str());
   ::close(fd_);
   fd_ = -1;
-  if (created_dir_) {
+  if (!created_top_.empty()) {
     std::error_code ec;
-    if (fs::is_empty(dir_, ec) && !ec) fs::remove(dir_, ec);
+    for (fs::path p = fs::absolute(dir_, ec); !ec && fs::is_empty(p, ec) && !ec; p = p.parent_path()) {
+      fs::remove(p, ec);
+      if (p == created_top_) break;
+    }
   }
 }
 
@@ -119,7 +124,7 @@ RunLock::RunLock(RunLock&& other) noexcept
     : dir_(std::move(other.dir_)),
       path_(std::move(other.path_)),
       fd_(other.fd_),
-      created_dir_(other.created_dir_) {
+      created_top_(std::move(other.created_top_)) {
   other.fd_ = -1;
 }
 
@@ -129,7 +134,7 @@ RunLock& RunLock::operator=(RunLock&& other) noexcept {
     dir_ = std::move(other.dir_);
     path_ = std::move(other.path_);
     fd_ = other.fd_;
-    created_dir_ = other.created_dir_;
+    created_top_ = std::move(other.created_top_);
     other.fd_ = -1;
   }
   return *this;

@@ -47,4 +47,17 @@ TEST_CASE("run lock: one holder at a time, released on destruction", "[lock]") {
   { RunLock c = RunLock::acquire(dir); }
   CHECK(fs::exists(dir + "/keep.txt"));  // a directory it did not make stays, lock file removed
   CHECK(!fs::exists(dir + "/" + RunLock::kFileName));
+  // The parents it made for DIR go too (a run that failed before writing left runs/ behind), up to
+  // the first that holds something else.
+  const std::string base = tfm_test::scratch_path("lock", "parents");
+  fs::create_directories(base);
+  std::ofstream(base + "/other.txt") << "x";
+  { RunLock d = RunLock::acquire(base + "/a/b/run"); }
+  CHECK(!fs::exists(base + "/a"));
+  CHECK(fs::exists(base + "/other.txt"));
+  fs::create_directories(base + "/a");
+  std::ofstream(base + "/a/mine.txt") << "x";
+  { RunLock e = RunLock::acquire(base + "/a/b/run"); }
+  CHECK(!fs::exists(base + "/a/b"));
+  CHECK(fs::exists(base + "/a/mine.txt"));
 }

@@ -30,7 +30,9 @@ class RunLock {
  private:
   std::string dir_, path_;
   int fd_ = -1;
-  bool created_dir_ = false;  // acquire() made DIR: removed again on release if nothing else went in
+  // The outermost directory acquire() made, DIR or an ancestor (`--out a/b/run` with no a/): on
+  // release, DIR and each parent up to it are removed again if nothing else went in. "" when DIR was there.
+  std::string created_top_;
   void release();
 };
 
