@@ -215,6 +215,15 @@ RunSummary summarize_run(const std::string& dir, const std::string& name) {
       r.problems.push_back(e.what());
     }
   }
+  // best.ckpt when --resume reads last.ckpt: sample, eval and export read it by default.
+  const std::string best = (d / kBestCheckpointFile).string();
+  if (!ckpt.empty() && ckpt != best && fs::exists(best, ec)) {
+    try {
+      load_checkpoint_state(best);
+    } catch (const Error& e) {
+      r.problems.push_back(e.what());
+    }
+  }
   const int64_t ckpt_step = state.is_object() ? state.value("step", int64_t{-1}) : -1;
   if (ckpt_step > r.step) r.step = ckpt_step;
   if (state.is_object() && state.contains("best_val_loss") && state["best_val_loss"].is_number() &&
@@ -238,6 +247,10 @@ RunSummary summarize_run(const std::string& dir, const std::string& name) {
   } else {
     r.status = RunStatus::Interrupted;
     r.status_detail = ckpt.empty() ? "no checkpoint" : ckpt_step < 0 ? "checkpoint unreadable" : "";
+    if (ckpt.empty())
+      r.problems.push_back(std::string("no ") + kLastCheckpointFile + " or " + kBestCheckpointFile +
+                           ": nothing to resume, sample or evaluate (a run stopped before its first save, or "
+                           "its checkpoints deleted)");
   }
   return r;
 }

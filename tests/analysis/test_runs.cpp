@@ -140,6 +140,21 @@ TEST_CASE("runs: a cut metrics line, a corrupt checkpoint and a deleted director
   CHECK(r.step == 40);  // from the metrics
   CHECK(r.best_val_loss == Approx(2.6));
 
+  // An empty best.ckpt beside a good last.ckpt: finished, and the best one named (sample reads it).
+  runs_make(dir + "2", 40, 40);
+  std::ofstream(dir + "2/best.ckpt").flush();
+  r = summarize_run(dir + "2", "run2");
+  CHECK(r.status == RunStatus::Finished);
+  REQUIRE(r.problems.size() == 1);
+  CHECK(r.problems[0].find("best.ckpt") != std::string::npos);
+  // No checkpoint at all: nothing to go on from, said as a problem too.
+  fs::remove(dir + "2/best.ckpt");
+  fs::remove(dir + "2/last.ckpt");
+  r = summarize_run(dir + "2", "run2");
+  CHECK(r.status_detail == "no checkpoint");
+  REQUIRE(r.problems.size() == 1);
+  CHECK(r.problems[0].find("no last.ckpt or best.ckpt: nothing to resume") != std::string::npos);
+
   fs::remove_all(dir);
   r = summarize_run(dir, "run");
   REQUIRE(r.problems.size() == 1);
