@@ -22,12 +22,17 @@ try {
   // The loss chart holds both runs' points (100 steps, logged every 5: 20 points each).
   await page.waitForFunction(() => window.tfmBoard.points('runs/small') === 20 &&
     window.tfmBoard.points('runs/two_heads') === 20, { timeout: 10000 });
-  const drawn = await page.evaluate(() => {
+  // The chart is drawn once the fetch has stored them (pollMetrics().then(drawCharts)): wait for it too.
+  const drawnCounts = () => {
     const c = Chart.getChart('chart-loss');
     return ['runs/small', 'runs/two_heads'].map((run) =>
       (c.data.datasets.find((d) => d.label === run + ' train_loss') || { data: [] }).data.length);
-  });
-  if (!drawn.every((n) => n === 20)) fail('the loss chart holds ' + JSON.stringify(drawn) + ' train_loss points');
+  };
+  try {
+    await page.waitForFunction(`(${drawnCounts})().every((n) => n === 20)`, { timeout: 10000 });
+  } catch (e) {
+    fail('the loss chart holds ' + JSON.stringify(await page.evaluate(drawnCounts)) + ' train_loss points');
+  }
   // The live run: its step in the table grows within a few seconds.
   await page.waitForSelector('#runs-table tr[data-run="runs/live"]', { timeout: 15000 });
   const stepOf = () => page.$eval('#runs-table tr[data-run="runs/live"] td.step', (td) => parseInt(td.textContent));
