@@ -81,7 +81,7 @@ function renderRuns() {
     if (r.status_detail) status.title = r.status_detail;
     tr.append(el('td', { class: 'name' }, r.name), el('td', {}, r.objective || '-'),
       el('td', {}, fmtCount(r.parameters)), status,
-      el('td', { class: 'step' }, `${r.step}/${r.max_steps}`), el('td', {}, fmtNumber(r.best_val_loss)),
+      el('td', { class: 'step' }, `${r.step}/${r.max_steps > 0 ? r.max_steps : '?'}`), el('td', {}, fmtNumber(r.best_val_loss)),
       el('td', {}, r.seconds_to_target === null ? '-' : r.seconds_to_target.toFixed(1) + 's'),
       el('td', {}, fmtCount(r.tokens_per_s)), el('td', {}, fmtAge(r.last_update)));
     body.append(tr);

@@ -38,9 +38,12 @@ std::vector<Command> add_config_commands(CLI::App& app) {
   auto o = std::make_shared<ConfigOptions>();
   auto* cfg =
       app.add_subcommand("config", "Print a config resolved (every default filled in), or the key table");
-  cfg->add_option("--config", o->config_file, "JSON config")->type_name("FILE");
-  cfg->add_option("--set", o->sets, "Override a key (repeatable)")->type_name("KEY=VALUE");
-  cfg->add_flag("--keys", o->keys, "List every key: type, default, allowed values, meaning (Markdown)");
+  auto* config = cfg->add_option("--config", o->config_file, "JSON config")->type_name("FILE");
+  auto* set = cfg->add_option("--set", o->sets, "Override a key (repeatable)")->type_name("KEY=VALUE");
+  // The key table is the same for every config: --keys with one would read as that config's keys.
+  cfg->add_flag("--keys", o->keys, "List every key: type, default, allowed values, meaning (Markdown)")
+      ->excludes(config)
+      ->excludes(set);
   cfg->footer(
       "\nExamples:\n  tfm config --config configs/tiny.json --set model.d_model=64\n  tfm config --keys > "
       "keys.md\n");

@@ -142,13 +142,14 @@ int runs_command(const RunsOptions& o) {
     if (r.status == RunStatus::Failed || r.status == RunStatus::Training)
       status += " (" + r.status_detail + ")";
     if (status.size() > 20) status = status.substr(0, 19) + "~";
-    fmt::print("{:<{}}  {:<10}  {:>7}  {:<20}  {:>13}  {:>8}  {:>9}  {:>8}  {}\n", r.name.c_str(), w,
-               r.objective.empty() ? "-" : r.objective.c_str(), count_str(r.parameters).c_str(),
-               status.c_str(), fmt::format("{}/{}", r.step, r.max_steps).c_str(),
-               number_or_dash(r.best_val_loss, "{:.4f}").c_str(),
-               number_or_dash(r.seconds_to_target, "{:.1f}s").c_str(),
-               r.tokens_per_s >= 0 ? count_str(static_cast<int64_t>(r.tokens_per_s)).c_str() : "-",
-               age(r.last_update).c_str());
+    fmt::print(
+        "{:<{}}  {:<10}  {:>7}  {:<20}  {:>13}  {:>8}  {:>9}  {:>8}  {}\n", r.name.c_str(), w,
+        r.objective.empty() ? "-" : r.objective.c_str(), count_str(r.parameters).c_str(), status.c_str(),
+        (r.max_steps > 0 ? fmt::format("{}/{}", r.step, r.max_steps) : fmt::format("{}/?", r.step)).c_str(),
+        number_or_dash(r.best_val_loss, "{:.4f}").c_str(),
+        number_or_dash(r.seconds_to_target, "{:.1f}s").c_str(),
+        r.tokens_per_s >= 0 ? count_str(static_cast<int64_t>(r.tokens_per_s)).c_str() : "-",
+        age(r.last_update).c_str());
     for (const std::string& p : r.problems) fmt::print("  {}: {}\n", r.name.c_str(), p.c_str());
   }
   return kExitOk;

@@ -190,6 +190,16 @@ TEST_CASE("tfm runs: the table, --json, --sort and --diff on trained and damaged
   for (size_t i = 1; i < runs.size(); ++i)
     if (!runs[i]["best_val_loss"].is_null()) CHECK(runs[i - 1]["best_val_loss"] <= runs[i]["best_val_loss"]);
 
+  // A run whose config.json is damaged: its step budget is unknown, not 0.
+  const std::string bad = tfm_test::scratch_path("board", "bad_config");
+  fs::create_directories(bad);
+  fs::copy(root + "/done", bad + "/run", fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  std::ofstream(bad + "/run/config.json") << "{bad";
+  r = run_tfm("runs " + bad);
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("6/? ") && Catch::Contains("config.json: not valid JSON"));
+
   r = run_tfm("runs " + root + " --sort speed");
   CHECK(r.status == 2);
   CHECK(r.out.find("--sort") != std::string::npos);

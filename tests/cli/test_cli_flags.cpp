@@ -63,6 +63,7 @@ TEST_CASE("cli flags: a mistyped command or flag is named as tfm's own error, wi
        {"tfm: error: tfm sample: ", "--promt is not a flag of tfm sample (did you mean --prompt?)",
         "`tfm sample --help` shows its usage, with examples"}},
       {"train --config", {"tfm: error: tfm train: --config: 1 required FILE missing"}},
+      {"config --keys --config configs/tiny.json", {"tfm: error: tfm config: --config excludes --keys"}},
   };
   for (const Case& c : cases) {
     const tfm_test::CliRun r = tfm_test::run_tfm(c.args);
