@@ -29,6 +29,14 @@ long read_pid(int fd) {
   return n > 0 ? std::strtol(buf, nullptr, 10) : 0;
 }
 
+// `dir` absolute, `.` and `..` resolved by name and no trailing separator: acquire() and release() walk
+// the same chain of parents, and a `..` never names a directory outside it (`a/../b/run` is `b/run`).
+fs::path chain_start(const std::string& dir, std::error_code& ec) {
+  fs::path p = fs::absolute(dir, ec).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();
+  return p;
+}
+
 }  // namespace
 
 RunLock RunLock::acquire(const std::string& dir) {
@@ -36,7 +44,7 @@ RunLock RunLock::acquire(const std::string& dir) {
   lock.dir_ = dir;
   lock.path_ = dir + "/" + kFileName;
   std::error_code ec;
-  for (fs::path p = fs::absolute(dir, ec); !ec && p.has_relative_path() && !fs::exists(p, ec);
+  for (fs::path p = chain_start(dir, ec); !ec && p.has_relative_path() && !fs::exists(p, ec);
        p = p.parent_path())
     lock.created_top_ = p.string();
   fs::create_directories(dir, ec);
@@ -109,7 +117,7 @@ void RunLock::release() {
   fd_ = -1;
   if (!created_top_.empty()) {
     std::error_code ec;
-    for (fs::path p = fs::absolute(dir_, ec); !ec && fs::is_empty(p, ec) && !ec; p = p.parent_path()) {
+    for (fs::path p = chain_start(dir_, ec); !ec && fs::is_empty(p, ec) && !ec; p = p.parent_path()) {
       fs::remove(p, ec);
       if (p == created_top_) break;
     }

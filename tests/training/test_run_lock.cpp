@@ -60,4 +60,10 @@ TEST_CASE("run lock: one holder at a time, released on destruction", "[lock]") {
   { RunLock e = RunLock::acquire(base + "/a/b/run"); }
   CHECK(!fs::exists(base + "/a/b"));
   CHECK(fs::exists(base + "/a/mine.txt"));
+  // A `..` in DIR never walks the removal out of what acquire() made: an empty directory that held the
+  // run stays (here base/empty, which `z/..` names).
+  fs::create_directories(base + "/empty");
+  { RunLock f = RunLock::acquire(base + "/empty/z/../d/run"); }
+  CHECK(fs::is_directory(base + "/empty"));
+  CHECK(!fs::exists(base + "/empty/d"));
 }
