@@ -238,7 +238,7 @@ async function runModel(kind) {
     const res = await getJSON('/api/model/' + kind, { method: 'POST', headers: { 'Content-Type': 'application/json' },
       body: JSON.stringify(body) });
     if (kind === 'sample') out.textContent = res.prompt + res.text;
-    else if (kind === 'translate') out.textContent = res.translation;
+    else if (kind === 'translate') out.textContent = res.translation + (res.warnings || []).map((w) => `\n(${w})`).join('');
     else if (kind === 'fill_mask') out.textContent = res.masks.map((m, i) => `mask ${i + 1}: ` +
       m.candidates.map((c) => `${JSON.stringify(c.token)} ${(100 * c.probability).toFixed(1)}%`).join(', ')).join('\n');
     else { out.textContent = ''; drawAttention(res); }

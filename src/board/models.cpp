@@ -209,8 +209,9 @@ BoardReply BoardModels::run_request(LoadedRun& run, const std::string& kind, con
     const std::string text = text_field(request, "text", true);
     TranslateOptions o;
     o.beam = integer_field(request, "beam", 1, 1, kBoardMaxBeam);
-    const std::vector<std::string> out = translate_texts(*run.objective, {text}, o, "text");
-    return {200, {{"text", text}, {"translation", out.empty() ? "" : out.front()}}};
+    std::vector<std::string> cut;  // a text longer than the model reads: said, as tfm translate does
+    const std::vector<std::string> out = translate_texts(*run.objective, {text}, o, "text", &cut);
+    return {200, {{"text", text}, {"translation", out.empty() ? "" : out.front()}, {"warnings", cut}}};
   }
   throw ConfigError("unknown model request \"" + kind + "\"");
 }

@@ -421,6 +421,14 @@ TEST_CASE("tfm board: fill-mask of a masked_lm run and translation of a seq2seq 
                  {{"run", prefix + "seq2seq"}, {"text", "one two ."}, {"beam", 2}});
   CHECK(r["text"] == "one two .");
   CHECK(r["translation"].is_string());
+  CHECK(r["warnings"] == json::array());
+  // A text longer than data.max_source_len: translated as far as the model reads, and said so.
+  std::string long_text;
+  for (int i = 0; i < 40; ++i) long_text += "one two ";
+  r = board_post(c, "/api/model/translate", {{"run", prefix + "seq2seq"}, {"text", long_text}});
+  REQUIRE(r["warnings"].size() == 1);
+  CHECK_THAT(r["warnings"][0].get<std::string>(),
+             Catch::Contains("text: 80 tokens; the model reads the first "));
   board_post(c, "/api/model/translate", {{"run", prefix + "seq2seq"}, {"text", "one ."}, {"beam", 99}}, 400);
   board_post(c, "/api/model/translate", {{"run", prefix + "masked"}, {"text", "one ."}}, 400);
   r = board_post(c, "/api/model/attention", {{"run", prefix + "seq2seq"}, {"text", "one two ."}});
