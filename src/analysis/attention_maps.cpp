@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "tfm/engine/error.h"
 #include "tfm/engine/gemm.h"
 #include "tfm/engine/ops.h"
 
@@ -48,6 +49,19 @@ nlohmann::json to_json(const Tensor& t) {
 }
 
 }  // namespace
+
+AttentionText attention_text(const Tokenizer& tok, const std::string& text, const LanguageModel& model,
+                             const std::string& flag) {
+  AttentionText t;
+  t.ids = tok.encode(text, flag);
+  const int64_t max_len = model.config().max_seq_len;
+  if (t.ids.empty()) throw ConfigError(flag + ": empty");
+  if (static_cast<int64_t>(t.ids.size()) > max_len)
+    throw ConfigError(flag + ": " + std::to_string(t.ids.size()) +
+                      " tokens, the model's context (model.max_seq_len) is " + std::to_string(max_len));
+  for (int32_t id : t.ids) t.tokens.push_back(tok.decode(id));
+  return t;
+}
 
 std::vector<LayerAttention> analyze_attention(LanguageModel& model, const std::vector<int32_t>& tokens) {
   const ModelConfig& cfg = model.config();

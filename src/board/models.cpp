@@ -177,16 +177,8 @@ BoardReply BoardModels::run_request(LoadedRun& run, const std::string& kind, con
       const PairAttention a = pair_attention(*run.objective, text, text_field(request, "target", false));
       return {200, pair_attention_report_json(a)};
     }
-    const Tokenizer& tok = run.checkpoint.tokenizer;
-    const std::vector<int32_t> ids = tok.encode(text, "text");
-    const int64_t max_len = run.model->config().max_seq_len;
-    if (ids.empty()) throw ConfigError("text: empty");
-    if (static_cast<int64_t>(ids.size()) > max_len)
-      throw ConfigError("text: " + std::to_string(ids.size()) +
-                        " tokens, the model's context (model.max_seq_len) is " + std::to_string(max_len));
-    std::vector<std::string> token_text;
-    for (int32_t id : ids) token_text.push_back(tok.decode(id));
-    json report = attention_report_json(analyze_attention(*run.model, ids), token_text);
+    const AttentionText t = attention_text(run.checkpoint.tokenizer, text, *run.model, "text");
+    json report = attention_report_json(analyze_attention(*run.model, t.ids), t.tokens);
     report["kind"] = objective;
     return {200, report};
   }

@@ -107,20 +107,12 @@ int run_attention(const AttentionOptions& o) {
   if (!o.target.empty())
     throw ConfigError("--target: only for seq2seq runs (this run's train.objective is \"" +
                       run.objective->name() + "\")");
-  const Tokenizer& tok = run.checkpoint.tokenizer;
-  const std::vector<int32_t> ids = tok.encode(o.text, "--text");
-  const int64_t max_len = run.model->config().max_seq_len;
-  if (ids.empty()) throw ConfigError("--text: empty");
-  if (static_cast<int64_t>(ids.size()) > max_len)
-    throw ConfigError("--text: " + std::to_string(ids.size()) +
-                      " tokens, the model's context (model.max_seq_len) is " + std::to_string(max_len));
-  std::vector<std::string> token_text;
-  for (int32_t id : ids) token_text.push_back(tok.decode(id));
+  const AttentionText t = attention_text(run.checkpoint.tokenizer, o.text, *run.model, "--text");
 
-  const std::vector<LayerAttention> layers = analyze_attention(*run.model, ids);
+  const std::vector<LayerAttention> layers = analyze_attention(*run.model, t.ids);
   const std::string out = output_dir(o, run);
   const std::string report = out + "/attention.json";
-  const nlohmann::json j = attention_report_json(layers, token_text);
+  const nlohmann::json j = attention_report_json(layers, t.tokens);
   write_file_atomically(report, j.dump() + "\n");
   for (size_t l = 0; l < layers.size(); ++l) {
     write_npy(out + "/attention_layer" + std::to_string(l) + ".npy", layers[l].probabilities);
@@ -128,7 +120,7 @@ int run_attention(const AttentionOptions& o) {
                layers[l].mean_output_similarity, layers[l].mean_pattern_similarity);
   }
   fmt::print("wrote {} and attention_layer{{0..{}}}.npy ({} tokens; probabilities (H, T, T) float32)\n",
-             report.c_str(), layers.size() - 1, ids.size());
+             report.c_str(), layers.size() - 1, t.ids.size());
   if (!o.no_plot)
     for (const auto& [file, svg] : attention_figures(j)) write_figure(out + "/" + file, svg);
   return kExitOk;

@@ -28,6 +28,16 @@ struct LayerAttention {
 // Runs the model in eval mode on one sequence of tokens (T <= max_seq_len) and analyses every layer.
 std::vector<LayerAttention> analyze_attention(LanguageModel& model, const std::vector<int32_t>& tokens);
 
+// `text` as analyze_attention reads it: its ids and each token's text (the maps' labels). ConfigError
+// naming `flag` (tfm attention's --text, the board's text) when it is empty or longer than the model's
+// context.
+struct AttentionText {
+  std::vector<int32_t> ids;
+  std::vector<std::string> tokens;
+};
+AttentionText attention_text(const Tokenizer& tok, const std::string& text, const LanguageModel& model,
+                             const std::string& flag);
+
 // {"tokens": [...], "layers": [{"layer": l, "probabilities": [H][T][T], "output_similarity": [H][H],
 //   "pattern_similarity": [H][H], "mean_output_similarity": x, "mean_pattern_similarity": y}]}
 nlohmann::json attention_report_json(const std::vector<LayerAttention>& layers,
