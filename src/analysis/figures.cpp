@@ -136,7 +136,8 @@ std::string loss_figure(const LossCurves& run, size_t max_points) {
 }
 
 void write_loss_figure(const std::string& run_dir) {
-  write_file_atomically((fs::path(run_dir) / "loss.svg").string(), loss_figure(read_loss_curves(run_dir)));
+  write_file_atomically((fs::path(run_dir) / kLossFigureFile).string(),
+                        loss_figure(read_loss_curves(run_dir)));
 }
 
 std::string runs_loss_figure(const std::vector<LossCurves>& runs, bool log_y, const std::string& title,

@@ -98,11 +98,20 @@ void walk_dirs(const fs::path& root, int max_depth, const std::function<void(con
 }  // namespace
 
 std::string run_name_under(const std::string& root_path, const std::string& dir_path) {
-  const fs::path root(root_path), dir(dir_path);
+  std::error_code ec;
+  const fs::path here = fs::current_path(ec);
+  const fs::path dir = fs::absolute(dir_path, ec).lexically_normal();
+  const fs::path from_here = ec ? fs::path() : dir.lexically_relative(here);
+  if (!from_here.empty() && *from_here.begin() != "..") {
+    if (from_here == "." || from_here == "./") return here.filename().string();  // where the user stands
+    const std::string name = from_here.string();
+    return name.back() == '/' ? name.substr(0, name.size() - 1) : name;
+  }
+  const fs::path root(root_path);
   fs::path base = root.filename().empty() ? root.parent_path().filename() : root.filename();
   if (base.empty() || base == ".") base = fs::absolute(root).lexically_normal().filename();
   if (base.empty()) base = "runs";
-  const fs::path rel = dir.lexically_relative(root);
+  const fs::path rel = fs::path(dir_path).lexically_relative(root);
   return rel.empty() || rel == "." ? base.string() : (base / rel).string();
 }
 

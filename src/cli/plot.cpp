@@ -42,6 +42,13 @@ struct PlotReportOptions {
   std::string report, out;
 };
 
+// What a plot reads, for the output guard: each run directory, metrics file or report it was given.
+std::vector<CommandInput> plotted(const std::vector<std::string>& paths) {
+  std::vector<CommandInput> inputs;
+  for (const std::string& p : paths) inputs.push_back({"the plotted", p});
+  return inputs;
+}
+
 int run_plot_loss(const PlotLossOptions& o) {
   std::vector<LossCurves> runs;
   for (const std::string& r : o.runs) runs.push_back(read_loss_curves(r));
@@ -52,8 +59,9 @@ int run_plot_loss(const PlotLossOptions& o) {
     // log-scale one gets a name of its own.
     const fs::path run =
         fs::is_directory(o.runs[0]) ? fs::path(o.runs[0]) : fs::path(o.runs[0]).parent_path();
-    out = (run / (o.log_y ? "loss-log.svg" : "loss.svg")).string();
+    out = (run / (o.log_y ? kLogLossFigureFile : kLossFigureFile)).string();
   }
+  check_output_path("--out", out, plotted(o.runs), /*may_draw_loss_figures=*/true);
   if (runs.size() == 1 && o.title.empty() && !o.log_y)
     write_figure(out, loss_figure(runs[0]));
   else
@@ -63,6 +71,7 @@ int run_plot_loss(const PlotLossOptions& o) {
 
 int run_plot_speedrun(const PlotSpeedrunOptions& o) {
   std::vector<TimedCurve> runs;
+  std::vector<std::string> files;
   for (const std::string& spec : o.runs) {
     const size_t eq = spec.find('=');
     if (eq == std::string::npos || eq == 0)
@@ -70,7 +79,9 @@ int run_plot_speedrun(const PlotSpeedrunOptions& o) {
                         "\": expected LABEL=RUN (a run directory, its "
                         "metrics.jsonl or torch_lm.py --target-loss output)");
     runs.push_back(read_timed_curve(spec.substr(0, eq), spec.substr(eq + 1)));
+    files.push_back(spec.substr(eq + 1));
   }
+  check_output_path("--out", o.out, plotted(files));
   write_figure(
       o.out, speedrun_figure(runs, o.target >= 0 ? std::optional<double>(o.target) : std::nullopt, o.title));
   return kExitOk;
@@ -89,12 +100,16 @@ int run_plot_report(const PlotReportOptions& o) {
   };
   const std::string at = dir.empty() ? "." : dir;
   if (!o.out.empty()) make_output_dir(o.out);
+  const auto write_report_figure = [&](const std::string& file, const std::string& svg) {
+    check_output_path("--out", at + "/" + file, plotted({o.report}));
+    write_figure(at + "/" + file, svg);
+  };
   if (name == "attention.json") {
-    for (const auto& [file, svg] : attention_figures(parse(text))) write_figure(at + "/" + file, svg);
+    for (const auto& [file, svg] : attention_figures(parse(text))) write_report_figure(file, svg);
   } else if (name == "heads.json") {
-    write_figure(at + "/heads.svg", heads_figure(parse(text)));
+    write_report_figure("heads.svg", heads_figure(parse(text)));
   } else if (name == "bench_attention.json") {
-    write_figure(at + "/bench_attention.svg", bench_attention_figure(parse(text)));
+    write_report_figure("bench_attention.svg", bench_attention_figure(parse(text)));
   } else if (name == "sweep.jsonl") {
     std::vector<nlohmann::json> points;
     std::istringstream in(text);
@@ -102,8 +117,8 @@ int run_plot_report(const PlotReportOptions& o) {
     while (std::getline(in, line))
       if (!line.empty()) points.push_back(parse(line));
     if (points.empty() || sweep_keys(points[0]).empty()) throw ConfigError(o.report + ": no sweep points");
-    write_figure(at + "/sweep.svg",
-                 sweep_figure(points, sweep_keys(points[0])[0], fs::path(at).filename().string()));
+    write_report_figure("sweep.svg",
+                        sweep_figure(points, sweep_keys(points[0])[0], fs::path(at).filename().string()));
   } else {
     throw ConfigError("plot report: " + o.report +
                       ": expected attention.json, heads.json, bench_attention.json or sweep.jsonl (the "

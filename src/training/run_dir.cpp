@@ -30,15 +30,16 @@ bool present(const fs::path& p) {
   return fs::symlink_status(p, ec).type() != fs::file_type::not_found && !ec;
 }
 
-bool is_run_file_name(const std::string& name) {
+bool is_run_file_name(const std::string& name, bool with_loss_figures) {
   const std::vector<std::string>& names = run_file_names();
-  return std::find(names.begin(), names.end(), name) != names.end();
+  if (std::find(names.begin(), names.end(), name) != names.end()) return true;
+  return with_loss_figures && (name == kLossFigureFile || name == kLogLossFigureFile);
 }
 
 // The run file `p` would be (its name in a directory that holds a run), or "" when it is none.
-std::string run_file_at(const fs::path& p) {
+std::string run_file_at(const fs::path& p, bool with_loss_figures) {
   const std::string name = p.filename().string();
-  return is_run_file_name(name) && holds_a_run(p.parent_path().string()) ? name : "";
+  return is_run_file_name(name, with_loss_figures) && holds_a_run(p.parent_path().string()) ? name : "";
 }
 
 // `path` with its directory resolved (symlinks, `.` and `..`) and its own name kept, so a symlink
@@ -105,15 +106,18 @@ std::vector<CommandInput> run_inputs(const std::string& checkpoint_path, const C
 }
 
 void check_output_path(const std::string& flag, const std::string& path,
-                       const std::vector<CommandInput>& inputs) {
+                       const std::vector<CommandInput>& inputs, bool may_draw_loss_figures) {
   for (const fs::path& p : spellings_of(path)) {
-    const std::string name = run_file_at(p);
+    const std::string name = run_file_at(p, !may_draw_loss_figures);
     if (name.empty()) continue;
     const std::string via =
         p.filename() == fs::path(path).filename() ? "" : " (where it leads: " + p.string() + ")";
-    throw ConfigError(flag + ": " + path + via + " is the " + name + " of the run in " +
-                      p.parent_path().string() +
-                      "; only `tfm train` writes a run's own files: write the output elsewhere");
+    const bool figure = name == kLossFigureFile || name == kLogLossFigureFile;
+    throw ConfigError(
+        flag + ": " + path + via + " is the " + name + " of the run in " + p.parent_path().string() +
+        "; only `tfm train`" +
+        (figure ? " and `tfm plot loss` draw a run's loss figures" : " writes a run's own files") +
+        ": write the output elsewhere");
   }
   for (const CommandInput& in : inputs)
     if (!in.path.empty() && same_file(path, in.path))

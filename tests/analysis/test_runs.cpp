@@ -162,6 +162,23 @@ TEST_CASE("runs: a cut metrics line, a corrupt checkpoint and a deleted director
   CHECK(list_runs({tmp.file("missing_root")}).empty());
 }
 
+TEST_CASE("runs: below the current directory a run's name is the path to give --run", "[runs]") {
+  tfm_test::TempDir tmp("runs_names");
+  const fs::path before = fs::current_path();
+  fs::current_path(tmp.path);
+  CHECK(run_name_under("runs", "runs/tiny") == "runs/tiny");
+  CHECK(run_name_under("runs/tiny", "runs/tiny") == "runs/tiny");  // the root is the run
+  CHECK(run_name_under("runs/", "runs/group/tiny") == "runs/group/tiny");
+  CHECK(run_name_under("runs/tiny/", "runs/tiny/") == "runs/tiny");
+  CHECK(run_name_under("./runs", "./runs/tiny") == "runs/tiny");
+  CHECK(run_name_under(tmp.path + "/runs", tmp.path + "/runs/tiny") == "runs/tiny");
+  CHECK(run_name_under(".", ".") == fs::path(tmp.path).filename().string());
+  // Elsewhere: the root's own name, then the path below it.
+  CHECK(run_name_under("/srv/exp", "/srv/exp/a/b") == "exp/a/b");
+  CHECK(run_name_under("../other", "../other/a") == "other/a");
+  fs::current_path(before);
+}
+
 TEST_CASE("runs: the checkpoint's state alone equals the full load's", "[runs]") {
   const std::string fixture = std::string(TFM_SOURCE_DIR) + "/tests/fixtures/checkpoint_v1_tiny.ckpt";
   CHECK(load_checkpoint_state(fixture) == load_checkpoint(fixture).state);

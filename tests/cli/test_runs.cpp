@@ -153,6 +153,8 @@ TEST_CASE("runs: no command writes over a run's own files or over its input", "[
       {"export --run " + run, "--out", run + "/train.log"},
       {"export --run " + run, "--out", run + "/metrics.jsonl"},
       {"export --run " + run, "--out", run + "/train.lock"},
+      {"export --run " + run, "--out", run + "/loss.svg"},  // the figure training redraws
+      {"export --run " + run, "--out", run + "/loss-log.svg"},
       {"export --run " + run, "--out", other + "/last.ckpt"},
       {"export --run " + run, "--out", tmp.path + "/link.safetensors"},
       {"export --run " + run + " --format gguf", "--out", run + "/best.ckpt"},
@@ -168,6 +170,10 @@ TEST_CASE("runs: no command writes over a run's own files or over its input", "[
       {"tokenizer train --data " + data, "--out", tmp.path + "/data_link.txt"},
       {"bench attention --seq-lens 8,16 --no-plot", "--out", run + "/config.json"},
       {"sweep --config configs/tiny.json --grid train.max_steps=1", "--out", run + "/last.ckpt"},
+      {"plot loss " + run + " " + run, "--out", run + "/last.ckpt"},
+      {"plot loss " + run, "--out", run + "/metrics.jsonl"},
+      {"plot speedrun a=" + run, "--out", run + "/best.ckpt"},
+      {"plot speedrun a=" + run + "/metrics.jsonl", "--out", other + "/metrics.jsonl"},
   };
   CliRun r;
   for (const Case& c : cases) {
@@ -176,6 +182,7 @@ TEST_CASE("runs: no command writes over a run's own files or over its input", "[
     CHECK(r.status == 2);
     CHECK_THAT(r.out, Catch::Contains("tfm: error: " + c.flag + ": " + c.path));
     CHECK_THAT(r.out, Catch::Contains("only `tfm train` writes a run's own files") ||
+                          Catch::Contains("only `tfm train` and `tfm plot loss` draw a run's loss figures") ||
                           Catch::Contains("which this command reads"));
   }
   CHECK(snapshot_runs(run) == run_before);  // byte for byte, and nothing added
@@ -193,6 +200,14 @@ TEST_CASE("runs: no command writes over a run's own files or over its input", "[
   r = run_tfm("eval --run " + run + " --dump-logits " + tmp.path + "/logits.json");
   INFO(r.out);
   CHECK(r.status == 0);
+  // `tfm plot loss` draws the run's own loss figures, as training does.
+  for (const std::string& args : {"plot loss " + run, "plot loss " + run + " --log-y",
+                                  "plot loss " + run + " --out " + run + "/loss.svg"}) {
+    r = run_tfm(args);
+    INFO(args << "\n" << r.out);
+    CHECK(r.status == 0);
+  }
+  CHECK(fs::exists(run + "/loss-log.svg"));
 }
 
 TEST_CASE("runs: --run or --resume naming a file says it is not a run directory", "[runs][cli]") {

@@ -55,7 +55,9 @@ struct RunSummary {
 std::vector<std::string> find_runs(const std::vector<std::string>& roots, int max_depth = 4);
 // The summary of one run directory (`name` as the list shows it).
 RunSummary summarize_run(const std::string& dir, const std::string& name);
-// The name a list shows for `dir` found under `root`: the root's own name, then the path below it.
+// The name a list shows for `dir` found under `root`. Below the current directory, its path from there,
+// which --run takes as it is shown: "runs/tiny" for `tfm runs` and `tfm runs runs/tiny` alike (the
+// current directory itself by its own name). Elsewhere, the root's own name, then the path below it.
 std::string run_name_under(const std::string& root, const std::string& dir);
 // find_runs + summarize_run, with each run's name relative to its root.
 std::vector<RunSummary> list_runs(const std::vector<std::string>& roots);

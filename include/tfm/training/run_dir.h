@@ -28,6 +28,11 @@ constexpr uint64_t kMaxMetricsBytes = uint64_t{1} << 30;
 // Every name above and the lock's: the files no command but training writes.
 const std::vector<std::string>& run_file_names();
 
+// The figures a run directory holds beside those files: the loss curves training redraws at each
+// evaluation, and their log-scale drawing. Only training and `tfm plot loss` write them.
+constexpr const char* kLossFigureFile = "loss.svg";
+constexpr const char* kLogLossFigureFile = "loss-log.svg";
+
 // The files present in `dir` that make it a run (a checkpoint, the log or the metrics), in the
 // order above; empty when there are none (or `dir` is no directory).
 std::vector<std::string> run_files_in(const std::string& dir);
@@ -53,11 +58,12 @@ struct CommandInput {
 std::vector<CommandInput> run_inputs(const std::string& checkpoint_path, const Config& config);
 
 // Refuses, before anything is written, an output `path` (a file or directory that `flag` names):
-// one of a run's own files (run_file_names()) in a directory that holds a run, by its name or by
-// where a symlink leads; and any path that is the same file as one of `inputs` (same device and
-// inode: symlinks, hard links and `..` spellings are caught). ConfigError naming the flag and both.
+// one of a run's own files (run_file_names()) or, unless `may_draw_loss_figures` (`tfm plot loss`),
+// one of its loss figures, in a directory that holds a run, by its name or by where a symlink leads;
+// and any path that is the same file as one of `inputs` (same device and inode: symlinks, hard links
+// and `..` spellings are caught). ConfigError naming the flag and both.
 void check_output_path(const std::string& flag, const std::string& path,
-                       const std::vector<CommandInput>& inputs = {});
+                       const std::vector<CommandInput>& inputs = {}, bool may_draw_loss_figures = false);
 
 // Creates `dir` (and its parents) for a command's output files; IoError naming it and `flag` when it
 // cannot.
