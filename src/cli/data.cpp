@@ -76,6 +76,7 @@ int run_prepare(const PrepareOptions& o) {
     std::printf(" (%ld train / %ld val documents)", static_cast<long>(d.documents - d.val_documents),
                 static_cast<long>(d.val_documents));
   std::printf("\n");
+  if (!d.split_warning.empty()) std::printf("warning: %s\n", d.split_warning.c_str());
   return kExitOk;
 }
 

@@ -66,6 +66,16 @@ Dataset split(const std::string& path, TokenCache cache, double val_fraction, in
   };
   too_short("training", n_train, "smaller");
   too_short("validation", N - n_train, "larger");
+  const double val_share = static_cast<double>(N - n_train) / static_cast<double>(N);
+  if (D >= 2 && (val_share > 2 * val_fraction || val_share < 0.5 * val_fraction)) {
+    char share[32];
+    std::snprintf(share, sizeof share, "%.1f%%", 100 * val_share);
+    d.split_warning = path + ": " + std::to_string(d.val_documents) + " of " + std::to_string(D) +
+                      " documents validate, " + share + " of the tokens, for data.val_fraction = " +
+                      fraction +
+                      ": the split takes whole documents (the last ones validate), so with few or uneven "
+                      "documents it lands far from the fraction; more, smaller documents bring it closer";
+  }
   d.train = ids.slice(0, n_train);
   d.val = ids.slice(n_train, N);
   return d;

@@ -133,6 +133,11 @@ std::string TextObjective::describe_data() const {
          " (" + (data_->cache_built ? "tokenized now, " : "cached, opened in ") + secs + ")";
 }
 
+std::vector<std::string> TextObjective::data_warnings() const {
+  if (!data_ || data_->split_warning.empty()) return {};
+  return {data_->split_warning};
+}
+
 const TokenSpan& TextObjective::split_tokens(const std::string& split) const {
   TFM_CHECK(data_.has_value(), name(), "built without data: no ", split, " split");
   if (split == "val") return data_->val;

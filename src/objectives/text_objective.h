@@ -25,6 +25,7 @@ class TextObjective : public Objective {
   Rng& sampler_rng() override { return sampler_.rng(); }
   double train_flops_per_token() const override;
   std::string describe_data() const override;
+  std::vector<std::string> data_warnings() const override;
   std::string describe_batch() const override {
     return std::to_string(B_) + " x " + std::to_string(T_) + " tokens";
   }

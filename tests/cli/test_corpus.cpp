@@ -55,7 +55,14 @@ TEST_CASE("corpus: train and sample on a folder of text and compressed JSON Line
   REQUIRE(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("documents: 6, joined by <|endoftext|>"));
   CHECK_THAT(r.out, Catch::Contains("(4 train / 2 val documents)"));
+  CHECK_THAT(r.out, !Catch::Contains("warning"));  // 2 of 6 equal documents: 33% for 0.3
   CHECK(fs::exists(tmp.path + "/.tfm-cache/corpus.char.tokens"));
+  // Whole documents cannot give 5%: one of six is 16.7%, and the user is told.
+  r = run_tfm("data prepare --config configs/tiny.json" + sets + " --set data.val_fraction=0.05");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("warning: " + root + ": 1 of 6 documents validate, 16.7% of the tokens, "
+                                    "for data.val_fraction = 0.05: the split takes whole documents"));
 
   const std::string dir = tmp.path + "/run";
   r = run_tfm("train --config configs/tiny.json --out " + dir + sets +

@@ -294,6 +294,7 @@ TEST_CASE("corpus: the validation split takes whole documents, the last ones", "
   const Dataset data = load_dataset(d.file("c"), "char", 0.2, 8, options(d.file("cache")));
   CHECK(data.documents == 10);
   CHECK(data.val_documents == 2);
+  CHECK(data.split_warning.empty());  // 31% of the tokens for 0.2: within a factor of two
   const std::string eot = kEndOfText;
   CHECK(data.tokenizer.decode(data.val.to_vector()) == docs[8] + eot + docs[9]);
   std::string train;
@@ -306,6 +307,13 @@ TEST_CASE("corpus: the validation split takes whole documents, the last ones", "
              Catch::Contains("data.val_fraction = 0.95 of 10 documents leaves no document to train on"));
   CHECK_THAT(corpus_error_of([&] { load_dataset(d.file("c"), "char", 1e-17, 8, options(d.file("cache"))); }),
              Catch::Contains("leaves no document to validate"));
+  // Two documents: one validates, half of the tokens but the separator for 0.1, and the split says so.
+  const Dir two("split_two");
+  for (int i = 0; i < 2; ++i) write_corpus_input(two.file("c/" + std::to_string(i) + ".txt"), docs[0]);
+  const Dataset halves = load_dataset(two.file("c"), "char", 0.1, 8, options(two.file("cache")));
+  CHECK(halves.val_documents == 1);
+  CHECK_THAT(halves.split_warning, Catch::Contains("1 of 2 documents validate, 49.4% of the tokens, for "
+                                                   "data.val_fraction = 0.1"));
 }
 
 TEST_CASE("corpus: the cache is rebuilt when a file changes or is added, and reused otherwise",
@@ -429,6 +437,7 @@ TEST_CASE("corpus: a plain single file keeps the cache's ids and split of before
   CHECK(data.tokenizer.to_json() == tok.to_json());
   CHECK(data.documents == 1);
   CHECK(data.val_documents == 0);
+  CHECK(data.split_warning.empty());
   CHECK(data.train.to_vector() == std::vector<int32_t>(ids.begin(), ids.begin() + n_train));
   CHECK(data.val.to_vector() == std::vector<int32_t>(ids.begin() + n_train, ids.end()));
 }

@@ -25,6 +25,9 @@ struct Dataset {
   uint64_t source_bytes = 0;                 // of the corpus's files on disk
   int64_t documents = 0, val_documents = 0;  // val_documents: 0 with one document (a token split)
   bool document_separator = false;
+  // Set when the whole documents put a share of the tokens in validation far from data.val_fraction
+  // (under half or over twice it: few or uneven documents); "" otherwise.
+  std::string split_warning;
 };
 
 // Reads the corpus data.path = `path` (corpus.h) through its token cache and splits it. Throws

@@ -162,6 +162,8 @@ class Objective {
   virtual double train_flops_per_token() const = 0;
   // One line about the data for the log ("data: ...").
   virtual std::string describe_data() const = 0;
+  // What about the data deserves a warning in the log (a split far from data.val_fraction).
+  virtual std::vector<std::string> data_warnings() const { return {}; }
   // The shape of a training micro-batch for the log ("12 x 64 tokens").
   virtual std::string describe_batch() const = 0;
   // What to run next on a trained run in `dir` (the log's last line).
