@@ -71,8 +71,8 @@ Dataset split(const std::string& path, TokenCache cache, double val_fraction, in
     char share[32];
     std::snprintf(share, sizeof share, "%.1f%%", 100 * val_share);
     d.split_warning = path + ": " + std::to_string(d.val_documents) + " of " + std::to_string(D) +
-                      " documents validate, " + share + " of the tokens, for data.val_fraction = " +
-                      fraction +
+                      " documents validate, " + share +
+                      " of the tokens, for data.val_fraction = " + fraction +
                       ": the split takes whole documents (the last ones validate), so with few or uneven "
                       "documents it lands far from the fraction; more, smaller documents bring it closer";
   }

@@ -61,7 +61,8 @@ TEST_CASE("corpus: train and sample on a folder of text and compressed JSON Line
   r = run_tfm("data prepare --config configs/tiny.json" + sets + " --set data.val_fraction=0.05");
   INFO(r.out);
   CHECK(r.status == 0);
-  CHECK_THAT(r.out, Catch::Contains("warning: " + root + ": 1 of 6 documents validate, 16.7% of the tokens, "
+  CHECK_THAT(r.out, Catch::Contains("warning: " + root +
+                                    ": 1 of 6 documents validate, 16.7% of the tokens, "
                                     "for data.val_fraction = 0.05: the split takes whole documents"));
 
   const std::string dir = tmp.path + "/run";
