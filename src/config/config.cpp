@@ -547,6 +547,7 @@ std::string keys_markdown() {
     if (k.list_as_text) allowed = "a string or a list of strings";
     std::string meaning = k.meaning;
     if (k.resumable) meaning += " May change on `--resume`.";
+    if (k.weights_agnostic) meaning += " May differ from the run an `--init-from` file was exported from.";
     if (!k.objectives.empty()) {
       std::string owners;
       for (const auto o : k.objectives) owners += (owners.empty() ? "`" : ", `") + name_of(o) + "`";

@@ -160,6 +160,10 @@ struct Key {
     s.resumable = true;
     return *this;
   }
+  Key& weights_agnostic() {
+    s.weights_agnostic = true;
+    return *this;
+  }
   Key& only_for(std::vector<ObjectiveKind> objectives) {
     s.objectives = std::move(objectives);
     return *this;
@@ -274,14 +278,17 @@ std::vector<KeySpec> build_table() {
           .derived_in_model("4 * model.d_model")
           .min(1),
       Key("model.max_seq_len", &ModelConfig::max_seq_len, "Longest context (size of the position table).")
-          .min(1),
+          .min(1)
+          .weights_agnostic(),  // a learned table's shape follows it, and --init-from checks shapes
       Key("model.dropout", &ModelConfig::dropout, "Dropout on embeddings and residual branches.")
           .min(0)
-          .max(1, true),
+          .max(1, true)
+          .weights_agnostic(),
       Key("model.attention_dropout", &ModelConfig::attention_dropout,
           "Dropout on the attention probabilities.")
           .min(0)
-          .max(1, true),
+          .max(1, true)
+          .weights_agnostic(),
       Key("model.activation", &ModelConfig::activation,
           "Feed-forward activation: GELU (the exact erf form), ReLU, or SwiGLU (fc2(silu(fc1 x) * fc3 x): a "
           "third "
@@ -321,7 +328,8 @@ std::vector<KeySpec> build_table() {
       Key("model.head_balance_loss", &ModelConfig::head_balance_loss,
           "topk gating: weight of the load-balancing loss that keeps the gate from collapsing onto few "
           "heads.")
-          .min(0),
+          .min(0)
+          .weights_agnostic(),
       Key("model.head_mixing", &ModelConfig::head_mixing,
           "Cross-head interaction: `talking_heads` mixes the heads' attention logits and probabilities with "
           "learned H x H matrices; `group_mlp` mixes them inside model.head_groups groups and replaces the "
@@ -332,7 +340,8 @@ std::vector<KeySpec> build_table() {
       Key("model.zero_init", &ModelConfig::zero_init,
           "The residual branches' output projections (attention wo, feed-forward fc2) and the output head "
           "start at zero, so every block starts as the identity (needs model.tie_embeddings = false).")
-          .only_for(kLanguageModels),
+          .only_for(kLanguageModels)
+          .weights_agnostic(),
       Key("model.logit_softcap", &ModelConfig::logit_softcap,
           "c > 0: logits = c tanh(logits / c), every logit within (-c, c) (Gemma 2; modded-nanogpt uses 15 "
           "to 30); 0 = off.")

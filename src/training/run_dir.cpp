@@ -196,24 +196,51 @@ bool compare_tokenizer(const SafetensorsFile& f, const std::string& key, const T
   return true;
 }
 
+// The model.* keys of the run's config the file's metadata "config" was exported with, against the
+// run's: ConfigError naming the first that differs (weights-agnostic keys aside); false when the file
+// carries no config. A key the file's config lacks (an older tfm's) is not compared.
+bool compare_model_keys(const SafetensorsFile& f, const Config& run) {
+  const auto it = f.metadata.find("config");
+  if (it == f.metadata.end()) return false;
+  const std::string& text = it->second;
+  const json stored = parse_json_strict(text.data(), text.size(), f.source + ": config");
+  for (const KeySpec& key : config_keys()) {
+    if (key.path.rfind("model.", 0) != 0 || key.weights_agnostic) continue;
+    std::string pointer = "/" + key.path;
+    std::replace(pointer.begin(), pointer.end(), '.', '/');
+    const json::json_pointer at(pointer);
+    if (!stored.contains(at)) continue;
+    const json& theirs = stored.at(at);
+    const json& ours = run.at(key.path);
+    if (theirs != ours)
+      throw ConfigError(f.source + ": exported from a run with " + key.path + " = " + theirs.dump() +
+                        ", this run has " + ours.dump() +
+                        ": weights trained under one value are wrong under the other. --set " + key.path +
+                        "=" + theirs.dump() + " continues from them; or start without --init-from");
+  }
+  return true;
+}
+
 }  // namespace
 
 std::string load_safetensors_into(Model& model, const std::string& path, const Vocabulary* vocabulary,
-                                  const std::string& vocabulary_source) {
+                                  const std::string& vocabulary_source, const Config* config) {
   const SafetensorsFile f = load_safetensors(path);
   std::string note;
+  std::string absent;
   if (vocabulary) {
-    std::string absent;
     if (!compare_tokenizer(f, "tokenizer", vocabulary->tokenizer, vocabulary_source))
       absent = "\"tokenizer\"";
     if (vocabulary->target_tokenizer &&
         !compare_tokenizer(f, "target_tokenizer", *vocabulary->target_tokenizer, vocabulary_source))
       absent += (absent.empty() ? "" : " or ") + std::string("\"target_tokenizer\"");
-    if (!absent.empty())
-      note = path + ": no " + absent +
-             " in its metadata (not a tfm export?), so its vocabulary cannot be "
-             "compared with the run's; the weights are loaded as they are";
   }
+  if (config && !compare_model_keys(f, *config))
+    absent += (absent.empty() ? "" : " or ") + std::string("\"config\"");
+  if (!absent.empty())
+    note = path + ": no " + absent +
+           " in its metadata (not a tfm export?), so its vocabulary and model settings cannot be "
+           "compared with the run's; the weights are loaded as they are";
   for (const auto& [name, t] : f.tensors)
     if (!model.find_parameter(name))
       throw IoError(path + ": tensor " + name + " is not a parameter of the model");

@@ -201,7 +201,7 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
     const Vocabulary run_vocabulary{objective_->tokenizer(),
                                     target ? std::optional<Tokenizer>(*target) : std::nullopt};
     init_from_note_ = load_safetensors_into(objective_->model(), opt_.init_from, &run_vocabulary,
-                                            "data.path " + config_.string("data.path"));
+                                            "data.path " + config_.string("data.path"), &config_);
   }
   create_run_directory();
   threads_ = platform::configure_threads(static_cast<int>(training_threads(config_)));

@@ -278,6 +278,36 @@ TEST_CASE("runs: --init-from refuses weights trained on another vocabulary of th
   r = run_tfm(tiny_train(k) + "--out " + tmp.path + "/rk2 --set train.max_steps=1 --init-from " + plain);
   INFO(r.out);
   CHECK(r.status == 0);
-  CHECK_THAT(r.out, Catch::Contains(plain + ": no \"tokenizer\" in its metadata") &&
+  CHECK_THAT(r.out, Catch::Contains(plain + ": no \"tokenizer\" or \"config\" in its metadata") &&
                         Catch::Contains("cannot be compared"));
+}
+
+TEST_CASE("runs: --init-from refuses weights of a model that computes otherwise, not of another dropout",
+          "[runs][cli]") {
+  TempDir tmp("runs_keys");
+  const std::string a = letters_corpus(tmp.path + "/a.txt", 'a');
+  const std::string st = tmp.path + "/a.safetensors";
+  CliRun r = run_tfm(tiny_train(a) + "--out " + tmp.path + "/ra --set train.max_steps=1");
+  REQUIRE(r.status == 0);
+  REQUIRE(run_tfm("export --run " + tmp.path + "/ra --out " + st).status == 0);
+  // ReLU has GELU's tensors, names and shapes: only the exported config tells them apart.
+  r = run_tfm(tiny_train(a) + "--out " + tmp.path +
+              "/relu --set train.max_steps=1 --set model.activation=relu "
+              "--init-from " +
+              st);
+  INFO(r.out);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out,
+             Catch::Contains(st + ": exported from a run with model.activation = \"gelu\", this run has "
+                                  "\"relu\"") &&
+                 Catch::Contains("--set model.activation=\"gelu\""));
+  CHECK_FALSE(fs::exists(tmp.path + "/relu"));
+  // Dropout and the context length do not change what the weights mean.
+  r = run_tfm(tiny_train(a) + "--out " + tmp.path +
+              "/drop --set train.max_steps=1 --set model.dropout=0.2 "
+              "--init-from " +
+              st);
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, !Catch::Contains("cannot be compared"));
 }

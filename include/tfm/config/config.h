@@ -39,6 +39,9 @@ struct KeySpec {
   // (data.path's list of files, directories and globs).
   bool list_as_text = false;
   bool resumable = false;                 // may change with `train --resume DIR --set ...`
+  // model.*: weights trained under one value mean the same under another (dropout, initialisation, an
+  // auxiliary loss's weight, the context length), so `--init-from` lets it differ from the file's run.
+  bool weights_agnostic = false;
   std::vector<ObjectiveKind> objectives;  // the train.objective values that read it (empty: all)
   // Read only while the string key only_with_key holds one of only_with_values (train.optimizer.muon_lr:
   // train.optimizer.name "muon"); empty: always.

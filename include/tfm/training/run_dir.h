@@ -111,10 +111,13 @@ void restore_model(Model& model, const Checkpoint& ckpt, const std::string& sour
 // must match model.parameters() exactly; IoError("<path>: ...") naming the tensor otherwise. With the
 // run's `vocabulary` (its origin, e.g. "data.path FILE", named in messages), the tokenizers the file's
 // metadata carries (tfm export's "tokenizer", and "target_tokenizer" for seq2seq) must be the run's:
-// ConfigError naming the file, the run's and the first id whose token differs. Returns a warning for
-// the user when the file carries none to compare (weights from elsewhere), else "".
+// ConfigError naming the file, the run's and the first id whose token differs. With the run's
+// `config`, every model.* key but the weights-agnostic ones (KeySpec::weights_agnostic: dropout, ...)
+// must hold the value it has in the config the file's metadata carries (tfm export's "config"):
+// ConfigError naming the key and both values. Returns a warning for the user when the file carries no
+// tokenizer or config to compare (weights from elsewhere), else "".
 std::string load_safetensors_into(Model& model, const std::string& path,
                                   const Vocabulary* vocabulary = nullptr,
-                                  const std::string& vocabulary_source = "");
+                                  const std::string& vocabulary_source = "", const Config* config = nullptr);
 
 }  // namespace tfm
