@@ -38,7 +38,7 @@ struct KeySpec {
   // A string key that also takes a JSON array of non-empty strings, kept as the array's JSON text
   // (data.path's list of files, directories and globs).
   bool list_as_text = false;
-  bool resumable = false;                 // may change with `train --resume DIR --set ...`
+  bool resumable = false;  // may change with `train --resume DIR --set ...`
   // model.*: weights trained under one value mean the same under another (dropout, initialisation, an
   // auxiliary loss's weight, the context length), so `--init-from` lets it differ from the file's run.
   bool weights_agnostic = false;
