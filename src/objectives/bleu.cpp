@@ -76,9 +76,11 @@ BleuScore bleu_from_counts(const std::vector<int64_t>& matches, const std::vecto
     if (matches[n] == 0)
       zero = true;  // no smoothing: BLEU is 0 (sacreBLEU's log(0) = -1e10)
     else
-      log_sum += std::log(s.precisions[n]);
+      log_sum += std::log(static_cast<double>(matches[n]) / static_cast<double>(totals[n]));
   }
-  s.score = zero ? 0.0 : s.bp * std::exp(log_sum / static_cast<double>(max_n));
+  // sacreBLEU's exp(mean(log(100 p_n))) with the 100 taken out of the log, so that a perfect match is
+  // exactly 100 (exp(log(100)) is 100.00000000000004); other scores agree to the last bits.
+  s.score = zero ? 0.0 : 100.0 * s.bp * std::exp(log_sum / static_cast<double>(max_n));
   return s;
 }
 
