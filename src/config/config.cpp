@@ -423,7 +423,13 @@ void apply_override(json& tree, const std::string& assignment) {
     so_far += (i ? "." : "") + parts[i];
     node = &(*node)[parts[i]];
   }
-  *node = std::move(value);
+  // An object sets the keys it names and keeps the others (a JSON merge patch, RFC 7396: a null in it
+  // removes a key), as KEY.SUB=VALUE for each would: `--set 'model={"d_model":64}'` keeps the file's
+  // other model keys. No key's value is itself an object.
+  if (value.is_object() && node->is_object())
+    node->merge_patch(value);
+  else
+    *node = std::move(value);
 }
 
 Config resolve_config(json user, const std::vector<std::string>& overrides) {

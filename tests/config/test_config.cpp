@@ -89,6 +89,13 @@ TEST_CASE("config: --set overrides parse JSON and fall back to strings", "[confi
       file, {"model.n_heads=8", "model.n_kv_heads=null", "train.max_steps=null", "data.min_freq=null"});
   CHECK(d.integer("model.n_kv_heads") == 8);
   CHECK(d.integer("train.max_steps") == 2000);
+  // An object sets the keys it names and keeps the file's others, as KEY.SUB=VALUE for each would.
+  const json wide = {{"model", {{"n_heads", 4}, {"n_kv_heads", 2}, {"d_ff", 100}}}};
+  const Config m = resolve_config(wide, {R"(model={"d_model":64,"n_kv_heads":null})", "model={}"});
+  CHECK(m.integer("model.d_model") == 64);
+  CHECK(m.integer("model.d_ff") == 100);      // kept from the file
+  CHECK(m.integer("model.n_kv_heads") == 4);  // removed: derived again from n_heads
+  CHECK_THAT(error_of(file, {R"(model={"d_modle":64})"}), Catch::Contains("did you mean model.d_model"));
 }
 
 TEST_CASE("config: bad configs name the key, the value and what is allowed", "[config]") {
