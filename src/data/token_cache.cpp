@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -820,7 +821,7 @@ TokenCache open_cache(const std::string& spec, const Request& req, const TokenCa
   corpus.options.text_field = o.text_field;
   corpus.options.skip_bad_records = o.skip_bad_records;
   const std::string dir = o.dir.empty() ? default_cache_dir(spec) : o.dir;
-  const std::string cache = token_cache_path(spec, dir, req.given ? req.given->kind() : req.kind);
+  const std::string cache = token_cache_path(spec, dir, req.given ? req.given->kind() : req.kind, req.given);
   check_cache_dir(dir);
   Rejection rejected;
   if (!o.rebuild) {
@@ -873,13 +874,21 @@ std::string default_cache_dir(const std::string& spec) {
       .string();
 }
 
-std::string token_cache_path(const std::string& spec, const std::string& dir, Tokenizer::Kind kind) {
+std::string token_cache_path(const std::string& spec, const std::string& dir, Tokenizer::Kind kind,
+                             const Tokenizer* given) {
   const std::string name = corpus_name(spec);
-  const char* k = kind == Tokenizer::Kind::Char   ? "char"
+  std::string k = kind == Tokenizer::Kind::Char   ? "char"
                   : kind == Tokenizer::Kind::Byte ? "byte"
                   : kind == Tokenizer::Kind::Bpe  ? "bpe"
                   : kind == Tokenizer::Kind::Gpt2 ? "gpt2"
                                                   : "word";
+  if (kind == Tokenizer::Kind::Bpe && given) {
+    const std::string json = given->to_json().dump();
+    char id[24];
+    std::snprintf(id, sizeof id, "-%012llx",
+                  static_cast<unsigned long long>(XXH3_64bits(json.data(), json.size()) >> 16));
+    k += id;
+  }
   return (std::filesystem::path(dir) / (name + "." + k + ".tokens")).string();
 }
 

@@ -186,14 +186,20 @@ TEST_CASE("token cache: a changed source or tokenizer invalidates it, with the r
     CHECK(log.empty());
   }
   SECTION("another tokenizer") {
+    // Two BPE vocabularies keep a cache each: alternating runs do not rebuild each other's.
     const Tokenizer a(BpeTokenizer::train(text, 300)), b(BpeTokenizer::train(text, 280));
     REQUIRE(open_token_cache(src, a, o).built);
     CHECK_FALSE(open_token_cache(src, a, o).built);
     log.clear();
     const TokenCache c = open_token_cache(src, b, o);
     CHECK(c.built);
-    CHECK(logged(log, "the tokenizer changed"));
+    CHECK(logged(log, "first use"));
     CHECK(c.tokens.to_vector() == b.encode(text, src));
+    const TokenCache a_again = open_token_cache(src, a, o);
+    CHECK_FALSE(a_again.built);
+    CHECK(a_again.path != c.path);
+    CHECK(a_again.path == token_cache_path(src, o.dir, Tokenizer::Kind::Bpe, &a));
+    CHECK_THAT(a_again.path, Catch::Matches(".*\\.bpe-[0-9a-f]{12}\\.tokens"));
     // A run's char vocabulary that is not the file's own (here: one more symbol) gets its own ids.
     std::vector<uint32_t> symbols = Tokenizer::from_text(Tokenizer::Kind::Char, text, src).symbols();
     symbols.insert(symbols.begin(), 1);  // U+0001, shifts every id by one

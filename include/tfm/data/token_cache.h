@@ -147,9 +147,12 @@ struct TokenCache {
 // `.tfm-cache` in the directory of the corpus (corpus_home): every run, sweep point, eval and sample
 // reading it shares one cache, and it goes with the data.
 std::string default_cache_dir(const std::string& spec);
-// DIR/<corpus_name>.<kind>.tokens: one cache per corpus and tokenizer kind (a new BPE tokenizer
-// replaces its kind's cache rather than piling up beside it).
-std::string token_cache_path(const std::string& spec, const std::string& dir, Tokenizer::Kind kind);
+// DIR/<corpus_name>.<kind>.tokens: one cache per corpus and tokenizer kind; a BPE vocabulary (`given`,
+// from data.tokenizer_path) adds 12 hex digits of its hash, <corpus_name>.bpe-<id>.tokens, so that runs
+// with two BPE tokenizers on one corpus keep a cache each instead of rebuilding each other's. A char or
+// byte vocabulary is the corpus's own (an eval with the run's reuses the run's cache).
+std::string token_cache_path(const std::string& spec, const std::string& dir, Tokenizer::Kind kind,
+                             const Tokenizer* given = nullptr);
 
 // The tokens of the corpus data.path = `spec` in a char or byte vocabulary derived from the corpus
 // itself (char: its sorted distinct code points, exactly Tokenizer::from_text's of the documents'
