@@ -8,6 +8,7 @@
 
 #include "text_objective.h"
 #include "tfm/engine/error.h"
+#include "tfm/engine/gemm.h"
 #include "tfm/engine/ops.h"
 #include "tfm/objectives/inference.h"
 
@@ -170,6 +171,7 @@ FillMaskResult fill_mask(Objective& objective, const std::string& text, int64_t 
     throw ConfigError("fill-mask: the run was trained with train.objective \"" + objective.name() +
                       "\"; fill-mask needs a masked_lm run");
   const Tokenizer& tok = mlm->tokenizer();
+  ThreadInvariantProducts same_bits_any_threads;  // the probabilities, whatever the thread count
   FillMaskResult r;
   const std::string mask = kMaskToken;
   size_t from = 0;

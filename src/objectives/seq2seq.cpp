@@ -12,6 +12,7 @@
 #include "objective_parts.h"
 #include "tfm/data/pairs.h"
 #include "tfm/engine/error.h"
+#include "tfm/engine/gemm.h"
 #include "tfm/engine/ops.h"
 #include "tfm/models/encoder_decoder.h"
 #include "tfm/objectives/bleu.h"
@@ -331,6 +332,7 @@ std::vector<std::string> translate_texts(Objective& objective, const std::vector
     throw ConfigError("translate: the run was trained with train.objective \"" + objective.name() +
                       "\"; translation needs a seq2seq run");
   Seq2SeqModel& model = s->s2s();
+  ThreadInvariantProducts same_bits_any_threads;  // the translations, whatever the thread count
   TranslateOptions o = options;
   if (o.max_len <= 0) o.max_len = s->max_target_len() + 1;
   if (o.max_len > model.config().max_seq_len)
