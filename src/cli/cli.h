@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tfm/engine/error.h"
+#include "tfm/engine/platform.h"
 #include "tfm/engine/tensor.h"
 #include "tfm/training/run_dir.h"
 
@@ -85,9 +86,19 @@ inline CLI::Option* add_checkpoint_option(CLI::App* app, std::string& which) {
       ->check(checkpoint_name());
 }
 
-// load_run, and the one line on stderr that says which checkpoint the command read.
-inline LoadedRun read_run(const std::string& dir, const std::string& which, bool with_data = false) {
+// --threads of the commands that run a trained model (read_run's `threads`).
+inline CLI::Option* add_threads_option(CLI::App* app, int64_t& threads) {
+  return app->add_option("--threads", threads, "Threads for the model (0 = the run's train.threads)")
+      ->capture_default_str()
+      ->check(integer_in(0, 1024));
+}
+
+// load_run, and the one line on stderr that says which checkpoint the command read. The model runs on
+// `threads` threads, or the run's train.threads when 0 (load_run).
+inline LoadedRun read_run(const std::string& dir, const std::string& which, bool with_data = false,
+                          int64_t threads = 0) {
   LoadedRun run = load_run(dir, which, with_data);
+  if (threads > 0) platform::configure_threads(static_cast<int>(threads));
   std::fprintf(stderr, "tfm: read %s\n", describe_checkpoint(run.checkpoint_path, run.checkpoint).c_str());
   return run;
 }

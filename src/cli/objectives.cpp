@@ -23,12 +23,12 @@ namespace {
 
 struct FillMaskOptions {
   std::string run, which, text;
-  int64_t top_k = 5;
+  int64_t top_k = 5, threads = 0;
   bool json = false;
 };
 
 int fill_mask_command(const FillMaskOptions& o) {
-  LoadedRun run = read_run(o.run, o.which);
+  LoadedRun run = read_run(o.run, o.which, false, o.threads);
   if (o.top_k > run.objective->tokenizer().size())
     throw ConfigError("--top-k: expected at most the vocabulary's " +
                       std::to_string(run.objective->tokenizer().size()) + " tokens, got " +
@@ -67,7 +67,7 @@ int fill_mask_command(const FillMaskOptions& o) {
 struct TranslateCliOptions {
   std::string run, which;
   std::vector<std::string> texts, references;
-  int64_t beam = 1, max_len = 0;
+  int64_t beam = 1, max_len = 0, threads = 0;
   double alpha = 0.0;
   std::string penalty = "gnmt";
   bool json = false;
@@ -93,7 +93,7 @@ int translate_command(const TranslateCliOptions& o) {
   if (!o.references.empty() && o.references.size() != o.texts.size())
     throw ConfigError("--reference: " + std::to_string(o.references.size()) + " given for " +
                       std::to_string(o.texts.size()) + " --text (one reference per text, in order)");
-  LoadedRun run = read_run(o.run, o.which);
+  LoadedRun run = read_run(o.run, o.which, false, o.threads);
   TranslateOptions t;
   t.beam = o.beam;
   t.max_len = o.max_len;
@@ -185,6 +185,7 @@ std::vector<Command> add_objective_commands(CLI::App& app) {
       ->capture_default_str()
       ->check(integer_in(1, kMaxFlagCount));
   add_checkpoint_option(f, fm->which);
+  add_threads_option(f, fm->threads);
   f->add_flag("--json", fm->json,
               "Print one JSON object: per mask its position and candidates with probabilities");
   f->footer(
@@ -216,6 +217,7 @@ std::vector<Command> add_objective_commands(CLI::App& app) {
                 "data.max_target_len + 1)")
       ->check(integer_in(0, kMaxFlagCount));
   add_checkpoint_option(t, to->which);
+  add_threads_option(t, to->threads);
   t->add_flag("--json", to->json, "One JSON object per line: source, translation (and reference, BLEU)");
   t->footer(
       "\nExamples:\n  tfm translate --run runs/eng_fra_d2l --text \"go .\" --text \"i lost .\"\n"

@@ -116,7 +116,7 @@ int sample_command(const SampleCliOptions& cli) {
     prompt = read_file(cli.prompt_file, kMaxPromptFileBytes);
     prompt_source = "--prompt-file " + cli.prompt_file;
   }
-  LoadedRun run = read_run(dir, cli.which);
+  LoadedRun run = read_run(dir, cli.which, false, cli.threads);
   const ObjectiveCapabilities can = run.objective->capabilities();
   if (can.inference != Inference::Sample)
     throw ConfigError("sample: " + dir + " was trained with train.objective \"" + run.objective->name() +
@@ -130,7 +130,6 @@ int sample_command(const SampleCliOptions& cli) {
                  cli.init_from.c_str());
   }
   apply_head_mask(run, cli.mask_heads);
-  if (cli.threads > 0) platform::configure_threads(static_cast<int>(cli.threads));
   const int64_t V = run.model->config().vocab_size;
   if (o.top_k > V)
     throw ConfigError("--top-k: expected 0 to " + std::to_string(V) + " (the vocabulary of " + dir +
@@ -218,9 +217,7 @@ std::vector<Command> add_sample_commands(CLI::App& app) {
   samp->add_option("--seed", s.seed, "Sampling seed (same seed, same text, whatever the thread count)")
       ->capture_default_str()
       ->check(integer_in(0, std::numeric_limits<int64_t>::max()));
-  samp->add_option("--threads", o->threads, "Threads for the model (0 = the run's train.threads)")
-      ->capture_default_str()
-      ->check(integer_in(0, 1024));
+  add_threads_option(samp, o->threads);
   add_checkpoint_option(samp, o->which);
   samp->add_option("--mask-heads", o->mask_heads,
                    "Mask attention heads: LAYER:HEAD,... (0-based; their output is zero)")

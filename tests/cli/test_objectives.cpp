@@ -48,10 +48,12 @@ TEST_CASE("objectives: the CLI names the objective a run needs", "[objective][cl
   CHECK(j.at("masks").size() == 1);
   CHECK(j.at("masks")[0].at("candidates").size() == 4);
   // The same probabilities to the bit with 1 and 2 threads, as sampling.
-  const std::string fill = tfm_test::tfm_command() + " fill-mask --run " + dir +
-                           " --text \"ROMEO: [MASK] thou\" --top-k 8 --json 2>/dev/null; }";
-  const auto one = tfm_test::run_shell("{ OMP_NUM_THREADS=1 " + fill),
-             two = tfm_test::run_shell("{ OMP_NUM_THREADS=2 " + fill);
+  const auto fill = [&](const char* threads) {
+    return tfm_test::run_shell("{ " + tfm_test::tfm_command() + " fill-mask --run " + dir +
+                               " --text \"ROMEO: [MASK] thou\" --top-k 8 --json --threads " + threads +
+                               " 2>/dev/null; }");
+  };
+  const auto one = fill("1"), two = fill("2");
   REQUIRE(one.status == 0);
   CHECK(one.out == two.out);
   r = tfm_test::run_tfm("sample --run " + dir);
@@ -102,10 +104,12 @@ TEST_CASE("objectives: seq2seq learns a toy translation through the loop, BLEU, 
   REQUIRE(c.status == 0);
   const auto j = nlohmann::json::parse(c.out.substr(c.out.find('{')));
   CHECK(j.at("translation") == "un sept.");
-  const std::string beams = tfm_test::tfm_command() + " translate --run " + dir +
-                            " --text \"seven one.\" --text \"eight six!\" --beam 3 --json 2>/dev/null; }";
-  const auto one = tfm_test::run_shell("{ OMP_NUM_THREADS=1 " + beams),
-             two = tfm_test::run_shell("{ OMP_NUM_THREADS=2 " + beams);
+  const auto beams = [&](const char* threads) {
+    return tfm_test::run_shell("{ " + tfm_test::tfm_command() + " translate --run " + dir +
+                               " --text \"seven one.\" --text \"eight six!\" --beam 3 --json --threads " +
+                               threads + " 2>/dev/null; }");
+  };
+  const auto one = beams("1"), two = beams("2");
   REQUIRE(one.status == 0);
   CHECK(one.out == two.out);  // the translations do not depend on the thread count
   CHECK(j.at("d2l_bleu").get<double>() == Approx(1.0));
