@@ -56,6 +56,14 @@ TEST_CASE("data prepare: builds the cache once, prints the counts, rebuilds when
   CHECK_THAT(r.out, Catch::Contains("tokenized in"));
   CHECK_THAT(r.out, Catch::Contains("14400 train / 1600 val tokens"));
   CHECK(fs::exists(tmp.path + "/.tfm-cache/text.txt.char.tokens"));
+  CHECK_THAT(r.out, !Catch::Contains("warning"));
+  // A split too short for one sequence is counted, and said to be one `tfm train` refuses.
+  r = run_tfm(args + " --set train.seq_len=2000 --set model.max_seq_len=2000");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("warning: the validation split has 1600 tokens, and one sequence of "
+                                    "train.seq_len = 2000 needs 2002: `tfm train` refuses this config"));
+  CHECK_THAT(r.out, !Catch::Contains("the training split"));
 
   r = run_tfm(args);
   CHECK(r.status == 0);
