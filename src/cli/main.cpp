@@ -100,6 +100,11 @@ int report_parse_error(CLI::App& app, const CLI::ParseError& e) {
     const std::string s = closest(*word, commands);
     msg = name + ": unknown command \"" + *word + "\"" + (s.empty() ? "" : " (did you mean " + s + "?)") +
           "; the commands: " + list;
+  } else if (const std::string what = e.what();
+             what.find(": At Most 1 required but received ") != std::string::npos) {
+    // CLI11's words for a one-value flag given more than once.
+    msg = name + ": " + what.substr(0, what.find(": At Most")) + ": given " +
+          what.substr(what.rfind(' ') + 1) + " times; it takes one value";
   } else {
     msg = name + ": " + e.what();
     for (const std::string& a : extra)

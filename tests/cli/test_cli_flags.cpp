@@ -64,6 +64,8 @@ TEST_CASE("cli flags: a mistyped command or flag is named as tfm's own error, wi
         "`tfm sample --help` shows its usage, with examples"}},
       {"train --config", {"tfm: error: tfm train: --config: 1 required FILE missing"}},
       {"config --keys --config configs/tiny.json", {"tfm: error: tfm config: --config excludes --keys"}},
+      {"sample --run x --max-new-tokens 5 --max-new-tokens 3",
+       {"tfm: error: tfm sample: --max-new-tokens: given 2 times; it takes one value"}},
   };
   for (const Case& c : cases) {
     const tfm_test::CliRun r = tfm_test::run_tfm(c.args);
