@@ -130,10 +130,11 @@ class SameOperandsScope {
 // another kernel when they cut it for another thread count (on an AVX2 EPYC, 1 and 2 threads differed in
 // the last bits for 18% of the shapes tried with oneDNN, 42% with OpenBLAS). Inside the scope the wrapper
 // cuts C itself into tiles fixed by (M, N) alone, 64 rows by 256 columns with K whole, and computes each
-// with one single-threaded library call, the tiles spread over the threads. generate() holds one, so a
-// seed gives the same text at any thread count. Training does not: the libraries' own threading is
-// faster for its long-K weight gradients (a run's losses may differ in the last bits between thread
-// counts).
+// with one single-threaded library call, the tiles spread over the threads (a product under 2^20
+// multiply-adds, most of a decode step's, runs its tiles on the calling thread: no team to wake). generate()
+// holds one, so a seed gives the same text at any thread count. Training does not: the libraries' own
+// threading is faster for its long-K weight gradients (a run's losses may differ in the last bits between
+// thread counts).
 class ThreadInvariantProducts {
  public:
   ThreadInvariantProducts();
