@@ -233,6 +233,113 @@ Matmul make_matmul(const MatmulKey& k) {
                 pad.get_size()};
 }
 
+// Below this many multiply-adds a bf16 product runs as sgemm on rounded operands (bf16_by_sgemm).
+constexpr int64_t kMatmulMinMacs = int64_t{1} << 20;
+
+void bf16_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                 const float* bias = nullptr) {
+  thread_local std::vector<uint16_t> ba, bb;
+  thread_local RoundedFrom held_a, held_b;
+  thread_local std::vector<uint8_t> pad;
+  int64_t la = 0, lb = 0;
+  const uint16_t* a = bf16_operand(A, ta, M, K, lda, ba, held_a, la);
+  const uint16_t* b = bf16_operand(B, tb, K, N, ldb, bb, held_b, lb);
+  // A primitive splits its work over the thread count it was created with; called from a parallel
+  // region (attention's per-head products) it runs on one thread, and is created under, and cached
+  // with, that count.
+  const int threads = omp_get_max_threads();
+  const bool serial = threads > 1 && omp_in_parallel();
+  if (serial) omp_set_num_threads(1);
+  thread_local std::unordered_map<MatmulKey, Matmul, MatmulKeyHash> cache;
+  const MatmulKey key{M, N, K, la, lb, ldc, ta, tb, alpha, beta, serial ? 1 : threads, bias != nullptr};
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, make_matmul(key)).first;
+  Matmul& mm = it->second;
+  thread_local dnnl::stream stream(engine());
+  mm.a.set_data_handle(const_cast<uint16_t*>(a));
+  mm.b.set_data_handle(const_cast<uint16_t*>(b));
+  mm.c.set_data_handle(C);
+  mm.scratchpad.set_data_handle(scratch(pad, static_cast<int64_t>(mm.scratch_bytes) + 1));
+  if (bias) mm.bias.set_data_handle(const_cast<float*>(bias));
+  const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, mm.a.get()},
+                                  {DNNL_ARG_WEIGHTS, mm.b.get()},
+                                  {DNNL_ARG_DST, mm.c.get()},
+                                  {DNNL_ARG_SCRATCHPAD, mm.scratchpad.get()},
+                                  {DNNL_ARG_BIAS, bias ? mm.bias.get() : nullptr}};
+  const dnnl_status_t s = dnnl_primitive_execute(mm.prim.get(), stream.get(), bias ? 5 : 4, args);
+  TFM_CHECK(s == dnnl_success, "gemm", "oneDNN bf16 matmul failed with status ", static_cast<int>(s), " on (",
+            M, ", ", N, ", ", K, ")");
+  if (serial) omp_set_num_threads(threads);
+}
+
+void sgemm_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const dnnl_status_t s =
+      dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  TFM_CHECK(s == dnnl_success, "gemm", "dnnl_sgemm failed with status ", static_cast<int>(s), " on (", M,
+            ", ", N, ", ", K, ")");
+}
+
+// Which kernel runs a product: the precision and backend in use, and for bf16 on oneDNN, its size.
+bool bf16_now(int64_t K) {
+  return g_precision.load(std::memory_order_relaxed) == Precision::Bf16 && K > 0;
+}
+bool onednn_now() {
+  return g_backend.load(std::memory_order_relaxed) == GemmBackend::OneDnn;
+}
+bool bf16_matmul(int64_t M, int64_t N, int64_t K) {
+  return bf16_now(K) && onednn_now() && M * N * K >= kMatmulMinMacs && onednn_bf16_matmul_available();
+}
+
+}  // namespace
+
+// oneDNN 2.x has bf16 matmul kernels only on CPUs with AVX-512 (avx512_core; native bf16 instructions
+// with avx512_bf16); elsewhere (AVX2-only CPUs) it cannot create the primitive. Asked once, by creating
+// one; where it fails, every bf16 product runs as sgemm on rounded operands (the same products).
+bool onednn_bf16_matmul_available() {
+  static const bool available = [] {
+    try {
+      make_matmul(MatmulKey{64, 64, 64, 64, 64, 64, false, false, 1.0f, 0.0f, 1, false});
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return available;
+}
+
+namespace {
+
+// One product as the backend and precision decide, threaded by the library as it likes. With `bias`,
+// C = alpha op(A) op(B) + bias and beta is unused: oneDNN's bf16 matmul adds the bias in the kernel; the
+// other paths start C's rows as the bias and accumulate onto them (no second pass over C).
+void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+             const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+  if (bias != nullptr) {
+    // oneDNN's output scale (alpha) would scale the bias too.
+    if (alpha == 1.0f && bf16_matmul(M, N, K)) {
+      bf16_onednn(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc, bias);
+      return;
+    }
+#pragma omp parallel for if (M * N > (int64_t{1} << 20))
+    for (int64_t i = 0; i < M; ++i) std::memcpy(C + i * ldc, bias, sizeof(float) * N);
+    beta = 1.0f;
+  }
+  const Sgemm sgemm = onednn_now() ? sgemm_onednn : sgemm_openblas;
+  if (bf16_matmul(M, N, K))
+    bf16_onednn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else if (bf16_now(K))
+    bf16_by_sgemm(sgemm, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else
+    sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// The tiles of a product inside a ThreadInvariantProducts scope: C's rows and columns cut at fixed
+// multiples, K whole.
+constexpr int64_t kTileRows = 64, kTileCols = 256;
+thread_local int t_thread_invariant = 0;  // depth of nested ThreadInvariantProducts scopes
+
 // Below this many multiply-adds a product's tiles run one after another on the calling thread: a team
 // costs more to start and join than it saves, and when the other core is busy, waiting for its thread
 // costs a scheduler slice per product. Sampling 300 tokens of shakespeare_char, a team per decode-step
