@@ -98,27 +98,12 @@ struct TokenizerIoOptions {
   bool stats = false;
 };
 
-// The tokenizer a new run of the config would build (char: the data file's characters; bpe, gpt2: their
-// files), or the run's own (its checkpoint's).
+// The tokenizer a new run of the config would build (char, byte: from the corpus, as its token cache
+// holds it; bpe, gpt2: their files), or the run's own (its checkpoint's).
 Tokenizer io_tokenizer(const TokenizerIoOptions& o) {
   if (o.config.empty() == o.run.empty()) throw ConfigError("--config, --run: give exactly one of them");
   if (!o.run.empty()) return load_run(o.run).checkpoint.tokenizer;
-  const Config c = load_config(o.config, o.sets);
-  const Tokenizer::Kind kind = Tokenizer::parse_kind(c.string("data.tokenizer"));
-  switch (kind) {
-    case Tokenizer::Kind::Bpe:
-    case Tokenizer::Kind::Gpt2:
-      return tokenizer_from_file(c);
-    case Tokenizer::Kind::Char:
-      return char_vocabulary_of_file(c.string("data.path"));
-    case Tokenizer::Kind::Byte:
-      return Tokenizer::from_text(kind, "", c.string("data.path"));
-    case Tokenizer::Kind::Word:
-      break;
-  }
-  throw ConfigError(
-      "data.tokenizer: \"word\" builds its vocabulary from the training pairs; give a trained run with --run "
-      "DIR");
+  return data_vocabulary(load_config(o.config, o.sets));
 }
 
 // The bytes of --file, else of the inline flag's value, and the name to report them by.

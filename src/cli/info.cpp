@@ -73,11 +73,7 @@ struct InfoModel {
 // masked_lm's [MASK]. Refused, naming data.path, when the file has no text to take them from.
 int64_t data_vocabulary_size(const Config& c, ObjectiveKind objective) {
   const std::string path = c.string("data.path");
-  const Tokenizer::Kind kind = Tokenizer::parse_kind(c.string("data.tokenizer"));
-  const Tokenizer tokenizer = kind == Tokenizer::Kind::Bpe || kind == Tokenizer::Kind::Gpt2
-                                  ? tokenizer_from_file(c)
-                              : kind == Tokenizer::Kind::Char ? char_vocabulary_of_file(path)
-                                                              : Tokenizer::from_text(kind, "", path);
+  const Tokenizer tokenizer = data_vocabulary(c);
   if (tokenizer.size() == 0)
     throw ConfigError("data.path: " + path +
                       " holds no text, so training would have no vocabulary (--vocab-size N sets one for "

@@ -15,6 +15,7 @@
 #include "tfm/analysis/attention_maps.h"
 #include "tfm/analysis/figures.h"
 #include "tfm/data/bpe.h"
+#include "tfm/data/corpus.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
 #include "tfm/engine/gguf.h"
@@ -242,16 +243,37 @@ int run_export(const ExportOptions& o) {
 // ---- tfm tokenizer train ----
 
 struct TokenizerTrainOptions {
-  std::string data, out;
+  std::string data, out, text_field = "text";
   int vocab_size = 512;
 };
+
+// The text of --data read as a corpus, as data.path is (corpus.h: a file, a folder, a glob or a list;
+// JSON Lines' --text-field; .gz and .zst decompressed), its documents joined by newlines. The bytes of
+// a compressed file or the syntax of JSON Lines are not text to learn merges from.
+std::string corpus_text(const TokenizerTrainOptions& o) {
+  constexpr uint64_t kMaxTextBytes = uint64_t{1} << 31;
+  CorpusOptions options;
+  options.text_field = o.text_field;
+  CorpusReader reader(list_corpus(o.data), options);
+  std::string text;
+  while (reader.next_document()) {
+    if (!text.empty()) text += '\n';
+    while (reader.read(text))
+      if (text.size() > kMaxTextBytes)
+        throw ConfigError("--data: " + o.data +
+                          " holds more than 2 GiB of text; train the tokenizer on a part of it (a file or a "
+                          "glob of some of its files)");
+  }
+  if (text.empty()) throw ConfigError("--data: " + o.data + " holds no text to learn merges from");
+  return text;
+}
 
 int run_tokenizer_train(const TokenizerTrainOptions& o) {
   if (o.vocab_size < 256 || o.vocab_size > kBpeMaxVocab)
     throw ConfigError("--vocab-size: expected 256 to " + std::to_string(kBpeMaxVocab) + ", got " +
                       std::to_string(o.vocab_size));
   check_output_path("--out", o.out, {{"--data", o.data}});
-  const std::string text = read_file(o.data, uint64_t{1} << 31);
+  const std::string text = corpus_text(o);
   const auto t0 = std::chrono::steady_clock::now();
   const BpeTokenizer bpe = BpeTokenizer::train(text, o.vocab_size);
   const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -342,14 +364,23 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
   tok->require_subcommand(1);
   tok->footer(
       "\nExample:\n  tfm tokenizer train --data data/tinyshakespeare.txt --vocab-size 1024 --out tok.json\n");
-  auto* tok_train = tok->add_subcommand("train", "Learn a byte-level BPE vocabulary from a text file");
-  tok_train->add_option("--data", t->data, "Text file")->type_name("FILE")->required();
+  auto* tok_train = tok->add_subcommand("train", "Learn a byte-level BPE vocabulary from a corpus");
+  tok_train
+      ->add_option("--data", t->data,
+                   "The corpus, in any form data.path takes: a text file, a folder, a glob, a JSON list; "
+                   ".jsonl, .gz and .zst read as training reads them")
+      ->type_name("PATH")
+      ->required();
+  tok_train->add_option("--text-field", t->text_field, "JSON Lines: the field holding each document's text")
+      ->capture_default_str();
   tok_train->add_option("--vocab-size", t->vocab_size, "Vocabulary size (256 bytes + merges)")
       ->capture_default_str()
       ->check(integer_in(256, kBpeMaxVocab));
   tok_train->add_option("--out", t->out, "Tokenizer file (JSON)")->type_name("FILE")->required();
   tok_train->footer(
-      "\nExample:\n  tfm tokenizer train --data data/tinyshakespeare.txt --vocab-size 1024 --out tok.json\n");
+      "\nExamples:\n  tfm tokenizer train --data data/tinyshakespeare.txt --vocab-size 1024 --out tok.json\n"
+      "  tfm tokenizer train --data 'books/*.jsonl.gz' --text-field content --vocab-size 8192 --out "
+      "tok.json\n");
   commands.push_back({tok_train, [t] { return run_tokenizer_train(*t); }});
   return commands;
 }

@@ -77,6 +77,16 @@ Tokenizer tokenizer_from_file(const Config& c) {
                               path.is_string() ? path.get<std::string>() : "");
 }
 
+Tokenizer data_vocabulary(const Config& c) {
+  const Tokenizer::Kind kind = Tokenizer::parse_kind(c.string("data.tokenizer"));
+  if (kind == Tokenizer::Kind::Bpe || kind == Tokenizer::Kind::Gpt2) return tokenizer_from_file(c);
+  if (kind == Tokenizer::Kind::Word)
+    throw ConfigError(
+        "data.tokenizer: \"word\" builds its vocabulary from the training pairs; give a trained run with "
+        "--run DIR");
+  return open_token_cache(c.string("data.path"), kind, token_cache_options(c, true)).tokenizer;
+}
+
 TokenCacheOptions token_cache_options(const Config& c, bool log) {
   TokenCacheOptions o;
   o.dir = c.string("data.cache_dir");

@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "cli_run.h"
@@ -23,6 +25,34 @@ using tfm_test::run_tfm;
 using tfm_test::TempDir;
 
 }  // namespace
+
+TEST_CASE("bpe cli: tokenizer train reads its corpus as data.path is read: gzip, JSON Lines, a folder",
+          "[bpe][cli]") {
+  TempDir tmp("bpe_corpus");
+  const std::string text =
+      tfm_test::read_file(std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt");
+  const size_t cut = text.find('\n', text.size() / 2);
+  REQUIRE(cut != std::string::npos);
+  const std::string first = text.substr(0, cut), second = text.substr(cut + 1);
+  std::ofstream(tmp.path + "/plain.txt") << text;
+  fs::create_directories(tmp.path + "/folder");
+  std::ofstream(tmp.path + "/folder/a.txt") << first;  // documents are joined by a newline
+  std::ofstream(tmp.path + "/folder/b.txt") << second;
+  std::ofstream(tmp.path + "/records.jsonl") << nlohmann::json{{"content", first}}.dump() << "\n"
+                                             << nlohmann::json{{"content", second}}.dump() << "\n";
+  REQUIRE(run_shell("gzip -c " + tmp.path + "/plain.txt > " + tmp.path + "/plain.txt.gz").status == 0);
+  const auto learn = [&](const std::string& data, const std::string& name) {
+    const CliRun r =
+        run_tfm("tokenizer train --vocab-size 300 --data " + data + " --out " + tmp.path + "/" + name);
+    INFO(r.out);
+    CHECK(r.status == 0);
+    return tfm_test::read_file(tmp.path + "/" + name);
+  };
+  const std::string plain = learn(tmp.path + "/plain.txt", "plain.json");
+  CHECK(learn(tmp.path + "/plain.txt.gz", "gz.json") == plain);  // the text, not the compressed bytes
+  CHECK(learn(tmp.path + "/folder", "folder.json") == plain);
+  CHECK(learn(tmp.path + "/records.jsonl --text-field content", "jsonl.json") == plain);  // not the JSON
+}
 
 TEST_CASE(
     "bpe cli: tokenizer train, train 20 steps with data.tokenizer = bpe, resume-safe checkpoint, sample",

@@ -193,7 +193,13 @@ TEST_CASE("cli: info takes the vocabulary from the data when the file is too sho
   CHECK(vocab_of(run_cli(info + "/short.txt --set data.tokenizer=byte")) == 256);
   const tfm_test::CliRun empty = run_cli(info + "/empty.txt");
   CHECK(empty.status == 2);
-  CHECK_THAT(empty.out, Catch::Contains("data.path: " + dir + "/empty.txt holds no text"));
+  CHECK_THAT(empty.out, Catch::Contains(dir + "/empty.txt: the corpus has no text"));
+  // A folder (any corpus form) gives its vocabulary as training takes it: the characters of its
+  // documents and the separator between them.
+  std::filesystem::create_directories(dir + "/folder");
+  std::ofstream(dir + "/folder/a.txt") << "abc";
+  std::ofstream(dir + "/folder/b.txt") << "cde";
+  CHECK(vocab_of(run_cli(info + "/folder")) == 6);
 }
 
 TEST_CASE("cli: SIGINT checkpoints and exits 0 and a NaN exits 3", "[cli]") {

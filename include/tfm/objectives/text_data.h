@@ -19,6 +19,11 @@ TokenCacheOptions token_cache_options(const Config& config, bool log);
 // The tokenizer a new run reads from files (data.tokenizer "bpe" or "gpt2", data.tokenizer_path; gpt2
 // without a path is GPT-2's own); ConfigError for the kinds whose vocabulary comes from the data.
 Tokenizer tokenizer_from_file(const Config& config);
+// The vocabulary a new run of `config` takes from data.path: a char or byte vocabulary as the token cache
+// derives it from the corpus in any of its forms (a folder, a glob, JSON Lines, compressed; with the
+// document separator when there is one), built or read through the cache as a run would.
+// tokenizer_from_file for bpe and gpt2; ConfigError for word (the pairs').
+Tokenizer data_vocabulary(const Config& config);
 
 // causal_lm's evaluation: the mean loss over `batches` random (B, T) windows of `tokens`, drawn from
 // a generator seeded with `seed`, in eval mode without a graph; nullopt when abandoned on `stop`.
