@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "text_objective.h"
+#include "tfm/data/utf8.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/gemm.h"
 #include "tfm/engine/ops.h"
@@ -177,9 +178,12 @@ FillMaskResult fill_mask(Objective& objective, const std::string& text, int64_t 
   size_t from = 0;
   for (;;) {
     const size_t at = text.find(mask, from);
-    const std::vector<int32_t> piece =
-        tok.encode(text.substr(from, at == std::string::npos ? at : at - from), "--text");
-    r.tokens.insert(r.tokens.end(), piece.begin(), piece.end());
+    // Each piece between masks is encoded where it stands in the text, so an error counts from its start.
+    const std::string_view piece =
+        std::string_view(text).substr(from, at == std::string::npos ? at : at - from);
+    tok.encode_piece(piece, "--text", from,
+                     static_cast<uint64_t>(count_utf8_chars(std::string_view(text).substr(0, from))),
+                     r.tokens);
     if (at == std::string::npos) break;
     r.masks.push_back({static_cast<int64_t>(r.tokens.size()), {}});
     r.tokens.push_back(mlm->mask_id());
