@@ -140,8 +140,8 @@ int translate_command(const TranslateCliOptions& o) {
   int64_t n_skipped = 0;
   for (int64_t number = 1; std::getline(std::cin, line); ++number) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) {
-      fmt::print("\n");
+    if (line.empty()) {  // an empty translation, as for --text "" (a JSON record with --json)
+      emit(line, "", nullptr);
       continue;
     }
     const std::string source = "stdin line " + std::to_string(number);

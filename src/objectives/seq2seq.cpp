@@ -343,6 +343,9 @@ std::vector<std::string> translate_texts(Objective& objective, const std::vector
   std::vector<SentencePair> pairs(texts.size());
   std::vector<int64_t> idx;
   for (size_t i = 0; i < texts.size(); ++i) {
+    // Nothing to translate (an empty line, however it came): an empty translation, not one the decoder
+    // makes up from the end-of-sentence token alone.
+    if (texts[i].find_first_not_of(" \t\r\n") == std::string::npos) continue;
     int64_t whole = 0;
     pairs[i].src = s->encode_source(texts[i], source.c_str(), &whole);
     if (cut && whole > s->max_source_len())
@@ -352,13 +355,15 @@ std::vector<std::string> translate_texts(Objective& objective, const std::vector
           texts.size() > 1 ? fmt::format("{} {}", source, i + 1) : source, whole, s->max_source_len()));
     idx.push_back(static_cast<int64_t>(i));
   }
+  std::vector<std::string> result(texts.size());
+  if (idx.empty()) return result;
   const PairBatch b = make_pair_batch(pairs, idx);
   const bool was_training = model.training();
   model.set_training(false);
   const auto out = model.translate(b.src, b.src_lengths, b.B, b.S, o);
   model.set_training(was_training);
-  std::vector<std::string> result;
-  for (const auto& ids : out) result.push_back(s->target_tokenizer()->decode(ids));
+  for (size_t k = 0; k < out.size(); ++k)
+    result[static_cast<size_t>(idx[k])] = s->target_tokenizer()->decode(out[k]);
   return result;
 }
 

@@ -103,6 +103,15 @@ TEST_CASE("objectives: seq2seq learns a toy translation through the loop, BLEU, 
                                " translate --run " + dir + " --checkpoint last 2>/dev/null; }");
   REQUIRE(c.status == 0);
   CHECK(c.out == "deux un.\ntrois quatre cinq!\n");
+  // Nothing to translate gives an empty translation, on stdin as with --text "".
+  c = tfm_test::run_shell("{ printf 'one two.\\n\\n' | " + tfm_test::tfm_command() + " translate --run " +
+                          dir + " --checkpoint last --json 2>/dev/null; " + tfm_test::tfm_command() +
+                          " translate --run " + dir +
+                          " --checkpoint last --text '' --text ' ' 2>/dev/null; }");
+  REQUIRE(c.status == 0);
+  CHECK(
+      c.out ==
+      "{\"source\":\"one two.\",\"translation\":\"deux un.\"}\n{\"source\":\"\",\"translation\":\"\"}\n\n\n");
   c = tfm_test::run_tfm("translate --run " + dir +
                         " --text \"seven one.\" --reference \"un sept.\" --beam 2 --json");
   REQUIRE(c.status == 0);
