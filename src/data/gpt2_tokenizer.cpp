@@ -516,6 +516,10 @@ Gpt2Bpe Gpt2Bpe::load(const std::string& path) {
   if (p.extension() == ".json") {
     const nlohmann::json root = read_json(path);
     if (root.is_object() && root.contains("model")) return load_tokenizer_json(path, root);
+    if (root.is_object() && root.value("type", nlohmann::json()) == "byte_bpe")
+      throw IoError(path +
+                    ": a tokenizer of tfm's own (tfm tokenizer train), read with data.tokenizer \"bpe\"; "
+                    "data.tokenizer \"gpt2\" reads GPT-2's or Hugging Face's files");
     return load_pair(path, partner({"vocab.bpe", "merges.txt"}, "a vocabulary (token -> id)"));
   }
   return load_pair(partner({"encoder.json", "vocab.json"}, "a merges file"), path);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli_run.h"
+#include "tfm/data/bpe.h"
 #include "tfm/data/gpt2_tokenizer.h"
 #include "tfm/data/tokenizer.h"
 #include "tfm/engine/error.h"
@@ -206,6 +207,10 @@ TEST_CASE("gpt2 loaders: a bad file is refused, naming the file and the place", 
   std::filesystem::create_directories(lone);
   gpt2_test_write(lone + "/vocab.bpe", kGpt2TestMerges);
   refuse(lone + "/vocab.bpe", "needs its partner file, encoder.json or vocab.json");
+  // tfm's own BPE file (tfm tokenizer train) is named as such.
+  const std::string own = tmp.file("own.json");
+  BpeTokenizer::train("the theme of the thesis", 260).save(own);
+  refuse(own, "own.json: a tokenizer of tfm's own (tfm tokenizer train), read with data.tokenizer \"bpe\"");
   const auto tokenizer_json = [&](const std::string& name, const nlohmann::json& j) {
     const std::string p = tmp.file(name + ".json");
     gpt2_test_write(p, j.dump());
