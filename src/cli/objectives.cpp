@@ -86,8 +86,6 @@ void check_beam_memory(Objective& objective, int64_t sources, int64_t beam) {
 // error record) in its place, so the output stays line for line with the input; the command then
 // exits 2 naming every skipped line.
 int translate_command(const TranslateCliOptions& o) {
-  if (!(o.alpha >= 0.0) || !std::isfinite(o.alpha))
-    throw ConfigError("--length-penalty: expected a number >= 0, got " + std::to_string(o.alpha));
   if (o.penalty != "gnmt" && o.penalty != "power")
     throw ConfigError("--penalty: expected \"gnmt\" or \"power\", got \"" + o.penalty + "\"");
   if (!o.references.empty() && o.references.size() != o.texts.size())
@@ -209,7 +207,8 @@ std::vector<Command> add_objective_commands(CLI::App& app) {
       ->check(integer_in(1, kMaxFlagCount));
   t->add_option("--length-penalty", to->alpha,
                 "alpha: beam scores are log-probability sums / penalty(len)^alpha (0 = none)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(number_in(0, 10));
   t->add_option("--penalty", to->penalty, "gnmt: ((5 + len) / 6)^alpha (Wu et al. 2016); power: len^alpha")
       ->capture_default_str();
   t->add_option("--max-len", to->max_len,

@@ -35,6 +35,7 @@ TEST_CASE("cli flags: bad numeric values exit 2 naming the flag and the range", 
       {"bench gemm --threads -1", "--threads: expected an integer in [0, 1024]"},
       {"bench gemm --n 8", "--n: expected an integer in [16, 8192]"},
       {"bench gemm --seconds 0", "--seconds: expected a number in [0.01, 60]"},
+      {"translate --run x --length-penalty -1", "--length-penalty: expected a number in [0, 10], got \"-1\""},
   };
   for (const Case& c : cases) {
     r = tfm_test::run_tfm(c.args);
