@@ -103,7 +103,7 @@ void dump_text_logits(LanguageModel& model, const Tokenizer& tok, const std::vec
   }
   check_logits_memory(model.config(), static_cast<int64_t>(texts.size()), L,
                       std::to_string(texts.size()) + " --text");
-  const std::string what = std::to_string(texts.size()) + " texts";
+  const std::string what = std::to_string(texts.size()) + (texts.size() == 1 ? " text" : " texts");
   if (gguf_path.empty()) {
     write_logits(model_logits(model), model.config().vocab_size, sequences, true, path, what);
     return;

@@ -1,6 +1,7 @@
 // tfm attention | export | tokenizer: looking inside a run and moving its weights out (docs/insight.md).
 #include <fmt/format.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -222,15 +223,17 @@ int export_gguf(const ExportOptions& o, LoadedRun& run) {
 }
 
 int run_export(const ExportOptions& o) {
+  // The name's extension, whatever its case (m.GGUF is a GGUF file's name too).
+  std::string extension = fs::path(o.out).extension().string();
+  for (char& ch : extension) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   std::string format = o.format;
-  if (format.empty())
-    format = o.out.size() >= 5 && o.out.substr(o.out.size() - 5) == ".gguf" ? "gguf" : "safetensors";
+  if (format.empty()) format = extension == ".gguf" ? "gguf" : "safetensors";
   if (format != "safetensors" && format != "gguf")
     throw ConfigError("--format: expected \"safetensors\" or \"gguf\", got \"" + format + "\"");
   // A file named for the other format would be refused by whatever reads it by its name (sample
   // --init-from: "not a safetensors file but a GGUF file").
   const std::string other = format == "gguf" ? ".safetensors" : ".gguf";
-  if (o.out.size() >= other.size() && o.out.compare(o.out.size() - other.size(), other.size(), other) == 0)
+  if (extension == other)
     throw ConfigError("--out: " + o.out + " is named for " + other.substr(1) + " but --format " + format +
                       " writes " + (format == "gguf" ? "GGUF" : "safetensors") + ": name it ." + format +
                       ", or drop --format (the name chooses it)");

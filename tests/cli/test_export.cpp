@@ -106,6 +106,11 @@ TEST_CASE("export: safetensors round trip through --init-from, and the PyTorch r
     CHECK_THAT(r.out, Catch::Contains("is named for") && Catch::Contains("but --format " + format));
     CHECK_FALSE(std::filesystem::exists(tmp.path + name));
   }
+  // The name chooses the format whatever its case: m.GGUF is GGUF.
+  r = run_tfm("export --run " + run + " --out " + tmp.path + "/m.GGUF");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(tfm_test::read_file(tmp.path + "/m.GGUF").substr(0, 4) == "GGUF");
 
   // The project's own PyTorch reference (scripts/torch_lm.py) reads the export; only PyTorch may be missing.
   if (run_shell("/usr/bin/python3 -c 'import torch, numpy' >/dev/null").status == 0) {
