@@ -170,9 +170,12 @@ RunSummary summarize_run(const std::string& dir, const std::string& name) {
   r.name = name;
   const fs::path d(dir);
   std::error_code ec;
+  const std::vector<std::string>& own = run_file_names();
   for (fs::directory_iterator it(d, ec), end; !ec && it != end; it.increment(ec)) {
     r.files.push_back(it->path().filename().string());
-    r.last_update = std::max(r.last_update, unix_mtime(it->path()));
+    // What training writes: an analysis written into the run (attention/, heads/) is not an update.
+    if (std::find(own.begin(), own.end(), r.files.back()) != own.end())
+      r.last_update = std::max(r.last_update, unix_mtime(it->path()));
   }
   std::sort(r.files.begin(), r.files.end());
   if (!fs::is_directory(d, ec)) {

@@ -2,7 +2,9 @@
 // from the lock, the log and the checkpoint's state; metrics with a cut last line; a corrupt checkpoint;
 // min/max downsampling; config diffs.
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -105,6 +107,13 @@ TEST_CASE("runs: every status, from the lock, the log and the checkpoint's state
   CHECK(std::isnan(done.seconds_to_target));
   CHECK(done.problems.empty());
   CHECK(done.last_update > 1.7e9);
+  // An analysis written into a run later (tfm attention's attention/) is no update of the run.
+  const auto two_days_ago = fs::file_time_type::clock::now() - std::chrono::hours(48);
+  for (const auto& e : fs::directory_iterator(root + "/done")) fs::last_write_time(e.path(), two_days_ago);
+  fs::create_directories(root + "/done/attention");
+  std::ofstream(root + "/done/attention/attention.json") << "{}";
+  CHECK(summarize_run(root + "/done", "done").last_update <
+        static_cast<double>(std::time(nullptr)) - 47 * 3600);
   CHECK(runs_find(runs, "all/target").seconds_to_target == Approx(4.5));
 
   const json j = run_summary_json(runs_find(runs, "all/target"));

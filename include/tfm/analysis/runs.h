@@ -45,7 +45,8 @@ struct RunSummary {
   double best_val_loss = kNoValue;      // lowest val_loss logged (or the checkpoint's best)
   double seconds_to_target = kNoValue;  // train.target_loss reached after this much training
   double tokens_per_s = kNoValue;       // median over the logged intervals
-  double last_update = 0;               // newest modification time of the run's files, Unix seconds
+  double last_update = 0;               // newest modification time of the run's own files (run_dir.h's
+                                        // run_file_names(), not analyses written into it), Unix seconds
   std::vector<std::string> problems;    // what could not be read, one message each
   std::vector<std::string> files;       // the files the directory holds (names, sorted)
 };
