@@ -8,6 +8,8 @@
 #include <functional>
 #include <map>
 
+#include "tfm/config/config.h"
+#include "tfm/engine/enum_names.h"
 #include "tfm/engine/error.h"
 #include "tfm/training/checkpoint.h"
 #include "tfm/training/run_dir.h"
@@ -402,8 +404,24 @@ std::vector<ConfigDifference> config_diff(const json& a, const json& b) {
   }
   for (auto it = fb.begin(); it != fb.end(); ++it)
     if (!fa.contains(it.key())) diffs[it.key()] = {it.key(), json(nullptr), it.value()};
+  // A key neither run's objective reads (data.max_source_len between two causal_lm runs) says nothing.
+  const auto objective_of = [](const json& flat) {
+    const auto it = flat.find("train.objective");
+    return it != flat.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  const std::string objective_a = objective_of(fa), objective_b = objective_of(fb);
+  const auto read_by = [](const KeySpec& key, const std::string& objective) {
+    if (key.objectives.empty() || objective.empty()) return true;
+    for (const ObjectiveKind o : key.objectives)
+      if (name_of(o) == objective) return true;
+    return false;
+  };
   std::vector<ConfigDifference> out;
-  for (auto& [key, d] : diffs) out.push_back(std::move(d));
+  for (auto& [key, d] : diffs) {
+    const KeySpec* spec = find_key(key);
+    if (spec && !read_by(*spec, objective_a) && !read_by(*spec, objective_b)) continue;
+    out.push_back(std::move(d));
+  }
   return out;
 }
 

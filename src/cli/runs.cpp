@@ -57,6 +57,8 @@ nlohmann::json run_config(const std::string& dir) {
 }
 
 std::string value_str(const nlohmann::json& v) {
+  // 10 significant digits: a derived 0.003 / 10 shows as 0.0003, not 0.00030000000000000003.
+  if (v.is_number_float()) return fmt::format("{:.10g}", v.get<double>());
   return v.is_null() ? "(absent)" : v.is_string() ? v.get<std::string>() : v.dump();
 }
 

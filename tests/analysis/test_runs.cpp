@@ -244,6 +244,13 @@ TEST_CASE("runs: config diff lists only the differing dotted keys", "[runs]") {
   CHECK(d[2].a == 0.003);
   CHECK(config_diff(a, a).empty());
   CHECK(flatten_config(a)["model.d_model"] == 8);
+  // A key neither run's objective reads is left out: seq2seq's source length between two causal_lm runs.
+  json c = a, e = a;
+  c["train"]["objective"] = e["train"]["objective"] = "causal_lm";
+  c["data"]["max_source_len"] = 10, e["data"]["max_source_len"] = 20;
+  CHECK(config_diff(c, e).empty());
+  e["train"]["objective"] = "seq2seq";  // read by one of them: listed
+  CHECK(config_diff(c, e).size() == 2);
 }
 
 TEST_CASE("runs: sweep, ablation and speedrun results are found with their files", "[runs]") {

@@ -216,6 +216,9 @@ TEST_CASE("tfm runs: the table, --json, --sort and --diff on trained and damaged
   const json diff = json::parse(r.out);
   REQUIRE(diff["config"].size() == 1);
   CHECK(diff["config"][0]["key"] == "train.optimizer.lr");
+  r = run_tfm("runs --diff " + root + "/done " + root + "/corrupt");
+  CHECK_THAT(r.out, Catch::Contains("train.optimizer.lr"));
+  CHECK_THAT(r.out, !Catch::Contains("000000000"));  // floats at 10 digits, not their binary tail
   CHECK(run_tfm("runs --diff " + root + "/done " + root + "/nowhere").status == 2);
 }
 
