@@ -83,9 +83,9 @@ int run_prepare(const PrepareOptions& o) {
                                        std::pair<const char*, int64_t>{"validation", d.val.size()}})
     if (n_split < need)
       std::printf(
-          "warning: the %s split has %ld tokens, and one sequence of train.seq_len = %ld needs %ld: `tfm "
-          "train` "
-          "refuses this config (use a longer text, a smaller train.seq_len or another data.val_fraction)\n",
+          "warning: the %s split has %ld tokens, and one sequence of train.seq_len = %ld needs %ld: "
+          "`tfm train` refuses this config (use a longer text, a smaller train.seq_len or another "
+          "data.val_fraction)\n",
           which, static_cast<long>(n_split), static_cast<long>(need - 2), static_cast<long>(need));
   return kExitOk;
 }
