@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 
 #include "tfm/config/config.h"
 #include "tfm/engine/enum_names.h"
@@ -105,7 +106,7 @@ std::string run_name_under(const std::string& root_path, const std::string& dir_
   const fs::path dir = fs::absolute(dir_path, ec).lexically_normal();
   const fs::path from_here = ec ? fs::path() : dir.lexically_relative(here);
   if (!from_here.empty() && *from_here.begin() != "..") {
-    if (from_here == "." || from_here == "./") return here.filename().string();  // where the user stands
+    if (from_here == ".") return here.filename().string();  // where the user stands
     const std::string name = from_here.string();
     return name.back() == '/' ? name.substr(0, name.size() - 1) : name;
   }
@@ -405,16 +406,15 @@ std::vector<ConfigDifference> config_diff(const json& a, const json& b) {
   for (auto it = fb.begin(); it != fb.end(); ++it)
     if (!fa.contains(it.key())) diffs[it.key()] = {it.key(), json(nullptr), it.value()};
   // A key neither run's objective reads (data.max_source_len between two causal_lm runs) says nothing.
-  const auto objective_of = [](const json& flat) {
+  const auto objective_of = [](const json& flat) -> std::optional<ObjectiveKind> {
     const auto it = flat.find("train.objective");
-    return it != flat.end() && it->is_string() ? it->get<std::string>() : std::string();
+    return it != flat.end() && it->is_string() ? enum_from<ObjectiveKind>(it->get<std::string>())
+                                               : std::nullopt;
   };
-  const std::string objective_a = objective_of(fa), objective_b = objective_of(fb);
-  const auto read_by = [](const KeySpec& key, const std::string& objective) {
-    if (key.objectives.empty() || objective.empty()) return true;
-    for (const ObjectiveKind o : key.objectives)
-      if (name_of(o) == objective) return true;
-    return false;
+  const std::optional<ObjectiveKind> objective_a = objective_of(fa), objective_b = objective_of(fb);
+  const auto read_by = [](const KeySpec& key, std::optional<ObjectiveKind> objective) {
+    return key.objectives.empty() || !objective ||
+           std::find(key.objectives.begin(), key.objectives.end(), *objective) != key.objectives.end();
   };
   std::vector<ConfigDifference> out;
   for (auto& [key, d] : diffs) {

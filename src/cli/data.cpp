@@ -78,7 +78,7 @@ int run_prepare(const PrepareOptions& o) {
   std::printf("\n");
   if (!d.split_warning.empty()) std::printf("warning: %s\n", d.split_warning.c_str());
   // The counts above take any split; training needs a whole sequence in each (dataset.h).
-  const int64_t need = c.integer("train.seq_len") + 2;
+  const int64_t seq_len = c.integer("train.seq_len"), need = tokens_for_a_sequence(seq_len);
   for (const auto& [which, n_split] : {std::pair<const char*, int64_t>{"training", d.train.size()},
                                        std::pair<const char*, int64_t>{"validation", d.val.size()}})
     if (n_split < need)
@@ -86,7 +86,7 @@ int run_prepare(const PrepareOptions& o) {
           "warning: the %s split has %ld tokens, and one sequence of train.seq_len = %ld needs %ld: "
           "`tfm train` refuses this config (use a longer text, a smaller train.seq_len or another "
           "data.val_fraction)\n",
-          which, static_cast<long>(n_split), static_cast<long>(need - 2), static_cast<long>(need));
+          which, static_cast<long>(n_split), static_cast<long>(seq_len), static_cast<long>(need));
   return kExitOk;
 }
 

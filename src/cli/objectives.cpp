@@ -123,12 +123,17 @@ int translate_command(const TranslateCliOptions& o) {
   };
   translate_texts(*run.objective, {}, t);  // the run and the options, before any text is read
   const std::string beam_flag = "--beam = " + std::to_string(o.beam);
+  // The translations, and a warning for each source cut to data.max_source_len.
+  const auto translate = [&](const std::vector<std::string>& texts, const std::string& source) {
+    std::vector<std::string> cut;
+    std::vector<std::string> out =
+        sized_by(beam_flag, [&] { return translate_texts(*run.objective, texts, t, source, &cut); });
+    for (const std::string& c : cut) fmt::print(stderr, "tfm: warning: {}\n", c.c_str());
+    return out;
+  };
   if (!o.texts.empty()) {
     check_beam_memory(*run.objective, static_cast<int64_t>(o.texts.size()), o.beam);
-    std::vector<std::string> cut;
-    const std::vector<std::string> out =
-        sized_by(beam_flag, [&] { return translate_texts(*run.objective, o.texts, t, "--text", &cut); });
-    for (const std::string& c : cut) fmt::print(stderr, "tfm: warning: {}\n", c.c_str());
+    const std::vector<std::string> out = translate(o.texts, "--text");
     for (size_t i = 0; i < out.size(); ++i)
       emit(o.texts[i], out[i], o.references.empty() ? nullptr : &o.references[i]);
     return kExitOk;
@@ -145,9 +150,7 @@ int translate_command(const TranslateCliOptions& o) {
     const std::string source = "stdin line " + std::to_string(number);
     std::string out;
     try {
-      std::vector<std::string> cut;
-      out = sized_by(beam_flag, [&] { return translate_texts(*run.objective, {line}, t, source, &cut)[0]; });
-      for (const std::string& c : cut) fmt::print(stderr, "tfm: warning: {}\n", c.c_str());
+      out = translate({line}, source)[0];
     } catch (const IoError& e) {  // the line's own fault (invalid UTF-8): the others still translate
       fmt::print(stderr, "tfm: warning: {}; skipped ({})\n", e.what(),
                  o.json ? "an error record stands for it" : "an empty line stands for it");

@@ -55,7 +55,7 @@ Dataset split(const std::string& path, TokenCache cache, double val_fraction, in
     n_train = cache.document_ends[d_train - 1] + (cache.document_separator ? 1 : 0);
     d.val_documents = D - d_train;
   }
-  const int64_t need = seq_len + 2;  // randint(n - T - 1) needs n - T - 1 >= 1
+  const int64_t need = tokens_for_a_sequence(seq_len);
   auto too_short = [&](const char* which, int64_t n, const char* fraction_advice) {
     if (n < need)
       throw IoError(

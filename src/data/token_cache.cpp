@@ -882,13 +882,7 @@ std::string token_cache_path(const std::string& spec, const std::string& dir, To
                   : kind == Tokenizer::Kind::Bpe  ? "bpe"
                   : kind == Tokenizer::Kind::Gpt2 ? "gpt2"
                                                   : "word";
-  if (kind == Tokenizer::Kind::Bpe && given) {
-    const std::string json = given->to_json().dump();
-    char id[24];
-    std::snprintf(id, sizeof id, "-%012llx",
-                  static_cast<unsigned long long>(XXH3_64bits(json.data(), json.size()) >> 16));
-    k += id;
-  }
+  if (kind == Tokenizer::Kind::Bpe && given) k += "-" + hex(fingerprint(*given)).substr(0, 12);
   return (std::filesystem::path(dir) / (name + "." + k + ".tokens")).string();
 }
 

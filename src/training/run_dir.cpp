@@ -30,10 +30,14 @@ bool present(const fs::path& p) {
   return fs::symlink_status(p, ec).type() != fs::file_type::not_found && !ec;
 }
 
+bool is_loss_figure_name(const std::string& name) {
+  return name == kLossFigureFile || name == kLogLossFigureFile;
+}
+
 bool is_run_file_name(const std::string& name, bool with_loss_figures) {
   const std::vector<std::string>& names = run_file_names();
   if (std::find(names.begin(), names.end(), name) != names.end()) return true;
-  return with_loss_figures && (name == kLossFigureFile || name == kLogLossFigureFile);
+  return with_loss_figures && is_loss_figure_name(name);
 }
 
 // The run file `p` would be (its name in a directory that holds a run), or "" when it is none.
@@ -112,7 +116,7 @@ void check_output_path(const std::string& flag, const std::string& path,
     if (name.empty()) continue;
     const std::string via =
         p.filename() == fs::path(path).filename() ? "" : " (where it leads: " + p.string() + ")";
-    const bool figure = name == kLossFigureFile || name == kLogLossFigureFile;
+    const bool figure = is_loss_figure_name(name);
     throw ConfigError(
         flag + ": " + path + via + " is the " + name + " of the run in " + p.parent_path().string() +
         "; only `tfm train`" +

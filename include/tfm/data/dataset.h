@@ -30,6 +30,12 @@ struct Dataset {
   std::string split_warning;
 };
 
+// Tokens a split needs for one training sequence of `seq_len`: seq_len + 2, since a window of seq_len + 1
+// starts at randint(n - seq_len - 1) (BatchSampler), which needs n - seq_len - 1 >= 1.
+constexpr int64_t tokens_for_a_sequence(int64_t seq_len) {
+  return seq_len + 2;
+}
+
 // Reads the corpus data.path = `path` (corpus.h) through its token cache and splits it. Throws
 // IoError (missing, empty, invalid UTF-8, a bad record, an unwritable cache directory, a split without
 // a document or too short for one sequence of `seq_len`: it needs seq_len + 2 tokens).
