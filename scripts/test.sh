@@ -7,7 +7,8 @@
 #      `cmake --install` into a temporary prefix and examples/ built and run against the installed package,
 #      beside step 2;
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build (-Og -g1), compiled while the Release tests
-#      run and linking the test code the Release build compiled; the same tests. -Og compiles the
+#      run and linking the test code the Release build compiled, its library one translation unit
+#      (TFM_LIBRARY_ONE_UNIT: the Release build has checked the layers); the same tests. -Og compiles the
 #      instrumented code in half the time of -O1 (the CLI's first batch: 88 -> 35 s of CPU); -g1 keeps
 #      the line tables the sanitizers' stack traces need (file:line) without the full debug information.
 # Usage: scripts/test.sh
@@ -39,7 +40,7 @@ if [ "${TFM_SANITIZE:-1}" != "0" ]; then
   echo "tfm: ASan+UBSan build in $asan, beside the Release tests (its output: $asan_log)"
   setsid nice -n 10 bash -c 'source "$1/scripts/common.sh"; shift; tfm_build "$@"' _ "$TFM_ROOT" "$asan" \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-Og -g1" -DTFM_SANITIZE=ON -DTFM_WERROR=ON \
-    -DTFM_TEST_OBJECTS_FROM="$release" > "$asan_log" 2>&1 &
+    -DTFM_LIBRARY_ONE_UNIT=ON -DTFM_TEST_OBJECTS_FROM="$release" > "$asan_log" 2>&1 &
   asan_pid=$!
 fi
 echo "tfm: tests (Release)"

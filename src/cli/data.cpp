@@ -51,9 +51,7 @@ int run_prepare(const PrepareOptions& o) {
   const double source_bytes = static_cast<double>(d.source_bytes);
   const int width = d.train.width();
   // Text bytes for one plain file; a corpus of several or compressed files is counted as stored.
-  const bool plain = is_single_file(path) && path.size() > 3 &&
-                     path.compare(path.size() - 3, 3, ".gz") != 0 &&
-                     path.compare(path.size() - 4, 4, ".zst") != 0;
+  const bool plain = is_single_file(path) && !is_compressed(path);
   std::printf("%s: %.0f bytes%s -> %ld tokens (%s tokenizer, vocabulary %ld, uint%d ids): %.3f bytes/token\n",
               path.c_str(), source_bytes, plain ? "" : " on disk", static_cast<long>(n),
               d.tokenizer.kind_name().c_str(), static_cast<long>(d.tokenizer.size()), width * 8,

@@ -18,15 +18,12 @@
 #include "tfm/data/token_cache.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
+#include "tfm/engine/strings.h"
 
 namespace tfm {
 namespace fs = std::filesystem;
 
 namespace {
-
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
 
 enum class Compression { None, Gzip, Zstd };
 
@@ -143,6 +140,10 @@ std::string hex16(uint64_t v) {
 }
 
 }  // namespace
+
+bool is_compressed(const std::string& path) {
+  return compression_of(path) != Compression::None;
+}
 
 bool is_single_file(const std::string& spec) {
   const std::vector<std::string> e = entries_of(spec);

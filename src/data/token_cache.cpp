@@ -120,10 +120,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string errno_str() {
-  return std::strerror(errno);
-}
-
 // Files and folders that this user or root own; anything else another user could have planted.
 bool trusted_owner(uid_t uid) {
   return uid == ::geteuid() || uid == 0;
@@ -347,12 +343,12 @@ Tokenizer char_vocabulary_of_file(const std::string& source, uint64_t* hash, siz
 
 namespace {
 
-constexpr char kMagic[8] = {'T', 'F', 'M', 'T', 'O', 'K', 'S', kCacheFormat.version};
-constexpr size_t kMagicNameBytes = 7;  // "TFMTOKS", then the version
+constexpr char kCacheMagic[8] = {'T', 'F', 'M', 'T', 'O', 'K', 'S', kCacheFormat.version};
+constexpr size_t kCacheMagicNameBytes = 7;  // "TFMTOKS", then the version
 constexpr uint64_t kAlign = 4096;
 constexpr uint64_t kMaxMetaBytes = uint64_t{64} << 20;  // a BPE vocabulary of 1M merges is ~20 MB of JSON
 
-struct Header {
+struct CacheHeader {
   char magic[8];
   uint32_t width;
   uint32_t vocab_from_source;
@@ -367,10 +363,10 @@ struct Header {
   uint64_t documents;
   uint64_t header_hash;
 };
-static_assert(sizeof(Header) == 96, "the cache header is 96 bytes");
-constexpr size_t kHashedHeaderBytes = offsetof(Header, header_hash);
+static_assert(sizeof(CacheHeader) == 96, "the cache header is 96 bytes");
+constexpr size_t kHashedHeaderBytes = offsetof(CacheHeader, header_hash);
 
-uint64_t header_hash(const Header& h, const std::string& meta) {
+uint64_t header_hash(const CacheHeader& h, const std::string& meta) {
   return hash_fold(hash64(&h, kHashedHeaderBytes), hash64(meta.data(), meta.size()));
 }
 
@@ -386,7 +382,7 @@ std::string hex(uint64_t v) {
 }
 
 // The ids' region is followed, from an 8-byte boundary, by the document ends (u64 each).
-uint64_t ends_offset(const Header& h) {
+uint64_t ends_offset(const CacheHeader& h) {
   return (h.tokens_offset + h.count * h.width + 7) / 8 * 8;
 }
 
@@ -405,7 +401,7 @@ struct CheckStamp {
   uint64_t hash;  // of the fields above
 };
 
-CheckStamp stamp_of(const struct stat& st, const Header& h) {
+CheckStamp stamp_of(const struct stat& st, const CacheHeader& h) {
   CheckStamp s{};
   s.dev = static_cast<uint64_t>(st.st_dev), s.ino = static_cast<uint64_t>(st.st_ino);
   s.size = static_cast<uint64_t>(st.st_size);
@@ -511,7 +507,7 @@ std::optional<TokenCache> try_open(const std::string& cache, const Corpus& corpu
   } catch (const IoError& e) {
     return reject(e.what(), true);
   }
-  if (::fstat(fd.get(), &st) != 0) return reject("cannot open it: " + errno_str(), true);
+  if (::fstat(fd.get(), &st) != 0) return reject("cannot open it: " + errno_text(), true);
   // Its ids are trusted once its checksums match, and anyone who can write a file can make those
   // match: only a cache this user (or root) wrote is read.
   if (!trusted_owner(st.st_uid))
@@ -520,16 +516,16 @@ std::optional<TokenCache> try_open(const std::string& cache, const Corpus& corpu
                        "), who could have planted it; tfm reads only token caches its own user wrote: "
                        "remove it or set data.cache_dir to a directory of your own"));
   const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
-  Header h;
+  CacheHeader h;
   if (file_bytes < sizeof h)
     return reject("truncated: " + std::to_string(file_bytes) + " bytes, shorter than its 96-byte header",
                   true);
   if (read_at(fd.get(), &h, sizeof h, 0, cache) != sizeof h)
     return reject("truncated while reading its header", true);
-  if (std::memcmp(h.magic, kMagic, kMagicNameBytes) != 0)
+  if (std::memcmp(h.magic, kCacheMagic, kCacheMagicNameBytes) != 0)
     return reject("not a tfm token cache (bad magic)", true);
-  if (h.magic[kMagicNameBytes] != kCacheFormat.version)
-    return reject(detail::concat("written in cache format ", std::string(1, h.magic[kMagicNameBytes]),
+  if (h.magic[kCacheMagicNameBytes] != kCacheFormat.version)
+    return reject(detail::concat("written in cache format ", std::string(1, h.magic[kCacheMagicNameBytes]),
                                  "; this tfm reads and writes format ", std::string(1, kCacheFormat.version)),
                   false);
   if ((h.width != 2 && h.width != 4) || h.meta_bytes > kMaxMetaBytes ||
@@ -629,7 +625,7 @@ std::optional<TokenCache> try_open(const std::string& cache, const Corpus& corpu
     }
   }
   void* base = ::mmap(nullptr, static_cast<size_t>(file_bytes), PROT_READ, MAP_SHARED, fd.get(), 0);
-  if (base == MAP_FAILED) throw IoError(detail::concat(cache, ": cannot map it: ", errno_str()));
+  if (base == MAP_FAILED) throw IoError(detail::concat(cache, ": cannot map it: ", errno_text()));
   // Windows are read at random offsets: no read-ahead around them.
   ::madvise(base, static_cast<size_t>(file_bytes), MADV_RANDOM);
   const auto mapping = std::make_shared<const TokenMapping>(base, static_cast<size_t>(file_bytes));
@@ -708,8 +704,8 @@ void build(const std::string& cache, const Corpus& corpus, const Request& req, i
         .dump();
   };
   std::string meta = meta_of({});
-  Header h{};
-  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  CacheHeader h{};
+  std::memcpy(h.magic, kCacheMagic, sizeof kCacheMagic);
   h.width = width;
   h.tokenizer_hash = fingerprint(tok);
   h.vocab_from_source = own && fingerprint(*own) == h.tokenizer_hash ? 1 : 0;

@@ -19,10 +19,11 @@
 
 namespace tfm {
 
-namespace {
-std::string errno_str() {
+std::string errno_text() {
   return std::strerror(errno);
 }
+
+namespace {
 
 [[noreturn]] void refuse_to_read(const std::string& path, mode_t mode) {
   throw IoError(detail::concat(path, ": is ", file_kind(mode), "; expected a regular file"));
@@ -49,13 +50,13 @@ FileDescriptor open_for_writing(const std::string& path, int flags) {
   FileDescriptor fd(
       ::open(path.c_str(), flags | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, 0644));
   if (!fd) {
-    const std::string err = errno_str();
+    const std::string err = errno_text();
     require_regular_or_absent(path);  // ELOOP, ENXIO: say what is there
     throw IoError(detail::concat(path, ": cannot open for writing: ", err));
   }
   struct stat st;
   if (::fstat(fd.get(), &st) != 0)
-    throw IoError(detail::concat(path, ": cannot open for writing: ", errno_str()));
+    throw IoError(detail::concat(path, ": cannot open for writing: ", errno_text()));
   if (!S_ISREG(st.st_mode)) refuse_to_write(path, st.st_mode);
   make_blocking(fd.get());
   return fd;
@@ -107,12 +108,12 @@ const char* file_kind(mode_t mode) {
 FileDescriptor open_regular_file(const std::string& path) {
   // stat first, so that a device is refused without being opened at all.
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) throw IoError(detail::concat(path, ": cannot open: ", errno_str()));
+  if (::stat(path.c_str(), &st) != 0) throw IoError(detail::concat(path, ": cannot open: ", errno_text()));
   if (!S_ISREG(st.st_mode)) refuse_to_read(path, st.st_mode);
   // O_NONBLOCK: should a FIFO take the name after the stat, opening it still returns at once.
   FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
-  if (!fd) throw IoError(detail::concat(path, ": cannot open: ", errno_str()));
-  if (::fstat(fd.get(), &st) != 0) throw IoError(detail::concat(path, ": cannot open: ", errno_str()));
+  if (!fd) throw IoError(detail::concat(path, ": cannot open: ", errno_text()));
+  if (::fstat(fd.get(), &st) != 0) throw IoError(detail::concat(path, ": cannot open: ", errno_text()));
   if (!S_ISREG(st.st_mode)) refuse_to_read(path, st.st_mode);
   make_blocking(fd.get());
   return fd;
@@ -121,14 +122,14 @@ FileDescriptor open_regular_file(const std::string& path) {
 FilePtr open_regular_stream(const std::string& path) {
   FileDescriptor fd = open_regular_file(path);
   FilePtr f(::fdopen(fd.get(), "rb"));
-  if (!f) throw IoError(detail::concat(path, ": cannot open: ", errno_str()));
+  if (!f) throw IoError(detail::concat(path, ": cannot open: ", errno_text()));
   fd.release();  // the stream owns it now
   return f;
 }
 
 uint64_t file_size(const std::string& path) {
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) throw IoError(detail::concat(path, ": cannot open: ", errno_str()));
+  if (::stat(path.c_str(), &st) != 0) throw IoError(detail::concat(path, ": cannot open: ", errno_text()));
   if (!S_ISREG(st.st_mode)) refuse_to_read(path, st.st_mode);
   return static_cast<uint64_t>(st.st_size);
 }
@@ -138,7 +139,7 @@ std::string read_file(const std::string& path, uint64_t max_bytes) {
   // Size from the open file (not the path) so a rename in between cannot fool the bound.
   struct stat st;
   if (::fstat(::fileno(f.get()), &st) != 0)
-    throw IoError(detail::concat(path, ": cannot open: ", errno_str()));
+    throw IoError(detail::concat(path, ": cannot open: ", errno_text()));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size > max_bytes)
     throw IoError(detail::concat(path, ": file is ", size, " bytes, expected at most ", max_bytes));
@@ -154,7 +155,7 @@ size_t read_at(int fd, void* out, size_t size, uint64_t offset, const std::strin
     const ssize_t r =
         ::pread(fd, static_cast<char*>(out) + done, size - done, static_cast<off_t>(offset + done));
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0) throw IoError(detail::concat(path, ": read failed: ", errno_str()));
+    if (r < 0) throw IoError(detail::concat(path, ": read failed: ", errno_text()));
     if (r == 0) break;
     done += static_cast<size_t>(r);
   }
@@ -172,7 +173,7 @@ FileDescriptor open_for_append(const std::string& path, bool truncate) {
   FileDescriptor fd = open_for_writing(path, O_WRONLY | O_APPEND);
   // Emptied only now that it is known to be a regular file.
   if (truncate && ::ftruncate(fd.get(), 0) != 0)
-    throw IoError(detail::concat(path, ": cannot empty it: ", errno_str()));
+    throw IoError(detail::concat(path, ": cannot empty it: ", errno_text()));
   return fd;
 }
 
@@ -182,7 +183,7 @@ FileDescriptor open_lock_file(const std::string& path) {
 
 ExclusiveFileLock::ExclusiveFileLock(const std::string& path) : fd_(open_lock_file(path)) {
   while (::flock(fd_.get(), LOCK_EX) != 0)
-    if (errno != EINTR) throw IoError(detail::concat(path, ": cannot lock: ", errno_str()));
+    if (errno != EINTR) throw IoError(detail::concat(path, ": cannot lock: ", errno_text()));
 }
 
 void write_all(int fd, const void* data, size_t size, const std::string& path) {
@@ -190,7 +191,7 @@ void write_all(int fd, const void* data, size_t size, const std::string& path) {
   while (size > 0) {
     const ssize_t n = ::write(fd, p, size);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw IoError(detail::concat(path, ": write failed: ", errno_str()));
+    if (n <= 0) throw IoError(detail::concat(path, ": write failed: ", errno_text()));
     p += n, size -= static_cast<size_t>(n);
   }
 }
@@ -245,19 +246,19 @@ AtomicFile::AtomicFile(const std::string& path) : path_(path) {
     fd = ::open(dir.empty() ? "." : dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
     // Any other error (a missing or read-only directory) is the same for a named file.
     if (fd < 0 && errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
-      throw IoError(detail::concat(path_, ": cannot create a temporary file beside it: ", errno_str()));
+      throw IoError(detail::concat(path_, ": cannot create a temporary file beside it: ", errno_text()));
   }
   if (fd < 0) {  // a file system without unnamed files
     tmp_path_ = claim_temporary_name([&](const std::string& name) {
       fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0644);
       if (fd < 0 && errno != EEXIST)
-        throw IoError(detail::concat(path_, ": cannot create a temporary file beside it: ", errno_str()));
+        throw IoError(detail::concat(path_, ": cannot create a temporary file beside it: ", errno_text()));
       return fd >= 0;
     });
   }
   file_ = ::fdopen(fd, "wb");
   if (!file_) {
-    const std::string err = errno_str();
+    const std::string err = errno_text();
     ::close(fd);
     if (!tmp_path_.empty()) ::unlink(tmp_path_.c_str());
     throw IoError(detail::concat(path_, ": cannot create a temporary file beside it: ", err));
@@ -286,17 +287,17 @@ std::string AtomicFile::claim_temporary_name(const std::function<bool(const std:
 void AtomicFile::write(const void* data, size_t size) {
   TFM_CHECK(file_, "AtomicFile::write", "file ", path_, " already committed");
   if (size > 0 && std::fwrite(data, 1, size, file_) != size)
-    throw IoError(detail::concat(path_, ": write failed: ", errno_str()));
+    throw IoError(detail::concat(path_, ": write failed: ", errno_text()));
 }
 
 void AtomicFile::write_at(uint64_t offset, const void* data, size_t size) {
   TFM_CHECK(file_, "AtomicFile::write_at", "file ", path_, " already committed");
-  if (std::fflush(file_) != 0) throw IoError(detail::concat(path_, ": write failed: ", errno_str()));
+  if (std::fflush(file_) != 0) throw IoError(detail::concat(path_, ": write failed: ", errno_text()));
   const char* p = static_cast<const char*>(data);
   while (size > 0) {
     const ssize_t n = ::pwrite(::fileno(file_), p, size, static_cast<off_t>(offset));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw IoError(detail::concat(path_, ": write failed: ", errno_str()));
+    if (n <= 0) throw IoError(detail::concat(path_, ": write failed: ", errno_text()));
     p += n, offset += static_cast<uint64_t>(n), size -= static_cast<size_t>(n);
   }
 }
@@ -305,14 +306,14 @@ void AtomicFile::commit() {
   TFM_CHECK(file_, "AtomicFile::commit", "file ", path_, " already committed");
   // fsync before rename: otherwise a power cut can leave the new name pointing at empty data.
   bool ok = std::fflush(file_) == 0 && ::fsync(::fileno(file_)) == 0;
-  std::string err = ok ? "" : errno_str();
+  std::string err = ok ? "" : errno_text();
   if (ok && tmp_path_.empty()) {
     // The unnamed file gets a temporary name (linkat makes it exclusively), then the real one.
     const std::string self = "/proc/self/fd/" + std::to_string(::fileno(file_));
     tmp_path_ = claim_temporary_name([&](const std::string& name) {
       if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) return true;
       if (errno == EEXIST) return false;
-      ok = false, err = errno_str();
+      ok = false, err = errno_text();
       return true;  // no name: the write fails below
     });
     if (!ok) tmp_path_.clear();
@@ -321,10 +322,10 @@ void AtomicFile::commit() {
   file_ = nullptr;
   if (!ok || !closed) {
     if (!tmp_path_.empty()) ::unlink(tmp_path_.c_str());
-    throw IoError(detail::concat(path_, ": write failed: ", ok ? errno_str() : err));
+    throw IoError(detail::concat(path_, ": write failed: ", ok ? errno_text() : err));
   }
   if (std::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
-    const std::string e = errno_str();
+    const std::string e = errno_text();
     ::unlink(tmp_path_.c_str());
     throw IoError(detail::concat(path_, ": cannot rename ", tmp_path_, " to it: ", e));
   }
@@ -332,10 +333,10 @@ void AtomicFile::commit() {
   // the old entry (or none) even though the file's data is on disk.
   const std::string dir = std::filesystem::path(path_).parent_path().string();
   const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw IoError(detail::concat(path_, ": cannot open its directory to sync it: ", errno_str()));
+  if (fd < 0) throw IoError(detail::concat(path_, ": cannot open its directory to sync it: ", errno_text()));
   // EINVAL: a file system that cannot sync directories (nothing more to do there).
   const bool synced = ::fsync(fd) == 0 || errno == EINVAL;
-  const std::string sync_err = synced ? "" : errno_str();
+  const std::string sync_err = synced ? "" : errno_text();
   ::close(fd);
   if (!synced)
     throw IoError(detail::concat(path_, ": cannot sync its directory after the rename: ", sync_err));

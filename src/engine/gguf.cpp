@@ -23,7 +23,7 @@ namespace tfm {
 
 namespace {
 
-constexpr char kMagic[4] = {'G', 'G', 'U', 'F'};
+constexpr char kGgufMagic[4] = {'G', 'G', 'U', 'F'};
 constexpr uint32_t kVersion = 3;
 
 bool is_integer(GgufType t) {
@@ -203,7 +203,7 @@ std::string layout(const GgufFile& file, const std::string& what, std::vector<ui
   }
 
   Writer w(what);
-  w.bytes().append(kMagic, 4);
+  w.bytes().append(kGgufMagic, 4);
   w.pod<uint32_t>(kVersion);
   w.pod<uint64_t>(file.tensors.size());
   w.pod<uint64_t>(file.metadata.size());
@@ -339,7 +339,7 @@ GgufFile read_gguf(Input& in) {
   const std::string& what = in.what();
   char magic[4];
   in.read(magic, 4, "the magic number");
-  if (std::memcmp(magic, kMagic, 4) != 0)
+  if (std::memcmp(magic, kGgufMagic, 4) != 0)
     throw IoError(detail::concat(what, ": not a GGUF file (the first 4 bytes are not \"GGUF\")"));
   file.version = in.pod<uint32_t>("the version");
   if (file.version == 0x03000000u || file.version == 0x02000000u)

@@ -33,7 +33,7 @@ struct Entry {
   uint64_t begin = 0, end = 0;
 };
 
-struct Header {
+struct SafetensorsHeader {
   std::vector<Entry> entries;  // sorted by data offset
   std::map<std::string, std::string> metadata;
 };
@@ -154,11 +154,11 @@ Entry parse_entry(const std::string& name, const json& j, uint64_t data_size, co
   return e;
 }
 
-Header parse_header(const char* text, size_t size, uint64_t data_size, const std::string& what) {
+SafetensorsHeader parse_header(const char* text, size_t size, uint64_t data_size, const std::string& what) {
   const json root = parse_json_strict(text, size, what + ": header");
   if (!root.is_object())
     throw IoError(detail::concat(what, ": header must be a JSON object, got ", type_name(root)));
-  Header h;
+  SafetensorsHeader h;
   for (const auto& [name, value] : root.items()) {
     if (name == "__metadata__")
       h.metadata = parse_metadata(value, what);
@@ -242,7 +242,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
 SafetensorsFile parse_safetensors(const uint8_t* data, size_t size, const std::string& what) {
   const uint64_t n = header_length(data, size, what);
   const uint8_t* data_section = data + 8 + n;
-  Header h = parse_header(reinterpret_cast<const char*>(data + 8), n, size - 8 - n, what);
+  SafetensorsHeader h = parse_header(reinterpret_cast<const char*>(data + 8), n, size - 8 - n, what);
   SafetensorsFile out;
   out.source = what;
   out.metadata = std::move(h.metadata);
@@ -272,7 +272,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
   const uint64_t n = header_length(length, size, path);
   std::string text(static_cast<size_t>(n), '\0');
   read_exact(text.data(), n);
-  Header h = parse_header(text.data(), text.size(), size - 8 - n, path);
+  SafetensorsHeader h = parse_header(text.data(), text.size(), size - 8 - n, path);
 
   SafetensorsFile out;
   out.source = path;

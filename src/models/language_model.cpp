@@ -7,12 +7,13 @@
 #include <string>
 
 #include "tfm/engine/ops.h"
+#include "tfm/engine/strings.h"
 #include "tfm/nn/blocks.h"
 
 namespace tfm {
 namespace {
 
-ModelConfig checked(ModelConfig c) {
+ModelConfig checked_for_language_model(ModelConfig c) {
   c = resolved(c);
   check_model_config(c, "LanguageModel");
   TFM_CHECK(c.vocab_size > 0, "LanguageModel", "vocab_size must be positive, got ", c.vocab_size);
@@ -142,14 +143,11 @@ struct LanguageModel::Impl {
 };
 
 LanguageModel::LanguageModel(const ModelConfig& config, uint64_t init_seed)
-    : impl_(std::make_unique<Impl>(checked(config))) {
+    : impl_(std::make_unique<Impl>(checked_for_language_model(config))) {
   adopt_parameters(impl_->net, init_seed, impl_->net.config.n_layers);
   // The tricks' initial values (their parameters drew nothing or were drawn last: the others are as
   // without them).
   const bool zero_init = impl_->net.config.zero_init;
-  auto ends_with = [](const std::string& s, const std::string& end) {
-    return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
-  };
   for (const NamedParameter& p : parameters()) {
     Tensor v = p.value;
     if (ends_with(p.name, ".x0_mix")) {

@@ -6,16 +6,10 @@
 #include <cmath>
 
 #include "tfm/engine/ops.h"
+#include "tfm/engine/strings.h"
 #include "tfm/nn/attention.h"
 
 namespace tfm {
-namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-}  // namespace
 
 FlopCount flops_per_token(const Cost& forward, double tokens) {
   FlopCount f;

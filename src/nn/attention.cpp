@@ -13,7 +13,7 @@
 namespace tfm {
 
 namespace {
-ModelConfig checked(ModelConfig c) {
+ModelConfig checked_for_attention(ModelConfig c) {
   c = resolved(c);
   check_model_config(c, "MultiHeadAttention");
   return c;
@@ -68,7 +68,7 @@ Tensor mix_heads(const Tensor& x, const Tensor& mix) {
 }  // namespace
 
 MultiHeadAttention::MultiHeadAttention(const ModelConfig& config, bool causal, int64_t kdim, int64_t vdim)
-    : config_(checked(config)),
+    : config_(checked_for_attention(config)),
       causal_(causal),
       kdim_(kdim > 0 ? kdim : config_.d_model),
       vdim_(vdim > 0 ? vdim : config_.d_model),

@@ -13,7 +13,7 @@ namespace {
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "checkpoints are written little-endian");
 
-constexpr char kMagic[8] = {'T', 'F', 'M', 'C', 'K', 'P', 'T', '\0'};
+constexpr char kCheckpointMagic[8] = {'T', 'F', 'M', 'C', 'K', 'P', 'T', '\0'};
 constexpr size_t kHeaderBytes = 32;
 constexpr uint32_t kMaxNameBytes = 64;
 
@@ -115,7 +115,7 @@ void save_checkpoint(const std::string& path, const CheckpointView& ckpt) {
     payload_size += prefix.size() + s.size;
     crc = crc32(s.data, s.size, crc32(prefix.data(), prefix.size(), crc));
   }
-  std::string header(kMagic, sizeof kMagic);
+  std::string header(kCheckpointMagic, sizeof kCheckpointMagic);
   put<uint32_t>(header, kCheckpointVersion);
   put<uint32_t>(header, static_cast<uint32_t>(sections.size()));
   put<uint64_t>(header, payload_size);
@@ -151,7 +151,7 @@ nlohmann::json load_checkpoint_state(const std::string& path) {
   in.seekg(0);
   char header[kHeaderBytes];
   if (size < kHeaderBytes || !in.read(header, kHeaderBytes) ||
-      std::memcmp(header, kMagic, sizeof kMagic) != 0)
+      std::memcmp(header, kCheckpointMagic, sizeof kCheckpointMagic) != 0)
     throw IoError(path + ": not a tfm checkpoint (no tfm checkpoint header)");
   uint32_t version, sections;
   uint64_t payload_size;
@@ -190,7 +190,7 @@ Checkpoint parse_checkpoint(const uint8_t* data, size_t size, const std::string&
     throw IoError(path + ": not a tfm checkpoint (" + std::to_string(size) + " bytes, shorter than the " +
                   std::to_string(kHeaderBytes) + "-byte header)");
   const char* header = reinterpret_cast<const char*>(data);
-  if (std::memcmp(header, kMagic, sizeof kMagic) != 0)
+  if (std::memcmp(header, kCheckpointMagic, sizeof kCheckpointMagic) != 0)
     throw IoError(path + ": not a tfm checkpoint (wrong magic number)");
   uint32_t version, sections, crc;
   uint64_t payload_size;

@@ -28,6 +28,8 @@ struct CorpusFile {
 std::vector<CorpusFile> list_corpus(const std::string& spec);
 // Whether data.path is one file (as before corpora: any name, read as text unless .jsonl/.gz/.zst).
 bool is_single_file(const std::string& spec);
+// Whether a corpus file is read through a decompressor (.gz, .zst): its size on disk is not its text's.
+bool is_compressed(const std::string& path);
 // What the token cache is named after: a file's or directory's name; "corpus-<hash of data.path>" for
 // a glob or a list.
 std::string corpus_name(const std::string& spec);

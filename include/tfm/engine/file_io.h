@@ -42,6 +42,9 @@ struct FileCloser {
 };
 using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
 
+// The text of errno ("No such file or directory"), for messages after a failed system call.
+std::string errno_text();
+
 // What a stat mode names, for messages: "a regular file", "a FIFO", "a character device", ...
 const char* file_kind(mode_t mode);
 
