@@ -36,11 +36,11 @@ cd "$TFM_ROOT"
 config="configs/shakespeare_speedrun.json" target=1.60 only="" threads="$(nproc)" out="" steps="" seeds=1
 while [ $# -gt 0 ]; do
   case "$1" in
-    --steps) steps="$2"; shift 2 ;;
-    --seeds) seeds="$2"; shift 2 ;;
-    --target) target="$2"; shift 2 ;;
-    --only) only="$2"; shift 2 ;;
-    --out) out="$2"; shift 2 ;;
+    --steps) tfm_value "$@"; steps="$2"; shift 2 ;;
+    --seeds) tfm_value "$@"; seeds="$2"; shift 2 ;;
+    --target) tfm_value "$@"; target="$2"; shift 2 ;;
+    --only) tfm_value "$@"; only="$2"; shift 2 ;;
+    --out) tfm_value "$@"; out="$(tfm_user_path "$2")"; shift 2 ;;
     *) tfm_experiment_arg "$@"; shift "$TFM_SHIFT" ;;
   esac
 done

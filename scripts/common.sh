@@ -4,6 +4,9 @@
 # Sourced, not run. Everything here is idempotent and quick when nothing is missing.
 
 TFM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# Where the user ran the script: the scripts work from TFM_ROOT (the configs name their data from there),
+# but a path the user gives is relative to where they are (tfm_user_path).
+TFM_CALLER_DIR="$PWD"
 TFM_PACKAGES=(g++ cmake make ninja-build libopenblas-dev libopenblas-openmp-dev libcli11-dev nlohmann-json3-dev libspdlog-dev catch2
   libopenmpi-dev openmpi-bin time libdnnl-dev libxxhash-dev zlib1g-dev libzstd-dev
   libcpp-httplib-dev libjs-chart.js pkgconf)
@@ -14,6 +17,27 @@ tfm_fail() {
   exit 2
 }
 
+# tfm_value OPTION [VALUE...]: in an option loop, before taking "$2": exits 2 unless OPTION has a value.
+tfm_value() {
+  [ $# -ge 2 ] || tfm_fail "$1 needs a value (--help lists the options)"
+}
+
+# tfm_user_path PATH: PATH as the user meant it, relative to where they ran the script (TFM_CALLER_DIR).
+tfm_user_path() {
+  case "$1" in
+    /*) echo "$1" ;;
+    *) if [ "$TFM_CALLER_DIR" = "$TFM_ROOT" ]; then echo "$1"; else echo "$TFM_CALLER_DIR/$1"; fi ;;
+  esac
+}
+
+# tfm_user_config PATH: a config the user named: a file where they ran the script, else the repository's
+# own (configs/tiny.json from anywhere).
+tfm_user_config() {
+  local mine
+  mine="$(tfm_user_path "$1")"
+  if [ -f "$mine" ]; then echo "$mine"; else echo "$1"; fi
+}
+
 # tfm_usage: prints the calling script's help, the comment block at its top.
 tfm_usage() {
   awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"
@@ -22,16 +46,16 @@ tfm_usage() {
 # tfm_experiment_arg ARGS...: the arguments every experiment script (speedrun.sh, ablate.sh) takes, for
 # the default branch of its option loop: CONFIG (sets the caller's `config`), --threads N (sets its
 # `threads`), -h/--help (prints the help and exits 0); any other option exits 2. Sets TFM_SHIFT to the
-# number of arguments it used.
+# number of arguments it used. CONFIG is taken where the user is (tfm_user_config).
 tfm_experiment_arg() {
   case "$1" in
     --threads)
-      [ $# -ge 2 ] || tfm_fail "--threads needs a number"
+      tfm_value "$@"
       threads="$2" TFM_SHIFT=2
       ;;
     -h | --help) tfm_usage; exit 0 ;;
     -*) tfm_fail "unknown option $1 (--help lists them)" ;;
-    *) config="$1" TFM_SHIFT=1 ;;
+    *) config="$(tfm_user_config "$1")" TFM_SHIFT=1 ;;
   esac
 }
 

@@ -53,18 +53,18 @@ target="" precision="" baseline=0 max_minutes=240 threads="$(nproc)" torch=1 fig
 torch_steps=100 torch_to_target=0 figures="" figures_out="docs"
 while [ $# -gt 0 ]; do
   case "$1" in
-    --target) target="$2"; shift 2 ;;
-    --precision) precision="$2"; shift 2 ;;  # fp32, bf16 or auto
-    --seeds) seeds="$2"; shift 2 ;;
-    --out) out="$2"; shift 2 ;;
-    --torch-steps) torch_steps="$2"; shift 2 ;;
+    --target) tfm_value "$@"; target="$2"; shift 2 ;;
+    --precision) tfm_value "$@"; precision="$2"; shift 2 ;;  # fp32, bf16 or auto
+    --seeds) tfm_value "$@"; seeds="$2"; shift 2 ;;
+    --out) tfm_value "$@"; out="$(tfm_user_path "$2")"; shift 2 ;;
+    --torch-steps) tfm_value "$@"; torch_steps="$2"; shift 2 ;;
     --torch-to-target) torch_to_target=1; shift ;;
     --baseline) baseline=1; shift ;;
-    --max-minutes) max_minutes="$2"; shift 2 ;;
+    --max-minutes) tfm_value "$@"; max_minutes="$2"; shift 2 ;;
     --no-torch) torch=0; shift ;;
     --figure) figure=1; shift ;;
-    --figures) figures="$2"; shift 2 ;;
-    --figures-out) figures_out="$2"; shift 2 ;;
+    --figures) tfm_value "$@"; figures="$(tfm_user_path "$2")"; shift 2 ;;
+    --figures-out) tfm_value "$@"; figures_out="$(tfm_user_path "$2")"; shift 2 ;;
     *) tfm_experiment_arg "$@"; shift "$TFM_SHIFT" ;;
   esac
 done

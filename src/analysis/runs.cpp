@@ -155,7 +155,8 @@ MetricsLog read_metrics(const std::string& path, int64_t since_step) {
     pos = end + 1;
     if (line.empty()) continue;
     json rec = json::parse(line.begin(), line.end(), nullptr, false);
-    if (!rec.is_object()) {
+    // A record is an object whose step, when it has one, is an integer: anything else is damage.
+    if (!rec.is_object() || (rec.contains("step") && !rec["step"].is_number_integer())) {
       ++log.skipped_lines;
       continue;
     }
@@ -190,9 +191,14 @@ RunSummary summarize_run(const std::string& dir, const std::string& name) {
   const std::string config_text = read_part((d / kRunConfigFile).string(), 0, 16 << 20);
   const json config = json::parse(config_text, nullptr, false);
   if (config.is_object()) {
-    const json& train = config.contains("train") ? config["train"] : json::object();
-    r.objective = train.value("objective", std::string("causal_lm"));
-    r.max_steps = train.value("max_steps", int64_t{0});
+    // Read as tfm wrote it, and a hand-edited value of another type is taken as absent, never thrown.
+    const json& train =
+        config.contains("train") && config["train"].is_object() ? config["train"] : json::object();
+    const auto objective = train.find("objective");
+    const auto max_steps = train.find("max_steps");
+    r.objective =
+        objective != train.end() && objective->is_string() ? objective->get<std::string>() : "causal_lm";
+    r.max_steps = max_steps != train.end() && max_steps->is_number_integer() ? max_steps->get<int64_t>() : 0;
   } else {
     r.problems.push_back(std::string(kRunConfigFile) +
                          (config_text.empty() ? ": missing" : ": not valid JSON"));

@@ -156,9 +156,23 @@ SweepResult run_sweep(const SweepSpec& spec, const std::atomic<bool>* stop, cons
     int64_t step = -1;
     bool stopped = false;  // reached train.target_loss or ran out of train.max_seconds: done too
     if (const std::string saved = resume_checkpoint_path(dir); !saved.empty()) {
-      const json state = load_checkpoint(saved).state;
-      step = state.value("step", int64_t{0});
-      stopped = state.contains("stopped");
+      // A point trained before is continued, or its results taken, only when it was trained as this
+      // sweep's point is asked to be: its results would otherwise be another config's.
+      const Checkpoint ckpt = load_checkpoint(saved);
+      step = ckpt.state.value("step", int64_t{0});
+      stopped = ckpt.state.contains("stopped");
+      const std::string point = "--grid point " + point_name(axes, points[i]) + ": ";
+      const std::string advice = "; the sweep in " + out +
+                                 " continues the points it trained: give another --out, or delete " + dir +
+                                 " to train this point anew";
+      try {
+        check_resumable(checkpoint_config(ckpt, saved), configs[i], saved);
+      } catch (const ConfigError& e) {
+        throw ConfigError(point + e.what() + advice);
+      }
+      if (step > max_steps)
+        throw ConfigError(point + saved + " was trained to step " + std::to_string(step) +
+                          ", past this sweep's train.max_steps " + std::to_string(max_steps) + advice);
     }
     if (step < max_steps && !stopped) {
       if (progress) progress(i, points.size(), point_name(axes, points[i]), step);

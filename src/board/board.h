@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -76,7 +77,7 @@ class BoardModels {
   std::list<Entry> cache_;          // most recently used first
   std::mutex eval_mutex_;           // one evaluation at a time
   int queued_ = 0;
-  std::vector<std::pair<std::string, int>> queued_per_run_;
+  std::map<std::string, int> queued_per_run_;  // a node per run seen: a QueueTicket's reference stays valid
 };
 
 // Serves the board until SIGINT or SIGTERM (server.cpp); returns 0, or throws IoError or ConfigError

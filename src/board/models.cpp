@@ -120,27 +120,31 @@ std::shared_ptr<LoadedRun> BoardModels::acquire(const std::string& dir) {
 
 BoardReply BoardModels::evaluate(const std::string& dir, const std::string& kind, const json& request) {
   std::unique_lock<std::mutex> counters(cache_mutex_);
-  auto slot = std::find_if(queued_per_run_.begin(), queued_per_run_.end(),
-                           [&](const auto& p) { return p.first == dir; });
-  if (slot == queued_per_run_.end()) slot = queued_per_run_.insert(queued_per_run_.end(), {dir, 0});
-  if (slot->second > kBoardMaxQueuedPerRun)
+  int& queued_for_run = queued_per_run_[dir];  // a map's node never moves: the ticket's reference holds
+  if (queued_for_run > kBoardMaxQueuedPerRun)
     return {429,
-            {{"error", "busy: this run is already evaluating " + std::to_string(slot->second) +
+            {{"error", "busy: this run is already evaluating " + std::to_string(queued_for_run) +
                            " requests; try again shortly"}}};
   if (queued_ >= kBoardMaxQueued)
     return {503, {{"error", "busy: " + std::to_string(queued_) + " model requests are waiting; try again"}}};
-  QueueTicket ticket(queued_, slot->second);  // the vector never shrinks: the reference stays valid
+  QueueTicket ticket(queued_, queued_for_run);
   counters.unlock();
   BoardReply reply;
   {
     std::lock_guard<std::mutex> one_at_a_time(eval_mutex_);
     try {
-      const std::shared_ptr<LoadedRun> run = acquire(dir);
-      reply = run_request(*run, kind, request);
+      std::shared_ptr<LoadedRun> run;
+      try {
+        run = acquire(dir);
+      } catch (const IoError& e) {
+        reply = {409, {{"error", e.what()}}};  // the run's files: missing, being written or corrupt
+      }
+      // A text the tokenizer cannot encode is the request's fault (IoError names it): 400 as below.
+      if (run) reply = run_request(*run, kind, request);
     } catch (const ConfigError& e) {
       reply = {400, {{"error", e.what()}}};
     } catch (const IoError& e) {
-      reply = {409, {{"error", e.what()}}};  // the run's files: missing, being written or corrupt
+      reply = {400, {{"error", e.what()}}};
     } catch (const std::bad_alloc&) {
       reply = {503, {{"error", "out of memory for this request; ask for less"}}};
     } catch (const std::exception& e) {

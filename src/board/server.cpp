@@ -7,10 +7,13 @@
 // by the names it listed, never by a path from the request; a file is served only from inside a listed
 // run (or result) directory, after its real path is checked to stay there; requests are bounded in size
 // and time; model work is capped and queued (board.h).
+#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -28,6 +31,7 @@
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
 #include "tfm/engine/platform.h"
+#include "tfm/training/run_dir.h"
 #include "tfm/training/run_lock.h"
 
 namespace tfm::board {
@@ -87,6 +91,12 @@ std::string dir_signature(const std::string& dir) {
   return sig + "lock:" + std::to_string(RunLock::holder(dir));
 }
 
+std::string file_inside(const std::string& dir, const std::string& rel);
+// Whether every one of the run's own files (run_file_names()) that is a symlink stays inside the run: a
+// run with one that leads out is not listed, so that nothing of it (a summary, its config, a metric) is
+// read from outside the roots.
+bool stays_inside(const std::string& dir);
+
 // The runs under the roots, each summary and metrics log cached until its directory changes.
 class RunIndex {
  public:
@@ -135,7 +145,7 @@ class RunIndex {
 
   // The run's metrics log, read again only when metrics.jsonl changed.
   std::shared_ptr<const MetricsLog> metrics(const std::string& dir) {
-    const std::string path = dir + "/" + kMetricsFile;
+    const std::string path = file_inside(dir, kMetricsFile);  // "" when missing: an empty log
     std::error_code ec;
     const auto size = fs::file_size(path, ec);
     const auto t = fs::last_write_time(path, ec);
@@ -159,6 +169,7 @@ class RunIndex {
     std::vector<RunSummary> found;
     for (const std::string& root : roots_)
       for (const std::string& dir : find_runs({root})) {
+        if (!stays_inside(dir)) continue;
         RunSummary r;
         r.dir = dir;
         r.name = run_name_under(root, dir);
@@ -193,7 +204,8 @@ json metrics_reply(const std::string& name, const MetricsLog& log, int64_t since
       if (s == rec.end() || !s->is_number() || v == rec.end() || !v->is_number()) continue;
       if (s->get<int64_t>() <= since) continue;
       step.push_back(s->get<double>());
-      time.push_back(rec.value("elapsed_s", 0.0));
+      const auto elapsed = rec.find("elapsed_s");
+      time.push_back(elapsed != rec.end() && elapsed->is_number() ? elapsed->get<double>() : 0.0);
       value.push_back(v->get<double>());
     }
     if (step.empty()) continue;
@@ -261,8 +273,31 @@ const char* content_type_of(const std::string& path) {
   return it == types.end() ? nullptr : it->second;
 }
 
+// Whether --host is this machine's loopback only: 127.0.0.0/8, ::1, IPv4-mapped 127.x, or "localhost".
 bool is_loopback(const std::string& host) {
-  return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+  if (host == "localhost") return true;
+  in_addr v4{};
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, host.c_str(), &v6) != 1) return false;
+  if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+  return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
+}
+
+// The Host header's name, lower-cased and without its port: "[::1]:6006" -> "[::1]".
+std::string host_name_of(const std::string& host_header) {
+  std::string name = host_header.rfind("[", 0) == 0 ? host_header.substr(0, host_header.find(']') + 1)
+                                                    : host_header.substr(0, host_header.find(':'));
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  return name;
+}
+
+bool stays_inside(const std::string& dir) {
+  std::error_code ec;
+  for (const std::string& name : run_file_names())
+    if (fs::is_symlink(fs::symlink_status(fs::path(dir) / name, ec)) && file_inside(dir, name).empty())
+      return false;
+  return true;
 }
 
 }  // namespace
@@ -301,16 +336,24 @@ int serve(const BoardOptions& o) {
   BoundedHeadServer server;  // the read timeout, keep-alive and head bounds: board.h
   server.new_task_queue = [] { return new httplib::ThreadPool(kServerThreads); };
   server.set_payload_max_length(kMaxBodyBytes);
+  // SO_REUSEADDR alone: httplib's default also sets SO_REUSEPORT, with which a second board bound the
+  // same port without an error and the two answered its requests in turn.
+  server.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   const bool loopback = is_loopback(o.host);
-  server.set_pre_routing_handler([loopback](const httplib::Request& req, httplib::Response& res) {
+  // The address it listens on, as a browser sends it in Host: "127.0.0.2", "[::ffff:127.0.0.1]".
+  const std::string shown_host = o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host;
+  const std::string bound_name = host_name_of(shown_host);
+  server.set_pre_routing_handler([loopback, bound_name](const httplib::Request& req, httplib::Response& res) {
     res.set_header("X-Content-Type-Options", "nosniff");
     res.set_header("Referrer-Policy", "no-referrer");
     // Bound to this machine only: a page elsewhere must not reach it through DNS rebinding.
     if (loopback) {
       const std::string host = req.get_header_value("Host");
-      const std::string name =
-          host.rfind("[", 0) == 0 ? host.substr(0, host.find(']') + 1) : host.substr(0, host.find(':'));
-      if (!(name == "127.0.0.1" || name == "localhost" || name == "[::1]")) {
+      const std::string name = host_name_of(host);
+      if (!(name == "127.0.0.1" || name == "localhost" || name == "[::1]" || name == bound_name)) {
         reply_error(res, 403, "Host \"" + host + "\": this board answers only to localhost");
         return httplib::Server::HandlerResponse::Handled;
       }
@@ -362,7 +405,7 @@ int serve(const BoardOptions& o) {
   server.Get("/api/config", [&](const httplib::Request& req, httplib::Response& res) {
     const std::string dir = run_dir(req, res);
     if (dir.empty()) return;
-    const json config = json::parse(read_part_of(dir + "/" + kRunConfigFile), nullptr, false);
+    const json config = json::parse(read_part_of(file_inside(dir, kRunConfigFile)), nullptr, false);
     if (!config.is_object())
       return reply_error(res, 409, dir + "/" + kRunConfigFile + ": missing or not JSON");
     reply_json(res, {{"run", req.get_param_value("run")}, {"config", config}});
@@ -377,7 +420,7 @@ int serve(const BoardOptions& o) {
       names.push_back(req.get_param_value("run", i));
       const std::string dir = index.dir_of(names.back());
       if (dir.empty()) return reply_error(res, 404, "run \"" + names.back() + "\": no such run");
-      const json config = json::parse(read_part_of(dir + "/" + kRunConfigFile), nullptr, false);
+      const json config = json::parse(read_part_of(file_inside(dir, kRunConfigFile)), nullptr, false);
       flat.push_back(config.is_object() ? flatten_config(config) : json::object());
     }
     std::set<std::string> keys;
@@ -437,7 +480,6 @@ int serve(const BoardOptions& o) {
       }
     }
   });
-  const std::string shown_host = o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host;
   fmt::print("tfm board: http://{}:{}/ (runs under {}; Ctrl-C stops)\n", shown_host, port,
              fmt::join(o.roots, ", "));
   if (!loopback)

@@ -36,8 +36,16 @@ std::vector<Command> add_board_commands(CLI::App& app) {
                                  "A live web page of the runs: table, curves, config diff, the model inside");
   cmd->add_option("--runs", o->roots, "Directories whose runs it shows (default: runs)")
       ->type_name("DIR ...");
-  cmd->add_option("--host", o->host, "Address to listen on (anything but 127.0.0.1 opens it to the network)")
-      ->capture_default_str();
+  cmd->add_option(
+         "--host", o->host,
+         "Address to listen on: a loopback one (127.0.0.1, any 127.x, ::1, localhost) keeps the board "
+         "to this machine; any other opens it to the network")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            return v.empty() ? std::string("an address, not an empty string") : std::string();
+          },
+          "ADDRESS"));
   cmd->add_option("--port", o->port, "Port (0: any free one, printed at start)")
       ->capture_default_str()
       ->check(integer_in(0, 65535));

@@ -56,17 +56,6 @@ std::string first_nonfinite_grad(const Model& model) {
   return "";
 }
 
-// Keys that must be equal between a checkpoint and the config that continues it.
-void check_resumable(const Config& from_ckpt, const Config& config, const std::string& source) {
-  for (const auto& path : differing_keys(from_ckpt, config)) {
-    const KeySpec* k = find_key(path);
-    if (k->resumable || path == "output.dir") continue;
-    throw ConfigError(path + ": " + source + " was trained with " + from_ckpt.at(path).dump() +
-                      ", the config has " + config.at(path).dump() +
-                      " (only keys marked 'May change on --resume' may differ)");
-  }
-}
-
 // The checkpoint a resumed run continues from (run_dir.h: last.ckpt, else best.ckpt), read after the
 // run lock is held (a writer that has not saved yet is named by the lock, not mistaken for a missing
 // file).
@@ -672,6 +661,16 @@ void TrainingRun::log_summary() {
 }
 
 }  // namespace
+
+void check_resumable(const Config& trained, const Config& config, const std::string& source) {
+  for (const auto& path : differing_keys(trained, config)) {
+    const KeySpec* k = find_key(path);
+    if (k->resumable || path == "output.dir") continue;
+    throw ConfigError(path + ": " + source + " was trained with " + trained.at(path).dump() +
+                      ", the config has " + config.at(path).dump() +
+                      " (only keys marked 'May change on --resume' may differ)");
+  }
+}
 
 uint64_t eval_seed(const Config& config) {
   return static_cast<uint64_t>(config.integer("seed")) ^ kEvalSalt;

@@ -440,3 +440,111 @@ TEST_CASE("tfm board: fill-mask of a masked_lm run and translation of a seq2seq 
   CHECK(r["cross"].size() == 1);  // one decoder layer
   CHECK(board.stop() == 0);
 }
+
+TEST_CASE("tfm board: model requests to many runs at once are all counted out", "[board][slow]") {
+  // A run slow enough to sample that requests overlap (512 tokens of a 64-wide model), and small runs
+  // the board first sees while it samples: each new run grows the per-run request counters. They had
+  // been a vector that a reference outlived: a grown vector left the waiting requests counting down
+  // freed memory (AddressSanitizer: heap-use-after-free), and the run answered 429 "busy" for ever.
+  const std::string root = tfm_test::scratch_path("board", "many");
+  board_train(
+      root, "slow",
+      "--set model.d_model=64 --set model.n_heads=4 --set model.n_layers=2 --set model.max_seq_len=64 "
+      "--set train.seq_len=32");
+  for (int i = 0; i < 6; ++i)
+    fs::copy(board_runs_root() + "/done", root + "/new" + std::to_string(i), fs::copy_options::recursive);
+  const std::string prefix = fs::path(root).filename().string() + "/";
+  BoardProcess board("--runs " + root);
+  const auto post = [&](const std::string& run, int max_tokens) {
+    httplib::Client c("127.0.0.1", board.port);
+    c.set_read_timeout(120, 0);
+    const auto res = c.Post("/api/model/sample",
+                            json{{"run", prefix + run}, {"prompt", "RO"}, {"max_tokens", max_tokens}}.dump(),
+                            "application/json");
+    return res ? res->status : -1;
+  };
+  for (int i = 0; i < 6; ++i) {
+    std::atomic<int> ok{0};
+    std::vector<std::thread> clients;
+    for (int k = 0; k < 2; ++k) clients.emplace_back([&] { ok += post("slow", 512) == 200; });
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    clients.emplace_back([&, i] { ok += post("new" + std::to_string(i), 1) == 200; });
+    for (std::thread& t : clients) t.join();
+    CHECK(ok == 3);
+  }
+  for (int k = 0; k < 4; ++k) CHECK(post("slow", 1) == 200);  // nothing is left counted as waiting
+  CHECK(board.stop() == 0);
+}
+
+TEST_CASE("tfm board: one board a port, links out of a run, damaged records, loopback hosts and prompts",
+          "[board][slow]") {
+  const std::string root = tfm_test::scratch_path("board", "edges");
+  fs::create_directories(root);
+  for (const char* run : {"good", "linked", "damaged"})
+    fs::copy(board_runs_root() + "/done", root + "/" + run, fs::copy_options::recursive);
+  // A config.json that leads out of the run: the run is not listed, and nothing of it is served.
+  const std::string outside = tfm_test::scratch_path("board", "outside.json");
+  std::ofstream(outside) << R"({"secret": "outside the roots"})";
+  fs::remove(root + "/linked/config.json");
+  fs::create_symlink(outside, root + "/linked/config.json");
+  // A record whose step is not a number: skipped and named, the listing and `tfm runs` go on.
+  std::ofstream(root + "/damaged/metrics.jsonl", std::ios::app) << "{\"step\": \"x\", \"train_loss\": 1.0}\n";
+  const std::string prefix = fs::path(root).filename().string() + "/";
+
+  BoardProcess board("--runs " + root);
+  httplib::Client c("127.0.0.1", board.port);
+  c.set_read_timeout(60, 0);
+  const json listing = board_get(c, "/api/runs");
+  CHECK(listing["runs"].size() == 2);
+  CHECK(listing.dump().find("linked") == std::string::npos);
+  board_get(c, "/api/config?run=" + prefix + "linked", 404);
+  const json d = board_get(c, "/api/diff?run=" + prefix + "good&run=" + prefix + "linked", 404);
+  CHECK(d.dump().find("secret") == std::string::npos);
+  bool named = false;
+  for (const json& r : listing["runs"])
+    if (r["name"] == prefix + "damaged")
+      named = r["problems"].dump().find("metrics.jsonl: 1 unreadable line") != std::string::npos;
+  CHECK(named);
+  const tfm_test::CliRun runs = run_tfm("runs " + root + "/damaged");
+  INFO(runs.out);
+  CHECK(runs.status == 0);
+
+  // A prompt the vocabulary cannot encode is the request's fault: 400, not the checkpoint's 409.
+  const json bad =
+      board_post(c, "/api/model/sample", {{"run", prefix + "good"}, {"prompt", "\xc3\xa9"}}, 400);
+  CHECK(bad["error"].get<std::string>().find("not in the vocabulary") != std::string::npos);
+  // Host names are case-insensitive.
+  CHECK(board_raw(board.port, "GET /api/runs HTTP/1.1\r\nHost: LOCALHOST\r\nConnection: close\r\n\r\n")
+            .rfind("HTTP/1.1 200", 0) == 0);
+
+  // A second board on the same port is refused (httplib's default SO_REUSEPORT had let both listen,
+  // answering in turn), and the first goes on serving.
+  const tfm_test::CliRun second = run_tfm("board --runs " + root + " --port " + std::to_string(board.port));
+  INFO(second.out);
+  CHECK(second.status == 2);
+  CHECK(second.out.find("cannot listen there") != std::string::npos);
+  CHECK(c.Get("/api/runs")->status == 200);
+  CHECK(board.stop() == 0);
+
+  // Any 127.x address is loopback: served to the Host it is reached by, and no network warning.
+  BoardProcess other("--runs " + root + " --host 127.0.0.2");
+  CHECK(tfm_test::read_file(other.log).find("anyone who can reach") == std::string::npos);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(other.port));
+  REQUIRE(::inet_pton(AF_INET, "127.0.0.2", &addr.sin_addr) == 1);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  const std::string request = "GET /api/runs HTTP/1.1\r\nHost: 127.0.0.2:" + std::to_string(other.port) +
+                              "\r\nConnection: close\r\n\r\n";
+  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  char buf[64] = {};
+  const timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  const ssize_t n = ::recv(fd, buf, sizeof buf - 1, 0);
+  ::close(fd);
+  CHECK(n > 0);
+  CHECK(std::string(buf).rfind("HTTP/1.1 200", 0) == 0);
+  CHECK(other.stop() == 0);
+}

@@ -170,3 +170,33 @@ TEST_CASE("scripts: tfm's figures are never written through a link or over a FIF
   for (const auto& e : std::filesystem::directory_iterator(d)) (void)e, ++entries;
   CHECK(entries == 5);  // outside, metrics.jsonl, link.svg, fifo.svg, ok.svg: no temporary left
 }
+
+TEST_CASE("scripts: a missing option value, --help and paths relative to where the user is", "[scripts]") {
+  // Checked before anything is installed or built: exit 2 naming the option, or the help and exit 0.
+  for (const std::string& args :
+       {std::string("scripts/speedrun.sh --target"), std::string("scripts/ablate.sh --out"),
+        std::string("scripts/speedrun.sh --figures"),
+        std::string("scripts/train.sh configs/tiny.json --out")}) {
+    const tfm_test::CliRun r = tfm_test::run_shell(args);
+    INFO(args << "\n" << r.out);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.out, Catch::Contains("needs a value"));
+  }
+  tfm_test::CliRun r = tfm_test::run_shell("scripts/train.sh --help");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("scripts/train.sh configs/tiny.json --set train.max_steps=50"));
+  r = tfm_test::run_shell("scripts/train.sh no_such_config.json");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("no_such_config.json: no such config file"));
+  // From another directory: the user's paths are theirs, a repository config is still found.
+  tfm_test::TempDir tmp("scripts_paths");
+  std::ofstream(tmp.path + "/mine.json") << "{}";
+  r = tfm_test::run_shell(
+      "cd '" + tmp.path + "' && bash -c 'source \"$0/scripts/common.sh\"; tfm_user_path out/run; " +
+      "tfm_user_config mine.json; tfm_user_config configs/tiny.json; tfm_user_path /abs' '" + TFM_SOURCE_DIR +
+      "'");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out == tmp.path + "/out/run\n" + tmp.path + "/mine.json\nconfigs/tiny.json\n/abs\n");
+}

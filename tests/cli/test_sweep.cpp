@@ -64,6 +64,21 @@ TEST_CASE("sweep: trains each point once, continues a stopped sweep, writes swee
     CHECK(p.at("tokens_per_s").get<double>() * p.at("ms_per_step").get<double>() / 1000.0 ==
           Approx(8 * 32).epsilon(1e-3));
   }
+
+  // Points trained with other settings are neither continued nor taken as this sweep's results: a
+  // key training may not change, and points already past this sweep's max_steps, are refused by name.
+  r = tfm_test::run_tfm(base +
+                        " --set train.max_steps=4 --set train.eval_interval=2 --set train.optimizer.lr=0.01");
+  INFO(r.out);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains(
+                        "--grid point model.n_kv_heads=4,model.attention_score=dot: train.optimizer.lr: ") &&
+                        Catch::Contains("give another --out"));
+  r = tfm_test::run_tfm(base + " --set train.max_steps=3 --set train.eval_interval=2");
+  INFO(r.out);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("was trained to step 4, past this sweep's train.max_steps 3"));
+  CHECK(read_jsonl(out + "/sweep.jsonl").size() == 4);  // the results of the last good sweep stay
 }
 
 TEST_CASE("sweep: time to quality per point (target loss, time budget), stopped points count as done",

@@ -65,6 +65,11 @@ TrainResult train(const Config& config, const TrainOptions& options = {});
 TrainResult resume(const std::string& dir, const std::vector<std::string>& overrides,
                    TrainOptions options = {});
 
+// ConfigError naming the first key `config` may not change from `trained` (the config a checkpoint was
+// trained with, `source` its file) when it continues that run: any key but those marked resumable and
+// output.dir.
+void check_resumable(const Config& trained, const Config& config, const std::string& source);
+
 // The seed of the evaluation batches of a run (the same batches at every evaluation).
 uint64_t eval_seed(const Config& config);
 
