@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <string>
 #include <utility>
 
 #include "tfm/engine/error.h"
@@ -84,11 +85,19 @@ HeadImportance head_importance(LoadedRun& run, int64_t batches) {
   for (int pct = 0; pct <= 90; pct += 10) {
     const int64_t k = static_cast<int64_t>(std::lround(pct / 100.0 * static_cast<double>(L * H)));
     std::vector<Tensor> g = ones();
-    for (int64_t i = 0; i < k; ++i) g[order[i].second / H].data()[order[i].second % H] = 0.0f;
+    std::vector<std::pair<int64_t, int64_t>> masked;  // (layer, head), in `tfm eval --mask-heads` order
+    for (int64_t i = 0; i < k; ++i) {
+      g[order[i].second / H].data()[order[i].second % H] = 0.0f;
+      masked.emplace_back(order[i].second / H, order[i].second % H);
+    }
+    std::sort(masked.begin(), masked.end());
+    std::string spec;
+    for (const auto& [l, h] : masked)
+      spec += (spec.empty() ? "" : ",") + std::to_string(l) + ":" + std::to_string(h);
     const double loss = pct == 0 ? r.val_loss : mean_loss(g);
     if (loss - r.val_loss <= kPruningTolerance)
       r.heads_masked_within_tolerance = std::max(r.heads_masked_within_tolerance, k);
-    r.pruning.push_back({pct, k, loss});
+    r.pruning.push_back({pct, k, loss, spec});
   }
   for (int64_t l = 0; l < L; ++l) {
     std::vector<int64_t> rank(H);
@@ -104,7 +113,10 @@ nlohmann::json head_importance_json(const HeadImportance& r, const std::string& 
                                     const std::string& checkpoint) {
   nlohmann::json curve = nlohmann::json::array();
   for (const PruningPoint& p : r.pruning)
-    curve.push_back({{"percent", p.percent}, {"masked", p.masked}, {"val_loss", p.val_loss}});
+    curve.push_back({{"percent", p.percent},
+                     {"masked", p.masked},
+                     {"val_loss", p.val_loss},
+                     {"mask_heads", p.mask_heads}});
   nlohmann::json j = {{"run", run_dir},       {"checkpoint", checkpoint},
                       {"batches", r.batches}, {"layers", r.layers},
                       {"heads", r.heads},     {"val_loss", r.val_loss},

@@ -1,6 +1,7 @@
 // Head gates and masks (MultiHeadAttention::head_gate, tfm heads, --mask-heads; docs/heads.md): a gate of
 // ones changes nothing, a gate of 0 equals zeroing the head's columns of Wo (the composed form), the
 // gate's gradient matches central differences, and the CLI reports importance and refuses bad masks.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -35,6 +36,11 @@ TEST_CASE("heads: tfm heads ranks the heads, --mask-heads masks them, bad masks 
   REQUIRE(curve.size() == 10);
   CHECK(curve[0].at("val_loss").get<double>() == Approx(j.at("val_loss").get<double>()));
   CHECK(curve[9].at("masked").get<int64_t>() == std::lround(0.9 * static_cast<double>(L * H)));
+  // Each point names its heads as --mask-heads takes them: as many as it masks, and eval accepts them.
+  CHECK(curve[0].at("mask_heads") == "");
+  const std::string ninety = curve[9].at("mask_heads");
+  CHECK(std::count(ninety.begin(), ninety.end(), ':') == curve[9].at("masked").get<int64_t>());
+  CHECK(tfm_test::run_tfm("eval --run " + dir + " --batches 1 --mask-heads " + ninety).status == 0);
 
   const tfm_test::CliRun plain = tfm_test::run_tfm("eval --run " + dir + " --batches 2");
   const tfm_test::CliRun masked =

@@ -17,6 +17,7 @@ struct PruningPoint {
   int percent = 0;
   int64_t masked = 0;
   double val_loss = 0.0;
+  std::string mask_heads;  // which, as `tfm eval --mask-heads` takes them ("0:1,2:3"; "" for none)
 };
 
 // Per layer l and head h ([l][h]) over the same validation batches.
@@ -39,7 +40,7 @@ constexpr double kPruningTolerance = 0.05;
 HeadImportance head_importance(LoadedRun& run, int64_t batches);
 
 // The report tfm heads writes (DIR/heads/heads.json): {"run", "checkpoint", "batches", "layers",
-// "heads", "val_loss", "pruning": [{"percent", "masked", "val_loss"}], "heads_masked_within_0.05",
+// "heads", "val_loss", "pruning": [{"percent", "masked", "val_loss", "mask_heads"}], "heads_masked_within_0.05",
 // "layer": [{"loss_change_when_masked", "gradient_score", "normalized_score", "ranking"}]}.
 nlohmann::json head_importance_json(const HeadImportance& importance, const std::string& run_dir,
                                     const std::string& checkpoint);
