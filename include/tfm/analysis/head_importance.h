@@ -40,8 +40,9 @@ constexpr double kPruningTolerance = 0.05;
 HeadImportance head_importance(LoadedRun& run, int64_t batches);
 
 // The report tfm heads writes (DIR/heads/heads.json): {"run", "checkpoint", "batches", "layers",
-// "heads", "val_loss", "pruning": [{"percent", "masked", "val_loss", "mask_heads"}], "heads_masked_within_0.05",
-// "layer": [{"loss_change_when_masked", "gradient_score", "normalized_score", "ranking"}]}.
+// "heads", "val_loss", "pruning": [{"percent", "masked", "val_loss", "mask_heads"}],
+// "heads_masked_within_0.05", "layer": [{"loss_change_when_masked", "gradient_score", "normalized_score",
+// "ranking"}]}.
 nlohmann::json head_importance_json(const HeadImportance& importance, const std::string& run_dir,
                                     const std::string& checkpoint);
 
