@@ -66,10 +66,10 @@ struct HeadsOptions {
 
 int run_heads(const HeadsOptions& o) {
   LoadedRun run = read_run(o.run, o.which, true);
-  const std::string out = o.out.empty() ? o.run + "/heads" : o.out;
+  const std::string out = o.out.empty() ? run.dir + "/heads" : o.out;
   check_output_path("--out", out, run_inputs(run.checkpoint_path, run.config));
   const HeadImportance r = head_importance(run, o.batches);
-  const nlohmann::json j = head_importance_json(r, o.run, run.which);
+  const nlohmann::json j = head_importance_json(r, run.dir, run.which);
   make_output_dir(out);
   const std::string report = out + "/heads.json";
   write_file_atomically(report, j.dump(1) + "\n");
@@ -78,7 +78,7 @@ int run_heads(const HeadsOptions& o) {
     return kExitOk;
   }
   fmt::print("head importance of {} ({}.ckpt) over {} validation batches; val loss {:.4f} with every head\n",
-             o.run.c_str(), run.which.c_str(), o.batches, r.val_loss);
+             run.dir.c_str(), run.which.c_str(), o.batches, r.val_loss);
   fmt::print("{:>6} {:>5} {:>18} {:>15} {:>12}\n", "layer", "head", "loss if masked", "|dL/dxi|",
              "rank in layer");
   for (int64_t l = 0; l < r.layers; ++l)

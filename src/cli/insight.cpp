@@ -60,7 +60,7 @@ struct AttentionOptions {
 };
 
 std::string output_dir(const AttentionOptions& o, const LoadedRun& run) {
-  const std::string out = o.out.empty() ? o.run + "/attention" : o.out;
+  const std::string out = o.out.empty() ? run.dir + "/attention" : o.out;
   check_output_path("--out", out, run_inputs(run.checkpoint_path, run.config));
   make_output_dir(out);
   return out;
@@ -159,7 +159,7 @@ int export_safetensors(const ExportOptions& o, const LoadedRun& run) {
   if (separator >= 0) metadata["end_of_text_id"] = std::to_string(separator);
   save_safetensors(o.out, tensors, metadata);
   fmt::print("wrote {}: {} float32 tensors, {} parameters ({}/{}.ckpt, {})\n", o.out.c_str(), tensors.size(),
-             model.parameter_count(), o.run.c_str(), run.which.c_str(), run.objective->name().c_str());
+             model.parameter_count(), run.dir.c_str(), run.which.c_str(), run.objective->name().c_str());
   return kExitOk;
 }
 
@@ -169,8 +169,8 @@ int export_gguf(const ExportOptions& o, LoadedRun& run) {
   run.objective->gguf_architecture();  // what llama.cpp cannot run is refused before anything is written
   LanguageModel& model = *run.model;
   const Tokenizer& tok = run.checkpoint.tokenizer;
-  const std::string name = fs::path(o.run).lexically_normal().filename().string();
-  const std::string out = o.out.empty() ? o.run + "/model-" + o.dtype + ".gguf" : o.out;
+  const std::string name = fs::path(run.dir).lexically_normal().filename().string();
+  const std::string out = o.out.empty() ? run.dir + "/model-" + o.dtype + ".gguf" : o.out;
   check_output_path("--out", out, run_inputs(run.checkpoint_path, run.config));
   GgufExportOptions options{dtype, name.empty() ? "tfm" : name, run.config.tree.dump()};
   save_gguf(out, gguf_from_model(model, tok, options));
@@ -189,7 +189,7 @@ int export_gguf(const ExportOptions& o, LoadedRun& run) {
       "vocabulary of %ld, context %ld (%s/%s.ckpt, step %ld)\n",
       out.c_str(), arch.c_str(), back.tensors.size(), ggml_type_name(dtype),
       static_cast<long>(model.parameter_count()), tok.kind_name().c_str(), static_cast<long>(c.vocab_size),
-      static_cast<long>(c.max_seq_len), o.run.c_str(), run.which.c_str(),
+      static_cast<long>(c.max_seq_len), run.dir.c_str(), run.which.c_str(),
       static_cast<long>(run.checkpoint.state.value("step", int64_t{0})));
   if (arch == "gpt2") {
     const double tanh_form = gguf_max_probability_diff(model, back, probe, GeluForm::Tanh);

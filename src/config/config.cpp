@@ -273,7 +273,7 @@ void cross_checks(const json& t, std::vector<std::string>& errors) {
   if (!seq2seq && lookup(t, "data.tokenizer")->get<std::string>() == "word")
     errors.push_back(
         "data.tokenizer: \"word\" is for train.objective \"seq2seq\" (sentence pairs); a text "
-        "objective uses \"char\", \"byte\" or \"bpe\"");
+        "objective uses \"char\", \"byte\", \"bpe\" or \"gpt2\"");
   if (seq2seq)
     for (const char* side : {"data.max_source_len", "data.max_target_len"})
       if (i(side) + 1 > model.max_seq_len)

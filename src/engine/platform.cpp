@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <omp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -136,8 +137,15 @@ std::string gemm_summary() {
   return s;
 }
 
+int available_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
 int configure_threads(int requested) {
-  int n = requested > 0 ? requested : static_cast<int>(std::thread::hardware_concurrency());
+  int n = requested > 0 ? requested : available_cores();
   if (n <= 0) n = 1;
   set_blas_threads(n);
   omp_set_num_threads(n);

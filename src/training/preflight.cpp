@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "tfm/engine/error.h"
+#include "tfm/engine/platform.h"
 #include "tfm/models/encoder_decoder.h"
 #include "tfm/models/language_model.h"
 #include "tfm/nn/attention.h"
@@ -204,7 +205,7 @@ MemoryEstimate estimate_memory(const Config& config, const ModelConfig& mc, bool
 int64_t training_threads(const Config& config) {
   const int64_t key = config.train().threads;
   if (key > 0) return key;
-  const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  const int64_t cores = platform::available_cores();
   return dist::active() ? std::max<int64_t>(1, cores / dist::local_size()) : cores;
 }
 

@@ -294,7 +294,10 @@ std::string describe_checkpoint(const std::string& path, const Checkpoint& ckpt)
   return fmt::format("{} (step {}, {})", path, step, val);
 }
 
-LoadedRun load_run(const std::string& dir, const std::string& which_asked, bool with_data) {
+LoadedRun load_run(const std::string& dir_asked, const std::string& which_asked, bool with_data) {
+  // "runs/x/" is runs/x: its name (an export's model name) and its files' paths without a "//".
+  std::string dir = dir_asked;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   const ChosenCheckpoint chosen = choose_checkpoint(dir, which_asked);
   const std::string& path = chosen.path;
   LoadedRun run;

@@ -123,6 +123,9 @@ class TrainingRun {
   // processes' whole time on resume (the clock of train.target_loss).
   double training_seconds() const { return state_->elapsed_before + seconds_since(loop_start_); }
   bool reached_target(const Metrics& val);
+  // The ETA of the log and the progress line: the steps left at `step_seconds` each, the evaluations left
+  // at the mean time this run's evaluations took, and no more than train.max_seconds leaves.
+  double time_left(double step_seconds) const;
 
   const Config& config_;
   const std::string precision_note_;  // train.precision "auto": what it resolved to and why
@@ -151,7 +154,9 @@ class TrainingRun {
   Clock::time_point start_ = Clock::now(), loop_start_;
   int64_t skipped_ = 0, skipped_in_a_row_ = 0;
   IntervalStats interval_;
-  double run_step_s_ = 0;       // this call's steps, for the allreduce share
+  double run_step_s_ = 0;  // this call's steps, for the allreduce share
+  double eval_s_ = 0;      // this call's evaluations' time, and their count (time_left)
+  int64_t evals_ = 0;
   std::string progress_extra_;  // the last evaluation's figures besides the loss, for the progress line
   TrainResult result_;
 };
@@ -411,7 +416,7 @@ bool TrainingRun::reached_target(const Metrics& val) {
   result_.seconds_to_target = training_seconds();
   log_->info(
       fmt::format("step {} | target reached: val loss {:.4f} <= train.target_loss {:g} after {:.1f} s of "
-                  "training ({}, evaluations included); best.ckpt holds this model",
+                  "training, evaluations included ({}); best.ckpt holds this model",
                   state_->step, val.get("loss"), target, result_.seconds_to_target,
                   duration_str(result_.seconds_to_target)));
   return true;
@@ -428,7 +433,9 @@ Metrics TrainingRun::evaluate_and_keep_best() {
   if (workers) memory::trim();
   // train.ema_decay: the evaluation and best.ckpt's model are the EMA's; the raw weights come back after.
   EmaInModel ema_in_model(*optim_, model, *state_);
+  const auto eval_start = Clock::now();
   const Metrics val = objective_->evaluate("val", train_.eval_steps, eval_seed(config_), opt_.stop);
+  eval_s_ += seconds_since(eval_start), ++evals_;
   if (workers) memory::trim();
   if (val.abandoned) {
     model.take_head_usage();
@@ -494,8 +501,19 @@ void TrainingRun::log_interval(double lr, const Metrics* val) {
       "step {}/{} | loss {:.4f}{} | lr {:.2e} | grad norm {:.3f} | {:.1f} ms/step | {} tok/s | mfu {:.1f}% | "
       "eta {}",
       state_->step, max_steps_, iv.loss / n, mtp.c_str(), lr, iv.norm / n, ms, rate_str(tok_s).c_str(),
-      100.0 * mfu, duration_str(iv.seconds / n * static_cast<double>(max_steps_ - state_->step)).c_str()));
+      100.0 * mfu, duration_str(time_left(iv.seconds / n)).c_str()));
   interval_.reset();
+}
+
+double TrainingRun::time_left(double step_seconds) const {
+  const int64_t step = state_->step, every = train_.eval_interval;
+  // Evaluations come at every multiple of train.eval_interval and at the last step.
+  const int64_t evals_left =
+      max_steps_ / every - step / every + (max_steps_ % every != 0 && step < max_steps_);
+  double left = step_seconds * static_cast<double>(max_steps_ - step);
+  if (evals_ > 0) left += eval_s_ / static_cast<double>(evals_) * static_cast<double>(evals_left);
+  if (train_.max_seconds > 0) left = std::min(left, std::max(0.0, train_.max_seconds - training_seconds()));
+  return left;
 }
 
 TrainResult TrainingRun::run() {
@@ -605,9 +623,9 @@ TrainResult TrainingRun::run() {
     }
     if (!log_->shows_progress()) continue;  // no line to format off a terminal
     const double rate = s.seconds > 0 ? s.tokens / s.seconds : 0.0;
-    log_->progress(fmt::format("step {}/{} | loss {:.4f}{} | {} tok/s | ETA {}", step, max_steps_, s.loss,
-                               progress_extra_.c_str(), rate_str(rate).c_str(),
-                               duration_str(s.seconds * static_cast<double>(max_steps_ - step)).c_str()));
+    log_->progress(fmt::format("step {}/{} | step loss {:.4f}{} | {} tok/s | eta {}", step, max_steps_,
+                               s.loss, progress_extra_.c_str(), rate_str(rate).c_str(),
+                               duration_str(time_left(s.seconds)).c_str()));
   }
   result_.step = step;
   after_evaluation();

@@ -243,3 +243,34 @@ TEST_CASE("cli: SIGINT checkpoints and exits 0 and a NaN exits 3", "[cli]") {
   CHECK(r.status == 3);
   CHECK_THAT(r.out, Catch::Contains("training stopped") && Catch::Contains("untouched"));
 }
+
+TEST_CASE("cli: the ETA counts the time budget, threads follow the affinity mask, a run's path may end in /",
+          "[cli]") {
+  const std::string dir = temp_dir("eta");
+  // train.max_seconds 2 of a run that could go on for 100000 steps: no line promises more than it leaves.
+  tfm_test::CliRun r =
+      run_tfm("train --config configs/tiny.json --out " + dir + "/budget --set train.max_steps=100000 " +
+              "--set train.log_interval=5 --set train.eval_interval=50 --set train.max_seconds=2");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  int lines = 0;
+  for (size_t at = r.out.find("| eta "); at != std::string::npos; at = r.out.find("| eta ", at + 1)) {
+    ++lines;
+    const std::string left = r.out.substr(at + 6, r.out.find('\n', at) - at - 6);
+    INFO(left);
+    CHECK((left == "0s" || left == "1s" || left == "2s"));
+  }
+  CHECK(lines > 0);
+  // train.threads 0 takes the cores this process may use (taskset, a cgroup's cpuset), not the machine's.
+  r = tfm_test::run_shell("taskset -c 0 " + tfm_test::tfm_command() +
+                          " train --config configs/tiny.json --out " + dir +
+                          "/one_core --set train.max_steps=1 --set train.threads=0");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("compute: 1 thread(s)"));
+  // "RUN/" names RUN: the model's name in the GGUF, its default file and the paths read, without "//".
+  r = run_tfm("export --run " + dir + "/one_core/ --format gguf");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, !Catch::Contains("//"));
+}

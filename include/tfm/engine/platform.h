@@ -25,7 +25,10 @@ std::string blas_summary();
 // One line for the start-up log: the GEMM backend and precision in use, and why.
 std::string gemm_summary();
 
-// Threads to use: `requested` when > 0, else the number of cores. Sets OpenBLAS and OpenMP to it.
+// The cores this process may run on: its CPU affinity mask (taskset, cgroup cpusets, Slurm), else all of
+// the machine's.
+int available_cores();
+// Threads to use: `requested` when > 0, else available_cores(). Sets OpenBLAS and OpenMP to it.
 int configure_threads(int requested);
 
 // Ctrl-C and SIGTERM set the returned flag (training finishes its step, checkpoints and returns); a
