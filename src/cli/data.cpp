@@ -74,7 +74,7 @@ int run_prepare(const PrepareOptions& o) {
     std::printf(" (%ld train / %ld val documents)", static_cast<long>(d.documents - d.val_documents),
                 static_cast<long>(d.val_documents));
   std::printf("\n");
-  if (!d.split_warning.empty()) std::printf("warning: %s\n", d.split_warning.c_str());
+  for (const std::string& warning : d.warnings()) std::printf("warning: %s\n", warning.c_str());
   // The counts above take any split; training needs a whole sequence in each (dataset.h).
   const int64_t seq_len = c.integer("train.seq_len"), need = tokens_for_a_sequence(seq_len);
   for (const auto& [which, n_split] : {std::pair<const char*, int64_t>{"training", d.train.size()},

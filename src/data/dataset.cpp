@@ -33,6 +33,7 @@ Dataset split(const std::string& path, TokenCache cache, double val_fraction, in
   d.cache_built = cache.built;
   d.load_seconds = cache.seconds;
   d.source_bytes = cache.source_bytes;
+  d.skipped_records = cache.skipped_records;
   d.document_separator = cache.document_separator;
   const TokenSpan& ids = cache.tokens;
   const int64_t N = ids.size();
@@ -82,6 +83,17 @@ Dataset split(const std::string& path, TokenCache cache, double val_fraction, in
 }
 
 }  // namespace
+
+std::vector<std::string> Dataset::warnings() const {
+  std::vector<std::string> out;
+  if (!split_warning.empty()) out.push_back(split_warning);
+  if (skipped_records > 0)
+    out.push_back(
+        path + ": " + std::to_string(skipped_records) + " bad record" + (skipped_records == 1 ? "" : "s") +
+        " left out of the corpus (data.on_bad_record \"skip\"); `tfm data prepare --rebuild` names the "
+        "first ones");
+  return out;
+}
 
 Dataset load_dataset(const std::string& path, const std::string& tokenizer, double val_fraction,
                      int64_t seq_len, const TokenCacheOptions& cache) {

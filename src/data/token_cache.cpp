@@ -548,6 +548,7 @@ std::optional<TokenCache> try_open(const std::string& cache, const Corpus& corpu
   nlohmann::json files;
   std::string text_field, on_bad_record;
   bool separator = false;
+  uint64_t skipped_records = 0;  // a cache written before the count was kept says 0
   try {
     const nlohmann::json j = parse_json_strict(meta.data(), meta.size(), cache);
     stored = Tokenizer::from_json(j.at("tokenizer"));
@@ -555,6 +556,8 @@ std::optional<TokenCache> try_open(const std::string& cache, const Corpus& corpu
     text_field = j.at("text_field").get<std::string>();
     on_bad_record = j.at("on_bad_record").get<std::string>();
     separator = j.at("document_separator").get<bool>();
+    if (j.contains("skipped_records"))
+      skipped_records = std::stoull(j.at("skipped_records").get<std::string>(), nullptr, 16);
     if (!files.is_array()) throw IoError("files is not a list");
     for (const auto& f : files) {
       f.at(0).get<std::string>(), f.at(1).get<uint64_t>(), f.at(2).get<int64_t>(), f.at(3).get<std::string>();
@@ -643,6 +646,7 @@ std::optional<TokenCache> try_open(const std::string& cache, const Corpus& corpu
   c.document_separator = separator;
   c.path = cache;
   c.source_bytes = corpus.bytes();
+  c.skipped_records = static_cast<int64_t>(skipped_records);
   return c;
 }
 
@@ -688,7 +692,7 @@ void build(const std::string& cache, const Corpus& corpus, const Request& req, i
   if (own && separator) own = own->with_end_of_text();
   const uint32_t width = tok.size() <= 65536 ? 2 : 4;
   // The files' hashes are known once they are read: written as placeholders of the same width first.
-  const auto meta_of = [&](const std::vector<uint64_t>& hashes) {
+  const auto meta_of = [&](const std::vector<uint64_t>& hashes, uint64_t skipped_records) {
     nlohmann::json files = nlohmann::json::array();
     for (size_t i = 0; i < corpus.files.size(); ++i) {
       const CorpusFile& f = corpus.files[i];
@@ -699,11 +703,12 @@ void build(const std::string& cache, const Corpus& corpus, const Request& req, i
                           {"files", files},
                           {"text_field", corpus.options.text_field},
                           {"on_bad_record", bad_record_name(corpus.options)},
+                          {"skipped_records", hex(skipped_records)},  // fixed width, as the hashes
                           {"document_separator", separator},
                           {"tokenizer", tok.to_json()}}
         .dump();
   };
-  std::string meta = meta_of({});
+  std::string meta = meta_of({}, 0);
   CacheHeader h{};
   std::memcpy(h.magic, kCacheMagic, sizeof kCacheMagic);
   h.width = width;
@@ -772,7 +777,7 @@ void build(const std::string& cache, const Corpus& corpus, const Request& req, i
   put(pad.data(), pad.size(), 1);
   put(ends.data(), ends.size(), 8);
   flush();
-  meta = meta_of(hashes);
+  meta = meta_of(hashes, reader.skipped());
   TFM_CHECK(meta.size() == h.meta_bytes, "token cache", "the header's JSON changed length");
   h.count = count;
   h.documents = ends.size();

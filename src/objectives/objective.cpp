@@ -144,8 +144,7 @@ std::string TextObjective::describe_data() const {
 }
 
 std::vector<std::string> TextObjective::data_warnings() const {
-  if (!data_ || data_->split_warning.empty()) return {};
-  return {data_->split_warning};
+  return data_ ? data_->warnings() : std::vector<std::string>{};
 }
 
 const TokenSpan& TextObjective::split_tokens(const std::string& split) const {

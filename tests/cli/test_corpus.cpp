@@ -97,4 +97,12 @@ TEST_CASE("corpus: train and sample on a folder of text and compressed JSON Line
   CHECK_THAT(r.out, Catch::Contains("skipped 1 bad record (data.on_bad_record = \"skip\"), the first: " +
                                     root + "/more/bad.jsonl:2"));
   CHECK_THAT(r.out, Catch::Contains("documents: 7"));
+  // The cache keeps the count: a run that maps it says so in its log at every start, not only the build.
+  r = run_tfm("train --config configs/tiny.json --out " + tmp.path + "/run3" + sets +
+              " --set data.on_bad_record=skip --set train.max_steps=1");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("(cached, opened in"));
+  CHECK_THAT(tfm_test::read_file(tmp.path + "/run3/train.log"),
+             Catch::Contains("1 bad record left out of the corpus (data.on_bad_record \"skip\")"));
 }

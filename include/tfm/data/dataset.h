@@ -28,6 +28,10 @@ struct Dataset {
   // Set when the whole documents put a share of the tokens in validation far from data.val_fraction
   // (under half or over twice it: few or uneven documents); "" otherwise.
   std::string split_warning;
+  int64_t skipped_records = 0;  // JSON Lines records left out when the cache was built (on_bad_record "skip")
+  // What a run says at every start about its data: split_warning, and the records left out, which the
+  // build named on its own start only.
+  std::vector<std::string> warnings() const;
 };
 
 // Tokens a split needs for one training sequence of `seq_len`: seq_len + 2, since a window of seq_len + 1
