@@ -474,7 +474,7 @@ Config resolve_config(json user, const std::vector<std::string>& overrides) {
     }
     // Likewise a key of one optimizer or schedule set while another is chosen.
     for (const auto& k : config_keys()) {
-      if (k.only_with_key.empty()) continue;
+      if (k.only_with_key.empty() || k.only_with_warns) continue;
       const std::string chosen = lookup(tree, k.only_with_key)->get<std::string>();
       const auto& values = k.only_with_values;
       if (std::find(values.begin(), values.end(), chosen) != values.end() ||
@@ -489,6 +489,23 @@ Config resolve_config(json user, const std::vector<std::string>& overrides) {
   }
   if (!errors.empty()) throw ConfigError(join_lines(errors));
   return Config{tree};
+}
+
+std::vector<std::string> config_warnings(const Config& config) {
+  std::vector<std::string> out;
+  for (const auto& k : config_keys()) {
+    if (!k.only_with_warns) continue;
+    const std::string chosen = lookup(config.tree, k.only_with_key)->get<std::string>();
+    const auto& values = k.only_with_values;
+    const json& value = *lookup(config.tree, k.path);
+    const json fallback = k.default_value.is_null() ? k.rule(config.tree) : k.default_value;
+    if (std::find(values.begin(), values.end(), chosen) != values.end() || value == fallback) continue;
+    std::string owners;
+    for (const auto& v : values) owners += (owners.empty() ? "\"" : " or \"") + v + "\"";
+    out.push_back(k.path + " = " + value.dump() + " has no effect: it is read only with " + k.only_with_key +
+                  " = " + owners + ", and this config has \"" + chosen + "\"");
+  }
+  return out;
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
@@ -562,7 +579,8 @@ std::string keys_markdown() {
     if (!k.only_with_key.empty()) {
       std::string owners;
       for (const auto& v : k.only_with_values) owners += (owners.empty() ? "`" : ", `") + v + "`";
-      meaning += " Only with `" + k.only_with_key + "` " + owners + ".";
+      meaning += " Only with `" + k.only_with_key + "` " + owners +
+                 (k.only_with_warns ? " (set under another, it is warned about)." : ".");
     }
     os << "| `" << k.path << "` | " << names[static_cast<int>(k.type)] << " | `" << def << "` | " << allowed
        << " | " << meaning << " |\n";

@@ -176,6 +176,12 @@ struct Key {
     for (const E v : values) s.only_with_values.push_back(name_of(v));
     return *this;
   }
+  // Read only with those values too, but a value set under another is warned about, not refused.
+  template <class E>
+  Key& read_with(const char* key, std::vector<E> values) {
+    s.only_with_warns = true;
+    return only_with(key, std::move(values));
+  }
 };
 
 using T = KeyType;
@@ -411,13 +417,15 @@ std::vector<KeySpec> build_table() {
       Key("train.optimizer.betas", &TrainConfig::optimizer, &OptimizerConfig::betas,
           "AdamW's [beta1, beta2].")
           .min(0)
-          .max(1, true),
+          .max(1, true)
+          .read_with("train.optimizer.name", std::vector{OptimizerKind::AdamW, OptimizerKind::Muon}),
       Key("train.optimizer.weight_decay", &TrainConfig::optimizer, &OptimizerConfig::weight_decay,
           "Weight decay of rank >= 2 tensors.")
           .min(0),
       Key("train.optimizer.momentum", &TrainConfig::optimizer, &OptimizerConfig::momentum, "SGD momentum.")
           .min(0)
-          .max(1, true),
+          .max(1, true)
+          .read_with("train.optimizer.name", std::vector{OptimizerKind::Sgd}),
       Key("train.optimizer.muon_lr", &TrainConfig::optimizer, &OptimizerConfig::muon_lr,
           "Muon's peak learning rate (the schedule scales it by the same factor as train.optimizer.lr).")
           .min(0, true)
@@ -471,7 +479,8 @@ std::vector<KeySpec> build_table() {
           "Final learning rate of the cosine and wsd schedules.")
           .derived("train.optimizer.lr / 10",
                    [](const json& t) { return json(number(t, "train.optimizer.lr") / 10.0); })
-          .min(0),
+          .min(0)
+          .read_with("train.lr_schedule.name", std::vector{ScheduleKind::Cosine, ScheduleKind::Wsd}),
       Key("train.ema_decay", &TrainConfig::optimizer, &OptimizerConfig::ema_decay,
           "An exponential moving average of the weights, E = d E + (1 - d) W after every step from E = W "
           "at the start (0 = off): evaluations, best.ckpt (its model) and target_loss use E while the raw "

@@ -288,6 +288,7 @@ void TrainingRun::log_header() {
                            state_->step));
   log_->info("objective: " + objective_->name() + "; data: " + objective_->describe_data());
   for (const std::string& warning : objective_->data_warnings()) log_->warn(warning);
+  for (const std::string& warning : config_warnings(config_)) log_->warn(warning);
   log_->info(fmt::format("model: {} parameters ({})", P, breakdown.c_str()));
   if (!precision_note_.empty()) log_->info(precision_note_);
   flops_per_token_ = objective_->train_flops_per_token();

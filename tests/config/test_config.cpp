@@ -277,3 +277,31 @@ TEST_CASE("config: the key table documents every key", "[config]") {
   for (const auto& k : config_keys()) CHECK_THAT(md, Catch::Contains("`" + k.path + "`"));
   CHECK(edit_distance("kitten", "sitting") == 3);
 }
+
+TEST_CASE("config: a key the chosen optimizer or schedule does not read is warned about, not refused",
+          "[config]") {
+  // The shipped configs set AdamW's betas and a cosine min_lr: switching optimizer or schedule with --set
+  // still works, and what no longer has an effect is named with what reads it.
+  const std::string tiny = std::string(TFM_SOURCE_DIR) + "/configs/tiny.json";
+  std::vector<std::string> w =
+      config_warnings(load_config(tiny, {"train.optimizer.name=sgd", "train.optimizer.betas=[0.8,0.95]"}));
+  REQUIRE(w.size() == 1);
+  CHECK(w[0] ==
+        "train.optimizer.betas = [0.8,0.95] has no effect: it is read only with train.optimizer.name = "
+        "\"adamw\" or \"muon\", and this config has \"sgd\"");
+  w = config_warnings(load_config(tiny, {"train.optimizer.momentum=0.5"}));
+  REQUIRE(w.size() == 1);
+  CHECK(
+      w[0].rfind("train.optimizer.momentum = 0.5 has no effect: it is read only with train.optimizer.name = "
+                 "\"sgd\"",
+                 0) == 0);
+  w = config_warnings(
+      load_config(tiny, {"train.lr_schedule.name=constant", "train.lr_schedule.min_lr=1e-5"}));
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].rfind("train.lr_schedule.min_lr = 1e-05 has no effect", 0) == 0);
+  // Left at its default or read: nothing to say.
+  CHECK(config_warnings(load_config(tiny, {})).empty());
+  CHECK(config_warnings(load_config(tiny, {"train.optimizer.name=sgd"})).empty());  // betas as the default
+  // eng_fra_d2l.json: a constant schedule and no min_lr.
+  CHECK(config_warnings(load_config(std::string(TFM_SOURCE_DIR) + "/configs/eng_fra_d2l.json", {})).empty());
+}

@@ -47,6 +47,10 @@ struct KeySpec {
   // train.optimizer.name "muon"); empty: always.
   std::string only_with_key;
   std::vector<std::string> only_with_values;
+  // Set (with only_with_*): a value the choice does not read is warned about (config_warnings), not
+  // refused. For keys the shipped configs set for the common choice (AdamW's betas, the decaying
+  // schedules' min_lr), so that `--set train.optimizer.name=sgd` works on any of them.
+  bool only_with_warns = false;
   std::string meaning;
   // The member the key is bound to: model.* keys a ModelConfig's (nn/model_config.h), train.* keys a
   // TrainConfig's (config/train_config.h); unset for the others.
@@ -104,6 +108,9 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 
 // On resume: applies `overrides` to a run's resolved config; only resumable keys may change.
 Config resume_config(const Config& run, const std::vector<std::string>& overrides);
+// What a valid config sets that nothing reads: a key whose only_with_key holds another value (only_with_warns
+// keys: `train.optimizer.momentum` under "adamw"), each named with what reads it. For the run's log.
+std::vector<std::string> config_warnings(const Config& config);
 
 // Keys whose values differ between two resolved configs (for "checkpoint does not match" errors).
 std::vector<std::string> differing_keys(const Config& a, const Config& b, const std::string& prefix = "");
