@@ -41,11 +41,7 @@ std::vector<Command> add_board_commands(CLI::App& app) {
          "Address to listen on: a loopback one (127.0.0.1, any 127.x, ::1, localhost) keeps the board "
          "to this machine; any other opens it to the network")
       ->capture_default_str()
-      ->check(CLI::Validator(
-          [](std::string& v) {
-            return v.empty() ? std::string("an address, not an empty string") : std::string();
-          },
-          "ADDRESS"));
+      ->check(non_empty("an address"));
   cmd->add_option("--port", o->port, "Port (0: any free one, printed at start)")
       ->capture_default_str()
       ->check(integer_in(0, 65535));

@@ -38,6 +38,14 @@ struct Command {
 
 // Validators for numeric flags, so every one is range- and type-checked like a config key: CLI11
 // prefixes the flag ("--batches: expected an integer in [1, 1000000], got \"0\"") and main exits 2.
+// A value that may not be empty: `what` says what is expected ("a directory", "an address").
+inline CLI::Validator non_empty(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& text) -> std::string {
+        return text.empty() ? "expected " + what + ", not an empty string" : std::string();
+      },
+      "");
+}
 inline CLI::Validator integer_in(int64_t lo, int64_t hi) {
   const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
   return CLI::Validator(

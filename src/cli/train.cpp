@@ -74,7 +74,8 @@ std::vector<Command> add_train_commands(CLI::App& app) {
           "Override a key: --set train.max_steps=500 (repeatable; on --resume only " + resumable + ")")
       ->type_name("KEY=VALUE");
   train->add_option("--out", o->out, "Run directory (default: output.dir, i.e. runs/<config name>)")
-      ->type_name("DIR");
+      ->type_name("DIR")
+      ->check(non_empty("a directory"));
   train->add_option("--init-from", o->init_from, "Initial weights from a safetensors file (tfm export)")
       ->type_name("FILE");
   train

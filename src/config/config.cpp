@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <sstream>
 
 #include "table.h"
@@ -185,7 +186,39 @@ bool check_value(const KeySpec& k, const json& v, json& out, std::vector<std::st
   return fail();
 }
 
+// What nanoGPT (and GPT-2's Hugging Face config) call the keys tfm names otherwise, by last component.
+const std::map<std::string, std::string>& other_frameworks_names() {
+  static const std::map<std::string, std::string> names = {
+      {"n_embd", "model.d_model"},
+      {"block_size", "model.max_seq_len"},
+      {"n_layer", "model.n_layers"},
+      {"n_head", "model.n_heads"},
+      {"n_positions", "model.max_seq_len"},
+      {"learning_rate", "train.optimizer.lr"},
+      {"max_iters", "train.max_steps"},
+      {"eval_iters", "train.eval_steps"},
+      {"warmup_iters", "train.lr_schedule.warmup_steps"},
+      {"gradient_accumulation_steps", "train.grad_accum_steps"},
+      {"min_lr", "train.lr_schedule.min_lr"},
+      {"grad_clip", "train.grad_clip"}};
+  return names;
+}
+
 std::string suggestion(const std::string& path) {
+  // Another framework's name: its tfm key, when that key exists.
+  if (const auto it = other_frameworks_names().find(split_path(path).back());
+      it != other_frameworks_names().end() && find_key(it->second))
+    return it->second;
+  // A name cut short ("warmup" for "warmup_steps"): the one key of the same section it begins.
+  {
+    std::string only;
+    int matches = 0;
+    for (const auto& k : config_keys())
+      if (k.path.size() > path.size() && k.path.compare(0, path.size(), path) == 0 &&
+          k.path[path.size()] == '_')
+        only = k.path, ++matches;
+    if (matches == 1) return only;
+  }
   std::vector<std::string> candidates;
   for (const auto& k : config_keys()) {
     candidates.push_back(k.path);
@@ -504,6 +537,23 @@ std::vector<std::string> config_warnings(const Config& config) {
     for (const auto& v : values) owners += (owners.empty() ? "\"" : " or \"") + v + "\"";
     out.push_back(k.path + " = " + value.dump() + " has no effect: it is read only with " + k.only_with_key +
                   " = " + owners + ", and this config has \"" + chosen + "\"");
+  }
+  // A schedule its own numbers undo (LrSchedule::at, training/optim.cpp).
+  const TrainConfig train = config.train();
+  const int64_t warmup = train.lr_schedule.warmup_steps, steps = train.max_steps;
+  if (warmup >= steps && warmup > 0)
+    out.push_back("train.lr_schedule.warmup_steps = " + std::to_string(warmup) +
+                  " is at least train.max_steps = " + std::to_string(steps) +
+                  ": the learning rate never leaves its warmup (never reaches its peak)");
+  else if (train.lr_schedule.name == ScheduleKind::Wsd) {
+    const int64_t decay_start =
+        steps -
+        static_cast<int64_t>(std::floor(train.lr_schedule.decay_fraction * static_cast<double>(steps)));
+    if (warmup > decay_start)
+      out.push_back(
+          "train.lr_schedule.warmup_steps = " + std::to_string(warmup) +
+          " runs into wsd's decay, which starts at step " + std::to_string(decay_start) +
+          " (train.lr_schedule.decay_fraction): the learning rate drops from warmup straight into it");
   }
   return out;
 }

@@ -116,6 +116,8 @@ TEST_CASE("cli: bad input exits 2 naming the key or file", "[cli]") {
        "model.d_model: expected a multiple of model.n_heads = 5"},
       {"train --config configs/tiny.json --set train.seq_len=999 --out " + dir + "/r6", "train.seq_len"},
       {"train --config configs/tiny.json --set oops --out " + dir + "/r7", "--set: expected key.path=value"},
+      {"train --config configs/tiny.json --out ''", "--out: expected a directory, not an empty string"},
+      {"board --host ''", "--host: expected an address, not an empty string"},
       {"train", "--config FILE"},
       {"eval --run " + dir + "/no_such_run", dir + "/no_such_run"},
       {"sample --run " + dir + "/no_such_run", dir + "/no_such_run"},

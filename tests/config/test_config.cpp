@@ -302,6 +302,32 @@ TEST_CASE("config: a key the chosen optimizer or schedule does not read is warne
   // Left at its default or read: nothing to say.
   CHECK(config_warnings(load_config(tiny, {})).empty());
   CHECK(config_warnings(load_config(tiny, {"train.optimizer.name=sgd"})).empty());  // betas as the default
+  // A schedule its own numbers undo.
+  w = config_warnings(load_config(tiny, {"train.max_steps=50", "train.lr_schedule.warmup_steps=60"}));
+  REQUIRE(w.size() == 1);
+  CHECK_THAT(w[0], Catch::Contains("the learning rate never leaves its warmup"));
+  w = config_warnings(load_config(tiny, {"train.max_steps=50", "train.lr_schedule.warmup_steps=45",
+                                         "train.lr_schedule.name=wsd", "train.lr_schedule.min_lr=null"}));
+  REQUIRE(w.size() == 1);
+  CHECK_THAT(w[0], Catch::Contains("runs into wsd's decay, which starts at step 40"));
   // eng_fra_d2l.json: a constant schedule and no min_lr.
   CHECK(config_warnings(load_config(std::string(TFM_SOURCE_DIR) + "/configs/eng_fra_d2l.json", {})).empty());
+}
+
+TEST_CASE("config: nanoGPT's names and names cut short suggest tfm's key", "[config]") {
+  const std::string tiny = std::string(TFM_SOURCE_DIR) + "/configs/tiny.json";
+  for (const auto& [set, suggested] : std::vector<std::pair<std::string, std::string>>{
+           {"model.n_embd=64", "model.d_model"},
+           {"model.block_size=64", "model.max_seq_len"},
+           {"train.gradient_accumulation_steps=2", "train.grad_accum_steps"},
+           {"train.lr_schedule.warmup=5", "train.lr_schedule.warmup_steps"},
+           {"model.d_modle=64", "model.d_model"}}) {
+    INFO(set);
+    try {
+      load_config(tiny, {set});
+      FAIL("accepted");
+    } catch (const ConfigError& e) {
+      CHECK_THAT(e.what(), Catch::Contains("unknown key; did you mean " + suggested + "?"));
+    }
+  }
 }

@@ -108,8 +108,9 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 
 // On resume: applies `overrides` to a run's resolved config; only resumable keys may change.
 Config resume_config(const Config& run, const std::vector<std::string>& overrides);
-// What a valid config sets that nothing reads: a key whose only_with_key holds another value (only_with_warns
-// keys: `train.optimizer.momentum` under "adamw"), each named with what reads it. For the run's log.
+// What a valid config sets that nothing reads (an only_with_warns key whose only_with_key holds another
+// value: `train.optimizer.momentum` under "adamw", named with what reads it), and a learning-rate schedule
+// its own numbers undo (a warmup as long as the run, or into wsd's decay). For the run's log.
 std::vector<std::string> config_warnings(const Config& config);
 
 // Keys whose values differ between two resolved configs (for "checkpoint does not match" errors).
