@@ -351,6 +351,11 @@ int serve(const BoardOptions& o) {
     res.set_header("Referrer-Policy", "no-referrer");
     // Bound to this machine only: a page elsewhere must not reach it through DNS rebinding.
     if (loopback) {
+      // One Host: of two, a proxy and this check could each read another.
+      if (req.get_header_value_count("Host") > 1) {
+        reply_error(res, 400, "Host: given more than once");
+        return httplib::Server::HandlerResponse::Handled;
+      }
       const std::string host = req.get_header_value("Host");
       const std::string name = host_name_of(host);
       if (!(name == "127.0.0.1" || name == "localhost" || name == "[::1]" || name == bound_name)) {

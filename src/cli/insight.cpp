@@ -184,13 +184,16 @@ int export_gguf(const ExportOptions& o, LoadedRun& run) {
     probe.push_back(static_cast<int32_t>((t * 7919 + 1) % c.vocab_size));
   const double erf = gguf_max_probability_diff(model, back, probe, GeluForm::Erf);
   const GgufEndOfText eot = gguf_end_of_text(tok);
+  // The model's parameters as llama.cpp runs it: model.mtp_heads' extra heads are not written.
+  int64_t written = 0;
+  for (const auto& p : model.parameters())
+    if (p.name.rfind("mtp.", 0) != 0) written += p.value.numel();
   std::printf(
       "wrote %s: llama.cpp architecture %s, %zu tensors (%s matrices, F32 vectors), %ld parameters, %s "
       "vocabulary of %ld, context %ld (%s/%s.ckpt, step %ld)\n",
-      out.c_str(), arch.c_str(), back.tensors.size(), ggml_type_name(dtype),
-      static_cast<long>(model.parameter_count()), tok.kind_name().c_str(), static_cast<long>(c.vocab_size),
-      static_cast<long>(c.max_seq_len), run.dir.c_str(), run.which.c_str(),
-      static_cast<long>(run.checkpoint.state.value("step", int64_t{0})));
+      out.c_str(), arch.c_str(), back.tensors.size(), ggml_type_name(dtype), static_cast<long>(written),
+      tok.kind_name().c_str(), static_cast<long>(c.vocab_size), static_cast<long>(c.max_seq_len),
+      run.dir.c_str(), run.which.c_str(), static_cast<long>(run.checkpoint.state.value("step", int64_t{0})));
   if (arch == "gpt2") {
     const double tanh_form = gguf_max_probability_diff(model, back, probe, GeluForm::Tanh);
     const double llama = gguf_max_probability_diff(model, back, probe, GeluForm::LlamaCpp);

@@ -513,9 +513,13 @@ TEST_CASE("tfm board: one board a port, links out of a run, damaged records, loo
   const json bad =
       board_post(c, "/api/model/sample", {{"run", prefix + "good"}, {"prompt", "\xc3\xa9"}}, 400);
   CHECK(bad["error"].get<std::string>().find("not in the vocabulary") != std::string::npos);
-  // Host names are case-insensitive.
+  // Host names are case-insensitive; a request with two Host headers is refused.
   CHECK(board_raw(board.port, "GET /api/runs HTTP/1.1\r\nHost: LOCALHOST\r\nConnection: close\r\n\r\n")
             .rfind("HTTP/1.1 200", 0) == 0);
+  CHECK(board_raw(
+            board.port,
+            "GET /api/runs HTTP/1.1\r\nHost: localhost\r\nHost: evil.example\r\nConnection: close\r\n\r\n")
+            .rfind("HTTP/1.1 400", 0) == 0);
 
   // A second board on the same port is refused (httplib's default SO_REUSEPORT had let both listen,
   // answering in turn), and the first goes on serving.

@@ -43,7 +43,8 @@ TEST_CASE("gguf: tfm export --format gguf writes llama.cpp's gpt2 and checks it 
   INFO(r.out);
   REQUIRE(r.status == 0);
   const std::string path = run + "/model-f32.gguf";
-  CHECK_THAT(r.out, Catch::Contains("wrote " + path + ": llama.cpp architecture gpt2, 29 tensors"));
+  CHECK_THAT(r.out, Catch::Contains("wrote " + path + ": llama.cpp architecture gpt2, 29 tensors") &&
+                        Catch::Contains(" 27264 parameters"));
   CHECK(number_before(r.out, " with tfm's GELU (erf)") < 1e-5);  // the export itself: float rounding
   CHECK_THAT(r.out, Catch::Contains("--ignore-eos"));            // a char vocabulary: id 11 ends generation
   const tfm::GgufFile f = tfm::load_gguf(path);
@@ -61,6 +62,15 @@ TEST_CASE("gguf: tfm export --format gguf writes llama.cpp's gpt2 and checks it 
   REQUIRE(r.status == 0);
   CHECK(tfm::load_gguf(tmp.path + "/x.gguf").tensor("token_embd.weight").type == tfm::GgmlType::BF16);
   CHECK(tfm::load_gguf(tmp.path + "/x.gguf").at("general.file_type").unsigned_value() == 32);
+
+  // model.mtp_heads' extra heads are not written, nor counted in what the message says it wrote.
+  r = run_tfm("train --config configs/tiny.json --out " + tmp.path + "/mtp --set train.max_steps=1 " +
+              "--set model.mtp_heads=1");
+  REQUIRE(r.status == 0);
+  r = run_tfm("export --run " + tmp.path + "/mtp --format gguf");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains(" 27264 parameters"));
 
   // Bad flags: status 2 naming the flag.
   r = run_tfm("export --run " + run + " --format onnx");
