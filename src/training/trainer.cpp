@@ -118,6 +118,7 @@ class TrainingRun {
   Metrics evaluate_and_keep_best();
   void log_interval(double lr, const Metrics* val);
   void log_summary();
+  void write_config_file() const;  // output.dir/config.json: the resolved config the run trains with
   double elapsed() const { return state_->elapsed_before + seconds_since(start_); }
   // The training loop's wall time so far: this process's steps and evaluations, and the earlier
   // processes' whole time on resume (the clock of train.target_loss).
@@ -273,7 +274,13 @@ void TrainingRun::create_run_directory() {
   // Every file the run writes (and the lock), refused before any is written when a link or device
   // holds its name.
   for (const std::string& name : run_file_names()) require_regular_or_absent(dir_ + "/" + name);
-  write_file_atomically(dir_ + "/" + kRunConfigFile, config_.tree.dump(2) + "\n");
+  // A resumed run's config.json is written when it takes a step (run()): a resume with nothing to do
+  // (a lower train.max_steps) must not leave a config the checkpoint was not trained to.
+  if (!opt_.resume) write_config_file();
+}
+
+void TrainingRun::write_config_file() const {
+  if (root_) write_file_atomically(dir_ + "/" + kRunConfigFile, config_.tree.dump(2) + "\n");
 }
 
 void TrainingRun::log_header() {
@@ -550,6 +557,7 @@ TrainResult TrainingRun::run() {
     result_.target_reached = true;
     return result_;
   }
+  if (opt_.resume && step < max_steps_) write_config_file();
   state_->stopped.clear();
   while (step < max_steps_) {
     StepStats s = this->step();

@@ -276,3 +276,18 @@ TEST_CASE("cli: the ETA counts the time budget, threads follow the affinity mask
   CHECK(r.status == 0);
   CHECK_THAT(r.out, !Catch::Contains("//"));
 }
+
+TEST_CASE("cli: a resume with nothing to do leaves the run's config.json as it was", "[cli]") {
+  const std::string dir = temp_dir("resume_noop") + "/run";
+  REQUIRE(run_tfm("train --config configs/tiny.json --out " + dir + " --set train.max_steps=3").status == 0);
+  const std::string before = tfm_test::read_file(dir + "/config.json");
+  tfm_test::CliRun r = run_tfm("train --resume " + dir + " --set train.max_steps=2");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("nothing to do: the run is at step 3 of train.max_steps = 2"));
+  CHECK(tfm_test::read_file(dir + "/config.json") == before);
+  // A resume that trains writes the config it continues with.
+  r = run_tfm("train --resume " + dir + " --set train.max_steps=4");
+  REQUIRE(r.status == 0);
+  CHECK_THAT(tfm_test::read_file(dir + "/config.json"), Catch::Contains("\"max_steps\": 4"));
+}
