@@ -419,8 +419,7 @@ std::vector<ConfigDifference> config_diff(const json& a, const json& b) {
   };
   const std::optional<ObjectiveKind> objective_a = objective_of(fa), objective_b = objective_of(fb);
   const auto read_by = [](const KeySpec& key, std::optional<ObjectiveKind> objective) {
-    return key.objectives.empty() || !objective ||
-           std::find(key.objectives.begin(), key.objectives.end(), *objective) != key.objectives.end();
+    return !objective || key.read_by(*objective);  // a run without a readable objective: every key
   };
   std::vector<ConfigDifference> out;
   for (auto& [key, d] : diffs) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "table.h"
@@ -321,9 +322,27 @@ void cross_checks(const json& t, std::vector<std::string>& errors) {
 }
 
 // Whether the objective reads key k (a key of no particular objective: every one).
-bool read_by(const KeySpec& k, ObjectiveKind objective) {
-  return k.objectives.empty() ||
-         std::find(k.objectives.begin(), k.objectives.end(), objective) != k.objectives.end();
+// Whether `k` holds its default in `tree` (a derived key: what its rule gives).
+bool at_default(const KeySpec& k, const json& tree) {
+  return *lookup(tree, k.path) == (k.default_value.is_null() ? k.rule(tree) : k.default_value);
+}
+
+// "\"a\" or \"b\"": the values a message names as the ones that read a key.
+std::string quoted_or(const std::vector<std::string>& values) {
+  std::string out;
+  for (const auto& v : values) out += (out.empty() ? "\"" : " or \"") + v + "\"";
+  return out;
+}
+
+// For a key read only with some values of another (only_with_key): that key's value when it holds none
+// of them while `k` is set away from its default, i.e. `k` has no effect; nothing otherwise.
+std::optional<std::string> unread_under(const KeySpec& k, const json& tree) {
+  if (k.only_with_key.empty()) return std::nullopt;
+  const std::string chosen = lookup(tree, k.only_with_key)->get<std::string>();
+  const auto& values = k.only_with_values;
+  if (std::find(values.begin(), values.end(), chosen) != values.end() || at_default(k, tree))
+    return std::nullopt;
+  return chosen;
 }
 
 std::string join_lines(const std::vector<std::string>& lines) {
@@ -495,28 +514,23 @@ Config resolve_config(json user, const std::vector<std::string>& overrides) {
     // A key another objective reads, set to something other than its default, would be ignored: say so.
     const ObjectiveKind objective = from_tree<TrainConfig>(tree).objective;
     for (const auto& k : config_keys()) {
-      if (read_by(k, objective)) continue;
+      if (k.read_by(objective)) continue;
       const json* given = lookup(user, k.path);
-      if (!given || given->is_null()) continue;
-      const json fallback = k.default_value.is_null() ? k.rule(tree) : k.default_value;
-      if (*lookup(tree, k.path) == fallback) continue;
-      std::string owners;
-      for (const auto o : k.objectives) owners += (owners.empty() ? "\"" : " or \"") + name_of(o) + "\"";
-      errors.push_back(k.path + ": belongs to train.objective " + owners + "; this config's objective is \"" +
-                       name_of(objective) + "\" (remove the key or change train.objective)");
+      if (!given || given->is_null() || at_default(k, tree)) continue;
+      std::vector<std::string> owners;
+      for (const auto o : k.objectives) owners.push_back(name_of(o));
+      errors.push_back(k.path + ": belongs to train.objective " + quoted_or(owners) +
+                       "; this config's objective is \"" + name_of(objective) +
+                       "\" (remove the key or change train.objective)");
     }
-    // Likewise a key of one optimizer or schedule set while another is chosen.
+    // Likewise a key of one optimizer or schedule set while another is chosen (only_with_warns keys:
+    // config_warnings).
     for (const auto& k : config_keys()) {
-      if (k.only_with_key.empty() || k.only_with_warns) continue;
-      const std::string chosen = lookup(tree, k.only_with_key)->get<std::string>();
-      const auto& values = k.only_with_values;
-      if (std::find(values.begin(), values.end(), chosen) != values.end() ||
-          *lookup(tree, k.path) == k.default_value)
-        continue;
-      std::string owners;
-      for (const auto& v : values) owners += (owners.empty() ? "\"" : " or \"") + v + "\"";
+      const std::optional<std::string> chosen = k.only_with_warns ? std::nullopt : unread_under(k, tree);
+      if (!chosen) continue;
+      const std::string owners = quoted_or(k.only_with_values);
       errors.push_back(k.path + ": only read with " + k.only_with_key + " = " + owners +
-                       "; this config has \"" + chosen + "\" (remove the key or set " + k.only_with_key +
+                       "; this config has \"" + *chosen + "\" (remove the key or set " + k.only_with_key +
                        " to " + owners + ")");
     }
   }
@@ -527,16 +541,11 @@ Config resolve_config(json user, const std::vector<std::string>& overrides) {
 std::vector<std::string> config_warnings(const Config& config) {
   std::vector<std::string> out;
   for (const auto& k : config_keys()) {
-    if (!k.only_with_warns) continue;
-    const std::string chosen = lookup(config.tree, k.only_with_key)->get<std::string>();
-    const auto& values = k.only_with_values;
-    const json& value = *lookup(config.tree, k.path);
-    const json fallback = k.default_value.is_null() ? k.rule(config.tree) : k.default_value;
-    if (std::find(values.begin(), values.end(), chosen) != values.end() || value == fallback) continue;
-    std::string owners;
-    for (const auto& v : values) owners += (owners.empty() ? "\"" : " or \"") + v + "\"";
-    out.push_back(k.path + " = " + value.dump() + " has no effect: it is read only with " + k.only_with_key +
-                  " = " + owners + ", and this config has \"" + chosen + "\"");
+    const std::optional<std::string> chosen = k.only_with_warns ? unread_under(k, config.tree) : std::nullopt;
+    if (!chosen) continue;
+    out.push_back(k.path + " = " + lookup(config.tree, k.path)->dump() +
+                  " has no effect: it is read only with " + k.only_with_key + " = " +
+                  quoted_or(k.only_with_values) + ", and this config has \"" + *chosen + "\"");
   }
   // A schedule its own numbers undo (LrSchedule::at, training/optim.cpp).
   const TrainConfig train = config.train();
@@ -575,7 +584,7 @@ Config resume_config(const Config& run, const std::vector<std::string>& override
   json tree = run.tree;
   const ObjectiveKind objective = run.train().objective;
   for (const auto& k : config_keys())
-    if (!read_by(k, objective)) {
+    if (!k.read_by(objective)) {
       const auto parts = split_path(k.path);
       json* node = &tree;
       for (size_t p = 0; p + 1 < parts.size() && node; ++p)
@@ -586,7 +595,7 @@ Config resume_config(const Config& run, const std::vector<std::string>& override
   std::vector<std::string> errors;
   for (const auto& path : differing_keys(run, next)) {
     const KeySpec* k = find_key(path);
-    if (k->resumable || !read_by(*k, objective)) continue;
+    if (k->resumable || !k->read_by(objective)) continue;
     std::string allowed;
     for (const auto& k : config_keys())
       if (k.resumable) allowed += (allowed.empty() ? "" : ", ") + k.path;

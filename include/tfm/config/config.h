@@ -5,6 +5,7 @@
 // default, so the resolved tree holds every key of the table and nothing else. Errors are
 // tfm::ConfigError whose message starts with the key path (or the file) and states expected vs got.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -43,6 +44,10 @@ struct KeySpec {
   // auxiliary loss's weight, the context length), so `--init-from` lets it differ from the file's run.
   bool weights_agnostic = false;
   std::vector<ObjectiveKind> objectives;  // the train.objective values that read it (empty: all)
+  bool read_by(ObjectiveKind objective) const {
+    return objectives.empty() ||
+           std::find(objectives.begin(), objectives.end(), objective) != objectives.end();
+  }
   // Read only while the string key only_with_key holds one of only_with_values (train.optimizer.muon_lr:
   // train.optimizer.name "muon"); empty: always.
   std::string only_with_key;
