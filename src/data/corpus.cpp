@@ -16,6 +16,7 @@
 #include <set>
 
 #include "tfm/data/token_cache.h"
+#include "tfm/data/utf8.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
 #include "tfm/engine/strings.h"
@@ -336,8 +337,10 @@ struct CorpusReader::State {
   std::string text;  // decompressed bytes not yet handed out (text) or not yet split (JSON Lines)
   size_t text_pos = 0;
   bool stream_done = false;
-  uint64_t line = 0;   // JSON Lines: lines read from the open file
-  std::string record;  // JSON Lines: the current record's text
+  bool file_start = false;  // text: nothing of the open file read yet (where a byte order mark may be)
+  bool held_cr = false;     // text: the last block read ended in CR, held back until the next shows LF
+  uint64_t line = 0;        // JSON Lines: lines read from the open file
+  std::string record;       // JSON Lines: the current record's text
   size_t record_pos = 0;
   bool in_document = false;
   std::string name;
@@ -356,14 +359,42 @@ struct CorpusReader::State {
     stream = std::make_unique<FileStream>(path);
     json_lines = is_json_lines(path);
     text.clear(), text_pos = 0, stream_done = false, line = 0;
+    file_start = true, held_cr = false;
     return true;
   }
   // More decompressed bytes into `text`; false at the end of the file.
   bool more() {
     if (stream_done) return false;
     if (text_pos > 0) text.erase(0, text_pos), text_pos = 0;
-    if (!stream->read(text)) stream_done = true;
-    return !stream_done;
+    const size_t start = text.size();
+    if (!stream->read(text)) {
+      stream_done = true;
+      if (!held_cr) return false;
+      held_cr = false;
+      text.push_back('\r');  // the file ends in a CR: no LF follows it
+      return true;
+    }
+    if (!json_lines) read_as_text(start);
+    return true;
+  }
+  // A text file is read as text, as Python's text mode reads it: a UTF-8 byte order mark at its start
+  // is no character, and a Windows line end (CRLF) is LF, so that a file saved on Windows trains like
+  // the same text saved here (a lone CR stays). `text` from `start` holds the bytes just read.
+  void read_as_text(size_t start) {
+    if (file_start) {
+      file_start = false;
+      if (starts_with_byte_order_mark(std::string_view(text).substr(start)))
+        text.erase(start, kUtf8ByteOrderMark.size());
+    }
+    if (held_cr) text.insert(start, 1, '\r'), held_cr = false;
+    size_t cr = text.find('\r', start);
+    if (cr == std::string::npos) return;
+    size_t kept = cr;  // text[start, kept) is done
+    for (; cr < text.size(); ++cr)
+      if (text[cr] != '\r' || cr + 1 == text.size() || text[cr + 1] != '\n') text[kept++] = text[cr];
+    text.resize(kept);
+    // A CR ending the block may begin a CRLF the next block ends: hold it back until then.
+    if (kept > start && text.back() == '\r') text.pop_back(), held_cr = true;
   }
   // The next line of the open file into `out` (without its newline); false at its end.
   bool next_line(std::string& out) {
@@ -449,7 +480,10 @@ bool CorpusReader::next_document() {
     }
     if (!s.open_next_file()) return false;
     if (!s.json_lines) {
-      if (s.text.empty() && !s.more()) continue;  // an empty file is no document
+      // A read may leave no text (a block of a byte order mark or one held-back CR): read on.
+      while (s.text.empty() && s.more()) {
+      }
+      if (s.text.empty()) continue;  // an empty file is no document
       s.name = s.path;
       s.stream_done = false;
       break;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 
+#include "tfm/data/utf8.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
 
@@ -18,7 +19,7 @@ std::vector<SentencePair> read_pairs(const std::string& path, int64_t max_pairs)
   const std::string text = read_file(path, kMaxPairBytes);
   if (text.empty()) throw IoError(path + ": the sentence-pair file is empty");
   std::vector<SentencePair> pairs;
-  size_t begin = 0;
+  size_t begin = starts_with_byte_order_mark(text) ? kUtf8ByteOrderMark.size() : 0;
   for (int64_t line = 1;
        begin < text.size() && (max_pairs == 0 || static_cast<int64_t>(pairs.size()) < max_pairs); ++line) {
     size_t end = text.find('\n', begin);

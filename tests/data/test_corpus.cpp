@@ -212,6 +212,52 @@ TEST_CASE("corpus: text, JSON Lines with a custom field, .gz and .zst give the s
   CHECK(b.tokens.to_vector() == joined(b.tokenizer, docs, 256));
 }
 
+TEST_CASE("corpus: a text file's byte order mark is dropped and its CRLF line ends read as LF",
+          "[data][corpus]") {
+  const Dir d("text_mode");
+  // A CRLF across the edge of the 4 MiB blocks the files are read in, a lone CR, a CR ending the file.
+  std::string big(kHashBlockBytes - 1, 'a');
+  big += "\r\nb\rc\r";
+  const std::string small = "\xEF\xBB\xBFline one\r\nline two\r\n\r\n";
+  const std::vector<std::string> as_read = {std::string(kHashBlockBytes - 1, 'a') + "\nb\rc\r",
+                                            "line one\nline two\n\n", "{\"text\": \"kept\\r\\n\"}\r\n"};
+  for (const std::string form : {"plain", "gz", "zst"}) {
+    INFO(form);
+    const std::string root = d.file(form);
+    const auto put = [&](const std::string& name, const std::string& text) {
+      if (form == std::string("plain")) write_corpus_input(root + "/" + name, text);
+      if (form == std::string("gz")) write_corpus_input(root + "/" + name + ".gz", gzip(text));
+      if (form == std::string("zst")) write_corpus_input(root + "/" + name + ".zst", zstd(text));
+    };
+    put("a.txt", big);
+    put("b.txt", small);
+    put("c.txt", as_read[2]);      // CRLF ends the file; a JSON-looking .txt is text all the same
+    put("d.txt", "\xEF\xBB\xBF");  // a byte order mark alone: an empty file, no document
+    CorpusReader reader(list_corpus(root), CorpusOptions{});
+    std::vector<std::string> docs;
+    while (reader.next_document()) {
+      docs.emplace_back();
+      while (reader.read(docs.back())) {
+      }
+    }
+    REQUIRE(docs.size() == 3);
+    CHECK(docs[0] == as_read[0]);
+    CHECK(docs[1] == as_read[1]);
+    CHECK(docs[2] == "{\"text\": \"kept\\r\\n\"}\n");
+  }
+  // JSON Lines: a record's text is its JSON string, CR and all; the file's own CRLF ends lines.
+  write_corpus_input(d.file("j/a.jsonl"), "\xEF\xBB\xBF" + nlohmann::json{{"text", "one\r\ntwo\r"}}.dump() +
+                                              "\r\n" + jsonl_line("text", "three"));
+  CorpusReader reader(list_corpus(d.file("j")), CorpusOptions{});
+  std::vector<std::string> docs;
+  while (reader.next_document()) {
+    docs.emplace_back();
+    while (reader.read(docs.back())) {
+    }
+  }
+  CHECK(docs == std::vector<std::string>{"one\r\ntwo\r", "three"});
+}
+
 TEST_CASE("corpus: document_separator false concatenates, one document keeps the single-file tokens",
           "[data][corpus]") {
   const Dir d("separator");

@@ -232,6 +232,11 @@ TEST_CASE("seq2seq: a BPE source side from its tokenizer file, a byte target sid
     if (p.source.rfind("low", 0) == 0) CHECK(p.src.size() < p.source.size());  // merges used
     for (int32_t id : p.src) CHECK(id >= 4);
   }
+  // A file saved by Windows Notepad: a byte order mark before the first pair, CRLF line ends.
+  const std::string windows = write_file(dir, "windows.txt", "\xEF\xBB\xBFlow lower\tbas\r\nnew\tneuf\r\n");
+  const PairDataset w = load_pairs(windows, o);
+  REQUIRE(w.train.size() == 2);
+  for (const SentencePair& p : w.train) CHECK(p.source == (p.line == 1 ? "low lower" : "new"));
   o.source_tokenizer_path = dir.path + "/missing.json";
   CHECK(decoder_error_of([&] { load_pairs(path, o); }).rfind("data.tokenizer_path: ", 0) == 0);
 }

@@ -7,7 +7,8 @@
 // processes reading the same cache (MPI ranks, runs of a sweep) share its pages.
 //
 // Cache file (little-endian; the token region 4096-aligned so it maps on a page boundary):
-//   offset  0  "TFMTOKS3"             magic and format version (3: every hash is XXH3-64, document ends)
+//   offset  0  "TFMTOKS4"             magic and format version (4: every hash is XXH3-64, document ends,
+//                                     text read as text: corpus.h)
 //           8  u32 width              2 (uint16 ids) or 4 (uint32 ids)
 //          12  u32 vocab_from_source  1: a char/byte vocabulary derived from the source itself
 //          16  u64 count              tokens in the file

@@ -41,4 +41,11 @@ size_t utf8_boundary_before(std::string_view text, size_t at);
 // The number of characters of valid UTF-8 text (bytes that start one).
 int64_t count_utf8_chars(std::string_view text);
 
+// U+FEFF encoded, which some editors (Windows Notepad) write at the start of a UTF-8 file: it marks the
+// encoding and is no character of the text, so a file's reader drops it.
+constexpr std::string_view kUtf8ByteOrderMark = "\xEF\xBB\xBF";
+inline bool starts_with_byte_order_mark(std::string_view text) {
+  return text.substr(0, kUtf8ByteOrderMark.size()) == kUtf8ByteOrderMark;
+}
+
 }  // namespace tfm
