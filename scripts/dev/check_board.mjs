@@ -26,12 +26,12 @@ try {
   const drawnCounts = () => {
     const c = Chart.getChart('chart-loss');
     return ['runs/small', 'runs/two_heads'].map((run) =>
-      (c.data.datasets.find((d) => d.label === run + ' train_loss') || { data: [] }).data.length);
+      (c.data.datasets.find((d) => d.label === run + ' train') || { data: [] }).data.length);
   };
   try {
     await page.waitForFunction(`(${drawnCounts})().every((n) => n === 20)`, { timeout: 10000 });
   } catch (e) {
-    fail('the loss chart holds ' + JSON.stringify(await page.evaluate(drawnCounts)) + ' train_loss points');
+    fail('the loss chart holds ' + JSON.stringify(await page.evaluate(drawnCounts)) + ' train loss points');
   }
   // The live run: its step in the table grows within a few seconds.
   await page.waitForSelector('#runs-table tr[data-run="runs/live"]', { timeout: 15000 });

@@ -4,7 +4,9 @@
 
 const POLL_MS = 1500;
 const CHARTS = [
-  { id: 'loss', title: 'loss (train, val)', keys: ['train_loss', 'val_loss'] },
+  // train: the mean over each log interval, the loss the log line shows (train_loss is its last batch)
+  { id: 'loss', title: 'loss (train: mean of each log interval; val)', keys: ['train_loss_avg', 'val_loss'],
+    labels: { train_loss_avg: 'train', val_loss: 'val' } },
   { id: 'lr', title: 'learning rate', keys: ['lr'], beginAtZero: true },
   { id: 'grad_norm', title: 'grad norm', keys: ['grad_norm'] },
   { id: 'tokens_per_s', title: 'tokens/s', keys: ['tokens_per_s'] },
@@ -159,7 +161,7 @@ function drawCharts() {
         const ys = key === 'val_loss' ? d.value : smooth(d.value, alpha);
         const xs = d[xKey];
         datasets.push({
-          label: c.keys.length > 1 ? `${run} ${key}` : run,
+          label: c.keys.length > 1 ? `${run} ${c.labels[key]}` : run,
           data: xs.map((x, j) => ({ x, y: ys[j] })),
           borderColor: state.colors[run], backgroundColor: state.colors[run],
           borderDash: k === 1 ? [5, 3] : [], pointRadius: key === 'val_loss' ? 2 : 0,
@@ -317,7 +319,7 @@ async function poll() {
 }
 
 // For checks: how many points of `key` the page holds for `run`.
-window.tfmBoard = { state, points: (run, key = 'train_loss') => ((state.series[run] || {})[key] || { value: [] }).value.length };
+window.tfmBoard = { state, points: (run, key = 'train_loss_avg') => ((state.series[run] || {})[key] || { value: [] }).value.length };
 
 document.querySelectorAll('#runs-table th[data-sort]').forEach((th) => th.addEventListener('click', () => {
   const k = th.dataset.sort;

@@ -97,7 +97,9 @@ LossCurves read_loss_curves(const std::string& path) {
   for (const json& r : read_records(metrics_path(path))) {
     const double step = number_or_nan(r, "step");
     if (!std::isfinite(step)) continue;
-    const double train = number_or_nan(r, "train_loss"), lr = number_or_nan(r, "lr");
+    const double mean = number_or_nan(r, "train_loss_avg");
+    const double train = std::isfinite(mean) ? mean : number_or_nan(r, "train_loss");
+    const double lr = number_or_nan(r, "lr");
     const double val = number_or_nan(r, "val_loss"), seconds = number_or_nan(r, "training_s");
     if (std::isfinite(train)) c.step.push_back(step), c.train_loss.push_back(train);
     if (std::isfinite(lr)) c.lr_step.push_back(step), c.lr.push_back(lr);
@@ -113,7 +115,7 @@ std::string loss_figure(const LossCurves& run, size_t max_points) {
   svg::Document doc(820, 620);
   svg::Chart loss;
   loss.title = "tfm run " + run.name;
-  loss.y_label = "cross-entropy loss (nats/token)";
+  loss.y_label = "cross-entropy loss (nats/token; train: mean of each log interval)";
   loss.series.push_back(make_series("train", run.step, run.train_loss, max_points));
   loss.series.back().width = 1.2;
   std::string val_name = "validation";

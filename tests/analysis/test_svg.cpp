@@ -214,15 +214,19 @@ TEST_CASE("svg: heads, sweep, bench and speedrun figures are well-formed and hol
 TEST_CASE("svg: metrics.jsonl is read with a truncated last line, loss.svg written atomically", "[svg]") {
   tfm_test::TempDir dir("svg_metrics");
   std::string metrics;
-  for (int s = 1; s <= 12; ++s)
-    metrics +=
-        json({{"step", s}, {"train_loss", 3.0 - 0.1 * s}, {"lr", 1e-3}, {"training_s", 0.5 * s}}).dump() +
-        "\n";
+  for (int s = 1; s <= 12; ++s) {
+    json rec = {{"step", s}, {"train_loss", 3.0 - 0.1 * s}, {"lr", 1e-3}, {"training_s", 0.5 * s}};
+    if (s == 5) rec["train_loss_avg"] = 9.5;
+    metrics += rec.dump() + "\n";
+  }
   metrics += json({{"step", 12}, {"val_loss", 2.0}, {"training_s", 6.0}}).dump() + "\n";
   metrics += "{\"step\": 13, \"train_lo";  // a run being written
   tfm::write_file_atomically(dir.file("metrics.jsonl"), metrics);
   const tfm::LossCurves c = tfm::read_loss_curves(dir.path);
   CHECK(c.step.size() == 12);
+  // The mean over the log interval, as the log line shows it, where a record has it.
+  CHECK(c.train_loss[0] == 3.0 - 0.1);
+  CHECK(c.train_loss[4] == 9.5);
   CHECK(c.val_loss == std::vector<double>{2.0});
   CHECK(c.val_minutes == std::vector<double>{0.1});
   tfm::write_loss_figure(dir.path);

@@ -14,8 +14,10 @@ namespace tfm {
 // One run's curves from DIR/metrics.jsonl (or a metrics file given directly). A line that is not JSON
 // (the last one of a run being written, cut short) is skipped; a missing file is an IoError naming it.
 struct LossCurves {
-  std::string name;                        // the run directory's name
-  std::vector<double> step, train_loss;    // every logged step
+  std::string name;  // the run directory's name
+  // every logged step; the loss is the mean over the log interval (train_loss_avg, what the log line
+  // shows), or the interval's last batch (train_loss) in a record without it
+  std::vector<double> step, train_loss;
   std::vector<double> lr_step, lr;         // every logged step with a learning rate
   std::vector<double> val_step, val_loss;  // the evaluations
   std::vector<double> val_minutes;         // wall-clock minutes of each evaluation (training_s)
