@@ -124,9 +124,11 @@ class TrainingRun {
   // processes' whole time on resume (the clock of train.target_loss).
   double training_seconds() const { return state_->elapsed_before + seconds_since(loop_start_); }
   bool reached_target(const Metrics& val);
-  // The ETA of the log and the progress line: the steps left at `step_seconds` each, the evaluations left
-  // at the mean time this run's evaluations took, and no more than train.max_seconds leaves.
-  double time_left(double step_seconds) const;
+  // The ETA of the log and the progress line (seconds_left) at `step_seconds` a step.
+  double time_left(double step_seconds) const {
+    return seconds_left(train_, max_steps_,
+                        {state_->step, step_seconds, eval_s_, evals_, training_seconds()});
+  }
 
   const Config& config_;
   const std::string precision_note_;  // train.precision "auto": what it resolved to and why
@@ -513,17 +515,6 @@ void TrainingRun::log_interval(double lr, const Metrics* val) {
   interval_.reset();
 }
 
-double TrainingRun::time_left(double step_seconds) const {
-  const int64_t step = state_->step, every = train_.eval_interval;
-  // Evaluations come at every multiple of train.eval_interval and at the last step.
-  const int64_t evals_left =
-      max_steps_ / every - step / every + (max_steps_ % every != 0 && step < max_steps_);
-  double left = step_seconds * static_cast<double>(max_steps_ - step);
-  if (evals_ > 0) left += eval_s_ / static_cast<double>(evals_) * static_cast<double>(evals_left);
-  if (train_.max_seconds > 0) left = std::min(left, std::max(0.0, train_.max_seconds - training_seconds()));
-  return left;
-}
-
 TrainResult TrainingRun::run() {
   constexpr int64_t kMaxSkipsInARow = 100;  // then the weights themselves are bad: stop
   const int64_t log_every = train_.log_interval, eval_every = train_.eval_interval;
@@ -697,6 +688,20 @@ void check_resumable(const Config& trained, const Config& config, const std::str
                       ", the config has " + config.at(path).dump() +
                       " (only keys marked 'May change on --resume' may differ)");
   }
+}
+
+double seconds_left(const TrainConfig& train, int64_t max_steps, const RunSpeed& speed) {
+  const int64_t step = speed.step, every = train.eval_interval;
+  // Evaluations come at every multiple of train.eval_interval and at the last step.
+  const int64_t evals_left = max_steps / every - step / every + (max_steps % every != 0 && step < max_steps);
+  double left = speed.step_seconds * static_cast<double>(max_steps - step);
+  if (speed.evals > 0)
+    left += speed.eval_seconds / static_cast<double>(speed.evals) * static_cast<double>(evals_left);
+  else if (train.eval_steps > 0)  // 0: the whole validation split, of a size not known here
+    left += speed.step_seconds / (3.0 * static_cast<double>(train.grad_accum_steps)) *
+            static_cast<double>(train.eval_steps * evals_left);
+  if (train.max_seconds > 0) left = std::min(left, std::max(0.0, train.max_seconds - speed.training_seconds));
+  return left;
 }
 
 uint64_t eval_seed(const Config& config) {

@@ -439,3 +439,30 @@ TEST_CASE("train: train.max_seconds stops after the step that exhausts the budge
   CHECK_FALSE(rest.out_of_time);
   CHECK_FALSE(load_checkpoint(dir + "/last.ckpt").state.contains("stopped"));
 }
+
+TEST_CASE("train: the ETA counts the steps and evaluations left and stops at train.max_seconds", "[train]") {
+  TrainConfig t;
+  t.eval_interval = 100;
+  t.eval_steps = 30;
+  t.grad_accum_steps = 1;
+  t.max_seconds = 0;
+  // 1000 steps at 0.3 s; at step 250, evaluations remain at 300..1000: 8 of them.
+  RunSpeed s{250, 0.3, 0, 0, 75.0};
+  // None timed yet: 30 forward batches at a third of a step each (0.1 s): 3 s an evaluation.
+  CHECK(seconds_left(t, 1000, s) == Approx(750 * 0.3 + 8 * 3.0));
+  t.grad_accum_steps = 3;  // a step is 3 micro-batches: an evaluation batch is a third of that again
+  CHECK(seconds_left(t, 1000, s) == Approx(750 * 0.3 + 8 * 1.0));
+  // Two timed (5 s together): their mean, whatever the estimate said.
+  s.eval_seconds = 5, s.evals = 2;
+  CHECK(seconds_left(t, 1000, s) == Approx(750 * 0.3 + 8 * 2.5));
+  // The last step evaluates too when it is no multiple of the interval.
+  CHECK(seconds_left(t, 1050, s) == Approx(800 * 0.3 + 9 * 2.5));
+  // eval_steps 0 (the whole split) is not estimated before it is timed.
+  t.eval_steps = 0, s.evals = 0;
+  CHECK(seconds_left(t, 1000, s) == Approx(750 * 0.3));
+  // The budget caps it; a spent budget leaves nothing.
+  t.max_seconds = 120;
+  CHECK(seconds_left(t, 1000, s) == Approx(45.0));
+  s.training_seconds = 130;
+  CHECK(seconds_left(t, 1000, s) == 0.0);
+}

@@ -73,4 +73,20 @@ void check_resumable(const Config& trained, const Config& config, const std::str
 // The seed of the evaluation batches of a run (the same batches at every evaluation).
 uint64_t eval_seed(const Config& config);
 
+// What a run has measured of its own speed, for its ETA.
+struct RunSpeed {
+  int64_t step = 0;         // steps taken
+  double step_seconds = 0;  // one step's time lately
+  double eval_seconds = 0;  // the evaluations' time in this process, and their count
+  int64_t evals = 0;
+  double training_seconds = 0;  // the loop's time so far (train.max_seconds's clock)
+};
+// The seconds a run has left (the log line's and the progress line's "eta"): the steps left to
+// train.max_steps at step_seconds each, plus the evaluations left (at every train.eval_interval and the
+// last step) at the mean of those timed so far or, before the first, at train.eval_steps forward passes
+// of about a third of a micro-batch step each (a forward pass is 2 of the 6 FLOPs per parameter and
+// token of a step: Kaplan et al. 2020, "Scaling Laws for Neural Language Models", section 2.1); and
+// no more than train.max_seconds leaves.
+double seconds_left(const TrainConfig& train, int64_t max_steps, const RunSpeed& speed);
+
 }  // namespace tfm
