@@ -1,6 +1,8 @@
 // tfm data prepare: builds a config's token cache ahead of training (docs/data.md), so the first run
 // starts as fast as every later one, and says what the corpus costs in tokens. tfm tokenizer encode and
 // decode: a config's (or a run's) tokenizer on a text or on ids.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -10,7 +12,6 @@
 
 #include "cli.h"
 #include "tfm/config/config.h"
-#include "tfm/data/corpus.h"
 #include "tfm/data/dataset.h"
 #include "tfm/data/token_cache.h"
 #include "tfm/engine/error.h"
@@ -48,19 +49,20 @@ int run_prepare(const PrepareOptions& o) {
           ? load_dataset(path, tokenizer_from_file(c), c.number("data.val_fraction"), 0, bpe_cache)
           : load_dataset(path, kind, c.number("data.val_fraction"), 0, cache);
   const int64_t n = d.train.size() + d.val.size();
-  const double source_bytes = static_cast<double>(d.source_bytes);
+  const double text_bytes = static_cast<double>(d.text_bytes);
   const int width = d.train.width();
-  // Text bytes for one plain file; a corpus of several or compressed files is counted as stored.
-  const bool plain = is_single_file(path) && !is_compressed(path);
+  // Bytes of text per token, the tokenizer's measure; the files' size too when it is another number
+  // (compressed files, JSON Lines, a byte order mark or CRLF line ends read as text).
+  const std::string on_disk =
+      d.source_bytes == d.text_bytes ? "" : fmt::format(" of text ({} on disk)", d.source_bytes);
   std::printf("%s: %.0f bytes%s -> %ld tokens (%s tokenizer, vocabulary %ld, uint%d ids): %.3f bytes/token\n",
-              path.c_str(), source_bytes, plain ? "" : " on disk", static_cast<long>(n),
+              path.c_str(), text_bytes, on_disk.c_str(), static_cast<long>(n),
               d.tokenizer.kind_name().c_str(), static_cast<long>(d.tokenizer.size()), width * 8,
-              n > 0 ? source_bytes / static_cast<double>(n) : 0.0);
+              n > 0 ? text_bytes / static_cast<double>(n) : 0.0);
   const double cache_bytes = static_cast<double>(file_size(d.cache_path));
   if (d.cache_built)
-    std::printf("cache: %s (%.0f bytes), tokenized in %.2f s (%.1f MB/s of %s)\n", d.cache_path.c_str(),
-                cache_bytes, d.load_seconds, source_bytes / 1e6 / std::max(d.load_seconds, 1e-9),
-                plain ? "text" : "files");
+    std::printf("cache: %s (%.0f bytes), tokenized in %.2f s (%.1f MB/s of text)\n", d.cache_path.c_str(),
+                cache_bytes, d.load_seconds, text_bytes / 1e6 / std::max(d.load_seconds, 1e-9));
   else
     std::printf("cache: %s (%.0f bytes) is up to date: opened and checked in %.3f s\n", d.cache_path.c_str(),
                 cache_bytes, d.load_seconds);

@@ -344,7 +344,7 @@ struct CorpusReader::State {
   size_t record_pos = 0;
   bool in_document = false;
   std::string name;
-  uint64_t documents = 0, skipped = 0;
+  uint64_t documents = 0, skipped = 0, text_bytes = 0;
   std::vector<std::string> first_skipped;
   std::vector<uint64_t> hashes;
 
@@ -501,6 +501,7 @@ bool CorpusReader::read(std::string& buf) {
     const size_t n = std::min(s.block, s.record.size() - s.record_pos);
     buf.append(s.record, s.record_pos, n);
     s.record_pos += n;
+    s.text_bytes += n;
     return n > 0;
   }
   if (s.text_pos == s.text.size() && !s.more()) {
@@ -511,6 +512,7 @@ bool CorpusReader::read(std::string& buf) {
   const size_t n = std::min(s.block, s.text.size() - s.text_pos);
   buf.append(s.text, s.text_pos, n);
   s.text_pos += n;
+  s.text_bytes += n;
   return true;
 }
 
@@ -519,6 +521,9 @@ const std::string& CorpusReader::document_name() const {
 }
 uint64_t CorpusReader::documents() const {
   return state_->documents;
+}
+uint64_t CorpusReader::text_bytes() const {
+  return state_->text_bytes;
 }
 uint64_t CorpusReader::skipped() const {
   return state_->skipped;

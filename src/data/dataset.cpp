@@ -33,6 +33,7 @@ Dataset split(const std::string& path, TokenCache cache, double val_fraction, in
   d.cache_built = cache.built;
   d.load_seconds = cache.seconds;
   d.source_bytes = cache.source_bytes;
+  d.text_bytes = cache.text_bytes;
   d.skipped_records = cache.skipped_records;
   d.document_separator = cache.document_separator;
   const TokenSpan& ids = cache.tokens;

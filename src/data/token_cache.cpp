@@ -549,7 +549,7 @@ std::optional<TokenCache> try_open(const std::string& cache, const Corpus& corpu
   nlohmann::json files;
   std::string text_field, on_bad_record;
   bool separator = false;
-  uint64_t skipped_records = 0;  // a cache written before the count was kept says 0
+  uint64_t skipped_records = 0, text_bytes = 0;
   try {
     const nlohmann::json j = parse_json_strict(meta.data(), meta.size(), cache);
     stored = Tokenizer::from_json(j.at("tokenizer"));
@@ -557,8 +557,8 @@ std::optional<TokenCache> try_open(const std::string& cache, const Corpus& corpu
     text_field = j.at("text_field").get<std::string>();
     on_bad_record = j.at("on_bad_record").get<std::string>();
     separator = j.at("document_separator").get<bool>();
-    if (j.contains("skipped_records"))
-      skipped_records = std::stoull(j.at("skipped_records").get<std::string>(), nullptr, 16);
+    skipped_records = std::stoull(j.at("skipped_records").get<std::string>(), nullptr, 16);
+    text_bytes = std::stoull(j.at("text_bytes").get<std::string>(), nullptr, 16);
     if (!files.is_array()) throw IoError("files is not a list");
     for (const auto& f : files) {
       f.at(0).get<std::string>(), f.at(1).get<uint64_t>(), f.at(2).get<int64_t>(), f.at(3).get<std::string>();
@@ -648,6 +648,7 @@ std::optional<TokenCache> try_open(const std::string& cache, const Corpus& corpu
   c.path = cache;
   c.source_bytes = corpus.bytes();
   c.skipped_records = static_cast<int64_t>(skipped_records);
+  c.text_bytes = text_bytes;
   return c;
 }
 
@@ -693,7 +694,8 @@ void build(const std::string& cache, const Corpus& corpus, const Request& req, i
   if (own && separator) own = own->with_end_of_text();
   const uint32_t width = tok.size() <= 65536 ? 2 : 4;
   // The files' hashes are known once they are read: written as placeholders of the same width first.
-  const auto meta_of = [&](const std::vector<uint64_t>& hashes, uint64_t skipped_records) {
+  const auto meta_of = [&](const std::vector<uint64_t>& hashes, uint64_t skipped_records,
+                           uint64_t text_bytes) {
     nlohmann::json files = nlohmann::json::array();
     for (size_t i = 0; i < corpus.files.size(); ++i) {
       const CorpusFile& f = corpus.files[i];
@@ -705,11 +707,12 @@ void build(const std::string& cache, const Corpus& corpus, const Request& req, i
                           {"text_field", corpus.options.text_field},
                           {"on_bad_record", bad_record_name(corpus.options)},
                           {"skipped_records", hex(skipped_records)},  // fixed width, as the hashes
+                          {"text_bytes", hex(text_bytes)},
                           {"document_separator", separator},
                           {"tokenizer", tok.to_json()}}
         .dump();
   };
-  std::string meta = meta_of({}, 0);
+  std::string meta = meta_of({}, 0, 0);
   CacheHeader h{};
   std::memcpy(h.magic, kCacheMagic, sizeof kCacheMagic);
   h.width = width;
@@ -778,7 +781,7 @@ void build(const std::string& cache, const Corpus& corpus, const Request& req, i
   put(pad.data(), pad.size(), 1);
   put(ends.data(), ends.size(), 8);
   flush();
-  meta = meta_of(hashes, reader.skipped());
+  meta = meta_of(hashes, reader.skipped(), reader.text_bytes());
   TFM_CHECK(meta.size() == h.meta_bytes, "token cache", "the header's JSON changed length");
   h.count = count;
   h.documents = ends.size();

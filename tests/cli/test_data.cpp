@@ -74,6 +74,16 @@ TEST_CASE("data prepare: builds the cache once, prints the counts, rebuilds when
   CHECK_THAT(r.out, Catch::Contains("rebuilding it as asked"));
   CHECK(fs::exists(tmp.path + "/c/text.txt.byte.tokens"));
 
+  // Saved on Windows: bytes/token counts the text as read (LF line ends), and the size on disk is said.
+  std::string windows;
+  for (const char ch : read_file(text)) windows += ch == '\n' ? std::string("\r\n") : std::string(1, ch);
+  std::ofstream(tmp.path + "/windows.txt", std::ios::binary) << windows;
+  r = run_tfm("data prepare --config configs/tiny.json --set data.path=" + tmp.path + "/windows.txt");
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("windows.txt: 16000 bytes of text (" + std::to_string(windows.size()) +
+                                    " on disk) -> 16000 tokens (char tokenizer, vocabulary 56, uint16 ids): "
+                                    "1.000 bytes/token"));
+
   r = run_tfm("data prepare --config configs/eng_fra_d2l.json");
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("the token cache is for text corpora"));

@@ -62,7 +62,8 @@ class CorpusReader {
   bool read(std::string& buf);
   // The current document for messages: "FILE" (a text file) or "FILE:LINE" (a JSON Lines record).
   const std::string& document_name() const;
-  uint64_t documents() const;  // documents begun so far
+  uint64_t documents() const;   // documents begun so far
+  uint64_t text_bytes() const;  // bytes of text handed out by read() so far (decompressed, as read)
   // Records skipped so far (skip_bad_records), and the first few as "FILE:LINE: why".
   uint64_t skipped() const;
   const std::vector<std::string>& first_skipped() const;

@@ -23,6 +23,7 @@ struct Dataset {
   bool cache_built = false;                  // tokenized by this load (else mapped from an earlier one)
   double load_seconds = 0;                   // the cache's open (or build) time
   uint64_t source_bytes = 0;                 // of the corpus's files on disk
+  uint64_t text_bytes = 0;                   // of the documents' text as read (token_cache.h)
   int64_t documents = 0, val_documents = 0;  // val_documents: 0 with one document (a token split)
   bool document_separator = false;
   // Set when the whole documents put a share of the tokens in validation far from data.val_fraction

@@ -22,7 +22,8 @@
 //          80  u64 documents          D, the number of documents
 //          88  u64 header_hash        hash64 of bytes [0, 88) and the JSON
 //          96  JSON {"format": "tfm token cache", "corpus": data.path, "files": [[PATH, size, mtime_ns,
-//              hash], ...], "text_field", "on_bad_record", "skipped_records": hex, "document_separator":
+//              hash], ...], "text_field", "on_bad_record", "skipped_records": hex, "text_bytes": hex (of
+//              the documents' text as read: decompressed, without separators), "document_separator":
 //              bool, "tokenizer": {...}}
 //   tokens_offset  count ids of `width` bytes
 //   then, from an 8-byte boundary, D u64: the token index where each document ends (exclusive); with
@@ -144,6 +145,7 @@ struct TokenCache {
   bool built = false;               // tokenized by this call (else an existing cache was mapped)
   double seconds = 0;               // wall time of this call
   uint64_t source_bytes = 0;        // of the corpus's files on disk
+  uint64_t text_bytes = 0;          // of the documents' text as read (decompressed; JSON Lines: the fields)
   int64_t skipped_records = 0;      // JSON Lines records left out (data.on_bad_record "skip")
 };
 
