@@ -2,6 +2,7 @@
 // main.cpp: a new command is a new file and one line there.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -77,13 +78,24 @@ inline CLI::Validator number_in(double lo, double hi) {
       "NUMBER in " + range);
 }
 
+// A flag that takes one of a few words: "expected \"erf\", \"tanh\" or \"llama.cpp\", got \"x\"".
+inline CLI::Validator one_of(std::vector<std::string> words) {
+  std::string expected, shown;
+  for (size_t i = 0; i < words.size(); ++i) {
+    expected += (i == 0 ? "" : i + 1 == words.size() ? " or " : ", ") + ("\"" + words[i] + "\"");
+    shown += (i == 0 ? "" : "|") + words[i];
+  }
+  return CLI::Validator(
+      [words, expected](std::string& text) -> std::string {
+        if (std::find(words.begin(), words.end(), text) != words.end()) return "";
+        return "expected " + expected + ", got \"" + text + "\"";
+      },
+      shown);
+}
+
 // --checkpoint's values: "last" or "best" (not empty: the message would name a ".ckpt").
 inline CLI::Validator checkpoint_name() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        return text == "last" || text == "best" ? "" : "expected \"last\" or \"best\", got \"" + text + "\"";
-      },
-      "last|best");
+  return one_of({"last", "best"});
 }
 
 // The --checkpoint flag of every command that reads a run; unset, choose_checkpoint's rule applies

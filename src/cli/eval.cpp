@@ -88,6 +88,34 @@ void dump_logits(LanguageModel& model, const Config& c, const TokenSpan& tokens,
                std::to_string(rows) + " x " + std::to_string(T) + " validation tokens");
 }
 
+// --gguf FILE runs the run's token ids through the file's graph: ConfigError unless the file's vocabulary
+// is the one this run exports (the same tokens in the same order) and its context holds every --text.
+void check_gguf_of_run(const GgufFile& file, const Tokenizer& tok,
+                       const std::vector<std::vector<int32_t>>& texts) {
+  const std::string fix = "; export this run's model (tfm export --run RUN --format gguf) and pass that file";
+  GgufFile run_vocabulary;
+  add_gguf_tokenizer(run_vocabulary, tok);
+  const std::vector<GgufValue>& want = run_vocabulary.at("tokenizer.ggml.tokens").items();
+  const std::vector<GgufValue>& got = file.at("tokenizer.ggml.tokens").items();
+  size_t differ = 0;
+  while (differ < want.size() && differ < got.size() && want[differ].str() == got[differ].str()) ++differ;
+  if (differ < want.size() || differ < got.size())
+    throw ConfigError(
+        detail::concat("--gguf: ", file.source, " is not this run's model: its vocabulary has ", got.size(),
+                       " tokens, the run's ", want.size(),
+                       differ < want.size() && differ < got.size()
+                           ? detail::concat(", and token ", differ, " is \"", got[differ].str(),
+                                            "\" there, \"", want[differ].str(), "\" in the run's")
+                           : std::string(),
+                       fix));
+  const std::string arch = file.at("general.architecture").str();
+  const auto context = static_cast<size_t>(file.at(arch + ".context_length").unsigned_value());
+  for (const std::vector<int32_t>& ids : texts)
+    if (ids.size() > context)
+      throw ConfigError(detail::concat("--gguf: ", file.source, " has a context of ", context,
+                                       " tokens and a --text is ", ids.size(), " tokens", fix));
+}
+
 // The logits of each --text, encoded with the run's tokenizer (each at most the model's context): the
 // model's, or with --gguf those of llama.cpp's graph run from the file (models/gguf_reference.h).
 void dump_text_logits(LanguageModel& model, const Tokenizer& tok, const std::vector<std::string>& texts,
@@ -108,16 +136,17 @@ void dump_text_logits(LanguageModel& model, const Tokenizer& tok, const std::vec
     write_logits(model_logits(model), model.config().vocab_size, sequences, true, path, what);
     return;
   }
-  if (gelu != "erf" && gelu != "tanh" && gelu != "llama.cpp")
-    throw ConfigError("--gelu: expected \"erf\", \"tanh\" or \"llama.cpp\", got \"" + gelu + "\"");
   const GeluForm form = gelu == "erf" ? GeluForm::Erf : gelu == "tanh" ? GeluForm::Tanh : GeluForm::LlamaCpp;
   const GgufFile file = load_gguf(gguf_path);
+  check_gguf_of_run(file, tok, sequences);
   const auto V = static_cast<int64_t>(file.at("tokenizer.ggml.tokens").items().size());
   const LogitsFn reference = [&](const std::vector<int32_t>& ids, int64_t, int64_t) {
     return gguf_reference_logits(file, ids, form).to_vector();
   };
+  const std::string arch = file.at("general.architecture").str();
   write_logits(reference, V, sequences, false, path,
-               what + " from " + gguf_path + " (llama.cpp's graph, " + gelu + " GELU)");
+               what + " from " + gguf_path + " (llama.cpp's " + arch + " graph" +
+                   (arch == "gpt2" ? ", " + gelu + " GELU)" : ")"));
 }
 
 struct EvalOptions {
@@ -136,8 +165,6 @@ int eval_command(const EvalOptions& o) {
   if (!o.texts.empty() && o.dump_path.empty()) throw ConfigError("--text: goes with --dump-logits FILE");
   if (!o.gguf_path.empty() && o.texts.empty())
     throw ConfigError("--gguf: goes with --dump-logits FILE --text TEXT");
-  if (split != "val" && split != "train")
-    throw ConfigError("--split: expected \"val\" or \"train\", got \"" + split + "\"");
   LoadedRun run = read_run(dir, o.which, o.texts.empty());  // --text needs no data file
   if (!o.dump_path.empty()) {
     std::vector<CommandInput> inputs = run_inputs(run.checkpoint_path, run.config);
@@ -193,7 +220,9 @@ std::vector<Command> add_eval_commands(CLI::App& app) {
   auto o = std::make_shared<EvalOptions>();
   auto* eval = app.add_subcommand("eval", "Mean loss of a trained run on random batches of its data");
   eval->add_option("--run", o->run, "Run directory")->type_name("DIR")->required();
-  eval->add_option("--split", o->split, "val or train")->capture_default_str();
+  eval->add_option("--split", o->split, "val or train")
+      ->capture_default_str()
+      ->check(one_of({"val", "train"}));
   eval->add_option("--batches", o->batches,
                    "Number of batches (default: the run's train.eval_steps; seq2seq: at most what its split "
                    "holds)")
@@ -219,7 +248,8 @@ std::vector<Command> add_eval_commands(CLI::App& app) {
           "--gelu", o->gelu,
           "With --gguf: the GELU to run a gpt2 file with (llama and qwen3 have none): erf (tfm's), tanh, "
           "llama.cpp (its CPU kernel)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(one_of({"erf", "tanh", "llama.cpp"}));
   eval->add_option("--mask-heads", o->mask_heads,
                    "Mask attention heads: LAYER:HEAD,... (0-based; their output is zero)")
       ->type_name("L:H,...");

@@ -231,8 +231,6 @@ int run_export(const ExportOptions& o) {
   for (char& ch : extension) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   std::string format = o.format;
   if (format.empty()) format = extension == ".gguf" ? "gguf" : "safetensors";
-  if (format != "safetensors" && format != "gguf")
-    throw ConfigError("--format: expected \"safetensors\" or \"gguf\", got \"" + format + "\"");
   // A file named for the other format would be refused by whatever reads it by its name (sample
   // --init-from: "not a safetensors file but a GGUF file").
   const std::string other = format == "gguf" ? ".safetensors" : ".gguf";
@@ -240,8 +238,6 @@ int run_export(const ExportOptions& o) {
     throw ConfigError("--out: " + o.out + " is named for " + other.substr(1) + " but --format " + format +
                       " writes " + (format == "gguf" ? "GGUF" : "safetensors") + ": name it ." + format +
                       ", or drop --format (the name chooses it)");
-  if (o.dtype != "f32" && o.dtype != "f16" && o.dtype != "bf16")
-    throw ConfigError("--dtype: expected \"f32\", \"f16\" or \"bf16\", got \"" + o.dtype + "\"");
   LoadedRun run = read_run(o.run, o.which);
   return format == "gguf" ? export_gguf(o, run) : export_safetensors(o, run);
 }
@@ -330,11 +326,13 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
       "export", "Write a run's weights: safetensors (float32, tfm's names) or GGUF for llama.cpp");
   exp->add_option("--run", e->run, "Run directory")->type_name("DIR")->required();
   exp->add_option("--format", e->format,
-                  "safetensors or gguf (default: gguf when --out ends in .gguf, else safetensors)");
+                  "safetensors or gguf (default: gguf when --out ends in .gguf, else safetensors)")
+      ->check(one_of({"safetensors", "gguf"}));
   exp->add_option("--out", e->out, "Output file (required for safetensors; gguf: DIR/model-DTYPE.gguf)")
       ->type_name("FILE");
   exp->add_option("--dtype", e->dtype, "gguf: f32, f16 or bf16 matrices (norms and biases stay f32)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(one_of({"f32", "f16", "bf16"}));
   add_checkpoint_option(exp, e->which);
   exp->footer(
       "\nsafetensors: names and shapes as scripts/torch_lm.py's (weights (out, in) as PyTorch; an\n"

@@ -86,8 +86,6 @@ void check_beam_memory(Objective& objective, int64_t sources, int64_t beam) {
 // error record) in its place, so the output stays line for line with the input; the command then
 // exits 2 naming every skipped line.
 int translate_command(const TranslateCliOptions& o) {
-  if (o.penalty != "gnmt" && o.penalty != "power")
-    throw ConfigError("--penalty: expected \"gnmt\" or \"power\", got \"" + o.penalty + "\"");
   if (!o.references.empty() && o.references.size() != o.texts.size())
     throw ConfigError("--reference: " + std::to_string(o.references.size()) + " given for " +
                       std::to_string(o.texts.size()) + " --text (one reference per text, in order)");
@@ -213,7 +211,8 @@ std::vector<Command> add_objective_commands(CLI::App& app) {
       ->capture_default_str()
       ->check(number_in(0, 10));
   t->add_option("--penalty", to->penalty, "gnmt: ((5 + len) / 6)^alpha (Wu et al. 2016); power: len^alpha")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(one_of({"gnmt", "power"}));
   t->add_option("--max-len", to->max_len,
                 "Most tokens generated per sentence, 0 to the model's max_seq_len (0 = the run's "
                 "data.max_target_len + 1)")

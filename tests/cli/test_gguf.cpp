@@ -18,6 +18,7 @@
 
 namespace {
 
+namespace fs = std::filesystem;
 using tfm_test::CliRun;
 using tfm_test::run_tfm;
 using tfm_test::TempDir;
@@ -189,6 +190,24 @@ TEST_CASE("gguf: eval --dump-logits --text gives each text's tokens and logits",
   r = run_tfm("eval --run " + run + " --dump-logits " + ref + " --gguf " + run + "/model-f32.gguf");
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("--gguf: goes with --dump-logits FILE --text TEXT"));
+  // Another run's file: refused, not run on this run's token ids. A byte vocabulary is another; the same
+  // characters with a shorter context cannot hold the text.
+  const std::string other = tmp.path + "/other";
+  for (const std::string set : {"data.tokenizer=byte", "model.max_seq_len=8 --set train.seq_len=8"}) {
+    INFO(set);
+    fs::remove_all(other);
+    REQUIRE(
+        run_tfm("train --config configs/tiny.json --out " + other + " --set train.max_steps=1 --set " + set)
+            .status == 0);
+    REQUIRE(run_tfm("export --run " + other + " --format gguf").status == 0);
+    r = run_tfm("eval --run " + run + " --dump-logits " + ref + " --text 'ROMEO: and all' --gguf " + other +
+                "/model-f32.gguf");
+    CHECK(r.status == 2);
+    CHECK_THAT(r.out, Catch::Contains("--gguf: " + other + "/model-f32.gguf ") &&
+                          Catch::Contains("export this run's model (tfm export --run RUN --format gguf)"));
+    CHECK_THAT(r.out, Catch::Contains(set[0] == 'd' ? "is not this run's model: its vocabulary has 256 tokens"
+                                                    : "has a context of 8 tokens and a --text is 14 tokens"));
+  }
 
   r = run_tfm("eval --run " + run + " --text 'ROMEO:'");
   CHECK(r.status == 2);
