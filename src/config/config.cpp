@@ -44,6 +44,15 @@ const json* lookup(const json& tree, const std::string& path) {
 
 namespace {
 
+// Removes the key at `path` from `tree` (nothing when it is not there).
+void erase_key(json& tree, const std::string& path) {
+  const auto parts = split_path(path);
+  json* node = &tree;
+  for (size_t p = 0; p + 1 < parts.size() && node; ++p)
+    node = node->is_object() && node->contains(parts[p]) ? &(*node)[parts[p]] : nullptr;
+  if (node && node->is_object()) node->erase(parts.back());
+}
+
 void assign(json& tree, const std::string& path, json value) {
   json* node = &tree;
   for (const auto& part : split_path(path)) {
@@ -484,9 +493,35 @@ void apply_override(json& tree, const std::string& assignment) {
     *node = std::move(value);
 }
 
+namespace {
+
+// A resolved config (a run's config.json, `tfm config`'s output) holds every key, the derived ones at
+// what their rules gave. Before overrides change it, such a key is taken as unset, so it follows the
+// keys it derives from as in the config it came from: --set model.n_heads=8 keeps n_kv_heads equal to
+// n_heads (it does not turn into grouped-query attention), --set model.d_model=64 moves d_ff with it. So
+// are the keys of other objectives at their defaults. A value that differs from its rule's stays.
+void forget_derived_values(json& user) {
+  Config as_given;
+  try {
+    as_given = resolve_config(user);
+  } catch (const ConfigError&) {
+    return;  // reported by the resolution with the overrides
+  }
+  const ObjectiveKind objective = as_given.train().objective;
+  for (const auto& k : config_keys()) {
+    const json* given = lookup(user, k.path);
+    if (!given || given->is_null()) continue;
+    const bool derived = k.default_value.is_null() && *given == k.rule(as_given.tree);
+    if (derived || (!k.read_by(objective) && at_default(k, as_given.tree))) erase_key(user, k.path);
+  }
+}
+
+}  // namespace
+
 Config resolve_config(json user, const std::vector<std::string>& overrides) {
   if (!user.is_object())
     throw ConfigError("config: expected a JSON object at the top level, got " + shown(user));
+  if (!overrides.empty()) forget_derived_values(user);
   for (const auto& o : overrides) apply_override(user, o);
   std::vector<std::string> errors;
   check_unknown(user, "", errors);
@@ -571,6 +606,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   json user = read_json_file(path);
   if (!user.is_object())
     throw ConfigError(path + ": expected a JSON object at the top level, got " + shown(user));
+  if (!overrides.empty()) forget_derived_values(user);
   for (const auto& o : overrides) apply_override(user, o);
   const json* dir = lookup(user, "output.dir");
   if (!dir || dir->is_null())
@@ -584,13 +620,7 @@ Config resume_config(const Config& run, const std::vector<std::string>& override
   json tree = run.tree;
   const ObjectiveKind objective = run.train().objective;
   for (const auto& k : config_keys())
-    if (!k.read_by(objective)) {
-      const auto parts = split_path(k.path);
-      json* node = &tree;
-      for (size_t p = 0; p + 1 < parts.size() && node; ++p)
-        node = node->contains(parts[p]) ? &(*node)[parts[p]] : nullptr;
-      if (node) node->erase(parts.back());
-    }
+    if (!k.read_by(objective)) erase_key(tree, k.path);
   Config next = resolve_config(std::move(tree), overrides);
   std::vector<std::string> errors;
   for (const auto& path : differing_keys(run, next)) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_run.h"
 #include "tfm/config/config.h"
 #include "tfm/engine/error.h"
 
@@ -330,4 +331,32 @@ TEST_CASE("config: nanoGPT's names and names cut short suggest tfm's key", "[con
       CHECK_THAT(e.what(), Catch::Contains("unknown key; did you mean " + suggested + "?"));
     }
   }
+}
+
+TEST_CASE("config: a resolved config with --set derives its derived keys afresh", "[config]") {
+  // A run's config.json holds every key, derived ones at what their rules gave.
+  const json resolved = resolve_config(json::parse(R"({"model": {"d_model": 64, "n_heads": 4}})")).tree;
+  CHECK(resolved.at("model").at("n_kv_heads") == 4);
+  // More heads stay multi-head attention (not grouped-query with 4 kv heads); d_ff follows d_model; a
+  // longer context is no error about seq2seq's lengths, which follow it too.
+  const Config c = resolve_config(resolved, {"model.n_heads=8", "model.d_model=128", "model.max_seq_len=64"});
+  CHECK(c.integer("model.n_kv_heads") == 8);
+  CHECK(c.integer("model.d_ff") == 512);
+  CHECK(c.integer("train.seq_len") == 64);
+  CHECK(c.integer("data.max_source_len") ==
+        resolve_config(json::parse(R"({"model": {"max_seq_len": 64}})")).integer("data.max_source_len"));
+  // A value other than its rule's was chosen: it stays.
+  json gqa = resolved;
+  gqa["model"]["n_kv_heads"] = 2;
+  CHECK(resolve_config(gqa, {"model.n_heads=8"}).integer("model.n_kv_heads") == 2);
+  // load_config reads a file the same way.
+  tfm_test::TempDir dir("config_resolved");
+  std::ofstream(dir.file("config.json")) << resolved.dump(2);
+  const Config f = load_config(dir.file("config.json"), {"model.n_heads=8"});
+  CHECK(f.integer("model.n_kv_heads") == 8);
+  // A key of another objective set away from its default is still refused.
+  json other = resolved;
+  other["data"]["max_source_len"] = 3;
+  CHECK_THROWS_WITH(resolve_config(other, {"model.n_heads=8"}),
+                    Catch::Contains("data.max_source_len: belongs to train.objective \"seq2seq\""));
 }
