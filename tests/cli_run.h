@@ -49,13 +49,13 @@ inline bool under_address_sanitizer() {
   return &__asan_address_is_poisoned != nullptr;
 }
 
-// `command` run by the shell from the repository root, its output and exit status.
 // A file's whole content ("" when it cannot be read; the caller's checks then fail).
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
+// `command` run by the shell from the repository root, its output and exit status.
 inline CliRun run_shell(const std::string& command) {
   const std::string cmd = std::string("cd '") + TFM_SOURCE_DIR + "' && " + command + " 2>&1";
   CliRun r;

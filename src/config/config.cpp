@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "table.h"
+#include "tfm/data/corpus.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
 
@@ -495,12 +496,15 @@ void apply_override(json& tree, const std::string& assignment) {
 
 namespace {
 
-// A resolved config (a run's config.json, `tfm config`'s output) holds every key, the derived ones at
-// what their rules gave. Before overrides change it, such a key is taken as unset, so it follows the
-// keys it derives from as in the config it came from: --set model.n_heads=8 keeps n_kv_heads equal to
-// n_heads (it does not turn into grouped-query attention), --set model.d_model=64 moves d_ff with it. So
-// are the keys of other objectives at their defaults. A value that differs from its rule's stays.
+// A resolved config (a run's config.json, `tfm config`'s output: every key of the table is in it) holds
+// the derived keys at what their rules gave. Before overrides change it, such a key is taken as unset, so
+// it follows the keys it derives from as in the config it came from: --set model.n_heads=8 keeps
+// n_kv_heads equal to n_heads (it does not turn into grouped-query attention), --set model.d_model=64
+// moves d_ff with it. So are the keys of other objectives at their defaults. A value that differs from
+// its rule's stays, and a config written by hand (not every key) keeps what it says.
 void forget_derived_values(json& user) {
+  for (const auto& k : config_keys())
+    if (!lookup(user, k.path)) return;
   Config as_given;
   try {
     as_given = resolve_config(user);
@@ -634,6 +638,20 @@ Config resume_config(const Config& run, const std::vector<std::string>& override
   }
   if (!errors.empty()) throw ConfigError(join_lines(errors));
   return next;
+}
+
+Config with_absolute_paths(const Config& config) {
+  json tree = config.tree;
+  const KeySpec& cache = *find_key("data.cache_dir");
+  const bool cache_derived = at_default(cache, tree);
+  assign(tree, "data.path", absolute_corpus_spec(config.string("data.path")));
+  const json& tokenizer = *lookup(tree, "data.tokenizer_path");
+  if (tokenizer.is_string() && !tokenizer.get<std::string>().empty())
+    assign(tree, "data.tokenizer_path", std::filesystem::absolute(tokenizer.get<std::string>()).string());
+  const std::string cache_dir = config.string("data.cache_dir");
+  assign(tree, "data.cache_dir",
+         cache_derived ? cache.rule(tree) : json(std::filesystem::absolute(cache_dir).string()));
+  return Config{tree};
 }
 
 std::vector<std::string> differing_keys(const Config& a, const Config& b, const std::string& prefix) {

@@ -195,7 +195,9 @@ std::vector<KeySpec> build_table() {
       Key("seed", T::Integer, 1337, "Seed of initialisation, dropout and batch sampling.").min(0),
       Key("data.path", T::String, "data/tinyshakespeare.txt",
           "Training text (or sentence pairs for seq2seq); a relative path is taken from the working "
-          "directory. Text: a file, a directory (walked recursively, sorted, hidden entries skipped), a glob "
+          "directory, and a run records it absolute (so do data.tokenizer_path and data.cache_dir), so that "
+          "its eval, sample and resume find the files from anywhere. Text: a file, a directory (walked "
+          "recursively, sorted, hidden entries skipped), a glob "
           "(`data/*.txt`) or a list of these (`[\"a\", \"b/*.jsonl.gz\"]`, or that list's JSON text as "
           "a string); files `.txt` (one document) and `.jsonl` (one document per record), either "
           "optionally `.gz` or `.zst`.")

@@ -202,6 +202,14 @@ std::string corpus_home(const std::string& spec) {
   return fs::path(first).parent_path().string();
 }
 
+std::string absolute_corpus_spec(const std::string& spec) {
+  const std::vector<std::string> entries = entries_of(spec);
+  if (entries.size() == 1 && entries[0] == spec) return fs::absolute(spec).string();
+  nlohmann::json list = nlohmann::json::array();
+  for (const std::string& e : entries) list.push_back(fs::absolute(e).string());
+  return list.dump();
+}
+
 bool has_json_lines(const std::vector<CorpusFile>& files) {
   return std::any_of(files.begin(), files.end(), [](const CorpusFile& f) { return is_json_lines(f.path); });
 }

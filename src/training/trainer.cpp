@@ -681,7 +681,9 @@ void TrainingRun::log_summary() {
 }  // namespace
 
 void check_resumable(const Config& trained, const Config& config, const std::string& source) {
-  for (const auto& path : differing_keys(trained, config)) {
+  // Paths compare as files: a run started before runs recorded absolute paths named its data relative
+  // to the working directory, where it is resumed from.
+  for (const auto& path : differing_keys(with_absolute_paths(trained), with_absolute_paths(config))) {
     const KeySpec* k = find_key(path);
     if (k->resumable || path == "output.dir") continue;
     throw ConfigError(path + ": " + source + " was trained with " + trained.at(path).dump() +
@@ -717,7 +719,9 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
   std::string note;
   std::optional<Config> trained;
   if (resumed) trained = checkpoint_config(resumed->checkpoint, resumed->path);
-  const Config run_config = with_resolved_precision(config, trained ? &*trained : nullptr, note);
+  // The run records its files' absolute paths, so that it finds them from any directory.
+  const Config run_config =
+      with_resolved_precision(with_absolute_paths(config), trained ? &*trained : nullptr, note);
   return TrainingRun(run_config, opt, std::move(lock), std::move(resumed), note).run();
 }
 

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "cli_run.h"
+#include "tfm/config/config.h"
+#include "tfm/training/trainer.h"
 
 namespace fs = std::filesystem;
 
@@ -290,4 +292,35 @@ TEST_CASE("cli: a resume with nothing to do leaves the run's config.json as it w
   r = run_tfm("train --resume " + dir + " --set train.max_steps=4");
   REQUIRE(r.status == 0);
   CHECK_THAT(tfm_test::read_file(dir + "/config.json"), Catch::Contains("\"max_steps\": 4"));
+}
+
+TEST_CASE("cli: a run records its data's absolute path and is evaluated and resumed from anywhere", "[cli]") {
+  const std::string base = temp_dir("absolute");
+  const std::string dir = base + "/run";
+  // configs/tiny.json names its data relative to the repository, where the run starts.
+  REQUIRE(run_cli("train --config configs/tiny.json --out " + dir + " --set train.max_steps=2").status == 0);
+  const nlohmann::json config = nlohmann::json::parse(tfm_test::read_file(dir + "/config.json"));
+  const std::string data = config.at("data").at("path").get<std::string>();
+  CHECK(data == std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt");
+  CHECK(config.at("data").at("cache_dir") == std::string(TFM_SOURCE_DIR) + "/tests/data/.tfm-cache");
+  // From another directory.
+  const std::string elsewhere = "cd '" + base + "' && " + tfm_test::tfm_command();
+  Run r = tfm_test::run_shell(elsewhere + " eval --run run --batches 2");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("val loss"));
+  r = tfm_test::run_shell(elsewhere + " train --resume run --set train.max_steps=3");
+  CHECK(r.status == 0);
+  // A run started before runs recorded absolute paths named its data relative to where it is resumed.
+  const tfm::Config absolute = tfm::resolve_config(config);
+  nlohmann::json old = config;
+  old["data"]["path"] = "tests/data/tiny_shakespeare.txt";
+  old["data"]["cache_dir"] = "tests/data/.tfm-cache";
+  const fs::path cwd = fs::current_path();
+  fs::current_path(TFM_SOURCE_DIR);
+  CHECK_NOTHROW(tfm::check_resumable(tfm::resolve_config(old), absolute, "old.ckpt"));
+  old["data"]["path"] = "tests/data/other.txt";
+  CHECK_THROWS_WITH(tfm::check_resumable(tfm::resolve_config(old), absolute, "old.ckpt"),
+                    Catch::Contains("data.path: old.ckpt was trained with"));
+  fs::current_path(cwd);
 }

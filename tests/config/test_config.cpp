@@ -354,6 +354,9 @@ TEST_CASE("config: a resolved config with --set derives its derived keys afresh"
   std::ofstream(dir.file("config.json")) << resolved.dump(2);
   const Config f = load_config(dir.file("config.json"), {"model.n_heads=8"});
   CHECK(f.integer("model.n_kv_heads") == 8);
+  // A config written by hand keeps what it says, derived keys included.
+  const json by_hand = json::parse(R"({"model": {"n_heads": 4, "n_kv_heads": 4}})");
+  CHECK(resolve_config(by_hand, {"model.n_heads=8"}).integer("model.n_kv_heads") == 4);
   // A key of another objective set away from its default is still refused.
   json other = resolved;
   other["data"]["max_source_len"] = 3;

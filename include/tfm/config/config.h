@@ -113,6 +113,10 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 
 // On resume: applies `overrides` to a run's resolved config; only resumable keys may change.
 Config resume_config(const Config& run, const std::vector<std::string>& overrides);
+// The config with its paths absolute, taken from the working directory: data.path's entries,
+// data.tokenizer_path, and data.cache_dir (a derived one derived again from the absolute data.path). A
+// new run records these, so that its evaluations, samples and resumes find its files from anywhere.
+Config with_absolute_paths(const Config& config);
 // What a valid config sets that nothing reads (an only_with_warns key whose only_with_key holds another
 // value: `train.optimizer.momentum` under "adamw", named with what reads it), and a learning-rate schedule
 // its own numbers undo (a warmup as long as the run, or into wsd's decay). For the run's log.

@@ -36,6 +36,9 @@ std::string corpus_name(const std::string& spec);
 // The directory the corpus lives in (its cache goes beside it): a file's or directory's parent, a
 // glob's directory before its first wildcard, the first entry's for a list ("" = the working directory).
 std::string corpus_home(const std::string& spec);
+// data.path with every entry's path absolute, taken from the working directory (a list stays a list,
+// a glob a glob): what a run records, so that it finds its data from any directory.
+std::string absolute_corpus_spec(const std::string& spec);
 // Whether any file is JSON Lines (data.text_field and data.on_bad_record matter only then).
 bool has_json_lines(const std::vector<CorpusFile>& files);
 
