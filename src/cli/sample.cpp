@@ -24,7 +24,7 @@ constexpr uint64_t kMaxPromptFileBytes = uint64_t{1} << 26;
 struct SampleCliOptions {
   std::string run, which, init_from, mask_heads, prompt_file;
   int64_t num_samples = 1, threads = 0;
-  bool json = false, interactive = false;
+  bool json = false, interactive = false, ignore_eos = false;
   SampleOptions sample;
 };
 
@@ -77,6 +77,7 @@ CLI::Validator stop_escapes() {
 void print_samples(LoadedRun& run, const SampleCliOptions& cli, const std::string& prompt, bool echo_prompt) {
   SampleOptions o = cli.sample;
   o.prompt = prompt;
+  o.stop_at_end_of_text = !cli.ignore_eos;
   Rng rng(o.seed);
   for (int64_t i = 0; i < cli.num_samples; ++i) {
     if (cli.json) {
@@ -136,7 +137,15 @@ int sample_command(const SampleCliOptions& cli) {
                       "), got " + std::to_string(o.top_k));
   const Tokenizer& tokenizer = run.checkpoint.tokenizer;
   if (!cli.interactive) {
-    tokenizer.encode(prompt, prompt_source);  // a bad prompt is refused before anything is printed
+    // A bad prompt is refused before anything is printed; a long one is said to be cut.
+    const auto prompt_tokens = static_cast<int64_t>(tokenizer.encode(prompt, prompt_source).size());
+    const int64_t L = run.model->config().max_seq_len;
+    if (prompt_tokens > L)
+      std::fprintf(stderr,
+                   "tfm: note: the prompt is %lld tokens and the model reads at most %lld "
+                   "(model.max_seq_len): it continues from the prompt's last %lld\n",
+                   static_cast<long long>(prompt_tokens), static_cast<long long>(L),
+                   static_cast<long long>(L));
     print_samples(run, cli, prompt, true);
     return kExitOk;
   }
@@ -210,6 +219,9 @@ std::vector<Command> add_sample_commands(CLI::App& app) {
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->transform(stop_escapes());
+  samp->add_flag("--ignore-eos", o->ignore_eos,
+                 "Draw on past the end-of-text token (the document separator of a multi-document corpus, "
+                 "GPT-2's <|endoftext|>) into a next document; by default a sample ends there");
   samp->add_flag("--json", o->json,
                  "One JSON object per sample: prompt, text, token_ids, logprobs (each token's under the "
                  "distribution it was drawn from: after penalty, temperature and filters; 0 when greedy), "
@@ -227,7 +239,9 @@ std::vector<Command> add_sample_commands(CLI::App& app) {
   samp->footer(
       "\nThe next token's distribution: repetition penalty -> temperature -> top-k -> top-p -> min-p (the\n"
       "order of Hugging Face's generate), renormalised; computed in double, so a seed gives the same text\n"
-      "whatever the thread count.\n"
+      "whatever the thread count. A sample ends at --max-new-tokens, a --stop string or the end-of-text\n"
+      "token. Past the model's context (model.max_seq_len), generation goes on from the newest half of it,\n"
+      "as llama.cpp's context shift does (docs/sampling.md).\n"
       "\nExamples:\n"
       "  tfm sample --run runs/shakespeare_char --prompt \"ROMEO:\" --temperature 0.8 --top-k 40\n"
       "  tfm sample --run runs/shakespeare_char --prompt \"ROMEO:\" --top-p 0.9 --repetition-penalty 1.2 \\\n"

@@ -123,11 +123,16 @@ class StopWatch {
 
 }  // namespace
 
-int32_t empty_prompt_token(const Tokenizer& tokenizer) {
+int32_t end_of_text_token(const Tokenizer& tokenizer) {
   if (tokenizer.has_end_of_text()) return tokenizer.end_of_text_id();
-  const int32_t S = static_cast<int32_t>(tokenizer.specials().size());
   if (const Gpt2Bpe* gpt2 = tokenizer.gpt2(); gpt2 && gpt2->end_of_text() >= 0)
-    return S + gpt2->end_of_text();
+    return static_cast<int32_t>(tokenizer.specials().size()) + gpt2->end_of_text();
+  return -1;
+}
+
+int32_t empty_prompt_token(const Tokenizer& tokenizer) {
+  if (const int32_t eot = end_of_text_token(tokenizer); eot >= 0) return eot;
+  const int32_t S = static_cast<int32_t>(tokenizer.specials().size());
   if (tokenizer.kind() == Tokenizer::Kind::Bpe) return tokenizer.encode("\n", "--prompt").front();
   const auto& s = tokenizer.symbols();  // char and byte: the newline when the vocabulary has one
   const auto nl = std::lower_bound(s.begin(), s.end(), static_cast<uint32_t>('\n'));
@@ -166,7 +171,8 @@ Generation generate(LanguageModel& model, const Tokenizer& tokenizer, const Samp
     if (on_text) on_text(text);
   };
   StopWatch watch(o.stop, emit);
-  bool stopped = false;
+  const int32_t end_of_text = o.stop_at_end_of_text ? end_of_text_token(tokenizer) : -1;
+  bool stopped = false, ended = false;
   for (int64_t i = 0; i < o.max_new_tokens && !stopped; ++i) {
     const std::vector<double> probs = next_token_distribution(last.data(), V, seen, o);
     const int32_t next = draw_token(probs, rng);  // greedy: the one token with probability 1
@@ -175,6 +181,10 @@ Generation generate(LanguageModel& model, const Tokenizer& tokenizer, const Samp
       out.logprobs.push_back(std::log(probs[next]));
     }
     if (!seen.empty()) seen[next] = true;
+    if (next == end_of_text) {  // the model ends the document: a next one would be another text
+      ended = true;
+      break;
+    }
     ids.push_back(next);
     // Only the last context's tokens are read again: a long generation stays in constant memory.
     if (ids.size() > 2 * static_cast<size_t>(L)) ids.erase(ids.begin(), ids.end() - L);
@@ -188,10 +198,12 @@ Generation generate(LanguageModel& model, const Tokenizer& tokenizer, const Samp
       std::copy(logits.end() - V, logits.end(), last.begin());
     }
   }
-  if (stopped)
+  if (stopped) {
     out.stopped_at = watch.stopped_at();
-  else
+  } else {
     watch.flush();
+    if (ended) out.stopped_at = kEndOfText;
+  }
   model.set_training(was_training);
   return out;
 }

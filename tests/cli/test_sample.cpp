@@ -236,3 +236,18 @@ TEST_CASE("commands that read a run: best.ckpt, else last.ckpt, --checkpoint ove
     CHECK_THAT(r.out, Catch::Contains(only_last + "/best.ckpt: no such checkpoint (--checkpoint best)"));
   }
 }
+
+TEST_CASE("sample: a prompt longer than the context is said to be cut; --ignore-eos is a flag",
+          "[cli][sample]") {
+  const std::string run = sample_test_run();
+  const std::string prompt(40, 'a');  // 40 tokens, the context 32
+  tfm_test::CliRun r =
+      sample_test_stderr("sample --run " + run + " --prompt " + prompt + " --max-new-tokens 2 --ignore-eos");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("tfm: note: the prompt is 40 tokens and the model reads at most 32 "
+                                    "(model.max_seq_len): it continues from the prompt's last 32"));
+  r = sample_test_stderr("sample --run " + run + " --prompt " + prompt.substr(0, 32) + " --max-new-tokens 2");
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, !Catch::Contains("note"));
+}

@@ -226,3 +226,32 @@ TEST_CASE("sampling: an empty prompt starts from the end-of-text token, else a n
   CHECK(empty_prompt_token(gpt2) == 50256);
   CHECK(empty_prompt_token(gpt2.with_end_of_text()) == 50256);
 }
+
+TEST_CASE("sampling: the end-of-text token ends a sample unless told to draw on", "[sampling]") {
+  ModelConfig c = tfm_test::model_config_from(
+      {"model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.max_seq_len=16"}, 5);
+  LanguageModel model(c, 7);
+  const Tokenizer tok = Tokenizer(Tokenizer::Kind::Char, {'\n', 'a', 'b', 'c'}).with_end_of_text();
+  REQUIRE(end_of_text_token(tok) == 4);
+  CHECK(end_of_text_token(Tokenizer(Tokenizer::Kind::Char, {'\n', 'a'})) == -1);
+  CHECK(end_of_text_token(Tokenizer::load_gpt2("")) == 50256);
+  SampleOptions o;
+  o.prompt = "ab";
+  o.max_new_tokens = 200;
+  o.stop_at_end_of_text = false;
+  Rng r1(o.seed);
+  const Generation on = generate(model, tok, o, r1, {}, true);  // a near-uniform model: <|endoftext|> comes
+  const auto first = std::find(on.tokens.begin(), on.tokens.end(), 4);
+  REQUIRE(first != on.tokens.end());
+  CHECK(on.tokens.size() == 200);
+  CHECK(on.text.find(kEndOfText) != std::string::npos);
+  o.stop_at_end_of_text = true;
+  std::string streamed;
+  Rng r2(o.seed);
+  const Generation ended = generate(
+      model, tok, o, r2, [&](const std::string& s) { streamed += s; }, true);
+  CHECK(ended.stopped_at == kEndOfText);
+  CHECK(ended.tokens == std::vector<int32_t>(on.tokens.begin(), first + 1));  // the same draws, to its end
+  CHECK(ended.text == on.text.substr(0, on.text.find(kEndOfText)));
+  CHECK(streamed == ended.text);
+}

@@ -38,6 +38,9 @@ struct SampleOptions {
   // Generation ends at the first occurrence of any of these in the generated text (the prompt is not
   // searched); the stop string and what follows are not part of the text.
   std::vector<std::string> stop;
+  // Generation ends when the model draws the end-of-text token (end_of_text_token), where a document of
+  // its corpus ended; false draws on past it into a next document (llama.cpp's --ignore-eos).
+  bool stop_at_end_of_text = true;
   uint64_t seed = 1337;
 };
 
@@ -48,6 +51,10 @@ std::vector<double> next_token_distribution(const float* logits, int64_t V, cons
 
 // A token drawn from `probs` (as next_token_distribution makes them) with one draw of `rng`.
 int32_t draw_token(const std::vector<double>& probs, Rng& rng);
+
+// The vocabulary's end-of-text token: the document separator of a multi-document corpus, or a gpt2
+// vocabulary's "<|endoftext|>"; -1 when it has none (one document: nothing marks an end).
+int32_t end_of_text_token(const Tokenizer& tokenizer);
 
 // The token generation starts from when the prompt is empty: the document separator when the vocabulary
 // has one (a gpt2 vocabulary always: "<|endoftext|>", GPT-2's convention), else a newline (a BPE
@@ -60,7 +67,8 @@ struct Generation {
   std::vector<int32_t> tokens;   // every token drawn (the last one completed the stop string, if any)
   std::vector<double> logprobs;  // each token's natural log-probability under the distribution it was
                                  // drawn from (after penalty, temperature and filters: 0 when greedy)
-  std::string stopped_at;        // the stop string that ended it; "" when max_new_tokens ran out
+  std::string stopped_at;        // the stop string that ended it, kEndOfText when the end-of-text token
+                                 // did; "" when max_new_tokens ran out
 };
 
 // Generates with the model's KV cache, drawing from `rng` (a caller that wants several samples of one
