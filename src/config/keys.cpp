@@ -182,6 +182,13 @@ struct Key {
     s.only_with_warns = true;
     return only_with(key, std::move(values));
   }
+  // The same for a key whose values are strings of its own (data.tokenizer's).
+  Key& read_with(const char* key, std::vector<std::string> values) {
+    s.only_with_warns = true;
+    s.only_with_key = key;
+    s.only_with_values = std::move(values);
+    return *this;
+  }
 };
 
 using T = KeyType;
@@ -219,7 +226,8 @@ std::vector<KeySpec> build_table() {
           "data.tokenizer = `bpe`: the file of `tfm tokenizer train`; `gpt2`: a byte-level BPE's "
           "encoder.json + vocab.bpe, vocab.json + merges.txt or Hugging Face tokenizer.json (a directory "
           "holding them, or one of the files), GPT-2's own when unset. The checkpoint keeps a copy.")
-          .derived("null (bpe needs one; gpt2 without one is GPT-2's)", [](const json&) { return json(); }),
+          .derived("null (bpe needs one; gpt2 without one is GPT-2's)", [](const json&) { return json(); })
+          .read_with("data.tokenizer", std::vector<std::string>{"bpe", "gpt2"}),
       Key("data.cache_dir", T::String, nullptr,
           "Where a text corpus's token cache lives (tokenized once, memory-mapped by every later train, "
           "resume, eval, sample, heads and sweep point; rebuilt when the file or tokenizer changes). Beside "
@@ -313,7 +321,8 @@ std::vector<KeySpec> build_table() {
       Key("model.rope_theta", &ModelConfig::rope_theta,
           "rope: the base of the rotation frequencies (pair i of a head turns by position * theta^(-2i/head "
           "width)).")
-          .min(0, true),
+          .min(0, true)
+          .read_with("model.positional_encoding", std::vector{PositionalEncoding::Rope}),
       Key("model.qk_norm", &ModelConfig::qk_norm,
           "RMSNorm of each head's queries and keys (before RoPE), one gain per head width for each, shared "
           "by "
@@ -332,19 +341,22 @@ std::vector<KeySpec> build_table() {
           "their gate logits (Mixture of Attention heads); the other heads' attention is not computed."),
       Key("model.head_topk", &ModelConfig::head_topk,
           "topk gating: heads each token uses (at most model.n_heads).")
-          .min(1),
+          .min(1)
+          .read_with("model.head_gating", std::vector{HeadGating::TopK}),
       Key("model.head_balance_loss", &ModelConfig::head_balance_loss,
           "topk gating: weight of the load-balancing loss that keeps the gate from collapsing onto few "
           "heads.")
           .min(0)
-          .weights_agnostic(),
+          .weights_agnostic()
+          .read_with("model.head_gating", std::vector{HeadGating::TopK}),
       Key("model.head_mixing", &ModelConfig::head_mixing,
           "Cross-head interaction: `talking_heads` mixes the heads' attention logits and probabilities with "
           "learned H x H matrices; `group_mlp` mixes them inside model.head_groups groups and replaces the "
           "output projection by a two-layer GELU MLP."),
       Key("model.head_groups", &ModelConfig::head_groups,
           "group_mlp: groups of heads (must divide model.n_heads).")
-          .min(1),
+          .min(1)
+          .read_with("model.head_mixing", std::vector{HeadMixing::GroupMlp}),
       Key("model.zero_init", &ModelConfig::zero_init,
           "The residual branches' output projections (attention wo, feed-forward fc2) and the output head "
           "start at zero, so every block starts as the identity (needs model.tie_embeddings = false).")

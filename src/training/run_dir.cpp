@@ -219,8 +219,10 @@ bool compare_model_keys(const SafetensorsFile& f, const Config& run) {
     if (theirs != ours)
       throw ConfigError(f.source + ": exported from a run with " + key.path + " = " + theirs.dump() +
                         ", this run has " + ours.dump() +
-                        ": weights trained under one value are wrong under the other. --set " + key.path +
-                        "=" + theirs.dump() + " continues from them; or start without --init-from");
+                        ": weights trained under one value are wrong under the other. A run with that value "
+                        "reads them (tfm train --init-from " +
+                        f.source + " --set " + key.path + "=" + theirs.dump() +
+                        "); or do without --init-from");
   }
   return true;
 }

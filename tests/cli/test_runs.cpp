@@ -301,7 +301,7 @@ TEST_CASE("runs: --init-from refuses weights of a model that computes otherwise,
   CHECK_THAT(r.out,
              Catch::Contains(st + ": exported from a run with model.activation = \"gelu\", this run has "
                                   "\"relu\"") &&
-                 Catch::Contains("--set model.activation=\"gelu\""));
+                 Catch::Contains("(tfm train --init-from " + st + " --set model.activation=\"gelu\")"));
   CHECK_FALSE(fs::exists(tmp.path + "/relu"));
   // Dropout does not change what the weights mean.
   r = init_from("drop", "--set model.dropout=0.2");

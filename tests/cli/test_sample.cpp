@@ -237,7 +237,7 @@ TEST_CASE("commands that read a run: best.ckpt, else last.ckpt, --checkpoint ove
   }
 }
 
-TEST_CASE("sample: a prompt longer than the context is said to be cut; --ignore-eos is a flag",
+TEST_CASE("sample: a prompt longer than the context is said to be cut, and --ignore-eos is a flag",
           "[cli][sample]") {
   const std::string run = sample_test_run();
   const std::string prompt(40, 'a');  // 40 tokens, the context 32

@@ -313,6 +313,22 @@ TEST_CASE("config: a key the chosen optimizer or schedule does not read is warne
   CHECK_THAT(w[0], Catch::Contains("runs into wsd's decay, which starts at step 40"));
   // eng_fra_d2l.json: a constant schedule and no min_lr.
   CHECK(config_warnings(load_config(std::string(TFM_SOURCE_DIR) + "/configs/eng_fra_d2l.json", {})).empty());
+  // The model's and the tokenizer's keys of a feature that is off: a forgotten head_gating=topk is named.
+  w = config_warnings(
+      load_config(tiny, {"model.head_topk=3", "model.head_balance_loss=0.5", "model.head_groups=3",
+                         "model.rope_theta=100", "data.tokenizer_path=bpe.json"}));
+  REQUIRE(w.size() == 5);
+  const std::string all = w[0] + w[1] + w[2] + w[3] + w[4];
+  CHECK_THAT(all, Catch::Contains("model.head_topk = 3 has no effect: it is read only with model.head_gating "
+                                  "= \"topk\", and this config has \"none\""));
+  CHECK_THAT(all, Catch::Contains("model.head_balance_loss = 0.5 has no effect"));
+  CHECK_THAT(all, Catch::Contains("model.head_groups = 3 has no effect: it is read only with "
+                                  "model.head_mixing = \"group_mlp\""));
+  CHECK_THAT(all, Catch::Contains("model.rope_theta = 100.0 has no effect: it is read only with "
+                                  "model.positional_encoding = \"rope\""));
+  CHECK_THAT(all, Catch::Contains("data.tokenizer_path = \"bpe.json\" has no effect: it is read only with "
+                                  "data.tokenizer = \"bpe\" or \"gpt2\", and this config has \"char\""));
+  CHECK(config_warnings(load_config(tiny, {"model.head_gating=topk", "model.head_topk=3"})).empty());
 }
 
 TEST_CASE("config: nanoGPT's names and names cut short suggest tfm's key", "[config]") {
