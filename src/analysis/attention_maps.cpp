@@ -51,15 +51,15 @@ nlohmann::json to_json(const Tensor& t) {
 }  // namespace
 
 AttentionText attention_text(const Tokenizer& tok, const std::string& text, const LanguageModel& model,
-                             const std::string& flag) {
+                             const std::string& flag, int32_t mask_id) {
   AttentionText t;
-  t.ids = tok.encode(text, flag);
+  t.ids = encode_with_masks(tok, text, mask_id, flag);
   const int64_t max_len = model.config().max_seq_len;
   if (t.ids.empty()) throw ConfigError(flag + ": empty");
   if (static_cast<int64_t>(t.ids.size()) > max_len)
     throw ConfigError(flag + ": " + std::to_string(t.ids.size()) +
                       " tokens, the model's context (model.max_seq_len) is " + std::to_string(max_len));
-  for (int32_t id : t.ids) t.tokens.push_back(tok.decode(id));
+  for (int32_t id : t.ids) t.tokens.push_back(id == mask_id ? kMaskToken : tok.decode(id));
   return t;
 }
 
@@ -107,6 +107,7 @@ nlohmann::json pair_attention_report_json(const PairAttention& a) {
   nlohmann::json report = {
       {"kind", "seq2seq"}, {"source_tokens", a.source_tokens}, {"target_tokens", a.target_tokens}};
   report["similarity"] = "pattern_similarity: cosine of the heads' attention maps (1 = the same pattern)";
+  if (!a.cut.empty()) report["cut"] = a.cut;
   const auto kind = [](const std::vector<Tensor>& layers) {
     nlohmann::json out = nlohmann::json::array();
     for (size_t l = 0; l < layers.size(); ++l) {

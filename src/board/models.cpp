@@ -181,7 +181,8 @@ BoardReply BoardModels::run_request(LoadedRun& run, const std::string& kind, con
       const PairAttention a = pair_attention(*run.objective, text, text_field(request, "target", false));
       return {200, pair_attention_report_json(a)};
     }
-    const AttentionText t = attention_text(run.checkpoint.tokenizer, text, *run.model, "text");
+    const AttentionText t =
+        attention_text(run.checkpoint.tokenizer, text, *run.model, "text", mask_token_id(*run.objective));
     json report = attention_report_json(analyze_attention(*run.model, t.ids), t.tokens);
     report["kind"] = objective;
     return {200, report};

@@ -69,15 +69,18 @@ std::string output_dir(const AttentionOptions& o, const LoadedRun& run) {
 // An encoder-decoder: encoder self-attention, decoder self-attention and cross-attention per layer.
 int run_pair_attention(const AttentionOptions& o, LoadedRun& run) {
   const PairAttention a = pair_attention(*run.objective, o.text, o.target);
+  for (const std::string& line : a.cut) std::fprintf(stderr, "tfm: note: %s\n", line.c_str());
   const std::string out = output_dir(o, run);
   const std::string report = out + "/attention.json";
   const nlohmann::json j = pair_attention_report_json(a);
   write_file_atomically(report, j.dump() + "\n");
   if (!o.no_plot)
     for (const auto& [file, svg] : attention_figures(j)) write_figure(out + "/" + file, svg);
-  std::string target;
+  // The pair as the model read it: its tokens, each side cut to what the model reads.
+  std::string source, target;
+  for (size_t s = 0; s + 1 < a.source_tokens.size(); ++s) source += (s ? " " : "") + a.source_tokens[s];
   for (size_t t = 0; t + 1 < a.target_tokens.size(); ++t) target += (t ? " " : "") + a.target_tokens[t];
-  fmt::print("pair: {} => {}{}\n", o.text.c_str(), target.c_str(),
+  fmt::print("pair: {} => {}{}\n", source.c_str(), target.c_str(),
              o.target.empty() ? " (the run's greedy translation; --target sets another)" : "");
   for (const char* kind : {"encoder", "decoder_self", "cross"}) {
     const std::vector<Tensor>& layers = std::string(kind) == "encoder"        ? a.encoder
@@ -109,7 +112,8 @@ int run_attention(const AttentionOptions& o) {
   if (!o.target.empty())
     throw ConfigError("--target: only for seq2seq runs (this run's train.objective is \"" +
                       run.objective->name() + "\")");
-  const AttentionText t = attention_text(run.checkpoint.tokenizer, o.text, *run.model, "--text");
+  const AttentionText t =
+      attention_text(run.checkpoint.tokenizer, o.text, *run.model, "--text", mask_token_id(*run.objective));
 
   const std::vector<LayerAttention> layers = analyze_attention(*run.model, t.ids);
   const std::string out = output_dir(o, run);

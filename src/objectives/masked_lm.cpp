@@ -161,6 +161,31 @@ int64_t mask_tokens(std::vector<int32_t>& x, std::vector<int32_t>& y, Rng& rng, 
   return chosen;
 }
 
+int32_t mask_token_id(const Objective& objective) {
+  const auto* mlm = dynamic_cast<const MaskedLm*>(&objective);
+  return mlm ? mlm->mask_id() : -1;
+}
+
+std::vector<int32_t> encode_with_masks(const Tokenizer& tok, const std::string& text, int32_t mask_id,
+                                       const std::string& flag, std::vector<int64_t>* positions) {
+  const std::string mask = kMaskToken;
+  std::vector<int32_t> ids;
+  size_t from = 0;
+  for (;;) {
+    const size_t at = mask_id < 0 ? std::string::npos : text.find(mask, from);
+    // Each piece between masks is encoded where it stands in the text, so an error counts from its start.
+    const std::string_view piece =
+        std::string_view(text).substr(from, at == std::string::npos ? at : at - from);
+    tok.encode_piece(piece, flag, from,
+                     static_cast<uint64_t>(count_utf8_chars(std::string_view(text).substr(0, from))), ids);
+    if (at == std::string::npos) break;
+    if (positions) positions->push_back(static_cast<int64_t>(ids.size()));
+    ids.push_back(mask_id);
+    from = at + mask.size();
+  }
+  return ids;
+}
+
 std::unique_ptr<Objective> make_masked_lm(const Config& c, const Vocabulary* ckpt,
                                           const ObjectiveOptions& o) {
   return std::make_unique<MaskedLm>(c, ckpt, o);
@@ -175,20 +200,9 @@ FillMaskResult fill_mask(Objective& objective, const std::string& text, int64_t 
   ThreadInvariantProducts same_bits_any_threads;  // the probabilities, whatever the thread count
   FillMaskResult r;
   const std::string mask = kMaskToken;
-  size_t from = 0;
-  for (;;) {
-    const size_t at = text.find(mask, from);
-    // Each piece between masks is encoded where it stands in the text, so an error counts from its start.
-    const std::string_view piece =
-        std::string_view(text).substr(from, at == std::string::npos ? at : at - from);
-    tok.encode_piece(piece, "--text", from,
-                     static_cast<uint64_t>(count_utf8_chars(std::string_view(text).substr(0, from))),
-                     r.tokens);
-    if (at == std::string::npos) break;
-    r.masks.push_back({static_cast<int64_t>(r.tokens.size()), {}});
-    r.tokens.push_back(mlm->mask_id());
-    from = at + mask.size();
-  }
+  std::vector<int64_t> positions;
+  r.tokens = encode_with_masks(tok, text, mlm->mask_id(), "--text", &positions);
+  for (const int64_t p : positions) r.masks.push_back({p, {}});
   if (r.masks.empty())
     throw ConfigError("--text: no " + mask + " in the text (mark each position to fill with " + mask + ")");
   LanguageModel& model = mlm->lm();

@@ -295,10 +295,21 @@ PairAttention pair_attention(Objective& objective, const std::string& source, co
   Seq2Seq& s = seq2seq_of(objective, "attention");
   const std::string tgt_text = target.empty() ? translate_texts(objective, {source}, {}).at(0) : target;
   SentencePair pair;
-  pair.src = s.encode_source(source, "--text");
+  int64_t whole = 0;
+  pair.src = s.encode_source(source, "--text", &whole);
   if (pair.src.empty()) throw ConfigError("--text: no tokens");
+  PairAttention a;
+  if (whole > s.max_source_len())
+    a.cut.push_back(
+        fmt::format("--text: {} tokens; the model reads the first {} (data.max_source_len, the "
+                    "longest source it was trained on): the maps show those",
+                    whole, s.max_source_len()));
   pair.tgt = s.target_tokenizer()->encode(tgt_text, "--target");
-  if (static_cast<int64_t>(pair.tgt.size()) > s.max_target_len()) pair.tgt.resize(s.max_target_len());
+  if (static_cast<int64_t>(pair.tgt.size()) > s.max_target_len()) {
+    a.cut.push_back(fmt::format("--target: {} tokens; the decoder reads the first {} (data.max_target_len)",
+                                pair.tgt.size(), s.max_target_len()));
+    pair.tgt.resize(s.max_target_len());
+  }
   const PairBatch b = make_pair_batch({pair}, std::vector<int64_t>{0});
   Seq2SeqModel& model = s.s2s();
   NoGradGuard no_grad;
@@ -308,7 +319,6 @@ PairAttention pair_attention(Objective& objective, const std::string& source, co
   model.forward(b.src, b.src_lengths, 1, b.S, b.tgt_in, b.T);
   model.set_record_attention(false);
   model.set_training(was_training);
-  PairAttention a;
   a.source_tokens = labels(s.tokenizer(), b.src);
   a.target_tokens = labels(*s.target_tokenizer(), b.tgt_out);
   const int64_t H = model.config().n_heads;

@@ -132,6 +132,8 @@ void check_output_path(const std::string& flag, const std::string& path,
 
 void make_output_dir(const std::string& dir, const std::string& flag) {
   std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    throw ConfigError(dir + ": is a file, not a directory (" + flag + " names the directory to write into)");
   fs::create_directories(dir, ec);
   if (ec || !fs::is_directory(dir))
     throw IoError(dir + ": cannot create the output directory (" + flag + ")");

@@ -68,6 +68,17 @@ TEST_CASE("objectives: the CLI names the objective a run needs", "[objective][cl
   r = tfm_test::run_tfm("fill-mask --run " + dir + " --text \"[MASK]\" --top-k 0");
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("--top-k"));
+  // tfm attention reads [MASK] as fill-mask does: the mask token, labelled so in the maps.
+  r = tfm_test::run_tfm("attention --run " + dir + " --text \"RO[MASK]EO\" --no-plot --out " + dir +
+                        "/attention");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  const nlohmann::json maps = nlohmann::json::parse(tfm_test::read_file(dir + "/attention/attention.json"));
+  CHECK(maps.at("tokens") == nlohmann::json({"R", "O", "[MASK]", "E", "O"}));
+  r = tfm_test::run_tfm("attention --run " + dir + " --text \"RO\" --no-plot --out " + dir +
+                        "/attention/attention.json");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("attention.json: is a file, not a directory (--out"));
 }
 
 TEST_CASE("objectives: seq2seq learns a toy translation through the loop, BLEU, translate, the CLI",
@@ -180,6 +191,18 @@ TEST_CASE("objectives: seq2seq learns a toy translation through the loop, BLEU, 
                         " --text \"one two.\" --target \"deux un.\" --no-plot --out " + att);
   CHECK(c.status == 0);
   CHECK(nlohmann::json::parse(tfm_test::read_file(att + "/attention.json")).at("target_tokens").size() == 4);
+  // A source longer than the model reads is cut, and said to be.
+  const int64_t max_source = run.config.integer("data.max_source_len");
+  std::string longer;
+  for (int64_t i = 0; i < max_source + 5; ++i) longer += "one ";
+  c = tfm_test::run_tfm("attention --run " + dir + " --text \"" + longer + "\" --no-plot --out " + att);
+  INFO(c.out);
+  CHECK(c.status == 0);
+  CHECK_THAT(c.out, Catch::Contains("tfm: note: --text: " + std::to_string(max_source + 5) +
+                                    " tokens; the model reads the first " + std::to_string(max_source)));
+  const nlohmann::json cut = nlohmann::json::parse(tfm_test::read_file(att + "/attention.json"));
+  CHECK(static_cast<int64_t>(cut.at("source_tokens").size()) == max_source + 1);  // and <eos>
+  CHECK(cut.at("cut").size() == 1);
 
   // Export names the objective and both vocabularies; --init-from starts a new run from the weights.
   c = tfm_test::run_tfm("export --run " + dir + " --out " + tmp.path + "/w.safetensors");

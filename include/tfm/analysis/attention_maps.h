@@ -28,15 +28,16 @@ struct LayerAttention {
 // Runs the model in eval mode on one sequence of tokens (T <= max_seq_len) and analyses every layer.
 std::vector<LayerAttention> analyze_attention(LanguageModel& model, const std::vector<int32_t>& tokens);
 
-// `text` as analyze_attention reads it: its ids and each token's text (the maps' labels). ConfigError
-// naming `flag` (tfm attention's --text, the board's text) when it is empty or longer than the model's
-// context.
+// `text` as analyze_attention reads it: its ids and each token's text (the maps' labels). With a
+// masked_lm run's mask_id (objectives/inference.h's mask_token_id), each "[MASK]" is that token, as
+// fill-mask reads it. ConfigError naming `flag` (tfm attention's --text, the board's text) when it is
+// empty or longer than the model's context.
 struct AttentionText {
   std::vector<int32_t> ids;
   std::vector<std::string> tokens;
 };
 AttentionText attention_text(const Tokenizer& tok, const std::string& text, const LanguageModel& model,
-                             const std::string& flag);
+                             const std::string& flag, int32_t mask_id = -1);
 
 // {"tokens": [...], "layers": [{"layer": l, "probabilities": [H][T][T], "output_similarity": [H][H],
 //   "pattern_similarity": [H][H], "mean_output_similarity": x, "mean_pattern_similarity": y}]}
@@ -46,7 +47,7 @@ nlohmann::json attention_report_json(const std::vector<LayerAttention>& layers,
 // The report of an encoder-decoder's attention on one sentence pair (objectives/inference.h):
 // {"kind": "seq2seq", "source_tokens": [...], "target_tokens": [...], "encoder" | "decoder_self" |
 //  "cross": [{"layer": l, "probabilities": [H][rows][cols], "pattern_similarity": [H][H],
-//  "mean_pattern_similarity": x}]}
+//  "mean_pattern_similarity": x}], "cut": [a line for each side cut to what the model reads, when one was]}
 nlohmann::json pair_attention_report_json(const PairAttention& attention);
 
 }  // namespace tfm

@@ -25,6 +25,13 @@ struct FillMaskResult {
 };
 constexpr const char* kMaskToken = "[MASK]";
 FillMaskResult fill_mask(Objective& objective, const std::string& text, int64_t top_k);
+// The id a masked_lm run reads [MASK] as (its last); -1 for other objectives.
+int32_t mask_token_id(const Objective& objective);
+// `text` encoded with each "[MASK]" in it as `mask_id` (the pieces between encoded where they stand, so
+// an error counts from the text's start); mask_id -1: "[MASK]" is text like any other. `positions`, when
+// given, gets the token index of each mask.
+std::vector<int32_t> encode_with_masks(const Tokenizer& tokenizer, const std::string& text, int32_t mask_id,
+                                       const std::string& flag, std::vector<int64_t>* positions = nullptr);
 
 // seq2seq: translations of `texts` (each encoded with the source vocabulary, unknown symbols as <unk>,
 // truncated to data.max_source_len), detokenized; greedy or beam search as `options` say
@@ -45,6 +52,7 @@ struct PairAttention {
   std::vector<std::string> source_tokens;  // S: the source's tokens, then <eos>
   std::vector<std::string> target_tokens;  // T: row t is the decoder predicting this token (<eos> last)
   std::vector<Tensor> encoder, decoder_self, cross;
+  std::vector<std::string> cut;  // a line for each side longer than the model reads (what was left out)
 };
 
 // The attention maps of a seq2seq run on one pair: `source` read as translate reads it, `target`
