@@ -21,6 +21,8 @@ using nlohmann::json;
 
 std::string duration_str(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
+  // Tenths below 10 s, so that a short run's time agrees with the "after 1.4 s" of its other lines.
+  if (s < 9.95) return fmt::format("{:.1f}s", s);
   const int64_t t = static_cast<int64_t>(s + 0.5);
   if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, t / 60 % 60);
   if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);

@@ -13,7 +13,7 @@
 
 namespace tfm {
 
-std::string duration_str(double seconds);  // "1h02m", "3m05s", "42s"; "?" when unknown
+std::string duration_str(double seconds);  // "1h02m", "3m05s", "42s", "1.4s"; "?" when unknown
 std::string rate_str(double per_second);   // "512", "12.3k"
 
 class RunLog {

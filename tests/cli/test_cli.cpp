@@ -262,7 +262,8 @@ TEST_CASE("cli: the ETA counts the time budget, threads follow the affinity mask
     ++lines;
     const std::string left = r.out.substr(at + 6, r.out.find('\n', at) - at - 6);
     INFO(left);
-    CHECK((left == "0s" || left == "1s" || left == "2s"));
+    REQUIRE(left.back() == 's');
+    CHECK(std::stod(left) <= 2.0);  // "1.4s": tenths of a second below 10 s
   }
   CHECK(lines > 0);
   // train.threads 0 takes the cores this process may use (taskset, a cgroup's cpuset), not the machine's.
