@@ -308,7 +308,18 @@ LoadedRun load_run(const std::string& dir_asked, const std::string& which_asked,
   run.dir = dir;
   run.which = chosen.which;
   run.checkpoint_path = path;
-  run.checkpoint = load_checkpoint(path);
+  try {
+    run.checkpoint = load_checkpoint(path);
+  } catch (const IoError& e) {
+    // A damaged file may have a whole sibling (best.ckpt is written at evaluations, last.ckpt at
+    // checkpoints): say how to read that one instead.
+    const std::string other_which = chosen.which == "best" ? "last" : "best";
+    const std::string other =
+        dir + "/" + (chosen.which == "best" ? kLastCheckpointFile : kBestCheckpointFile);
+    if (!fs::exists(other)) throw;
+    throw IoError(std::string(e.what()) + " (the run also has " + other + ": --checkpoint " + other_which +
+                  " reads it)");
+  }
   run.config = checkpoint_config(run.checkpoint, path);
   run.objective = make_objective(run.config, &run.checkpoint,
                                  {with_data, 0, memory_check(run.config, {"loading " + path, false, 1})});

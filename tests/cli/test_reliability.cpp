@@ -213,6 +213,9 @@ TEST_CASE("reliability: corrupt checkpoints are rejected with a clear message", 
     INFO(cases[i].name << "\n" << r.out);
     CHECK(r.status == 2);
     CHECK_THAT(r.out, Catch::Contains("last.ckpt"));
+    // The run's other checkpoint is whole: the message says how to read it.
+    CHECK_THAT(r.out,
+               Catch::Contains("(the run also has " + d + "/run/best.ckpt: --checkpoint best reads it)"));
   }
 
   // Tensor shape mismatch with the config: a valid file (checksum right) whose model holds one
