@@ -126,7 +126,16 @@ bool in_range(const KeySpec& k, double v) {
 // Checks one given value against its row; returns the normalised value or pushes an error.
 bool check_value(const KeySpec& k, const json& v, json& out, std::vector<std::string>& errors) {
   auto fail = [&] {
-    errors.push_back(k.path + ": expected " + describe_expected(k) + ", got " + shown(v));
+    std::string hint;
+    // "--set lr=.1" is no JSON number, so it arrives as the string ".1": say how to write it.
+    if ((k.type == T::Number || k.type == T::Integer) && v.is_string()) {
+      const std::string text = v.get<std::string>();
+      char* end = nullptr;
+      const double d = std::strtod(text.c_str(), &end);
+      if (!text.empty() && *end == '\0' && std::isfinite(d))
+        hint = " (a JSON number starts with a digit or '-': write " + number_str(d) + ")";
+    }
+    errors.push_back(k.path + ": expected " + describe_expected(k) + ", got " + shown(v) + hint);
     return false;
   };
   switch (k.type) {

@@ -349,6 +349,17 @@ TEST_CASE("config: nanoGPT's names and names cut short suggest tfm's key", "[con
   }
 }
 
+TEST_CASE("config: a number written as JSON does not allow is refused with how to write it", "[config]") {
+  CHECK_THROWS_WITH(
+      resolve_config(json::object(), {"train.optimizer.lr=.1"}),
+      "train.optimizer.lr: expected a number > 0, got \".1\" (a JSON number starts with a digit "
+      "or '-': write 0.1)");
+  CHECK_THROWS_WITH(resolve_config(json::object(), {"train.max_steps=+5"}),
+                    Catch::EndsWith("got \"+5\" (a JSON number starts with a digit or '-': write 5)"));
+  CHECK_THROWS_WITH(resolve_config(json::object(), {"train.max_steps=five"}),
+                    Catch::EndsWith("got \"five\""));
+}
+
 TEST_CASE("config: a resolved config with --set derives its derived keys afresh", "[config]") {
   // A run's config.json holds every key, derived ones at what their rules gave.
   const json resolved = resolve_config(json::parse(R"({"model": {"d_model": 64, "n_heads": 4}})")).tree;
