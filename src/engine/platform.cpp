@@ -30,7 +30,9 @@ bool has_avx512() {
 }
 
 std::atomic<bool> g_stop{false};
-std::atomic<int64_t> g_first_stop_ns{0};  // CLOCK_MONOTONIC of the first stop signal, 0 before it
+std::atomic<int64_t> g_first_stop_ns{0};
+bool g_hup_ignored = false;  // SIGHUP was ignored at start (nohup): it stays so, in tfm and its children  //
+                             // CLOCK_MONOTONIC of the first stop signal, 0 before it
 
 int64_t monotonic_ns() {
   timespec ts{};
@@ -60,6 +62,7 @@ sigset_t stop_signal_set() {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);  // a closed terminal or ssh session
   return set;
 }
 }  // namespace
@@ -165,6 +168,13 @@ const std::atomic<bool>* stop_on_signals() {
     sigemptyset(&sa.sa_mask);
     ::sigaction(SIGINT, &sa, nullptr);
     ::sigaction(SIGTERM, &sa, nullptr);
+    struct sigaction hup {};
+    ::sigaction(SIGHUP, nullptr, &hup);
+    g_hup_ignored = hup.sa_handler == SIG_IGN;  // `nohup tfm train ...` asked to outlive the terminal
+    if (!g_hup_ignored) ::sigaction(SIGHUP, &sa, nullptr);
+    // A closed stdout (`tfm train ... | head`) fails the console's writes (EPIPE) instead of killing
+    // the run: train.log and the checkpoints go on.
+    ::signal(SIGPIPE, SIG_IGN);
     // The one thread that takes them (it computes nothing). Any other thread a library started before
     // this call may take one too, which is harmless unless it runs oneDNN's kernels.
     std::thread([set] {
@@ -183,6 +193,9 @@ int run_program(const std::vector<std::string>& argv, bool quiet) {
   posix_spawnattr_init(&attr);
   sigset_t none, defaults = stop_signal_set();
   sigemptyset(&none);
+  // Caught signals are reset by exec anyway; ignored ones are inherited: SIGPIPE is only tfm's choice.
+  sigaddset(&defaults, SIGPIPE);
+  if (g_hup_ignored) sigdelset(&defaults, SIGHUP);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &defaults);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);

@@ -88,6 +88,8 @@ RunLog::RunLog(const std::string& dir, bool console, bool root, bool resume, int
   if (root) require_regular_or_absent(log_path), require_regular_or_absent(metrics);
   std::vector<spdlog::sink_ptr> sinks;
   if (console && root) {
+    // Its writes are not checked: a closed stdout (EPIPE, SIGPIPE being ignored) or terminal loses
+    // only the console's lines; train.log gets them all.
     auto c = std::make_shared<spdlog::sinks::stdout_color_sink_mt>();
     c->set_pattern("%^%v%$");
     sinks.push_back(c);
@@ -120,7 +122,9 @@ void RunLog::record(const json& rec) {
 
 void RunLog::progress(const std::string& line) {
   if (!tty_) return;
-  fmt::print("\r\033[K{}", line.c_str());
+  // fputs, not fmt::print, which throws when the write fails: a terminal gone (SIGHUP) costs the line,
+  // not the run.
+  std::fputs(("\r\033[K" + line).c_str(), stdout);
   std::fflush(stdout);
   shown_ = true;
 }

@@ -1,7 +1,8 @@
 // SIGKILL at random moments (seeded), some of them landing mid-checkpoint-write: each time the
 // surviving last.ckpt must load (`tfm eval` exits 0), and resuming to the end must reproduce the
-// uninterrupted run's train_loss at every step bit for bit. And SIGTERM behaves like SIGINT, taken by a
-// thread that computes nothing.
+// uninterrupted run's train_loss at every step bit for bit. And SIGTERM and SIGHUP behave like SIGINT,
+// taken by a thread that computes nothing; a closed stdout (SIGPIPE) does not end a run.
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -33,8 +35,15 @@ constexpr int kSteps = 40;
 
 using tfm_test::TempDir;
 
-// Starts `tfm ARGS...` from the repository root with its output in `log`.
-pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
+// How spawn() starts tfm besides its arguments.
+struct SpawnOptions {
+  int stdout_fd = -1;       // tfm's stdout (a pipe's end); -1: the log
+  bool ignore_hup = false;  // SIGHUP ignored, as `nohup` starts it
+};
+
+// Starts `tfm ARGS...` from the repository root with its output in `log`, with the signals a shell
+// gives it (this process may have blocked or ignored some: stop_on_signals in a test above).
+pid_t spawn(const std::vector<std::string>& args, const std::string& log, const SpawnOptions& o = {}) {
   std::fflush(stdout);  // or the child writes our buffered output a second time
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
@@ -42,6 +51,12 @@ pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
     if (::chdir(TFM_SOURCE_DIR) != 0) ::_exit(127);
     if (!std::freopen(log.c_str(), "a", stdout)) ::_exit(127);
     ::dup2(::fileno(stdout), 2);
+    if (o.stdout_fd >= 0) ::dup2(o.stdout_fd, 1);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) ::signal(sig, SIG_DFL);
+    if (o.ignore_hup) ::signal(SIGHUP, SIG_IGN);
     std::vector<char*> argv{const_cast<char*>(tfm_test::tfm_binary())};
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -259,4 +274,105 @@ TEST_CASE("kill: stop signals are taken by a thread of their own, never by a com
   ::kill(::getpid(), SIGTERM);
   for (int i = 0; i < 500 && !stop->load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   CHECK(stop->load());
+}
+
+namespace {
+
+// Polls until `path` holds `text` (a log line), for at most a minute.
+bool wait_for_text(const std::string& path, const std::string& text) {
+  for (int i = 0; i < 12000; ++i) {
+    if (slurp(path).find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+// N of the last "interrupted after step N" in `out`, -1 when there is none.
+int interrupted_step(const std::string& out) {
+  const std::string key = "interrupted after step ";
+  const size_t at = out.rfind(key);
+  return at == std::string::npos ? -1 : std::atoi(out.c_str() + at + key.size());
+}
+
+}  // namespace
+
+// A closed terminal or ssh session sends SIGHUP (the kernel to the terminal's processes, the shell again
+// to its jobs): before, tfm died of it (exit 129) without a checkpoint.
+TEST_CASE(
+    "kill: SIGHUP, as a closed terminal sends it, checkpoints and exits 0 like SIGINT, and the run resumes",
+    "[kill]") {
+  TempDir tmp("sighup");
+  const std::string log = tmp.path + "/log.txt", run = tmp.path + "/run";
+  std::vector<std::string> args = train_args(run);
+  args.back() = "train.max_steps=1000000";
+  const pid_t pid = spawn(args, log);
+  REQUIRE(wait_for_text(run + "/metrics.jsonl", "\"step\""));
+  ::kill(pid, SIGHUP);
+  ::kill(pid, SIGHUP);
+  const int status = wait_status_within(pid, 300);
+  const std::string out = slurp(log);
+  INFO(out);
+  CHECK(status == 0);
+  CHECK_THAT(out, Catch::Contains("tfm train --resume " + run));
+  const int step = interrupted_step(out);
+  REQUIRE(step > 0);
+  REQUIRE(fs::exists(run + "/last.ckpt"));
+  CHECK(wait_status(spawn({"train", "--resume", run, "--set", "train.max_steps=" + std::to_string(step + 2)},
+                          log)) == 0);
+  CHECK_THAT(slurp(run + "/train.log"),
+             Catch::Contains("continuing after step " + std::to_string(step)) &&
+                 Catch::Contains("step " + std::to_string(step + 2) + "/" + std::to_string(step + 2)));
+}
+
+// `nohup tfm train ...` asks tfm to outlive its terminal: a SIGHUP ignored at start stays ignored.
+TEST_CASE("kill: under nohup (SIGHUP ignored at start) a hangup does not stop the run", "[kill]") {
+  TempDir tmp("nohup");
+  const std::string log = tmp.path + "/log.txt", run = tmp.path + "/run";
+  std::vector<std::string> args = train_args(run);
+  args.back() = "train.max_steps=1000000";
+  SpawnOptions o;
+  o.ignore_hup = true;
+  const pid_t pid = spawn(args, log, o);
+  REQUIRE(wait_for_text(run + "/metrics.jsonl", "\"step\""));
+  ::kill(pid, SIGHUP);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // a stop would take a step: a few ms
+  int st = 0;
+  CHECK(::waitpid(pid, &st, WNOHANG) == 0);  // still training
+  ::kill(pid, SIGTERM);
+  const int status = wait_status_within(pid, 300);
+  const std::string out = slurp(log);
+  INFO(out);
+  CHECK(status == 0);
+  CHECK(interrupted_step(out) > 0);
+}
+
+// `tfm train ... | head -3`: the pipe's reader goes away. Before, the next console line killed tfm
+// with SIGPIPE (exit 141), no checkpoint; now only the console's lines are lost.
+TEST_CASE("kill: a closed stdout (SIGPIPE) loses only the console's lines: the run trains, logs and saves",
+          "[kill]") {
+  TempDir tmp("sigpipe");
+  const std::string log = tmp.path + "/log.txt", run = tmp.path + "/run";
+  int fds[2];
+  REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
+  SpawnOptions o;
+  o.stdout_fd = fds[1];
+  const pid_t pid = spawn(train_args(run), log, o);
+  ::close(fds[1]);
+  // head -3: three lines read, then the pipe closed.
+  int lines = 0;
+  char c = 0;
+  while (lines < 3 && ::read(fds[0], &c, 1) == 1) lines += c == '\n';
+  ::close(fds[0]);
+  CHECK(lines == 3);
+  const int status = wait_status_within(pid, 300);
+  INFO(slurp(log));
+  CHECK(status == 0);
+  const std::string train_log = slurp(run + "/train.log");
+  CHECK_THAT(train_log, Catch::Contains("step " + std::to_string(kSteps) + "/" + std::to_string(kSteps)) &&
+                            Catch::Contains("done: " + std::to_string(kSteps) + " steps"));
+  REQUIRE(fs::exists(run + "/last.ckpt"));
+  // And the run continues from its checkpoint.
+  CHECK(wait_status(spawn(
+            {"train", "--resume", run, "--set", "train.max_steps=" + std::to_string(kSteps + 2)}, log)) == 0);
+  CHECK_THAT(slurp(run + "/train.log"), Catch::Contains("continuing after step " + std::to_string(kSteps)));
 }

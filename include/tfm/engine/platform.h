@@ -31,11 +31,13 @@ int available_cores();
 // Threads to use: `requested` when > 0, else available_cores(). Sets OpenBLAS and OpenMP to it.
 int configure_threads(int requested);
 
-// Ctrl-C and SIGTERM set the returned flag (training finishes its step, checkpoints and returns); a
-// second one ends the program. The signals are taken by a thread of their own and blocked in this
-// thread and in OpenMP's, and so in every thread these start later: oneDNN 2.6's JIT sgemm kernels
-// point rsp into the heap while they run (a bug of that release, fixed in later ones), so a handler
-// run on a computing thread writes its frame over the heap. Idempotent; call before training starts.
+// Ctrl-C, SIGTERM and SIGHUP (a closed terminal; not when ignored at start, as nohup does) set the
+// returned flag (training finishes its step, checkpoints and returns); a second one ends the program.
+// SIGPIPE is ignored: a closed stdout fails writes to it (EPIPE) and training goes on. The signals are taken
+// by a thread of their own and blocked in this thread and in OpenMP's, and so in every thread these start
+// later: oneDNN 2.6's JIT sgemm kernels point rsp into the heap while they run (a bug of that release, fixed
+// in later ones), so a handler run on a computing thread writes its frame over the heap. Idempotent; call
+// before training starts.
 const std::atomic<bool>* stop_on_signals();
 
 // Runs the program argv[0] (an absolute path) with the arguments argv[1..], no shell in between, and
