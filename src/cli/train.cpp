@@ -1,6 +1,7 @@
 // `tfm train`: a new run from a config, or the continuation of a run.
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -49,7 +50,14 @@ int train_command(const TrainCliOptions& o) {
     if (!out.empty()) all.push_back("output.dir=" + nlohmann::json(out).dump());
     r = sized_by(sizes, [&] { return train(load_config(config_file, all), options); });
   }
-  // The trainer has logged what happened (console and train.log).
+  // Stopped while the data was read: no log exists yet (nothing was written), so it is said here.
+  if (r.status == TrainResult::Status::Interrupted && !r.message.empty())
+    std::fprintf(stderr, "tfm: interrupted: %s. %s\n", r.message.c_str(),
+                 (resume_dir.empty() ? "Start the run again with the same command: tfm train --config " +
+                                           config_file + " ..."
+                                     : "Continue with: tfm train --resume " + resume_dir)
+                     .c_str());
+  // Otherwise the trainer has logged what happened (console and train.log).
   return r.status == TrainResult::Status::NonFinite ? kExitDiverged : kExitOk;
 }
 

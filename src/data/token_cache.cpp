@@ -210,10 +210,11 @@ namespace {
 // Encodes every document of `reader` as tokenizer.encode() of its whole text would, in a streaming
 // pass over blocks of it (cut where the pieces encode to the whole's ids, the pieces encoded in
 // parallel), handing the ids to `sink` in order; `separator` (>= 0) goes between two documents, and
-// *ends (when given) gets the token count after each document.
+// *ends (when given) gets the token count after each document. `stop`, when set, ends it between
+// blocks (Interrupted).
 void encode_documents(CorpusReader& reader, const Tokenizer& tok, int32_t separator,
                       const std::function<void(const int32_t*, size_t)>& sink, std::vector<uint64_t>* ends,
-                      int threads, size_t block_bytes) {
+                      int threads, size_t block_bytes, const std::atomic<bool>* stop = nullptr) {
   const int T = cores(threads);
   // Pieces below this are not worth a thread (tests with small blocks still cut them).
   const size_t kMinPiece = block_bytes == 0 ? size_t{1} << 20 : std::max<size_t>(block_bytes / 8, 16);
@@ -230,6 +231,7 @@ void encode_documents(CorpusReader& reader, const Tokenizer& tok, int32_t separa
     uint64_t base = 0;   // offset of buf[0] in the document
     uint64_t chars = 0;  // characters before buf[0]
     for (;;) {
+      if (stop && stop->load()) throw Interrupted("stop requested");
       const bool more = reader.read(buf);
       if (buf.empty()) {
         if (more) continue;
@@ -258,6 +260,7 @@ void encode_documents(CorpusReader& reader, const Tokenizer& tok, int32_t separa
         tok.encode_piece(ready.substr(cuts[k], cuts[k + 1] - cuts[k]), source, base + cuts[k], char_at[k],
                          out[k], &chunk_caches[k]);
       });
+      if (stop && stop->load()) throw Interrupted("stop requested");  // the last block's too
       for (int k = 0; k < n; ++k) {
         sink(out[k].data(), out[k].size());
         count += out[k].size();
@@ -272,8 +275,8 @@ void encode_documents(CorpusReader& reader, const Tokenizer& tok, int32_t separa
 }
 
 // The sorted distinct code points of every document (Tokenizer::from_text's vocabulary of their
-// concatenation), checking the UTF-8 on the way.
-Tokenizer char_vocabulary(CorpusReader& reader) {
+// concatenation), checking the UTF-8 on the way. `stop` as encode_documents's.
+Tokenizer char_vocabulary(CorpusReader& reader, const std::atomic<bool>* stop = nullptr) {
   std::vector<uint8_t> seen(0x110000, 0);
   std::vector<uint32_t> cps;
   while (reader.next_document()) {
@@ -281,6 +284,7 @@ Tokenizer char_vocabulary(CorpusReader& reader) {
     std::string buf;
     uint64_t base = 0;
     for (;;) {
+      if (stop && stop->load()) throw Interrupted("stop requested");
       const bool more = reader.read(buf);
       if (buf.empty()) {
         if (more) continue;
@@ -664,9 +668,11 @@ std::string no_text_message(const Corpus& corpus) {
          (corpus.files.size() == 1 ? "it" : "any") + "; data.path)";
 }
 
-// Tokenizes the corpus into `cache` (atomically: a complete file or none).
+// Tokenizes the corpus into `cache` (atomically: a complete file or none; a stop request abandons the
+// file unnamed, so the cache stays as it was).
 void build(const std::string& cache, const Corpus& corpus, const Request& req, int threads,
-           size_t block_bytes, const std::function<void(const std::string&)>& log) {
+           size_t block_bytes, const std::function<void(const std::string&)>& log,
+           const std::atomic<bool>* stop) {
   CorpusOptions copts = corpus.options;
   copts.block_bytes = block_bytes;
   // The corpus's own vocabulary, also for a given char vocabulary (a run's): when the two are the same,
@@ -678,7 +684,7 @@ void build(const std::string& cache, const Corpus& corpus, const Request& req, i
   uint64_t documents_seen = 0;
   if (kind == Tokenizer::Kind::Char) {
     CorpusReader reader(corpus.files, copts);
-    own = char_vocabulary(reader);
+    own = char_vocabulary(reader, stop);
     documents_seen = reader.documents();
     vocabulary_hashes = reader.file_hashes();
     if (documents_seen == 0) throw IoError(no_text_message(corpus));
@@ -759,7 +765,7 @@ void build(const std::string& cache, const Corpus& corpus, const Request& req, i
         for (size_t i = 0; i < n; ++i) narrow[i] = static_cast<uint16_t>(ids[i]);
         put(narrow.data(), n, 2);
       },
-      &ends, threads, block_bytes);
+      &ends, threads, block_bytes, stop);
   if (ends.empty()) throw IoError(no_text_message(corpus));
   if (reader.skipped() > 0 && log) {
     std::string first;
@@ -862,7 +868,12 @@ TokenCache open_cache(const std::string& spec, const Request& req, const TokenCa
             : rejected.why + (rejected.corrupt ? "; not trusted, rebuilding" : "; rebuilding");
     o.log("tokenizing " + spec + " into " + cache + " (" + why + ")");
   }
-  build(cache, corpus, req, o.threads, o.block_bytes, o.log);
+  try {
+    build(cache, corpus, req, o.threads, o.block_bytes, o.log, o.stop);
+  } catch (const Interrupted&) {
+    throw Interrupted("data.path " + spec + ": stop requested while tokenizing it into " + cache +
+                      "; abandoned, the cache is not written");
+  }
   Rejection after;
   auto c = try_open(cache, corpus, req, o.threads, &after);
   if (!c) throw IoError(cache + ": the cache just written cannot be used: " + after.why);

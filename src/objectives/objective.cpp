@@ -55,10 +55,11 @@ std::vector<std::pair<int64_t, int64_t>> shard_rows(int64_t B, int parts) {
 
 namespace {
 
-Dataset load_text(const Config& c, const Vocabulary* ckpt, int64_t T, int rank) {
+Dataset load_text(const Config& c, const Vocabulary* ckpt, int64_t T, const ObjectiveOptions& o) {
   const std::string path = c.string("data.path");
   const double f = c.number("data.val_fraction");
-  const TokenCacheOptions cache = token_cache_options(c, rank == 0);
+  TokenCacheOptions cache = token_cache_options(c, o.rank == 0);
+  cache.stop = o.stop;
   if (ckpt) return load_dataset(path, ckpt->tokenizer, f, T, cache);  // its end-of-text id decides
   const std::string kind = c.string("data.tokenizer");
   if (kind == "bpe" || kind == "gpt2") {
@@ -116,7 +117,7 @@ TextObjective::TextObjective(const Config& config, const Vocabulary* ckpt, const
       B_(config.train().batch_size),
       T_(config.train().seq_len),
       tokenizer_(),
-      data_(o.load_data ? std::optional<Dataset>(load_text(config, ckpt, T_, o.rank)) : std::nullopt),
+      data_(o.load_data ? std::optional<Dataset>(load_text(config, ckpt, T_, o)) : std::nullopt),
       model_(checked_model(config.model(tokenizer_of(ckpt, data_).size() + extra_vocab), o),
              static_cast<uint64_t>(config.integer("seed"))),
       sampler_(rank_seed(static_cast<uint64_t>(config.integer("seed")), o.rank)) {

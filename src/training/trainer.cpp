@@ -190,8 +190,14 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
   } else {
     refuse_taken_directory();
   }
-  objective_ = make_objective(config_, resumed ? &resumed->checkpoint : nullptr,
-                              {true, rank_, memory_check(config_, {"train", true, dist::local_size()})});
+  objective_ =
+      make_objective(config_, resumed ? &resumed->checkpoint : nullptr,
+                     {true, rank_, memory_check(config_, {"train", true, dist::local_size()}), opt_.stop});
+  // A stop request while the data was read (a first-use tokenization can take minutes) ends the run
+  // before anything is written: no directory, step or checkpoint for a moment's training.
+  if (dist::any(opt_.stop && opt_.stop->load()))
+    throw Interrupted("stop requested while the data was read (data.path " + config_.string("data.path") +
+                      ")");
   // --init-from: a file that does not fit the model or its vocabulary is refused before anything is written.
   if (!resumed && !opt_.init_from.empty()) {
     const Tokenizer* target = objective_->target_tokenizer();
@@ -710,6 +716,19 @@ uint64_t eval_seed(const Config& config) {
   return static_cast<uint64_t>(config.integer("seed")) ^ kEvalSalt;
 }
 
+namespace {
+
+// A run stopped before its first step (Interrupted: while its data was read): nothing was written.
+TrainResult stopped_before_training(const Interrupted& e, int64_t step) {
+  TrainResult r;
+  r.status = TrainResult::Status::Interrupted;
+  r.step = step;
+  r.message = std::string(e.what()) + "; no step was trained and nothing was saved";
+  return r;
+}
+
+}  // namespace
+
 TrainResult train(const Config& config, const TrainOptions& opt) {
   const std::string dir = config.string("output.dir");
   // The lock before anything in the directory is read: a second writer is named by its PID.
@@ -722,7 +741,12 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
   // The run records its files' absolute paths, so that it finds them from any directory.
   const Config run_config =
       with_resolved_precision(with_absolute_paths(config), trained ? &*trained : nullptr, note);
-  return TrainingRun(run_config, opt, std::move(lock), std::move(resumed), note).run();
+  const int64_t step = resumed ? resumed->checkpoint.state.value("step", int64_t{0}) : 0;
+  try {
+    return TrainingRun(run_config, opt, std::move(lock), std::move(resumed), note).run();
+  } catch (const Interrupted& e) {
+    return stopped_before_training(e, step);
+  }
 }
 
 TrainResult resume(const std::string& dir, const std::vector<std::string>& overrides, TrainOptions opt) {
@@ -747,7 +771,12 @@ TrainResult resume(const std::string& dir, const std::vector<std::string>& overr
           ckpt.checkpoint.state.value("step", int64_t{0}) + 1, config.at(path).dump());
   }
   opt.resume = true;
-  return TrainingRun(config, opt, std::move(lock), std::move(ckpt), note).run();
+  const int64_t step = ckpt.checkpoint.state.value("step", int64_t{0});
+  try {
+    return TrainingRun(config, opt, std::move(lock), std::move(ckpt), note).run();
+  } catch (const Interrupted& e) {
+    return stopped_before_training(e, step);
+  }
 }
 
 }  // namespace tfm

@@ -376,3 +376,43 @@ TEST_CASE("kill: a closed stdout (SIGPIPE) loses only the console's lines: the r
             {"train", "--resume", run, "--set", "train.max_steps=" + std::to_string(kSteps + 2)}, log)) == 0);
   CHECK_THAT(slurp(run + "/train.log"), Catch::Contains("continuing after step " + std::to_string(kSteps)));
 }
+
+// A first use of a large corpus tokenizes it for minutes; Ctrl-C then used to wait for the end, train a
+// step and save it. Now it stops the tokenizing: no step, no run directory, no cache or temporary.
+TEST_CASE("kill: Ctrl-C while a first use tokenizes the corpus stops before the first step, writing nothing",
+          "[kill]") {
+  TempDir tmp("sigint_tokenize");
+  const std::string log = tmp.path + "/log.txt", run = tmp.path + "/run";
+  const std::string corpus = tmp.path + "/corpus.txt", cache = tmp.path + "/cache";
+  {
+    // 24 MB of words: seconds of GPT-2 BPE, long after the signal comes.
+    std::mt19937 rng(7);
+    std::vector<std::string> words(20000);
+    for (std::string& w : words)
+      for (int n = 2 + static_cast<int>(rng() % 8); n > 0; --n) w += static_cast<char>('a' + rng() % 26);
+    std::string text;
+    while (text.size() < (size_t{24} << 20)) {
+      text += words[rng() % words.size()];
+      text += rng() % 12 == 0 ? ".\n" : " ";
+    }
+    std::ofstream(corpus, std::ios::binary) << text;
+  }
+  const pid_t pid =
+      spawn({"train", "--config", "configs/tiny.json", "--out", run, "--set", "data.path=" + corpus, "--set",
+             "data.tokenizer=gpt2", "--set", "data.cache_dir=" + cache},
+            log);
+  REQUIRE(wait_for_text(log, "tfm: data: tokenizing"));
+  ::kill(pid, SIGINT);
+  const int status = wait_status_within(pid, 300);
+  const std::string out = slurp(log);
+  INFO(out);
+  CHECK(status == 0);
+  CHECK_THAT(out,
+             Catch::Contains("tfm: interrupted: data.path " + corpus + ": stop requested while tokenizing") &&
+                 Catch::Contains("no step was trained and nothing was saved"));
+  CHECK_FALSE(fs::exists(run));
+  for (const auto& e : fs::directory_iterator(cache)) {
+    INFO(e.path());
+    CHECK(e.path().extension() == ".lock");  // no cache, no temporary
+  }
+}

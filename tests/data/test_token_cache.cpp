@@ -3,6 +3,7 @@
 // cache is named and rebuilt, never trusted.
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
@@ -384,4 +385,58 @@ TEST_CASE("token cache: a link planted at its stamp's name is never written thro
   CHECK_FALSE(open_token_cache(src, Tokenizer::Kind::Byte, o).built);
   CHECK(read(victim) == "precious\n");
   CHECK(fs::is_symlink(cache + ".checked"));
+}
+
+// Ctrl-C during a first use's tokenization (minutes on a large corpus) stops it between blocks: the
+// half-written cache is dropped unnamed, so no cache and no temporary is left and the next start
+// tokenizes afresh.
+TEST_CASE("token cache: a stop request abandons a build, leaving no cache or temporary", "[data][cache]") {
+  const TokenCacheDir dir("stop");
+  const std::string src = dir.file("corpus.txt");
+  write_cache_input(src, varied_text(size_t{3} << 20, 9));  // 3 MB: ~0.5 s of GPT-2 BPE on 2 cores
+  const Tokenizer gpt2 = Tokenizer::load_gpt2("");
+  std::atomic<bool> stop{false};
+  TokenCacheOptions o;
+  o.dir = dir.file("cache");
+  o.block_bytes = 64 << 10;  // a check every 64 KiB
+  o.stop = &stop;
+  const std::string cache = token_cache_path(src, o.dir, Tokenizer::Kind::Gpt2, &gpt2);
+  const auto nothing_left = [&] {
+    CHECK_FALSE(fs::exists(cache));
+    CHECK(tfm_test::temporaries_beside(cache).empty());
+  };
+
+  SECTION("set by another thread while it tokenizes") {
+    std::thread setter;
+    // Called once the build is decided, just before it starts.
+    o.log = [&](const std::string& line) {
+      if (line.find("tokenizing") == std::string::npos) return;
+      setter = std::thread([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        stop = true;
+      });
+    };
+    try {
+      open_token_cache(src, gpt2, o);
+      FAIL("the build was not stopped");
+    } catch (const Interrupted& e) {
+      CHECK_THAT(e.what(), Catch::Contains("data.path " + src) && Catch::Contains(cache) &&
+                               Catch::Contains("the cache is not written"));
+    }
+    setter.join();
+    nothing_left();
+    // Without a stop, the next start builds it whole.
+    stop = false;
+    o.log = nullptr;
+    const TokenCache c = open_token_cache(src, gpt2, o);
+    CHECK(c.built);
+    CHECK(c.tokens.size() > 0);
+  }
+  SECTION("set before a char vocabulary's pass") {
+    stop = true;
+    CHECK_THROWS_AS(open_token_cache(src, Tokenizer::Kind::Char, o), Interrupted);
+    CHECK_FALSE(fs::exists(token_cache_path(src, o.dir, Tokenizer::Kind::Char)));
+    CHECK(tfm_test::temporaries_beside(token_cache_path(src, o.dir, Tokenizer::Kind::Char)).empty());
+    nothing_left();
+  }
 }

@@ -3,12 +3,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -438,6 +440,45 @@ TEST_CASE("train: train.max_seconds stops after the step that exhausts the budge
   CHECK(rest.step == 50);
   CHECK_FALSE(rest.out_of_time);
   CHECK_FALSE(load_checkpoint(dir + "/last.ckpt").state.contains("stopped"));
+}
+
+// Ctrl-C while a first use tokenizes its corpus (minutes on a large one) ends the run there: no
+// directory, step or checkpoint for it; on resume nothing in the run directory changes.
+TEST_CASE(
+    "train: a stop requested while the data is read ends the run before its first step, writing nothing",
+    "[train]") {
+  const std::string dir = run_dir("stop_loading");
+  const std::string data = dir + "_data.txt", cache = dir + "_cache";
+  fs::copy_file(tfm_test::tiny_shakespeare(), data);
+  const std::vector<std::string> sets = {"data.path=" + data, "data.cache_dir=" + cache, "train.max_steps=3"};
+  std::atomic<bool> stop{true};
+  TrainOptions o = quiet();
+  o.stop = &stop;
+  const TrainResult r = train(tfm_test::small_train_config(dir, sets), o);
+  CHECK(r.status == TrainResult::Status::Interrupted);
+  CHECK(r.step == 0);
+  CHECK(r.losses.empty());
+  CHECK_THAT(r.message, Catch::Contains("stop requested while tokenizing it") &&
+                            Catch::Contains("no step was trained and nothing was saved"));
+  CHECK_FALSE(fs::exists(dir));
+  for (const auto& e : fs::directory_iterator(cache)) {
+    INFO(e.path());
+    CHECK(e.path().extension() == ".lock");  // no cache, no temporary
+  }
+
+  // The data's cache built: the stop is seen once it is mapped, still before anything is written.
+  stop = false;
+  REQUIRE(train(tfm_test::small_train_config(dir, sets), o).step == 3);
+  std::map<std::string, std::string> before;
+  for (const auto& e : fs::directory_iterator(dir)) before[e.path().string()] = file_bytes(e.path().string());
+  stop = true;
+  const TrainResult resumed = resume(dir, {"train.max_steps=6"}, o);
+  CHECK(resumed.status == TrainResult::Status::Interrupted);
+  CHECK(resumed.step == 3);
+  CHECK_THAT(resumed.message, Catch::Contains("stop requested while the data was read"));
+  std::map<std::string, std::string> after;
+  for (const auto& e : fs::directory_iterator(dir)) after[e.path().string()] = file_bytes(e.path().string());
+  CHECK(after == before);
 }
 
 TEST_CASE("train: the ETA counts the steps and evaluations left and stops at train.max_seconds", "[train]") {

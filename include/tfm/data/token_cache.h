@@ -37,6 +37,7 @@
 // A file whose mtime changed is hashed again and, if its bytes are the same, keeps its cache; an added,
 // removed or resized file, or another data.text_field or data.on_bad_record (JSON Lines), rebuilds it.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -124,6 +125,9 @@ struct TokenCacheOptions {
   // when the documents are separated. Otherwise (false) it is a run's whole vocabulary, a checkpoint's:
   // the documents are separated exactly when it has the id, whatever document_separator says.
   bool extend_vocabulary = false;
+  // Set by a stop request (platform::stop_on_signals): tokenizing stops between blocks and throws
+  // Interrupted (error.h), the cache left as it was. Null: never stopped.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 // Where each document's tokens end (exclusive), in order: a view of the mapped cache.
@@ -163,6 +167,7 @@ std::string token_cache_path(const std::string& spec, const std::string& dir, To
 // itself (char: its sorted distinct code points, exactly Tokenizer::from_text's of the documents'
 // text), from the cache when it is valid, else tokenized now and cached. IoError names the file and
 // what is wrong (missing, invalid UTF-8, a bad record, no text, an unwritable cache directory).
+// Interrupted when options.stop is set while it tokenizes.
 TokenCache open_token_cache(const std::string& spec, Tokenizer::Kind kind, const TokenCacheOptions& options);
 // The same in a given vocabulary (a checkpoint's, a BPE tokenizer): the ids are tokenizer.encode()'s.
 TokenCache open_token_cache(const std::string& spec, const Tokenizer& tokenizer,

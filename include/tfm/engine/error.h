@@ -31,6 +31,14 @@ class IoError : public Error {
   using Error::Error;
 };
 
+// A stop request (Ctrl-C, SIGTERM, SIGHUP) that ended work with nothing to save yet, before it wrote
+// anything (tokenizing a corpus before the first step): not a failure, the CLI exits 0 as for an
+// interrupted run.
+class Interrupted : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 template <class... Args>
 std::string concat(const Args&... args) {

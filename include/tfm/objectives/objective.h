@@ -181,6 +181,8 @@ struct ObjectiveOptions {
   // When set, called with the model's config once the vocabularies are known, before the model is
   // allocated: the pre-flight memory check (training/preflight.h) refuses a model that cannot fit.
   std::function<void(const ModelConfig&)> check_model;
+  // A stop request (training's): tokenizing the corpus for its cache stops and throws Interrupted.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 // Builds the objective `train.objective` names and its model (initialised from `seed`).

@@ -27,7 +27,8 @@ namespace tfm {
 struct TrainOptions {
   bool resume = false;        // continue from output.dir/last.ckpt (else best.ckpt)
   int64_t stop_at_step = -1;  // stop as if interrupted once this step is done (tests)
-  // Set by SIGINT/SIGTERM: finish the step (or abandon the evaluation), checkpoint, return.
+  // Set by a stop signal: finish the step (or abandon the evaluation), checkpoint, return; while the
+  // data is read (tokenized), return at once (Interrupted, message set) with nothing written.
   const std::atomic<bool>* stop = nullptr;
   bool console = true;  // log to stdout as well as train.log
   // Called on every rank after each optimizer step (tests: parameters identical across ranks).
@@ -46,7 +47,9 @@ struct TrainResult {
   std::vector<double> losses;                                  // training loss of each step run by this call
   double val_loss = std::numeric_limits<double>::quiet_NaN();  // the last evaluation
   double best_val_loss = std::numeric_limits<double>::infinity();
-  std::string message;  // for NonFinite: what went non-finite and where
+  // For NonFinite: what went non-finite and where. For Interrupted before the first step (while the
+  // data was read, before anything was written): what was stopped, for the caller to show.
+  std::string message;
   // train.target_loss: whether an evaluation reached it, and the wall time from the first step to the
   // end of that evaluation (evaluations included; on resume, the earlier part of the run too).
   bool target_reached = false;
