@@ -520,8 +520,10 @@ std::vector<KeySpec> build_table() {
           .resumable(),
       Key("train.max_seconds", &TrainConfig::max_seconds,
           "Time budget: after the step at which the training time (evaluations included, the clock of "
-          "target_loss) reaches this many seconds, evaluate, save and stop (0 = off). The learning-rate "
-          "schedule still runs over max_steps: fit max_steps to the budget to finish its decay.")
+          "target_loss) reaches this many seconds, evaluate, save and stop (0 = off). The clock counts every "
+          "process of the run: a resume with the budget spent has nothing to do until a --set raises it. The "
+          "learning-rate schedule still runs over max_steps: fit max_steps to the budget to finish its "
+          "decay.")
           .min(0)
           .resumable(),
       Key("train.log_interval", &TrainConfig::log_interval,

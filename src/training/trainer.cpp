@@ -554,6 +554,18 @@ TrainResult TrainingRun::run() {
     result_.target_reached = true;
     return result_;
   }
+  // Likewise a run whose training time (over all its processes) has used train.max_seconds: its first
+  // step would only stop it again. A larger budget, or 0 for none, trains on.
+  if (max_seconds > 0 && step < max_steps_ && state_->elapsed_before >= max_seconds) {
+    log_->info(fmt::format(
+        "nothing to do: the run has used its time budget train.max_seconds = {:g} ({:.1f} s of training, "
+        "step {} of {}); to train on, raise it above that: --set train.max_seconds=S, or drop it: --set "
+        "train.max_seconds=0",
+        max_seconds, state_->elapsed_before, step, max_steps_));
+    result_.step = step;
+    result_.out_of_time = true;
+    return result_;
+  }
   if (opt_.resume && step < max_steps_) write_config_file();
   state_->stopped.clear();
   while (step < max_steps_) {

@@ -434,12 +434,28 @@ TEST_CASE("train: train.max_seconds stops after the step that exhausts the budge
   const Checkpoint last = load_checkpoint(dir + "/last.ckpt");
   CHECK(last.state.at("step").get<int64_t>() == 1);
   CHECK(last.state.at("stopped") == "max_seconds");
-  // Resumed with a budget that is not spent, the run goes on to max_steps and is no longer "stopped".
-  TrainOptions more = quiet();
-  const TrainResult rest = resume(dir, {"train.max_seconds=0"}, more);
-  CHECK(rest.step == 50);
-  CHECK_FALSE(rest.out_of_time);
+  // Resumed with the budget spent (the clock counts every process's training): nothing to do, as for a
+  // reached target; no step, record or checkpoint, and the log says how to go on.
+  const std::string ckpt_bytes = file_bytes(dir + "/last.ckpt"), metrics = file_bytes(dir + "/metrics.jsonl");
+  const TrainResult again = resume(dir, {}, quiet());
+  CHECK(again.step == 1);
+  CHECK(again.out_of_time);
+  CHECK(again.losses.empty());
+  CHECK(file_bytes(dir + "/last.ckpt") == ckpt_bytes);
+  CHECK(file_bytes(dir + "/metrics.jsonl") == metrics);
+  CHECK_THAT(file_bytes(dir + "/train.log"),
+             Catch::Contains("nothing to do: the run has used its time budget train.max_seconds = 1e-09") &&
+                 Catch::Contains("--set train.max_seconds="));
+  // A larger budget trains on: the clock goes on from the time already used, so the run stops again
+  // once its whole training has taken the new budget; here it is ample, and the run ends at max_steps.
+  const TrainResult raised = resume(dir, {"train.max_seconds=1e6"}, quiet());
+  CHECK(raised.step == 50);
+  CHECK_FALSE(raised.out_of_time);
   CHECK_FALSE(load_checkpoint(dir + "/last.ckpt").state.contains("stopped"));
+  // And no budget at all (0) trains on too.
+  const TrainResult rest = resume(dir, {"train.max_seconds=0", "train.max_steps=55"}, quiet());
+  CHECK(rest.step == 55);
+  CHECK_FALSE(rest.out_of_time);
 }
 
 // Ctrl-C while a first use tokenizes its corpus (minutes on a large one) ends the run there: no
