@@ -149,6 +149,43 @@ Config checkpoint_config(const Checkpoint& ckpt, const std::string& path) {
   }
 }
 
+std::vector<std::pair<std::string, json>> check_run_config_file(const std::string& dir, const Config& trained,
+                                                                const std::string& checkpoint_path) {
+  const std::string path = dir + "/" + kRunConfigFile;
+  if (!present(path)) return {};    // written again at the resume's first step
+  require_regular_or_absent(path);  // a link or device there is refused as such, never read
+  std::string resumable;
+  for (const KeySpec& k : config_keys())
+    if (k.resumable) resumable += (resumable.empty() ? "" : ", ") + k.path;
+  const std::string advice =
+      "; restore the file (or remove it: the resume writes it again). --resume takes the config from the "
+      "checkpoint; a change is passed as `tfm train --resume " +
+      dir + " --set KEY=VALUE`, and only " + resumable + " may change";
+  Config file;
+  try {
+    file = resolve_config(read_json_file(path));
+  } catch (const Error& e) {
+    throw ConfigError(path + ": cannot be compared with the config of the run's checkpoint " +
+                      checkpoint_path + ": " + e.what() + advice);
+  }
+  const ObjectiveKind objective = trained.train().objective;
+  std::vector<std::pair<std::string, json>> differing;
+  for (const std::string& key : differing_keys(trained, file)) {
+    const KeySpec* k = find_key(key);
+    // The directory may have moved; a key the objective does not read is derived afresh on resume.
+    if (key == "output.dir" || !k->read_by(objective)) continue;
+    if (k->resumable) {
+      differing.emplace_back(key, file.at(key));
+      continue;
+    }
+    throw ConfigError(path + ": " + key + " is " + file.at(key).dump() + " there, but the run's checkpoint " +
+                      checkpoint_path + " was trained with " + trained.at(key).dump() +
+                      ": config.json was edited, and the edit would be ignored and overwritten" + advice +
+                      " (not " + key + ": a new run trains with another value)");
+  }
+  return differing;
+}
+
 void restore_model(Model& model, const Checkpoint& ckpt, const std::string& source) {
   const int64_t P = model.parameter_count();
   if (static_cast<int64_t>(ckpt.model.size()) != P)

@@ -767,8 +767,20 @@ TrainResult resume(const std::string& dir, const std::vector<std::string>& overr
   ResumedCheckpoint ckpt = resumable_checkpoint(dir);
   Config trained = checkpoint_config(ckpt.checkpoint, ckpt.path);
   trained.tree["output"]["dir"] = dir;  // the directory may have moved since
+  // Before anything is written: a hand-edited config.json is refused, not silently overwritten.
+  const auto file_keys = check_run_config_file(dir, trained, ckpt.path);
   std::string note;
   const Config config = with_resolved_precision(resume_config(trained, overrides), &trained, note);
+  // A resumable key config.json holds another value of (and no --set names): said, not silently dropped.
+  for (const auto& [path, value] : file_keys)
+    if (config.at(path) == trained.at(path))
+      note += (note.empty() ? "" : "; ") +
+              fmt::format(
+                  "{}/{} has {} = {}, which a resume does not read (a resume stopped before its first "
+                  "checkpoint leaves its --set there): the run goes on with the checkpoint's {}; --set "
+                  "{}={} uses it",
+                  dir.c_str(), kRunConfigFile, path.c_str(), value.dump().c_str(),
+                  config.at(path).dump().c_str(), path.c_str(), value.dump().c_str());
   // What the overrides changed: the run goes on from its checkpoint, but a new max_steps also stretches
   // or shrinks the learning-rate schedule from here (it is a function of max_steps), so the steps after
   // it are not those of a run started with it.

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -278,6 +279,63 @@ TEST_CASE("cli: the ETA counts the time budget, threads follow the affinity mask
   INFO(r.out);
   CHECK(r.status == 0);
   CHECK_THAT(r.out, !Catch::Contains("//"));
+}
+
+namespace {
+// Every file of `dir` (not recursive) and its bytes.
+std::map<std::string, std::string> files_of(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out[e.path().string()] = tfm_test::read_file(e.path());
+  return out;
+}
+}  // namespace
+
+// --resume takes the config from the checkpoint: an edit of config.json used to be ignored, then
+// overwritten. It is refused; what tfm itself leaves there (a resume's --set of a resumable key, killed
+// before its next checkpoint) still resumes.
+TEST_CASE("cli: --resume refuses a hand-edited config.json, naming the key, and changes nothing", "[cli]") {
+  const std::string dir = temp_dir("resume_edited") + "/run", config = dir + "/config.json";
+  REQUIRE(run_cli("train --config configs/tiny.json --out " + dir + " --set train.max_steps=3").status == 0);
+  const std::string original = tfm_test::read_file(config);
+  nlohmann::json edited = nlohmann::json::parse(original);
+  const nlohmann::json lr = edited["train"]["optimizer"]["lr"];
+  edited["train"]["optimizer"]["lr"] = 0.1;
+  std::ofstream(config, std::ios::trunc) << edited.dump(2) << "\n";
+  const auto before = files_of(dir);
+  Run r = run_cli("train --resume " + dir + " --set train.max_steps=5");
+  INFO(r.out);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains(config + ": train.optimizer.lr is 0.1 there, but the run's checkpoint " +
+                                    dir + "/last.ckpt was trained with " + lr.dump()) &&
+                        Catch::Contains("restore the file") &&
+                        Catch::Contains("`tfm train --resume " + dir + " --set KEY=VALUE`") &&
+                        Catch::Contains("only data.cache_dir, train.max_steps"));
+  CHECK(files_of(dir) == before);
+  // Not valid JSON: refused the same way, naming the file.
+  std::ofstream(config, std::ios::trunc) << "{\n";
+  r = run_cli("train --resume " + dir + " --set train.max_steps=5");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out,
+             Catch::Contains(config + ": cannot be compared with the config of the run's checkpoint") &&
+                 Catch::Contains("malformed JSON"));
+
+  // The same values in another layout: compared parsed, so it resumes.
+  std::ofstream(config, std::ios::trunc) << nlohmann::json::parse(original).dump(4);
+  r = run_cli("train --resume " + dir + " --set train.max_steps=4");
+  CHECK(r.status == 0);
+  // What tfm leaves when a resume with --set train.max_steps=6 is killed after its first step (which
+  // writes config.json) and before its checkpoint: last.ckpt of step 4, trained to max_steps 4.
+  fs::copy_file(dir + "/last.ckpt", dir + "/step4.ckpt");
+  REQUIRE(run_cli("train --resume " + dir + " --set train.max_steps=6").status == 0);
+  fs::rename(dir + "/step4.ckpt", dir + "/last.ckpt");
+  r = run_cli("train --resume " + dir);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains(config + " has train.max_steps = 6, which a resume does not read") &&
+                        Catch::Contains("--set train.max_steps=6 uses it") &&
+                        Catch::Contains("nothing to do: the run is at step 4 of train.max_steps = 4"));
+  r = run_cli("train --resume " + dir + " --set train.max_steps=6");
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("step 6/6"));
 }
 
 TEST_CASE("cli: a resume with nothing to do leaves the run's config.json as it was", "[cli]") {

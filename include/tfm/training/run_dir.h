@@ -5,6 +5,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tfm/config/config.h"
@@ -100,6 +101,18 @@ struct LoadedRun {
 // threads the run's train.threads asks for. With data, the objective reads the run's data files too
 // (evaluation); without, it needs none.
 LoadedRun load_run(const std::string& dir, const std::string& which = "", bool with_data = false);
+
+// DIR/config.json, which tfm writes from the config a run trains with, against `trained`, the config
+// of the checkpoint `checkpoint_path` that a resume continues from (and takes its config from). A key
+// that may not change on resume and differs (parsed values, not bytes) was edited by hand, and the edit
+// would be ignored and overwritten: ConfigError naming the file, the first such key, both values, and
+// the way to change a resumable key (--resume DIR --set KEY=VALUE). A file that is no valid config is
+// refused the same way. Resumable keys may differ (a resume killed after its first step and before its
+// next checkpoint leaves its --set values there): returned with the file's values, for a note. Nothing
+// when there is no file.
+std::vector<std::pair<std::string, nlohmann::json>> check_run_config_file(const std::string& dir,
+                                                                          const Config& trained,
+                                                                          const std::string& checkpoint_path);
 
 // The resolved config a checkpoint was trained with; IoError naming `path` when it is invalid.
 Config checkpoint_config(const Checkpoint& ckpt, const std::string& path);
