@@ -41,7 +41,7 @@ TEST_CASE("figures: tfm train draws loss.svg and logs progress with an ETA when 
   // train.log and the console (a pipe here, as under `| tee`) carry one progress line per log interval.
   const std::string log = read_file(t.run + "/train.log");
   static const std::regex line(
-      R"(step (\d+)/30 \| loss [0-9.]+ \|.* tok/s \|.* \| eta (\d+s|\d+m\d\ds|\?)\n)");
+      R"(step (\d+)/30 \| loss [0-9.]+ \|.* tok/s \|.* \| eta (\d+\.\ds|\d+s|\d+m\d\ds|\?)\n)");
   size_t lines = 0;
   for (std::sregex_iterator it(log.begin(), log.end(), line), end; it != end; ++it) ++lines;
   CHECK(lines == 30);
