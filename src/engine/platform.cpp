@@ -30,9 +30,8 @@ bool has_avx512() {
 }
 
 std::atomic<bool> g_stop{false};
-std::atomic<int64_t> g_first_stop_ns{0};
-bool g_hup_ignored = false;  // SIGHUP was ignored at start (nohup): it stays so, in tfm and its children  //
-                             // CLOCK_MONOTONIC of the first stop signal, 0 before it
+std::atomic<int64_t> g_first_stop_ns{0};  // CLOCK_MONOTONIC of the first stop signal, 0 before it
+bool g_hup_ignored = false;  // SIGHUP was ignored at start (nohup): it stays so, in tfm and its children
 
 int64_t monotonic_ns() {
   timespec ts{};
