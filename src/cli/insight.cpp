@@ -260,7 +260,9 @@ std::string corpus_text(const TokenizerTrainOptions& o) {
   constexpr uint64_t kMaxTextBytes = uint64_t{1} << 31;
   CorpusOptions options;
   options.text_field = o.text_field;
-  CorpusReader reader(list_corpus(o.data), options);
+  std::vector<std::string> left_out;
+  CorpusReader reader(list_corpus(o.data, &left_out), options);
+  for (const std::string& line : left_out) std::fprintf(stderr, "tfm: warning: %s\n", line.c_str());
   std::string text;
   while (reader.next_document()) {
     if (!text.empty()) text += '\n';

@@ -34,6 +34,81 @@ Compression compression_of(const std::string& path) {
                                    : Compression::None;
 }
 
+// Compressed formats by their first bytes. Only gzip and zstd are decompressed (by their names);
+// the others, or gzip/zstd under another name, would be read as bytes of text.
+enum class Packed { None, Gzip, Zstd, Xz, Bzip2, Lz4, Zip, SevenZip, Lzip, UnixCompress };
+
+Packed packed_format(std::string_view h) {
+  const auto starts = [&](std::string_view magic) { return h.substr(0, magic.size()) == magic; };
+  using namespace std::string_view_literals;
+  if (starts("\x1f\x8b\x08"sv)) return Packed::Gzip;
+  if (starts("\x28\xb5\x2f\xfd"sv)) return Packed::Zstd;
+  if (starts("\xfd\x37\x7a\x58\x5a\x00"sv)) return Packed::Xz;
+  // "BZh", the block size digit, then a block's or the end's signature: text may begin "BZh9" too.
+  if (h.size() >= 10 && starts("BZh") && h[3] >= '1' && h[3] <= '9' &&
+      (h.substr(4, 6) == "\x31\x41\x59\x26\x53\x59"sv || h.substr(4, 6) == "\x17\x72\x45\x38\x50\x90"sv))
+    return Packed::Bzip2;
+  if (starts("\x04\x22\x4d\x18"sv) || starts("\x02\x21\x4c\x18"sv)) return Packed::Lz4;
+  if (starts("PK\x03\x04"sv) || starts("PK\x05\x06"sv)) return Packed::Zip;
+  if (starts("\x37\x7a\xbc\xaf\x27\x1c"sv)) return Packed::SevenZip;
+  if (starts("LZIP\x01"sv)) return Packed::Lzip;
+  if (starts("\x1f\x9d"sv)) return Packed::UnixCompress;
+  return Packed::None;
+}
+
+// What a user runs to get the text back out of each format.
+struct PackedName {
+  const char* format;
+  const char* undo;
+};
+PackedName packed_name(Packed p) {
+  switch (p) {
+    case Packed::Gzip:
+      return {"gzip", "gunzip"};
+    case Packed::Zstd:
+      return {"zstd", "unzstd"};
+    case Packed::Xz:
+      return {"xz", "unxz"};
+    case Packed::Bzip2:
+      return {"bzip2", "bunzip2"};
+    case Packed::Lz4:
+      return {"lz4", "lz4 -d"};
+    case Packed::Zip:
+      return {"a zip archive", "unzip"};
+    case Packed::SevenZip:
+      return {"a 7z archive", "7z x"};
+    case Packed::Lzip:
+      return {"lzip", "lzip -d"};
+    case Packed::UnixCompress:
+      return {"compress (.Z)", "uncompress"};
+    case Packed::None:
+      break;
+  }
+  return {"", ""};
+}
+
+// Refuses a file whose first bytes say it is compressed in a way its name does not (a .bz2 or .xz, a
+// gzip stream named .txt): read as text, its compressed bytes would be trained on.
+void check_not_packed(const std::string& path, Compression named, std::string_view head) {
+  const Packed p = packed_format(head);
+  if (p == Packed::None || (p == Packed::Gzip && named == Compression::Gzip) ||
+      (p == Packed::Zstd && named == Compression::Zstd))
+    return;
+  const PackedName n = packed_name(p);
+  if (p == Packed::Gzip || p == Packed::Zstd) {
+    const std::string ext = p == Packed::Gzip ? ".gz" : ".zst";
+    throw IoError(path + ": holds " + n.format + "-compressed data, but its name does not end in " + ext +
+                  ", so it would be read as compressed bytes: rename it to end in " + ext +
+                  " (tfm decompresses a .gz or .zst file as it reads it; .txt" + ext + " or .jsonl" + ext +
+                  " say what is inside)");
+  }
+  const bool archive = p == Packed::Zip || p == Packed::SevenZip;
+  throw IoError(path + ": is " + (archive ? std::string(n.format) : std::string(n.format) + "-compressed") +
+                ", which tfm does not read (it would train on the compressed bytes): " +
+                (archive ? "extract it (" : "decompress it (") + n.undo +
+                "), or recompress the text as .gz or .zst, which tfm decompresses as it reads");
+}
+
 // The name without its compression suffix decides the format.
 bool is_json_lines(const std::string& path) {
   std::string p = path;
@@ -47,6 +122,23 @@ bool is_corpus_name(const std::string& name) {
   for (const char* ext : {".txt", ".jsonl", ".txt.gz", ".jsonl.gz", ".txt.zst", ".jsonl.zst"})
     if (ends_with(name, ext)) return true;
   return false;
+}
+
+// A corpus file's name compressed in a format tfm does not read (a.txt.xz): a walk leaves it out and
+// says so, since its name says it holds text.
+bool is_unread_packed_name(const std::string& name) {
+  for (const char* inner : {".txt", ".jsonl"})
+    for (const char* outer : {".xz", ".bz2", ".lz4", ".zip", ".7z", ".lz", ".lzma", ".Z"})
+      if (ends_with(name, std::string(inner) + outer)) return true;
+  return false;
+}
+
+// "N files (a, b, c, ...)" with the first few paths.
+std::string counted_paths(const std::vector<std::string>& paths, const char* what) {
+  constexpr size_t kShown = 5;
+  std::string out = std::to_string(paths.size()) + " " + what + (paths.size() == 1 ? "" : "s") + " (";
+  for (size_t i = 0; i < paths.size() && i < kShown; ++i) out += (i ? ", " : "") + paths[i];
+  return out + (paths.size() > kShown ? ", ...)" : ")");
 }
 
 bool has_wildcard(const std::string& s) {
@@ -100,9 +192,11 @@ CorpusFile stat_file(const std::string& path, const std::string& entry) {
           static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + static_cast<int64_t>(st.st_mtim.tv_nsec)};
 }
 
-// Every corpus file under `dir`, hidden entries (and so .tfm-cache) skipped, sorted by path.
-void walk(const std::string& dir, const std::string& entry, std::vector<CorpusFile>& out) {
-  std::vector<std::string> found;
+// Every corpus file under `dir`, hidden entries (and so .tfm-cache) skipped, sorted by path; what it
+// leaves out that may be meant as corpus goes to `notes`.
+void walk(const std::string& dir, const std::string& entry, std::vector<CorpusFile>& out,
+          std::vector<std::string>& notes) {
+  std::vector<std::string> found, packed;
   std::error_code ec;
   fs::recursive_directory_iterator it(dir, ec), end;
   for (; !ec && it != end; it.increment(ec)) {
@@ -112,23 +206,33 @@ void walk(const std::string& dir, const std::string& entry, std::vector<CorpusFi
       continue;
     }
     if (is_corpus_name(name) && it->is_regular_file(ec)) found.push_back(it->path().string());
+    if (is_unread_packed_name(name) && it->is_regular_file(ec)) packed.push_back(it->path().string());
   }
   if (ec)
     throw IoError(dir + ": cannot read the directory: " + ec.message() + " (data.path entry " + entry + ")");
   std::sort(found.begin(), found.end());
+  std::sort(packed.begin(), packed.end());
+  if (!packed.empty())
+    notes.push_back(dir + ": left out " + counted_paths(packed, "file") +
+                    ", compressed in a format tfm does not read: decompress them, or recompress them as .gz "
+                    "or .zst, to train on them");
   for (const std::string& f : found) out.push_back(stat_file(f, entry));
 }
 
-void add_path(const std::string& path, const std::string& entry, std::vector<CorpusFile>& out) {
+void add_path(const std::string& path, const std::string& entry, std::vector<CorpusFile>& out,
+              std::vector<std::string>& notes) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
-    const size_t before = out.size();
-    walk(without_trailing_slash(path), entry, out);
-    if (out.size() == before)
+    const size_t before = out.size(), said = notes.size();
+    walk(without_trailing_slash(path), entry, out, notes);
+    if (out.size() == before) {
+      std::string left_out;
+      for (size_t i = said; i < notes.size(); ++i) left_out += "; " + notes[i];
       throw IoError(path +
                     ": the directory holds no corpus file (.txt, .jsonl, or either .gz or .zst; hidden "
                     "entries skipped) (data.path entry " +
-                    entry + ")");
+                    entry + ")" + left_out);
+    }
     return;
   }
   out.push_back(stat_file(path, entry));
@@ -154,8 +258,10 @@ bool is_single_file(const std::string& spec) {
   return !has_wildcard(spec) || exists(spec);
 }
 
-std::vector<CorpusFile> list_corpus(const std::string& spec) {
+std::vector<CorpusFile> list_corpus(const std::string& spec, std::vector<std::string>* notes) {
   std::vector<CorpusFile> out;
+  std::vector<std::string> ignored;
+  std::vector<std::string>& said = notes ? *notes : ignored;
   for (const std::string& entry : entries_of(spec)) {
     if (has_wildcard(entry) && !exists(entry)) {
       glob_t g{};
@@ -166,9 +272,9 @@ std::vector<CorpusFile> list_corpus(const std::string& spec) {
         throw IoError("data.path: the pattern " + entry + " matches no file");
       if (rc != 0)
         throw IoError("data.path: the pattern " + entry + " cannot be expanded (a directory is unreadable)");
-      for (const std::string& m : matches) add_path(m, entry, out);
+      for (const std::string& m : matches) add_path(m, entry, out, said);
     } else {
-      add_path(entry, entry, out);
+      add_path(entry, entry, out, said);
     }
   }
   std::set<std::string> seen;
@@ -224,6 +330,9 @@ class FileStream {
  public:
   explicit FileStream(const std::string& path)
       : path_(path), fd_(open_regular_file(path)), compression_(compression_of(path)) {
+    char head[16];
+    check_not_packed(path, compression_,
+                     std::string_view(head, read_at(fd_.get(), head, sizeof head, 0, path)));
     ::posix_fadvise(fd_.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
     if (compression_ == Compression::Gzip) {
       zs_ = std::make_unique<z_stream>();

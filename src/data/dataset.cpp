@@ -35,6 +35,7 @@ Dataset split(const std::string& path, TokenCache cache, double val_fraction, in
   d.source_bytes = cache.source_bytes;
   d.text_bytes = cache.text_bytes;
   d.skipped_records = cache.skipped_records;
+  d.left_out = cache.left_out;
   d.document_separator = cache.document_separator;
   const TokenSpan& ids = cache.tokens;
   const int64_t N = ids.size();
@@ -88,6 +89,7 @@ Dataset split(const std::string& path, TokenCache cache, double val_fraction, in
 std::vector<std::string> Dataset::warnings() const {
   std::vector<std::string> out;
   if (!split_warning.empty()) out.push_back(split_warning);
+  out.insert(out.end(), left_out.begin(), left_out.end());
   if (skipped_records > 0)
     out.push_back(
         path + ": " + std::to_string(skipped_records) + " bad record" + (skipped_records == 1 ? "" : "s") +

@@ -827,8 +827,9 @@ TokenCache open_cache(const std::string& spec, const Request& req, const TokenCa
   const auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   Corpus corpus;
   corpus.spec = spec;
-  corpus.files =
-      list_corpus(spec);  // a missing file or an empty match is named as such, not as a cache problem
+  std::vector<std::string> left_out;
+  corpus.files = list_corpus(
+      spec, &left_out);  // a missing file or an empty match is named as such, not as a cache problem
   corpus.options.text_field = o.text_field;
   corpus.options.skip_bad_records = o.skip_bad_records;
   const std::string dir = o.dir.empty() ? default_cache_dir(spec) : o.dir;
@@ -838,6 +839,7 @@ TokenCache open_cache(const std::string& spec, const Request& req, const TokenCa
   if (!o.rebuild) {
     if (auto c = try_open(cache, corpus, req, o.threads, &rejected)) {
       c->seconds = seconds();
+      c->left_out = left_out;
       return std::move(*c);
     }
   }
@@ -857,6 +859,7 @@ TokenCache open_cache(const std::string& spec, const Request& req, const TokenCa
   if (!o.rebuild) {
     if (auto c = try_open(cache, corpus, req, o.threads, &rejected)) {
       c->seconds = seconds();
+      c->left_out = left_out;
       return std::move(*c);
     }
   }
@@ -879,6 +882,7 @@ TokenCache open_cache(const std::string& spec, const Request& req, const TokenCa
   if (!c) throw IoError(cache + ": the cache just written cannot be used: " + after.why);
   c->built = true;
   c->seconds = seconds();
+  c->left_out = left_out;
   return std::move(*c);
 }
 

@@ -134,3 +134,22 @@ TEST_CASE("data: a resumed run on a cached corpus is bit-identical to a run that
   const auto loss = [](const std::string& out) { return out.substr(out.find("val loss"), 16); };
   CHECK(loss(e1.out) == loss(e2.out));
 }
+
+TEST_CASE("data prepare: a .bz2 or .xz corpus is refused, not trained on as compressed bytes",
+          "[cli][data]") {
+  const TempDir tmp("data_packed");
+  std::ofstream(tmp.path + "/x.txt.bz2", std::ios::binary) << "BZh91AY&SY" << std::string(200, '\x7f');
+  CliRun r = run_tfm("data prepare --config configs/tiny.json --set data.tokenizer=byte --set data.path=" +
+                     tmp.path + "/x.txt.bz2");
+  INFO(r.out);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains(tmp.path + "/x.txt.bz2: is bzip2-compressed, which tfm does not read") &&
+                        Catch::Contains("decompress it (bunzip2)"));
+  CHECK_THAT(r.out, !Catch::Contains("bytes/token"));
+  CHECK_FALSE(fs::exists(tmp.path + "/.tfm-cache/x.txt.bz2.byte.tokens"));
+  // tokenizer train reads its --data the same way.
+  r = run_tfm("tokenizer train --vocab-size 260 --data " + tmp.path + "/x.txt.bz2 --out " + tmp.path +
+              "/t.json");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("x.txt.bz2: is bzip2-compressed"));
+}

@@ -487,3 +487,68 @@ TEST_CASE("corpus: a plain single file keeps the cache's ids and split of before
   CHECK(data.train.to_vector() == std::vector<int32_t>(ids.begin(), ids.begin() + n_train));
   CHECK(data.val.to_vector() == std::vector<int32_t>(ids.begin() + n_train, ids.end()));
 }
+
+TEST_CASE("corpus: a file compressed in a format tfm does not read is refused, naming the format",
+          "[data][corpus]") {
+  const Dir d("packed");
+  const TokenCacheOptions o = options(d.file("cache"));
+  const auto error_of = [&](const std::string& spec) {
+    return corpus_error_of([&] { open_token_cache(spec, Tokenizer::Kind::Byte, o); });
+  };
+  const std::string tail(64, 'x');
+  const std::vector<std::pair<std::string, std::string>> packed = {
+      {"a.txt.xz", std::string("\xFD\x37\x7A\x58\x5A\x00", 6) + tail},
+      {"a.txt.bz2", "BZh91AY&SY" + tail},
+      {"a.txt.lz4", std::string("\x04\x22\x4D\x18", 4) + tail},
+      {"a.zip", std::string("PK\x03\x04", 4) + tail},
+      {"a.7z", std::string("\x37\x7A\xBC\xAF\x27\x1C", 6) + tail}};
+  for (const auto& [name, bytes] : packed) {
+    INFO(name);
+    write_corpus_input(d.file(name), bytes);
+    const std::string e = error_of(d.file(name));
+    CHECK_THAT(e, Catch::StartsWith(d.file(name) + ": is "));
+    CHECK_THAT(e, Catch::Contains("which tfm does not read (it would train on the compressed bytes)"));
+    CHECK_THAT(e, Catch::Contains("or recompress the text as .gz or .zst"));
+  }
+  CHECK_THAT(error_of(d.file("a.txt.xz")),
+             Catch::Contains(": is xz-compressed") && Catch::Contains("(unxz)"));
+  CHECK_THAT(error_of(d.file("a.txt.bz2")), Catch::Contains(": is bzip2-compressed"));
+  CHECK_THAT(error_of(d.file("a.zip")),
+             Catch::Contains(": is a zip archive") && Catch::Contains("extract it"));
+  // Text that merely begins like a magic is text.
+  write_corpus_input(d.file("bzh.txt"), "BZh9 is how a bzip2 file begins\n");
+  CHECK(open_token_cache(d.file("bzh.txt"), Tokenizer::Kind::Byte, o).tokens.size() == 32);
+
+  // gzip and zstd under another name: renaming it is the fix, and then it reads.
+  write_corpus_input(d.file("g.txt"), gzip("gzipped text\n"));
+  CHECK_THAT(
+      error_of(d.file("g.txt")),
+      Catch::Contains(d.file("g.txt") + ": holds gzip-compressed data, but its name does not end in .gz") &&
+          Catch::Contains("rename it to end in .gz"));
+  write_corpus_input(d.file("z.jsonl"), zstd(jsonl_line("text", "zstd text")));
+  CHECK_THAT(error_of(d.file("z.jsonl")), Catch::Contains("rename it to end in .zst"));
+  write_corpus_input(d.file("z.txt.gz"), zstd("zstd text"));
+  CHECK_THAT(error_of(d.file("z.txt.gz")),
+             Catch::Contains("zstd-compressed data, but its name does not end in .zst"));
+  fs::rename(d.file("g.txt"), d.file("g.txt.gz"));
+  CHECK(open_token_cache(d.file("g.txt.gz"), Tokenizer::Kind::Byte, o).tokens.size() == 13);
+
+  // A walk: a .txt holding xz is refused as a named file is; a .txt.xz is left out, and said.
+  write_corpus_input(d.file("walk/a.txt"), "plain text\n");
+  write_corpus_input(d.file("walk/b.txt.xz"), packed[0].second);
+  write_corpus_input(d.file("walk/c.jsonl.bz2"), packed[1].second);
+  std::vector<std::string> notes;
+  CHECK(paths(list_corpus(d.file("walk"), &notes), d.path) == std::vector<std::string>{"walk/a.txt"});
+  REQUIRE(notes.size() == 1);
+  CHECK(notes[0] == d.file("walk") + ": left out 2 files (" + d.file("walk/b.txt.xz") + ", " +
+                        d.file("walk/c.jsonl.bz2") +
+                        "), compressed in a format tfm does not read: decompress them, or recompress them as "
+                        ".gz or .zst, to train on them");
+  const Dataset data = load_dataset(d.file("walk"), "byte", 0.5, 2, o);
+  CHECK(data.warnings() == notes);  // said at every start, as skipped records are
+  fs::remove(d.file("walk/a.txt"));
+  CHECK_THAT(corpus_error_of([&] { list_corpus(d.file("walk")); }),
+             Catch::Contains("holds no corpus file") && Catch::Contains("left out 2 files"));
+  write_corpus_input(d.file("walk/a.txt"), packed[0].second);
+  CHECK_THAT(error_of(d.file("walk")), Catch::Contains(d.file("walk/a.txt") + ": is xz-compressed"));
+}

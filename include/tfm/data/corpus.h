@@ -6,9 +6,10 @@
 //   .txt (or any other name given explicitly): one document, its whole text;
 //   .jsonl: one document per line, the string at data.text_field of the line's JSON object (blank
 //           lines are no record);
-// and `.gz` / `.zst` of either, decompressed as they are read. Everything streams in blocks: a file
-// is never held whole, a JSON Lines record is (one line). An empty document (an empty file, a record
-// whose text is "") is no document.
+// and `.gz` / `.zst` of either, decompressed as they are read. A file whose first bytes are another
+// compression format's (xz, bzip2, lz4, zip, 7z; gzip or zstd under another name) is refused. Everything
+// streams in blocks: a file is never held whole, a JSON Lines record is (one line). An empty document (an
+// empty file, a record whose text is "") is no document.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -25,7 +26,9 @@ struct CorpusFile {
 
 // The files of a data.path, in the order they are read. IoError naming data.path and the entry when
 // an entry is missing or unreadable, matches nothing or holds no corpus file, or a file is named twice.
-std::vector<CorpusFile> list_corpus(const std::string& spec);
+// `notes` (when given) gets a line for each kind of file a walk left out that may be meant as corpus
+// (a.txt.xz: a format tfm does not read), for the run's warnings.
+std::vector<CorpusFile> list_corpus(const std::string& spec, std::vector<std::string>* notes = nullptr);
 // Whether data.path is one file (as before corpora: any name, read as text unless .jsonl/.gz/.zst).
 bool is_single_file(const std::string& spec);
 // Whether a corpus file is read through a decompressor (.gz, .zst): its size on disk is not its text's.

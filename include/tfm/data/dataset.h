@@ -30,8 +30,9 @@ struct Dataset {
   // (under half or over twice it: few or uneven documents); "" otherwise.
   std::string split_warning;
   int64_t skipped_records = 0;  // JSON Lines records left out when the cache was built (on_bad_record "skip")
-  // What a run says at every start about its data: split_warning, and the records left out, which the
-  // build named on its own start only.
+  std::vector<std::string> left_out;  // files the listing of data.path left out, and why (corpus.h)
+  // What a run says at every start about its data: split_warning, the files the listing left out, and
+  // the records left out, which the build named on its own start only.
   std::vector<std::string> warnings() const;
 };
 

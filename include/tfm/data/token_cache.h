@@ -144,13 +144,14 @@ struct TokenCache {
   Tokenizer tokenizer;  // the vocabulary of the ids (char from the corpus: its sorted characters)
   TokenSpan tokens;     // every token of the corpus, documents in order
   DocumentEnds document_ends;
-  bool document_separator = false;  // the tokenizer's end-of-text id between two documents
-  std::string path;                 // the cache file
-  bool built = false;               // tokenized by this call (else an existing cache was mapped)
-  double seconds = 0;               // wall time of this call
-  uint64_t source_bytes = 0;        // of the corpus's files on disk
-  uint64_t text_bytes = 0;          // of the documents' text as read (decompressed; JSON Lines: the fields)
-  int64_t skipped_records = 0;      // JSON Lines records left out (data.on_bad_record "skip")
+  bool document_separator = false;    // the tokenizer's end-of-text id between two documents
+  std::string path;                   // the cache file
+  bool built = false;                 // tokenized by this call (else an existing cache was mapped)
+  double seconds = 0;                 // wall time of this call
+  uint64_t source_bytes = 0;          // of the corpus's files on disk
+  uint64_t text_bytes = 0;            // of the documents' text as read (decompressed; JSON Lines: the fields)
+  int64_t skipped_records = 0;        // JSON Lines records left out (data.on_bad_record "skip")
+  std::vector<std::string> left_out;  // what listing the corpus left out, one line each (list_corpus's notes)
 };
 
 // `.tfm-cache` in the directory of the corpus (corpus_home): every run, sweep point, eval and sample
