@@ -41,13 +41,14 @@ int run_prepare(const PrepareOptions& o) {
   cache.rebuild = o.rebuild;
   cache.threads = o.threads;
   const std::string kind = c.string("data.tokenizer");
-  // The split's check needs a sequence length; 0 reports the counts of any file with two tokens.
+  // A split too short for one sequence is counted and warned about below, whatever the tokenizer.
+  const int64_t seq_len = c.integer("train.seq_len"), need = tokens_for_a_sequence(seq_len);
+  const double f = c.number("data.val_fraction");
   TokenCacheOptions bpe_cache = cache;
   bpe_cache.extend_vocabulary = true;  // as a new run's
-  const Dataset d =
-      kind == "bpe" || kind == "gpt2"
-          ? load_dataset(path, tokenizer_from_file(c), c.number("data.val_fraction"), 0, bpe_cache)
-          : load_dataset(path, kind, c.number("data.val_fraction"), 0, cache);
+  const Dataset d = kind == "bpe" || kind == "gpt2"
+                        ? load_dataset(path, tokenizer_from_file(c), f, seq_len, bpe_cache, ShortSplit::Keep)
+                        : load_dataset(path, kind, f, seq_len, cache, ShortSplit::Keep);
   const int64_t n = d.train.size() + d.val.size();
   const double text_bytes = static_cast<double>(d.text_bytes);
   const int width = d.train.width();
@@ -78,15 +79,15 @@ int run_prepare(const PrepareOptions& o) {
   std::printf("\n");
   for (const std::string& warning : d.warnings()) std::printf("warning: %s\n", warning.c_str());
   // The counts above take any split; training needs a whole sequence in each (dataset.h).
-  const int64_t seq_len = c.integer("train.seq_len"), need = tokens_for_a_sequence(seq_len);
   for (const auto& [which, n_split] : {std::pair<const char*, int64_t>{"training", d.train.size()},
                                        std::pair<const char*, int64_t>{"validation", d.val.size()}})
     if (n_split < need)
       std::printf(
-          "warning: the %s split has %ld tokens, and one sequence of train.seq_len = %ld needs %ld: "
+          "warning: the %s split has %ld token%s, and one sequence of train.seq_len = %ld needs %ld: "
           "`tfm train` refuses this config (use a longer text, a smaller train.seq_len or another "
           "data.val_fraction)\n",
-          which, static_cast<long>(n_split), static_cast<long>(seq_len), static_cast<long>(need));
+          which, static_cast<long>(n_split), n_split == 1 ? "" : "s", static_cast<long>(seq_len),
+          static_cast<long>(need));
   return kExitOk;
 }
 

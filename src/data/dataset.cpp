@@ -25,7 +25,8 @@ void check_data_file(const std::string& path) {
   if (size == 0) throw IoError(path + ": the data file is empty");
 }
 
-Dataset split(const std::string& path, TokenCache cache, double val_fraction, int64_t seq_len) {
+Dataset split(const std::string& path, TokenCache cache, double val_fraction, int64_t seq_len,
+              ShortSplit short_split) {
   Dataset d;
   d.path = path;
   d.tokenizer = std::move(cache.tokenizer);
@@ -60,7 +61,7 @@ Dataset split(const std::string& path, TokenCache cache, double val_fraction, in
   }
   const int64_t need = tokens_for_a_sequence(seq_len);
   auto too_short = [&](const char* which, int64_t n, const char* fraction_advice) {
-    if (n < need)
+    if (n < need && short_split == ShortSplit::Refuse)
       throw IoError(
           path + ": the " + which + " split has " + std::to_string(n) + " tokens (" + std::to_string(N) +
           (D >= 2 ? " in the corpus" : " in the file") + ", data.val_fraction = " + fraction +
@@ -99,16 +100,16 @@ std::vector<std::string> Dataset::warnings() const {
 }
 
 Dataset load_dataset(const std::string& path, const std::string& tokenizer, double val_fraction,
-                     int64_t seq_len, const TokenCacheOptions& cache) {
+                     int64_t seq_len, const TokenCacheOptions& cache, ShortSplit short_split) {
   check_data_file(path);
   const Tokenizer::Kind kind = Tokenizer::parse_kind(tokenizer);
-  return split(path, open_token_cache(path, kind, cache), val_fraction, seq_len);
+  return split(path, open_token_cache(path, kind, cache), val_fraction, seq_len, short_split);
 }
 
 Dataset load_dataset(const std::string& path, const Tokenizer& tokenizer, double val_fraction,
-                     int64_t seq_len, const TokenCacheOptions& cache) {
+                     int64_t seq_len, const TokenCacheOptions& cache, ShortSplit short_split) {
   check_data_file(path);
-  return split(path, open_token_cache(path, tokenizer, cache), val_fraction, seq_len);
+  return split(path, open_token_cache(path, tokenizer, cache), val_fraction, seq_len, short_split);
 }
 
 // ---- BatchSampler ----

@@ -153,3 +153,30 @@ TEST_CASE("data prepare: a .bz2 or .xz corpus is refused, not trained on as comp
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("x.txt.bz2: is bzip2-compressed"));
 }
+
+TEST_CASE(
+    "data prepare: a split too short for train.seq_len warns with every tokenizer, and train refuses it",
+    "[cli][data]") {
+  const TempDir tmp("data_short");
+  std::ofstream(tmp.path + "/small.txt", std::ios::binary) << "Hello there, small world.\n";
+  const std::string args = "--config configs/tiny.json --set data.path=" + tmp.path + "/small.txt";
+  for (const std::string tokenizer : {"gpt2", "byte", "char"}) {
+    INFO(tokenizer);
+    const CliRun r = run_tfm("data prepare " + args + " --set data.tokenizer=" + tokenizer);
+    INFO(r.out);
+    CHECK(r.status == 0);
+    // The config's train.seq_len (32), not the 0 prepare used to check with ("train.seq_len + 2 = 2").
+    CHECK_THAT(r.out,
+               Catch::Contains("split has ") &&
+                   Catch::Contains("one sequence of train.seq_len = 32 needs 34: `tfm train` refuses"));
+    CHECK_THAT(r.out, !Catch::Contains("= 2 ("));
+  }
+  const CliRun r = run_tfm("data prepare " + args + " --set data.tokenizer=gpt2");
+  CHECK_THAT(r.out, Catch::Contains("warning: the validation split has 1 token, and one sequence"));
+  const CliRun t = run_tfm("train " + args + " --set data.tokenizer=gpt2 --out " + tmp.path + "/run");
+  INFO(t.out);
+  CHECK(t.status == 2);
+  CHECK_THAT(t.out, Catch::Contains("the training split has 6 tokens") &&
+                        Catch::Contains("one sequence needs train.seq_len + 2 = 34"));
+  CHECK_FALSE(fs::exists(tmp.path + "/run/last.ckpt"));
+}

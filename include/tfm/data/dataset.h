@@ -42,14 +42,21 @@ constexpr int64_t tokens_for_a_sequence(int64_t seq_len) {
   return seq_len + 2;
 }
 
+// A split too short for one sequence of train.seq_len: refused (training, evaluating), or kept for the
+// caller to count and warn about (tfm data prepare, whose counts are the point, with every tokenizer).
+enum class ShortSplit { Refuse, Keep };
+
 // Reads the corpus data.path = `path` (corpus.h) through its token cache and splits it. Throws
 // IoError (missing, empty, invalid UTF-8, a bad record, an unwritable cache directory, a split without
-// a document or too short for one sequence of `seq_len`: it needs seq_len + 2 tokens).
+// a document or, with ShortSplit::Refuse, too short for one sequence of `seq_len`: it needs seq_len + 2
+// tokens).
 Dataset load_dataset(const std::string& path, const std::string& tokenizer, double val_fraction,
-                     int64_t seq_len, const TokenCacheOptions& cache = {});
+                     int64_t seq_len, const TokenCacheOptions& cache = {},
+                     ShortSplit short_split = ShortSplit::Refuse);
 // The same file encoded with an existing vocabulary (evaluating a trained run, a BPE tokenizer).
 Dataset load_dataset(const std::string& path, const Tokenizer& tokenizer, double val_fraction,
-                     int64_t seq_len, const TokenCacheOptions& cache = {});
+                     int64_t seq_len, const TokenCacheOptions& cache = {},
+                     ShortSplit short_split = ShortSplit::Refuse);
 
 // B random windows of T+1 tokens: offsets uniform in [0, n - T - 1) as torch.randint(n - T - 1).
 // Its state is one Rng, saved in checkpoints, so a resumed run draws the same batches.
