@@ -12,8 +12,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
-#include <set>
 
 #include "tfm/data/token_cache.h"
 #include "tfm/data/utf8.h"
@@ -179,44 +179,107 @@ std::string without_trailing_slash(std::string p) {
   return p;
 }
 
+// Where a symbolic link points, for messages ("?" when it cannot be read).
+std::string link_target(const std::string& path) {
+  std::error_code ec;
+  const fs::path t = fs::read_symlink(path, ec);
+  return ec ? std::string("?") : t.string();
+}
+
+// A link whose target is missing is a file of the corpus that is missing: named, never skipped.
+[[noreturn]] void throw_dangling(const std::string& path, const std::string& entry) {
+  throw IoError(path + ": is a symbolic link to " + link_target(path) +
+                ", which does not exist (data.path entry " + entry +
+                "): a file of the corpus is missing; restore its target or remove the link");
+}
+
+bool is_dangling_link(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode) && ::stat(path.c_str(), &st) != 0;
+}
+
 CorpusFile stat_file(const std::string& path, const std::string& entry) {
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0)
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT && is_dangling_link(path)) throw_dangling(path, entry);
     throw IoError(path + ": cannot open: " + std::strerror(errno) + " (data.path entry " + entry + ")");
+  }
   if (!S_ISREG(st.st_mode))
     throw IoError(path + ": is " + file_kind(st.st_mode) + "; expected a regular file (data.path entry " +
                   entry + ")");
   if (::access(path.c_str(), R_OK) != 0)
     throw IoError(path + ": cannot read it: " + std::strerror(errno) + " (data.path entry " + entry + ")");
-  return {path, static_cast<uint64_t>(st.st_size),
-          static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + static_cast<int64_t>(st.st_mtim.tv_nsec)};
+  CorpusFile f{
+      path, static_cast<uint64_t>(st.st_size),
+      static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + static_cast<int64_t>(st.st_mtim.tv_nsec)};
+  f.device = static_cast<uint64_t>(st.st_dev);
+  f.inode = static_cast<uint64_t>(st.st_ino);
+  return f;
 }
 
-// Every corpus file under `dir`, hidden entries (and so .tfm-cache) skipped, sorted by path; what it
-// leaves out that may be meant as corpus goes to `notes`.
+// A directory walk (corpus.h): every corpus file below `root`, in sorted path order. Links are
+// followed, a directory link too (a corpus of links to data kept elsewhere), but never into a folder
+// the walk is already inside (a loop). What it leaves out that may be meant as corpus is noted.
+struct Walk {
+  std::string entry;
+  std::vector<std::string> found, packed, loops, dangling;
+  std::vector<std::pair<dev_t, ino_t>> inside;  // the folders from the root down to the current one
+
+  void dir(const std::string& path) {
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec))
+      names.push_back(it->path().filename().string());
+    if (ec)
+      throw IoError(path + ": cannot read the directory: " + ec.message() + " (data.path entry " + entry +
+                    ")");
+    for (const std::string& name : names) {
+      if (name.empty() || name[0] == '.') continue;  // hidden, and so .tfm-cache
+      const std::string p = (fs::path(path) / name).string();
+      struct stat st;
+      if (::stat(p.c_str(), &st) != 0) {
+        if (!is_dangling_link(p)) continue;  // gone since it was listed
+        if (is_corpus_name(name)) throw_dangling(p, entry);
+        dangling.push_back(p + " -> " + link_target(p));
+        continue;
+      }
+      if (S_ISDIR(st.st_mode)) {
+        const std::pair<dev_t, ino_t> id{st.st_dev, st.st_ino};
+        if (std::find(inside.begin(), inside.end(), id) != inside.end()) {
+          loops.push_back(p + " = " + fs::canonical(p, ec).string());
+          continue;
+        }
+        inside.push_back(id);
+        dir(p);
+        inside.pop_back();
+      } else if (S_ISREG(st.st_mode)) {
+        if (is_corpus_name(name)) found.push_back(p);
+        if (is_unread_packed_name(name)) packed.push_back(p);
+      }
+    }
+  }
+};
+
 void walk(const std::string& dir, const std::string& entry, std::vector<CorpusFile>& out,
           std::vector<std::string>& notes) {
-  std::vector<std::string> found, packed;
-  std::error_code ec;
-  fs::recursive_directory_iterator it(dir, ec), end;
-  for (; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (!name.empty() && name[0] == '.') {
-      if (it->is_directory(ec)) it.disable_recursion_pending();
-      continue;
-    }
-    if (is_corpus_name(name) && it->is_regular_file(ec)) found.push_back(it->path().string());
-    if (is_unread_packed_name(name) && it->is_regular_file(ec)) packed.push_back(it->path().string());
-  }
-  if (ec)
-    throw IoError(dir + ": cannot read the directory: " + ec.message() + " (data.path entry " + entry + ")");
-  std::sort(found.begin(), found.end());
-  std::sort(packed.begin(), packed.end());
-  if (!packed.empty())
-    notes.push_back(dir + ": left out " + counted_paths(packed, "file") +
+  Walk w;
+  w.entry = entry;
+  struct stat st;
+  if (::stat(dir.c_str(), &st) == 0) w.inside.emplace_back(st.st_dev, st.st_ino);
+  w.dir(dir);
+  std::sort(w.found.begin(), w.found.end());
+  std::sort(w.packed.begin(), w.packed.end());
+  if (!w.packed.empty())
+    notes.push_back(dir + ": left out " + counted_paths(w.packed, "file") +
                     ", compressed in a format tfm does not read: decompress them, or recompress them as .gz "
                     "or .zst, to train on them");
-  for (const std::string& f : found) out.push_back(stat_file(f, entry));
+  if (!w.loops.empty())
+    notes.push_back(dir + ": did not follow " + counted_paths(w.loops, "folder") +
+                    ", reached through a link, that the walk was already inside (a loop of links)");
+  if (!w.dangling.empty())
+    notes.push_back(dir + ": left out " + counted_paths(w.dangling, "link") +
+                    " whose target does not exist (not named as corpus files)");
+  for (const std::string& f : w.found) out.push_back(stat_file(f, entry));
 }
 
 void add_path(const std::string& path, const std::string& entry, std::vector<CorpusFile>& out,
@@ -236,6 +299,39 @@ void add_path(const std::string& path, const std::string& entry, std::vector<Cor
     return;
   }
   out.push_back(stat_file(path, entry));
+}
+
+// Whether a path names its file where it is, through no link (of the file or of a folder on the way).
+bool is_real_path(const std::string& path) {
+  std::error_code ec;
+  const fs::path canonical = fs::canonical(path, ec);
+  return !ec && canonical == fs::absolute(path).lexically_normal();
+}
+
+// One file reached twice within an entry (a walk or a glob, through a symbolic or hard link) is read
+// once, where it is (the path through no link; else the first): a second copy of a document would
+// train twice, or leak into validation. Said in `notes`.
+void drop_links_to_the_same_file(std::vector<CorpusFile>& files, const std::string& entry,
+                                 std::vector<std::string>& notes) {
+  std::vector<size_t> keep;  // for each file, the index of the one read in its place
+  std::vector<std::string> dropped;
+  std::map<std::pair<uint64_t, uint64_t>, size_t> first;
+  for (size_t i = 0; i < files.size(); ++i) {
+    const auto [it, fresh] = first.emplace(std::make_pair(files[i].device, files[i].inode), i);
+    if (!fresh && !is_real_path(files[it->second].path) && is_real_path(files[i].path)) it->second = i;
+  }
+  std::vector<CorpusFile> out;
+  for (size_t i = 0; i < files.size(); ++i) {
+    const size_t kept = first.at({files[i].device, files[i].inode});
+    if (kept == i)
+      out.push_back(files[i]);
+    else
+      dropped.push_back(files[i].path + " (the same file as " + files[kept].path + ")");
+  }
+  if (!dropped.empty())
+    notes.push_back(entry + ": left out " + counted_paths(dropped, "file") +
+                    ", reached a second time through a link (symbolic or hard): each file is read once");
+  files = std::move(out);
 }
 
 std::string hex16(uint64_t v) {
@@ -263,6 +359,7 @@ std::vector<CorpusFile> list_corpus(const std::string& spec, std::vector<std::st
   std::vector<std::string> ignored;
   std::vector<std::string>& said = notes ? *notes : ignored;
   for (const std::string& entry : entries_of(spec)) {
+    std::vector<CorpusFile> files;
     if (has_wildcard(entry) && !exists(entry)) {
       glob_t g{};
       const int rc = ::glob(entry.c_str(), GLOB_ERR, nullptr, &g);
@@ -272,16 +369,22 @@ std::vector<CorpusFile> list_corpus(const std::string& spec, std::vector<std::st
         throw IoError("data.path: the pattern " + entry + " matches no file");
       if (rc != 0)
         throw IoError("data.path: the pattern " + entry + " cannot be expanded (a directory is unreadable)");
-      for (const std::string& m : matches) add_path(m, entry, out, said);
+      for (const std::string& m : matches) add_path(m, entry, files, said);
     } else {
-      add_path(entry, entry, out, said);
+      add_path(entry, entry, files, said);
     }
+    drop_links_to_the_same_file(files, entry, said);
+    out.insert(out.end(), files.begin(), files.end());
   }
-  std::set<std::string> seen;
-  for (const CorpusFile& f : out)
-    if (!seen.insert(fs::weakly_canonical(f.path).string()).second)
-      throw IoError("data.path: " + f.path +
-                    " is named twice (each file is read once: remove one of the entries)");
+  // Two entries the user wrote that reach one file: which one is meant is theirs to say.
+  std::map<std::pair<uint64_t, uint64_t>, const CorpusFile*> seen;
+  for (const CorpusFile& f : out) {
+    const auto [it, fresh] = seen.emplace(std::make_pair(f.device, f.inode), &f);
+    if (!fresh)
+      throw IoError("data.path: " + f.path + " is named twice" +
+                    (it->second->path == f.path ? "" : " (as " + it->second->path + " too, the same file)") +
+                    " (each file is read once: remove one of the entries)");
+  }
   return out;
 }
 

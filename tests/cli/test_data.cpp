@@ -180,3 +180,21 @@ TEST_CASE(
                         Catch::Contains("one sequence needs train.seq_len + 2 = 34"));
   CHECK_FALSE(fs::exists(tmp.path + "/run/last.ckpt"));
 }
+
+TEST_CASE("data prepare: a file linked twice in a folder is read once, and the warning says so",
+          "[cli][data]") {
+  const TempDir tmp("data_links");
+  const std::string text = read_file(std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt");
+  fs::create_directories(tmp.path + "/c");
+  std::ofstream(tmp.path + "/c/a.txt", std::ios::binary) << text;
+  fs::create_symlink("a.txt", tmp.path + "/c/sub_a.txt");
+  const CliRun r = run_tfm("data prepare --config configs/tiny.json --set data.path=" + tmp.path + "/c");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, !Catch::Contains("named twice"));
+  CHECK_THAT(r.out, Catch::Contains("warning: " + tmp.path + "/c: left out 1 file (" + tmp.path +
+                                    "/c/sub_a.txt (the same file as " + tmp.path +
+                                    "/c/a.txt)), reached a second "
+                                    "time through a link"));
+  CHECK_THAT(r.out, !Catch::Contains("documents:"));  // one document
+}

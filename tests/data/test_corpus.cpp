@@ -552,3 +552,58 @@ TEST_CASE("corpus: a file compressed in a format tfm does not read is refused, n
   write_corpus_input(d.file("walk/a.txt"), packed[0].second);
   CHECK_THAT(error_of(d.file("walk")), Catch::Contains(d.file("walk/a.txt") + ": is xz-compressed"));
 }
+
+TEST_CASE("corpus: a walk reads a file reached twice through links once, follows folder links, says so",
+          "[data][corpus]") {
+  const Dir d("links");
+  write_corpus_input(d.file("c/a.txt"), "alpha text\n");
+  write_corpus_input(d.file("c/b.txt"), "beta text\n");
+  write_corpus_input(d.file("elsewhere/o.txt"), "other text\n");
+  fs::create_symlink("a.txt", d.file("c/link_a.txt"));               // a file link beside its target
+  fs::create_symlink("link_a.txt", d.file("c/0_link.txt"));          // sorts before its target
+  fs::create_hard_link(d.file("c/b.txt"), d.file("c/z_hard.txt"));   // a hard link: the same inode
+  fs::create_directory_symlink("../elsewhere", d.file("c/more"));    // a folder link: followed
+  fs::create_directory_symlink(".", d.file("c/more/loop"));          // leads back up: not followed
+  fs::create_symlink(d.file("nowhere/x.md"), d.file("c/notes.md"));  // dangling, not a corpus name
+  std::vector<std::string> notes;
+  CHECK(paths(list_corpus(d.file("c"), &notes), d.path) ==
+        std::vector<std::string>{"c/a.txt", "c/b.txt", "c/more/o.txt"});
+  const std::string c = d.file("c");
+  REQUIRE(notes.size() == 3);
+  CHECK(notes[0] == c + ": did not follow 1 folder (" + c + "/more/loop = " + d.file("elsewhere") +
+                        "), reached through a link, that the walk was already inside (a loop of links)");
+  CHECK(notes[1] == c + ": left out 1 link (" + c + "/notes.md -> " + d.file("nowhere/x.md") +
+                        ") whose target does not exist (not named as corpus files)");
+  CHECK(notes[2] == c + ": left out 3 files (" + c + "/0_link.txt (the same file as " + c + "/a.txt), " + c +
+                        "/link_a.txt (the same file as " + c + "/a.txt), " + c +
+                        "/z_hard.txt (the same file as " + c +
+                        "/b.txt)), reached a second time through a link (symbolic or hard): each file is "
+                        "read once");
+  // The run says it at every start; the hard link is not a second document (it was the validation one).
+  const Dataset data = load_dataset(c, "char", 0.3, 2, options(d.file("cache")));
+  CHECK(data.documents == 3);
+  CHECK(data.warnings() == notes);
+  CHECK(data.tokenizer.decode(data.val.to_vector()) == "other text\n");
+
+  // Two entries the user wrote that are one file: named twice, both ways of naming it said.
+  const std::string twice = nlohmann::json::array({d.file("c/a.txt"), d.file("c/link_a.txt")}).dump();
+  CHECK_THAT(corpus_error_of([&] { list_corpus(twice); }),
+             Catch::Contains("data.path: " + d.file("c/link_a.txt") + " is named twice (as " +
+                             d.file("c/a.txt") + " too, the same file)"));
+  const std::string hard = nlohmann::json::array({d.file("c/b.txt"), d.file("c/z_hard.txt")}).dump();
+  CHECK_THAT(corpus_error_of([&] { list_corpus(hard); }), Catch::Contains("z_hard.txt is named twice"));
+  // A glob is one entry: a file and a link to it are read once.
+  notes.clear();
+  CHECK(paths(list_corpus(d.file("c/*.txt"), &notes), d.path) ==
+        std::vector<std::string>{"c/a.txt", "c/b.txt"});
+  CHECK(notes.size() == 1);
+
+  // A link named as a corpus file whose target is gone: the corpus is missing data, an error naming it.
+  fs::create_symlink(d.file("nowhere/gone.txt"), d.file("c/gone.txt"));
+  const std::string gone = c + "/gone.txt: is a symbolic link to " + d.file("nowhere/gone.txt") +
+                           ", which does not exist (data.path entry " + c +
+                           "): a file of the corpus is missing; restore its target or remove the link";
+  CHECK_THAT(corpus_error_of([&] { list_corpus(c); }), Catch::Contains(gone));
+  CHECK_THAT(corpus_error_of([&] { list_corpus(c + "/gone.txt"); }),
+             Catch::Contains(c + "/gone.txt: is a symbolic link to"));
+}

@@ -1,7 +1,9 @@
 // A corpus is a sorted list of documents, read as a stream of text pieces (docs/data.md).
 //
 // data.path names it: a file, a directory (walked recursively, files in sorted order, hidden entries
-// skipped, only the formats below), a glob(3) pattern (`data/*.txt`), or a JSON list of these
+// skipped, only the formats below; links followed, a file reached twice read once, a loop not
+// followed, a link to a missing corpus file an error), a glob(3) pattern (`data/*.txt`), or a JSON list of
+// these
 // (`["data/books", "data/web/*.jsonl.gz"]`, written as the string's text). A file is
 //   .txt (or any other name given explicitly): one document, its whole text;
 //   .jsonl: one document per line, the string at data.text_field of the line's JSON object (blank
@@ -20,14 +22,16 @@ namespace tfm {
 
 struct CorpusFile {
   std::string path;
-  uint64_t size = 0;     // bytes on disk (compressed when compressed)
-  int64_t mtime_ns = 0;  // modification time
+  uint64_t size = 0;               // bytes on disk (compressed when compressed)
+  int64_t mtime_ns = 0;            // modification time
+  uint64_t device = 0, inode = 0;  // the file's identity: two paths of one file (links) are one file
 };
 
 // The files of a data.path, in the order they are read. IoError naming data.path and the entry when
 // an entry is missing or unreadable, matches nothing or holds no corpus file, or a file is named twice.
 // `notes` (when given) gets a line for each kind of file a walk left out that may be meant as corpus
-// (a.txt.xz: a format tfm does not read), for the run's warnings.
+// (a.txt.xz: a format tfm does not read; a file reached again through a link; a loop; a dangling link
+// under another name), for the run's warnings.
 std::vector<CorpusFile> list_corpus(const std::string& spec, std::vector<std::string>* notes = nullptr);
 // Whether data.path is one file (as before corpora: any name, read as text unless .jsonl/.gz/.zst).
 bool is_single_file(const std::string& spec);
