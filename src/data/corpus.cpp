@@ -217,12 +217,21 @@ CorpusFile stat_file(const std::string& path, const std::string& entry) {
   return f;
 }
 
+// Whether a folder's names are a tfm run's output: its resolved config beside its log, metrics or a
+// checkpoint (training/run_dir.h's files; data/ does not depend on training/).
+bool is_run_folder(const std::vector<std::string>& names) {
+  const auto has = [&](const char* n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+  return has("config.json") && (has("metrics.jsonl") || has("train.log") ||
+                                std::any_of(names.begin(), names.end(),
+                                            [](const std::string& n) { return ends_with(n, ".ckpt"); }));
+}
+
 // A directory walk (corpus.h): every corpus file below `root`, in sorted path order. Links are
 // followed, a directory link too (a corpus of links to data kept elsewhere), but never into a folder
 // the walk is already inside (a loop). What it leaves out that may be meant as corpus is noted.
 struct Walk {
   std::string entry;
-  std::vector<std::string> found, packed, loops, dangling;
+  std::vector<std::string> found, packed, loops, dangling, runs;
   std::vector<std::pair<dev_t, ino_t>> inside;  // the folders from the root down to the current one
 
   void dir(const std::string& path) {
@@ -233,6 +242,12 @@ struct Walk {
     if (ec)
       throw IoError(path + ": cannot read the directory: " + ec.message() + " (data.path entry " + entry +
                     ")");
+    // A run's metrics.jsonl is no corpus (data.path=. in a folder that holds runs/), nor is a sweep's
+    // or an ablation's results file.
+    if (is_run_folder(names)) {
+      runs.push_back(path);
+      return;
+    }
     for (const std::string& name : names) {
       if (name.empty() || name[0] == '.') continue;  // hidden, and so .tfm-cache
       const std::string p = (fs::path(path) / name).string();
@@ -253,6 +268,10 @@ struct Walk {
         dir(p);
         inside.pop_back();
       } else if (S_ISREG(st.st_mode)) {
+        if (name == "sweep.jsonl" || name == "ablate.jsonl") {
+          runs.push_back(p);
+          continue;
+        }
         if (is_corpus_name(name)) found.push_back(p);
         if (is_unread_packed_name(name)) packed.push_back(p);
       }
@@ -273,6 +292,11 @@ void walk(const std::string& dir, const std::string& entry, std::vector<CorpusFi
     notes.push_back(dir + ": left out " + counted_paths(w.packed, "file") +
                     ", compressed in a format tfm does not read: decompress them, or recompress them as .gz "
                     "or .zst, to train on them");
+  std::sort(w.runs.begin(), w.runs.end());
+  if (!w.runs.empty())
+    notes.push_back(dir + ": left out " + counted_paths(w.runs, "tfm output") +
+                    ": a run's folder (config.json with metrics.jsonl, train.log or a checkpoint) and a "
+                    "sweep's or ablation's results are what tfm wrote, not corpus");
   if (!w.loops.empty())
     notes.push_back(dir + ": did not follow " + counted_paths(w.loops, "folder") +
                     ", reached through a link, that the walk was already inside (a loop of links)");
@@ -394,8 +418,13 @@ std::string corpus_name(const std::string& spec) {
     return "corpus-" + hex16(hash64(spec.data(), spec.size()));
   const fs::path p = fs::path(without_trailing_slash(spec));
   const std::string name = p.filename().string();
-  if (name.empty() || name == "." || name == "..")
-    return fs::absolute(p).lexically_normal().filename().string();
+  if (name.empty() || name == "." || name == "..") {
+    // "." or "dir/..": the folder's own name, never "" (a hidden ".char.tokens").
+    std::error_code ec;
+    const std::string real = fs::weakly_canonical(fs::absolute(p), ec).filename().string();
+    if (!ec && !real.empty()) return real;
+    return "corpus-" + hex16(hash64(spec.data(), spec.size()));  // "/"
+  }
   return name;
 }
 

@@ -198,3 +198,21 @@ TEST_CASE("data prepare: a file linked twice in a folder is read once, and the w
                                     "time through a link"));
   CHECK_THAT(r.out, !Catch::Contains("documents:"));  // one document
 }
+
+TEST_CASE("data prepare: data.path=. reads the folder it runs in, not the runs kept there", "[cli][data]") {
+  const TempDir tmp("data_dot");
+  const std::string text = read_file(std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt");
+  std::ofstream(tmp.path + "/a.txt", std::ios::binary) << text;
+  const CliRun t = run_tfm("train --config configs/tiny.json --set data.path=" + tmp.path +
+                           "/a.txt --set train.max_steps=1 --out " + tmp.path + "/runs/a");
+  REQUIRE(t.status == 0);
+  const CliRun r = run_shell("cd " + tmp.path + " && " + tfm_test::tfm_command() + " data prepare --config " +
+                             TFM_SOURCE_DIR + "/configs/tiny.json --set data.path=.");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, !Catch::Contains("metrics.jsonl:1"));
+  CHECK_THAT(r.out, Catch::Contains("warning: .: left out 1 tfm output (./runs/a): a run's folder"));
+  const std::string name = fs::path(tmp.path).filename().string();
+  CHECK_THAT(r.out, Catch::Contains(".tfm-cache/" + name + ".char.tokens"));
+  CHECK_FALSE(fs::exists(tmp.path + "/.tfm-cache/.char.tokens"));
+}

@@ -76,7 +76,8 @@ TokenCacheOptions options(const std::string& cache_dir, std::vector<std::string>
 
 std::vector<std::string> paths(const std::vector<CorpusFile>& files, const std::string& root) {
   std::vector<std::string> out;
-  for (const CorpusFile& f : files) out.push_back(fs::path(f.path).lexically_relative(root).string());
+  for (const CorpusFile& f : files)
+    out.push_back(fs::path(f.path).lexically_normal().lexically_relative(root).string());
   return out;
 }
 
@@ -606,4 +607,34 @@ TEST_CASE("corpus: a walk reads a file reached twice through links once, follows
   CHECK_THAT(corpus_error_of([&] { list_corpus(c); }), Catch::Contains(gone));
   CHECK_THAT(corpus_error_of([&] { list_corpus(c + "/gone.txt"); }),
              Catch::Contains(c + "/gone.txt: is a symbolic link to"));
+}
+
+TEST_CASE("corpus: data.path \".\" is named after its folder, and a walk leaves tfm's runs out",
+          "[data][corpus]") {
+  const Dir d("dot");
+  write_corpus_input(d.file("w/a.txt"), "the corpus\n");
+  write_corpus_input(d.file("w/runs/a/config.json"), "{}");
+  write_corpus_input(d.file("w/runs/a/metrics.jsonl"), "{\"step\": 1}\n");
+  write_corpus_input(d.file("w/runs/b/config.json"), "{}");
+  write_corpus_input(d.file("w/runs/b/best.ckpt"), "x");
+  write_corpus_input(d.file("w/runs/b/notes.txt"), "in a run folder");
+  write_corpus_input(d.file("w/runs/s/sweep.jsonl"), "{\"point\": 1}\n");
+  write_corpus_input(d.file("w/data/config.json"), "{}");  // a config alone is no run
+  write_corpus_input(d.file("w/data/x.jsonl"), jsonl_line("text", "kept"));
+  for (const std::string& spec :
+       {d.file("w") + "/.", d.file("w") + "/./", d.file("w/data/.."), d.file("w")}) {
+    INFO(spec);
+    CHECK(corpus_name(spec) == "w");
+    std::vector<std::string> notes;
+    CHECK(paths(list_corpus(spec, &notes), d.file("w")) == std::vector<std::string>{"a.txt", "data/x.jsonl"});
+    REQUIRE(notes.size() == 1);
+    CHECK_THAT(notes[0], Catch::Contains(": left out 3 tfm outputs (") && Catch::Contains("runs/a, ") &&
+                             Catch::Contains("runs/s/sweep.jsonl): a run's folder "
+                                             "(config.json with metrics.jsonl, "
+                                             "train.log or a checkpoint)"));
+  }
+  // The cache of "w/." is w's, never the hidden ".char.tokens".
+  const TokenCache c = open_token_cache(d.file("w") + "/.", Tokenizer::Kind::Char, options(d.file("cache")));
+  CHECK_THAT(c.path, Catch::Contains("/w.char.tokens") || Catch::Contains("/w-"));
+  CHECK_THAT(c.path, !Catch::Contains("/.char.tokens"));
 }

@@ -2,8 +2,8 @@
 //
 // data.path names it: a file, a directory (walked recursively, files in sorted order, hidden entries
 // skipped, only the formats below; links followed, a file reached twice read once, a loop not
-// followed, a link to a missing corpus file an error), a glob(3) pattern (`data/*.txt`), or a JSON list of
-// these
+// followed, a link to a missing corpus file an error; tfm's run folders and sweep results left out), a
+// glob(3) pattern (`data/*.txt`), or a JSON list of these
 // (`["data/books", "data/web/*.jsonl.gz"]`, written as the string's text). A file is
 //   .txt (or any other name given explicitly): one document, its whole text;
 //   .jsonl: one document per line, the string at data.text_field of the line's JSON object (blank
@@ -37,8 +37,8 @@ std::vector<CorpusFile> list_corpus(const std::string& spec, std::vector<std::st
 bool is_single_file(const std::string& spec);
 // Whether a corpus file is read through a decompressor (.gz, .zst): its size on disk is not its text's.
 bool is_compressed(const std::string& path);
-// What the token cache is named after: a file's or directory's name; "corpus-<hash of data.path>" for
-// a glob or a list.
+// What the token cache is named after: a file's or directory's name (the real one for ".", "dir/.."),
+// "corpus-<hash of data.path>" for a glob or a list.
 std::string corpus_name(const std::string& spec);
 // The directory the corpus lives in (its cache goes beside it): a file's or directory's parent, a
 // glob's directory before its first wildcard, the first entry's for a list ("" = the working directory).
