@@ -179,8 +179,9 @@ std::vector<Command> add_data_commands(CLI::App& app) {
   prep->footer(
       "\nThe first start of a text corpus (train, resume, eval, sample, heads, sweep) tokenizes it once "
       "into\n"
-      "data.cache_dir (default: .tfm-cache beside the data) and every later start maps that file; this does\n"
-      "the first part ahead of time and prints the counts. A changed file or tokenizer, or a damaged cache,\n"
+      "data.cache_dir (default: .tfm-cache beside a file, inside a folder) and every later start maps that\n"
+      "file; this does the first part ahead of time and prints the counts. A changed file or tokenizer, or a "
+      "damaged cache,\n"
       "is rebuilt. Sentence pairs (seq2seq) have no cache.\nExample:\n"
       "  tfm data prepare --config configs/shakespeare_char.json\n"
       "  tfm data prepare --config configs/tiny.json --set data.path=big.txt --set "

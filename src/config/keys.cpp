@@ -233,7 +233,7 @@ std::vector<KeySpec> build_table() {
           "resume, eval, sample, heads and sweep point; rebuilt when the file or tokenizer changes). Beside "
           "the "
           "data by default, so every run of the file shares it and it goes with the data.")
-          .derived("\".tfm-cache\" in data.path's directory",
+          .derived("\".tfm-cache\" in data.path's directory (inside it for a folder)",
                    [](const json& t) { return json(default_cache_dir(text(t, "data.path"))); })
           .resumable()
           .only_for(kLanguageModels),

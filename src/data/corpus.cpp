@@ -437,6 +437,9 @@ std::string corpus_home(const std::string& spec) {
     const size_t slash = first.rfind('/', w);
     return slash == std::string::npos ? "" : first.substr(0, slash == 0 ? 1 : slash);
   }
+  // A folder is its own home: its cache inside it (hidden from the walk) moves with it.
+  std::error_code ec;
+  if (fs::is_directory(first, ec)) return first;
   return fs::path(first).parent_path().string();
 }
 

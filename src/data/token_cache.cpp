@@ -392,7 +392,7 @@ uint64_t ends_offset(const CacheHeader& h) {
 }
 
 std::string absolute_path(const std::string& p) {
-  return std::filesystem::absolute(p).lexically_normal().string();
+  return std::filesystem::absolute(p.empty() ? "." : p).lexically_normal().string();
 }
 
 // A cache file's identity when its tokens were last hashed in full, kept in CACHE.checked: while the
@@ -444,8 +444,18 @@ struct Request {
 // A corpus as listed now, with the options that decide its text.
 struct Corpus {
   std::string spec;
+  std::string home;  // corpus_home(spec): the cache keys files by their path from here
   std::vector<CorpusFile> files;
   CorpusOptions options;
+  // A file's key in the cache's list: its path from the corpus's home, so that the corpus moved or
+  // copied together with its default cache (.tfm-cache in that home) keeps it.
+  std::string key(const CorpusFile& f) const {
+    return std::filesystem::path(absolute_path(f.path)).lexically_relative(absolute_path(home)).string();
+  }
+  // A key as a path again, for messages.
+  std::string path_of(const std::string& key) const {
+    return (std::filesystem::path(home) / key).lexically_normal().string();
+  }
   uint64_t bytes() const {
     uint64_t n = 0;
     for (const CorpusFile& f : files) n += f.size;
@@ -468,13 +478,15 @@ struct Rejection {
 std::string corpus_change(const nlohmann::json& stored, const Corpus& corpus, int threads) {
   std::vector<std::string> then, now;
   for (const auto& f : stored) then.push_back(f.at(0).get<std::string>());
-  for (const CorpusFile& f : corpus.files) now.push_back(absolute_path(f.path));
+  for (const CorpusFile& f : corpus.files) now.push_back(corpus.key(f));
   if (then != now) {
     std::string added, removed;
     for (const std::string& p : now)
-      if (std::find(then.begin(), then.end(), p) == then.end()) added += (added.empty() ? "" : ", ") + p;
+      if (std::find(then.begin(), then.end(), p) == then.end())
+        added += (added.empty() ? "" : ", ") + corpus.path_of(p);
     for (const std::string& p : then)
-      if (std::find(now.begin(), now.end(), p) == now.end()) removed += (removed.empty() ? "" : ", ") + p;
+      if (std::find(now.begin(), now.end(), p) == now.end())
+        removed += (removed.empty() ? "" : ", ") + corpus.path_of(p);
     std::string why = "the corpus's files changed since it was tokenized (";
     if (!added.empty()) why += "added: " + added + (removed.empty() ? "" : "; ");
     if (!removed.empty()) why += "removed: " + removed;
@@ -705,7 +717,7 @@ void build(const std::string& cache, const Corpus& corpus, const Request& req, i
     nlohmann::json files = nlohmann::json::array();
     for (size_t i = 0; i < corpus.files.size(); ++i) {
       const CorpusFile& f = corpus.files[i];
-      files.push_back({absolute_path(f.path), f.size, f.mtime_ns, hex(i < hashes.size() ? hashes[i] : 0)});
+      files.push_back({corpus.key(f), f.size, f.mtime_ns, hex(i < hashes.size() ? hashes[i] : 0)});
     }
     return nlohmann::json{{"format", "tfm token cache"},
                           {"corpus", corpus.spec},
@@ -827,6 +839,7 @@ TokenCache open_cache(const std::string& spec, const Request& req, const TokenCa
   const auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   Corpus corpus;
   corpus.spec = spec;
+  corpus.home = corpus_home(spec);
   std::vector<std::string> left_out;
   corpus.files = list_corpus(
       spec, &left_out);  // a missing file or an empty match is named as such, not as a cache problem
@@ -889,9 +902,7 @@ TokenCache open_cache(const std::string& spec, const Request& req, const TokenCa
 }  // namespace
 
 std::string default_cache_dir(const std::string& spec) {
-  const std::string home = corpus_home(spec);
-  return (home.empty() ? std::filesystem::path(".tfm-cache") : std::filesystem::path(home) / ".tfm-cache")
-      .string();
+  return (std::filesystem::path(corpus_home(spec)) / ".tfm-cache").string();
 }
 
 std::string token_cache_path(const std::string& spec, const std::string& dir, Tokenizer::Kind kind,

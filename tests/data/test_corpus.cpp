@@ -143,7 +143,7 @@ TEST_CASE("corpus: a directory is walked recursively and sorted, globs and lists
 
   // Cache names and homes: a file's or directory's name beside it; a glob's or list's by its hash.
   CHECK(corpus_name(d.file("c/")) == "c");
-  CHECK(default_cache_dir(d.file("c/")) == d.file(".tfm-cache"));
+  CHECK(default_cache_dir(d.file("c/")) == d.file("c/.tfm-cache"));  // inside: it moves with the folder
   CHECK(default_cache_dir(d.file("g/*.txt")) == d.file("g/.tfm-cache"));
   CHECK(corpus_name(d.file("g/*.txt")).rfind("corpus-", 0) == 0);
   CHECK(corpus_name(list) != corpus_name(d.file("g/*.txt")));
@@ -637,4 +637,48 @@ TEST_CASE("corpus: data.path \".\" is named after its folder, and a walk leaves 
   const TokenCache c = open_token_cache(d.file("w") + "/.", Tokenizer::Kind::Char, options(d.file("cache")));
   CHECK_THAT(c.path, Catch::Contains("/w.char.tokens") || Catch::Contains("/w-"));
   CHECK_THAT(c.path, !Catch::Contains("/.char.tokens"));
+}
+
+TEST_CASE("corpus: a corpus moved or copied with its default cache keeps the cache", "[data][corpus]") {
+  const Dir d("move");
+  write_corpus_input(d.file("one/c/a.txt"), "first file\n");
+  write_corpus_input(d.file("one/c/sub/b.jsonl"),
+                     jsonl_line("text", "a record") + jsonl_line("text", "another"));
+  write_corpus_input(d.file("one/big.txt"), "a single file corpus\n");
+  std::vector<std::string> log;
+  const TokenCacheOptions o = options("", &log);  // the default cache: beside a file, inside a folder
+  const TokenCache first = open_token_cache(d.file("one/c"), Tokenizer::Kind::Char, o);
+  CHECK(first.built);
+  CHECK(first.path == d.file("one/c/.tfm-cache/c.char.tokens"));
+  CHECK(open_token_cache(d.file("one/big.txt"), Tokenizer::Kind::Char, o).path ==
+        d.file("one/.tfm-cache/big.txt.char.tokens"));
+
+  // The folder moved elsewhere: its cache went with it and is used as is.
+  fs::create_directories(d.file("two"));
+  fs::rename(d.file("one/c"), d.file("two/c"));
+  log.clear();
+  const TokenCache moved = open_token_cache(d.file("two/c"), Tokenizer::Kind::Char, o);
+  INFO((log.empty() ? "" : log[0]));
+  CHECK_FALSE(moved.built);
+  CHECK(moved.path == d.file("two/c/.tfm-cache/c.char.tokens"));
+  CHECK(moved.tokens.to_vector() == first.tokens.to_vector());
+  // Copied (new file times: the files' bytes are hashed again, and are the same).
+  fs::create_directories(d.file("three"));
+  fs::copy(d.file("two/c"), d.file("three/c"), fs::copy_options::recursive);
+  CHECK_FALSE(open_token_cache(d.file("three/c"), Tokenizer::Kind::Char, o).built);
+  // A file with its .tfm-cache folder, moved together.
+  fs::create_directories(d.file("four"));
+  fs::rename(d.file("one/big.txt"), d.file("four/big.txt"));
+  fs::rename(d.file("one/.tfm-cache"), d.file("four/.tfm-cache"));
+  CHECK_FALSE(open_token_cache(d.file("four/big.txt"), Tokenizer::Kind::Char, o).built);
+  // Every other reason still rebuilds, naming files by where they are now.
+  write_corpus_input(d.file("two/c/new.txt"), "new\n");
+  log.clear();
+  CHECK(open_token_cache(d.file("two/c"), Tokenizer::Kind::Char, o).built);
+  CHECK(corpus_logged(
+      log, "the corpus's files changed since it was tokenized (added: " + d.file("two/c/new.txt") + ")"));
+  fs::remove(d.file("three/c/a.txt"));
+  log.clear();
+  CHECK(open_token_cache(d.file("three/c"), Tokenizer::Kind::Char, o).built);
+  CHECK(corpus_logged(log, "(removed: " + d.file("three/c/a.txt") + ")"));
 }

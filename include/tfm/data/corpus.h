@@ -40,8 +40,10 @@ bool is_compressed(const std::string& path);
 // What the token cache is named after: a file's or directory's name (the real one for ".", "dir/.."),
 // "corpus-<hash of data.path>" for a glob or a list.
 std::string corpus_name(const std::string& spec);
-// The directory the corpus lives in (its cache goes beside it): a file's or directory's parent, a
-// glob's directory before its first wildcard, the first entry's for a list ("" = the working directory).
+// The directory the corpus lives in, where its default cache goes and from which the cache keys its
+// files' paths: a file's parent, a directory itself (its cache inside it, hidden from the walk, moves
+// with it), a glob's directory before its first wildcard, the first entry's for a list ("" = the working
+// directory).
 std::string corpus_home(const std::string& spec);
 // data.path with every entry's path absolute, taken from the working directory (a list stays a list,
 // a glob a glob): what a run records, so that it finds its data from any directory.

@@ -22,9 +22,10 @@
 //          80  u64 documents          D, the number of documents
 //          88  u64 header_hash        hash64 of bytes [0, 88) and the JSON
 //          96  JSON {"format": "tfm token cache", "corpus": data.path, "files": [[PATH, size, mtime_ns,
-//              hash], ...], "text_field", "on_bad_record", "skipped_records": hex, "text_bytes": hex (of
-//              the documents' text as read: decompressed, without separators), "document_separator":
-//              bool, "tokenizer": {...}}
+//              hash], ...] (PATH from corpus_home, so a corpus moved with its cache keeps it),
+//              "text_field", "on_bad_record", "skipped_records": hex, "text_bytes": hex (of the
+//              documents' text as read: decompressed, without separators), "document_separator": bool,
+//              "tokenizer": {...}}
 //   tokens_offset  count ids of `width` bytes
 //   then, from an 8-byte boundary, D u64: the token index where each document ends (exclusive); with
 //   the separator, the end-of-text id sits at that index (but after the last); the file ends there.
@@ -154,8 +155,8 @@ struct TokenCache {
   std::vector<std::string> left_out;  // what listing the corpus left out, one line each (list_corpus's notes)
 };
 
-// `.tfm-cache` in the directory of the corpus (corpus_home): every run, sweep point, eval and sample
-// reading it shares one cache, and it goes with the data.
+// `.tfm-cache` in the corpus's home (corpus_home: beside a file, inside a folder): every run, sweep
+// point, eval and sample reading it shares one cache, and it goes with the data.
 std::string default_cache_dir(const std::string& spec);
 // DIR/<corpus_name>.<kind>.tokens: one cache per corpus and tokenizer kind; a BPE vocabulary (`given`,
 // from data.tokenizer_path) adds 12 hex digits of its hash, <corpus_name>.bpe-<id>.tokens, so that runs
