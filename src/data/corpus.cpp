@@ -451,6 +451,17 @@ std::string absolute_corpus_spec(const std::string& spec) {
   return list.dump();
 }
 
+std::string corpus_location(const std::string& spec) {
+  std::string out;
+  for (const std::string& entry : entries_of(spec)) {
+    std::error_code ec;
+    const fs::path abs = fs::absolute(without_trailing_slash(entry)).lexically_normal();
+    const fs::path real = has_wildcard(entry) && !exists(entry) ? abs : fs::weakly_canonical(abs, ec);
+    out += (out.empty() ? "" : "\n") + (ec ? abs : real).string();
+  }
+  return out;
+}
+
 bool has_json_lines(const std::vector<CorpusFile>& files) {
   return std::any_of(files.begin(), files.end(), [](const CorpusFile& f) { return is_json_lines(f.path); });
 }

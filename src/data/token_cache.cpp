@@ -907,7 +907,12 @@ std::string default_cache_dir(const std::string& spec) {
 
 std::string token_cache_path(const std::string& spec, const std::string& dir, Tokenizer::Kind kind,
                              const Tokenizer* given) {
-  const std::string name = corpus_name(spec);
+  std::string name = corpus_name(spec);
+  // A cache folder of the user's choosing may hold the caches of many corpora, and two of them may
+  // share a name (two train.jsonl): each would rebuild over the other at every start. There the name
+  // also says where the corpus is; the default folder is the corpus's own.
+  if (absolute_path(dir) != absolute_path(default_cache_dir(spec)))
+    name += "-" + hex(hash64(corpus_location(spec).data(), corpus_location(spec).size())).substr(0, 8);
   std::string k = kind == Tokenizer::Kind::Char   ? "char"
                   : kind == Tokenizer::Kind::Byte ? "byte"
                   : kind == Tokenizer::Kind::Bpe  ? "bpe"

@@ -168,10 +168,17 @@ for name in last.ckpt best.ckpt config.json; do
     --out "$run_dir/../$(basename "$run_dir")/$name"
   [ "$(sha256sum <"$run_dir/$name")" = "$sha" ] || fail "export over $name changed it"
 done
-# The token cache: a symlink planted at the name the cache is written under.
+# The token cache: a symlink planted at the name the cache is written under (with data.cache_dir set,
+# the name holds a hash of the corpus's path: the one a first prepare wrote).
 cache_dir="$work/cache"
 mkdir -p "$cache_dir"
-ln -s "$outside/precious4" "$cache_dir/corpus \$(touch PWNED).txt.char.tokens"
+run "data prepare into a cache folder" data prepare --config "$config" --set "data.path=$corpus" \
+  --set "data.cache_dir=$cache_dir"
+[ "$status" -eq 0 ] || fail "data prepare into a cache folder: exit $status: $out"
+caches=("$cache_dir"/*.char.tokens)
+[ "${#caches[@]}" -eq 1 ] && [ -f "${caches[0]}" ] || fail "data prepare wrote no cache in $cache_dir"
+rm -f "${caches[0]}" "${caches[0]}.checked"
+ln -s "$outside/precious4" "${caches[0]}"
 run "data prepare over a symlinked cache" data prepare --config "$config" --set "data.path=$corpus" \
   --set "data.cache_dir=$cache_dir" --rebuild
 [ "$status" -eq 2 ] || [ "$status" -eq 0 ] || fail "data prepare over a symlinked cache: exit $status: $out"

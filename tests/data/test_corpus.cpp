@@ -682,3 +682,32 @@ TEST_CASE("corpus: a corpus moved or copied with its default cache keeps the cac
   CHECK(open_token_cache(d.file("three/c"), Tokenizer::Kind::Char, o).built);
   CHECK(corpus_logged(log, "(removed: " + d.file("three/c/a.txt") + ")"));
 }
+
+TEST_CASE("corpus: two corpora of one name in a shared data.cache_dir keep a cache each", "[data][corpus]") {
+  const Dir d("shared");
+  write_corpus_input(d.file("x/train.jsonl"),
+                     jsonl_line("text", "the first corpus") + jsonl_line("text", "two"));
+  write_corpus_input(d.file("y/train.jsonl"),
+                     jsonl_line("text", "another one") + jsonl_line("text", "three"));
+  const TokenCacheOptions shared = options(d.file("shared_cache"));
+  const TokenCache x = open_token_cache(d.file("x/train.jsonl"), Tokenizer::Kind::Char, shared);
+  const TokenCache y = open_token_cache(d.file("y/train.jsonl"), Tokenizer::Kind::Char, shared);
+  CHECK(x.built);
+  CHECK(y.built);
+  CHECK(x.path != y.path);
+  // train.jsonl-<8 hex digits of where the corpus is>.char.tokens
+  CHECK_THAT(x.path,
+             Catch::StartsWith(d.file("shared_cache/train.jsonl-")) && Catch::EndsWith(".char.tokens"));
+  CHECK(fs::path(x.path).filename().string().size() ==
+        std::string("train.jsonl-12345678.char.tokens").size());
+  // Alternating between them rebuilds neither.
+  for (int round = 0; round < 2; ++round) {
+    CHECK_FALSE(open_token_cache(d.file("x/train.jsonl"), Tokenizer::Kind::Char, shared).built);
+    CHECK_FALSE(open_token_cache(d.file("y/train.jsonl"), Tokenizer::Kind::Char, shared).built);
+  }
+  // The same corpus spelled another way is the same cache; the default folder keeps the plain name.
+  CHECK(token_cache_path(d.file("x/../x/train.jsonl"), d.file("shared_cache"), Tokenizer::Kind::Char) ==
+        x.path);
+  CHECK(token_cache_path(d.file("x/train.jsonl"), d.file("x/.tfm-cache"), Tokenizer::Kind::Char) ==
+        d.file("x/.tfm-cache/train.jsonl.char.tokens"));
+}

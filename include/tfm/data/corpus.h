@@ -48,6 +48,9 @@ std::string corpus_home(const std::string& spec);
 // data.path with every entry's path absolute, taken from the working directory (a list stays a list,
 // a glob a glob): what a run records, so that it finds its data from any directory.
 std::string absolute_corpus_spec(const std::string& spec);
+// Where the corpus is: each entry's absolute path (links resolved; a glob's pattern made absolute),
+// one a line. Two corpora with the same name in one data.cache_dir are told apart by it.
+std::string corpus_location(const std::string& spec);
 // Whether any file is JSON Lines (data.text_field and data.on_bad_record matter only then).
 bool has_json_lines(const std::vector<CorpusFile>& files);
 

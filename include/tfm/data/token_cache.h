@@ -160,7 +160,10 @@ struct TokenCache {
 std::string default_cache_dir(const std::string& spec);
 // DIR/<corpus_name>.<kind>.tokens: one cache per corpus and tokenizer kind; a BPE vocabulary (`given`,
 // from data.tokenizer_path) adds 12 hex digits of its hash, <corpus_name>.bpe-<id>.tokens, so that runs
-// with two BPE tokenizers on one corpus keep a cache each instead of rebuilding each other's. A char or
+// with two BPE tokenizers on one corpus keep a cache each instead of rebuilding each other's. In a DIR
+// other than default_cache_dir(spec) (data.cache_dir set: shared by corpora), the name gains 8 hex
+// digits of the hash of corpus_location(spec), <corpus_name>-<hash>.<kind>.tokens, so two corpora of
+// one name (two train.jsonl) never share a file. A char or
 // byte vocabulary is the corpus's own (an eval with the run's reuses the run's cache).
 std::string token_cache_path(const std::string& spec, const std::string& dir, Tokenizer::Kind kind,
                              const Tokenizer* given = nullptr);
