@@ -251,6 +251,7 @@ int run_export(const ExportOptions& o) {
 struct TokenizerTrainOptions {
   std::string data, out, text_field = "text";
   int vocab_size = 512;
+  bool skip_bad_records = false;
 };
 
 // The text of --data read as a corpus, as data.path is (corpus.h: a file, a folder, a glob or a list;
@@ -260,6 +261,8 @@ std::string corpus_text(const TokenizerTrainOptions& o) {
   constexpr uint64_t kMaxTextBytes = uint64_t{1} << 31;
   CorpusOptions options;
   options.text_field = o.text_field;
+  options.skip_bad_records = o.skip_bad_records;
+  options.skip_option = "--skip-bad-records";
   std::vector<std::string> left_out;
   CorpusReader reader(list_corpus(o.data, &left_out), options);
   for (const std::string& line : left_out) std::fprintf(stderr, "tfm: warning: %s\n", line.c_str());
@@ -271,6 +274,13 @@ std::string corpus_text(const TokenizerTrainOptions& o) {
         throw ConfigError("--data: " + o.data +
                           " holds more than 2 GiB of text; train the tokenizer on a part of it (a file or a "
                           "glob of some of its files)");
+  }
+  if (reader.skipped() > 0) {
+    std::string first;
+    for (const std::string& s : reader.first_skipped()) first += "; " + s;
+    std::fprintf(stderr, "tfm: warning: skipped %llu bad record%s (--skip-bad-records), the first: %s\n",
+                 static_cast<unsigned long long>(reader.skipped()), reader.skipped() == 1 ? "" : "s",
+                 first.substr(2).c_str());
   }
   if (text.empty()) throw ConfigError("--data: " + o.data + " holds no text to learn merges from");
   return text;
@@ -386,6 +396,10 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
       ->required();
   tok_train->add_option("--text-field", t->text_field, "JSON Lines: the field holding each document's text")
       ->capture_default_str();
+  tok_train->add_flag(
+      "--skip-bad-records", t->skip_bad_records,
+      "JSON Lines: skip a record that is not JSON, lacks --text-field or holds no string there "
+      "(counted and named on stderr), as data.on_bad_record \"skip\" does for training");
   tok_train->add_option("--vocab-size", t->vocab_size, "Vocabulary size (256 bytes + merges)")
       ->capture_default_str()
       ->check(integer_in(256, kBpeMaxVocab));

@@ -681,7 +681,7 @@ struct CorpusReader::State {
   void bad(const std::string& why) {
     const std::string where = path + ":" + std::to_string(line) + ": ";
     if (!options.skip_bad_records)
-      throw IoError(where + why + " (data.on_bad_record = \"skip\" skips such records and counts them)");
+      throw IoError(where + why + " (" + options.skip_option + " skips such records and counts them)");
     ++skipped;
     if (first_skipped.size() < kShownSkips) first_skipped.push_back(where + why);
   }

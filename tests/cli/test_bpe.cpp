@@ -94,3 +94,27 @@ TEST_CASE(
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("data.tokenizer_path"));
 }
+
+TEST_CASE("bpe cli: tokenizer train's bad JSON Lines record names its own flag, --skip-bad-records",
+          "[bpe][cli]") {
+  TempDir tmp("bpe_bad_record");
+  const std::string text =
+      tfm_test::read_file(std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt").substr(0, 3000);
+  std::ofstream(tmp.path + "/r.jsonl") << nlohmann::json{{"text", text}}.dump() << "\n"
+                                       << "{\"text\": 3}\n";
+  const std::string args =
+      "tokenizer train --vocab-size 260 --data " + tmp.path + "/r.jsonl --out " + tmp.path + "/tok.json";
+  CliRun r = run_tfm(args);
+  INFO(r.out);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out,
+             Catch::Contains(tmp.path + "/r.jsonl:2: the field \"text\" (data.text_field) is number") &&
+                 Catch::Contains("(--skip-bad-records skips such records and counts them)"));
+  CHECK_THAT(r.out, !Catch::Contains("data.on_bad_record"));
+  r = run_tfm(args + " --skip-bad-records");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("skipped 1 bad record (--skip-bad-records), the first: " + tmp.path +
+                                    "/r.jsonl:2"));
+  CHECK(fs::exists(tmp.path + "/tok.json"));
+}

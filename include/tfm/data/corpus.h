@@ -58,6 +58,9 @@ struct CorpusOptions {
   std::string text_field = "text";  // data.text_field
   bool skip_bad_records = false;    // data.on_bad_record = "skip"
   size_t block_bytes = 0;           // text handed out per read (0 = 4 MiB); tests make it small
+  // How the command that reads the corpus spells skip_bad_records, for the advice in a bad record's
+  // error (tfm tokenizer train has a flag, not the config key).
+  std::string skip_option = "data.on_bad_record = \"skip\"";
 };
 
 // Reads the documents of `files` in order. Errors are IoError naming the file and the place: an
