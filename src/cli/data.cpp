@@ -97,6 +97,9 @@ struct TokenizerIoOptions {
   std::string config, run, text, ids, file;
   std::vector<std::string> sets;
   bool stats = false;
+  // --text / --ids as given: an empty value is given too (and said to be empty), not missing.
+  const CLI::Option* inline_option = nullptr;
+  bool inline_given() const { return inline_option && inline_option->count() > 0; }
 };
 
 // The tokenizer a new run of the config would build (char, byte: from the corpus, as its token cache
@@ -120,7 +123,10 @@ std::string io_input(const TokenizerIoOptions& o, const std::string& inline_flag
 
 int run_tokenizer_encode(const TokenizerIoOptions& o) {
   std::string source;
-  if (o.text.empty() == o.file.empty()) throw ConfigError("--text, --file: give exactly one of them");
+  if (o.inline_given() == !o.file.empty()) throw ConfigError("--text, --file: give exactly one of them");
+  if (o.inline_given() && o.text.empty())
+    throw ConfigError(
+        "--text: the text is empty; give the text to encode (or --file FILE to encode a file's)");
   const std::string text = io_input(o, "--text", o.text, &source);
   const Tokenizer tok = io_tokenizer(o);
   const auto t0 = std::chrono::steady_clock::now();
@@ -137,7 +143,7 @@ int run_tokenizer_encode(const TokenizerIoOptions& o) {
 
 int run_tokenizer_decode(const TokenizerIoOptions& o) {
   std::string source;
-  if (o.ids.empty() == o.file.empty()) throw ConfigError("--ids, --file: give exactly one of them");
+  if (o.inline_given() == !o.file.empty()) throw ConfigError("--ids, --file: give exactly one of them");
   const std::string json_text = io_input(o, "--ids", o.ids, &source);
   nlohmann::json j;
   try {
@@ -201,7 +207,7 @@ std::vector<Command> add_data_commands(CLI::App& app) {
   auto e = std::make_shared<TokenizerIoOptions>();
   auto* enc = tok->add_subcommand("encode", "Print the token ids of a text as a JSON array");
   common(enc, *e);
-  enc->add_option("--text", e->text, "The text");
+  e->inline_option = enc->add_option("--text", e->text, "The text");
   enc->add_option("--file", e->file, "A file whose bytes are the text")->type_name("FILE");
   enc->add_flag("--stats", e->stats, "Also print the count and the encoding speed (MB/s) on stderr");
   enc->footer(
@@ -213,7 +219,8 @@ std::vector<Command> add_data_commands(CLI::App& app) {
   auto d = std::make_shared<TokenizerIoOptions>();
   auto* dec = tok->add_subcommand("decode", "Print the text of token ids (a JSON array)");
   common(dec, *d);
-  dec->add_option("--ids", d->ids, "The ids, a JSON array: [15496, 11, 995]")->type_name("JSON");
+  d->inline_option =
+      dec->add_option("--ids", d->ids, "The ids, a JSON array: [15496, 11, 995]")->type_name("JSON");
   dec->add_option("--file", d->file, "A file holding the JSON array")->type_name("FILE");
   dec->footer(
       "\nThe text is written as is, without a newline after it. The end-of-text id reads <|endoftext|>.\n"

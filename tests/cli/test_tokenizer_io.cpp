@@ -53,6 +53,16 @@ TEST_CASE("tokenizer cli: a char config's vocabulary, and bad input refused with
   r = run_tfm("tokenizer encode " + kTokenizerIoGpt2 + "--text a --file b");
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("--text, --file: give exactly one of them"));
+  // An empty text is given, and said to be empty (not "give exactly one of them").
+  r = run_tfm("tokenizer encode --run runs/none --text ''");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("--text: the text is empty; give the text to encode"));
+  r = run_tfm("tokenizer encode " + kTokenizerIoGpt2 + "--text \"\"");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("--text: the text is empty") && !Catch::Contains("exactly one"));
+  r = run_tfm("tokenizer decode " + kTokenizerIoGpt2 + "--ids ''");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("--ids: expected a JSON array of token ids"));
   r = run_tfm("tokenizer encode --text a");
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("--config, --run: give exactly one of them"));
