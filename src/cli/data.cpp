@@ -157,7 +157,7 @@ int run_tokenizer_decode(const TokenizerIoOptions& o) {
   std::vector<int32_t> ids;
   for (size_t i = 0; i < j.size(); ++i) {
     if (!j[i].is_number_integer() || j[i].get<int64_t>() < 0 || j[i].get<int64_t>() >= tok.size())
-      throw ConfigError(source + ": id " + std::to_string(i) + " is " + j[i].dump() +
+      throw ConfigError(source + ": entry " + std::to_string(i) + " (counted from 0) is " + j[i].dump() +
                         ", expected an integer in [0, " + std::to_string(tok.size()) + ") (the " +
                         tok.kind_name() + " tokenizer's vocabulary)");
     ids.push_back(j[i].get<int32_t>());
