@@ -34,6 +34,9 @@ ids=$(cd "$work" && "$prefix/bin/tfm" tokenizer encode --config "$root/configs/t
 [ "$ids" = "[15496,995]" ] || { echo "tfm: error: the installed tfm encoded 'Hello world' as $ids" >&2; exit 1; }
 [ -f "$prefix/share/tfm/board/index.html" ] || { echo "tfm: error: the board's page was not installed" >&2; exit 1; }
 echo "tfm: the installed tfm board starts its server (tfm-board) and serves its page and the runs"
+# The log exists before the loop reads it: the background job opens it when it starts, maybe after the
+# first read, and a failed read (sed's status) would end this script under set -e.
+: > "$work/board.log"
 "$prefix/bin/tfm" board --runs "$work" --port 0 > "$work/board.log" 2>&1 &
 board_pid=$!
 port=""
