@@ -67,6 +67,10 @@ GemmTiming time_gemm_on_tensors(const std::string& label, int64_t M, int64_t N, 
 }
 }  // namespace
 
+double rate_while_running(const GemmTiming& t) {
+  return t.core_share > 0 ? t.gflops / t.core_share : t.gflops;
+}
+
 GemmTiming time_gemm(const std::string& label, int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b,
                      double min_seconds) {
   // The pool's peak is set back once the operands are released: a run's "tensors peaked at" is the
@@ -244,7 +248,17 @@ GemmPeak training_gemm_peak() {
   peak.gflops = timed.gflops;
   peak.measured = utc_text(now_seconds());
   std::string problem = busy_problem(timed);
-  if (problem.empty()) problem = store_peak(path, peak.gflops, std::move(peaks));
+  if (problem.empty()) {
+    problem = store_peak(path, peak.gflops, std::move(peaks));
+  } else {
+    // Not kept, but this run's MFU needs a peak: the rate the product had while it ran.
+    peak.gflops = rate_while_running(timed);
+    problem += fmt::format(
+        "; the peak above is the {:.1f} GFLOP/s timed over the wall clock scaled to the whole core(s): the "
+        "rate "
+        "while the product ran",
+        timed.gflops);
+  }
   peak.written_to_cache = problem.empty();
   if (!problem.empty()) peak.cache_problem += (peak.cache_problem.empty() ? "" : "; ") + problem;
   return peak;

@@ -9,6 +9,7 @@
 
 #include "tfm/engine/error.h"
 #include "tfm/engine/gemm.h"
+#include "tfm/engine/gemm_timing.h"
 #include "tfm/engine/random.h"
 
 using namespace tfm;
@@ -267,4 +268,15 @@ TEST_CASE("gemm: precision and backend names are checked", "[gemm]") {
   CHECK(resolve_gemm_backend("openblas") == GemmBackend::OpenBlas);
   CHECK_THROWS_WITH(parse_precision("fp16"), Catch::StartsWith("train.precision: expected"));
   CHECK_THROWS_AS(resolve_gemm_backend("mkl"), ConfigError);
+}
+
+TEST_CASE("gemm: a peak timed on a busy machine is the rate while the product ran", "[gemm]") {
+  tfm::GemmTiming t;
+  t.gflops = 60.0;
+  t.core_share = 0.5;  // another program had half the core: the wall-clock rate is half the product's
+  CHECK(tfm::rate_while_running(t) == Approx(120.0));
+  t.core_share = 1.0;
+  CHECK(tfm::rate_while_running(t) == Approx(60.0));
+  t.core_share = 0.0;  // not measured: the timed rate as it is
+  CHECK(tfm::rate_while_running(t) == Approx(60.0));
 }

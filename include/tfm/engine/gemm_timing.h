@@ -18,6 +18,11 @@ struct GemmTiming {
   int threads = 1;  // the product's threads (OpenBLAS's, or OpenMP's for oneDNN)
 };
 
+// The rate the product ran at while it had its cores: gflops / core_share. On a busy machine the timed
+// rate is that much below the machine's (another program had the rest of the time), and a run's MFU
+// against it would read above 100%; a quiet timing (core_share ~1) is its own rate.
+double rate_while_running(const GemmTiming& timing);
+
 // Times C = op(A) op(B) for at least min_seconds (after a warm-up) and returns the median.
 GemmTiming time_gemm(const std::string& label, int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b,
                      double min_seconds);
