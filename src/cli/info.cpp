@@ -182,11 +182,13 @@ void print_model(const Config& c, const std::string& file, const InfoModel& m, c
   fmt::print("model: {}, d_model {}, {} heads ({} kv), d_ff {}, context {}\n", layers, mc.d_model, mc.n_heads,
              mc.n_kv_heads, mc.d_ff, mc.max_seq_len);
   const bool rope = mc.positional_encoding == PositionalEncoding::Rope;
-  fmt::print("layers: {}-norm {} (eps {:g}), {} feed-forward, {} positions{}{}, {}, {} head\n",
-             name_of(mc.norm_position), name_of(mc.norm), mc.norm_eps, name_of(mc.activation),
-             name_of(mc.positional_encoding), rope ? fmt::format(" (theta {:g})", mc.rope_theta) : "",
-             mc.qk_norm ? ", QK-norm" : "", mc.bias ? "biases" : "no biases",
-             mc.tie_embeddings ? "tied" : "untied");
+  fmt::print(
+      "layers: {}-norm {} (eps {:g}), {} attention scores, {} feed-forward, {} positions{}{}, {}, {} head\n",
+      name_of(mc.norm_position), name_of(mc.norm), mc.norm_eps,
+      mc.attention_score == AttentionScore::Additive ? "additive (Bahdanau)" : "scaled dot-product",
+      name_of(mc.activation), name_of(mc.positional_encoding),
+      rope ? fmt::format(" (theta {:g})", mc.rope_theta) : "", mc.qk_norm ? ", QK-norm" : "",
+      mc.bias ? "biases" : "no biases", mc.tie_embeddings ? "tied" : "untied");
   if (mc.head_gating == HeadGating::TopK)
     fmt::print(
         "heads: top-k gating, {} of {} heads per token (attention scores and sums x {:.3g}), a gate of "

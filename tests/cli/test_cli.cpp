@@ -158,6 +158,9 @@ TEST_CASE("cli: help teaches by example, config and info print", "[cli]") {
   CHECK_THAT(r.out, Catch::Contains("parameters:") && Catch::Contains("FLOPs per token") &&
                         Catch::Contains("memory"));
   CHECK_THAT(r.out, !Catch::Contains("Newton-Schulz"));
+  CHECK_THAT(r.out, Catch::Contains("scaled dot-product attention scores"));
+  r = run_cli("info --config configs/tiny.json --set model.attention_score=additive");
+  CHECK_THAT(r.out, Catch::Contains("additive (Bahdanau) attention scores"));
   // Muon's Newton-Schulz FLOPs per step, apart from the model's.
   r = run_cli("info --config configs/tiny.json --set train.optimizer.name=muon");
   INFO(r.out);
