@@ -348,7 +348,7 @@ void Tokenizer::encode_piece(std::string_view text, const std::string& source, u
         decode_utf8(text.substr(at), source, byte_offset + at, rest);
         ids.resize(first);
         throw IoError(source + ": character " + show_symbol(cp) + " at character " +
-                      std::to_string(char0 + w) + " is not in the vocabulary of " +
+                      std::to_string(char0 + w) + " (counted from 0) is not in the vocabulary of " +
                       std::to_string(symbols_.size()) + " symbols");
       }
       out[w++] = id < 0 ? unk_ - shift : id;

@@ -59,7 +59,7 @@ TEST_CASE("objectives: the CLI names the objective a run needs", "[objective][cl
   // A character outside the vocabulary is placed in the whole text, masks counted as their characters.
   r = tfm_test::run_tfm("fill-mask --run " + dir + " --text \"ab[MASK]cd[MASK]xy\u20ac\"");
   CHECK(r.status == 2);
-  CHECK_THAT(r.out, Catch::Contains("at character 18 is not in the vocabulary"));
+  CHECK_THAT(r.out, Catch::Contains("at character 18 (counted from 0) is not in the vocabulary"));
   r = tfm_test::run_tfm("sample --run " + dir);
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("fill-mask"));

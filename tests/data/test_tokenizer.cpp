@@ -77,9 +77,10 @@ TEST_CASE("data: the char vocabulary is the sorted set of code points", "[data]"
   // symbols and past the largest included; with "<unk>" the unknown ones encode to it.
   const Tokenizer wide = Tokenizer::from_text(Tokenizer::Kind::Char, "a\u00e9\u4e16\U0001F642", "wide");
   CHECK(wide.encode("\U0001F642a\u4e16\u00e9", "p") == std::vector<int32_t>{3, 0, 2, 1});
-  CHECK_THROWS_WITH(wide.encode("a\u00e8", "p"), Catch::Contains("at character 1 is not in the vocabulary"));
+  CHECK_THROWS_WITH(wide.encode("a\u00e8", "p"),
+                    Catch::Contains("at character 1 (counted from 0) is not in the vocabulary"));
   CHECK_THROWS_WITH(wide.encode("\U0001F643", "p"),
-                    Catch::Contains("at character 0 is not in the vocabulary"));
+                    Catch::Contains("at character 0 (counted from 0) is not in the vocabulary"));
   CHECK_THROWS_WITH(wide.encode("ab", "p"), Catch::StartsWith("p: character 'b' (U+0062) at character 1"));
   const Tokenizer with_unk = wide.with_specials({"<unk>"});
   CHECK(with_unk.encode("b\U0001F643\u00e9a", "p") == std::vector<int32_t>{0, 0, 2, 1});
