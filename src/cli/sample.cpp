@@ -85,9 +85,15 @@ void print_samples(LoadedRun& run, const SampleCliOptions& cli, const std::strin
       double total = 0.0;
       for (const double lp : g.logprobs) total += lp;
       const nlohmann::json stop = g.stopped_at.empty() ? nlohmann::json() : nlohmann::json(g.stopped_at);
-      const nlohmann::json record = {{"prompt", prompt}, {"sample", i + 1},       {"seed", o.seed},
-                                     {"text", g.text},   {"token_ids", g.tokens}, {"logprobs", g.logprobs},
-                                     {"logprob", total}, {"stop", stop}};
+      const nlohmann::json record = {{"prompt", prompt},
+                                     {"prompt_token_ids", g.prompt_tokens},
+                                     {"sample", i + 1},
+                                     {"seed", o.seed},
+                                     {"text", g.text},
+                                     {"token_ids", g.tokens},
+                                     {"logprobs", g.logprobs},
+                                     {"logprob", total},
+                                     {"stop", stop}};
       // A byte-level BPE token may end inside a character: such bytes become U+FFFD in the JSON.
       std::printf("%s\n", record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
       std::fflush(stdout);

@@ -164,8 +164,10 @@ Generation generate(LanguageModel& model, const Tokenizer& tokenizer, const Samp
         model.forward_cached(cache, window, 1, static_cast<int64_t>(window.size())).to_vector();
     std::copy(logits.end() - V, logits.end(), last.begin());
   };
-  refill(std::min<size_t>(ids.size(), static_cast<size_t>(L)));
+  const size_t read = std::min<size_t>(ids.size(), static_cast<size_t>(L));
+  refill(read);
   Generation out;
+  if (record) out.prompt_tokens.assign(ids.end() - static_cast<std::ptrdiff_t>(read), ids.end());
   const std::function<void(const std::string&)> emit = [&](const std::string& text) {
     if (record) out.text += text;
     if (on_text) on_text(text);

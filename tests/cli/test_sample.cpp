@@ -70,6 +70,17 @@ TEST_CASE("sample: --json records parse, their log-probs sum and match the strea
   REQUIRE(records.size() == 1);
   const nlohmann::json& r = records[0];
   CHECK(r["prompt"] == "ROMEO:");
+  // The prompt's tokens are the tokenizer's; an empty prompt names the one start token it began from.
+  const tfm_test::CliRun ids =
+      sample_test_stdout("tokenizer encode --run " + sample_test_run() + " --text ROMEO:");
+  REQUIRE(ids.status == 0);
+  CHECK(r["prompt_token_ids"] == nlohmann::json::parse(ids.out));
+  const nlohmann::json empty =
+      sample_test_records(
+          sample_test_stdout("sample --run " + sample_test_run() + " --max-new-tokens 2 --json").out)
+          .at(0);
+  CHECK(empty["prompt"] == "");
+  CHECK(empty["prompt_token_ids"].size() == 1);
   CHECK(r["stop"].is_null());
   const std::vector<double> lp = r["logprobs"].get<std::vector<double>>();
   REQUIRE(r["token_ids"].size() == 25);

@@ -63,12 +63,14 @@ int32_t empty_prompt_token(const Tokenizer& tokenizer);
 
 // One generated continuation.
 struct Generation {
-  std::string text;              // the generated text (without the prompt), cut before a stop string
-  std::vector<int32_t> tokens;   // every token drawn (the last one completed the stop string, if any)
-  std::vector<double> logprobs;  // each token's natural log-probability under the distribution it was
-                                 // drawn from (after penalty, temperature and filters: 0 when greedy)
-  std::string stopped_at;        // the stop string that ended it, kEndOfText when the end-of-text token
-                                 // did; "" when max_new_tokens ran out
+  std::vector<int32_t> prompt_tokens;  // the tokens the model read first: the prompt's (its last
+                                       // max_seq_len), or empty_prompt_token's one for an empty prompt
+  std::string text;                    // the generated text (without the prompt), cut before a stop string
+  std::vector<int32_t> tokens;         // every token drawn (the last one completed the stop string, if any)
+  std::vector<double> logprobs;        // each token's natural log-probability under the distribution it was
+                                       // drawn from (after penalty, temperature and filters: 0 when greedy)
+  std::string stopped_at;              // the stop string that ended it, kEndOfText when the end-of-text token
+                                       // did; "" when max_new_tokens ran out
 };
 
 // Generates with the model's KV cache, drawing from `rng` (a caller that wants several samples of one
