@@ -107,7 +107,7 @@ nlohmann::json pair_attention_report_json(const PairAttention& a) {
   nlohmann::json report = {
       {"kind", "seq2seq"}, {"source_tokens", a.source_tokens}, {"target_tokens", a.target_tokens}};
   report["similarity"] = "pattern_similarity: cosine of the heads' attention maps (1 = the same pattern)";
-  if (!a.cut.empty()) report["cut"] = a.cut;
+  if (!a.notes.empty()) report["notes"] = a.notes;
   const auto kind = [](const std::vector<Tensor>& layers) {
     nlohmann::json out = nlohmann::json::array();
     for (size_t l = 0; l < layers.size(); ++l) {

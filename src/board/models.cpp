@@ -206,9 +206,9 @@ BoardReply BoardModels::run_request(LoadedRun& run, const std::string& kind, con
     const std::string text = text_field(request, "text", true);
     TranslateOptions o;
     o.beam = integer_field(request, "beam", 1, 1, kBoardMaxBeam);
-    std::vector<std::string> cut;  // a text longer than the model reads: said, as tfm translate does
-    const std::vector<std::string> out = translate_texts(*run.objective, {text}, o, "text", &cut);
-    return {200, {{"text", text}, {"translation", out.empty() ? "" : out.front()}, {"warnings", cut}}};
+    std::vector<std::string> warnings;  // a text cut or read with <unk>: said, as tfm translate does
+    const std::vector<std::string> out = translate_texts(*run.objective, {text}, o, "text", &warnings);
+    return {200, {{"text", text}, {"translation", out.empty() ? "" : out.front()}, {"warnings", warnings}}};
   }
   throw ConfigError("unknown model request \"" + kind + "\"");
 }

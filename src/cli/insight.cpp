@@ -69,7 +69,7 @@ std::string output_dir(const AttentionOptions& o, const LoadedRun& run) {
 // An encoder-decoder: encoder self-attention, decoder self-attention and cross-attention per layer.
 int run_pair_attention(const AttentionOptions& o, LoadedRun& run) {
   const PairAttention a = pair_attention(*run.objective, o.text, o.target);
-  for (const std::string& line : a.cut) std::fprintf(stderr, "tfm: note: %s\n", line.c_str());
+  for (const std::string& line : a.notes) std::fprintf(stderr, "tfm: note: %s\n", line.c_str());
   const std::string out = output_dir(o, run);
   const std::string report = out + "/attention.json";
   const nlohmann::json j = pair_attention_report_json(a);

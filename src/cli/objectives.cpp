@@ -121,12 +121,12 @@ int translate_command(const TranslateCliOptions& o) {
   };
   translate_texts(*run.objective, {}, t);  // the run and the options, before any text is read
   const std::string beam_flag = "--beam = " + std::to_string(o.beam);
-  // The translations, and a warning for each source cut to data.max_source_len.
+  // The translations, and a warning for each source cut to data.max_source_len or read with <unk>.
   const auto translate = [&](const std::vector<std::string>& texts, const std::string& source) {
-    std::vector<std::string> cut;
+    std::vector<std::string> warnings;
     std::vector<std::string> out =
-        sized_by(beam_flag, [&] { return translate_texts(*run.objective, texts, t, source, &cut); });
-    for (const std::string& c : cut) fmt::print(stderr, "tfm: warning: {}\n", c.c_str());
+        sized_by(beam_flag, [&] { return translate_texts(*run.objective, texts, t, source, &warnings); });
+    for (const std::string& c : warnings) fmt::print(stderr, "tfm: warning: {}\n", c.c_str());
     return out;
   };
   if (!o.texts.empty()) {

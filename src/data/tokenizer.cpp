@@ -308,6 +308,27 @@ std::vector<int32_t> Tokenizer::encode(const std::string& text, const std::strin
   return ids;
 }
 
+std::vector<std::string> Tokenizer::unknown_symbols(const std::string& text,
+                                                    const std::string& source) const {
+  std::vector<std::string> unknown;
+  const auto note = [&unknown](std::string symbol) {
+    if (std::find(unknown.begin(), unknown.end(), symbol) == unknown.end())
+      unknown.push_back(std::move(symbol));
+  };
+  if (kind_ == Kind::Word) {
+    for (const std::string& w : split_words(text, source))
+      if (base_id(w) < 0) note(w);
+  } else if (kind_ == Kind::Char) {
+    for (const uint32_t cp : decode_utf8(text, source)) {
+      if (symbol_id(cp) >= 0) continue;
+      std::string symbol;
+      append_utf8(symbol, cp);
+      note(std::move(symbol));
+    }
+  }
+  return unknown;
+}
+
 void Tokenizer::encode_piece(std::string_view text, const std::string& source, uint64_t byte_offset,
                              uint64_t char_offset, std::vector<int32_t>& ids,
                              BpeChunkCache* bpe_cache) const {

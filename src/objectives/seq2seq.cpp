@@ -282,6 +282,21 @@ Seq2Seq& seq2seq_of(Objective& objective, const char* what) {
   return *s;
 }
 
+// A line naming what of `text` the vocabulary of one side reads as <unk>; "" when it holds all of it.
+std::string unknown_note(const Tokenizer& tok, const std::string& text, const std::string& what,
+                         const char* side) {
+  const std::vector<std::string> unknown = tok.unknown_symbols(text, what);
+  if (unknown.empty()) return "";
+  constexpr size_t kShown = 10;
+  std::string shown;
+  for (size_t i = 0; i < std::min(unknown.size(), kShown); ++i)
+    shown += fmt::format("{}\"{}\"", i ? ", " : "", unknown[i]);
+  if (unknown.size() > kShown) shown += fmt::format(" and {} more", unknown.size() - kShown);
+  const char* unit = tok.kind() == Tokenizer::Kind::Word ? "word" : "character";
+  return fmt::format("{}: {} {}{} outside the {} vocabulary, read as <unk>: {}", what, unknown.size(), unit,
+                     unknown.size() == 1 ? " is" : "s are", side, shown);
+}
+
 // Axis labels: a token's text, a special's name.
 std::vector<std::string> labels(const Tokenizer& tok, const std::vector<int32_t>& ids) {
   std::vector<std::string> out;
@@ -299,15 +314,20 @@ PairAttention pair_attention(Objective& objective, const std::string& source, co
   pair.src = s.encode_source(source, "--text", &whole);
   if (pair.src.empty()) throw ConfigError("--text: no tokens");
   PairAttention a;
+  if (std::string note = unknown_note(s.tokenizer(), source, "--text", "source"); !note.empty())
+    a.notes.push_back(std::move(note));
   if (whole > s.max_source_len())
-    a.cut.push_back(
+    a.notes.push_back(
         fmt::format("--text: {} tokens; the model reads the first {} (data.max_source_len, the "
                     "longest source it was trained on): the maps show those",
                     whole, s.max_source_len()));
   pair.tgt = s.target_tokenizer()->encode(tgt_text, "--target");
+  if (!target.empty())  // a translation is made of the vocabulary's tokens
+    if (std::string note = unknown_note(*s.target_tokenizer(), target, "--target", "target"); !note.empty())
+      a.notes.push_back(std::move(note));
   if (static_cast<int64_t>(pair.tgt.size()) > s.max_target_len()) {
-    a.cut.push_back(fmt::format("--target: {} tokens; the decoder reads the first {} (data.max_target_len)",
-                                pair.tgt.size(), s.max_target_len()));
+    a.notes.push_back(fmt::format("--target: {} tokens; the decoder reads the first {} (data.max_target_len)",
+                                  pair.tgt.size(), s.max_target_len()));
     pair.tgt.resize(s.max_target_len());
   }
   const PairBatch b = make_pair_batch({pair}, std::vector<int64_t>{0});
@@ -336,7 +356,7 @@ PairAttention pair_attention(Objective& objective, const std::string& source, co
 
 std::vector<std::string> translate_texts(Objective& objective, const std::vector<std::string>& texts,
                                          const TranslateOptions& options, const std::string& source,
-                                         std::vector<std::string>* cut) {
+                                         std::vector<std::string>* warnings) {
   auto* s = dynamic_cast<Seq2Seq*>(&objective);
   if (!s)
     throw ConfigError("translate: the run was trained with train.objective \"" + objective.name() +
@@ -358,12 +378,16 @@ std::vector<std::string> translate_texts(Objective& objective, const std::vector
     if (texts[i].find_first_not_of(" \t\r\n") == std::string::npos) continue;
     int64_t whole = 0;
     pairs[i].src = s->encode_source(texts[i], source.c_str(), &whole);
-    if (cut && whole > s->max_source_len())
-      cut->push_back(fmt::format(
-          "{}: {} tokens; the model reads the first {} (data.max_source_len, the "
-          "longest source it was trained on): the rest is not translated",
-          texts.size() > 1 ? fmt::format("{} {}", source, i + 1) : source, whole, s->max_source_len()));
     idx.push_back(static_cast<int64_t>(i));
+    if (!warnings) continue;
+    const std::string what = texts.size() > 1 ? fmt::format("{} {}", source, i + 1) : source;
+    if (std::string note = unknown_note(s->tokenizer(), texts[i], what, "source"); !note.empty())
+      warnings->push_back(std::move(note));
+    if (whole > s->max_source_len())
+      warnings->push_back(
+          fmt::format("{}: {} tokens; the model reads the first {} (data.max_source_len, the "
+                      "longest source it was trained on): the rest is not translated",
+                      what, whole, s->max_source_len()));
   }
   std::vector<std::string> result(texts.size());
   if (idx.empty()) return result;

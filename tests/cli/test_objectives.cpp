@@ -145,6 +145,13 @@ TEST_CASE("objectives: seq2seq learns a toy translation through the loop, BLEU, 
   REQUIRE(c.status == 0);
   CHECK_THAT(c.out, Catch::Contains("tfm: warning: --text: 11 tokens; the model reads the first ") &&
                         Catch::Contains("(data.max_source_len"));
+  // A word outside the source vocabulary is read as <unk>, and said to be (each word once).
+  c = tfm_test::run_tfm("translate --run " + dir + " --text \"one zebra two zebra quux.\"");
+  INFO(c.out);
+  REQUIRE(c.status == 0);
+  CHECK_THAT(c.out,
+             Catch::Contains("tfm: warning: --text: 2 words are outside the source vocabulary, read as "
+                             "<unk>: \"zebra\", \"quux\""));
   c = tfm_test::run_tfm("translate --run " + dir + " --text x --beam 0");
   CHECK(c.status == 2);
   CHECK_THAT(c.out, Catch::Contains("--beam"));
@@ -202,7 +209,18 @@ TEST_CASE("objectives: seq2seq learns a toy translation through the loop, BLEU, 
                                     " tokens; the model reads the first " + std::to_string(max_source)));
   const nlohmann::json cut = nlohmann::json::parse(tfm_test::read_file(att + "/attention.json"));
   CHECK(static_cast<int64_t>(cut.at("source_tokens").size()) == max_source + 1);  // and <eos>
-  CHECK(cut.at("cut").size() == 1);
+  CHECK(cut.at("notes").size() == 1);
+  c = tfm_test::run_tfm("attention --run " + dir +
+                        " --text \"one zebra.\" --target \"un zèbre.\" --no-plot --out " + att);
+  INFO(c.out);
+  CHECK(c.status == 0);
+  CHECK_THAT(c.out,
+             Catch::Contains("tfm: note: --text: 1 word is outside the source vocabulary, read as <unk>: "
+                             "\"zebra\"") &&
+                 Catch::Contains("tfm: note: --target: 1 word is outside the target vocabulary"));
+  const nlohmann::json unknown = nlohmann::json::parse(tfm_test::read_file(att + "/attention.json"));
+  CHECK(unknown.at("notes").size() == 2);
+  CHECK(unknown.at("source_tokens").at(1) == "<unk>");
 
   // Export names the objective and both vocabularies; --init-from starts a new run from the weights.
   c = tfm_test::run_tfm("export --run " + dir + " --out " + tmp.path + "/w.safetensors");

@@ -84,6 +84,13 @@ TEST_CASE("data: the char vocabulary is the sorted set of code points", "[data]"
   CHECK_THROWS_WITH(wide.encode("ab", "p"), Catch::StartsWith("p: character 'b' (U+0062) at character 1"));
   const Tokenizer with_unk = wide.with_specials({"<unk>"});
   CHECK(with_unk.encode("b\U0001F643\u00e9a", "p") == std::vector<int32_t>{0, 0, 2, 1});
+  // What encodes to <unk>, each once, in order of first appearance.
+  CHECK(with_unk.unknown_symbols("b\U0001F643\u00e9ab", "p") == std::vector<std::string>{"b", "\U0001F643"});
+  CHECK(with_unk.unknown_symbols("a\u00e9", "p").empty());
+  const Tokenizer words =
+      Tokenizer::from_text(Tokenizer::Kind::Word, "the cat sat .", "w").with_specials({"<unk>"});
+  CHECK(words.unknown_symbols("the dog sat on the dog .", "p") == std::vector<std::string>{"dog", "on"});
+  CHECK(Tokenizer::from_text(Tokenizer::Kind::Byte, "x", "b").unknown_symbols("anything", "p").empty());
 }
 
 TEST_CASE("data: split sizes as docs/architecture.md, and clear errors for bad files", "[data]") {

@@ -47,7 +47,8 @@ nlohmann::json attention_report_json(const std::vector<LayerAttention>& layers,
 // The report of an encoder-decoder's attention on one sentence pair (objectives/inference.h):
 // {"kind": "seq2seq", "source_tokens": [...], "target_tokens": [...], "encoder" | "decoder_self" |
 //  "cross": [{"layer": l, "probabilities": [H][rows][cols], "pattern_similarity": [H][H],
-//  "mean_pattern_similarity": x}], "cut": [a line for each side cut to what the model reads, when one was]}
+//  "mean_pattern_similarity": x}], "notes": [a line for each side cut to what the model reads, or with words
+//  outside its vocabulary, when one was]}
 nlohmann::json pair_attention_report_json(const PairAttention& attention);
 
 }  // namespace tfm

@@ -103,6 +103,10 @@ class Tokenizer {
   void encode_piece(std::string_view text, const std::string& source, uint64_t byte_offset,
                     uint64_t char_offset, std::vector<int32_t>& out,
                     BpeChunkCache* bpe_cache = nullptr) const;
+  // The words (word) or characters (char) of `text` that are outside the vocabulary, each once, in the
+  // order they first appear: what encode reads as <unk>. Empty for byte, bpe and gpt2, which encode
+  // every text.
+  std::vector<std::string> unknown_symbols(const std::string& text, const std::string& source) const;
   // Specials other than <unk> are skipped; <unk> reads "<unk>", the end-of-text id kEndOfText. Word:
   // detokenized (see Kind::Word).
   std::string decode(const std::vector<int32_t>& ids) const;

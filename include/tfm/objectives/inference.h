@@ -37,12 +37,13 @@ std::vector<int32_t> encode_with_masks(const Tokenizer& tokenizer, const std::st
 // truncated to data.max_source_len), detokenized; greedy or beam search as `options` say
 // (options.max_len 0 = data.max_target_len + 1; more than the model's max_seq_len: ConfigError naming
 // --max-len). `source` names the texts in errors (a flag, or "stdin line 3"). No texts: only the run and
-// the options are checked. `cut`, when given, gets a line for each text longer than data.max_source_len
-// (the model was trained on no longer source, and reads only that much of it).
+// the options are checked. `warnings`, when given, gets a line for each text longer than
+// data.max_source_len (the model was trained on no longer source, and reads only that much of it) and
+// for each text with words (characters) outside the source vocabulary, which it reads as <unk>.
 std::vector<std::string> translate_texts(Objective& objective, const std::vector<std::string>& texts,
                                          const TranslateOptions& options,
                                          const std::string& source = "--text",
-                                         std::vector<std::string>* cut = nullptr);
+                                         std::vector<std::string>* warnings = nullptr);
 
 // An encoder-decoder's attention on one sentence pair (pair_attention computes it, analysis/
 // attention_maps.h reports it): per layer, the encoder's self-attention (H, S, S), the decoder's causal
@@ -52,7 +53,8 @@ struct PairAttention {
   std::vector<std::string> source_tokens;  // S: the source's tokens, then <eos>
   std::vector<std::string> target_tokens;  // T: row t is the decoder predicting this token (<eos> last)
   std::vector<Tensor> encoder, decoder_self, cross;
-  std::vector<std::string> cut;  // a line for each side longer than the model reads (what was left out)
+  std::vector<std::string> notes;  // a line for each side longer than the model reads (what was left
+                                   // out), and for the words of each outside its vocabulary (<unk>)
 };
 
 // The attention maps of a seq2seq run on one pair: `source` read as translate reads it, `target`
