@@ -95,6 +95,7 @@ int run_prepare(const PrepareOptions& o) {
 
 struct TokenizerIoOptions {
   std::string config, run, text, ids, file;
+  std::string side = "source";  // an encoder-decoder's vocabulary: "source" or "target"
   std::vector<std::string> sets;
   bool stats = false;
   // --text / --ids as given: an empty value is given too (and said to be empty), not missing.
@@ -103,11 +104,30 @@ struct TokenizerIoOptions {
 };
 
 // The tokenizer a new run of the config would build (char, byte: from the corpus, as its token cache
-// holds it; bpe, gpt2: their files), or the run's own (its checkpoint's).
+// holds it; bpe, gpt2: their files), or the run's own (its checkpoint's); --side picks a seq2seq run's
+// target vocabulary.
 Tokenizer io_tokenizer(const TokenizerIoOptions& o) {
   if (o.config.empty() == o.run.empty()) throw ConfigError("--config, --run: give exactly one of them");
-  if (!o.run.empty()) return load_run(o.run).checkpoint.tokenizer;
-  return data_vocabulary(load_config(o.config, o.sets));
+  const bool target = o.side == "target";
+  if (!o.run.empty()) {
+    const Vocabulary vocabulary = load_run(o.run).checkpoint;
+    if (!vocabulary.target_tokenizer) {
+      if (target)
+        throw ConfigError("--side target: " + o.run +
+                          " has one vocabulary; source and target are an encoder-decoder's (seq2seq) sides");
+      return vocabulary.tokenizer;
+    }
+    if (!target)
+      std::fprintf(stderr, "tfm: the source vocabulary of %s (--side target for the target's)\n",
+                   o.run.c_str());
+    return target ? *vocabulary.target_tokenizer : vocabulary.tokenizer;
+  }
+  const Config config = load_config(o.config, o.sets);
+  if (target && config.string("train.objective") != "seq2seq")
+    throw ConfigError("--side target: " + o.config + " trains train.objective \"" +
+                      config.string("train.objective") +
+                      "\", which has one vocabulary; source and target are seq2seq's sides");
+  return data_vocabulary(config);  // seq2seq: bpe and gpt2 are one file for both sides, word is refused
 }
 
 // The bytes of --file, else of the inline flag's value, and the name to report them by.
@@ -203,6 +223,9 @@ std::vector<Command> add_data_commands(CLI::App& app) {
     cmd->add_option("--run", io.run, "Run directory: its checkpoint's tokenizer (instead of --config)")
         ->type_name("DIR");
     cmd->add_option("--set", io.sets, "Override a config key (repeatable)")->type_name("KEY=VALUE");
+    cmd->add_option("--side", io.side, "An encoder-decoder's (seq2seq) vocabulary: source or target")
+        ->capture_default_str()
+        ->check(one_of({"source", "target"}));
   };
   auto e = std::make_shared<TokenizerIoOptions>();
   auto* enc = tok->add_subcommand("encode", "Print the token ids of a text as a JSON array");
@@ -214,7 +237,8 @@ std::vector<Command> add_data_commands(CLI::App& app) {
       "\nThe ids are what training sees (no end-of-text id is added). A char vocabulary is data.path's\n"
       "characters, so a character outside it is an error.\nExamples:\n"
       "  tfm tokenizer encode --config configs/tiny.json --set data.tokenizer=gpt2 --text \"Hello, world\"\n"
-      "  tfm tokenizer encode --run runs/shakespeare_char --file prompt.txt\n");
+      "  tfm tokenizer encode --run runs/shakespeare_char --file prompt.txt\n"
+      "  tfm tokenizer encode --run runs/eng_fra --side target --text \"je suis calme .\"\n");
   commands.push_back({enc, [e] { return run_tokenizer_encode(*e); }});
   auto d = std::make_shared<TokenizerIoOptions>();
   auto* dec = tok->add_subcommand("decode", "Print the text of token ids (a JSON array)");

@@ -152,6 +152,19 @@ TEST_CASE("objectives: seq2seq learns a toy translation through the loop, BLEU, 
   CHECK_THAT(c.out,
              Catch::Contains("tfm: warning: --text: 2 words are outside the source vocabulary, read as "
                              "<unk>: \"zebra\", \"quux\""));
+  // tokenizer encode/decode reach both vocabularies: the source's by default (French is <unk> there).
+  const auto ids = [&](const std::string& side) {
+    return tfm_test::run_shell("{ " + tfm_test::tfm_command() + " tokenizer encode --run " + dir + side +
+                               " --text \"deux un.\" 2>/dev/null; }");
+  };
+  const tfm_test::CliRun source_ids = ids(""), target_ids = ids(" --side target");
+  REQUIRE(source_ids.status == 0);
+  REQUIRE(target_ids.status == 0);
+  CHECK(source_ids.out.rfind("[3,3,", 0) == 0);  // <unk> <unk> .
+  c = tfm_test::run_tfm("tokenizer decode --run " + dir + " --side target --ids '" + target_ids.out + "'");
+  CHECK(c.out == "deux un.");
+  c = tfm_test::run_tfm("tokenizer encode --run " + dir + " --text one");
+  CHECK_THAT(c.out, Catch::Contains("the source vocabulary of " + dir + " (--side target for the target's)"));
   c = tfm_test::run_tfm("translate --run " + dir + " --text x --beam 0");
   CHECK(c.status == 2);
   CHECK_THAT(c.out, Catch::Contains("--beam"));

@@ -66,6 +66,12 @@ TEST_CASE("tokenizer cli: a char config's vocabulary, and bad input refused with
   r = run_tfm("tokenizer decode " + kTokenizerIoGpt2 + "--ids ''");
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("--ids: expected a JSON array of token ids"));
+  r = run_tfm("tokenizer encode " + kTokenizerIoGpt2 + "--side target --text a");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("--side target: configs/tiny.json trains train.objective \"causal_lm\""));
+  r = run_tfm("tokenizer encode " + kTokenizerIoGpt2 + "--side left --text a");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("--side") && Catch::Contains("source") && Catch::Contains("target"));
   r = run_tfm("tokenizer encode --text a");
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("--config, --run: give exactly one of them"));
