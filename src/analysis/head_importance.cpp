@@ -81,9 +81,11 @@ HeadImportance head_importance(LoadedRun& run, int64_t batches) {
     }
   }
   std::sort(order.begin(), order.end());
-  // The pruning curve: the least important 10%, 20%, ... 90% of the heads masked.
+  // The pruning curve: the least important 10%, 20%, ... 90% of the heads masked; a share that rounds to
+  // the count of the one before (under 10 heads) is not measured twice.
   for (int pct = 0; pct <= 90; pct += 10) {
     const int64_t k = static_cast<int64_t>(std::lround(pct / 100.0 * static_cast<double>(L * H)));
+    if (!r.pruning.empty() && r.pruning.back().masked == k) continue;
     std::vector<Tensor> g = ones();
     std::vector<std::pair<int64_t, int64_t>> masked;  // (layer, head), in `tfm eval --mask-heads` order
     for (int64_t i = 0; i < k; ++i) {

@@ -79,18 +79,21 @@ int run_heads(const HeadsOptions& o) {
   }
   fmt::print("head importance of {} ({}.ckpt) over {} validation batches; val loss {:.4f} with every head\n",
              run.dir.c_str(), run.which.c_str(), o.batches, r.val_loss);
-  fmt::print("{:>6} {:>5} {:>18} {:>15} {:>12}\n", "layer", "head", "loss if masked", "|dL/dxi|",
-             "rank in layer");
+  // |dL/dxi| as measured, and per layer over its l2 norm: the score the pruning ranks across layers.
+  fmt::print("{:>6} {:>5} {:>18} {:>12} {:>11} {:>14}\n", "layer", "head", "loss if masked", "|dL/dxi|",
+             "normalized", "rank in layer");
   for (int64_t l = 0; l < r.layers; ++l)
     for (int64_t h = 0; h < r.heads; ++h) {
       const std::vector<int64_t>& rank = r.ranking[l];
       const int64_t pos = std::find(rank.begin(), rank.end(), h) - rank.begin();
-      fmt::print("{:6} {:5} {:+18.4f} {:15.4g} {:12}\n", l, h, r.loss_change[l][h], r.gradient_score[l][h],
-                 pos + 1);
+      fmt::print("{:6} {:5} {:+18.4f} {:12.4g} {:11.4f} {:14}\n", l, h, r.loss_change[l][h],
+                 r.gradient_score[l][h], r.normalized_score[l][h], pos + 1);
     }
   fmt::print("pruning (least important first, by normalized gradient score):\n");
   for (const PruningPoint& p : r.pruning)
-    fmt::print("  {:3}% ({:2} heads masked): val loss {:.4f} ({:+.4f})\n", p.percent, p.masked, p.val_loss,
+    fmt::print("  {:3} of {} heads masked ({:3.0f}%): val loss {:.4f} ({:+.4f})\n", p.masked,
+               r.layers * r.heads,
+               100.0 * static_cast<double>(p.masked) / static_cast<double>(r.layers * r.heads), p.val_loss,
                p.val_loss - r.val_loss);
   fmt::print("{} of {} heads can be masked before the val loss rises by more than {}\n",
              r.heads_masked_within_tolerance, r.layers * r.heads, kPruningTolerance);
