@@ -190,12 +190,19 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
   } else {
     refuse_taken_directory();
   }
-  objective_ =
-      make_objective(config_, resumed ? &resumed->checkpoint : nullptr,
-                     {true, rank_, memory_check(config_, {"train", true, dist::local_size()}), opt_.stop});
   // A stop request while the data was read (a first-use tokenization can take minutes) ends the run
-  // before anything is written: no directory, step or checkpoint for a moment's training.
-  if (dist::any(opt_.stop && opt_.stop->load()))
+  // before anything is written: no directory, step or checkpoint for a moment's training. Under MPI a
+  // signal may reach one rank alone, whose tokenization then stops: every rank learns it in the same
+  // collective, so that none waits for a rank that has left.
+  bool stopped_reading = false;
+  try {
+    objective_ =
+        make_objective(config_, resumed ? &resumed->checkpoint : nullptr,
+                       {true, rank_, memory_check(config_, {"train", true, dist::local_size()}), opt_.stop});
+  } catch (const Interrupted&) {
+    stopped_reading = true;
+  }
+  if (dist::any(stopped_reading || (opt_.stop && opt_.stop->load())))
     throw Interrupted("stop requested while the data was read (data.path " + config_.string("data.path") +
                       ")");
   // --init-from: a file that does not fit the model or its vocabulary is refused before anything is written.

@@ -3,11 +3,13 @@
 //   (a) after every step of a real train() run (dropout on; AdamW and Muon), all ranks hold bit-identical
 //       parameters;
 //   (b) 2 ranks x batch B/2 with averaged gradients give the update of 1 rank x batch B (float
-//       tolerance: the two halves' means are summed in a different order than the full-batch mean).
+//       tolerance: the two halves' means are summed in a different order than the full-batch mean);
+//   (c) a stop that reaches one rank alone while the corpus is tokenized ends every rank's run.
 // Resume under MPI drives the tfm binary: tests/mpi/test_mpi_resume.sh.
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -76,6 +78,30 @@ void test_identical_parameters(const std::string& dir, std::vector<std::string> 
   }
   if (tfm::dist::is_root())
     MPI_CHECK(std::filesystem::exists(dir + "/last.ckpt"), "rank 0 wrote no %s/last.ckpt", dir.c_str());
+}
+
+// (c) A stop that reaches one rank alone while the corpus is tokenized (a signal to one process): every
+// rank returns Interrupted before the first step, none waits in a collective for the rank that stopped.
+void test_stop_on_one_rank_while_tokenizing(const std::string& dir) {
+  // A corpus with no cache yet, so that it is tokenized now: a copy per rank, so that rank 1 tokenizes
+  // too (on one file, the rank that waits for another's build would read it, not tokenize).
+  const std::string corpus = dir + "/corpus_" + std::to_string(tfm::dist::rank()) + ".txt";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt", corpus,
+                             std::filesystem::copy_options::overwrite_existing);
+  const tfm::Config config = tfm::load_config(
+      std::string(TFM_SOURCE_DIR) + "/configs/tiny.json",
+      {"train.max_steps=5", "output.dir=\"" + dir + "/stopped\"", "data.path=\"" + corpus + "\""});
+  std::atomic<bool> stop(tfm::dist::rank() == 1);
+  tfm::TrainOptions opt;
+  opt.console = false;
+  opt.stop = &stop;
+  const tfm::TrainResult r = tfm::train(config, opt);
+  MPI_CHECK(r.status == tfm::TrainResult::Status::Interrupted, "status %d, expected Interrupted (%s)",
+            static_cast<int>(r.status), r.message.c_str());
+  MPI_CHECK(r.message.find("no step was trained") != std::string::npos, "message: %s", r.message.c_str());
+  tfm::dist::barrier();
+  MPI_CHECK(!std::filesystem::exists(dir + "/stopped/last.ckpt"), "a checkpoint was written");
 }
 
 // (b) Gradient averaging over ranks equals the full-batch gradient; one SGD step then agrees too.
@@ -171,6 +197,7 @@ int main(int argc, char** argv) {
         {"train.objective=seq2seq", "data.tokenizer=word", "train.batch_size=4", "data.val_fraction=0.2",
          "data.path=" + std::string(TFM_SOURCE_DIR) + "/tests/fixtures/eng_fra_head.txt"});
     test_split_batch_matches_full_batch();
+    test_stop_on_one_rank_while_tokenizing(dir + "/stop");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: exception: %s\n", tfm::dist::rank(), e.what());
     ++g_failures;
