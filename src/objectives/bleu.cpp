@@ -54,7 +54,7 @@ Tokens split_whitespace(const std::string& text) {
 }
 
 BleuScore bleu_from_counts(const std::vector<int64_t>& matches, const std::vector<int64_t>& totals,
-                           int64_t sys_len, int64_t ref_len) {
+                           int64_t sys_len, int64_t ref_len, BleuSmoothing smoothing) {
   TFM_CHECK(!matches.empty() && matches.size() == totals.size(), "bleu_from_counts",
             "expected matches and totals ", "of the same size >= 1, got ", matches.size(), " and ",
             totals.size());
@@ -69,14 +69,19 @@ BleuScore bleu_from_counts(const std::vector<int64_t>& matches, const std::vecto
          : sys_len > 0      ? std::exp(1.0 - static_cast<double>(ref_len) / static_cast<double>(sys_len))
                             : 0.0;
   double log_sum = 0.0;
-  bool zero = false;
+  bool zero = matches[0] == 0;  // no unigram in common: 0 whatever the smoothing
+  double halvings = 1.0;        // exp smoothing: 2^k at the k-th order without a match
   for (size_t n = 0; n < max_n; ++n) {
     if (totals[n] > 0)
       s.precisions[n] = 100.0 * static_cast<double>(matches[n]) / static_cast<double>(totals[n]);
-    if (matches[n] == 0)
-      zero = true;  // no smoothing: BLEU is 0 (sacreBLEU's log(0) = -1e10)
-    else
+    if (totals[n] == 0 || (matches[n] == 0 && smoothing == BleuSmoothing::None)) {
+      zero = true;  // sacreBLEU's log(0) = -1e10: BLEU is 0
+    } else if (matches[n] == 0) {
+      halvings *= 2.0;
+      log_sum -= std::log(halvings * static_cast<double>(totals[n]));
+    } else {
       log_sum += std::log(static_cast<double>(matches[n]) / static_cast<double>(totals[n]));
+    }
   }
   // sacreBLEU's exp(mean(log(100 p_n))) with the 100 taken out of the log, so that a perfect match is
   // exactly 100 (exp(log(100)) is 100.00000000000004); other scores agree to the last bits.
@@ -85,7 +90,8 @@ BleuScore bleu_from_counts(const std::vector<int64_t>& matches, const std::vecto
 }
 
 BleuScore corpus_bleu(const std::vector<Tokens>& hypotheses,
-                      const std::vector<std::vector<Tokens>>& references, int max_n) {
+                      const std::vector<std::vector<Tokens>>& references, int max_n,
+                      BleuSmoothing smoothing) {
   TFM_CHECK(hypotheses.size() == references.size(), "corpus_bleu", hypotheses.size(), " hypotheses but ",
             references.size(), " reference lists");
   TFM_CHECK(max_n >= 1, "corpus_bleu", "max_n must be >= 1, got ", max_n);
@@ -109,26 +115,27 @@ BleuScore corpus_bleu(const std::vector<Tokens>& hypotheses,
       totals[n - 1] += std::max<int64_t>(0, len - n + 1);
     }
   }
-  return bleu_from_counts(matches, totals, sys_len, ref_len);
+  return bleu_from_counts(matches, totals, sys_len, ref_len, smoothing);
 }
 
-BleuScore corpus_bleu(const std::vector<Tokens>& hypotheses, const std::vector<Tokens>& references,
-                      int max_n) {
+BleuScore corpus_bleu(const std::vector<Tokens>& hypotheses, const std::vector<Tokens>& references, int max_n,
+                      BleuSmoothing smoothing) {
   std::vector<std::vector<Tokens>> lists;
   for (const Tokens& r : references) lists.push_back({r});
-  return corpus_bleu(hypotheses, lists, max_n);
+  return corpus_bleu(hypotheses, lists, max_n, smoothing);
 }
 
 BleuScore corpus_bleu(const std::vector<std::string>& hypotheses, const std::vector<std::string>& references,
-                      int max_n) {
+                      int max_n, BleuSmoothing smoothing) {
   std::vector<Tokens> h, r;
   for (const std::string& s : hypotheses) h.push_back(split_whitespace(s));
   for (const std::string& s : references) r.push_back(split_whitespace(s));
-  return corpus_bleu(h, r, max_n);
+  return corpus_bleu(h, r, max_n, smoothing);
 }
 
-BleuScore sentence_bleu(const Tokens& hypothesis, const Tokens& reference, int max_n) {
-  return corpus_bleu(std::vector<Tokens>{hypothesis}, std::vector<Tokens>{reference}, max_n);
+BleuScore sentence_bleu(const Tokens& hypothesis, const Tokens& reference, int max_n,
+                        BleuSmoothing smoothing) {
+  return corpus_bleu(std::vector<Tokens>{hypothesis}, std::vector<Tokens>{reference}, max_n, smoothing);
 }
 
 double d2l_bleu(const Tokens& prediction, const Tokens& label, int k) {

@@ -337,8 +337,17 @@ TEST_CASE("seq2seq: corpus BLEU by hand", "[seq2seq][bleu]") {
   const BleuScore s4 = sentence_bleu(hyp, ref);
   CHECK(s4.matches == std::vector<int64_t>{5, 3, 1, 0});
   CHECK(s4.totals == std::vector<int64_t>{6, 5, 4, 3});
-  CHECK(s4.score == 0.0);  // a zero precision, no smoothing
+  // No 4-gram matches: sacreBLEU's default smoothing takes p_4 = 1 / (2 * 3), 'none' gives 0.
+  CHECK(s4.score == Approx(100.0 * std::pow(5.0 / 6.0 * 3.0 / 5.0 * 1.0 / 4.0 * 1.0 / 6.0, 0.25)));
+  CHECK(sentence_bleu(hyp, ref, 4, BleuSmoothing::None).score == 0.0);
   CHECK(s4.precisions[0] == Approx(100.0 * 5 / 6));
+  CHECK(s4.precisions[3] == 0.0);  // the precisions are the unsmoothed ones
+  // Two orders without a match: the second's p_n = 1 / (4 total_n).
+  CHECK(bleu_from_counts({4, 2, 0, 0}, {6, 5, 4, 3}, 6, 6).score ==
+        Approx(100.0 * std::pow(4.0 / 6.0 * 2.0 / 5.0 / (2.0 * 4.0) / (4.0 * 3.0), 0.25)));
+  // No unigram in common, or no n-gram of some order (hypotheses shorter than n): 0.
+  CHECK(bleu_from_counts({0, 0, 0, 0}, {4, 3, 2, 1}, 4, 4).score == 0.0);
+  CHECK(bleu_from_counts({3, 2, 1, 0}, {3, 2, 1, 0}, 3, 3).score == 0.0);
   const BleuScore s3 = sentence_bleu(hyp, ref, 3);
   CHECK(s3.score == Approx(50.0));  // (5/6 * 3/5 * 1/4)^(1/3) = 0.5
   CHECK(s3.bp == 1.0);
@@ -382,6 +391,14 @@ TEST_CASE("seq2seq: BLEU equals sacreBLEU's own test values", "[seq2seq][bleu]")
   }
   CHECK(corpus_bleu(h, refs).score == Approx(49.1919566).epsilon(1e-9));
   CHECK(corpus_bleu(std::vector<Tokens>(3), refs).score == 0.0);  // empty hypotheses
+  // test/test_sentence_bleu.py: one sentence with no 3- or 4-gram match, tokenize='none', smooth_method
+  // 'exp' (its default) = 7.347 (to 1e-3); the same with tokenize '13a' and 'none' smoothing = 0.
+  const Tokens sys = split_whitespace(
+                   "Producția de zahăr primă va fi exprimată în ceea ce privește zahărul alb;"),
+               ref = split_whitespace("producţia de zahăr brut se exprimă în zahăr alb;");
+  CHECK(sentence_bleu(sys, ref).score == Approx(7.347).margin(1e-3));
+  CHECK(sentence_bleu(sys, ref, 4, BleuSmoothing::None).score == 0.0);
+  CHECK(sentence_bleu(split_whitespace("this is a cat"), split_whitespace("okay thanks")).score == 0.0);
 }
 
 TEST_CASE("seq2seq: d2l's BLEU", "[seq2seq][bleu]") {
