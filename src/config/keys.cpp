@@ -403,7 +403,9 @@ std::vector<KeySpec> build_table() {
           .min(1)
           .only_for(kLanguageModels),
       Key("train.grad_accum_steps", &TrainConfig::grad_accum_steps,
-          "Micro-batches per optimizer step; the update equals one batch of B * grad_accum_steps.")
+          "Micro-batches per optimizer step; the update equals one batch of B * grad_accum_steps (each "
+          "micro-batch weighted by the target tokens it counts: seq2seq's real ones, masked_lm's masked "
+          "ones).")
           .min(1),
       Key("train.max_steps", &TrainConfig::max_steps,
           "Optimizer steps; the cosine and wsd schedules end here.")

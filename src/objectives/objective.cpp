@@ -166,7 +166,8 @@ BatchShards TextObjective::shards_of(const std::vector<int32_t>& x, const std::v
   };
   BatchShards out;
   out.tokens = B_ * T_;
-  const double total = static_cast<double>(counted(y));
+  out.counted = counted(y);
+  const double total = static_cast<double>(out.counted);
   const bool mtp = model_.config().mtp_heads > 0;  // causal_lm's only: the key table refuses it elsewhere
   for (const auto& [begin, end] : shard_rows(B_, parts)) {
     std::vector<int32_t> xs(x.begin() + begin * T_, x.begin() + end * T_),

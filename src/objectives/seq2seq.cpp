@@ -126,6 +126,7 @@ class Seq2Seq : public Objective {
       targets += shards.back().real_target_tokens;
       out.tokens += shards.back().real_source_tokens + shards.back().real_target_tokens;
     }
+    out.counted = targets;
     for (PairBatch& b : shards) {
       const float share =
           static_cast<float>(static_cast<double>(b.real_target_tokens) / static_cast<double>(targets));

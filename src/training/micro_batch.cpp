@@ -12,8 +12,11 @@ MicroBatches::MicroBatches(Objective& objective, int workers) : objective_(objec
   for (int w = 1; w < workers_; ++w) replicas_.push_back(objective_.replica());
 }
 
-MicroBatchLoss MicroBatches::run(float scale, float auxiliary_weight) {
-  const BatchShards shards = objective_.train_batch_shards(workers_);
+BatchShards MicroBatches::next() {
+  return objective_.train_batch_shards(workers_);
+}
+
+MicroBatchLoss MicroBatches::run(const BatchShards& shards, float scale, float auxiliary_weight) {
   Model& master = objective_.model();
   // Each replica's dropout stream is seeded from the master's, so the checkpointed master state is
   // all a resumed run needs to draw the same masks.

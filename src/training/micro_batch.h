@@ -24,10 +24,12 @@ class MicroBatches {
  public:
   MicroBatches(Objective& objective, int workers);
   int workers() const { return workers_; }
-  // The next micro-batch's figures. The gradient of its loss + auxiliary_weight times the objective's
-  // auxiliary term (multi-token prediction: mtp_weight_at, optim.h), scaled by `scale` (1 / accumulation
-  // steps: the update of one batch of B * accum), is added into the workers' gradient buffers.
-  MicroBatchLoss run(float scale, float auxiliary_weight);
+  // The objective's next micro-batch, cut into a shard per worker.
+  BatchShards next();
+  // A micro-batch's figures. The gradient of its loss + auxiliary_weight times the objective's auxiliary
+  // term (multi-token prediction: mtp_weight_at, optim.h), scaled by `scale` (its share of the step's
+  // counted positions: the update of one larger batch), is added into the workers' gradient buffers.
+  MicroBatchLoss run(const BatchShards& shards, float scale, float auxiliary_weight);
   // Adds the replicas' gradients into the model's, in worker order (the same sums every run), and
   // zeroes theirs for the next step: one pass over each buffer.
   void sum_gradients();

@@ -194,17 +194,19 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
   // before anything is written: no directory, step or checkpoint for a moment's training. Under MPI a
   // signal may reach one rank alone, whose tokenization then stops: every rank learns it in the same
   // collective, so that none waits for a rank that has left.
-  bool stopped_reading = false;
+  std::string stopped_reading;  // this rank's stop while its data was read, said as it was
   try {
     objective_ =
         make_objective(config_, resumed ? &resumed->checkpoint : nullptr,
                        {true, rank_, memory_check(config_, {"train", true, dist::local_size()}), opt_.stop});
-  } catch (const Interrupted&) {
-    stopped_reading = true;
+  } catch (const Interrupted& e) {
+    stopped_reading = e.what();
   }
-  if (dist::any(stopped_reading || (opt_.stop && opt_.stop->load())))
+  if (dist::any(!stopped_reading.empty() || (opt_.stop && opt_.stop->load()))) {
+    if (!stopped_reading.empty()) throw Interrupted(stopped_reading);
     throw Interrupted("stop requested while the data was read (data.path " + config_.string("data.path") +
                       ")");
+  }
   // --init-from: a file that does not fit the model or its vocabulary is refused before anything is written.
   if (!resumed && !opt_.init_from.empty()) {
     const Tokenizer* target = objective_->target_tokenizer();
@@ -377,17 +379,30 @@ TrainingRun::StepStats TrainingRun::step() {
   double loss_sum = 0.0, tokens = 0.0, mtp_sum = 0.0;
   const float mtp_weight =
       mtp_ ? static_cast<float>(mtp_weight_at(train_.mtp_weight, state_->step, max_steps_)) : 0.0f;
+  // The step's micro-batches, drawn first: each one's loss (a mean over its counted positions) is
+  // weighted by its share of every rank's counted positions, so that the update is the mean over all of
+  // them, as one batch of B * accum * ranks gives. Padded pairs (seq2seq) and masks (masked_lm) count a
+  // different number of positions per micro-batch; a mean of means would weigh a short one as a long one.
+  std::vector<BatchShards> micro;
+  uint64_t counted = 0;
   for (int64_t a = 0; a < accum_; ++a) {
-    // Mean over the micro-batches: the same gradient as one batch of B * accum.
-    const MicroBatchLoss m = batches_->run(accum_ > 1 ? 1.0f / static_cast<float>(accum_) : 1.0f, mtp_weight);
-    loss_sum += m.loss, tokens += m.tokens, mtp_sum += m.auxiliary;
+    micro.push_back(batches_->next());
+    counted += static_cast<uint64_t>(micro.back().counted);
+  }
+  double all_counted = 0.0;
+  for (const uint64_t n : dist::allgather({counted})) all_counted += static_cast<double>(n);
+  for (const BatchShards& shards : micro) {
+    // Times the ranks: the gradient's mean over ranks below makes it a share of the whole.
+    const double share = all_counted > 0 ? static_cast<double>(shards.counted) * nranks_ / all_counted : 0.0;
+    const MicroBatchLoss m = batches_->run(shards, static_cast<float>(share), mtp_weight);
+    loss_sum += m.loss * share, tokens += m.tokens, mtp_sum += m.auxiliary * share;
   }
   batches_->sum_gradients();
   // Data parallel: the mean over ranks of loss and gradient, before clipping, so the clip sees the
   // global gradient and every rank applies the same update (no-ops in a single process).
   StepStats s;
-  s.loss = dist::allreduce_mean(loss_sum / static_cast<double>(accum_));
-  if (mtp_) s.mtp_loss = dist::allreduce_mean(mtp_sum / static_cast<double>(accum_));
+  s.loss = dist::allreduce_mean(loss_sum);
+  if (mtp_) s.mtp_loss = dist::allreduce_mean(mtp_sum);
   s.tokens = dist::allreduce_mean(tokens) * nranks_;  // every rank's real tokens
   dist::allreduce_mean(grads.data(), P);
   s.norm = std::isfinite(s.loss) ? clip_grad_norm(grads.data(), P, train_.grad_clip) : NAN;

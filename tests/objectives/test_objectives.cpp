@@ -18,6 +18,7 @@
 #include "tfm/objectives/inference.h"
 #include "tfm/objectives/objective.h"
 #include "tfm/objectives/text_data.h"
+#include "tfm/training/checkpoint.h"
 #include "tfm/training/run_dir.h"
 #include "tfm/training/trainer.h"
 #include "train_options.h"
@@ -279,6 +280,45 @@ TEST_CASE("objectives: a data-parallel run follows the ordinary run's loss",
     compare(train(s2s_config(tmp.path + "/sdp", data, dp), quiet()),
             train(s2s_config(tmp.path + "/sone", data, run), quiet()));
   }
+}
+
+TEST_CASE("objectives: seq2seq gradient accumulation weighs micro-batches by their target tokens",
+          "[objective][train]") {
+  // Pairs of 3 to 6 target tokens: micro-batches of one batch count different numbers of them. One SGD
+  // step (no momentum: the update is lr times the gradient) of 8 x 1, 4 x 2 and 2 x 4 pairs, the same 8
+  // pairs in the same order: the update of one batch is the mean over all its target tokens.
+  tfm_test::TempDir tmp("objectives_s2s_accum");
+  const std::string data = write_reversal_pairs(tmp.path, 200);
+  const auto values_after = [&](const std::string& name, const std::vector<std::string>& batch) {
+    std::vector<std::string> sets = {"train.max_steps=1",
+                                     "train.grad_clip=0",
+                                     "train.eval_interval=1",
+                                     "train.eval_steps=1",
+                                     "model.dropout=0",
+                                     "model.attention_dropout=0",
+                                     "train.optimizer.name=sgd",
+                                     "train.optimizer.momentum=0",
+                                     "train.lr_schedule.warmup_steps=0"};
+    sets.insert(sets.end(), batch.begin(), batch.end());
+    train(s2s_config(tmp.path + "/" + name, data, sets), quiet());
+    return load_checkpoint(tmp.path + "/" + name + "/last.ckpt").model;
+  };
+  const auto before = values_after("before", {"train.batch_size=8", "train.optimizer.lr=1e-30"});
+  const auto one = values_after("one", {"train.batch_size=8"});
+  const auto two = values_after("two", {"train.batch_size=4", "train.grad_accum_steps=2"});
+  const auto four = values_after("four", {"train.batch_size=2", "train.grad_accum_steps=4"});
+  REQUIRE(one.size() == two.size());
+  REQUIRE(one.size() == four.size());
+  double max_diff = 0, max_update = 0;
+  for (size_t i = 0; i < one.size(); ++i) {
+    const double update = static_cast<double>(one[i]) - before[i];
+    max_update = std::max(max_update, std::fabs(update));
+    max_diff = std::max({max_diff, std::fabs(static_cast<double>(two[i]) - before[i] - update),
+                         std::fabs(static_cast<double>(four[i]) - before[i] - update)});
+  }
+  INFO("max |update| " << max_update << ", max |difference| " << max_diff);
+  CHECK(max_update > 1e-4);
+  CHECK(max_diff < 1e-3 * max_update);
 }
 
 TEST_CASE("objectives: train.data_parallel is checked", "[objective][data_parallel][config]") {

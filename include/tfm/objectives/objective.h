@@ -63,6 +63,10 @@ struct BatchLoss {
 struct BatchShards {
   std::vector<std::function<ShardLoss(Model&)>> losses;
   int64_t tokens = 0;  // as BatchLoss::tokens, over the whole batch
+  // The positions the batch's loss is the mean over: its targets (masked_lm: the masked ones; seq2seq:
+  // the real target tokens). Gradient accumulation and data parallelism over ranks weight each batch by
+  // it, so that their update is the mean over every counted position, as one larger batch's.
+  int64_t counted = 0;
 };
 
 // What an objective trains on.
