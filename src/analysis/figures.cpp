@@ -375,6 +375,8 @@ std::vector<std::string> sweep_keys(const json& point) {
                                     "training_s",
                                     "stopped",
                                     "seconds_to_target",
+                                    "failed_at_step",
+                                    "error",
                                     "dir"};
   std::vector<std::string> keys;
   for (const auto& [k, v] : point.items())
@@ -407,19 +409,32 @@ std::string sweep_figure(const std::vector<json>& points, const std::string& key
   loss.y_label = "val loss";
   speed.y_label = "ms per training step";
   loss.legend = speed.legend = groups.size() > 1;
+  size_t diverged = 0;
   for (const auto& [label, ps] : groups) {
     svg::Series l, s;
     l.name = s.name = label, l.markers = s.markers = true;
     for (const json* p : ps) {
       const double pos =
           static_cast<double>(std::find(xs.begin(), xs.end(), p->value(key, json())) - xs.begin());
+      // A point that diverged has no val loss or speed: a cross at its place on both, saying when.
+      if (p->contains("failed_at_step")) {
+        const std::string note =
+            fmt::format("diverged at step {}", p->value("failed_at_step", json()).dump());
+        const size_t series = loss.series.size();
+        loss.missing.push_back({pos, note, series}), speed.missing.push_back({pos, note, series});
+        ++diverged;
+        continue;
+      }
       l.x.push_back(pos), s.x.push_back(pos);
       l.y.push_back(number_or_nan(*p, "val_loss")), s.y.push_back(number_or_nan(*p, "ms_per_step"));
     }
     loss.series.push_back(std::move(l)), speed.series.push_back(std::move(s));
   }
   svg::Document doc(1000, 420);
-  doc.text(500, 20, fmt::format("{}: {} points", title, points.size()), 13, svg::Document::Anchor::Middle);
+  doc.text(500, 20,
+           fmt::format("{}: {} points{}", title, points.size(),
+                       diverged ? fmt::format(", {} diverged", diverged) : std::string()),
+           13, svg::Document::Anchor::Middle);
   svg::draw_chart(doc, 0, 30, 500, 390, loss);
   svg::draw_chart(doc, 500, 30, 500, 390, speed);
   return doc.str();

@@ -268,6 +268,10 @@ void draw_chart(Document& doc, double x, double y, double w, double h, const Cha
     const double ay = to_axis(l.y, chart.log_y);
     if (std::isfinite(ay)) ylo = std::min(ylo, ay), yhi = std::max(yhi, ay);
   }
+  for (const MissingPoint& m : chart.missing) {
+    const double mx = to_axis(m.x, chart.log_x);
+    if (std::isfinite(mx)) xlo = std::min(xlo, mx), xhi = std::max(xhi, mx);
+  }
   Axis ax;
   if (!chart.x_categories.empty()) {
     ax.lo = -0.5, ax.hi = static_cast<double>(chart.x_categories.size()) - 0.5;
@@ -325,7 +329,25 @@ void draw_chart(Document& doc, double x, double y, double w, double h, const Cha
       for (size_t i = 0; i < sx.size(); ++i) doc.circle(sx[i], sy[i], 2.5, colour);
     doc.raw("</g>\n");
   }
-  if (!any) doc.text(px0 + pw / 2, py0 + ph / 2, "no data yet", 12, Document::Anchor::Middle, "#888888");
+  // Points with nothing to plot, on the upper edge; several at one x stacked downwards.
+  std::vector<double> marked;
+  for (const MissingPoint& m : chart.missing) {
+    const double ax_x = to_axis(m.x, chart.log_x);
+    if (!std::isfinite(ax_x) || ax_x < ax.lo || ax_x > ax.hi) continue;
+    const double tx = px(ax_x);
+    const double row = static_cast<double>(std::count(marked.begin(), marked.end(), ax_x));
+    marked.push_back(ax_x);
+    const std::string colour =
+        chart.series.empty() || m.series >= chart.series.size() || chart.series[m.series].colour.empty()
+            ? series_colour(m.series)
+            : chart.series[m.series].colour;
+    doc.raw(fmt::format("<g class=\"missing\" data-name=\"{}\">\n", escape(m.label)));
+    doc.text(tx, py0 + 14 + 24 * row, "\xC3\x97", 14, Document::Anchor::Middle, colour, 0, true);
+    doc.text(tx, py0 + 25 + 24 * row, m.label, 9, Document::Anchor::Middle, colour);
+    doc.raw("</g>\n");
+  }
+  if (!any && chart.missing.empty())
+    doc.text(px0 + pw / 2, py0 + ph / 2, "no data yet", 12, Document::Anchor::Middle, "#888888");
   if (!chart.legend) return;
   std::vector<size_t> named;
   double lw = 0;

@@ -43,7 +43,8 @@ Examples:
 
 A run directory holds config.json, last.ckpt, best.ckpt, train.log and metrics.jsonl.
 Exit status: 0 done (or interrupted and checkpointed), 1 internal error,
-             2 bad config, argument or file, 3 training stopped on a NaN/Inf.
+             2 bad config, argument or file, 3 training stopped on a NaN/Inf
+             (tfm sweep: at one of its points; the others trained and were recorded).
 )";
 
 void print_error(const std::string& what) {

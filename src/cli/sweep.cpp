@@ -54,7 +54,7 @@ int run_sweep_command(const SweepOptions& o) {
                               }()}})
                            .dump()
                            .c_str());
-    return kExitOk;
+    return result.diverged > 0 ? kExitDiverged : kExitOk;
   }
   // Time to quality columns when the points have a target: seconds to it ("-" when missed).
   const bool target =
@@ -70,22 +70,34 @@ int run_sweep_command(const SweepOptions& o) {
       target ? " s to target |" : "");
   for (size_t a = 0; a < axes.size() + 9 + (target ? 1 : 0); ++a) fmt::print("|---");
   fmt::print("|\n");
+  // A point that diverged has no val loss, parameters or speed to show: "-", and why after the table.
   for (const json& r : all) {
     for (const SweepAxis& a : axes) fmt::print("| {} ", r[a.key].dump());
-    fmt::print("| {} | {:.3g} | {} | {} | {} | {}{} | {:.1f} |", r["parameters"].get<int64_t>(),
-               r["train_flops_per_token"].get<double>(), r["kv_cache_bytes_per_token"].get<int64_t>(),
-               number(r["val_loss"], "{:.4f}"), number(r["best_val_loss"], "{:.4f}"),
-               r["step"].get<int64_t>(),
-               r["stopped"] == "max_steps" ? "" : " (" + r["stopped"].get<std::string>() + ")",
+    const std::string stopped = r["stopped"].get<std::string>();
+    const std::string why = stopped == "max_steps" ? ""
+                            : stopped == "diverged"
+                                ? fmt::format(" (diverged at step {})", r["failed_at_step"].get<int64_t>())
+                                : " (" + stopped + ")";
+    fmt::print("| {} | {} | {} | {} | {} | {}{} | {:.1f} |", number(r.value("parameters", json()), "{:.0f}"),
+               number(r.value("train_flops_per_token", json()), "{:.3g}"),
+               r["kv_cache_bytes_per_token"].get<int64_t>(), number(r["val_loss"], "{:.4f}"),
+               number(r["best_val_loss"], "{:.4f}"), r["step"].get<int64_t>(), why.c_str(),
                r["training_s"].get<double>());
     if (target) fmt::print(" {} |", number(r.value("seconds_to_target", json()), "{:.1f}"));
-    fmt::print(" {:.1f} | {:.0f} |\n", r["ms_per_step"].get<double>(), r["tokens_per_s"].get<double>());
+    fmt::print(" {} | {} |\n", number(r["ms_per_step"], "{:.1f}"), number(r["tokens_per_s"], "{:.0f}"));
   }
+  for (const json& r : all)
+    if (r["stopped"] == "diverged")
+      fmt::print("diverged: {} at step {}: {}\n", r["dir"].get<std::string>().c_str(),
+                 r["failed_at_step"].get<int64_t>(), r["error"].get<std::string>().c_str());
   fmt::print("wrote {}/sweep.jsonl\n", result.out.c_str());
   if (!o.no_plot)
     write_figure(result.out + "/sweep.svg",
                  sweep_figure(all, axes[0].key, std::filesystem::path(result.out).filename().string()));
-  return kExitOk;
+  if (result.diverged > 0)
+    fmt::print(stderr, "sweep: {} of {} points diverged (a NaN/Inf): exit status {}\n", result.diverged,
+               all.size(), kExitDiverged);
+  return result.diverged > 0 ? kExitDiverged : kExitOk;
 }
 
 }  // namespace
@@ -113,7 +125,12 @@ std::vector<Command> add_sweep_commands(CLI::App& app) {
       "against the first key).\n"
       "Time to quality: with train.target_loss each point stops at its first evaluation at or below it\n"
       "and the table gains 's to target'; with train.max_seconds each point stops at that time budget\n"
-      "(a point that stopped either way counts as done).\nExamples:\n"
+      "(a point that stopped either way counts as done).\n"
+      "A point whose training goes NaN/Inf (a learning rate too high, say) is a result: recorded as\n"
+      "diverged (the step and what went non-finite) in sweep.jsonl, the table and the figure, and the\n"
+      "other points train on; run again, it is not retrained. Exit status 3 when a point diverged\n"
+      "(everything written), 0 when none did, 2 for a bad grid or a point's config refused by name.\n"
+      "Examples:\n"
       "  tfm sweep --config configs/shakespeare_char.json --grid model.n_heads=1,2,4,8,16,32\n"
       "  tfm sweep --config configs/shakespeare_char.json --set model.n_heads=8 --grid "
       "model.n_kv_heads=8,4,2,1\n"

@@ -604,6 +604,7 @@ TrainResult TrainingRun::run() {
       }
       result_.status = TrainResult::Status::NonFinite;
       result_.step = step;
+      result_.nonfinite = where;
       result_.message =
           fmt::format("step {}: {}; training stopped. ", step + 1, where.c_str()) +
           (saved_at_ >= 0 ? fmt::format("{} (step {}) is untouched; ", last_path_.c_str(), saved_at_)

@@ -2,6 +2,7 @@
 // stopped or extended sweep continued rather than restarted, sweep.jsonl with each point's cost and
 // val loss, and bad grids refused before anything trains.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -138,4 +139,64 @@ TEST_CASE("sweep: a bad grid is refused before anything trains", "[sweep][cli]")
     CHECK_THAT(r.out, Catch::Contains(c.expect));
     CHECK(!std::filesystem::exists(out + "/model.n_heads=4"));
   }
+}
+
+TEST_CASE("sweep: a diverging point is recorded as failed, the others train on, exit status 3",
+          "[sweep][cli]") {
+  const std::string out = tfm_test::scratch_path("sweep", "diverged");
+  // lr 1e6 without clipping: the gradient of the embedding is not finite at step 2. It comes first, so
+  // the point after it shows the sweep going on.
+  const std::string base = "sweep --config configs/tiny.json --out " + out +
+                           " --set train.eval_interval=2 --set train.grad_clip=0 --grid "
+                           "train.optimizer.lr=1e6,0.003";
+  tfm_test::CliRun r = tfm_test::run_tfm(base + " --set train.max_steps=4");
+  INFO(r.out);
+  CHECK(r.status == 3);
+  CHECK_THAT(r.out, !Catch::Contains("internal error"));
+  CHECK_THAT(r.out, Catch::Contains(" (diverged at step 2) |"));
+  CHECK_THAT(r.out, Catch::Contains("is not finite"));
+  auto points = read_jsonl(out + "/sweep.jsonl");
+  REQUIRE(points.size() == 2);
+  CHECK(points[0].at("stopped") == "diverged");
+  CHECK(points[0].at("failed_at_step").get<int64_t>() == points[0].at("step").get<int64_t>() + 1);
+  CHECK_THAT(points[0].at("error").get<std::string>(), Catch::Contains("is not finite"));
+  CHECK(points[0].at("val_loss").is_null());
+  CHECK(points[1].at("stopped") == "max_steps");
+  CHECK(points[1].at("step") == 4);
+  CHECK(std::isfinite(points[1].at("val_loss").get<double>()));
+  // The figure marks it on both panels and counts it in the title.
+  const std::string svg = tfm_test::read_file(out + "/sweep.svg");
+  CHECK_THAT(svg, Catch::Contains("2 points, 1 diverged"));
+  CHECK_THAT(svg, Catch::Contains("<g class=\"missing\" data-name=\"diverged at step "));
+  // Drawn again from sweep.jsonl: the failure's fields are not taken for a swept key.
+  r = tfm_test::run_tfm("plot report " + out + "/sweep.jsonl --out " + out + "/again");
+  CHECK(r.status == 0);
+  CHECK_THAT(tfm_test::read_file(out + "/again/sweep.svg"), Catch::Contains(">train.optimizer.lr</text>"));
+
+  // Run again: the failed point is a result, not trained anew; a longer sweep (a key a resume may
+  // change) trains it anew, since it saved no checkpoint to continue from, and it fails the same way.
+  r = tfm_test::run_tfm(base + " --set train.max_steps=4");
+  CHECK(r.status == 3);
+  CHECK_THAT(r.out, !Catch::Contains("sweep: 1/2"));
+  r = tfm_test::run_tfm(base + " --set train.max_steps=6");
+  INFO(r.out);
+  CHECK(r.status == 3);
+  CHECK_THAT(r.out, Catch::Contains("sweep: 1/2 train.optimizer.lr=1e6: training"));
+  points = read_jsonl(out + "/sweep.jsonl");
+  REQUIRE(points.size() == 2);
+  CHECK(points[0].at("stopped") == "diverged");
+  CHECK(points[1].at("step") == 6);
+  // Other settings a resume may not take are refused by name, as for any point.
+  r = tfm_test::run_tfm(base + " --set train.max_steps=6 --set model.d_ff=64 --no-plot");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("--grid point train.optimizer.lr=1e6: model.d_ff: "));
+}
+
+TEST_CASE("sweep: what training refuses for one point names the point", "[sweep][cli]") {
+  const std::string out = tfm_test::scratch_path("sweep", "refused");
+  const tfm_test::CliRun r = tfm_test::run_tfm("sweep --config configs/tiny.json --no-plot --out " + out +
+                                               " --set train.max_steps=2 --grid train.batch_size=100000000");
+  INFO(r.out);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("--grid point train.batch_size=100000000: train.batch_size = 100000000"));
 }

@@ -50,7 +50,7 @@ std::vector<std::pair<std::string, std::string>> attention_figures(const nlohman
 // `tfm heads`' report: loss change and gradient score per layer x head, and the pruning curve.
 std::string heads_figure(const nlohmann::json& report);
 // `tfm sweep`'s points (sweep.jsonl): val loss and ms/step against the swept `key`, one line per
-// combination of the other swept keys.
+// combination of the other swept keys; a point that diverged is a cross on the upper edge of both.
 std::string sweep_figure(const std::vector<nlohmann::json>& points, const std::string& key,
                          const std::string& title);
 // The swept keys of sweep.jsonl's points: the keys every point has besides the measured ones, in order.

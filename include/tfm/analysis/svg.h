@@ -69,11 +69,20 @@ struct HorizontalLine {
   std::string label;
 };
 
+// A point with no y value to draw (a sweep point whose training diverged): a cross at x on the plot's
+// upper edge, in the colour of series `series`, its label under it.
+struct MissingPoint {
+  double x = 0;
+  std::string label;
+  size_t series = 0;
+};
+
 struct Chart {
   std::string title, x_label, y_label;
   bool log_x = false, log_y = false;  // log10 axes; points <= 0 are left out
   std::vector<Series> series;
   std::vector<HorizontalLine> lines;  // dashed grey lines across the plot (targets, tolerances)
+  std::vector<MissingPoint> missing;
   // When set, x values are positions 0..n-1 and the axis is labelled with these instead of numbers.
   std::vector<std::string> x_categories;
   bool legend = true;

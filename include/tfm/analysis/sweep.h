@@ -34,9 +34,14 @@ struct SweepSpec {
   std::string out;                // the sweep directory; "" = runs/sweep_<config's stem>
 };
 
+// What a point that stopped on a NaN/Inf leaves in its directory: the step, what went non-finite and
+// the config it trained with, so that the sweep run again takes the point as failed, not trains it anew.
+constexpr const char* kDivergedPointFile = "diverged.json";
+
 struct SweepResult {
   std::string out;           // the sweep directory
   bool interrupted = false;  // a stop request ended a point's training: no sweep.jsonl, resumable
+  size_t diverged = 0;       // points that stopped on a NaN/Inf (recorded as such; the others trained)
   // One object per point, as OUT/sweep.jsonl's lines: the grid values under their keys, "dir", and
   // measure_sweep_point's figures.
   std::vector<nlohmann::json> points;
@@ -51,7 +56,13 @@ using SweepProgress =
 // for an output the guard refuses), then trains each point in OUT/<key=value,...> that has not
 // finished (reached train.max_steps, or stopped at train.target_loss / train.max_seconds), continuing
 // an interrupted one, and writes OUT/sweep.jsonl. `stop` (SIGINT/SIGTERM) interrupts a point's
-// training; a point that goes non-finite throws Error naming it.
+// training. A point that goes non-finite is a result, not an error: its record has "stopped":
+// "diverged", "failed_at_step" (the step that went non-finite), "error" (what did), "step" (the steps
+// completed), best_val_loss before it and a null val_loss, no parameters or FLOPs; the next points
+// train on. It leaves OUT/<point>/diverged.json (kDivergedPointFile), so that a sweep run again with
+// the same config takes it as failed; with another, it trains on from its checkpoint under the rules
+// of any point, or, having saved none, trains anew (its logs replaced) when only keys a resume may change
+// differ. What training refuses (ConfigError, IoError) names the point.
 SweepResult run_sweep(const SweepSpec& spec, const std::atomic<bool>* stop = nullptr,
                       const SweepProgress& progress = {});
 

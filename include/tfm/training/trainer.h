@@ -50,6 +50,9 @@ struct TrainResult {
   // For NonFinite: what went non-finite and where. For Interrupted before the first step (while the
   // data was read, before anything was written): what was stopped, for the caller to show.
   std::string message;
+  // For NonFinite: only what went non-finite ("the gradient of emb.weight is not finite (loss 4.1742)");
+  // the step that did is step + 1.
+  std::string nonfinite;
   // train.target_loss: whether an evaluation reached it, and the wall time from the first step to the
   // end of that evaluation (evaluations included; on resume, the earlier part of the run too).
   bool target_reached = false;
