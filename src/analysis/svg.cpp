@@ -121,12 +121,57 @@ std::vector<double> nice_ticks(double lo, double hi, int target) {
   return ticks;
 }
 
+namespace {
+
+// The power of ten of a tick step (1, 2 or 5 x 10^k): k.
+int step_exponent(double step) {
+  return static_cast<int>(std::floor(std::log10(step) + 1e-9));
+}
+
+}  // namespace
+
 std::string tick_label(double v, double step) {
   if (v == 0) return "0";
   const double a = std::abs(v);
-  if (a >= 1e5 || a < 1e-3) return fmt::format("{:g}", v);
-  const int decimals = step > 0 ? std::max(0, static_cast<int>(-std::floor(std::log10(step) + 1e-9))) : 2;
-  return fmt::format("{:.{}f}", v, std::min(decimals, 6));
+  // Every digit down to the step's, so that ticks a step apart read differently (a cap of 6 decimals
+  // gave 3.141817 three times over a range of 2e-6).
+  const int decimals = step > 0 ? std::max(0, -step_exponent(step)) : 2;
+  if (a >= 1e5 || a < 1e-3) {
+    const int digits = step > 0 ? static_cast<int>(std::floor(std::log10(a))) - step_exponent(step) + 1 : 6;
+    return fmt::format("{:.{}g}", v, std::max(6, digits));
+  }
+  return fmt::format("{:.{}f}", v, decimals);
+}
+
+TickLabels tick_labels(const std::vector<double>& ticks, double step) {
+  TickLabels t;
+  size_t longest = 0;
+  for (double v : ticks) {
+    t.labels.push_back(tick_label(v, step));
+    longest = std::max(longest, t.labels.back().size());
+  }
+  constexpr size_t kLongest = 8;  // characters the margin beside a y axis holds at size 10
+  if (ticks.size() < 2 || longest <= kLongest || !(step > 0)) return t;
+  // The offset: the first tick rounded down to a power of ten above the ticks' span, so that each
+  // label is (tick - offset) in units of the step's power of ten, a few digits.
+  const double span = ticks.back() - ticks.front();
+  const double above = std::pow(10.0, std::floor(std::log10(span) + 1e-9) + 1);
+  const double offset = std::floor(ticks.front() / above) * above;
+  if (offset == 0) return t;
+  const int e = step_exponent(step);
+  const double unit = std::pow(10.0, e);
+  for (size_t i = 0; i < ticks.size(); ++i)
+    t.labels[i] = fmt::format("{:.0f}", std::round((ticks[i] - offset) / unit) + 0.0);
+  // The offset's digits down to its power of ten, without trailing zeros (+1, not +1.000000).
+  std::string text =
+      fmt::format("{:+.{}f}", offset, std::max(0, -static_cast<int>(std::floor(std::log10(above) + 1e-9))));
+  if (text.find('.') != std::string::npos) {
+    text.erase(text.find_last_not_of('0') + 1);
+    if (text.back() == '.') text.pop_back();
+  }
+  const std::string times = "\xC3\x97";  // ×
+  t.offset = (e == 0 ? std::string() : times + "1e" + std::to_string(e) + " ") + text;
+  return t;
 }
 
 Document::Document(double width, double height) : width_(width), height_(height) {}
@@ -204,7 +249,19 @@ struct Axis {
   bool log = false;
   std::vector<double> ticks;  // in axis units
   std::vector<std::string> labels;
+  std::string offset;  // what the labels count from (TickLabels), drawn at the axis' end
 };
+
+// Linear ticks of the values t and their labels (tick_labels), on a log axis at log10 of each.
+void set_linear_ticks(Axis& a, const std::vector<double>& t) {
+  const double step = t.size() > 1 ? t[1] - t[0] : 1;
+  std::vector<double> kept;
+  for (double v : t)
+    if (!a.log || v > 0) kept.push_back(v);
+  TickLabels labels = tick_labels(kept, step);
+  for (double v : kept) a.ticks.push_back(a.log ? std::log10(v) : v);
+  a.labels = std::move(labels.labels), a.offset = std::move(labels.offset);
+}
 
 Axis make_axis(double lo, double hi, bool log, double pad_fraction) {
   Axis a;
@@ -217,9 +274,7 @@ Axis make_axis(double lo, double hi, bool log, double pad_fraction) {
   const double pad = (hi - lo) * pad_fraction;
   a.lo = lo - pad, a.hi = hi + pad;
   if (!log) {
-    const std::vector<double> t = nice_ticks(a.lo, a.hi);
-    const double step = t.size() > 1 ? t[1] - t[0] : 1;
-    for (double v : t) a.ticks.push_back(v), a.labels.push_back(tick_label(v, step));
+    set_linear_ticks(a, nice_ticks(a.lo, a.hi));
     return a;
   }
   // Decades, and 2 and 5 within them when the range spans less than three decades.
@@ -234,10 +289,7 @@ Axis make_axis(double lo, double hi, bool log, double pad_fraction) {
     }
   if (a.ticks.size() < 2) {  // less than a factor of 2: linear ticks on the values
     a.ticks.clear(), a.labels.clear();
-    const std::vector<double> t = nice_ticks(std::pow(10.0, a.lo), std::pow(10.0, a.hi));
-    const double step = t.size() > 1 ? t[1] - t[0] : 1;
-    for (double v : t)
-      if (v > 0) a.ticks.push_back(std::log10(v)), a.labels.push_back(tick_label(v, step));
+    set_linear_ticks(a, nice_ticks(std::pow(10.0, a.lo), std::pow(10.0, a.hi)));
   }
   return a;
 }
@@ -245,10 +297,6 @@ Axis make_axis(double lo, double hi, bool log, double pad_fraction) {
 }  // namespace
 
 void draw_chart(Document& doc, double x, double y, double w, double h, const Chart& chart) {
-  const double title_h = chart.title.empty() ? 6 : 24, left = chart.y_label.empty() ? 52 : 68;
-  const double bottom = chart.x_label.empty() ? 24 : 42, right = 12;
-  const double px0 = x + left, py0 = y + title_h, pw = std::max(10.0, w - left - right),
-               ph = std::max(10.0, h - title_h - bottom);
   const auto to_axis = [](double v, bool log) {
     return log ? (v > 0 ? std::log10(v) : std::numeric_limits<double>::quiet_NaN()) : v;
   };
@@ -281,6 +329,11 @@ void draw_chart(Document& doc, double x, double y, double w, double h, const Cha
     ax = make_axis(xlo, xhi, chart.log_x, chart.log_x ? 0.03 : 0.0);
   }
   const Axis ay = make_axis(ylo, yhi, chart.log_y, 0.05);
+  // Room above the plot for the title, or for the y labels' offset.
+  const double title_h = !chart.title.empty() ? 24 : ay.offset.empty() ? 6 : 16;
+  const double left = chart.y_label.empty() ? 52 : 68, bottom = chart.x_label.empty() ? 24 : 42, right = 12;
+  const double px0 = x + left, py0 = y + title_h, pw = std::max(10.0, w - left - right),
+               ph = std::max(10.0, h - title_h - bottom);
   const auto px = [&](double v) { return px0 + (v - ax.lo) / (ax.hi - ax.lo) * pw; };
   const auto py = [&](double v) { return py0 + ph - (v - ay.lo) / (ay.hi - ay.lo) * ph; };
 
@@ -301,6 +354,9 @@ void draw_chart(Document& doc, double x, double y, double w, double h, const Cha
     doc.line(tx, py0, tx, py0 + ph, "#e6e6e6");
     if (i % every == 0) doc.text(tx, py0 + ph + 14, ax.labels[i], 10, Document::Anchor::Middle, "#444444");
   }
+  // The labels' offset at the axis' far end, as matplotlib places it.
+  if (!ay.offset.empty()) doc.text(px0, py0 - 4, ay.offset, 9, Document::Anchor::Start, "#444444");
+  if (!ax.offset.empty()) doc.text(px0 + pw, py0 + ph + 26, ax.offset, 9, Document::Anchor::End, "#444444");
   doc.rect(px0, py0, pw, ph, "none", "stroke=\"#444444\" stroke-width=\"1\"");
   if (!chart.x_label.empty())
     doc.text(px0 + pw / 2, py0 + ph + 32, chart.x_label, 11, Document::Anchor::Middle);

@@ -3,6 +3,10 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "cli_run.h"
 #include "tfm/analysis/figures.h"
@@ -90,6 +94,61 @@ TEST_CASE("svg: ticks are round numbers covering the range", "[svg]") {
   CHECK(tfm::svg::tick_label(0.25, 0.05) == "0.25");
   CHECK(tfm::svg::tick_label(2000, 500) == "2000");
   CHECK(tfm::svg::nice_ticks(3, 3).size() >= 2);  // a flat range still gets an axis
+}
+
+// The y axis' tick labels of a drawn chart: its text anchored at their end in the tick colour.
+std::vector<std::string> y_tick_labels(const std::string& svg) {
+  std::vector<std::string> labels;
+  const std::string mark = "text-anchor=\"end\" fill=\"#444444\">";
+  for (size_t at = svg.find(mark); at != std::string::npos; at = svg.find(mark, at + 1)) {
+    const size_t from = at + mark.size();
+    labels.push_back(svg.substr(from, svg.find('<', from) - from));
+  }
+  return labels;
+}
+
+TEST_CASE("svg: ticks a step apart never share a label, however narrow the range", "[svg]") {
+  // Losses that differ in the 7th digit: a cap of 6 decimals labelled three ticks 3.141817.
+  for (const auto& [lo, hi] : {std::pair<double, double>{3.1418160, 3.1418180},
+                               {-3.1418180, -3.1418160},
+                               {1000000.0, 1000002.0},
+                               {1.0000001e-4, 1.0000003e-4},
+                               {0.5, 0.5000004}}) {
+    const std::vector<double> t = tfm::svg::nice_ticks(lo, hi);
+    REQUIRE(t.size() >= 3);
+    const double step = t[1] - t[0];
+    std::set<std::string> plain;
+    for (double v : t) plain.insert(tfm::svg::tick_label(v, step));
+    INFO(lo << " .. " << hi);
+    CHECK(plain.size() == t.size());
+    // Long labels count from an offset instead, short and still distinct.
+    const tfm::svg::TickLabels l = tfm::svg::tick_labels(t, step);
+    CHECK(std::set<std::string>(l.labels.begin(), l.labels.end()).size() == t.size());
+    for (const std::string& label : l.labels) CHECK(label.size() <= 8);
+  }
+  const tfm::svg::TickLabels l = tfm::svg::tick_labels({3.1418165, 3.1418170, 3.1418175}, 5e-7);
+  CHECK(l.labels == std::vector<std::string>{"65", "70", "75"});
+  CHECK(l.offset ==
+        "\xC3\x97"
+        "1e-7 +3.14181");
+  // Labels that fit keep their plain form and no offset.
+  CHECK(tfm::svg::tick_labels({1.9, 2.0, 2.1}, 0.1).labels == std::vector<std::string>{"1.9", "2.0", "2.1"});
+  CHECK(tfm::svg::tick_labels({1.9, 2.0, 2.1}, 0.1).offset.empty());
+
+  // A chart of such values: distinct y labels and the offset written above the axis.
+  tfm::svg::Chart c;
+  tfm::svg::Series val;
+  val.x = {0, 1, 2}, val.y = {3.1418162, 3.1418171, 3.1418178};
+  c.series.push_back(val);
+  tfm::svg::Document doc(500, 400);
+  tfm::svg::draw_chart(doc, 0, 0, 500, 400, c);
+  const std::string svg = doc.str();
+  INFO(svg);
+  CHECK(xml_problem(svg).empty());
+  const std::vector<std::string> y = y_tick_labels(svg);
+  REQUIRE(y.size() >= 3);
+  CHECK(std::set<std::string>(y.begin(), y.end()).size() == y.size());
+  CHECK_THAT(svg, Catch::Contains("1e-7 +3.14181</text>"));
 }
 
 TEST_CASE("svg: downsampling keeps the ends and at most the limit", "[svg]") {

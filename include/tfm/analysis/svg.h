@@ -25,8 +25,18 @@ std::string diverging(double t);
 
 // Axis ticks: round numbers (1, 2, 5 x 10^k) covering [lo, hi], about `target` of them.
 std::vector<double> nice_ticks(double lo, double hi, int target = 5);
-// A tick's label at the precision `step` between ticks needs ("0.25", "1e+04" for wide ranges).
+// A tick's label at the precision `step` between ticks needs ("0.25", "1e+04" for wide ranges): every
+// digit down to the step's, so ticks a step apart never read the same.
 std::string tick_label(double v, double step);
+// The labels of linear ticks `step` apart (nice_ticks). Those of ticks far from 0 over a narrow range
+// would be long (3.1418165): then, as matplotlib's ScalarFormatter, each label counts from a round
+// offset in units of the step's power of ten, and `offset` says so ("×1e-7 +3.14181": the label 65
+// is 3.14181 + 65e-7); "" when the plain labels are short enough.
+struct TickLabels {
+  std::vector<std::string> labels;
+  std::string offset;
+};
+TickLabels tick_labels(const std::vector<double>& ticks, double step);
 
 // An SVG document being drawn: elements append in order (later ones on top).
 class Document {
