@@ -38,6 +38,19 @@ std::vector<GemmTiming> time_model_gemms(const ModelConfig& cfg, int64_t B, int6
   return out;
 }
 
+double attention_pass_flops(const ModelConfig& config, bool causal, int64_t B, int64_t n) {
+  const auto forward = [&](int64_t Tq, int64_t Tk) {
+    return MultiHeadAttention::cost(config, B, Tq, Tk).flops;
+  };
+  // cost() counts every (query, key) pair, as MFU figures do. Its FLOPs are terms in Tq (Wq, Wo), in
+  // Tk (Wk, Wv) and in Tq Tk (scores, weighted sum, head mixing), so the last are f(n, n) - f(n, 0) -
+  // f(0, n); a causal pass computes n (n + 1) / 2 of the n^2 pairs, the keys up to each query.
+  const double all = forward(n, n), pairs = all - forward(n, 0) - forward(0, n);
+  const double dn = static_cast<double>(n);
+  const double computed = causal ? (dn + 1.0) / (2.0 * dn) : 1.0;
+  return 3.0 * (all - pairs * (1.0 - computed));
+}
+
 std::vector<AttentionTiming> time_attention(const ModelConfig& config, bool causal, int64_t B,
                                             const std::vector<int64_t>& lengths, double min_seconds) {
   MultiHeadAttention layer(config, causal);
@@ -74,7 +87,7 @@ std::vector<AttentionTiming> time_attention(const ModelConfig& config, bool caus
     std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
     t.median_ms = ms[ms.size() / 2];
     const double dn = static_cast<double>(n);
-    t.flops = 3.0 * MultiHeadAttention::cost(config, B, n, n).flops;
+    t.flops = attention_pass_flops(config, causal, B, n);
     t.matrix_bytes = 4.0 * static_cast<double>(B * H) * dn * dn;
     out.push_back(t);
   }

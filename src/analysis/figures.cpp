@@ -457,8 +457,8 @@ std::string bench_attention_figure(const json& r) {
   ms.name = fmt::format("measured (fit n^{:.2f})", r.value("time_exponent", 0.0)), ms.markers = true;
   formula.name = fmt::format(
       "formula O(n\xC2\xB2"
-      "d + nd\xC2\xB2) (n^{:.2f})",
-      r.value("flops_exponent", 0.0));
+      "d + nd\xC2\xB2){} (n^{:.2f})",
+      r.value("causal", false) ? ", causal: n(n+1)/2 pairs" : "", r.value("flops_exponent", 0.0));
   formula.dashed = true;
   peak.name = fmt::format("tfm, fused (fit n^{:.2f})", r.value("memory_exponent", 0.0)), peak.markers = true;
   matrix_mib.name = "B\xC2\xB7H\xC2\xB7n\xC2\xB2 attention matrices (n^2)", matrix_mib.dashed = true;

@@ -210,9 +210,10 @@ int run_bench_attention(const BenchAttentionOptions& o) {
       fmt::print("{:8} {:11.3f} {:9.1f} {:14.2f} {:22.2f}\n", x.n, x.median_ms,
                  x.flops / (x.median_ms * 1e-3) / 1e9, x.peak_bytes / (1 << 20), x.matrix_bytes / (1 << 20));
     fmt::print(
-        "fitted over n >= {}: time ~ n^{:.2f} (the formula's FLOPs, O(n^2 d + n d^2): n^{:.2f}); "
+        "fitted over n >= {}: time ~ n^{:.2f} (the formula's FLOPs, O(n^2 d + n d^2){}: n^{:.2f}); "
         "memory ~ n^{:.2f} (an unfused layer's attention matrices: n^{:.2f})\n",
-        t[from].n, a_time, a_flops, a_mem, a_matrix);
+        t[from].n, a_time, o.causal ? " over the n(n+1)/2 (query, key) pairs a causal pass computes" : "",
+        a_flops, a_mem, a_matrix);
     fmt::print(
         "tfm's fused attention keeps no (B, H, n, n) matrix: it recomputes the probabilities from Q, K and\n"
         "each row's max and 1/sum in the backward, so its memory grows with n d, not h n^2.\n");
@@ -273,7 +274,10 @@ std::vector<Command> add_bench_commands(CLI::App& app) {
   att->add_option("--batch", a->batch, "Sequences per step")
       ->capture_default_str()
       ->check(integer_in(1, 4096));
-  att->add_flag("--causal", a->causal, "Causal mask (skips the masked half of the score blocks)");
+  att->add_flag(
+      "--causal", a->causal,
+      "Causal mask: the pass skips the keys after each query, and its FLOPs (GFLOP/s, the formula's "
+      "exponent) count the n(n+1)/2 (query, key) pairs it computes, not n^2");
   att->add_option("--threads", a->threads, "Threads (0 = all cores)")
       ->capture_default_str()
       ->check(integer_in(0, 1024));
@@ -288,6 +292,8 @@ std::vector<Command> add_bench_commands(CLI::App& app) {
       "\nA self-attention layer costs time O(n^2 d + n d^2) (Vaswani et al. 2017, table 1) and, unfused,\n"
       "memory O(h n^2) for the attention matrices. The exponents are fitted (least squares in log-log) over "
       "the upper half of the lengths.\n"
+      "FLOPs are 3 x the forward's matrix products (projections, scores, weighted sums) over the (query,\n"
+      "key) pairs the pass computes: n^2, or n(n+1)/2 with --causal, so GFLOP/s compare across both.\n"
       "Examples:\n  tfm bench attention\n  tfm bench attention --seq-lens 128,256,512,1024 --d-model 256 "
       "--heads 8 --out runs/bench\n");
   return {{gemm, [o] { return run_bench_gemm(*o); }}, {att, [a] { return run_bench_attention(*a); }}};

@@ -33,6 +33,28 @@ TEST_CASE("bench attention: the report holds the formulas' figures for each leng
   CHECK(j.contains("memory_exponent"));
 }
 
+TEST_CASE("bench attention --causal: FLOPs and GFLOP/s count the triangle a causal pass computes",
+          "[bench][cli]") {
+  const tfm_test::CliRun r = tfm_test::run_tfm(
+      "bench attention --causal --seq-lens 8,16,32,64 --d-model 16 --heads 2 --batch 2 --seconds 0.001 "
+      "--json");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  CHECK(j.at("causal") == true);
+  for (const auto& l : j.at("lengths")) {
+    const double n = l.at("n").get<double>();
+    // The scores and weighted sum over n (n + 1) / 2 pairs, not n^2 (which overstated GFLOP/s ~2x).
+    CHECK(l.at("flops").get<double>() ==
+          Approx(3.0 * (2.0 * 2 * n * 16 * 64 + 4.0 * 2 * n * (n + 1) / 2 * 16)));
+    CHECK(l.at("gflops").get<double>() ==
+          Approx(l.at("flops").get<double>() / (l.at("ms").get<double>() * 1e-3) / 1e9));
+  }
+  const tfm_test::CliRun text =
+      tfm_test::run_tfm("bench attention --causal --seq-lens 8,16 --d-model 16 --heads 2 --seconds 0.001");
+  CHECK_THAT(text.out, Catch::Contains("the n(n+1)/2 (query, key) pairs a causal pass computes"));
+}
+
 TEST_CASE("bench attention: bad values name the flag", "[bench][cli]") {
   struct Case {
     std::string args, expect;

@@ -19,10 +19,14 @@ std::vector<GemmTiming> time_model_gemms(const ModelConfig& config, int64_t B, i
 struct AttentionTiming {
   int64_t n = 0;
   double median_ms = 0.0;     // forward + backward of the layer on (B, n, C)
-  double flops = 0.0;         // 3 x the forward's, MultiHeadAttention::cost(): projections and 4 B n^2 C
+  double flops = 0.0;         // attention_pass_flops: the work the pass does
   double peak_bytes = 0.0;    // tensor memory the step allocated above what was live before it
   double matrix_bytes = 0.0;  // the B H n^2 floats of attention probabilities an unfused layer keeps
 };
+// The FLOPs of one forward + backward of the layer on (B, n, C), 3 x the forward's: the projections
+// and 4 B P C for the scores and weighted sums over P (query, key) pairs, P = n^2, or with `causal` the
+// n (n + 1) / 2 a causal pass computes (the keys after each query are skipped, not computed and masked).
+double attention_pass_flops(const ModelConfig& config, bool causal, int64_t B, int64_t n);
 // Times the layer at each of `lengths` (B sequences, random input and weights) for at least
 // min_seconds each after a warm-up; the median.
 std::vector<AttentionTiming> time_attention(const ModelConfig& config, bool causal, int64_t B,
