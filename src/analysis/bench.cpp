@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <initializer_list>
+#include <string>
 
 #include "tfm/engine/error.h"
 #include "tfm/engine/gemm.h"
@@ -13,26 +15,44 @@
 
 namespace tfm {
 
-std::vector<GemmTiming> time_model_gemms(const ModelConfig& cfg, int64_t B, int64_t T, double min_seconds) {
-  const int64_t N = B * T, C = cfg.d_model, Dk = cfg.d_model / cfg.n_heads;
+std::vector<GemmTiming> time_model_gemms(const ModelConfig& cfg, int64_t B, int64_t T, double min_seconds,
+                                         int64_t S) {
+  const int64_t C = cfg.d_model, Dk = cfg.d_model / cfg.n_heads;
   const int64_t kv = cfg.n_kv_heads * Dk, F = cfg.d_ff, V = std::max<int64_t>(cfg.vocab_size, 1);
   // (label, M, N, K, trans_a, trans_b) in the layouts linear() and attention use.
   struct Shape6 {
-    const char* label;
+    std::string label;
     int64_t M, N, K;
     bool ta, tb;
   };
-  const std::vector<Shape6> shapes = {
-      {"q projection forward", N, C, C, false, true},
-      {"k/v projection forward", N, kv, C, false, true},
-      {"attention scores (per head)", T, T, Dk, false, true},
-      {"attention weighted sum (per head)", T, Dk, T, false, false},
-      {"fc1 forward", N, F, C, false, true},
-      {"fc2 forward", N, C, F, false, true},
-      {"fc1 backward, input grad", N, C, F, false, false},
-      {"fc1 backward, weight grad", F, C, N, true, false},
-      {"lm head forward", N, V, C, false, true},
+  std::vector<Shape6> shapes;
+  // A layer of one stack over B sequences of `len` tokens (the label's prefix names the stack).
+  const auto stack = [&](const std::string& prefix, int64_t len) {
+    const int64_t N = B * len;
+    for (const Shape6& s :
+         std::initializer_list<Shape6>{{"q projection forward", N, C, C, false, true},
+                                       {"k/v projection forward", N, kv, C, false, true},
+                                       {"attention scores (per head)", len, len, Dk, false, true},
+                                       {"attention weighted sum (per head)", len, Dk, len, false, false},
+                                       {"fc1 forward", N, F, C, false, true},
+                                       {"fc2 forward", N, C, F, false, true},
+                                       {"fc1 backward, input grad", N, C, F, false, false},
+                                       {"fc1 backward, weight grad", F, C, N, true, false}})
+      shapes.push_back({prefix + s.label, s.M, s.N, s.K, s.ta, s.tb});
   };
+  if (S > 0) {
+    // The encoder over the source, the decoder over the target, and the decoder's cross-attention: its
+    // keys and values from the encoder's output (its query and output projections have the shapes of
+    // the decoder's self-attention's, listed once).
+    stack("encoder ", S);
+    stack("decoder ", T);
+    shapes.push_back({"cross-attention k/v projection forward", B * S, kv, C, false, true});
+    shapes.push_back({"cross-attention scores (per head)", T, S, Dk, false, true});
+    shapes.push_back({"cross-attention weighted sum (per head)", T, Dk, S, false, false});
+  } else {
+    stack("", T);
+  }
+  shapes.push_back({"lm head forward", B * T, V, C, false, true});
   std::vector<GemmTiming> out;
   for (const Shape6& s : shapes) out.push_back(time_gemm(s.label, s.M, s.N, s.K, s.ta, s.tb, min_seconds));
   return out;

@@ -30,6 +30,7 @@ struct BenchGemmOptions {
   int64_t n = 1024;
   double seconds = 1.0;
   std::string config;
+  int64_t vocab_size = 0;  // with --config: instead of the data's
   bool json = false;
 };
 
@@ -59,15 +60,26 @@ int run_bench_gemm(const BenchGemmOptions& o) {
                         {"blas", platform::blas_summary()},
                         {"onednn", onednn_version()},
                         {"default_backend", gemm_backend_name(default_backend)}};
+  // With --config: the model as tfm info builds it, whose vocabularies (the data's) size the head, and a
+  // training step's lengths (a seq2seq pair's longest source and target, <eos> and <bos> included).
   ModelConfig m;
-  int64_t B = 0, T = 0;
+  int64_t B = 0, T = 0, S = 0;
+  std::string vocab;
   if (!o.config.empty()) {
     const Config c = load_config(o.config);
-    m = c.model(256);  // the vocabulary only sizes the head; 256 covers char and byte
-    check_memory(estimate_training_memory(c, 256), c,
-                 "bench gemm");  // its matrices are a step's (preflight.h)
+    const ConfigModel built = build_model(c, o.vocab_size, "bench gemm");  // its memory checked first
+    m = built.config();
     B = c.train().batch_size;
-    T = c.train().seq_len;
+    if (c.train().objective == ObjectiveKind::Seq2Seq) {
+      S = c.integer("data.max_source_len") + 1, T = c.integer("data.max_target_len") + 1;
+      vocab = fmt::format("vocabulary {} source + {} target", m.source_vocab_size, m.vocab_size);
+    } else {
+      T = c.train().seq_len;
+      vocab = fmt::format("vocabulary {}", m.vocab_size);
+    }
+    vocab += " " + built.vocab_note;
+    out["vocab_size"] = m.vocab_size;
+    if (S > 0) out["source_vocab_size"] = m.source_vocab_size;
   }
   std::vector<std::vector<GemmTiming>> shapes;
   for (const Mode& mode : modes) {
@@ -89,7 +101,7 @@ int run_bench_gemm(const BenchGemmOptions& o) {
                  precision_name(mode.precision), o.n, peak.gflops, mode.note,
                  busy ? fmt::format(" (busy machine: {:.0f}% of the cores)", 100.0 * peak.core_share) : "");
     if (!o.config.empty()) {
-      shapes.push_back(time_model_gemms(m, B, T, o.seconds / 4));
+      shapes.push_back(time_model_gemms(m, B, T, o.seconds / 4, S));
       for (const GemmTiming& t : shapes.back())
         j["shapes"].push_back({{"label", t.label},
                                {"M", t.M},
@@ -112,11 +124,12 @@ int run_bench_gemm(const BenchGemmOptions& o) {
   fmt::print("peaks for training runs' MFU: {}\n",
              cache_problem.empty() ? "kept in " + gemm_peak_cache_path() : cache_problem);
   if (!shapes.empty()) {
-    fmt::print("\n{:<36} {:>6} {:>6} {:>6}  {}\n", "GFLOP/s of a training step's products", "M", "N", "K",
+    fmt::print("\n{}: {}\n", o.config.c_str(), vocab.c_str());
+    fmt::print("{:<46} {:>6} {:>6} {:>6}  {}\n", "GFLOP/s of a training step's products", "M", "N", "K",
                "openblas fp32 | onednn fp32 | onednn bf16 | openblas bf16 (emulated)");
     for (size_t i = 0; i < shapes[0].size(); ++i) {
       const GemmTiming& t = shapes[0][i];
-      fmt::print("{:<36} {:6} {:6} {:6} ", t.label.c_str(), t.M, t.N, t.K);
+      fmt::print("{:<46} {:6} {:6} {:6} ", t.label.c_str(), t.M, t.N, t.K);
       for (const auto& mode_shapes : shapes) fmt::print(" {:10.1f}", mode_shapes[i].gflops);
       fmt::print("\n");
     }
@@ -245,8 +258,14 @@ std::vector<Command> add_bench_commands(CLI::App& app) {
   gemm->add_option("--seconds", o->seconds, "Time to spend per measurement")
       ->capture_default_str()
       ->check(number_in(0.01, 60.0));
-  gemm->add_option("--config", o->config, "Also time the matrix products of this config's training step")
+  gemm->add_option(
+          "--config", o->config,
+          "Also time the matrix products of this config's training step (its vocabularies from "
+          "its data, as tfm info finds them; a seq2seq model's encoder, decoder and cross-attention)")
       ->type_name("FILE");
+  gemm->add_option("--vocab-size", o->vocab_size,
+                   "With --config: the vocabulary, when the data file is not at hand")
+      ->check(integer_in(1, kMaxFlagCount));
   gemm->add_flag("--json", o->json, "One JSON object instead of a table");
   gemm->footer(
       "\nExamples:\n  tfm bench gemm\n  tfm bench gemm --config configs/shakespeare_char_large.json\n"

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <new>
 #include <string>
 #include <vector>
@@ -153,6 +154,20 @@ std::vector<Command> add_runs_commands(CLI::App& app);       // runs.cpp: runs
 std::vector<Command> add_board_commands(CLI::App& app);      // board.cpp: board (the server: src/board/)
 
 std::vector<Command> add_plot_commands(CLI::App& app);  // plot.cpp: plot loss, speedrun, report
+
+// The model a config builds, as `tfm info` and `tfm bench gemm --config` size it (info.cpp): through its
+// objective (the data's vocabularies; memory-checked before it allocates, the message naming the command
+// `what`), or a bare language model when vocab_override > 0 (--vocab-size) or the data is too short for
+// the objective's batches (then its vocabulary is the one training would build from the file).
+struct ConfigModel {
+  std::unique_ptr<Objective> objective;
+  std::unique_ptr<LanguageModel> lm;
+  std::string vocab_note;  // where the vocabulary size came from
+  Model& model() const { return objective ? objective->model() : *lm; }
+  // The model's config: vocab_size (an encoder-decoder's target side) and source_vocab_size included.
+  const ModelConfig& config() const;
+};
+ConfigModel build_model(const Config& c, int64_t vocab_override, const std::string& what);
 
 // Writes a figure (SVG text, tfm/analysis/figures.h) to `path` atomically and, unless quiet, prints
 // "wrote PATH" (plot.cpp).

@@ -25,6 +25,60 @@
 #include "tfm/training/preflight.h"
 
 namespace tfm::cli {
+
+const ModelConfig& ConfigModel::config() const {
+  if (!objective) return lm->config();
+  if (auto* s2s = dynamic_cast<Seq2SeqModel*>(&objective->model())) return s2s->config();
+  return dynamic_cast<LanguageModel&>(objective->model()).config();
+}
+
+namespace {
+
+// The vocabulary training builds from the data.* keys, when the objective could not be built (a file too
+// short for a batch, ...): the file's distinct characters (char), the 256 bytes, or the BPE file's, plus
+// masked_lm's [MASK]. Refused, naming data.path, when the file has no text to take them from.
+int64_t data_vocabulary_size(const Config& c, ObjectiveKind objective) {
+  const std::string path = c.string("data.path");
+  const Tokenizer tokenizer = data_vocabulary(c);
+  if (tokenizer.size() == 0)
+    throw ConfigError("data.path: " + path +
+                      " holds no text, so training would have no vocabulary (--vocab-size N sets one)");
+  return tokenizer.size() + (objective == ObjectiveKind::MaskedLm ? 1 : 0);
+}
+
+}  // namespace
+
+ConfigModel build_model(const Config& c, int64_t vocab_override, const std::string& what) {
+  const ObjectiveKind objective = c.train().objective;
+  const bool seq2seq = objective == ObjectiveKind::Seq2Seq;
+  const auto check = memory_check(c, {what, true, 1});
+  ConfigModel m;
+  if (vocab_override > 0 && seq2seq)
+    throw ConfigError(
+        "--vocab-size: not for train.objective \"seq2seq\" (both vocabularies come from data.path)");
+  if (vocab_override <= 0) {
+    try {
+      m.objective = make_objective(c, nullptr, {true, 0, check});
+      m.vocab_note = "from " + c.string("data.path");
+      return m;
+    } catch (const IoError& e) {
+      if (seq2seq) throw;
+      if (!std::filesystem::exists(c.string("data.path")))
+        throw IoError(std::string(e.what()) +
+                      " (the vocabulary comes from the data; --vocab-size N sets one)");
+      vocab_override = data_vocabulary_size(c, objective);
+      m.vocab_note = "from the " + c.string("data.tokenizer") + " tokenizer of " + c.string("data.path") +
+                     " (no batch could be built: " + e.what() + ")";
+    }
+  } else {
+    m.vocab_note = "from --vocab-size";
+  }
+  const ModelConfig mc = c.model(vocab_override);
+  check(mc);
+  m.lm = std::make_unique<LanguageModel>(mc, 0);
+  return m;
+}
+
 namespace {
 
 std::string human_count(double n) {
@@ -53,65 +107,6 @@ struct InfoOptions {
   bool measure = false, json = false;
 };
 
-// The model a config builds: through its objective (the data's vocabularies, memory-checked before it
-// allocates), or a bare language model when --vocab-size is given or the data is too short for the
-// objective's batches (then its vocabulary is the one training would build from the file).
-struct InfoModel {
-  std::unique_ptr<Objective> objective;
-  std::unique_ptr<LanguageModel> lm;
-  std::string vocab_note;  // where the vocabulary size came from
-  Model& model() const { return objective ? objective->model() : *lm; }
-  const ModelConfig& config() const {
-    if (!objective) return lm->config();
-    if (auto* s2s = dynamic_cast<Seq2SeqModel*>(&objective->model())) return s2s->config();
-    return dynamic_cast<LanguageModel&>(objective->model()).config();
-  }
-};
-
-// The vocabulary training builds from the data.* keys, when the objective could not be built (a file too
-// short for a batch, ...): the file's distinct characters (char), the 256 bytes, or the BPE file's, plus
-// masked_lm's [MASK]. Refused, naming data.path, when the file has no text to take them from.
-int64_t data_vocabulary_size(const Config& c, ObjectiveKind objective) {
-  const std::string path = c.string("data.path");
-  const Tokenizer tokenizer = data_vocabulary(c);
-  if (tokenizer.size() == 0)
-    throw ConfigError("data.path: " + path +
-                      " holds no text, so training would have no vocabulary (--vocab-size N sets one for "
-                      "tfm info)");
-  return tokenizer.size() + (objective == ObjectiveKind::MaskedLm ? 1 : 0);
-}
-
-InfoModel build_model(const Config& c, int64_t vocab_override) {
-  const ObjectiveKind objective = c.train().objective;
-  const bool seq2seq = objective == ObjectiveKind::Seq2Seq;
-  const auto check = memory_check(c, {"info", true, 1});
-  InfoModel m;
-  if (vocab_override > 0 && seq2seq)
-    throw ConfigError(
-        "--vocab-size: not for train.objective \"seq2seq\" (both vocabularies come from data.path)");
-  if (vocab_override <= 0) {
-    try {
-      m.objective = make_objective(c, nullptr, {true, 0, check});
-      m.vocab_note = "from " + c.string("data.path");
-      return m;
-    } catch (const IoError& e) {
-      if (seq2seq) throw;
-      if (!std::filesystem::exists(c.string("data.path")))
-        throw IoError(std::string(e.what()) +
-                      " (the vocabulary comes from the data; --vocab-size N sets one)");
-      vocab_override = data_vocabulary_size(c, objective);
-      m.vocab_note = "from the " + c.string("data.tokenizer") + " tokenizer of " + c.string("data.path") +
-                     " (no batch could be built: " + e.what() + ")";
-    }
-  } else {
-    m.vocab_note = "from --vocab-size";
-  }
-  const ModelConfig mc = c.model(vocab_override);
-  check(mc);
-  m.lm = std::make_unique<LanguageModel>(mc, 0);
-  return m;
-}
-
 // What tfm info reports of a config, computed once for the text and the JSON forms.
 struct InfoFigures {
   ObjectiveKind objective = ObjectiveKind::CausalLm;
@@ -126,7 +121,7 @@ struct InfoFigures {
   MemoryEstimate memory;
 };
 
-InfoFigures figures_of(const Config& c, const InfoModel& m) {
+InfoFigures figures_of(const Config& c, const ConfigModel& m) {
   InfoFigures f;
   const ModelConfig& mc = m.config();
   const TrainConfig train = c.train();
@@ -146,7 +141,7 @@ InfoFigures figures_of(const Config& c, const InfoModel& m) {
 }
 
 // For scripts (scripts/bench.sh): the text form's figures, machine-readable.
-void print_json(const std::string& file, const InfoModel& m, const InfoFigures& f) {
+void print_json(const std::string& file, const ConfigModel& m, const InfoFigures& f) {
   const ModelConfig& mc = m.config();
   nlohmann::json j = {{"config", file},
                       {"objective", name_of(f.objective)},
@@ -169,7 +164,7 @@ void print_json(const std::string& file, const InfoModel& m, const InfoFigures& 
 }
 
 // The model's shape, its recipe and its heads.
-void print_model(const Config& c, const std::string& file, const InfoModel& m, const InfoFigures& f) {
+void print_model(const Config& c, const std::string& file, const ConfigModel& m, const InfoFigures& f) {
   const ModelConfig& mc = m.config();
   const std::string vocab = f.seq2seq ? std::to_string(mc.source_vocab_size) + " source + " +
                                             std::to_string(mc.vocab_size) + " target"
@@ -245,7 +240,7 @@ void print_training_options(const TrainConfig& t) {
 }
 
 // Parameters, FLOPs, memory and the optimizer's own work.
-void print_costs(const Config& c, const InfoModel& m, const InfoFigures& f) {
+void print_costs(const Config& c, const ConfigModel& m, const InfoFigures& f) {
   fmt::print("parameters: {} ({})\n", f.P, human_count(static_cast<double>(f.P)));
   for (const auto& [name, n] : m.model().parameter_breakdown())
     fmt::print("  {:<14} {:12}  {:5.1f}%\n", name, n, 100.0 * n / std::max<int64_t>(f.P, 1));
@@ -278,7 +273,7 @@ void print_costs(const Config& c, const InfoModel& m, const InfoFigures& f) {
 }
 
 // --measure: one real training step's peak tensor memory (the objective's batch, or random tokens).
-void measure_step(const Config& c, const InfoModel& m, const InfoFigures& f) {
+void measure_step(const Config& c, const ConfigModel& m, const InfoFigures& f) {
   platform::configure_threads(static_cast<int>(c.train().threads));
   const size_t before = memory::stats().live_bytes;
   memory::reset_peak();
@@ -302,7 +297,7 @@ void measure_step(const Config& c, const InfoModel& m, const InfoFigures& f) {
 
 int info_command(const InfoOptions& o) {
   const Config c = load_config(o.config_file, o.sets);
-  const InfoModel m = build_model(c, o.vocab_size);
+  const ConfigModel m = build_model(c, o.vocab_size, "info");
   const InfoFigures f = figures_of(c, m);
   if (o.json) {
     print_json(o.config_file, m, f);

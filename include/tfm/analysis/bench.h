@@ -10,8 +10,11 @@
 
 namespace tfm {
 
-// The matrix products of one training step of `config` at batch B and length T (forward and backward).
-std::vector<GemmTiming> time_model_gemms(const ModelConfig& config, int64_t B, int64_t T, double min_seconds);
+// The matrix products of one training step of `config` (forward and backward) at batch B: over T tokens,
+// or for an encoder-decoder (S > 0) the encoder's over S source tokens, the decoder's over T target
+// tokens and the cross-attention's between them. The head's is over config.vocab_size (the target's).
+std::vector<GemmTiming> time_model_gemms(const ModelConfig& config, int64_t B, int64_t T, double min_seconds,
+                                         int64_t S = 0);
 
 // One multi-head self-attention layer, forward + backward, at sequence length n (Vaswani et al. 2017,
 // table 1: time O(n^2 d + n d^2) per layer; memory O(h n^2) for the attention matrices of an unfused
