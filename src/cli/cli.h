@@ -26,6 +26,9 @@ constexpr int kExitOk = 0;
 constexpr int kExitInternal = 1;
 constexpr int kExitBadInput = 2;  // bad config, argument or file (tfm::ConfigError, tfm::IoError)
 constexpr int kExitDiverged = 3;  // training stopped on a NaN/Inf
+// tfm gradcheck: a gradient above the tolerance. It shares 1 with internal errors: a wrong gradient is
+// a bug in tfm, not in the user's input (the top-level help says so).
+constexpr int kExitCheckFailed = 1;
 
 // Upper bound of count flags (--batches, --max-new-tokens, ...): far above any sensible use, far below
 // an overflow.

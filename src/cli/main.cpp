@@ -42,7 +42,8 @@ Examples:
   tfm config --keys          # every config key with its default, allowed values and meaning
 
 A run directory holds config.json, last.ckpt, best.ckpt, train.log and metrics.jsonl.
-Exit status: 0 done (or interrupted and checkpointed), 1 internal error,
+Exit status: 0 done (or interrupted and checkpointed), 1 internal error or a failed
+             check (tfm gradcheck: a gradient above the tolerance, a bug in tfm),
              2 bad config, argument or file, 3 training stopped on a NaN/Inf
              (tfm sweep: at one of its points; the others trained and were recorded).
 )";

@@ -1,7 +1,10 @@
 // The whole-model gradient check (gradcheck.h, `tfm gradcheck`): passes on every shipped config and
 // model option, and fails when an op with a wrong backward formula is inserted through the public
 // op-writing API (record()).
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -54,12 +57,44 @@ TEST_CASE("gradcheck: tfm gradcheck passes on every shipped config, objective an
     const tfm_test::CliRun r = tfm_test::run_tfm("gradcheck " + a);
     INFO("tfm gradcheck " << a << "\n" << r.out);
     CHECK(r.status == 0);
-    CHECK_THAT(r.out, Catch::Contains("\nok: worst relative error"));
+    CHECK_THAT(r.out, Catch::Contains("\nok: worst error"));
     if (a.find("mtp_heads") != std::string::npos) CHECK_THAT(r.out, Catch::Contains("mtp.2.proj.weight"));
   }
   // A tolerance no float32 model can meet: the command says so and exits 1.
   const tfm_test::CliRun r = tfm_test::run_tfm("gradcheck " + base + " --tolerance 1e-8");
   CHECK(r.status == 1);
   CHECK_THAT(r.out, Catch::Contains("<-- above tolerance"));
-  CHECK_THAT(r.out, Catch::Contains("\nFAILED: worst relative error"));
+  CHECK_THAT(r.out, Catch::Contains("\nFAILED: worst error"));
+}
+
+TEST_CASE("gradcheck: the printed error is the measure it names, its floor printed", "[gradcheck][cli]") {
+  const tfm_test::CliRun r = tfm_test::run_tfm("gradcheck --config configs/tiny.json");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  const std::string defined = "error = |analytic - numeric| / max(|analytic|, |numeric|, floor), floor ";
+  REQUIRE(r.out.find(defined) != std::string::npos);
+  const double floor = std::strtod(r.out.c_str() + r.out.find(defined) + defined.size(), nullptr);
+  CHECK(floor > 0);
+  // Every tensor's line: the error recomputed from its own analytic and numeric values and the floor.
+  int lines = 0;
+  for (size_t at = r.out.find(" worst error "); at != std::string::npos;
+       at = r.out.find(" worst error ", at + 1)) {
+    char* end = nullptr;
+    const double error = std::strtod(r.out.c_str() + at + 13, &end);
+    const size_t a = r.out.find("(analytic ", at), n = r.out.find(", numeric ", at);
+    if (a == std::string::npos || a > r.out.find('\n', at)) continue;  // the summary line
+    const double analytic = std::strtod(r.out.c_str() + a + 10, nullptr);
+    const double numeric = std::strtod(r.out.c_str() + n + 10, nullptr);
+    const double scale = std::max({std::fabs(analytic), std::fabs(numeric), floor});
+    CHECK(error ==
+          Approx(std::fabs(analytic - numeric) / scale).epsilon(0.02).margin(2e-6));  // 7 printed digits
+    if (std::max(std::fabs(analytic), std::fabs(numeric)) < floor)
+      CHECK(r.out.substr(a, r.out.find('\n', a) - a).find("both below the floor") != std::string::npos);
+    ++lines;
+  }
+  CHECK(lines >= 10);
+  CHECK_THAT(r.out, !Catch::Contains("relative error"));
+  // A failed check exits 1, which the top-level help lists with the internal errors.
+  CHECK_THAT(tfm_test::run_tfm("--help").out,
+             Catch::Contains("1 internal error or a failed") && Catch::Contains("check (tfm gradcheck"));
 }
