@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "tfm/analysis/svg.h"
+#include "tfm/config/config.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
 #include "tfm/training/run_dir.h"
@@ -478,6 +479,95 @@ std::string bench_attention_figure(const json& r) {
   svg::draw_chart(doc, 0, 30, 500, 410, time);
   svg::draw_chart(doc, 500, 30, 500, 410, memory);
   return doc.str();
+}
+
+namespace {
+
+bool is_sweep_point(const json& j) {
+  return j.is_object() && j.contains("dir") && j.contains("step") && j.contains("stopped");
+}
+
+// The kind of report a JSON document is, from the keys its command writes; "" when none.
+std::string report_kind(const json& j) {
+  if (!j.is_object()) return "";
+  if ((j.contains("tokens") && j.contains("layers")) ||
+      (j.value("kind", "") == "seq2seq" && j.contains("cross")))
+    return "attention";
+  if (j.contains("layer") && j.contains("pruning")) return "heads";
+  if (j.contains("lengths") && j.contains("time_exponent")) return "bench attention";
+  if (is_sweep_point(j)) return "sweep";
+  return "";
+}
+
+// The kind each command's report file is named for.
+std::string report_kind_of_name(const std::string& name) {
+  if (name == "attention.json") return "attention";
+  if (name == "heads.json") return "heads";
+  if (name == "bench_attention.json") return "bench attention";
+  if (name == "sweep.jsonl") return "sweep";
+  return "";
+}
+
+}  // namespace
+
+ReportFigures report_figures(const std::string& path, const std::string& text,
+                             const std::string& sweep_title) {
+  ReportFigures r;
+  std::vector<json> lines;  // a JSON Lines file's objects (a sweep's points)
+  json document = json::parse(text, nullptr, false);
+  if (!document.is_discarded()) {
+    r.kind = report_kind(document);
+    if (r.kind == "sweep" || (r.kind.empty() && document.is_object() && !document.empty()))
+      lines.push_back(document);  // a sweep of one point is one line
+  } else {
+    // JSON Lines, when the first line is JSON by itself; otherwise one document that does not parse,
+    // named at its line and column.
+    std::istringstream in(text);
+    std::string line;
+    size_t number = 0;
+    bool first = true;
+    while (std::getline(in, line)) {
+      ++number;
+      if (line.empty()) continue;
+      json j = json::parse(line, nullptr, false);
+      if (j.is_discarded()) {
+        if (first) parse_json(text, path);  // throws ConfigError "PATH:LINE:COLUMN: malformed JSON: ..."
+        const bool cut = in.eof() && !text.empty() && text.back() != '\n';
+        if (!cut)
+          throw ConfigError(path + ":" + std::to_string(number) +
+                            ": not JSON (a JSON Lines report holds one JSON object a line)");
+        ++r.skipped_lines;  // the last line of a file being written
+        continue;
+      }
+      if (first) r.kind = report_kind(j) == "sweep" ? "sweep" : "";
+      if (r.kind == "sweep" && !is_sweep_point(j))
+        throw ConfigError(path + ":" + std::to_string(number) +
+                          ": not a sweep point (dir, step and stopped)");
+      lines.push_back(std::move(j));
+      first = false;
+    }
+  }
+  if (r.kind.empty()) r.kind = report_kind_of_name(fs::path(path).filename().string());
+  if (r.kind.empty())
+    throw ConfigError(
+        "plot report: " + path +
+        ": expected attention.json, heads.json, bench_attention.json or sweep.jsonl (the reports of tfm "
+        "attention, heads, bench attention and sweep, known by what they hold whatever their names)");
+  try {
+    if (r.kind == "attention") {
+      r.figures = attention_figures(document);
+    } else if (r.kind == "heads") {
+      r.figures.emplace_back("heads.svg", heads_figure(document));
+    } else if (r.kind == "bench attention") {
+      r.figures.emplace_back("bench_attention.svg", bench_attention_figure(document));
+    } else {
+      if (lines.empty() || sweep_keys(lines[0]).empty()) throw ConfigError(path + ": no sweep points");
+      r.figures.emplace_back("sweep.svg", sweep_figure(lines, sweep_keys(lines[0])[0], sweep_title));
+    }
+  } catch (const json::exception& e) {  // named by its file's name, its content lacking a key
+    throw ConfigError(path + ": not a whole " + r.kind + " report (" + e.what() + ")");
+  }
+  return r;
 }
 
 }  // namespace tfm

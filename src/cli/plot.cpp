@@ -87,42 +87,20 @@ int run_plot_speedrun(const PlotSpeedrunOptions& o) {
   return kExitOk;
 }
 
-// Which command wrote `report`, from its name: each command's report has a fixed one.
+// The report's figures, its kind found from what it holds (analysis/figures.h), beside it or in --out.
 int run_plot_report(const PlotReportOptions& o) {
   const fs::path path(o.report);
-  const std::string name = path.filename().string();
   const std::string dir = o.out.empty() ? path.parent_path().string() : o.out;
-  const std::string text = read_file(o.report, kMaxReportBytes);
-  const auto parse = [&](const std::string& s) {
-    nlohmann::json j = nlohmann::json::parse(s, nullptr, false);
-    if (j.is_discarded()) throw ConfigError(o.report + ": not JSON");
-    return j;
-  };
   const std::string at = dir.empty() ? "." : dir;
+  const ReportFigures report =
+      report_figures(o.report, read_file(o.report, kMaxReportBytes), fs::path(at).filename().string());
+  if (report.skipped_lines > 0)
+    fmt::print(stderr, "tfm: warning: {}: its last line is cut short (a sweep being written?), skipped\n",
+               o.report.c_str());
   if (!o.out.empty()) make_output_dir(o.out);
-  const auto write_report_figure = [&](const std::string& file, const std::string& svg) {
+  for (const auto& [file, svg] : report.figures) {
     check_output_path("--out", at + "/" + file, plotted({o.report}));
     write_figure(at + "/" + file, svg);
-  };
-  if (name == "attention.json") {
-    for (const auto& [file, svg] : attention_figures(parse(text))) write_report_figure(file, svg);
-  } else if (name == "heads.json") {
-    write_report_figure("heads.svg", heads_figure(parse(text)));
-  } else if (name == "bench_attention.json") {
-    write_report_figure("bench_attention.svg", bench_attention_figure(parse(text)));
-  } else if (name == "sweep.jsonl") {
-    std::vector<nlohmann::json> points;
-    std::istringstream in(text);
-    std::string line;
-    while (std::getline(in, line))
-      if (!line.empty()) points.push_back(parse(line));
-    if (points.empty() || sweep_keys(points[0]).empty()) throw ConfigError(o.report + ": no sweep points");
-    write_report_figure("sweep.svg",
-                        sweep_figure(points, sweep_keys(points[0])[0], fs::path(at).filename().string()));
-  } else {
-    throw ConfigError("plot report: " + o.report +
-                      ": expected attention.json, heads.json, bench_attention.json or sweep.jsonl (the "
-                      "reports of tfm attention, heads, bench attention and sweep)");
   }
   return kExitOk;
 }
@@ -165,7 +143,10 @@ std::vector<Command> add_plot_commands(CLI::App& app) {
       "report", "Draw a report again: attention.json, heads.json, bench_attention.json or sweep.jsonl");
   report->add_option("report", ro->report, "The report file")->required()->type_name("FILE");
   report->add_option("--out", ro->out, "Directory for the SVGs (default: the report's)")->type_name("DIR");
-  report->footer("\nExamples:\n  tfm plot report runs/tiny/attention/attention.json --out figures\n");
+  report->footer(
+      "\nThe report's kind is read from what it holds (a renamed copy is drawn too). A line of a JSON Lines\n"
+      "report that is not JSON is named; a last line cut short (a sweep being written) is skipped.\n"
+      "Examples:\n  tfm plot report runs/tiny/attention/attention.json --out figures\n");
 
   return {{loss, [lo] { return run_plot_loss(*lo); }},
           {speed, [so] { return run_plot_speedrun(*so); }},
