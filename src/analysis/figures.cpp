@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "tfm/analysis/svg.h"
+#include "tfm/analysis/sweep.h"
 #include "tfm/config/config.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
@@ -398,13 +399,13 @@ std::string sweep_figure(const std::vector<json>& points, const std::string& key
   for (const json& p : points) {
     std::string label;
     for (const std::string& k : others)
-      label += (label.empty() ? "" : ", ") + k + "=" + p.value(k, json()).dump();
+      label += (label.empty() ? "" : ", ") + k + "=" + sweep_value_label(p.value(k, json()));
     auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == label; });
     if (it == groups.end()) groups.emplace_back(label, std::vector<const json*>{}), it = groups.end() - 1;
     it->second.push_back(&p);
   }
   svg::Chart loss, speed;
-  for (const json& x : xs) loss.x_categories.push_back(x.is_string() ? x.get<std::string>() : x.dump());
+  for (const json& x : xs) loss.x_categories.push_back(sweep_value_label(x));
   speed.x_categories = loss.x_categories;
   loss.x_label = speed.x_label = key;
   loss.y_label = "val loss";

@@ -135,6 +135,12 @@ json diverged_sweep_point(const std::string& dir, const Config& config, const js
 
 }  // namespace
 
+std::string sweep_value_label(const json& value) {
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_number_float()) return fmt::format("{}", value.get<double>());
+  return value.dump();
+}
+
 json measure_sweep_point(const std::string& dir, const Config& config) {
   const PointLog log = read_point_log(dir);
   LoadedRun run = load_run(dir, "last");

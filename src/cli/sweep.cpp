@@ -72,7 +72,7 @@ int run_sweep_command(const SweepOptions& o) {
   fmt::print("|\n");
   // A point that diverged has no val loss, parameters or speed to show: "-", and why after the table.
   for (const json& r : all) {
-    for (const SweepAxis& a : axes) fmt::print("| {} ", r[a.key].dump());
+    for (const SweepAxis& a : axes) fmt::print("| {} ", sweep_value_label(r[a.key]));
     const std::string stopped = r["stopped"].get<std::string>();
     const std::string why = stopped == "max_steps" ? ""
                             : stopped == "diverged"

@@ -154,6 +154,7 @@ TEST_CASE("sweep: a diverging point is recorded as failed, the others train on, 
   CHECK(r.status == 3);
   CHECK_THAT(r.out, !Catch::Contains("internal error"));
   CHECK_THAT(r.out, Catch::Contains(" (diverged at step 2) |"));
+  CHECK_THAT(r.out, Catch::Contains("| 1000000 |") && Catch::Contains("| 0.003 |"));  // not "1000000.0"
   CHECK_THAT(r.out, Catch::Contains("is not finite"));
   auto points = read_jsonl(out + "/sweep.jsonl");
   REQUIRE(points.size() == 2);

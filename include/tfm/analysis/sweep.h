@@ -26,6 +26,9 @@ struct SweepAxis {
 // "model.n_heads=1,2,4" -> {model.n_heads, [1, 2, 4]}; ConfigError naming --grid unless the key exists
 // and every value is non-empty.
 SweepAxis parse_sweep_axis(const std::string& spec);
+// A grid value as the table and the figure show it: a string as it is, a number in its shortest form
+// (1e6 as "1000000", not JSON's "1000000.0").
+std::string sweep_value_label(const nlohmann::json& value);
 
 struct SweepSpec {
   std::string config;             // the JSON config every point starts from
