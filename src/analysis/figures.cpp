@@ -27,13 +27,18 @@ std::string metrics_path(const std::string& path) {
   return fs::is_directory(path, ec) ? (fs::path(path) / "metrics.jsonl").string() : path;
 }
 
-std::string run_name(const std::string& path) {
+// The run directory of a run directory or its metrics file.
+fs::path run_dir_of(const std::string& path) {
   fs::path p = fs::path(path).lexically_normal();
   if (!p.has_filename()) p = p.parent_path();
   std::error_code ec;
   if (!fs::is_directory(path, ec)) p = p.parent_path();  // DIR/metrics.jsonl: the run is DIR
-  const std::string name = p.filename().string();
-  return name.empty() ? path : name;
+  return p.empty() ? fs::path(".") : p;
+}
+
+std::string run_name(const std::string& path) {
+  const std::string name = run_dir_of(path).filename().string();
+  return name.empty() || name == "." ? path : name;
 }
 
 // Each JSON object line of a JSON Lines file; lines that do not parse (one being written) are skipped.
@@ -96,6 +101,7 @@ std::vector<std::string> index_labels(size_t n) {
 LossCurves read_loss_curves(const std::string& path) {
   LossCurves c;
   c.name = run_name(path);
+  c.dir = run_dir_of(path).string();
   for (const json& r : read_records(metrics_path(path))) {
     const double step = number_or_nan(r, "step");
     if (!std::isfinite(step)) continue;

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "tfm/config/config.h"
 #include "tfm/engine/enum_names.h"
@@ -285,11 +286,68 @@ std::vector<std::string> find_runs(const std::vector<std::string>& roots, int ma
   return runs;
 }
 
+std::vector<std::string> unique_names(std::vector<std::string> names, const std::vector<std::string>& dirs) {
+  std::error_code ec;
+  const fs::path here = fs::current_path(ec);
+  const size_t n = names.size();
+  std::vector<fs::path> absolute(n);
+  std::vector<bool> fixed(n);
+  for (size_t i = 0; i < n; ++i) {
+    fs::path a = fs::absolute(dirs[i], ec).lexically_normal();
+    if (!a.has_filename()) a = a.parent_path();  // "runs/tiny/"
+    absolute[i] = a;
+    const fs::path from_here = here.empty() ? fs::path() : a.lexically_relative(here);
+    fixed[i] = from_here == fs::path(names[i]);
+  }
+  // The last `parts` components of a path; the whole absolute path when it has no more.
+  const auto tail = [](const fs::path& p, size_t parts) {
+    const fs::path relative = p.relative_path();
+    const std::vector<fs::path> all(relative.begin(), relative.end());
+    if (parts >= all.size()) return p;
+    fs::path out;
+    for (size_t i = all.size() - parts; i < all.size(); ++i) out /= all[i];
+    return out;
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    std::map<std::string, std::vector<size_t>> alike;
+    for (size_t i = 0; i < n; ++i) alike[names[i]].push_back(i);
+    for (const auto& [name, group] : alike) {
+      if (group.size() < 2) continue;
+      for (size_t i : group) {
+        if (fixed[i] || name == absolute[i].string()) continue;  // nothing left to add
+        const fs::path shown(name);
+        const size_t parts = static_cast<size_t>(std::distance(shown.begin(), shown.end()));
+        names[i] = tail(absolute[i], parts + 1).string();
+        changed = true;
+      }
+    }
+  }
+  return names;
+}
+
+std::vector<NamedRun> find_named_runs(const std::vector<std::string>& roots,
+                                      const std::function<bool(const std::string&)>& keep) {
+  std::vector<NamedRun> runs;
+  std::set<fs::path> seen;  // real paths: `tfm runs runs runs/tiny` lists runs/tiny once
+  for (const std::string& root : roots)
+    for (const std::string& dir : find_runs({root})) {
+      std::error_code ec;
+      fs::path real = fs::weakly_canonical(dir, ec);
+      if (ec) real = fs::absolute(dir, ec).lexically_normal();
+      if (!seen.insert(real).second || (keep && !keep(dir))) continue;
+      runs.push_back({dir, run_name_under(root, dir)});
+    }
+  std::vector<std::string> names, dirs;
+  for (const NamedRun& r : runs) names.push_back(r.name), dirs.push_back(r.dir);
+  names = unique_names(std::move(names), dirs);
+  for (size_t i = 0; i < runs.size(); ++i) runs[i].name = names[i];
+  return runs;
+}
+
 std::vector<RunSummary> list_runs(const std::vector<std::string>& roots) {
   std::vector<RunSummary> runs;
-  for (const std::string& root : roots)
-    for (const std::string& dir : find_runs({root}))
-      runs.push_back(summarize_run(dir, run_name_under(root, dir)));
+  for (const NamedRun& r : find_named_runs(roots)) runs.push_back(summarize_run(r.dir, r.name));
   return runs;
 }
 
@@ -361,6 +419,10 @@ std::vector<json> find_result_sets(const std::vector<std::string>& roots, int ma
         break;
       }
     });
+  std::vector<std::string> names, dirs;
+  for (const json& set : sets) names.push_back(set["name"]), dirs.push_back(set["dir"]);
+  names = unique_names(std::move(names), dirs);
+  for (size_t i = 0; i < sets.size(); ++i) sets[i]["name"] = names[i];
   return sets;
 }
 

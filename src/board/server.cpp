@@ -104,9 +104,9 @@ class RunIndex {
 
   // Every run now (summaries recomputed only for the runs that changed) and the result sets.
   json listing() {
-    std::vector<RunSummary> found = list_names();
+    std::vector<NamedRun> found = list_names();
     json runs = json::array();
-    for (const RunSummary& r : found) runs.push_back(run_summary_json(summary(r.dir, r.name)));
+    for (const NamedRun& r : found) runs.push_back(run_summary_json(summary(r.dir, r.name)));
     json results = json::array();
     for (json& set : find_result_sets(roots_)) results.push_back(std::move(set));
     std::lock_guard<std::mutex> lock(mutex_);
@@ -135,7 +135,11 @@ class RunIndex {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       const auto it = summaries_.find(dir);
-      if (it != summaries_.end() && it->second.first == sig) return it->second.second;
+      if (it != summaries_.end() && it->second.first == sig) {
+        RunSummary s = it->second.second;
+        s.name = name;  // a run found since under another root may have lengthened it
+        return s;
+      }
     }
     RunSummary s = summarize_run(dir, name);
     std::lock_guard<std::mutex> lock(mutex_);
@@ -165,19 +169,12 @@ class RunIndex {
   const std::vector<std::string>& roots() const { return roots_; }
 
  private:
-  std::vector<RunSummary> list_names() {
-    std::vector<RunSummary> found;
-    for (const std::string& root : roots_)
-      for (const std::string& dir : find_runs({root})) {
-        if (!stays_inside(dir)) continue;
-        RunSummary r;
-        r.dir = dir;
-        r.name = run_name_under(root, dir);
-        found.push_back(r);
-      }
+  std::vector<NamedRun> list_names() {
+    // Unique names, the same as `tfm runs` shows: two roots' runs/tiny are A/runs/tiny and B/runs/tiny.
+    std::vector<NamedRun> found = find_named_runs(roots_, stays_inside);
     std::lock_guard<std::mutex> lock(mutex_);
     names_.clear();
-    for (const RunSummary& r : found) names_[r.name] = r.dir;
+    for (const NamedRun& r : found) names_[r.name] = r.dir;
     return found;
   }
 

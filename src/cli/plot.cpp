@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "tfm/analysis/figures.h"
+#include "tfm/analysis/runs.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
 
@@ -52,6 +53,11 @@ std::vector<CommandInput> plotted(const std::vector<std::string>& paths) {
 int run_plot_loss(const PlotLossOptions& o) {
   std::vector<LossCurves> runs;
   for (const std::string& r : o.runs) runs.push_back(read_loss_curves(r));
+  // Legends apart: runs/tiny and other/tiny are both "tiny" by their own names.
+  std::vector<std::string> names, dirs;
+  for (const LossCurves& c : runs) names.push_back(c.name), dirs.push_back(c.dir);
+  names = unique_names(std::move(names), dirs);
+  for (size_t i = 0; i < runs.size(); ++i) runs[i].name = names[i];
   std::string out = o.out;
   if (out.empty()) {
     if (runs.size() > 1) throw ConfigError("--out: give the SVG to write when plotting several runs");

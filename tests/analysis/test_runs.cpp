@@ -188,6 +188,33 @@ TEST_CASE("runs: below the current directory a run's name is the path to give --
   fs::current_path(before);
 }
 
+TEST_CASE("runs: runs of the same name under two roots get names apart, each directory listed once",
+          "[runs]") {
+  tfm_test::TempDir tmp("runs_alike");
+  runs_make(tmp.file("A/runs/tiny"), 20, 40);
+  runs_make(tmp.file("B/runs/tiny"), 40, 40);
+  runs_make(tmp.file("B/runs/other"), 20, 40);
+  // Elsewhere than the current directory: a parent directory more for the two alike, not for the other.
+  std::vector<RunSummary> runs = list_runs({tmp.file("A/runs"), tmp.file("B/runs"), tmp.file("B/runs/tiny")});
+  REQUIRE(runs.size() == 3);  // B/runs/tiny, reached from two roots, once
+  CHECK(runs_find(runs, "A/runs/tiny").step == 20);
+  CHECK(runs_find(runs, "B/runs/tiny").step == 40);
+  CHECK(runs_find(runs, "runs/other").step == 20);
+  // Below the current directory a name is the path --run takes, and stays; the other is told apart.
+  const fs::path before = fs::current_path();
+  fs::current_path(tmp.file("A"));
+  const std::vector<NamedRun> named = find_named_runs({"runs", "../B/runs"});
+  fs::current_path(before);
+  REQUIRE(named.size() == 3);
+  CHECK(named[0].name == "runs/tiny");
+  CHECK(named[1].name == "runs/other");
+  CHECK(named[2].name == "B/runs/tiny");
+  // Names with no more parents to add (one directory twice) are left alike rather than looping.
+  CHECK(unique_names({"x", "x"}, {"/x", "/x"}) == std::vector<std::string>({"/x", "/x"}));
+  CHECK(unique_names({"tiny", "tiny"}, {"/p/a/tiny", "/p/b/tiny"}) ==
+        std::vector<std::string>({"a/tiny", "b/tiny"}));
+}
+
 TEST_CASE("runs: the checkpoint's state alone equals the full load's", "[runs]") {
   const std::string fixture = std::string(TFM_SOURCE_DIR) + "/tests/fixtures/checkpoint_v1_tiny.ckpt";
   CHECK(load_checkpoint_state(fixture) == load_checkpoint(fixture).state);

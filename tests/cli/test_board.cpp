@@ -382,6 +382,42 @@ TEST_CASE("tfm board: traversal, oversized and stalled requests, 50 clients, SIG
   CHECK(tfm_test::read_file(board.log).find("tfm board: stopped") != std::string::npos);
 }
 
+TEST_CASE("tfm runs, board and plot: runs of the same name under two roots are told apart", "[board][slow]") {
+  // ../A/runs/tiny and ../B/runs/tiny, of different configs: both had been "runs/tiny", and the board's
+  // routes reached only one of them.
+  const std::string root = tfm_test::scratch_path("board", "alike");
+  fs::create_directories(root + "/A/runs");
+  fs::create_directories(root + "/B/runs");
+  fs::copy(board_runs_root() + "/done", root + "/A/runs/tiny", fs::copy_options::recursive);
+  fs::copy(board_runs_root() + "/target", root + "/B/runs/tiny", fs::copy_options::recursive);
+  tfm_test::CliRun r = run_tfm("runs " + root + "/A/runs " + root + "/B/runs --json");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  const json runs = json::parse(r.out);
+  REQUIRE(runs.size() == 2);
+  CHECK(runs[0]["name"] == "A/runs/tiny");
+  CHECK(runs[1]["name"] == "B/runs/tiny");
+
+  BoardProcess board("--runs " + root + "/A/runs " + root + "/B/runs");
+  httplib::Client c("127.0.0.1", board.port);
+  const json listing = board_get(c, "/api/runs");
+  REQUIRE(listing["runs"].size() == 2);
+  CHECK(board_run(listing, "A/runs/tiny")["status"] == "finished");
+  CHECK(board_run(listing, "B/runs/tiny")["status"] == "stopped: target");
+  CHECK(board_get(c, "/api/config?run=A/runs/tiny")["config"]["train"].value("target_loss", 0.0) == 0.0);
+  CHECK(board_get(c, "/api/config?run=B/runs/tiny")["config"]["train"]["target_loss"] == 100.0);
+  board_get(c, "/api/config?run=runs/tiny", 404);
+  CHECK(board.stop() == 0);
+
+  // Their loss curves overlaid: a legend entry each, not two "tiny".
+  const std::string svg = root + "/ab.svg";
+  r = run_tfm("plot loss " + root + "/A/runs/tiny " + root + "/B/runs/tiny --out " + svg);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  const std::string figure = tfm_test::read_file(svg);
+  CHECK_THAT(figure, Catch::Contains(">A/runs/tiny<") && Catch::Contains(">B/runs/tiny<"));
+}
+
 TEST_CASE("tfm board: refuses a missing directory and warns when opened to the network", "[board]") {
   tfm_test::CliRun r = run_tfm("board --runs /nonexistent_tfm_dir --port 0");
   CHECK(r.status == 2);

@@ -15,6 +15,7 @@ namespace tfm {
 // (the last one of a run being written, cut short) is skipped; a missing file is an IoError naming it.
 struct LossCurves {
   std::string name;  // the run directory's name
+  std::string dir;   // the run directory, as given (the metrics file's directory when given that)
   // every logged step; the loss is the mean over the log interval (train_loss_avg, what the log line
   // shows), or the interval's last batch (train_loss) in a record without it
   std::vector<double> step, train_loss;

@@ -9,6 +9,7 @@
 // read and names the rest in `problems`, and never throws for it.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -60,7 +61,21 @@ RunSummary summarize_run(const std::string& dir, const std::string& name);
 // which --run takes as it is shown: "runs/tiny" for `tfm runs` and `tfm runs runs/tiny` alike (the
 // current directory itself by its own name). Elsewhere, the root's own name, then the path below it.
 std::string run_name_under(const std::string& root, const std::string& dir);
-// find_runs + summarize_run, with each run's name relative to its root.
+// `names` made unique, for lists that show runs from several places: while two are alike, each of them
+// gets the next parent directory of its `dirs` entry (made absolute) before it ("runs/tiny" under ../A
+// and ../B: "A/runs/tiny" and "B/runs/tiny"), but a name that is its directory's path from the current
+// directory (what --run takes) stays as it is. Names alike for the same directory stay alike.
+std::vector<std::string> unique_names(std::vector<std::string> names, const std::vector<std::string>& dirs);
+// A run found under the roots and the name a list shows it by.
+struct NamedRun {
+  std::string dir, name;
+};
+// find_runs over every root, each directory once (two roots may reach the same), named by
+// run_name_under and made unique by unique_names. `keep`, when given, leaves out the runs it refuses,
+// before naming: a run left out never lengthens another's name.
+std::vector<NamedRun> find_named_runs(const std::vector<std::string>& roots,
+                                      const std::function<bool(const std::string& dir)>& keep = nullptr);
+// find_named_runs + summarize_run.
 std::vector<RunSummary> list_runs(const std::vector<std::string>& roots);
 // {"name", "dir", "objective", "parameters", "status", "status_detail", "step", "max_steps",
 //  "best_val_loss", "seconds_to_target", "tokens_per_s", "last_update", "problems", "files"}; unknown
@@ -72,7 +87,7 @@ nlohmann::json run_summary_json(const RunSummary& run);
 void sort_runs(std::vector<RunSummary>& runs, const std::string& key);
 
 // Directories under `roots` holding the results of a sweep (sweep.jsonl), an ablation (ablate.jsonl) or a
-// speedrun (summary.json): {"name", "dir", "kind", "files"}.
+// speedrun (summary.json): {"name", "dir", "kind", "files"}, names made unique as find_named_runs does.
 std::vector<nlohmann::json> find_result_sets(const std::vector<std::string>& roots, int max_depth = 4);
 
 // Cuts a series (x ascending) to at most max_points points for a chart: the points are split into
