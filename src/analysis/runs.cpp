@@ -433,9 +433,13 @@ std::vector<size_t> downsample_min_max(const std::vector<double>& y, size_t max_
     for (size_t i = 0; i < n && (max_points >= 2 || i < max_points); ++i) kept.push_back(i);
     return kept;
   }
-  const size_t buckets = max_points / 2;
+  // The first and the last point always: where the chart starts and ends (the newest value, and the step
+  // a page polling for what is new goes on from); the points between in buckets.
+  kept.push_back(0);
+  const size_t inner = n - 2, buckets = (max_points - 2) / 2;  // n > max_points >= 2: inner >= 1
   for (size_t b = 0; b < buckets; ++b) {
-    const size_t lo = b * n / buckets, hi = (b + 1) * n / buckets;  // [lo, hi), never empty: n > buckets
+    // [lo, hi), never empty: inner > buckets
+    const size_t lo = 1 + b * inner / buckets, hi = 1 + (b + 1) * inner / buckets;
     size_t min_i = lo, max_i = lo;
     for (size_t i = lo; i < hi; ++i) {
       if (y[i] < y[min_i] || std::isnan(y[min_i])) min_i = i;
@@ -444,6 +448,7 @@ std::vector<size_t> downsample_min_max(const std::vector<double>& y, size_t max_
     kept.push_back(std::min(min_i, max_i));
     if (max_i != min_i) kept.push_back(std::max(min_i, max_i));
   }
+  kept.push_back(n - 1);
   return kept;
 }
 

@@ -1,12 +1,14 @@
 // The runs table's library (analysis/runs.h) on run directories the tests write by hand: each status
 // from the lock, the log and the checkpoint's state; metrics with a cut last line; a corrupt checkpoint;
 // min/max downsampling; config diffs.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -254,6 +256,20 @@ TEST_CASE("runs: min/max downsampling keeps every bucket's extremes, in order", 
   CHECK(std::find(kept.begin(), kept.end(), size_t{54321}) != kept.end());
   CHECK(std::find(kept.begin(), kept.end(), size_t{12345}) != kept.end());
   CHECK(downsample_min_max({1, 2, 3}, 1000) == std::vector<size_t>({0, 1, 2}));
+  // The first and the last point are kept even when neither is its bucket's extreme: a series of 4000
+  // steps had ended at step 3998, and a page polling past the last step never got the rest.
+  for (const size_t n : {3, 4, 5, 100, 4000, 4001})
+    for (const size_t max_points : {2, 3, 4, 10, 1000, 2000}) {
+      std::vector<double> wave(n);
+      for (size_t i = 0; i < n; ++i) wave[i] = 3.0 + std::sin(double(i));
+      const std::vector<size_t> k = downsample_min_max(wave, max_points);
+      INFO("n " << n << ", max_points " << max_points);
+      REQUIRE(!k.empty());
+      CHECK(k.size() <= std::max(max_points, size_t{2}));
+      CHECK(k.front() == 0);
+      CHECK(k.back() == n - 1);
+      CHECK(std::adjacent_find(k.begin(), k.end(), std::greater_equal<size_t>()) == k.end());
+    }
   CHECK(downsample_min_max({}, 10).empty());
 }
 

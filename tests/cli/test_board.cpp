@@ -15,6 +15,7 @@
 #include <catch2/catch.hpp>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -416,6 +417,35 @@ TEST_CASE("tfm runs, board and plot: runs of the same name under two roots are t
   REQUIRE(r.status == 0);
   const std::string figure = tfm_test::read_file(svg);
   CHECK_THAT(figure, Catch::Contains(">A/runs/tiny<") && Catch::Contains(">B/runs/tiny<"));
+}
+
+TEST_CASE("tfm board: a downsampled series keeps its newest point", "[board]") {
+  // 4000 logged steps, cut to 2000 points a series: grad_norm had ended at step 3998 and tokens_per_s at
+  // 3999 while last_step said 4000, and the page, polling past 4000, never got their last points.
+  tfm_test::TempDir tmp("board_downsample");
+  fs::create_directories(tmp.path + "/long");
+  std::ofstream metrics(tmp.path + "/long/metrics.jsonl");
+  for (int step = 1; step <= 4000; ++step)
+    metrics << json{{"step", step},
+                    {"train_loss", 3.0 + std::sin(step)},
+                    {"grad_norm", 1.0 + std::sin(0.7 * step)},
+                    {"tokens_per_s", 1000.0 + std::cos(step)}}
+                   .dump()
+            << "\n";
+  metrics.close();
+  BoardProcess board("--runs " + tmp.path);
+  httplib::Client c("127.0.0.1", board.port);
+  const std::string run = fs::path(tmp.path).filename().string() + "/long";
+  const json m = board_get(c, "/api/metrics?run=" + run);
+  CHECK(m["last_step"] == 4000);
+  for (const char* key : {"train_loss", "grad_norm", "tokens_per_s"}) {
+    INFO(key);
+    const json& steps = m["series"][key]["step"];
+    CHECK(steps.size() <= 2000);
+    CHECK(steps.front() == 1);
+    CHECK(steps.back() == 4000);
+  }
+  CHECK(board.stop() == 0);
 }
 
 TEST_CASE("tfm board: refuses a missing directory and warns when opened to the network", "[board]") {

@@ -90,10 +90,11 @@ void sort_runs(std::vector<RunSummary>& runs, const std::string& key);
 // speedrun (summary.json): {"name", "dir", "kind", "files"}, names made unique as find_named_runs does.
 std::vector<nlohmann::json> find_result_sets(const std::vector<std::string>& roots, int max_depth = 4);
 
-// Cuts a series (x ascending) to at most max_points points for a chart: the points are split into
-// max_points / 2 buckets of consecutive points and each keeps its minimum and its maximum of y (in x
-// order), so spikes survive where averaging or striding would hide them. Returns the kept indices,
-// ascending; all of them when the series is short enough. Non-finite y are kept as they are.
+// Cuts a series (x ascending) to at most max_points points for a chart: the first and the last point are
+// kept, the others split into (max_points - 2) / 2 buckets of consecutive points, each keeping its minimum
+// and its maximum of y (in x order), so spikes survive where averaging or striding would hide them.
+// Returns the kept indices, ascending; all of them when the series is short enough. Non-finite y are
+// kept as they are.
 std::vector<size_t> downsample_min_max(const std::vector<double>& y, size_t max_points);
 
 // A nested config flattened to dotted keys ("train.optimizer.lr" -> value); arrays stay values.
