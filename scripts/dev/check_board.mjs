@@ -1,4 +1,7 @@
 // check_board.sh's browser: node check_board.mjs URL CHROMIUM SCREENSHOT_DIR. Exit 1 on a failed check.
+// Environment: TFM_CHECK_BINARY (tfm) and TFM_CHECK_RESUME (a run killed past its last checkpoint, which
+// this resumes while the page watches).
+import { execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 const require = createRequire(path.join(process.env.NODE_PATH, 'x.js'));
@@ -32,6 +35,33 @@ try {
     await page.waitForFunction(`(${drawnCounts})().every((n) => n === 20)`, { timeout: 10000 });
   } catch (e) {
     fail('the loss chart holds ' + JSON.stringify(await page.evaluate(drawnCounts)) + ' train loss points');
+  }
+  // The resumed run: the page holds its two dead steps (loss 99, steps 45 and 50); `tfm train --resume`
+  // rewrites metrics.jsonl after its checkpoint (step 40) and trains to 50 again. The page must hold the
+  // new points only: 10 of them, none of 99.
+  const resumed = 'runs/resumed';
+  const resumedPoints = () => {
+    const d = (window.tfmBoard.state.series['runs/resumed'] || {}).train_loss_avg || { step: [], value: [] };
+    return { steps: d.step.join(','), dead: d.value.filter((v) => v === 99).length };
+  };
+  await page.waitForSelector(`#runs-table tr[data-run="${resumed}"] input`, { timeout: 10000 });
+  if (!await page.$eval(`#runs-table tr[data-run="${resumed}"] input`, (b) => b.checked))
+    await page.click(`#runs-table tr[data-run="${resumed}"] input`);
+  try {
+    await page.waitForFunction(`(${resumedPoints})().dead === 2`, { timeout: 10000 });
+  } catch (e) {
+    fail('before the resume: ' + JSON.stringify(await page.evaluate(resumedPoints)));
+  }
+  execFileSync(process.env.TFM_CHECK_BINARY, ['train', '--resume', process.env.TFM_CHECK_RESUME,
+    '--set', 'train.max_steps=50'], { stdio: 'ignore' });
+  const wanted = '5,10,15,20,25,30,35,40,45,50';
+  try {
+    await page.waitForFunction(`(() => { const p = (${resumedPoints})(); return p.dead === 0 && p.steps === '${wanted}'; })()`,
+      { timeout: 10000 });
+    console.log('check_board.mjs: the resumed run\'s dead steps were replaced');
+  } catch (e) {
+    fail('after the resume the page holds ' + JSON.stringify(await page.evaluate(resumedPoints)) +
+      ', not steps ' + wanted + ' without the dead ones');
   }
   // The live run: its step in the table grows within a few seconds.
   await page.waitForSelector('#runs-table tr[data-run="runs/live"]', { timeout: 15000 });

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # `tfm board` in a real browser: headless Chromium (Debian's chromium) driven by puppeteer-core opens the
 # board on two tiny runs, finds both in the runs table, sees the loss chart drawn with their points, sees
-# a third run that trains meanwhile show a new step within seconds, asks for a sample and an attention
-# map and gets them, and saves screenshots (the first to docs/board.png with TFM_BOARD_SCREENSHOT=1).
+# a third run that trains meanwhile show a new step within seconds, sees a fourth, resumed from an
+# earlier checkpoint meanwhile, lose its dead steps' points and gain the new ones, asks for a sample and
+# an attention map and gets them, and saves screenshots (the first to docs/board.png with
+# TFM_BOARD_SCREENSHOT=1).
 #   puppeteer-core (pinned) installs once into a cache outside the repository; chromium with apt-get.
 # Usage: scripts/dev/check_board.sh [TFM_BINARY]
 # Environment: TFM_PUPPETEER   install directory (default ${XDG_CACHE_HOME:-~/.cache}/tfm/puppeteer)
@@ -51,6 +53,13 @@ tiny=(--config configs/tiny.json --set train.log_interval=5 --set train.eval_int
 "$tfm" train "${tiny[@]}" --set train.max_steps=100 --set model.n_heads=2 --set train.optimizer.lr=1e-3 \
   --out "$work/runs/two_heads" \
   > "$work/two_heads.log" 2>&1
+# A run killed at step 50 with its last checkpoint at 40: two records past the checkpoint (loss 99) that
+# the browser's `tfm train --resume` rewrites; the page must drop them and fetch the new ones.
+"$tfm" train "${tiny[@]}" --set train.max_steps=40 --out "$work/runs/resumed" > "$work/resumed.log" 2>&1
+for step in 45 50; do
+  echo "{\"step\": $step, \"train_loss\": 99.0, \"train_loss_avg\": 99.0, \"elapsed_s\": 1.0}" \
+    >> "$work/runs/resumed/metrics.jsonl"
+done
 "$tfm" board --runs "$work/runs" --port 0 > "$work/board.log" 2>&1 &
 pids+=($!)
 url=""
@@ -68,6 +77,7 @@ pids+=($!)
 # ---- 3. the browser ----
 shots=$work/screenshots
 mkdir -p "$shots"
-NODE_PATH=$home/node_modules node "$root/scripts/dev/check_board.mjs" "$url" "$(command -v chromium)" "$shots"
+TFM_CHECK_BINARY=$tfm TFM_CHECK_RESUME=$work/runs/resumed NODE_PATH=$home/node_modules \
+  node "$root/scripts/dev/check_board.mjs" "$url" "$(command -v chromium)" "$shots"
 if [[ ${TFM_BOARD_SCREENSHOT:-0} == 1 ]]; then cp "$shots/board.png" "$root/docs/board.png"; fi
 echo "check_board.sh: passed (screenshots in $shots)"

@@ -19,6 +19,7 @@ const state = {
   selected: new Set(),   // run names ticked
   series: {},            // run -> key -> {step: [], time: [], value: []}
   lastStep: {},          // run -> the last step fetched
+  lastId: {},            // run -> the server's identity of the record at that step (last_id)
   sortKey: 'name', sortDesc: false,
   charts: {},
   polls: 0,
@@ -99,7 +100,7 @@ function renderRuns() {
 
 function toggleRun(name, on) {
   if (on) state.selected.add(name); else state.selected.delete(name);
-  if (!on) { delete state.series[name]; delete state.lastStep[name]; }
+  if (!on) { delete state.series[name]; delete state.lastStep[name]; delete state.lastId[name]; }
   pollMetrics().then(drawCharts);
   renderDiff();
 }
@@ -175,20 +176,27 @@ function drawCharts() {
   }
 }
 
-// Only the points past the last step fetched; a run that restarted from fewer steps is fetched anew.
+// Only the points past the last step fetched. With them goes the identity of the record the page holds
+// last (since_id): a run resumed from an earlier checkpoint rewrote its log past that checkpoint, the
+// server answers with the whole series again ("reset"), and the page drops what it held.
 async function pollMetrics() {
   await Promise.all([...state.selected].map(async (run) => {
     const since = state.lastStep[run] ?? -1;
+    const id = state.lastId[run];
     let m;
     try {
-      m = await getJSON(`/api/metrics?run=${encodeURIComponent(run)}&since=${since}`);
+      m = await getJSON(`/api/metrics?run=${encodeURIComponent(run)}&since=${since}` +
+        (since >= 0 && id ? `&since_id=${encodeURIComponent(id)}` : ''));
     } catch (e) { return; }
+    if (!state.selected.has(run)) return;  // unticked meanwhile
+    if (m.reset) state.series[run] = {};
     const s = state.series[run] || (state.series[run] = {});
     for (const [key, d] of Object.entries(m.series)) {
       const t = s[key] || (s[key] = { step: [], time: [], value: [] });
       t.step.push(...d.step); t.time.push(...d.time); t.value.push(...d.value);
     }
     state.lastStep[run] = m.last_step;
+    state.lastId[run] = m.last_id;
   }));
 }
 

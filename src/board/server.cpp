@@ -189,7 +189,27 @@ class RunIndex {
 const char* const kSeriesKeys[] = {"train_loss", "train_loss_avg", "val_loss", "lr",
                                    "grad_norm",  "tokens_per_s",   "mfu",      "ms_per_step"};
 
-json metrics_reply(const std::string& name, const MetricsLog& log, int64_t since, size_t max_points) {
+// What a poller holds its last point by: FNV-1a of the last record at `step` as JSON, "" when there is
+// none. A resumed run rewrites metrics.jsonl from its checkpoint's step on, and the record at a step the
+// page holds is then another (its times differ) or absent.
+std::string record_id(const MetricsLog& log, int64_t step) {
+  for (auto it = log.records.rbegin(); it != log.records.rend(); ++it) {
+    const auto s = it->find("step");
+    if (s == it->end() || !s->is_number_integer() || s->get<int64_t>() != step) continue;
+    uint64_t h = 14695981039346656037ull;
+    for (const unsigned char c : dump(*it)) h = (h ^ c) * 1099511628211ull;
+    return fmt::format("{:016x}", h);
+  }
+  return "";
+}
+
+// The series past `since`; all of them, with "reset": true, when the record the poller holds at `since`
+// (`since_id`, the last_id it was given) is no longer the log's: the log was rewritten (a resume from an
+// earlier checkpoint), and the points it holds past the checkpoint are gone.
+json metrics_reply(const std::string& name, const MetricsLog& log, int64_t since, const std::string& since_id,
+                   size_t max_points) {
+  const bool reset = since >= 0 && !since_id.empty() && record_id(log, since) != since_id;
+  if (reset) since = -1;
   json series = json::object();
   int64_t last_step = since;
   size_t points = 0;
@@ -218,7 +238,9 @@ json metrics_reply(const std::string& name, const MetricsLog& log, int64_t since
   }
   return {{"run", name},
           {"since", since},
+          {"reset", reset},
           {"last_step", last_step},
+          {"last_id", record_id(log, last_step)},
           {"points", points},
           {"max_points", max_points},
           {"skipped_lines", log.skipped_lines},
@@ -402,7 +424,8 @@ int serve(const BoardOptions& o) {
     const int64_t since = query_integer(req, "since", -1, -1, std::numeric_limits<int64_t>::max());
     const auto max_points =
         static_cast<size_t>(query_integer(req, "max_points", kDefaultMaxPoints, 2, kMaxMaxPoints));
-    reply_json(res, metrics_reply(req.get_param_value("run"), *index.metrics(dir), since, max_points));
+    reply_json(res, metrics_reply(req.get_param_value("run"), *index.metrics(dir), since,
+                                  req.get_param_value("since_id"), max_points));
   });
   server.Get("/api/config", [&](const httplib::Request& req, httplib::Response& res) {
     const std::string dir = run_dir(req, res);

@@ -448,6 +448,58 @@ TEST_CASE("tfm board: a downsampled series keeps its newest point", "[board]") {
   CHECK(board.stop() == 0);
 }
 
+TEST_CASE("tfm board: a run resumed from an earlier checkpoint is fetched anew", "[board][slow]") {
+  // A run killed at step 8 whose last checkpoint is at 6 (`done`, with two records past it: loss 99),
+  // then `tfm train --resume`, which rewrites metrics.jsonl after step 6. A page holding step 8 had polled
+  // since=8 for ever: it kept the dead steps' points and never got the new ones.
+  const std::string root = tfm_test::scratch_path("board", "resumed");
+  fs::create_directories(root);
+  fs::copy(board_runs_root() + "/done", root + "/run", fs::copy_options::recursive);
+  {
+    std::ofstream metrics(root + "/run/metrics.jsonl", std::ios::app);
+    for (int step : {7, 8})
+      metrics << json{{"step", step}, {"train_loss", 99.0}, {"elapsed_s", 1.0}}.dump() << "\n";
+  }
+  BoardProcess board("--runs " + root);
+  httplib::Client c("127.0.0.1", board.port);
+  c.set_read_timeout(60, 0);
+  const std::string run = "/api/metrics?run=" + fs::path(root).filename().string() + "/run";
+  json m = board_get(c, run);
+  REQUIRE(m["last_step"] == 8);
+  CHECK(m["reset"] == false);
+  const std::string id = m["last_id"];
+  CHECK(id.size() == 16);
+  // Nothing new: the same record at step 8, no points.
+  m = board_get(c, run + "&since=8&since_id=" + id);
+  CHECK(m["reset"] == false);
+  CHECK(m["series"].empty());
+  CHECK(m["last_id"] == id);
+
+  const tfm_test::CliRun resumed = run_tfm("train --resume " + root + "/run --set train.max_steps=8");
+  INFO(resumed.out);
+  REQUIRE(resumed.status == 0);
+  m = board_get(c, run + "&since=8&since_id=" + id);
+  CHECK(m["reset"] == true);
+  CHECK(m["since"] == -1);
+  CHECK(m["series"]["train_loss"]["step"] == json({1, 2, 3, 4, 5, 6, 7, 8}));
+  for (const json& v : m["series"]["train_loss"]["value"]) CHECK(v.get<double>() < 99.0);
+  CHECK(m["last_id"] != id);
+  // Polled on from the new record: nothing new, no reset. Without since_id, the old answer (no check).
+  m = board_get(c, run + "&since=8&since_id=" + m["last_id"].get<std::string>());
+  CHECK(m["reset"] == false);
+  CHECK(m["series"].empty());
+  CHECK(board_get(c, run + "&since=8")["reset"] == false);
+  // A log rewritten to fewer steps than the page holds (the resumed run not yet at step 8): anew too.
+  const std::string kept = tfm_test::read_file(root + "/run/metrics.jsonl");
+  size_t at = 0;
+  for (int line = 0; line < 6; ++line) at = kept.find('\n', at) + 1;
+  std::ofstream(root + "/run/metrics.jsonl", std::ios::trunc) << kept.substr(0, at);
+  m = board_get(c, run + "&since=8&since_id=" + id);
+  CHECK(m["reset"] == true);
+  CHECK(m["last_step"] == 6);
+  CHECK(board.stop() == 0);
+}
+
 TEST_CASE("tfm board: refuses a missing directory and warns when opened to the network", "[board]") {
   tfm_test::CliRun r = run_tfm("board --runs /nonexistent_tfm_dir --port 0");
   CHECK(r.status == 2);
