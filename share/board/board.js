@@ -208,13 +208,17 @@ async function renderDiff() {
   try {
     const q = runs.map((r) => 'run=' + encodeURIComponent(r)).join('&');
     const d = await getJSON('/api/diff?' + q);
-    if (!d.keys.length) { box.replaceChildren(el('p', {}, 'Their configs are the same.')); return; }
+    const without = d.runs.filter((r, i) => d.missing_config[i]);
+    const note = without.length ? ` (${without.join(', ')}: no readable config.json)` : '';
+    if (!d.keys.length) { box.replaceChildren(el('p', {}, 'Their configs are the same.' + note)); return; }
     const table = el('table', { id: 'diff-table' });
-    const head = el('tr'); head.append(el('th', {}, 'key'), ...d.runs.map((r) => el('th', {}, r)));
+    const head = el('tr');
+    head.append(el('th', {}, 'key'), ...d.runs.map((r, i) => el('th', {}, r + (d.missing_config[i] ? ' (no config.json)' : ''))));
     table.append(head);
     for (const row of d.keys) {
       const tr = el('tr'); tr.append(el('td', {}, row.key));
-      for (const v of row.values) tr.append(el('td', {}, v === null ? '(absent)' : JSON.stringify(v)));
+      row.values.forEach((v, i) => tr.append(el('td', {},
+        d.missing_config[i] ? '-' : v === null ? '(absent)' : JSON.stringify(v))));
       table.append(tr);
     }
     box.replaceChildren(table);

@@ -467,33 +467,48 @@ json flatten_config(const json& config) {
   return flat;
 }
 
-std::vector<ConfigDifference> config_diff(const json& a, const json& b) {
-  json fa = flatten_config(a), fb = flatten_config(b);
-  fa.erase("output.dir"), fb.erase("output.dir");  // where each run is: always different, never the point
-  std::map<std::string, ConfigDifference> diffs;   // sorted by key
-  for (auto it = fa.begin(); it != fa.end(); ++it) {
-    const auto other = fb.find(it.key());
-    if (other == fb.end() || *other != it.value())
-      diffs[it.key()] = {it.key(), it.value(), other == fb.end() ? json(nullptr) : *other};
+std::vector<ConfigDifferences> config_diff(const std::vector<json>& configs) {
+  std::vector<json> flat;
+  std::vector<std::optional<ObjectiveKind>> objectives;  // a present run's; none: it reads every key
+  std::map<std::string, bool> keys;                      // every key of a present config, sorted
+  for (const json& c : configs) {
+    flat.push_back(c.is_object() ? flatten_config(c) : json());
+    if (!c.is_object()) continue;
+    flat.back().erase("output.dir");  // where each run is: always different, never the point
+    const auto it = flat.back().find("train.objective");
+    objectives.push_back(it != flat.back().end() && it->is_string()
+                             ? enum_from<ObjectiveKind>(it->get<std::string>())
+                             : std::nullopt);
+    for (auto k = flat.back().begin(); k != flat.back().end(); ++k) keys[k.key()] = true;
   }
-  for (auto it = fb.begin(); it != fb.end(); ++it)
-    if (!fa.contains(it.key())) diffs[it.key()] = {it.key(), json(nullptr), it.value()};
-  // A key neither run's objective reads (data.max_source_len between two causal_lm runs) says nothing.
-  const auto objective_of = [](const json& flat) -> std::optional<ObjectiveKind> {
-    const auto it = flat.find("train.objective");
-    return it != flat.end() && it->is_string() ? enum_from<ObjectiveKind>(it->get<std::string>())
-                                               : std::nullopt;
-  };
-  const std::optional<ObjectiveKind> objective_a = objective_of(fa), objective_b = objective_of(fb);
-  const auto read_by = [](const KeySpec& key, std::optional<ObjectiveKind> objective) {
-    return !objective || key.read_by(*objective);  // a run without a readable objective: every key
-  };
-  std::vector<ConfigDifference> out;
-  for (auto& [key, d] : diffs) {
+  std::vector<ConfigDifferences> out;
+  for (const auto& [key, unused] : keys) {
+    ConfigDifferences d{key, {}};
+    bool differs = false;
+    std::optional<size_t> first;  // the first present config's value
+    for (const json& f : flat) {
+      const auto it = f.is_object() ? f.find(key) : f.end();
+      d.values.push_back(f.is_object() && it != f.end() ? *it : json(nullptr));
+      if (!f.is_object()) continue;  // missing: not compared
+      if (!first) first = d.values.size() - 1;
+      differs = differs || d.values[*first] != d.values.back();
+    }
+    if (!differs) continue;
+    // A key no run's objective reads (data.max_source_len between causal_lm runs) says nothing.
     const KeySpec* spec = find_key(key);
-    if (spec && !read_by(*spec, objective_a) && !read_by(*spec, objective_b)) continue;
+    if (spec && std::none_of(objectives.begin(), objectives.end(),
+                             [&](const auto& objective) { return !objective || spec->read_by(*objective); }))
+      continue;
     out.push_back(std::move(d));
   }
+  return out;
+}
+
+std::vector<ConfigDifference> config_diff(const json& a, const json& b) {
+  std::vector<ConfigDifference> out;
+  for (ConfigDifferences& d :
+       config_diff(std::vector<json>{a.is_object() ? a : json::object(), b.is_object() ? b : json::object()}))
+    out.push_back({d.key, std::move(d.values[0]), std::move(d.values[1])});
   return out;
 }
 

@@ -23,7 +23,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <thread>
 
 #include "board.h"
@@ -438,26 +437,23 @@ int serve(const BoardOptions& o) {
   server.Get("/api/diff", [&](const httplib::Request& req, httplib::Response& res) {
     // The keys whose values are not the same in every run named by a `run` parameter.
     const size_t n = req.get_param_value_count("run");
-    if (n < 2 || n > 16) return reply_error(res, 400, "run: give 2 to 16 runs to compare");
+    if (n < 2 || n > kMaxDiffRuns)
+      return reply_error(res, 400, fmt::format("run: give 2 to {} runs to compare, got {}", kMaxDiffRuns, n));
     std::vector<std::string> names;
-    std::vector<json> flat;
+    std::vector<json> configs;  // null: missing or not JSON, left out of the comparison
+    json missing = json::array();
     for (size_t i = 0; i < n; ++i) {
       names.push_back(req.get_param_value("run", i));
       const std::string dir = index.dir_of(names.back());
       if (dir.empty()) return reply_error(res, 404, "run \"" + names.back() + "\": no such run");
       const json config = json::parse(read_part_of(file_inside(dir, kRunConfigFile)), nullptr, false);
-      flat.push_back(config.is_object() ? flatten_config(config) : json::object());
+      configs.push_back(config.is_object() ? config : json());
+      missing.push_back(!config.is_object());
     }
-    std::set<std::string> keys;
-    for (size_t i = 1; i < n; ++i)
-      for (const ConfigDifference& d : config_diff(flat[0], flat[i])) keys.insert(d.key);
     json rows = json::array();
-    for (const std::string& key : keys) {
-      json values = json::array();
-      for (const json& f : flat) values.push_back(f.contains(key) ? f[key] : json(nullptr));
-      rows.push_back({{"key", key}, {"values", values}});
-    }
-    reply_json(res, {{"runs", names}, {"keys", rows}});
+    for (const ConfigDifferences& d : config_diff(configs))
+      rows.push_back({{"key", d.key}, {"values", d.values}});
+    reply_json(res, {{"runs", names}, {"missing_config", missing}, {"keys", rows}});
   });
   server.Get("/api/file", [&](const httplib::Request& req, httplib::Response& res) {
     const std::string dir = run_dir(req, res, true);

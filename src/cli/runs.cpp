@@ -1,5 +1,5 @@
-// `tfm runs`: the runs under some directories as a table (or JSON), and `tfm runs --diff A B`: the
-// config keys two runs differ in and their final metrics side by side (analysis/runs.h).
+// `tfm runs`: the runs under some directories as a table (or JSON), and `tfm runs --diff A B ...`: the
+// config keys runs differ in and their final metrics side by side (analysis/runs.h).
 #include "tfm/analysis/runs.h"
 
 #include <fmt/format.h>
@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,13 +48,26 @@ std::string count_str(int64_t n) {
   return std::to_string(n);
 }
 
-// The resolved config of a run directory: its config.json (an IoError naming it when unreadable).
-nlohmann::json run_config(const std::string& dir) {
+// A run directory's resolved config (config.json), or null with what is wrong in `problem`: a run
+// without one is still compared on its metrics. A path that is no run directory is an IoError.
+nlohmann::json run_config(const std::string& dir, std::string& problem) {
   require_run_directory(dir);
   const std::string path = dir + "/" + kRunConfigFile;
-  const nlohmann::json j = nlohmann::json::parse(read_file(path, 16 << 20), nullptr, false);
-  if (!j.is_object()) throw IoError(path + ": not a JSON object (a run's resolved config)");
-  return j;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    if (!std::filesystem::exists(dir + "/" + kMetricsFile, ec))
+      throw IoError(dir + ": not a run directory (no " + kRunConfigFile + " or " + kMetricsFile + ")");
+    problem = std::string(kRunConfigFile) + ": missing";
+    return nullptr;
+  }
+  try {
+    const nlohmann::json j = nlohmann::json::parse(read_file(path, 16 << 20), nullptr, false);
+    if (j.is_object()) return j;
+    problem = std::string(kRunConfigFile) + ": not a JSON object";
+  } catch (const IoError& e) {
+    problem = e.what();
+  }
+  return nullptr;
 }
 
 std::string value_str(const nlohmann::json& v) {
@@ -62,60 +76,122 @@ std::string value_str(const nlohmann::json& v) {
   return v.is_null() ? "(absent)" : v.is_string() ? v.get<std::string>() : v.dump();
 }
 
+// Rows of text: the first column left-aligned to its widest cell, the others likewise, two spaces apart.
+void print_columns(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& row : rows)
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (width.size() <= i) width.push_back(0);
+      width[i] = std::max(width[i], row[i].size());
+    }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i)
+      line += i + 1 < row.size() ? fmt::format("{:<{}}  ", row[i], width[i]) : row[i];
+    fmt::print("{}\n", line);
+  }
+}
+
 int diff_command(const RunsOptions& o) {
-  const std::string &a = o.diff[0], &b = o.diff[1];
-  const std::vector<ConfigDifference> diffs = config_diff(run_config(a), run_config(b));
-  const RunSummary ra = summarize_run(a, a), rb = summarize_run(b, b);
-  const MetricsLog ma = read_metrics(a + "/" + kMetricsFile), mb = read_metrics(b + "/" + kMetricsFile);
-  // The final metrics: the last record's values, with the summary's figures.
+  const std::vector<std::string>& dirs = o.diff;
+  const size_t n = dirs.size();
+  std::vector<nlohmann::json> configs;
+  std::vector<std::string> problems(n);
+  std::vector<RunSummary> summaries;
+  std::vector<MetricsLog> logs;
+  for (size_t i = 0; i < n; ++i) {
+    configs.push_back(run_config(dirs[i], problems[i]));
+    summaries.push_back(summarize_run(dirs[i], dirs[i]));
+    logs.push_back(read_metrics(dirs[i] + "/" + kMetricsFile));
+  }
+  const std::vector<ConfigDifferences> diffs = config_diff(configs);
+  // The final metrics: the last record's values, with the summary's figures. The train loss is the mean
+  // over the last log interval, the figure train.log's last line and loss.svg show; its last batch beside.
   const auto last_of = [](const MetricsLog& m, const char* key) {
     for (auto it = m.records.rbegin(); it != m.records.rend(); ++it)
       if (it->contains(key) && (*it)[key].is_number()) return (*it)[key].get<double>();
     return kNoValue;
   };
   struct Row {
-    const char* name;
-    double a, b;
+    std::string key, label;
+    std::vector<double> values;
   };
-  const std::vector<Row> rows = {{"step", double(ra.step), double(rb.step)},
-                                 {"train_loss", last_of(ma, "train_loss"), last_of(mb, "train_loss")},
-                                 {"val_loss", last_of(ma, "val_loss"), last_of(mb, "val_loss")},
-                                 {"best_val_loss", ra.best_val_loss, rb.best_val_loss},
-                                 {"seconds_to_target", ra.seconds_to_target, rb.seconds_to_target},
-                                 {"tokens_per_s", ra.tokens_per_s, rb.tokens_per_s},
-                                 {"elapsed_s", last_of(ma, "elapsed_s"), last_of(mb, "elapsed_s")}};
+  std::vector<Row> rows;
+  const auto logged = [&](const char* key, const std::string& label) {
+    rows.push_back({key, label, {}});
+    for (const MetricsLog& m : logs) rows.back().values.push_back(last_of(m, key));
+  };
+  const auto summarized = [&](const char* key, const std::function<double(const RunSummary&)>& f) {
+    rows.push_back({key, key, {}});
+    for (const RunSummary& r : summaries) rows.back().values.push_back(f(r));
+  };
+  summarized("step", [](const RunSummary& r) { return double(r.step); });
+  logged("train_loss_avg", "train_loss_avg (mean of the last interval)");
+  logged("train_loss", "train_loss (its last batch)");
+  logged("val_loss", "val_loss");
+  summarized("best_val_loss", [](const RunSummary& r) { return r.best_val_loss; });
+  summarized("seconds_to_target", [](const RunSummary& r) { return r.seconds_to_target; });
+  summarized("tokens_per_s", [](const RunSummary& r) { return r.tokens_per_s; });
+  logged("elapsed_s", "elapsed_s");
+
   if (o.json) {
-    nlohmann::json out = {
-        {"a", a}, {"b", b}, {"config", nlohmann::json::array()}, {"metrics", nlohmann::json::object()}};
-    for (const ConfigDifference& d : diffs) out["config"].push_back({{"key", d.key}, {"a", d.a}, {"b", d.b}});
-    for (const Row& r : rows)
-      out["metrics"][r.name] = {std::isfinite(r.a) ? nlohmann::json(r.a) : nlohmann::json(nullptr),
-                                std::isfinite(r.b) ? nlohmann::json(r.b) : nlohmann::json(nullptr)};
-    out["status"] = {run_status_name(ra.status), run_status_name(rb.status)};
+    nlohmann::json out = {{"runs", dirs},
+                          {"problems", problems},
+                          {"config", nlohmann::json::array()},
+                          {"metrics", nlohmann::json::object()},
+                          {"status", nlohmann::json::array()}};
+    for (const ConfigDifferences& d : diffs) out["config"].push_back({{"key", d.key}, {"values", d.values}});
+    for (const Row& r : rows) {
+      nlohmann::json& values = out["metrics"][r.key] = nlohmann::json::array();
+      for (double v : r.values)
+        values.push_back(std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr));
+    }
+    for (const RunSummary& r : summaries) out["status"].push_back(run_status_name(r.status));
     fmt::print("{}\n", out.dump().c_str());
     return kExitOk;
   }
-  size_t w = 17;
-  for (const ConfigDifference& d : diffs) w = std::max(w, d.key.size());
-  fmt::print("A: {}\nB: {}\n\n", a.c_str(), b.c_str());
-  if (diffs.empty())
-    fmt::print("config: identical\n");
-  else
-    fmt::print("{:<{}}  {:<24}  {}\n", "config key", w, "A", "B");
-  for (const ConfigDifference& d : diffs)
-    fmt::print("{:<{}}  {:<24}  {}\n", d.key.c_str(), w, value_str(d.a).c_str(), value_str(d.b).c_str());
-  fmt::print("\n{:<{}}  {:<24}  {}\n", "final metrics", w, "A", "B");
-  fmt::print("{:<{}}  {:<24}  {}\n", "status", w, run_status_name(ra.status), run_status_name(rb.status));
-  for (const Row& r : rows)
-    fmt::print("{:<{}}  {:<24}  {}\n", r.name, w, number_or_dash(r.a, "{:.6g}").c_str(),
-               number_or_dash(r.b, "{:.6g}").c_str());
+  // Columns A, B, C...: the runs, named once above the tables.
+  std::vector<std::string> letters;
+  for (size_t i = 0; i < n; ++i) letters.push_back(std::string(1, static_cast<char>('A' + i)));
+  for (size_t i = 0; i < n; ++i)
+    fmt::print("{}: {}{}\n", letters[i], dirs[i],
+               problems[i].empty() ? "" : " (" + problems[i] + ": its config is not compared)");
+  fmt::print("\n");
+  std::vector<std::vector<std::string>> table;
+  const auto readable =
+      std::count_if(configs.begin(), configs.end(), [](const auto& c) { return !c.is_null(); });
+  if (readable < 2) {
+    fmt::print("config: not compared (fewer than two of the runs have a readable {})\n\n", kRunConfigFile);
+  } else if (diffs.empty()) {
+    fmt::print("config: identical\n\n");
+  } else {
+    table.push_back({"config key"});
+    table.back().insert(table.back().end(), letters.begin(), letters.end());
+    for (const ConfigDifferences& d : diffs) {
+      table.push_back({d.key});
+      for (size_t i = 0; i < n; ++i)
+        table.back().push_back(configs[i].is_null() ? "-" : value_str(d.values[i]));
+    }
+    table.push_back({});
+  }
+  table.push_back({"final metrics"});
+  table.back().insert(table.back().end(), letters.begin(), letters.end());
+  table.push_back({"status"});
+  for (const RunSummary& r : summaries) table.back().push_back(run_status_name(r.status));
+  for (const Row& r : rows) {
+    table.push_back({r.label});
+    for (double v : r.values) table.back().push_back(number_or_dash(v, "{:.6g}"));
+  }
+  print_columns(table);
   return kExitOk;
 }
 
 int runs_command(const RunsOptions& o) {
   if (!o.diff.empty()) {
     if (o.dirs.size() > 0 && !(o.dirs.size() == 1 && o.dirs[0] == "runs"))
-      throw ConfigError("--diff: compares two runs; give no DIR beside it");
+      throw ConfigError("--diff: compares the runs it names; give no DIR beside it");
+    if (o.diff.size() < 2 || o.diff.size() > kMaxDiffRuns)
+      throw ConfigError(fmt::format("--diff: compares 2 to {} runs, got {}", kMaxDiffRuns, o.diff.size()));
     return diff_command(o);
   }
   for (const std::string& d : o.dirs) {
@@ -169,12 +245,15 @@ std::vector<Command> add_runs_commands(CLI::App& app) {
                   "last_update")
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "One JSON array of the runs (or the diff as JSON)");
-  cmd->add_option("--diff", o->diff, "Compare two runs: the config keys that differ and the final metrics")
-      ->type_name("RUN_A RUN_B")
-      ->expected(2);
+  cmd->add_option("--diff", o->diff,
+                  fmt::format("Compare runs (2 to {}): the config keys that differ and the final metrics "
+                              "side by side",
+                              kMaxDiffRuns))
+      ->type_name("RUN_A RUN_B ...")
+      ->expected(1, CLI::detail::expected_max_vector_size);
   cmd->footer(
       "\nExamples:\n  tfm runs\n  tfm runs runs/ other_runs/ --sort best_val_loss\n"
-      "  tfm runs --diff runs/a runs/b\n");
+      "  tfm runs --diff runs/a runs/b runs/c\n");
   return {{cmd, [o] {
              if (o->dirs.empty()) o->dirs = {"runs"};
              return runs_command(*o);

@@ -296,6 +296,25 @@ TEST_CASE("runs: config diff lists only the differing dotted keys", "[runs]") {
   CHECK(config_diff(c, e).size() == 2);
 }
 
+TEST_CASE("runs: config diff of many runs, a missing config left out of the comparison", "[runs]") {
+  json a = runs_config(40), b = runs_config(40), c = runs_config(80);
+  b["train"]["optimizer"]["lr"] = 0.001;
+  a["output"]["dir"] = "runs/a", b["output"]["dir"] = "runs/b";
+  std::vector<ConfigDifferences> d = config_diff(std::vector<json>{a, b, c});
+  REQUIRE(d.size() == 2);
+  CHECK(d[0].key == "train.max_steps");
+  CHECK(d[0].values == std::vector<json>({40, 40, 80}));
+  CHECK(d[1].key == "train.optimizer.lr");
+  CHECK(d[1].values == std::vector<json>({0.003, 0.001, 0.003}));
+  // A run without a config: not a run whose every key is absent, but one not compared.
+  d = config_diff(std::vector<json>{a, json(), b});
+  REQUIRE(d.size() == 1);
+  CHECK(d[0].values == std::vector<json>({0.003, nullptr, 0.001}));
+  CHECK(config_diff(std::vector<json>{a, json()}).empty());
+  // Flattened configs (the board's) compare as their nested forms.
+  CHECK(config_diff(std::vector<json>{flatten_config(a), flatten_config(c)}).size() == 1);
+}
+
 TEST_CASE("runs: sweep, ablation and speedrun results are found with their files", "[runs]") {
   tfm_test::TempDir tmp("runs_results");
   runs_write(tmp.file("sw/sweep.jsonl"), "{}\n");

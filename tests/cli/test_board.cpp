@@ -223,6 +223,56 @@ TEST_CASE("tfm runs: the table, --json, --sort and --diff on trained and damaged
   CHECK(run_tfm("runs --diff " + root + "/done " + root + "/nowhere").status == 2);
 }
 
+TEST_CASE("tfm runs --diff: any number of runs, the mean train loss, a run without its config",
+          "[board][slow]") {
+  const std::string& root = board_runs_root();
+  // Three runs, a column each (CLI11 had refused a third: "At Most 2 required but received 3").
+  tfm_test::CliRun r = run_tfm("runs --diff " + root + "/done " + root + "/target " + root + "/corrupt");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("C: " + root + "/corrupt") && Catch::Contains("train.target_loss") &&
+                        Catch::Contains("train.optimizer.lr"));
+  // The train loss train.log's last line and loss.svg show (the interval's mean), named as such.
+  CHECK_THAT(r.out, Catch::Contains("train_loss_avg (mean of the last interval)"));
+  r = run_tfm("runs --json --diff " + root + "/done " + root + "/target " + root + "/corrupt");
+  REQUIRE(r.status == 0);
+  json diff = json::parse(r.out);
+  CHECK(diff["runs"].size() == 3);
+  REQUIRE(diff["config"].size() == 2);
+  CHECK(diff["config"][0]["key"] == "train.optimizer.lr");
+  CHECK(diff["config"][0]["values"].size() == 3);
+  const std::string metrics = tfm_test::read_file(root + "/done/metrics.jsonl");
+  const json last = json::parse(metrics.substr(metrics.rfind('\n', metrics.size() - 2) + 1));
+  CHECK(diff["metrics"]["train_loss_avg"][0] == last["train_loss_avg"]);
+  CHECK(diff["metrics"]["train_loss"][0] == last["train_loss"]);
+
+  // Past the limit, or one run: said in tfm's words.
+  std::string many;
+  for (int i = 0; i < 17; ++i) many += " " + root + "/done";
+  r = run_tfm("runs --diff" + many);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("--diff: compares 2 to 16 runs, got 17"));
+  r = run_tfm("runs --diff " + root + "/done");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("--diff: compares 2 to 16 runs, got 1"));
+
+  // A run without config.json: compared on its metrics, its config named missing.
+  const std::string bare = tfm_test::scratch_path("board", "bare");
+  fs::copy(root + "/target", bare, fs::copy_options::recursive);
+  fs::remove(bare + "/config.json");
+  r = run_tfm("runs --diff " + root + "/done " + bare);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("config.json: missing") && Catch::Contains("best_val_loss") &&
+                        Catch::Contains("config: not compared"));
+  r = run_tfm("runs --json --diff " + root + "/done " + bare);
+  REQUIRE(r.status == 0);
+  diff = json::parse(r.out);
+  CHECK(diff["config"].empty());
+  CHECK(diff["problems"][1] == "config.json: missing");
+  CHECK(diff["metrics"]["step"] == json({6, 3}));  // `target` stopped at its first evaluation
+}
+
 TEST_CASE("tfm board: the JSON API per endpoint on finished, stopped, corrupt and cut runs",
           "[board][slow]") {
   const std::string& root = board_runs_root();

@@ -100,11 +100,22 @@ std::vector<size_t> downsample_min_max(const std::vector<double>& y, size_t max_
 // A nested config flattened to dotted keys ("train.optimizer.lr" -> value); arrays stay values.
 nlohmann::json flatten_config(const nlohmann::json& config);
 // The keys (dotted) whose values differ between two resolved configs, sorted; a key only one has is
-// null in the other. output.dir, each run's own directory, is left out.
+// null in the other. output.dir, each run's own directory, is left out, and so is a key neither run's
+// objective reads.
 struct ConfigDifference {
   std::string key;
   nlohmann::json a, b;
 };
 std::vector<ConfigDifference> config_diff(const nlohmann::json& a, const nlohmann::json& b);
+// Runs one comparison takes at most (`tfm runs --diff`, the board's /api/diff).
+constexpr size_t kMaxDiffRuns = 16;
+// The same over any number of configs (nested or flattened): the keys whose values are not the same in
+// all of them, each with its value in every config (null where absent). A config that is not a JSON
+// object (a run without a readable config.json) is missing: left out of the comparison, null in every row.
+struct ConfigDifferences {
+  std::string key;
+  std::vector<nlohmann::json> values;
+};
+std::vector<ConfigDifferences> config_diff(const std::vector<nlohmann::json>& configs);
 
 }  // namespace tfm
