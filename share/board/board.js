@@ -12,6 +12,15 @@ const CHARTS = [
   { id: 'tokens_per_s', title: 'tokens/s', keys: ['tokens_per_s'] },
   { id: 'mfu', title: 'MFU', keys: ['mfu'] },
 ];
+// Every other series a run logs gets a chart of its own once a ticked run has it (val accuracy and BLEU,
+// the last batch's train loss, ms per step, ...); the clocks the x axis reads have none.
+const DRAWN = new Set(CHARTS.flatMap((c) => c.keys).concat(['elapsed_s', 'training_s']));
+const TITLES = {
+  val_accuracy: 'val accuracy', val_bleu: 'val BLEU',
+  train_loss: 'train loss (the last batch of each log interval)', ms_per_step: 'ms per step',
+  train_mtp_loss: 'multi-token prediction loss', mtp_weight: 'multi-token prediction weight',
+  seconds_to_target: 'seconds to the target loss',
+};
 const COLORS = ['#1f77b4', '#d62728', '#2ca02c', '#ff7f0e', '#9467bd', '#8c564b', '#e377c2', '#17becf'];
 
 const state = {
@@ -21,7 +30,9 @@ const state = {
   lastStep: {},          // run -> the last step fetched
   lastId: {},            // run -> the server's identity of the record at that step (last_id)
   sortKey: 'name', sortDesc: false,
-  charts: {},
+  charts: {},            // chart id -> Chart
+  boxes: {},             // chart id -> its box on the page
+  extra: [],             // the charts of the other series, in order of appearance
   polls: 0,
 };
 
@@ -85,10 +96,14 @@ function renderRuns() {
     tr.append(el('td', { class: 'name' }, r.name), el('td', {}, r.objective || '-'),
       el('td', {}, fmtCount(r.parameters)), status,
       el('td', { class: 'step' }, `${r.step}/${r.max_steps > 0 ? r.max_steps : '?'}`), el('td', {}, fmtNumber(r.best_val_loss)),
+      el('td', { class: 'score' }, fmtNumber(r.best_val_accuracy, 3)), el('td', { class: 'score' }, fmtNumber(r.best_val_bleu, 1)),
       el('td', {}, r.seconds_to_target === null ? '-' : r.seconds_to_target.toFixed(1) + 's'),
       el('td', {}, fmtCount(r.tokens_per_s)), el('td', {}, fmtAge(r.last_update)));
     body.append(tr);
   }
+  // Accuracy and BLEU columns only when a run logs them (masked_lm, seq2seq).
+  const scores = state.runs.some((r) => r.best_val_accuracy !== null || r.best_val_bleu !== null);
+  $('#runs-table').classList.toggle('no-scores', !scores);
   // The run pickers of the config and model panels.
   for (const id of ['#config-run', '#model-run']) {
     const sel = $(id), keep = sel.value;
@@ -117,31 +132,49 @@ function smooth(values, alpha) {
   return out;
 }
 
+function makeChart(c) {
+  const box = el('div', { class: 'chart' });
+  const canvas = el('canvas', { id: 'chart-' + c.id });
+  box.append(canvas);
+  $('#charts').append(box);
+  state.boxes[c.id] = box;
+  state.charts[c.id] = new Chart(canvas, {
+    type: 'line',
+    data: { datasets: [] },
+    options: {
+      animation: false, parsing: false, normalized: true, maintainAspectRatio: false,
+      plugins: { title: { display: true, text: c.title }, legend: { labels: { boxWidth: 12 } } },
+      elements: { point: { radius: 0 }, line: { borderWidth: 1.5 } },
+      // grace: room above and below the data, so that no curve runs along the chart's edge, where
+      // half its line is clipped (a schedule's peak learning rate did).
+      scales: {
+        x: { type: 'linear', title: { display: true, text: 'step' } },
+        y: { type: 'linear', grace: '5%', beginAtZero: Boolean(c.beginAtZero) },
+      },
+    },
+  });
+}
+
 function makeCharts() {
   if (!window.Chart) {
     $('#chart-note').textContent = window.TFM_NO_CHARTS || 'Chart.js did not load.';
     return;
   }
-  for (const c of CHARTS) {
-    const box = el('div', { class: 'chart' });
-    const canvas = el('canvas', { id: 'chart-' + c.id });
-    box.append(canvas);
-    $('#charts').append(box);
-    state.charts[c.id] = new Chart(canvas, {
-      type: 'line',
-      data: { datasets: [] },
-      options: {
-        animation: false, parsing: false, normalized: true, maintainAspectRatio: false,
-        plugins: { title: { display: true, text: c.title }, legend: { labels: { boxWidth: 12 } } },
-        elements: { point: { radius: 0 }, line: { borderWidth: 1.5 } },
-        // grace: room above and below the data, so that no curve runs along the chart's edge, where
-        // half its line is clipped (a schedule's peak learning rate did).
-        scales: {
-          x: { type: 'linear', title: { display: true, text: 'step' } },
-          y: { type: 'linear', grace: '5%', beginAtZero: Boolean(c.beginAtZero) },
-        },
-      },
-    });
+  for (const c of CHARTS) makeChart(c);
+}
+
+// A chart for each series of a ticked run that none has yet: evaluation figures first.
+function addSeriesCharts() {
+  if (!window.Chart) return;
+  const known = new Set(state.extra.map((c) => c.keys[0]));
+  const keys = new Set();
+  for (const run of state.selected)
+    for (const key of Object.keys(state.series[run] || {})) if (!DRAWN.has(key) && !known.has(key)) keys.add(key);
+  const order = (k) => (k.startsWith('val_') ? '0' : '1') + k;
+  for (const key of [...keys].sort((a, b) => order(a).localeCompare(order(b)))) {
+    const c = { id: 'series-' + key, title: TITLES[key] || key.replace(/_/g, ' '), keys: [key] };
+    state.extra.push(c);
+    makeChart(c);
   }
 }
 
@@ -150,7 +183,8 @@ function drawCharts() {
   const alpha = Number($('#smoothing').value);
   const logY = $('#log-scale').checked;
   [...state.selected].forEach((run, i) => { state.colors = state.colors || {}; state.colors[run] = COLORS[i % COLORS.length]; });
-  for (const c of CHARTS) {
+  addSeriesCharts();
+  for (const c of CHARTS.concat(state.extra)) {
     const chart = state.charts[c.id];
     if (!chart) continue;
     const datasets = [];
@@ -159,16 +193,19 @@ function drawCharts() {
       c.keys.forEach((key, k) => {
         const d = s[key];
         if (!d || !d.value.length) return;
-        const ys = key === 'val_loss' ? d.value : smooth(d.value, alpha);
+        const evaluation = key.startsWith('val_');  // a point per evaluation: dots, never smoothed
+        const ys = evaluation ? d.value : smooth(d.value, alpha);
         const xs = d[xKey];
         datasets.push({
           label: c.keys.length > 1 ? `${run} ${c.labels[key]}` : run,
           data: xs.map((x, j) => ({ x, y: ys[j] })),
           borderColor: state.colors[run], backgroundColor: state.colors[run],
-          borderDash: k === 1 ? [5, 3] : [], pointRadius: key === 'val_loss' ? 2 : 0,
+          borderDash: k === 1 ? [5, 3] : [], pointRadius: evaluation ? 2 : 0,
         });
       });
     }
+    // A series' own chart shows while a ticked run has it.
+    if (c.id.startsWith('series-')) state.boxes[c.id].hidden = !datasets.length;
     chart.data.datasets = datasets;
     chart.options.scales.x.title.text = xKey === 'step' ? 'step' : 'wall time (s)';
     chart.options.scales.y.type = logY ? 'logarithmic' : 'linear';

@@ -156,7 +156,7 @@ std::string runs_loss_figure(const std::vector<LossCurves>& runs, bool log_y, co
   svg::Chart c;
   c.title = title;
   c.x_label = "step";
-  c.y_label = "loss (nats/token): train thin, validation dots";
+  c.y_label = "loss (nats/token): train thin (mean of each log interval), validation dots";
   c.log_y = log_y;
   for (size_t i = 0; i < runs.size(); ++i) {
     const std::string colour = svg::series_colour(i);

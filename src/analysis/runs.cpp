@@ -220,6 +220,9 @@ RunSummary summarize_run(const std::string& dir, const std::string& name) {
     r.step = std::max<int64_t>(r.step, rec.value("step", int64_t{0}));
     const double val = json_number(rec, "val_loss");
     if (std::isfinite(val) && !(r.best_val_loss <= val)) r.best_val_loss = val;
+    const double accuracy = json_number(rec, "val_accuracy"), bleu = json_number(rec, "val_bleu");
+    if (std::isfinite(accuracy) && !(r.best_val_accuracy >= accuracy)) r.best_val_accuracy = accuracy;
+    if (std::isfinite(bleu) && !(r.best_val_bleu >= bleu)) r.best_val_bleu = bleu;
     const double to_target = json_number(rec, "seconds_to_target");
     if (std::isnan(r.seconds_to_target) && std::isfinite(to_target)) r.seconds_to_target = to_target;
     const double rate = json_number(rec, "tokens_per_s");
@@ -362,6 +365,8 @@ json run_summary_json(const RunSummary& run) {
           {"step", run.step},
           {"max_steps", run.max_steps},
           {"best_val_loss", number(run.best_val_loss)},
+          {"best_val_accuracy", number(run.best_val_accuracy)},
+          {"best_val_bleu", number(run.best_val_bleu)},
           {"seconds_to_target", number(run.seconds_to_target)},
           {"tokens_per_s", number(run.tokens_per_s)},
           {"last_update", run.last_update},
@@ -374,6 +379,8 @@ void sort_runs(std::vector<RunSummary>& runs, const std::string& key) {
   static const std::map<std::string, Number> numbers = {
       {"step", [](const RunSummary& r) { return static_cast<double>(r.step); }},
       {"best_val_loss", [](const RunSummary& r) { return r.best_val_loss; }},
+      {"best_val_accuracy", [](const RunSummary& r) { return -r.best_val_accuracy; }},  // highest first
+      {"best_val_bleu", [](const RunSummary& r) { return -r.best_val_bleu; }},
       {"seconds_to_target", [](const RunSummary& r) { return r.seconds_to_target; }},
       {"tokens_per_s", [](const RunSummary& r) { return -r.tokens_per_s; }},  // fastest first
       {"parameters", [](const RunSummary& r) { return r.parameters < 0 ? kNoValue : double(r.parameters); }},
@@ -388,8 +395,8 @@ void sort_runs(std::vector<RunSummary>& runs, const std::string& key) {
   const auto it = numbers.find(key);
   if (it == numbers.end())
     throw ConfigError(
-        "--sort: expected one of name, status, step, best_val_loss, seconds_to_target, "
-        "tokens_per_s, parameters, last_update; got \"" +
+        "--sort: expected one of name, status, step, best_val_loss, best_val_accuracy, best_val_bleu, "
+        "seconds_to_target, tokens_per_s, parameters, last_update; got \"" +
         key + "\"");
   const Number& f = it->second;
   std::stable_sort(runs.begin(), runs.end(), [&](const RunSummary& a, const RunSummary& b) {

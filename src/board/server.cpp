@@ -184,9 +184,11 @@ class RunIndex {
   std::map<std::string, std::pair<std::string, std::shared_ptr<const MetricsLog>>> metrics_;
 };
 
-// The series the page charts, each against step and wall time.
-const char* const kSeriesKeys[] = {"train_loss", "train_loss_avg", "val_loss", "lr",
-                                   "grad_norm",  "tokens_per_s",   "mfu",      "ms_per_step"};
+// Every numeric key of the records is a series the page can chart (against step and wall time), up to
+// kMaxSeries of them; their points together at most kMaxPointsInAll, each series' share cut down by
+// downsample_min_max: an answer costs what the eight fixed series of old could.
+constexpr size_t kMaxSeries = 64;
+constexpr size_t kMaxPointsInAll = 8 * kMaxMaxPoints;
 
 // What a poller holds its last point by: FNV-1a of the last record at `step` as JSON, "" when there is
 // none. A resumed run rewrites metrics.jsonl from its checkpoint's step on, and the record at a step the
@@ -209,29 +211,44 @@ json metrics_reply(const std::string& name, const MetricsLog& log, int64_t since
                    size_t max_points) {
   const bool reset = since >= 0 && !since_id.empty() && record_id(log, since) != since_id;
   if (reset) since = -1;
+  struct Points {
+    std::vector<double> step, time, value;
+  };
+  std::map<std::string, Points> found;  // by key, sorted
+  bool left_out = false;                // a key past kMaxSeries
+  for (const json& rec : log.records) {
+    const auto s = rec.find("step");
+    if (s == rec.end() || !s->is_number() || s->get<int64_t>() <= since) continue;
+    const auto elapsed = rec.find("elapsed_s");
+    const double time = elapsed != rec.end() && elapsed->is_number() ? elapsed->get<double>() : 0.0;
+    for (auto v = rec.begin(); v != rec.end(); ++v) {
+      if (!v->is_number() || v.key() == "step") continue;
+      auto at = found.find(v.key());
+      if (at == found.end()) {
+        if (found.size() >= kMaxSeries) {
+          left_out = true;
+          continue;
+        }
+        at = found.emplace(v.key(), Points{}).first;
+      }
+      at->second.step.push_back(s->get<double>());
+      at->second.time.push_back(time);
+      at->second.value.push_back(v->get<double>());
+    }
+  }
+  const size_t per_series =
+      std::max<size_t>(2, std::min(max_points, kMaxPointsInAll / std::max<size_t>(found.size(), 1)));
   json series = json::object();
   int64_t last_step = since;
   size_t points = 0;
-  for (const char* key : kSeriesKeys) {
-    std::vector<double> step, time, value;
-    for (const json& rec : log.records) {
-      const auto s = rec.find("step");
-      const auto v = rec.find(key);
-      if (s == rec.end() || !s->is_number() || v == rec.end() || !v->is_number()) continue;
-      if (s->get<int64_t>() <= since) continue;
-      step.push_back(s->get<double>());
-      const auto elapsed = rec.find("elapsed_s");
-      time.push_back(elapsed != rec.end() && elapsed->is_number() ? elapsed->get<double>() : 0.0);
-      value.push_back(v->get<double>());
-    }
-    if (step.empty()) continue;
-    points = std::max(points, step.size());
-    last_step = std::max(last_step, static_cast<int64_t>(step.back()));
+  for (const auto& [key, p] : found) {
+    points = std::max(points, p.step.size());
+    last_step = std::max(last_step, static_cast<int64_t>(p.step.back()));
     json s = {{"step", json::array()}, {"time", json::array()}, {"value", json::array()}};
-    for (size_t i : downsample_min_max(value, max_points)) {
-      s["step"].push_back(step[i]);
-      s["time"].push_back(time[i]);
-      s["value"].push_back(std::isfinite(value[i]) ? json(value[i]) : json(nullptr));
+    for (size_t i : downsample_min_max(p.value, per_series)) {
+      s["step"].push_back(p.step[i]);
+      s["time"].push_back(p.time[i]);
+      s["value"].push_back(std::isfinite(p.value[i]) ? json(p.value[i]) : json(nullptr));
     }
     series[key] = std::move(s);
   }
@@ -241,7 +258,8 @@ json metrics_reply(const std::string& name, const MetricsLog& log, int64_t since
           {"last_step", last_step},
           {"last_id", record_id(log, last_step)},
           {"points", points},
-          {"max_points", max_points},
+          {"max_points", per_series},
+          {"series_left_out", left_out},
           {"skipped_lines", log.skipped_lines},
           {"missing", log.missing},
           {"series", series}};

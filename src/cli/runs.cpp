@@ -4,11 +4,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -107,7 +109,7 @@ int diff_command(const RunsOptions& o) {
   const std::vector<ConfigDifferences> diffs = config_diff(configs);
   // The final metrics: the last record's values, with the summary's figures. The train loss is the mean
   // over the last log interval, the figure train.log's last line and loss.svg show; its last batch beside.
-  const auto last_of = [](const MetricsLog& m, const char* key) {
+  const auto last_of = [](const MetricsLog& m, const std::string& key) {
     for (auto it = m.records.rbegin(); it != m.records.rend(); ++it)
       if (it->contains(key) && (*it)[key].is_number()) return (*it)[key].get<double>();
     return kNoValue;
@@ -117,7 +119,7 @@ int diff_command(const RunsOptions& o) {
     std::vector<double> values;
   };
   std::vector<Row> rows;
-  const auto logged = [&](const char* key, const std::string& label) {
+  const auto logged = [&](const std::string& key, const std::string& label) {
     rows.push_back({key, label, {}});
     for (const MetricsLog& m : logs) rows.back().values.push_back(last_of(m, key));
   };
@@ -129,6 +131,14 @@ int diff_command(const RunsOptions& o) {
   logged("train_loss_avg", "train_loss_avg (mean of the last interval)");
   logged("train_loss", "train_loss (its last batch)");
   logged("val_loss", "val_loss");
+  // Every other evaluation figure a run logs: accuracy (masked_lm, seq2seq), BLEU (seq2seq).
+  std::set<std::string> scores;
+  for (const MetricsLog& m : logs)
+    for (const nlohmann::json& rec : m.records)
+      for (auto it = rec.begin(); it != rec.end(); ++it)
+        if (it.key().rfind("val_", 0) == 0 && it.key() != "val_loss" && it->is_number())
+          scores.insert(it.key());
+  for (const std::string& key : scores) logged(key, key);
   summarized("best_val_loss", [](const RunSummary& r) { return r.best_val_loss; });
   summarized("seconds_to_target", [](const RunSummary& r) { return r.seconds_to_target; });
   summarized("tokens_per_s", [](const RunSummary& r) { return r.tokens_per_s; });
@@ -213,18 +223,29 @@ int runs_command(const RunsOptions& o) {
   }
   size_t w = 4;
   for (const RunSummary& r : runs) w = std::max(w, r.name.size());
-  fmt::print("{:<{}}  {:<10}  {:>7}  {:<20}  {:>13}  {:>8}  {:>9}  {:>8}  {}\n", "name", w, "objective",
-             "params", "status", "step", "best val", "to target", "tok/s", "updated");
+  // Accuracy (masked_lm, seq2seq) and BLEU (seq2seq) when a run listed logs them.
+  const auto any = [&](double RunSummary::*field) {
+    return std::any_of(runs.begin(), runs.end(),
+                       [&](const RunSummary& r) { return std::isfinite(r.*field); });
+  };
+  const bool accuracy = any(&RunSummary::best_val_accuracy), bleu = any(&RunSummary::best_val_bleu);
+  const auto scores = [&](const std::string& a, const std::string& b) {
+    return (accuracy ? fmt::format("  {:>7}", a) : "") + (bleu ? fmt::format("  {:>8}", b) : "");
+  };
+  fmt::print("{:<{}}  {:<10}  {:>7}  {:<20}  {:>13}  {:>8}{}  {:>9}  {:>8}  {}\n", "name", w, "objective",
+             "params", "status", "step", "best val", scores("val acc", "val BLEU"), "to target", "tok/s",
+             "updated");
   for (const RunSummary& r : runs) {
     std::string status = run_status_name(r.status);
     if (r.status == RunStatus::Failed || r.status == RunStatus::Training)
       status += " (" + r.status_detail + ")";
     if (status.size() > 20) status = status.substr(0, 19) + "~";
     fmt::print(
-        "{:<{}}  {:<10}  {:>7}  {:<20}  {:>13}  {:>8}  {:>9}  {:>8}  {}\n", r.name.c_str(), w,
+        "{:<{}}  {:<10}  {:>7}  {:<20}  {:>13}  {:>8}{}  {:>9}  {:>8}  {}\n", r.name.c_str(), w,
         r.objective.empty() ? "-" : r.objective.c_str(), count_str(r.parameters).c_str(), status.c_str(),
         (r.max_steps > 0 ? fmt::format("{}/{}", r.step, r.max_steps) : fmt::format("{}/?", r.step)).c_str(),
         number_or_dash(r.best_val_loss, "{:.4f}").c_str(),
+        scores(number_or_dash(r.best_val_accuracy, "{:.3f}"), number_or_dash(r.best_val_bleu, "{:.1f}")),
         number_or_dash(r.seconds_to_target, "{:.1f}s").c_str(),
         r.tokens_per_s >= 0 ? count_str(static_cast<int64_t>(r.tokens_per_s)).c_str() : "-",
         age(r.last_update).c_str());
@@ -241,8 +262,8 @@ std::vector<Command> add_runs_commands(CLI::App& app) {
       app.add_subcommand("runs", "The runs under directories as a table (status, step, best val loss)");
   cmd->add_option("DIR", o->dirs, "Directories to look in for runs (default: runs)")->type_name("DIR ...");
   cmd->add_option("--sort", o->sort,
-                  "Sort by name, status, step, best_val_loss, seconds_to_target, tokens_per_s, parameters or "
-                  "last_update")
+                  "Sort by name, status, step, best_val_loss, best_val_accuracy, best_val_bleu, "
+                  "seconds_to_target, tokens_per_s, parameters or last_update")
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "One JSON array of the runs (or the diff as JSON)");
   cmd->add_option("--diff", o->diff,

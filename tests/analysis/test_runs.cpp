@@ -234,6 +234,11 @@ TEST_CASE("runs: sort by a column, unknown values last, a bad key names --sort",
   CHECK((runs[0].name + runs[1].name + runs[2].name) == "cab");
   sort_runs(runs, "name");
   CHECK((runs[0].name + runs[1].name + runs[2].name) == "abc");
+  runs[0].best_val_bleu = 10, runs[2].best_val_bleu = 20, runs[1].best_val_accuracy = 0.5;
+  sort_runs(runs, "best_val_bleu");  // highest first, unknown last
+  CHECK((runs[0].name + runs[1].name + runs[2].name) == "cab");
+  sort_runs(runs, "best_val_accuracy");
+  CHECK(runs[0].name == "b");
   try {
     sort_runs(runs, "speed");
     FAIL("no error");

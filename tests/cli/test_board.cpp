@@ -609,6 +609,59 @@ TEST_CASE("tfm board: fill-mask of a masked_lm run and translation of a seq2seq 
   CHECK(board.stop() == 0);
 }
 
+TEST_CASE("tfm runs and board: every logged number is served, accuracy and BLEU shown", "[board][slow]") {
+  // seq2seq logs val_accuracy and val_bleu, masked_lm val_accuracy: /api/metrics served a fixed list
+  // without them, and neither tfm runs, its --diff nor the board showed them.
+  const std::string root = tfm_test::scratch_path("board", "scores");
+  fs::create_directories(root);
+  fs::copy(tfm_test::masked_run(), root + "/masked", fs::copy_options::recursive);
+  fs::copy(tfm_test::seq2seq_run(), root + "/seq2seq", fs::copy_options::recursive);
+  // A run logging more keys than the board serves series: 64 of them, and said so.
+  fs::create_directories(root + "/wide");
+  {
+    std::ofstream wide(root + "/wide/metrics.jsonl");
+    json rec = {{"step", 1}};
+    for (int k = 0; k < 70; ++k) rec["k" + std::to_string(100 + k)] = k;
+    wide << rec.dump() << "\n";
+  }
+  const std::string prefix = fs::path(root).filename().string() + "/";
+  BoardProcess board("--runs " + root);
+  httplib::Client c("127.0.0.1", board.port);
+  json m = board_get(c, "/api/metrics?run=" + prefix + "seq2seq");
+  for (const char* key : {"val_accuracy", "val_bleu", "train_loss_avg", "ms_per_step"}) {
+    INFO(key);
+    CHECK(!m["series"][key]["value"].empty());
+  }
+  CHECK(m["series_left_out"] == false);
+  m = board_get(c, "/api/metrics?run=" + prefix + "masked");
+  CHECK(!m["series"]["val_accuracy"]["value"].empty());
+  CHECK(!m["series"].contains("val_bleu"));
+  m = board_get(c, "/api/metrics?run=" + prefix + "wide");
+  CHECK(m["series"].size() == 64);
+  CHECK(m["series_left_out"] == true);
+  const json listing = board_get(c, "/api/runs");
+  CHECK(board_run(listing, prefix + "seq2seq")["best_val_bleu"].is_number());
+  CHECK(board_run(listing, prefix + "seq2seq")["best_val_accuracy"].is_number());
+  CHECK(board_run(listing, prefix + "masked")["best_val_accuracy"].is_number());
+  CHECK(board_run(listing, prefix + "masked")["best_val_bleu"].is_null());
+  CHECK(board.stop() == 0);
+
+  tfm_test::CliRun r = run_tfm("runs " + root);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("val acc") && Catch::Contains("val BLEU"));
+  r = run_tfm("runs " + root + " --sort best_val_bleu --json");
+  REQUIRE(r.status == 0);
+  CHECK(json::parse(r.out)[0]["name"] == prefix + "seq2seq");
+  r = run_tfm("runs --diff " + root + "/masked " + root + "/seq2seq");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("val_accuracy") && Catch::Contains("val_bleu"));
+  // A causal_lm table has no such columns.
+  r = run_tfm("runs " + board_runs_root());
+  CHECK_THAT(r.out, !Catch::Contains("val BLEU"));
+}
+
 TEST_CASE("tfm board: model requests to many runs at once are all counted out", "[board][slow]") {
   // A run slow enough to sample that requests overlap (512 tokens of a 64-wide model), and small runs
   // the board first sees while it samples: each new run grows the per-run request counters. They had

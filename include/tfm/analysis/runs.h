@@ -44,6 +44,8 @@ struct RunSummary {
   std::string status_detail;  // the holder's PID, the error line, the checkpoint's trouble
   int64_t step = 0, max_steps = 0;
   double best_val_loss = kNoValue;      // lowest val_loss logged (or the checkpoint's best)
+  double best_val_accuracy = kNoValue;  // highest val_accuracy logged (masked_lm, seq2seq)
+  double best_val_bleu = kNoValue;      // highest val_bleu logged (seq2seq)
   double seconds_to_target = kNoValue;  // train.target_loss reached after this much training
   double tokens_per_s = kNoValue;       // median over the logged intervals
   double last_update = 0;               // newest modification time of the run's own files (run_dir.h's
@@ -78,12 +80,13 @@ std::vector<NamedRun> find_named_runs(const std::vector<std::string>& roots,
 // find_named_runs + summarize_run.
 std::vector<RunSummary> list_runs(const std::vector<std::string>& roots);
 // {"name", "dir", "objective", "parameters", "status", "status_detail", "step", "max_steps",
-//  "best_val_loss", "seconds_to_target", "tokens_per_s", "last_update", "problems", "files"}; unknown
-// numbers are null.
+//  "best_val_loss", "best_val_accuracy", "best_val_bleu", "seconds_to_target", "tokens_per_s",
+//  "last_update", "problems", "files"}; unknown numbers are null.
 nlohmann::json run_summary_json(const RunSummary& run);
 
-// The rows sort_runs orders by: name, status, step, best_val_loss, seconds_to_target, tokens_per_s,
-// parameters, last_update. Unknown values last. ConfigError naming --sort and these otherwise.
+// The rows sort_runs orders by: name, status, step, best_val_loss, best_val_accuracy, best_val_bleu,
+// seconds_to_target, tokens_per_s, parameters, last_update (accuracy, BLEU and speed highest first, the
+// update newest first). Unknown values last. ConfigError naming --sort and these otherwise.
 void sort_runs(std::vector<RunSummary>& runs, const std::string& key);
 
 // Directories under `roots` holding the results of a sweep (sweep.jsonl), an ablation (ablate.jsonl) or a
