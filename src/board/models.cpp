@@ -178,7 +178,8 @@ BoardReply BoardModels::run_request(LoadedRun& run, const std::string& kind, con
   if (kind == "attention") {
     const std::string text = text_field(request, "text", true);
     if (!run.model) {  // an encoder-decoder: its three kinds of attention on the pair
-      const PairAttention a = pair_attention(*run.objective, text, text_field(request, "target", false));
+      const PairAttention a =
+          pair_attention(*run.objective, text, text_field(request, "target", false), "text", "target");
       return {200, pair_attention_report_json(a)};
     }
     const AttentionText t =
@@ -192,7 +193,7 @@ BoardReply BoardModels::run_request(LoadedRun& run, const std::string& kind, con
     const std::string text = text_field(request, "text", true);
     const int64_t top_k = integer_field(request, "top_k", 5, 1,
                                         std::min<int64_t>(run.objective->tokenizer().size(), kBoardMaxTopK));
-    const FillMaskResult r = fill_mask(*run.objective, text, top_k);
+    const FillMaskResult r = fill_mask(*run.objective, text, top_k, "text");
     json masks = json::array();
     for (const MaskCandidates& m : r.masks) {
       json c = json::array();

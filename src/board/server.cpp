@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "board.h"
@@ -296,6 +297,24 @@ std::string file_inside(const std::string& dir, const std::string& rel) {
   return real.string();
 }
 
+// Whether `rel` names nothing inside `dir` (to answer 404, not 403): a path file_inside would take
+// (relative, no ".." part) whose every existing part stays inside dir's real path and which is not there.
+bool missing_inside(const std::string& dir, const std::string& rel) {
+  if (rel.empty() || rel.front() == '/' || rel.find('\0') != std::string::npos ||
+      rel.find('\\') != std::string::npos)
+    return false;
+  for (const fs::path& part : fs::path(rel))
+    if (part == "..") return false;
+  std::error_code ec;
+  const fs::path base = fs::canonical(dir, ec);
+  if (ec) return false;
+  // The existing part resolved (symlinks and all), the rest appended: a link leading out stays refused.
+  const fs::path real = fs::weakly_canonical(base / rel, ec);
+  if (ec) return false;
+  const auto [b, r] = std::mismatch(base.begin(), base.end(), real.begin(), real.end());
+  return b == base.end() && !fs::exists(fs::symlink_status(base / rel, ec));
+}
+
 const char* content_type_of(const std::string& path) {
   static const std::map<std::string, const char*> types = {{".json", "application/json"},
                                                            {".jsonl", "text/plain; charset=utf-8"},
@@ -382,25 +401,46 @@ int serve(const BoardOptions& o) {
   // The address it listens on, as a browser sends it in Host: "127.0.0.2", "[::ffff:127.0.0.1]".
   const std::string shown_host = o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host;
   const std::string bound_name = host_name_of(shown_host);
-  server.set_pre_routing_handler([loopback, bound_name](const httplib::Request& req, httplib::Response& res) {
-    res.set_header("X-Content-Type-Options", "nosniff");
-    res.set_header("Referrer-Policy", "no-referrer");
-    // Bound to this machine only: a page elsewhere must not reach it through DNS rebinding.
-    if (loopback) {
-      // One Host: of two, a proxy and this check could each read another.
-      if (req.get_header_value_count("Host") > 1) {
-        reply_error(res, 400, "Host: given more than once");
-        return httplib::Server::HandlerResponse::Handled;
-      }
-      const std::string host = req.get_header_value("Host");
-      const std::string name = host_name_of(host);
-      if (!(name == "127.0.0.1" || name == "localhost" || name == "[::1]" || name == bound_name)) {
-        reply_error(res, 403, "Host \"" + host + "\": this board answers only to localhost");
-        return httplib::Server::HandlerResponse::Handled;
-      }
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
+  // The methods each route answers, checked before a body is read: another is 405 with Allow.
+  std::set<std::string> get_paths = {"/api/runs", "/api/metrics", "/api/config", "/api/diff", "/api/file"};
+  for (const auto& asset : assets) get_paths.insert(asset.first);
+  const auto allowed_methods = [get_paths](const std::string& path) -> const char* {
+    if (get_paths.count(path)) return "GET, HEAD";
+    for (const char* kind : {"sample", "attention", "fill_mask", "translate"})
+      if (path == std::string("/api/model/") + kind) return "POST";
+    return nullptr;
+  };
+  server.set_pre_routing_handler(
+      [loopback, bound_name, allowed_methods](const httplib::Request& req, httplib::Response& res) {
+        res.set_header("X-Content-Type-Options", "nosniff");
+        res.set_header("Referrer-Policy", "no-referrer");
+        // Bound to this machine only: a page elsewhere must not reach it through DNS rebinding.
+        if (loopback) {
+          // One Host: of two, a proxy and this check could each read another.
+          if (req.get_header_value_count("Host") > 1) {
+            reply_error(res, 400, "Host: given more than once");
+            return httplib::Server::HandlerResponse::Handled;
+          }
+          const std::string host = req.get_header_value("Host");
+          const std::string name = host_name_of(host);
+          if (!(name == "127.0.0.1" || name == "localhost" || name == "[::1]" || name == bound_name)) {
+            reply_error(res, 403, "Host \"" + host + "\": this board answers only to localhost");
+            return httplib::Server::HandlerResponse::Handled;
+          }
+        }
+        const char* allowed = allowed_methods(req.path);
+        if (!allowed) {
+          reply_error(res, 404, "no such page");
+          return httplib::Server::HandlerResponse::Handled;
+        }
+        const bool get = req.method == "GET" || req.method == "HEAD";
+        if (std::string(allowed) == "POST" ? req.method != "POST" : !get) {
+          res.set_header("Allow", allowed);
+          reply_error(res, 405, req.method + " " + req.path + ": this route answers " + allowed);
+          return httplib::Server::HandlerResponse::Handled;
+        }
+        return httplib::Server::HandlerResponse::Unhandled;
+      });
   server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     try {
       std::rethrow_exception(ep);
@@ -413,7 +453,12 @@ int serve(const BoardOptions& o) {
     }
   });
   server.set_error_handler([](const httplib::Request&, httplib::Response& res) {
-    if (res.body.empty()) reply_error(res, res.status, res.status == 404 ? "no such page" : "bad request");
+    if (!res.body.empty()) return;
+    if (res.status == 413)
+      return reply_error(
+          res, 413,
+          fmt::format("the request body is larger than the board takes, {} KiB", kMaxBodyBytes / 1024));
+    reply_error(res, res.status, res.status == 404 ? "no such page" : "bad request");
   });
 
   for (const auto& [path, content] : assets) {
@@ -427,13 +472,21 @@ int serve(const BoardOptions& o) {
   }
   server.Get("/api/runs",
              [&](const httplib::Request&, httplib::Response& res) { reply_json(res, index.listing()); });
-  const auto run_dir = [&](const httplib::Request& req, httplib::Response& res, bool results_too = false) {
-    const std::string name = req.get_param_value("run");
-    const std::string dir = name.empty() ? "" : index.dir_of(name, results_too);
+  // The directory of the run the request names (its `run` parameter or field); "" once the reply says
+  // what is wrong: 400 without one, 404 for a name the listing does not have.
+  const auto named_dir = [&](const std::string& name, httplib::Response& res, bool results_too = false) {
+    if (name.empty()) {
+      reply_error(res, 400, "run: missing (a run's name as /api/runs lists it)");
+      return std::string();
+    }
+    const std::string dir = index.dir_of(name, results_too);
     if (dir.empty())
       reply_error(res, 404,
                   "run \"" + name + "\": no such run under " + fmt::format("{}", fmt::join(o.roots, ", ")));
     return dir;
+  };
+  const auto run_dir = [&](const httplib::Request& req, httplib::Response& res, bool results_too = false) {
+    return named_dir(req.get_param_value("run"), res, results_too);
   };
   server.Get("/api/metrics", [&](const httplib::Request& req, httplib::Response& res) {
     const std::string dir = run_dir(req, res);
@@ -478,6 +531,8 @@ int serve(const BoardOptions& o) {
     if (dir.empty()) return;
     const std::string rel = req.get_param_value("path");
     const std::string path = file_inside(dir, rel);
+    if (path.empty() && missing_inside(dir, rel))
+      return reply_error(res, 404, "path \"" + rel + "\": no such file in the run");
     if (path.empty()) return reply_error(res, 403, "path \"" + rel + "\": not a file inside the run");
     const char* type = content_type_of(path);
     if (!type)
@@ -495,9 +550,11 @@ int serve(const BoardOptions& o) {
               [&](const httplib::Request& req, httplib::Response& res) {
                 const json body = json::parse(req.body, nullptr, false);
                 if (!body.is_object()) return reply_error(res, 400, "the request body must be a JSON object");
-                const std::string name = body.value("run", std::string());
-                const std::string dir = name.empty() ? "" : index.dir_of(name);
-                if (dir.empty()) return reply_error(res, 404, "run \"" + name + "\": no such run");
+                const auto run = body.find("run");
+                if (run != body.end() && !run->is_string())
+                  return reply_error(res, 400, "run: expected a string");
+                const std::string dir = named_dir(run == body.end() ? "" : run->get<std::string>(), res);
+                if (dir.empty()) return;
                 const BoardReply r = models.evaluate(dir, req.matches[1], body);
                 reply_json(res, r.body, r.status);
               });

@@ -191,7 +191,8 @@ std::unique_ptr<Objective> make_masked_lm(const Config& c, const Vocabulary* ckp
   return std::make_unique<MaskedLm>(c, ckpt, o);
 }
 
-FillMaskResult fill_mask(Objective& objective, const std::string& text, int64_t top_k) {
+FillMaskResult fill_mask(Objective& objective, const std::string& text, int64_t top_k,
+                         const std::string& source) {
   auto* mlm = dynamic_cast<MaskedLm*>(&objective);
   if (!mlm)
     throw ConfigError("fill-mask: the run was trained with train.objective \"" + objective.name() +
@@ -201,14 +202,15 @@ FillMaskResult fill_mask(Objective& objective, const std::string& text, int64_t 
   FillMaskResult r;
   const std::string mask = kMaskToken;
   std::vector<int64_t> positions;
-  r.tokens = encode_with_masks(tok, text, mlm->mask_id(), "--text", &positions);
+  r.tokens = encode_with_masks(tok, text, mlm->mask_id(), source, &positions);
   for (const int64_t p : positions) r.masks.push_back({p, {}});
   if (r.masks.empty())
-    throw ConfigError("--text: no " + mask + " in the text (mark each position to fill with " + mask + ")");
+    throw ConfigError(source + ": no " + mask + " in the text (mark each position to fill with " + mask +
+                      ")");
   LanguageModel& model = mlm->lm();
   const int64_t T = static_cast<int64_t>(r.tokens.size()), L = model.config().max_seq_len;
   if (T > L)
-    throw ConfigError("--text: " + std::to_string(T) +
+    throw ConfigError(source + ": " + std::to_string(T) +
                       " tokens, the model reads at most model.max_seq_len = " + std::to_string(L));
   const int64_t V = model.config().vocab_size, ordinary = tok.size();
   const int64_t k = std::min<int64_t>(std::max<int64_t>(top_k, 1), ordinary);

@@ -307,28 +307,29 @@ std::vector<std::string> labels(const Tokenizer& tok, const std::vector<int32_t>
 }
 }  // namespace
 
-PairAttention pair_attention(Objective& objective, const std::string& source, const std::string& target) {
+PairAttention pair_attention(Objective& objective, const std::string& source, const std::string& target,
+                             const std::string& source_name, const std::string& target_name) {
   Seq2Seq& s = seq2seq_of(objective, "attention");
   const std::string tgt_text = target.empty() ? translate_texts(objective, {source}, {}).at(0) : target;
   SentencePair pair;
   int64_t whole = 0;
-  pair.src = s.encode_source(source, "--text", &whole);
-  if (pair.src.empty()) throw ConfigError("--text: no tokens");
+  pair.src = s.encode_source(source, source_name.c_str(), &whole);
+  if (pair.src.empty()) throw ConfigError(source_name + ": no tokens");
   PairAttention a;
-  if (std::string note = unknown_note(s.tokenizer(), source, "--text", "source"); !note.empty())
+  if (std::string note = unknown_note(s.tokenizer(), source, source_name, "source"); !note.empty())
     a.notes.push_back(std::move(note));
   if (whole > s.max_source_len())
     a.notes.push_back(
-        fmt::format("--text: {} tokens; the model reads the first {} (data.max_source_len, the "
+        fmt::format("{}: {} tokens; the model reads the first {} (data.max_source_len, the "
                     "longest source it was trained on): the maps show those",
-                    whole, s.max_source_len()));
-  pair.tgt = s.target_tokenizer()->encode(tgt_text, "--target");
+                    source_name, whole, s.max_source_len()));
+  pair.tgt = s.target_tokenizer()->encode(tgt_text, target_name);
   if (!target.empty())  // a translation is made of the vocabulary's tokens
-    if (std::string note = unknown_note(*s.target_tokenizer(), target, "--target", "target"); !note.empty())
+    if (std::string note = unknown_note(*s.target_tokenizer(), target, target_name, "target"); !note.empty())
       a.notes.push_back(std::move(note));
   if (static_cast<int64_t>(pair.tgt.size()) > s.max_target_len()) {
-    a.notes.push_back(fmt::format("--target: {} tokens; the decoder reads the first {} (data.max_target_len)",
-                                  pair.tgt.size(), s.max_target_len()));
+    a.notes.push_back(fmt::format("{}: {} tokens; the decoder reads the first {} (data.max_target_len)",
+                                  target_name, pair.tgt.size(), s.max_target_len()));
     pair.tgt.resize(s.max_target_len());
   }
   const PairBatch b = make_pair_batch({pair}, std::vector<int64_t>{0});

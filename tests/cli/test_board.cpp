@@ -550,6 +550,51 @@ TEST_CASE("tfm board: a run resumed from an earlier checkpoint is fetched anew",
   CHECK(board.stop() == 0);
 }
 
+TEST_CASE("tfm board: errors say what is wrong with the request, with the status that fits",
+          "[board][slow]") {
+  const std::string& root = board_runs_root();
+  BoardProcess board("--runs " + root);
+  httplib::Client c("127.0.0.1", board.port);
+  const auto message = [](const json& reply) { return reply.value("error", std::string()); };
+  // No run named: 400 "run: missing", not 404 for a run called "".
+  for (const char* path : {"/api/metrics", "/api/config", "/api/file?path=train.log", "/api/metrics?run="}) {
+    INFO(path);
+    CHECK_THAT(message(board_get(c, path, 400)), Catch::StartsWith("run: missing"));
+  }
+  CHECK_THAT(message(board_post(c, "/api/model/sample", {{"prompt", "RO"}}, 400)),
+             Catch::StartsWith("run: missing"));
+  board_post(c, "/api/model/sample", {{"run", 3}}, 400);
+  // A file that is not there is 404; one outside the run, or not served, stays 403.
+  const std::string done = "/api/file?run=" + board_name("done") + "&path=";
+  CHECK_THAT(message(board_get(c, done + "nofile.json", 404)), Catch::Contains("no such file"));
+  board_get(c, done + "sub/nofile.json", 404);
+  board_get(c, done + "../nofile.json", 403);
+  board_get(c, done + "last.ckpt", 403);
+  // Another method on a route: 405 naming the one it answers, before any body is read.
+  for (const auto& [request, allow] : std::vector<std::pair<std::string, std::string>>{
+           {"POST /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", "GET, HEAD"},
+           {"DELETE /api/config?run=x HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", "GET, HEAD"},
+           {"GET /api/model/sample HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", "POST"}}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string answer = board_raw(board.port, request);
+    INFO(request << " -> " << answer);
+    CHECK(answer.rfind("HTTP/1.1 405", 0) == 0);
+    CHECK_THAT(answer, Catch::Contains("Allow: " + allow + "\r\n"));
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3));  // not waiting for a body
+  }
+  const auto posted = c.Post("/api/runs", "{}", "application/json");
+  REQUIRE(posted);
+  CHECK(posted->status == 405);
+  CHECK(board_get(c, "/api/nothing", 404)["error"] == "no such page");
+  // A body past the limit: 413 saying the limit.
+  const auto big = c.Post("/api/model/sample", std::string(70 * 1024, ' '), "application/json");
+  REQUIRE(big);
+  CHECK(big->status == 413);
+  CHECK_THAT(big->body, Catch::Contains("64 KiB"));
+  CHECK(c.Get("/api/runs")->status == 200);
+  CHECK(board.stop() == 0);
+}
+
 TEST_CASE("tfm board: refuses a missing directory and warns when opened to the network", "[board]") {
   tfm_test::CliRun r = run_tfm("board --runs /nonexistent_tfm_dir --port 0");
   CHECK(r.status == 2);
@@ -583,7 +628,10 @@ TEST_CASE("tfm board: fill-mask of a masked_lm run and translation of a seq2seq 
   for (const json& cand : r["masks"][0]["candidates"]) total += cand["probability"].get<double>();
   CHECK(total > 0);
   CHECK(total <= 1.0 + 1e-6);
-  board_post(c, "/api/model/fill_mask", {{"run", prefix + "masked"}, {"text", "no mask here"}}, 400);
+  // The request's field is named, not tfm fill-mask's flag.
+  const json no_mask =
+      board_post(c, "/api/model/fill_mask", {{"run", prefix + "masked"}, {"text", "no mask here"}}, 400);
+  CHECK_THAT(no_mask["error"].get<std::string>(), Catch::StartsWith("text: no [MASK]"));
   board_post(c, "/api/model/sample", {{"run", prefix + "masked"}, {"prompt", "To"}}, 400);  // not a causal_lm
   r = board_post(c, "/api/model/attention", {{"run", prefix + "masked"}, {"text", "To be"}});
   CHECK(r["layers"].size() == 1);

@@ -14,7 +14,8 @@
 namespace tfm {
 
 // masked_lm: every "[MASK]" in `text` is one masked position; the top_k candidates per position
-// with their probabilities, in order of the positions.
+// with their probabilities, in order of the positions. `source` names the text in errors (a flag, or a
+// request's field).
 struct MaskCandidates {
   int64_t position = 0;  // token index in the encoded text
   std::vector<std::pair<std::string, double>> candidates;
@@ -24,7 +25,8 @@ struct FillMaskResult {
   std::vector<MaskCandidates> masks;
 };
 constexpr const char* kMaskToken = "[MASK]";
-FillMaskResult fill_mask(Objective& objective, const std::string& text, int64_t top_k);
+FillMaskResult fill_mask(Objective& objective, const std::string& text, int64_t top_k,
+                         const std::string& source = "--text");
 // The id a masked_lm run reads [MASK] as (its last); -1 for other objectives.
 int32_t mask_token_id(const Objective& objective);
 // `text` encoded with each "[MASK]" in it as `mask_id` (the pieces between encoded where they stand, so
@@ -58,7 +60,10 @@ struct PairAttention {
 };
 
 // The attention maps of a seq2seq run on one pair: `source` read as translate reads it, `target`
-// teacher-forced (empty: the run's greedy translation of the source).
-PairAttention pair_attention(Objective& objective, const std::string& source, const std::string& target);
+// teacher-forced (empty: the run's greedy translation of the source). `source_name` and `target_name`
+// name them in errors and notes (flags, or a request's fields).
+PairAttention pair_attention(Objective& objective, const std::string& source, const std::string& target,
+                             const std::string& source_name = "--text",
+                             const std::string& target_name = "--target");
 
 }  // namespace tfm
