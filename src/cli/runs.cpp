@@ -206,7 +206,10 @@ int runs_command(const RunsOptions& o) {
   }
   for (const std::string& d : o.dirs) {
     std::error_code ec;
-    if (!std::filesystem::is_directory(d, ec)) throw IoError(d + ": no such directory (tfm runs DIR...)");
+    if (!std::filesystem::exists(d, ec)) throw IoError(d + ": no such directory (tfm runs DIR...)");
+    if (!std::filesystem::is_directory(d, ec))
+      throw IoError(d +
+                    ": a file, not a directory of runs (tfm runs DIR...: the directories runs are under)");
   }
   std::vector<RunSummary> runs = list_runs(o.dirs);
   sort_runs(runs, o.sort);

@@ -205,6 +205,9 @@ TEST_CASE("tfm runs: the table, --json, --sort and --diff on trained and damaged
   CHECK(r.status == 2);
   CHECK(r.out.find("--sort") != std::string::npos);
   CHECK(run_tfm("runs " + root + "/nowhere").status == 2);
+  r = run_tfm("runs configs/tiny.json");  // a file that exists: said so, not "no such directory"
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("configs/tiny.json: a file, not a directory of runs"));
 
   r = run_tfm("runs --diff " + root + "/done " + root + "/target");
   INFO(r.out);
