@@ -46,6 +46,11 @@ class BoundedHeadServer : public httplib::Server {
   bool process_and_close_socket(socket_t sock) override;
 };
 
+// Makes `res` the last reply of its connection ("Connection: close", and the connection closed after
+// it): for a reply sent before the request's body was read (the pre-routing checks), so that a body
+// the client sent is never read as the connection's next request.
+void close_connection_after(httplib::Response& res);
+
 // What a model request answers: an HTTP status and a JSON body ({"error": "..."} unless 200).
 struct BoardReply {
   int status = 200;

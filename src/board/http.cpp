@@ -116,6 +116,15 @@ class HeadLimitStream : public httplib::Stream {
 
 }  // namespace
 
+// Set by close_connection_after while this thread handles a request: process_request runs on the thread
+// that serves the connection.
+static thread_local bool t_close_after_reply = false;
+
+void close_connection_after(httplib::Response& res) {
+  res.set_header("Connection", "close");
+  t_close_after_reply = true;
+}
+
 // httplib's keep-alive loop (process_server_socket) over a HeadLimitStream: each request of a
 // connection gets its own head bounds.
 bool BoundedHeadServer::process_and_close_socket(socket_t sock) {
@@ -127,8 +136,9 @@ bool BoundedHeadServer::process_and_close_socket(socket_t sock) {
     stream.start_request();
     bool closed = false;
     const bool last = served + 1 == kBoardKeepAliveRequests;
+    t_close_after_reply = false;
     ok = process_request(stream, last, closed, nullptr);
-    if (!ok || closed) break;
+    if (!ok || closed || t_close_after_reply) break;
   }
   ::shutdown(sock, SHUT_RDWR);
   ::close(sock);

@@ -414,30 +414,32 @@ int serve(const BoardOptions& o) {
       [loopback, bound_name, allowed_methods](const httplib::Request& req, httplib::Response& res) {
         res.set_header("X-Content-Type-Options", "nosniff");
         res.set_header("Referrer-Policy", "no-referrer");
+        // A reply here comes before the request's body is read: the connection ends with it.
+        const auto refuse = [&res](int status, const std::string& why) {
+          reply_error(res, status, why);
+          close_connection_after(res);
+          return httplib::Server::HandlerResponse::Handled;
+        };
         // Bound to this machine only: a page elsewhere must not reach it through DNS rebinding.
         if (loopback) {
           // One Host: of two, a proxy and this check could each read another.
           if (req.get_header_value_count("Host") > 1) {
-            reply_error(res, 400, "Host: given more than once");
-            return httplib::Server::HandlerResponse::Handled;
+            return refuse(400, "Host: given more than once");
           }
           const std::string host = req.get_header_value("Host");
           const std::string name = host_name_of(host);
           if (!(name == "127.0.0.1" || name == "localhost" || name == "[::1]" || name == bound_name)) {
-            reply_error(res, 403, "Host \"" + host + "\": this board answers only to localhost");
-            return httplib::Server::HandlerResponse::Handled;
+            return refuse(403, "Host \"" + host + "\": this board answers only to localhost");
           }
         }
         const char* allowed = allowed_methods(req.path);
         if (!allowed) {
-          reply_error(res, 404, "no such page");
-          return httplib::Server::HandlerResponse::Handled;
+          return refuse(404, "no such page");
         }
         const bool get = req.method == "GET" || req.method == "HEAD";
         if (std::string(allowed) == "POST" ? req.method != "POST" : !get) {
           res.set_header("Allow", allowed);
-          reply_error(res, 405, req.method + " " + req.path + ": this route answers " + allowed);
-          return httplib::Server::HandlerResponse::Handled;
+          return refuse(405, req.method + " " + req.path + ": this route answers " + allowed);
         }
         return httplib::Server::HandlerResponse::Unhandled;
       });

@@ -578,12 +578,23 @@ TEST_CASE("tfm board: errors say what is wrong with the request, with the status
            {"POST /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", "GET, HEAD"},
            {"DELETE /api/config?run=x HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", "GET, HEAD"},
            {"GET /api/model/sample HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", "POST"}}) {
-    const auto t0 = std::chrono::steady_clock::now();
     const std::string answer = board_raw(board.port, request);
     INFO(request << " -> " << answer);
     CHECK(answer.rfind("HTTP/1.1 405", 0) == 0);
     CHECK_THAT(answer, Catch::Contains("Allow: " + allow + "\r\n"));
-    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3));  // not waiting for a body
+  }
+  // A refusal comes before the body is read, and ends the connection: a body that holds a request is
+  // never read as the connection's next one (one answer, then the connection closes).
+  const std::string inner = "GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  for (const std::string& refused :
+       {std::string("POST /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n"),
+        std::string("POST /api/nothing HTTP/1.1\r\nHost: 127.0.0.1\r\n"),
+        std::string("POST /api/model/sample HTTP/1.1\r\nHost: evil.example\r\n")}) {
+    const std::string answer = board_raw(
+        board.port, refused + "Content-Length: " + std::to_string(inner.size()) + "\r\n\r\n" + inner, true);
+    INFO(refused << " -> " << answer);
+    CHECK(answer.rfind("HTTP/1.1 4", 0) == 0);
+    CHECK_THAT(answer, Catch::Contains("Connection: close\r\n") && !Catch::Contains("HTTP/1.1 200"));
   }
   const auto posted = c.Post("/api/runs", "{}", "application/json");
   REQUIRE(posted);
