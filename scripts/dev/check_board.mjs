@@ -63,6 +63,20 @@ try {
     fail('after the resume the page holds ' + JSON.stringify(await page.evaluate(resumedPoints)) +
       ', not steps ' + wanted + ' without the dead ones');
   }
+  // Its config diff follows the resume: train.max_steps 50, as the resume's --set made it.
+  const diffMaxSteps = () => {
+    const t = document.querySelector('#diff-table');
+    if (!t) return null;
+    const col = [...t.rows[0].cells].findIndex((c) => c.textContent.startsWith('runs/resumed'));
+    const row = [...t.rows].find((r) => r.cells[0].textContent === 'train.max_steps');
+    return row && col > 0 ? row.cells[col].textContent : null;
+  };
+  try {
+    await page.waitForFunction(`(${diffMaxSteps})() === '50'`, { timeout: 10000 });
+    console.log('check_board.mjs: the config diff shows the resumed run\'s new train.max_steps');
+  } catch (e) {
+    fail('the config diff shows train.max_steps ' + await page.evaluate(diffMaxSteps) + ' for the resumed run, not 50');
+  }
   // The live run: its step in the table grows within a few seconds.
   await page.waitForSelector('#runs-table tr[data-run="runs/live"]', { timeout: 15000 });
   const stepOf = () => page.$eval('#runs-table tr[data-run="runs/live"] td.step', (td) => parseInt(td.textContent));

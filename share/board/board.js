@@ -358,7 +358,12 @@ async function poll() {
     renderResults(listing.results);
     await pollMetrics();
     drawCharts();
-    if (state.polls === 0) renderDiff();
+    // The config diff again when a ticked run's config may have changed: a resume takes --set values
+    // (train.max_steps, ...) into its config.json, and a new run's appears once it starts.
+    const configs = JSON.stringify([...state.selected].map((n) => { const r = runByName(n);
+      return r ? [n, r.status, r.max_steps, r.problems.length] : [n]; }));
+    if (state.polls === 0 || configs !== state.diffConfigs) renderDiff();
+    state.diffConfigs = configs;
     state.polls++;
     $('#status-line').textContent = `${listing.runs.length} runs; updated ${new Date().toLocaleTimeString()}`;
   } catch (e) {
