@@ -130,9 +130,9 @@ int sample_command(const SampleCliOptions& cli) {
                       "\"; sampling continues text, which needs a causal_lm run (for " +
                       run.objective->name() + ": " + can.inference_command + ")");
   if (!cli.init_from.empty()) {
-    const std::string note =
-        load_safetensors_into(*run.model, cli.init_from, &run.checkpoint, run.checkpoint_path, &run.config);
-    if (!note.empty()) std::fprintf(stderr, "tfm: warning: %s\n", note.c_str());
+    for (const std::string& note :
+         load_safetensors_into(*run.model, cli.init_from, &run.checkpoint, run.checkpoint_path, &run.config))
+      std::fprintf(stderr, "tfm: warning: %s\n", note.c_str());
     std::fprintf(stderr, "tfm: weights from %s (--init-from), the run's config and tokenizer\n",
                  cli.init_from.c_str());
   }

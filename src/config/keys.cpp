@@ -293,9 +293,11 @@ std::vector<KeySpec> build_table() {
       Key("model.d_ff", &ModelConfig::d_ff, "Hidden width of the feed-forward network.")
           .derived_in_model("4 * model.d_model")
           .min(1),
-      Key("model.max_seq_len", &ModelConfig::max_seq_len, "Longest context (size of the position table).")
+      Key("model.max_seq_len", &ModelConfig::max_seq_len,
+          "Longest context (size of the position table). A learned table from `--init-from` is cut to it, "
+          "or keeps its fresh rows past the file's positions (the log says so).")
           .min(1)
-          .weights_agnostic(),  // a learned table's shape follows it, and --init-from checks shapes
+          .weights_agnostic(),  // --init-from copies the positions a learned table of either length has
       Key("model.dropout", &ModelConfig::dropout, "Dropout on embeddings and residual branches.")
           .min(0)
           .max(1, true)

@@ -83,6 +83,11 @@ Tensor Model::flat_grads() const {
   return Tensor::view_of(grads_, {size_}, 0);
 }
 
+bool is_position_table(const std::string& parameter_name) {
+  return parameter_name == "pos.weight" || parameter_name == "src_pos.weight" ||
+         parameter_name == "tgt_pos.weight";
+}
+
 std::vector<std::pair<std::string, int64_t>> Model::parameter_breakdown() const {
   std::vector<std::pair<std::string, int64_t>> out = {{"embedding", 0},    {"positions", 0}, {"attention", 0},
                                                       {"feed-forward", 0}, {"norms", 0},     {"head", 0}};
@@ -100,7 +105,7 @@ std::vector<std::pair<std::string, int64_t>> Model::parameter_breakdown() const 
     }
     const size_t k = n.rfind("bigram.", 0) == 0                                                      ? 0
                      : n.find("emb.") != std::string::npos && n.find("pos") == std::string::npos     ? 0
-                     : n.find("pos.") != std::string::npos                                           ? 1
+                     : is_position_table(n)                                                          ? 1
                      : n.find("attn.") != std::string::npos || n.find("cross.") != std::string::npos ? 2
                      : n.find(".fc") != std::string::npos                                            ? 3
                      : n.find("ln") != std::string::npos                                             ? 4

@@ -268,10 +268,11 @@ bool compare_model_keys(const SafetensorsFile& f, const Config& run) {
 
 }  // namespace
 
-std::string load_safetensors_into(Model& model, const std::string& path, const Vocabulary* vocabulary,
-                                  const std::string& vocabulary_source, const Config* config) {
+std::vector<std::string> load_safetensors_into(Model& model, const std::string& path,
+                                               const Vocabulary* vocabulary,
+                                               const std::string& vocabulary_source, const Config* config) {
   const SafetensorsFile f = load_safetensors(path);
-  std::string note;
+  std::vector<std::string> notes;
   std::string absent;
   if (vocabulary) {
     if (!compare_tokenizer(f, "tokenizer", vocabulary->tokenizer, vocabulary_source))
@@ -283,22 +284,35 @@ std::string load_safetensors_into(Model& model, const std::string& path, const V
   if (config && !compare_model_keys(f, *config))
     absent += (absent.empty() ? "" : " or ") + std::string("\"config\"");
   if (!absent.empty())
-    note = path + ": no " + absent +
-           " in its metadata (not a tfm export?), so its vocabulary and model settings cannot be "
-           "compared with the run's; the weights are loaded as they are";
+    notes.push_back(path + ": no " + absent +
+                    " in its metadata (not a tfm export?), so its vocabulary and model settings cannot be "
+                    "compared with the run's; the weights are loaded as they are");
   for (const auto& [name, t] : f.tensors)
     if (!model.find_parameter(name))
       throw IoError(path + ": tensor " + name + " is not a parameter of the model");
   for (const auto& p : model.parameters()) {
     if (!f.contains(p.name)) throw IoError(path + ": no tensor " + p.name + " (the model needs it)");
     const Tensor& t = f.at(p.name);
-    if (t.shape() != p.value.shape())
+    const std::vector<float> v = t.to_vector();
+    float* to = model.flat_values().data() + p.offset;
+    // A learned position table (L, C) of another model.max_seq_len: row t is position t in both, so the
+    // positions both have take the file's rows and the model keeps its own past the file's.
+    const bool other_length = is_position_table(p.name) && t.dim() == 2 && p.value.dim() == 2 &&
+                              t.size(1) == p.value.size(1) && t.size(0) != p.value.size(0);
+    if (t.shape() != p.value.shape() && !other_length)
       throw IoError(path + ": tensor " + p.name + " has shape " + shape_str(t.shape()) +
                     ", the model needs " + shape_str(p.value.shape()));
-    const std::vector<float> v = t.to_vector();
-    std::copy(v.begin(), v.end(), model.flat_values().data() + p.offset);
+    const int64_t file_rows = t.size(0), model_rows = p.value.size(0);
+    const int64_t n = std::min(t.numel(), p.value.numel());  // whole rows: the widths are equal
+    std::copy(v.begin(), v.begin() + n, to);
+    if (other_length && file_rows < model_rows)
+      notes.push_back(fmt::format(
+          "{}: its position table {} holds {} positions (the model.max_seq_len it was trained with), this "
+          "model {}: positions {} to {} keep this model's own values (a new run's: their initialisation), "
+          "to be learned from here",
+          path, p.name, file_rows, model_rows, file_rows, model_rows - 1));
   }
-  return note;
+  return notes;
 }
 
 ChosenCheckpoint choose_checkpoint(const std::string& dir, const std::string& which) {

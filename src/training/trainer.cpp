@@ -135,8 +135,9 @@ class TrainingRun {
   const TrainConfig train_;           // config_'s train.* options
   const TrainOptions& opt_;
   const std::string dir_, last_path_, best_path_;
-  std::string resumed_path_;    // the checkpoint a resumed run continues from ("" for a new run)
-  std::string init_from_note_;  // --init-from: why its vocabulary could not be checked ("" when it was)
+  std::string resumed_path_;  // the checkpoint a resumed run continues from ("" for a new run)
+  // --init-from: why its vocabulary could not be checked, positions its position table lacks
+  std::vector<std::string> init_from_notes_;
   const int64_t accum_, max_steps_;
   const bool mtp_;  // model.mtp_heads > 0: the extra heads' loss joins the gradient with a decaying weight
   const int rank_, nranks_;
@@ -212,8 +213,8 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
     const Tokenizer* target = objective_->target_tokenizer();
     const Vocabulary run_vocabulary{objective_->tokenizer(),
                                     target ? std::optional<Tokenizer>(*target) : std::nullopt};
-    init_from_note_ = load_safetensors_into(objective_->model(), opt_.init_from, &run_vocabulary,
-                                            "data.path " + config_.string("data.path"), &config_);
+    init_from_notes_ = load_safetensors_into(objective_->model(), opt_.init_from, &run_vocabulary,
+                                             "data.path " + config_.string("data.path"), &config_);
   }
   create_run_directory();
   threads_ = platform::configure_threads(static_cast<int>(training_threads(config_)));
@@ -243,7 +244,7 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
   log_header();
   if (!resumed && !opt_.init_from.empty())
     log_->info(fmt::format("initial weights: {} (--init-from), not the seed's", opt_.init_from.c_str()));
-  if (!init_from_note_.empty()) log_->warn(init_from_note_);
+  for (const std::string& note : init_from_notes_) log_->warn(note);
   result_.best_val_loss = state_->best_val;
 }
 

@@ -1,6 +1,7 @@
 // tfm export / --init-from / eval --dump-logits / attention through the CLI on configs/tiny.json:
 // the exported safetensors carry the reference names and shapes, loading them back gives the same
 // logits, and (when PyTorch is installed) torch_lm.py agrees with our logits to 1e-4.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "cli_run.h"
 #include "tfm/data/tokenizer.h"
@@ -151,6 +153,51 @@ TEST_CASE("export: --init-from refuses a file whose tensors do not fit the model
   r = run_tfm("train --config configs/tiny.json --out " + tmp.path + "/missing --init-from " + tmp.path +
               "/nope.st");
   CHECK(r.status == 2);
+}
+
+TEST_CASE("export: --init-from takes a learned position table of another model.max_seq_len",
+          "[export][cli]") {
+  TempDir tmp("export_positions");
+  const std::string run = tmp.path + "/run", st = tmp.path + "/model.safetensors";
+  const std::string learned = "train --config configs/tiny.json --set model.positional_encoding=learned ";
+  REQUIRE(run_tfm(learned + "--out " + run + " --set train.max_steps=2").status == 0);
+  REQUIRE(run_tfm("export --run " + run + " --out " + st).status == 0);
+  // A longer context (tiny.json's 32 -> 64) and a shorter one (16) both train from the file; only the
+  // longer one has positions the file does not hold, and says so.
+  CliRun r = run_tfm(learned + "--set model.max_seq_len=64 --out " + tmp.path +
+                     "/long --set train.max_steps=1 --init-from " + st);
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains(st + ": its position table pos.weight holds 32 positions") &&
+                        Catch::Contains("this model 64: positions 32 to 63 keep this model's own values"));
+  r = run_tfm(learned + "--set model.max_seq_len=16 --set train.seq_len=16 --out " + tmp.path +
+              "/short --set train.max_steps=1 --init-from " + st);
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, !Catch::Contains("position table"));
+  // Row t is position t in both tables: the file's rows where the model has them, the model's own after.
+  const tfm::LoadedRun loaded = tfm::load_run(run, "best");
+  const std::vector<float> file = tfm::load_safetensors(st).at("pos.weight").to_vector();
+  REQUIRE(file.size() == 32 * 32);
+  for (const int64_t rows : {64, 16}) {
+    INFO(rows);
+    tfm::ModelConfig c = loaded.model->config();
+    c.max_seq_len = rows;
+    tfm::LanguageModel fresh(c, 7);
+    const std::vector<float> before = fresh.find_parameter("pos.weight")->value.to_vector();
+    const std::vector<std::string> notes = tfm::load_safetensors_into(fresh, st);
+    CHECK(notes.size() == (rows > 32 ? 1u : 0u));
+    const std::vector<float> after = fresh.find_parameter("pos.weight")->value.to_vector();
+    REQUIRE(after.size() == static_cast<size_t>(rows * 32));
+    const size_t shared = static_cast<size_t>(std::min<int64_t>(rows, 32) * 32);
+    CHECK(std::vector<float>(after.begin(), after.begin() + shared) ==
+          std::vector<float>(file.begin(), file.begin() + shared));
+    CHECK(std::vector<float>(after.begin() + shared, after.end()) ==
+          std::vector<float>(before.begin() + shared, before.end()));
+    // Every other tensor is the file's as it is.
+    CHECK(fresh.find_parameter("emb.weight")->value.to_vector() ==
+          loaded.model->find_parameter("emb.weight")->value.to_vector());
+  }
 }
 
 TEST_CASE("attention: json, npy (H, T, T) per layer, summary lines, text checks", "[attention][cli]") {

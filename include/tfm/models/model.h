@@ -35,6 +35,10 @@ FlopCount flops_per_token(const Cost& forward, double tokens);
 
 class MultiHeadAttention;
 
+// Whether a parameter is a learned position table (max_seq_len, C): pos.weight, or an encoder-decoder's
+// src_pos.weight and tgt_pos.weight (model.positional_encoding "learned").
+bool is_position_table(const std::string& parameter_name);
+
 // The flat buffers (named views in export order), training mode and the dropout generator.
 class Model {
  public:

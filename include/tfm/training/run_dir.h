@@ -121,16 +121,19 @@ Config checkpoint_config(const Checkpoint& ckpt, const std::string& path);
 void restore_model(Model& model, const Checkpoint& ckpt, const std::string& source);
 
 // Copies the tensors of a safetensors file (tfm export) into the model's parameters. Names and shapes
-// must match model.parameters() exactly; IoError("<path>: ...") naming the tensor otherwise. With the
+// must match model.parameters() exactly, but for a learned position table (is_position_table) of
+// another length (model.max_seq_len may differ): the model takes the file's rows for the positions both
+// have and keeps its own values past the file's; IoError("<path>: ...") naming the tensor otherwise. With the
 // run's `vocabulary` (its origin, e.g. "data.path FILE", named in messages), the tokenizers the file's
 // metadata carries (tfm export's "tokenizer", and "target_tokenizer" for seq2seq) must be the run's:
 // ConfigError naming the file, the run's and the first id whose token differs. With the run's
 // `config`, every model.* key but the weights-agnostic ones (KeySpec::weights_agnostic: dropout, ...)
 // must hold the value it has in the config the file's metadata carries (tfm export's "config"):
-// ConfigError naming the key and both values. Returns a warning for the user when the file carries no
-// tokenizer or config to compare (weights from elsewhere), else "".
-std::string load_safetensors_into(Model& model, const std::string& path,
-                                  const Vocabulary* vocabulary = nullptr,
-                                  const std::string& vocabulary_source = "", const Config* config = nullptr);
+// ConfigError naming the key and both values. Returns notes for the user: the file carries no
+// tokenizer or config to compare (weights from elsewhere); a position table shorter than the model's.
+std::vector<std::string> load_safetensors_into(Model& model, const std::string& path,
+                                               const Vocabulary* vocabulary = nullptr,
+                                               const std::string& vocabulary_source = "",
+                                               const Config* config = nullptr);
 
 }  // namespace tfm
