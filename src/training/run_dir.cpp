@@ -239,31 +239,63 @@ bool compare_tokenizer(const SafetensorsFile& f, const std::string& key, const T
   return true;
 }
 
-// The model.* keys of the run's config the file's metadata "config" was exported with, against the
-// run's: ConfigError naming the first that differs (weights-agnostic keys aside); false when the file
-// carries no config. A key the file's config lacks (an older tfm's) is not compared.
+// The run's config against the config the file's metadata "config" was exported with: its
+// train.objective, and the model.* keys that objective reads (weights-agnostic keys aside). ConfigError
+// naming what differs, with the --set of every key that differs, so that the `tfm train` it advises
+// reads the file; false when the file carries no config. A key the file's config lacks (an older tfm's)
+// is not compared.
 bool compare_model_keys(const SafetensorsFile& f, const Config& run) {
   const auto it = f.metadata.find("config");
   if (it == f.metadata.end()) return false;
   const std::string& text = it->second;
   const json stored = parse_json_strict(text.data(), text.size(), f.source + ": config");
-  for (const KeySpec& key : config_keys()) {
-    if (key.path.rfind("model.", 0) != 0 || key.weights_agnostic) continue;
-    std::string pointer = "/" + key.path;
+  const auto stored_at = [&stored](const std::string& path) -> const json* {
+    std::string pointer = "/" + path;
     std::replace(pointer.begin(), pointer.end(), '.', '/');
     const json::json_pointer at(pointer);
-    if (!stored.contains(at)) continue;
-    const json& theirs = stored.at(at);
-    const json& ours = run.at(key.path);
-    if (theirs != ours)
-      throw ConfigError(f.source + ": exported from a run with " + key.path + " = " + theirs.dump() +
-                        ", this run has " + ours.dump() +
-                        ": weights trained under one value are wrong under the other. A run with that value "
-                        "reads them (tfm train --init-from " +
-                        f.source + " --set " + key.path + "=" + theirs.dump() +
-                        "); or do without --init-from");
+    return stored.contains(at) ? &stored.at(at) : nullptr;
+  };
+  // The objective the file's weights were trained for, when the file names one (the weights of one start
+  // only a run of the same: a masked LM's embedding has [MASK]'s row, its attention saw both sides).
+  ObjectiveKind objective = run.train().objective;
+  const json* their_objective = stored_at("train.objective");
+  const bool other_objective = their_objective && *their_objective != run.at("train.objective");
+  if (other_objective) {
+    const auto kind = their_objective->is_string()
+                          ? enum_from<ObjectiveKind>(their_objective->get<std::string>())
+                          : std::nullopt;
+    if (!kind) throw IoError(f.source + ": metadata \"config\" names no train.objective tfm knows");
+    objective = *kind;
   }
-  return true;
+  // What differs: "model.a = 1 and model.b = 2", the run's "3 and 4", " --set model.a=1 --set model.b=2".
+  std::string keys, ours, sets;
+  int differing = 0;
+  for (const KeySpec& key : config_keys()) {
+    if (key.path.rfind("model.", 0) != 0 || key.weights_agnostic || !key.read_by(objective)) continue;
+    const json* theirs = stored_at(key.path);
+    if (!theirs || *theirs == run.at(key.path)) continue;
+    const std::string joint = differing++ == 0 ? "" : " and ";
+    keys += joint + key.path + " = " + theirs->dump();
+    ours += joint + run.at(key.path).dump();
+    sets += " --set " + key.path + "=" + theirs->dump();
+  }
+  if (!other_objective && differing == 0) return true;
+  if (!other_objective)
+    throw ConfigError(f.source + ": exported from a run with " + keys + ", this run has " + ours +
+                      ": weights trained under one value are wrong under the other. A run with " +
+                      (differing == 1 ? "that value" : "those values") +
+                      " reads them (tfm train --init-from " + f.source + sets +
+                      "); or do without --init-from");
+  const std::string name = their_objective->get<std::string>();
+  const std::string mismatch = f.source + ": exported from a train.objective \"" + name +
+                               "\" run, this run's is \"" + run.string("train.objective") +
+                               "\": weights trained for one objective do not start another. ";
+  // seq2seq reads sentence pairs, the others text: no --set alone turns one run into the other.
+  if (objective == ObjectiveKind::Seq2Seq || run.train().objective == ObjectiveKind::Seq2Seq)
+    throw ConfigError(mismatch + "A " + name +
+                      " run on data of the same vocabulary reads them; or do without --init-from");
+  throw ConfigError(mismatch + "A " + name + " run reads them (tfm train --init-from " + f.source +
+                    " --set train.objective=" + name + sets + "); or do without --init-from");
 }
 
 }  // namespace

@@ -142,7 +142,9 @@ TEST_CASE("export: --init-from refuses a file whose tensors do not fit the model
                      "/wide --set model.d_model=64 --init-from " + st);
   INFO(r.out);
   CHECK(r.status == 2);
-  CHECK_THAT(r.out, Catch::Contains(st + ": exported from a run with model.d_model = 32, this run has 64"));
+  CHECK_THAT(r.out,
+             Catch::Contains(st + ": exported from a run with model.d_model = 32 and model.d_ff = 128, "
+                                  "this run has 64 and 256"));
   const std::string plain = tmp.path + "/plain.safetensors";
   tfm::save_safetensors(plain, tfm::load_safetensors(st).tensors);
   r = run_tfm("train --config configs/tiny.json --out " + tmp.path +

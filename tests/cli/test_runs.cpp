@@ -241,6 +241,16 @@ std::string letters_corpus(const std::string& path, char first) {
   return path;
 }
 
+// The `tfm train` arguments a refusal of --init-from advises: "--init-from FILE --set ..." from its
+// "(tfm train ...)".
+std::string advised_arguments(const std::string& out) {
+  const std::string start = "(tfm train ";
+  const size_t from = out.find(start);
+  if (from == std::string::npos) return "";
+  const size_t to = out.find(')', from);
+  return to == std::string::npos ? "" : out.substr(from + start.size(), to - from - start.size());
+}
+
 }  // namespace
 
 TEST_CASE("runs: --init-from refuses weights trained on another vocabulary of the same size", "[runs][cli]") {
@@ -308,4 +318,42 @@ TEST_CASE("runs: --init-from refuses weights of a model that computes otherwise,
   INFO(r.out);
   CHECK(r.status == 0);
   CHECK_THAT(r.out, !Catch::Contains("cannot be compared"));
+  // Several keys differ: every one is named, and the advised command sets them all, so it works.
+  r = init_from("two", "--set model.activation=relu --set model.bias=false");
+  INFO(r.out);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out,
+             Catch::Contains("model.activation = \"gelu\" and model.bias = true, this run has \"relu\" "
+                             "and false") &&
+                 Catch::Contains("--set model.activation=\"gelu\" --set model.bias=true)"));
+  r = run_tfm(tiny_train(a) + "--out " + tmp.path + "/advised --set train.max_steps=1 " +
+              "--set model.activation=relu --set model.bias=false " + advised_arguments(r.out));
+  INFO(r.out);
+  CHECK(r.status == 0);
+}
+
+TEST_CASE("runs: --init-from a masked LM into a causal run names the objective, and its advice works",
+          "[runs][cli]") {
+  TempDir tmp("runs_objective");
+  const std::string a = letters_corpus(tmp.path + "/a.txt", 'a');
+  const std::string st = tmp.path + "/mlm.safetensors";
+  CliRun r = run_tfm(tiny_train(a) + "--out " + tmp.path +
+                     "/mlm --set train.max_steps=1 --set train.objective=masked_lm --set model.causal=false");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  REQUIRE(run_tfm("export --run " + tmp.path + "/mlm --out " + st).status == 0);
+  r = run_tfm(tiny_train(a) + "--out " + tmp.path + "/causal --set train.max_steps=1 --init-from " + st);
+  INFO(r.out);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains(st + ": exported from a train.objective \"masked_lm\" run, this run's is "
+                                         "\"causal_lm\"") &&
+                        Catch::Contains("--set train.objective=masked_lm --set model.causal=false"));
+  CHECK_FALSE(fs::exists(tmp.path + "/causal"));
+  // What it advises, after the same config, trains.
+  const std::string advice = advised_arguments(r.out);
+  REQUIRE(advice.rfind("--init-from " + st, 0) == 0);
+  r = run_tfm(tiny_train(a) + "--out " + tmp.path + "/advised --set train.max_steps=1 " + advice);
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("initial weights: " + st));
 }
