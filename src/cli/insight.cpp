@@ -150,7 +150,7 @@ int export_safetensors(const ExportOptions& o, const LoadedRun& run) {
   std::map<std::string, std::string> metadata = {
       {"format", "tfm"},
       {"objective", run.objective->name()},
-      {"config", run.config.tree.dump()},
+      {"config", exported_config(run.config).dump()},  // local paths cut to names
       {"tokenizer", tok.to_json().dump()},
       {"step", std::to_string(run.checkpoint.state.value("step", int64_t{0}))}};
   if (run.checkpoint.target_tokenizer)
@@ -176,7 +176,7 @@ int export_gguf(const ExportOptions& o, LoadedRun& run) {
   const std::string name = fs::path(run.dir).lexically_normal().filename().string();
   const std::string out = o.out.empty() ? run.dir + "/model-" + o.dtype + ".gguf" : o.out;
   check_output_path("--out", out, run_inputs(run.checkpoint_path, run.config));
-  GgufExportOptions options{dtype, name.empty() ? "tfm" : name, run.config.tree.dump()};
+  GgufExportOptions options{dtype, name.empty() ? "tfm" : name, exported_config(run.config).dump()};
   save_gguf(out, gguf_from_model(model, tok, options));
 
   // Read back with the GGUF reader and run llama.cpp's graph from the file on a probe of ids.
@@ -352,9 +352,10 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
   add_checkpoint_option(exp, e->which);
   exp->footer(
       "\nsafetensors: names and shapes as scripts/torch_lm.py's (weights (out, in) as PyTorch; an\n"
-      "encoder-decoder's names are in include/tfm/models/encoder_decoder.h); metadata: objective, config,\n"
-      "tokenizer (and target_tokenizer). Load with `tfm train --init-from FILE` or `tfm sample --init-from "
-      "FILE`.\n"
+      "encoder-decoder's names are in include/tfm/models/encoder_decoder.h); metadata: objective, config\n"
+      "(its local paths cut to their last names: data.path, data.tokenizer_path; data.cache_dir and\n"
+      "output.dir null, in GGUF's tfm.config too), tokenizer (and target_tokenizer).\n"
+      "Load with `tfm train --init-from FILE` or `tfm sample --init-from FILE`.\n"
       "\n"
       "gguf: a file llama.cpp runs (GGUF v3), for causal_lm runs of pre-norm dot-product models, tied or\n"
       "untied head, any n_kv_heads: architecture gpt2 for LayerNorm and GELU with sinusoidal or learned\n"

@@ -663,6 +663,16 @@ Config with_absolute_paths(const Config& config) {
   return Config{tree};
 }
 
+nlohmann::json exported_config(const Config& config) {
+  json tree = config.tree;
+  assign(tree, "data.path", corpus_spec_names(config.string("data.path")));
+  if (const json& tokenizer = config.at("data.tokenizer_path"); tokenizer.is_string())  // one path
+    assign(tree, "data.tokenizer_path", corpus_spec_names(tokenizer.get<std::string>()));
+  assign(tree, "data.cache_dir", nullptr);
+  assign(tree, "output.dir", nullptr);
+  return tree;
+}
+
 std::vector<std::string> differing_keys(const Config& a, const Config& b, const std::string& prefix) {
   std::vector<std::string> out;
   for (const auto& k : config_keys()) {

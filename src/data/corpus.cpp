@@ -451,6 +451,20 @@ std::string absolute_corpus_spec(const std::string& spec) {
   return list.dump();
 }
 
+std::string corpus_spec_names(const std::string& spec) {
+  const auto name = [](const std::string& entry) {
+    fs::path p = fs::path(entry).lexically_normal();  // "/a/b/.", "/a/b/" -> "/a/b/"
+    if (!p.has_filename()) p = p.parent_path();
+    const std::string last = p.filename().string();
+    return last.empty() ? entry : last;  // "/" has no name but leaks nothing
+  };
+  const std::vector<std::string> entries = entries_of(spec);
+  if (entries.size() == 1 && entries[0] == spec) return name(spec);
+  nlohmann::json list = nlohmann::json::array();
+  for (const std::string& e : entries) list.push_back(name(e));
+  return list.dump();
+}
+
 std::string corpus_location(const std::string& spec) {
   std::string out;
   for (const std::string& entry : entries_of(spec)) {

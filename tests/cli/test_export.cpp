@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli_run.h"
+#include "tfm/config/config.h"
 #include "tfm/data/tokenizer.h"
 #include "tfm/engine/gguf.h"
 #include "tfm/engine/safetensors.h"
@@ -62,7 +63,14 @@ TEST_CASE("export: safetensors round trip through --init-from, and the PyTorch r
     CHECK(f.at(p.name).to_vector() == p.value.to_vector());
   }
   REQUIRE(f.metadata.count("config") == 1);
-  CHECK(nlohmann::json::parse(f.metadata.at("config")) == loaded.config.tree);
+  // The run's config without the local paths it records (docs/llama_cpp.md): the data's name alone.
+  const nlohmann::json published = nlohmann::json::parse(f.metadata.at("config"));
+  CHECK(published == tfm::exported_config(loaded.config));
+  CHECK(published.at("data").at("path") == "tiny_shakespeare.txt");
+  CHECK(published.at("data").at("cache_dir").is_null());
+  CHECK(published.at("output").at("dir").is_null());
+  CHECK(f.metadata.at("config").find(TFM_SOURCE_DIR) == std::string::npos);
+  CHECK(f.metadata.at("config").find(tmp.path) == std::string::npos);
   CHECK(f.metadata.count("tokenizer") == 1);
 
   // Logits of the run, then of a fresh run initialised from the export without any step: identical.

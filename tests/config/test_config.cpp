@@ -203,6 +203,27 @@ TEST_CASE("config: data.path takes a JSON array of paths, kept as its JSON text"
   CHECK_NOTHROW(resolve_config(c.tree));  // a resolved config resolves again (a checkpoint's)
 }
 
+TEST_CASE("config: an export's config names its files without the directories around them", "[config]") {
+  // What a run records (with_absolute_paths): absolute paths, user names and directories in them.
+  const Config run = resolve_config(json::parse(R"({
+      "data": {"path": ["/home/me/corpora/*.txt", "/home/me/more/", "/home/me/x/."], "tokenizer": "bpe",
+               "tokenizer_path": "/home/me/tok/bpe.json", "cache_dir": "/home/me/.cache/tfm"},
+      "output": {"dir": "/home/me/runs/secret"}})"));
+  const json out = exported_config(run);
+  CHECK(out.at("data").at("path") == R"(["*.txt","more","x"])");
+  CHECK(out.at("data").at("tokenizer_path") == "bpe.json");
+  CHECK(out.at("data").at("cache_dir").is_null());
+  CHECK(out.at("output").at("dir").is_null());
+  CHECK(out.dump().find("/home/me") == std::string::npos);
+  CHECK(exported_config(resolve_config(json::parse(R"({"data": {"path": "/home/me/a b.txt"}})")))
+            .at("data")
+            .at("path") == "a b.txt");
+  // A config still: it resolves, the two nulls derived again, and every other key is the run's.
+  const Config back = resolve_config(out);
+  CHECK(differing_keys(back, run) ==
+        std::vector<std::string>{"data.path", "data.tokenizer_path", "data.cache_dir", "output.dir"});
+}
+
 TEST_CASE("config: Muon's and WSD's keys are read with their optimizer and schedule only", "[config][muon]") {
   const Config muon = resolve_config(json::parse(
       R"({"train": {"optimizer": {"name": "muon", "muon_lr": 0.03, "muon_momentum": 0.9, "muon_weight_decay": 0.01},

@@ -117,6 +117,11 @@ Config resume_config(const Config& run, const std::vector<std::string>& override
 // data.tokenizer_path, and data.cache_dir (a derived one derived again from the absolute data.path). A
 // new run records these, so that its evaluations, samples and resumes find its files from anywhere.
 Config with_absolute_paths(const Config& config);
+// The config an export publishes (safetensors' "config" metadata, GGUF's tfm.config): its local paths,
+// which a run records absolute (with_absolute_paths) and which name users and directories, cut to what
+// names the data: data.path's entries and data.tokenizer_path to their last names (corpus_spec_names),
+// data.cache_dir and output.dir null. resolve_config reads it (those two derived again).
+nlohmann::json exported_config(const Config& config);
 // What a valid config sets that nothing reads (an only_with_warns key whose only_with_key holds another
 // value: `train.optimizer.momentum` under "adamw", named with what reads it), and a learning-rate schedule
 // its own numbers undo (a warmup as long as the run, or into wsd's decay). For the run's log.

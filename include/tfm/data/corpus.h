@@ -48,6 +48,10 @@ std::string corpus_home(const std::string& spec);
 // data.path with every entry's path absolute, taken from the working directory (a list stays a list,
 // a glob a glob): what a run records, so that it finds its data from any directory.
 std::string absolute_corpus_spec(const std::string& spec);
+// data.path with every entry cut to its last name (a file's, a directory's, a glob's last part:
+// /home/me/data/*.txt -> *.txt; a list stays a list): what an export publishes (exported_config), the
+// data named without the directories around it.
+std::string corpus_spec_names(const std::string& spec);
 // Where the corpus is: each entry's absolute path (links resolved; a glob's pattern made absolute),
 // one a line. Two corpora with the same name in one data.cache_dir are told apart by it.
 std::string corpus_location(const std::string& spec);
