@@ -394,7 +394,7 @@ GgufFile gguf_from_model(const LanguageModel& model, const Tokenizer& tok, const
   // The product tfm computes in embed_with_positions, with the same float scale and op.
   add("token_embd.weight", sinusoidal ? E * std::sqrt(static_cast<float>(C)) : E);
   add("position_embd.weight",
-      sinusoidal ? SinusoidalPositionalEncoding(L, C).table : parameter(model, "pos.weight"));  // (L, C)
+      sinusoidal ? sinusoidal_table(L, C) : parameter(model, "pos.weight"));  // (L, C)
   for (int64_t i = 0; i < c.n_layers; ++i) {
     const std::string b = "blocks." + std::to_string(i) + ".", g = "blk." + std::to_string(i) + ".";
     add(g + "attn_norm.weight", parameter(model, b + "ln1.weight"));

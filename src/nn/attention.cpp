@@ -86,7 +86,11 @@ MultiHeadAttention::MultiHeadAttention(const ModelConfig& config, bool causal, i
     register_module("k_norm", k_norm.get());
   }
   if (config_.positional_encoding == PositionalEncoding::Rope)
-    std::tie(rope_cos_, rope_sin_) = rope_table(config_.max_seq_len, head_dim_, config_.rope_theta);
+    rope_ = std::make_unique<PositionTables>(config_.max_seq_len,
+                                             [D = head_dim_, theta = config_.rope_theta](int64_t rows) {
+                                               const auto [cos, sin] = rope_table(rows, D, theta);
+                                               return std::vector<Tensor>{cos, sin};
+                                             });
   register_module("wq", &wq);
   register_module("wk", &wk);
   register_module("wv", &wv);
@@ -219,8 +223,10 @@ std::vector<Tensor> MultiHeadAttention::project(const Linear& w, const Norm* nor
   if (norm)  // over each head's Dk entries
     steps.push_back(
         reshape(norm->forward(reshape(steps.back(), {B, T, heads, head_dim_})), {B, T, heads * head_dim_}));
-  if (start >= 0 && rope_cos_.defined())
-    steps.push_back(rope(steps.back(), heads, rope_cos_, rope_sin_, start));
+  if (start >= 0 && rope_) {
+    const std::vector<Tensor> cos_sin = rope_->up_to(start + T);  // (>= start + T, Dk/2) each
+    steps.push_back(rope(steps.back(), heads, cos_sin[0], cos_sin[1], start));
+  }
   return steps;
 }
 
@@ -251,8 +257,8 @@ Tensor MultiHeadAttention::self_values(const Tensor& x) {
 }
 
 Tensor MultiHeadAttention::self_attention(const Tensor& x, const std::vector<int64_t>& key_lengths) {
-  if (!rope_cos_.defined() && !first_values_) return forward(x, x, x, key_lengths);
-  if (!rope_cos_.defined()) {  // the value residual without RoPE: forward's halves, V mixed between them
+  if (!rope_ && !first_values_) return forward(x, x, x, key_lengths);
+  if (!rope_) {  // the value residual without RoPE: forward's halves, V mixed between them
     TFM_CHECK(x.dim() == 3 && x.size(-1) == config_.d_model, "MultiHeadAttention::self_attention",
               "expected x (B, T, ", config_.d_model, "), got ", shape_str(x.shape()));
     const Tensor k = project(wk, k_norm.get(), config_.n_kv_heads, x, -1).back();  // (B, T, Hkv*Dk)

@@ -23,17 +23,40 @@ Tensor Embedding::forward(const std::vector<int32_t>& ids, const Shape& ids_shap
   return embedding(weight, ids, ids_shape);
 }
 
-SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(int64_t max_len, int64_t dim) {
-  table = Tensor::zeros({max_len, dim});  // (T, C)
-  for (int64_t i = 0; i < max_len; ++i)
+PositionTables::PositionTables(int64_t max_len, Build build) : max_len_(max_len), build_(std::move(build)) {}
+
+std::vector<Tensor> PositionTables::up_to(int64_t end) const {
+  TFM_CHECK(end >= 0 && end <= max_len_, "PositionTables", "positions up to ", end, " exceed max_seq_len ",
+            max_len_);
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (end > rows_ || tables_.empty()) {
+    // Doubling: sampling token by token to max_len builds O(max_len) rows in all.
+    rows_ = std::min(max_len_, std::max(end, 2 * rows_));
+    tables_ = build_(rows_);
+  }
+  return tables_;
+}
+
+int64_t PositionTables::rows() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return rows_;
+}
+
+Tensor sinusoidal_table(int64_t rows, int64_t dim) {
+  Tensor table = Tensor::zeros({rows, dim});  // (rows, C)
+  for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < dim; j += 2) {
       const double angle = static_cast<double>(i) / std::pow(10000.0, static_cast<double>(j) / dim);
       table.data()[i * dim + j] = static_cast<float>(std::sin(angle));
       if (j + 1 < dim) table.data()[i * dim + j + 1] = static_cast<float>(std::cos(angle));
     }
+  return table;
 }
+
+SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(int64_t max_len, int64_t dim)
+    : table_(max_len, [dim](int64_t rows) { return std::vector<Tensor>{sinusoidal_table(rows, dim)}; }) {}
 Tensor SinusoidalPositionalEncoding::forward(int64_t start, int64_t T) const {
-  return narrow(table, 0, start, T);
+  return narrow(table_.up_to(start + T)[0], 0, start, T);
 }
 
 LearnedPositionalEmbedding::LearnedPositionalEmbedding(int64_t max_len, int64_t dim) {

@@ -83,22 +83,33 @@ MemoryEstimate estimate(const ModelConfig& mc, int64_t B, int64_t S, int64_t T, 
   e.parameters = kFloat * P;
   e.gradients = training ? kFloat * P : 0.0;
   e.optimizer = training ? kFloat * optimizer_floats(optimizer, mc, P, threads) : 0.0;
-  e.position_table = mc.positional_encoding == PositionalEncoding::Sinusoidal
-                         ? kFloat * static_cast<double>(mc.max_seq_len) * static_cast<double>(mc.d_model)
+  // The tables computed per position (nn/layers.h, PositionTables) as far as the longest sequence reaches,
+  // not model.max_seq_len: the sinusoidal (rows, C), or RoPE's cosines and sines (rows, Dk/2) in each
+  // self-attention layer. Learned positions are parameters.
+  const ModelConfig c = resolved(mc);
+  const double rows = static_cast<double>(std::min(c.max_seq_len, std::max(S, T)));
+  const double self_attention_layers =
+      static_cast<double>(c.source_vocab_size > 0 ? c.n_encoder_layers + c.n_decoder_layers : c.n_layers);
+  e.position_table = c.positional_encoding == PositionalEncoding::Sinusoidal
+                         ? kFloat * rows * static_cast<double>(c.d_model)
+                     : c.positional_encoding == PositionalEncoding::Rope
+                         ? kFloat * rows * static_cast<double>(c.head_dim()) * self_attention_layers
                          : 0.0;
   // What the forward keeps for the backward, and the backward's largest temporary on top.
   e.activations = kFloat * (cost.activations + cost.transient);
   // The keys of the largest component drive the estimate; the others would be noise in a message.
   const double model_bytes = e.parameters + e.gradients + e.optimizer;
+  std::vector<std::string> lengths;  // the keys of the sequences' lengths
+  if (mc.source_vocab_size > 0)
+    lengths = {kv("data.max_source_len", S - 1), kv("data.max_target_len", T - 1)};
+  else
+    lengths = {kv("train.seq_len", T)};
   if (e.position_table >= model_bytes && e.position_table >= e.activations) {
-    e.drivers = {kv("model.max_seq_len", mc.max_seq_len), kv("model.d_model", mc.d_model)};
+    e.drivers = lengths;
+    e.drivers.push_back(kv("model.d_model", mc.d_model));
   } else if (e.activations >= model_bytes) {
     e.drivers = {kv("train.batch_size", B)};
-    if (mc.source_vocab_size > 0)
-      e.drivers.push_back(kv("data.max_source_len", S - 1)),
-          e.drivers.push_back(kv("data.max_target_len", T - 1));
-    else
-      e.drivers.push_back(kv("train.seq_len", T));
+    for (const std::string& k : lengths) e.drivers.push_back(k);
     for (const std::string& k : model_keys(mc)) e.drivers.push_back(k);
   } else {
     e.drivers = model_keys(mc);
@@ -197,7 +208,12 @@ MemoryEstimate estimate_memory(const Config& config, const ModelConfig& mc, bool
   // train.data_parallel: every worker but the first has a replica with its own gradient buffer (the
   // weights are shared; the activations are the same batch split between the workers). 0 = one
   // worker per thread, as the trainer resolves it.
-  if (training) e.gradients *= static_cast<double>(data_parallel_workers(config, training_threads(config)));
+  // Each replica also computes its own position tables.
+  if (training) {
+    const double workers = static_cast<double>(data_parallel_workers(config, training_threads(config)));
+    e.gradients *= workers;
+    e.position_table *= workers;
+  }
   if (training && train.optimizer.ema_decay > 0) e.optimizer += e.parameters;  // train.ema_decay's copy
   return e;
 }

@@ -26,7 +26,8 @@ TEST_CASE("preflight: configs that cannot fit exit 2 before building the model",
   };
   for (const Case& k : {Case{"train.batch_size=100000000", "train.batch_size = 100000000"},
                         Case{"model.n_layers=100000", "model.n_layers = 100000"},
-                        Case{"model.max_seq_len=1000000000", "model.max_seq_len = 1000000000"}}) {
+                        Case{"model.max_seq_len=1000000000 --set model.positional_encoding=learned",
+                             "model.max_seq_len = 1000000000"}}) {
     const tfm_test::CliRun r =
         tfm_test::run_tfm("train --config configs/tiny.json --out " + dir + " --set " + k.set);
     INFO(r.out);
@@ -40,6 +41,23 @@ TEST_CASE("preflight: configs that cannot fit exit 2 before building the model",
     const tfm_test::CliRun info = tfm_test::run_tfm("info --config configs/tiny.json --set " + k.set);
     CHECK(info.status == 2);
     CHECK_THAT(info.out, Catch::Contains("info needs an estimated"));
+  }
+}
+
+TEST_CASE("preflight: a fixed position table costs the positions trained, not model.max_seq_len",
+          "[preflight][cli]") {
+  // A sinusoidal (or RoPE) model of a 10^8 context had its table built whole: 12 GiB for 27k parameters.
+  // On a machine with 100 MiB free it trains, its table as long as train.seq_len.
+  const std::string dir = tfm_test::scratch_path("preflight", "long_context");
+  for (const char* encoding : {"sinusoidal", "rope"}) {
+    const tfm_test::CliRun r =
+        tfm_test::run_shell("TFM_AVAILABLE_MEMORY_MB=100 " + tfm_test::tfm_command() +
+                            " train --config configs/tiny.json --out " + dir + "_" + encoding +
+                            " --set model.max_seq_len=100000000 --set train.max_steps=2 " +
+                            "--set model.positional_encoding=" + encoding);
+    INFO(r.out);
+    CHECK(r.status == 0);
+    CHECK_THAT(r.out, Catch::Contains("done: 2 steps"));
   }
 }
 

@@ -230,15 +230,55 @@ TEST_CASE("nn: attention dropout is active only in training mode", "[nn]") {
 }
 
 TEST_CASE("nn: sinusoidal table follows the formula", "[nn]") {
-  SinusoidalPositionalEncoding pe(10, 6);
+  const Tensor table = sinusoidal_table(10, 6);
   for (int64_t i = 0; i < 10; ++i)
     for (int64_t j = 0; j < 3; ++j) {
       const double angle = i / std::pow(10000.0, 2.0 * j / 6);
-      CHECK(pe.table.at({i, 2 * j}) == static_cast<float>(std::sin(angle)));
-      CHECK(pe.table.at({i, 2 * j + 1}) == static_cast<float>(std::cos(angle)));
+      CHECK(table.at({i, 2 * j}) == static_cast<float>(std::sin(angle)));
+      CHECK(table.at({i, 2 * j + 1}) == static_cast<float>(std::cos(angle)));
     }
+  SinusoidalPositionalEncoding pe(10, 6);
   CHECK(pe.parameter_count() == 0);
-  CHECK(pe.forward(3, 2).at({0, 1}) == pe.table.at({3, 1}));
+  CHECK(pe.forward(3, 2).at({0, 1}) == table.at({3, 1}));
+}
+
+TEST_CASE("nn: position tables are built as far as positions are used, bit for bit the whole table's",
+          "[nn]") {
+  // model.max_seq_len 10^8 (a 12 GB sinusoidal table at C = 32): nothing is built up front.
+  SinusoidalPositionalEncoding huge(100000000, 32);
+  CHECK(huge.rows_built() == 0);
+  CHECK(huge.forward(0, 32).shape() == Shape{32, 32});
+  CHECK(huge.rows_built() == 32);
+  // Further positions grow it (at least doubling); every row is the full table's.
+  SinusoidalPositionalEncoding pe(100, 6);
+  const Tensor full = sinusoidal_table(100, 6);
+  CHECK(pe.forward(0, 5).to_vector() == narrow(full, 0, 0, 5).to_vector());
+  CHECK(pe.rows_built() == 5);
+  const Tensor early = pe.forward(2, 3);
+  CHECK(pe.forward(20, 1).to_vector() == narrow(full, 0, 20, 1).to_vector());
+  CHECK(pe.rows_built() == 21);
+  CHECK(pe.forward(21, 1).to_vector() == narrow(full, 0, 21, 1).to_vector());
+  CHECK(pe.rows_built() == 42);
+  CHECK(pe.forward(60, 40).to_vector() == narrow(full, 0, 60, 40).to_vector());
+  CHECK(pe.rows_built() == 100);
+  CHECK(early.to_vector() == narrow(full, 0, 2, 3).to_vector());  // a view from before
+  CHECK_THROWS_WITH(pe.forward(99, 2), Catch::Contains("exceed max_seq_len 100"));
+  // RoPE's tables alike: a RoPE attention layer of a 10^8 context runs on 8 positions at once.
+  ModelConfig c;
+  c.d_model = 8, c.n_heads = 2, c.n_kv_heads = 2, c.d_ff = 16, c.max_seq_len = 100000000;
+  c.positional_encoding = PositionalEncoding::Rope;
+  MultiHeadAttention rope_layer(c, true);
+  Rng rng(3);
+  const Tensor x = Tensor::randn({1, 8, 8}, rng);
+  ModelConfig short_context = c;
+  short_context.max_seq_len = 8;
+  MultiHeadAttention same(short_context, true);
+  for (const auto& [name, p] : same.named_parameters()) {
+    p->copy_from(Tensor::randn(p->shape(), rng));
+    for (const auto& [other, q] : rope_layer.named_parameters())
+      if (name == other) q->copy_from(*p);
+  }
+  CHECK(rope_layer.self_attention(x, {}).to_vector() == same.self_attention(x, {}).to_vector());
 }
 
 TEST_CASE("nn: bad configurations name the layer and the key", "[nn]") {

@@ -29,6 +29,7 @@ const std::vector<std::vector<std::string>> kVariants = {
     {"model.n_kv_heads=2"},
     {"model.n_kv_heads=1", "model.attention_score=\"additive\""},
     {"model.norm_position=\"post\"", "model.positional_encoding=\"learned\""},
+    {"model.positional_encoding=\"rope\"", "model.max_seq_len=100000"},  // tables as far as seq_len reaches
     {"model.tie_embeddings=false", "model.bias=false", "model.activation=\"relu\""},
     {"model.attention_dropout=0.1", "model.dropout=0.1"},
     {"train.optimizer.name=\"sgd\"", "model.d_ff=96"},
@@ -96,9 +97,18 @@ TEST_CASE("preflight: the drivers of an estimate are its largest component's key
   const MemoryEstimate batch = estimate_training_memory(small_config({"train.batch_size=100000000"}), 65);
   REQUIRE(!batch.drivers.empty());
   CHECK(batch.drivers[0] == "train.batch_size = 100000000");
-  const MemoryEstimate table = estimate_training_memory(small_config({"model.max_seq_len=1000000000"}), 65);
-  CHECK(table.drivers[0] == "model.max_seq_len = 1000000000");
-  CHECK(table.position_table == 4.0 * 1e9 * 32);
+  // A fixed position table is built only as far as train.seq_len reaches: model.max_seq_len costs nothing.
+  const MemoryEstimate table =
+      estimate_training_memory(small_config({"model.max_seq_len=1000000000", "train.data_parallel=1"}), 65);
+  CHECK(table.position_table == 4.0 * 32 * 32);
+  CHECK(std::find(table.drivers.begin(), table.drivers.end(), "model.max_seq_len = 1000000000") ==
+        table.drivers.end());
+  // RoPE's cosines and sines: (T, Dk/2) each in every layer; each data-parallel worker has its own.
+  const MemoryEstimate rope =
+      estimate_training_memory(small_config({"model.max_seq_len=1000000000",
+                                             "model.positional_encoding=\"rope\"", "train.data_parallel=2"}),
+                               65);
+  CHECK(rope.position_table == 2 * 4.0 * 32 * 8 * 2);
   const MemoryEstimate layers = estimate_training_memory(small_config({"model.n_layers=100000"}), 65);
   CHECK(std::find(layers.drivers.begin(), layers.drivers.end(), "model.n_layers = 100000") !=
         layers.drivers.end());

@@ -142,7 +142,8 @@ class MultiHeadAttention : public Module {
   // The values of self-attention: wv(x) (B, T, Hkv*Dv), mixed with the first layer's by the value residual.
   Tensor self_values(const Tensor& x);
   Tensor* first_values_ = nullptr;  // the value residual's slot
-  Tensor rope_cos_, rope_sin_;      // RoPE only: (max_seq_len, Dk/2) tables of the angles' cosines and sines
+  // RoPE only: the tables of the angles' cosines and sines (max_seq_len, Dk/2), built as positions use them
+  std::unique_ptr<PositionTables> rope_;
 };
 
 }  // namespace tfm

@@ -3,7 +3,9 @@
 // Dk = Dv = C / H per-head widths, F = d_ff, V vocabulary.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,12 +31,40 @@ class Embedding : public Module {
   Tensor weight;  // (num, dim)
 };
 
-// P[i, 2j] = sin(i / 10000^(2j/C)), P[i, 2j+1] = cos(...), computed in double; not a parameter.
+// Tables a layer computes per position rather than learns (row p: position p), the sinusoidal table and
+// RoPE's cosines and sines: built on first use only as far as the positions used so far (training:
+// train.seq_len), grown (at least doubled) when a later call reaches further, up to max_len
+// (model.max_seq_len), so a context of 10^8 positions costs nothing until they are used. A row does not
+// depend on how far the table reaches: a grown table holds the same rows, bit for bit.
+class PositionTables {
+ public:
+  using Build = std::function<std::vector<Tensor>(int64_t rows)>;  // each table's first `rows` rows
+  PositionTables(int64_t max_len, Build build);
+  // The tables holding at least rows [0, end), end <= max_len; tensors handed out before stay valid.
+  std::vector<Tensor> up_to(int64_t end) const;
+  int64_t rows() const;  // built so far
+
+ private:
+  const int64_t max_len_;
+  const Build build_;
+  mutable std::mutex mutex_;  // a model may be read by several threads at once
+  mutable std::vector<Tensor> tables_;
+  mutable int64_t rows_ = 0;
+};
+
+// The first `rows` rows of the sinusoidal table: P[i, 2j] = sin(i / 10000^(2j/C)), P[i, 2j+1] =
+// cos(...), computed in double. (rows, C)
+Tensor sinusoidal_table(int64_t rows, int64_t dim);
+
+// The sinusoidal table (max_len, C) as positions use it (PositionTables); not a parameter.
 class SinusoidalPositionalEncoding : public Module {
  public:
   SinusoidalPositionalEncoding(int64_t max_len, int64_t dim);
   Tensor forward(int64_t start, int64_t T) const;  // rows [start, start + T): (T, C), a view
-  Tensor table;                                    // (max_len, C)
+  int64_t rows_built() const { return table_.rows(); }
+
+ private:
+  PositionTables table_;
 };
 
 // Learned absolute positions: a (max_len, C) table whose rows are added to the embeddings.

@@ -17,11 +17,12 @@ namespace tfm {
 
 // Bytes, as doubles: an absurd config (n_layers = 1e5, batch_size = 1e8) must not overflow the estimate.
 struct MemoryEstimate {
-  double parameters = 0;      // the flat value buffer (4 P)
-  double gradients = 0;       // the flat gradient buffer (training only)
-  double optimizer = 0;       // AdamW's two moments, SGD's momentum or Muon's state (training only)
-  double activations = 0;     // what the forward keeps for the backward, plus the largest transients
-  double position_table = 0;  // the sinusoidal (max_seq_len, C) table (learned positions are parameters)
+  double parameters = 0;   // the flat value buffer (4 P)
+  double gradients = 0;    // the flat gradient buffer (training only)
+  double optimizer = 0;    // AdamW's two moments, SGD's momentum or Muon's state (training only)
+  double activations = 0;  // what the forward keeps for the backward, plus the largest transients
+  // The sinusoidal table or RoPE's, as far as the longest sequence reaches (learned positions are parameters)
+  double position_table = 0;
   // Config keys behind the estimate with their values, the largest component's first ("key = value").
   std::vector<std::string> drivers;
   double total() const { return parameters + gradients + optimizer + activations + position_table; }
