@@ -333,6 +333,17 @@ void cross_checks(const json& t, std::vector<std::string>& errors) {
         errors.push_back(std::string(side) + ": expected at most model.max_seq_len - 1 = " +
                          std::to_string(model.max_seq_len - 1) + " (room for <bos>/<eos>), got " +
                          std::to_string(i(side)));
+  // Muon's momentum rises from muon_momentum_min over its warmup and falls back to it over its cooldown
+  // (modded-nanogpt: 0.85 -> 0.95 -> 0.85): a "minimum" above the momentum turns both around.
+  const OptimizerConfig& o = train.optimizer;
+  if (o.name == OptimizerKind::Muon &&
+      (o.muon_momentum_warmup_steps > 0 || o.muon_momentum_cooldown_steps > 0) &&
+      o.muon_momentum_min > o.muon_momentum)
+    errors.push_back(
+        "train.optimizer.muon_momentum_min: expected at most train.optimizer.muon_momentum = " +
+        number_str(o.muon_momentum) +
+        " (the momentum rises from it over the warmup and falls back to it over the cooldown), got " +
+        number_str(o.muon_momentum_min));
   const double lr = train.optimizer.lr, min_lr = train.lr_schedule.min_lr;
   const ScheduleKind schedule = train.lr_schedule.name;
   if ((schedule == ScheduleKind::Cosine || schedule == ScheduleKind::Wsd) && min_lr > lr)
@@ -595,6 +606,14 @@ std::vector<std::string> config_warnings(const Config& config) {
                   " has no effect: it is read only with " + k.only_with_key + " = " +
                   quoted_or(k.only_with_values) + ", and this config has \"" + *chosen + "\"");
   }
+  // Keys read only in some settings of others (read_when), set where they are not.
+  for (const auto& k : config_keys()) {
+    if (!k.unread_because || at_default(k, config.tree) || unread_under(k, config.tree)) continue;
+    const std::string because = k.unread_because(config.tree);
+    if (!because.empty())
+      out.push_back(k.path + " = " + lookup(config.tree, k.path)->dump() +
+                    " has no effect: it is read only with " + k.read_when + ", and " + because);
+  }
   // A schedule its own numbers undo (LrSchedule::at, training/optim.cpp).
   const TrainConfig train = config.train();
   const int64_t warmup = train.lr_schedule.warmup_steps, steps = train.max_steps;
@@ -603,10 +622,18 @@ std::vector<std::string> config_warnings(const Config& config) {
                   " is at least train.max_steps = " + std::to_string(steps) +
                   ": the learning rate never leaves its warmup (never reaches its peak)");
   else if (train.lr_schedule.name == ScheduleKind::Wsd) {
+    const double fraction = train.lr_schedule.decay_fraction;
     const int64_t decay_start =
-        steps -
-        static_cast<int64_t>(std::floor(train.lr_schedule.decay_fraction * static_cast<double>(steps)));
-    if (warmup > decay_start)
+        steps - static_cast<int64_t>(std::floor(fraction * static_cast<double>(steps)));
+    if (decay_start == steps)
+      out.push_back("train.lr_schedule.decay_fraction = " + number_str(fraction) +
+                    " leaves wsd no step to decay in (floor(" + number_str(fraction) + " * " +
+                    std::to_string(steps) +
+                    " steps) = 0): the learning rate stays at train.optimizer.lr to the end, and "
+                    "train.lr_schedule.min_lr = " +
+                    number_str(train.lr_schedule.min_lr) +
+                    " is never used (train.lr_schedule.name=constant trains alike)");
+    else if (warmup > decay_start)
       out.push_back(
           "train.lr_schedule.warmup_steps = " + std::to_string(warmup) +
           " runs into wsd's decay, which starts at step " + std::to_string(decay_start) +
@@ -696,6 +723,8 @@ std::string keys_markdown() {
     if (k.list_as_text) allowed = "a string or a list of strings";
     std::string meaning = k.meaning;
     if (k.resumable) meaning += " May change on `--resume`.";
+    if (!k.read_when.empty())
+      meaning += " Read only with " + k.read_when + " (set otherwise, it is warned about).";
     if (k.weights_agnostic) meaning += " May differ from the run an `--init-from` file was exported from.";
     if (!k.objectives.empty()) {
       std::string owners;

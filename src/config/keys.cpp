@@ -182,6 +182,13 @@ struct Key {
     s.only_with_warns = true;
     return only_with(key, std::move(values));
   }
+  // Read only when `because(tree)` is "" (`when`, in words); a value set otherwise is warned about, naming
+  // what `because` returns (KeySpec::unread_because).
+  Key& read_when(const char* when, std::function<std::string(const json& tree)> because) {
+    s.read_when = when;
+    s.unread_because = std::move(because);
+    return *this;
+  }
   // The same for a key whose values are strings of its own (data.tokenizer's).
   Key& read_with(const char* key, std::vector<std::string> values) {
     s.only_with_warns = true;
@@ -481,10 +488,20 @@ std::vector<KeySpec> build_table() {
           .min(0)
           .only_with("train.optimizer.name", std::vector{OptimizerKind::Muon}),
       Key("train.optimizer.muon_momentum_min", &TrainConfig::optimizer, &OptimizerConfig::muon_momentum_min,
-          "Muon's momentum at the start of its warmup and the end of its cooldown.")
+          "Muon's momentum at the start of its warmup and the end of its cooldown; at most muon_momentum "
+          "(modded-nanogpt's rises from 0.85 to 0.95).")
           .min(0)
           .max(1, true)
-          .only_with("train.optimizer.name", std::vector{OptimizerKind::Muon}),
+          .only_with("train.optimizer.name", std::vector{OptimizerKind::Muon})
+          .read_when(
+              "train.optimizer.muon_momentum_warmup_steps or muon_momentum_cooldown_steps > 0",
+              [](const json& t) {
+                if (integer(t, "train.optimizer.muon_momentum_warmup_steps") > 0 ||
+                    integer(t, "train.optimizer.muon_momentum_cooldown_steps") > 0)
+                  return std::string();
+                return "this config has 0 for both: Muon's momentum stays train.optimizer.muon_momentum = " +
+                       lookup(t, "train.optimizer.muon_momentum")->dump();
+              }),
       Key("train.lr_schedule.name", &TrainConfig::lr_schedule, &LrScheduleConfig::name,
           "`cosine` (warmup, then cosine to min_lr at max_steps), `constant` (after warmup), "
           "`inverse_sqrt` (warmup, then lr * sqrt(warmup / (step + 1)), the original Transformer's), `wsd` "

@@ -352,6 +352,54 @@ TEST_CASE("config: a key the chosen optimizer or schedule does not read is warne
   CHECK(config_warnings(load_config(tiny, {"model.head_gating=topk", "model.head_topk=3"})).empty());
 }
 
+TEST_CASE(
+    "config: Muon's momentum minimum and wsd's min_lr that their schedules never reach are warned about",
+    "[config][muon]") {
+  const std::string tiny = std::string(TFM_SOURCE_DIR) + "/configs/tiny.json";
+  const std::string muon = "train.optimizer.name=muon";
+  // No momentum warmup or cooldown: the minimum is never read.
+  std::vector<std::string> w =
+      config_warnings(load_config(tiny, {muon, "train.optimizer.muon_momentum_min=0.9"}));
+  REQUIRE(w.size() == 1);
+  CHECK(
+      w[0] ==
+      "train.optimizer.muon_momentum_min = 0.9 has no effect: it is read only with "
+      "train.optimizer.muon_momentum_warmup_steps or muon_momentum_cooldown_steps > 0, and this config has 0 "
+      "for both: Muon's momentum stays train.optimizer.muon_momentum = 0.95");
+  // Read by either; left at its default, nothing to say.
+  for (const char* schedule :
+       {"train.optimizer.muon_momentum_warmup_steps=5", "train.optimizer.muon_momentum_cooldown_steps=5"})
+    CHECK(config_warnings(load_config(tiny, {muon, schedule, "train.optimizer.muon_momentum_min=0.9"}))
+              .empty());
+  CHECK(config_warnings(load_config(tiny, {muon})).empty());
+  CHECK_THAT(keys_markdown(), Catch::Contains("Read only with train.optimizer.muon_momentum_warmup_steps or "
+                                              "muon_momentum_cooldown_steps > 0 (set otherwise, it is warned "
+                                              "about)."));
+  // A minimum above the momentum turns the warmup and cooldown around (modded-nanogpt: 0.85 -> 0.95): refused
+  // where a schedule reads it.
+  CHECK_THROWS_WITH(load_config(tiny, {muon, "train.optimizer.muon_momentum_warmup_steps=5",
+                                       "train.optimizer.muon_momentum_min=0.99"}),
+                    Catch::StartsWith("train.optimizer.muon_momentum_min: expected at most "
+                                      "train.optimizer.muon_momentum = 0.95") &&
+                        Catch::Contains("got 0.99"));
+  CHECK_NOTHROW(load_config(tiny, {muon, "train.optimizer.muon_momentum_cooldown_steps=5",
+                                   "train.optimizer.muon_momentum_min=0.95"}));
+  // wsd with no step to decay in never reaches min_lr, whatever the file says of it.
+  const std::string wsd = "train.lr_schedule.name=wsd";
+  for (const char* fraction :
+       {"train.lr_schedule.decay_fraction=0", "train.lr_schedule.decay_fraction=0.001"}) {
+    w = config_warnings(load_config(tiny, {wsd, fraction, "train.max_steps=500"}));
+    REQUIRE(w.size() == 1);
+    CHECK_THAT(w[0],
+               Catch::StartsWith("train.lr_schedule.decay_fraction = ") &&
+                   Catch::Contains("steps) = 0): the learning rate stays at train.optimizer.lr to the end, "
+                                   "and train.lr_schedule.min_lr = 0.0003 is never used"));
+  }
+  CHECK(config_warnings(
+            load_config(tiny, {wsd, "train.lr_schedule.decay_fraction=0.002", "train.max_steps=500"}))
+            .empty());
+}
+
 TEST_CASE("config: nanoGPT's names and names cut short suggest tfm's key", "[config]") {
   const std::string tiny = std::string(TFM_SOURCE_DIR) + "/configs/tiny.json";
   for (const auto& [set, suggested] : std::vector<std::pair<std::string, std::string>>{

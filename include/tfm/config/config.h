@@ -56,6 +56,12 @@ struct KeySpec {
   // refused. For keys the shipped configs set for the common choice (AdamW's betas, the decaying
   // schedules' min_lr), so that `--set train.optimizer.name=sgd` works on any of them.
   bool only_with_warns = false;
+  // Read only when other keys' values call for it (train.optimizer.muon_momentum_min: with a momentum
+  // warmup or cooldown; `read_when` says when, in words): `unread_because(tree)` says what in `tree`
+  // leaves it unread ("" when it is read), and a value set away from its default there is warned about
+  // (config_warnings). Unset: always read (besides only_with_*).
+  std::string read_when;
+  std::function<std::string(const nlohmann::json& tree)> unread_because;
   std::string meaning;
   // The member the key is bound to: model.* keys a ModelConfig's (nn/model_config.h), train.* keys a
   // TrainConfig's (config/train_config.h); unset for the others.
