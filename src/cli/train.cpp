@@ -95,8 +95,8 @@ std::vector<Command> add_train_commands(CLI::App& app) {
   train
       ->add_option(
           "--max-seconds", o->max_seconds,
-          "Time budget: evaluate, save and stop after the step at which training has taken S seconds "
-          "(sets train.max_seconds; the schedule still runs over train.max_steps)")
+          "Time budget of the training loop: stop, evaluate and save while the closing evaluation still "
+          "fits in S seconds (sets train.max_seconds; the schedule still runs over train.max_steps)")
       ->type_name("S")
       ->check(number_in(0, 1e9));
   train->add_option("--stop-at", o->stop_at, "Stop as if interrupted after this step (for testing resume)")

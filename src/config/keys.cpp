@@ -545,9 +545,12 @@ std::vector<KeySpec> build_table() {
           .min(0)
           .resumable(),
       Key("train.max_seconds", &TrainConfig::max_seconds,
-          "Time budget: after the step at which the training time (evaluations included, the clock of "
-          "target_loss) reaches this many seconds, evaluate, save and stop (0 = off). The clock counts every "
-          "process of the run: a resume with the budget spent has nothing to do until a --set raises it. The "
+          "Time budget of the training loop (its steps, evaluations and checkpoints: the clock of "
+          "target_loss; not the set-up before the first step, reading the data and building the model): "
+          "the run stops, evaluates and saves after the step past which one more step and the closing "
+          "evaluation, at the speed measured so far, would end beyond this many seconds, so the closing "
+          "evaluation falls within it (0 = off). The clock counts every process of the run: a resume with "
+          "the budget spent, or stopped by it, has nothing to do until a --set raises it. The "
           "learning-rate schedule still runs over max_steps: fit max_steps to the budget to finish its "
           "decay.")
           .min(0)

@@ -116,7 +116,7 @@ class TrainingRun {
   StepStats step();
   std::string nonfinite_reason(double loss) const;
   Metrics evaluate_and_keep_best();
-  void log_interval(double lr, const Metrics* val);
+  void log_interval(double lr, const Metrics* val, bool last = false);  // last: the run ends here
   void log_summary();
   void write_config_file() const;  // output.dir/config.json: the resolved config the run trains with
   double elapsed() const { return state_->elapsed_before + seconds_since(start_); }
@@ -127,7 +127,16 @@ class TrainingRun {
   // The ETA of the log and the progress line (seconds_left) at `step_seconds` a step.
   double time_left(double step_seconds) const {
     return seconds_left(train_, max_steps_,
-                        {state_->step, step_seconds, eval_s_, evals_, training_seconds()});
+                        {state_->step, step_seconds, eval_s_, evals_, training_seconds(), eval_batches_});
+  }
+  // train.max_seconds (time_budget_spent) after this process's steps so far: a step at what the loop has
+  // taken per step apart from evaluations (checkpoints and logs included).
+  bool budget_spent() const {
+    const int64_t steps = state_->step - first_step_;
+    const double step_s =
+        steps > 0 ? (seconds_since(loop_start_) - eval_s_) / static_cast<double>(steps) : 0.0;
+    return time_budget_spent(train_, max_steps_,
+                             {state_->step, step_s, eval_s_, evals_, training_seconds(), eval_batches_});
   }
 
   const Config& config_;
@@ -161,6 +170,9 @@ class TrainingRun {
   double run_step_s_ = 0;  // this call's steps, for the allreduce share
   double eval_s_ = 0;      // this call's evaluations' time, and their count (time_left)
   int64_t evals_ = 0;
+  int64_t eval_batches_ = -1;  // the forward batches of an evaluation (RunSpeed::eval_batches)
+  // A resumed run: the train.max_seconds its checkpoint was saved under (0 for a new run)
+  double budget_before_ = 0;
   std::string progress_extra_;  // the last evaluation's figures besides the loss, for the progress line
   TrainResult result_;
 };
@@ -188,6 +200,7 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
   if (resumed) {
     resumed_path_ = resumed->path;
     check_resumed(resumed->checkpoint);
+    budget_before_ = checkpoint_config(resumed->checkpoint, resumed_path_).train().max_seconds;
   } else {
     refuse_taken_directory();
   }
@@ -209,6 +222,7 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
                       ")");
   }
   // --init-from: a file that does not fit the model or its vocabulary is refused before anything is written.
+  eval_batches_ = objective_->evaluation_batches("val", train_.eval_steps);
   if (!resumed && !opt_.init_from.empty()) {
     const Tokenizer* target = objective_->target_tokenizer();
     const Vocabulary run_vocabulary{objective_->tokenizer(),
@@ -510,7 +524,7 @@ Metrics TrainingRun::evaluate_and_keep_best() {
 }
 
 // One metrics.jsonl record and log line for the steps since the last one.
-void TrainingRun::log_interval(double lr, const Metrics* val) {
+void TrainingRun::log_interval(double lr, const Metrics* val, bool last) {
   const IntervalStats& iv = interval_;
   const double ms = 1e3 * iv.seconds / static_cast<double>(iv.steps);
   const double tok_s = iv.tokens / iv.seconds;
@@ -540,7 +554,7 @@ void TrainingRun::log_interval(double lr, const Metrics* val) {
       "step {}/{} | loss {:.4f}{} | lr {:.2e} | grad norm {:.3f} | {:.1f} ms/step | {} tok/s | mfu {:.1f}% | "
       "eta {}",
       state_->step, max_steps_, iv.loss / n, mtp.c_str(), lr, iv.norm / n, ms, rate_str(tok_s).c_str(),
-      100.0 * mfu, duration_str(time_left(iv.seconds / n)).c_str()));
+      100.0 * mfu, duration_str(last ? 0.0 : time_left(iv.seconds / n)).c_str()));
   interval_.reset();
 }
 
@@ -577,9 +591,12 @@ TrainResult TrainingRun::run() {
     result_.target_reached = true;
     return result_;
   }
-  // Likewise a run whose training time (over all its processes) has used train.max_seconds: its first
-  // step would only stop it again. A larger budget, or 0 for none, trains on.
-  if (max_seconds > 0 && step < max_steps_ && state_->elapsed_before >= max_seconds) {
+  // Likewise a run whose training time (over all its processes) has used train.max_seconds, or that the
+  // budget stopped, which kept its closing evaluation within it: its first step would only stop it again.
+  // A larger budget, or 0 for none, trains on.
+  if (max_seconds > 0 && step < max_steps_ &&
+      (state_->elapsed_before >= max_seconds ||
+       (state_->stopped == "max_seconds" && max_seconds <= budget_before_))) {
     log_->info(fmt::format(
         "nothing to do: the run has used its time budget train.max_seconds = {:g} ({:.1f} s of training, "
         "step {} of {}); to train on, raise it above that: --set train.max_seconds=S, or drop it: --set "
@@ -627,9 +644,9 @@ TrainResult TrainingRun::run() {
     result_.losses.push_back(s.loss);
     interval_.add(s.seconds, s.loss, s.norm, s.tokens, s.mtp_loss);
 
-    // train.max_seconds, on rank 0's clock so every rank stops at the same step.
-    const bool out_of_time =
-        max_seconds > 0 && step < max_steps_ && dist::any(root_ && training_seconds() >= max_seconds);
+    // train.max_seconds, on rank 0's clock so every rank stops at the same step: before a step and the
+    // closing evaluation would pass it.
+    const bool out_of_time = max_seconds > 0 && step < max_steps_ && dist::any(root_ && budget_spent());
     const bool eval_now = step % eval_every == 0 || step == max_steps_ || out_of_time;
     const bool stop = dist::any(opt_.stop && opt_.stop->load()) || step == opt_.stop_at_step;
     const bool save_now = (ckpt_every > 0 && step % ckpt_every == 0) || step == max_steps_ || stop;
@@ -640,10 +657,11 @@ TrainResult TrainingRun::run() {
     const bool abandoned = eval_now && dist::any(root_ && val.abandoned);
     // Every rank stops together at the step rank 0's evaluation reached the target.
     const bool reached = eval_now && !abandoned && dist::any(root_ && reached_target(val));
+    const bool ends = reached || (out_of_time && !abandoned);  // at the target or the time budget
     if (root_ && (step % log_every == 0 || (eval_now && !abandoned)))
-      log_interval(lr, eval_now && !abandoned ? &val : nullptr);
+      log_interval(lr, eval_now && !abandoned ? &val : nullptr, ends);
     if (eval_now && !abandoned) after_evaluation();
-    if (reached || (out_of_time && !abandoned)) {
+    if (ends) {
       state_->stopped = reached ? "target_loss" : "max_seconds";
       result_.out_of_time = !reached;
       if (root_) state_->save(last_path_, elapsed());
@@ -734,18 +752,27 @@ void check_resumable(const Config& trained, const Config& config, const std::str
   }
 }
 
+double evaluation_seconds(const TrainConfig& train, const RunSpeed& speed) {
+  if (speed.evals > 0) return speed.eval_seconds / static_cast<double>(speed.evals);
+  // train.eval_steps 0 (the whole validation split) without eval_batches: of a size not known here.
+  const int64_t batches = speed.eval_batches >= 0 ? speed.eval_batches : train.eval_steps;
+  return speed.step_seconds / (3.0 * static_cast<double>(train.grad_accum_steps)) *
+         static_cast<double>(batches);
+}
+
 double seconds_left(const TrainConfig& train, int64_t max_steps, const RunSpeed& speed) {
   const int64_t step = speed.step, every = train.eval_interval;
   // Evaluations come at every multiple of train.eval_interval and at the last step.
   const int64_t evals_left = max_steps / every - step / every + (max_steps % every != 0 && step < max_steps);
-  double left = speed.step_seconds * static_cast<double>(max_steps - step);
-  if (speed.evals > 0)
-    left += speed.eval_seconds / static_cast<double>(speed.evals) * static_cast<double>(evals_left);
-  else if (train.eval_steps > 0)  // 0: the whole validation split, of a size not known here
-    left += speed.step_seconds / (3.0 * static_cast<double>(train.grad_accum_steps)) *
-            static_cast<double>(train.eval_steps * evals_left);
+  double left = speed.step_seconds * static_cast<double>(max_steps - step) +
+                evaluation_seconds(train, speed) * static_cast<double>(evals_left);
   if (train.max_seconds > 0) left = std::min(left, std::max(0.0, train.max_seconds - speed.training_seconds));
   return left;
+}
+
+bool time_budget_spent(const TrainConfig& train, int64_t max_steps, const RunSpeed& speed) {
+  return train.max_seconds > 0 && speed.step < max_steps &&
+         speed.training_seconds + speed.step_seconds + evaluation_seconds(train, speed) > train.max_seconds;
 }
 
 uint64_t eval_seed(const Config& config) {

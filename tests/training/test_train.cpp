@@ -458,6 +458,34 @@ TEST_CASE("train: train.max_seconds stops after the step that exhausts the budge
   CHECK_FALSE(rest.out_of_time);
 }
 
+TEST_CASE("train: a run train.max_seconds stopped has nothing to do on resume until the budget is raised",
+          "[train]") {
+  // The budget stops a run early enough for its closing evaluation, so its clock may end under the
+  // budget: the stop itself says the budget is spent. A checkpoint made so: stopped by a budget of
+  // 1000 s after 0.5 s.
+  const std::string dir = run_dir("max_seconds_stopped");
+  const std::vector<std::string> sets = {"train.max_steps=50", "train.eval_interval=20",
+                                         "train.checkpoint_interval=0", "train.max_seconds=1e-9"};
+  REQUIRE(train(tfm_test::small_train_config(dir, sets), quiet()).step == 1);
+  Checkpoint ckpt = load_checkpoint(dir + "/last.ckpt");
+  REQUIRE(ckpt.state.at("stopped") == "max_seconds");
+  ckpt.state["elapsed_s"] = 0.5;
+  ckpt.config["train"]["max_seconds"] = 1000.0;
+  save_checkpoint(dir + "/last.ckpt", ckpt);
+  fs::remove(dir + "/config.json");  // written again by a resume
+  const TrainResult again = resume(dir, {}, quiet());
+  CHECK(again.step == 1);
+  CHECK(again.out_of_time);
+  CHECK(again.losses.empty());
+  CHECK_THAT(file_bytes(dir + "/train.log"),
+             Catch::Contains("nothing to do: the run has used its time budget train.max_seconds = 1000"));
+  // The same budget again, or a lower one: still nothing. A larger one trains on.
+  CHECK(resume(dir, {"train.max_seconds=999"}, quiet()).losses.empty());
+  const TrainResult raised = resume(dir, {"train.max_seconds=1e6"}, quiet());
+  CHECK(raised.step == 50);
+  CHECK_FALSE(raised.out_of_time);
+}
+
 // Ctrl-C while a first use tokenizes its corpus (minutes on a large one) ends the run there: no
 // directory, step or checkpoint for it; on resume nothing in the run directory changes.
 TEST_CASE(
@@ -517,9 +545,40 @@ TEST_CASE("train: the ETA counts the steps and evaluations left and stops at tra
   // eval_steps 0 (the whole split) is not estimated before it is timed.
   t.eval_steps = 0, s.evals = 0;
   CHECK(seconds_left(t, 1000, s) == Approx(750 * 0.3));
+  // ... unless the trainer says how many batches the whole split takes: 60 at a third of a step each.
+  t.grad_accum_steps = 1, s.eval_batches = 60;
+  CHECK(evaluation_seconds(t, s) == Approx(6.0));
+  CHECK(seconds_left(t, 1000, s) == Approx(750 * 0.3 + 8 * 6.0));
   // The budget caps it; a spent budget leaves nothing.
   t.max_seconds = 120;
   CHECK(seconds_left(t, 1000, s) == Approx(45.0));
   s.training_seconds = 130;
   CHECK(seconds_left(t, 1000, s) == 0.0);
+}
+
+TEST_CASE("train: train.max_seconds stops while one more step and the closing evaluation fit in it",
+          "[train]") {
+  // configs/shakespeare_char.json with train.max_seconds 2 (the run that overshot to 4 s): 0.1 s steps and
+  // 20 evaluation batches at a third of a step each, about 0.67 s before one is timed.
+  TrainConfig t;
+  t.eval_interval = 250, t.eval_steps = 20, t.grad_accum_steps = 1, t.max_seconds = 2;
+  RunSpeed s{10, 0.1, 0, 0, 1.0};
+  CHECK(evaluation_seconds(t, s) == Approx(0.2 / 0.3));
+  CHECK_FALSE(time_budget_spent(t, 2000, s));  // 1.0 + 0.1 + 0.67 <= 2: step on
+  s.step = 13, s.training_seconds = 1.3;
+  CHECK(time_budget_spent(t, 2000, s));  // 1.3 + 0.1 + 0.67 > 2: evaluate now, done by ~1.97 s
+  // The ETA there is what the budget leaves, the closing evaluation within it.
+  CHECK(seconds_left(t, 2000, s) == Approx(0.7));
+  // A timed evaluation replaces the estimate: 1.5 s each leaves less room.
+  s.evals = 1, s.eval_seconds = 1.5, s.training_seconds = 0.3;
+  CHECK_FALSE(time_budget_spent(t, 2000, s));  // 0.3 + 0.1 + 1.5 <= 2
+  s.training_seconds = 0.5;
+  CHECK(time_budget_spent(t, 2000, s));
+  // No budget, or the last step taken (its evaluation comes anyway): nothing to stop.
+  CHECK_FALSE(time_budget_spent(t, 13, s));
+  t.max_seconds = 0;
+  CHECK_FALSE(time_budget_spent(t, 2000, s));
+  // Longer than the budget: the run still takes its first step and evaluation (the caller stops there).
+  t.max_seconds = 1e-9, s = RunSpeed{1, 0.1, 0, 0, 0.1};
+  CHECK(time_budget_spent(t, 2000, s));
 }

@@ -79,20 +79,31 @@ void check_resumable(const Config& trained, const Config& config, const std::str
 // The seed of the evaluation batches of a run (the same batches at every evaluation).
 uint64_t eval_seed(const Config& config);
 
-// What a run has measured of its own speed, for its ETA.
+// What a run has measured of its own speed, for its ETA and its time budget.
 struct RunSpeed {
   int64_t step = 0;         // steps taken
   double step_seconds = 0;  // one step's time lately
   double eval_seconds = 0;  // the evaluations' time in this process, and their count
   int64_t evals = 0;
   double training_seconds = 0;  // the loop's time so far (train.max_seconds's clock)
+  // The forward batches of one evaluation (Objective::evaluation_batches: for train.eval_steps 0 the
+  // whole split's), for the estimate before one is timed; < 0: train.eval_steps.
+  int64_t eval_batches = -1;
 };
+// The seconds one evaluation takes: the mean of those timed so far or, before the first, eval_batches
+// forward passes of about a third of a micro-batch step each (a forward pass is 2 of the 6 FLOPs per
+// parameter and token of a step: Kaplan et al. 2020, "Scaling Laws for Neural Language Models", section
+// 2.1).
+double evaluation_seconds(const TrainConfig& train, const RunSpeed& speed);
 // The seconds a run has left (the log line's and the progress line's "eta"): the steps left to
 // train.max_steps at step_seconds each, plus the evaluations left (at every train.eval_interval and the
-// last step) at the mean of those timed so far or, before the first, at train.eval_steps forward passes
-// of about a third of a micro-batch step each (a forward pass is 2 of the 6 FLOPs per parameter and
-// token of a step: Kaplan et al. 2020, "Scaling Laws for Neural Language Models", section 2.1); and
-// no more than train.max_seconds leaves.
+// last step) at evaluation_seconds each; and with train.max_seconds no more than the budget leaves, which
+// time_budget_spent keeps the closing evaluation within.
 double seconds_left(const TrainConfig& train, int64_t max_steps, const RunSpeed& speed);
+// train.max_seconds: whether the run stops after step speed.step (short of max_steps), evaluating and
+// saving there: when one more step and the closing evaluation after it, at step_seconds and
+// evaluation_seconds, would end past the budget. The closing evaluation so falls within it, as far as
+// the speed measured holds (a first step and evaluation longer than the whole budget still run).
+bool time_budget_spent(const TrainConfig& train, int64_t max_steps, const RunSpeed& speed);
 
 }  // namespace tfm
