@@ -301,13 +301,10 @@ std::vector<KeySpec> build_table() {
           .derived_in_model("4 * model.d_model")
           .min(1),
       Key("model.max_seq_len", &ModelConfig::max_seq_len,
-          "Longest context (size of the position table). A fixed table (sinusoidal, RoPE's) is computed only "
-          "as "
-          "far as the positions used (train.seq_len in training), so a long context costs nothing until "
-          "used. "
-          "A learned table from `--init-from` is cut to it, or keeps its fresh rows past the file's "
-          "positions "
-          "(the log says so).")
+          "Longest context (size of the position table). A fixed table (sinusoidal, RoPE's) and sampling's "
+          "KV cache are built only as far as the positions used (train.seq_len in training), so a long "
+          "context costs nothing until used. A learned table from `--init-from` is cut to it, or keeps "
+          "its fresh rows past the file's positions (the log says so).")
           .min(1)
           .weights_agnostic(),  // --init-from copies the positions a learned table of either length has
       Key("model.dropout", &ModelConfig::dropout, "Dropout on embeddings and residual branches.")

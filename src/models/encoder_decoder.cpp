@@ -195,7 +195,8 @@ Tensor Seq2SeqModel::forward(const std::vector<int32_t>& src, const std::vector<
   return decode(memory, src_lengths, tgt_in, T);         // (B, T, V)
 }
 
-Seq2SeqCache Seq2SeqModel::make_cache(const Tensor& memory, const std::vector<int64_t>& src_lengths) const {
+Seq2SeqCache Seq2SeqModel::make_cache(const Tensor& memory, const std::vector<int64_t>& src_lengths,
+                                      int64_t positions) const {
   NoGradGuard no_grad;
   const Seq2SeqNetwork& net = impl_->net;
   const ModelConfig& c = net.config;
@@ -206,11 +207,14 @@ Seq2SeqCache Seq2SeqModel::make_cache(const Tensor& memory, const std::vector<in
   cache.source_len = memory.size(1);
   net.check_source(src_lengths, cache.rows, cache.source_len, "Seq2SeqModel::make_cache");
   cache.src_lengths = src_lengths;
+  TFM_CHECK(positions >= 0 && positions <= c.max_seq_len, "Seq2SeqModel::make_cache", "positions ", positions,
+            " is not in [0, max_seq_len ", c.max_seq_len, "]");
+  const int64_t P = positions > 0 ? positions : c.max_seq_len;
   const int64_t width = c.n_kv_heads * (c.d_model / c.n_heads);
   for (const auto& block : net.decoder) {
-    cache.self_keys.push_back(Tensor::zeros({cache.rows, c.max_seq_len, width}));    // (R, T_max, Hkv*Dk)
-    cache.self_values.push_back(Tensor::zeros({cache.rows, c.max_seq_len, width}));  // (R, T_max, Hkv*Dv)
-    auto [k, v] = block->cross.project_key_value(memory, memory);                    // (R, S, Hkv*Dk) each
+    cache.self_keys.push_back(Tensor::zeros({cache.rows, P, width}));    // (R, P, Hkv*Dk)
+    cache.self_values.push_back(Tensor::zeros({cache.rows, P, width}));  // (R, P, Hkv*Dv)
+    auto [k, v] = block->cross.project_key_value(memory, memory);        // (R, S, Hkv*Dk) each
     cache.cross_keys.push_back(k);
     cache.cross_values.push_back(v);
   }
@@ -265,7 +269,8 @@ std::vector<std::vector<int32_t>> Seq2SeqModel::translate(const std::vector<int3
   for (int64_t r = 0; r < R; ++r) row_lengths[r] = src_lengths[expand[r]];
   Tensor row_memory = select_batch_rows(memory, expand);  // (R, S, C)
   Seq2SeqCache cache;
-  if (o.use_cache) cache = make_cache(row_memory, row_lengths);
+  // <bos> and the max_len tokens after it (the last one is fed only if the search goes on).
+  if (o.use_cache) cache = make_cache(row_memory, row_lengths, std::min(c.max_seq_len, max_len + 1));
   NextTokenModel next;
   next.vocab_size = V;
   // Log-probabilities (R, V) of the next token after each row's prefix: the cached decoder fed each

@@ -256,14 +256,17 @@ Tensor LanguageModel::mtp_loss(const std::vector<Tensor>& extra, const std::vect
   return extra.size() == 1 ? sum : sum * (1.0f / static_cast<float>(extra.size()));
 }
 
-KVCache LanguageModel::make_cache(int64_t B) const {
+KVCache LanguageModel::make_cache(int64_t B, int64_t positions) const {
   const ModelConfig& c = impl_->net.config;
+  TFM_CHECK(positions >= 0 && positions <= c.max_seq_len, "LanguageModel::make_cache", "positions ",
+            positions, " is not in [0, max_seq_len ", c.max_seq_len, "]");
+  const int64_t P = positions > 0 ? positions : c.max_seq_len;
   KVCache cache;
   cache.batch = B;
   const int64_t width = c.n_kv_heads * (c.d_model / c.n_heads);
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    cache.keys.push_back(Tensor::zeros({B, c.max_seq_len, width}));    // (B, T_max, Hkv*Dk)
-    cache.values.push_back(Tensor::zeros({B, c.max_seq_len, width}));  // (B, T_max, Hkv*Dv)
+    cache.keys.push_back(Tensor::zeros({B, P, width}));    // (B, P, Hkv*Dk)
+    cache.values.push_back(Tensor::zeros({B, P, width}));  // (B, P, Hkv*Dv)
   }
   return cache;
 }

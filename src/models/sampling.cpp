@@ -158,7 +158,8 @@ Generation generate(LanguageModel& model, const Tokenizer& tokenizer, const Samp
   std::vector<float> last(V);
   // (Re)fills the cache with the last `keep` tokens and keeps the logits of the final one.
   auto refill = [&](size_t keep) {
-    cache = model.make_cache(1);
+    // What this generation reaches: the window and the tokens still to draw, within the context.
+    cache = model.make_cache(1, std::min<int64_t>(L, static_cast<int64_t>(keep) + o.max_new_tokens));
     const std::vector<int32_t> window(ids.end() - static_cast<std::ptrdiff_t>(keep), ids.end());
     const std::vector<float> logits =
         model.forward_cached(cache, window, 1, static_cast<int64_t>(window.size())).to_vector();

@@ -210,6 +210,30 @@ TEST_CASE("sampling: a stop string ends generation and is neither streamed nor k
   CHECK(generate(model, tok, o) == all.text);
 }
 
+TEST_CASE("sampling: a long model.max_seq_len costs only the positions a generation reaches", "[sampling]") {
+  // Sinusoidal positions have no parameters: the same seed gives the same weights at any context length.
+  const auto config = [](const std::string& context) {
+    return tfm_test::model_config_from(
+        {"model.d_model=16", "model.n_layers=2", "model.n_heads=2", "model.positional_encoding=sinusoidal",
+         "model.max_seq_len=" + context},
+        4);
+  };
+  LanguageModel small(config("64"), 7), huge(config("1073741824"), 7);
+  CHECK(small.make_cache(1).keys[0].size(1) == 64);
+  CHECK(huge.make_cache(1, 10).keys[0].size(1) == 10);
+  CHECK_THROWS_WITH(small.make_cache(1, 65), Catch::Contains("positions 65"));
+  // A full cache of 2^30 positions would be 64 GiB a layer: generation sizes it to prompt + new tokens.
+  const Tokenizer tok(Tokenizer::Kind::Char, {'\n', 'a', 'b', 'c'});
+  SampleOptions o;
+  o.prompt = "abc";
+  o.max_new_tokens = 30;
+  Rng r1(o.seed), r2(o.seed);
+  const Generation a = generate(small, tok, o, r1, {}, true), b = generate(huge, tok, o, r2, {}, true);
+  REQUIRE(a.tokens.size() == 30);
+  CHECK(a.tokens == b.tokens);
+  CHECK(a.logprobs == b.logprobs);
+}
+
 TEST_CASE("sampling: an empty prompt starts from the end-of-text token, else a newline", "[sampling]") {
   const Tokenizer chars = Tokenizer::from_text(Tokenizer::Kind::Char, "ab\nc", "test");  // \n a b c
   CHECK(empty_prompt_token(chars) == 0);

@@ -89,7 +89,9 @@ class Seq2SeqModel : public Model {
   // Incremental decoding (no gradients): make_cache projects the memory's cross-attention keys and
   // values once; forward_cached feeds T_new target tokens per row after the cached ones and returns
   // their logits (R, T_new, V), equal (to 1e-5) to decode()'s at those positions.
-  Seq2SeqCache make_cache(const Tensor& memory, const std::vector<int64_t>& src_lengths) const;
+  // The decoder's self-attention cache holds `positions` per row (0: max_seq_len; at most that).
+  Seq2SeqCache make_cache(const Tensor& memory, const std::vector<int64_t>& src_lengths,
+                          int64_t positions = 0) const;
   Tensor forward_cached(Seq2SeqCache& cache, const std::vector<int32_t>& tgt, int64_t T_new);
   // Keeps rows `rows` of the cache, in that order (repeats allowed): beam search's reordering.
   static void select_rows(Seq2SeqCache& cache, const std::vector<int64_t>& rows);

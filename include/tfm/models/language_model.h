@@ -66,8 +66,10 @@ class LanguageModel : public Model {
                          int64_t T);
 
   // Incremental decoding: feeds T_new tokens per sequence after the cached ones and returns their
-  // logits (B, T_new, V); equal (to 1e-5) to the full forward's logits at those positions.
-  KVCache make_cache(int64_t B) const;
+  // logits (B, T_new, V); equal (to 1e-5) to the full forward's logits at those positions. The cache
+  // holds `positions` per sequence (0: model.max_seq_len; at most that): what a generation reaches, so
+  // that a long max_seq_len costs only the positions used.
+  KVCache make_cache(int64_t B, int64_t positions = 0) const;
   Tensor forward_cached(KVCache& cache, const std::vector<int32_t>& tokens, int64_t B, int64_t T_new);
 
   // When on, each forward keeps every layer's attention probabilities: per layer (B, H, T_q, T_k).
