@@ -263,6 +263,7 @@ std::string corpus_text(const TokenizerTrainOptions& o) {
   options.text_field = o.text_field;
   options.skip_bad_records = o.skip_bad_records;
   options.skip_option = "--skip-bad-records";
+  options.text_field_option = "--text-field";
   std::vector<std::string> left_out;
   CorpusReader reader(list_corpus(o.data, &left_out), options);
   for (const std::string& line : left_out) std::fprintf(stderr, "tfm: warning: %s\n", line.c_str());

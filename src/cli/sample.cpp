@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli.h"
+#include "tfm/data/utf8.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
 #include "tfm/engine/platform.h"
@@ -67,7 +68,7 @@ CLI::Validator stop_escapes() {
         text = out;
         return "";
       },
-      "STR");
+      "");  // the option names its type (STR) already
 }
 
 // The samples of one prompt, drawn from one generator seeded with --seed (sample 1 is what a single
@@ -120,7 +121,7 @@ int sample_command(const SampleCliOptions& cli) {
   const SampleOptions& o = cli.sample;
   std::string prompt = o.prompt, prompt_source = "--prompt";
   if (!cli.prompt_file.empty()) {
-    prompt = read_file(cli.prompt_file, kMaxPromptFileBytes);
+    prompt = text_file_contents(read_file(cli.prompt_file, kMaxPromptFileBytes));  // as a corpus is read
     prompt_source = "--prompt-file " + cli.prompt_file;
   }
   LoadedRun run = read_run(dir, cli.which, false, cli.threads);
@@ -183,10 +184,13 @@ std::vector<Command> add_sample_commands(CLI::App& app) {
   samp->add_option("--run", o->run, "Run directory")->type_name("DIR")->required();
   auto* prompt = samp->add_option("--prompt", s.prompt,
                                   "Text to continue (default: the end-of-text token, else a newline)");
-  auto* prompt_file = samp->add_option("--prompt-file", o->prompt_file,
-                                       "Continue the text of FILE (all of it, newlines kept)")
-                          ->type_name("FILE")
-                          ->excludes(prompt);
+  auto* prompt_file =
+      samp->add_option(
+              "--prompt-file", o->prompt_file,
+              "Continue the text of FILE (all of it, newlines kept; CRLF read as LF, a byte order mark "
+              "dropped, as corpora are read)")
+          ->type_name("FILE")
+          ->excludes(prompt);
   samp->add_flag("--interactive", o->interactive,
                  "Read prompts from stdin, one a line, and stream each one's continuation until EOF")
       ->excludes(prompt)
@@ -220,7 +224,7 @@ std::vector<Command> add_sample_commands(CLI::App& app) {
   samp->add_option(
           "--stop", s.stop,
           "End a sample at the first occurrence of STR in its text, STR not printed (repeatable; \\n, \\t, "
-          "\\\\ escapes)")
+          "\\\\ escapes; any other backslash stays as typed)")
       ->type_name("STR")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
@@ -229,7 +233,8 @@ std::vector<Command> add_sample_commands(CLI::App& app) {
                  "Draw on past the end-of-text token (the document separator of a multi-document corpus, "
                  "GPT-2's <|endoftext|>) into a next document; by default a sample ends there");
   samp->add_flag("--json", o->json,
-                 "One JSON object per sample: prompt, text, token_ids, logprobs (each token's under the "
+                 "One JSON object per sample: prompt, prompt_token_ids, text, token_ids, logprobs (each "
+                 "token's under the "
                  "distribution it was drawn from: after penalty, temperature and filters; 0 when greedy), "
                  "their sum logprob, and stop");
   samp->add_option("--seed", s.seed, "Sampling seed (same seed, same text, whatever the thread count)")

@@ -719,12 +719,12 @@ struct CorpusReader::State {
       }
       const auto it = j.find(field);
       if (it == j.end()) {
-        bad("the record has no field \"" + field + "\" (data.text_field)");
+        bad("the record has no field \"" + field + "\" (" + options.text_field_option + ")");
         continue;
       }
       if (!it->is_string()) {
-        bad("the field \"" + field + "\" (data.text_field) is " + std::string(it->type_name()) +
-            ", not a string");
+        bad("the field \"" + field + "\" (" + options.text_field_option + ") is " +
+            std::string(it->type_name()) + ", not a string");
         continue;
       }
       record = it->get<std::string>();

@@ -126,6 +126,15 @@ size_t utf8_boundary_before(std::string_view t, size_t at) {
   return p;
 }
 
+std::string text_file_contents(std::string bytes) {
+  const size_t start = starts_with_byte_order_mark(bytes) ? kUtf8ByteOrderMark.size() : 0;
+  size_t kept = 0;
+  for (size_t i = start; i < bytes.size(); ++i)
+    if (!(bytes[i] == '\r' && i + 1 < bytes.size() && bytes[i + 1] == '\n')) bytes[kept++] = bytes[i];
+  bytes.resize(kept);
+  return bytes;
+}
+
 int64_t count_utf8_chars(std::string_view t) {
   int64_t n = 0;
   for (unsigned char c : t) n += !is_utf8_continuation(c);

@@ -184,6 +184,14 @@ TEST_CASE("sample: --interactive continues each line of stdin until EOF, and --p
   std::ofstream(tmp.file("p.txt")) << "MENENIUS:";
   r = sample_test_stdout("sample" + run + " --prompt-file " + tmp.file("p.txt"));
   CHECK(r.out == "MENENIUS:" + menenius + "\n");
+  // A file saved on Windows (a byte order mark, CRLF) is the same prompt, as a corpus file would be.
+  std::ofstream(tmp.file("lf.txt"), std::ios::binary) << "ROMEO:\nMENENIUS:";
+  std::ofstream(tmp.file("crlf.txt"), std::ios::binary) << "\xEF\xBB\xBFROMEO:\r\nMENENIUS:";
+  const tfm_test::CliRun lf = sample_test_stdout("sample" + run + " --prompt-file " + tmp.file("lf.txt")),
+                         crlf = sample_test_stdout("sample" + run + " --prompt-file " + tmp.file("crlf.txt"));
+  REQUIRE(lf.status == 0);
+  CHECK(crlf.status == 0);
+  CHECK(crlf.out == lf.out);
   r = tfm_test::run_tfm("sample" + run + " --prompt-file " + tmp.file("missing.txt"));
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains(tmp.file("missing.txt")));

@@ -32,6 +32,12 @@ TEST_CASE("data: UTF-8 decodes to code points, Chinese included, and round-trips
   std::string back;
   for (uint32_t cp : cps) append_utf8(back, cp);
   CHECK(back == text);
+  // A text file's contents as corpora are read: the byte order mark at the start and each CR of a CRLF
+  // dropped, nothing else.
+  CHECK(text_file_contents("\xEF\xBB\xBF"
+                           "a\r\nb\rc\r\n\r\n") == "a\nb\rc\n\n");
+  CHECK(text_file_contents("x\xEF\xBB\xBF\r") == "x\xEF\xBB\xBF\r");
+  CHECK(text_file_contents("").empty());
 }
 
 TEST_CASE("data: invalid UTF-8 names the file and the byte offset", "[data]") {

@@ -65,6 +65,7 @@ struct CorpusOptions {
   // How the command that reads the corpus spells skip_bad_records, for the advice in a bad record's
   // error (tfm tokenizer train has a flag, not the config key).
   std::string skip_option = "data.on_bad_record = \"skip\"";
+  std::string text_field_option = "data.text_field";  // what sets text_field, as errors name it
 };
 
 // Reads the documents of `files` in order. Errors are IoError naming the file and the place: an

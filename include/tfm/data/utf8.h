@@ -47,5 +47,9 @@ constexpr std::string_view kUtf8ByteOrderMark = "\xEF\xBB\xBF";
 inline bool starts_with_byte_order_mark(std::string_view text) {
   return text.substr(0, kUtf8ByteOrderMark.size()) == kUtf8ByteOrderMark;
 }
+// A whole text file's bytes as a corpus file is read (corpus.h): a byte order mark at its start dropped
+// and each CRLF read as LF, as Python's text mode reads UTF-8. For the files given beside a corpus (a
+// prompt), so that a file saved on Windows means what the same text saved on Linux does.
+std::string text_file_contents(std::string bytes);
 
 }  // namespace tfm
