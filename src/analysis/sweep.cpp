@@ -252,7 +252,9 @@ SweepResult run_sweep(const SweepSpec& spec, const std::atomic<bool>* stop, cons
                           ", past this sweep's train.max_steps " + std::to_string(max_steps) + advice);
     }
     if (failure.is_null() && step < max_steps && !stopped) {
-      if (progress) progress(i, points.size(), point_name(axes, points[i]), step);
+      if (progress)
+        progress(i, points.size(), point_name(axes, points[i]),
+                 step < 0 ? "training" : "continuing after step " + std::to_string(step));
       TrainOptions t;
       t.console = false;
       t.stop = stop;
@@ -277,6 +279,10 @@ SweepResult run_sweep(const SweepSpec& spec, const std::atomic<bool>* stop, cons
                    {"error", r.nonfinite},
                    {"config", configs[i].tree}};
         write_file_atomically(diverged_path, failure.dump(1) + "\n");
+        if (progress)
+          progress(
+              i, points.size(), point_name(axes, points[i]),
+              "diverged at step " + std::to_string(r.step + 1) + ": " + r.nonfinite + "; the sweep goes on");
       }
     }
     json rec = failure.is_null() ? measure_sweep_point(dir, configs[i])

@@ -33,9 +33,8 @@ int run_sweep_command(const SweepOptions& o) {
   spec.sets = o.sets;
   spec.out = o.out;
   for (const std::string& g : o.grid) spec.axes.push_back(parse_sweep_axis(g));
-  const auto progress = [](size_t i, size_t n, const std::string& point, int64_t step) {
-    fmt::print(stderr, "sweep: {}/{} {}: {}\n", i + 1, n, point.c_str(),
-               step < 0 ? "training" : ("continuing after step " + std::to_string(step)).c_str());
+  const auto progress = [](size_t i, size_t n, const std::string& point, const std::string& what) {
+    fmt::print(stderr, "sweep: {}/{} {}: {}\n", i + 1, n, point.c_str(), what.c_str());
   };
   const SweepResult result = run_sweep(spec, platform::stop_on_signals(), progress);
   if (result.interrupted) {

@@ -154,6 +154,10 @@ TEST_CASE("sweep: a diverging point is recorded as failed, the others train on, 
   CHECK(r.status == 3);
   CHECK_THAT(r.out, !Catch::Contains("internal error"));
   CHECK_THAT(r.out, Catch::Contains(" (diverged at step 2) |"));
+  // Said when it happens, before the next point trains.
+  const size_t said = r.out.find("sweep: 1/2 train.optimizer.lr=1e6: diverged at step 2: the gradient of ");
+  CHECK(said != std::string::npos);
+  CHECK(said < r.out.find("sweep: 2/2 train.optimizer.lr=0.003: training"));
   CHECK_THAT(r.out, Catch::Contains("| 1000000 |") && Catch::Contains("| 0.003 |"));  // not "1000000.0"
   CHECK_THAT(r.out, Catch::Contains("is not finite"));
   auto points = read_jsonl(out + "/sweep.jsonl");

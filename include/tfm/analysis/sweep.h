@@ -50,10 +50,11 @@ struct SweepResult {
   std::vector<nlohmann::json> points;
 };
 
-// Before each point that trains: its index (0-based), the number of points, its name and the step it
-// continues after (-1: a fresh run).
+// Before each point that trains, and after one that diverged: its index (0-based), the number of points,
+// its name and what happens ("training", "continuing after step 40", "diverged at step 2: the gradient
+// of emb.weight is not finite ...; the sweep goes on").
 using SweepProgress =
-    std::function<void(size_t index, size_t points, const std::string& point, int64_t step)>;
+    std::function<void(size_t index, size_t points, const std::string& point, const std::string& what)>;
 
 // Resolves every point's config first (a bad value fails the sweep before anything trains; the same
 // for an output the guard refuses), then trains each point in OUT/<key=value,...> that has not
