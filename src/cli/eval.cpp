@@ -16,6 +16,7 @@
 #include "tfm/engine/ops.h"
 #include "tfm/models/gguf_export.h"
 #include "tfm/models/gguf_reference.h"
+#include "tfm/objectives/inference.h"
 #include "tfm/objectives/text_data.h"
 #include "tfm/training/preflight.h"
 #include "tfm/training/run_dir.h"
@@ -75,9 +76,9 @@ LogitsFn model_logits(LanguageModel& model) {
   };
 }
 
-// One batch of `rows` validation windows (the first evaluation batch) and the model's logits for them.
-void dump_logits(LanguageModel& model, const Config& c, const TokenSpan& tokens, int64_t rows,
-                 const std::string& path) {
+// One batch of `rows` windows of `split` (the first evaluation batch) and the model's logits for them.
+void dump_logits(LanguageModel& model, const Config& c, const TokenSpan& tokens, const std::string& split,
+                 int64_t rows, const std::string& path) {
   const int64_t T = c.train().seq_len;
   BatchSampler sampler(eval_seed(c));
   std::vector<int32_t> x, y;
@@ -85,7 +86,8 @@ void dump_logits(LanguageModel& model, const Config& c, const TokenSpan& tokens,
   std::vector<std::vector<int32_t>> sequences;
   for (int64_t b = 0; b < rows; ++b) sequences.emplace_back(x.begin() + b * T, x.begin() + (b + 1) * T);
   write_logits(model_logits(model), model.config().vocab_size, sequences, true, path,
-               std::to_string(rows) + " x " + std::to_string(T) + " validation tokens");
+               std::to_string(rows) + " x " + std::to_string(T) +
+                   (split == "val" ? " validation" : " training") + " tokens");
 }
 
 // --gguf FILE runs the run's token ids through the file's graph: ConfigError unless the file's vocabulary
@@ -116,14 +118,16 @@ void check_gguf_of_run(const GgufFile& file, const Tokenizer& tok,
                                        " tokens and a --text is ", ids.size(), " tokens", fix));
 }
 
-// The logits of each --text, encoded with the run's tokenizer (each at most the model's context): the
-// model's, or with --gguf those of llama.cpp's graph run from the file (models/gguf_reference.h).
-void dump_text_logits(LanguageModel& model, const Tokenizer& tok, const std::vector<std::string>& texts,
-                      const std::string& path, const std::string& gguf_path, const std::string& gelu) {
+// The logits of each --text, encoded with the run's tokenizer (each at most the model's context; a
+// masked_lm run's "[MASK]" read as its mask token, mask_id, as fill-mask reads it): the model's, or with
+// --gguf those of llama.cpp's graph run from the file (models/gguf_reference.h).
+void dump_text_logits(LanguageModel& model, const Tokenizer& tok, int32_t mask_id,
+                      const std::vector<std::string>& texts, const std::string& path,
+                      const std::string& gguf_path, const std::string& gelu) {
   const int64_t L = model.config().max_seq_len;
   std::vector<std::vector<int32_t>> sequences;
   for (const std::string& text : texts) {
-    sequences.push_back(tok.encode(text, "--text"));
+    sequences.push_back(encode_with_masks(tok, text, mask_id, "--text"));
     const auto n = static_cast<int64_t>(sequences.back().size());
     if (n == 0 || n > L)
       throw ConfigError("--text: \"" + text + "\" is " + std::to_string(n) + " tokens, expected 1 to " +
@@ -183,7 +187,8 @@ int eval_command(const EvalOptions& o) {
       throw ConfigError(
           "--dump-logits: only for language-model runs (train.objective causal_lm or masked_lm)");
     if (!o.texts.empty()) {
-      dump_text_logits(*run.model, run.checkpoint.tokenizer, o.texts, o.dump_path, o.gguf_path, o.gelu);
+      dump_text_logits(*run.model, run.checkpoint.tokenizer, mask_token_id(*run.objective), o.texts,
+                       o.dump_path, o.gguf_path, o.gelu);
       return kExitOk;
     }
     const int64_t rows = batches == 0 ? 2 : batches;
@@ -191,8 +196,9 @@ int eval_command(const EvalOptions& o) {
     check_logits_memory(run.model->config(), rows, T, sizes);
     const Dataset data = load_dataset(c.string("data.path"), run.checkpoint.tokenizer,
                                       c.number("data.val_fraction"), T, token_cache_options(c, true));
-    sized_by(sizes,
-             [&] { dump_logits(*run.model, c, split == "val" ? data.val : data.train, rows, o.dump_path); });
+    sized_by(sizes, [&] {
+      dump_logits(*run.model, c, split == "val" ? data.val : data.train, split, rows, o.dump_path);
+    });
     return kExitOk;
   }
   // 0 (--full, or a run trained with train.eval_steps 0): the whole split.
@@ -200,7 +206,11 @@ int eval_command(const EvalOptions& o) {
   const Metrics m = run.objective->evaluate(split, batches, eval_seed(c));
   // A split walked in order (seq2seq) ends before a large --batches does: report what ran.
   const int64_t ran = run.objective->evaluation_batches(split, batches);
-  const std::string whole = batches == 0    ? " (the whole " + split + " split, every token once)"
+  // masked_lm reads every token once and scores the masked ones (train.mask_prob of them).
+  const std::string once = mask_token_id(*run.objective) >= 0
+                               ? "every token read once, the masked ones scored"
+                               : "every token once";
+  const std::string whole = batches == 0    ? " (the whole " + split + " split, " + once + ")"
                             : ran < batches ? " (the whole " + split + " split; " + std::to_string(batches) +
                                                   " asked for more than it holds)"
                                             : "";
@@ -227,9 +237,11 @@ std::vector<Command> add_eval_commands(CLI::App& app) {
                    "Number of batches (default: the run's train.eval_steps; seq2seq: at most what its split "
                    "holds)")
       ->check(integer_in(1, kMaxFlagCount));
-  eval->add_flag("--full", o->full,
-                 "Evaluate the whole split once, every token scored exactly once (non-overlapping windows "
-                 "of train.seq_len, the tail a shorter one; seq2seq: every pair): no sampling noise");
+  eval->add_flag(
+      "--full", o->full,
+      "Evaluate the whole split once, every token scored exactly once (non-overlapping windows "
+      "of train.seq_len, the tail a shorter one; masked_lm: every token read once, the masked ones "
+      "scored; seq2seq: every pair): no sampling noise");
   add_checkpoint_option(eval, o->which);
   eval->add_option("--dump-logits", o->dump_path,
                    "Write one batch of --batches (default 2) sequences and their logits as JSON "

@@ -320,7 +320,15 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
   att->add_option("--run", a->run, "Run directory")->type_name("DIR")->required();
   att->add_option("--text", a->text, "Text to analyse (at most model.max_seq_len tokens)")->required();
   att->add_option("--target", a->target,
-                  "seq2seq runs: the target side, teacher-forced (default: the run's greedy translation)");
+                  "seq2seq runs: the target side, teacher-forced (default: the run's greedy translation)")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {  // given empty, it would mean the default silently
+            return text.find_first_not_of(" \t\r\n") == std::string::npos
+                       ? "empty; give the target sentence, or leave --target out for the run's greedy "
+                         "translation"
+                       : "";
+          },
+          ""));
   att->add_option("--out", a->out, "Output directory (default: DIR/attention)")->type_name("DIR");
   att->add_option("--mask-heads", a->mask_heads,
                   "Mask attention heads: LAYER:HEAD,... (0-based; their output is zero)")

@@ -4,6 +4,7 @@
 // a user can give ends as an internal error (exit 1).
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -186,6 +187,9 @@ TEST_CASE("bounds: odd but parsable input never ends as an internal error", "[bo
       {"attention" + lm + " --no-plot --out " + scratch + "/a --text \"\"", 2},
       {"attention" + lm + " --no-plot --out " + scratch + "/a --text \"many more tokens than eight\"", 2},
       {"attention" + s2s + " --no-plot --out " + scratch + "/a --text \"\"", 2},
+      {"attention" + s2s + " --no-plot --out " + scratch + "/a --text \"one two.\" --target \"\"", 2},
+      {"eval" + mlm + " --dump-logits " + scratch + "/m.json --text \"a[MASK]b\"",
+       0},  // as fill-mask reads it
       {"attention" + s2s + " --no-plot --out " + scratch +
            "/a --text \"one two three four five six seven eight\"",
        0},
@@ -207,6 +211,12 @@ TEST_CASE("bounds: odd but parsable input never ends as an internal error", "[bo
     CHECK(r.status == status);
     CHECK_THAT(r.out, !Catch::Contains("internal error"));
   }
+  // The masked_lm text above: "[MASK]" one token, between "a" and "b".
+  CHECK(nlohmann::json::parse(tfm_test::read_file(scratch + "/m.json")).at("tokens").at(0).size() == 3);
+  // A whole-split evaluation of a masked LM reads every token and scores the masked ones.
+  r = tfm_test::run_tfm("eval" + mlm + " --full");
+  INFO(r.out);
+  CHECK_THAT(r.out, Catch::Contains("(the whole val split, every token read once, the masked ones scored)"));
 }
 
 TEST_CASE("bounds: an allocation that fails past the pre-flight names the sizes that asked for it",

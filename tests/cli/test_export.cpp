@@ -77,6 +77,10 @@ TEST_CASE("export: safetensors round trip through --init-from, and the PyTorch r
   r = run_tfm("eval --run " + run + " --dump-logits " + tmp.path + "/a.json --batches 2");
   INFO(r.out);
   REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("logits of 2 x 32 validation tokens"));
+  const CliRun train_split =
+      run_tfm("eval --run " + run + " --dump-logits " + tmp.path + "/t.json --batches 2 --split train");
+  CHECK_THAT(train_split.out, Catch::Contains("logits of 2 x 32 training tokens"));
   const std::string run2 = tmp.path + "/run2";
   // One step at learning rate 1e-9 (max_steps >= 1, lr > 0): Adam moves each weight by ~1e-9, so the
   // logits stay the file's to ~1e-7 (a fresh initialisation would differ by ~1).
