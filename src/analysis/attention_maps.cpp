@@ -9,7 +9,8 @@
 namespace tfm {
 namespace {
 
-// Cosine similarity of every pair of rows of x (n, m), accumulated in double: (n, n).
+// Cosine similarity of every pair of rows of x (n, m), accumulated in double: (n, n). A row of zeros (a
+// masked head's contribution) has no direction: its cosines are NaN, not 0 ("complementary").
 Tensor row_cosines(const float* x, int64_t n, int64_t m) {
   Tensor out = Tensor::empty({n, n});
   std::vector<double> norm(n, 0.0);
@@ -20,19 +21,22 @@ Tensor row_cosines(const float* x, int64_t n, int64_t m) {
       double dot = 0.0;
       for (int64_t k = 0; k < m; ++k) dot += static_cast<double>(x[i * m + k]) * x[j * m + k];
       const double denom = std::sqrt(norm[i] * norm[j]);
-      out.data()[i * n + j] = denom > 0 ? static_cast<float>(dot / denom) : 0.0f;
+      out.data()[i * n + j] = denom > 0 ? static_cast<float>(dot / denom) : std::nanf("");
     }
   return out;
 }
 
+// The mean over the pairs i != j whose similarity is defined; NaN when none is (every head but one
+// masked), 0 with a single head.
 double mean_off_diagonal(const Tensor& s) {
   const int64_t n = s.size(0);
   if (n < 2) return 0.0;
   double sum = 0.0;
+  int64_t pairs = 0;
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < n; ++j)
-      if (i != j) sum += s.data()[i * n + j];
-  return sum / static_cast<double>(n * (n - 1));
+      if (i != j && std::isfinite(s.data()[i * n + j])) sum += s.data()[i * n + j], ++pairs;
+  return pairs > 0 ? sum / static_cast<double>(pairs) : std::nan("");
 }
 
 nlohmann::json to_json(const Tensor& t) {

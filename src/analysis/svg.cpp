@@ -450,15 +450,18 @@ void draw_heatmap(Document& doc, double x, double y, double w, double h, const H
   for (size_t i = 0; i < rows; ++i)
     for (size_t j = 0; j < cols && j < map.values[i].size(); ++j) {
       const double t = (map.values[i][j] - map.vmin) / span;  // 0..1
-      const std::string fill = map.signed_scale ? diverging(2 * t - 1) : viridis(t);
+      // A value that is not defined (NaN: a masked head's similarity) is a grey cell, "-" in its label.
+      const bool undefined = !std::isfinite(map.values[i][j]);
+      const std::string fill = undefined ? "#d9d9d9" : map.signed_scale ? diverging(2 * t - 1) : viridis(t);
       // Cells overlap by a hair and are drawn with crisp edges: no background shows between them.
       doc.rect(x + cw * static_cast<double>(j), y + ch * static_cast<double>(i), cw + 0.05, ch + 0.05, fill,
                "class=\"" + escape(map.cell_class) + "\" shape-rendering=\"crispEdges\"");
       if (map.cell_format.empty()) continue;
       const bool light = map.signed_scale ? std::abs(2 * t - 1) < 0.6 : t > 0.6;
       doc.text(x + cw * (static_cast<double>(j) + 0.5), y + ch * (static_cast<double>(i) + 0.5) + 3.5,
-               fmt::format(fmt::runtime(map.cell_format), map.values[i][j]), std::min(10.0, ch * 0.45),
-               Document::Anchor::Middle, light ? "#111111" : "#ffffff");
+               undefined ? std::string("-") : fmt::format(fmt::runtime(map.cell_format), map.values[i][j]),
+               std::min(10.0, ch * 0.45), Document::Anchor::Middle,
+               light || undefined ? "#111111" : "#ffffff");
     }
   doc.rect(x, y, w, h, "none", "stroke=\"#444444\" stroke-width=\"0.6\"");
   // Labels: as large as a cell allows; every other one when cells are too small to read one each.

@@ -3,6 +3,7 @@
 
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -118,12 +119,21 @@ int run_attention(const AttentionOptions& o) {
   const std::vector<LayerAttention> layers = analyze_attention(*run.model, t.ids);
   const std::string out = output_dir(o, run);
   const std::string report = out + "/attention.json";
-  const nlohmann::json j = attention_report_json(layers, t.tokens);
+  nlohmann::json j = attention_report_json(layers, t.tokens);
+  if (!o.mask_heads.empty()) j["mask_heads"] = o.mask_heads;  // the maps are of the model without them
   write_file_atomically(report, j.dump() + "\n");
   for (size_t l = 0; l < layers.size(); ++l) {
     write_npy(out + "/attention_layer" + std::to_string(l) + ".npy", layers[l].probabilities);
-    fmt::print("layer {}: mean head similarity rho = {:.2f} (output), {:.2f} (pattern)\n", l,
-               layers[l].mean_output_similarity, layers[l].mean_pattern_similarity);
+    // A masked head contributes nothing: its similarities (its diagonal too) are not defined.
+    const Tensor& rho_ij = layers[l].output_similarity;  // (H, H)
+    const int64_t H = rho_ij.size(0);
+    int64_t masked = 0;
+    for (int64_t h = 0; h < H; ++h) masked += !std::isfinite(rho_ij.data()[h * H + h]);
+    const double rho = layers[l].mean_output_similarity;
+    fmt::print("layer {}: mean head similarity rho = {} (output{}), {:.2f} (pattern)\n", l,
+               std::isfinite(rho) ? fmt::format("{:.2f}", rho) : std::string("n/a"),
+               masked ? fmt::format(", of the {} heads not masked", H - masked) : std::string(),
+               layers[l].mean_pattern_similarity);
   }
   fmt::print("wrote {} and attention_layer{{0..{}}}.npy ({} tokens; probabilities (H, T, T) float32)\n",
              report.c_str(), layers.size() - 1, t.ids.size());

@@ -52,9 +52,24 @@ TEST_CASE("heads: tfm heads ranks the heads, --mask-heads masks them, bad masks 
   REQUIRE(masked.status == 0);
   CHECK(plain.out != masked.out);
   CHECK(tfm_test::run_tfm("sample --run " + dir + " --max-new-tokens 5 --mask-heads 1:0").status == 0);
-  CHECK(tfm_test::run_tfm("attention --run " + dir + " --text \"First\" --no-plot --mask-heads 0:1 --out " +
-                          dir + "/att")
-            .status == 0);
+  // A masked head's similarities are not defined: left out of the mean, null in the report, which names
+  // the mask.
+  tfm_test::CliRun att = tfm_test::run_tfm(
+      "attention --run " + dir + " --text \"First\" --no-plot --mask-heads 0:1 --out " + dir + "/att");
+  INFO(att.out);
+  CHECK(att.status == 0);
+  CHECK_THAT(att.out, Catch::Contains("(output, of the 3 heads not masked)") &&
+                          Catch::Contains("layer 1: mean head similarity rho = ") && !Catch::Contains("nan"));
+  const auto maps = nlohmann::json::parse(tfm_test::read_file(dir + "/att/attention.json"));
+  CHECK(maps.at("mask_heads") == "0:1");
+  for (const auto& rho : maps.at("layers").at(0).at("output_similarity").at(1)) CHECK(rho.is_null());
+  CHECK(maps.at("layers").at(0).at("output_similarity").at(0).at(2).is_number());
+  att = tfm_test::run_tfm("attention --run " + dir +
+                          " --text \"First\" --no-plot --mask-heads 0:0,0:1,0:2,0:3 " + "--out " + dir +
+                          "/att");
+  CHECK(att.status == 0);
+  CHECK_THAT(att.out,
+             Catch::Contains("layer 0: mean head similarity rho = n/a (output, of the 0 heads not masked)"));
   struct Case {
     std::string mask, expect;
   };

@@ -19,9 +19,10 @@ namespace tfm {
 
 struct LayerAttention {
   Tensor probabilities;                 // (H, T, T)
-  Tensor output_similarity;             // (H, H): rho_ij of the heads' contributions
+  Tensor output_similarity;             // (H, H): rho_ij of the heads' contributions (NaN for a masked head)
   Tensor pattern_similarity;            // (H, H): cosine of the attention maps
-  double mean_output_similarity = 0.0;  // mean off-diagonal rho (0 with a single head)
+  double mean_output_similarity = 0.0;  // mean off-diagonal rho over the heads not masked (0 with a single
+                                        // head, NaN with fewer than two unmasked)
   double mean_pattern_similarity = 0.0;
 };
 
@@ -40,7 +41,9 @@ AttentionText attention_text(const Tokenizer& tok, const std::string& text, cons
                              const std::string& flag, int32_t mask_id = -1);
 
 // {"tokens": [...], "layers": [{"layer": l, "probabilities": [H][T][T], "output_similarity": [H][H],
-//   "pattern_similarity": [H][H], "mean_output_similarity": x, "mean_pattern_similarity": y}]}
+//   "pattern_similarity": [H][H], "mean_output_similarity": x, "mean_pattern_similarity": y}]}; a value
+// that is not defined (a masked head's similarity) is null. tfm attention adds "mask_heads" when it
+// masked some.
 nlohmann::json attention_report_json(const std::vector<LayerAttention>& layers,
                                      const std::vector<std::string>& token_text);
 
