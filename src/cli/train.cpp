@@ -73,9 +73,7 @@ std::vector<Command> add_train_commands(CLI::App& app) {
                    "Continue the run in DIR from its last.ckpt, else its best.ckpt (bit-identical to an "
                    "uninterrupted run when no --set changes train.max_steps)")
       ->type_name("DIR");
-  std::string resumable;  // the key table's keys that may change on --resume
-  for (const KeySpec& k : config_keys())
-    if (k.resumable) resumable += (resumable.empty() ? "" : ", ") + k.path;
+  const std::string resumable = resumable_keys_text();
   train
       ->add_option(
           "--set", o->sets,

@@ -666,14 +666,18 @@ Config resume_config(const Config& run, const std::vector<std::string>& override
   for (const auto& path : differing_keys(run, next)) {
     const KeySpec* k = find_key(path);
     if (k->resumable || !k->read_by(objective)) continue;
-    std::string allowed;
-    for (const auto& k : config_keys())
-      if (k.resumable) allowed += (allowed.empty() ? "" : ", ") + k.path;
     errors.push_back(path + ": cannot change when resuming (the run has " + shown(run.at(path)) + ", got " +
-                     shown(next.at(path)) + "); only " + allowed + " may change");
+                     shown(next.at(path)) + "); only " + resumable_keys_text() + " may change");
   }
   if (!errors.empty()) throw ConfigError(join_lines(errors));
   return next;
+}
+
+std::string resumable_keys_text() {
+  std::string keys;
+  for (const auto& k : config_keys())
+    if (k.resumable) keys += (keys.empty() ? "" : ", ") + k.path;
+  return keys;
 }
 
 Config with_absolute_paths(const Config& config) {

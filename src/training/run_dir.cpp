@@ -154,9 +154,7 @@ std::vector<std::pair<std::string, json>> check_run_config_file(const std::strin
   const std::string path = dir + "/" + kRunConfigFile;
   if (!present(path)) return {};    // written again at the resume's first step
   require_regular_or_absent(path);  // a link or device there is refused as such, never read
-  std::string resumable;
-  for (const KeySpec& k : config_keys())
-    if (k.resumable) resumable += (resumable.empty() ? "" : ", ") + k.path;
+  const std::string resumable = resumable_keys_text();
   const std::string advice =
       "; restore the file (or remove it: the resume writes it again). --resume takes the config from the "
       "checkpoint; a change is passed as `tfm train --resume " +

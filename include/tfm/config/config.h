@@ -117,6 +117,8 @@ Config resolve_config(nlohmann::json user, const std::vector<std::string>& overr
 // read_json_file + resolve_config; a default output.dir becomes runs/<file name without .json>.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 
+// The keys that may change on `train --resume DIR --set ...`, in key-table order: "a, b, c".
+std::string resumable_keys_text();
 // On resume: applies `overrides` to a run's resolved config; only resumable keys may change.
 Config resume_config(const Config& run, const std::vector<std::string>& overrides);
 // The config with its paths absolute, taken from the working directory: data.path's entries,
