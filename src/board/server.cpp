@@ -28,6 +28,7 @@
 
 #include "board.h"
 #include "tfm/analysis/runs.h"
+#include "tfm/data/token_cache.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
 #include "tfm/engine/platform.h"
@@ -191,16 +192,15 @@ class RunIndex {
 constexpr size_t kMaxSeries = 64;
 constexpr size_t kMaxPointsInAll = 8 * kMaxMaxPoints;
 
-// What a poller holds its last point by: FNV-1a of the last record at `step` as JSON, "" when there is
-// none. A resumed run rewrites metrics.jsonl from its checkpoint's step on, and the record at a step the
-// page holds is then another (its times differ) or absent.
+// What a poller holds its last point by: the hash (xxHash64) of the last record at `step` as JSON, "" when
+// there is none. A resumed run rewrites metrics.jsonl from its checkpoint's step on, and the record at a step
+// the page holds is then another (its times differ) or absent.
 std::string record_id(const MetricsLog& log, int64_t step) {
   for (auto it = log.records.rbegin(); it != log.records.rend(); ++it) {
     const auto s = it->find("step");
     if (s == it->end() || !s->is_number_integer() || s->get<int64_t>() != step) continue;
-    uint64_t h = 14695981039346656037ull;
-    for (const unsigned char c : dump(*it)) h = (h ^ c) * 1099511628211ull;
-    return fmt::format("{:016x}", h);
+    const std::string text = dump(*it);
+    return fmt::format("{:016x}", hash64(text.data(), text.size()));
   }
   return "";
 }
