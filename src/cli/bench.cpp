@@ -46,13 +46,19 @@ int run_bench_gemm(const BenchGemmOptions& o) {
   struct Mode {
     GemmBackend backend;
     Precision precision;
-    const char* note;
+    bool emulated;  // bf16 as sgemm on rounded operands (gemm.h): the same products, no bf16 kernel
   };
-  const Mode modes[] = {{GemmBackend::OpenBlas, Precision::Fp32, ""},
-                        {GemmBackend::OneDnn, Precision::Fp32, ""},
-                        {GemmBackend::OneDnn, Precision::Bf16, ""},
-                        {GemmBackend::OpenBlas, Precision::Bf16, " (emulated: sgemm on rounded operands)"}};
+  // oneDNN runs bf16 kernels only where it can create its bf16 matmul (AVX-512); OpenBLAS never does.
+  const bool onednn_bf16 = onednn_bf16_matmul_available();
+  const Mode modes[] = {{GemmBackend::OpenBlas, Precision::Fp32, false},
+                        {GemmBackend::OneDnn, Precision::Fp32, false},
+                        {GemmBackend::OneDnn, Precision::Bf16, !onednn_bf16},
+                        {GemmBackend::OpenBlas, Precision::Bf16, true}};
   const GemmBackend default_backend = resolve_gemm_backend(GemmBackendChoice::Auto);
+  if (!o.json)
+    fmt::print("{}; {}; {}; train.gemm_backend \"auto\" = {} (median of repeated runs over {:.2f} s each)\n",
+               platform::cpu_name().c_str(), platform::blas_summary().c_str(), onednn_version().c_str(),
+               gemm_backend_name(default_backend), o.seconds);
   std::string cache_problem;
   nlohmann::json out = {{"n", o.n},
                         {"cpu", platform::cpu_name()},
@@ -95,10 +101,12 @@ int run_bench_gemm(const BenchGemmOptions& o) {
                         {"precision", precision_name(mode.precision)},
                         {"peak_gflops", peak.gflops},
                         {"core_share", peak.core_share},
+                        {"emulated", mode.emulated},
                         {"kept_for_training", not_kept.empty()}};
     if (!o.json)
       fmt::print("{:<8} {} {}^3: {:7.1f} GFLOP/s{}{}\n", gemm_backend_name(mode.backend),
-                 precision_name(mode.precision), o.n, peak.gflops, mode.note,
+                 precision_name(mode.precision), o.n, peak.gflops,
+                 mode.emulated ? " (emulated: sgemm on rounded operands)" : "",
                  busy ? fmt::format(" (busy machine: {:.0f}% of the cores)", 100.0 * peak.core_share) : "");
     if (!o.config.empty()) {
       shapes.push_back(time_model_gemms(m, B, T, o.seconds / 4, S));
@@ -118,15 +126,16 @@ int run_bench_gemm(const BenchGemmOptions& o) {
     fmt::print("{}\n", out.dump().c_str());
     return kExitOk;
   }
-  fmt::print("{}; {}; {}; train.gemm_backend \"auto\" = {} (median of repeated runs over {:.2f} s each)\n",
-             platform::cpu_name().c_str(), platform::blas_summary().c_str(), onednn_version().c_str(),
-             gemm_backend_name(default_backend), o.seconds);
   fmt::print("peaks for training runs' MFU: {}\n",
              cache_problem.empty() ? "kept in " + gemm_peak_cache_path() : cache_problem);
   if (!shapes.empty()) {
     fmt::print("\n{}: {}\n", o.config.c_str(), vocab.c_str());
+    std::string columns;
+    for (const Mode& mode : modes)
+      columns += fmt::format("{}{} {}{}", columns.empty() ? "" : " | ", gemm_backend_name(mode.backend),
+                             precision_name(mode.precision), mode.emulated ? " (emulated)" : "");
     fmt::print("{:<46} {:>6} {:>6} {:>6}  {}\n", "GFLOP/s of a training step's products", "M", "N", "K",
-               "openblas fp32 | onednn fp32 | onednn bf16 | openblas bf16 (emulated)");
+               columns.c_str());
     for (size_t i = 0; i < shapes[0].size(); ++i) {
       const GemmTiming& t = shapes[0][i];
       fmt::print("{:<46} {:6} {:6} {:6} ", t.label.c_str(), t.M, t.N, t.K);

@@ -131,10 +131,11 @@ std::string gemm_summary() {
          : onednn_bf16_matmul_available()
              ? ", bf16 matmul)"
              : ": no bf16 matmul on this CPU, which lacks AVX-512; bf16 emulated: sgemm on rounded operands, "
-               "the same numbers as bf16 kernels but no speed-up: train.precision \"fp32\" is as fast here)");
+               "the same numbers as bf16 kernels and slower than fp32, which skips the rounding: "
+               "train.precision \"fp32\" is faster here)");
   else if (gemm_precision() == Precision::Bf16)
-    s += " (bf16 emulated: sgemm on rounded operands, no speed-up; train.gemm_backend \"onednn\" runs bf16 "
-         "kernels)";
+    s += " (bf16 emulated: sgemm on rounded operands, slower than fp32; train.gemm_backend \"onednn\" runs "
+         "bf16 kernels on a CPU with AVX-512)";
   if (const char* env = std::getenv("TFM_GEMM_BACKEND")) s += std::string(" (TFM_GEMM_BACKEND=") + env + ")";
   return s;
 }

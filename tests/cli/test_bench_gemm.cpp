@@ -75,3 +75,32 @@ TEST_CASE("bench gemm --config: a seq2seq model's encoder, decoder and cross-att
   CHECK(shapes.at("lm head forward").at("M") == 8 * 12);
   CHECK(shapes.at("lm head forward").at("N") == info.at("vocab_size"));
 }
+
+TEST_CASE("bench gemm: a bf16 row is marked emulated exactly where training says its bf16 is emulated",
+          "[bench][cli]") {
+  const nlohmann::json bench = json_of(tfm_test::run_tfm(std::string("bench gemm") + kQuick));
+  std::map<std::string, bool> emulated;  // "onednn bf16" -> emulated
+  for (const auto& m : bench.at("modes"))
+    emulated[m.at("backend").get<std::string>() + " " + m.at("precision").get<std::string>()] =
+        m.at("emulated").get<bool>();
+  CHECK_FALSE(emulated.at("openblas fp32"));
+  CHECK_FALSE(emulated.at("onednn fp32"));
+  CHECK(emulated.at("openblas bf16"));  // OpenBLAS has no bf16 kernels
+  // oneDNN's bf16 is a kernel on a CPU with AVX-512 and sgemm on rounded operands elsewhere: the table
+  // says what a training run with the same settings says in its log.
+  const tfm_test::CliRun train = tfm_test::run_tfm(
+      "train --config configs/tiny.json --set train.max_steps=1 --set train.eval_interval=1 "
+      "--set train.precision=bf16 --set train.gemm_backend=onednn --set train.threads=1 --out " +
+      tfm_test::scratch_file("bench_gemm", "bf16_run"));
+  INFO(train.out);
+  REQUIRE(train.status == 0);
+  CHECK(emulated.at("onednn bf16") == (train.out.find("bf16 emulated") != std::string::npos));
+  // The text form says so in its row and in the table's columns, and names the kernels first.
+  const tfm_test::CliRun text = tfm_test::run_tfm("bench gemm --n 64 --seconds 0.01 --threads 1");
+  INFO(text.out);
+  CHECK(text.out.rfind(bench.at("cpu").get<std::string>(), 0) == 0);
+  const size_t row = text.out.find("onednn   bf16");
+  REQUIRE(row != std::string::npos);
+  const std::string line = text.out.substr(row, text.out.find('\n', row) - row);
+  CHECK((line.find("(emulated") != std::string::npos) == emulated.at("onednn bf16"));
+}
