@@ -245,8 +245,12 @@ void print_costs(const Config& c, const ConfigModel& m, const InfoFigures& f) {
   for (const auto& [name, n] : m.model().parameter_breakdown())
     fmt::print("  {:<14} {:12}  {:5.1f}%\n", name, n, 100.0 * n / std::max<int64_t>(f.P, 1));
   if (f.seq2seq) {
-    fmt::print("FLOPs per target token (the data's mean lengths): forward {}, training {}\n",
-               human_count(f.train_flops / 3.0), human_count(f.train_flops));
+    // Seq2SeqObjective::train_flops_per_token: the model's per target token spread over the source and
+    // target tokens the data's mean pair holds, the tokens tokens/s counts and MFU multiplies.
+    fmt::print(
+        "FLOPs per token (source and target, as tokens/s counts them; the data's mean lengths): "
+        "forward {}, training {}\n",
+        human_count(f.train_flops / 3.0), human_count(f.train_flops));
     fmt::print("memory estimate (batch {} pairs of at most {} + {} tokens): {}\n", f.B,
                c.integer("data.max_source_len") + 1, f.T, f.memory.summary());
   } else {

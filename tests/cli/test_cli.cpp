@@ -159,6 +159,11 @@ TEST_CASE("cli: help teaches by example, config and info print", "[cli]") {
                         Catch::Contains("memory"));
   CHECK_THAT(r.out, !Catch::Contains("Newton-Schulz"));
   CHECK_THAT(r.out, Catch::Contains("scaled dot-product attention scores"));
+  // A seq2seq model's figure is per source or target token, as its tokens/s and MFU count them.
+  r = run_cli("info --config configs/eng_fra_d2l.json");
+  INFO(r.out);
+  CHECK_THAT(r.out, Catch::Contains("FLOPs per token (source and target, as tokens/s counts them") &&
+                        !Catch::Contains("per target token"));
   r = run_cli("info --config configs/tiny.json --set model.attention_score=additive");
   CHECK_THAT(r.out, Catch::Contains("additive (Bahdanau) attention scores"));
   // Muon's Newton-Schulz FLOPs per step, apart from the model's.
