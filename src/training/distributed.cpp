@@ -19,12 +19,6 @@ int g_local_size = 1;
 const TfmMpiPlugin* g_mpi = nullptr;  // loaded by init() under mpirun
 double g_allreduce_seconds = 0.0;
 
-bool launched_by_mpirun() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
-    if (std::getenv(var)) return true;
-  return false;
-}
-
 void check(int rc, const char* call) {
   TFM_CHECK(rc == 0, "dist", call, " failed with MPI error ", rc);
 }
@@ -67,6 +61,12 @@ const TfmMpiPlugin* load_mpi_plugin() {
       tried);
 }
 }  // namespace
+
+bool launched_by_mpirun() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+    if (std::getenv(var)) return true;
+  return false;
+}
 
 void init(int* argc, char*** argv) {
   if (g_mpi || !launched_by_mpirun()) return;

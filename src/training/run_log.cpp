@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -14,6 +16,7 @@
 
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
+#include "tfm/training/distributed.h"
 #include "tfm/training/run_dir.h"
 
 namespace tfm {
@@ -79,6 +82,21 @@ class AppendSink final : public spdlog::sinks::base_sink<std::mutex> {
   FileDescriptor fd_;
 };
 
+// Whether the console's lines reach a terminal, which gets colours and the rewritten progress line. Under
+// mpirun a rank's stdout is a pseudo-terminal Open MPI opens whatever its own output is, so there it is
+// mpirun's own stdout that counts (its parent's: the rank that logs runs on mpirun's machine).
+bool console_is_terminal() {
+  if (!::isatty(STDOUT_FILENO)) return false;
+  if (!dist::launched_by_mpirun()) return true;
+  struct stat st {};
+  if (::stat(("/proc/" + std::to_string(::getppid()) + "/fd/1").c_str(), &st) != 0 || !S_ISCHR(st.st_mode))
+    return false;
+  // Terminal devices: the virtual consoles and serial lines (major 4), /dev/tty and the console (5), and
+  // the pseudo-terminals (136-143), as the kernel's devices.txt numbers them.
+  const unsigned m = major(st.st_rdev);
+  return m == 4 || m == 5 || (m >= 136 && m <= 143);
+}
+
 }  // namespace
 
 RunLog::RunLog(const std::string& dir, bool console, bool root, bool resume, int64_t resumed_step)
@@ -87,10 +105,12 @@ RunLog::RunLog(const std::string& dir, bool console, bool root, bool resume, int
   // Both refused before either is touched: a link or device at one name leaves the other as it was.
   if (root) require_regular_or_absent(log_path), require_regular_or_absent(metrics);
   std::vector<spdlog::sink_ptr> sinks;
+  tty_ = console && root && console_is_terminal();
   if (console && root) {
     // Its writes are not checked: a closed stdout (EPIPE, SIGPIPE being ignored) or terminal loses
     // only the console's lines; train.log gets them all.
-    auto c = std::make_shared<spdlog::sinks::stdout_color_sink_mt>();
+    auto c = std::make_shared<spdlog::sinks::stdout_color_sink_mt>(tty_ ? spdlog::color_mode::automatic
+                                                                        : spdlog::color_mode::never);
     c->set_pattern("%^%v%$");
     sinks.push_back(c);
   }
@@ -101,7 +121,6 @@ RunLog::RunLog(const std::string& dir, bool console, bool root, bool resume, int
   }
   log_ = std::make_unique<spdlog::logger>("tfm", sinks.begin(), sinks.end());
   log_->flush_on(spdlog::level::info);
-  tty_ = console && root && ::isatty(STDOUT_FILENO);
   if (!root) return;
   if (resume) drop_metrics_after(metrics, resumed_step);
   metrics_path_ = metrics;

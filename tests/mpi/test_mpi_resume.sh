@@ -15,6 +15,9 @@ fail() { echo "FAILED: $*"; exit 1; }
 $mpi -np 2 "$tfm" train $common --out "$dir/full" > "$dir/full.out" 2>&1 || { cat "$dir/full.out"; fail "2-rank run"; }
 grep -q "mpi: 2 ranks x 1 thread" "$dir/full.out" || fail "no 'mpi: 2 ranks x 1 thread' line in the log"
 grep -q "allreduce: .* ms/step" "$dir/full.out" || fail "no allreduce overhead line"
+# mpirun gives its ranks a terminal of its own whatever its output is: written to a file, the log has no
+# colours and no progress line.
+! grep -q "$(printf '\033')" "$dir/full.out" || fail "terminal escape codes in the log mpirun wrote to a file"
 $mpi -np 2 "$tfm" train $common --out "$dir/split" --stop-at 3 > "$dir/split1.out" 2>&1 || { cat "$dir/split1.out"; fail "2-rank run to step 3"; }
 $mpi -np 2 "$tfm" train --resume "$dir/split" > "$dir/split2.out" 2>&1 || { cat "$dir/split2.out"; fail "2-rank resume"; }
 losses "$dir/full" > "$dir/full.losses"

@@ -18,6 +18,8 @@ namespace tfm::dist {
 // loaded (naming where it looked), Error when MPI fails to start; does nothing without mpirun.
 void init(int* argc, char*** argv);
 void finalize();
+// Whether mpirun (Open MPI, MPICH or PMIx) started this process, from its environment; true before init.
+bool launched_by_mpirun();
 
 bool active();  // more than one rank
 int rank();
