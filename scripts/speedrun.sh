@@ -167,17 +167,19 @@ fi
 json() { "$py" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {}, d))' "$@"; }
 [ -n "$out" ] || out="runs/speedrun/$(basename "$config" .json)-$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$out"
-# The config resolved once (every default filled in, --precision applied): both sides train from it.
+# The config resolved once (every default filled in, --precision applied): both sides train from it. Not
+# named config.json, which would make $out look like a run directory to `tfm runs` and the board.
 source_config="$config"
-"$tfm" config --config "$config" ${precision:+--set "train.precision=\"$precision\""} > "$out/config.json" ||
+"$tfm" config --config "$config" ${precision:+--set "train.precision=\"$precision\""} > "$out/speedrun_config.json" ||
   { echo "speedrun.sh: $config does not resolve" >&2; exit 2; }
-config="$out/config.json"
+config="$out/speedrun_config.json"
 if [ -z "$target" ]; then
   target=$(json "$config" 'train["target_loss"] if train["target_loss"] > 0 else 1.5')
 fi
 seed0=$(json "$config" seed)
 echo "speedrun: $source_config to val loss <= $target, $seeds seed(s) from $seed0, $threads thread(s)," \
-  "$(json "$config" 'train["precision"]'); results in $out"
+  "train.precision $(json "$config" 'train["precision"] + (" (decided by tfm at start-up)" if train["precision"] == "auto" else "")');" \
+  "results in $out"
 
 # --- tfm, each seed ---
 tfm_runs=()
@@ -208,6 +210,7 @@ done
 bf16=$(json "${tfm_runs[0]}/config.json" 'train["precision"] == "bf16"')
 flag=""
 [ "$bf16" = True ] && flag="--bf16"
+echo "tfm trained in $([ "$bf16" = True ] && echo bf16 || echo fp32)"
 
 # --- side by side: the same steps in both, per-step medians ---
 side=""
