@@ -60,9 +60,11 @@ GemmTiming time_gemm_on_tensors(const std::string& label, int64_t M, int64_t N, 
   GemmTiming t{label, M, N, K, trans_a, trans_b, ms[ms.size() / 2], 0.0};
   t.gflops = 2.0 * M * N * K / (t.median_ms * 1e-3) / 1e9;
   t.threads = std::max(gemm_backend() == GemmBackend::OneDnn ? omp_get_max_threads() : blas_threads(), 1);
-  // Threads that wait for a descheduled one may spin (and count): a busy machine can only read higher
-  // than it was, never lower.
-  if (wall > 0) t.core_share = std::min(cpu / (wall * t.threads), 1.0);
+  // The share of the cores the threads could have: more threads than cores cannot take more than every
+  // core, which is not a busy machine. Threads that wait for a descheduled one may spin (and count): a
+  // busy machine can only read higher than it was, never lower.
+  const int usable = std::min(t.threads, platform::available_cores());
+  if (wall > 0) t.core_share = std::min(cpu / (wall * usable), 1.0);
   return t;
 }
 }  // namespace
@@ -198,6 +200,12 @@ std::string store_peak(const std::string& path, double gflops, nlohmann::json pe
 // Why a timing is not one to keep for later runs, "" when it is.
 std::string busy_problem(const GemmTiming& peak) {
   if (peak.core_share >= kPeakMinCoreShare) return "";
+  const int cores = platform::available_cores();
+  if (peak.threads > cores)
+    return fmt::format(
+        "not kept: {} threads on {} core(s) wait on each other (the product had {:.0f}% of the cores); "
+        "threads up to the cores measure a peak to keep",
+        peak.threads, cores, 100.0 * peak.core_share);
   return fmt::format(
       "not kept: the machine was busy (the product had {:.0f}% of its {} core(s)); `tfm bench gemm` on a "
       "quiet machine keeps one",

@@ -1,5 +1,7 @@
 #include "tfm/training/preflight.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -223,6 +225,28 @@ int64_t training_threads(const Config& config) {
   if (key > 0) return key;
   const int64_t cores = platform::available_cores();
   return dist::active() ? std::max<int64_t>(1, cores / dist::local_size()) : cores;
+}
+
+std::vector<std::string> thread_warnings(int64_t threads, int64_t workers, int64_t local_ranks,
+                                         int64_t cores) {
+  std::vector<std::string> warnings;
+  if (threads * local_ranks > cores)
+    warnings.push_back(
+        local_ranks > 1
+            ? fmt::format(
+                  "train.threads: {} ranks x {} thread(s) on this machine's {} core(s): threads beyond "
+                  "the cores wait on each other, slower than {} thread(s) a rank",
+                  local_ranks, threads, cores, std::max<int64_t>(1, cores / local_ranks))
+            : fmt::format("train.threads = {} is more than the {} core(s) this process may use: threads "
+                          "beyond the cores wait on each other, slower than train.threads = {} (or 0, all "
+                          "cores)",
+                          threads, cores, cores));
+  if (workers > threads)
+    warnings.push_back(
+        fmt::format("train.data_parallel: {} workers on {} thread(s) take turns on them, "
+                    "slower than {} (0 = one per thread)",
+                    workers, threads, threads));
+  return warnings;
 }
 
 int64_t data_parallel_workers(const Config& config, int64_t threads) {

@@ -338,6 +338,9 @@ void TrainingRun::log_header() {
   peak_gflops_ = peak.gflops;
   log_->info(fmt::format("compute: {} thread(s), {}; {}", threads_, platform::blas_summary().c_str(),
                          platform::gemm_summary().c_str()));
+  for (const std::string& warning : thread_warnings(threads_, data_parallel_workers(config_, threads_),
+                                                    dist::local_size(), platform::available_cores()))
+    log_->warn(warning);
   if (root_) {
     std::string line =
         fmt::format("{} peak {:.1f} GFLOP/s for MFU: ", precision_name(gemm_precision()), peak.gflops);

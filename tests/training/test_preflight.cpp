@@ -202,3 +202,20 @@ TEST_CASE("preflight: the optimizer's state is estimated as the built optimizer 
   const Optimizer optimizer(c.train().optimizer, segments, model.parameter_count());
   CHECK(estimate_memory(c, mc, true).optimizer == Approx(4.0 * optimizer.state_floats(2)).epsilon(0.03));
 }
+
+TEST_CASE("preflight: threads beyond the cores, and data-parallel workers beyond the threads, are warned of",
+          "[preflight]") {
+  CHECK(thread_warnings(2, 2, 1, 2).empty());
+  CHECK(thread_warnings(1, 1, 2, 2).empty());  // two ranks of one thread on two cores
+  std::vector<std::string> w = thread_warnings(4, 4, 1, 2);
+  REQUIRE(w.size() == 1);
+  CHECK_THAT(w[0], Catch::Contains("train.threads = 4 is more than the 2 core(s)") &&
+                       Catch::Contains("slower than train.threads = 2"));
+  w = thread_warnings(2, 2, 2, 2);  // mpirun -np 2 with train.threads 2 on two cores
+  REQUIRE(w.size() == 1);
+  CHECK_THAT(w[0], Catch::Contains("2 ranks x 2 thread(s) on this machine's 2 core(s)") &&
+                       Catch::Contains("slower than 1 thread(s) a rank"));
+  w = thread_warnings(2, 4, 1, 8);
+  REQUIRE(w.size() == 1);
+  CHECK_THAT(w[0], Catch::Contains("train.data_parallel: 4 workers on 2 thread(s)"));
+}
