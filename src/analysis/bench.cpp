@@ -1,5 +1,7 @@
 #include "tfm/analysis/bench.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -95,6 +97,7 @@ std::vector<AttentionTiming> time_attention(const ModelConfig& config, bool caus
     const size_t live = memory::stats().live_bytes;
     memory::reset_peak();
     std::vector<double> ms;
+    const CoreShareMeter meter;
     const auto start = clock::now();
     while (ms.size() < 3 || std::chrono::duration<double>(clock::now() - start).count() < min_seconds) {
       const auto t0 = clock::now();
@@ -102,6 +105,7 @@ std::vector<AttentionTiming> time_attention(const ModelConfig& config, bool caus
       ms.push_back(std::chrono::duration<double, std::milli>(clock::now() - t0).count());
       if (ms.size() >= 1000) break;
     }
+    t.core_share = meter.share(omp_get_max_threads());
     const size_t peak = memory::stats().peak_live_bytes;
     t.peak_bytes = static_cast<double>(peak - std::min(live, peak));
     std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());

@@ -118,7 +118,8 @@ int run_bench_gemm(const BenchGemmOptions& o) {
                                {"trans_a", t.trans_a},
                                {"trans_b", t.trans_b},
                                {"ms", t.median_ms},
-                               {"gflops", t.gflops}});
+                               {"gflops", t.gflops},
+                               {"core_share", t.core_share}});
     }
     out["modes"].push_back(j);
   }
@@ -136,12 +137,22 @@ int run_bench_gemm(const BenchGemmOptions& o) {
                              precision_name(mode.precision), mode.emulated ? " (emulated)" : "");
     fmt::print("{:<46} {:>6} {:>6} {:>6}  {}\n", "GFLOP/s of a training step's products", "M", "N", "K",
                columns.c_str());
+    bool busy = false;  // a product timed while another program had part of the cores
     for (size_t i = 0; i < shapes[0].size(); ++i) {
       const GemmTiming& t = shapes[0][i];
       fmt::print("{:<46} {:6} {:6} {:6} ", t.label.c_str(), t.M, t.N, t.K);
-      for (const auto& mode_shapes : shapes) fmt::print(" {:10.1f}", mode_shapes[i].gflops);
+      for (const auto& mode_shapes : shapes) {
+        const bool cell_busy = mode_shapes[i].core_share < kPeakMinCoreShare;
+        busy = busy || cell_busy;
+        fmt::print(" {:10.1f}{}", mode_shapes[i].gflops, cell_busy ? "*" : " ");
+      }
       fmt::print("\n");
     }
+    if (busy)
+      fmt::print(
+          "* timed while the machine was busy (under {:.0f}% of the cores): below this machine's rate; "
+          "run again on a quiet machine (or with --threads 1)\n",
+          100.0 * kPeakMinCoreShare);
   }
   return kExitOk;
 }
@@ -212,7 +223,13 @@ int run_bench_attention(const BenchAttentionOptions& o) {
                             {"flops", x.flops},
                             {"gflops", x.flops / (x.median_ms * 1e-3) / 1e9},
                             {"peak_bytes", x.peak_bytes},
-                            {"attention_matrix_bytes", x.matrix_bytes}});
+                            {"attention_matrix_bytes", x.matrix_bytes},
+                            {"core_share", x.core_share}});
+  // Lengths timed while another program had part of the cores: their times, and the exponent fitted
+  // through them, are not this machine's.
+  std::string busy;
+  for (const AttentionTiming& x : t)
+    if (x.core_share < kPeakMinCoreShare) busy += (busy.empty() ? "" : ", ") + std::to_string(x.n);
   std::string report;
   if (!o.out.empty()) {
     make_output_dir(o.out);
@@ -229,13 +246,21 @@ int run_bench_attention(const BenchAttentionOptions& o) {
     fmt::print("{:>8} {:>11} {:>9} {:>14} {:>22}\n", "n", "ms", "GFLOP/s", "peak MiB",
                "B*H*n^2 floats (MiB)");
     for (const AttentionTiming& x : t)
-      fmt::print("{:8} {:11.3f} {:9.1f} {:14.2f} {:22.2f}\n", x.n, x.median_ms,
-                 x.flops / (x.median_ms * 1e-3) / 1e9, x.peak_bytes / (1 << 20), x.matrix_bytes / (1 << 20));
+      fmt::print("{:8} {:11.3f} {:9.1f} {:14.2f} {:22.2f}{}\n", x.n, x.median_ms,
+                 x.flops / (x.median_ms * 1e-3) / 1e9, x.peak_bytes / (1 << 20), x.matrix_bytes / (1 << 20),
+                 x.core_share < kPeakMinCoreShare
+                     ? fmt::format("  (busy machine: {:.0f}% of the cores)", 100.0 * x.core_share)
+                     : "");
     fmt::print(
         "fitted over n >= {}: time ~ n^{:.2f} (the formula's FLOPs, O(n^2 d + n d^2){}: n^{:.2f}); "
         "memory ~ n^{:.2f} (an unfused layer's attention matrices: n^{:.2f})\n",
         t[from].n, a_time, o.causal ? " over the n(n+1)/2 (query, key) pairs a causal pass computes" : "",
         a_flops, a_mem, a_matrix);
+    if (!busy.empty())
+      fmt::print(
+          "the machine was busy while n = {} ran: their times, and the time exponent, are not this "
+          "machine's; run again on a quiet machine (or with --threads 1)\n",
+          busy.c_str());
     fmt::print(
         "tfm's fused attention keeps no (B, H, n, n) matrix: it recomputes the probabilities from Q, K and\n"
         "each row's max and 1/sum in the backward, so its memory grows with n d, not h n^2.\n");

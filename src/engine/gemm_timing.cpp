@@ -27,6 +27,10 @@
 namespace tfm {
 
 namespace {
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 // CPU time of every thread of this process.
 double process_cpu_seconds() {
   timespec ts{};
@@ -46,7 +50,7 @@ GemmTiming time_gemm_on_tensors(const std::string& label, int64_t M, int64_t N, 
   using clock = std::chrono::steady_clock;
   gemm(trans_a, trans_b, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), N);  // warm-up
   std::vector<double> ms;
-  const double cpu_start = process_cpu_seconds();
+  const CoreShareMeter meter;
   const auto start = clock::now();
   while (ms.size() < 3 || std::chrono::duration<double>(clock::now() - start).count() < min_seconds) {
     const auto t0 = clock::now();
@@ -54,20 +58,22 @@ GemmTiming time_gemm_on_tensors(const std::string& label, int64_t M, int64_t N, 
     ms.push_back(std::chrono::duration<double, std::milli>(clock::now() - t0).count());
     if (ms.size() >= 10000) break;
   }
-  const double wall = std::chrono::duration<double>(clock::now() - start).count();
-  const double cpu = process_cpu_seconds() - cpu_start;
   std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
   GemmTiming t{label, M, N, K, trans_a, trans_b, ms[ms.size() / 2], 0.0};
   t.gflops = 2.0 * M * N * K / (t.median_ms * 1e-3) / 1e9;
   t.threads = std::max(gemm_backend() == GemmBackend::OneDnn ? omp_get_max_threads() : blas_threads(), 1);
-  // The share of the cores the threads could have: more threads than cores cannot take more than every
-  // core, which is not a busy machine. Threads that wait for a descheduled one may spin (and count): a
-  // busy machine can only read higher than it was, never lower.
-  const int usable = std::min(t.threads, platform::available_cores());
-  if (wall > 0) t.core_share = std::min(cpu / (wall * usable), 1.0);
+  t.core_share = meter.share(t.threads);
   return t;
 }
 }  // namespace
+
+CoreShareMeter::CoreShareMeter() : cpu_start_(process_cpu_seconds()), wall_start_(wall_seconds()) {}
+
+double CoreShareMeter::share(int threads) const {
+  const double wall = wall_seconds() - wall_start_, cpu = process_cpu_seconds() - cpu_start_;
+  const int usable = std::max(1, std::min(threads, platform::available_cores()));
+  return wall > 0 ? std::min(cpu / (wall * usable), 1.0) : 1.0;
+}
 
 double rate_while_running(const GemmTiming& t) {
   return t.core_share > 0 ? t.gflops / t.core_share : t.gflops;

@@ -10,6 +10,7 @@
 #include "tfm/engine/error.h"
 #include "tfm/engine/gemm.h"
 #include "tfm/engine/gemm_timing.h"
+#include "tfm/engine/platform.h"
 #include "tfm/engine/random.h"
 
 using namespace tfm;
@@ -279,4 +280,20 @@ TEST_CASE("gemm: a peak timed on a busy machine is the rate while the product ra
   CHECK(tfm::rate_while_running(t) == Approx(60.0));
   t.core_share = 0.0;  // not measured: the timed rate as it is
   CHECK(tfm::rate_while_running(t) == Approx(60.0));
+}
+
+TEST_CASE("gemm: a core share is of the cores the threads can use, never of more threads than cores",
+          "[gemm]") {
+  const tfm::CoreShareMeter meter;
+  volatile double x = 0;  // one thread's work: CPU time the meter sees
+  for (int i = 0; i < 20000000; ++i) x = x + 1e-9 * i;
+  const int cores = tfm::platform::available_cores();
+  const double one = meter.share(1), all = meter.share(cores), many = meter.share(1 << 20);
+  INFO("share of 1 thread " << one << ", of " << cores << " cores " << all << ", of 2^20 threads " << many);
+  CHECK(one > 0);
+  CHECK(one <= 1.0);
+  // 2^20 threads on `cores` cores can take no more than every core: a share of the cores, not of the
+  // threads (which read as a busy machine and scaled the MFU peak up).
+  CHECK(many == Approx(all).epsilon(0.2));
+  CHECK(many >= 0.8 * one / cores);
 }

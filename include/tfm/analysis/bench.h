@@ -25,6 +25,7 @@ struct AttentionTiming {
   double flops = 0.0;         // attention_pass_flops: the work the pass does
   double peak_bytes = 0.0;    // tensor memory the step allocated above what was live before it
   double matrix_bytes = 0.0;  // the B H n^2 floats of attention probabilities an unfused layer keeps
+  double core_share = 1.0;  // of the threads' cores while timed (CoreShareMeter): below ~0.8, a busy machine
 };
 // The FLOPs of one forward + backward of the layer on (B, n, C), 3 x the forward's: the projections
 // and 4 B P C for the scores and weighted sums over P (query, key) pairs, P = n^2, or with `causal` the

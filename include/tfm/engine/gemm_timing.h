@@ -18,6 +18,19 @@ struct GemmTiming {
   int threads = 1;  // the product's threads (OpenBLAS's, or OpenMP's for oneDNN)
 };
 
+// The share of its cores a timed piece of work got: started at construction, read by share(). The
+// process's CPU time over the wall time times the cores its `threads` can use (no more than the
+// machine's: more threads than cores are not a busy machine). Threads that wait for a descheduled one
+// may spin (and count): a busy machine can only read higher than it was, never lower.
+class CoreShareMeter {
+ public:
+  CoreShareMeter();
+  double share(int threads) const;  // in (0, 1]; 1 when no time has passed
+
+ private:
+  double cpu_start_, wall_start_;
+};
+
 // The rate the product ran at while it had its cores: gflops / core_share. On a busy machine the timed
 // rate is that much below the machine's (another program had the rest of the time), and a run's MFU
 // against it would read above 100%; a quiet timing (core_share ~1) is its own rate.
