@@ -275,6 +275,14 @@ TEST_CASE("cli: the ETA counts the time budget, threads follow the affinity mask
     CHECK(std::stod(left) <= 2.0);  // "1.4s": tenths of a second below 10 s
   }
   CHECK(lines > 0);
+  CHECK_THAT(r.out, !Catch::Contains("s over it"));
+  // A budget that the first step and the closing evaluation alone pass: the summary says by how much.
+  r = run_tfm("train --config configs/tiny.json --out " + dir + "/tiny_budget --set train.max_steps=100 " +
+              "--set train.max_seconds=1e-6");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("time budget: stopped at step 1 of 100") &&
+                        Catch::Contains("s over it: steps and the closing evaluation are never cut short"));
   // train.threads 0 takes the cores this process may use (taskset, a cgroup's cpuset), not the machine's.
   r = tfm_test::run_shell("taskset -c 0 " + tfm_test::tfm_command() +
                           " train --config configs/tiny.json --out " + dir +
