@@ -217,8 +217,10 @@ side=""
 if [ "$torch" = 1 ] && [ "$torch_to_target" = 0 ]; then
   side="$out/side"
   rm -rf "$side" && mkdir -p "$side"
+  # Every step logged (train.log_interval 1), so that both sides give the same statistic: torch_lm.py's
+  # upper median of every step of the run, first steps included (as scripts/bench.sh compares them).
   "$tfm" train --config "$config" --out "$side/tfm" --set train.max_steps="$torch_steps" \
-    --set train.eval_interval=1000000 --set train.target_loss=0 --set train.threads="$threads" \
+    --set train.log_interval=1 --set train.eval_interval=1000000 --set train.target_loss=0 --set train.threads="$threads" \
     > "$side/tfm.log" 2>&1 || { tail -5 "$side/tfm.log" >&2; echo "speedrun.sh: tfm train failed" >&2; exit 1; }
   "$py" scripts/torch_lm.py --config "$config" --steps "$torch_steps" --eval-steps 1 --threads "$threads" $flag \
     > "$side/torch.jsonl" 2> "$side/torch.err" || { tail -5 "$side/torch.err" >&2; echo "speedrun.sh: torch_lm.py failed" >&2; exit 1; }
@@ -226,7 +228,7 @@ if [ "$torch" = 1 ] && [ "$torch_to_target" = 0 ]; then
 import json, os, sys
 side, steps, flag = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 tfm = [json.loads(l) for l in open(os.path.join(side, "tfm", "metrics.jsonl")) if '"ms_per_step"' in l]
-ms = sorted(r["ms_per_step"] for r in tfm[1:] or tfm)  # the first log interval holds the warm-up
+ms = sorted(r["ms_per_step"] for r in tfm)  # one record a step: torch_lm.py's upper median, first steps included
 torch = json.loads(open(os.path.join(side, "torch.jsonl")).read().strip().splitlines()[-1])
 print(json.dumps({"steps": steps, "precision": "bf16" if flag else "fp32", "tfm_ms_per_step_median": ms[len(ms) // 2],
                   "torch_ms_per_step_median": torch["ms_per_step_median"],
