@@ -23,8 +23,8 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       bytes += piece.size();
     });
-    std::printf("\n[%zu bytes from step %ld of %s]\n", bytes,
-                static_cast<long>(run.checkpoint.state.value("step", int64_t{0})), argv[1]);
+    std::printf("\n[%zu bytes from step %ld of %s]\n", bytes, static_cast<long>(run.checkpoint.state.step),
+                argv[1]);
     return bytes == 0 ? 1 : 0;
   } catch (const tfm::Error& e) {  // IoError / ConfigError: a missing or bad run directory
     std::fprintf(stderr, "generate: %s\n", e.what());

@@ -230,8 +230,9 @@ RunSummary summarize_run(const std::string& dir, const std::string& name) {
   }
   r.tokens_per_s = median_of(rates);
 
-  // The checkpoint's state: where training stopped and why.
-  json state;
+  // The checkpoint's state: where training stopped and why. A damaged one is this run's problem, named
+  // with its field, and the list goes on.
+  std::optional<CheckpointState> state;
   const std::string ckpt = resume_checkpoint_path(dir);
   if (!ckpt.empty()) {
     try {
@@ -249,12 +250,11 @@ RunSummary summarize_run(const std::string& dir, const std::string& name) {
       r.problems.push_back(e.what());
     }
   }
-  const int64_t ckpt_step = state.is_object() ? state.value("step", int64_t{-1}) : -1;
+  const int64_t ckpt_step = state ? state->step : -1;
   if (ckpt_step > r.step) r.step = ckpt_step;
-  if (state.is_object() && state.contains("best_val_loss") && state["best_val_loss"].is_number() &&
-      !(r.best_val_loss <= state["best_val_loss"].get<double>()))
-    r.best_val_loss = state["best_val_loss"].get<double>();
-  const std::string stopped = state.is_object() ? state.value("stopped", std::string()) : "";
+  if (state && state->evaluated() && !(r.best_val_loss <= state->best_val_loss))
+    r.best_val_loss = state->best_val_loss;
+  const std::string stopped = state ? state->stopped : "";
 
   const long holder = RunLock::holder(dir);
   if (holder != 0) {

@@ -153,10 +153,12 @@ json measure_sweep_point(const std::string& dir, const Config& config) {
   rec["best_val_loss"] = log.best;
   rec["ms_per_step"] = log.speed.first;
   rec["tokens_per_s"] = log.speed.second;
-  rec["step"] = run.checkpoint.state.value("step", int64_t{0});
+  const CheckpointState& state = run.checkpoint.state;
+  rec["step"] = state.step;
   rec["training_s"] = log.training_s;
-  rec["stopped"] = run.checkpoint.state.value(
-      "stopped", std::string(rec["step"] == config.train().max_steps ? "max_steps" : "interrupted"));
+  rec["stopped"] = !state.stopped.empty()                   ? state.stopped
+                   : state.step == config.train().max_steps ? "max_steps"
+                                                            : "interrupted";
   // Time to quality (train.target_loss): seconds to the first evaluation at or below it, null if missed.
   if (config.train().target_loss > 0)
     rec["seconds_to_target"] = std::isnan(log.to_target) ? json() : json(log.to_target);
@@ -240,8 +242,8 @@ SweepResult run_sweep(const SweepSpec& spec, const std::atomic<bool>* stop, cons
       // A point trained before is continued, or its results taken, only when it was trained as this
       // sweep's point is asked to be: its results would otherwise be another config's.
       const Checkpoint ckpt = load_checkpoint(saved);
-      step = ckpt.state.value("step", int64_t{0});
-      stopped = ckpt.state.contains("stopped");
+      step = ckpt.state.step;
+      stopped = !ckpt.state.stopped.empty();
       try {
         check_resumable(checkpoint_config(ckpt, saved), configs[i], saved);
       } catch (const ConfigError& e) {

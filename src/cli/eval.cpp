@@ -214,7 +214,7 @@ int eval_command(const EvalOptions& o) {
                             : ran < batches ? " (the whole " + split + " split; " + std::to_string(batches) +
                                                   " asked for more than it holds)"
                                             : "";
-  const int64_t step = run.checkpoint.state.value("step", int64_t{0});
+  const int64_t step = run.checkpoint.state.step;
   std::string extra;
   for (const auto& [name, v] : m.values)
     if (name != "loss") extra += ", " + name + " " + std::to_string(v).substr(0, 6);

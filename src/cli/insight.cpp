@@ -162,7 +162,7 @@ int export_safetensors(const ExportOptions& o, const LoadedRun& run) {
       {"objective", run.objective->name()},
       {"config", exported_config(run.config).dump()},  // local paths cut to names
       {"tokenizer", tok.to_json().dump()},
-      {"step", std::to_string(run.checkpoint.state.value("step", int64_t{0}))}};
+      {"step", std::to_string(run.checkpoint.state.step)}};
   if (run.checkpoint.target_tokenizer)
     metadata["target_tokenizer"] = run.checkpoint.target_tokenizer->to_json().dump();
   // The document separator, for a reader that does not parse the tokenizer: the corpus's, else a gpt2
@@ -207,7 +207,7 @@ int export_gguf(const ExportOptions& o, LoadedRun& run) {
       "vocabulary of %ld, context %ld (%s/%s.ckpt, step %ld)\n",
       out.c_str(), arch.c_str(), back.tensors.size(), ggml_type_name(dtype), static_cast<long>(written),
       tok.kind_name().c_str(), static_cast<long>(c.vocab_size), static_cast<long>(c.max_seq_len),
-      run.dir.c_str(), run.which.c_str(), static_cast<long>(run.checkpoint.state.value("step", int64_t{0})));
+      run.dir.c_str(), run.which.c_str(), static_cast<long>(run.checkpoint.state.step));
   if (arch == "gpt2") {
     const double tanh_form = gguf_max_probability_diff(model, back, probe, GeluForm::Tanh);
     const double llama = gguf_max_probability_diff(model, back, probe, GeluForm::LlamaCpp);

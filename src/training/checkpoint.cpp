@@ -2,8 +2,10 @@
 
 #include <zlib.h>
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
@@ -87,6 +89,135 @@ nlohmann::json to_json(const std::string& path, const std::string& name, const s
   }
 }
 
+// ---- the state section ----
+
+using nlohmann::json;
+
+// A value as a message shows it: a scalar as JSON, cut to 40 characters; an array or object by its kind
+// (a deeply nested one would be dumped recursively).
+std::string shown(const json& v) {
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+}
+
+// The state's fields, each checked as it is read: IoError "PATH: corrupt checkpoint: the state's
+// "FIELD" is VALUE, expected WHAT", or "... the state has no "FIELD"".
+class StateFields {
+ public:
+  explicit StateFields(const std::string& path) : path_(path) {}
+
+  // object[key], named `field` ("optimizer.steps"); `object` is known to be an object.
+  const json& at(const json& object, const char* key, const std::string& field) const {
+    const auto it = object.find(key);
+    if (it == object.end()) throw IoError(path_ + ": corrupt checkpoint: the state has no \"" + field + "\"");
+    return *it;
+  }
+  [[noreturn]] void wrong(const std::string& field, const json& v, const std::string& expected) const {
+    throw IoError(path_ + ": corrupt checkpoint: the state's \"" + field + "\" is " + shown(v) +
+                  ", expected " + expected);
+  }
+  const json& object(const json& v, const std::string& field) const {
+    if (!v.is_object()) wrong(field, v, "an object");
+    return v;
+  }
+  // A JSON integer from `lo` that fits int64_t: 1e30 is a float (its conversion would overflow), and
+  // an unsigned integer past INT64_MAX would wrap.
+  int64_t integer(const json& v, const std::string& field, int64_t lo) const {
+    constexpr int64_t hi = std::numeric_limits<int64_t>::max();
+    const bool fits = v.is_number_integer() &&
+                      (v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(hi) : true) &&
+                      v.get<int64_t>() >= lo;
+    if (!fits) wrong(field, v, "an integer from " + std::to_string(lo) + " to " + std::to_string(hi));
+    return v.get<int64_t>();
+  }
+  double number(const json& v, const std::string& field, const char* expected) const {
+    if (!v.is_number() || !std::isfinite(v.get<double>())) wrong(field, v, expected);
+    return v.get<double>();
+  }
+  Rng::State words(const json& v, const std::string& field) const {
+    Rng::State w{};
+    const char* expected = "an array of 5 unsigned 64-bit integers (a random stream's state)";
+    if (!v.is_array() || v.size() != w.size()) wrong(field, v, expected);
+    for (size_t i = 0; i < w.size(); ++i) {
+      if (!v[i].is_number_unsigned()) wrong(field, v[i], expected);
+      w[i] = v[i].get<uint64_t>();
+    }
+    return w;
+  }
+  RankStreams streams(const json& v, const std::string& field) const {
+    object(v, field);
+    return {words(at(v, "sampler", field + ".sampler"), field + ".sampler"),
+            words(at(v, "dropout", field + ".dropout"), field + ".dropout")};
+  }
+
+ private:
+  const std::string& path_;
+};
+
+CheckpointState read_state(const std::string& path, const json& j) {
+  if (!j.is_object()) throw IoError(path + ": corrupt checkpoint: the state section is not an object");
+  const StateFields f(path);
+  CheckpointState s;
+  s.step = f.integer(f.at(j, "step", "step"), "step", 0);
+  const json& best = f.at(j, "best_val_loss", "best_val_loss");
+  if (!best.is_null())
+    s.best_val_loss = f.number(best, "best_val_loss", "a number, or null before the first evaluation");
+  s.elapsed_s = f.number(f.at(j, "elapsed_s", "elapsed_s"), "elapsed_s", "a number of seconds >= 0");
+  if (s.elapsed_s < 0) f.wrong("elapsed_s", j["elapsed_s"], "a number of seconds >= 0");
+  const json& optimizer = f.object(f.at(j, "optimizer", "optimizer"), "optimizer");
+  const json& name = f.at(optimizer, "name", "optimizer.name");
+  if (!name.is_string()) f.wrong("optimizer.name", name, "a string (the optimizer's name)");
+  s.optimizer = name.get<std::string>();
+  s.optimizer_steps = f.integer(f.at(optimizer, "steps", "optimizer.steps"), "optimizer.steps", 0);
+  // Every rank's streams under rng.ranks when the run had more than one (rank 0's also at the top).
+  const json& rng = f.object(f.at(j, "rng", "rng"), "rng");
+  s.streams = {f.streams(rng, "rng")};
+  const int64_t ranks = j.contains("ranks") ? f.integer(j["ranks"], "ranks", 1) : 1;
+  if (ranks > 1) {
+    const json& all = f.at(rng, "ranks", "rng.ranks");
+    if (!all.is_array() || static_cast<int64_t>(all.size()) != ranks)
+      f.wrong("rng.ranks", all, "an array of " + std::to_string(ranks) + " ranks' streams (\"ranks\")");
+    s.streams.clear();
+    for (size_t r = 0; r < all.size(); ++r)
+      s.streams.push_back(f.streams(all[r], "rng.ranks[" + std::to_string(r) + "]"));
+  }
+  if (j.contains("stopped")) {
+    const json& stopped = j["stopped"];
+    if (stopped != "target_loss" && stopped != "max_seconds")
+      f.wrong("stopped", stopped, "\"target_loss\" or \"max_seconds\"");
+    s.stopped = stopped.get<std::string>();
+  }
+  if (j.contains("ema_in_model")) {
+    if (!j["ema_in_model"].is_boolean()) f.wrong("ema_in_model", j["ema_in_model"], "true or false");
+    s.ema_in_model = j["ema_in_model"].get<bool>();
+  }
+  return s;
+}
+
+json state_json(const CheckpointState& s) {
+  const auto words = [](const Rng::State& w) { return json(std::vector<uint64_t>(w.begin(), w.end())); };
+  const auto streams = [&](const RankStreams& r) {
+    return json{{"sampler", words(r.sampler)}, {"dropout", words(r.dropout)}};
+  };
+  json rng = streams(s.streams.at(0));
+  json j = {{"step", s.step},
+            {"best_val_loss", s.evaluated() ? json(s.best_val_loss) : json(nullptr)},
+            {"elapsed_s", s.elapsed_s},
+            {"optimizer", {{"name", s.optimizer}, {"steps", s.optimizer_steps}}}};
+  if (s.ranks() > 1) {
+    json all = json::array();
+    for (const RankStreams& r : s.streams) all.push_back(streams(r));
+    rng["ranks"] = std::move(all);
+    j["ranks"] = s.ranks();
+  }
+  j["rng"] = std::move(rng);
+  if (!s.stopped.empty()) j["stopped"] = s.stopped;
+  if (s.ema_in_model) j["ema_in_model"] = true;
+  return j;
+}
+
 }  // namespace
 
 uint32_t crc32(const void* data, size_t n, uint32_t crc) {
@@ -96,7 +227,7 @@ uint32_t crc32(const void* data, size_t n, uint32_t crc) {
 void save_checkpoint(const std::string& path, const CheckpointView& ckpt) {
   const std::string config = ckpt.config.dump(2);
   const nlohmann::json vocab = ckpt.tokenizer.to_json();  // symbols, or BPE merges
-  const std::string vocab_s = vocab.dump(), state_s = ckpt.state.dump(2);
+  const std::string vocab_s = vocab.dump(), state_s = state_json(ckpt.state).dump(2);
   const std::string target_s = ckpt.target_tokenizer ? ckpt.target_tokenizer->to_json().dump() : "";
   std::vector<Section> sections = {{"config", config.data(), config.size()},
                                    {"vocab", vocab_s.data(), vocab_s.size()},
@@ -143,7 +274,7 @@ Checkpoint load_checkpoint(const std::string& path) {
   return parse_checkpoint(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), path);
 }
 
-nlohmann::json load_checkpoint_state(const std::string& path) {
+CheckpointState load_checkpoint_state(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError(path + ": cannot open the checkpoint");
   in.seekg(0, std::ios::end);
@@ -174,10 +305,7 @@ nlohmann::json load_checkpoint_state(const std::string& path) {
       std::string data(len, '\0');
       if (!in.read(data.data(), static_cast<std::streamsize>(len)))
         throw IoError(path + ": truncated checkpoint (the state section)");
-      nlohmann::json state = to_json(path, "state", data);
-      if (!state.is_object())
-        throw IoError(path + ": corrupt checkpoint: the state section is not an object");
-      return state;
+      return read_state(path, to_json(path, "state", data));
     }
     pos += len;
     in.seekg(static_cast<std::streamoff>(pos));
@@ -247,9 +375,7 @@ Checkpoint parse_checkpoint(const uint8_t* data, size_t size, const std::string&
       }
       has_vocab = has_vocab || name == "vocab";
     } else if (name == "state") {
-      ckpt.state = to_json(path, name, data), has_state = true;
-      if (!ckpt.state.is_object())
-        throw IoError(path + ": corrupt checkpoint: the state section is not an object");
+      ckpt.state = read_state(path, to_json(path, name, data)), has_state = true;
     } else if (name == "model") {
       ckpt.model = to_floats(path, name, data), has_model = true;
     } else if (name.rfind("optim.", 0) == 0) {

@@ -366,17 +366,13 @@ ChosenCheckpoint choose_checkpoint(const std::string& dir, const std::string& wh
 }
 
 std::string describe_checkpoint(const std::string& path, const Checkpoint& ckpt) {
-  const nlohmann::json& state = ckpt.state;
-  const int64_t step = state.is_object() ? state.value("step", int64_t{0}) : 0;
-  const bool evaluated =
-      state.is_object() && state.contains("best_val_loss") && state["best_val_loss"].is_number();
+  const CheckpointState& state = ckpt.state;
   std::string val = "not evaluated yet";
-  if (evaluated) {
+  if (state.evaluated()) {
     const bool is_best = fs::path(path).filename().string() == kBestCheckpointFile;
-    val = fmt::format("{} {:.4g}", is_best ? "val loss" : "best val loss so far",
-                      state["best_val_loss"].get<double>());
+    val = fmt::format("{} {:.4g}", is_best ? "val loss" : "best val loss so far", state.best_val_loss);
   }
-  return fmt::format("{} (step {}, {})", path, step, val);
+  return fmt::format("{} (step {}, {})", path, state.step, val);
 }
 
 LoadedRun load_run(const std::string& dir_asked, const std::string& which_asked, bool with_data) {

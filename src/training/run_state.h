@@ -41,7 +41,7 @@ class RunState {
   void save(const std::string& path, double elapsed) const;
 
  private:
-  nlohmann::json streams_json() const;
+  std::vector<RankStreams> streams() const;  // every rank's, rank 0 first
 
   const Config& config_;
   Objective& objective_;

@@ -265,10 +265,7 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
 // The checkpoint's config against the run's, and its rank count against this job's.
 void TrainingRun::check_resumed(const Checkpoint& ckpt) const {
   check_resumable(checkpoint_config(ckpt, resumed_path_), config_, resumed_path_);
-  const json& rs = ckpt.state;
-  const int64_t trained_ranks = rs.is_object() && rs.contains("ranks") && rs.at("ranks").is_number_integer()
-                                    ? rs.at("ranks").get<int64_t>()
-                                    : 1;
+  const int64_t trained_ranks = ckpt.state.ranks();
   if (trained_ranks != nranks_)
     throw ConfigError(resumed_path_ + ": the run was trained with " + std::to_string(trained_ranks) +
                       " rank(s), this run has " + std::to_string(nranks_) +
@@ -817,7 +814,7 @@ TrainResult train(const Config& config, const TrainOptions& opt) {
   // The run records its files' absolute paths, so that it finds them from any directory.
   const Config run_config =
       with_resolved_precision(with_absolute_paths(config), trained ? &*trained : nullptr, note);
-  const int64_t step = resumed ? resumed->checkpoint.state.value("step", int64_t{0}) : 0;
+  const int64_t step = resumed ? resumed->checkpoint.state.step : 0;
   try {
     return TrainingRun(run_config, opt, std::move(lock), std::move(resumed), note).run();
   } catch (const Interrupted& e) {
@@ -856,10 +853,10 @@ TrainResult resume(const std::string& dir, const std::vector<std::string>& overr
       note += fmt::format(
           " (from step {} the learning rate follows a {}-step schedule: bit-identical to "
           "neither run)",
-          ckpt.checkpoint.state.value("step", int64_t{0}) + 1, config.at(path).dump());
+          ckpt.checkpoint.state.step + 1, config.at(path).dump());
   }
   opt.resume = true;
-  const int64_t step = ckpt.checkpoint.state.value("step", int64_t{0});
+  const int64_t step = ckpt.checkpoint.state.step;
   try {
     return TrainingRun(config, opt, std::move(lock), std::move(ckpt), note).run();
   } catch (const Interrupted& e) {

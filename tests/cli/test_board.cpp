@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "checkpoint_bytes.h"
 #include "cli_run.h"
 #include "tiny_runs.h"
 
@@ -470,6 +471,41 @@ TEST_CASE("tfm runs, board and plot: runs of the same name under two roots are t
   REQUIRE(r.status == 0);
   const std::string figure = tfm_test::read_file(svg);
   CHECK_THAT(figure, Catch::Contains(">A/runs/tiny<") && Catch::Contains(">B/runs/tiny<"));
+}
+
+TEST_CASE(
+    "tfm runs and board: a checkpoint state field of the wrong type is one run's problem, not the list's",
+    "[board][slow]") {
+  // Damage never stops the list (docs/board.md): the run is listed with its problem named, as a cut
+  // checkpoint is, and the other runs as they are.
+  const std::string root = tfm_test::scratch_path("board", "state_type");
+  fs::create_directories(root);
+  for (const char* name : {"good", "bad"})
+    fs::copy(board_runs_root() + "/done", root + "/" + name, fs::copy_options::recursive);
+  const std::string ckpt = root + "/bad/last.ckpt";
+  const std::string damaged =
+      tfm_test::with_edited_state(tfm_test::read_file(ckpt), [](json& state) { state["step"] = "6"; });
+  std::ofstream(ckpt, std::ios::binary) << damaged;
+  const std::string problem = ckpt + ": corrupt checkpoint: the state's \"step\" is \"6\"";
+  const std::string good = fs::path(root).filename().string() + "/good";
+  const std::string bad = fs::path(root).filename().string() + "/bad";
+
+  tfm_test::CliRun r = run_tfm("runs " + root);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains(good + " ") && Catch::Contains(bad + ": " + problem));
+  CHECK_THAT(r.out, !Catch::Contains("internal error"));
+
+  BoardProcess board("--runs " + root);
+  httplib::Client c("127.0.0.1", board.port);
+  const json listing = board_get(c, "/api/runs");
+  REQUIRE(listing["runs"].size() == 2);
+  CHECK(board_run(listing, good)["status"] == "finished");
+  CHECK(board_run(listing, bad)["status"] == "interrupted");
+  const json problems = board_run(listing, bad)["problems"];
+  REQUIRE(problems.size() == 1);
+  CHECK_THAT(problems[0].get<std::string>(), Catch::StartsWith(problem));
+  CHECK(board.stop() == 0);
 }
 
 TEST_CASE("tfm board: a downsampled series keeps its newest point", "[board]") {

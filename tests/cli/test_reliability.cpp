@@ -13,12 +13,14 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "checkpoint_bytes.h"
 #include "cli_run.h"
 #include "tfm/engine/error.h"
 #include "tfm/training/checkpoint.h"
@@ -234,6 +236,45 @@ TEST_CASE("reliability: corrupt checkpoints are rejected with a clear message", 
   INFO(r.out);
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("last.ckpt"));
+}
+
+TEST_CASE(
+    "reliability: a checkpoint state field of the wrong type or range exits 2 naming the file and field",
+    "[reliability]") {
+  TempDir tmp("ckpt_state");
+  const std::string run = tmp.path + "/run";
+  const Run train = cli("train " + kReliabilityTiny + "--set train.max_steps=2 --out " + run);
+  INFO(train.out);
+  REQUIRE(train.status == 0);
+  const std::string good = read(run + "/last.ckpt");
+  const std::string path = run + "/last.ckpt";
+  struct Case {
+    std::string name;
+    std::function<void(nlohmann::json&)> edit;
+    std::string field;
+  };
+  // The checksum is right: only the state's own check stands between these and the commands.
+  const Case cases[] = {
+      {"a string step", [](nlohmann::json& s) { s["step"] = "2"; }, "the state's \"step\" is \"2\""},
+      {"a step of 1e30", [](nlohmann::json& s) { s["step"] = 1e30; }, "the state's \"step\" is 1e+30"},
+      {"negative optimizer steps", [](nlohmann::json& s) { s["optimizer"]["steps"] = -1; },
+       "the state's \"optimizer.steps\" is -1"},
+  };
+  for (const Case& c : cases) {
+    write_reliability_file(path, tfm_test::with_edited_state(good, c.edit));
+    for (const std::string& command :
+         {"eval --run " + run + " --checkpoint last", "sample --run " + run + " --checkpoint last",
+          "export --run " + run + " --checkpoint last --out " + tmp.path + "/out.safetensors",
+          "train --resume " + run + " --set train.max_steps=3"}) {
+      const Run r = cli(command);
+      INFO(c.name << ": tfm " << command << "\n" << r.out);
+      CHECK(r.status == 2);
+      CHECK_THAT(r.out,
+                 Catch::Contains(path + ": corrupt checkpoint: " + c.field + ", expected an integer "));
+      CHECK_THAT(r.out, !Catch::Contains("internal error"));
+    }
+    CHECK_FALSE(fs::exists(tmp.path + "/out.safetensors"));
+  }
 }
 
 TEST_CASE("reliability: train.skip_nonfinite skips bad batches, then stops when they never end",

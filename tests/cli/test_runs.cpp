@@ -60,7 +60,7 @@ std::string trained_run(const std::string& dir, const std::string& data, const s
 }
 
 int64_t step_of(const std::string& checkpoint) {
-  return tfm::load_checkpoint(checkpoint).state.at("step").get<int64_t>();
+  return tfm::load_checkpoint(checkpoint).state.step;
 }
 
 }  // namespace

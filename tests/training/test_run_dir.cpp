@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "cli_run.h"
@@ -52,11 +53,12 @@ TEST_CASE("run dir: best.ckpt when it exists, else last.ckpt, and --checkpoint o
 
 TEST_CASE("run dir: describe_checkpoint names the file, step and val loss", "[run_dir]") {
   Checkpoint ck;
-  ck.state = {{"step", 900}, {"best_val_loss", 1.4912}};
+  ck.state.step = 900;
+  ck.state.best_val_loss = 1.4912;
   CHECK(describe_checkpoint("runs/x/best.ckpt", ck) == "runs/x/best.ckpt (step 900, val loss 1.491)");
-  ck.state["step"] = 1000;
+  ck.state.step = 1000;
   CHECK(describe_checkpoint("runs/x/last.ckpt", ck) ==
         "runs/x/last.ckpt (step 1000, best val loss so far 1.491)");
-  ck.state["best_val_loss"] = nullptr;
+  ck.state.best_val_loss = std::numeric_limits<double>::infinity();
   CHECK(describe_checkpoint("runs/x/last.ckpt", ck) == "runs/x/last.ckpt (step 1000, not evaluated yet)");
 }

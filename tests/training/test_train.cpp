@@ -173,8 +173,8 @@ TEST_CASE("train: a Muon run with the wsd schedule resumes bit for bit, momentum
   const TrainResult first = train(tfm_test::small_train_config(b, sets), stop);
   REQUIRE(first.status == TrainResult::Status::Interrupted);
   const Checkpoint mid = load_checkpoint(b + "/last.ckpt");
-  CHECK(mid.state["optimizer"]["name"] == "muon");
-  CHECK(mid.state["optimizer"]["steps"] == 7);
+  CHECK(mid.state.optimizer == "muon");
+  CHECK(mid.state.optimizer_steps == 7);
   REQUIRE(mid.optimizer.size() == 3);  // AdamW's m, v over the rest, Muon's momentum over the matrices
   CHECK(mid.optimizer[0].size() + mid.optimizer[2].size() == mid.model.size());
   TrainOptions resume = quiet();
@@ -241,7 +241,7 @@ TEST_CASE("train: a non-finite loss stops with the step and leaves the last chec
   CHECK_THAT(r.message, Catch::Contains("untouched"));
   if (r.step > 0) {
     const Checkpoint ck = load_checkpoint(dir + "/last.ckpt");
-    CHECK(ck.state["step"].get<int64_t>() == r.step);
+    CHECK(ck.state.step == r.step);
   }
 }
 
@@ -391,15 +391,15 @@ TEST_CASE(
   // The same steps as the run without a target up to there.
   for (size_t i = 0; i < r.losses.size(); ++i) CHECK(r.losses[i] == full.losses[i]);
   const Checkpoint best = load_checkpoint(dir + "/best.ckpt"), last = load_checkpoint(dir + "/last.ckpt");
-  CHECK(best.state.at("step").get<int64_t>() == r.step);
-  CHECK(last.state.at("step").get<int64_t>() == r.step);
+  CHECK(best.state.step == r.step);
+  CHECK(last.state.step == r.step);
   // metrics.jsonl's last record carries the time.
   std::ifstream in(dir + "/metrics.jsonl");
   std::string line, last_line;
   while (std::getline(in, line)) last_line = line;
   CHECK(nlohmann::json::parse(last_line).at("seconds_to_target").get<double>() ==
         Approx(r.seconds_to_target));
-  CHECK(last.state.at("stopped") == "target_loss");
+  CHECK(last.state.stopped == "target_loss");
   // Resumed with the target standing: nothing to do, no step and no new record; a lower target trains on
   // from there, the same steps as the run without one.
   const auto records = [&] {
@@ -411,10 +411,10 @@ TEST_CASE(
   CHECK(again.step == r.step);
   CHECK(again.target_reached);
   CHECK(records() == before);
-  CHECK(load_checkpoint(dir + "/last.ckpt").state.at("step").get<int64_t>() == r.step);
+  CHECK(load_checkpoint(dir + "/last.ckpt").state.step == r.step);
   const TrainResult on = resume(dir, {"train.target_loss=0"}, quiet());
   CHECK(on.step == 120);
-  CHECK_FALSE(load_checkpoint(dir + "/last.ckpt").state.contains("stopped"));
+  CHECK(load_checkpoint(dir + "/last.ckpt").state.stopped.empty());
   REQUIRE(on.losses.size() == static_cast<size_t>(120 - r.step));
   for (size_t i = 0; i < on.losses.size(); ++i) CHECK(on.losses[i] == full.losses[r.step + i]);
 }
@@ -432,8 +432,8 @@ TEST_CASE("train: train.max_seconds stops after the step that exhausts the budge
   CHECK(r.step == 1);
   CHECK(std::isfinite(r.val_loss));  // evaluated at the stop
   const Checkpoint last = load_checkpoint(dir + "/last.ckpt");
-  CHECK(last.state.at("step").get<int64_t>() == 1);
-  CHECK(last.state.at("stopped") == "max_seconds");
+  CHECK(last.state.step == 1);
+  CHECK(last.state.stopped == "max_seconds");
   // Resumed with the budget spent (the clock counts every process's training): nothing to do, as for a
   // reached target; no step, record or checkpoint, and the log says how to go on.
   const std::string ckpt_bytes = file_bytes(dir + "/last.ckpt"), metrics = file_bytes(dir + "/metrics.jsonl");
@@ -451,7 +451,7 @@ TEST_CASE("train: train.max_seconds stops after the step that exhausts the budge
   const TrainResult raised = resume(dir, {"train.max_seconds=1e6"}, quiet());
   CHECK(raised.step == 50);
   CHECK_FALSE(raised.out_of_time);
-  CHECK_FALSE(load_checkpoint(dir + "/last.ckpt").state.contains("stopped"));
+  CHECK(load_checkpoint(dir + "/last.ckpt").state.stopped.empty());
   // And no budget at all (0) trains on too.
   const TrainResult rest = resume(dir, {"train.max_seconds=0", "train.max_steps=55"}, quiet());
   CHECK(rest.step == 55);
@@ -468,8 +468,8 @@ TEST_CASE("train: a run train.max_seconds stopped has nothing to do on resume un
                                          "train.checkpoint_interval=0", "train.max_seconds=1e-9"};
   REQUIRE(train(tfm_test::small_train_config(dir, sets), quiet()).step == 1);
   Checkpoint ckpt = load_checkpoint(dir + "/last.ckpt");
-  REQUIRE(ckpt.state.at("stopped") == "max_seconds");
-  ckpt.state["elapsed_s"] = 0.5;
+  REQUIRE(ckpt.state.stopped == "max_seconds");
+  ckpt.state.elapsed_s = 0.5;
   ckpt.config["train"]["max_seconds"] = 1000.0;
   save_checkpoint(dir + "/last.ckpt", ckpt);
   fs::remove(dir + "/config.json");  // written again by a resume

@@ -61,7 +61,7 @@ TEST_CASE(
   REQUIRE(mid.optimizer.size() == 4);  // AdamW's m, v, Muon's momentum, the EMA
   CHECK(mid.optimizer[3].size() == mid.model.size());
   CHECK(mid.optimizer[3] != mid.model);
-  CHECK(!mid.state.contains("ema_in_model"));
+  CHECK_FALSE(mid.state.ema_in_model);
   TrainOptions resume = tfm_test::quiet();
   resume.resume = true;
   const TrainResult second = train(tricks_config_train_tricks(b, sets), resume);
@@ -81,8 +81,8 @@ TEST_CASE(
   // best.ckpt's model is the EMA, and its raw weights travel in the EMA's buffer (a resume from it swaps
   // them back): saved at the last step (the loss still falls at 16 steps), the two are last.ckpt's, swapped.
   const Checkpoint best = load_checkpoint(a + "/best.ckpt");
-  CHECK(best.state.value("ema_in_model", false));
-  REQUIRE(best.state["step"] == 16);
+  CHECK(best.state.ema_in_model);
+  REQUIRE(best.state.step == 16);
   CHECK(best.model == ca.optimizer[3]);
   CHECK(best.optimizer[3] == ca.model);
 }

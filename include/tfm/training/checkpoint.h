@@ -9,25 +9,28 @@
 //         32   payload: sections, each  u32 name length, name, u64 data length, data
 //
 // Sections: "config" (resolved config JSON), "vocab" (JSON: tokenizer kind and symbols), "state" (JSON:
-// step, best val loss, RNG states of the data sampler and the model's dropout, optimizer step count,
-// elapsed time), "model" (P float32 values), "optim.0", "optim.1", ... (the optimizer's state buffers
-// in Optimizer::state()'s order: AdamW's m and v, P float32 each; SGD's momentum; Muon's m and v of its
-// AdamW part and its matrices' momentum),
+// CheckpointState below), "model" (P float32 values), "optim.0", "optim.1", ... (the optimizer's state
+// buffers in Optimizer::state()'s order: AdamW's m and v, P float32 each; SGD's momentum; Muon's m and v
+// of its AdamW part and its matrices' momentum),
 // and for an encoder-decoder "vocab.target" (the target side's tokenizer; "vocab" is the source's).
 // All integers little-endian. Every size is checked against the bytes actually present before
 // anything is allocated, and the checksum is verified before any section is parsed.
+// The state's fields are checked (types and ranges) where it is read, so that no caller reads its JSON.
 //
 // Writes go to a temporary beside PATH (file_io.h's AtomicFile), are fsync'd and renamed over PATH,
 // so a crash never leaves a half-written checkpoint where a good one was.
 #pragma once
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "tfm/data/tokenizer.h"
+#include "tfm/engine/random.h"
 
 namespace tfm {
 
@@ -36,10 +39,37 @@ constexpr uint32_t kMaxSections = 64;
 // Largest checkpoint file load_checkpoint reads (64 GiB): a bound checked before allocating.
 constexpr uint64_t kMaxCheckpointBytes = uint64_t{1} << 36;
 
+// One rank's random streams: the batch sampler's and the model's dropout.
+struct RankStreams {
+  Rng::State sampler{}, dropout{};
+};
+
+// The "state" section: where the run is, besides its weights. In the file a JSON object
+//   {"step": 900, "best_val_loss": 1.49 or null, "elapsed_s": 61.2,
+//    "rng": {"sampler": [5 words], "dropout": [5 words]  (rank 0's)
+//            , "ranks": [{"sampler": [...], "dropout": [...]}, ...] (every rank's, when more than one)},
+//    "optimizer": {"name": "adamw", "steps": 900}
+//    , "ranks": 2 (more than one), "stopped": "target_loss" or "max_seconds", "ema_in_model": true}
+// (the fields after the optimizer only when they are not their defaults).
+struct CheckpointState {
+  int64_t step = 0;  // optimizer steps the run has taken, >= 0
+  // The lowest val loss so far (best.ckpt's own); infinity when the run has not been evaluated yet.
+  double best_val_loss = std::numeric_limits<double>::infinity();
+  double elapsed_s = 0;                     // seconds of training, >= 0
+  std::vector<RankStreams> streams = {{}};  // one per rank the run was trained with, rank 0 first
+  std::string optimizer;                    // the name the optim.* sections are for ("adamw", ...)
+  int64_t optimizer_steps = 0;              // its own step count, >= 0
+  std::string stopped;                      // "target_loss", "max_seconds", or "" (max_steps or running)
+  bool ema_in_model = false;                // the weights hold the EMA, optim's EMA buffer the raw ones
+
+  bool evaluated() const { return std::isfinite(best_val_loss); }
+  int64_t ranks() const { return static_cast<int64_t>(streams.size()); }
+};
+
 // The vocabularies (Vocabulary: tokenizer, target_tokenizer) and the rest of a run's state.
 struct Checkpoint : Vocabulary {
   nlohmann::json config;                      // the resolved config the run was trained with
-  nlohmann::json state;                       // step, best_val_loss, rng, optimizer, elapsed_s
+  CheckpointState state;                      // its fields checked where the file was read
   std::vector<float> model;                   // (P,) flat parameter values
   std::vector<std::vector<float>> optimizer;  // per state buffer (optim.h: (P,) each for AdamW and SGD)
 };
@@ -49,7 +79,7 @@ struct Checkpoint : Vocabulary {
 struct CheckpointView {
   const nlohmann::json& config;
   const Tokenizer& tokenizer;
-  const nlohmann::json& state;
+  const CheckpointState& state;
   const float* model;  // (P,)
   size_t parameters;   // P
   const std::vector<std::vector<float>>& optimizer;
@@ -60,11 +90,12 @@ void save_checkpoint(const std::string& path, const CheckpointView& ckpt);
 void save_checkpoint(const std::string& path, const Checkpoint& ckpt);
 // Throws IoError "PATH: ..." for a missing, truncated, corrupt or foreign file.
 Checkpoint load_checkpoint(const std::string& path);
-// The "state" section alone (step, best_val_loss, stopped, ...), read by seeking past the others: what a
-// list of runs needs, without reading gigabytes of weights. The header and every section's bounds are
-// checked against the file's size, but not the checksum (that needs every byte). IoError "PATH: ..."
-// for a missing, truncated or foreign file or a state that is not a JSON object.
-nlohmann::json load_checkpoint_state(const std::string& path);
+// The "state" section alone, read by seeking past the others: what a list of runs needs, without
+// reading gigabytes of weights. The header and every section's bounds are checked against the file's
+// size, but not the checksum (that needs every byte). IoError "PATH: ..." for a missing, truncated or
+// foreign file, and for a state whose fields are missing or of the wrong type or range (naming the
+// field and what it must be), as load_checkpoint.
+CheckpointState load_checkpoint_state(const std::string& path);
 // The same reader over bytes in memory (load_checkpoint reads the file and calls it; fuzzers and
 // tests call it directly); errors are IoError("<what>: ...").
 Checkpoint parse_checkpoint(const uint8_t* data, size_t size, const std::string& what);
