@@ -110,6 +110,7 @@ class TrainingRun {
     double mtp_loss = 0;  // model.mtp_heads: the extra heads' loss (unweighted), apart from `loss`
   };
   void check_resumed(const Checkpoint& ckpt) const;
+  void take_best_on_disk();
   void refuse_taken_directory() const;
   void create_run_directory();
   void log_header();
@@ -145,6 +146,10 @@ class TrainingRun {
   const TrainOptions& opt_;
   const std::string dir_, last_path_, best_path_;
   std::string resumed_path_;  // the checkpoint a resumed run continues from ("" for a new run)
+  // A resumed run's line about best.ckpt (take_best_on_disk): "" when it has none to say, else a warning
+  // when best.ckpt could not be read.
+  std::string best_on_disk_note_;
+  bool best_on_disk_unreadable_ = false;
   // --init-from: why its vocabulary could not be checked, positions its position table lacks
   std::vector<std::string> init_from_notes_;
   const int64_t accum_, max_steps_;
@@ -248,6 +253,7 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
   if (resumed) {
     state_->restore(resumed->checkpoint, resumed_path_);
     saved_at_ = state_->step;
+    if (root_) take_best_on_disk();
   } else {
     // Every rank starts from rank 0's weights (the same seed gives the same init; this makes it certain).
     dist::broadcast(model.flat_values().data(), model.parameter_count(), 0);
@@ -260,6 +266,38 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
     log_->info(fmt::format("initial weights: {} (--init-from), not the seed's", opt_.init_from.c_str()));
   for (const std::string& note : init_from_notes_) log_->warn(note);
   result_.best_val_loss = state_->best_val;
+}
+
+// best.ckpt is saved at evaluations, last.ckpt at checkpoints: after a crash best.ckpt may hold an
+// evaluation from after last.ckpt, which last.ckpt's best val loss so far does not know. A new best must
+// beat the better of the two, or the resumed run would replace a better best.ckpt with a worse one.
+// Only its state is read (what `tfm runs` reads: no weights, no checksum); a best.ckpt that cannot be
+// read is said and left to the usual rule, which replaces it at the next best evaluation.
+void TrainingRun::take_best_on_disk() {
+  std::error_code ec;
+  if (resumed_path_ != last_path_ || !fs::exists(best_path_, ec)) return;
+  const std::string known =
+      std::isfinite(state_->best_val)
+          ? fmt::format("{} (step {}, best val loss so far {:.4f})", kLastCheckpointFile, state_->step,
+                        state_->best_val)
+          : fmt::format("{} (step {}, not evaluated yet)", kLastCheckpointFile, state_->step);
+  CheckpointState best;
+  try {
+    best = load_checkpoint_state(best_path_);
+  } catch (const IoError& e) {
+    best_on_disk_unreadable_ = true;
+    best_on_disk_note_ =
+        fmt::format("{}; the resume goes on: the first evaluation better than the best {} knows replaces {}",
+                    e.what(), known.c_str(), kBestCheckpointFile);
+    return;
+  }
+  if (!(best.best_val_loss < state_->best_val)) return;
+  const std::string relation =
+      best.step > state_->step ? "from after " + known : "better than what " + known + " knows";
+  best_on_disk_note_ =
+      fmt::format("{} holds step {} at val loss {:.4f}, {}: a new best must beat {:.4f}", kBestCheckpointFile,
+                  best.step, best.best_val_loss, relation.c_str(), best.best_val_loss);
+  state_->best_val = best.best_val_loss;
 }
 
 // The checkpoint's config against the run's, and its rank count against this job's.
@@ -322,6 +360,12 @@ void TrainingRun::log_header() {
   if (!resumed_path_.empty() && resumed_path_ != last_path_)
     log_->info(fmt::format("no {}: resuming from {} (step {})", kLastCheckpointFile, kBestCheckpointFile,
                            state_->step));
+  if (!best_on_disk_note_.empty()) {
+    if (best_on_disk_unreadable_)
+      log_->warn(best_on_disk_note_);
+    else
+      log_->info(best_on_disk_note_);
+  }
   log_->info("objective: " + objective_->name() + "; data: " + objective_->describe_data());
   for (const std::string& warning : objective_->data_warnings()) log_->warn(warning);
   for (const std::string& warning : config_warnings(config_)) log_->warn(warning);

@@ -6,12 +6,14 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -243,6 +245,62 @@ TEST_CASE("train: a non-finite loss stops with the step and leaves the last chec
     const Checkpoint ck = load_checkpoint(dir + "/last.ckpt");
     CHECK(ck.state.step == r.step);
   }
+}
+
+TEST_CASE("train: a resume after a crash keeps a best.ckpt newer than last.ckpt until it is beaten",
+          "[train]") {
+  // Evaluations every 5 steps, checkpoints every 10, killed during step 16 (the exception stands for
+  // the SIGKILL: nothing more is saved): best.ckpt holds step 15's evaluation, last.ckpt step 10 and the
+  // best val loss it knew then.
+  const std::string dir = run_dir("best_after_crash");
+  const std::vector<std::string> sets = {"train.eval_interval=5", "train.checkpoint_interval=10"};
+  TrainOptions crash = quiet();
+  crash.on_step = [](int64_t step, const Model&) {
+    if (step == 16) throw std::runtime_error("killed");
+  };
+  CHECK_THROWS_WITH(train(tfm_test::small_train_config(dir, sets), crash), "killed");
+  const CheckpointState last = load_checkpoint_state(dir + "/last.ckpt");
+  const CheckpointState best = load_checkpoint_state(dir + "/best.ckpt");
+  REQUIRE(last.step == 10);
+  REQUIRE(best.step == 15);
+  REQUIRE(best.best_val_loss < last.best_val_loss);
+  const std::string best_bytes = file_bytes(dir + "/best.ckpt");
+  const std::string damaged = dir + "_damaged";  // the same crash, best.ckpt then cut short
+  fs::copy(dir, damaged, fs::copy_options::recursive);
+  const auto four = [](double v) {
+    char s[32];
+    std::snprintf(s, sizeof s, "%.4f", v);
+    return std::string(s);
+  };
+  // What the resume logged: train.log's lines after the crashed run's.
+  const auto resumed_log = [](const std::string& run) {
+    const std::string log = file_bytes(run + "/train.log");
+    return log.substr(log.find("tfm train: resuming"));
+  };
+
+  // Resumed up to step 15 again: the same steps (a resume is bit-identical), so the same val loss as
+  // best.ckpt's, which beats last.ckpt's best but not best.ckpt: no new best, best.ckpt untouched.
+  TrainOptions to_15 = quiet();
+  to_15.stop_at_step = 15;
+  REQUIRE(resume(dir, {}, to_15).status == TrainResult::Status::Interrupted);
+  std::string log = resumed_log(dir);
+  CHECK_THAT(log, Catch::Contains("best.ckpt holds step 15 at val loss " + four(best.best_val_loss) +
+                                  ", from after last.ckpt (step 10, best val loss so far " +
+                                  four(last.best_val_loss) + "): a new best must beat"));
+  CHECK_THAT(log, Catch::Contains("step 15/20 | val loss " + four(best.best_val_loss)));
+  CHECK_THAT(log, !Catch::Contains("new best: saved best.ckpt"));
+  CHECK(file_bytes(dir + "/best.ckpt") == best_bytes);
+
+  // A best.ckpt that cannot be read does not stop the resume: said, and the usual rule replaces it.
+  fs::resize_file(damaged + "/best.ckpt", 100);
+  REQUIRE(resume(damaged, {}, to_15).status == TrainResult::Status::Interrupted);
+  log = resumed_log(damaged);
+  CHECK_THAT(log, Catch::Contains(damaged + "/best.ckpt: ") &&
+                      Catch::Contains("; the resume goes on: the first evaluation better than the best "
+                                      "last.ckpt (step 10, best val loss so far " +
+                                      four(last.best_val_loss) + ") knows replaces best.ckpt"));
+  CHECK_THAT(log, Catch::Contains("new best: saved best.ckpt"));
+  CHECK(load_checkpoint_state(damaged + "/best.ckpt").step == 15);
 }
 
 TEST_CASE("train: sampling is deterministic for a fixed seed and streams its text", "[train]") {
