@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -184,6 +185,32 @@ std::vector<std::pair<std::string, json>> check_run_config_file(const std::strin
   return differing;
 }
 
+namespace {
+
+// Weights are read once, at load: a NaN or infinity there (a run saved as it diverged, a file damaged or
+// written elsewhere) would turn every output into NaN or garbage, silently. IoError naming the file, the
+// tensor and the first such value's index in it (values: the tensor's, of `shape`).
+void require_finite_weights(const std::string& source, const std::string& tensor, const Shape& shape,
+                            const float* values) {
+  int64_t n = 1;
+  for (const int64_t d : shape) n *= d;
+  const float* bad = std::find_if(values, values + n, [](float v) { return !std::isfinite(v); });
+  if (bad == values + n) return;
+  const int64_t flat = bad - values;
+  std::vector<int64_t> index(shape.size());
+  for (size_t d = shape.size(), rest = static_cast<size_t>(flat); d-- > 0;) {
+    index[d] = static_cast<int64_t>(rest % static_cast<size_t>(shape[d]));
+    rest /= static_cast<size_t>(shape[d]);
+  }
+  const char* value = std::isnan(*bad) ? "NaN" : *bad > 0 ? "+Inf" : "-Inf";
+  throw IoError(fmt::format(
+      "{}: tensor {} {} holds {} at index {} (value {} of {}): weights that are not finite give no usable "
+      "model (saved from a run that diverged, or the file is damaged)",
+      source, tensor, shape_str(shape), value, shape_str(index), flat, n));
+}
+
+}  // namespace
+
 void restore_model(Model& model, const Checkpoint& ckpt, const std::string& source) {
   const int64_t P = model.parameter_count();
   if (static_cast<int64_t>(ckpt.model.size()) != P)
@@ -191,6 +218,8 @@ void restore_model(Model& model, const Checkpoint& ckpt, const std::string& sour
                   " parameter values, the model of its config needs " + std::to_string(P) + " (" +
                   std::to_string(model.parameters().size()) +
                   " tensors; was the config or the vocabulary changed?)");
+  for (const auto& p : model.parameters())
+    require_finite_weights(source, p.name, p.value.shape(), ckpt.model.data() + p.offset);
   std::copy(ckpt.model.begin(), ckpt.model.end(), model.flat_values().data());
 }
 
@@ -324,6 +353,7 @@ std::vector<std::string> load_safetensors_into(Model& model, const std::string& 
     if (!f.contains(p.name)) throw IoError(path + ": no tensor " + p.name + " (the model needs it)");
     const Tensor& t = f.at(p.name);
     const std::vector<float> v = t.to_vector();
+    require_finite_weights(path, p.name, t.shape(), v.data());
     float* to = model.flat_values().data() + p.offset;
     // A learned position table (L, C) of another model.max_seq_len: row t is position t in both, so the
     // positions both have take the file's rows and the model keeps its own past the file's.

@@ -6,7 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +17,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -23,7 +26,9 @@
 #include "checkpoint_bytes.h"
 #include "cli_run.h"
 #include "tfm/engine/error.h"
+#include "tfm/engine/safetensors.h"
 #include "tfm/training/checkpoint.h"
+#include "tfm/training/run_dir.h"
 
 namespace fs = std::filesystem;
 
@@ -274,6 +279,61 @@ TEST_CASE(
       CHECK_THAT(r.out, !Catch::Contains("internal error"));
     }
     CHECK_FALSE(fs::exists(tmp.path + "/out.safetensors"));
+  }
+}
+
+TEST_CASE("reliability: weights that are not finite are refused on load, naming the file, tensor and index",
+          "[reliability]") {
+  TempDir tmp("nonfinite_weights");
+  const std::string run = tmp.path + "/run", st = tmp.path + "/model.safetensors";
+  const Run train = cli("train " + kReliabilityTiny + "--set train.max_steps=2 --out " + run);
+  INFO(train.out);
+  REQUIRE(train.status == 0);
+  REQUIRE(cli("export --run " + run + " --out " + st).status == 0);
+  // A matrix after the embedding, its value at row 1, column 2: a NaN in the checkpoint, +Inf in the
+  // export.
+  const tfm::LoadedRun loaded = tfm::load_run(run, "last");
+  const std::vector<tfm::NamedParameter>& parameters = loaded.model->parameters();
+  const auto matrix = std::find_if(parameters.begin() + 1, parameters.end(),
+                                   [](const tfm::NamedParameter& q) { return q.value.dim() == 2; });
+  REQUIRE(matrix != parameters.end());
+  const tfm::NamedParameter& p = *matrix;
+  const int64_t element = p.value.size(1) + 2;
+  const std::string where = "tensor " + p.name + " " + tfm::shape_str(p.value.shape());
+
+  tfm::Checkpoint ck = loaded.checkpoint;
+  ck.model.at(static_cast<size_t>(p.offset + element)) = std::nanf("");
+  tfm::save_checkpoint(run + "/last.ckpt", ck);
+  const std::string in_checkpoint = run + "/last.ckpt: " + where + " holds NaN at index [1, 2] (value " +
+                                    std::to_string(element) + " of " + std::to_string(p.value.numel()) + ")";
+  for (const std::string& command :
+       {"eval --run " + run + " --checkpoint last", "sample --run " + run + " --checkpoint last",
+        "export --run " + run + " --checkpoint last --out " + tmp.path + "/nan.safetensors",
+        "train --resume " + run + " --set train.max_steps=3"}) {
+    const Run r = cli(command);
+    INFO("tfm " << command << "\n" << r.out);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.out, Catch::Contains(in_checkpoint));
+  }
+  CHECK_FALSE(fs::exists(tmp.path + "/nan.safetensors"));
+
+  tfm::SafetensorsFile f = tfm::load_safetensors(st);
+  tfm::NamedTensors tensors = f.tensors;
+  for (auto& [name, t] : tensors)
+    if (name == p.name) {
+      t = t.clone();  // its own values, not the file's
+      t.data()[element] = std::numeric_limits<float>::infinity();
+    }
+  const std::string inf_st = tmp.path + "/inf.safetensors";
+  tfm::save_safetensors(inf_st, tensors, f.metadata);
+  const std::string in_export = inf_st + ": " + where + " holds +Inf at index [1, 2]";
+  for (const std::string& command :
+       {"sample --run " + run + " --checkpoint best --init-from " + inf_st,
+        "train " + kReliabilityTiny + "--out " + tmp.path + "/new --init-from " + inf_st}) {
+    const Run r = cli(command);
+    INFO("tfm " << command << "\n" << r.out);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.out, Catch::Contains(in_export));
   }
 }
 

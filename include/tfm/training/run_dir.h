@@ -117,13 +117,15 @@ std::vector<std::pair<std::string, nlohmann::json>> check_run_config_file(const 
 // The resolved config a checkpoint was trained with; IoError naming `path` when it is invalid.
 Config checkpoint_config(const Checkpoint& ckpt, const std::string& path);
 
-// Copies checkpoint values into a model built from the same config; IoError naming what differs.
+// Copies checkpoint values into a model built from the same config; IoError naming what differs, or the
+// tensor and index of the first value that is not finite (NaN, Inf).
 void restore_model(Model& model, const Checkpoint& ckpt, const std::string& source);
 
 // Copies the tensors of a safetensors file (tfm export) into the model's parameters. Names and shapes
 // must match model.parameters() exactly, but for a learned position table (is_position_table) of
 // another length (model.max_seq_len may differ): the model takes the file's rows for the positions both
-// have and keeps its own values past the file's; IoError("<path>: ...") naming the tensor otherwise. With the
+// have and keeps its own values past the file's; IoError("<path>: ...") naming the tensor otherwise, and
+// naming the tensor and index of the first value that is not finite (NaN, Inf). With the
 // run's `vocabulary` (its origin, e.g. "data.path FILE", named in messages), the tokenizers the file's
 // metadata carries (tfm export's "tokenizer", and "target_tokenizer" for seq2seq) must be the run's:
 // ConfigError naming the file, the run's and the first id whose token differs. With the run's
