@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <set>
 
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
@@ -344,7 +345,7 @@ Checkpoint parse_checkpoint(const uint8_t* data, size_t size, const std::string&
 
   Checkpoint ckpt;
   Reader r(path, payload, payload_size);
-  bool has_config = false, has_vocab = false, has_state = false, has_model = false;
+  std::set<std::string> seen;
   for (uint32_t s = 0; s < sections; ++s) {
     const uint32_t name_len = r.get<uint32_t>("a section name length");
     if (name_len == 0 || name_len > kMaxNameBytes)
@@ -352,41 +353,51 @@ Checkpoint parse_checkpoint(const uint8_t* data, size_t size, const std::string&
     const std::string name = r.bytes(name_len, "a section name");
     const uint64_t len = r.get<uint64_t>("a section length");
     const std::string data = r.bytes(len, ("section " + name).c_str());
+    // tfm writes each section once: a second one is damage, not a newer value to take.
+    if (!seen.insert(name).second)
+      throw IoError(path + ": corrupt checkpoint: section \"" + name +
+                    "\" appears twice (each is written once)");
     if (name == "config") {
-      ckpt.config = to_json(path, name, data), has_config = true;
+      ckpt.config = to_json(path, name, data);
     } else if (name == "vocab" || name == "vocab.target") {
       const nlohmann::json v = to_json(path, name, data);
+      Tokenizer tok;
       try {
-        const Tokenizer tok = Tokenizer::from_json(v);
-        // A model of no tokens cannot be built: say so here, not as the model's internal check.
-        if (tok.size() <= static_cast<int64_t>(tok.specials().size()))
-          throw IoError(path + ": corrupt checkpoint: the " + name + " section holds an empty vocabulary (" +
-                        std::to_string(tok.size()) + " tokens, none of them ordinary)");
-        if (name == "vocab.target")
-          ckpt.target_tokenizer = tok;
-        else
-          ckpt.tokenizer = tok;
-      } catch (const IoError&) {
-        throw;
+        tok = Tokenizer::from_json(v);
       } catch (const nlohmann::json::exception& e) {
-        throw IoError(path + ": corrupt checkpoint: bad vocab section (" + e.what() + ")");
-      } catch (const Error& e) {
-        throw IoError(path + ": corrupt checkpoint: bad vocab section (" + e.what() + ")");
+        throw IoError(path + ": corrupt checkpoint: bad " + name + " section (" + e.what() + ")");
+      } catch (const Error& e) {  // the tokenizer's own check ("tokenizer: the vocabulary must be ...")
+        throw IoError(path + ": corrupt checkpoint: bad " + name + " section (" + e.what() + ")");
       }
-      has_vocab = has_vocab || name == "vocab";
+      // A model of no tokens cannot be built: say so here, not as the model's internal check.
+      if (tok.size() <= static_cast<int64_t>(tok.specials().size()))
+        throw IoError(path + ": corrupt checkpoint: the " + name + " section holds an empty vocabulary (" +
+                      std::to_string(tok.size()) + " tokens, none of them ordinary)");
+      if (name == "vocab.target")
+        ckpt.target_tokenizer = tok;
+      else
+        ckpt.tokenizer = tok;
     } else if (name == "state") {
-      ckpt.state = read_state(path, to_json(path, name, data)), has_state = true;
+      ckpt.state = read_state(path, to_json(path, name, data));
     } else if (name == "model") {
-      ckpt.model = to_floats(path, name, data), has_model = true;
+      ckpt.model = to_floats(path, name, data);
     } else if (name.rfind("optim.", 0) == 0) {
+      // The buffers' order is Optimizer::state()'s: optim.1 read as the first would be restored into
+      // AdamW's m.
+      const std::string expected = "optim." + std::to_string(ckpt.optimizer.size());
+      if (name != expected)
+        throw IoError(path + ": corrupt checkpoint: section \"" + name + "\" where \"" + expected +
+                      "\" belongs (the optimizer's sections are written in order, optim.0 first)");
       ckpt.optimizer.push_back(to_floats(path, name, data));
     } else {
       throw IoError(path + ": corrupt checkpoint: unknown section \"" + name + "\"");
     }
   }
   if (!r.done()) throw IoError(path + ": corrupt checkpoint: bytes after the last section");
-  if (!has_config || !has_vocab || !has_state || !has_model)
-    throw IoError(path + ": corrupt checkpoint: a section is missing (needs config, vocab, state, model)");
+  for (const char* needed : {"config", "vocab", "state", "model"})
+    if (!seen.count(needed))
+      throw IoError(path + ": corrupt checkpoint: no \"" + needed +
+                    "\" section (a checkpoint has config, vocab, state and model)");
   return ckpt;
 }
 

@@ -25,10 +25,13 @@ void RunState::restore(Checkpoint& ckpt, const std::string& path) {
   const RankStreams& streams = s.streams.at(static_cast<size_t>(rank_));
   objective_.sampler_rng().set_state(streams.sampler);
   model.dropout_rng().set_state(streams.dropout);
-  if (enum_from<OptimizerKind>(s.optimizer) != optimizer_.config().name ||
-      ckpt.optimizer.size() != optimizer_.state().size())
+  if (enum_from<OptimizerKind>(s.optimizer) != optimizer_.config().name)
     throw IoError(path + ": the checkpoint's optimizer state is for \"" + s.optimizer +
                   "\", the config uses \"" + name_of(optimizer_.config().name) + "\"");
+  if (ckpt.optimizer.size() != optimizer_.state().size())
+    throw IoError(path + ": " + std::to_string(ckpt.optimizer.size()) +
+                  " optimizer state section(s) (optim.N), expected " +
+                  std::to_string(optimizer_.state().size()) + " for \"" + s.optimizer + "\"");
   for (size_t i = 0; i < ckpt.optimizer.size(); ++i) {
     // (P,) for AdamW and SGD; Muon's buffers hold its own part of the parameters (optim.h).
     const size_t expected = optimizer_.state()[i].size();

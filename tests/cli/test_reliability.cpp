@@ -178,6 +178,38 @@ TEST_CASE("reliability: corrupt checkpoints are rejected with a clear message", 
     b[pos] = static_cast<char>(b[pos] ^ 0x10);
     cases.push_back({"header flip at " + std::to_string(pos), b, ""});
   }
+  // Whole files (the checksum right) whose sections are not what tfm writes: each is named, none is
+  // taken as it comes (a second model section won, optim.1 first was restored as AdamW's m).
+  {
+    using tfm_test::CheckpointSections;
+    const CheckpointSections sections = tfm_test::checkpoint_sections(good);
+    const auto section = [&sections](const std::string& name) {
+      for (const auto& s : sections)
+        if (s.first == name) return s;
+      FAIL("no section " << name);
+      return sections.front();
+    };
+    CheckpointSections b;
+    for (const auto& s : sections)
+      if (s.first.rfind("optim.", 0) != 0) b.push_back(s);
+    b.push_back(section("optim.1"));
+    b.push_back(section("optim.0"));
+    cases.push_back({"optim.1 before optim.0", tfm_test::checkpoint_bytes(b),
+                     "corrupt checkpoint: section \"optim.1\" where \"optim.0\" belongs"});
+    b = sections;
+    b.push_back(section("model"));
+    cases.push_back(
+        {"a second model section", tfm_test::checkpoint_bytes(b), "section \"model\" appears twice"});
+    b = sections;
+    for (auto& s : b)
+      if (s.first == "vocab") {
+        nlohmann::json vocab = nlohmann::json::parse(s.second);
+        vocab["symbols"] = {97, 97, 98};
+        s.second = vocab.dump();
+      }
+    cases.push_back({"a vocabulary of a repeated symbol", tfm_test::checkpoint_bytes(b),
+                     "corrupt checkpoint: bad vocab section (tokenizer: the vocabulary must be distinct"});
+  }
   {
     std::string b = good;
     std::memcpy(b.data(), "PK\3\4zip!", 8);
@@ -334,6 +366,28 @@ TEST_CASE("reliability: weights that are not finite are refused on load, naming 
     INFO("tfm " << command << "\n" << r.out);
     CHECK(r.status == 2);
     CHECK_THAT(r.out, Catch::Contains(in_export));
+  }
+}
+
+TEST_CASE("reliability: a resume names a checkpoint's missing or extra optimizer section by count",
+          "[reliability]") {
+  TempDir tmp("optim_sections");
+  const std::string run = tmp.path + "/run";
+  const Run train = cli("train " + kReliabilityTiny + "--set train.max_steps=2 --out " + run);
+  INFO(train.out);
+  REQUIRE(train.status == 0);
+  const tfm::Checkpoint good = tfm::load_checkpoint(run + "/last.ckpt");
+  REQUIRE(good.optimizer.size() == 2);  // AdamW's m and v
+  for (const size_t sections : {size_t{1}, size_t{3}}) {
+    tfm::Checkpoint ck = good;
+    ck.optimizer.resize(sections, good.optimizer[0]);
+    tfm::save_checkpoint(run + "/last.ckpt", ck);
+    const Run r = cli("train --resume " + run + " --set train.max_steps=3");
+    INFO(r.out);
+    CHECK(r.status == 2);
+    // It had said the state was for "adamw" when the config uses "adamw".
+    CHECK_THAT(r.out, Catch::Contains(run + "/last.ckpt: " + std::to_string(sections) +
+                                      " optimizer state section(s) (optim.N), expected 2 for \"adamw\""));
   }
 }
 

@@ -9,12 +9,12 @@
 //         32   payload: sections, each  u32 name length, name, u64 data length, data
 //
 // Sections: "config" (resolved config JSON), "vocab" (JSON: tokenizer kind and symbols), "state" (JSON:
-// CheckpointState below), "model" (P float32 values), "optim.0", "optim.1", ... (the optimizer's state
-// buffers in Optimizer::state()'s order: AdamW's m and v, P float32 each; SGD's momentum; Muon's m and v
-// of its AdamW part and its matrices' momentum),
+// CheckpointState below), "model" (P float32 values), "optim.0", "optim.1", ... in that order (the
+// optimizer's state buffers in Optimizer::state()'s order: AdamW's m and v, P float32 each; SGD's
+// momentum; Muon's m and v of its AdamW part and its matrices' momentum),
 // and for an encoder-decoder "vocab.target" (the target side's tokenizer; "vocab" is the source's).
-// All integers little-endian. Every size is checked against the bytes actually present before
-// anything is allocated, and the checksum is verified before any section is parsed.
+// Each name appears once. All integers little-endian. Every size is checked against the bytes actually
+// present before anything is allocated, and the checksum is verified before any section is parsed.
 // The state's fields are checked (types and ranges) where it is read, so that no caller reads its JSON.
 //
 // Writes go to a temporary beside PATH (file_io.h's AtomicFile), are fsync'd and renamed over PATH,
