@@ -111,6 +111,25 @@ TEST_CASE("export: safetensors round trip through --init-from, and the PyTorch r
   CHECK(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("tfm: weights from " + st + " (--init-from)"));
 
+  // The commands `export --help` gives to load the file work as written, CONFIG, DIR and FILE filled in
+  // (it gave `tfm sample --init-from FILE`, which sample refuses without --run).
+  const std::string help = run_tfm("export --help").out;
+  int loads = 0;
+  for (size_t at = help.find("`tfm "); at != std::string::npos; at = help.find("`tfm ", at + 1)) {
+    std::string command = help.substr(at + 1, help.find('`', at + 1) - at - 1);
+    if (command.find("--init-from FILE") == std::string::npos) continue;
+    ++loads;
+    for (const auto& [word, value] :
+         {std::pair<std::string, std::string>{"CONFIG", "configs/tiny.json"}, {"DIR", run}, {"FILE", st}})
+      if (const size_t w = command.find(word); w != std::string::npos) command.replace(w, word.size(), value);
+    const bool trains = command.rfind("tfm train ", 0) == 0;
+    command += trains ? " --out " + tmp.path + "/from_help --set train.max_steps=1" : " --max-new-tokens 3";
+    r = run_tfm(command.substr(4));
+    INFO(command << "\n" << r.out);
+    CHECK(r.status == 0);
+  }
+  CHECK(loads == 2);  // tfm train and tfm sample
+
   // A file named for the other format is refused before anything is written.
   for (const auto& [format, name] : {std::pair<std::string, std::string>{"gguf", "/m.safetensors"},
                                      std::pair<std::string, std::string>{"safetensors", "/m.gguf"}}) {
