@@ -167,6 +167,11 @@ CheckpointState read_state(const std::string& path, const json& j) {
     s.best_val_loss = f.number(best, "best_val_loss", "a number, or null before the first evaluation");
   s.elapsed_s = f.number(f.at(j, "elapsed_s", "elapsed_s"), "elapsed_s", "a number of seconds >= 0");
   if (s.elapsed_s < 0) f.wrong("elapsed_s", j["elapsed_s"], "a number of seconds >= 0");
+  s.training_s = s.elapsed_s;  // a checkpoint from before the loop's own clock was kept
+  if (j.contains("training_s")) {
+    s.training_s = f.number(j["training_s"], "training_s", "a number of seconds >= 0");
+    if (s.training_s < 0) f.wrong("training_s", j["training_s"], "a number of seconds >= 0");
+  }
   const json& optimizer = f.object(f.at(j, "optimizer", "optimizer"), "optimizer");
   const json& name = f.at(optimizer, "name", "optimizer.name");
   if (!name.is_string()) f.wrong("optimizer.name", name, "a string (the optimizer's name)");
@@ -206,6 +211,7 @@ json state_json(const CheckpointState& s) {
   json j = {{"step", s.step},
             {"best_val_loss", s.evaluated() ? json(s.best_val_loss) : json(nullptr)},
             {"elapsed_s", s.elapsed_s},
+            {"training_s", s.training_s},
             {"optimizer", {{"name", s.optimizer}, {"steps", s.optimizer_steps}}}};
   if (s.ranks() > 1) {
     json all = json::array();

@@ -20,6 +20,7 @@ void RunState::restore(Checkpoint& ckpt, const std::string& path) {
   step = s.step;
   best_val = s.best_val_loss;
   elapsed_before = s.elapsed_s;
+  training_before = s.training_s;
   stopped = s.stopped;
   // Every rank's streams (the caller checked that the run had as many ranks as this job).
   const RankStreams& streams = s.streams.at(static_cast<size_t>(rank_));
@@ -75,11 +76,12 @@ std::vector<RankStreams> RunState::streams() const {
   return all;
 }
 
-void RunState::save(const std::string& path, double elapsed) const {
+void RunState::save(const std::string& path, double elapsed, double training) const {
   CheckpointState state;
   state.step = step;
   state.best_val_loss = best_val;
   state.elapsed_s = elapsed;
+  state.training_s = training;
   state.streams = streams();
   state.optimizer = name_of(optimizer_.config().name);
   state.optimizer_steps = optimizer_.steps_taken();

@@ -22,7 +22,9 @@ class RunState {
 
   int64_t step = 0;
   double best_val = std::numeric_limits<double>::infinity();
-  double elapsed_before = 0;  // seconds of training before this process started
+  // The run's time before this process started: all of it (CheckpointState::elapsed_s) and the training
+  // loop's alone (training_s, the clock of train.target_loss and train.max_seconds).
+  double elapsed_before = 0, training_before = 0;
   // Why the run stopped before train.max_steps, saved with the checkpoint so a sweep knows the point
   // is done: "target_loss" or "max_seconds" ("" while it runs, and after a resume).
   std::string stopped;
@@ -38,7 +40,8 @@ class RunState {
   // checkpoint (the gather is collective; only rank 0 writes). A no-op in a single process.
   void gather_streams();
   // Writes the run to `path` (rank 0), streaming the parameters and optimizer buffers (no copies).
-  void save(const std::string& path, double elapsed) const;
+  // `elapsed` and `training`: the run's seconds so far, all of them and the training loop's.
+  void save(const std::string& path, double elapsed, double training) const;
 
  private:
   std::vector<RankStreams> streams() const;  // every rank's, rank 0 first

@@ -120,10 +120,12 @@ class TrainingRun {
   void log_interval(double lr, const Metrics* val, bool last = false);  // last: the run ends here
   void log_summary();
   void write_config_file() const;  // output.dir/config.json: the resolved config the run trains with
+  // The run's time so far over all its processes, each one's set-up (reading the data, building the
+  // model, timing the GEMM peak) included.
   double elapsed() const { return state_->elapsed_before + seconds_since(start_); }
-  // The training loop's wall time so far: this process's steps and evaluations, and the earlier
-  // processes' whole time on resume (the clock of train.target_loss).
-  double training_seconds() const { return state_->elapsed_before + seconds_since(loop_start_); }
+  // The training loop's wall time so far: its steps, evaluations and checkpoints in this process and the
+  // earlier ones, without any process's set-up (the clock of train.target_loss and train.max_seconds).
+  double training_seconds() const { return state_->training_before + seconds_since(loop_start_); }
   bool reached_target(const Metrics& val);
   // The ETA of the log and the progress line (seconds_left) at `step_seconds` a step.
   double time_left(double step_seconds) const {
@@ -553,7 +555,7 @@ Metrics TrainingRun::evaluate_and_keep_best() {
   if (val_loss < state_->best_val) {
     state_->best_val = val_loss;
     result_.best_val_loss = val_loss;
-    state_->save(best_path_, elapsed());
+    state_->save(best_path_, elapsed(), training_seconds());
     note = ", new best: saved best.ckpt";
   }
   // The objective's other figures (masked_lm: accuracy; seq2seq: accuracy, BLEU) follow the loss, and
@@ -639,13 +641,13 @@ TrainResult TrainingRun::run() {
   // budget stopped, which kept its closing evaluation within it: its first step would only stop it again.
   // A larger budget, or 0 for none, trains on.
   if (max_seconds > 0 && step < max_steps_ &&
-      (state_->elapsed_before >= max_seconds ||
+      (state_->training_before >= max_seconds ||
        (state_->stopped == "max_seconds" && max_seconds <= budget_before_))) {
     log_->info(fmt::format(
         "nothing to do: the run has used its time budget train.max_seconds = {:g} ({:.1f} s of training, "
         "step {} of {}); to train on, raise it above that: --set train.max_seconds=S, or drop it: --set "
         "train.max_seconds=0",
-        max_seconds, state_->elapsed_before, step, max_steps_));
+        max_seconds, state_->training_before, step, max_steps_));
     result_.step = step;
     result_.out_of_time = true;
     return result_;
@@ -708,11 +710,11 @@ TrainResult TrainingRun::run() {
     if (ends) {
       state_->stopped = reached ? "target_loss" : "max_seconds";
       result_.out_of_time = !reached;
-      if (root_) state_->save(last_path_, elapsed());
+      if (root_) state_->save(last_path_, elapsed(), training_seconds());
       break;
     }
     if (save_now || abandoned) {
-      if (root_) state_->save(last_path_, elapsed());
+      if (root_) state_->save(last_path_, elapsed(), training_seconds());
       saved_at_ = step;
     }
     if ((stop && step < max_steps_) || abandoned) {

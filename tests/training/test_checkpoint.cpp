@@ -105,6 +105,8 @@ TEST_CASE("checkpoint: every state field is checked where the file is read, nami
        "the state's \"best_val_loss\" is \"low\", expected a number, or null"},
       {"negative elapsed seconds", [](json& s) { s["elapsed_s"] = -1.5; },
        "the state's \"elapsed_s\" is -1.5, expected a number of seconds >= 0"},
+      {"training seconds of a string", [](json& s) { s["training_s"] = "soon"; },
+       "the state's \"training_s\" is \"soon\", expected a number of seconds >= 0"},
       {"a stream of 2 words",
        [](json& s) {
          s["rng"]["sampler"] = {1, 2};
@@ -133,6 +135,8 @@ TEST_CASE("checkpoint: every state field is checked where the file is read, nami
   // What tfm writes reads back as it was: a multi-rank run's streams, a stop, the EMA, no evaluation.
   Checkpoint ck = load_checkpoint(fixture);
   CHECK(ck.state.step == 2);
+  // Written before the training loop's clock was kept apart: its elapsed_s stands for it.
+  CHECK(ck.state.training_s == ck.state.elapsed_s);
   CHECK(ck.state.optimizer == "adamw");
   CHECK(ck.state.ranks() == 1);
   ck.state.streams = {{{1, 2, 3, 4, 5}, {6, 7, 8, 9, 10}}, {{11, 12, 13, 14, 15}, {16, 17, 18, 19, 20}}};

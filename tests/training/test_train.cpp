@@ -544,6 +544,37 @@ TEST_CASE("train: a run train.max_seconds stopped has nothing to do on resume un
   CHECK_FALSE(raised.out_of_time);
 }
 
+TEST_CASE("train: a resume's budget and time to target count the training loop's time, not set-up",
+          "[train]") {
+  // A run whose processes took 1000 s, of which 0.5 s in the training loop (the rest reading a large
+  // corpus and building the model): a budget of 100 s has most of it left. The resume's clock goes on
+  // from the loop's 0.5 s, never from the 1000.
+  const std::string dir = run_dir("training_clock");
+  REQUIRE(train(tfm_test::small_train_config(dir, {"train.max_steps=3", "train.eval_interval=3"}), quiet())
+              .step == 3);
+  Checkpoint ckpt = load_checkpoint(dir + "/last.ckpt");
+  CHECK(ckpt.state.training_s <= ckpt.state.elapsed_s);  // the loop is inside its process's time
+  ckpt.state.elapsed_s = 1000, ckpt.state.training_s = 0.5;
+  save_checkpoint(dir + "/last.ckpt", ckpt);
+  const TrainResult r = resume(dir, {"train.max_steps=6", "train.max_seconds=100"}, quiet());
+  CHECK(r.step == 6);
+  CHECK_FALSE(r.out_of_time);
+  // The last record's loop clock, and the checkpoint's: from 0.5 s on, nowhere near the 1000 s of the
+  // processes (the old clock went on from elapsed_s).
+  double training_s = 0;
+  std::istringstream records(file_bytes(dir + "/metrics.jsonl"));
+  for (std::string line; std::getline(records, line);) {
+    const nlohmann::json rec = nlohmann::json::parse(line);
+    if (rec.contains("training_s")) training_s = rec["training_s"].get<double>();
+  }
+  const Checkpoint after = load_checkpoint(dir + "/last.ckpt");
+  CHECK(after.state.elapsed_s >= 1000);
+  for (const double clock : {training_s, after.state.training_s}) {
+    CHECK(clock >= 0.5);
+    CHECK(clock < after.state.elapsed_s - 900);
+  }
+}
+
 // Ctrl-C while a first use tokenizes its corpus (minutes on a large one) ends the run there: no
 // directory, step or checkpoint for it; on resume nothing in the run directory changes.
 TEST_CASE(

@@ -45,7 +45,7 @@ struct RankStreams {
 };
 
 // The "state" section: where the run is, besides its weights. In the file a JSON object
-//   {"step": 900, "best_val_loss": 1.49 or null, "elapsed_s": 61.2,
+//   {"step": 900, "best_val_loss": 1.49 or null, "elapsed_s": 61.2, "training_s": 58.4,
 //    "rng": {"sampler": [5 words], "dropout": [5 words]  (rank 0's)
 //            , "ranks": [{"sampler": [...], "dropout": [...]}, ...] (every rank's, when more than one)},
 //    "optimizer": {"name": "adamw", "steps": 900}
@@ -55,7 +55,11 @@ struct CheckpointState {
   int64_t step = 0;  // optimizer steps the run has taken, >= 0
   // The lowest val loss so far (best.ckpt's own); infinity when the run has not been evaluated yet.
   double best_val_loss = std::numeric_limits<double>::infinity();
-  double elapsed_s = 0;                     // seconds of training, >= 0
+  double elapsed_s = 0;  // seconds the run's processes took, their set-up (data, model) included, >= 0
+  // Seconds of the training loop alone over the run's processes (steps, evaluations, checkpoints): the
+  // clock of train.target_loss and train.max_seconds, >= 0. A checkpoint written before it was kept
+  // apart reads elapsed_s here.
+  double training_s = 0;
   std::vector<RankStreams> streams = {{}};  // one per rank the run was trained with, rank 0 first
   std::string optimizer;                    // the name the optim.* sections are for ("adamw", ...)
   int64_t optimizer_steps = 0;              // its own step count, >= 0
