@@ -306,7 +306,7 @@ Tensor& Tensor::set_requires_grad(bool on) {
 }
 bool Tensor::is_leaf() const {
   const GradSlot* s = slot_if_any(*this);
-  return !s || !s->grad_fn;
+  return !s || (!s->grad_fn && !s->freed_op);
 }
 const std::shared_ptr<Node>& Tensor::grad_fn() const {
   static const std::shared_ptr<Node> none;
@@ -415,6 +415,13 @@ void Tensor::backward(const Tensor& upstream, bool retain_graph) const {
   seen.insert(root.get());
   while (!stack.empty()) {
     auto& [t, next] = stack.back();
+    // Its closure is gone: walking on would skip everything it was computed from, leaving the leaves'
+    // gradients as they were without a word.
+    if (t->freed_op)
+      throw Error(detail::concat(
+          "Tensor::backward: the graph through a tensor computed by ", t->freed_op,
+          " was freed by an earlier backward(); pass retain_graph = true to that backward (backward(true)) "
+          "to run backward through the graph again, or compute the tensor anew"));
     Node* node = t->grad_fn.get();
     if (node && next < node->inputs.size()) {
       const GradRef& in = node->inputs[next++];
@@ -444,6 +451,7 @@ void Tensor::backward(const Tensor& upstream, bool retain_graph) const {
     if (!t->grad_fn) continue;
     if (t->grad) t->grad_fn->backward(Tensor(t->grad));
     if (!retain_graph) {
+      t->freed_op = t->grad_fn->name;
       t->grad_fn.reset();  // frees the closure and the values it saved
       t->grad.reset();     // intermediate gradients are not kept (as in PyTorch)
     }

@@ -17,6 +17,15 @@ std::vector<float> grad_of(const Tensor& t) {
   REQUIRE(t.grad().defined());
   return t.grad().to_vector();
 }
+// What backward() of `loss` throws (tfm::Error), "" when it returns.
+std::string backward_error(const Tensor& loss) {
+  try {
+    loss.backward();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -83,9 +92,6 @@ TEST_CASE("tensor: randn and uniform are seeded and reproducible", "[tensor]") {
   CHECK(hi > 2.99f);
   CHECK(um / u.size() == Approx(1.0).margin(0.05));
 }
-
-// ---------------------------------------------------------------------------------------------
-// Views without copies
 
 TEST_CASE("tensor: views share storage, contiguous copies only when needed", "[tensor]") {
   const Tensor x = Tensor::from_vector({0, 1, 2, 3, 4, 5}, {2, 3});
@@ -331,6 +337,51 @@ TEST_CASE("autograd: the graph is freed after backward", "[autograd]") {
   for (int i = 0; i < 2; ++i) {
     const double xi = i ? 1.0 : 0.5, t = std::tanh(xi);
     CHECK(x.grad().at({i}) == Approx(2 * std::exp(2 * t) * (1 - t * t)).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("autograd: a backward through a graph an earlier backward freed is refused", "[autograd]") {
+  Tensor w = Tensor::from_vector({1, 2}, {2});
+  w.set_requires_grad(true);
+  const auto says_freed = [](const std::string& what, const char* op) {
+    INFO(what);
+    CHECK_THAT(what,
+               StartsWith(std::string("Tensor::backward: the graph through a tensor computed by ") + op) &&
+                   Contains("freed by an earlier backward()") && Contains("retain_graph = true"));
+  };
+
+  SECTION("a second loss from an intermediate of the first") {
+    const Tensor h = mul(w, w);
+    sum(h).backward();
+    CHECK(grad_of(w) == std::vector<float>{2, 4});
+    CHECK_FALSE(h.is_leaf());  // its closure is gone, but it was computed, not made by the caller
+    CHECK(h.requires_grad());
+    says_freed(backward_error(sum(h)), "mul");
+    CHECK(grad_of(w) == std::vector<float>{2, 4});  // refused before any gradient changed
+  }
+  SECTION("the same loss twice") {
+    const Tensor loss = sum(mul(w, w));
+    loss.backward();
+    says_freed(backward_error(loss), "sum");
+    CHECK(grad_of(w) == std::vector<float>{2, 4});
+  }
+  SECTION("a shared intermediate reached through a new op") {
+    const Tensor h = mul(w, w);
+    sum(h).backward();
+    says_freed(backward_error(sum(mul(h, 3.0f))), "mul");
+    CHECK(grad_of(w) == std::vector<float>{2, 4});
+  }
+  SECTION("retain_graph keeps the graph: the second backward accumulates") {
+    const Tensor h = mul(w, w);
+    sum(h).backward(true);
+    sum(mul(h, 3.0f)).backward();  // frees h's graph too
+    CHECK(grad_of(w) == std::vector<float>{8, 16});
+    says_freed(backward_error(sum(h)), "mul");
+  }
+  SECTION("a new graph from the leaf is always fine") {
+    sum(mul(w, w)).backward();
+    sum(mul(w, w)).backward();
+    CHECK(grad_of(w) == std::vector<float>{4, 8});
   }
 }
 

@@ -114,6 +114,8 @@ class Tensor {
   // Unless retain_graph, the graph is freed as it is walked: intermediate gradients and closures
   // go back to the pool, so the next step reuses their memory. With retain_graph the intermediate
   // gradients stay readable until the next backward over the graph, which starts them from zero.
+  // A backward that reaches a tensor whose graph an earlier backward freed (the same loss twice, or a
+  // second loss computed from an intermediate of the first) throws before any gradient changes.
   void backward(bool retain_graph = false) const;
   void backward(const Tensor& upstream, bool retain_graph = false) const;
 
@@ -131,6 +133,9 @@ struct GradSlot {
   bool requires_grad = false;
   std::shared_ptr<TensorImpl> grad;
   std::shared_ptr<Node> grad_fn;
+  // The op that made the tensor, once a backward without retain_graph has released its grad_fn: the
+  // tensor is still no leaf, and a backward that reaches it again is refused, as its graph is gone.
+  const char* freed_op = nullptr;
 };
 
 struct TensorImpl {
