@@ -13,6 +13,10 @@ namespace tfm {
 
 std::vector<double> next_token_distribution(const float* logits, int64_t V, const std::vector<bool>& seen,
                                             const SampleOptions& o) {
+  TFM_CHECK(V > 0 && logits, "next_token_distribution", "expected the logits of V > 0 tokens, got V = ", V,
+            logits ? "" : " and no logits");
+  TFM_CHECK(seen.empty() || static_cast<int64_t>(seen.size()) == V, "next_token_distribution", "seen marks ",
+            seen.size(), " tokens, expected V = ", V, " or none");
   std::vector<double> z(logits, logits + V);  // (V,)
   if (o.repetition_penalty != 1.0 && !seen.empty())
     for (int64_t i = 0; i < V; ++i)
@@ -141,13 +145,26 @@ int32_t empty_prompt_token(const Tokenizer& tokenizer) {
 
 Generation generate(LanguageModel& model, const Tokenizer& tokenizer, const SampleOptions& o, Rng& rng,
                     const std::function<void(const std::string&)>& on_text, bool record) {
-  const bool was_training = model.training();
+  const int64_t L = model.config().max_seq_len, V = model.config().vocab_size;
+  // A tokenizer of more ids than the model's would feed it ids past its embedding (and mark them in
+  // `seen`), one of fewer could not spell every token drawn.
+  TFM_CHECK(tokenizer.size() == V, "generate", "the tokenizer has ", tokenizer.size(),
+            " tokens but the model's vocabulary (model.vocab_size) is ", V,
+            ": sample with the tokenizer the model was trained with");
+  std::vector<int32_t> ids = tokenizer.encode(o.prompt, "--prompt");
+  if (ids.empty()) ids.push_back(empty_prompt_token(tokenizer));
+  for (size_t i = 0; i < ids.size(); ++i)
+    TFM_CHECK(ids[i] >= 0 && ids[i] < V, "generate", "prompt token ", ids[i], " at position ", i,
+              " is outside the model's vocabulary [0, ", V, ")");
+  // The model's mode comes back however generation ends (a NaN logit throws mid-way).
+  struct ModeRestore {
+    LanguageModel& model;
+    const bool was_training;
+    ~ModeRestore() { model.set_training(was_training); }
+  } restore{model, model.training()};
   model.set_training(false);
   NoGradGuard no_grad;
   ThreadInvariantProducts same_bits_any_threads;  // the logits, and so the text, whatever the thread count
-  const int64_t L = model.config().max_seq_len, V = model.config().vocab_size;
-  std::vector<int32_t> ids = tokenizer.encode(o.prompt, "--prompt");
-  if (ids.empty()) ids.push_back(empty_prompt_token(tokenizer));
   // The repetition penalty's context: every token of the prompt and of the generation so far.
   std::vector<bool> seen;
   if (o.repetition_penalty != 1.0) {
@@ -207,7 +224,6 @@ Generation generate(LanguageModel& model, const Tokenizer& tokenizer, const Samp
     watch.flush();
     if (ended) out.stopped_at = kEndOfText;
   }
-  model.set_training(was_training);
   return out;
 }
 

@@ -279,3 +279,36 @@ TEST_CASE("sampling: the end-of-text token ends a sample unless told to draw on"
   CHECK(ended.text == on.text.substr(0, on.text.find(kEndOfText)));
   CHECK(streamed == ended.text);
 }
+
+TEST_CASE("sampling: generate refuses a tokenizer other than the model's before an id passes its vocabulary",
+          "[sampling]") {
+  ModelConfig c = tfm_test::model_config_from(
+      {"model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.max_seq_len=16"}, 4);
+  LanguageModel model(c, 7);
+  SampleOptions o;
+  o.max_new_tokens = 5;
+  o.repetition_penalty = 1.3;  // marks the prompt's ids in a table of the model's vocabulary
+  // More ids than the model has: a prompt id past its vocabulary, or one within it.
+  const Tokenizer more(Tokenizer::Kind::Char, {'\n', 'a', 'b', 'c', 'd', 'e'});
+  const auto refused = [&](const Tokenizer& tok, const std::string& prompt, int64_t size) {
+    o.prompt = prompt;
+    INFO("prompt \"" << prompt << "\", " << size << " tokens");
+    REQUIRE_THROWS_AS(generate(model, tok, o), Error);
+    REQUIRE_THROWS_WITH(generate(model, tok, o),
+                        "generate: the tokenizer has " + std::to_string(size) +
+                            " tokens but the model's vocabulary (model.vocab_size) is 4: sample with the "
+                            "tokenizer the model was trained with");
+  };
+  refused(more, "e", 6);
+  refused(more, "ab", 6);
+  // Fewer: a token drawn past them could not be spelled.
+  refused(Tokenizer(Tokenizer::Kind::Char, {'\n', 'a', 'b'}), "ab", 3);
+  model.set_training(true);
+  refused(more, "ab", 6);
+  CHECK(model.training());  // a refusal leaves the model's mode as it was
+  // The penalty's table of seen tokens has the vocabulary's size, or none.
+  const std::vector<float> logits = {1, 2, 3};
+  REQUIRE_THROWS_WITH(next_token_distribution(logits.data(), 3, {true}, SampleOptions()),
+                      "next_token_distribution: seen marks 1 tokens, expected V = 3 or none");
+  CHECK(generate(model, Tokenizer(Tokenizer::Kind::Char, {'\n', 'a', 'b', 'c'}), o).size() == 5);
+}

@@ -45,7 +45,8 @@ struct SampleOptions {
 };
 
 // The distribution the next token is drawn from (the order above): (V,) probabilities summing to 1, 0 for
-// a dropped token. `seen` (V,) marks the tokens the repetition penalty applies to (empty: none).
+// a dropped token. `seen` (V,) marks the tokens the repetition penalty applies to (empty: none; another
+// size throws).
 std::vector<double> next_token_distribution(const float* logits, int64_t V, const std::vector<bool>& seen,
                                             const SampleOptions& options);
 
@@ -74,9 +75,10 @@ struct Generation {
 };
 
 // Generates with the model's KV cache, drawing from `rng` (a caller that wants several samples of one
-// prompt keeps drawing from the same generator). on_text receives the text as it is made, holding back a
-// piece that may be the start of a stop string until it is known not to be one. With `record`, the
-// result keeps the text, tokens and log-probabilities; without, only stopped_at (a long streamed
+// prompt keeps drawing from the same generator). The tokenizer must be the model's: as many tokens as
+// model.vocab_size (tfm::Error otherwise, before anything is read). on_text receives the text as it is made,
+// holding back a piece that may be the start of a stop string until it is known not to be one. With `record`,
+// the result keeps the text, tokens and log-probabilities; without, only stopped_at (a long streamed
 // generation then stays in constant memory).
 Generation generate(LanguageModel& model, const Tokenizer& tokenizer, const SampleOptions& options, Rng& rng,
                     const std::function<void(const std::string&)>& on_text, bool record);
