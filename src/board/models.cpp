@@ -168,7 +168,8 @@ BoardReply BoardModels::run_request(LoadedRun& run, const std::string& kind, con
     SampleOptions o;
     o.prompt = text_field(request, "prompt", false);
     o.max_new_tokens = integer_field(request, "max_tokens", 200, 0, kBoardMaxNewTokens);
-    o.temperature = number_field(request, "temperature", 0.8, 0, 100);
+    const SampleRange temperature = sample_option_range(SampleOption::Temperature);  // closed: [0, 100]
+    o.temperature = number_field(request, "temperature", 0.8, temperature.lo, temperature.hi);
     const int64_t V = run.model->config().vocab_size;
     o.top_k = integer_field(request, "top_k", 0, 0, std::min(V, kBoardMaxTopK));
     o.seed = static_cast<uint64_t>(integer_field(request, "seed", 1337, 0, int64_t{1} << 53));

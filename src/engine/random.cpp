@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "tfm/engine/error.h"
+
 namespace tfm {
 namespace {
 uint64_t splitmix64(uint64_t& x) {
@@ -20,6 +22,7 @@ void Rng::seed_with(uint64_t seed) {
 }
 
 uint64_t Rng::below(uint64_t n) {
+  TFM_CHECK(n > 0, "Rng::below", "expected n >= 1, got 0: no integer is in [0, 0)");
   // Lemire's multiply-shift with rejection: unbiased.
   uint64_t x = next_u64();
   __uint128_t m = static_cast<__uint128_t>(x) * n;

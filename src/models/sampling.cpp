@@ -5,11 +5,75 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <iomanip>
+#include <limits>
+#include <sstream>
 
 #include "tfm/engine/gemm.h"
 #include "tfm/engine/ops.h"
 
 namespace tfm {
+
+namespace {
+std::string bound_text(double v) {  // 0.5, 100, 50257
+  std::ostringstream os;
+  os << std::setprecision(15) << v;
+  return os.str();
+}
+}  // namespace
+
+bool SampleRange::allows(double value) const {
+  if (!std::isfinite(value) || (integer && value != std::floor(value))) return false;
+  return (lo_open ? value > lo : value >= lo) && value <= hi;
+}
+
+std::string SampleRange::bounds() const {
+  if (std::isinf(hi)) return (lo_open ? "> " : ">= ") + bound_text(lo);
+  return (lo_open ? "(" : "[") + bound_text(lo) + ", " + bound_text(hi) + "]";
+}
+
+std::string SampleRange::expected() const {
+  return std::string(integer ? "an integer " : "a number ") + (std::isinf(hi) ? "" : "in ") + bounds();
+}
+
+template <>
+const std::vector<std::string>& enum_names<SampleOption>() {
+  static const std::vector<std::string> names = {"max_new_tokens", "temperature", "top_k",
+                                                 "top_p",          "min_p",       "repetition_penalty"};
+  return names;
+}
+
+SampleRange sample_option_range(SampleOption option, int64_t vocab_size) {
+  constexpr double kNone = std::numeric_limits<double>::infinity();  // no upper bound
+  // {integer, lo, hi, lo_open}, in SampleOption's order. Temperatures above 100 leave every
+  // distribution as flat as 100 does; top_p 0 would keep no token; a repetition penalty of 0 divides by
+  // zero, a negative one flips the logits' signs.
+  const SampleRange ranges[] = {{true, 0.0, kNone, false},
+                                {false, 0.0, 100.0, false},
+                                {true, 0.0, vocab_size > 0 ? static_cast<double>(vocab_size) : kNone, false},
+                                {false, 0.0, 1.0, true},
+                                {false, 0.0, 1.0, false},
+                                {false, 0.0, 100.0, true}};
+  return ranges[static_cast<size_t>(option)];
+}
+
+void SampleOptions::check(int64_t vocab_size) const {
+  const std::pair<SampleOption, double> values[] = {
+      {SampleOption::MaxNewTokens, static_cast<double>(max_new_tokens)},
+      {SampleOption::Temperature, temperature},
+      {SampleOption::TopK, static_cast<double>(top_k)},
+      {SampleOption::TopP, top_p},
+      {SampleOption::MinP, min_p},
+      {SampleOption::RepetitionPenalty, repetition_penalty}};
+  for (const auto& [option, value] : values) {
+    const SampleRange range = sample_option_range(option, vocab_size);
+    if (!range.allows(value))
+      throw ConfigError("SampleOptions: " + name_of(option) + ": expected " + range.expected() +
+                        (option == SampleOption::TopK && vocab_size > 0 ? " (the model's vocabulary)" : "") +
+                        ", got " +
+                        (range.integer ? std::to_string(static_cast<int64_t>(value)) : bound_text(value)));
+  }
+}
 
 std::vector<double> next_token_distribution(const float* logits, int64_t V, const std::vector<bool>& seen,
                                             const SampleOptions& o) {
@@ -17,6 +81,17 @@ std::vector<double> next_token_distribution(const float* logits, int64_t V, cons
             logits ? "" : " and no logits");
   TFM_CHECK(seen.empty() || static_cast<int64_t>(seen.size()) == V, "next_token_distribution", "seen marks ",
             seen.size(), " tokens, expected V = ", V, " or none");
+  o.check(V);
+  bool any = false;  // a logit above -infinity: a token that can be drawn
+  for (int64_t i = 0; i < V; ++i) {
+    TFM_CHECK(!std::isnan(logits[i]) && logits[i] != INFINITY, "next_token_distribution",
+              "the logit of token ", i, " is ", logits[i], " (of ", V,
+              "): the model's output is not finite (diverged weights?), and there is no distribution to draw "
+              "from");
+    any = any || logits[i] != -INFINITY;
+  }
+  TFM_CHECK(any, "next_token_distribution", "every one of the ", V,
+            " logits is -inf: there is no distribution to draw from");
   std::vector<double> z(logits, logits + V);  // (V,)
   if (o.repetition_penalty != 1.0 && !seen.empty())
     for (int64_t i = 0; i < V; ++i)
@@ -59,15 +134,25 @@ std::vector<double> next_token_distribution(const float* logits, int64_t V, cons
 }
 
 int32_t draw_token(const std::vector<double>& probs, Rng& rng) {
+  TFM_CHECK(!probs.empty(), "draw_token", "no probabilities to draw from (an empty vocabulary)");
+  bool any = false;
+  for (size_t i = 0; i < probs.size(); ++i) {
+    TFM_CHECK(probs[i] >= 0.0 && probs[i] <= 1.0, "draw_token", "the probability of token ", i, " is ",
+              probs[i], " (of ", probs.size(),
+              "); expected probabilities in [0, 1], as next_token_distribution's");
+    any = any || probs[i] > 0.0;
+  }
+  TFM_CHECK(any, "draw_token", "none of the ", probs.size(),
+            " probabilities is positive: no token can be drawn");
   const double u = static_cast<double>(rng.next_u64() >> 11) * (1.0 / 9007199254740992.0);  // [0, 1)
   double acc = 0.0;
   for (size_t i = 0; i < probs.size(); ++i) {
     acc += probs[i];
     if (u < acc) return static_cast<int32_t>(i);
   }
-  for (size_t i = probs.size(); i-- > 0;)  // rounding left u above the total: the last kept token
-    if (probs[i] > 0) return static_cast<int32_t>(i);
-  return 0;
+  size_t last = probs.size() - 1;  // rounding left u above the total: the last kept token
+  while (probs[last] == 0.0) --last;
+  return static_cast<int32_t>(last);
 }
 
 namespace {
@@ -151,6 +236,7 @@ Generation generate(LanguageModel& model, const Tokenizer& tokenizer, const Samp
   TFM_CHECK(tokenizer.size() == V, "generate", "the tokenizer has ", tokenizer.size(),
             " tokens but the model's vocabulary (model.vocab_size) is ", V,
             ": sample with the tokenizer the model was trained with");
+  o.check(V);
   std::vector<int32_t> ids = tokenizer.encode(o.prompt, "--prompt");
   if (ids.empty()) ids.push_back(empty_prompt_token(tokenizer));
   for (size_t i = 0; i < ids.size(); ++i)

@@ -93,6 +93,20 @@ TEST_CASE("tensor: randn and uniform are seeded and reproducible", "[tensor]") {
   CHECK(um / u.size() == Approx(1.0).margin(0.05));
 }
 
+TEST_CASE("random: below(n) draws from 0 to n - 1 and refuses n = 0, which has no integer to give",
+          "[tensor]") {
+  Rng r(9);
+  std::vector<int> counts(3, 0);
+  for (int i = 0; i < 3000; ++i) ++counts.at(r.below(3));
+  for (const int c : counts) CHECK(c > 900);
+  CHECK(r.below(1) == 0);
+  REQUIRE_THROWS_AS(r.below(0), Error);
+  REQUIRE_THROWS_WITH(r.below(0), StartsWith("Rng::below: expected n >= 1, got 0"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Views without copies
+
 TEST_CASE("tensor: views share storage, contiguous copies only when needed", "[tensor]") {
   const Tensor x = Tensor::from_vector({0, 1, 2, 3, 4, 5}, {2, 3});
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -311,4 +312,84 @@ TEST_CASE("sampling: generate refuses a tokenizer other than the model's before 
   REQUIRE_THROWS_WITH(next_token_distribution(logits.data(), 3, {true}, SampleOptions()),
                       "next_token_distribution: seen marks 1 tokens, expected V = 3 or none");
   CHECK(generate(model, Tokenizer(Tokenizer::Kind::Char, {'\n', 'a', 'b', 'c'}), o).size() == 5);
+}
+
+TEST_CASE("sampling: options out of range, non-finite logits and nothing to draw are refused by name",
+          "[sampling]") {
+  ModelConfig c = tfm_test::model_config_from(
+      {"model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.max_seq_len=16"}, 4);
+  LanguageModel model(c, 7);
+  const Tokenizer tok(Tokenizer::Kind::Char, {'\n', 'a', 'b', 'c'});
+  struct Case {
+    std::function<void(SampleOptions&)> set;
+    std::string message;
+  };
+  const std::vector<Case> bad = {
+      {[](SampleOptions& o) { o.temperature = -1; }, "temperature: expected a number in [0, 100], got -1"},
+      {[](SampleOptions& o) { o.temperature = NAN; }, "temperature: expected a number in [0, 100], got nan"},
+      {[](SampleOptions& o) { o.temperature = 101; }, "temperature: expected a number in [0, 100], got 101"},
+      {[](SampleOptions& o) { o.top_p = 0; }, "top_p: expected a number in (0, 1], got 0"},
+      {[](SampleOptions& o) { o.top_p = 1.5; }, "top_p: expected a number in (0, 1], got 1.5"},
+      {[](SampleOptions& o) { o.min_p = -0.1; }, "min_p: expected a number in [0, 1], got -0.1"},
+      {[](SampleOptions& o) { o.min_p = INFINITY; }, "min_p: expected a number in [0, 1], got inf"},
+      {[](SampleOptions& o) { o.repetition_penalty = 0; },
+       "repetition_penalty: expected a number in (0, 100], got 0"},
+      {[](SampleOptions& o) { o.repetition_penalty = -2; },
+       "repetition_penalty: expected a number in (0, 100], got -2"},
+      {[](SampleOptions& o) { o.top_k = -1; },
+       "top_k: expected an integer in [0, 4] (the model's vocabulary), got -1"},
+      {[](SampleOptions& o) { o.top_k = 5; },
+       "top_k: expected an integer in [0, 4] (the model's vocabulary), got 5"},
+      {[](SampleOptions& o) { o.max_new_tokens = -1; }, "max_new_tokens: expected an integer >= 0, got -1"},
+  };
+  for (const Case& b : bad) {
+    SampleOptions o;
+    o.prompt = "ab";
+    o.max_new_tokens = 3;
+    b.set(o);
+    INFO(b.message);
+    REQUIRE_THROWS_AS(generate(model, tok, o), ConfigError);
+    REQUIRE_THROWS_WITH(generate(model, tok, o), "SampleOptions: " + b.message);
+    const std::vector<float> logits = {1, 2, 3, 4};
+    REQUIRE_THROWS_WITH(next_token_distribution(logits.data(), 4, {}, o), "SampleOptions: " + b.message);
+  }
+  // The edges are accepted.
+  const std::vector<Case> edges = {
+      {[](SampleOptions& o) { o.temperature = 0; }, ""},
+      {[](SampleOptions& o) { o.temperature = 100; }, ""},
+      {[](SampleOptions& o) { o.top_p = 1e-9; }, ""},
+      {[](SampleOptions& o) { o.top_p = 1; }, ""},
+      {[](SampleOptions& o) { o.min_p = 1; }, ""},
+      {[](SampleOptions& o) { o.top_k = 4; }, ""},
+      {[](SampleOptions& o) { o.repetition_penalty = 100; }, ""},
+      {[](SampleOptions& o) { o.max_new_tokens = 0; }, ""},
+  };
+  for (const Case& e : edges) {
+    SampleOptions o;
+    o.prompt = "ab";
+    o.max_new_tokens = 3;
+    e.set(o);
+    CHECK_NOTHROW(generate(model, tok, o));
+  }
+  // A NaN or +inf logit is a diverged model, not token 0; -inf is a token that cannot be drawn.
+  const SampleOptions o;
+  const std::vector<float> nan_logit = {1, NAN, 3}, inf_logit = {1, 2, INFINITY};
+  const std::vector<float> all_masked = {-INFINITY, -INFINITY}, one_masked = {-INFINITY, 0};
+  REQUIRE_THROWS_WITH(next_token_distribution(nan_logit.data(), 3, {}, o),
+                      Catch::StartsWith("next_token_distribution: the logit of token 1 is nan (of 3)"));
+  REQUIRE_THROWS_WITH(next_token_distribution(inf_logit.data(), 3, {}, o),
+                      Catch::StartsWith("next_token_distribution: the logit of token 2 is inf (of 3)"));
+  REQUIRE_THROWS_WITH(next_token_distribution(all_masked.data(), 2, {}, o),
+                      Catch::StartsWith("next_token_distribution: every one of the 2 logits is -inf"));
+  CHECK(next_token_distribution(one_masked.data(), 2, {}, o) == std::vector<double>{0.0, 1.0});
+  // draw_token draws from a distribution or says there is none.
+  Rng rng(1);
+  REQUIRE_THROWS_WITH(draw_token({}, rng), "draw_token: no probabilities to draw from (an empty vocabulary)");
+  REQUIRE_THROWS_WITH(draw_token({0.0, 0.0}, rng),
+                      "draw_token: none of the 2 probabilities is positive: no token can be drawn");
+  REQUIRE_THROWS_WITH(draw_token({0.5, NAN}, rng),
+                      Catch::StartsWith("draw_token: the probability of token 1 is nan"));
+  REQUIRE_THROWS_WITH(draw_token({-0.5, 1.5}, rng),
+                      Catch::StartsWith("draw_token: the probability of token 0 is -0.5"));
+  CHECK(draw_token({0.0, 1.0, 0.0}, rng) == 1);
 }

@@ -23,7 +23,7 @@ class Rng {
   }
   // Uniform in [0, 1): the top 24 bits, so every value is an exact float.
   float uniform() { return static_cast<float>(next_u64() >> 40) * (1.0f / 16777216.0f); }
-  // Uniform integer in [0, n).
+  // Uniform integer in [0, n); n = 0 throws tfm::Error (there is none).
   uint64_t below(uint64_t n);
   // Standard normal (Box-Muller, both values used).
   float normal();

@@ -22,19 +22,38 @@
 #include <vector>
 
 #include "tfm/data/tokenizer.h"
+#include "tfm/engine/enum_names.h"
 #include "tfm/engine/random.h"
 #include "tfm/models/language_model.h"
 
 namespace tfm {
 
+// The options that take a range of values, and each one's range: one home for generate() (through
+// SampleOptions::check) and the front ends that spell an option their own way (tfm sample's --top-p,
+// the board's "temperature"), so that all refuse the same values. enum_names spells each as its member
+// ("top_p").
+enum class SampleOption { MaxNewTokens, Temperature, TopK, TopP, MinP, RepetitionPenalty };
+template <>
+const std::vector<std::string>& enum_names<SampleOption>();
+struct SampleRange {
+  bool integer = false;  // a whole number
+  double lo = 0.0, hi = 0.0;
+  bool lo_open = false;             // (lo, hi] rather than [lo, hi]; hi infinite: no upper bound
+  bool allows(double value) const;  // never NaN or an infinity
+  std::string bounds() const;       // "(0, 1]", "[0, 56]", ">= 0"
+  std::string expected() const;     // "a number in (0, 1]", "an integer in [0, 56]", "an integer >= 0"
+};
+// top_k's upper bound is vocab_size when it is known (> 0), else none.
+SampleRange sample_option_range(SampleOption option, int64_t vocab_size = 0);
+
 struct SampleOptions {
-  std::string prompt;  // empty: start from empty_prompt_token
-  int64_t max_new_tokens = 500;
-  double temperature = 1.0;         // 0: greedy
-  int64_t top_k = 0;                // 0: all tokens
+  std::string prompt;               // empty: start from empty_prompt_token
+  int64_t max_new_tokens = 500;     // >= 0
+  double temperature = 1.0;         // in [0, 100]; 0: greedy
+  int64_t top_k = 0;                // in [0, vocabulary]; 0: all tokens
   double top_p = 1.0;               // in (0, 1]; 1: all tokens
   double min_p = 0.0;               // in [0, 1]; 0: all tokens
-  double repetition_penalty = 1.0;  // > 0; 1: none
+  double repetition_penalty = 1.0;  // in (0, 100]; 1: none
   // Generation ends at the first occurrence of any of these in the generated text (the prompt is not
   // searched); the stop string and what follows are not part of the text.
   std::vector<std::string> stop;
@@ -42,15 +61,21 @@ struct SampleOptions {
   // its corpus ended; false draws on past it into a next document (llama.cpp's --ignore-eos).
   bool stop_at_end_of_text = true;
   uint64_t seed = 1337;
+
+  // Throws ConfigError naming the first option outside its range (sample_option_range), as in
+  // "SampleOptions: top_p: expected a number in (0, 1], got 0"; vocab_size, the model's, bounds top_k.
+  void check(int64_t vocab_size) const;
 };
 
 // The distribution the next token is drawn from (the order above): (V,) probabilities summing to 1, 0 for
 // a dropped token. `seen` (V,) marks the tokens the repetition penalty applies to (empty: none; another
-// size throws).
+// size throws). Throws for options out of range (SampleOptions::check) and for a NaN or +infinite logit,
+// or none above -infinity (a diverged model: there is no distribution to draw from).
 std::vector<double> next_token_distribution(const float* logits, int64_t V, const std::vector<bool>& seen,
                                             const SampleOptions& options);
 
-// A token drawn from `probs` (as next_token_distribution makes them) with one draw of `rng`.
+// A token drawn from `probs` (as next_token_distribution makes them) with one draw of `rng`. Throws when
+// there is nothing to draw: no probabilities, one NaN or negative, or none positive.
 int32_t draw_token(const std::vector<double>& probs, Rng& rng);
 
 // The vocabulary's end-of-text token: the document separator of a multi-document corpus, or a gpt2
@@ -76,9 +101,10 @@ struct Generation {
 
 // Generates with the model's KV cache, drawing from `rng` (a caller that wants several samples of one
 // prompt keeps drawing from the same generator). The tokenizer must be the model's: as many tokens as
-// model.vocab_size (tfm::Error otherwise, before anything is read). on_text receives the text as it is made,
-// holding back a piece that may be the start of a stop string until it is known not to be one. With `record`,
-// the result keeps the text, tokens and log-probabilities; without, only stopped_at (a long streamed
+// model.vocab_size (tfm::Error otherwise, before anything is read); options out of range throw
+// ConfigError (SampleOptions::check). on_text receives the text as it is made, holding back a
+// piece that may be the start of a stop string until it is known not to be one. With `record`, the
+// result keeps the text, tokens and log-probabilities; without, only stopped_at (a long streamed
 // generation then stays in constant memory).
 Generation generate(LanguageModel& model, const Tokenizer& tokenizer, const SampleOptions& options, Rng& rng,
                     const std::function<void(const std::string&)>& on_text, bool record);
