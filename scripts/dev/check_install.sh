@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs a built tree into a temporary prefix and builds and runs examples/ against the installed
-# package (find_package(tfm), tfm::tfm), as another project would. Called by scripts/test.sh.
+# package (find_package(tfm), tfm::tfm), as another project would, and a program of its own that must find
+# the prefix's files (GPT-2's tokenizer, the MPI plugin) rather than the source tree's. Called by
+# scripts/test.sh.
 #   scripts/dev/check_install.sh BUILD_DIR
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
@@ -62,6 +64,59 @@ if command -v mpirun >/dev/null && [ -e "$build/libtfm_mpi.so" ]; then
     --out "$work/mpi_run" --set train.max_steps=2 > "$work/mpi.log" 2>&1) || { cat "$work/mpi.log"; exit 1; }
   grep -q "mpi: 2 ranks" "$work/mpi_run/train.log" ||
     { echo "tfm: error: the installed tfm under mpirun -np 2 did not train on 2 ranks" >&2; exit 1; }
+fi
+echo "tfm: a program of the user's own, outside PREFIX/bin, finds the files of the prefix it was built against"
+# Not the source tree's: the library learns the package's prefix from find_package(tfm)
+# (tfm_package_prefix, cmake/tfmConfig.cmake.in), wherever the program and the source tree are.
+mkdir -p "$work/user"
+cat > "$work/user/CMakeLists.txt" <<'EOF'
+cmake_minimum_required(VERSION 3.20)
+project(tfm_user LANGUAGES CXX)
+find_package(tfm 0.1 REQUIRED)
+add_executable(user main.cpp)
+target_link_libraries(user PRIVATE tfm::tfm)
+EOF
+cat > "$work/user/main.cpp" <<'EOF'
+// user: where GPT-2's files are, then the ids of "Hello world"; user mpi: this process under mpirun.
+#include <cstdio>
+#include <cstring>
+
+#include "tfm/data/tokenizer.h"
+#include "tfm/training/distributed.h"
+
+int main(int argc, char** argv) {
+  try {
+    if (argc > 1 && std::strcmp(argv[1], "mpi") == 0) {
+      tfm::dist::init(&argc, &argv);
+      std::printf("%s\n", tfm::dist::describe().c_str());
+      tfm::dist::finalize();
+      return 0;
+    }
+    std::printf("%s\n", tfm::Gpt2Bpe::gpt2_directory().c_str());
+    for (const int id : tfm::Tokenizer::load_gpt2("").encode("Hello world", "text")) std::printf("%d\n", id);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "user: %s\n", e.what());
+    return 1;
+  }
+}
+EOF
+cmake -S "$work/user" -B "$work/user/build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$work/user/build" >/dev/null
+user_out=$(cd "$work" && "$work/user/build/user")
+expected="$prefix/share/tfm/tokenizers/gpt2
+15496
+995"
+[ "$user_out" = "$expected" ] ||
+  { printf 'tfm: error: a program linking the installed tfm printed\n%s\ninstead of\n%s\n' "$user_out" "$expected" >&2; exit 1; }
+if command -v mpirun >/dev/null && [ -e "$build/libtfm_mpi.so" ]; then
+  echo "tfm: that program, started by mpirun, loads the MPI plugin from the package's lib/tfm"
+  (cd "$work" && mpirun --oversubscribe --allow-run-as-root -np 2 "$work/user/build/user" mpi > "$work/user_mpi.log" 2>&1) ||
+    { cat "$work/user_mpi.log"; exit 1; }
+  for rank in 0 1; do
+    grep -qx "rank $rank of 2 (MPI)" "$work/user_mpi.log" ||
+      { cat "$work/user_mpi.log"; echo "tfm: error: rank $rank of the user's program did not start on MPI" >&2; exit 1; }
+  done
 fi
 for dev in "$root"/scripts/dev/*; do  # developers' tools are not part of the product
   installed="$prefix/share/tfm/scripts/$(basename "$dev")"

@@ -47,14 +47,16 @@ constexpr size_t kDefaultMaxPoints = 2000;          // per series, before the se
 constexpr size_t kMaxMaxPoints = 100000;
 constexpr int kServerThreads = 64;  // > 50 polling clients with keep-alive connections
 
-// share/board/NAME: PREFIX/share/tfm/board beside an installed binary, else the sources' share/board.
+// share/board/NAME: PREFIX/share/tfm/board beside an installed binary, else the sources' share/board
+// (platform::data_directories).
 std::string find_board_asset(const std::string& name) {
   const std::vector<std::string> dirs = platform::data_directories("board", TFM_SOURCE_BOARD_DIR);
   std::error_code ec;
   for (const std::string& d : dirs)
     if (fs::is_regular_file(fs::path(d) / name, ec)) return (fs::path(d) / name).string();
-  throw IoError("tfm board: the page's file " + name + " is in none of " + dirs.front() + ", " + dirs.back() +
-                " (reinstall tfm)");
+  std::string places;
+  for (const std::string& d : dirs) places += (places.empty() ? "" : ", ") + d;
+  throw IoError("tfm board: the page's file " + name + " is in none of " + places + " (reinstall tfm)");
 }
 
 // A small file's text, "" when it is missing or unreadable (a run being written or deleted).

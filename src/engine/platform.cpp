@@ -22,6 +22,10 @@
 
 #include "tfm/engine/gemm.h"
 
+// Defined by the installed CMake package in the programs that link tfm::tfm (cmake/tfmConfig.cmake.in):
+// the prefix it was found in. A weak reference: null in a program without it (tfm's own, a build tree).
+extern "C" const char* tfm_package_prefix() __attribute__((weak));
+
 namespace tfm::platform {
 namespace {
 constexpr int64_t kStopRepeatNs = 1000000000;  // 1 s: see on_stop_signal
@@ -227,12 +231,21 @@ std::string program_directory() {
   return ec ? "" : exe.parent_path().string();
 }
 
+std::string package_prefix() {
+  const char* prefix = tfm_package_prefix ? tfm_package_prefix() : nullptr;
+  return prefix ? prefix : "";
+}
+
 std::vector<std::string> data_directories(const std::string& subdir, const std::string& source_dir) {
   std::vector<std::string> dirs;
-  const std::string bin = program_directory();
-  if (!bin.empty())
-    dirs.push_back((std::filesystem::path(bin).parent_path() / "share" / "tfm" / subdir).string());
-  dirs.push_back(source_dir);
+  const auto add = [&dirs](const std::string& dir) {
+    if (std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) dirs.push_back(dir);
+  };
+  if (const std::string bin = program_directory(); !bin.empty())
+    add((std::filesystem::path(bin).parent_path() / "share" / "tfm" / subdir).string());
+  if (const std::string prefix = package_prefix(); !prefix.empty())
+    add((std::filesystem::path(prefix) / "share" / "tfm" / subdir).string());
+  add(source_dir);
   return dirs;
 }
 

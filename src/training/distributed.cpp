@@ -24,25 +24,33 @@ void check(int rc, const char* call) {
 }
 
 // libtfm_mpi.so beside the running program (a build tree), else in PREFIX/lib/tfm of the prefix the
-// program is installed in (PREFIX/bin), else in the directory the build installs it to (a program of
-// another project linking the installed library): its table of MPI calls, or an error naming every
-// place looked at.
+// program is installed in (PREFIX/bin), else in that of the installed package a program of another project
+// linked (platform::package_prefix), else in the directory the build installs it to: its table of MPI
+// calls, or an error naming every place looked at.
 const TfmMpiPlugin* load_mpi_plugin() {
-  constexpr const char* kFile = "libtfm_mpi.so";
+  static constexpr const char* kFile = "libtfm_mpi.so";
   std::vector<std::string> candidates;
+  const auto add = [&candidates](const std::filesystem::path& dir) {
+    const std::string path = (dir / kFile).string();
+    if (std::find(candidates.begin(), candidates.end(), path) == candidates.end()) candidates.push_back(path);
+  };
   const std::filesystem::path bin = platform::program_directory();
   if (!bin.empty()) {
-    candidates.push_back((bin / kFile).string());
-    candidates.push_back((bin.parent_path() / TFM_PLUGIN_LIBDIR / "tfm" / kFile).string());
+    add(bin);
+    add(bin.parent_path() / TFM_PLUGIN_LIBDIR / "tfm");
   }
-  candidates.push_back(std::string(TFM_PLUGIN_INSTALL_DIR) + "/" + kFile);
+  if (const std::string prefix = platform::package_prefix(); !prefix.empty())
+    add(std::filesystem::path(prefix) / TFM_PLUGIN_LIBDIR / "tfm");
+  add(TFM_PLUGIN_INSTALL_DIR);
   std::string tried;
+  bool found = false;  // a file, though it did not load
   std::error_code ec;
   for (const std::string& path : candidates) {
     if (!std::filesystem::exists(path, ec)) {
       tried += "\n  " + path + ": no such file";
       continue;
     }
+    found = true;
     // RTLD_GLOBAL: Open MPI opens its own components (dlopen) and they look up libmpi's symbols.
     void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
     if (!handle) {
@@ -55,10 +63,13 @@ const TfmMpiPlugin* load_mpi_plugin() {
     if (plugin && plugin->version == kTfmMpiPluginVersion) return plugin;
     tried += "\n  " + path + ": not a tfm MPI plugin of this version (rebuild tfm)";
   }
-  throw IoError(
-      "dist: tfm was started by mpirun, but its MPI plugin libtfm_mpi.so could not be loaded (it is built "
-      "when Open MPI is installed: apt-get install libopenmpi-dev, then build again):" +
-      tried);
+  // Building it again helps only when it was never built; a plugin that is there but does not load needs
+  // what its line says.
+  throw IoError("dist: tfm was started by mpirun, but its MPI plugin libtfm_mpi.so could not be loaded" +
+                std::string(found ? ":"
+                                  : " (it is built when Open MPI is installed: apt-get install "
+                                    "libopenmpi-dev, then build and install tfm again); looked at:") +
+                tried);
 }
 }  // namespace
 

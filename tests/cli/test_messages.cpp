@@ -266,6 +266,17 @@ TEST_CASE("messages: started by mpirun, a tfm whose MPI plugin is missing says w
   CHECK(r.out.find(dir.file("libtfm_mpi.so") + ": no such file") != std::string::npos);
   CHECK(r.out.find("libopenmpi-dev") != std::string::npos);
   CHECK(r.out.find("AddressSanitizer") == std::string::npos);
+  // A plugin that is there but does not load is named with the loader's reason, and installing Open
+  // MPI's headers and building again is not what it needs.
+  write_message_file(dir.file("libtfm_mpi.so"), "not a shared object\n");
+  const CliRun bad = tfm_test::run_shell("OMPI_COMM_WORLD_SIZE=2 '" + copy + "' config --keys");
+  INFO(bad.out);
+  CHECK(bad.status == 2);
+  CHECK(bad.out.find("started by mpirun, but its MPI plugin libtfm_mpi.so could not be loaded:\n") !=
+        std::string::npos);
+  CHECK(bad.out.find(dir.file("libtfm_mpi.so") + ": ") != std::string::npos);
+  CHECK(bad.out.find(dir.file("libtfm_mpi.so") + ": no such file") == std::string::npos);
+  CHECK(bad.out.find("libopenmpi-dev") == std::string::npos);
 }
 
 TEST_CASE("messages: a tfm whose board server is missing says where it looked", "[messages][cli]") {

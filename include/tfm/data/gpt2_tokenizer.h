@@ -60,8 +60,10 @@ class Gpt2Bpe {
   static Gpt2Bpe load(const std::string& path);
   // GPT-2's own files, shipped with tfm (data/tokenizers/gpt2, installed to share/tfm/tokenizers/gpt2).
   static Gpt2Bpe load_gpt2();
-  // Where GPT-2's files are: beside an installed binary, in the source tree this was built from, or
-  // data/tokenizers/gpt2 of the working directory. IoError listing the places when none has them.
+  // Where GPT-2's files are: PREFIX/share/tfm/tokenizers/gpt2 of an installed binary's prefix, else of
+  // the installed package a program of another project linked (platform::data_directories), else the
+  // source tree this was built from, else data/tokenizers/gpt2 of the working directory. IoError listing
+  // the places when none has them.
   static std::string gpt2_directory();
 
   // {"tokens": [...], "merges": ["a b", ...]} (vocab.bpe's lines), and back.

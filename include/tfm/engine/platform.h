@@ -50,9 +50,18 @@ int run_program(const std::vector<std::string>& argv, bool quiet = false);
 // tree keeps tfm's other programs and plugins beside it, and PREFIX/bin in an install.
 std::string program_directory();
 
+// The prefix of the installed tfm package the program was built against, "" when it was not: the CMake
+// package (find_package(tfm)) compiles a definition of tfm_package_prefix() into every target linking
+// tfm::tfm, holding the prefix it found itself in at configure time (PREFIX of `cmake --install BUILD
+// --prefix PREFIX`, whatever prefix the build was configured with). tfm's own programs, tests and
+// examples in a build tree have none. Where a program of another project finds tfm's installed files.
+std::string package_prefix();
+
 // Where tfm's data files of `subdir` (a path under share/tfm: "board", "tokenizers/gpt2") may be, in
-// the order to try: PREFIX/share/tfm/<subdir> beside an installed binary (PREFIX/bin/tfm, from
-// `cmake --install`), then `source_dir`, where this build's source tree keeps them.
+// the order to try: PREFIX/share/tfm/<subdir> of the prefix the running program is installed in
+// (PREFIX/bin/tfm, from `cmake --install`), the same under package_prefix() (a program of another
+// project linking the installed library, wherever it lives), then `source_dir`, where the source tree
+// of this build keeps them.
 std::vector<std::string> data_directories(const std::string& subdir, const std::string& source_dir);
 
 // `arg` quoted for a POSIX shell ('it'\''s'), for printing a command a user may copy; never executed.
