@@ -13,16 +13,18 @@ trap 'rm -rf "$work"' EXIT
 tfm_keep_gemm_peak_in "$work/cache"
 prefix="$work/prefix"
 cmake --install "$build" --prefix "$prefix" >/dev/null
-# One configure for the three examples (examples/CMakeLists.txt): finding tfm's dependencies (OpenMP,
+# One configure for the four examples (examples/CMakeLists.txt): finding tfm's dependencies (OpenMP,
 # spdlog, ...) is most of a configure.
 cmake -S "$root/examples" -B "$work/examples" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$work/examples" -j "$(nproc)" >/dev/null
-for ex in engine train_small generate; do ln -s "$work/examples/$ex" "$work/$ex"; done
+for ex in engine train_small generate seq2seq; do ln -s "$work/examples/$ex" "$work/$ex"; done
 data="$root/tests/data/tiny_shakespeare.txt"
 echo "tfm: examples/engine against the installed package"
 "$work/engine/engine"
 echo "tfm: examples/train_small against the installed package"
 "$work/train_small/train_small" "$data"
+echo "tfm: examples/seq2seq (docs/seq2seq.md's code) against the installed package"
+(cd "$root" && "$work/seq2seq/seq2seq")
 echo "tfm: examples/generate on a run trained by the installed tfm"
 (cd "$root" && "$prefix/bin/tfm" train --config configs/tiny.json --out "$work/run" --set train.max_steps=30 >/dev/null)
 "$work/generate/generate" "$work/run" "First Citizen:"

@@ -1,7 +1,7 @@
 // The documentation against the code, so the two cannot drift: docs/config.md's key table is
-// `tfm config --keys` (fix: scripts/dev/update_key_table.sh), the README's C++ is quoted from
-// examples/ (which build with the tests), its shell lines use only flags their command takes, and
-// every relative link of README.md and docs/*.md points at a file.
+// `tfm config --keys` (fix: scripts/dev/update_key_table.sh), the C++ of README.md and docs/*.md is
+// quoted from examples/ (which build with the tests), the README's shell lines use only flags their
+// command takes, and every relative link of README.md and docs/*.md points at a file.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstddef>
@@ -80,7 +80,10 @@ TEST_CASE("docs: the config key table in docs/config.md matches tfm config --key
   CHECK(keys.find("`model.d_model`") != std::string::npos);
 }
 
-TEST_CASE("readme: every C++ block is quoted from a program in examples/", "[readme][docs]") {
+TEST_CASE("docs: every C++ block of README.md and docs/*.md is quoted from a program in examples/",
+          "[readme][docs]") {
+  // The examples build with the tests and against an install (scripts/dev/check_install.sh): a block
+  // quoted from one compiles. A sketch that is not meant to compile is no ```cpp block.
   std::map<std::string, std::vector<std::string>> examples;  // examples/NAME/main.cpp -> its lines
   for (const auto& dir : fs::directory_iterator(std::string(TFM_SOURCE_DIR) + "/examples")) {
     const std::string name = "examples/" + dir.path().filename().string() + "/main.cpp";
@@ -88,16 +91,24 @@ TEST_CASE("readme: every C++ block is quoted from a program in examples/", "[rea
       examples[name] = lines_of_readme(source_file(name));
   }
   REQUIRE(examples.count("examples/engine/main.cpp") == 1);
-  const auto blocks = fenced_blocks(source_file("README.md"), "cpp");
-  REQUIRE(!blocks.empty());
-  for (const auto& block : blocks) {
-    std::string where;
-    for (const auto& [name, lines] : examples)
-      if (contains_run(lines, block)) where = name;
-    INFO("README.md's C++ block starting \"" << block.front()
-                                             << "\" is not a run of lines of any examples/*/main.cpp");
-    CHECK(!where.empty());
+  std::vector<std::string> pages = {"README.md"};
+  for (const auto& e : fs::directory_iterator(std::string(TFM_SOURCE_DIR) + "/docs"))
+    if (e.path().extension() == ".md") pages.push_back("docs/" + e.path().filename().string());
+  std::map<std::string, int> quoted;  // page -> its blocks
+  for (const std::string& page : pages) {
+    for (const auto& block : fenced_blocks(source_file(page), "cpp")) {
+      ++quoted[page];
+      std::string where;
+      for (const auto& [name, lines] : examples)
+        if (contains_run(lines, block)) where = name;
+      INFO(page << "'s C++ block starting \"" << (block.empty() ? "" : block.front())
+                << "\" is not a run of lines of any examples/*/main.cpp");
+      CHECK(!where.empty());
+    }
   }
+  CHECK(quoted["README.md"] >= 1);
+  CHECK(quoted["docs/seq2seq.md"] == 3);
+  CHECK(quoted["docs/internals.md"] == 2);
 }
 
 TEST_CASE("readme: every flag of a tfm command in a shell block is one the command takes", "[readme][docs]") {
