@@ -413,17 +413,45 @@ const json& Config::at(const std::string& path) const {
   if (!v || !find_key(path)) throw Error("config: no key " + path + " in the resolved config");
   return *v;
 }
+namespace {
+// The value at `path` when `fits` it, else a ConfigError naming the key, what it holds, and the getter
+// that reads it: "config: data.tokenizer holds a string, \"char\"; Config::integer reads an integer
+// (Config::string reads this key)".
+const json& typed_value(const Config& c, const std::string& path, bool (json::*fits)() const noexcept,
+                        const char* getter, const char* wanted) {
+  const json& v = c.at(path);
+  if ((v.*fits)()) return v;
+  std::string held = "null (the key is not set)", reader;
+  if (!v.is_null()) {
+    const char* kind = v.is_string()           ? "a string"
+                       : v.is_number_integer() ? "an integer"
+                       : v.is_number()         ? "a number"
+                       : v.is_boolean()        ? "a boolean"
+                       : v.is_array()          ? "an array"
+                                               : "an object";
+    held = std::string(kind) + ", " + v.dump(-1, ' ', false, json::error_handler_t::replace);
+    reader = v.is_string()           ? "Config::string"
+             : v.is_number_integer() ? "Config::integer"
+             : v.is_number()         ? "Config::number"
+             : v.is_boolean()        ? "Config::boolean"
+                                     : "Config::at";
+    reader = " (" + reader + " reads this key)";
+  }
+  throw ConfigError("config: " + path + " holds " + held + "; " + getter + " reads " + wanted + reader);
+}
+}  // namespace
+
 int64_t Config::integer(const std::string& path) const {
-  return at(path).get<int64_t>();
+  return typed_value(*this, path, &json::is_number_integer, "Config::integer", "an integer").get<int64_t>();
 }
 double Config::number(const std::string& path) const {
-  return at(path).get<double>();
+  return typed_value(*this, path, &json::is_number, "Config::number", "a number").get<double>();
 }
 bool Config::boolean(const std::string& path) const {
-  return at(path).get<bool>();
+  return typed_value(*this, path, &json::is_boolean, "Config::boolean", "a boolean").get<bool>();
 }
 std::string Config::string(const std::string& path) const {
-  return at(path).get<std::string>();
+  return typed_value(*this, path, &json::is_string, "Config::string", "a string").get<std::string>();
 }
 
 ModelConfig Config::model(int64_t vocab_size) const {

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,38 @@ TEST_CASE("config: defaults are docs/architecture.md's", "[config]") {
   CHECK(c.string("train.objective") == "causal_lm");
   // Every key of the table is in the resolved tree.
   for (const auto& k : config_keys()) CHECK_NOTHROW(c.at(k.path));
+}
+
+TEST_CASE("config: a typed getter of another type's key names the key, what it holds and its getter",
+          "[config]") {
+  const Config c = resolve_config(json::object());
+  const auto error_of_getter = [](const std::function<void()>& read) -> std::string {
+    try {
+      read();
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  CHECK(error_of_getter([&] { c.integer("data.tokenizer"); }) ==
+        "config: data.tokenizer holds a string, \"char\"; Config::integer reads an integer (Config::string "
+        "reads this key)");
+  // A number key was read as an integer truncated (lr 0.001 as 0).
+  CHECK(error_of_getter([&] { c.integer("train.optimizer.lr"); }) ==
+        "config: train.optimizer.lr holds a number, 0.001; Config::integer reads an integer (Config::number "
+        "reads this key)");
+  CHECK(error_of_getter([&] { c.string("model.d_model"); }) ==
+        "config: model.d_model holds an integer, 128; Config::string reads a string (Config::integer reads "
+        "this key)");
+  CHECK(error_of_getter([&] { c.boolean("train.optimizer.betas"); }) ==
+        "config: train.optimizer.betas holds an array, [0.9,0.99]; Config::boolean reads a boolean "
+        "(Config::at reads this key)");
+  CHECK(error_of_getter([&] { c.string("data.tokenizer_path"); }) ==
+        "config: data.tokenizer_path holds null (the key is not set); Config::string reads a string");
+  CHECK(error_of_getter([&] { c.number("model.tie_embeddings"); }) ==
+        "config: model.tie_embeddings holds a boolean, true; Config::number reads a number (Config::boolean "
+        "reads this key)");
+  CHECK(c.number("model.d_model") == 128.0);  // an integer is a number
 }
 
 TEST_CASE("config: derived defaults follow the keys they derive from", "[config]") {

@@ -92,8 +92,10 @@ struct Config {
   nlohmann::json tree;  // every key of the table, nested as in the file
 
   const nlohmann::json& at(const std::string& path) const;  // throws tfm::Error for unknown paths
+  // The value of a key of that type; ConfigError naming the key, what it holds and the getter that reads
+  // it when it holds another (a string key read with integer(), a number key with integer(), null).
   int64_t integer(const std::string& path) const;
-  double number(const std::string& path) const;
+  double number(const std::string& path) const;  // an integer key too
   bool boolean(const std::string& path) const;
   std::string string(const std::string& path) const;
 
