@@ -400,7 +400,8 @@ void Tokenizer::encode_piece(std::string_view text, const std::string& source, u
 
 std::string Tokenizer::decode(int32_t id) const {
   std::string out;
-  if (id < 0 || id >= size()) return out;
+  TFM_CHECK(id >= 0 && id < size(), "Tokenizer::decode", "token id ", id, " is outside the ", kind_name(),
+            " vocabulary's ids [0, ", size(), ")");
   if (id == end_of_text_id()) return kEndOfText;
   if (is_special(id)) return id == unk_ ? specials_[id] : out;
   id -= static_cast<int32_t>(specials_.size());
@@ -414,14 +415,24 @@ std::string Tokenizer::decode(int32_t id) const {
   return out;
 }
 
+namespace {
+void check_decoded_ids(const Tokenizer& t, const std::vector<int32_t>& ids) {
+  for (size_t i = 0; i < ids.size(); ++i)
+    TFM_CHECK(ids[i] >= 0 && ids[i] < t.size(), "Tokenizer::decode", "token id ", ids[i], " at position ", i,
+              " is outside the ", t.kind_name(), " vocabulary's ids [0, ", t.size(), ")");
+}
+}  // namespace
+
 std::vector<std::string> Tokenizer::decode_tokens(const std::vector<int32_t>& ids) const {
+  check_decoded_ids(*this, ids);
   std::vector<std::string> out;
   for (int32_t id : ids)
-    if (id >= 0 && id < size() && (!is_special(id) || id == unk_)) out.push_back(decode(id));
+    if (!is_special(id) || id == unk_) out.push_back(decode(id));
   return out;
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  check_decoded_ids(*this, ids);
   std::string out;
   if (kind_ != Kind::Word) {
     for (int32_t id : ids) out += decode(id);

@@ -99,6 +99,31 @@ TEST_CASE("data: the char vocabulary is the sorted set of code points", "[data]"
   CHECK(Tokenizer::from_text(Tokenizer::Kind::Byte, "x", "b").unknown_symbols("anything", "p").empty());
 }
 
+TEST_CASE("data: decode refuses an id outside the vocabulary by name, and skips specials as documented",
+          "[data]") {
+  const Tokenizer chars = Tokenizer::from_text(Tokenizer::Kind::Char, "abc", "t");
+  CHECK_THROWS_AS(chars.decode(std::vector<int32_t>{0, 7}), Error);
+  CHECK_THROWS_WITH(
+      chars.decode(std::vector<int32_t>{0, 7}),
+      "Tokenizer::decode: token id 7 at position 1 is outside the char vocabulary's ids [0, 3)");
+  CHECK_THROWS_WITH(
+      chars.decode(std::vector<int32_t>{-1}),
+      "Tokenizer::decode: token id -1 at position 0 is outside the char vocabulary's ids [0, 3)");
+  CHECK_THROWS_WITH(chars.decode(3),
+                    "Tokenizer::decode: token id 3 is outside the char vocabulary's ids [0, 3)");
+  const Tokenizer words =
+      Tokenizer::from_text(Tokenizer::Kind::Word, "go .", "w").with_specials({"<pad>", "<unk>"});
+  CHECK_THROWS_WITH(
+      words.decode_tokens({2, 4}),
+      "Tokenizer::decode: token id 4 at position 1 is outside the word vocabulary's ids [0, 4)");
+  // Specials are no text: skipped on purpose, <unk> shown.
+  const std::vector<int32_t> go = words.encode("go .", "p");
+  REQUIRE(go.size() == 2);
+  CHECK(words.decode({0, go[0], 1, go[1]}) == "go <unk>.");
+  CHECK(words.decode_tokens({0, go[0], 1}) == std::vector<std::string>{"go", "<unk>"});
+  CHECK(chars.decode(std::vector<int32_t>{0, 1, 2}) == "abc");
+}
+
 TEST_CASE("data: split sizes as docs/architecture.md, and clear errors for bad files", "[data]") {
   std::string text;
   for (int i = 0; i < 1003; ++i) text += static_cast<char>('a' + i % 7);

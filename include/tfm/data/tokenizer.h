@@ -108,10 +108,12 @@ class Tokenizer {
   // every text.
   std::vector<std::string> unknown_symbols(const std::string& text, const std::string& source) const;
   // Specials other than <unk> are skipped; <unk> reads "<unk>", the end-of-text id kEndOfText. Word:
-  // detokenized (see Kind::Word).
+  // detokenized (see Kind::Word). An id outside [0, size()) is no token of this vocabulary: tfm::Error
+  // naming it and the vocabulary's size (a model and a tokenizer of different runs), never dropped.
   std::string decode(const std::vector<int32_t>& ids) const;
   std::string decode(int32_t id) const;  // one token's text ("" for a skipped special)
-  // Each token's text, specials other than <unk> skipped: the words of a word tokenizer (for BLEU).
+  // Each token's text, specials other than <unk> skipped: the words of a word tokenizer (for BLEU). Ids
+  // outside the vocabulary throw as in decode.
   std::vector<std::string> decode_tokens(const std::vector<int32_t>& ids) const;
 
  private:
