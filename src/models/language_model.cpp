@@ -79,9 +79,9 @@ struct Network : Module {
   // Token and position embeddings for positions [start, start + T): (B, T, C), plus the bigram
   // embedding; `previous` holds each sequence's token before position start (empty: none).
   Tensor embed(const std::vector<int32_t>& tokens, int64_t B, int64_t T, int64_t start,
-               const std::vector<int32_t>& previous) {
+               const std::vector<int32_t>& previous, const char* where) {
     const Tensor x = embed_with_positions(*this, emb, pe.get(), pos.get(), config.max_seq_len, tokens, B, T,
-                                          start, config.dropout, "LanguageModel::forward");
+                                          start, config.dropout, where);
     if (!bigram) return x;
     const int64_t V = config.vocab_size, N = config.bigram_buckets;
     std::vector<int32_t> rows(static_cast<size_t>(B * T), 0);
@@ -223,7 +223,7 @@ Tensor LanguageModel::forward(const std::vector<int32_t>& tokens, int64_t B, int
 MultiTokenLogits LanguageModel::forward_multi_token(const std::vector<int32_t>& tokens, int64_t B, int64_t T,
                                                     bool extra_heads) {
   Network& net = impl_->net;
-  const Tensor x0 = net.embed(tokens, B, T, 0, {});  // (B, T, C)
+  const Tensor x0 = net.embed(tokens, B, T, 0, {}, "LanguageModel::forward");  // (B, T, C)
   const Tensor x = net.run_blocks(x0, [&](size_t l, const Tensor& h) { return net.blocks[l]->forward(h); });
   impl_->collect_recorded();
   MultiTokenLogits out;
@@ -258,6 +258,7 @@ Tensor LanguageModel::mtp_loss(const std::vector<Tensor>& extra, const std::vect
 
 KVCache LanguageModel::make_cache(int64_t B, int64_t positions) const {
   const ModelConfig& c = impl_->net.config;
+  TFM_CHECK(B >= 0, "LanguageModel::make_cache", "expected B >= 0 sequences, got ", B);
   TFM_CHECK(positions >= 0 && positions <= c.max_seq_len, "LanguageModel::make_cache", "positions ",
             positions, " is not in [0, max_seq_len ", c.max_seq_len, "]");
   const int64_t P = positions > 0 ? positions : c.max_seq_len;
@@ -277,7 +278,8 @@ Tensor LanguageModel::forward_cached(KVCache& cache, const std::vector<int32_t>&
             cache.batch);
   NoGradGuard no_grad;  // decoding only
   Network& net = impl_->net;
-  const Tensor x0 = net.embed(tokens, B, T_new, cache.length, cache.last_tokens);  // (B, T_new, C)
+  const Tensor x0 = net.embed(tokens, B, T_new, cache.length, cache.last_tokens,
+                              "LanguageModel::forward_cached");  // (B, T_new, C)
   const Tensor x = net.run_blocks(x0, [&](size_t l, const Tensor& h) {
     return net.blocks[l]->forward_cached(h, cache.keys[l], cache.values[l], cache.length);
   });

@@ -309,6 +309,19 @@ Tensor MultiHeadAttention::forward_projected(const Tensor& query, const Tensor& 
 }
 
 Tensor MultiHeadAttention::forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v, int64_t past) {
+  // Everything up front: a wrong shape would otherwise surface deep inside as another call's error.
+  const auto shape_of = [](const Tensor& t) { return t.defined() ? shape_str(t.shape()) : "undefined"; };
+  const int64_t C = config_.d_model, kv_width = config_.n_kv_heads * head_dim_;
+  const bool x_ok = x.defined() && x.dim() == 3 && x.size(2) == C;
+  const auto cache_ok = [&](const Tensor& c) {
+    return c.defined() && c.dim() == 3 && c.size(2) == kv_width && (!x_ok || c.size(0) == x.size(0));
+  };
+  TFM_CHECK(kdim_ == C && vdim_ == C && x_ok && cache_ok(cache_k) && cache_ok(cache_v) &&
+                cache_k.size(1) == cache_v.size(1),
+            "MultiHeadAttention::forward_cached", "expected x (B, T, ", C, ") and caches k and v (B, P, ",
+            kv_width, ") of one length P, on a self-attention layer (kdim = vdim = d_model), got x ",
+            shape_of(x), ", k ", shape_of(cache_k), ", v ", shape_of(cache_v), ", kdim ", kdim_, ", vdim ",
+            vdim_);
   const int64_t T = x.size(1);
   TFM_CHECK(past >= 0 && past + T <= cache_k.size(1), "MultiHeadAttention::forward_cached", past,
             " cached + ", T, " new positions exceed the cache ", shape_str(cache_k.shape()));

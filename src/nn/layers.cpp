@@ -71,6 +71,9 @@ Tensor embed_with_positions(const Module& owner, const Embedding& emb,
                             const LearnedPositionalEmbedding* learned, int64_t max_len,
                             const std::vector<int32_t>& ids, int64_t B, int64_t T, int64_t start, float p,
                             const char* where) {
+  TFM_CHECK(B >= 0 && T >= 0 && start >= 0, where,
+            "expected B >= 0, T >= 0 and a first position >= 0, got B = ", B, ", T = ", T, ", position ",
+            start);
   TFM_CHECK(static_cast<int64_t>(ids.size()) == B * T, where, ids.size(), " tokens for B = ", B, ", T = ", T);
   TFM_CHECK(start + T <= max_len, where, "positions up to ", start + T, " exceed max_seq_len ", max_len);
   const Tensor x = emb.forward(ids, {B, T});  // (B, T, C)

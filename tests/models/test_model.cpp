@@ -255,6 +255,15 @@ TEST_CASE("model: bad input is reported", "[model]") {
   LanguageModel model(c, 1);
   CHECK_THROWS_WITH(model.forward({0, 1, 2}, 1, 2), Catch::Contains("LanguageModel::forward"));
   CHECK_THROWS_WITH(model.forward(std::vector<int32_t>(9, 0), 1, 9), Catch::Contains("max_seq_len"));
+  // A negative batch or length is named by the call, not by the tensor it would have made.
+  CHECK_THROWS_WITH(model.forward({}, -1, 0),
+                    "LanguageModel::forward: expected B >= 0, T >= 0 and a first "
+                    "position >= 0, got B = -1, T = 0, position 0");
+  CHECK_THROWS_WITH(model.forward({1}, -1, -1), Catch::StartsWith("LanguageModel::forward: expected B >= 0"));
+  CHECK_THROWS_WITH(model.make_cache(-1), "LanguageModel::make_cache: expected B >= 0 sequences, got -1");
+  KVCache cache = model.make_cache(1);
+  CHECK_THROWS_WITH(model.forward_cached(cache, {}, 1, -1),
+                    Catch::StartsWith("LanguageModel::forward_cached: expected B >= 0, T >= 0"));
   c.n_kv_heads = 3;
   CHECK_THROWS_WITH(LanguageModel(c, 1), Catch::Contains("LanguageModel: model.n_kv_heads"));
 }

@@ -302,6 +302,48 @@ TEST_CASE("nn: bad configurations name the layer and the key", "[nn]") {
   CHECK(name_of(HeadMixing::TalkingHeads) == "talking_heads");
 }
 
+TEST_CASE("nn: forward_cached checks x and the caches up front, naming itself and the shapes", "[nn]") {
+  // d_model 16, 4 heads of 4, 2 key/value heads: the caches are 8 wide.
+  const ModelConfig c = model_config_from({"model.d_model=16", "model.n_heads=4", "model.n_kv_heads=2"}, 0);
+  MultiHeadAttention mha(c, true);
+  Rng rng(36);
+  parameters_of(mha, rng);
+  NoGradGuard no_grad;
+  const auto call = [&](const Tensor& x, Tensor k, Tensor v, int64_t past) -> std::string {
+    try {
+      mha.forward_cached(x, k, v, past);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const std::string expected =
+      "MultiHeadAttention::forward_cached: expected x (B, T, 16) and caches k and v (B, P, 8) of one length "
+      "P, "
+      "on a self-attention layer (kdim = vdim = d_model), got x ";
+  const Tensor x = Tensor::randn({1, 1, 16}, rng), k = Tensor::zeros({1, 8, 8}), v = Tensor::zeros({1, 8, 8});
+  CHECK(call(Tensor::randn({16}, rng), k, v, 0) ==
+        expected + "[16], k [1, 8, 8], v [1, 8, 8], kdim 16, vdim 16");
+  CHECK(call(Tensor::randn({1, 1, 12}, rng), k, v, 0) ==
+        expected + "[1, 1, 12], k [1, 8, 8], v [1, 8, 8], kdim 16, vdim 16");
+  CHECK(call(x, Tensor::zeros({1, 8, 16}), Tensor::zeros({1, 8, 16}), 0) ==
+        expected + "[1, 1, 16], k [1, 8, 16], v [1, 8, 16], kdim 16, vdim 16");
+  CHECK(call(Tensor::randn({2, 1, 16}, rng), k, v, 0) ==
+        expected + "[2, 1, 16], k [1, 8, 8], v [1, 8, 8], kdim 16, vdim 16");
+  CHECK(call(x, k, Tensor::zeros({1, 2, 8}), 0) ==
+        expected + "[1, 1, 16], k [1, 8, 8], v [1, 2, 8], kdim 16, vdim 16");
+  CHECK(call(x, Tensor(), Tensor(), 0) ==
+        expected + "[1, 1, 16], k undefined, v undefined, kdim 16, vdim 16");
+  CHECK(call(Tensor(), k, v, 0) == expected + "undefined, k [1, 8, 8], v [1, 8, 8], kdim 16, vdim 16");
+  CHECK(call(x, k, v, 8) ==
+        "MultiHeadAttention::forward_cached: 8 cached + 1 new positions exceed the cache [1, 8, 8]");
+  CHECK(call(x, k, v, 7).empty());
+  // Nothing was written by a refused call: a cache too short for its values was left as it was.
+  Tensor short_v = Tensor::zeros({1, 2, 8}), full_k = Tensor::zeros({1, 8, 8});
+  call(x, full_k, short_v, 0);
+  CHECK(full_k.to_vector() == std::vector<float>(64, 0.0f));
+}
+
 TEST_CASE("nn: additive scoring equals w_v^T tanh(W_q q + W_k k) written out with loops", "[nn]") {
   const ModelConfig cfg = model_config_from(
       {"model.d_model=8", "model.n_heads=4", "model.n_kv_heads=2", "model.attention_score=additive"}, 0);

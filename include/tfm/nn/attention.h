@@ -71,8 +71,8 @@ class MultiHeadAttention : public Module {
   Tensor forward_projected(const Tensor& query, const Tensor& k, const Tensor& v,
                            const std::vector<int64_t>& key_lengths = {});
   // Self-attention decoding step: x (B, T, C) holds the positions [past, past + T); their keys (turned
-  // by their absolute positions with RoPE) and values are written into the caches (B, max_len, Hkv*Dk)
-  // and the queries attend to [0, past + T).
+  // by their absolute positions with RoPE) and values are written into the caches (B, P, Hkv*Dk), P >=
+  // past + T, and the queries attend to [0, past + T). Shapes are checked before anything is written.
   Tensor forward_cached(const Tensor& x, Tensor& cache_k, Tensor& cache_v, int64_t past);
 
   // When on, forward keeps the probabilities (B, H, Tq, Tk, before dropout) and the per-head outputs
