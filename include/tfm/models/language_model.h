@@ -27,7 +27,8 @@ namespace tfm {
 
 // Per-layer key/value cache for incremental decoding.
 struct KVCache {
-  std::vector<Tensor> keys, values;  // per layer: (B, max_seq_len, Hkv * Dk), filled up to `length`
+  std::vector<Tensor> keys, values;  // per layer: (B, P, Hkv * Dk), P make_cache's positions (by default
+                                     // max_seq_len), filled up to `length`
   int64_t batch = 0;
   int64_t length = 0;                // positions cached so far
   std::vector<int32_t> last_tokens;  // per sequence, the last token fed (the bigram embedding's context)
