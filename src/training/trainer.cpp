@@ -48,11 +48,12 @@ double seconds_since(Clock::time_point t) {
 }
 
 // The first parameter whose gradient holds a NaN or Inf, or "" when all are finite.
-std::string first_nonfinite_grad(const Model& model) {
-  const float* g = model.flat_grads().data();
+// The first parameter with a value that is not finite in `flat` (the model's flat weights or gradients,
+// (P,)), "" when every value is.
+std::string first_nonfinite(const Model& model, const float* flat) {
   for (const auto& p : model.parameters())
     for (int64_t i = 0; i < p.value.numel(); ++i)
-      if (!std::isfinite(g[p.offset + i])) return p.name;
+      if (!std::isfinite(flat[p.offset + i])) return p.name;
   return "";
 }
 
@@ -474,8 +475,8 @@ TrainingRun::StepStats TrainingRun::step() {
 std::string TrainingRun::nonfinite_reason(double loss) const {
   if (!std::isfinite(loss))
     return std::string("the training loss is ") + (std::isnan(loss) ? "NaN" : "infinite");
-  return "the gradient of " + first_nonfinite_grad(objective_->model()) + " is not finite (loss " +
-         fmt::format("{:.4f}", loss) + ")";
+  return "the gradient of " + first_nonfinite(objective_->model(), objective_->model().flat_grads().data()) +
+         " is not finite (loss " + fmt::format("{:.4f}", loss) + ")";
 }
 
 // train.ema_decay: swaps the EMA (the optimizer's last buffer) into the model's weights for the scope, and
@@ -654,6 +655,20 @@ TrainResult TrainingRun::run() {
   }
   if (opt_.resume && step < max_steps_) write_config_file();
   state_->stopped.clear();
+  // Stops the run at `failed` (the step whose loss, gradient or update was not finite), saying why and
+  // that the last checkpoint holds the weights from before it.
+  const auto stop_nonfinite = [&](int64_t failed, const std::string& where) {
+    result_.status = TrainResult::Status::NonFinite;
+    result_.step = step;
+    result_.nonfinite = where;
+    result_.message =
+        fmt::format("step {}: {}; training stopped. ", failed, where.c_str()) +
+        (saved_at_ >= 0 ? fmt::format("{} (step {}) is untouched; ", last_path_.c_str(), saved_at_)
+                        : std::string("no checkpoint was written; ")) +
+        "try a lower train.optimizer.lr or train.grad_clip";
+    log_->error(result_.message);
+    return result_;
+  };
   while (step < max_steps_) {
     StepStats s = this->step();
     if (!std::isfinite(s.loss) || !std::isfinite(s.norm)) {
@@ -666,16 +681,7 @@ TrainResult TrainingRun::run() {
                         step + 1, where.c_str(), skipped_));
         continue;
       }
-      result_.status = TrainResult::Status::NonFinite;
-      result_.step = step;
-      result_.nonfinite = where;
-      result_.message =
-          fmt::format("step {}: {}; training stopped. ", step + 1, where.c_str()) +
-          (saved_at_ >= 0 ? fmt::format("{} (step {}) is untouched; ", last_path_.c_str(), saved_at_)
-                          : std::string("no checkpoint was written; ")) +
-          "try a lower train.optimizer.lr or train.grad_clip";
-      log_->error(result_.message);
-      return result_;
+      return stop_nonfinite(step + 1, where);
     }
     skipped_in_a_row_ = 0;
     const double lr = schedule_.at(step);
@@ -696,6 +702,17 @@ TrainResult TrainingRun::run() {
     const bool eval_now = step % eval_every == 0 || step == max_steps_ || out_of_time;
     const bool stop = dist::any(opt_.stop && opt_.stop->load()) || step == opt_.stop_at_step;
     const bool save_now = (ckpt_every > 0 && step % ckpt_every == 0) || step == max_steps_ || stop;
+    // An update can overflow the weights while the loss and gradient it came from were finite (a huge
+    // learning rate): the next step's loss would stop the run, but a checkpoint written first would
+    // replace the last good one with them. Checked before anything is evaluated or written.
+    if (eval_now || save_now) {
+      const std::string bad = root_ ? first_nonfinite(model, model.flat_values().data()) : "";
+      if (dist::any(!bad.empty())) {
+        --step;  // the run is where its weights were last finite
+        return stop_nonfinite(step + 1, "the update made the weights of " + (bad.empty() ? "a tensor" : bad) +
+                                            " not finite (loss " + fmt::format("{:.4f}", s.loss) + ")");
+      }
+    }
     if (eval_now || save_now) state_->gather_streams();
     Metrics val;
     if (eval_now && root_) val = evaluate_and_keep_best();

@@ -244,7 +244,26 @@ TEST_CASE("train: a non-finite loss stops with the step and leaves the last chec
   if (r.step > 0) {
     const Checkpoint ck = load_checkpoint(dir + "/last.ckpt");
     CHECK(ck.state.step == r.step);
+    CHECK(std::all_of(ck.model.begin(), ck.model.end(), [](float v) { return std::isfinite(v); }));
   }
+}
+
+TEST_CASE("train: an update that overflows the weights stops the run before they are evaluated or saved",
+          "[train]") {
+  // lr 1e39 is past float's range: step 1's loss and gradient are finite, its update makes the weights
+  // infinite. A checkpoint every step would have written them (and said the last one was untouched).
+  const std::string dir = run_dir("overflow");
+  const Config c = tfm_test::small_train_config(
+      dir, {"train.optimizer.lr=1e39", "train.lr_schedule.warmup_steps=0", "train.checkpoint_interval=1",
+            "train.grad_clip=0", "train.optimizer.name=sgd", "train.optimizer.momentum=0"});
+  const TrainResult r = train(c, quiet());
+  REQUIRE(r.status == TrainResult::Status::NonFinite);
+  CHECK(r.step == 0);
+  CHECK_THAT(r.message, Catch::StartsWith("step 1: the update made the weights of ") &&
+                            Catch::Contains(" not finite (loss ") &&
+                            Catch::Contains("no checkpoint was written"));
+  CHECK_FALSE(fs::exists(dir + "/last.ckpt"));
+  CHECK_FALSE(fs::exists(dir + "/best.ckpt"));
 }
 
 TEST_CASE("train: a resume after a crash keeps a best.ckpt newer than last.ckpt until it is beaten",
