@@ -63,12 +63,6 @@ void assign(json& tree, const std::string& path, json value) {
   *node = std::move(value);
 }
 
-std::string shown(const json& v) {
-  std::string s = v.dump();
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
-  return s;
-}
-
 std::string number_str(double v) {
   std::ostringstream os;
   os << v;
@@ -135,7 +129,7 @@ bool check_value(const KeySpec& k, const json& v, json& out, std::vector<std::st
       if (!text.empty() && *end == '\0' && std::isfinite(d))
         hint = " (a JSON number starts with a digit or '-': write " + number_str(d) + ")";
     }
-    errors.push_back(k.path + ": expected " + describe_expected(k) + ", got " + shown(v) + hint);
+    errors.push_back(k.path + ": expected " + describe_expected(k) + ", got " + json_excerpt(v) + hint);
     return false;
   };
   switch (k.type) {
@@ -190,7 +184,7 @@ bool check_value(const KeySpec& k, const json& v, json& out, std::vector<std::st
         return false;
       }
       if (v.get<std::string>().find('\0') != std::string::npos) {  // the OS would cut a path there
-        errors.push_back(k.path + ": " + shown(v) +
+        errors.push_back(k.path + ": " + json_excerpt(v) +
                          " holds a NUL byte (\\u0000), which no path or name can contain");
         return false;
       }
@@ -273,7 +267,7 @@ void check_unknown(const json& node, const std::string& prefix, std::vector<std:
       if (it->is_object()) {
         check_unknown(*it, path, errors);
       } else {
-        errors.push_back(path + ": expected an object (a section of keys), got " + shown(*it));
+        errors.push_back(path + ": expected an object (a section of keys), got " + json_excerpt(*it));
       }
       continue;
     }
@@ -392,6 +386,12 @@ const KeySpec* find_key(const std::string& path) {
   for (const auto& k : config_keys())
     if (k.path == path) return &k;
   return nullptr;
+}
+
+std::string json_excerpt(const json& value, size_t max_chars) {
+  std::string s = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (s.size() > max_chars) s = s.substr(0, max_chars > 3 ? max_chars - 3 : 0) + "...";
+  return s;
 }
 
 size_t edit_distance(const std::string& a, const std::string& b) {
@@ -529,7 +529,7 @@ void apply_override(json& tree, const std::string& assignment) {
     if (node->is_null()) *node = json::object();
     if (!node->is_object())
       throw ConfigError(so_far + ": --set " + path + " needs an object here, but the config has " +
-                        shown(*node));
+                        json_excerpt(*node));
     so_far += (i ? "." : "") + parts[i];
     node = &(*node)[parts[i]];
   }
@@ -572,7 +572,7 @@ void forget_derived_values(json& user) {
 
 Config resolve_config(json user, const std::vector<std::string>& overrides) {
   if (!user.is_object())
-    throw ConfigError("config: expected a JSON object at the top level, got " + shown(user));
+    throw ConfigError("config: expected a JSON object at the top level, got " + json_excerpt(user));
   if (!overrides.empty()) forget_derived_values(user);
   for (const auto& o : overrides) apply_override(user, o);
   std::vector<std::string> errors;
@@ -673,7 +673,7 @@ std::vector<std::string> config_warnings(const Config& config) {
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   json user = read_json_file(path);
   if (!user.is_object())
-    throw ConfigError(path + ": expected a JSON object at the top level, got " + shown(user));
+    throw ConfigError(path + ": expected a JSON object at the top level, got " + json_excerpt(user));
   if (!overrides.empty()) forget_derived_values(user);
   for (const auto& o : overrides) apply_override(user, o);
   const json* dir = lookup(user, "output.dir");
@@ -694,8 +694,9 @@ Config resume_config(const Config& run, const std::vector<std::string>& override
   for (const auto& path : differing_keys(run, next)) {
     const KeySpec* k = find_key(path);
     if (k->resumable || !k->read_by(objective)) continue;
-    errors.push_back(path + ": cannot change when resuming (the run has " + shown(run.at(path)) + ", got " +
-                     shown(next.at(path)) + "); only " + resumable_keys_text() + " may change");
+    errors.push_back(path + ": cannot change when resuming (the run has " + json_excerpt(run.at(path)) +
+                     ", got " + json_excerpt(next.at(path)) + "); only " + resumable_keys_text() +
+                     " may change");
   }
   if (!errors.empty()) throw ConfigError(join_lines(errors));
   return next;

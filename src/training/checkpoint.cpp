@@ -8,6 +8,7 @@
 #include <limits>
 #include <set>
 
+#include "tfm/config/config.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
 
@@ -94,15 +95,6 @@ nlohmann::json to_json(const std::string& path, const std::string& name, const s
 
 using nlohmann::json;
 
-// A value as a message shows it: a scalar as JSON, cut to 40 characters; an array or object by its kind
-// (a deeply nested one would be dumped recursively).
-std::string shown(const json& v) {
-  if (v.is_array()) return "an array";
-  if (v.is_object()) return "an object";
-  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
-}
-
 // The state's fields, each checked as it is read: IoError "PATH: corrupt checkpoint: the state's
 // "FIELD" is VALUE, expected WHAT", or "... the state has no "FIELD"".
 class StateFields {
@@ -116,7 +108,7 @@ class StateFields {
     return *it;
   }
   [[noreturn]] void wrong(const std::string& field, const json& v, const std::string& expected) const {
-    throw IoError(path_ + ": corrupt checkpoint: the state's \"" + field + "\" is " + shown(v) +
+    throw IoError(path_ + ": corrupt checkpoint: the state's \"" + field + "\" is " + json_excerpt(v) +
                   ", expected " + expected);
   }
   const json& object(const json& v, const std::string& field) const {

@@ -100,7 +100,7 @@ TEST_CASE("checkpoint: every state field is checked where the file is read, nami
       {"an optimizer name of a number", [](json& s) { s["optimizer"]["name"] = 3; },
        "the state's \"optimizer.name\" is 3, expected a string"},
       {"an optimizer of an array", [](json& s) { s["optimizer"] = json::array(); },
-       "the state's \"optimizer\" is an array, expected an object"},
+       "the state's \"optimizer\" is [], expected an object"},
       {"a best val loss of a string", [](json& s) { s["best_val_loss"] = "low"; },
        "the state's \"best_val_loss\" is \"low\", expected a number, or null"},
       {"negative elapsed seconds", [](json& s) { s["elapsed_s"] = -1.5; },
@@ -111,7 +111,7 @@ TEST_CASE("checkpoint: every state field is checked where the file is read, nami
        [](json& s) {
          s["rng"]["sampler"] = {1, 2};
        },
-       "the state's \"rng.sampler\" is an array, expected an array of 5 unsigned"},
+       "the state's \"rng.sampler\" is [1,2], expected an array of 5 unsigned"},
       {"no random streams", [](json& s) { s.erase("rng"); }, "the state has no \"rng\""},
       {"a stopped of a number", [](json& s) { s["stopped"] = 3; },
        "the state's \"stopped\" is 3, expected \"target_loss\" or \"max_seconds\""},

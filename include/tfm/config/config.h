@@ -143,6 +143,10 @@ std::vector<std::string> differing_keys(const Config& a, const Config& b, const 
 // The key table as Markdown (for the README): key, type, default, allowed, meaning.
 std::string keys_markdown();
 
+// A JSON value as a message shows it: compact, invalid UTF-8 replaced, cut to `max_chars` ("..." marks
+// the cut), so that a long or nested value cannot flood a message.
+std::string json_excerpt(const nlohmann::json& value, size_t max_chars = 60);
+
 // Levenshtein distance, for did-you-mean suggestions.
 size_t edit_distance(const std::string& a, const std::string& b);
 
