@@ -228,19 +228,20 @@ int64_t training_threads(const Config& config) {
 }
 
 std::vector<std::string> thread_warnings(int64_t threads, int64_t workers, int64_t local_ranks,
-                                         int64_t cores) {
+                                         int64_t process_cores, int64_t machine_cores) {
   std::vector<std::string> warnings;
-  if (threads * local_ranks > cores)
+  if (threads > process_cores)
     warnings.push_back(
-        local_ranks > 1
-            ? fmt::format(
-                  "train.threads: {} ranks x {} thread(s) on this machine's {} core(s): threads beyond "
-                  "the cores wait on each other, slower than {} thread(s) a rank",
-                  local_ranks, threads, cores, std::max<int64_t>(1, cores / local_ranks))
-            : fmt::format("train.threads = {} is more than the {} core(s) this process may use: threads "
-                          "beyond the cores wait on each other, slower than train.threads = {} (or 0, all "
-                          "cores)",
-                          threads, cores, cores));
+        fmt::format("train.threads = {} is more than the {} core(s) this process may use: "
+                    "threads beyond the cores wait on each other, slower than "
+                    "train.threads = {}{}",
+                    threads, process_cores, process_cores, local_ranks > 1 ? "" : " (or 0, all cores)"));
+  else if (local_ranks > 1 && threads * local_ranks > machine_cores)
+    warnings.push_back(
+        fmt::format("train.threads: {} ranks x {} thread(s) on this machine's {} core(s): "
+                    "threads beyond the cores wait on each other, slower than {} thread(s) a "
+                    "rank",
+                    local_ranks, threads, machine_cores, std::max<int64_t>(1, machine_cores / local_ranks)));
   if (workers > threads)
     warnings.push_back(
         fmt::format("train.data_parallel: {} workers on {} thread(s) take turns on them, "

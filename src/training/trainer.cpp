@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include "micro_batch.h"
 #include "run_log.h"
@@ -382,8 +383,9 @@ void TrainingRun::log_header() {
   peak_gflops_ = peak.gflops;
   log_->info(fmt::format("compute: {} thread(s), {}; {}", threads_, platform::blas_summary().c_str(),
                          platform::gemm_summary().c_str()));
-  for (const std::string& warning : thread_warnings(threads_, data_parallel_workers(config_, threads_),
-                                                    dist::local_size(), platform::available_cores()))
+  for (const std::string& warning :
+       thread_warnings(threads_, data_parallel_workers(config_, threads_), dist::local_size(),
+                       platform::available_cores(), std::max(1u, std::thread::hardware_concurrency())))
     log_->warn(warning);
   if (root_) {
     std::string line =

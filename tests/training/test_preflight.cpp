@@ -205,17 +205,21 @@ TEST_CASE("preflight: the optimizer's state is estimated as the built optimizer 
 
 TEST_CASE("preflight: threads beyond the cores, and data-parallel workers beyond the threads, are warned of",
           "[preflight]") {
-  CHECK(thread_warnings(2, 2, 1, 2).empty());
-  CHECK(thread_warnings(1, 1, 2, 2).empty());  // two ranks of one thread on two cores
-  std::vector<std::string> w = thread_warnings(4, 4, 1, 2);
+  CHECK(thread_warnings(2, 2, 1, 2, 2).empty());
+  // mpirun -np 2 binds each rank to a core of its own: one thread on its one core, two on the two.
+  CHECK(thread_warnings(1, 1, 2, 1, 2).empty());
+  std::vector<std::string> w = thread_warnings(4, 4, 1, 2, 2);
   REQUIRE(w.size() == 1);
-  CHECK_THAT(w[0], Catch::Contains("train.threads = 4 is more than the 2 core(s)") &&
-                       Catch::Contains("slower than train.threads = 2"));
-  w = thread_warnings(2, 2, 2, 2);  // mpirun -np 2 with train.threads 2 on two cores
+  CHECK_THAT(w[0], Catch::Contains("train.threads = 4 is more than the 2 core(s) this process may use") &&
+                       Catch::Contains("slower than train.threads = 2 (or 0, all cores)"));
+  w = thread_warnings(2, 2, 2, 1, 2);  // bound to a core, two threads on it
+  REQUIRE(w.size() == 1);
+  CHECK_THAT(w[0], Catch::Contains("train.threads = 2 is more than the 1 core(s) this process may use"));
+  w = thread_warnings(2, 2, 2, 2, 2);  // unbound (--bind-to none): two ranks of two threads on two cores
   REQUIRE(w.size() == 1);
   CHECK_THAT(w[0], Catch::Contains("2 ranks x 2 thread(s) on this machine's 2 core(s)") &&
                        Catch::Contains("slower than 1 thread(s) a rank"));
-  w = thread_warnings(2, 4, 1, 8);
+  w = thread_warnings(2, 4, 1, 8, 8);
   REQUIRE(w.size() == 1);
   CHECK_THAT(w[0], Catch::Contains("train.data_parallel: 4 workers on 2 thread(s)"));
 }

@@ -46,12 +46,13 @@ int64_t data_parallel_workers(const Config& config, int64_t threads);
 // The threads a training process of this config runs: train.threads, or for 0 all cores, shared among
 // the ranks on this machine under mpirun (at least 1 each). The trainer and the estimate both ask here.
 int64_t training_threads(const Config& config);
-// What a run's log warns of when its threads outnumber its cores: `threads` per process for `local_ranks`
-// processes on a machine of `cores` (more threads than cores wait on each other: the kernels' and MFU's
-// figures fall), and data-parallel `workers` beyond `threads` (the extra ones share a thread). Empty when
-// neither holds.
+// What a run's log warns of when its threads outnumber its cores (threads beyond the cores wait on each
+// other: the kernels' and MFU's figures fall): `threads` beyond the `process_cores` this process may use
+// (its affinity: under mpirun, the core it is bound to), or `local_ranks` processes of `threads` beyond
+// the `machine_cores`; and data-parallel `workers` beyond `threads` (the extra ones share a thread).
+// Empty when none holds.
 std::vector<std::string> thread_warnings(int64_t threads, int64_t workers, int64_t local_ranks,
-                                         int64_t cores);
+                                         int64_t process_cores, int64_t machine_cores);
 // estimate_memory of config.model(vocab_size), training.
 MemoryEstimate estimate_training_memory(const Config& config, int64_t vocab_size);
 // Evaluation or sampling without a graph: the parameters and one forward of (B, T) tokens.
