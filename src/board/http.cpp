@@ -3,7 +3,8 @@
 // (CPPHTTPLIB_HEADER_MAX_LENGTH, 8 KiB) cannot be changed and it has no limit on the number of header
 // lines, whose total is otherwise bounded only by the read timeout, which restarts at every byte. The
 // connection's bytes reach httplib through HeadLimitStream, which fails the read that passes a bound:
-// httplib then answers 400 and closes the connection.
+// httplib then answers 400, and the connection is closed after it (the rest of the refused head, or a
+// request hidden in it, is never read as the connection's next request).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -29,6 +30,7 @@ class HeadLimitStream : public httplib::Stream {
   // The next bytes start a request's head.
   void start_request() {
     in_head_ = true;
+    refused_ = false;
     head_bytes_ = 0;
     head_lines_ = 0;
     last_four_ = 0;
@@ -46,8 +48,11 @@ class HeadLimitStream : public httplib::Stream {
     return ::poll(&p, 1, timeout_ms_) > 0;
   }
 
+  // Whether a read of this request's head passed a bound: the request is refused.
+  bool refused() const { return refused_; }
+
   ssize_t read(char* ptr, size_t size) override {
-    if (in_head_ && SteadyClock::now() > deadline_) return -1;
+    if (in_head_ && SteadyClock::now() > deadline_) return refuse();
     if (begin_ == end_) {
       if (!is_readable()) return -1;
       const ssize_t n = ::recv(fd_, buffer_, sizeof buffer_, 0);
@@ -63,7 +68,7 @@ class HeadLimitStream : public httplib::Stream {
         last_four_ = (last_four_ << 8) | c;
         ++head_bytes_;
         if (c == '\n') ++head_lines_;
-        if (head_bytes_ > kBoardMaxHeadBytes || head_lines_ > kBoardMaxHeadLines) return -1;
+        if (head_bytes_ > kBoardMaxHeadBytes || head_lines_ > kBoardMaxHeadLines) return refuse();
         if ((last_four_ & 0xFFFFFFFFu) == 0x0D0A0D0Au || (last_four_ & 0xFFFFu) == 0x0A0Au) {
           in_head_ = false;  // the body (bounded by set_payload_max_length) follows
           n = i + 1;
@@ -86,6 +91,11 @@ class HeadLimitStream : public httplib::Stream {
   socket_t socket() const override { return fd_; }
 
  private:
+  ssize_t refuse() {
+    refused_ = true;
+    return -1;
+  }
+
   void address_of(bool remote, std::string& ip, int& port) const {
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
@@ -108,7 +118,7 @@ class HeadLimitStream : public httplib::Stream {
   int timeout_ms_;
   char buffer_[4096];
   size_t begin_ = 0, end_ = 0;
-  bool in_head_ = true;
+  bool in_head_ = true, refused_ = false;
   size_t head_bytes_ = 0, head_lines_ = 0;
   uint32_t last_four_ = 0;
   SteadyClock::time_point deadline_;
@@ -138,7 +148,7 @@ bool BoundedHeadServer::process_and_close_socket(socket_t sock) {
     const bool last = served + 1 == kBoardKeepAliveRequests;
     t_close_after_reply = false;
     ok = process_request(stream, last, closed, nullptr);
-    if (!ok || closed || t_close_after_reply) break;
+    if (!ok || closed || t_close_after_reply || stream.refused()) break;
   }
   ::shutdown(sock, SHUT_RDWR);
   ::close(sock);

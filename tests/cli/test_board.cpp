@@ -394,6 +394,15 @@ TEST_CASE("tfm board: traversal, oversized and stalled requests, 50 clients, SIG
     big_head += "X-Big" + std::to_string(i) + ": " + std::string(7000, 'h') + "\r\n";
   const std::string too_big = board_raw(board.port, big_head + "\r\n");
   CHECK(too_big.rfind("HTTP/1.1 400", 0) == 0);
+  // The connection ends with the refusal: the rest of the refused head, and a request after it, are
+  // never read as the connection's next requests (one answer, then the connection closes).
+  const std::string hidden = "GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  for (const std::string& refused : {many_headers, big_head}) {
+    const std::string answer = board_raw(board.port, refused + "\r\n" + hidden, true);
+    INFO(answer.substr(0, 400));
+    CHECK(answer.rfind("HTTP/1.1 400", 0) == 0);
+    CHECK(answer.find("HTTP/1.1", 1) == std::string::npos);
+  }
   CHECK(c.Get("/api/runs")->status == 200);
   // Keep-alive: each request of a connection gets its own bounds, so many requests of a few headers pass.
   std::string pipelined;
