@@ -28,7 +28,11 @@ int config_command(const ConfigOptions& o) {
   }
   if (file.empty())
     throw ConfigError("config: give --config FILE (print it resolved) or --keys (list every key)");
-  fmt::print("{}\n", load_config(file, o.sets).tree.dump(2).c_str());
+  const Config config = load_config(file, o.sets);
+  // What `tfm train` would warn of (a key set that nothing reads), said here where the config is checked.
+  for (const std::string& warning : config_warnings(config))
+    fmt::print(stderr, "tfm: warning: {}\n", warning.c_str());
+  fmt::print("{}\n", config.tree.dump(2).c_str());
   return kExitOk;
 }
 

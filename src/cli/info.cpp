@@ -301,6 +301,8 @@ void measure_step(const Config& c, const ConfigModel& m, const InfoFigures& f) {
 
 int info_command(const InfoOptions& o) {
   const Config c = load_config(o.config_file, o.sets);
+  for (const std::string& warning : config_warnings(c))
+    fmt::print(stderr, "tfm: warning: {}\n", warning.c_str());
   const ConfigModel m = build_model(c, o.vocab_size, "info");
   const InfoFigures f = figures_of(c, m);
   if (o.json) {

@@ -152,6 +152,16 @@ TEST_CASE("cli: help teaches by example, config and info print", "[cli]") {
   r = run_cli("config --config configs/tiny.json --set train.max_steps=7");
   CHECK(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("\"max_steps\": 7") && Catch::Contains("\"n_kv_heads\": 4"));
+  // A warmup as long as the run, and a key set that nothing reads, are warned of where the config is checked,
+  // as tfm train does.
+  CHECK_THAT(r.out, Catch::Contains("tfm: warning: train.lr_schedule.warmup_steps = 10 is at least"));
+  CHECK_THAT(run_cli("config --config configs/tiny.json").out, !Catch::Contains("warning"));
+  for (const char* command : {"config", "info"}) {
+    r = run_cli(std::string(command) + " --config configs/tiny.json --set model.rope_theta=500");
+    INFO(r.out);
+    CHECK(r.status == 0);
+    CHECK_THAT(r.out, Catch::Contains("tfm: warning: model.rope_theta = 500.0 has no effect"));
+  }
   r = run_cli("info --config configs/tiny.json");
   INFO(r.out);
   CHECK(r.status == 0);
