@@ -37,7 +37,7 @@ Examples:
   tfm info --config configs/shakespeare_char_large.json
   tfm data prepare --config configs/shakespeare_char.json   # tokenize the corpus into its cache now
   tfm heads --run runs/shakespeare_char                 # what each attention head is worth
-  tfm sweep --config configs/shakespeare_char.json --grid model.n_heads=1,2,4,8
+  tfm sweep --config configs/shakespeare_char.json --set model.n_kv_heads=null --grid model.n_heads=1,2,4,8
   tfm config --config configs/shakespeare_char.json --set model.n_layers=6
   tfm config --keys          # every config key with its default, allowed values and meaning
 

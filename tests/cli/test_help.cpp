@@ -96,3 +96,82 @@ TEST_CASE("cli: every command's help shows its own examples, with flags it has",
     CHECK(own >= 1);
   }
 }
+
+namespace {
+
+// Every `tfm sweep` example of `text` (help lines starting "  tfm sweep", README lines "tfm sweep"),
+// continuation lines ("\" at the end) joined, comments cut.
+std::vector<std::string> sweep_examples_of(const std::string& text) {
+  std::vector<std::string> examples;
+  std::istringstream in(text);
+  std::string line;
+  bool continued = false;
+  while (std::getline(in, line)) {
+    const size_t start = line.find_first_not_of(' ');
+    if (start == std::string::npos) {
+      continued = false;
+      continue;
+    }
+    std::string words = line.substr(start);
+    if (!continued && words.rfind("tfm sweep ", 0) != 0) continue;
+    words = words.substr(0, words.find('#'));
+    continued = !words.empty() && words.find_last_not_of(' ') != std::string::npos &&
+                words[words.find_last_not_of(' ')] == '\\';
+    if (continued) words = words.substr(0, words.find_last_not_of(' '));
+    if (examples.empty() || words.rfind("tfm sweep ", 0) == 0)
+      examples.push_back(words);
+    else
+      examples.back() += " " + words;
+  }
+  return examples;
+}
+
+}  // namespace
+
+// A sweep example that a point of its grid refuses (a config that pins a key the grid's values do not
+// fit) fails at once for whoever copies it: every point of every example resolves, as `tfm config`.
+TEST_CASE("cli: every point of every sweep example in the help and the README resolves", "[cli][help]") {
+  std::vector<std::string> examples;
+  for (const std::string& text : {run_tfm("--help").out, run_tfm("sweep --help").out,
+                                  tfm_test::read_file(std::string(TFM_SOURCE_DIR) + "/README.md")})
+    for (const std::string& e : sweep_examples_of(text)) examples.push_back(e);
+  REQUIRE(examples.size() >= 4);
+  for (const std::string& example : examples) {
+    std::istringstream words(example.substr(std::string("tfm sweep").size()));
+    std::string config, word, value;
+    std::vector<std::string> sets;
+    std::vector<std::pair<std::string, std::vector<std::string>>> axes;
+    while (words >> word) {
+      if (word == "--config") words >> config;
+      if (word == "--set") words >> value, sets.push_back(value);
+      if (word == "--grid") {
+        words >> value;
+        const size_t eq = value.find('=');
+        std::vector<std::string> values;
+        std::istringstream list(value.substr(eq + 1));
+        for (std::string v; std::getline(list, v, ',');) values.push_back(v);
+        axes.emplace_back(value.substr(0, eq), values);
+      }
+    }
+    INFO("example: " << example);
+    REQUIRE(!config.empty());
+    REQUIRE(!axes.empty());
+    // The grid's product, point by point (an odometer over the axes).
+    std::vector<size_t> at(axes.size(), 0);
+    for (bool more = true; more;) {
+      std::string command = "config --config " + config;
+      for (const std::string& s : sets) command += " --set " + s;
+      for (size_t a = 0; a < axes.size(); ++a)
+        command += " --set " + axes[a].first + "=" + axes[a].second[at[a]];
+      const tfm_test::CliRun r = run_tfm(command);
+      INFO("tfm " << command << "\n" << r.out);
+      CHECK(r.status == 0);
+      more = false;
+      for (size_t a = 0; a < axes.size() && !more; ++a)
+        if (++at[a] < axes[a].second.size())
+          more = true;
+        else
+          at[a] = 0;
+    }
+  }
+}
