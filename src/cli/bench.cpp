@@ -266,6 +266,7 @@ int run_bench_attention(const BenchAttentionOptions& o) {
         "each row's max and 1/sum in the backward, so its memory grows with n d, not h n^2.\n");
   }
   if (report.empty()) return kExitOk;
+  if (!o.json) fmt::print("wrote {}\n", report.c_str());
   if (!o.no_plot) write_figure(o.out + "/bench_attention.svg", bench_attention_figure(j), o.json);
   return kExitOk;
 }

@@ -72,6 +72,9 @@ TEST_CASE("figures: attention, heads and bench attention write SVGs, and tfm plo
               t.dir.file("b"));
   REQUIRE(r.status == 0);
   CHECK(xml_problem(read_file(t.dir.file("b") + "/bench_attention.svg")).empty());
+  // Each file written is named: the report and its figure.
+  CHECK_THAT(r.out, Catch::Contains("wrote " + t.dir.file("b") + "/bench_attention.json") &&
+                        Catch::Contains("wrote " + t.dir.file("b") + "/bench_attention.svg"));
 
   // tfm plot: a report drawn again elsewhere, runs overlaid, time to quality.
   r = run_tfm("plot report " + att + "/attention.json --out " + t.dir.file("again"));
