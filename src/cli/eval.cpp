@@ -218,9 +218,11 @@ int eval_command(const EvalOptions& o) {
   std::string extra;
   for (const auto& [name, v] : m.values)
     if (name != "loss") extra += ", " + name + " " + std::to_string(v).substr(0, 6);
-  fmt::print("{} loss {:.4f}{} over {} batches of {}{} ({}/{}.ckpt, step {}, {})\n", split.c_str(),
+  // The heads taken out (--mask-heads), so that the line says which model its loss is of.
+  const std::string masked = o.mask_heads.empty() ? "" : ", heads masked " + o.mask_heads;
+  fmt::print("{} loss {:.4f}{} over {} batches of {}{} ({}/{}.ckpt, step {}, {}{})\n", split.c_str(),
              m.get("loss"), extra.c_str(), ran, B, whole, dir.c_str(), run.which.c_str(), step,
-             run.objective->name().c_str());
+             run.objective->name().c_str(), masked.c_str());
   return kExitOk;
 }
 

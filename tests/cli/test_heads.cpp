@@ -51,6 +51,8 @@ TEST_CASE("heads: tfm heads ranks the heads, --mask-heads masks them, bad masks 
   REQUIRE(plain.status == 0);
   REQUIRE(masked.status == 0);
   CHECK(plain.out != masked.out);
+  CHECK_THAT(masked.out, Catch::Contains(", heads masked 0:0,0:1,0:2,0:3,1:0,1:1,1:2,1:3)"));
+  CHECK_THAT(plain.out, !Catch::Contains("heads masked"));
   CHECK(tfm_test::run_tfm("sample --run " + dir + " --max-new-tokens 5 --mask-heads 1:0").status == 0);
   // A masked head's similarities are not defined: left out of the mean, null in the report, which names
   // the mask.
