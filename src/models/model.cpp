@@ -20,28 +20,25 @@ FlopCount flops_per_token(const Cost& forward, double tokens) {
 
 Model::~Model() = default;
 
-void Model::adopt_parameters(Module& root, uint64_t init_seed, int64_t residual_layers) {
-  root_ = &root;
-  for (Module* m : root.modules())
-    if (auto* a = dynamic_cast<MultiHeadAttention*>(m); a && a->gate) gated_.push_back(a);
-  ParameterBuffers buffers = flatten_parameters(root);
-  values_ = buffers.values, grads_ = buffers.grads, size_ = buffers.size;
-  dropout_rng_.seed_with(init_seed + 1);
-  root.set_rng(&dropout_rng_);
+namespace {
+// A head mixing matrix (g, n, n): it starts as identities and is not decayed (see init_parameters).
+bool is_head_mixing(const std::string& name) {
+  return ends_with(name, "mix_logits") || ends_with(name, "mix_weights");
+}
+}  // namespace
+
+void init_parameters(Module& root, uint64_t seed, int64_t residual_layers) {
   // Initialisation exactly as docs/architecture.md and the reference, in its parameter order.
-  Rng rng(init_seed);
+  Rng rng(seed);
   const float residual_std =
       0.02f / std::sqrt(2.0f * static_cast<float>(std::max<int64_t>(1, residual_layers)));
-  const auto named = root.named_parameters();
-  for (size_t i = 0; i < named.size(); ++i) {
-    const std::string& name = named[i].first;
-    Tensor& t = *named[i].second;
+  for (auto& [name, tensor] : root.named_parameters()) {
+    Tensor& t = *tensor;
     float* p = t.data();
     // Head mixing matrices (g, n, n) start as identities, so a mixing layer starts as the standard one;
     // they are not decayed either: weight decay pulls towards zero, which for a mixing matrix is not
     // "no effect" but "no attention" (the identity is what a user expects it to stay near).
-    const bool mixing = ends_with(name, "mix_logits") || ends_with(name, "mix_weights");
-    if (mixing) {
+    if (is_head_mixing(name)) {
       const int64_t n = t.size(1);
       t.fill_(0.0f);
       for (int64_t g = 0; g < t.size(0); ++g)
@@ -54,7 +51,24 @@ void Model::adopt_parameters(Module& root, uint64_t init_seed, int64_t residual_
       // A 1-D weight is a norm's gain (LayerNorm, RMSNorm, QK-norm): 1; biases 0.
       t.fill_(ends_with(name, "weight") ? 1.0f : 0.0f);
     }
-    parameters_.push_back({name, t, buffers.offsets[i], t.dim() >= 2 && !mixing});
+    if (!t.requires_grad()) t.set_requires_grad(true);  // a model's flat views already do
+  }
+}
+
+void Model::adopt_parameters(Module& root, uint64_t init_seed, int64_t residual_layers) {
+  root_ = &root;
+  for (Module* m : root.modules())
+    if (auto* a = dynamic_cast<MultiHeadAttention*>(m); a && a->gate) gated_.push_back(a);
+  ParameterBuffers buffers = flatten_parameters(root);
+  values_ = buffers.values, grads_ = buffers.grads, size_ = buffers.size;
+  dropout_rng_.seed_with(init_seed + 1);
+  root.set_rng(&dropout_rng_);
+  init_parameters(root, init_seed, residual_layers);
+  const auto named = root.named_parameters();
+  for (size_t i = 0; i < named.size(); ++i) {
+    const Tensor& t = *named[i].second;
+    parameters_.push_back(
+        {named[i].first, t, buffers.offsets[i], t.dim() >= 2 && !is_head_mixing(named[i].first)});
   }
 }
 

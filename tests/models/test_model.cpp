@@ -9,6 +9,7 @@
 #include "model_config.h"
 #include "tfm/engine/ops.h"
 #include "tfm/models/language_model.h"
+#include "tfm/nn/attention.h"
 
 using namespace tfm;
 using tfm_test::model_config_from;
@@ -266,4 +267,29 @@ TEST_CASE("model: bad input is reported", "[model]") {
                     Catch::StartsWith("LanguageModel::forward_cached: expected B >= 0, T >= 0"));
   c.n_kv_heads = 3;
   CHECK_THROWS_WITH(LanguageModel(c, 1), Catch::Contains("LanguageModel: model.n_kv_heads"));
+}
+
+TEST_CASE("model: init_parameters gives a layer built on its own the models' initialisation", "[model]") {
+  // A multi-head attention layer alone, as a library user builds one: zeros that require no gradient
+  // until init_parameters; then the models' initialisation, and a backward reaches every parameter.
+  const ModelConfig c = tiny_model("pre", "sinusoidal", true, 2, 2);
+  MultiHeadAttention layer(c, true);
+  for (auto& [name, p] : layer.named_parameters()) CHECK_FALSE(p->requires_grad());
+  init_parameters(layer, 3);
+  Rng rng(5);
+  const Tensor x = Tensor::randn({2, 4, c.d_model}, rng, 0.0f, 1.0f);  // (B, T, C)
+  sum(layer.forward(x, x, x)).backward();
+  for (auto& [name, p] : layer.named_parameters()) {
+    INFO(name);
+    REQUIRE(p->requires_grad());
+    double sq = 0, grad_sq = 0;
+    for (int64_t i = 0; i < p->numel(); ++i) sq += double(p->data()[i]) * p->data()[i];
+    for (int64_t i = 0; i < p->numel(); ++i) grad_sq += double(p->grad().data()[i]) * p->grad().data()[i];
+    if (p->dim() == 2) {
+      // N(0, 0.02) (wo: the residual branch's 0.02 / sqrt(2) for one layer): its RMS near the std.
+      const double std = name.find("wo.") != std::string::npos ? 0.02 / std::sqrt(2.0) : 0.02;
+      CHECK(std::sqrt(sq / double(p->numel())) == Approx(std).epsilon(0.3));
+      CHECK(grad_sq > 0);
+    }
+  }
 }

@@ -39,6 +39,14 @@ class MultiHeadAttention;
 // src_pos.weight and tgt_pos.weight (model.positional_encoding "learned").
 bool is_position_table(const std::string& parameter_name);
 
+// Initialises every parameter of `root` as docs/architecture.md says, in named_parameters() order from
+// Rng(seed): matrices and embeddings N(0, 0.02), the residual branches' output projections (*wo.weight,
+// *fc2.weight) N(0, 0.02 / sqrt(2 * residual_layers)), biases 0, norm gains 1, head mixing matrices
+// (*mix_logits, *mix_weights) identities; each then requires a gradient. The models call it on their
+// module tree (Model::adopt_parameters); a layer built on its own (a MultiHeadAttention, a
+// DecoderBlock) holds zeros that require no gradient until it is called on it.
+void init_parameters(Module& root, uint64_t seed, int64_t residual_layers = 1);
+
 // The flat buffers (named views in export order), training mode and the dropout generator.
 class Model {
  public:
@@ -76,11 +84,9 @@ class Model {
 
  protected:
   Model() = default;
-  // Moves every parameter of `root` into the flat buffers and initialises it as docs/architecture.md
-  // says: matrices and embeddings N(0, 0.02), residual output projections (*wo.weight, *fc2.weight)
-  // N(0, 0.02 / sqrt(2 * residual_layers)), biases 0, norm gains 1, head mixing matrices
-  // (*mix_logits, *mix_weights) identities and not decayed; dropout draws from init_seed + 1. Derived
-  // constructors call it once, after building their module tree.
+  // Moves every parameter of `root` into the flat buffers and initialises it (init_parameters), the
+  // head mixing matrices not decayed; dropout draws from init_seed + 1. Derived constructors call it
+  // once, after building their module tree.
   void adopt_parameters(Module& root, uint64_t init_seed, int64_t residual_layers);
 
  private:
