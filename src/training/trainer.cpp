@@ -74,7 +74,23 @@ ResumedCheckpoint resumable_checkpoint(const std::string& dir) {
                   " (it saves every train.checkpoint_interval steps and when stopped). "
                   "Start it afresh with `tfm train --config CONFIG --out " +
                   dir + "` after removing " + dir + ", or wait for its first checkpoint");
-  return {path, load_checkpoint(path)};
+  try {
+    return {path, load_checkpoint(path)};
+  } catch (const IoError& e) {
+    // A damaged last.ckpt beside a good best.ckpt: the way on is from best.ckpt, which --resume takes
+    // when last.ckpt is not there. Said, not done: moving a user's file is the user's call.
+    const std::string best = dir + "/" + kBestCheckpointFile;
+    if (path == best || !fs::exists(best)) throw;
+    CheckpointState state;
+    try {
+      state = load_checkpoint_state(best);
+    } catch (const IoError&) {
+      throw e;
+    }
+    throw IoError(std::string(e.what()) + ". " + kBestCheckpointFile + " (step " +
+                  std::to_string(state.step) + ") reads: to go on from it, move " + path + " aside (mv " +
+                  path + " " + path + ".damaged) and --resume again");
+  }
 }
 
 // The config a run trains with: train.precision "auto" replaced by what it resolves to here (a resumed

@@ -391,6 +391,35 @@ TEST_CASE("reliability: a resume names a checkpoint's missing or extra optimizer
   }
 }
 
+TEST_CASE("reliability: a resume refused for a damaged last.ckpt says how to go on from a good best.ckpt",
+          "[reliability]") {
+  TempDir tmp("damaged_last");
+  const std::string run = tmp.path + "/run", last = run + "/last.ckpt";
+  const Run train =
+      cli("train " + kReliabilityTiny + "--set train.max_steps=4 --set train.eval_interval=2 --out " + run);
+  INFO(train.out);
+  REQUIRE(train.status == 0);
+  fs::resize_file(last, 1000);  // cut short: its checksum and sizes fail
+  Run r = cli("train --resume " + run + " --set train.max_steps=6");
+  INFO(r.out);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains(last + ": ") &&
+                        Catch::Contains("best.ckpt (step 4) reads: to go on from it, move " + last +
+                                        " aside (mv " + last + " " + last + ".damaged) and --resume again"));
+  // The advice, followed, works.
+  fs::rename(last, last + ".damaged");
+  r = cli("train --resume " + run + " --set train.max_steps=6");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(tfm::load_checkpoint_state(last).step == 6);
+  // Without a readable best.ckpt the error is the file's alone.
+  fs::resize_file(last, 1000);
+  fs::resize_file(run + "/best.ckpt", 1000);
+  r = cli("train --resume " + run + " --set train.max_steps=8");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, !Catch::Contains("to go on from it"));
+}
+
 TEST_CASE("reliability: train.skip_nonfinite skips bad batches, then stops when they never end",
           "[reliability]") {
   TempDir tmp("skip");
