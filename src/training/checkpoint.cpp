@@ -1,5 +1,6 @@
 #include "tfm/training/checkpoint.h"
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <cmath>
@@ -274,13 +275,22 @@ Checkpoint load_checkpoint(const std::string& path) {
 }
 
 CheckpointState load_checkpoint_state(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(path + ": cannot open the checkpoint");
-  in.seekg(0, std::ios::end);
-  const uint64_t size = static_cast<uint64_t>(in.tellg());
-  in.seekg(0);
+  // A regular file or an error: a FIFO or device at the name is refused at once, never waited on (a
+  // run list or a resume would hang on one). Read at offsets: only the header, the sections' heads and
+  // the state.
+  const FileDescriptor fd = open_regular_file(path);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw IoError(path + ": cannot read the checkpoint: " + errno_text());
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  uint64_t pos = 0;
+  // Reads n bytes at pos and moves past them; false where the file ends first.
+  const auto read = [&](void* out, uint64_t n) {
+    if (n > size - std::min(pos, size) || read_at(fd.get(), out, n, pos, path) != n) return false;
+    pos += n;
+    return true;
+  };
   char header[kHeaderBytes];
-  if (size < kHeaderBytes || !in.read(header, kHeaderBytes) ||
+  if (size < kHeaderBytes || !read(header, kHeaderBytes) ||
       std::memcmp(header, kCheckpointMagic, sizeof kCheckpointMagic) != 0)
     throw IoError(path + ": not a tfm checkpoint (no tfm checkpoint header)");
   uint32_t version, sections;
@@ -290,24 +300,19 @@ CheckpointState load_checkpoint_state(const std::string& path) {
   std::memcpy(&payload_size, header + 16, 8);
   if (version != kCheckpointVersion || sections > kMaxSections || payload_size != size - kHeaderBytes)
     throw IoError(path + ": truncated or corrupt checkpoint (its header does not match the file)");
-  uint64_t pos = kHeaderBytes;
   for (uint32_t s = 0; s < sections; ++s) {
     uint32_t name_len = 0;
     uint64_t len = 0;
     char name[kMaxNameBytes];
-    if (pos + 4 > size || !in.read(reinterpret_cast<char*>(&name_len), 4) || name_len == 0 ||
-        name_len > kMaxNameBytes || pos + 4 + name_len + 8 > size || !in.read(name, name_len) ||
-        !in.read(reinterpret_cast<char*>(&len), 8) || len > size - (pos + 12 + name_len))
+    if (!read(&name_len, 4) || name_len == 0 || name_len > kMaxNameBytes || !read(name, name_len) ||
+        !read(&len, 8) || len > size - pos)
       throw IoError(path + ": truncated or corrupt checkpoint (section " + std::to_string(s) + ")");
-    pos += 12 + name_len;
     if (std::string(name, name_len) == "state") {
       std::string data(len, '\0');
-      if (!in.read(data.data(), static_cast<std::streamsize>(len)))
-        throw IoError(path + ": truncated checkpoint (the state section)");
+      if (!read(data.data(), len)) throw IoError(path + ": truncated checkpoint (the state section)");
       return read_state(path, to_json(path, "state", data));
     }
     pos += len;
-    in.seekg(static_cast<std::streamoff>(pos));
   }
   throw IoError(path + ": corrupt checkpoint: no state section");
 }

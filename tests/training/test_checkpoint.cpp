@@ -1,6 +1,8 @@
 // Checkpoint files: the CRC-32 is zlib's (bit for bit the table CRC tfm used before), a checkpoint
 // written by an older build (tests/fixtures/checkpoint_v1_tiny.ckpt, format 1) still loads, and a state
 // field of the wrong type or range is refused by name where the file is read.
+#include <sys/stat.h>
+
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
@@ -152,4 +154,14 @@ TEST_CASE("checkpoint: every state field is checked where the file is read, nami
   CHECK(back.ema_in_model);
   CHECK_FALSE(back.evaluated());
   CHECK(back.step == 2);
+}
+
+TEST_CASE("checkpoint: a FIFO where a checkpoint should be is refused at once, never waited on",
+          "[checkpoint]") {
+  // A run list and a resume read the state alone (load_checkpoint_state): a FIFO there hung them.
+  const tfm_test::TempDir tmp("checkpoint_fifo");
+  const std::string path = tmp.file("best.ckpt");
+  REQUIRE(::mkfifo(path.c_str(), 0644) == 0);
+  CHECK_THROWS_WITH(load_checkpoint_state(path), Catch::Contains(path) && Catch::Contains("FIFO"));
+  CHECK_THROWS_WITH(load_checkpoint(path), Catch::Contains(path) && Catch::Contains("FIFO"));
 }
