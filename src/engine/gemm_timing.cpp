@@ -240,8 +240,24 @@ std::string gemm_peak_cache_path() {
   return "";
 }
 
+std::optional<double> mfu_peak_from_environment() {
+  const char* given = std::getenv("TFM_MFU_PEAK");
+  if (!given || !*given) return std::nullopt;
+  char* end = nullptr;
+  const double gflops = std::strtod(given, &end);
+  if (end == given || *end != '\0' || !(gflops > 0) || gflops > kPeakMaxGflops)
+    throw ConfigError(fmt::format("TFM_MFU_PEAK: expected a number of GFLOP/s in (0, {:g}], got \"{}\"",
+                                  kPeakMaxGflops, given));
+  return gflops;
+}
+
 GemmPeak training_gemm_peak() {
   GemmPeak peak;
+  if (const std::optional<double> given = mfu_peak_from_environment()) {
+    peak.gflops = *given;
+    peak.from_environment = true;
+    return peak;
+  }
   const std::string path = gemm_peak_cache_path();
   if (path.empty()) {
     peak.gflops = measure_gemm_peak(kTrainingPeakN, kTrainingPeakSeconds).gflops;

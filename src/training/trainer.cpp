@@ -219,6 +219,7 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
       root_(dist::is_root()),
       lock_(std::move(lock)),
       schedule_(lr_schedule(train_)) {
+  (void)mfu_peak_from_environment();  // a bad TFM_MFU_PEAK is refused before the run directory exists
   // Every check of the input before any work. The objective reads its data and builds its model
   // (vocabularies from the checkpoint on resume); a config that cannot fit is refused there, before
   // the model is built (preflight.h).
@@ -406,7 +407,9 @@ void TrainingRun::log_header() {
   if (root_) {
     std::string line =
         fmt::format("{} peak {:.1f} GFLOP/s for MFU: ", precision_name(gemm_precision()), peak.gflops);
-    if (peak.from_cache)
+    if (peak.from_environment)
+      line += "given by TFM_MFU_PEAK (not measured)";
+    else if (peak.from_cache)
       line += "measured " + peak.measured + ", read from " + gemm_peak_cache_path() +
               " (`tfm bench gemm --threads " + std::to_string(threads_) + "` measures it again)";
     else

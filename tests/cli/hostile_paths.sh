@@ -204,6 +204,11 @@ mkfifo "$fifo_run/last.ckpt" "$fifo_run/best.ckpt"
 expect_refused "eval on a FIFO checkpoint" "$fifo_run/best.ckpt" eval --run "$fifo_run" --checkpoint best
 expect_refused "eval --checkpoint last on a FIFO" "$fifo_run/last.ckpt" eval --run "$fifo_run" --checkpoint last
 expect_refused "resume from a FIFO checkpoint" "$fifo_run/last.ckpt" train --resume "$fifo_run"
+# A run list names the FIFO as the run's problem and goes on (it waited on the FIFO for a writer).
+echo '{"step": 1, "train_loss": 3.0}' >"$fifo_run/metrics.jsonl"
+expect_ok "runs over a run with FIFO checkpoints" runs "$fifo_run"
+[[ "$out" == *"$fifo_run/last.ckpt: is a FIFO"* ]] || fail "runs over FIFO checkpoints: not named: $out"
+rm "$fifo_run/metrics.jsonl"
 [ -e "$work/never" ] && fail "a refused command created $work/never"
 
 # --- nothing ran, nothing outside changed ---

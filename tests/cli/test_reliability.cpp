@@ -434,6 +434,30 @@ TEST_CASE("reliability: train.skip_nonfinite skips bad batches, then stops when 
                         Catch::Contains("100 skipped so far") && Catch::Contains("training stopped"));
 }
 
+TEST_CASE("reliability: TFM_MFU_PEAK gives the MFU peak, neither timed nor cached, and a bad one exits 2",
+          "[reliability]") {
+  TempDir tmp("mfu_peak_env");
+  const std::string cache = tmp.path + "/cache";
+  const auto train = [&](const std::string& value, const std::string& out) {
+    return tfm_test::run_shell("TFM_MFU_PEAK=" + value + " XDG_CACHE_HOME='" + cache + "' " +
+                               tfm_test::tfm_command() + " train " + kReliabilityTiny +
+                               "--set train.max_steps=2 --out " + tmp.path + "/" + out);
+  };
+  Run r = train("123.5", "given");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("fp32 peak 123.5 GFLOP/s for MFU: given by TFM_MFU_PEAK (not measured)"));
+  CHECK_FALSE(fs::exists(cache + "/tfm/gemm_peaks.json"));
+  for (const std::string& bad :
+       {std::string("fast"), std::string("0"), std::string("-5"), std::string("1e99")}) {
+    r = train(bad, "bad");
+    INFO(bad << "\n" << r.out);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.out,
+               Catch::Contains("TFM_MFU_PEAK: expected a number of GFLOP/s in (0, 1e+07], got \"" + bad));
+  }
+}
+
 // [serial]: ctest runs nothing beside it (CMakeLists.txt), so that its runs may keep the peak they time.
 TEST_CASE("reliability: the GEMM peak for MFU is measured once per setup, and its cache never stops a run",
           "[reliability][serial]") {
@@ -448,8 +472,9 @@ TEST_CASE("reliability: the GEMM peak for MFU is measured once per setup, and it
     for (int attempt = 0; attempt < 5; ++attempt) {
       const std::string out =
           args.rfind("train ", 0) == 0 ? " --out " + tmp.path + "/run" + std::to_string(++n) : "";
-      r = tfm_test::run_shell("XDG_CACHE_HOME='" + tmp.path + "/cache' " + tfm_test::tfm_command() + " " +
-                              args + out);
+      // TFM_MFU_PEAK cleared: the suite gives every other training its peak (tests/test_main.cpp).
+      r = tfm_test::run_shell("TFM_MFU_PEAK= XDG_CACHE_HOME='" + tmp.path + "/cache' " +
+                              tfm_test::tfm_command() + " " + args + out);
       if (r.out.find("the machine was busy") == std::string::npos) break;
     }
     return r;
@@ -550,9 +575,10 @@ TEST_CASE("reliability: the GEMM peak for MFU is measured once per setup, and it
   for (const std::string& args :
        {"train " + kReliabilityTiny + "--set train.max_steps=2 --out " + tmp.path + "/busy_run",
         std::string("bench gemm --threads 1 --seconds 0.3")}) {
-    r = tfm_test::run_shell(pin + "sh -c 'while :; do :; done' > /dev/null 2>&1 & spin=$!; XDG_CACHE_HOME='" +
-                            tmp.path + "/cache' " + pin + tfm_test::tfm_command() + " " + args +
-                            "; status=$?; kill $spin; exit $status");
+    r = tfm_test::run_shell(
+        pin + "sh -c 'while :; do :; done' > /dev/null 2>&1 & spin=$!; TFM_MFU_PEAK= XDG_CACHE_HOME='" +
+        tmp.path + "/cache' " + pin + tfm_test::tfm_command() + " " + args +
+        "; status=$?; kill $spin; exit $status");
     INFO(r.out);
     CHECK(r.status == 0);
     CHECK_THAT(r.out, Catch::Contains("not kept: the machine was busy (the product had ") &&

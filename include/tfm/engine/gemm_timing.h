@@ -2,6 +2,7 @@
 // that MFU figures are quoted against (the training log, tfm bench gemm) and the timing of one shape.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace tfm {
@@ -54,7 +55,10 @@ constexpr double kPeakMinCoreShare = 0.8;
 // short run). Runs starting together time it once (a lock beside the cache). `tfm bench gemm` replaces
 // the entry with its own timing (store_training_gemm_peak). A timing made on a busy machine is not kept
 // (kPeakMinCoreShare). A cache that cannot be read or written never stops a run: the peak is timed,
-// and `cache_problem` says what went wrong.
+// and `cache_problem` says what went wrong. The environment variable TFM_MFU_PEAK (GFLOP/s, e.g. what
+// `tfm bench gemm` printed on a quiet machine) gives the peak instead: nothing is timed or cached, for
+// a machine whose load would spoil every timing (a shared one, a test suite); a value that is not a
+// number in (0, 1e7] is a ConfigError naming the variable.
 constexpr int64_t kTrainingPeakN = 1024;
 constexpr double kTrainingPeakSeconds = 0.3;
 constexpr int kTrainingPeakMaxAgeDays = 30;
@@ -63,9 +67,13 @@ struct GemmPeak {
   std::string measured;           // when, UTC: "2026-11-26 11:40 UTC"
   bool from_cache = false;        // read from the cache, not timed by this run
   bool written_to_cache = false;  // timed by this run and kept for the next ones
+  bool from_environment = false;  // TFM_MFU_PEAK's: neither timed nor cached
   std::string cache_problem;      // what went wrong with the cache, "" when nothing did
 };
 GemmPeak training_gemm_peak();
+// TFM_MFU_PEAK's figure, none when it is unset or empty; ConfigError naming it when it is not a number in
+// (0, 1e7]. A training checks it with its other input, before anything is written.
+std::optional<double> mfu_peak_from_environment();
 // Keeps `peak`, timed now (measure_gemm_peak) for `seconds` in the current setup, as training runs'
 // peak, when it is one a run would time (n is kTrainingPeakN, timed at least kTrainingPeakSeconds) on a
 // machine that was not busy. Returns why it was not kept, "" when it was.
