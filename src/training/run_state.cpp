@@ -40,6 +40,20 @@ void RunState::restore(Checkpoint& ckpt, const std::string& path) {
       throw IoError(path + ": optimizer state " + std::to_string(i) + " has " +
                     std::to_string(ckpt.optimizer[i].size()) + " values, expected " +
                     std::to_string(expected) + " (the model has " + std::to_string(P) + " parameters)");
+    // A NaN there makes the resumed run's updates NaN (its first step then stops it with a message about
+    // the loss, not the file); an infinite second moment silently freezes its parameter (m / sqrt(inf)
+    // is 0). Refused here, naming the section.
+    const std::vector<float>& buffer = ckpt.optimizer[i];
+    const auto bad = std::find_if(buffer.begin(), buffer.end(), [](float v) { return !std::isfinite(v); });
+    if (bad != buffer.end())
+      throw IoError(path + ": optimizer state optim." + std::to_string(i) + " holds " +
+                    (std::isnan(*bad) ? "NaN"
+                     : *bad > 0       ? "+Inf"
+                                      : "-Inf") +
+                    " at value " + std::to_string(bad - buffer.begin()) + " of " +
+                    std::to_string(buffer.size()) +
+                    ": a resume from it would train with NaN updates or frozen parameters (saved from a run "
+                    "that diverged, or the file is damaged)");
     optimizer_.state()[i] = std::move(ckpt.optimizer[i]);
   }
   optimizer_.set_steps_taken(s.optimizer_steps);

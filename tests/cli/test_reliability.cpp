@@ -348,6 +348,17 @@ TEST_CASE("reliability: weights that are not finite are refused on load, naming 
     CHECK_THAT(r.out, Catch::Contains(in_checkpoint));
   }
   CHECK_FALSE(fs::exists(tmp.path + "/nan.safetensors"));
+  // The optimizer's state is read on resume alone: an infinity in AdamW's v, named by its section.
+  ck = loaded.checkpoint;
+  REQUIRE(ck.optimizer.size() == 2);
+  ck.optimizer[1].at(7) = std::numeric_limits<float>::infinity();
+  tfm::save_checkpoint(run + "/last.ckpt", ck);
+  Run resumed = cli("train --resume " + run + " --set train.max_steps=3");
+  INFO(resumed.out);
+  CHECK(resumed.status == 2);
+  CHECK_THAT(resumed.out,
+             Catch::Contains(run + "/last.ckpt: optimizer state optim.1 holds +Inf at value 7 of "));
+  CHECK(cli("eval --run " + run + " --checkpoint last").status == 0);  // the weights are whole
 
   tfm::SafetensorsFile f = tfm::load_safetensors(st);
   tfm::NamedTensors tensors = f.tensors;
