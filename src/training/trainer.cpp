@@ -127,7 +127,7 @@ class TrainingRun {
     double loss = 0, norm = 0, tokens = 0, seconds = 0;
     double mtp_loss = 0;  // model.mtp_heads: the extra heads' loss (unweighted), apart from `loss`
   };
-  void check_resumed(const Checkpoint& ckpt) const;
+  void check_resumed(const Checkpoint& ckpt, const Config& trained) const;  // trained: ckpt's config
   void take_best_on_disk();
   void refuse_taken_directory() const;
   void create_run_directory();
@@ -225,8 +225,9 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
   // the model is built (preflight.h).
   if (resumed) {
     resumed_path_ = resumed->path;
-    check_resumed(resumed->checkpoint);
-    budget_before_ = checkpoint_config(resumed->checkpoint, resumed_path_).train().max_seconds;
+    const Config trained = checkpoint_config(resumed->checkpoint, resumed_path_);
+    check_resumed(resumed->checkpoint, trained);
+    budget_before_ = trained.train().max_seconds;
   } else {
     refuse_taken_directory();
   }
@@ -322,8 +323,8 @@ void TrainingRun::take_best_on_disk() {
 }
 
 // The checkpoint's config against the run's, and its rank count against this job's.
-void TrainingRun::check_resumed(const Checkpoint& ckpt) const {
-  check_resumable(checkpoint_config(ckpt, resumed_path_), config_, resumed_path_);
+void TrainingRun::check_resumed(const Checkpoint& ckpt, const Config& trained) const {
+  check_resumable(trained, config_, resumed_path_);
   const int64_t trained_ranks = ckpt.state.ranks();
   if (trained_ranks != nranks_)
     throw ConfigError(resumed_path_ + ": the run was trained with " + std::to_string(trained_ranks) +
