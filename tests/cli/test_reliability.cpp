@@ -56,6 +56,13 @@ const std::string kReliabilityTiny =
     "--config configs/tiny.json --set model.d_model=8 --set model.n_layers=1 --set model.n_heads=2 "
     "--set model.max_seq_len=8 --set train.seq_len=8 ";
 
+// A 2-step kReliabilityTiny run trained into `run`, for a test to damage its files.
+void train_tiny_run(const std::string& run) {
+  const Run train = cli("train " + kReliabilityTiny + "--set train.max_steps=2 --out " + run);
+  INFO(train.out);
+  REQUIRE(train.status == 0);
+}
+
 }  // namespace
 
 TEST_CASE("reliability: bad configs exit 2 naming the key or file", "[reliability]") {
@@ -144,9 +151,7 @@ TEST_CASE("reliability: bad configs exit 2 naming the key or file", "[reliabilit
 TEST_CASE("reliability: corrupt checkpoints are rejected with a clear message", "[reliability]") {
   TempDir tmp("ckpt");
   const std::string d = tmp.path;
-  const Run train = cli("train " + kReliabilityTiny + "--set train.max_steps=2 --out " + d + "/run");
-  INFO(train.out);
-  REQUIRE(train.status == 0);
+  train_tiny_run(d + "/run");
   const std::string good = read(d + "/run/last.ckpt");
   REQUIRE(good.size() > 1000);
   const auto parse = [](const std::string& bytes) {
@@ -280,9 +285,7 @@ TEST_CASE(
     "[reliability]") {
   TempDir tmp("ckpt_state");
   const std::string run = tmp.path + "/run";
-  const Run train = cli("train " + kReliabilityTiny + "--set train.max_steps=2 --out " + run);
-  INFO(train.out);
-  REQUIRE(train.status == 0);
+  train_tiny_run(run);
   const std::string good = read(run + "/last.ckpt");
   const std::string path = run + "/last.ckpt";
   struct Case {
@@ -318,9 +321,7 @@ TEST_CASE("reliability: weights that are not finite are refused on load, naming 
           "[reliability]") {
   TempDir tmp("nonfinite_weights");
   const std::string run = tmp.path + "/run", st = tmp.path + "/model.safetensors";
-  const Run train = cli("train " + kReliabilityTiny + "--set train.max_steps=2 --out " + run);
-  INFO(train.out);
-  REQUIRE(train.status == 0);
+  train_tiny_run(run);
   REQUIRE(cli("export --run " + run + " --out " + st).status == 0);
   // A matrix after the embedding, its value at row 1, column 2: a NaN in the checkpoint, +Inf in the
   // export.
@@ -384,9 +385,7 @@ TEST_CASE("reliability: a resume names a checkpoint's missing or extra optimizer
           "[reliability]") {
   TempDir tmp("optim_sections");
   const std::string run = tmp.path + "/run";
-  const Run train = cli("train " + kReliabilityTiny + "--set train.max_steps=2 --out " + run);
-  INFO(train.out);
-  REQUIRE(train.status == 0);
+  train_tiny_run(run);
   const tfm::Checkpoint good = tfm::load_checkpoint(run + "/last.ckpt");
   REQUIRE(good.optimizer.size() == 2);  // AdamW's m and v
   for (const size_t sections : {size_t{1}, size_t{3}}) {
