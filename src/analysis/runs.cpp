@@ -169,7 +169,7 @@ MetricsLog read_metrics(const std::string& path, int64_t since_step) {
   return log;
 }
 
-RunSummary summarize_run(const std::string& dir, const std::string& name) {
+RunSummary summarize_run(const std::string& dir, const std::string& name, MetricsLog* metrics_out) {
   RunSummary r;
   r.dir = dir;
   r.name = name;
@@ -211,7 +211,8 @@ RunSummary summarize_run(const std::string& dir, const std::string& name) {
   const std::string error = logged_error(read_part(log_path, -65536, 65536));
 
   // The metrics: steps, best val loss, time to target, throughput.
-  const MetricsLog metrics = read_metrics((d / kMetricsFile).string());
+  MetricsLog read = read_metrics((d / kMetricsFile).string());
+  const MetricsLog& metrics = metrics_out ? (*metrics_out = std::move(read)) : read;
   if (metrics.skipped_lines > 0)
     r.problems.push_back(std::string(kMetricsFile) + ": " + std::to_string(metrics.skipped_lines) +
                          " unreadable line(s) skipped (a run writing it, or cut short)");

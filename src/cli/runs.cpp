@@ -103,8 +103,8 @@ int diff_command(const RunsOptions& o) {
   std::vector<MetricsLog> logs;
   for (size_t i = 0; i < n; ++i) {
     configs.push_back(run_config(dirs[i], problems[i]));
-    summaries.push_back(summarize_run(dirs[i], dirs[i]));
-    logs.push_back(read_metrics(dirs[i] + "/" + kMetricsFile));
+    logs.emplace_back();
+    summaries.push_back(summarize_run(dirs[i], dirs[i], &logs.back()));  // its metrics read once
   }
   const std::vector<ConfigDifferences> diffs = config_diff(configs);
   // The final metrics: the last record's values, with the summary's figures. The train loss is the mean

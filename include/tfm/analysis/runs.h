@@ -57,8 +57,10 @@ struct RunSummary {
 // Every run under `roots` (a root that is a run counts), depth-first and sorted by path, at most
 // `max_depth` directories down; symlinked directories are not followed. A missing root is skipped.
 std::vector<std::string> find_runs(const std::vector<std::string>& roots, int max_depth = 4);
-// The summary of one run directory (`name` as the list shows it).
-RunSummary summarize_run(const std::string& dir, const std::string& name);
+// The summary of one run directory (`name` as the list shows it). `metrics`, when given, gets the run's
+// metrics log as the summary read it (empty for a directory that is gone), for a caller that needs its
+// records too (`tfm runs --diff`) without reading the file again.
+RunSummary summarize_run(const std::string& dir, const std::string& name, MetricsLog* metrics = nullptr);
 // The name a list shows for `dir` found under `root`. Below the current directory, its path from there,
 // which --run takes as it is shown: "runs/tiny" for `tfm runs` and `tfm runs runs/tiny` alike (the
 // current directory itself by its own name). Elsewhere, the root's own name, then the path below it.
