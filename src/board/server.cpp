@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -281,40 +282,45 @@ int64_t query_integer(const httplib::Request& req, const char* key, int64_t fall
   return v;
 }
 
-// The file `rel` inside `dir`, or "" when it must not be served: empty, absolute, with a ".." part, a
-// NUL or a backslash, or whose real path (symlinks resolved) leaves dir's real path.
-std::string file_inside(const std::string& dir, const std::string& rel) {
+// dir's real path (symlinks resolved) when `rel` may name something inside it: not empty, not absolute,
+// no ".." part, no NUL or backslash; none otherwise (or when dir cannot be resolved).
+std::optional<fs::path> base_for(const std::string& dir, const std::string& rel) {
   if (rel.empty() || rel.front() == '/' || rel.find('\0') != std::string::npos ||
       rel.find('\\') != std::string::npos)
-    return "";
+    return std::nullopt;
   for (const fs::path& part : fs::path(rel))
-    if (part == "..") return "";
+    if (part == "..") return std::nullopt;
   std::error_code ec;
-  const fs::path base = fs::canonical(dir, ec);
-  if (ec) return "";
-  const fs::path real = fs::canonical(base / rel, ec);
-  if (ec) return "";
-  const auto [b, r] = std::mismatch(base.begin(), base.end(), real.begin(), real.end());
-  if (b != base.end() || !fs::is_regular_file(real, ec)) return "";
+  fs::path base = fs::canonical(dir, ec);
+  if (ec) return std::nullopt;
+  return base;
+}
+
+// Whether the resolved path `real` stays inside the resolved directory `base`.
+bool within(const fs::path& base, const fs::path& real) {
+  return std::mismatch(base.begin(), base.end(), real.begin(), real.end()).first == base.end();
+}
+
+// The file `rel` inside `dir`, or "" when it must not be served: a name base_for refuses, or whose real
+// path (symlinks resolved) leaves dir's real path, or not a regular file.
+std::string file_inside(const std::string& dir, const std::string& rel) {
+  const std::optional<fs::path> base = base_for(dir, rel);
+  if (!base) return "";
+  std::error_code ec;
+  const fs::path real = fs::canonical(*base / rel, ec);
+  if (ec || !within(*base, real) || !fs::is_regular_file(real, ec)) return "";
   return real.string();
 }
 
-// Whether `rel` names nothing inside `dir` (to answer 404, not 403): a path file_inside would take
-// (relative, no ".." part) whose every existing part stays inside dir's real path and which is not there.
+// Whether `rel` names nothing inside `dir` (to answer 404, not 403): a name base_for takes whose every
+// existing part stays inside dir's real path and which is not there.
 bool missing_inside(const std::string& dir, const std::string& rel) {
-  if (rel.empty() || rel.front() == '/' || rel.find('\0') != std::string::npos ||
-      rel.find('\\') != std::string::npos)
-    return false;
-  for (const fs::path& part : fs::path(rel))
-    if (part == "..") return false;
+  const std::optional<fs::path> base = base_for(dir, rel);
+  if (!base) return false;
   std::error_code ec;
-  const fs::path base = fs::canonical(dir, ec);
-  if (ec) return false;
   // The existing part resolved (symlinks and all), the rest appended: a link leading out stays refused.
-  const fs::path real = fs::weakly_canonical(base / rel, ec);
-  if (ec) return false;
-  const auto [b, r] = std::mismatch(base.begin(), base.end(), real.begin(), real.end());
-  return b == base.end() && !fs::exists(fs::symlink_status(base / rel, ec));
+  const fs::path real = fs::weakly_canonical(*base / rel, ec);
+  return !ec && within(*base, real) && !fs::exists(fs::symlink_status(*base / rel, ec));
 }
 
 const char* content_type_of(const std::string& path) {
