@@ -72,6 +72,12 @@ if [ -n "$asan_pid" ]; then
   asan_common="detect_leaks=1:abort_on_error=1:strict_string_checks=1:quarantine_size_mb=16"
   export ASAN_OPTIONS="$asan_common:malloc_context_size=1:max_malloc_fill_size=0"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+  # use_globals=0: LeakSanitizer's exit scan does not take global variables as roots. It reports every
+  # leak it reported before (fewer roots can only leave more blocks unreached) and more: a heap block held
+  # only by a global at exit, which tfm does not leave (its static objects are destroyed by then).
+  # It no longer reads the sanitizer runtimes' own 12 MB of global data at every exit: the sanitizer CLI
+  # tests took 0.87x the CPU (farm-bench, 6 pairs; AVX2 EPYC), a start 4,921 -> 3,511 page faults.
+  export LSAN_OPTIONS="use_globals=0"
   if ! (cd "$asan" && ctest --output-on-failure -j "$jobs"); then
     echo "tfm: the failed sanitizer tests once more, with every report's allocation and free stacks whole"
     (cd "$asan" && ASAN_OPTIONS="$asan_common:malloc_context_size=30" \
