@@ -29,6 +29,14 @@ int64_t shape_numel(const Shape& shape) {
   return n;
 }
 
+int64_t first_nonfinite(const float* x, int64_t n) {
+  return std::find_if(x, x + n, [](float v) { return !std::isfinite(v); }) - x;
+}
+
+const char* nonfinite_name(float v) {
+  return std::isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf";
+}
+
 Shape contiguous_strides(const Shape& shape) {
   Shape strides(shape.size());
   int64_t s = 1;

@@ -42,6 +42,42 @@ struct Section {
   }
 };
 
+// The fixed header: magic, format version, section count, payload size, CRC-32 of the payload.
+struct Header {
+  uint32_t sections;
+  uint64_t payload_size;
+  uint32_t crc;
+};
+
+// The header's fields, checked against the file's size (`size`, header included): one check for both
+// readers, the whole checkpoint and its state alone. `header` holds the first min(size, kHeaderBytes)
+// bytes.
+Header read_header(const char* header, uint64_t size, const std::string& path) {
+  if (size < kHeaderBytes)
+    throw IoError(path + ": not a tfm checkpoint (" + std::to_string(size) + " bytes, shorter than the " +
+                  std::to_string(kHeaderBytes) + "-byte header)");
+  if (std::memcmp(header, kCheckpointMagic, sizeof kCheckpointMagic) != 0)
+    throw IoError(path + ": not a tfm checkpoint (wrong magic number)");
+  uint32_t version;
+  Header h{};
+  std::memcpy(&version, header + 8, 4);
+  std::memcpy(&h.sections, header + 12, 4);
+  std::memcpy(&h.payload_size, header + 16, 8);
+  std::memcpy(&h.crc, header + 24, 4);
+  if (version != kCheckpointVersion)
+    throw IoError(path + ": checkpoint format version " + std::to_string(version) +
+                  ", this tfm reads version " + std::to_string(kCheckpointVersion) +
+                  (version > kCheckpointVersion ? " (written by a newer tfm)" : ""));
+  if (h.sections < 4 || h.sections > kMaxSections)
+    throw IoError(path + ": corrupt checkpoint: " + std::to_string(h.sections) + " sections, expected 4 to " +
+                  std::to_string(kMaxSections));
+  if (h.payload_size != size - kHeaderBytes)
+    throw IoError(path + ": truncated or corrupt checkpoint: the header promises " +
+                  std::to_string(h.payload_size) + " payload bytes, the file has " +
+                  std::to_string(size - kHeaderBytes));
+  return h;
+}
+
 // Reads sections from the verified payload.
 class Reader {
  public:
@@ -289,17 +325,10 @@ CheckpointState load_checkpoint_state(const std::string& path) {
     pos += n;
     return true;
   };
-  char header[kHeaderBytes];
-  if (size < kHeaderBytes || !read(header, kHeaderBytes) ||
-      std::memcmp(header, kCheckpointMagic, sizeof kCheckpointMagic) != 0)
-    throw IoError(path + ": not a tfm checkpoint (no tfm checkpoint header)");
-  uint32_t version, sections;
-  uint64_t payload_size;
-  std::memcpy(&version, header + 8, 4);
-  std::memcpy(&sections, header + 12, 4);
-  std::memcpy(&payload_size, header + 16, 8);
-  if (version != kCheckpointVersion || sections > kMaxSections || payload_size != size - kHeaderBytes)
-    throw IoError(path + ": truncated or corrupt checkpoint (its header does not match the file)");
+  char header[kHeaderBytes] = {};
+  if (size >= kHeaderBytes && !read(header, kHeaderBytes))
+    throw IoError(path + ": cannot read the checkpoint's header");
+  const uint32_t sections = read_header(header, size, path).sections;  // the payload's CRC is not checked
   for (uint32_t s = 0; s < sections; ++s) {
     uint32_t name_len = 0;
     uint64_t len = 0;
@@ -317,30 +346,32 @@ CheckpointState load_checkpoint_state(const std::string& path) {
   throw IoError(path + ": corrupt checkpoint: no state section");
 }
 
+void verify_checkpoint(const std::string& path) {
+  const FileDescriptor fd = open_regular_file(path);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw IoError(path + ": cannot read the checkpoint: " + errno_text());
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  char header[kHeaderBytes] = {};
+  if (size >= kHeaderBytes && read_at(fd.get(), header, kHeaderBytes, 0, path) != kHeaderBytes)
+    throw IoError(path + ": cannot read the checkpoint's header");
+  const Header h = read_header(header, size, path);
+  std::vector<char> block(std::min<uint64_t>(h.payload_size, uint64_t{4} << 20));
+  uint32_t crc = 0;
+  for (uint64_t pos = kHeaderBytes; pos < size;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(block.size(), size - pos));
+    if (read_at(fd.get(), block.data(), n, pos, path) != n)
+      throw IoError(path + ": truncated checkpoint (it ended while being read)");
+    crc = crc32(block.data(), n, crc);
+    pos += n;
+  }
+  if (crc != h.crc)
+    throw IoError(path +
+                  ": corrupt checkpoint: checksum mismatch (the file was damaged after it was written)");
+}
+
 Checkpoint parse_checkpoint(const uint8_t* data, size_t size, const std::string& path) {
-  if (size < kHeaderBytes)
-    throw IoError(path + ": not a tfm checkpoint (" + std::to_string(size) + " bytes, shorter than the " +
-                  std::to_string(kHeaderBytes) + "-byte header)");
   const char* header = reinterpret_cast<const char*>(data);
-  if (std::memcmp(header, kCheckpointMagic, sizeof kCheckpointMagic) != 0)
-    throw IoError(path + ": not a tfm checkpoint (wrong magic number)");
-  uint32_t version, sections, crc;
-  uint64_t payload_size;
-  std::memcpy(&version, header + 8, 4);
-  std::memcpy(&sections, header + 12, 4);
-  std::memcpy(&payload_size, header + 16, 8);
-  std::memcpy(&crc, header + 24, 4);
-  if (version != kCheckpointVersion)
-    throw IoError(path + ": checkpoint format version " + std::to_string(version) +
-                  ", this tfm reads version " + std::to_string(kCheckpointVersion) +
-                  (version > kCheckpointVersion ? " (written by a newer tfm)" : ""));
-  if (sections < 4 || sections > kMaxSections)
-    throw IoError(path + ": corrupt checkpoint: " + std::to_string(sections) + " sections, expected 4 to " +
-                  std::to_string(kMaxSections));
-  if (payload_size != size - kHeaderBytes)
-    throw IoError(path + ": truncated or corrupt checkpoint: the header promises " +
-                  std::to_string(payload_size) + " payload bytes, the file has " +
-                  std::to_string(size - kHeaderBytes));
+  const auto [sections, payload_size, crc] = read_header(header, size, path);
   const char* payload = header + kHeaderBytes;
   if (crc32(payload, payload_size) != crc)
     throw IoError(path +

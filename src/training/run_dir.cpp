@@ -192,17 +192,15 @@ namespace {
 // tensor and the first such value's index in it (values: the tensor's, of `shape`).
 void require_finite_weights(const std::string& source, const std::string& tensor, const Shape& shape,
                             const float* values) {
-  int64_t n = 1;
-  for (const int64_t d : shape) n *= d;
-  const float* bad = std::find_if(values, values + n, [](float v) { return !std::isfinite(v); });
-  if (bad == values + n) return;
-  const int64_t flat = bad - values;
+  const int64_t n = shape_numel(shape);
+  const int64_t flat = first_nonfinite(values, n);
+  if (flat == n) return;
   std::vector<int64_t> index(shape.size());
   for (size_t d = shape.size(), rest = static_cast<size_t>(flat); d-- > 0;) {
     index[d] = static_cast<int64_t>(rest % static_cast<size_t>(shape[d]));
     rest /= static_cast<size_t>(shape[d]);
   }
-  const char* value = std::isnan(*bad) ? "NaN" : *bad > 0 ? "+Inf" : "-Inf";
+  const char* value = nonfinite_name(values[flat]);
   throw IoError(fmt::format(
       "{}: tensor {} {} holds {} at index {} (value {} of {}): weights that are not finite give no usable "
       "model (saved from a run that diverged, or the file is damaged)",

@@ -44,13 +44,10 @@ void RunState::restore(Checkpoint& ckpt, const std::string& path) {
     // the loss, not the file); an infinite second moment silently freezes its parameter (m / sqrt(inf)
     // is 0). Refused here, naming the section.
     const std::vector<float>& buffer = ckpt.optimizer[i];
-    const auto bad = std::find_if(buffer.begin(), buffer.end(), [](float v) { return !std::isfinite(v); });
-    if (bad != buffer.end())
+    const int64_t bad = first_nonfinite(buffer.data(), static_cast<int64_t>(buffer.size()));
+    if (bad < static_cast<int64_t>(buffer.size()))
       throw IoError(path + ": optimizer state optim." + std::to_string(i) + " holds " +
-                    (std::isnan(*bad) ? "NaN"
-                     : *bad > 0       ? "+Inf"
-                                      : "-Inf") +
-                    " at value " + std::to_string(bad - buffer.begin()) + " of " +
+                    nonfinite_name(buffer[bad]) + " at value " + std::to_string(bad) + " of " +
                     std::to_string(buffer.size()) +
                     ": a resume from it would train with NaN updates or frozen parameters (saved from a run "
                     "that diverged, or the file is damaged)");

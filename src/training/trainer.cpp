@@ -48,13 +48,11 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// The first parameter whose gradient holds a NaN or Inf, or "" when all are finite.
 // The first parameter with a value that is not finite in `flat` (the model's flat weights or gradients,
 // (P,)), "" when every value is.
-std::string first_nonfinite(const Model& model, const float* flat) {
+std::string first_nonfinite_parameter(const Model& model, const float* flat) {
   for (const auto& p : model.parameters())
-    for (int64_t i = 0; i < p.value.numel(); ++i)
-      if (!std::isfinite(flat[p.offset + i])) return p.name;
+    if (first_nonfinite(flat + p.offset, p.value.numel()) < p.value.numel()) return p.name;
   return "";
 }
 
@@ -293,8 +291,8 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
 // best.ckpt is saved at evaluations, last.ckpt at checkpoints: after a crash best.ckpt may hold an
 // evaluation from after last.ckpt, which last.ckpt's best val loss so far does not know. A new best must
 // beat the better of the two, or the resumed run would replace a better best.ckpt with a worse one.
-// Only its state is read (what `tfm runs` reads: no weights, no checksum); a best.ckpt that cannot be
-// read is said and left to the usual rule, which replaces it at the next best evaluation.
+// Its checksum is checked and its state read, not its weights; a best.ckpt that cannot be read or is
+// damaged is said and left to the usual rule, which replaces it at the next best evaluation.
 void TrainingRun::take_best_on_disk() {
   std::error_code ec;
   if (resumed_path_ != last_path_ || !fs::exists(best_path_, ec)) return;
@@ -305,6 +303,7 @@ void TrainingRun::take_best_on_disk() {
           : fmt::format("{} (step {}, not evaluated yet)", kLastCheckpointFile, state_->step);
   CheckpointState best;
   try {
+    verify_checkpoint(best_path_);  // a damaged file's val loss is no bar to set
     best = load_checkpoint_state(best_path_);
   } catch (const IoError& e) {
     best_on_disk_unreadable_ = true;
@@ -497,7 +496,8 @@ TrainingRun::StepStats TrainingRun::step() {
 std::string TrainingRun::nonfinite_reason(double loss) const {
   if (!std::isfinite(loss))
     return std::string("the training loss is ") + (std::isnan(loss) ? "NaN" : "infinite");
-  return "the gradient of " + first_nonfinite(objective_->model(), objective_->model().flat_grads().data()) +
+  return "the gradient of " +
+         first_nonfinite_parameter(objective_->model(), objective_->model().flat_grads().data()) +
          " is not finite (loss " + fmt::format("{:.4f}", loss) + ")";
 }
 
@@ -728,7 +728,7 @@ TrainResult TrainingRun::run() {
     // learning rate): the next step's loss would stop the run, but a checkpoint written first would
     // replace the last good one with them. Checked before anything is evaluated or written.
     if (eval_now || save_now) {
-      const std::string bad = root_ ? first_nonfinite(model, model.flat_values().data()) : "";
+      const std::string bad = root_ ? first_nonfinite_parameter(model, model.flat_values().data()) : "";
       if (dist::any(!bad.empty())) {
         --step;  // the run is where its weights were last finite
         return stop_nonfinite(step + 1, "the update made the weights of " + (bad.empty() ? "a tensor" : bad) +

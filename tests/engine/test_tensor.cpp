@@ -517,3 +517,14 @@ TEST_CASE("memory: released buffers are reused by size", "[memory]") {
   CHECK(after.fresh_allocs == before.fresh_allocs);
   CHECK(after.reused == before.reused + 1);
 }
+
+TEST_CASE("tensor: the first value that is not finite, and its name", "[tensor]") {
+  const float x[] = {1.0f, -0.0f, 3e38f, NAN, INFINITY};
+  CHECK(first_nonfinite(x, 3) == 3);  // all finite: n
+  CHECK(first_nonfinite(x, 5) == 3);
+  CHECK(first_nonfinite(x + 4, 1) == 0);
+  CHECK(first_nonfinite(x, 0) == 0);
+  CHECK(std::string(nonfinite_name(NAN)) == "NaN");
+  CHECK(std::string(nonfinite_name(INFINITY)) == "+Inf");
+  CHECK(std::string(nonfinite_name(-INFINITY)) == "-Inf");
+}

@@ -284,7 +284,7 @@ TEST_CASE("train: a resume after a crash keeps a best.ckpt newer than last.ckpt 
   REQUIRE(best.step == 15);
   REQUIRE(best.best_val_loss < last.best_val_loss);
   const std::string best_bytes = file_bytes(dir + "/best.ckpt");
-  const std::string damaged = dir + "_damaged";  // the same crash, best.ckpt then cut short
+  const std::string damaged = dir + "_damaged";  // the same crash, best.ckpt then damaged
   fs::copy(dir, damaged, fs::copy_options::recursive);
   const auto four = [](double v) {
     char s[32];
@@ -310,11 +310,16 @@ TEST_CASE("train: a resume after a crash keeps a best.ckpt newer than last.ckpt 
   CHECK_THAT(log, !Catch::Contains("new best: saved best.ckpt"));
   CHECK(file_bytes(dir + "/best.ckpt") == best_bytes);
 
-  // A best.ckpt that cannot be read does not stop the resume: said, and the usual rule replaces it.
-  fs::resize_file(damaged + "/best.ckpt", 100);
+  // A damaged best.ckpt does not stop the resume: said, and the usual rule replaces it. The damage is
+  // a flipped bit in the last weights' bytes: its state still reads, and its val loss, the better one,
+  // would have kept the resume from replacing a file no command can load.
+  std::string flipped = best_bytes;
+  flipped.back() ^= 0x01;
+  write_bytes_train(damaged + "/best.ckpt", flipped);
+  REQUIRE(load_checkpoint_state(damaged + "/best.ckpt").best_val_loss == best.best_val_loss);
   REQUIRE(resume(damaged, {}, to_15).status == TrainResult::Status::Interrupted);
   log = resumed_log(damaged);
-  CHECK_THAT(log, Catch::Contains(damaged + "/best.ckpt: ") &&
+  CHECK_THAT(log, Catch::Contains(damaged + "/best.ckpt: corrupt checkpoint: checksum mismatch") &&
                       Catch::Contains("; the resume goes on: the first evaluation better than the best "
                                       "last.ckpt (step 10, best val loss so far " +
                                       four(last.best_val_loss) + ") knows replaces best.ckpt"));
@@ -371,8 +376,12 @@ TEST_CASE("checkpoint: corrupt, truncated and foreign files are clear errors", "
   for (size_t pos : {size_t{40}, good.size() / 2, good.size() - 1}) {
     std::string flipped = good;
     flipped[pos] ^= 0x10;
-    CHECK_THAT(error_of(flipped), Catch::Contains("checksum"));
+    const std::string whole = error_of(flipped);  // leaves the flipped file at `bad`
+    CHECK_THAT(whole, Catch::Contains("checksum"));
+    CHECK_THROWS_WITH(verify_checkpoint(bad), whole);  // the check alone, without parsing: the same words
   }
+  write_bytes_train(bad, good);
+  CHECK_NOTHROW(verify_checkpoint(bad));
   std::string magic = good;
   magic[0] = 'X';
   CHECK_THAT(error_of(magic), Catch::Contains("wrong magic"));
@@ -383,6 +392,24 @@ TEST_CASE("checkpoint: corrupt, truncated and foreign files are clear errors", "
   std::memset(&huge[16], 0x7F, 8);  // a payload size far beyond the file: rejected before allocating
   CHECK_THAT(error_of(huge), Catch::Contains("truncated"));
   CHECK_THAT(error_of(""), Catch::Contains("not a tfm checkpoint"));
+  // The state alone (a run list, a resume's look at best.ckpt) reads the header through the same check,
+  // with the same words.
+  auto state_error_of = [&](const std::string& bytes) {
+    write_bytes_train(bad, bytes);
+    try {
+      load_checkpoint_state(bad);
+    } catch (const IoError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  for (const std::string& bytes :
+       {magic, future, huge, std::string(), good.substr(0, 20), good.substr(0, 100)}) {
+    INFO(bytes.size());
+    const std::string whole = error_of(bytes);
+    CHECK_FALSE(whole.empty());
+    CHECK(state_error_of(bytes) == whole);
+  }
 
   // A checkpoint whose values do not fit its model.
   Checkpoint ck = load_checkpoint(dir + "/last.ckpt");

@@ -31,6 +31,10 @@ using Shape = std::vector<int64_t>;
 std::string shape_str(const Shape& shape);  // "[2, 3, 4]"
 int64_t shape_numel(const Shape& shape);
 Shape contiguous_strides(const Shape& shape);
+// The index of the first NaN or infinity in x[0..n), or n when every value is finite.
+int64_t first_nonfinite(const float* x, int64_t n);
+// "NaN", "+Inf" or "-Inf": how an error names a value that is not finite.
+const char* nonfinite_name(float v);
 
 // A pooled float buffer shared by a tensor and its views.
 class Storage {

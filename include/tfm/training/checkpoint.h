@@ -100,6 +100,10 @@ Checkpoint load_checkpoint(const std::string& path);
 // foreign file, and for a state whose fields are missing or of the wrong type or range (naming the
 // field and what it must be), as load_checkpoint.
 CheckpointState load_checkpoint_state(const std::string& path);
+// The header and the checksum of every payload byte, read in blocks (memory bounded whatever the file's
+// size), without parsing the sections: that a file is whole before a choice rests on it (a resume's look
+// at best.ckpt). IoError "PATH: ..." as load_checkpoint.
+void verify_checkpoint(const std::string& path);
 // The same reader over bytes in memory (load_checkpoint reads the file and calls it; fuzzers and
 // tests call it directly); errors are IoError("<what>: ...").
 Checkpoint parse_checkpoint(const uint8_t* data, size_t size, const std::string& what);
