@@ -77,6 +77,27 @@ project(tfm_user LANGUAGES CXX)
 find_package(tfm 0.1 REQUIRED)
 add_executable(user main.cpp)
 target_link_libraries(user PRIVATE tfm::tfm)
+# The same through a static library of the user's that links tfm PRIVATE: the program links tfm only
+# through it.
+add_library(userlib STATIC userlib.cpp)
+target_link_libraries(userlib PRIVATE tfm::tfm)
+add_executable(user_via_lib user_via_lib.cpp)
+target_link_libraries(user_via_lib PRIVATE userlib)
+EOF
+cat > "$work/user/userlib.cpp" <<'EOF'
+#include <string>
+
+#include "tfm/data/tokenizer.h"
+
+std::string gpt2_files() { return tfm::Gpt2Bpe::gpt2_directory(); }
+EOF
+cat > "$work/user/user_via_lib.cpp" <<'EOF'
+#include <cstdio>
+#include <string>
+
+std::string gpt2_files();
+
+int main() { std::printf("%s\n", gpt2_files().c_str()); }
 EOF
 cat > "$work/user/main.cpp" <<'EOF'
 // user: where GPT-2's files are, then the ids of "Hello world"; user mpi: this process under mpirun.
@@ -111,6 +132,9 @@ expected="$prefix/share/tfm/tokenizers/gpt2
 995"
 [ "$user_out" = "$expected" ] ||
   { printf 'tfm: error: a program linking the installed tfm printed\n%s\ninstead of\n%s\n' "$user_out" "$expected" >&2; exit 1; }
+via_lib_out=$(cd "$work" && "$work/user/build/user_via_lib")
+[ "$via_lib_out" = "$prefix/share/tfm/tokenizers/gpt2" ] ||
+  { echo "tfm: error: a program linking tfm through a static library found GPT-2's files in $via_lib_out" >&2; exit 1; }
 if command -v mpirun >/dev/null && [ -e "$build/libtfm_mpi.so" ]; then
   echo "tfm: that program, started by mpirun, loads the MPI plugin from the package's lib/tfm"
   (cd "$work" && mpirun --oversubscribe --allow-run-as-root -np 2 "$work/user/build/user" mpi > "$work/user_mpi.log" 2>&1) ||
