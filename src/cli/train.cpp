@@ -30,8 +30,13 @@ int train_command(const TrainCliOptions& o) {
   std::vector<std::string> sets = o.sets;
   if (o.target_loss >= 0) sets.push_back("train.target_loss=" + fmt::format("{}", o.target_loss));
   if (o.max_seconds >= 0) sets.push_back("train.max_seconds=" + fmt::format("{}", o.max_seconds));
-  if (config_file.empty() == resume_dir.empty())
-    throw ConfigError("train: give either --config FILE (a new run) or --resume DIR (continue a run)");
+  if (!config_file.empty() && !resume_dir.empty())
+    throw ConfigError(
+        "train: give either --config FILE (a new run) or --resume DIR (continue a run), not both");
+  if (config_file.empty() && resume_dir.empty() && sets.empty())
+    throw ConfigError(
+        "train: give --config FILE (a new run), --resume DIR (continue a run), or --set KEY=VALUE ... (a new "
+        "run of every key's default: tfm train --set data.path=notes.txt)");
   TrainOptions options;
   options.stop = platform::stop_on_signals();
   options.stop_at_step = o.stop_at;
@@ -53,9 +58,10 @@ int train_command(const TrainCliOptions& o) {
   // Stopped while the data was read: no log exists yet (nothing was written), so it is said here.
   if (r.status == TrainResult::Status::Interrupted && !r.message.empty())
     std::fprintf(stderr, "tfm: interrupted: %s. %s\n", r.message.c_str(),
-                 (resume_dir.empty() ? "Start the run again with the same command: tfm train --config " +
-                                           config_file + " ..."
-                                     : "Continue with: tfm train --resume " + resume_dir)
+                 (!resume_dir.empty()   ? "Continue with: tfm train --resume " + resume_dir
+                  : config_file.empty() ? std::string("Start the run again with the same command")
+                                        : "Start the run again with the same command: tfm train --config " +
+                                              config_file + " ...")
                      .c_str());
   // Otherwise the trainer has logged what happened (console and train.log).
   return r.status == TrainResult::Status::NonFinite ? kExitDiverged : kExitOk;
@@ -66,7 +72,9 @@ int train_command(const TrainCliOptions& o) {
 std::vector<Command> add_train_commands(CLI::App& app) {
   auto o = std::make_shared<TrainCliOptions>();
   auto* train = app.add_subcommand("train", "Train a model from a config, or continue a run");
-  train->add_option("--config", o->config_file, "JSON config of a new run (configs/*.json)")
+  train
+      ->add_option("--config", o->config_file,
+                   "JSON config of a new run (configs/*.json); without one, --set keys change the defaults")
       ->type_name("FILE");
   train
       ->add_option("--resume", o->resume_dir,
@@ -103,6 +111,8 @@ std::vector<Command> add_train_commands(CLI::App& app) {
   train->footer(
       "\nExamples:\n  tfm train --config configs/shakespeare_char.json\n"
       "  tfm train --config configs/tiny.json --set train.max_steps=100 --out runs/tiny\n"
+      "  tfm train --set data.path=notes.txt --set train.max_steps=500   # every other key's default: "
+      "runs/notes\n"
       "  tfm train --resume runs/shakespeare_char --set train.max_steps=4000\n"
       "  tfm train --config configs/shakespeare_speedrun.json --target-loss 1.5   # time to quality\n"
       "Ctrl-C finishes the current step (or abandons an evaluation), writes last.ckpt and exits; --resume "

@@ -670,15 +670,34 @@ std::vector<std::string> config_warnings(const Config& config) {
   return out;
 }
 
+namespace {
+// The run directory a config without a file trains into by default: runs/<name>, the name that of
+// data.path's file or folder without its extension (its first entry's for a list), "run" for a glob.
+std::string default_run_dir(const Config& defaults) {
+  const json& data = defaults.at("data.path");
+  const std::string spec = data.is_array() && !data.empty() ? data.front().get<std::string>()
+                           : data.is_string()               ? data.get<std::string>()
+                                                            : "";
+  std::filesystem::path p = std::filesystem::path(spec).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();  // "corpus/" names the folder corpus
+  std::string name = p.stem().string();
+  for (const char c : std::string("*?[]"))
+    if (name.find(c) != std::string::npos) name.clear();
+  return "runs/" + (name.empty() || name == "." || name == ".." ? std::string("run") : name);
+}
+}  // namespace
+
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  json user = read_json_file(path);
+  json user = path.empty() ? json::object() : read_json_file(path);
   if (!user.is_object())
     throw ConfigError(path + ": expected a JSON object at the top level, got " + json_excerpt(user));
   if (!overrides.empty()) forget_derived_values(user);
   for (const auto& o : overrides) apply_override(user, o);
   const json* dir = lookup(user, "output.dir");
   if (!dir || dir->is_null())
-    assign(user, "output.dir", "runs/" + std::filesystem::path(path).stem().string());
+    assign(user, "output.dir",
+           path.empty() ? default_run_dir(resolve_config(user))
+                        : "runs/" + std::filesystem::path(path).stem().string());
   return resolve_config(std::move(user));
 }
 

@@ -409,3 +409,35 @@ TEST_CASE("cli: a run records its data's absolute path and is evaluated and resu
                     Catch::Contains("data.path: old.ckpt was trained with"));
   fs::current_path(cwd);
 }
+
+TEST_CASE("cli: train and config without a config file take every key's default and the --set keys",
+          "[cli]") {
+  const tfm_test::TempDir tmp("no_config");
+  // A user's own text, outside the repository: the run goes to runs/<its name> where tfm starts.
+  fs::copy_file(std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt", tmp.file("notes.txt"));
+  const std::string here = "cd '" + tmp.path + "' && " + tfm_test::tfm_command();
+  const std::string small =
+      " --set data.path=notes.txt --set train.max_steps=2 --set model.d_model=16 --set model.n_layers=1"
+      " --set train.batch_size=2 --set train.seq_len=16 --set model.max_seq_len=16"
+      " --set train.lr_schedule.warmup_steps=0";
+  Run r = tfm_test::run_shell(here + " config" + small);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  const nlohmann::json printed = nlohmann::json::parse(r.out);
+  CHECK(printed.at("output").at("dir") == "runs/notes");
+  CHECK(printed.at("model").at("n_heads") ==
+        tfm::resolve_config(nlohmann::json::object()).at("model.n_heads"));
+  r = tfm_test::run_shell(here + " train" + small);
+  REQUIRE(r.status == 0);
+  CHECK(fs::exists(tmp.file("runs/notes/last.ckpt")));
+  // A folder names its run after itself, a glob "run".
+  CHECK(tfm::load_config("", {"data.path=corpus/"}).at("output.dir") == "runs/corpus");
+  CHECK(tfm::load_config("", {"data.path=texts/*.txt"}).at("output.dir") == "runs/run");
+  // Nothing at all still asks for what to train.
+  r = tfm_test::run_tfm("train");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("--set KEY=VALUE") && Catch::Contains("tfm train --set data.path="));
+  r = tfm_test::run_tfm("config");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("--set KEY=VALUE"));
+}

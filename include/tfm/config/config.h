@@ -116,7 +116,9 @@ void apply_override(nlohmann::json& tree, const std::string& assignment);
 // Validates `user` (after the overrides) and fills in every default. All problems are reported in
 // one ConfigError, one per line, each starting with its key path.
 Config resolve_config(nlohmann::json user, const std::vector<std::string>& overrides = {});
-// read_json_file + resolve_config; a default output.dir becomes runs/<file name without .json>.
+// read_json_file + resolve_config; a default output.dir becomes runs/<file name without .json>. An empty
+// path reads no file: the key table's defaults and the overrides (`tfm train --set data.path=notes.txt`),
+// output.dir by default runs/<data.path's name without its extension> (runs/notes).
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 
 // The keys that may change on `train --resume DIR --set ...`, in key-table order: "a, b, c".
