@@ -219,7 +219,11 @@ std::vector<Command> add_objective_commands(CLI::App& app) {
       ->check(integer_in(0, kMaxFlagCount));
   add_checkpoint_option(t, to->which);
   add_threads_option(t, to->threads);
-  t->add_flag("--json", to->json, "One JSON object per line: source, translation (and reference, BLEU)");
+  t->add_flag(
+      "--json", to->json,
+      "One JSON object per line: source, translation, and with --reference: reference, bleu "
+      "(sacreBLEU's sentence_bleu, 0-100: exp smoothing, effective order) and d2l_bleu (d2l's, k = 2, "
+      "0-1)");
   t->footer(
       "\nExamples:\n  tfm translate --run runs/eng_fra_d2l --text \"go .\" --text \"i lost .\"\n"
       "  tfm translate --run runs/eng_fra --beam 4 --length-penalty 0.6 < sentences.txt > out.txt\n"

@@ -54,7 +54,7 @@ Tokens split_whitespace(const std::string& text) {
 }
 
 BleuScore bleu_from_counts(const std::vector<int64_t>& matches, const std::vector<int64_t>& totals,
-                           int64_t sys_len, int64_t ref_len, BleuSmoothing smoothing) {
+                           int64_t sys_len, int64_t ref_len, BleuSmoothing smoothing, bool effective_order) {
   TFM_CHECK(!matches.empty() && matches.size() == totals.size(), "bleu_from_counts",
             "expected matches and totals ", "of the same size >= 1, got ", matches.size(), " and ",
             totals.size());
@@ -71,7 +71,12 @@ BleuScore bleu_from_counts(const std::vector<int64_t>& matches, const std::vecto
   double log_sum = 0.0;
   bool zero = matches[0] == 0;  // no unigram in common: 0 whatever the smoothing
   double halvings = 1.0;        // exp smoothing: 2^k at the k-th order without a match
+  size_t orders = max_n;        // the orders the mean runs over
   for (size_t n = 0; n < max_n; ++n) {
+    if (totals[n] == 0 && effective_order) {
+      orders = n;
+      break;
+    }
     if (totals[n] > 0)
       s.precisions[n] = 100.0 * static_cast<double>(matches[n]) / static_cast<double>(totals[n]);
     if (totals[n] == 0 || (matches[n] == 0 && smoothing == BleuSmoothing::None)) {
@@ -85,7 +90,7 @@ BleuScore bleu_from_counts(const std::vector<int64_t>& matches, const std::vecto
   }
   // sacreBLEU's exp(mean(log(100 p_n))) with the 100 taken out of the log, so that a perfect match is
   // exactly 100 (exp(log(100)) is 100.00000000000004); other scores agree to the last bits.
-  s.score = zero ? 0.0 : 100.0 * s.bp * std::exp(log_sum / static_cast<double>(max_n));
+  s.score = zero || orders == 0 ? 0.0 : 100.0 * s.bp * std::exp(log_sum / static_cast<double>(orders));
   return s;
 }
 
@@ -135,7 +140,9 @@ BleuScore corpus_bleu(const std::vector<std::string>& hypotheses, const std::vec
 
 BleuScore sentence_bleu(const Tokens& hypothesis, const Tokens& reference, int max_n,
                         BleuSmoothing smoothing) {
-  return corpus_bleu(std::vector<Tokens>{hypothesis}, std::vector<Tokens>{reference}, max_n, smoothing);
+  const BleuScore s =
+      corpus_bleu(std::vector<Tokens>{hypothesis}, std::vector<Tokens>{reference}, max_n, smoothing);
+  return bleu_from_counts(s.matches, s.totals, s.sys_len, s.ref_len, smoothing, true);
 }
 
 double d2l_bleu(const Tokens& prediction, const Tokens& label, int k) {

@@ -399,6 +399,18 @@ TEST_CASE("seq2seq: BLEU equals sacreBLEU's own test values", "[seq2seq][bleu]")
   CHECK(sentence_bleu(sys, ref).score == Approx(7.347).margin(1e-3));
   CHECK(sentence_bleu(sys, ref, 4, BleuSmoothing::None).score == 0.0);
   CHECK(sentence_bleu(split_whitespace("this is a cat"), split_whitespace("okay thanks")).score == 0.0);
+  // sentence_bleu takes sacreBLEU's effective order: a sentence shorter than 4 tokens is scored on the
+  // orders it has n-grams of (sacreBLEU: sentence_bleu("va !", ["va !"]) = 100), where a corpus of one
+  // scores 0 for want of a 4-gram.
+  CHECK(sentence_bleu(split_whitespace("va !"), split_whitespace("va !")).score == 100.0);
+  CHECK(corpus_bleu(std::vector<std::string>{"va !"}, std::vector<std::string>{"va !"}).score == 0.0);
+  const BleuScore three =
+      sentence_bleu(split_whitespace("the cat sat"), split_whitespace("the cat sat down"));
+  CHECK(three.score == Approx(100.0 * std::exp(1.0 - 4.0 / 3.0)));  // p1..p3 = 1, brevity penalty
+  CHECK(bleu_from_counts({3, 2, 1, 0}, {3, 2, 1, 0}, 3, 3, BleuSmoothing::Exp, true).score == 100.0);
+  CHECK(bleu_from_counts({2, 0, 0, 0}, {3, 2, 1, 0}, 3, 3, BleuSmoothing::Exp, true).score ==
+        Approx(100.0 * std::pow(2.0 / 3.0 / (2.0 * 2.0) / (4.0 * 1.0), 1.0 / 3.0)));
+  CHECK(sentence_bleu({}, split_whitespace("va !")).score == 0.0);
 }
 
 TEST_CASE("seq2seq: d2l's BLEU", "[seq2seq][bleu]") {

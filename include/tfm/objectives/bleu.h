@@ -39,13 +39,18 @@ BleuScore corpus_bleu(const std::vector<Tokens>& hypotheses, const std::vector<T
 BleuScore corpus_bleu(const std::vector<Tokens>& hypotheses,
                       const std::vector<std::vector<Tokens>>& references, int max_n = 4,
                       BleuSmoothing smoothing = BleuSmoothing::Exp);
-// BLEU from summed statistics (sacreBLEU's compute_bleu): matches and totals per n.
+// BLEU from summed statistics (sacreBLEU's compute_bleu): matches and totals per n. effective_order
+// (sacreBLEU's, which its sentence_bleu sets): the mean runs over the orders up to the last one the
+// hypotheses hold n-grams of, instead of scoring 0 when an order has none (a 3-token sentence has no
+// 4-gram).
 BleuScore bleu_from_counts(const std::vector<int64_t>& matches, const std::vector<int64_t>& totals,
-                           int64_t sys_len, int64_t ref_len, BleuSmoothing smoothing = BleuSmoothing::Exp);
+                           int64_t sys_len, int64_t ref_len, BleuSmoothing smoothing = BleuSmoothing::Exp,
+                           bool effective_order = false);
 // The same on whitespace-separated strings (sacreBLEU's tokenize='none').
 BleuScore corpus_bleu(const std::vector<std::string>& hypotheses, const std::vector<std::string>& references,
                       int max_n = 4, BleuSmoothing smoothing = BleuSmoothing::Exp);
-// One sentence as a corpus of one (for display).
+// sacreBLEU's sentence_bleu: one sentence's statistics, effective_order set (a translation equal to its
+// 2-token reference scores 100, not 0).
 BleuScore sentence_bleu(const Tokens& hypothesis, const Tokens& reference, int max_n = 4,
                         BleuSmoothing smoothing = BleuSmoothing::Exp);
 // d2l's bleu(pred_seq, label_seq, k): n runs over 1..min(k, len_pred) as in its loop; 0 for an empty
