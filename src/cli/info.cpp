@@ -254,11 +254,23 @@ void print_costs(const Config& c, const ConfigModel& m, const InfoFigures& f) {
     fmt::print("memory estimate (batch {} pairs of at most {} + {} tokens): {}\n", f.B,
                c.integer("data.max_source_len") + 1, f.T, f.memory.summary());
   } else {
-    fmt::print("FLOPs per token at T = {}: forward {}, training {}; per optimizer step ({:.0f} tokens): {}\n",
-               f.T, human_count(f.train_flops / 3.0), human_count(f.train_flops), f.step_tokens,
-               human_count(f.train_flops * f.step_tokens));
+    fmt::print(
+        "FLOPs per token (matrix products) at T = {}: forward {}, training {}; per optimizer step ({:.0f} "
+        "tokens): {}\n",
+        f.T, human_count(f.train_flops / 3.0), human_count(f.train_flops), f.step_tokens,
+        human_count(f.train_flops * f.step_tokens));
     fmt::print("memory estimate (batch {} x {}): {}\n", f.B, f.T, f.memory.summary());
   }
+  // FLOPs are the matrix products' (those tokens/s and MFU count); additive scores are elementwise.
+  const ModelConfig& mc = m.config();
+  if (mc.attention_score == AttentionScore::Additive)
+    fmt::print(
+        "additive scores, v . tanh(q + k): {} elementwise operations per (query, key) pair and head (an add, "
+        "a "
+        "tanh, a multiply and an add per element of a head), not in these FLOPs, which count matrix "
+        "products; a step is slower than the FLOPs say (memory-bound, several passes over (B, H, T, T, "
+        "Dk))\n",
+        4 * mc.head_dim());
   print_training_options(c.train());
   if (f.optimizer != OptimizerKind::Muon) return;
   int64_t matrices = 0, elements = 0;

@@ -124,16 +124,22 @@ int run_attention(const AttentionOptions& o) {
   write_file_atomically(report, j.dump() + "\n");
   for (size_t l = 0; l < layers.size(); ++l) {
     write_npy(out + "/attention_layer" + std::to_string(l) + ".npy", layers[l].probabilities);
-    // A masked head contributes nothing: its similarities (its diagonal too) are not defined.
+    // A head with no output (masked by --mask-heads, or never picked by a top-k gate on this text)
+    // contributes nothing: its similarities (its diagonal too) are not defined.
     const Tensor& rho_ij = layers[l].output_similarity;  // (H, H)
     const int64_t H = rho_ij.size(0);
-    int64_t masked = 0;
-    for (int64_t h = 0; h < H; ++h) masked += !std::isfinite(rho_ij.data()[h * H + h]);
+    int64_t silent = 0;
+    for (int64_t h = 0; h < H; ++h) silent += !std::isfinite(rho_ij.data()[h * H + h]);
+    const bool gated = run.model->config().head_gating == HeadGating::TopK;
+    const std::string why = !o.mask_heads.empty() && gated ? "masked or never picked by the top-k gate"
+                            : gated                        ? "never picked by the top-k gate on this text"
+                                                           : "masked";
     const double rho = layers[l].mean_output_similarity;
-    fmt::print("layer {}: mean head similarity rho = {} (output{}), {:.2f} (pattern)\n", l,
-               std::isfinite(rho) ? fmt::format("{:.2f}", rho) : std::string("n/a"),
-               masked ? fmt::format(", of the {} heads not masked", H - masked) : std::string(),
-               layers[l].mean_pattern_similarity);
+    fmt::print(
+        "layer {}: mean head similarity rho = {} (output{}), {:.2f} (pattern)\n", l,
+        std::isfinite(rho) ? fmt::format("{:.2f}", rho) : std::string("n/a"),
+        silent ? fmt::format(", of the {} heads with output; {} {}", H - silent, silent, why) : std::string(),
+        layers[l].mean_pattern_similarity);
   }
   fmt::print("wrote {} and attention_layer{{0..{}}}.npy ({} tokens; probabilities (H, T, T) float32)\n",
              report.c_str(), layers.size() - 1, t.ids.size());

@@ -185,8 +185,11 @@ std::vector<Command> add_objective_commands(CLI::App& app) {
       ->check(integer_in(1, kMaxFlagCount));
   add_checkpoint_option(f, fm->which);
   add_threads_option(f, fm->threads);
-  f->add_flag("--json", fm->json,
-              "Print one JSON object: per mask its position and candidates with probabilities");
+  f->add_flag(
+      "--json", fm->json,
+      "Print one JSON object: per mask its position and candidates with probabilities (a softmax over "
+      "the ordinary tokens: [MASK] and the other special tokens are never an answer, so the model's "
+      "probabilities are divided by 1 - theirs)");
   f->footer(
       "\nExample:\n  tfm fill-mask --run runs/shakespeare_mlm --text \"To be, or not to b[MASK], that is the "
       "question\" --top-k 5\n");

@@ -642,6 +642,16 @@ std::vector<std::string> config_warnings(const Config& config) {
       out.push_back(k.path + " = " + lookup(config.tree, k.path)->dump() +
                     " has no effect: it is read only with " + k.read_when + ", and " + because);
   }
+  // RoPE's relative positions need a dot product: <R_m q, R_n k> = <q, R_(n-m) k> (Su et al. 2021,
+  // §3.2); tanh(R_m q + R_n k) has no such identity. Allowed (the combination trains), said.
+  const ModelConfig model = config.model(1);
+  if (model.attention_score == AttentionScore::Additive &&
+      model.positional_encoding == PositionalEncoding::Rope)
+    out.push_back(
+        "model.positional_encoding = \"rope\" with model.attention_score = \"additive\": RoPE makes a dot "
+        "product of a query and a key depend on their positions' difference alone (Su et al. 2021, §3.2); "
+        "additive scores, v . tanh(q + k), have no such property, so the rotated queries and keys carry "
+        "their absolute positions");
   // A schedule its own numbers undo (LrSchedule::at, training/optim.cpp).
   const TrainConfig train = config.train();
   const int64_t warmup = train.lr_schedule.warmup_steps, steps = train.max_steps;

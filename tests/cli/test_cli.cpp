@@ -169,6 +169,21 @@ TEST_CASE("cli: help teaches by example, config and info print", "[cli]") {
                         Catch::Contains("memory"));
   CHECK_THAT(r.out, !Catch::Contains("Newton-Schulz"));
   CHECK_THAT(r.out, Catch::Contains("scaled dot-product attention scores"));
+  CHECK_THAT(r.out, !Catch::Contains("additive scores"));
+  // Additive scores' elementwise work is said beside the FLOPs, which count products; with RoPE, a
+  // warning that rotations give additive scores no relative positions.
+  r = run_cli("info --config configs/tiny.json --set model.attention_score=additive");
+  CHECK_THAT(r.out,
+             Catch::Contains("FLOPs per token (matrix products)") &&
+                 Catch::Contains("additive scores, v . tanh(q + k): 32 elementwise operations per (query, "
+                                 "key) pair and head"));
+  CHECK_THAT(r.out, !Catch::Contains("RoPE makes"));
+  r = run_cli(
+      "config --config configs/tiny.json --set model.attention_score=additive --set "
+      "model.positional_encoding=rope");
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("tfm: warning: model.positional_encoding = \"rope\" with "
+                                    "model.attention_score = \"additive\": RoPE makes a dot product"));
   // A seq2seq model's figure is per source or target token, as its tokens/s and MFU count them.
   r = run_cli("info --config configs/eng_fra_d2l.json");
   INFO(r.out);

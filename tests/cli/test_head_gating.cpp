@@ -47,6 +47,14 @@ TEST_CASE("head gating: training logs each head's usage, sampling and export wor
     CHECK(total == Approx(2.0));  // each token uses k = 2 heads
   }
   CHECK(tfm_test::run_tfm("sample --run " + dir + " --max-new-tokens 8").status == 0);
+  // One token picks k = 2 heads a layer: the other two have no output, and no mask made it so.
+  const tfm_test::CliRun att =
+      tfm_test::run_tfm("attention --run " + dir + " --text F --no-plot --out " + dir + "/att");
+  INFO(att.out);
+  CHECK(att.status == 0);
+  CHECK_THAT(att.out, Catch::Contains("(output, of the 2 heads with output; 2 never picked by the top-k gate "
+                                      "on this text)") &&
+                          !Catch::Contains("masked"));
   const tfm_test::CliRun e = tfm_test::run_tfm("export --run " + dir + " --out " + dir + "/w.safetensors");
   CHECK(e.status == 0);
   const tfm_test::CliRun init =
