@@ -136,6 +136,8 @@ std::string tick_label(double v, double step) {
   // Every digit down to the step's, so that ticks a step apart read differently (a cap of 6 decimals
   // gave 3.141817 three times over a range of 2e-6).
   const int decimals = step > 0 ? std::max(0, -step_exponent(step)) : 2;
+  // A value that rounds to 0 at the step's digits (a colour bar's end at 0.000235 beside 0.05 and 0.11).
+  if (step > 0 && a < 0.5 * std::pow(10.0, -decimals)) return "0";
   if (a >= 1e5 || a < 1e-3) {
     const int digits = step > 0 ? static_cast<int>(std::floor(std::log10(a))) - step_exponent(step) + 1 : 6;
     return fmt::format("{:.{}g}", v, std::max(6, digits));
@@ -458,8 +460,11 @@ void draw_heatmap(Document& doc, double x, double y, double w, double h, const H
                "class=\"" + escape(map.cell_class) + "\" shape-rendering=\"crispEdges\"");
       if (map.cell_format.empty()) continue;
       const bool light = map.signed_scale ? std::abs(2 * t - 1) < 0.6 : t > 0.6;
-      doc.text(x + cw * (static_cast<double>(j) + 0.5), y + ch * (static_cast<double>(i) + 0.5) + 3.5,
-               undefined ? std::string("-") : fmt::format(fmt::runtime(map.cell_format), map.values[i][j]),
+      std::string label = undefined ? "-" : fmt::format(fmt::runtime(map.cell_format), map.values[i][j]);
+      // A small negative value rounds to "-0.0": its sign says nothing at the digits shown.
+      if (label.find_first_not_of("-+0.") == std::string::npos && label.find('0') != std::string::npos)
+        label.erase(0, label.find_first_not_of("-+"));
+      doc.text(x + cw * (static_cast<double>(j) + 0.5), y + ch * (static_cast<double>(i) + 0.5) + 3.5, label,
                std::min(10.0, ch * 0.45), Document::Anchor::Middle,
                light || undefined ? "#111111" : "#ffffff");
     }

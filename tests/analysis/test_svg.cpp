@@ -93,6 +93,9 @@ TEST_CASE("svg: ticks are round numbers covering the range", "[svg]") {
   CHECK(t[1] - t[0] == Approx(0.5));
   CHECK(tfm::svg::tick_label(0.25, 0.05) == "0.25");
   CHECK(tfm::svg::tick_label(2000, 500) == "2000");
+  // A colour bar's end that rounds to 0 at its step's digits reads 0, not 0.000235343.
+  CHECK(tfm::svg::tick_label(0.000235343, 0.0275) == "0");
+  CHECK(tfm::svg::tick_label(0.0002, 0.0001) == "0.0002");
   CHECK(tfm::svg::nice_ticks(3, 3).size() >= 2);  // a flat range still gets an axis
 }
 
@@ -295,4 +298,17 @@ TEST_CASE("svg: metrics.jsonl is read with a truncated last line, loss.svg writt
   CHECK(tfm_test::temporaries_beside(dir.file("loss.svg")).empty());
   CHECK(tfm::read_timed_curve("x", dir.path).minutes == std::vector<double>{0.1});
   CHECK_THROWS_AS(tfm::read_loss_curves(dir.file("missing")), tfm::IoError);
+}
+
+TEST_CASE("svg: a heat map cell that rounds to zero is labelled 0.0, never -0.0", "[svg]") {
+  tfm::svg::Heatmap map;
+  map.values = {{1.0, -0.01}, {-0.27, 0.04}};
+  map.vmin = -1, map.signed_scale = true;
+  map.cell_format = "{:.1f}";
+  tfm::svg::Document doc(200, 200);
+  tfm::svg::draw_heatmap(doc, 10, 10, 100, 100, map);
+  const std::string svg = doc.str();
+  CHECK(svg.find(">-0.0<") == std::string::npos);
+  CHECK(svg.find(">0.0<") != std::string::npos);
+  CHECK(svg.find(">-0.3<") != std::string::npos);  // a value below zero keeps its sign
 }
