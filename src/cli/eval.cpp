@@ -210,19 +210,25 @@ int eval_command(const EvalOptions& o) {
   const std::string once = mask_token_id(*run.objective) >= 0
                                ? "every token read once, the masked ones scored"
                                : "every token once";
-  const std::string whole = batches == 0    ? " (the whole " + split + " split, " + once + ")"
-                            : ran < batches ? " (the whole " + split + " split; " + std::to_string(batches) +
-                                                  " asked for more than it holds)"
-                                            : "";
+  // A whole split's last batch is partial (and a text's shorter tail window is a forward of its own).
+  const std::string rows = run.objective->capabilities().language_model() ? "windows" : "pairs";
+  const auto counted = [](int64_t n) { return std::to_string(n) + (n == 1 ? " batch" : " batches"); };
+  const std::string over =
+      batches == 0
+          ? fmt::format("the whole {} split ({}: {} of at most {} {})", split, once, counted(ran), B, rows)
+      : ran < batches
+          ? fmt::format("{} of at most {} {} (the whole {} split; {} asked for more than it holds)",
+                        counted(ran), B, rows, split, batches)
+          : fmt::format("{} of {}", counted(ran), B);
   const int64_t step = run.checkpoint.state.step;
   std::string extra;
   for (const auto& [name, v] : m.values)
     if (name != "loss") extra += ", " + name + " " + std::to_string(v).substr(0, 6);
   // The heads taken out (--mask-heads), so that the line says which model its loss is of.
   const std::string masked = o.mask_heads.empty() ? "" : ", heads masked " + o.mask_heads;
-  fmt::print("{} loss {:.4f}{} over {} batches of {}{} ({}/{}.ckpt, step {}, {}{})\n", split.c_str(),
-             m.get("loss"), extra.c_str(), ran, B, whole, dir.c_str(), run.which.c_str(), step,
-             run.objective->name().c_str(), masked.c_str());
+  fmt::print("{} loss {:.4f}{} over {} ({}/{}.ckpt, step {}, {}{})\n", split.c_str(), m.get("loss"),
+             extra.c_str(), over.c_str(), dir.c_str(), run.which.c_str(), step, run.objective->name().c_str(),
+             masked.c_str());
   return kExitOk;
 }
 

@@ -104,8 +104,8 @@ TEST_CASE("messages: seq2seq eval reports the batches its split holds, not the o
   REQUIRE(r.status == 0);
   // 20 validation pairs in batches of 8.
   CHECK_THAT(r.out,
-             Catch::Contains("over 3 batches of 8 (the whole val split; 1000000000 asked for more than it "
-                             "holds)"));
+             Catch::Contains("over 3 batches of at most 8 pairs (the whole val split; 1000000000 asked for "
+                             "more than it holds)"));
   CHECK_THAT(r.out, !Catch::Contains("over 1000000000 batches"));
   // A causal run draws random batches: every one asked for runs.
   const CliRun lm = tfm_test::run_tfm("eval --run " + tfm_test::causal_run() + " --batches 3");
