@@ -35,6 +35,7 @@ Dataset split(const std::string& path, TokenCache cache, double val_fraction, in
   d.load_seconds = cache.seconds;
   d.source_bytes = cache.source_bytes;
   d.text_bytes = cache.text_bytes;
+  d.tokens_hash = cache.tokens_hash;
   d.skipped_records = cache.skipped_records;
   d.left_out = cache.left_out;
   d.document_separator = cache.document_separator;

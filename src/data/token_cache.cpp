@@ -665,6 +665,7 @@ std::optional<TokenCache> try_open(const std::string& cache, const Corpus& corpu
   c.source_bytes = corpus.bytes();
   c.skipped_records = static_cast<int64_t>(skipped_records);
   c.text_bytes = text_bytes;
+  c.tokens_hash = h.tokens_hash;
   return c;
 }
 

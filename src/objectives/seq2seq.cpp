@@ -11,6 +11,7 @@
 
 #include "objective_parts.h"
 #include "tfm/data/pairs.h"
+#include "tfm/data/token_cache.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/gemm.h"
 #include "tfm/engine/ops.h"
@@ -247,6 +248,21 @@ class Seq2Seq : public Objective {
            std::to_string(data_->val.size()) + " val pairs, " + source_.kind_name() +
            " tokenizer, vocabularies " + std::to_string(source_.size()) + " source / " +
            std::to_string(target_.size()) + " target (specials included)";
+  }
+  // Every pair's ids in order, train then val (pairs are read whole at every start).
+  uint64_t data_hash() const override {
+    if (!data_) return 0;
+    uint64_t h = kHashFoldStart;
+    for (const auto* pairs : {&data_->train, &data_->val}) {
+      for (const SentencePair& p : *pairs)
+        for (const auto* ids : {&p.src, &p.tgt}) {
+          const uint64_t n = ids->size();
+          h = hash_fold(hash_fold(h, hash64(&n, sizeof n)),
+                        hash64(ids->data(), ids->size() * sizeof(int32_t)));
+        }
+      h = hash_fold(h, hash64("|", 1));  // where train ends
+    }
+    return h;
   }
   std::string usage_hint(const std::string& dir) const override {
     return "Translate with: tfm translate --run " + dir + " --text \"...\"";

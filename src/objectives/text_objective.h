@@ -25,6 +25,8 @@ class TextObjective : public Objective {
   Rng& sampler_rng() override { return sampler_.rng(); }
   double train_flops_per_token() const override;
   std::string describe_data() const override;
+  // The token cache's hash of the corpus's ids (both splits, documents included).
+  uint64_t data_hash() const override { return data_ ? data_->tokens_hash : 0; }
   std::vector<std::string> data_warnings() const override;
   std::string describe_batch() const override {
     return std::to_string(B_) + " x " + std::to_string(T_) + " tokens";

@@ -228,6 +228,14 @@ CheckpointState read_state(const std::string& path, const json& j) {
     if (!j["ema_in_model"].is_boolean()) f.wrong("ema_in_model", j["ema_in_model"], "true or false");
     s.ema_in_model = j["ema_in_model"].get<bool>();
   }
+  if (j.contains("data_hash")) {  // written since runs kept it
+    const json& h = j["data_hash"];
+    const char* expected = "16 hexadecimal digits (the data's hash)";
+    if (!h.is_string() || h.get<std::string>().size() != 16 ||
+        h.get<std::string>().find_first_not_of("0123456789abcdef") != std::string::npos)
+      f.wrong("data_hash", h, expected);
+    s.data_hash = h.get<std::string>();
+  }
   return s;
 }
 
@@ -251,6 +259,7 @@ json state_json(const CheckpointState& s) {
   j["rng"] = std::move(rng);
   if (!s.stopped.empty()) j["stopped"] = s.stopped;
   if (s.ema_in_model) j["ema_in_model"] = true;
+  if (!s.data_hash.empty()) j["data_hash"] = s.data_hash;
   return j;
 }
 

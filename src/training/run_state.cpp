@@ -1,5 +1,7 @@
 #include "run_state.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -22,6 +24,7 @@ void RunState::restore(Checkpoint& ckpt, const std::string& path) {
   elapsed_before = s.elapsed_s;
   training_before = s.training_s;
   stopped = s.stopped;
+  restored_data_hash = s.data_hash;
   // Every rank's streams (the caller checked that the run had as many ranks as this job).
   const RankStreams& streams = s.streams.at(static_cast<size_t>(rank_));
   objective_.sampler_rng().set_state(streams.sampler);
@@ -87,6 +90,11 @@ std::vector<RankStreams> RunState::streams() const {
   return all;
 }
 
+std::string RunState::data_hash() const {
+  const uint64_t h = objective_.data_hash();
+  return h == 0 ? "" : fmt::format("{:016x}", h);
+}
+
 void RunState::save(const std::string& path, double elapsed, double training) const {
   CheckpointState state;
   state.step = step;
@@ -98,6 +106,7 @@ void RunState::save(const std::string& path, double elapsed, double training) co
   state.optimizer_steps = optimizer_.steps_taken();
   state.stopped = stopped;
   state.ema_in_model = ema_in_model;
+  state.data_hash = data_hash();
   const Model& model = objective_.model();
   save_checkpoint(path,
                   CheckpointView{config_.tree, objective_.tokenizer(), state, model.flat_values().data(),

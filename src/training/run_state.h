@@ -31,6 +31,11 @@ class RunState {
   // train.ema_decay: the model's weights hold the EMA and the optimizer's EMA buffer the raw weights
   // (during an evaluation: best.ckpt is saved so). Saved with the checkpoint; restore() swaps them back.
   bool ema_in_model = false;
+  // The hash of the data the checkpoint restored had trained on (CheckpointState::data_hash), "" when
+  // it kept none: a resume says when the data changed under the run.
+  std::string restored_data_hash;
+  // Objective::data_hash() now, as a checkpoint keeps it ("" without data).
+  std::string data_hash() const;
 
   // From a checkpoint read from `path` (named in errors; its optimizer buffers are moved out): the
   // weights, the optimizer, this rank's streams and the counters above. IoError when the state does

@@ -388,6 +388,17 @@ void TrainingRun::log_header() {
       log_->info(best_on_disk_note_);
   }
   log_->info("objective: " + objective_->name() + "; data: " + objective_->describe_data());
+  // A corpus edited since the checkpoint (its cache rebuilt on the way here, said on stderr only): the
+  // batches and the validation split are no longer the ones an uninterrupted run would have seen.
+  const std::string data_now = state_->data_hash();
+  if (!state_->restored_data_hash.empty() && !data_now.empty() && data_now != state_->restored_data_hash)
+    log_->warn(fmt::format(
+        "the data changed since {} was saved at step {} (data hash {} then, {} now): the resumed run "
+        "trains on other batches than an uninterrupted one would, and its val losses are measured on "
+        "another split than the best val loss so far{} it must beat",
+        fs::path(resumed_path_).filename().string().c_str(), first_step_, state_->restored_data_hash.c_str(),
+        data_now.c_str(),
+        std::isfinite(state_->best_val) ? fmt::format(" ({:.4f})", state_->best_val).c_str() : ""));
   for (const std::string& warning : objective_->data_warnings()) log_->warn(warning);
   for (const std::string& warning : config_warnings(config_)) log_->warn(warning);
   log_->info(fmt::format("model: {} parameters ({})", P, breakdown.c_str()));

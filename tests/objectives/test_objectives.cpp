@@ -441,3 +441,24 @@ TEST_CASE("objectives: capabilities say what each needs and does, and evaluate()
                         Catch::Contains("train.objective = \"" + objective->name()));
   }
 }
+
+TEST_CASE("objectives: the data hash is the same for the same data and changes with it", "[objective]") {
+  const std::string dir = tfm_test::scratch_path("objectives", "data_hash");
+  const std::string pairs = write_reversal_pairs(dir + "_data", 200);
+  for (const Config& c : {mlm_config(dir), s2s_config(dir, pairs)}) {
+    const std::unique_ptr<Objective> first = make_objective(c, nullptr, {});
+    const uint64_t h = first->data_hash();
+    INFO(c.string("train.objective"));
+    CHECK(h != 0);
+    CHECK(make_objective(c, nullptr, {})->data_hash() == h);
+    Vocabulary vocabulary;  // without data (sampling, export): the vocabularies a checkpoint would give
+    vocabulary.tokenizer = first->tokenizer();
+    if (first->target_tokenizer()) vocabulary.target_tokenizer = *first->target_tokenizer();
+    ObjectiveOptions no_data;
+    no_data.load_data = false;
+    CHECK(make_objective(c, &vocabulary, no_data)->data_hash() == 0);
+  }
+  const uint64_t before = make_objective(s2s_config(dir, pairs), nullptr, {})->data_hash();
+  write_reversal_pairs(dir + "_data", 201);
+  CHECK(make_objective(s2s_config(dir, pairs), nullptr, {})->data_hash() != before);
+}

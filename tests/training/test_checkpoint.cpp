@@ -122,6 +122,8 @@ TEST_CASE("checkpoint: every state field is checked where the file is read, nami
        "the state's \"ranks\" is 0, expected an integer from 1 to 9223372036854775807"},
       {"an ema_in_model of a string", [](json& s) { s["ema_in_model"] = "yes"; },
        "the state's \"ema_in_model\" is \"yes\", expected true or false"},
+      {"a data hash of 3 digits", [](json& s) { s["data_hash"] = "abc"; },
+       "the state's \"data_hash\" is \"abc\", expected 16 hexadecimal digits"},
   };
   for (const Case& c : cases) {
     INFO(c.name);

@@ -712,3 +712,34 @@ TEST_CASE("train: train.max_seconds stops while one more step and the closing ev
   t.max_seconds = 1e-9, s = RunSpeed{1, 0.1, 0, 0, 0.1};
   CHECK(time_budget_spent(t, 2000, s));
 }
+
+TEST_CASE("train: a resume says when the data changed since the checkpoint, and only then", "[train]") {
+  const tfm_test::TempDir tmp("data_changed");
+  const std::string corpus = tmp.file("corpus.txt"), dir = tmp.file("run");
+  write_bytes_train(corpus, file_bytes(tfm_test::tiny_shakespeare()));
+  const std::vector<std::string> sets = {"data.path=" + corpus};
+  TrainOptions to_5 = quiet();
+  to_5.stop_at_step = 5;
+  REQUIRE(train(tfm_test::small_train_config(dir, sets), to_5).status == TrainResult::Status::Interrupted);
+  const std::string saved = load_checkpoint_state(dir + "/last.ckpt").data_hash;
+  CHECK(saved.size() == 16);
+  const auto resumed_log = [&] {
+    const std::string log = file_bytes(dir + "/train.log");
+    return log.substr(log.rfind("tfm train: resuming"));
+  };
+  TrainOptions to_10 = quiet();
+  to_10.stop_at_step = 10;
+  REQUIRE(resume(dir, {}, to_10).status == TrainResult::Status::Interrupted);
+  CHECK_THAT(resumed_log(), !Catch::Contains("the data changed"));
+  CHECK(load_checkpoint_state(dir + "/last.ckpt").data_hash == saved);
+  // The user appends to the corpus: its cache is rebuilt, and the run's log says what that means.
+  write_bytes_train(corpus, file_bytes(corpus) + "More text appended by the user later.\n");
+  REQUIRE(resume(dir, {}, quiet()).status == TrainResult::Status::Finished);
+  const std::string log = resumed_log();
+  CHECK_THAT(log, Catch::Contains("the data changed since last.ckpt was saved at step 10 (data hash " +
+                                  saved + " then, ") &&
+                      Catch::Contains("trains on other batches than an uninterrupted one would"));
+  const std::string now = load_checkpoint_state(dir + "/last.ckpt").data_hash;
+  CHECK(now.size() == 16);
+  CHECK(now != saved);
+}

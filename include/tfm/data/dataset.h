@@ -24,6 +24,7 @@ struct Dataset {
   double load_seconds = 0;                   // the cache's open (or build) time
   uint64_t source_bytes = 0;                 // of the corpus's files on disk
   uint64_t text_bytes = 0;                   // of the documents' text as read (token_cache.h)
+  uint64_t tokens_hash = 0;                  // the cache's hash of every id and document end (token_cache.h)
   int64_t documents = 0, val_documents = 0;  // val_documents: 0 with one document (a token split)
   bool document_separator = false;
   // Set when the whole documents put a share of the tokens in validation far from data.val_fraction

@@ -152,6 +152,7 @@ struct TokenCache {
   uint64_t source_bytes = 0;          // of the corpus's files on disk
   uint64_t text_bytes = 0;            // of the documents' text as read (decompressed; JSON Lines: the fields)
   int64_t skipped_records = 0;        // JSON Lines records left out (data.on_bad_record "skip")
+  uint64_t tokens_hash = 0;           // the ids' and document ends' hash (the header's): what the data is
   std::vector<std::string> left_out;  // what listing the corpus left out, one line each (list_corpus's notes)
 };
 

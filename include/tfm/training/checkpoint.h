@@ -49,7 +49,8 @@ struct RankStreams {
 //    "rng": {"sampler": [5 words], "dropout": [5 words]  (rank 0's)
 //            , "ranks": [{"sampler": [...], "dropout": [...]}, ...] (every rank's, when more than one)},
 //    "optimizer": {"name": "adamw", "steps": 900}
-//    , "ranks": 2 (more than one), "stopped": "target_loss" or "max_seconds", "ema_in_model": true}
+//    , "ranks": 2 (more than one), "stopped": "target_loss" or "max_seconds", "ema_in_model": true,
+//    "data_hash": "16 hex digits"}
 // (the fields after the optimizer only when they are not their defaults).
 struct CheckpointState {
   int64_t step = 0;  // optimizer steps the run has taken, >= 0
@@ -65,6 +66,9 @@ struct CheckpointState {
   int64_t optimizer_steps = 0;              // its own step count, >= 0
   std::string stopped;                      // "target_loss", "max_seconds", or "" (max_steps or running)
   bool ema_in_model = false;                // the weights hold the EMA, optim's EMA buffer the raw ones
+  // Objective::data_hash of the data the run trained on, in hex; "" when unknown (no data, or a
+  // checkpoint from before it was kept).
+  std::string data_hash;
 
   bool evaluated() const { return std::isfinite(best_val_loss); }
   int64_t ranks() const { return static_cast<int64_t>(streams.size()); }
