@@ -228,6 +228,15 @@ CheckpointState read_state(const std::string& path, const json& j) {
     if (!j["ema_in_model"].is_boolean()) f.wrong("ema_in_model", j["ema_in_model"], "true or false");
     s.ema_in_model = j["ema_in_model"].get<bool>();
   }
+  if (j.contains("unlogged")) {
+    const json& u = f.object(j["unlogged"], "unlogged");
+    s.unlogged.steps = f.integer(f.at(u, "steps", "unlogged.steps"), "unlogged.steps", 0);
+    s.unlogged.loss = f.number(f.at(u, "loss", "unlogged.loss"), "unlogged.loss", "a finite number");
+    s.unlogged.grad_norm =
+        f.number(f.at(u, "grad_norm", "unlogged.grad_norm"), "unlogged.grad_norm", "a finite number");
+    s.unlogged.auxiliary =
+        f.number(f.at(u, "auxiliary", "unlogged.auxiliary"), "unlogged.auxiliary", "a finite number");
+  }
   if (j.contains("data_hash")) {  // written since runs kept it
     const json& h = j["data_hash"];
     const char* expected = "16 hexadecimal digits (the data's hash)";
@@ -260,6 +269,11 @@ json state_json(const CheckpointState& s) {
   if (!s.stopped.empty()) j["stopped"] = s.stopped;
   if (s.ema_in_model) j["ema_in_model"] = true;
   if (!s.data_hash.empty()) j["data_hash"] = s.data_hash;
+  if (s.unlogged.steps > 0)
+    j["unlogged"] = {{"steps", s.unlogged.steps},
+                     {"loss", s.unlogged.loss},
+                     {"grad_norm", s.unlogged.grad_norm},
+                     {"auxiliary", s.unlogged.auxiliary}};
   return j;
 }
 

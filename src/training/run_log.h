@@ -10,6 +10,7 @@
 #include <string>
 
 #include "tfm/engine/file_io.h"
+#include "tfm/training/checkpoint.h"
 
 namespace tfm {
 
@@ -39,18 +40,26 @@ class RunLog {
   bool root_ = false, tty_ = false, shown_ = false, metrics_failed_ = false;
 };
 
-// What the steps since the last log line measured, for the line and its metrics.jsonl record.
+// What the steps since the last log line measured, for the line and its metrics.jsonl record. The
+// sums of the losses and norms go into last.ckpt (UnloggedSteps), so that a resumed run's first line
+// averages the steps an uninterrupted run's would; the times are this process's own steps'.
 struct IntervalStats {
   double seconds = 0, loss = 0, norm = 0, tokens = 0, last_loss = 0;
-  int64_t steps = 0;
-  double auxiliary = 0;  // the objective's auxiliary loss (multi-token prediction), summed like loss
+  int64_t steps = 0;        // the steps loss, norm and auxiliary sum over
+  int64_t timed_steps = 0;  // this process's of them, which seconds and tokens sum over
+  double auxiliary = 0;     // the objective's auxiliary loss (multi-token prediction), summed like loss
   void add(double step_seconds, double step_loss, double step_norm, double step_tokens,
            double step_auxiliary = 0) {
     seconds += step_seconds, loss += step_loss, norm += step_norm, tokens += step_tokens,
         last_loss = step_loss, auxiliary += step_auxiliary;
-    ++steps;
+    ++steps, ++timed_steps;
   }
-  void reset() { *this = IntervalStats{0, 0, 0, 0, last_loss, 0, 0}; }
+  void reset() { *this = IntervalStats{0, 0, 0, 0, last_loss, 0, 0, 0}; }
+  UnloggedSteps unlogged() const { return {steps, loss, norm, auxiliary}; }
+  // A resumed run's: the checkpoint's sums, no time yet.
+  void restore(const UnloggedSteps& u) {
+    steps = u.steps, loss = u.loss, norm = u.grad_norm, auxiliary = u.auxiliary;
+  }
 };
 
 }  // namespace tfm

@@ -25,6 +25,7 @@ void RunState::restore(Checkpoint& ckpt, const std::string& path) {
   training_before = s.training_s;
   stopped = s.stopped;
   restored_data_hash = s.data_hash;
+  restored_unlogged = s.unlogged;
   // Every rank's streams (the caller checked that the run had as many ranks as this job).
   const RankStreams& streams = s.streams.at(static_cast<size_t>(rank_));
   objective_.sampler_rng().set_state(streams.sampler);
@@ -95,7 +96,8 @@ std::string RunState::data_hash() const {
   return h == 0 ? "" : fmt::format("{:016x}", h);
 }
 
-void RunState::save(const std::string& path, double elapsed, double training) const {
+void RunState::save(const std::string& path, double elapsed, double training,
+                    const UnloggedSteps& unlogged) const {
   CheckpointState state;
   state.step = step;
   state.best_val_loss = best_val;
@@ -107,6 +109,7 @@ void RunState::save(const std::string& path, double elapsed, double training) co
   state.stopped = stopped;
   state.ema_in_model = ema_in_model;
   state.data_hash = data_hash();
+  state.unlogged = unlogged;
   const Model& model = objective_.model();
   save_checkpoint(path,
                   CheckpointView{config_.tree, objective_.tokenizer(), state, model.flat_values().data(),

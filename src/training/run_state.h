@@ -34,6 +34,7 @@ class RunState {
   // The hash of the data the checkpoint restored had trained on (CheckpointState::data_hash), "" when
   // it kept none: a resume says when the data changed under the run.
   std::string restored_data_hash;
+  UnloggedSteps restored_unlogged;  // the checkpoint's steps since its last log line
   // Objective::data_hash() now, as a checkpoint keeps it ("" without data).
   std::string data_hash() const;
 
@@ -46,7 +47,9 @@ class RunState {
   void gather_streams();
   // Writes the run to `path` (rank 0), streaming the parameters and optimizer buffers (no copies).
   // `elapsed` and `training`: the run's seconds so far, all of them and the training loop's.
-  void save(const std::string& path, double elapsed, double training) const;
+  // `unlogged`: the steps since the last log line (last.ckpt's; none for best.ckpt).
+  void save(const std::string& path, double elapsed, double training,
+            const UnloggedSteps& unlogged = {}) const;
 
  private:
   std::vector<RankStreams> streams() const;  // every rank's, rank 0 first

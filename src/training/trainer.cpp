@@ -272,6 +272,7 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
     model.dropout_rng().seed_with(rank_seed(static_cast<uint64_t>(config_.integer("seed")) + 1, rank_));
   if (resumed) {
     state_->restore(resumed->checkpoint, resumed_path_);
+    interval_.restore(state_->restored_unlogged);
     saved_at_ = state_->step;
     if (root_) take_best_on_disk();
   } else {
@@ -606,7 +607,7 @@ Metrics TrainingRun::evaluate_and_keep_best() {
 // One metrics.jsonl record and log line for the steps since the last one.
 void TrainingRun::log_interval(double lr, const Metrics* val, bool last) {
   const IntervalStats& iv = interval_;
-  const double ms = 1e3 * iv.seconds / static_cast<double>(iv.steps);
+  const double ms = 1e3 * iv.seconds / static_cast<double>(iv.timed_steps);
   const double tok_s = iv.tokens / iv.seconds;
   const double mfu = peak_gflops_ > 0 ? flops_per_token_ * tok_s / (peak_gflops_ * 1e9 * nranks_) : 0.0;
   const double n = static_cast<double>(iv.steps);
@@ -634,7 +635,7 @@ void TrainingRun::log_interval(double lr, const Metrics* val, bool last) {
       "step {}/{} | loss {:.4f}{} | lr {:.2e} | grad norm {:.3f} | {:.1f} ms/step | {} tok/s | mfu {:.1f}% | "
       "eta {}",
       state_->step, max_steps_, iv.loss / n, mtp.c_str(), lr, iv.norm / n, ms, rate_str(tok_s).c_str(),
-      100.0 * mfu, duration_str(last ? 0.0 : time_left(iv.seconds / n)).c_str()));
+      100.0 * mfu, duration_str(last ? 0.0 : time_left(ms / 1e3)).c_str()));
   interval_.reset();
 }
 
@@ -760,11 +761,11 @@ TrainResult TrainingRun::run() {
     if (ends) {
       state_->stopped = reached ? "target_loss" : "max_seconds";
       result_.out_of_time = !reached;
-      if (root_) state_->save(last_path_, elapsed(), training_seconds());
+      if (root_) state_->save(last_path_, elapsed(), training_seconds(), interval_.unlogged());
       break;
     }
     if (save_now || abandoned) {
-      if (root_) state_->save(last_path_, elapsed(), training_seconds());
+      if (root_) state_->save(last_path_, elapsed(), training_seconds(), interval_.unlogged());
       saved_at_ = step;
     }
     if ((stop && step < max_steps_) || abandoned) {

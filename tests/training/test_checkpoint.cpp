@@ -122,6 +122,16 @@ TEST_CASE("checkpoint: every state field is checked where the file is read, nami
        "the state's \"ranks\" is 0, expected an integer from 1 to 9223372036854775807"},
       {"an ema_in_model of a string", [](json& s) { s["ema_in_model"] = "yes"; },
        "the state's \"ema_in_model\" is \"yes\", expected true or false"},
+      {"negative unlogged steps",
+       [](json& s) {
+         s["unlogged"] = {{"steps", -1}, {"loss", 0}, {"grad_norm", 0}, {"auxiliary", 0}};
+       },
+       "the state's \"unlogged.steps\" is -1, " + step_range},
+      {"an unlogged loss of NaN's stand-in",
+       [](json& s) {
+         s["unlogged"] = {{"steps", 2}, {"loss", "nan"}, {"grad_norm", 0}, {"auxiliary", 0}};
+       },
+       "the state's \"unlogged.loss\" is \"nan\", expected a finite number"},
       {"a data hash of 3 digits", [](json& s) { s["data_hash"] = "abc"; },
        "the state's \"data_hash\" is \"abc\", expected 16 hexadecimal digits"},
   };

@@ -743,3 +743,53 @@ TEST_CASE("train: a resume says when the data changed since the checkpoint, and 
   CHECK(now.size() == 16);
   CHECK(now != saved);
 }
+
+TEST_CASE("train: a resumed run logs the same means as an uninterrupted one, the cut interval included",
+          "[train]") {
+  // Log lines every 5 steps, checkpoints every 3: killed during step 4 (the exception stands for the
+  // SIGKILL), the run resumes from step 3, whose unlogged steps are its first three.
+  const std::vector<std::string> sets = {"train.log_interval=5", "train.checkpoint_interval=3",
+                                         "train.max_steps=12"};
+  const std::string whole = run_dir("log_means_whole"), cut = run_dir("log_means_cut");
+  train(tfm_test::small_train_config(whole, sets), quiet());
+  TrainOptions crash = quiet();
+  crash.on_step = [](int64_t step, const Model&) {
+    if (step == 4) throw std::runtime_error("killed");
+  };
+  CHECK_THROWS_WITH(train(tfm_test::small_train_config(cut, sets), crash), "killed");
+  CHECK(load_checkpoint_state(cut + "/last.ckpt").unlogged.steps == 3);
+  REQUIRE(resume(cut, {}, quiet()).status == TrainResult::Status::Finished);
+  // Each logged step's record, by step.
+  const auto records = [](const std::string& dir) {
+    std::map<int64_t, nlohmann::json> out;
+    std::istringstream lines(file_bytes(dir + "/metrics.jsonl"));
+    for (std::string line; std::getline(lines, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (j.contains("train_loss_avg")) out[j.at("step").get<int64_t>()] = j;
+    }
+    return out;
+  };
+  const auto a = records(whole), b = records(cut);
+  REQUIRE(a.size() == 3);  // steps 5, 10 and 12
+  REQUIRE(b.size() == a.size());
+  for (const auto& [step, j] : a) {
+    INFO("step " << step);
+    REQUIRE(b.count(step) == 1);
+    for (const char* field : {"train_loss", "train_loss_avg", "grad_norm", "lr"})
+      CHECK(b.at(step).at(field) == j.at(field));
+  }
+  // A stop at a step between two log lines saves what it has not logged, the same way.
+  TrainOptions stop = quiet();
+  stop.stop_at_step = 7;
+  const std::string stopped = run_dir("log_means_stop");
+  REQUIRE(train(tfm_test::small_train_config(stopped, sets), stop).status ==
+          TrainResult::Status::Interrupted);
+  CHECK(load_checkpoint_state(stopped + "/last.ckpt").unlogged.steps == 2);
+  REQUIRE(resume(stopped, {}, quiet()).status == TrainResult::Status::Finished);
+  const auto c = records(stopped);
+  REQUIRE(c.size() == a.size());
+  for (const auto& [step, j] : a)
+    for (const char* field : {"train_loss_avg", "grad_norm"}) CHECK(c.at(step).at(field) == j.at(field));
+  // best.ckpt's step is logged right after it is saved: it keeps no unlogged steps.
+  CHECK(load_checkpoint_state(whole + "/best.ckpt").unlogged.steps == 0);
+}

@@ -39,6 +39,14 @@ constexpr uint32_t kMaxSections = 64;
 // Largest checkpoint file load_checkpoint reads (64 GiB): a bound checked before allocating.
 constexpr uint64_t kMaxCheckpointBytes = uint64_t{1} << 36;
 
+// The steps since a run's last log line, summed (their training losses, gradient norms and auxiliary
+// losses): kept in last.ckpt, so that a resumed run's first log line averages the steps an
+// uninterrupted run's would.
+struct UnloggedSteps {
+  int64_t steps = 0;
+  double loss = 0, grad_norm = 0, auxiliary = 0;
+};
+
 // One rank's random streams: the batch sampler's and the model's dropout.
 struct RankStreams {
   Rng::State sampler{}, dropout{};
@@ -50,7 +58,7 @@ struct RankStreams {
 //            , "ranks": [{"sampler": [...], "dropout": [...]}, ...] (every rank's, when more than one)},
 //    "optimizer": {"name": "adamw", "steps": 900}
 //    , "ranks": 2 (more than one), "stopped": "target_loss" or "max_seconds", "ema_in_model": true,
-//    "data_hash": "16 hex digits"}
+//    "data_hash": "16 hex digits", "unlogged": {"steps": 3, "loss": 9.8, "grad_norm": 1.2, "auxiliary": 0}}
 // (the fields after the optimizer only when they are not their defaults).
 struct CheckpointState {
   int64_t step = 0;  // optimizer steps the run has taken, >= 0
@@ -69,6 +77,7 @@ struct CheckpointState {
   // Objective::data_hash of the data the run trained on, in hex; "" when unknown (no data, or a
   // checkpoint from before it was kept).
   std::string data_hash;
+  UnloggedSteps unlogged;  // none in best.ckpt (its step is logged right after it is saved)
 
   bool evaluated() const { return std::isfinite(best_val_loss); }
   int64_t ranks() const { return static_cast<int64_t>(streams.size()); }
