@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <limits>
 #include <new>
 
 #include "board.h"
@@ -61,8 +62,11 @@ int64_t integer_field(const json& request, const char* key, int64_t fallback, in
   const auto it = request.find(key);
   if (it == request.end() || it->is_null()) return fallback;
   if (!it->is_number_integer() || it->get<int64_t>() < lo || it->get<int64_t>() > hi)
-    throw ConfigError(std::string(key) + ": expected an integer in [" + std::to_string(lo) + ", " +
-                      std::to_string(hi) + "], got " + it->dump());
+    throw ConfigError(std::string(key) + ": expected an integer " +
+                      (hi == std::numeric_limits<int64_t>::max()
+                           ? ">= " + std::to_string(lo)
+                           : "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]") +
+                      ", got " + it->dump());
   return it->get<int64_t>();
 }
 
@@ -170,8 +174,10 @@ BoardReply BoardModels::run_request(LoadedRun& run, const std::string& kind, con
     o.max_new_tokens = integer_field(request, "max_tokens", 200, 0, kBoardMaxNewTokens);
     const SampleRange temperature = sample_option_range(SampleOption::Temperature);  // closed: [0, 100]
     o.temperature = number_field(request, "temperature", 0.8, temperature.lo, temperature.hi);
-    const int64_t V = run.model->config().vocab_size;
-    o.top_k = integer_field(request, "top_k", 0, 0, std::min(V, kBoardMaxTopK));
+    // Any k >= 0: one at or above the vocabulary keeps every token (sampling.h's table).
+    const SampleRange top_k = sample_option_range(SampleOption::TopK);
+    o.top_k = integer_field(request, "top_k", 0, static_cast<int64_t>(top_k.lo),
+                            std::numeric_limits<int64_t>::max());
     o.seed = static_cast<uint64_t>(integer_field(request, "seed", 1337, 0, int64_t{1} << 53));
     run.checkpoint.tokenizer.encode(o.prompt, "prompt");  // a bad prompt is refused by name
     return {200, {{"prompt", o.prompt}, {"text", generate(*run.model, run.checkpoint.tokenizer, o)}}};

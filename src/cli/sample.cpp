@@ -1,5 +1,6 @@
 // `tfm sample`: text from a causal_lm run, streamed as it is generated; several samples, stop strings,
 // a prompt file, JSON records with log-probabilities, and an interactive loop over stdin.
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -31,18 +32,22 @@ struct SampleCliOptions {
 
 // A sampling flag checked against its option's range in the library (sampling.h's
 // sample_option_range, which generate() checks too), named by the flag: "--top-p: expected a number in
-// (0, 1], got \"0\"".
+// (0, 1], got \"0\"". An integer option's value is read as one (a value past int64_t is refused here,
+// not by CLI11's conversion).
 CLI::Validator sample_flag(SampleOption option) {
   const SampleRange range = sample_option_range(option);
   return CLI::Validator(
       [range](std::string& text) -> std::string {
         char* end = nullptr;
-        const double v = std::strtod(text.c_str(), &end);
-        if (text.empty() || *end != '\0' || !range.allows(v))
+        errno = 0;
+        const double v = range.integer ? static_cast<double>(std::strtoll(text.c_str(), &end, 10))
+                                       : std::strtod(text.c_str(), &end);
+        if (text.empty() || *end != '\0' || errno == ERANGE || !range.allows(v))
           return "expected " + range.expected() + ", got \"" + text + "\"";
         return "";
       },
-      std::string(range.integer ? "INT" : "NUMBER") + " in " + range.bounds());
+      std::string(range.integer ? "INT" : "NUMBER") +
+          (std::isinf(range.hi) ? " (" + range.bounds() + ")" : " in " + range.bounds()));
 }
 
 // --stop's escapes, so a newline can be typed: \n (newline), \t (tab), \\ (a backslash); any other
@@ -134,11 +139,6 @@ int sample_command(const SampleCliOptions& cli) {
                  cli.init_from.c_str());
   }
   apply_head_mask(run, cli.mask_heads);
-  const int64_t V = run.model->config().vocab_size;
-  if (const SampleRange top_k = sample_option_range(SampleOption::TopK, V);
-      !top_k.allows(static_cast<double>(o.top_k)))
-    throw ConfigError("--top-k: expected " + top_k.expected() + " (the vocabulary of " + dir + "), got " +
-                      std::to_string(o.top_k));
   const Tokenizer& tokenizer = run.checkpoint.tokenizer;
   if (!cli.interactive) {
     // A bad prompt is refused before anything is printed; a long one is said to be cut.
@@ -203,9 +203,10 @@ std::vector<Command> add_sample_commands(CLI::App& app) {
       ->capture_default_str()
       ->check(sample_flag(SampleOption::Temperature));
   samp->add_option("--top-k", s.top_k,
-                   "Sample among the k most likely tokens (0 = all; at most the vocabulary)")
+                   "Sample among the k most likely tokens (0 = all; a k at or above the vocabulary keeps all "
+                   "too, as in Hugging Face and llama.cpp)")
       ->capture_default_str()
-      ->check(integer_in(0, kMaxFlagCount));
+      ->check(sample_flag(SampleOption::TopK));
   samp->add_option("--top-p", s.top_p,
                    "Nucleus: the fewest most likely tokens whose probabilities reach P, ties kept (1 = all)")
       ->capture_default_str()

@@ -43,21 +43,22 @@ const std::vector<std::string>& enum_names<SampleOption>() {
   return names;
 }
 
-SampleRange sample_option_range(SampleOption option, int64_t vocab_size) {
+SampleRange sample_option_range(SampleOption option) {
   constexpr double kNone = std::numeric_limits<double>::infinity();  // no upper bound
   // {integer, lo, hi, lo_open}, in SampleOption's order. Temperatures above 100 leave every
-  // distribution as flat as 100 does; top_p 0 would keep no token; a repetition penalty of 0 divides by
-  // zero, a negative one flips the logits' signs.
-  const SampleRange ranges[] = {{true, 0.0, kNone, false},
-                                {false, 0.0, 100.0, false},
-                                {true, 0.0, vocab_size > 0 ? static_cast<double>(vocab_size) : kNone, false},
-                                {false, 0.0, 1.0, true},
-                                {false, 0.0, 1.0, false},
-                                {false, 0.0, 100.0, true}};
+  // distribution as flat as 100 does; a top_k at or above the vocabulary keeps every token (Hugging
+  // Face's and llama.cpp's meaning), so any k >= 0 is one; top_p 0 would keep no token; a repetition
+  // penalty of 0 divides by zero, a negative one flips the logits' signs.
+  const SampleRange ranges[] = {{true, 0.0, kNone, false},   // max_new_tokens
+                                {false, 0.0, 100.0, false},  // temperature
+                                {true, 0.0, kNone, false},   // top_k
+                                {false, 0.0, 1.0, true},     // top_p
+                                {false, 0.0, 1.0, false},    // min_p
+                                {false, 0.0, 100.0, true}};  // repetition_penalty
   return ranges[static_cast<size_t>(option)];
 }
 
-void SampleOptions::check(int64_t vocab_size) const {
+void SampleOptions::check() const {
   const std::pair<SampleOption, double> values[] = {
       {SampleOption::MaxNewTokens, static_cast<double>(max_new_tokens)},
       {SampleOption::Temperature, temperature},
@@ -66,11 +67,9 @@ void SampleOptions::check(int64_t vocab_size) const {
       {SampleOption::MinP, min_p},
       {SampleOption::RepetitionPenalty, repetition_penalty}};
   for (const auto& [option, value] : values) {
-    const SampleRange range = sample_option_range(option, vocab_size);
+    const SampleRange range = sample_option_range(option);
     if (!range.allows(value))
-      throw ConfigError("SampleOptions: " + name_of(option) + ": expected " + range.expected() +
-                        (option == SampleOption::TopK && vocab_size > 0 ? " (the model's vocabulary)" : "") +
-                        ", got " +
+      throw ConfigError("SampleOptions: " + name_of(option) + ": expected " + range.expected() + ", got " +
                         (range.integer ? std::to_string(static_cast<int64_t>(value)) : bound_text(value)));
   }
 }
@@ -81,7 +80,7 @@ std::vector<double> next_token_distribution(const float* logits, int64_t V, cons
             logits ? "" : " and no logits");
   TFM_CHECK(seen.empty() || static_cast<int64_t>(seen.size()) == V, "next_token_distribution", "seen marks ",
             seen.size(), " tokens, expected V = ", V, " or none");
-  o.check(V);
+  o.check();
   bool any = false;  // a logit above -infinity: a token that can be drawn
   for (int64_t i = 0; i < V; ++i) {
     TFM_CHECK(!std::isnan(logits[i]) && logits[i] != INFINITY, "next_token_distribution",
@@ -102,7 +101,7 @@ std::vector<double> next_token_distribution(const float* logits, int64_t V, cons
     return p;
   }
   for (double& v : z) v /= o.temperature;
-  if (o.top_k > 0 && o.top_k < V) {
+  if (o.top_k > 0 && o.top_k < V) {  // a k of at least V keeps every token
     std::vector<double> sorted = z;
     std::nth_element(sorted.begin(), sorted.begin() + (o.top_k - 1), sorted.end(), std::greater<double>());
     const double kth = sorted[o.top_k - 1];
@@ -236,7 +235,7 @@ Generation generate(LanguageModel& model, const Tokenizer& tokenizer, const Samp
   TFM_CHECK(tokenizer.size() == V, "generate", "the tokenizer has ", tokenizer.size(),
             " tokens but the model's vocabulary (model.vocab_size) is ", V,
             ": sample with the tokenizer the model was trained with");
-  o.check(V);
+  o.check();
   std::vector<int32_t> ids = tokenizer.encode(o.prompt, "--prompt");
   if (ids.empty()) ids.push_back(empty_prompt_token(tokenizer));
   for (size_t i = 0; i < ids.size(); ++i)

@@ -328,6 +328,14 @@ TEST_CASE("tfm board: the JSON API per endpoint on finished, stopped, corrupt an
       board_post(c, "/api/model/sample", {{"run", board_name("done")}, {"prompt", "RO"}, {"max_tokens", 5}});
   CHECK(s["prompt"] == "RO");
   CHECK(!s["text"].get<std::string>().empty());
+  // A top-k past the vocabulary keeps every token (sampling.h's table, as for tfm sample's --top-k): the
+  // text of top_k 0, the default, with the same seed.
+  const json all_k =
+      board_post(c, "/api/model/sample",
+                 {{"run", board_name("done")}, {"prompt", "RO"}, {"max_tokens", 5}, {"top_k", 1000}});
+  CHECK(all_k["text"] == s["text"]);
+  CHECK(board_post(c, "/api/model/sample", {{"run", board_name("done")}, {"top_k", -1}}, 400)["error"] ==
+        "top_k: expected an integer >= 0, got -1");
   s = board_post(c, "/api/model/attention", {{"run", board_name("done")}, {"text", "ROMEO"}});
   REQUIRE(s["layers"].size() == 1);
   CHECK(s["layers"][0]["probabilities"].size() == 2);  // heads

@@ -108,6 +108,16 @@ TEST_CASE("sample: --json records parse, their log-probs sum and match the strea
     CHECK(gr["logprob"] == 0.0);
     CHECK(gr["text"] == greedy);
   }
+  // A top-k at or above the vocabulary filters nothing: the draws of --top-k 0.
+  const nlohmann::json all = sample_test_records(sample_test_stdout("sample" + run + " --json").out).at(0);
+  for (const char* k : {" --top-k 1000", " --top-k 9223372036854775807"}) {
+    const tfm_test::CliRun big = sample_test_stdout("sample" + run + " --json" + k);
+    INFO(k << "\n" << big.out);
+    REQUIRE(big.status == 0);
+    const nlohmann::json br = sample_test_records(big.out).at(0);
+    CHECK(br["token_ids"] == all["token_ids"]);
+    CHECK(br["logprobs"] == all["logprobs"]);
+  }
 }
 
 TEST_CASE("sample: --stop ends generation and is not printed", "[cli][sample]") {

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -127,6 +128,11 @@ TEST_CASE("sampling: top-k then top-p renormalises between them", "[sampling]") 
   o.top_k = 2;
   sampling_test_expect(sampling_test_distribution(sampling_test_logits({0.4, 0.2, 0.2, 0.1, 0.1}), o),
                        {0.4, 0.2, 0.2, 0, 0});
+  // A k at or above the vocabulary keeps every token, as Hugging Face's and llama.cpp's do.
+  for (const int64_t k : {5, 6, 1000}) {
+    o.top_k = k;
+    sampling_test_expect(sampling_test_distribution(z, o), {0.35, 0.25, 0.2, 0.12, 0.08});
+  }
 }
 
 TEST_CASE("sampling: greedy with every filter is plain greedy", "[sampling]") {
@@ -336,10 +342,7 @@ TEST_CASE("sampling: options out of range, non-finite logits and nothing to draw
        "repetition_penalty: expected a number in (0, 100], got 0"},
       {[](SampleOptions& o) { o.repetition_penalty = -2; },
        "repetition_penalty: expected a number in (0, 100], got -2"},
-      {[](SampleOptions& o) { o.top_k = -1; },
-       "top_k: expected an integer in [0, 4] (the model's vocabulary), got -1"},
-      {[](SampleOptions& o) { o.top_k = 5; },
-       "top_k: expected an integer in [0, 4] (the model's vocabulary), got 5"},
+      {[](SampleOptions& o) { o.top_k = -1; }, "top_k: expected an integer >= 0, got -1"},
       {[](SampleOptions& o) { o.max_new_tokens = -1; }, "max_new_tokens: expected an integer >= 0, got -1"},
   };
   for (const Case& b : bad) {
@@ -361,6 +364,8 @@ TEST_CASE("sampling: options out of range, non-finite logits and nothing to draw
       {[](SampleOptions& o) { o.top_p = 1; }, ""},
       {[](SampleOptions& o) { o.min_p = 1; }, ""},
       {[](SampleOptions& o) { o.top_k = 4; }, ""},
+      {[](SampleOptions& o) { o.top_k = 5; }, ""},  // more than the vocabulary: every token
+      {[](SampleOptions& o) { o.top_k = std::numeric_limits<int64_t>::max(); }, ""},
       {[](SampleOptions& o) { o.repetition_penalty = 100; }, ""},
       {[](SampleOptions& o) { o.max_new_tokens = 0; }, ""},
   };

@@ -9,7 +9,8 @@
 //      multiplied by it when negative;
 //   2. temperature: logits / T; T = 0 is greedy: all the probability on the largest (penalised) logit, the
 //      first one on a tie, so the filters below never change a greedy choice;
-//   3. top-k: tokens whose logit is below the k-th largest are dropped (ties with the k-th kept);
+//   3. top-k: tokens whose logit is below the k-th largest are dropped (ties with the k-th kept); a k of 0,
+//      or at or above the vocabulary, keeps every token, as Hugging Face's and llama.cpp's top-k do;
 //   4. top-p (nucleus, Holtzman et al. 2020): of the tokens left, in descending probability, the smallest
 //      set whose cumulative probability reaches p is kept, and every token tied with its least likely one;
 //   5. min-p: tokens with probability below min_p * (the largest probability) are dropped.
@@ -40,17 +41,16 @@ struct SampleRange {
   double lo = 0.0, hi = 0.0;
   bool lo_open = false;             // (lo, hi] rather than [lo, hi]; hi infinite: no upper bound
   bool allows(double value) const;  // never NaN or an infinity
-  std::string bounds() const;       // "(0, 1]", "[0, 56]", ">= 0"
-  std::string expected() const;     // "a number in (0, 1]", "an integer in [0, 56]", "an integer >= 0"
+  std::string bounds() const;       // "(0, 1]", "[0, 100]", ">= 0"
+  std::string expected() const;     // "a number in (0, 1]", "a number in [0, 100]", "an integer >= 0"
 };
-// top_k's upper bound is vocab_size when it is known (> 0), else none.
-SampleRange sample_option_range(SampleOption option, int64_t vocab_size = 0);
+SampleRange sample_option_range(SampleOption option);
 
 struct SampleOptions {
   std::string prompt;               // empty: start from empty_prompt_token
   int64_t max_new_tokens = 500;     // >= 0
   double temperature = 1.0;         // in [0, 100]; 0: greedy
-  int64_t top_k = 0;                // in [0, vocabulary]; 0: all tokens
+  int64_t top_k = 0;                // >= 0; 0, or at least the vocabulary: all tokens
   double top_p = 1.0;               // in (0, 1]; 1: all tokens
   double min_p = 0.0;               // in [0, 1]; 0: all tokens
   double repetition_penalty = 1.0;  // in (0, 100]; 1: none
@@ -63,8 +63,8 @@ struct SampleOptions {
   uint64_t seed = 1337;
 
   // Throws ConfigError naming the first option outside its range (sample_option_range), as in
-  // "SampleOptions: top_p: expected a number in (0, 1], got 0"; vocab_size, the model's, bounds top_k.
-  void check(int64_t vocab_size) const;
+  // "SampleOptions: top_p: expected a number in (0, 1], got 0".
+  void check() const;
 };
 
 // The distribution the next token is drawn from (the order above): (V,) probabilities summing to 1, 0 for
