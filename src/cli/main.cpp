@@ -4,8 +4,11 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <new>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "cli.h"
@@ -80,6 +83,66 @@ std::string closest(const std::string& word, const std::vector<std::string>& nam
   return best;
 }
 
+// Other tools' spellings of tfm's flags, for the suggestion alone (tfm accepts none of them): llama.cpp's
+// llama-cli, Hugging Face generate()'s arguments (with dashes: underscores are read as dashes) and the
+// OpenAI API's max_tokens. A spelling may name a flag only some commands have.
+const std::pair<std::string_view, std::string_view> kOtherSpellings[] = {
+    {"-n", "--max-new-tokens"},
+    {"--n-predict", "--max-new-tokens"},
+    {"--max-tokens", "--max-new-tokens"},
+    {"--max-length", "--max-new-tokens"},
+    {"-p", "--prompt"},
+    {"-f", "--prompt-file"},
+    {"--file", "--prompt-file"},
+    {"--temp", "--temperature"},
+    {"--repeat-penalty", "--repetition-penalty"},
+    {"--num-return-sequences", "--num-samples"},
+    {"-r", "--stop"},
+    {"--reverse-prompt", "--stop"},
+    {"--stop-strings", "--stop"},
+    {"-i", "--interactive"},
+    {"-s", "--seed"},
+    {"-t", "--threads"},
+    {"-m", "--run"},
+    {"--model", "--run"},
+};
+
+// What an unknown flag of a command was likely meant to be among its `flags`, "" when none is near: the
+// flag another tool spells so (kOtherSpellings), else the flag it begins ("--top-k or --top-p" when it
+// begins two or three), else one within two edits that change fewer than half its letters (--promt:
+// --prompt; --temp is not --help). Underscores are read as dashes (--top_k: --top-k). One function for
+// every command.
+std::string suggested_flag(const std::string& typed, const std::vector<std::string>& flags) {
+  std::string word = typed;
+  std::replace(word.begin(), word.end(), '_', '-');
+  const auto has = [&](std::string_view f) {
+    return std::find(flags.begin(), flags.end(), f) != flags.end();
+  };
+  if (has(word)) return word;
+  for (const auto& [other, ours] : kOtherSpellings)
+    if (word == other && has(ours)) return std::string(ours);
+  std::vector<std::string> begun;
+  if (word.size() > 2 && word.rfind("--", 0) == 0)
+    for (const std::string& f : flags)
+      if (f.rfind(word, 0) == 0) begun.push_back(f);
+  if (!begun.empty() && begun.size() <= 3) {
+    std::string list;
+    for (size_t i = 0; i < begun.size(); ++i)
+      list += (i == 0 ? "" : i + 1 == begun.size() ? " or " : ", ") + begun[i];
+    return list;
+  }
+  const size_t start = word.find_first_not_of('-');
+  if (start == std::string::npos) return "";
+  const std::string letters = word.substr(start);
+  std::string best;
+  size_t best_d = 3;
+  for (const std::string& f : flags)
+    if (const size_t d = edit_distance(letters, f.substr(f.find_first_not_of('-')));
+        d < best_d && 2 * d < letters.size())
+      best = f, best_d = d;
+  return best;
+}
+
 // CLI11's parse errors as tfm's own: "tfm: error: ..." on stderr, what a mistyped command or flag
 // was likely meant to be, and where the command's help is. --help, --help-all and --version are not
 // errors: CLI11 prints them.
@@ -93,27 +156,57 @@ int report_parse_error(CLI::App& app, const CLI::ParseError& e) {
     commands.push_back(sub->get_name());
   for (const CLI::Option* opt : cmd->get_options())
     for (const std::string& l : opt->get_lnames()) flags.push_back("--" + l);
+  // What CLI11 left over, in the order typed: each unknown flag named with what it was likely meant to
+  // be, the word after one taken as its value (`--temp 0.5`), any other word not expected.
+  std::vector<std::string> unknown, words;
+  const auto is_number = [](const std::string& a) {
+    char* end = nullptr;
+    std::strtod(a.c_str(), &end);
+    return !a.empty() && *end == '\0';
+  };
+  bool value_may_follow = false;
+  for (const std::string& a : extra) {
+    const bool flag = a.size() > 1 && a[0] == '-' && !is_number(a);
+    if (value_may_follow && !flag) {
+      value_may_follow = false;
+      continue;
+    }
+    value_may_follow = false;
+    const std::string typed = a.substr(0, a.find('='));
+    if (!flag) {
+      words.push_back(a);
+    } else if (std::find(flags.begin(), flags.end(), typed) == flags.end()) {
+      const std::string s = suggested_flag(typed, flags);
+      unknown.push_back(typed + " is not a flag of " + name +
+                        (s.empty() ? "" : " (did you mean " + s + "?)"));
+      value_may_follow = typed.size() == a.size();
+    }
+  }
   std::string msg;
-  const auto word =
-      std::find_if(extra.begin(), extra.end(), [](const std::string& a) { return a[0] != '-'; });
-  if (!commands.empty() && word != extra.end()) {
+  if (!commands.empty() && !words.empty()) {
     std::string list;
     for (const std::string& c : commands) list += (list.empty() ? "" : ", ") + c;
-    const std::string s = closest(*word, commands);
-    msg = name + ": unknown command \"" + *word + "\"" + (s.empty() ? "" : " (did you mean " + s + "?)") +
+    const std::string s = closest(words[0], commands);
+    msg = name + ": unknown command \"" + words[0] + "\"" + (s.empty() ? "" : " (did you mean " + s + "?)") +
           "; the commands: " + list;
+    for (const std::string& u : unknown) msg += "; " + u;
   } else if (const std::string what = e.what();
              what.find(": At Most 1 required but received ") != std::string::npos) {
     // CLI11's words for a one-value flag given more than once.
     msg = name + ": " + what.substr(0, what.find(": At Most")) + ": given " +
           what.substr(what.rfind(' ') + 1) + " times; it takes one value";
   } else {
-    msg = name + ": " + e.what();
-    for (const std::string& a : extra)
-      if (a.size() > 1 && a[0] == '-' && std::find(flags.begin(), flags.end(), a) == flags.end()) {
-        const std::string s = closest(a.substr(0, a.find('=')), flags);
-        msg += "; " + a + " is not a flag of " + name + (s.empty() ? "" : " (did you mean " + s + "?)");
-      }
+    // The unknown flags first; CLI11's list of what was left over (in reverse order) says no more.
+    std::vector<std::string> parts = unknown;
+    if (!words.empty()) {
+      std::string list;
+      for (const std::string& w : words) list += (list.empty() ? "" : " ") + w;
+      parts.push_back(std::string(words.size() == 1 ? "an argument" : "arguments") +
+                      " not expected: " + list);
+    }
+    if (!dynamic_cast<const CLI::ExtrasError*>(&e) || parts.empty()) parts.push_back(e.what());
+    msg = name + ":";
+    for (size_t i = 0; i < parts.size(); ++i) msg += (i == 0 ? " " : "; ") + parts[i];
   }
   print_error(msg + "\n`" + name + " --help` shows its usage, with examples");
   return kExitBadInput;

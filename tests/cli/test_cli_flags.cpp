@@ -70,12 +70,46 @@ TEST_CASE("cli flags: a mistyped command or flag is named as tfm's own error, wi
       {"config --keys --config configs/tiny.json", {"tfm: error: tfm config: --config excludes --keys"}},
       {"sample --run x --max-new-tokens 5 --max-new-tokens 3",
        {"tfm: error: tfm sample: --max-new-tokens: given 2 times; it takes one value"}},
+      // The unknown flag first; the value after it is its own, not a second thing not expected.
+      {"sample --run x --temp 0.5",
+       {"tfm: error: tfm sample: --temp is not a flag of tfm sample (did you mean --temperature?)\n"}},
+      {"sample --run x --temp=0.5",
+       {"tfm sample: --temp is not a flag of tfm sample (did you mean --temperature?)"}},
+      // The one flag a prefix begins; the flags it may begin when it is several.
+      {"sample --run x --max-new 5",
+       {"--max-new is not a flag of tfm sample (did you mean --max-new-tokens?)"}},
+      {"sample --run x --top 5", {"--top is not a flag of tfm sample (did you mean --top-k or --top-p?)"}},
+      {"sample --run x --josn", {"--josn is not a flag of tfm sample (did you mean --json?)"}},
+      // llama.cpp's and Hugging Face's spellings.
+      {"sample --run x -n 5", {"-n is not a flag of tfm sample (did you mean --max-new-tokens?)"}},
+      {"sample --run x --n-predict 5",
+       {"--n-predict is not a flag of tfm sample (did you mean --max-new-tokens?)"}},
+      {"sample --run x -p hi", {"-p is not a flag of tfm sample (did you mean --prompt?)"}},
+      {"sample --run x --repeat-penalty 1.1",
+       {"--repeat-penalty is not a flag of tfm sample (did you mean --repetition-penalty?)"}},
+      {"sample --run x --top_k 5", {"--top_k is not a flag of tfm sample (did you mean --top-k?)"}},
+      {"sample --run x --max_new_tokens 5",
+       {"--max_new_tokens is not a flag of tfm sample (did you mean --max-new-tokens?)"}},
+      {"sample --run x --num_return_sequences 2",
+       {"--num_return_sequences is not a flag of tfm sample (did you mean --num-samples?)"}},
+      // Two unknown flags, in the order typed; another error of the parser after them.
+      {"sample --run x --temp 0.5 -n 3",
+       {"tfm sample: --temp is not a flag of tfm sample (did you mean --temperature?); -n is not a flag of "
+        "tfm sample (did you mean --max-new-tokens?)\n"}},
+      {"eval --temp 0.5", {"tfm: error: tfm eval: --temp is not a flag of tfm eval; --run is required\n"}},
+      // A word no unknown flag takes is named as not expected, in the order typed.
+      {"sample --run x hello world", {"tfm: error: tfm sample: arguments not expected: hello world\n"}},
+      {"sample --run x --temp 0.5 hello",
+       {"tfm sample: --temp is not a flag of tfm sample (did you mean --temperature?); an argument not "
+        "expected: hello\n"}},
+      {"bench --temp 0.5", {"tfm: error: tfm bench: --temp is not a flag of tfm bench"}},
   };
   for (const Case& c : cases) {
     const tfm_test::CliRun r = tfm_test::run_tfm(c.args);
     INFO(c.args << "\n" << r.out);
     CHECK(r.status == 2);
     for (const std::string& f : c.fragments) CHECK_THAT(r.out, Catch::Contains(f));
+    CHECK_THAT(r.out, !Catch::Contains("did you mean --help"));
   }
   const tfm_test::CliRun v = tfm_test::run_tfm("--version");
   CHECK(v.status == 0);

@@ -1,6 +1,7 @@
 // `tfm CMD --help` teaches CMD by its own examples: every command and command group, found by walking
 // the "Subcommands:" lists from `tfm --help`, shows examples of itself (not the global tour), and every
-// flag an example of it uses is one of its options.
+// flag an example of it uses is one of its options. On the same walk, no command suggests --help for
+// llama.cpp's --temp.
 #include <catch2/catch.hpp>
 #include <regex>
 #include <set>
@@ -94,6 +95,25 @@ TEST_CASE("cli: every command's help shows its own examples, with flags it has",
       }
     }
     CHECK(own >= 1);
+  }
+}
+
+// A flag a command does not have is named with the one meant, by one function for every command: llama.cpp's
+// --temp is no command's --help (two edits from it), and no value after it is "not expected".
+TEST_CASE("cli: no command takes llama.cpp's --temp for --help", "[cli][help][flags]") {
+  std::vector<std::string> commands = subcommands_of(run_tfm("--help").out);
+  for (size_t i = 0; i < commands.size(); ++i) {
+    const std::string command = commands[i];  // a copy: the loop appends to commands
+    for (const std::string& child : subcommands_of(run_tfm(command + " --help").out))
+      commands.push_back(command + " " + child);
+  }
+  REQUIRE(commands.size() >= 20);
+  for (const std::string& c : commands) {
+    const tfm_test::CliRun r = run_tfm(c + " --temp 0.5");
+    INFO("tfm " << c << " --temp 0.5\n" << r.out);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.out, Catch::Contains("--temp is not a flag of tfm " + c));
+    CHECK_THAT(r.out, !Catch::Contains("--help?") && !Catch::Contains("not expected"));
   }
 }
 

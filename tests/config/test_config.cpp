@@ -331,6 +331,9 @@ TEST_CASE("config: the key table documents every key", "[config]") {
   const std::string md = keys_markdown();
   for (const auto& k : config_keys()) CHECK_THAT(md, Catch::Contains("`" + k.path + "`"));
   CHECK(edit_distance("kitten", "sitting") == 3);
+  CHECK(edit_distance("josn", "json") == 1);  // two neighbours swapped: one edit
+  CHECK(edit_distance("model.d_modle", "model.d_model") == 1);
+  CHECK(edit_distance("ca", "abc") == 3);  // a swapped pair is not edited again (optimal string alignment)
 }
 
 TEST_CASE("config: a key the chosen optimizer or schedule does not read is warned about, not refused",

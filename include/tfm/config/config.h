@@ -149,7 +149,8 @@ std::string keys_markdown();
 // the cut), so that a long or nested value cannot flood a message.
 std::string json_excerpt(const nlohmann::json& value, size_t max_chars = 60);
 
-// Levenshtein distance, for did-you-mean suggestions.
+// Levenshtein distance with a swap of two neighbouring characters as one edit (optimal string
+// alignment: "josn" is 1 from "json"), for did-you-mean suggestions.
 size_t edit_distance(const std::string& a, const std::string& b);
 
 }  // namespace tfm
