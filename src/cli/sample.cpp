@@ -8,6 +8,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 
 #include "cli.h"
 #include "tfm/data/utf8.h"
@@ -50,26 +51,33 @@ CLI::Validator sample_flag(SampleOption option) {
           (std::isinf(range.hi) ? " (" + range.bounds() + ")" : " in " + range.bounds()));
 }
 
-// --stop's escapes, so a newline can be typed: \n (newline), \t (tab), \\ (a backslash); any other
-// backslash stays as it is.
-CLI::Validator stop_escapes() {
+// The escapes --prompt and --stop read, so that a newline can be typed (llama.cpp's -p reads them
+// too): \n (newline), \t (tab), \\ (a backslash); any other backslash stays as it is. A prompt file, a
+// line of --interactive's stdin and the board's JSON strings are taken as they are.
+std::string read_escapes(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char next = i + 1 < text.size() ? text[i + 1] : '\0';
+    if (text[i] == '\\' && (next == 'n' || next == 't' || next == '\\')) {
+      out += next == 'n' ? '\n' : next == 't' ? '\t' : '\\';
+      ++i;
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
+}
+
+// A flag's value read through read_escapes; `if_empty`, when not "", refuses an empty one.
+CLI::Validator escapes(const std::string& if_empty = "") {
   return CLI::Validator(
-      [](std::string& text) -> std::string {
-        std::string out;
-        for (size_t i = 0; i < text.size(); ++i) {
-          const char next = i + 1 < text.size() ? text[i + 1] : '\0';
-          if (text[i] == '\\' && (next == 'n' || next == 't' || next == '\\')) {
-            out += next == 'n' ? '\n' : next == 't' ? '\t' : '\\';
-            ++i;
-          } else {
-            out += text[i];
-          }
-        }
-        if (out.empty()) return "expected a non-empty string (generation stops where it occurs)";
-        text = out;
+      [if_empty](std::string& text) -> std::string {
+        std::string out = read_escapes(text);
+        if (out.empty() && !if_empty.empty()) return if_empty;
+        text = std::move(out);
         return "";
       },
-      "");  // the option names its type (STR) already
+      "");  // the option names its type (STR, TEXT) already
 }
 
 // The samples of one prompt, drawn from one generator seeded with --seed (sample 1 is what a single
@@ -179,17 +187,22 @@ std::vector<Command> add_sample_commands(CLI::App& app) {
   SampleOptions& s = o->sample;
   auto* samp = app.add_subcommand("sample", "Generate text from a trained run (streams as it goes)");
   samp->add_option("--run", o->run, "Run directory")->type_name("DIR")->required();
-  auto* prompt = samp->add_option("--prompt", s.prompt,
-                                  "Text to continue (default: the end-of-text token, else a newline)");
+  auto* prompt =
+      samp->add_option(
+              "--prompt", s.prompt,
+              "Text to continue, with --stop's escapes: \\n, \\t, \\\\ for a backslash (default: the "
+              "end-of-text token, else a newline)")
+          ->transform(escapes());
   auto* prompt_file =
       samp->add_option(
               "--prompt-file", o->prompt_file,
               "Continue the text of FILE (all of it, newlines kept; CRLF read as LF, a byte order mark "
-              "dropped, as corpora are read)")
+              "dropped, as corpora are read; no escapes: a backslash is one)")
           ->type_name("FILE")
           ->excludes(prompt);
   samp->add_flag("--interactive", o->interactive,
-                 "Read prompts from stdin, one a line, and stream each one's continuation until EOF")
+                 "Read prompts from stdin, one a line (as typed: no escapes), and stream each one's "
+                 "continuation until EOF")
       ->excludes(prompt)
       ->excludes(prompt_file);
   samp->add_option("--max-new-tokens", s.max_new_tokens, "Tokens to generate per sample")
@@ -222,11 +235,11 @@ std::vector<Command> add_sample_commands(CLI::App& app) {
   samp->add_option(
           "--stop", s.stop,
           "End a sample at the first occurrence of STR in its text, STR not printed (repeatable; \\n, \\t, "
-          "\\\\ escapes; any other backslash stays as typed)")
+          "\\\\ escapes, as --prompt's; any other backslash stays as typed)")
       ->type_name("STR")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
-      ->transform(stop_escapes());
+      ->transform(escapes("expected a non-empty string (generation stops where it occurs)"));
   samp->add_flag("--ignore-eos", o->ignore_eos,
                  "Draw on past the end-of-text token (the document separator of a multi-document corpus, "
                  "GPT-2's <|endoftext|>) into a next document; by default a sample ends there");
@@ -254,6 +267,8 @@ std::vector<Command> add_sample_commands(CLI::App& app) {
       "(-n, --temp, --repeat-penalty, --max_new_tokens) are not flags: the error names tfm's.\n"
       "\nExamples:\n"
       "  tfm sample --run runs/shakespeare_char --prompt \"ROMEO:\" --temperature 0.8 --top-k 40\n"
+      "  tfm sample --run runs/shakespeare_char --prompt \"JULIET:\\nO Romeo\"   # \\n: a newline, as in "
+      "--stop\n"
       "  tfm sample --run runs/shakespeare_char --prompt \"ROMEO:\" --top-p 0.9 --repetition-penalty 1.2 \\\n"
       "      --num-samples 3 --stop \"\\n\\n\"\n"
       "  tfm sample --run runs/shakespeare_char --prompt-file prompt.txt --min-p 0.05 --json\n"

@@ -336,6 +336,14 @@ TEST_CASE("tfm board: the JSON API per endpoint on finished, stopped, corrupt an
   CHECK(all_k["text"] == s["text"]);
   CHECK(board_post(c, "/api/model/sample", {{"run", board_name("done")}, {"top_k", -1}}, 400)["error"] ==
         "top_k: expected an integer >= 0, got -1");
+  // A JSON string has its escapes read already: a prompt's "\n" is a newline, and a backslash the
+  // JSON held stays one (this vocabulary has none: refused by name), not read as a second escape.
+  s = board_post(c, "/api/model/sample",
+                 {{"run", board_name("done")}, {"prompt", "RO\nME"}, {"max_tokens", 2}});
+  CHECK(s["prompt"] == "RO\nME");
+  CHECK_THAT(board_post(c, "/api/model/sample", {{"run", board_name("done")}, {"prompt", "RO\\nME"}}, 400)
+                 .value("error", std::string()),
+             Catch::Contains("character '\\' (U+005C) at character 2"));
   s = board_post(c, "/api/model/attention", {{"run", board_name("done")}, {"text", "ROMEO"}});
   REQUIRE(s["layers"].size() == 1);
   CHECK(s["layers"][0]["probabilities"].size() == 2);  // heads

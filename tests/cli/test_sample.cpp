@@ -207,6 +207,37 @@ TEST_CASE("sample: --interactive continues each line of stdin until EOF, and --p
   CHECK_THAT(r.out, Catch::Contains(tmp.file("missing.txt")));
 }
 
+TEST_CASE("sample: --prompt reads --stop's escapes, a prompt file and stdin lines are taken as they are",
+          "[cli][sample]") {
+  const std::string run = " --run " + sample_test_run() + " --max-new-tokens 8 --seed 2 --json";
+  // \n is a newline, as llama.cpp's -p reads it: the prompt of a file that holds one.
+  const tfm_test::TempDir tmp("sample_prompt_escapes");
+  std::ofstream(tmp.file("newline.txt"), std::ios::binary) << "ROMEO:\n";
+  tfm_test::CliRun r = sample_test_stdout("sample" + run + " --prompt 'ROMEO:\\n'");
+  REQUIRE(r.status == 0);
+  const nlohmann::json typed = sample_test_records(r.out).at(0);
+  CHECK(typed["prompt"] == "ROMEO:\n");
+  r = sample_test_stdout("sample" + run + " --prompt-file " + tmp.file("newline.txt"));
+  REQUIRE(r.status == 0);
+  const nlohmann::json file = sample_test_records(r.out).at(0);
+  CHECK(file["prompt"] == "ROMEO:\n");
+  CHECK(typed["prompt_token_ids"] == file["prompt_token_ids"]);
+  CHECK(typed["text"] == file["text"]);
+  // \\ is one backslash (not in this vocabulary: refused by name), so \\n is not a newline.
+  r = tfm_test::run_tfm("sample" + run + " --prompt 'ROMEO:\\\\n'");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("--prompt: character '\\' (U+005C) at character 6"));
+  // A file's bytes and a line of stdin are the prompt as they are: a backslash stays one.
+  std::ofstream(tmp.file("backslash.txt"), std::ios::binary) << "ROMEO:\\n";
+  r = tfm_test::run_tfm("sample" + run + " --prompt-file " + tmp.file("backslash.txt"));
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("character '\\' (U+005C) at character 6"));
+  r = tfm_test::run_shell("printf 'ROMEO:\\\\n\\n' | " + tfm_test::tfm_command() + " sample" + run +
+                          " --interactive");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("stdin line 1: character '\\' (U+005C) at character 6"));
+}
+
 TEST_CASE("sample: bad filter values exit 2 naming the flag and the range", "[cli][sample]") {
   const std::string run = "sample --run " + tfm_test::causal_run();
   const std::vector<std::pair<std::string, std::string>> cases = {
