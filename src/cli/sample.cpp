@@ -1,5 +1,7 @@
 // `tfm sample`: text from a causal_lm run, streamed as it is generated; several samples, stop strings,
 // a prompt file, JSON records with log-probabilities, and an interactive loop over stdin.
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -81,10 +83,12 @@ CLI::Validator escapes(const std::string& if_empty = "") {
 }
 
 // The samples of one prompt, drawn from one generator seeded with --seed (sample 1 is what a single
-// sample with that seed gives): printed as text streamed after the prompt, or one JSON line each.
-// `echo_prompt`: the prompt is printed before its continuation (not in the interactive loop, where the
-// user just typed it).
-void print_samples(LoadedRun& run, const SampleCliOptions& cli, const std::string& prompt, bool echo_prompt) {
+// sample with that seed gives): printed as text streamed after the prompt, or one JSON line each (its
+// prompt in it). As text, each sample is headed by a line "--- LABEL, sample 2 of 3 ---" when there is
+// a label (the interactive loop's "stdin line 4") or several samples. `echo_prompt`: the prompt is
+// printed before its continuation (not when the user just typed it on the same terminal).
+void print_samples(LoadedRun& run, const SampleCliOptions& cli, const std::string& prompt,
+                   const std::string& label, bool echo_prompt) {
   SampleOptions o = cli.sample;
   o.prompt = prompt;
   o.stop_at_end_of_text = !cli.ignore_eos;
@@ -109,9 +113,11 @@ void print_samples(LoadedRun& run, const SampleCliOptions& cli, const std::strin
       std::fflush(stdout);
       continue;
     }
+    std::string header = label;
     if (cli.num_samples > 1)
-      std::printf("--- sample %lld of %lld ---\n", static_cast<long long>(i + 1),
-                  static_cast<long long>(cli.num_samples));
+      header += (header.empty() ? "" : ", ") + std::string("sample ") + std::to_string(i + 1) + " of " +
+                std::to_string(cli.num_samples);
+    if (!header.empty()) std::printf("--- %s ---\n", header.c_str());
     if (echo_prompt) std::fputs(prompt.c_str(), stdout);
     generate(
         *run.model, run.checkpoint.tokenizer, o, rng,
@@ -158,10 +164,14 @@ int sample_command(const SampleCliOptions& cli) {
                    "(model.max_seq_len): it continues from the prompt's last %lld\n",
                    static_cast<long long>(prompt_tokens), static_cast<long long>(L),
                    static_cast<long long>(L));
-    print_samples(run, cli, prompt, true);
+    print_samples(run, cli, prompt, "", true);
     return kExitOk;
   }
-  // One prompt per line until EOF; a line the vocabulary cannot encode is reported and skipped.
+  // One prompt per line until EOF; a line the vocabulary cannot encode is reported and skipped. Each
+  // answer is printed as --prompt's is, the prompt echoed before its text, under a line naming the stdin
+  // line, so that piped prompts can be matched to their answers; a prompt typed on the terminal the
+  // answer goes to is on screen already and is not echoed.
+  const bool typed_on_screen = ::isatty(STDIN_FILENO) && ::isatty(STDOUT_FILENO);
   int status = kExitOk;
   std::string line;
   for (int64_t n = 1; std::getline(std::cin, line); ++n) {
@@ -173,7 +183,7 @@ int sample_command(const SampleCliOptions& cli) {
       status = kExitBadInput;
       continue;
     }
-    print_samples(run, cli, line, false);
+    print_samples(run, cli, line, "stdin line " + std::to_string(n), !typed_on_screen);
   }
   return status;
 }
@@ -201,8 +211,9 @@ std::vector<Command> add_sample_commands(CLI::App& app) {
           ->type_name("FILE")
           ->excludes(prompt);
   samp->add_flag("--interactive", o->interactive,
-                 "Read prompts from stdin, one a line (as typed: no escapes), and stream each one's "
-                 "continuation until EOF")
+                 "Read prompts from stdin, one a line (as typed: no escapes), until EOF: each one's text is "
+                 "streamed under a line \"--- stdin line N ---\", the prompt echoed as --prompt's is (not "
+                 "when typed on this terminal); with --json, one line a sample, its prompt in it")
       ->excludes(prompt)
       ->excludes(prompt_file);
   samp->add_option("--max-new-tokens", s.max_new_tokens, "Tokens to generate per sample")
@@ -272,7 +283,9 @@ std::vector<Command> add_sample_commands(CLI::App& app) {
       "  tfm sample --run runs/shakespeare_char --prompt \"ROMEO:\" --top-p 0.9 --repetition-penalty 1.2 \\\n"
       "      --num-samples 3 --stop \"\\n\\n\"\n"
       "  tfm sample --run runs/shakespeare_char --prompt-file prompt.txt --min-p 0.05 --json\n"
-      "  tfm sample --run runs/shakespeare_char --interactive --max-new-tokens 100\n");
+      "  tfm sample --run runs/shakespeare_char --interactive --max-new-tokens 100\n"
+      "  tfm sample --run runs/shakespeare_char --interactive --json < prompts.txt   # a JSON line a "
+      "prompt\n");
   return {{samp, [o] { return sample_command(*o); }}};
 }
 

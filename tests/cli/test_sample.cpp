@@ -174,21 +174,33 @@ TEST_CASE("sample: --interactive continues each line of stdin until EOF, and --p
   };
   const std::string romeo = continuation("ROMEO:"), menenius = continuation("MENENIUS:");
   const std::string tfm = tfm_test::tfm_command() + " sample" + run + " --interactive";
+  // Piped in, each prompt is echoed before its text, as --prompt prints it, under a line naming it.
   tfm_test::CliRun r = tfm_test::run_shell("{ printf 'ROMEO:\\nMENENIUS:\\n' | " + tfm + " 2>/dev/null; }");
   REQUIRE(r.status == 0);
-  CHECK(r.out == romeo + "\n" + menenius + "\n");
+  CHECK(r.out ==
+        "--- stdin line 1 ---\nROMEO:" + romeo + "\n--- stdin line 2 ---\nMENENIUS:" + menenius + "\n");
+  // Several samples a prompt: each under its own line.
+  const std::vector<nlohmann::json> two =
+      sample_test_records(sample_test_stdout("sample" + run + " --json --num-samples 2 --prompt ROMEO:").out);
+  REQUIRE(two.size() == 2);
+  r = tfm_test::run_shell("{ printf 'ROMEO:\\n' | " + tfm + " --num-samples 2 2>/dev/null; }");
+  CHECK(r.out == "--- stdin line 1, sample 1 of 2 ---\nROMEO:" + two[0]["text"].get<std::string>() +
+                     "\n--- stdin line 1, sample 2 of 2 ---\nROMEO:" + two[1]["text"].get<std::string>() +
+                     "\n");
   r = tfm_test::run_shell("{ printf 'ROMEO:\\nMENENIUS:' | " + tfm +
                           " --json 2>/dev/null; }");  // no final newline
+  // --json: one line a prompt (a sample), its prompt in it, and nothing else on stdout.
   const std::vector<nlohmann::json> records = sample_test_records(r.out);
   REQUIRE(records.size() == 2);
   CHECK(records[0]["prompt"] == "ROMEO:");
+  CHECK(records[0]["text"] == romeo);
   CHECK(records[1]["prompt"] == "MENENIUS:");
   CHECK(records[1]["text"] == menenius);
   // A line the vocabulary cannot encode is named and skipped; the others are still answered; exit 2.
   r = tfm_test::run_shell("printf 'ROMEO:\\n\\342\\202\\254\\nMENENIUS:\\n' | " + tfm);
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("stdin line 2"));
-  CHECK_THAT(r.out, Catch::Contains(menenius));
+  CHECK_THAT(r.out, Catch::Contains("--- stdin line 3 ---\nMENENIUS:" + menenius + "\n"));
   // --prompt-file: the file's text is the prompt.
   const tfm_test::TempDir tmp("sample_prompt_file");
   std::ofstream(tmp.file("p.txt")) << "MENENIUS:";
