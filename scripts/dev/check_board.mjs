@@ -22,6 +22,10 @@ try {
   await page.waitForSelector('#runs-table tr[data-run="runs/small"]', { timeout: 10000 });
   await page.waitForSelector('#runs-table tr[data-run="runs/two_heads"]', { timeout: 10000 });
   console.log(`check_board.mjs: page and runs table in ${Date.now() - t0} ms`);
+  // The page ticks the first four runs it lists: these two must be among the ticked ones.
+  for (const run of ['runs/small', 'runs/two_heads'])
+    if (!await page.$eval(`#runs-table tr[data-run="${run}"] input`, (b) => b.checked))
+      await page.click(`#runs-table tr[data-run="${run}"] input`);
   // The loss chart holds both runs' points (100 steps, logged every 5: 20 points each).
   await page.waitForFunction(() => window.tfmBoard.points('runs/small') === 20 &&
     window.tfmBoard.points('runs/two_heads') === 20, { timeout: 10000 });
@@ -98,6 +102,18 @@ try {
   const maps = await page.$$eval('#attention canvas.heat', (c) => c.length);
   if (maps < 2) fail(`${maps} attention maps drawn`);
   console.log(`check_board.mjs: sample of ${sample.length} characters, ${maps} attention maps`);
+  // Fill-mask on the masked-LM run with the form as it comes (top-k 0: every token, to sampling).
+  await page.select('#model-run', 'runs/mlm');
+  await page.$eval('#model-text', (e) => { e.value = 'To be, or not to b[MASK]'; });
+  await page.$eval('#model-output', (e) => { delete e.dataset.done; });
+  await page.click('#run-model');
+  await page.waitForFunction(() => {
+    const o = document.querySelector('#model-output');
+    return o.dataset.done || o.className === 'error';
+  }, { timeout: 20000 });
+  const filled = await page.$eval('#model-output', (e) => e.textContent);
+  if (!filled.startsWith('mask 1: ')) fail('fill-mask: ' + JSON.stringify(filled));
+  console.log(`check_board.mjs: fill-mask: ${filled.slice(0, 40)}`);
   // No curve on a chart's top or bottom edge, where its line is half clipped (the learning rate's peak
   // was): every drawn value strictly inside the y axis, or on a zero that the axis starts at.
   const edges = await page.evaluate(() => [...document.querySelectorAll('#charts canvas')].flatMap((canvas) => {

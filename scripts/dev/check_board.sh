@@ -53,6 +53,11 @@ tiny=(--config configs/tiny.json --set train.log_interval=5 --set train.eval_int
 "$tfm" train "${tiny[@]}" --set train.max_steps=100 --set model.n_heads=2 --set train.optimizer.lr=1e-3 \
   --out "$work/runs/two_heads" \
   > "$work/two_heads.log" 2>&1
+# A masked-LM run: the page's model box fills its masks.
+"$tfm" train --config configs/shakespeare_mlm.json --set data.path=tests/data/tiny_shakespeare.txt \
+  --set model.d_model=32 --set model.n_layers=1 --set model.max_seq_len=32 --set train.seq_len=32 \
+  --set train.max_steps=20 \
+  --set train.eval_interval=20 --set train.threads=1 --out "$work/runs/mlm" > "$work/mlm.log" 2>&1
 # A run killed at step 50 with its last checkpoint at 40: two records past the checkpoint (loss 99) that
 # the browser's `tfm train --resume` rewrites; the page must drop them and fetch the new ones.
 "$tfm" train "${tiny[@]}" --set train.max_steps=40 --out "$work/runs/resumed" > "$work/resumed.log" 2>&1

@@ -281,8 +281,10 @@ async function runModel(kind) {
   const body = { run, text, prompt: text, target: $('#model-target').value || undefined };
   if (kind === 'model') {
     kind = { masked_lm: 'fill_mask', seq2seq: 'translate' }[r && r.objective] || 'sample';
-    Object.assign(body, { temperature: Number($('#temperature').value), top_k: Number($('#top-k').value),
-      max_tokens: Number($('#max-tokens').value) });
+    // top-k 0 is every token to sampling; fill-mask lists k >= 1 candidates (the server's 5 when unset).
+    const topK = Number($('#top-k').value);
+    Object.assign(body, { temperature: Number($('#temperature').value),
+      top_k: kind === 'fill_mask' && topK < 1 ? undefined : topK, max_tokens: Number($('#max-tokens').value) });
   }
   out.textContent = '…'; out.className = '';
   try {
