@@ -61,16 +61,25 @@ Dataset split(const std::string& path, TokenCache cache, double val_fraction, in
     d.val_documents = D - d_train;
   }
   const int64_t need = tokens_for_a_sequence(seq_len);
-  auto too_short = [&](const char* which, int64_t n, const char* fraction_advice) {
-    if (n < need && short_split == ShortSplit::Refuse)
-      throw IoError(
-          path + ": the " + which + " split has " + std::to_string(n) + " tokens (" + std::to_string(N) +
-          (D >= 2 ? " in the corpus" : " in the file") + ", data.val_fraction = " + fraction +
-          "); one sequence needs train.seq_len + 2 = " + std::to_string(need) +
-          " (use a longer text, a smaller train.seq_len or a " + fraction_advice + " data.val_fraction)");
+  // `documents`: the split's whole documents (0 for a token split of one document); `others`: the other
+  // split's, which data.val_fraction can move a document from while it keeps one.
+  auto too_short = [&](const char* which, int64_t n, const char* fraction_advice, int64_t documents,
+                       int64_t others) {
+    if (n >= need || short_split != ShortSplit::Refuse) return;
+    const std::string fraction_way = std::string("a ") + fraction_advice + " data.val_fraction";
+    const std::string advice =
+        D < 2 ? "use a longer text, a smaller train.seq_len or " + fraction_way
+              : "the split takes whole documents, and its " + std::to_string(documents) + " of the " +
+                    std::to_string(D) + " hold too few tokens: " +
+                    (others > 1 ? fraction_way + " gives it more documents, or use " : "use ") +
+                    "a smaller train.seq_len or longer documents";
+    throw IoError(path + ": the " + which + " split has " + std::to_string(n) + " tokens (" +
+                  std::to_string(N) + (D >= 2 ? " in the corpus" : " in the file") +
+                  ", data.val_fraction = " + fraction +
+                  "); one sequence needs train.seq_len + 2 = " + std::to_string(need) + " (" + advice + ")");
   };
-  too_short("training", n_train, "smaller");
-  too_short("validation", N - n_train, "larger");
+  too_short("training", n_train, "smaller", D - d.val_documents, d.val_documents);
+  too_short("validation", N - n_train, "larger", d.val_documents, D - d.val_documents);
   const double val_share = static_cast<double>(N - n_train) / static_cast<double>(N);
   if (D >= 2 && (val_share > 2 * val_fraction || val_share < 0.5 * val_fraction)) {
     char share[32];

@@ -233,6 +233,17 @@ TEST_CASE("messages: a split too short shows data.val_fraction as given and the 
                              "0.001)") &&
                  Catch::Contains("or a larger data.val_fraction)"));
   CHECK(!fs::exists(dir + "/last.ckpt"));
+  // Two documents: the split takes whole ones, and no data.val_fraction gives validation a second.
+  const std::string corpus = dir + "_docs";
+  fs::create_directories(corpus);
+  std::ofstream(corpus + "/a.txt") << std::string(3000, 'a');
+  std::ofstream(corpus + "/b.txt") << "short end";
+  r = tfm_test::run_tfm("train --config configs/tiny.json --out " + dir + " --set data.path=" + corpus);
+  INFO(r.out);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("the validation split has 9 tokens") &&
+                        Catch::Contains("(the split takes whole documents, and its 1 of the 2 hold too few "
+                                        "tokens: use a smaller train.seq_len or longer documents)"));
 }
 
 TEST_CASE("messages: a NUL byte inside a message is shown escaped, not the end of it", "[messages][cli]") {
