@@ -12,8 +12,10 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "tfm/data/token_cache.h"
 #include "tfm/data/utf8.h"
@@ -26,12 +28,55 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The names a directory walk takes (an explicitly named file may have any name), matched in any case
+// (.TXT, .Jsonl.GZ): a text name (one document a file), the JSON Lines name, each plain or under a
+// compression tfm reads as it reads. Markdown and .text are text: docs/data.md says why.
+constexpr std::string_view kTextNames[] = {".txt", ".text", ".md"};
+constexpr std::string_view kJsonLinesName = ".jsonl";
+constexpr std::string_view kGzipName = ".gz", kZstdName = ".zst";
+// Compressions tfm does not read: a corpus name under one (a.txt.xz) is left out, and said.
+constexpr std::string_view kUnreadPackedNames[] = {".xz", ".bz2", ".lz4",  ".zip",
+                                                   ".7z", ".lz",  ".lzma", ".z"};
+
+// Whether `name` ends with `ext` (lower case) in any case of its ASCII letters.
+bool ends_with_name(std::string_view name, std::string_view ext) {
+  if (name.size() < ext.size()) return false;
+  const std::string_view tail = name.substr(name.size() - ext.size());
+  return std::equal(tail.begin(), tail.end(), ext.begin(), [](char a, char b) {
+    return (a >= 'A' && a <= 'Z' ? static_cast<char>(a + 32) : a) == b;
+  });
+}
+
 enum class Compression { None, Gzip, Zstd };
 
-Compression compression_of(const std::string& path) {
-  return ends_with(path, ".gz")    ? Compression::Gzip
-         : ends_with(path, ".zst") ? Compression::Zstd
-                                   : Compression::None;
+Compression compression_of(std::string_view path) {
+  return ends_with_name(path, kGzipName)   ? Compression::Gzip
+         : ends_with_name(path, kZstdName) ? Compression::Zstd
+                                           : Compression::None;
+}
+
+// The name without the compression tfm reads it through (a.txt.gz -> a.txt).
+std::string_view uncompressed_name(std::string_view path) {
+  const Compression c = compression_of(path);
+  return path.substr(0, path.size() - (c == Compression::Gzip   ? kGzipName.size()
+                                       : c == Compression::Zstd ? kZstdName.size()
+                                                                : 0));
+}
+
+// Whether a plain (uncompressed) name is a text or the JSON Lines name.
+bool is_plain_corpus_name(std::string_view name) {
+  return ends_with_name(name, kJsonLinesName) ||
+         std::any_of(std::begin(kTextNames), std::end(kTextNames),
+                     [&](std::string_view ext) { return ends_with_name(name, ext); });
+}
+
+// The names a walk takes, in words: ".txt, .text, .md or .jsonl, plain, .gz or .zst, in any case".
+std::string corpus_names_text() {
+  std::string out;
+  for (std::string_view ext : kTextNames) out += std::string(ext) + ", ";
+  out.resize(out.size() - 2);
+  return out + " or " + std::string(kJsonLinesName) + ", plain, " + std::string(kGzipName) + " or " +
+         std::string(kZstdName) + ", in any case";
 }
 
 // Compressed formats by their first bytes. Only gzip and zstd are decompressed (by their names);
@@ -111,25 +156,20 @@ void check_not_packed(const std::string& path, Compression named, std::string_vi
 
 // The name without its compression suffix decides the format.
 bool is_json_lines(const std::string& path) {
-  std::string p = path;
-  if (compression_of(p) == Compression::Gzip) p.resize(p.size() - 3);
-  if (compression_of(p) == Compression::Zstd) p.resize(p.size() - 4);
-  return ends_with(p, ".jsonl");
+  return ends_with_name(uncompressed_name(path), kJsonLinesName);
 }
 
-// The names a directory walk takes (an explicitly named file may have any name).
+// The names a directory walk takes (kTextNames, kJsonLinesName; plain, .gz or .zst; in any case).
 bool is_corpus_name(const std::string& name) {
-  for (const char* ext : {".txt", ".jsonl", ".txt.gz", ".jsonl.gz", ".txt.zst", ".jsonl.zst"})
-    if (ends_with(name, ext)) return true;
-  return false;
+  return is_plain_corpus_name(uncompressed_name(name));
 }
 
 // A corpus file's name compressed in a format tfm does not read (a.txt.xz): a walk leaves it out and
 // says so, since its name says it holds text.
-bool is_unread_packed_name(const std::string& name) {
-  for (const char* inner : {".txt", ".jsonl"})
-    for (const char* outer : {".xz", ".bz2", ".lz4", ".zip", ".7z", ".lz", ".lzma", ".Z"})
-      if (ends_with(name, std::string(inner) + outer)) return true;
+bool is_unread_packed_name(std::string_view name) {
+  for (std::string_view outer : kUnreadPackedNames)
+    if (ends_with_name(name, outer) && is_plain_corpus_name(name.substr(0, name.size() - outer.size())))
+      return true;
   return false;
 }
 
@@ -228,10 +268,10 @@ bool is_run_folder(const std::vector<std::string>& names) {
 
 // A directory walk (corpus.h): every corpus file below `root`, in sorted path order. Links are
 // followed, a directory link too (a corpus of links to data kept elsewhere), but never into a folder
-// the walk is already inside (a loop). What it leaves out that may be meant as corpus is noted.
+// the walk is already inside (a loop). What it leaves out is noted, hidden entries aside.
 struct Walk {
   std::string entry;
-  std::vector<std::string> found, packed, loops, dangling, runs;
+  std::vector<std::string> found, packed, loops, dangling, runs, other;
   std::vector<std::pair<dev_t, ino_t>> inside;  // the folders from the root down to the current one
 
   void dir(const std::string& path) {
@@ -272,8 +312,12 @@ struct Walk {
           runs.push_back(p);
           continue;
         }
-        if (is_corpus_name(name)) found.push_back(p);
-        if (is_unread_packed_name(name)) packed.push_back(p);
+        if (is_corpus_name(name))
+          found.push_back(p);
+        else if (is_unread_packed_name(name))
+          packed.push_back(p);
+        else
+          other.push_back(p);  // four.json, photo.png: said with a count, so nothing vanishes unseen
       }
     }
   }
@@ -303,6 +347,11 @@ void walk(const std::string& dir, const std::string& entry, std::vector<CorpusFi
   if (!w.dangling.empty())
     notes.push_back(dir + ": left out " + counted_paths(w.dangling, "link") +
                     " whose target does not exist (not named as corpus files)");
+  std::sort(w.other.begin(), w.other.end());
+  if (!w.other.empty())
+    notes.push_back(dir + ": left out " + counted_paths(w.other, "file") + ", not named as corpus files (" +
+                    corpus_names_text() +
+                    "): a file data.path names (alone, in a list or by a glob) is read whatever its name");
   for (const std::string& f : w.found) out.push_back(stat_file(f, entry));
 }
 
@@ -315,10 +364,8 @@ void add_path(const std::string& path, const std::string& entry, std::vector<Cor
     if (out.size() == before) {
       std::string left_out;
       for (size_t i = said; i < notes.size(); ++i) left_out += "; " + notes[i];
-      throw IoError(path +
-                    ": the directory holds no corpus file (.txt, .jsonl, or either .gz or .zst; hidden "
-                    "entries skipped) (data.path entry " +
-                    entry + ")" + left_out);
+      throw IoError(path + ": the directory holds no corpus file (" + corpus_names_text() +
+                    "; hidden entries skipped) (data.path entry " + entry + ")" + left_out);
     }
     return;
   }

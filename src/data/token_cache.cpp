@@ -99,12 +99,13 @@ namespace {
 // The cache format, decided here once: its version (the magic's last character) and the hash of
 // every checksum in the file. Another hash, layout or reading of the text is another version (1 hashed
 // with XXH64; 2 held one source file and no document ends; 3 kept a text file's byte order mark and
-// CRs of CRLF), and a cache of any version but this one is rebuilt, never read.
+// CRs of CRLF; 4 read a file named in other than lower case, X.JSONL, as text), and a cache of any
+// version but this one is rebuilt, never read.
 struct CacheFormat {
   char version;
   XXH64_hash_t (*hash)(const void* data, size_t size);
 };
-constexpr CacheFormat kCacheFormat{'4', XXH3_64bits};
+constexpr CacheFormat kCacheFormat{'5', XXH3_64bits};
 
 }  // namespace
 

@@ -231,3 +231,25 @@ TEST_CASE("data prepare: data.path=. reads the folder it runs in, not the runs k
   CHECK_THAT(r.out, Catch::Contains(".tfm-cache/" + name + ".char.tokens"));
   CHECK_FALSE(fs::exists(tmp.path + "/.tfm-cache/.char.tokens"));
 }
+
+TEST_CASE("data prepare: a folder's corpus names are read in any case, and the other names are said",
+          "[cli][data]") {
+  const TempDir tmp("data_names");
+  const std::string text = read_file(std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt");
+  const std::string dir = tmp.path + "/mixed_dir";
+  fs::create_directories(dir);
+  for (const char* name : {"one.txt", "TWO.TXT", "three.md", "four.json", "five.text"})
+    std::ofstream(dir + "/" + name, std::ios::binary) << text.substr(0, 3000);
+  const std::string args = "--config configs/tiny.json --set data.path=" + dir;
+  const std::string said = dir + ": left out 1 file (" + dir + "/four.json), not named as corpus files";
+  const CliRun r = run_tfm("data prepare " + args);
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("documents: 4, joined by <|endoftext|>"));
+  CHECK_THAT(r.out, Catch::Contains("warning: " + said));
+  // A run says it in its log, at every start.
+  const CliRun t = run_tfm("train " + args + " --set train.max_steps=1 --out " + tmp.path + "/run");
+  INFO(t.out);
+  CHECK(t.status == 0);
+  CHECK_THAT(read_file(tmp.path + "/run/train.log"), Catch::Contains(said));
+}

@@ -123,7 +123,7 @@ TEST_CASE("corpus: a directory is walked recursively and sorted, globs and lists
   write_corpus_input(d.file("c/sub/deeper/y.txt.gz"), gzip("y"));
   write_corpus_input(d.file("c/.hidden.txt"), "hidden");
   write_corpus_input(d.file("c/.git/x.txt"), "in a hidden folder");
-  write_corpus_input(d.file("c/notes.md"), "not a corpus file");
+  write_corpus_input(d.file("c/notes.pdf"), "not a corpus file");
   write_corpus_input(d.file("g/one.txt"), "1");
   write_corpus_input(d.file("g/two.txt"), "2");
   write_corpus_input(d.file("g/skip.jsonl"), jsonl_line("text", "s"));
@@ -152,8 +152,10 @@ TEST_CASE("corpus: a directory is walked recursively and sorted, globs and lists
   CHECK_THAT(corpus_error_of([&] { list_corpus(d.file("g/*.none")); }), Catch::Contains("matches no file"));
   CHECK_THAT(corpus_error_of([&] { list_corpus(d.file("missing.txt")); }),
              Catch::Contains(d.file("missing.txt") + ": cannot open"));
-  write_corpus_input(d.file("empty/readme.md"), "x");
-  CHECK_THAT(corpus_error_of([&] { list_corpus(d.file("empty")); }), Catch::Contains("holds no corpus file"));
+  write_corpus_input(d.file("empty/readme.pdf"), "x");
+  CHECK_THAT(corpus_error_of([&] { list_corpus(d.file("empty")); }),
+             Catch::Contains("holds no corpus file") &&
+                 Catch::Contains("left out 1 file (" + d.file("empty/readme.pdf")));
   const std::string twice = nlohmann::json::array({d.file("c/a.txt"), d.file("c")}).dump();
   CHECK_THAT(corpus_error_of([&] { list_corpus(twice); }), Catch::Contains("c/a.txt is named twice"));
   CHECK_THAT(corpus_error_of([&] { list_corpus("[\"a\", 3]"); }), Catch::Contains("data.path"));
@@ -554,18 +556,73 @@ TEST_CASE("corpus: a file compressed in a format tfm does not read is refused, n
   CHECK_THAT(error_of(d.file("walk")), Catch::Contains(d.file("walk/a.txt") + ": is xz-compressed"));
 }
 
+TEST_CASE("corpus: a walk takes corpus names in any case, reads .md and .text, and says what it left out",
+          "[data][corpus]") {
+  const Dir d("names");
+  const std::string m = d.file("mixed");
+  write_corpus_input(m + "/one.txt", "one\n");
+  write_corpus_input(m + "/TWO.TXT", "two\n");
+  write_corpus_input(m + "/three.md", "# three\n");
+  write_corpus_input(m + "/five.text", "five\n");
+  write_corpus_input(m + "/Six.JSONL.GZ", gzip(jsonl_line("text", "six")));
+  write_corpus_input(m + "/seven.Txt.Zst", zstd("seven\n"));
+  write_corpus_input(m + "/sub/eight.MD", "eight\n");
+  write_corpus_input(m + "/four.json", "{\"text\": \"four\"}\n");
+  write_corpus_input(m + "/sub/photo.png", "\x89PNG");
+  write_corpus_input(m + "/nine.TXT.XZ", std::string("\xFD\x37\x7A\x58\x5A\x00", 6) + "xz");
+  write_corpus_input(m + "/.hidden.json", "hidden: not said");
+  std::vector<std::string> notes;
+  CHECK(paths(list_corpus(m, &notes), d.path) ==
+        std::vector<std::string>{"mixed/Six.JSONL.GZ", "mixed/TWO.TXT", "mixed/five.text", "mixed/one.txt",
+                                 "mixed/seven.Txt.Zst", "mixed/sub/eight.MD", "mixed/three.md"});
+  REQUIRE(notes.size() == 2);
+  CHECK(notes[0] == m + ": left out 1 file (" + m +
+                        "/nine.TXT.XZ), compressed in a format tfm does not read: decompress them, or "
+                        "recompress them as .gz or .zst, to train on them");
+  CHECK(notes[1] ==
+        m + ": left out 2 files (" + m + "/four.json, " + m +
+            "/sub/photo.png), not named as corpus files (.txt, .text, .md or .jsonl, plain, .gz "
+            "or .zst, in any case): a file data.path names (alone, in a list or by a glob) is read "
+            "whatever its name");
+  // Each is read by its name in any case: the .GZ decompressed, the .JSONL's record's text.
+  const Dataset data = load_dataset(m, "char", 0.2, 2, options(d.file("cache")));
+  CHECK(data.documents == 7);
+  CHECK(data.warnings() == notes);  // said at every start
+  CHECK(data.tokenizer.decode(data.train.to_vector()) == std::string("six") + kEndOfText + "two\n" +
+                                                             kEndOfText + "five\n" + kEndOfText + "one\n" +
+                                                             kEndOfText + "seven\n" + kEndOfText);
+  // A file named in data.path: its name's case does not matter either.
+  CHECK(
+      open_token_cache(m + "/Six.JSONL.GZ", Tokenizer::Kind::Byte, options(d.file("cache"))).tokens.size() ==
+      3);
+
+  // Thousands of such names: a count and the first five, never a list of them all.
+  for (int i = 0; i < 300; ++i) write_corpus_input(m + "/many/" + std::to_string(1000 + i) + ".csv", "x");
+  notes.clear();
+  list_corpus(m, &notes);
+  REQUIRE(notes.size() == 2);
+  CHECK_THAT(notes[1], Catch::Contains(": left out 302 files (") &&
+                           Catch::Contains("/many/1003.csv, ...), not named as corpus files"));
+  CHECK(notes[1].size() < 500);
+  // A folder of other names only is refused, and the error says what it saw.
+  CHECK_THAT(corpus_error_of([&] { list_corpus(m + "/many"); }),
+             Catch::Contains("holds no corpus file (.txt, .text, .md or .jsonl, plain, .gz or .zst, in any "
+                             "case; hidden entries skipped)") &&
+                 Catch::Contains("left out 300 files ("));
+}
+
 TEST_CASE("corpus: a walk reads a file reached twice through links once, follows folder links, says so",
           "[data][corpus]") {
   const Dir d("links");
   write_corpus_input(d.file("c/a.txt"), "alpha text\n");
   write_corpus_input(d.file("c/b.txt"), "beta text\n");
   write_corpus_input(d.file("elsewhere/o.txt"), "other text\n");
-  fs::create_symlink("a.txt", d.file("c/link_a.txt"));               // a file link beside its target
-  fs::create_symlink("link_a.txt", d.file("c/0_link.txt"));          // sorts before its target
-  fs::create_hard_link(d.file("c/b.txt"), d.file("c/z_hard.txt"));   // a hard link: the same inode
-  fs::create_directory_symlink("../elsewhere", d.file("c/more"));    // a folder link: followed
-  fs::create_directory_symlink(".", d.file("c/more/loop"));          // leads back up: not followed
-  fs::create_symlink(d.file("nowhere/x.md"), d.file("c/notes.md"));  // dangling, not a corpus name
+  fs::create_symlink("a.txt", d.file("c/link_a.txt"));                 // a file link beside its target
+  fs::create_symlink("link_a.txt", d.file("c/0_link.txt"));            // sorts before its target
+  fs::create_hard_link(d.file("c/b.txt"), d.file("c/z_hard.txt"));     // a hard link: the same inode
+  fs::create_directory_symlink("../elsewhere", d.file("c/more"));      // a folder link: followed
+  fs::create_directory_symlink(".", d.file("c/more/loop"));            // leads back up: not followed
+  fs::create_symlink(d.file("nowhere/x.pdf"), d.file("c/notes.pdf"));  // dangling, not a corpus name
   std::vector<std::string> notes;
   CHECK(paths(list_corpus(d.file("c"), &notes), d.path) ==
         std::vector<std::string>{"c/a.txt", "c/b.txt", "c/more/o.txt"});
@@ -573,7 +630,7 @@ TEST_CASE("corpus: a walk reads a file reached twice through links once, follows
   REQUIRE(notes.size() == 3);
   CHECK(notes[0] == c + ": did not follow 1 folder (" + c + "/more/loop = " + d.file("elsewhere") +
                         "), reached through a link, that the walk was already inside (a loop of links)");
-  CHECK(notes[1] == c + ": left out 1 link (" + c + "/notes.md -> " + d.file("nowhere/x.md") +
+  CHECK(notes[1] == c + ": left out 1 link (" + c + "/notes.pdf -> " + d.file("nowhere/x.pdf") +
                         ") whose target does not exist (not named as corpus files)");
   CHECK(notes[2] == c + ": left out 3 files (" + c + "/0_link.txt (the same file as " + c + "/a.txt), " + c +
                         "/link_a.txt (the same file as " + c + "/a.txt), " + c +
@@ -627,7 +684,7 @@ TEST_CASE("corpus: data.path \".\" is named after its folder, and a walk leaves 
     CHECK(corpus_name(spec) == "w");
     std::vector<std::string> notes;
     CHECK(paths(list_corpus(spec, &notes), d.file("w")) == std::vector<std::string>{"a.txt", "data/x.jsonl"});
-    REQUIRE(notes.size() == 1);
+    REQUIRE(notes.size() == 2);  // the tfm outputs, then the config alone: not a corpus file's name
     CHECK_THAT(notes[0], Catch::Contains(": left out 3 tfm outputs (") && Catch::Contains("runs/a, ") &&
                              Catch::Contains("runs/s/sweep.jsonl): a run's folder "
                                              "(config.json with metrics.jsonl, "

@@ -4,8 +4,9 @@
 // skipped, only the formats below; links followed, a file reached twice read once, a loop not
 // followed, a link to a missing corpus file an error; tfm's run folders and sweep results left out), a
 // glob(3) pattern (`data/*.txt`), or a JSON list of these
-// (`["data/books", "data/web/*.jsonl.gz"]`, written as the string's text). A file is
-//   .txt (or any other name given explicitly): one document, its whole text;
+// (`["data/books", "data/web/*.jsonl.gz"]`, written as the string's text). A file is, by its name in
+// any case (.TXT is .txt; a walk leaves other names out and notes them):
+//   .txt, .text, .md (or any other name given explicitly): one document, its whole text;
 //   .jsonl: one document per line, the string at data.text_field of the line's JSON object (blank
 //           lines are no record);
 // and `.gz` / `.zst` of either, decompressed as they are read. A file whose first bytes are another
@@ -29,9 +30,9 @@ struct CorpusFile {
 
 // The files of a data.path, in the order they are read. IoError naming data.path and the entry when
 // an entry is missing or unreadable, matches nothing or holds no corpus file, or a file is named twice.
-// `notes` (when given) gets a line for each kind of file a walk left out that may be meant as corpus
-// (a.txt.xz: a format tfm does not read; a file reached again through a link; a loop; a dangling link
-// under another name), for the run's warnings.
+// `notes` (when given) gets a line for each kind of file a walk left out (a.txt.xz: a format tfm does
+// not read; four.json: not a corpus file's name; a file reached again through a link; a loop; a
+// dangling link under another name; tfm's own output), for the run's warnings.
 std::vector<CorpusFile> list_corpus(const std::string& spec, std::vector<std::string>* notes = nullptr);
 // Whether data.path is one file (as before corpora: any name, read as text unless .jsonl/.gz/.zst).
 bool is_single_file(const std::string& spec);
