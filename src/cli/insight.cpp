@@ -299,7 +299,9 @@ std::string corpus_text(const TokenizerTrainOptions& o) {
                  static_cast<unsigned long long>(reader.skipped()), reader.skipped() == 1 ? "" : "s",
                  first.substr(2).c_str());
   }
-  if (text.empty()) throw ConfigError("--data: " + o.data + " holds no text to learn merges from");
+  if (text.empty())
+    throw ConfigError("--data: " + o.data + " holds no text to learn merges from" +
+                      (reader.skipped() > 0 ? ": " + reader.skipped_text() : ""));
   return text;
 }
 

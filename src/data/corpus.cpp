@@ -648,6 +648,23 @@ class FileStream {
 
 constexpr size_t kShownSkips = 5;
 
+// The fields a record has, for the error that its data.text_field is not among them: "its fields:
+// \"body\", \"id\"", the first five (sorted, as nlohmann keeps them), each cut to 40 bytes.
+std::string fields_of(const nlohmann::json& record) {
+  constexpr size_t kShownFields = 5, kNameBytes = 40;
+  if (record.empty()) return "it has no fields";
+  std::string out = "its fields: ";
+  size_t i = 0;
+  for (auto it = record.begin(); it != record.end() && i < kShownFields; ++it, ++i) {
+    std::string name = it.key();
+    if (name.size() > kNameBytes) name = name.substr(0, kNameBytes) + "...";  // replaced if cut mid-character
+    out +=
+        (i ? ", " : "") + nlohmann::json(name).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  if (record.size() > kShownFields) out += ", and " + std::to_string(record.size() - kShownFields) + " more";
+  return out;
+}
+
 }  // namespace
 
 struct CorpusReader::State {
@@ -664,6 +681,7 @@ struct CorpusReader::State {
   bool file_start = false;  // text: nothing of the open file read yet (where a byte order mark may be)
   bool held_cr = false;     // text: the last block read ended in CR, held back until the next shows LF
   uint64_t line = 0;        // JSON Lines: lines read from the open file
+  uint64_t records = 0;     // JSON Lines: records read (lines not blank), bad ones too
   std::string record;       // JSON Lines: the current record's text
   size_t record_pos = 0;
   bool in_document = false;
@@ -752,6 +770,7 @@ struct CorpusReader::State {
     while (next_line(l)) {
       if (!l.empty() && l.back() == '\r') l.pop_back();
       if (l.find_first_not_of(" \t") == std::string::npos) continue;  // a blank line is no record
+      ++records;
       nlohmann::json j;
       try {
         j = nlohmann::json::parse(l);
@@ -766,7 +785,8 @@ struct CorpusReader::State {
       }
       const auto it = j.find(field);
       if (it == j.end()) {
-        bad("the record has no field \"" + field + "\" (" + options.text_field_option + ")");
+        bad("the record has no field \"" + field + "\" (" + fields_of(j) + "); set " +
+            options.text_field_option + " to the field that holds the text");
         continue;
       }
       if (!it->is_string()) {
@@ -854,6 +874,17 @@ uint64_t CorpusReader::skipped() const {
 }
 const std::vector<std::string>& CorpusReader::first_skipped() const {
   return state_->first_skipped;
+}
+std::string CorpusReader::skipped_text() const {
+  const State& s = *state_;
+  if (s.skipped == 0) return "";
+  const std::string n = std::to_string(s.skipped), option = " (" + s.options.skip_option + ")";
+  const std::string how = s.skipped == s.records
+                              ? (s.skipped == 1 ? "its one record was skipped as bad" + option
+                                                : "all " + n + " of its records were skipped as bad" + option)
+                              : n + " of its " + std::to_string(s.records) + " records were skipped as bad" +
+                                    option + " and the others' text is empty";
+  return how + ", the first: " + s.first_skipped.front();
 }
 const std::vector<uint64_t>& CorpusReader::file_hashes() const {
   return state_->hashes;

@@ -676,10 +676,13 @@ bool more_than_one_document(const Corpus& corpus) {
   return reader.next_document() && reader.next_document();
 }
 
-std::string no_text_message(const Corpus& corpus) {
+// The error of a corpus that gave no document, read to its end by `reader`: when it skipped records,
+// how many and the first one's why (no field "text": data.text_field names another), not data.path.
+std::string no_text_message(const Corpus& corpus, const CorpusReader& reader) {
+  const std::string skipped = reader.skipped_text();
   return corpus.spec + ": the corpus has no text (" + std::to_string(corpus.files.size()) +
          (corpus.files.size() == 1 ? " file" : " files") + ", no document in " +
-         (corpus.files.size() == 1 ? "it" : "any") + "; data.path)";
+         (corpus.files.size() == 1 ? "it" : "any") + (skipped.empty() ? "; data.path)" : "): " + skipped);
 }
 
 // Tokenizes the corpus into `cache` (atomically: a complete file or none; a stop request abandons the
@@ -701,7 +704,7 @@ void build(const std::string& cache, const Corpus& corpus, const Request& req, i
     own = char_vocabulary(reader, stop);
     documents_seen = reader.documents();
     vocabulary_hashes = reader.file_hashes();
-    if (documents_seen == 0) throw IoError(no_text_message(corpus));
+    if (documents_seen == 0) throw IoError(no_text_message(corpus, reader));
   }
   if (kind == Tokenizer::Kind::Byte) own = Tokenizer::from_text(kind, "", corpus.spec);
   const bool fixed = req.given && !req.extend;
@@ -780,7 +783,7 @@ void build(const std::string& cache, const Corpus& corpus, const Request& req, i
         put(narrow.data(), n, 2);
       },
       &ends, threads, block_bytes, stop);
-  if (ends.empty()) throw IoError(no_text_message(corpus));
+  if (ends.empty()) throw IoError(no_text_message(corpus, reader));
   if (reader.skipped() > 0 && log) {
     std::string first;
     for (const std::string& s : reader.first_skipped()) first += "; " + s;

@@ -106,3 +106,37 @@ TEST_CASE("corpus: train and sample on a folder of text and compressed JSON Line
   CHECK_THAT(tfm_test::read_file(tmp.path + "/run3/train.log"),
              Catch::Contains("1 bad record left out of the corpus (data.on_bad_record \"skip\")"));
 }
+
+TEST_CASE(
+    "corpus: JSON Lines without data.text_field name the record's fields, and skipping them all says why",
+    "[cli][data]") {
+  const TempDir tmp("corpus_field");
+  const std::string file = tmp.path + "/chats.jsonl";
+  write_corpus_file(file, "{\"body\": \"hello there\", \"id\": 1}\n{\"body\": \"more\", \"id\": 2}\n");
+  const std::string args = "--config configs/tiny.json --set data.path=" + file;
+  CliRun r = run_tfm("data prepare " + args);
+  INFO(r.out);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out,
+             Catch::Contains(file + ":1: the record has no field \"text\" (its fields: \"body\", \"id\"); "
+                                    "set data.text_field to the field that holds the text"));
+  r = run_tfm("train " + args + " --set data.on_bad_record=skip --out " + tmp.path + "/run");
+  INFO(r.out);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out,
+             Catch::Contains("the corpus has no text (1 file, no document in it): all 2 of its records "
+                             "were skipped as bad (data.on_bad_record = \"skip\"), the first: " +
+                             file + ":1: the record has no field \"text\" (its fields: \"body\""));
+  CHECK_FALSE(fs::exists(tmp.path + "/run/last.ckpt"));
+  // tokenizer train reads it the same way, under its own flags.
+  r = run_tfm("tokenizer train --vocab-size 260 --skip-bad-records --data " + file + " --out " + tmp.path +
+              "/tok.json");
+  INFO(r.out);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out,
+             Catch::Contains("holds no text to learn merges from: all 2 of its records were skipped as bad "
+                             "(--skip-bad-records), the first: " +
+                             file +
+                             ":1: the record has no field \"text\" (its fields: \"body\", \"id\"); "
+                             "set --text-field to the field"));
+}

@@ -432,8 +432,23 @@ TEST_CASE("corpus: bad input names the file and the place", "[data][corpus]") {
   const std::string good = jsonl_line("text", "good");
   write_corpus_input(d.file("notjson.jsonl"), good + "{\"text\": \"unterminated\n" + good);
   fails(d.file("notjson.jsonl"), d.file("notjson.jsonl") + ":2: not JSON", o);
-  write_corpus_input(d.file("nofield.jsonl"), good + good + "{\"body\": \"x\"}\n");
-  fails(d.file("nofield.jsonl"), d.file("nofield.jsonl") + ":3: the record has no field \"text\"", o);
+  write_corpus_input(d.file("nofield.jsonl"), good + good + "{\"body\": \"x\", \"id\": 3}\n");
+  // The fields the record has, and the key that names the one holding the text.
+  fails(d.file("nofield.jsonl"),
+        d.file("nofield.jsonl") +
+            ":3: the record has no field \"text\" (its fields: \"body\", \"id\"); set data.text_field to the "
+            "field that holds the text (data.on_bad_record = \"skip\" skips such records and counts them)",
+        o);
+  write_corpus_input(d.file("wide.jsonl"),
+                     "{\"g\": 1, \"f\": 1, \"e\": 1, \"d\": 1, \"c\": 1, \"b\": 1, \"a\": 1}\n");
+  fails(
+      d.file("wide.jsonl"),
+      ":1: the record has no field \"text\" (its fields: \"a\", \"b\", \"c\", \"d\", \"e\", and 2 more); set "
+      "data.text_field",
+      o);
+  write_corpus_input(d.file("bare.jsonl"), "{}\n");
+  fails(d.file("bare.jsonl"), ":1: the record has no field \"text\" (it has no fields); set data.text_field",
+        o);
   write_corpus_input(d.file("number.jsonl"), "{\"text\": 42}\n" + good);
   fails(d.file("number.jsonl"),
         d.file("number.jsonl") + ":1: the field \"text\" (data.text_field) is number, not a string", o);
@@ -457,6 +472,29 @@ TEST_CASE("corpus: bad input names the file and the place", "[data][corpus]") {
   CHECK_THAT(corpus_error_of([&] { open_token_cache(d.file("empty"), Tokenizer::Kind::Byte, byte); }),
              Catch::Contains("the corpus has no text"));
 
+  SECTION("on_bad_record skip: a corpus whose every record was skipped says so, and the first why") {
+    TokenCacheOptions skip = o;
+    skip.skip_bad_records = true;
+    write_corpus_input(d.file("body/a.jsonl"),
+                       "{\"body\": \"x\", \"id\": 1}\n{\"body\": \"y\", \"id\": 2}\n");
+    for (const Tokenizer::Kind kind : {Tokenizer::Kind::Char, Tokenizer::Kind::Byte})
+      CHECK(corpus_error_of([&] { open_token_cache(d.file("body"), kind, skip); }) ==
+            d.file("body") +
+                ": the corpus has no text (1 file, no document in it): all 2 of its records were skipped as "
+                "bad "
+                "(data.on_bad_record = \"skip\"), the first: " +
+                d.file("body/a.jsonl") +
+                ":1: the record has no field \"text\" (its fields: \"body\", \"id\"); set data.text_field to "
+                "the field that holds the text");
+    write_corpus_input(d.file("body/a.jsonl"), "{\"body\": \"x\"}\n");
+    CHECK_THAT(corpus_error_of([&] { open_token_cache(d.file("body"), Tokenizer::Kind::Char, skip); }),
+               Catch::Contains("(1 file, no document in it): its one record was skipped as bad ("));
+    write_corpus_input(d.file("body/b.jsonl"), jsonl_line("text", "") + "[1]\n" + jsonl_line("text", ""));
+    CHECK_THAT(corpus_error_of([&] { open_token_cache(d.file("body"), Tokenizer::Kind::Char, skip); }),
+               Catch::Contains("(2 files, no document in any): 2 of its 4 records were skipped as bad "
+                               "(data.on_bad_record = \"skip\") and the others' text is empty, the first: " +
+                               d.file("body/a.jsonl") + ":1: the record has no field"));
+  }
   SECTION("on_bad_record skip: skipped, counted and reported") {
     write_corpus_input(d.file("mixed.jsonl"),
                        good + "not json\n" + "{\"text\": 1}\n" + jsonl_line("text", "kept") + "{}\n");

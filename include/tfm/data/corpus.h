@@ -91,6 +91,10 @@ class CorpusReader {
   // Records skipped so far (skip_bad_records), and the first few as "FILE:LINE: why".
   uint64_t skipped() const;
   const std::vector<std::string>& first_skipped() const;
+  // Why a corpus read to its end without a document has none, when records were skipped: "all 3 of its
+  // records were skipped as bad (data.on_bad_record = \"skip\"), the first: FILE:LINE: why" (or "N of
+  // its M ... and the others' text is empty"); "" when none was.
+  std::string skipped_text() const;
   // Each file's hash (token_cache.h's hash64 of its bytes on disk in kHashBlockBytes blocks, folded),
   // in file order; complete once next_document() returned false.
   const std::vector<uint64_t>& file_hashes() const;
