@@ -494,16 +494,19 @@ std::vector<ConfigDifferences> config_diff(const std::vector<json>& configs) {
     ConfigDifferences d{key, {}};
     bool differs = false;
     std::optional<size_t> first;  // the first present config's value
+    const KeySpec* spec = find_key(key);
     for (const json& f : flat) {
       const auto it = f.is_object() ? f.find(key) : f.end();
-      d.values.push_back(f.is_object() && it != f.end() ? *it : json(nullptr));
+      json value = nullptr;
+      // data.path's list, recorded as a list or (before) as its text: one corpus, one value
+      if (f.is_object() && it != f.end()) value = spec ? comparable_value(*spec, *it) : *it;
+      d.values.push_back(std::move(value));
       if (!f.is_object()) continue;  // missing: not compared
       if (!first) first = d.values.size() - 1;
       differs = differs || d.values[*first] != d.values.back();
     }
     if (!differs) continue;
     // A key no run's objective reads (data.max_source_len between causal_lm runs) says nothing.
-    const KeySpec* spec = find_key(key);
     if (spec && std::none_of(objectives.begin(), objectives.end(),
                              [&](const auto& objective) { return !objective || spec->read_by(*objective); }))
       continue;

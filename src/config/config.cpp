@@ -166,13 +166,13 @@ bool check_value(const KeySpec& k, const json& v, json& out, std::vector<std::st
       out = v;
       return true;
     case T::String:
-      if (k.list_as_text && v.is_array()) {  // kept as its JSON text, which the key's reader parses
+      if (k.list_as_text && v.is_array()) {  // kept a list; Config::string gives its JSON text
         if (v.empty()) return fail();
         for (const json& e : v)
           if (!e.is_string() || e.get<std::string>().empty() ||
               e.get<std::string>().find('\0') != std::string::npos)
             return fail();
-        out = v.dump();
+        out = v;
         return true;
       }
       if (!v.is_string()) return fail();
@@ -456,6 +456,7 @@ bool Config::boolean(const std::string& path) const {
   return typed_value(*this, path, &json::is_boolean, "Config::boolean", "a boolean").get<bool>();
 }
 std::string Config::string(const std::string& path) const {
+  if (const json& v = at(path); v.is_array() && find_key(path)->list_as_text) return v.dump();
   return typed_value(*this, path, &json::is_string, "Config::string", "a string").get<std::string>();
 }
 
@@ -743,11 +744,20 @@ std::string resumable_keys_text() {
   return keys;
 }
 
+namespace {
+// data.path rewritten by `f` (corpus.h's functions, which take and give a list as its JSON text): a list
+// stays a list in the tree, a string a string.
+json rewritten_corpus_spec(const Config& config, const std::function<std::string(const std::string&)>& f) {
+  const std::string spec = f(config.string("data.path"));
+  return config.at("data.path").is_array() ? json::parse(spec) : json(spec);
+}
+}  // namespace
+
 Config with_absolute_paths(const Config& config) {
   json tree = config.tree;
   const KeySpec& cache = *find_key("data.cache_dir");
   const bool cache_derived = at_default(cache, tree);
-  assign(tree, "data.path", absolute_corpus_spec(config.string("data.path")));
+  assign(tree, "data.path", rewritten_corpus_spec(config, absolute_corpus_spec));
   const json& tokenizer = *lookup(tree, "data.tokenizer_path");
   if (tokenizer.is_string() && !tokenizer.get<std::string>().empty())
     assign(tree, "data.tokenizer_path", std::filesystem::absolute(tokenizer.get<std::string>()).string());
@@ -759,7 +769,7 @@ Config with_absolute_paths(const Config& config) {
 
 nlohmann::json exported_config(const Config& config) {
   json tree = config.tree;
-  assign(tree, "data.path", corpus_spec_names(config.string("data.path")));
+  assign(tree, "data.path", rewritten_corpus_spec(config, corpus_spec_names));
   if (const json& tokenizer = config.at("data.tokenizer_path"); tokenizer.is_string())  // one path
     assign(tree, "data.tokenizer_path", corpus_spec_names(tokenizer.get<std::string>()));
   assign(tree, "data.cache_dir", nullptr);
@@ -773,9 +783,15 @@ std::vector<std::string> differing_keys(const Config& a, const Config& b, const 
     if (k.path.compare(0, prefix.size(), prefix) != 0) continue;
     const json* va = lookup(a.tree, k.path);
     const json* vb = lookup(b.tree, k.path);
-    if (!va || !vb || *va != *vb) out.push_back(k.path);
+    if (!va || !vb || comparable_value(k, *va) != comparable_value(k, *vb)) out.push_back(k.path);
   }
   return out;
+}
+
+json comparable_value(const KeySpec& k, const json& value) {
+  if (!k.list_as_text || !value.is_string() || value.get<std::string>().rfind('[', 0) != 0) return value;
+  const json list = json::parse(value.get<std::string>(), nullptr, false);
+  return list.is_array() ? list : value;
 }
 
 std::string keys_markdown() {

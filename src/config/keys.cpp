@@ -25,7 +25,9 @@ double number(const json& tree, const char* path) {
   return lookup(tree, path)->get<double>();
 }
 std::string text(const json& tree, const char* path) {
-  return lookup(tree, path)->get<std::string>();
+  const json& v = *lookup(tree, path);
+  // data.path's list: its JSON text, as Config::string reads it
+  return v.is_array() ? v.dump() : v.get<std::string>();
 }
 bool seq2seq(const json& tree) {
   return *enum_from<ObjectiveKind>(text(tree, "train.objective")) == ObjectiveKind::Seq2Seq;

@@ -140,3 +140,53 @@ TEST_CASE(
                              ":1: the record has no field \"text\" (its fields: \"body\", \"id\"); "
                              "set --text-field to the field"));
 }
+
+TEST_CASE("corpus: data.path given as a list stays a list in the run's config.json, resumes and diffs",
+          "[cli][data]") {
+  const TempDir tmp("corpus_list");
+  const std::string text = read_file(std::string(TFM_SOURCE_DIR) + "/tests/data/tiny_shakespeare.txt");
+  write_corpus_file(tmp.path + "/a.txt", text.substr(0, text.size() / 2));
+  write_corpus_file(tmp.path + "/b.txt", text.substr(text.size() / 2));
+  const nlohmann::json list = {tmp.path + "/a.txt", tmp.path + "/b.txt"};
+  nlohmann::json config =
+      nlohmann::json::parse(read_file(std::string(TFM_SOURCE_DIR) + "/configs/tiny.json"));
+  config["data"]["path"] = list;
+  config["train"]["max_steps"] = 2;
+  config["train"]["eval_interval"] = 2;
+  write_corpus_file(tmp.path + "/list.json", config.dump(2));
+
+  CliRun r = run_tfm("config --config " + tmp.path + "/list.json");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("\"path\": [\n      \"" + tmp.path + "/a.txt\","));
+  const std::string run = tmp.path + "/run";
+  r = run_tfm("train --config " + tmp.path + "/list.json --out " + run);
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(nlohmann::json::parse(read_file(run + "/config.json")).at("data").at("path") == list);
+  r = run_tfm("train --resume " + run + " --set train.max_steps=4");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("step 4/4"));
+  CHECK(nlohmann::json::parse(read_file(run + "/config.json")).at("data").at("path") == list);
+
+  // The list's text as a string (how runs recorded a list before) is the same corpus: no difference.
+  const std::string as_text = tmp.path + "/as_text";
+  r = run_tfm("train --config " + tmp.path + "/list.json --out " + as_text +
+              " --set 'data.path=" + nlohmann::json(list.dump()).dump() + "'");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(nlohmann::json::parse(read_file(as_text + "/config.json")).at("data").at("path") == list.dump());
+  r = run_tfm("runs --diff " + run + " " + as_text);
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("train.max_steps") && !Catch::Contains("data.path"));
+  // Another corpus is a difference, the list shown as one.
+  const std::string one = tmp.path + "/one";
+  REQUIRE(run_tfm("train --config " + tmp.path + "/list.json --out " + one + " --set data.path=" + tmp.path +
+                  "/a.txt")
+              .status == 0);
+  r = run_tfm("runs --diff " + run + " " + one);
+  INFO(r.out);
+  CHECK_THAT(r.out, Catch::Contains("data.path") && Catch::Contains(list.dump()));
+}

@@ -36,8 +36,9 @@ struct KeySpec {
   bool has_min = false, has_max = false;
   bool min_open = false, max_open = false;  // exclusive bounds
   std::vector<std::string> choices;         // allowed strings (empty: any)
-  // A string key that also takes a JSON array of non-empty strings, kept as the array's JSON text
-  // (data.path's list of files, directories and globs).
+  // A string key that also takes a JSON array of non-empty strings (data.path's list of files,
+  // directories and globs): the resolved config keeps the list as given, and Config::string reads it as
+  // the list's JSON text, which the key's reader parses (as it parses that text given as a string).
   bool list_as_text = false;
   bool resumable = false;  // may change with `train --resume DIR --set ...`
   // model.*: weights trained under one value mean the same under another (dropout, initialisation, an
@@ -97,7 +98,7 @@ struct Config {
   int64_t integer(const std::string& path) const;
   double number(const std::string& path) const;  // an integer key too
   bool boolean(const std::string& path) const;
-  std::string string(const std::string& path) const;
+  std::string string(const std::string& path) const;  // a list_as_text key's list: its JSON text
 
   // The model's part, for a vocabulary of `vocab_size` symbols.
   ModelConfig model(int64_t vocab_size) const;
@@ -141,6 +142,9 @@ std::vector<std::string> config_warnings(const Config& config);
 
 // Keys whose values differ between two resolved configs (for "checkpoint does not match" errors).
 std::vector<std::string> differing_keys(const Config& a, const Config& b, const std::string& prefix = "");
+// A value of key `k` as configs are compared: a list_as_text key's list, given as a list or as its JSON
+// text in a string (how runs recorded a list before), is the list; any other value is itself.
+nlohmann::json comparable_value(const KeySpec& k, const nlohmann::json& value);
 
 // The key table as Markdown (for the README): key, type, default, allowed, meaning.
 std::string keys_markdown();
