@@ -793,3 +793,17 @@ TEST_CASE("train: a resumed run logs the same means as an uninterrupted one, the
   // best.ckpt's step is logged right after it is saved: it keeps no unlogged steps.
   CHECK(load_checkpoint_state(whole + "/best.ckpt").unlogged.steps == 0);
 }
+
+TEST_CASE("run_dir: each file of a data.path list is an input no output may overwrite", "[train]") {
+  const tfm_test::TempDir tmp("list_inputs");
+  const std::string a = tmp.file("a.txt"), b = tmp.file("b.txt");
+  write_bytes_train(a, "first");
+  write_bytes_train(b, "second");
+  const Config c = resolve_config(nlohmann::json::object(), {"data.path=[\"" + a + "\",\"" + b + "\"]"});
+  const std::vector<CommandInput> inputs = run_inputs(tmp.file("last.ckpt"), c);
+  CHECK_THROWS_WITH(check_output_path("--out", b, inputs),
+                    Catch::Contains("is the same file as data.path[1] " + b) &&
+                        Catch::Contains("which this command reads"));
+  CHECK_NOTHROW(check_output_path("--out", tmp.file("c.txt"), inputs));
+  CHECK(tfm_test::read_file(b) == "second");
+}

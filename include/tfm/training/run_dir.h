@@ -55,7 +55,7 @@ struct CommandInput {
 };
 
 // What a command that loaded a run reads: the checkpoint and the files of the run's config (data.path,
-// data.tokenizer_path).
+// each entry of a data.path list, data.tokenizer_path).
 std::vector<CommandInput> run_inputs(const std::string& checkpoint_path, const Config& config);
 
 // Refuses, before anything is written, an output `path` (a file or directory that `flag` names):
