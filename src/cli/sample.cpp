@@ -53,16 +53,49 @@ CLI::Validator sample_flag(SampleOption option) {
           (std::isinf(range.hi) ? " (" + range.bounds() + ")" : " in " + range.bounds()));
 }
 
-// The escapes --prompt and --stop read, so that a newline can be typed (llama.cpp's -p reads them
-// too): \n (newline), \t (tab), \\ (a backslash); any other backslash stays as it is. A prompt file, a
-// line of --interactive's stdin and the board's JSON strings are taken as they are.
+// The character an escape's letter stands for (\n, \t, \r, \\, \", \'), 0 for a letter that is none.
+char escaped_character(char letter) {
+  switch (letter) {
+    case 'n':
+      return '\n';
+    case 't':
+      return '\t';
+    case 'r':
+      return '\r';
+    case '\\':
+      return '\\';
+    case '"':
+      return '"';
+    case '\'':
+      return '\'';
+    default:
+      return 0;
+  }
+}
+
+// A hexadecimal digit's value, -1 for another character.
+int hex_digit(char c) {
+  return c >= '0' && c <= '9'   ? c - '0'
+         : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                : -1;
+}
+
+// The escapes --prompt and --stop read, so that a newline can be typed: llama.cpp's -p reads the same,
+// \n (newline), \t (tab), \r (carriage return), \\ (a backslash), \" and \' (quotes) and \xNN (the
+// byte of two hex digits); any other backslash stays as it is. A prompt file, a line of --interactive's
+// stdin and the board's JSON strings are taken as they are.
 std::string read_escapes(const std::string& text) {
   std::string out;
   for (size_t i = 0; i < text.size(); ++i) {
     const char next = i + 1 < text.size() ? text[i + 1] : '\0';
-    if (text[i] == '\\' && (next == 'n' || next == 't' || next == '\\')) {
-      out += next == 'n' ? '\n' : next == 't' ? '\t' : '\\';
+    if (text[i] == '\\' && escaped_character(next) != 0) {
+      out += escaped_character(next);
       ++i;
+    } else if (text[i] == '\\' && next == 'x' && i + 3 < text.size() && hex_digit(text[i + 2]) >= 0 &&
+               hex_digit(text[i + 3]) >= 0) {
+      out += static_cast<char>(hex_digit(text[i + 2]) * 16 + hex_digit(text[i + 3]));
+      i += 3;
     } else {
       out += text[i];
     }
@@ -197,12 +230,11 @@ std::vector<Command> add_sample_commands(CLI::App& app) {
   SampleOptions& s = o->sample;
   auto* samp = app.add_subcommand("sample", "Generate text from a trained run (streams as it goes)");
   samp->add_option("--run", o->run, "Run directory")->type_name("DIR")->required();
-  auto* prompt =
-      samp->add_option(
-              "--prompt", s.prompt,
-              "Text to continue, with --stop's escapes: \\n, \\t, \\\\ for a backslash (default: the "
-              "end-of-text token, else a newline)")
-          ->transform(escapes());
+  auto* prompt = samp->add_option("--prompt", s.prompt,
+                                  "Text to continue, with llama.cpp's escapes, as --stop's: \\n, \\t, \\r, "
+                                  "\\\", \\', \\xNN, \\\\ "
+                                  "for a backslash (default: the end-of-text token, else a newline)")
+                     ->transform(escapes());
   auto* prompt_file =
       samp->add_option(
               "--prompt-file", o->prompt_file,
@@ -245,8 +277,8 @@ std::vector<Command> add_sample_commands(CLI::App& app) {
       ->check(sample_flag(SampleOption::RepetitionPenalty));
   samp->add_option(
           "--stop", s.stop,
-          "End a sample at the first occurrence of STR in its text, STR not printed (repeatable; \\n, \\t, "
-          "\\\\ escapes, as --prompt's; any other backslash stays as typed)")
+          "End a sample at the first occurrence of STR in its text, STR not printed (repeatable; --prompt's "
+          "escapes, \\n for a newline; any other backslash stays as typed)")
       ->type_name("STR")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)

@@ -235,6 +235,13 @@ TEST_CASE("sample: --prompt reads --stop's escapes, a prompt file and stdin line
   CHECK(file["prompt"] == "ROMEO:\n");
   CHECK(typed["prompt_token_ids"] == file["prompt_token_ids"]);
   CHECK(typed["text"] == file["text"]);
+  // llama.cpp's \xNN: a byte (\x52 is R); \xZ is no escape, kept as typed (a backslash: refused).
+  r = sample_test_stdout("sample" + run + " --prompt '\\x52OMEO:\\n'");
+  REQUIRE(r.status == 0);
+  CHECK(sample_test_records(r.out).at(0)["prompt"] == "ROMEO:\n");
+  r = tfm_test::run_tfm("sample" + run + " --prompt 'ROMEO:\\xZ'");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("--prompt: character '\\' (U+005C) at character 6"));
   // \\ is one backslash (not in this vocabulary: refused by name), so \\n is not a newline.
   r = tfm_test::run_tfm("sample" + run + " --prompt 'ROMEO:\\\\n'");
   CHECK(r.status == 2);
