@@ -198,8 +198,8 @@ BoardReply BoardModels::run_request(LoadedRun& run, const std::string& kind, con
   if (kind == "fill_mask") {
     needs(Inference::FillMask, "fill_mask");
     const std::string text = text_field(request, "text", true);
-    const int64_t top_k = integer_field(request, "top_k", 5, 1,
-                                        std::min<int64_t>(run.objective->tokenizer().size(), kBoardMaxTopK));
+    // As tfm fill-mask: a k past the vocabulary lists every candidate (fill_mask takes at most them).
+    const int64_t top_k = integer_field(request, "top_k", 5, 1, kBoardMaxTopK);
     const FillMaskResult r = fill_mask(*run.objective, text, top_k, "text");
     json masks = json::array();
     for (const MaskCandidates& m : r.masks) {

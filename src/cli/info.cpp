@@ -265,11 +265,10 @@ void print_costs(const Config& c, const ConfigModel& m, const InfoFigures& f) {
   const ModelConfig& mc = m.config();
   if (mc.attention_score == AttentionScore::Additive)
     fmt::print(
-        "additive scores, v . tanh(q + k): {} elementwise operations per (query, key) pair and head (an add, "
-        "a "
-        "tanh, a multiply and an add per element of a head), not in these FLOPs, which count matrix "
-        "products; a step is slower than the FLOPs say (memory-bound, several passes over (B, H, T, T, "
-        "Dk))\n",
+        "additive scores, v . tanh(q + k): {} elementwise operations per (query, key) pair and head in the "
+        "forward (an add, a tanh, a multiply and an add per element of a head), not in these FLOPs, which "
+        "count matrix products; a step is slower than the FLOPs say (memory-bound, several passes over "
+        "(B, H, T, T, Dk))\n",
         4 * mc.head_dim());
   print_training_options(c.train());
   if (f.optimizer != OptimizerKind::Muon) return;

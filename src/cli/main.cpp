@@ -167,7 +167,9 @@ int report_parse_error(CLI::App& app, const CLI::ParseError& e) {
   bool value_may_follow = false;
   for (const std::string& a : extra) {
     const bool flag = a.size() > 1 && a[0] == '-' && !is_number(a);
-    if (value_may_follow && !flag) {
+    // A word after an unknown flag is its value, unless this command takes commands and the word is
+    // near one of them (`tfm --foo trian`: the mistyped command is what to say).
+    if (value_may_follow && !flag && (commands.empty() || closest(a, commands).empty())) {
       value_may_follow = false;
       continue;
     }
@@ -177,8 +179,9 @@ int report_parse_error(CLI::App& app, const CLI::ParseError& e) {
       words.push_back(a);
     } else if (std::find(flags.begin(), flags.end(), typed) == flags.end()) {
       const std::string s = suggested_flag(typed, flags);
-      unknown.push_back(typed + " is not a flag of " + name +
-                        (s.empty() ? "" : " (did you mean " + s + "?)"));
+      const std::string clause =
+          typed + " is not a flag of " + name + (s.empty() ? "" : " (did you mean " + s + "?)");
+      if (std::find(unknown.begin(), unknown.end(), clause) == unknown.end()) unknown.push_back(clause);
       value_may_follow = typed.size() == a.size();
     }
   }

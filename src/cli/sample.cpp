@@ -119,9 +119,12 @@ CLI::Validator escapes(const std::string& if_empty = "") {
 // sample with that seed gives): printed as text streamed after the prompt, or one JSON line each (its
 // prompt in it). As text, each sample is headed by a line "--- LABEL, sample 2 of 3 ---" when there is
 // a label (the interactive loop's "stdin line 4") or several samples. `echo_prompt`: the prompt is
-// printed before its continuation (not when the user just typed it on the same terminal).
+// printed before its continuation (not when the user just typed it on the same terminal). `stdin_line`:
+// the interactive loop's line number (> 0), which each JSON record carries as "line". Text is written
+// as bytes: a \x00 of --prompt, or a byte vocabulary's NUL, does not end it.
 void print_samples(LoadedRun& run, const SampleCliOptions& cli, const std::string& prompt,
-                   const std::string& label, bool echo_prompt) {
+                   const std::string& label, bool echo_prompt, int64_t stdin_line = 0) {
+  const auto print = [](const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); };
   SampleOptions o = cli.sample;
   o.prompt = prompt;
   o.stop_at_end_of_text = !cli.ignore_eos;
@@ -132,15 +135,16 @@ void print_samples(LoadedRun& run, const SampleCliOptions& cli, const std::strin
       double total = 0.0;
       for (const double lp : g.logprobs) total += lp;
       const nlohmann::json stop = g.stopped_at.empty() ? nlohmann::json() : nlohmann::json(g.stopped_at);
-      const nlohmann::json record = {{"prompt", prompt},
-                                     {"prompt_token_ids", g.prompt_tokens},
-                                     {"sample", i + 1},
-                                     {"seed", o.seed},
-                                     {"text", g.text},
-                                     {"token_ids", g.tokens},
-                                     {"logprobs", g.logprobs},
-                                     {"logprob", total},
-                                     {"stop", stop}};
+      nlohmann::json record = {{"prompt", prompt},
+                               {"prompt_token_ids", g.prompt_tokens},
+                               {"sample", i + 1},
+                               {"seed", o.seed},
+                               {"text", g.text},
+                               {"token_ids", g.tokens},
+                               {"logprobs", g.logprobs},
+                               {"logprob", total},
+                               {"stop", stop}};
+      if (stdin_line > 0) record["line"] = stdin_line;  // which prompt: a line skipped as bad leaves a gap
       // A byte-level BPE token may end inside a character: such bytes become U+FFFD in the JSON.
       std::printf("%s\n", record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
       std::fflush(stdout);
@@ -151,11 +155,11 @@ void print_samples(LoadedRun& run, const SampleCliOptions& cli, const std::strin
       header += (header.empty() ? "" : ", ") + std::string("sample ") + std::to_string(i + 1) + " of " +
                 std::to_string(cli.num_samples);
     if (!header.empty()) std::printf("--- %s ---\n", header.c_str());
-    if (echo_prompt) std::fputs(prompt.c_str(), stdout);
+    if (echo_prompt) print(prompt);
     generate(
         *run.model, run.checkpoint.tokenizer, o, rng,
-        [](const std::string& piece) {
-          std::fputs(piece.c_str(), stdout);
+        [&](const std::string& piece) {
+          print(piece);
           std::fflush(stdout);
         },
         false);
@@ -216,7 +220,7 @@ int sample_command(const SampleCliOptions& cli) {
       status = kExitBadInput;
       continue;
     }
-    print_samples(run, cli, line, "stdin line " + std::to_string(n), !typed_on_screen);
+    print_samples(run, cli, line, "stdin line " + std::to_string(n), !typed_on_screen, n);
   }
   return status;
 }

@@ -33,7 +33,9 @@ int train_command(const TrainCliOptions& o) {
   if (!config_file.empty() && !resume_dir.empty())
     throw ConfigError(
         "train: give either --config FILE (a new run) or --resume DIR (continue a run), not both");
-  if (config_file.empty() && resume_dir.empty() && sets.empty())
+  // A new run without a config names at least one key (--target-loss or --max-seconds alone is not a
+  // run of the defaults on the default corpus).
+  if (config_file.empty() && resume_dir.empty() && o.sets.empty())
     throw ConfigError(
         "train: give --config FILE (a new run), --resume DIR (continue a run), or --set KEY=VALUE ... (a new "
         "run of every key's default: tfm train --set data.path=notes.txt)");
@@ -47,8 +49,7 @@ int train_command(const TrainCliOptions& o) {
   const std::string sizes = "train.batch_size, train.seq_len and the model.* sizes";
   if (!resume_dir.empty()) {
     if (!out.empty()) throw ConfigError("--out: a resumed run stays in its directory " + resume_dir);
-    if (!init_from.empty())
-      throw ConfigError("--init-from: only for a new run (--config), not with --resume");
+    if (!init_from.empty()) throw ConfigError("--init-from: only for a new run, not with --resume");
     r = sized_by(sizes, [&] { return resume(resume_dir, sets, options); });
   } else {
     std::vector<std::string> all = sets;

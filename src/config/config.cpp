@@ -688,18 +688,18 @@ std::vector<std::string> config_warnings(const Config& config) {
 
 namespace {
 // The run directory a config without a file trains into by default: runs/<name>, the name that of
-// data.path's file or folder without its extension (its first entry's for a list), "run" for a glob.
+// data.path's file or folder without its extension (a list's first entry's; notes.txt.gz: notes),
+// "run" for a glob or a name that would hide the directory.
 std::string default_run_dir(const Config& defaults) {
-  const json& data = defaults.at("data.path");
-  const std::string spec = data.is_array() && !data.empty() ? data.front().get<std::string>()
-                           : data.is_string()               ? data.get<std::string>()
-                                                            : "";
-  std::filesystem::path p = std::filesystem::path(spec).lexically_normal();
-  if (!p.has_filename()) p = p.parent_path();  // "corpus/" names the folder corpus
+  const json data = comparable_value(*find_key("data.path"), defaults.at("data.path"));
+  const json& first = data.is_array() && !data.empty() ? data.front() : data;
+  std::filesystem::path p = std::filesystem::path(first.is_string() ? first.get<std::string>() : "");
+  p = p.lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();                           // "corpus/" names the folder corpus
+  if (p.extension() == ".gz" || p.extension() == ".zst") p = p.stem();  // notes.jsonl.zst is notes
   std::string name = p.stem().string();
-  for (const char c : std::string("*?[]"))
-    if (name.find(c) != std::string::npos) name.clear();
-  return "runs/" + (name.empty() || name == "." || name == ".." ? std::string("run") : name);
+  const bool usable = !name.empty() && name[0] != '.' && name.find_first_of("*?[]") == std::string::npos;
+  return "runs/" + (usable ? name : std::string("run"));
 }
 }  // namespace
 

@@ -105,7 +105,8 @@ std::string resume_checkpoint_path(const std::string& dir) {
 std::vector<CommandInput> run_inputs(const std::string& checkpoint_path, const Config& config) {
   std::vector<CommandInput> inputs = {{"the run's checkpoint", checkpoint_path}};
   for (const char* key : {"data.path", "data.tokenizer_path"}) {
-    const nlohmann::json& v = config.at(key);
+    // A list, given as one or as its JSON text in a string (how runs recorded it before).
+    const nlohmann::json v = comparable_value(*find_key(key), config.at(key));
     if (v.is_string()) inputs.push_back({key, v.get<std::string>()});
     if (v.is_array())  // data.path's list: each of its files
       for (size_t i = 0; i < v.size(); ++i)

@@ -302,7 +302,7 @@ TEST_CASE("svg: metrics.jsonl is read with a truncated last line, loss.svg writt
 
 TEST_CASE("svg: a heat map cell that rounds to zero is labelled 0.0, never -0.0", "[svg]") {
   tfm::svg::Heatmap map;
-  map.values = {{1.0, -0.01}, {-0.27, 0.04}};
+  map.values = {{1.0, -0.01}, {-0.27, 0.5}};  // only -0.01 rounds to zero
   map.vmin = -1, map.signed_scale = true;
   map.cell_format = "{:.1f}";
   tfm::svg::Document doc(200, 200);

@@ -176,7 +176,7 @@ TEST_CASE("cli: help teaches by example, config and info print", "[cli]") {
   CHECK_THAT(r.out,
              Catch::Contains("FLOPs per token (matrix products)") &&
                  Catch::Contains("additive scores, v . tanh(q + k): 32 elementwise operations per (query, "
-                                 "key) pair and head"));
+                                 "key) pair and head in the forward"));
   CHECK_THAT(r.out, !Catch::Contains("RoPE makes"));
   r = run_cli(
       "config --config configs/tiny.json --set model.attention_score=additive --set "
@@ -448,11 +448,18 @@ TEST_CASE("cli: train and config without a config file take every key's default 
   // A folder names its run after itself, a glob "run".
   CHECK(tfm::load_config("", {"data.path=corpus/"}).at("output.dir") == "runs/corpus");
   CHECK(tfm::load_config("", {"data.path=texts/*.txt"}).at("output.dir") == "runs/run");
+  CHECK(tfm::load_config("", {"data.path=notes.jsonl.zst"}).at("output.dir") == "runs/notes");
+  CHECK(tfm::load_config("", {"data.path=.hidden"}).at("output.dir") == "runs/run");
+  CHECK(tfm::load_config("", {"data.path=[\"x/first.txt\",\"y.txt\"]"}).at("output.dir") == "runs/first");
+  CHECK(tfm::load_config("", {"data.path=\"[\\\"x/first.txt\\\"]\""}).at("output.dir") == "runs/first");
   // Nothing at all still asks for what to train.
   r = tfm_test::run_tfm("train");
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("--set KEY=VALUE") && Catch::Contains("tfm train --set data.path="));
   r = tfm_test::run_tfm("config");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("--set KEY=VALUE"));
+  r = tfm_test::run_tfm("train --max-seconds 60");  // a budget alone names no key of a run
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("--set KEY=VALUE"));
 }

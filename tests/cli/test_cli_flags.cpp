@@ -62,6 +62,12 @@ TEST_CASE("cli flags: a mistyped command or flag is named as tfm's own error, wi
        {"tfm: error: tfm: unknown command \"trian\" (did you mean train?); the commands: train, ",
         "`tfm --help` shows its usage, with examples"}},
       {"bench gemmm", {"tfm: error: tfm bench: unknown command \"gemmm\" (did you mean gemm?)"}},
+      // A mistyped command after an unknown flag is not taken for the flag's value.
+      {"--foo trian",
+       {"tfm: error: tfm: unknown command \"trian\" (did you mean train?)", "--foo is not a flag of tfm"}},
+      // A flag given twice is named once.
+      {"sample --run x --temp 0.5 --temp 0.7",
+       {"tfm: error: tfm sample: --temp is not a flag of tfm sample (did you mean --temperature?)\n"}},
       {"frobnicate", {"tfm: error: tfm: unknown command \"frobnicate\"; the commands: "}},
       {"sample --run x --promt hi",
        {"tfm: error: tfm sample: ", "--promt is not a flag of tfm sample (did you mean --prompt?)",

@@ -196,11 +196,20 @@ TEST_CASE("sample: --interactive continues each line of stdin until EOF, and --p
   CHECK(records[0]["text"] == romeo);
   CHECK(records[1]["prompt"] == "MENENIUS:");
   CHECK(records[1]["text"] == menenius);
+  CHECK(records[0]["line"] == 1);
+  CHECK(records[1]["line"] == 2);
   // A line the vocabulary cannot encode is named and skipped; the others are still answered; exit 2.
   r = tfm_test::run_shell("printf 'ROMEO:\\n\\342\\202\\254\\nMENENIUS:\\n' | " + tfm);
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("stdin line 2"));
   CHECK_THAT(r.out, Catch::Contains("--- stdin line 3 ---\nMENENIUS:" + menenius + "\n"));
+  // With --json the records name their line: the skipped one leaves a gap.
+  r = tfm_test::run_shell("{ printf 'ROMEO:\\n\\342\\202\\254\\nMENENIUS:\\n' | " + tfm +
+                          " --json 2>/dev/null; }");
+  const std::vector<nlohmann::json> lines = sample_test_records(r.out);
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[1]["line"] == 3);
+  CHECK(lines[1]["prompt"] == "MENENIUS:");
   // --prompt-file: the file's text is the prompt.
   const tfm_test::TempDir tmp("sample_prompt_file");
   std::ofstream(tmp.file("p.txt")) << "MENENIUS:";

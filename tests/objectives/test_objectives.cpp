@@ -461,4 +461,11 @@ TEST_CASE("objectives: the data hash is the same for the same data and changes w
   const uint64_t before = make_objective(s2s_config(dir, pairs), nullptr, {})->data_hash();
   write_reversal_pairs(dir + "_data", 201);
   CHECK(make_objective(s2s_config(dir, pairs), nullptr, {})->data_hash() != before);
+  // A text corpus: one line more, another hash (its token cache rebuilt).
+  const std::string text = dir + "_text.txt";
+  std::filesystem::copy_file(tiny_data(), text, std::filesystem::copy_options::overwrite_existing);
+  const Config on_text = resolve_config(mlm_config(dir).tree, {"data.path=" + text});
+  const uint64_t text_before = make_objective(on_text, nullptr, {})->data_hash();
+  std::ofstream(text, std::ios::app) << "One line more.\n";
+  CHECK(make_objective(on_text, nullptr, {})->data_hash() != text_before);
 }

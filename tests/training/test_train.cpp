@@ -805,5 +805,11 @@ TEST_CASE("run_dir: each file of a data.path list is an input no output may over
                     Catch::Contains("is the same file as data.path[1] " + b) &&
                         Catch::Contains("which this command reads"));
   CHECK_NOTHROW(check_output_path("--out", tmp.file("c.txt"), inputs));
+  // The list's JSON text in a string (how runs recorded it before): the same files.
+  const Config text = resolve_config(
+      nlohmann::json::object(), {"data.path=" + nlohmann::json(nlohmann::json::array({a, b}).dump()).dump()});
+  REQUIRE(text.at("data.path").is_string());
+  CHECK_THROWS_WITH(check_output_path("--out", b, run_inputs(tmp.file("last.ckpt"), text)),
+                    Catch::Contains("is the same file as data.path[1] " + b));
   CHECK(tfm_test::read_file(b) == "second");
 }
