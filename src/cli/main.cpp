@@ -74,12 +74,21 @@ CLI::App* parsed_command(CLI::App& app, std::string& name) {
   return cmd;
 }
 
-// The closest of `names` to `word` within two edits (a typo), "" when none is.
-std::string closest(const std::string& word, const std::vector<std::string>& names) {
+// The closest of `names` to `word` within two edits (a typo), "" when none is; `ignored_prefix`
+// characters ('-') are left out of the comparison, and with `under_half` an edit must change fewer
+// than half of the word's letters (--temp is not --help).
+std::string closest(const std::string& word, const std::vector<std::string>& names, bool under_half = false,
+                    const char* ignored_prefix = "") {
+  const auto letters = [&](const std::string& s) {
+    const size_t start = s.find_first_not_of(ignored_prefix);
+    return start == std::string::npos ? std::string() : s.substr(start);
+  };
+  const std::string w = letters(word);
   std::string best;
   size_t best_d = 3;
   for (const std::string& n : names)
-    if (const size_t d = edit_distance(word, n); d < best_d) best = n, best_d = d;
+    if (const size_t d = edit_distance(w, letters(n)); d < best_d && (!under_half || 2 * d < w.size()))
+      best = n, best_d = d;
   return best;
 }
 
@@ -131,16 +140,8 @@ std::string suggested_flag(const std::string& typed, const std::vector<std::stri
       list += (i == 0 ? "" : i + 1 == begun.size() ? " or " : ", ") + begun[i];
     return list;
   }
-  const size_t start = word.find_first_not_of('-');
-  if (start == std::string::npos) return "";
-  const std::string letters = word.substr(start);
-  std::string best;
-  size_t best_d = 3;
-  for (const std::string& f : flags)
-    if (const size_t d = edit_distance(letters, f.substr(f.find_first_not_of('-')));
-        d < best_d && 2 * d < letters.size())
-      best = f, best_d = d;
-  return best;
+  if (word.find_first_not_of('-') == std::string::npos) return "";
+  return closest(word, flags, true, "-");
 }
 
 // CLI11's parse errors as tfm's own: "tfm: error: ..." on stderr, what a mistyped command or flag

@@ -73,6 +73,7 @@ class Seq2Seq : public Objective {
       : config_(c),
         B_(c.train().batch_size),
         data_(load_data_of(c, ckpt, o.load_data)),
+        data_hash_(pairs_hash(data_)),
         source_(side(ckpt, data_, false)),
         target_(side(ckpt, data_, true)),
         model_(checked_model(model_config(c, source_, target_), o), static_cast<uint64_t>(c.integer("seed"))),
@@ -249,21 +250,7 @@ class Seq2Seq : public Objective {
            " tokenizer, vocabularies " + std::to_string(source_.size()) + " source / " +
            std::to_string(target_.size()) + " target (specials included)";
   }
-  // Every pair's ids in order, train then val (pairs are read whole at every start).
-  uint64_t data_hash() const override {
-    if (!data_) return 0;
-    uint64_t h = kHashFoldStart;
-    for (const auto* pairs : {&data_->train, &data_->val}) {
-      for (const SentencePair& p : *pairs)
-        for (const auto* ids : {&p.src, &p.tgt}) {
-          const uint64_t n = ids->size();
-          h = hash_fold(hash_fold(h, hash64(&n, sizeof n)),
-                        hash64(ids->data(), ids->size() * sizeof(int32_t)));
-        }
-      h = hash_fold(h, hash64("|", 1));  // where train ends
-    }
-    return h;
-  }
+  uint64_t data_hash() const override { return data_hash_; }
   std::string usage_hint(const std::string& dir) const override {
     return "Translate with: tfm translate --run " + dir + " --text \"...\"";
   }
@@ -276,9 +263,26 @@ class Seq2Seq : public Objective {
     throw ConfigError("--split: expected \"val\" or \"train\", got \"" + s + "\"");
   }
 
+  // Every pair's ids in order, train then val, hashed once at load (a checkpoint keeps it); 0 without data.
+  static uint64_t pairs_hash(const std::optional<PairDataset>& data) {
+    if (!data) return 0;
+    uint64_t h = kHashFoldStart;
+    for (const auto* pairs : {&data->train, &data->val}) {
+      for (const SentencePair& p : *pairs)
+        for (const auto* ids : {&p.src, &p.tgt}) {
+          const uint64_t n = ids->size();
+          h = hash_fold(hash_fold(h, hash64(&n, sizeof n)),
+                        hash64(ids->data(), ids->size() * sizeof(int32_t)));
+        }
+      h = hash_fold(h, hash64("|", 1));  // where train ends
+    }
+    return h;
+  }
+
   Config config_;
   int64_t B_;
   std::optional<PairDataset> data_;
+  uint64_t data_hash_;
   Tokenizer source_, target_;
   Seq2SeqModel model_;
   PairSampler sampler_;

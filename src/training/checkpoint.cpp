@@ -333,26 +333,52 @@ Checkpoint load_checkpoint(const std::string& path) {
   return parse_checkpoint(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), path);
 }
 
-CheckpointState load_checkpoint_state(const std::string& path) {
-  // A regular file or an error: a FIFO or device at the name is refused at once, never waited on (a
-  // run list or a resume would hang on one). Read at offsets: only the header, the sections' heads and
-  // the state.
-  const FileDescriptor fd = open_regular_file(path);
+namespace {
+
+// A checkpoint opened for reads at offsets: a regular file or an error (a FIFO or device at the name is
+// refused at once, never waited on: a run list or a resume would hang on one), its size, and its header
+// checked against that size.
+struct OpenedCheckpoint {
+  FileDescriptor fd;
+  uint64_t size = 0;
+  Header header{};
+};
+
+OpenedCheckpoint open_checkpoint(const std::string& path) {
+  OpenedCheckpoint c{open_regular_file(path)};
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) throw IoError(path + ": cannot read the checkpoint: " + errno_text());
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  uint64_t pos = 0;
+  if (::fstat(c.fd.get(), &st) != 0) throw IoError(path + ": cannot read the checkpoint: " + errno_text());
+  c.size = static_cast<uint64_t>(st.st_size);
+  char header[kHeaderBytes] = {};
+  if (c.size >= kHeaderBytes && read_at(c.fd.get(), header, kHeaderBytes, 0, path) != kHeaderBytes)
+    throw IoError(path + ": cannot read the checkpoint's header");
+  c.header = read_header(header, c.size, path);
+  return c;
+}
+
+// The payload's CRC-32 against the header's.
+void check_payload_crc(uint32_t computed, const Header& h, const std::string& path) {
+  if (computed != h.crc)
+    throw IoError(path +
+                  ": corrupt checkpoint: checksum mismatch (the file was damaged after it was written)");
+}
+
+}  // namespace
+
+CheckpointState load_checkpoint_state(const std::string& path) {
+  // Read at offsets: only the header, the sections' heads and the state (the payload's CRC is not
+  // checked: that needs every byte).
+  const OpenedCheckpoint c = open_checkpoint(path);
+  const FileDescriptor& fd = c.fd;
+  const uint64_t size = c.size;
+  uint64_t pos = kHeaderBytes;
   // Reads n bytes at pos and moves past them; false where the file ends first.
   const auto read = [&](void* out, uint64_t n) {
     if (n > size - std::min(pos, size) || read_at(fd.get(), out, n, pos, path) != n) return false;
     pos += n;
     return true;
   };
-  char header[kHeaderBytes] = {};
-  if (size >= kHeaderBytes && !read(header, kHeaderBytes))
-    throw IoError(path + ": cannot read the checkpoint's header");
-  const uint32_t sections = read_header(header, size, path).sections;  // the payload's CRC is not checked
-  for (uint32_t s = 0; s < sections; ++s) {
+  for (uint32_t s = 0; s < c.header.sections; ++s) {
     uint32_t name_len = 0;
     uint64_t len = 0;
     char name[kMaxNameBytes];
@@ -370,40 +396,29 @@ CheckpointState load_checkpoint_state(const std::string& path) {
 }
 
 void verify_checkpoint(const std::string& path) {
-  const FileDescriptor fd = open_regular_file(path);
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) throw IoError(path + ": cannot read the checkpoint: " + errno_text());
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  char header[kHeaderBytes] = {};
-  if (size >= kHeaderBytes && read_at(fd.get(), header, kHeaderBytes, 0, path) != kHeaderBytes)
-    throw IoError(path + ": cannot read the checkpoint's header");
-  const Header h = read_header(header, size, path);
-  std::vector<char> block(std::min<uint64_t>(h.payload_size, uint64_t{4} << 20));
+  const OpenedCheckpoint c = open_checkpoint(path);
+  std::vector<char> block(std::min<uint64_t>(c.header.payload_size, uint64_t{4} << 20));
   uint32_t crc = 0;
-  for (uint64_t pos = kHeaderBytes; pos < size;) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(block.size(), size - pos));
-    if (read_at(fd.get(), block.data(), n, pos, path) != n)
+  for (uint64_t pos = kHeaderBytes; pos < c.size;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(block.size(), c.size - pos));
+    if (read_at(c.fd.get(), block.data(), n, pos, path) != n)
       throw IoError(path + ": truncated checkpoint (it ended while being read)");
     crc = crc32(block.data(), n, crc);
     pos += n;
   }
-  if (crc != h.crc)
-    throw IoError(path +
-                  ": corrupt checkpoint: checksum mismatch (the file was damaged after it was written)");
+  check_payload_crc(crc, c.header, path);
 }
 
 Checkpoint parse_checkpoint(const uint8_t* data, size_t size, const std::string& path) {
   const char* header = reinterpret_cast<const char*>(data);
-  const auto [sections, payload_size, crc] = read_header(header, size, path);
+  const Header h = read_header(header, size, path);
   const char* payload = header + kHeaderBytes;
-  if (crc32(payload, payload_size) != crc)
-    throw IoError(path +
-                  ": corrupt checkpoint: checksum mismatch (the file was damaged after it was written)");
+  check_payload_crc(crc32(payload, h.payload_size), h, path);
 
   Checkpoint ckpt;
-  Reader r(path, payload, payload_size);
+  Reader r(path, payload, h.payload_size);
   std::set<std::string> seen;
-  for (uint32_t s = 0; s < sections; ++s) {
+  for (uint32_t s = 0; s < h.sections; ++s) {
     const uint32_t name_len = r.get<uint32_t>("a section name length");
     if (name_len == 0 || name_len > kMaxNameBytes)
       throw IoError(path + ": corrupt checkpoint: section name of " + std::to_string(name_len) + " bytes");

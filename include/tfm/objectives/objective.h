@@ -166,8 +166,9 @@ class Objective {
   virtual double train_flops_per_token() const = 0;
   // One line about the data for the log ("data: ...").
   virtual std::string describe_data() const = 0;
-  // A hash of the training and validation data as the model sees them (token ids, documents, pairs),
-  // kept in checkpoints so that a resume can say when the data changed under it; 0 without data.
+  // A hash of the data the splits are cut from (a text corpus's token ids and document ends, a seq2seq
+  // run's pairs), kept in checkpoints so that a resume can say when the data changed under it; 0 without
+  // data. The split itself (data.val_fraction, train.seq_len) cannot change on a resume.
   virtual uint64_t data_hash() const = 0;
   // What about the data deserves a warning in the log (a split far from data.val_fraction).
   virtual std::vector<std::string> data_warnings() const { return {}; }
