@@ -33,6 +33,7 @@
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
 #include "tfm/engine/platform.h"
+#include "tfm/engine/strings.h"
 #include "tfm/training/run_dir.h"
 #include "tfm/training/run_lock.h"
 
@@ -349,10 +350,8 @@ bool is_loopback(const std::string& host) {
 
 // The Host header's name, lower-cased and without its port: "[::1]:6006" -> "[::1]".
 std::string host_name_of(const std::string& host_header) {
-  std::string name = host_header.rfind("[", 0) == 0 ? host_header.substr(0, host_header.find(']') + 1)
-                                                    : host_header.substr(0, host_header.find(':'));
-  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-  return name;
+  return ascii_lower(host_header.rfind("[", 0) == 0 ? host_header.substr(0, host_header.find(']') + 1)
+                                                    : host_header.substr(0, host_header.find(':')));
 }
 
 bool stays_inside(const std::string& dir) {

@@ -23,6 +23,7 @@
 #include "tfm/engine/gguf.h"
 #include "tfm/engine/platform.h"
 #include "tfm/engine/safetensors.h"
+#include "tfm/engine/strings.h"
 #include "tfm/models/gguf_export.h"
 #include "tfm/models/gguf_reference.h"
 #include "tfm/objectives/inference.h"
@@ -247,8 +248,7 @@ int export_gguf(const ExportOptions& o, LoadedRun& run) {
 
 int run_export(const ExportOptions& o) {
   // The name's extension, whatever its case (m.GGUF is a GGUF file's name too).
-  std::string extension = fs::path(o.out).extension().string();
-  for (char& ch : extension) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  const std::string extension = ascii_lower(fs::path(o.out).extension().string());
   std::string format = o.format;
   if (format.empty()) format = extension == ".gguf" ? "gguf" : "safetensors";
   // A file named for the other format would be refused by whatever reads it by its name (sample

@@ -40,11 +40,7 @@ constexpr std::string_view kUnreadPackedNames[] = {".xz", ".bz2", ".lz4",  ".zip
 
 // Whether `name` ends with `ext` (lower case) in any case of its ASCII letters.
 bool ends_with_name(std::string_view name, std::string_view ext) {
-  if (name.size() < ext.size()) return false;
-  const std::string_view tail = name.substr(name.size() - ext.size());
-  return std::equal(tail.begin(), tail.end(), ext.begin(), [](char a, char b) {
-    return (a >= 'A' && a <= 'Z' ? static_cast<char>(a + 32) : a) == b;
-  });
+  return name.size() >= ext.size() && ascii_lower(name.substr(name.size() - ext.size())) == ext;
 }
 
 enum class Compression { None, Gzip, Zstd };

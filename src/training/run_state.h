@@ -48,8 +48,7 @@ class RunState {
   // Writes the run to `path` (rank 0), streaming the parameters and optimizer buffers (no copies).
   // `elapsed` and `training`: the run's seconds so far, all of them and the training loop's.
   // `unlogged`: the steps since the last log line (last.ckpt's; none for best.ckpt).
-  void save(const std::string& path, double elapsed, double training,
-            const UnloggedSteps& unlogged = {}) const;
+  void save(const std::string& path, double elapsed, double training, const UnloggedSteps& unlogged) const;
 
  private:
   std::vector<RankStreams> streams() const;  // every rank's, rank 0 first

@@ -590,7 +590,8 @@ Metrics TrainingRun::evaluate_and_keep_best() {
   if (val_loss < state_->best_val) {
     state_->best_val = val_loss;
     result_.best_val_loss = val_loss;
-    state_->save(best_path_, elapsed(), training_seconds());
+    // None unlogged: this step's line is written right after the evaluation.
+    state_->save(best_path_, elapsed(), training_seconds(), UnloggedSteps{});
     note = ", new best: saved best.ckpt";
   }
   // The objective's other figures (masked_lm: accuracy; seq2seq: accuracy, BLEU) follow the loss, and

@@ -6,6 +6,7 @@
 
 #include "tfm/engine/memory.h"
 #include "tfm/engine/ops.h"
+#include "tfm/engine/strings.h"
 #include "tfm/engine/tensor.h"
 
 using namespace tfm;
@@ -527,4 +528,11 @@ TEST_CASE("tensor: the first value that is not finite, and its name", "[tensor]"
   CHECK(std::string(nonfinite_name(NAN)) == "NaN");
   CHECK(std::string(nonfinite_name(INFINITY)) == "+Inf");
   CHECK(std::string(nonfinite_name(-INFINITY)) == "-Inf");
+}
+
+TEST_CASE("strings: ends_with, and ascii_lower folds ASCII letters only", "[tensor]") {
+  CHECK(tfm::ends_with("run.txt.gz", ".gz"));
+  CHECK_FALSE(tfm::ends_with("gz", ".gz"));
+  CHECK(tfm::ascii_lower("Notes.TXT") == "notes.txt");
+  CHECK(tfm::ascii_lower("\xC3\x89T\xC3\x89") == "\xC3\x89t\xC3\x89");  // "ÉTÉ": UTF-8 bytes untouched
 }
