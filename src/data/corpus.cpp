@@ -30,8 +30,9 @@ namespace {
 
 // The names a directory walk takes (an explicitly named file may have any name), matched in any case
 // (.TXT, .Jsonl.GZ): a text name (one document a file), the JSON Lines name, each plain or under a
-// compression tfm reads as it reads. Markdown and .text are text: docs/data.md says why.
-constexpr std::string_view kTextNames[] = {".txt", ".text", ".md"};
+// compression tfm reads as it reads. Markdown is left out and said, not read: a folder's README.md
+// (a dataset card) would be trained on unseen; docs/data.md says why.
+constexpr std::string_view kTextNames[] = {".txt", ".text"};
 constexpr std::string_view kJsonLinesName = ".jsonl";
 constexpr std::string_view kGzipName = ".gz", kZstdName = ".zst";
 // Compressions tfm does not read: a corpus name under one (a.txt.xz) is left out, and said.

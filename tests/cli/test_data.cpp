@@ -241,11 +241,12 @@ TEST_CASE("data prepare: a folder's corpus names are read in any case, and the o
   for (const char* name : {"one.txt", "TWO.TXT", "three.md", "four.json", "five.text"})
     std::ofstream(dir + "/" + name, std::ios::binary) << text.substr(0, 3000);
   const std::string args = "--config configs/tiny.json --set data.path=" + dir;
-  const std::string said = dir + ": left out 1 file (" + dir + "/four.json), not named as corpus files";
+  const std::string said =
+      dir + ": left out 2 files (" + dir + "/four.json, " + dir + "/three.md), not named as corpus files";
   const CliRun r = run_tfm("data prepare " + args);
   INFO(r.out);
   CHECK(r.status == 0);
-  CHECK_THAT(r.out, Catch::Contains("documents: 4, joined by <|endoftext|>"));
+  CHECK_THAT(r.out, Catch::Contains("documents: 3, joined by <|endoftext|>"));
   CHECK_THAT(r.out, Catch::Contains("warning: " + said));
   // A run says it in its log, at every start.
   const CliRun t = run_tfm("train " + args + " --set train.max_steps=1 --out " + tmp.path + "/run");
