@@ -49,6 +49,14 @@ void write_bytes_train(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
 }
 
+// The small config in `dir` trained by plain SGD at learning rate `lr`, nothing to tame it (no warmup,
+// clipping or momentum), a checkpoint every step: how the tests make a run diverge.
+Config diverging_sgd_config(const std::string& dir, const std::string& lr) {
+  return tfm_test::small_train_config(
+      dir, {"train.optimizer.lr=" + lr, "train.lr_schedule.warmup_steps=0", "train.checkpoint_interval=1",
+            "train.grad_clip=0", "train.optimizer.name=sgd", "train.optimizer.momentum=0"});
+}
+
 }  // namespace
 
 TEST_CASE("train: a tiny model overfits a short text to near-zero loss", "[train]") {
@@ -234,9 +242,7 @@ TEST_CASE("train: a run with every speedrun trick resumes bit for bit and sample
 
 TEST_CASE("train: a non-finite loss stops with the step and leaves the last checkpoint", "[train]") {
   const std::string dir = run_dir("nan");
-  const Config c = tfm_test::small_train_config(
-      dir, {"train.optimizer.lr=1e30", "train.lr_schedule.warmup_steps=0", "train.checkpoint_interval=1",
-            "train.grad_clip=0", "train.optimizer.name=sgd", "train.optimizer.momentum=0"});
+  const Config c = diverging_sgd_config(dir, "1e30");
   const TrainResult r = train(c, quiet());
   REQUIRE(r.status == TrainResult::Status::NonFinite);
   CHECK_THAT(r.message, Catch::Contains("step " + std::to_string(r.step + 1)));
@@ -253,9 +259,7 @@ TEST_CASE("train: an update that overflows the weights stops the run before they
   // lr 1e39 is past float's range: step 1's loss and gradient are finite, its update makes the weights
   // infinite. A checkpoint every step would have written them (and said the last one was untouched).
   const std::string dir = run_dir("overflow");
-  const Config c = tfm_test::small_train_config(
-      dir, {"train.optimizer.lr=1e39", "train.lr_schedule.warmup_steps=0", "train.checkpoint_interval=1",
-            "train.grad_clip=0", "train.optimizer.name=sgd", "train.optimizer.momentum=0"});
+  const Config c = diverging_sgd_config(dir, "1e39");
   const TrainResult r = train(c, quiet());
   REQUIRE(r.status == TrainResult::Status::NonFinite);
   CHECK(r.step == 0);
