@@ -22,10 +22,16 @@ try {
   await page.waitForSelector('#runs-table tr[data-run="runs/small"]', { timeout: 10000 });
   await page.waitForSelector('#runs-table tr[data-run="runs/two_heads"]', { timeout: 10000 });
   console.log(`check_board.mjs: page and runs table in ${Date.now() - t0} ms`);
+  // A run ticked for the charts, in the page in one step (a read, then a click, could straddle a poll
+  // that ticks it, and untick it).
+  const tick = (run) => page.$eval(`#runs-table tr[data-run="${run}"] input`, (b) => {
+    if (!b.checked) {
+      b.checked = true;
+      b.dispatchEvent(new Event('change'));
+    }
+  });
   // The page ticks the first four runs it lists: these two must be among the ticked ones.
-  for (const run of ['runs/small', 'runs/two_heads'])
-    if (!await page.$eval(`#runs-table tr[data-run="${run}"] input`, (b) => b.checked))
-      await page.click(`#runs-table tr[data-run="${run}"] input`);
+  for (const run of ['runs/small', 'runs/two_heads']) await tick(run);
   // The loss chart holds both runs' points (100 steps, logged every 5: 20 points each).
   await page.waitForFunction(() => window.tfmBoard.points('runs/small') === 20 &&
     window.tfmBoard.points('runs/two_heads') === 20, { timeout: 10000 });
@@ -49,8 +55,7 @@ try {
     return { steps: d.step.join(','), dead: d.value.filter((v) => v === 99).length };
   };
   await page.waitForSelector(`#runs-table tr[data-run="${resumed}"] input`, { timeout: 10000 });
-  if (!await page.$eval(`#runs-table tr[data-run="${resumed}"] input`, (b) => b.checked))
-    await page.click(`#runs-table tr[data-run="${resumed}"] input`);
+  await tick(resumed);
   try {
     await page.waitForFunction(`(${resumedPoints})().dead === 2`, { timeout: 10000 });
   } catch (e) {
