@@ -216,7 +216,15 @@ function drawCharts() {
 // Only the points past the last step fetched. With them goes the identity of the record the page holds
 // last (since_id): a run resumed from an earlier checkpoint rewrote its log past that checkpoint, the
 // server answers with the whole series again ("reset"), and the page drops what it held.
-async function pollMetrics() {
+// One metrics fetch at a time: two at once (the poll's, and a tick's meanwhile) would both ask from the
+// same step and append the same points twice; queued, the second asks from where the first ended.
+let metricsQueue = Promise.resolve();
+function pollMetrics() {
+  metricsQueue = metricsQueue.then(fetchMetrics, fetchMetrics);
+  return metricsQueue;
+}
+
+async function fetchMetrics() {
   await Promise.all([...state.selected].map(async (run) => {
     const since = state.lastStep[run] ?? -1;
     const id = state.lastId[run];
