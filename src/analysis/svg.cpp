@@ -418,10 +418,11 @@ void draw_chart(Document& doc, double x, double y, double w, double h, const Cha
   // counting the segments between them by their midpoints too.
   double lx = px0 + pw - box_w - 6, ly = py0 + 6;
   size_t fewest = SIZE_MAX;
-  for (const auto& [cx, cy] : {std::pair<double, double>{px0 + pw - box_w - 6, py0 + 6},
-                               {px0 + 6, py0 + 6},
-                               {px0 + pw - box_w - 6, py0 + ph - box_h - 6},
-                               {px0 + 6, py0 + ph - box_h - 6}}) {
+  for (const auto& [corner_x, corner_y] : {std::pair<double, double>{px0 + pw - box_w - 6, py0 + 6},
+                                           {px0 + 6, py0 + 6},
+                                           {px0 + pw - box_w - 6, py0 + ph - box_h - 6},
+                                           {px0 + 6, py0 + ph - box_h - 6}}) {
+    const double cx = corner_x, cy = corner_y;  // a lambda cannot capture a structured binding in C++17
     size_t covered = 0;
     for (size_t i = 0; i < all_x.size(); ++i) {
       const auto inside = [&](double qx, double qy) {

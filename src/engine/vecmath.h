@@ -8,8 +8,10 @@
 // are rounded to.
 #pragma once
 
+#if defined(__GNUC__) && !defined(__clang__)  // Clang has no simd attribute: it calls the scalar ones
 extern "C" {
 float expf(float) noexcept __attribute__((simd("notinbranch")));
 float erff(float) noexcept __attribute__((simd("notinbranch")));
 double exp(double) noexcept __attribute__((simd("notinbranch")));
 }
+#endif

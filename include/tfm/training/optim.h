@@ -129,7 +129,6 @@ class Optimizer {
   OptimizerConfig config_;
   int64_t total_size_ = 0, total_steps_ = 0;
   std::vector<Span> spans_;
-  int64_t span_total_ = 0;
   std::vector<std::vector<Matrix>> shapes_;    // Muon's matrices, grouped by shape
   std::vector<std::vector<float>> workspace_;  // per thread, grown on first use
   std::vector<std::vector<float>> state_;
