@@ -179,7 +179,7 @@ BoardReply BoardModels::run_request(LoadedRun& run, const std::string& kind, con
     o.top_k = integer_field(request, "top_k", 0, static_cast<int64_t>(top_k.lo),
                             std::numeric_limits<int64_t>::max());
     o.seed = static_cast<uint64_t>(integer_field(request, "seed", 1337, 0, int64_t{1} << 53));
-    run.checkpoint.tokenizer.encode(o.prompt, "prompt");  // a bad prompt is refused by name
+    encode_prompt(run.checkpoint.tokenizer, o.prompt, "prompt");  // a bad prompt is refused by name
     return {200, {{"prompt", o.prompt}, {"text", generate(*run.model, run.checkpoint.tokenizer, o)}}};
   }
   if (kind == "attention") {

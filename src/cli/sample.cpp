@@ -193,7 +193,7 @@ int sample_command(const SampleCliOptions& cli) {
   const Tokenizer& tokenizer = run.checkpoint.tokenizer;
   if (!cli.interactive) {
     // A bad prompt is refused before anything is printed; a long one is said to be cut.
-    const auto prompt_tokens = static_cast<int64_t>(tokenizer.encode(prompt, prompt_source).size());
+    const auto prompt_tokens = static_cast<int64_t>(encode_prompt(tokenizer, prompt, prompt_source).size());
     const int64_t L = run.model->config().max_seq_len;
     if (prompt_tokens > L)
       std::fprintf(stderr,
@@ -214,7 +214,7 @@ int sample_command(const SampleCliOptions& cli) {
   for (int64_t n = 1; std::getline(std::cin, line); ++n) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     try {
-      tokenizer.encode(line, "stdin line " + std::to_string(n));
+      encode_prompt(tokenizer, line, "stdin line " + std::to_string(n));
     } catch (const Error& e) {  // ConfigError or IoError: the line is not text the vocabulary holds
       std::fprintf(stderr, "tfm: error: %s\n", e.what());
       status = kExitBadInput;
@@ -237,7 +237,8 @@ std::vector<Command> add_sample_commands(CLI::App& app) {
   auto* prompt = samp->add_option("--prompt", s.prompt,
                                   "Text to continue, with llama.cpp's escapes, as --stop's: \\n, \\t, \\r, "
                                   "\\\", \\', \\xNN, \\\\ "
-                                  "for a backslash (default: the end-of-text token, else a newline)")
+                                  "for a backslash; <|endoftext|> is the end-of-text token when the "
+                                  "vocabulary has one (default: that token, else a newline)")
                      ->transform(escapes());
   auto* prompt_file =
       samp->add_option(

@@ -218,6 +218,24 @@ int32_t end_of_text_token(const Tokenizer& tokenizer) {
   return -1;
 }
 
+std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, const std::string& prompt,
+                                   const std::string& source) {
+  std::vector<int32_t> ids;
+  const int32_t end_of_text = end_of_text_token(tokenizer);
+  const std::string_view marker = kEndOfText, text = prompt;
+  size_t at = 0;  // the start of the piece of text before the next marker
+  int64_t chars_before = 0;
+  for (size_t found; end_of_text >= 0 && (found = text.find(marker, at)) != std::string_view::npos;
+       at = found + marker.size()) {
+    const std::string_view piece = text.substr(at, found - at);
+    tokenizer.encode_piece(piece, source, at, static_cast<uint64_t>(chars_before), ids);
+    ids.push_back(end_of_text);
+    chars_before += count_utf8_chars(piece) + static_cast<int64_t>(marker.size());
+  }
+  tokenizer.encode_piece(text.substr(at), source, at, static_cast<uint64_t>(chars_before), ids);
+  return ids;
+}
+
 int32_t empty_prompt_token(const Tokenizer& tokenizer) {
   if (const int32_t eot = end_of_text_token(tokenizer); eot >= 0) return eot;
   const int32_t S = static_cast<int32_t>(tokenizer.specials().size());
@@ -236,7 +254,7 @@ Generation generate(LanguageModel& model, const Tokenizer& tokenizer, const Samp
             " tokens but the model's vocabulary (model.vocab_size) is ", V,
             ": sample with the tokenizer the model was trained with");
   o.check();
-  std::vector<int32_t> ids = tokenizer.encode(o.prompt, "--prompt");
+  std::vector<int32_t> ids = encode_prompt(tokenizer, o.prompt, "--prompt");
   if (ids.empty()) ids.push_back(empty_prompt_token(tokenizer));
   for (size_t i = 0; i < ids.size(); ++i)
     TFM_CHECK(ids[i] >= 0 && ids[i] < V, "generate", "prompt token ", ids[i], " at position ", i,

@@ -258,6 +258,28 @@ TEST_CASE("sampling: an empty prompt starts from the end-of-text token, else a n
   CHECK(empty_prompt_token(gpt2.with_end_of_text()) == 50256);
 }
 
+TEST_CASE("sampling: <|endoftext|> in a prompt is the end-of-text token when the vocabulary has one",
+          "[sampling]") {
+  // As Hugging Face's GPT-2 tokenizer reads it: "Hello" 15496, "<|endoftext|>" 50256, "World" 10603.
+  const Tokenizer gpt2 = Tokenizer::load_gpt2("");
+  CHECK(encode_prompt(gpt2, "Hello<|endoftext|>World", "p") == std::vector<int32_t>{15496, 50256, 10603});
+  CHECK(encode_prompt(gpt2, "<|endoftext|><|endoftext|>", "p") == std::vector<int32_t>{50256, 50256});
+  CHECK(encode_prompt(gpt2, "Hello World", "p") == gpt2.encode("Hello World", "p"));
+  CHECK(gpt2.encode("<|endoftext|>", "p").size() > 1);  // a corpus's characters stay text
+  // A char vocabulary's separator (the last id); without one the characters are text.
+  const Tokenizer chars = Tokenizer::from_text(Tokenizer::Kind::Char, "ab<|endoftext|>", "test");
+  const int32_t eot = static_cast<int32_t>(chars.size());
+  CHECK(encode_prompt(chars.with_end_of_text(), "a<|endoftext|>b", "p") ==
+        std::vector<int32_t>{chars.encode("a", "p")[0], eot, chars.encode("b", "p")[0]});
+  CHECK(encode_prompt(chars, "a<|endoftext|>b", "p") == chars.encode("a<|endoftext|>b", "p"));
+  CHECK(encode_prompt(chars.with_end_of_text(), "<|endoftext", "p") == chars.encode("<|endoftext", "p"));
+  // An error counts its offset in the whole prompt, past the marker.
+  const Tokenizer small =
+      Tokenizer::from_text(Tokenizer::Kind::Char, "ab\u00e9\nc", "test").with_end_of_text();
+  CHECK_THROWS_WITH(encode_prompt(small, "a\u00e9<|endoftext|>z", "--prompt"),
+                    Catch::StartsWith("--prompt: character 'z' (U+007A) at character 15 (counted from 0)"));
+}
+
 TEST_CASE("sampling: the end-of-text token ends a sample unless told to draw on", "[sampling]") {
   ModelConfig c = tfm_test::model_config_from(
       {"model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.max_seq_len=16"}, 5);
