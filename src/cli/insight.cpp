@@ -7,10 +7,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cli.h"
@@ -270,11 +272,13 @@ struct TokenizerTrainOptions {
   bool skip_bad_records = false;
 };
 
-// The text of --data read as a corpus, as data.path is (corpus.h: a file, a folder, a glob or a list;
-// JSON Lines' --text-field; .gz and .zst decompressed), its documents joined by newlines. The bytes of
-// a compressed file or the syntax of JSON Lines are not text to learn merges from.
-std::string corpus_text(const TokenizerTrainOptions& o) {
-  constexpr uint64_t kMaxTextBytes = uint64_t{1} << 31;
+// Reads --data as a corpus, as data.path is (corpus.h: a file, a folder, a glob or a list; JSON Lines'
+// --text-field; .gz and .zst decompressed), and gives its text block by block to `on_text`, documents
+// joined by newlines; returns the bytes given. The bytes of a compressed file or the syntax of JSON
+// Lines are not text to learn merges from. With `report`, says what was left out or skipped, and a
+// corpus of no text is an error.
+uint64_t read_corpus_text(const TokenizerTrainOptions& o, bool report,
+                          const std::function<void(std::string_view)>& on_text) {
   CorpusOptions options;
   options.text_field = o.text_field;
   options.skip_bad_records = o.skip_bad_records;
@@ -282,27 +286,29 @@ std::string corpus_text(const TokenizerTrainOptions& o) {
   options.text_field_option = "--text-field";
   std::vector<std::string> left_out;
   CorpusReader reader(list_corpus(o.data, &left_out), options);
-  for (const std::string& line : left_out) std::fprintf(stderr, "tfm: warning: %s\n", line.c_str());
-  std::string text;
-  while (reader.next_document()) {
-    if (!text.empty()) text += '\n';
-    while (reader.read(text))
-      if (text.size() > kMaxTextBytes)
-        throw ConfigError("--data: " + o.data +
-                          " holds more than 2 GiB of text; train the tokenizer on a part of it (a file or a "
-                          "glob of some of its files)");
+  if (report)
+    for (const std::string& line : left_out) std::fprintf(stderr, "tfm: warning: %s\n", line.c_str());
+  uint64_t bytes = 0;
+  std::string block;
+  for (bool first = true; reader.next_document(); first = false) {
+    if (!first) on_text("\n"), ++bytes;
+    while (reader.read(block)) {
+      on_text(block);
+      bytes += block.size();
+      block.clear();
+    }
   }
-  if (reader.skipped() > 0) {
+  if (report && reader.skipped() > 0) {
     std::string first;
     for (const std::string& s : reader.first_skipped()) first += "; " + s;
     std::fprintf(stderr, "tfm: warning: skipped %llu bad record%s (--skip-bad-records), the first: %s\n",
                  static_cast<unsigned long long>(reader.skipped()), reader.skipped() == 1 ? "" : "s",
                  first.substr(2).c_str());
   }
-  if (text.empty())
+  if (report && bytes == 0)
     throw ConfigError("--data: " + o.data + " holds no text to learn merges from" +
                       (reader.skipped() > 0 ? ": " + reader.skipped_text() : ""));
-  return text;
+  return bytes;
 }
 
 int run_tokenizer_train(const TokenizerTrainOptions& o) {
@@ -310,19 +316,31 @@ int run_tokenizer_train(const TokenizerTrainOptions& o) {
     throw ConfigError("--vocab-size: expected 256 to " + std::to_string(kBpeMaxVocab) + ", got " +
                       std::to_string(o.vocab_size));
   check_output_path("--out", o.out, {{"--data", o.data}});
-  const std::string text = corpus_text(o);
+  // Two passes over the corpus, neither holding its text: the chunk counts merges are learnt from, then
+  // the tokens the merges make of it.
   const auto t0 = std::chrono::steady_clock::now();
-  const BpeTokenizer bpe = BpeTokenizer::train(text, o.vocab_size);
+  BpeChunkCounter counter;
+  const uint64_t bytes = read_corpus_text(o, true, [&](std::string_view text) { counter.add(text); });
+  const BpeTokenizer bpe = BpeTokenizer::train(counter.finish(), o.vocab_size);
   const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const auto t1 = std::chrono::steady_clock::now();
-  const size_t n_tokens = bpe.encode(text).size();
+  uint64_t n_tokens = 0;
+  BpeChunkCache cache;
+  std::vector<int32_t> ids;
+  ChunkAlignedPieces pieces([&](std::string_view text) {
+    bpe.encode(text, ids, cache);
+    n_tokens += ids.size();
+    ids.clear();
+  });
+  read_corpus_text(o, false, [&](std::string_view text) { pieces.add(text); });
+  pieces.finish();
   const double encode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   bpe.save(o.out);
   fmt::print(
       "wrote {}: vocabulary {} (asked {}), {} bytes -> {} tokens ({:.2f} bytes/token); "
       "training {:.2f} s, encoding {:.2f} s\n",
-      o.out.c_str(), bpe.vocab_size(), o.vocab_size, text.size(), n_tokens,
-      n_tokens ? static_cast<double>(text.size()) / static_cast<double>(n_tokens) : 0.0, train_s, encode_s);
+      o.out.c_str(), bpe.vocab_size(), o.vocab_size, bytes, n_tokens,
+      n_tokens ? static_cast<double>(bytes) / static_cast<double>(n_tokens) : 0.0, train_s, encode_s);
   return kExitOk;
 }
 

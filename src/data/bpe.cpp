@@ -172,13 +172,64 @@ BpeTokenizer::BpeTokenizer(std::vector<Merge> merges, const std::string& what) :
 // most frequent pair comes from a max-heap with lazy deletion: an entry whose count no longer
 // matches the table is stale and skipped.
 
+ChunkAlignedPieces::ChunkAlignedPieces(Sink sink, size_t every) : sink_(std::move(sink)), every_(every) {}
+
+void ChunkAlignedPieces::add(std::string_view piece) {
+  // The bytes not handed on yet: the piece itself when nothing waits (a whole text is not copied).
+  if (!pending_.empty()) pending_.append(piece);
+  const std::string_view text = pending_.empty() ? piece : std::string_view(pending_);
+  // Cut at the last boundary. Only the new bytes are searched (a boundary reads the two bytes before it).
+  size_t cut = 0;
+  if (text.size() >= every_) {
+    const size_t from = searched_ >= 2 ? searched_ - 2 : 0;
+    const size_t found = pretokenize_cut(text.substr(from), text.size() - 1 - from);
+    if (found > 0) cut = from + found;
+    searched_ = text.size();
+  }
+  if (cut == 0) {
+    if (pending_.empty()) pending_.assign(piece);
+    return;
+  }
+  sink_(text.substr(0, cut));
+  std::string rest(text.substr(cut));  // no boundary past the cut: the last one was taken
+  pending_ = std::move(rest);
+  searched_ = pending_.size();
+}
+
+void ChunkAlignedPieces::finish() {
+  if (!pending_.empty()) sink_(pending_);
+  pending_.clear();
+  searched_ = 0;
+}
+
+BpeChunkCounter::BpeChunkCounter()
+    : pieces_([this](std::string_view text) {
+        for_each_chunk(text, [&](std::string_view c) { ++counts_[std::string(c)]; });
+      }) {}
+
+void BpeChunkCounter::add(std::string_view piece) {
+  bytes_ += piece.size();
+  pieces_.add(piece);
+}
+
+std::unordered_map<std::string, int64_t> BpeChunkCounter::finish() {
+  pieces_.finish();
+  bytes_ = 0;
+  return std::exchange(counts_, {});
+}
+
 BpeTokenizer BpeTokenizer::train(const std::string& text, int vocab_size) {
+  BpeChunkCounter counter;
+  counter.add(text);
+  return train(counter.finish(), vocab_size);
+}
+
+BpeTokenizer BpeTokenizer::train(const std::unordered_map<std::string, int64_t>& chunk_counts,
+                                 int vocab_size) {
   if (vocab_size < 256 || vocab_size > kBpeMaxVocab)
     throw ConfigError(
         detail::concat("bpe train: vocab_size must be in [256, ", kBpeMaxVocab, "], got ", vocab_size));
 
-  std::unordered_map<std::string_view, int64_t> chunk_counts;
-  for_each_chunk(text, [&](std::string_view c) { ++chunk_counts[c]; });
   std::vector<std::vector<int32_t>> words;
   std::vector<int64_t> freq;
   words.reserve(chunk_counts.size());

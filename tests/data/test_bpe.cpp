@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 #include <random>
+#include <unordered_map>
 
 #include "cli_run.h"
 #include "tfm/data/bpe.h"
@@ -94,6 +95,31 @@ TEST_CASE("bpe: training merges the most frequent pair first, ties to the smalle
   REQUIRE(BpeTokenizer::train("ab ab ab ab ab cd cd", 258).merges() ==
           std::vector<M>{{'a', 'b'}, {' ', 256}});
   REQUIRE(BpeTokenizer::train("ab ab ab", 256).vocab_size() == 256);
+}
+
+TEST_CASE("bpe: a text given in pieces cut anywhere counts its chunks as the whole text", "[bpe]") {
+  // Over 1 MiB, so that the counter counts and cuts as it goes: a stretch with no boundary to cut at
+  // (Chinese without a newline) waits whole, and emoji are cut in the middle of their bytes.
+  const std::string text =
+      repeat(kText, 4000) + repeat(kChinese, 100000) + repeat(kEmoji + "\n" + kText, 2000) + "  tail";
+  REQUIRE(text.size() > (size_t{3} << 20));
+  std::unordered_map<std::string, int64_t> whole;
+  for (const std::string& c : chunks(text)) ++whole[c];
+  std::mt19937 rng(7);
+  for (const size_t largest : {size_t{1}, size_t{4096}, size_t{3} << 20}) {
+    BpeChunkCounter counter;
+    for (size_t at = 0; at < text.size();) {
+      const size_t n = std::min<size_t>(text.size() - at, 1 + rng() % largest);
+      counter.add(std::string_view(text).substr(at, n));
+      at += n;
+    }
+    CHECK(counter.bytes() == text.size());
+    CHECK(counter.held_bytes() < (size_t{1} << 20) + largest);  // counted as it went, not held whole
+    const auto counts = counter.finish();
+    CHECK(counts == whole);
+    if (largest == 4096)
+      CHECK(BpeTokenizer::train(counts, 400).merges() == BpeTokenizer::train(text, 400).merges());
+  }
 }
 
 TEST_CASE("bpe: a trained tokenizer compresses and round-trips its text", "[bpe]") {

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -58,6 +59,45 @@ class BpeChunkCache {
   std::vector<int32_t> ids_;
 };
 
+// A text given in pieces of any size (a corpus read block by block), handed on to `sink` in pieces that
+// end at chunk boundaries (pretokenize_cut), so that each pretokenizes, and encodes, as it does within
+// the whole text. It holds `every` bytes before it cuts, and a stretch with no boundary (no newline, no
+// letter or digit before a symbol) whole.
+class ChunkAlignedPieces {
+ public:
+  using Sink = std::function<void(std::string_view)>;
+  explicit ChunkAlignedPieces(Sink sink, size_t every = size_t{1} << 20);
+  void add(std::string_view text);
+  void finish();                                         // hands on what is held
+  size_t held_bytes() const { return pending_.size(); }  // added, not handed on yet
+
+ private:
+  Sink sink_;
+  size_t every_;
+  std::string pending_;  // the bytes after the last cut
+  size_t searched_ = 0;  // pending_'s first bytes known to hold no boundary
+};
+
+// How often each pretokenized chunk occurs in a text given in pieces cut anywhere: the counts are the
+// whole text's, and memory holds the distinct chunks and about a MiB of text, not the text. What
+// BpeTokenizer::train learns from.
+class BpeChunkCounter {
+ public:
+  BpeChunkCounter();
+  BpeChunkCounter(const BpeChunkCounter&) = delete;  // its pieces_ count into this one
+  BpeChunkCounter& operator=(const BpeChunkCounter&) = delete;
+  void add(std::string_view piece);  // the text's next bytes
+  // Every chunk's count, the text's end counted: the counter is empty afterwards.
+  std::unordered_map<std::string, int64_t> finish();
+  uint64_t bytes() const { return bytes_; }                   // the bytes added so far
+  size_t held_bytes() const { return pieces_.held_bytes(); }  // of them, those not counted yet
+
+ private:
+  std::unordered_map<std::string, int64_t> counts_;
+  ChunkAlignedPieces pieces_;
+  uint64_t bytes_ = 0;
+};
+
 class BpeTokenizer {
  public:
   using Merge = std::pair<int32_t, int32_t>;
@@ -69,6 +109,8 @@ class BpeTokenizer {
   // twice. Each step merges the most frequent pair; ties go to the smaller (left, right) ids, so
   // the result depends on the text alone.
   static BpeTokenizer train(const std::string& text, int vocab_size);
+  // The same from a text's chunk counts (BpeChunkCounter::finish).
+  static BpeTokenizer train(const std::unordered_map<std::string, int64_t>& chunk_counts, int vocab_size);
 
   std::vector<int32_t> encode(std::string_view text) const;
   // Appends the ids of `text` to `out`, looking chunks up in (and adding them to) `cache`.
