@@ -191,16 +191,20 @@ int sample_command(const SampleCliOptions& cli) {
   }
   apply_head_mask(run, cli.mask_heads);
   const Tokenizer& tokenizer = run.checkpoint.tokenizer;
-  if (!cli.interactive) {
-    // A bad prompt is refused before anything is printed; a long one is said to be cut.
-    const auto prompt_tokens = static_cast<int64_t>(encode_prompt(tokenizer, prompt, prompt_source).size());
+  // A bad prompt is refused (encode_prompt throws) before anything is printed; a long one is said to be
+  // cut.
+  const auto check_prompt = [&](const std::string& text, const std::string& source) {
+    const auto prompt_tokens = static_cast<int64_t>(encode_prompt(tokenizer, text, source).size());
     const int64_t L = run.model->config().max_seq_len;
     if (prompt_tokens > L)
       std::fprintf(stderr,
-                   "tfm: note: the prompt is %lld tokens and the model reads at most %lld "
+                   "tfm: note: the prompt (%s) is %lld tokens and the model reads at most %lld "
                    "(model.max_seq_len): it continues from the prompt's last %lld\n",
-                   static_cast<long long>(prompt_tokens), static_cast<long long>(L),
+                   source.c_str(), static_cast<long long>(prompt_tokens), static_cast<long long>(L),
                    static_cast<long long>(L));
+  };
+  if (!cli.interactive) {
+    check_prompt(prompt, prompt_source);
     print_samples(run, cli, prompt, "", true);
     return kExitOk;
   }
@@ -214,7 +218,7 @@ int sample_command(const SampleCliOptions& cli) {
   for (int64_t n = 1; std::getline(std::cin, line); ++n) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     try {
-      encode_prompt(tokenizer, line, "stdin line " + std::to_string(n));
+      check_prompt(line, "stdin line " + std::to_string(n));
     } catch (const Error& e) {  // ConfigError or IoError: the line is not text the vocabulary holds
       std::fprintf(stderr, "tfm: error: %s\n", e.what());
       status = kExitBadInput;

@@ -333,9 +333,19 @@ TEST_CASE("sample: a prompt longer than the context is said to be cut, and --ign
       sample_test_stderr("sample --run " + run + " --prompt " + prompt + " --max-new-tokens 2 --ignore-eos");
   INFO(r.out);
   CHECK(r.status == 0);
-  CHECK_THAT(r.out, Catch::Contains("tfm: note: the prompt is 40 tokens and the model reads at most 32 "
-                                    "(model.max_seq_len): it continues from the prompt's last 32"));
+  CHECK_THAT(r.out,
+             Catch::Contains("tfm: note: the prompt (--prompt) is 40 tokens and the model reads at most "
+                             "32 (model.max_seq_len): it continues from the prompt's last 32"));
   r = sample_test_stderr("sample --run " + run + " --prompt " + prompt.substr(0, 32) + " --max-new-tokens 2");
   CHECK(r.status == 0);
   CHECK_THAT(r.out, !Catch::Contains("note"));
+  // Each line of --interactive, as --prompt.
+  r = tfm_test::run_shell("printf 'ab\\n" + prompt + "\\n' | { " + tfm_test::tfm_command() +
+                          " sample --run " + run + " --interactive --max-new-tokens 2 >/dev/null; }");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out,
+             Catch::Contains("tfm: note: the prompt (stdin line 2) is 40 tokens and the model reads at "
+                             "most 32 (model.max_seq_len)"));
+  CHECK_THAT(r.out, !Catch::Contains("stdin line 1"));
 }
