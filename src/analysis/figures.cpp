@@ -325,7 +325,9 @@ std::vector<std::pair<std::string, std::string>> attention_figures(const json& r
 
 std::string heads_figure(const json& r) {
   std::vector<std::vector<double>> delta, score;
-  for (const json& l : r.at("layer")) {
+  // Before "layers" held the per-layer objects, heads.json kept them in "layer" (its count in "layers").
+  const json& per_layer = r.contains("layers") && r.at("layers").is_array() ? r.at("layers") : r.at("layer");
+  for (const json& l : per_layer) {
     delta.push_back(matrix(json::array({l.at("loss_change_when_masked")}))[0]);
     score.push_back(matrix(json::array({l.at("normalized_score")}))[0]);
   }
@@ -500,7 +502,7 @@ std::string report_kind(const json& j) {
   if ((j.contains("tokens") && j.contains("layers")) ||
       (j.value("kind", "") == "seq2seq" && j.contains("cross")))
     return "attention";
-  if (j.contains("layer") && j.contains("pruning")) return "heads";
+  if (j.contains("pruning") && (j.contains("layers") || j.contains("layer"))) return "heads";
   if (j.contains("lengths") && j.contains("time_exponent")) return "bench attention";
   if (is_sweep_point(j)) return "sweep";
   return "";

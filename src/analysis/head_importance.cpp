@@ -119,16 +119,23 @@ nlohmann::json head_importance_json(const HeadImportance& r, const std::string& 
                      {"masked", p.masked},
                      {"val_loss", p.val_loss},
                      {"mask_heads", p.mask_heads}});
-  nlohmann::json j = {{"run", run_dir},       {"checkpoint", checkpoint},
-                      {"batches", r.batches}, {"layers", r.layers},
-                      {"heads", r.heads},     {"val_loss", r.val_loss},
-                      {"pruning", curve},     {"heads_masked_within_0.05", r.heads_masked_within_tolerance}};
+  // "layers" holds one object per layer, each naming its "layer", as attention.json's does.
+  nlohmann::json layers = nlohmann::json::array();
   for (int64_t l = 0; l < r.layers; ++l)
-    j["layer"].push_back({{"loss_change_when_masked", r.loss_change[l]},
-                          {"gradient_score", r.gradient_score[l]},
-                          {"normalized_score", r.normalized_score[l]},
-                          {"ranking", r.ranking[l]}});
-  return j;
+    layers.push_back({{"layer", l},
+                      {"loss_change_when_masked", r.loss_change[l]},
+                      {"gradient_score", r.gradient_score[l]},
+                      {"normalized_score", r.normalized_score[l]},
+                      {"ranking", r.ranking[l]}});
+  return {{"run", run_dir},
+          {"checkpoint", checkpoint},
+          {"batches", r.batches},
+          {"n_layers", r.layers},
+          {"n_heads", r.heads},
+          {"val_loss", r.val_loss},
+          {"layers", layers},
+          {"pruning", curve},
+          {"heads_masked_within_0.05", r.heads_masked_within_tolerance}};
 }
 
 }  // namespace tfm

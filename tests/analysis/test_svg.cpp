@@ -218,15 +218,25 @@ TEST_CASE("svg: a seq2seq report gives one figure per layer with each kind of at
 }
 
 TEST_CASE("svg: heads, sweep, bench and speedrun figures are well-formed and hold their data", "[svg]") {
-  const json heads = {{"run", "runs/<x>"},
-                      {"batches", 2},
-                      {"val_loss", 2.5},
-                      {"layer",
-                       {{{"loss_change_when_masked", {0.1, -0.02}}, {"normalized_score", {0.9, 0.4}}},
-                        {{"loss_change_when_masked", {0.0, 0.3}}, {"normalized_score", {0.2, 0.98}}}}},
-                      {"pruning", {{{"masked", 0}, {"val_loss", 2.5}}, {{"masked", 2}, {"val_loss", 2.7}}}}};
+  const json heads = {
+      {"run", "runs/<x>"},
+      {"batches", 2},
+      {"val_loss", 2.5},
+      {"n_layers", 2},
+      {"layers",
+       {{{"layer", 0}, {"loss_change_when_masked", {0.1, -0.02}}, {"normalized_score", {0.9, 0.4}}},
+        {{"layer", 1}, {"loss_change_when_masked", {0.0, 0.3}}, {"normalized_score", {0.2, 0.98}}}}},
+      {"pruning", {{{"masked", 0}, {"val_loss", 2.5}}, {{"masked", 2}, {"val_loss", 2.7}}}}};
   const std::string h = tfm::heads_figure(heads);
   CHECK(xml_problem(h).empty());
+  CHECK(tfm::report_figures("x.json", heads.dump(), "").kind == "heads");
+  // A heads.json written before "layers" held the per-layer objects ("layer"; "layers" their count).
+  json old_heads = heads;
+  old_heads["layer"] = old_heads["layers"];
+  old_heads["layers"] = 2;
+  old_heads.erase("n_layers");
+  CHECK(tfm::report_figures("x.json", old_heads.dump(), "").kind == "heads");
+  CHECK(tfm::heads_figure(old_heads) == h);
   CHECK(count_of(h, "class=\"cell\"") == 2 * 2 * 2);           // two layer x head maps
   CHECK(count_of(h, "&lt;x&gt;: 2 validation batches") == 1);  // titled by the run directory's own name
   CHECK(count_of(h, "runs/") == 0);

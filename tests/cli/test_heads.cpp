@@ -23,9 +23,10 @@ TEST_CASE("heads: tfm heads ranks the heads, --mask-heads masks them, bad masks 
   INFO(r.out);
   REQUIRE(r.status == 0);
   const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
-  const int64_t L = j.at("layers"), H = j.at("heads");
-  REQUIRE(static_cast<int64_t>(j.at("layer").size()) == L);
-  for (const auto& layer : j.at("layer")) {
+  const int64_t L = j.at("n_layers"), H = j.at("n_heads");
+  REQUIRE(static_cast<int64_t>(j.at("layers").size()) == L);
+  for (const auto& layer : j.at("layers")) {
+    CHECK(layer.at("layer") == &layer - &j.at("layers")[0]);
     CHECK(static_cast<int64_t>(layer.at("loss_change_when_masked").size()) == H);
     double norm = 0;
     for (double s : layer.at("normalized_score").get<std::vector<double>>()) norm += s * s;

@@ -60,11 +60,11 @@ std::vector<std::string> sweep_keys(const nlohmann::json& point);
 std::string bench_attention_figure(const nlohmann::json& report);
 
 // A report's figures (`tfm plot report`), its kind found from the content: tfm attention's report
-// (tokens and layers), heads' (layer and pruning), bench attention's (lengths and exponents), or
-// sweep's points (JSON Lines of objects with dir, step and stopped), whatever the file is called; the
-// file's name decides only for content that says nothing. A sweep's figure is titled `sweep_title`.
-// ConfigError naming `path`: text that is not JSON (the line and column), a JSON Lines line that is not
-// JSON (its line; the last line is skipped instead when cut short, with no newline: a sweep being
+// (tokens and layers), heads' (layers and pruning; an older one's layer and pruning), bench attention's
+// (lengths and exponents), or sweep's points (JSON Lines of objects with dir, step and stopped), whatever the
+// file is called; the file's name decides only for content that says nothing. A sweep's figure is titled
+// `sweep_title`. ConfigError naming `path`: text that is not JSON (the line and column), a JSON Lines line
+// that is not JSON (its line; the last line is skipped instead when cut short, with no newline: a sweep being
 // written), content of no report, or a report that lacks what its figure needs.
 struct ReportFigures {
   std::string kind;  // "attention", "heads", "bench attention" or "sweep"
