@@ -60,7 +60,7 @@ if [ -n "$asan_pid" ]; then
   # records the stack of every allocation (1 frame instead of 30: the allocator) and fills new memory
   # with a pattern (no fill: it makes no report, MemorySanitizer's job). The whole-model gradient checks
   # allocate a tensor per op: `tfm gradcheck` of eng_fra took 2.12 -> 1.68 s of CPU with 2 frames, this
-  # tree's ctest 0.93x (farm-bench, 2 pairs; AVX2 EPYC); each distinct stack takes a slot of a 4 MB table
+  # tree's ctest 0.93x (2 A/B pairs; AVX2 EPYC); each distinct stack takes a slot of a 4 MB table
   # at a random page, and 1 frame took a start of tfm from 4,955 to 4,590 page faults. A report still
   # gives the bad access's whole stack; tests that fail run once more with whole allocation and free
   # stacks (malloc_context_size=30).
@@ -68,7 +68,7 @@ if [ -n "$asan_pid" ]; then
   # more have been freed (256 by default). Tensor storage is recycled by tfm's own pool (engine/memory.cpp,
   # poisoned while it waits there), so what goes through the quarantine is small objects, thousands of
   # frees deep; the smaller quarantine reuses memory that is still mapped and cached: one gradient check of
-  # eng_fra took 0.79x the CPU (farm-bench, 7 pairs).
+  # eng_fra took 0.79x the CPU (7 A/B pairs).
   asan_common="detect_leaks=1:abort_on_error=1:strict_string_checks=1:quarantine_size_mb=16"
   export ASAN_OPTIONS="$asan_common:malloc_context_size=1:max_malloc_fill_size=0"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
@@ -76,7 +76,7 @@ if [ -n "$asan_pid" ]; then
   # leak it reported before (fewer roots can only leave more blocks unreached) and more: a heap block held
   # only by a global at exit, which tfm does not leave (its static objects are destroyed by then).
   # It no longer reads the sanitizer runtimes' own 12 MB of global data at every exit: the sanitizer CLI
-  # tests took 0.87x the CPU (farm-bench, 6 pairs; AVX2 EPYC), a start 4,921 -> 3,511 page faults.
+  # tests took 0.87x the CPU (6 A/B pairs; AVX2 EPYC), a start 4,921 -> 3,511 page faults.
   export LSAN_OPTIONS="use_globals=0"
   if ! (cd "$asan" && ctest --output-on-failure -j "$jobs"); then
     echo "tfm: the failed sanitizer tests once more, with every report's allocation and free stacks whole"

@@ -148,4 +148,7 @@ for dev in "$root"/scripts/dev/*; do  # developers' tools are not part of the pr
   installed="$prefix/share/tfm/scripts/$(basename "$dev")"
   [ ! -e "$installed" ] || { echo "tfm: error: $installed was installed: scripts/dev/ is not for users" >&2; exit 1; }
 done
+# The user's scripts run as they do in the source tree, by their shebang (share/tfm/scripts/torch_lm.py ...).
+[ -x "$prefix/share/tfm/scripts/torch_lm.py" ] ||
+  { echo "tfm: error: share/tfm/scripts/torch_lm.py was installed without its execute permission" >&2; exit 1; }
 echo "tfm: install check passed"

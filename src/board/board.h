@@ -29,7 +29,7 @@ constexpr int64_t kBoardMaxBeam = 8;
 constexpr int kBoardMaxQueuedPerRun = 2;
 constexpr int kBoardMaxQueued = 8;
 
-// Bounds on each request's head, the request line and its headers (board_http.cpp): bytes, lines (the
+// Bounds on each request's head, the request line and its headers (http.cpp): bytes, lines (the
 // request line and each header), and seconds from its first byte to its blank line. cpp-httplib bounds each
 // line at 8 KiB itself. A read of the connection waits at most kBoardReadTimeoutSeconds; an idle
 // keep-alive connection is closed after kBoardKeepAliveSeconds or kBoardKeepAliveRequests requests.

@@ -379,7 +379,8 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
       "A seq2seq run writes attention_{encoder,decoder_self,cross}_layerL.npy and\n"
       "attention_seq2seq_layerL.svg: cross-attention has target tokens down (the token each row\n"
       "predicts) and source tokens across:\n"
-      "  tfm attention --run runs/eng_fra --text \"i'm home .\" [--target \"je suis chez moi .\"]\n");
+      "  tfm attention --run runs/eng_fra --text \"i'm home .\"   # the run's own translation as the target\n"
+      "  tfm attention --run runs/eng_fra --text \"i'm home .\" --target \"je suis chez moi .\"\n");
   commands.push_back({att, [a] { return run_attention(*a); }});
 
   auto e = std::make_shared<ExportOptions>();
@@ -396,7 +397,8 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
       ->check(one_of({"f32", "f16", "bf16"}));
   add_checkpoint_option(exp, e->which);
   exp->footer(
-      "\nsafetensors: names and shapes as scripts/torch_lm.py's (weights (out, in) as PyTorch; an\n"
+      "\nsafetensors: names and shapes as torch_lm.py's (scripts/, share/tfm/scripts installed; weights "
+      "(out, in) as PyTorch; an\n"
       "encoder-decoder's names are in include/tfm/models/encoder_decoder.h); metadata: objective, config\n"
       "(its local paths cut to their last names: data.path, data.tokenizer_path; data.cache_dir and\n"
       "output.dir null, in GGUF's tfm.config too), tokenizer (and target_tokenizer).\n"
@@ -420,7 +422,7 @@ std::vector<Command> add_insight_commands(CLI::App& app) {
       "tanh\n"
       "form, and with llama.cpp's CPU GELU (tanh form through a half-precision table: what llama.cpp "
       "shows).\n"
-      "scripts/dev/check_gguf.sh runs real llama.cpp on exports (docs/llama_cpp.md).\n"
+      "tfm's tests run real llama.cpp on exports (docs/llama_cpp.md).\n"
       "Examples:\n"
       "  tfm export --run runs/shakespeare_char --out model.safetensors\n"
       "  tfm export --run runs/shakespeare_char --format gguf                 # "

@@ -20,7 +20,8 @@ void check_data_file(const std::string& path) {
     size = file_size(path);
   } catch (const IoError& e) {
     if (path.find("tinyshakespeare") == std::string::npos) throw;
-    throw IoError(std::string(e.what()) + " (data.path; scripts/get_data.sh fetches it)");
+    throw IoError(std::string(e.what()) +
+                  " (data.path; scripts/get_data.sh of tfm's source tree fetches it)");
   }
   if (size == 0) throw IoError(path + ": the data file is empty");
 }

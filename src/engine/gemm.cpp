@@ -344,7 +344,7 @@ thread_local int t_thread_invariant = 0;  // depth of nested ThreadInvariantProd
 // costs more to start and join than it saves, and when the other core is busy, waiting for its thread
 // costs a scheduler slice per product. Sampling 300 tokens of shakespeare_char, a team per decode-step
 // product, took 4.73 s beside a busy loop and 0.13 s this way (AVX2 EPYC); quiet, 0.26x the wall time
-// (farm-bench, 5 pairs). Decided by the shape alone, so the bits stay the same at any thread count.
+// (5 A/B pairs). Decided by the shape alone, so the bits stay the same at any thread count.
 constexpr int64_t kTeamWork = int64_t{1} << 20;
 
 // The product as tiles fixed by (M, N), each one single-threaded library call: the library runs serially

@@ -1,4 +1,4 @@
-// The Transformer encoder-decoder of seq2seq.h: the module tree, teacher-forced forward, incremental
+// The Transformer encoder-decoder of encoder_decoder.h: the module tree, teacher-forced forward, incremental
 // decoding with self- and cross-attention caches, greedy and beam search.
 // Legend: B batch, S source length, T target length, C = d_model, H heads, Hkv kv heads, Dk = C / H,
 // V target vocabulary, Vs source vocabulary, N beam width, R = cache rows (B or B * N).
@@ -41,7 +41,7 @@ Tensor select_batch_rows(const Tensor& t, const std::vector<int64_t>& rows) {
   return out;
 }
 
-// The module tree, registered in the order of seq2seq.h's parameter names.
+// The module tree, registered in the order of encoder_decoder.h's parameter names.
 struct Seq2SeqNetwork : Module {
   explicit Seq2SeqNetwork(const ModelConfig& c)
       : config(c), src_emb(c.source_vocab_size, c.d_model), tgt_emb(c.vocab_size, c.d_model) {

@@ -1,9 +1,8 @@
-// seq2seq: an encoder-decoder over sentence pairs (seq2seq.h, pairs.h). Training is teacher forcing:
-// batches of B random training pairs padded to the longest in the batch, decoder input <bos> y,
-// target y <eos>, the loss the mean cross-entropy over the non-pad target tokens. Evaluation runs
-// over the validation pairs in order: loss, token accuracy (argmax = target, non-pad tokens) and
-// corpus BLEU of greedy translations (bleu.h: sacreBLEU's formula on d2l-tokenized words).
-// Inference: translate_texts().
+// seq2seq: an encoder-decoder over sentence pairs (models/encoder_decoder.h, data/pairs.h). Training is
+// teacher forcing: batches of B random training pairs padded to the longest in the batch, decoder input <bos>
+// y, target y <eos>, the loss the mean cross-entropy over the non-pad target tokens. Evaluation runs over the
+// validation pairs in order: loss, token accuracy (argmax = target, non-pad tokens) and corpus BLEU of greedy
+// translations (bleu.h: sacreBLEU's formula on d2l-tokenized words). Inference: translate_texts().
 #include <fmt/format.h>
 
 #include <algorithm>

@@ -200,3 +200,19 @@ TEST_CASE("scripts: a missing option value, --help and paths relative to where t
   REQUIRE(r.status == 0);
   CHECK(r.out == tmp.path + "/out/run\n" + tmp.path + "/mine.json\nconfigs/tiny.json\n/abs\n");
 }
+
+TEST_CASE("scripts: dev/ab.sh times two commands pair by pair and stops at one that fails", "[scripts]") {
+  tfm_test::CliRun r = tfm_test::run_shell("scripts/dev/ab.sh -n 2 -w 0 true 'sh -c :'");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("\n   1 ") && Catch::Contains("\n   2 ") && !Catch::Contains("\n   3 "));
+  CHECK_THAT(r.out, Catch::Contains("over 2 pairs (median, min-max)"));
+  r = tfm_test::run_shell("scripts/dev/ab.sh -n 2 -w 0 true 'exit 3'");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("ab.sh: the command failed (exit 3): exit 3"));
+  r = tfm_test::run_shell("scripts/dev/ab.sh -n 0 true true");
+  CHECK(r.status == 2);
+  r = tfm_test::run_shell("scripts/dev/ab.sh --help");
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("Usage: scripts/dev/ab.sh [-n PAIRS]"));
+}

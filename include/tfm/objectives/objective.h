@@ -2,10 +2,12 @@
 // the model is. The training loop (trainer.cpp: schedule, clipping, accumulation, logging, eval,
 // checkpoints, signals, MPI) is written once against this interface; each objective lives in one
 // file:
-//   causal_lm  src/objectives/causal_lm.cpp  decoder-only: next-token prediction (sampling:
-//   models/sampling.h) masked_lm  src/objectives/masked_lm.cpp  encoder-only: BERT's masked tokens
-//   (fill_mask: inference.h) seq2seq    src/objectives/seq2seq.cpp    encoder-decoder over sentence pairs
-//   (translate_texts: inference.h)
+// - causal_lm (src/objectives/causal_lm.cpp): decoder-only, next-token prediction (sampling:
+//   models/sampling.h);
+// - masked_lm (src/objectives/masked_lm.cpp): encoder-only, BERT's masked tokens (fill_mask:
+//   inference.h);
+// - seq2seq (src/objectives/seq2seq.cpp): an encoder-decoder over sentence pairs (translate_texts:
+//   inference.h).
 // Callers ask an objective what it can do (capabilities()), never its name.
 #pragma once
 #include <atomic>
