@@ -109,7 +109,7 @@ PointLog read_point_log(const std::string& dir) {
 int64_t kv_cache_bytes_per_token(const Config& config) {
   const int64_t C = config.integer("model.d_model"), H = config.integer("model.n_heads");
   const int64_t kv = config.integer("model.n_kv_heads") > 0 ? config.integer("model.n_kv_heads") : H;
-  const bool encoder_decoder = config.train().objective == ObjectiveKind::Seq2Seq;
+  const bool encoder_decoder = objective_capabilities(config.train().objective).encoder_decoder();
   const int64_t layers = config.integer(encoder_decoder ? "model.n_decoder_layers" : "model.n_layers");
   return 2 * layers * kv * (C / H) * 4;
 }

@@ -76,7 +76,7 @@ int run_bench_gemm(const BenchGemmOptions& o) {
     const ConfigModel built = build_model(c, o.vocab_size, "bench gemm");  // its memory checked first
     m = built.config();
     B = c.train().batch_size;
-    if (c.train().objective == ObjectiveKind::Seq2Seq) {
+    if (objective_capabilities(c.train().objective).encoder_decoder()) {
       S = c.integer("data.max_source_len") + 1, T = c.integer("data.max_target_len") + 1;
       vocab = fmt::format("vocabulary {} source + {} target", m.source_vocab_size, m.vocab_size);
     } else {

@@ -40,15 +40,9 @@ int run_prepare(const PrepareOptions& o) {
   TokenCacheOptions cache = token_cache_options(c, true);
   cache.rebuild = o.rebuild;
   cache.threads = o.threads;
-  const std::string kind = c.string("data.tokenizer");
   // A split too short for one sequence is counted and warned about below, whatever the tokenizer.
   const int64_t seq_len = c.integer("train.seq_len"), need = tokens_for_a_sequence(seq_len);
-  const double f = c.number("data.val_fraction");
-  TokenCacheOptions bpe_cache = cache;
-  bpe_cache.extend_vocabulary = true;  // as a new run's
-  const Dataset d = kind == "bpe" || kind == "gpt2"
-                        ? load_dataset(path, tokenizer_from_file(c), f, seq_len, bpe_cache, ShortSplit::Keep)
-                        : load_dataset(path, kind, f, seq_len, cache, ShortSplit::Keep);
+  const Dataset d = load_new_run_text(c, seq_len, cache, ShortSplit::Keep);
   const int64_t n = d.train.size() + d.val.size();
   const double text_bytes = static_cast<double>(d.text_bytes);
   const int width = d.train.width();
@@ -123,7 +117,7 @@ Tokenizer io_tokenizer(const TokenizerIoOptions& o) {
     return target ? *vocabulary.target_tokenizer : vocabulary.tokenizer;
   }
   const Config config = load_config(o.config, o.sets);
-  if (target && config.string("train.objective") != "seq2seq")
+  if (target && !objective_capabilities(config.train().objective).encoder_decoder())
     throw ConfigError("--side target: " + o.config + " trains train.objective \"" +
                       config.string("train.objective") +
                       "\", which has one vocabulary; source and target are seq2seq's sides");

@@ -52,7 +52,7 @@ std::vector<std::string> shrink_sets(const Config& c) {
                                    set("model.d_ff", 8 * h),
                                    set("model.max_seq_len", 6),
                                    set("train.batch_size", 2)};
-  if (c.train().objective == ObjectiveKind::Seq2Seq) {
+  if (objective_capabilities(c.train().objective).encoder_decoder()) {
     sets.push_back(set("model.n_encoder_layers", std::min<int64_t>(c.integer("model.n_encoder_layers"), 2)));
     sets.push_back(set("model.n_decoder_layers", std::min<int64_t>(c.integer("model.n_decoder_layers"), 2)));
     sets.push_back(set("data.max_source_len", 4));
@@ -71,7 +71,7 @@ Checkpoint synthetic_vocabularies(const Config& c, int64_t V) {
   for (int64_t i = 0; i < V; ++i) words[i] = "w" + std::to_string(i);
   Checkpoint k;
   k.tokenizer = Tokenizer(words);
-  if (c.train().objective == ObjectiveKind::Seq2Seq) {
+  if (objective_capabilities(c.train().objective).encoder_decoder()) {
     k.tokenizer = k.tokenizer.with_specials(seq2seq_specials());
     k.target_tokenizer = k.tokenizer;
   }
@@ -87,7 +87,7 @@ int run_gradcheck(const GradcheckOptions& o) {
   }
   platform::configure_threads(o.threads);
   const TrainConfig train = c.train();
-  const bool seq2seq = train.objective == ObjectiveKind::Seq2Seq;
+  const bool seq2seq = objective_capabilities(train.objective).encoder_decoder();
   const Checkpoint vocab = synthetic_vocabularies(c, o.vocab_size);
   const std::unique_ptr<Objective> objective =
       make_objective(c, &vocab, {false, 0, memory_check(c, {"gradcheck", true, 1})});

@@ -43,14 +43,14 @@ int64_t data_vocabulary_size(const Config& c, ObjectiveKind objective) {
   if (tokenizer.size() == 0)
     throw ConfigError("data.path: " + path +
                       " holds no text, so training would have no vocabulary (--vocab-size N sets one)");
-  return tokenizer.size() + (objective == ObjectiveKind::MaskedLm ? 1 : 0);
+  return tokenizer.size() + objective_capabilities(objective).extra_ids;
 }
 
 }  // namespace
 
 ConfigModel build_model(const Config& c, int64_t vocab_override, const std::string& what) {
   const ObjectiveKind objective = c.train().objective;
-  const bool seq2seq = objective == ObjectiveKind::Seq2Seq;
+  const bool seq2seq = objective_capabilities(objective).encoder_decoder();
   const auto check = memory_check(c, {what, true, 1});
   ConfigModel m;
   if (vocab_override > 0 && seq2seq)
@@ -126,7 +126,7 @@ InfoFigures figures_of(const Config& c, const ConfigModel& m) {
   const ModelConfig& mc = m.config();
   const TrainConfig train = c.train();
   f.objective = train.objective;
-  f.seq2seq = f.objective == ObjectiveKind::Seq2Seq;
+  f.seq2seq = objective_capabilities(f.objective).encoder_decoder();
   f.memory = estimate_memory(c, mc, true);  // preflight.h
   f.B = train.batch_size;
   f.T = f.seq2seq ? c.integer("data.max_target_len") + 1 : train.seq_len;

@@ -12,6 +12,7 @@
 
 #include "table.h"
 #include "tfm/data/corpus.h"
+#include "tfm/data/tokenizer.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
 
@@ -281,7 +282,8 @@ void cross_checks(const json& t, std::vector<std::string>& errors) {
   auto i = [&](const char* p) { return lookup(t, p)->get<int64_t>(); };
   const TrainConfig train = from_tree<TrainConfig>(t);
   const ModelConfig model = from_tree<ModelConfig>(t);
-  if (lookup(t, "data.tokenizer")->get<std::string>() == "bpe" && lookup(t, "data.tokenizer_path")->is_null())
+  const Tokenizer::Kind tokenizer = Tokenizer::parse_kind(lookup(t, "data.tokenizer")->get<std::string>());
+  if (tokenizer == Tokenizer::Kind::Bpe && lookup(t, "data.tokenizer_path")->is_null())
     errors.push_back(
         "data.tokenizer_path: required when data.tokenizer = \"bpe\" (make one with tfm tokenizer train)");
   // What the model's options need of each other (nn/model_config.h: heads dividing d_model, top-k, ...).
@@ -317,7 +319,7 @@ void cross_checks(const json& t, std::vector<std::string>& errors) {
   if (seq2seq != (format == "pairs"))
     errors.push_back("data.format: train.objective \"" + name_of(objective) + "\" reads " +
                      (seq2seq ? "\"pairs\"" : "\"text\"") + ", got \"" + format + "\"");
-  if (!seq2seq && lookup(t, "data.tokenizer")->get<std::string>() == "word")
+  if (!seq2seq && tokenizer == Tokenizer::Kind::Word)
     errors.push_back(
         "data.tokenizer: \"word\" is for train.objective \"seq2seq\" (sentence pairs); a text "
         "objective uses \"char\", \"byte\", \"bpe\" or \"gpt2\"");

@@ -11,6 +11,8 @@
 
 namespace tfm {
 
+ObjectiveCapabilities causal_lm_capabilities();  // defined below, with the factory
+
 std::optional<double> evaluate(LanguageModel& model, const TokenSpan& tokens, int64_t B, int64_t T,
                                int64_t batches, uint64_t seed, const std::atomic<bool>* stop) {
   const bool was_training = model.training();
@@ -77,9 +79,7 @@ class CausalLm : public TextObjective {
           "for a bidirectional encoder use train.objective \"masked_lm\")");
   }
   std::string name() const override { return "causal_lm"; }
-  ObjectiveCapabilities capabilities() const override {
-    return {TrainingData::Text, ModelKind::CausalDecoder, Inference::Sample, "tfm sample", false, {"loss"}};
-  }
+  ObjectiveCapabilities capabilities() const override { return causal_lm_capabilities(); }
   std::string usage_hint(const std::string& dir) const override {
     return "Sample with: tfm sample --run " + dir;
   }
@@ -139,6 +139,10 @@ class CausalLm : public TextObjective {
 };
 
 }  // namespace
+
+ObjectiveCapabilities causal_lm_capabilities() {
+  return {TrainingData::Text, ModelKind::CausalDecoder, Inference::Sample, "tfm sample", false, {"loss"}};
+}
 
 std::unique_ptr<Objective> make_causal_lm(const Config& c, const Vocabulary* ckpt,
                                           const ObjectiveOptions& o) {

@@ -14,6 +14,8 @@
 #include "tfm/objectives/inference.h"
 
 namespace tfm {
+
+ObjectiveCapabilities masked_lm_capabilities();  // defined below, with the factory
 namespace {
 
 constexpr int32_t kIgnore = kNotMasked;
@@ -36,10 +38,7 @@ class MaskedLm : public TextObjective {
         "causal "
         "next-token decoders (GGUF export takes causal_lm runs)");
   }
-  ObjectiveCapabilities capabilities() const override {
-    return {TrainingData::Text,  ModelKind::BidirectionalEncoder, Inference::FillMask, "tfm fill-mask", false,
-            {"loss", "accuracy"}};
-  }
+  ObjectiveCapabilities capabilities() const override { return masked_lm_capabilities(); }
   std::string usage_hint(const std::string& dir) const override {
     return "Fill masks with: tfm fill-mask --run " + dir + " --text \"...[MASK]...\"";
   }
@@ -184,6 +183,16 @@ std::vector<int32_t> encode_with_masks(const Tokenizer& tok, const std::string& 
     from = at + mask.size();
   }
   return ids;
+}
+
+ObjectiveCapabilities masked_lm_capabilities() {
+  return {TrainingData::Text,
+          ModelKind::BidirectionalEncoder,
+          Inference::FillMask,
+          "tfm fill-mask",
+          false,
+          {"loss", "accuracy"},
+          1 /* [MASK] */};
 }
 
 std::unique_ptr<Objective> make_masked_lm(const Config& c, const Vocabulary* ckpt,

@@ -61,16 +61,26 @@ Dataset load_text(const Config& c, const Vocabulary* ckpt, int64_t T, const Obje
   TokenCacheOptions cache = token_cache_options(c, o.rank == 0);
   cache.stop = o.stop;
   if (ckpt) return load_dataset(path, ckpt->tokenizer, f, T, cache);  // its end-of-text id decides
-  const std::string kind = c.string("data.tokenizer");
-  if (kind == "bpe" || kind == "gpt2") {
-    TokenCacheOptions base = cache;
-    base.extend_vocabulary = true;  // a new run's BPE gains the end-of-text id when documents are joined
-    return load_dataset(path, tokenizer_from_file(c), f, T, base);
-  }
-  return load_dataset(path, c.string("data.tokenizer"), f, T, cache);
+  return load_new_run_text(c, T, cache);
 }
 
 }  // namespace
+
+Dataset load_new_run_text(const Config& c, int64_t T, const TokenCacheOptions& cache,
+                          ShortSplit short_split) {
+  const std::string path = c.string("data.path"), kind = c.string("data.tokenizer");
+  const double f = c.number("data.val_fraction");
+  switch (Tokenizer::parse_kind(kind)) {
+    case Tokenizer::Kind::Bpe:
+    case Tokenizer::Kind::Gpt2: {
+      TokenCacheOptions base = cache;
+      base.extend_vocabulary = true;  // a new run's BPE gains the end-of-text id when documents are joined
+      return load_dataset(path, tokenizer_from_file(c), f, T, base, short_split);
+    }
+    default:  // the vocabulary comes from the corpus
+      return load_dataset(path, kind, f, T, cache, short_split);
+  }
+}
 
 Tokenizer tokenizer_from_file(const Config& c) {
   const nlohmann::json& path = c.at("data.tokenizer_path");
@@ -194,9 +204,24 @@ BatchShards TextObjective::shards_of(const std::vector<int32_t>& x, const std::v
 // ---------------------------------------------------------------------------------------------
 // The factory
 
+ObjectiveCapabilities causal_lm_capabilities();
+ObjectiveCapabilities masked_lm_capabilities();
+ObjectiveCapabilities seq2seq_capabilities();
 std::unique_ptr<Objective> make_causal_lm(const Config&, const Vocabulary*, const ObjectiveOptions&);
 std::unique_ptr<Objective> make_masked_lm(const Config&, const Vocabulary*, const ObjectiveOptions&);
 std::unique_ptr<Objective> make_seq2seq(const Config&, const Vocabulary*, const ObjectiveOptions&);
+
+ObjectiveCapabilities objective_capabilities(ObjectiveKind kind) {
+  switch (kind) {
+    case ObjectiveKind::CausalLm:
+      return causal_lm_capabilities();
+    case ObjectiveKind::MaskedLm:
+      return masked_lm_capabilities();
+    case ObjectiveKind::Seq2Seq:
+      return seq2seq_capabilities();
+  }
+  throw ConfigError("train.objective: unknown objective");
+}
 
 std::unique_ptr<Objective> make_objective(const Config& config, const Vocabulary* vocabulary,
                                           const ObjectiveOptions& options) {

@@ -19,6 +19,8 @@
 #include "tfm/objectives/inference.h"
 
 namespace tfm {
+
+ObjectiveCapabilities seq2seq_capabilities();  // defined below, with the factory
 namespace {
 
 PairOptions pair_options(const Config& c) {
@@ -79,11 +81,7 @@ class Seq2Seq : public Objective {
         sampler_(rank_seed(static_cast<uint64_t>(c.integer("seed")), o.rank)) {}
 
   std::string name() const override { return "seq2seq"; }
-  ObjectiveCapabilities capabilities() const override {
-    return {
-        TrainingData::Pairs,         ModelKind::EncoderDecoder, Inference::Translate, "tfm translate", true,
-        {"loss", "accuracy", "bleu"}};
-  }
+  ObjectiveCapabilities capabilities() const override { return seq2seq_capabilities(); }
   // Refused by the objective alone (llama.cpp's encoder-decoders are T5s), whatever the model options.
   GgufArchitecture gguf_architecture() const override {
     throw ConfigError(
@@ -288,6 +286,11 @@ class Seq2Seq : public Objective {
 };
 
 }  // namespace
+
+ObjectiveCapabilities seq2seq_capabilities() {
+  return {TrainingData::Pairs,         ModelKind::EncoderDecoder, Inference::Translate, "tfm translate", true,
+          {"loss", "accuracy", "bleu"}};
+}
 
 std::unique_ptr<Objective> make_seq2seq(const Config& c, const Vocabulary* ckpt, const ObjectiveOptions& o) {
   return std::make_unique<Seq2Seq>(c, ckpt, o);

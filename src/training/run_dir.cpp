@@ -322,7 +322,7 @@ bool compare_model_keys(const SafetensorsFile& f, const Config& run) {
                                "\" run, this run's is \"" + run.string("train.objective") +
                                "\": weights trained for one objective do not start another. ";
   // seq2seq reads sentence pairs, the others text: no --set alone turns one run into the other.
-  if (objective == ObjectiveKind::Seq2Seq || run.train().objective == ObjectiveKind::Seq2Seq)
+  if (objective_capabilities(objective).data != objective_capabilities(run.train().objective).data)
     throw ConfigError(mismatch + "A " + name +
                       " run on data of the same vocabulary reads them; or do without --init-from");
   throw ConfigError(mismatch + "A " + name + " run reads them (tfm train --init-from " + f.source +

@@ -103,7 +103,8 @@ TEST_CASE("head_importance: masking a head is zeroing its slice of Wo, scores ar
   CHECK(r.heads_masked_within_tolerance >= 0);
   const nlohmann::json j = head_importance_json(r, dir, "last");
   CHECK(j.at("heads_masked_within_0.05") == r.heads_masked_within_tolerance);
-  CHECK(j.at("layer").size() == static_cast<size_t>(L));
+  CHECK(j.at("layers").size() == static_cast<size_t>(L));
+  CHECK(j.at("n_layers") == L);
 }
 
 TEST_CASE("head_importance: an encoder-decoder run is refused, naming the run and its objective",

@@ -102,10 +102,18 @@ struct ObjectiveCapabilities {
   bool evaluates_in_order = false;
   // The figures evaluate() reports, in order ("loss" first).
   std::vector<std::string> metrics;
+  // Ids the model has past its tokenizer's (masked_lm's [MASK]): model.vocab_size is the tokenizer's
+  // size plus these.
+  int64_t extra_ids = 0;
 
   // Whether the model is a LanguageModel (per-layer head gates: tfm heads, --mask-heads, logits).
   bool language_model() const { return model != ModelKind::EncoderDecoder; }
+  bool encoder_decoder() const { return model == ModelKind::EncoderDecoder; }  // two vocabularies
 };
+
+// The capabilities of train.objective's `kind`, known before any data is read (Objective::capabilities()
+// returns the same): what a command that has only the config decides by.
+ObjectiveCapabilities objective_capabilities(ObjectiveKind kind);
 
 class Objective {
  public:

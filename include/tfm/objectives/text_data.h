@@ -16,6 +16,12 @@ namespace tfm {
 // How a text objective reaches its token cache: data.cache_dir, and (log) a line on stderr for every
 // cache built and why. tfm data prepare and eval --dump-logits read the data this way too.
 TokenCacheOptions token_cache_options(const Config& config, bool log);
+// The text a new run of `config` trains on (data.path, data.val_fraction, data.tokenizer), read through
+// the token cache with `cache` into windows of T tokens: a char or byte vocabulary from the corpus, a bpe
+// or gpt2 one from its files, gaining the end-of-text id when documents are joined. tfm data prepare
+// builds the cache this way.
+Dataset load_new_run_text(const Config& config, int64_t T, const TokenCacheOptions& cache,
+                          ShortSplit short_split = ShortSplit::Refuse);
 // The tokenizer a new run reads from files (data.tokenizer "bpe" or "gpt2", data.tokenizer_path; gpt2
 // without a path is GPT-2's own); ConfigError for the kinds whose vocabulary comes from the data.
 Tokenizer tokenizer_from_file(const Config& config);
