@@ -28,7 +28,8 @@ Config keys read (all optional except data.path; defaults in brackets):
   train.lr_schedule.name [cosine|wsd|constant|inverse_sqrt] warmup_steps [100] min_lr [lr / 10]
         decay_fraction [0.2, wsd]
 Keys of tfm's that change the model or the loss but are not implemented here (seq2seq, BPE, additive
-scores, head gating and mixing, gradient accumulation) are refused rather than ignored.
+scores, head gating and mixing, gradient accumulation) are refused rather than ignored; the keys they
+gate are listed as such (a test holds the lists to tfm's model keys).
 
 Output: one JSON line {"impl": "torch", ..., "steps", "ms_per_step_median", "tokens_per_s",
 "train_seconds", "last_train_loss", "val_loss"}; with --target-loss also one line per evaluation.
@@ -73,6 +74,10 @@ MODEL_DEFAULTS = dict(d_model=128, n_layers=4, n_heads=4, n_kv_heads=None, d_ff=
 NOT_HERE = {"model.attention_score": "dot", "model.head_gating": "none", "model.head_mixing": "none",
             "data.tokenizer": "char", "data.format": "text"}
 NOT_HERE_TRAINING = {"train.grad_accum_steps": 1}
+# tfm keys read only under a key refused above: ignored here because they change nothing while it is off.
+READ_ONLY_WITH = {"model.head_topk": "model.head_gating", "model.head_balance_loss": "model.head_gating",
+                  "model.head_groups": "model.head_mixing", "model.n_encoder_layers": "train.objective seq2seq",
+                  "model.n_decoder_layers": "train.objective seq2seq"}
 
 
 def setting(cfg, dotted, default):

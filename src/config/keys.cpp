@@ -215,8 +215,9 @@ std::vector<KeySpec> build_table() {
           "its eval, sample and resume find the files from anywhere. Text: a file, a directory (walked "
           "recursively, sorted, hidden entries skipped), a glob "
           "(`data/*.txt`) or a list of these (`[\"a\", \"b/*.jsonl.gz\"]`, or that list's JSON text as "
-          "a string); files `.txt`, `.text`, `.md` (one document) and `.jsonl` (one document per record), "
-          "either optionally `.gz` or `.zst`, in any case (a walk says what other names it left out).")
+          "a string); a directory's files `.txt`, `.text` (one document) and `.jsonl` (one document per "
+          "record), either optionally `.gz` or `.zst`, in any case (a walk says what other names, Markdown's "
+          "included, it left out); a file named alone, in a list or by a glob is read whatever its name.")
           .or_list(),
       Key("data.format", T::String, nullptr,
           "`text`: one UTF-8 text (causal_lm, masked_lm); `pairs`: `source<TAB>target[<TAB>...]` lines "

@@ -67,7 +67,7 @@ bool is_plain_corpus_name(std::string_view name) {
                      [&](std::string_view ext) { return ends_with_name(name, ext); });
 }
 
-// The names a walk takes, in words: ".txt, .text, .md or .jsonl, plain, .gz or .zst, in any case".
+// The names a walk takes, in words: ".txt, .text or .jsonl, plain, .gz or .zst, in any case".
 std::string corpus_names_text() {
   std::string out;
   for (std::string_view ext : kTextNames) out += std::string(ext) + ", ";

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "fixture_compare.h"
+#include "tfm/config/config.h"
 #include "tfm/engine/ops.h"
 #include "tfm/models/language_model.h"
 #include "tfm/nn/blocks.h"
@@ -127,4 +128,34 @@ TEST_CASE("reference: top-k head gating equals a PyTorch version, output, balanc
   (sum(out * to_tensor(fx.at("r"))) + aux).backward();
   for (auto& [name, t] : params) check_gradient(name, t->grad(), fx.at("grads").at(name));
   check_gradient("x", x.grad(), fx.at("grads").at("x"));
+}
+
+// The reference refuses what it does not implement rather than ignoring it (its docstring): so every
+// model key is one it reads (MODEL_DEFAULTS), refuses away from its "off" value (NOT_HERE) or ignores
+// because a refused key gates it (READ_ONLY_WITH). A new model key fails here until torch_lm.py says
+// which.
+TEST_CASE("reference: torch_lm.py reads, refuses or names as gated every model key", "[reference]") {
+  std::ifstream in(std::string(TFM_SOURCE_DIR) + "/scripts/torch_lm.py");
+  REQUIRE(in.good());
+  const std::string source((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // The text of the Python assignment `NAME = ...` up to the blank line or comment after it.
+  const auto block = [&](const std::string& name) {
+    const size_t at = source.find("\n" + name + " = ");
+    REQUIRE(at != std::string::npos);
+    return source.substr(at, source.find("\n\n", at + 1) - at);
+  };
+  const std::string defaults = block("MODEL_DEFAULTS"), refused = block("NOT_HERE"),
+                    gated = block("READ_ONLY_WITH");
+  int model_keys = 0;
+  for (const KeySpec& key : config_keys()) {
+    if (key.path.rfind("model.", 0) != 0) continue;
+    ++model_keys;
+    const std::string member = key.path.substr(6), quoted = "\"" + key.path + "\"";
+    const bool read = defaults.find(" " + member + "=") != std::string::npos ||
+                      defaults.find("(" + member + "=") != std::string::npos;
+    INFO(key.path);
+    CHECK(
+        (read || refused.find(quoted) != std::string::npos || gated.find(quoted + ":") != std::string::npos));
+  }
+  CHECK(model_keys > 20);
 }
