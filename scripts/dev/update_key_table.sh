@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates the config-key table in docs/config.md (between the keys:begin/keys:end markers) from the
-# code's own table (`tfm config --keys`). tests/cli/test_readme.cpp fails when the two differ.
+# code's own table (`tfm config --keys`). tests/config/test_config.cpp (the quick tier) fails when the two differ.
 #   scripts/dev/update_key_table.sh [path/to/tfm]   (default: $TFM_BINARY, else build/dev/tfm, build/release/tfm)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"

@@ -1,7 +1,7 @@
-// The documentation against the code, so the two cannot drift: docs/config.md's key table is
-// `tfm config --keys` (fix: scripts/dev/update_key_table.sh), the C++ of README.md and docs/*.md is
-// quoted from examples/ (which build with the tests), the README's shell lines use only flags their
-// command takes, and every relative link of README.md and docs/*.md points at a file.
+// The documentation against the code, so the two cannot drift (docs/config.md's key table is checked in
+// tests/config/test_config.cpp): the C++ of README.md and docs/*.md is quoted from examples/ (which build
+// with the tests), the README's shell lines use only flags their command takes, and every relative link of
+// README.md and docs/*.md points at a file.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstddef>
@@ -63,22 +63,6 @@ bool contains_run(const std::vector<std::string>& lines, const std::vector<std::
 }
 
 }  // namespace
-
-TEST_CASE("docs: the config key table in docs/config.md matches tfm config --keys", "[readme][docs]") {
-  const tfm_test::CliRun r = tfm_test::run_tfm("config --keys");
-  REQUIRE(r.status == 0);
-  const std::string& keys = r.out;
-  const std::string doc = source_file("docs/config.md");
-  const std::string begin = "<!-- keys:begin -->\n", end = "<!-- keys:end -->";
-  const size_t b = doc.find(begin), e = doc.find(end);
-  REQUIRE(b != std::string::npos);
-  REQUIRE(e != std::string::npos);
-  REQUIRE(b < e);
-  const std::string table = doc.substr(b + begin.size(), e - b - begin.size());
-  INFO("docs/config.md's key table is out of date: run scripts/dev/update_key_table.sh");
-  CHECK(table == keys);
-  CHECK(keys.find("`model.d_model`") != std::string::npos);
-}
 
 TEST_CASE("docs: every C++ block of README.md and docs/*.md is quoted from a program in examples/",
           "[readme][docs]") {

@@ -512,3 +512,20 @@ TEST_CASE("config: a resolved config with --set derives its derived keys afresh"
   CHECK_THROWS_WITH(resolve_config(other, {"model.n_heads=8"}),
                     Catch::Contains("data.max_source_len: belongs to train.objective \"seq2seq\""));
 }
+
+// In the quick tier, so that the loop a contributor edits in says when a new key's docs are missing.
+TEST_CASE("config: the key table in docs/config.md is the key table's (tfm config --keys)",
+          "[config][docs]") {
+  INFO("docs/config.md's key table is out of date: run scripts/dev/update_key_table.sh");
+  std::ifstream in(std::string(TFM_SOURCE_DIR) + "/docs/config.md");
+  REQUIRE(in.good());
+  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string begin = "<!-- keys:begin -->\n", end = "<!-- keys:end -->";
+  const size_t b = doc.find(begin), e = doc.find(end);
+  REQUIRE(b != std::string::npos);
+  REQUIRE(e != std::string::npos);
+  REQUIRE(b < e);
+  const std::string keys = keys_markdown();
+  CHECK(doc.substr(b + begin.size(), e - b - begin.size()) == keys);
+  CHECK(keys.find("`model.d_model`") != std::string::npos);
+}
