@@ -116,7 +116,9 @@ int run_plot_report(const PlotReportOptions& o) {
 std::vector<Command> add_plot_commands(CLI::App& app) {
   auto* plot = app.add_subcommand("plot", "Draw figures (SVG) from runs and reports");
   plot->require_subcommand(1);
-  plot->footer("\nExamples:\n  tfm plot loss runs/tiny\n  tfm plot report runs/tiny/heads/heads.json\n");
+  plot->footer(
+      "\nExamples:\n  tfm plot loss runs/tiny\n"
+      "  tfm plot report runs/tiny/heads/heads.json   # after tfm heads --run runs/tiny\n");
 
   auto lo = std::make_shared<PlotLossOptions>();
   auto* loss = plot->add_subcommand("loss", "Loss curves of one run (RUN/loss.svg) or of several overlaid");
@@ -142,7 +144,8 @@ std::vector<Command> add_plot_commands(CLI::App& app) {
       ->check(number_in(0, 1e9));
   speed->add_option("--title", so->title, "The figure's title")->type_name("TEXT");
   speed->footer(
-      "\nExamples:\n  tfm plot speedrun --out curves.svg --target 1.6 tfm=runs/speedrun torch=torch.jsonl\n");
+      "\nExamples:\n  tfm plot speedrun --out curves.svg --target 1.6 tfm=runs/shakespeare_speedrun "
+      "torch=torch.jsonl\n");
 
   auto ro = std::make_shared<PlotReportOptions>();
   auto* report = plot->add_subcommand(
@@ -152,7 +155,8 @@ std::vector<Command> add_plot_commands(CLI::App& app) {
   report->footer(
       "\nThe report's kind is read from what it holds (a renamed copy is drawn too). A line of a JSON Lines\n"
       "report that is not JSON is named; a last line cut short (a sweep being written) is skipped.\n"
-      "Examples:\n  tfm plot report runs/tiny/attention/attention.json --out figures\n");
+      "Examples:\n  tfm plot report runs/tiny/attention/attention.json --out figures   # after tfm attention "
+      "--run runs/tiny --text ...\n");
 
   return {{loss, [lo] { return run_plot_loss(*lo); }},
           {speed, [so] { return run_plot_speedrun(*so); }},
