@@ -308,6 +308,35 @@ std::vector<int32_t> Tokenizer::encode(const std::string& text, const std::strin
   return ids;
 }
 
+std::vector<int32_t> Tokenizer::encode_marked(const std::string& text, const std::vector<Marker>& markers,
+                                              const std::string& source,
+                                              std::vector<std::pair<size_t, int64_t>>* found) const {
+  if (kind_ == Kind::Char ||
+      kind_ == Kind::Word) {  // a character cut short before a marker: the text's error
+    std::vector<uint32_t> unused;
+    decode_utf8(text, source, 0, unused);
+  }
+  std::vector<int32_t> ids;
+  size_t from = 0;
+  uint64_t chars_before = 0;
+  for (;;) {
+    size_t at = std::string::npos, which = 0;
+    for (size_t m = 0; m < markers.size(); ++m) {
+      if (markers[m].id < 0 || markers[m].text.empty()) continue;
+      const size_t p = text.find(markers[m].text, from);
+      if (p < at) at = p, which = m;
+    }
+    const std::string_view piece =
+        std::string_view(text).substr(from, at == std::string::npos ? at : at - from);
+    encode_piece(piece, source, from, chars_before, ids);
+    if (at == std::string::npos) return ids;
+    if (found) found->emplace_back(which, static_cast<int64_t>(ids.size()));
+    ids.push_back(markers[which].id);
+    chars_before += static_cast<uint64_t>(count_utf8_chars(piece) + count_utf8_chars(markers[which].text));
+    from = at + markers[which].text.size();
+  }
+}
+
 std::vector<std::string> Tokenizer::unknown_symbols(const std::string& text,
                                                     const std::string& source) const {
   std::vector<std::string> unknown;

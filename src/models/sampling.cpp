@@ -220,20 +220,7 @@ int32_t end_of_text_token(const Tokenizer& tokenizer) {
 
 std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, const std::string& prompt,
                                    const std::string& source) {
-  std::vector<int32_t> ids;
-  const int32_t end_of_text = end_of_text_token(tokenizer);
-  const std::string_view marker = kEndOfText, text = prompt;
-  size_t at = 0;  // the start of the piece of text before the next marker
-  int64_t chars_before = 0;
-  for (size_t found; end_of_text >= 0 && (found = text.find(marker, at)) != std::string_view::npos;
-       at = found + marker.size()) {
-    const std::string_view piece = text.substr(at, found - at);
-    tokenizer.encode_piece(piece, source, at, static_cast<uint64_t>(chars_before), ids);
-    ids.push_back(end_of_text);
-    chars_before += count_utf8_chars(piece) + static_cast<int64_t>(marker.size());
-  }
-  tokenizer.encode_piece(text.substr(at), source, at, static_cast<uint64_t>(chars_before), ids);
-  return ids;
+  return tokenizer.encode_marked(prompt, {{kEndOfText, end_of_text_token(tokenizer)}}, source);
 }
 
 int32_t empty_prompt_token(const Tokenizer& tokenizer) {

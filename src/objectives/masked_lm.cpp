@@ -11,6 +11,7 @@
 #include "tfm/engine/error.h"
 #include "tfm/engine/gemm.h"
 #include "tfm/engine/ops.h"
+#include "tfm/models/sampling.h"
 #include "tfm/objectives/inference.h"
 
 namespace tfm {
@@ -167,21 +168,12 @@ int32_t mask_token_id(const Objective& objective) {
 
 std::vector<int32_t> encode_with_masks(const Tokenizer& tok, const std::string& text, int32_t mask_id,
                                        const std::string& flag, std::vector<int64_t>* positions) {
-  const std::string mask = kMaskToken;
-  std::vector<int32_t> ids;
-  size_t from = 0;
-  for (;;) {
-    const size_t at = mask_id < 0 ? std::string::npos : text.find(mask, from);
-    // Each piece between masks is encoded where it stands in the text, so an error counts from its start.
-    const std::string_view piece =
-        std::string_view(text).substr(from, at == std::string::npos ? at : at - from);
-    tok.encode_piece(piece, flag, from,
-                     static_cast<uint64_t>(count_utf8_chars(std::string_view(text).substr(0, from))), ids);
-    if (at == std::string::npos) break;
-    if (positions) positions->push_back(static_cast<int64_t>(ids.size()));
-    ids.push_back(mask_id);
-    from = at + mask.size();
-  }
+  std::vector<std::pair<size_t, int64_t>> found;
+  std::vector<int32_t> ids =
+      tok.encode_marked(text, {{kMaskToken, mask_id}, {kEndOfText, end_of_text_token(tok)}}, flag, &found);
+  if (positions)
+    for (const auto& [marker, at] : found)
+      if (marker == 0) positions->push_back(at);
   return ids;
 }
 

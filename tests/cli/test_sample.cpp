@@ -349,3 +349,21 @@ TEST_CASE("sample: a prompt longer than the context is said to be cut, and --ign
                              "most 32 (model.max_seq_len)"));
   CHECK_THAT(r.out, !Catch::Contains("stdin line 1"));
 }
+
+TEST_CASE("sample: <|endoftext|> in a prompt or an attention text is the run's end-of-text token",
+          "[cli][sample]") {
+  // tiny_shakespeare has no '<' or '|': read as text, the marker would be refused.
+  const std::string run =
+      tfm_test::tiny_run("eot_prompt", "--set train.seq_len=8 --set data.document_separator=true");
+  tfm_test::CliRun r = sample_test_stdout(
+      "sample --run " + run + " --prompt 'ab<|endoftext|>' --max-new-tokens 1 --json --ignore-eos");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const auto ids = j.at("prompt_token_ids").get<std::vector<int64_t>>();
+  REQUIRE(ids.size() == 3);
+  CHECK(ids[2] == 56);  // the separator: the last id, past tiny_shakespeare's 56 characters
+  r = tfm_test::run_tfm("attention --run " + run + " --text 'ab<|endoftext|>ab' --no-plot --out " + run +
+                        "/attention");
+  CHECK(r.status == 0);
+}

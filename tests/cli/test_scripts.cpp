@@ -207,9 +207,13 @@ TEST_CASE("scripts: dev/ab.sh times two commands pair by pair and stops at one t
   CHECK(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("\n   1 ") && Catch::Contains("\n   2 ") && !Catch::Contains("\n   3 "));
   CHECK_THAT(r.out, Catch::Contains("over 2 pairs (median, min-max)"));
-  r = tfm_test::run_shell("scripts/dev/ab.sh -n 2 -w 0 true 'exit 3'");
+  r = tfm_test::run_shell("scripts/dev/ab.sh -n 2 -w 0 true 'echo why; exit 3'");
   CHECK(r.status == 2);
-  CHECK_THAT(r.out, Catch::Contains("ab.sh: the command failed (exit 3): exit 3"));
+  CHECK_THAT(r.out, Catch::Contains("why\nab.sh: the command failed (exit 3): echo why; exit 3"));
+  // B under a millisecond has no ratio: it is shown as such and left out of the median.
+  r = tfm_test::run_shell("scripts/dev/ab.sh -n 1 -w 0 'sleep 0.01' true");
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, !Catch::Contains("0.000x"));
   r = tfm_test::run_shell("scripts/dev/ab.sh -n 0 true true");
   CHECK(r.status == 2);
   r = tfm_test::run_shell("scripts/dev/ab.sh --help");

@@ -154,3 +154,22 @@ TEST_CASE("data: batches are seeded windows with targets shifted by one", "[data
   for (size_t i = 0; i < x.size(); ++i) CHECK(y[i] == x[i] + 1);
   for (int r = 0; r < 4; ++r) CHECK(x[r * 10] + 10 < 500 - 0);  // within [0, n - T - 1)
 }
+
+TEST_CASE("data: encode_marked reads each marker as its id and the text between where it stands", "[data]") {
+  const Tokenizer chars = Tokenizer::from_text(Tokenizer::Kind::Char, "ab\u00e9 [MASK]<|endoftext|>", "t");
+  const int32_t a = chars.encode("a", "t")[0], b = chars.encode("b", "t")[0];
+  const std::vector<Tokenizer::Marker> markers = {{"[MASK]", 90}, {"<|endoftext|>", 91}};
+  std::vector<std::pair<size_t, int64_t>> found;
+  CHECK(chars.encode_marked("a[MASK]b<|endoftext|>[MASK]", markers, "t", &found) ==
+        std::vector<int32_t>{a, 90, b, 91, 90});
+  CHECK(found == std::vector<std::pair<size_t, int64_t>>{{0, 1}, {1, 3}, {0, 4}});
+  // A marker of id -1 is text; no marker, encode's ids.
+  CHECK(chars.encode_marked("a[MASK]", {{"[MASK]", -1}}, "t") == chars.encode("a[MASK]", "t"));
+  CHECK(chars.encode_marked("ab", {}, "t") == chars.encode("ab", "t"));
+  // Offsets count from the text's start, in characters; UTF-8 is checked whole, so a character cut short
+  // before a marker is the byte after it.
+  CHECK_THROWS_WITH(chars.encode_marked("\u00e9[MASK]z", markers, "--text"),
+                    Catch::Contains("at character 7 (counted from 0)"));
+  CHECK_THROWS_WITH(chars.encode_marked("a\xc3[MASK]", markers, "--text"),
+                    Catch::Contains("invalid UTF-8 at byte offset 2"));
+}

@@ -138,11 +138,20 @@ TEST_CASE("reference: torch_lm.py reads, refuses or names as gated every model k
   std::ifstream in(std::string(TFM_SOURCE_DIR) + "/scripts/torch_lm.py");
   REQUIRE(in.good());
   const std::string source((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // The text of the Python assignment `NAME = ...` up to the blank line or comment after it.
+  // The literal assigned to NAME (`NAME = {...}` or `NAME = dict(...)`), from its opening bracket to the
+  // one that closes it.
   const auto block = [&](const std::string& name) {
     const size_t at = source.find("\n" + name + " = ");
     REQUIRE(at != std::string::npos);
-    return source.substr(at, source.find("\n\n", at + 1) - at);
+    const size_t open = source.find_first_of("{(", at);
+    REQUIRE(open != std::string::npos);
+    int depth = 0;
+    for (size_t i = open; i < source.size(); ++i) {
+      depth += source[i] == '{' || source[i] == '(' ? 1 : source[i] == '}' || source[i] == ')' ? -1 : 0;
+      if (depth == 0) return source.substr(open, i + 1 - open);
+    }
+    FAIL(name << " is not closed");
+    return std::string();
   };
   const std::string defaults = block("MODEL_DEFAULTS"), refused = block("NOT_HERE"),
                     gated = block("READ_ONLY_WITH");

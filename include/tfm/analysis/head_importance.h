@@ -39,10 +39,10 @@ constexpr double kPruningTolerance = 0.05;
 // the run's train.precision and train.gemm_backend. The model is left in eval mode, ungated.
 HeadImportance head_importance(LoadedRun& run, int64_t batches);
 
-// The report tfm heads writes (DIR/heads/heads.json): {"run", "checkpoint", "batches", "layers",
-// "heads", "val_loss", "pruning": [{"percent", "masked", "val_loss", "mask_heads"}],
-// "heads_masked_within_0.05", "layer": [{"loss_change_when_masked", "gradient_score", "normalized_score",
-// "ranking"}]}.
+// The report tfm heads writes (DIR/heads/heads.json): {"run", "checkpoint", "batches", "n_layers",
+// "n_heads", "val_loss", "layers": [{"layer", "loss_change_when_masked", "gradient_score",
+// "normalized_score", "ranking"}], "pruning": [{"percent", "masked", "val_loss", "mask_heads"}],
+// "heads_masked_within_0.05"}.
 nlohmann::json head_importance_json(const HeadImportance& importance, const std::string& run_dir,
                                     const std::string& checkpoint);
 

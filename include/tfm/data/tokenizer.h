@@ -103,6 +103,20 @@ class Tokenizer {
   void encode_piece(std::string_view text, const std::string& source, uint64_t byte_offset,
                     uint64_t char_offset, std::vector<int32_t>& out,
                     BpeChunkCache* bpe_cache = nullptr) const;
+  // A text a user gives a trained model (a prompt, an attention or fill-mask text) with marked tokens in
+  // it: each occurrence of a marker's text is the marker's id, and the pieces between are encoded where
+  // they stand, so an error counts from the text's start (a char vocabulary's offsets; a word
+  // vocabulary's word index from the last marker); a char or word vocabulary's UTF-8 is checked whole
+  // first. A marker whose id is -1 is text like any other. The earliest occurrence is read first (the
+  // first listed on a tie). `found`, when given, gets (the marker's index, its token index) of each one
+  // read. Corpora are never read this way: encode() keeps every marker's characters as text.
+  struct Marker {
+    std::string text;
+    int32_t id = -1;
+  };
+  std::vector<int32_t> encode_marked(const std::string& text, const std::vector<Marker>& markers,
+                                     const std::string& source,
+                                     std::vector<std::pair<size_t, int64_t>>* found = nullptr) const;
   // The words (word) or characters (char) of `text` that are outside the vocabulary, each once, in the
   // order they first appear: what encode reads as <unk>. Empty for byte, bpe and gpt2, which encode
   // every text.

@@ -82,12 +82,11 @@ int32_t draw_token(const std::vector<double>& probs, Rng& rng);
 // vocabulary's "<|endoftext|>"; -1 when it has none (one document: nothing marks an end).
 int32_t end_of_text_token(const Tokenizer& tokenizer);
 
-// A prompt's ids: its text's (Tokenizer::encode), except that each "<|endoftext|>" (kEndOfText) in it is
-// the end-of-text token when the vocabulary has one (end_of_text_token), as Hugging Face's GPT-2
-// tokenizer and llama.cpp read a prompt: a sample's printed text, given back as a prompt, reads as the
-// model saw it. Without that token the characters are text. A corpus is never read this way: its
-// "<|endoftext|>" characters stay text, so data cannot forge a document end. Errors name `source` and the
-// offset in the whole prompt.
+// A prompt's ids: its text's, except that each "<|endoftext|>" (kEndOfText) in it is the end-of-text
+// token when the vocabulary has one (end_of_text_token), as Hugging Face's GPT-2 tokenizer and llama.cpp
+// read a prompt: a sample's printed text, given back as a prompt, reads as the model saw it. Without that
+// token the characters are text. Tokenizer::encode_marked says how errors count; a corpus is never read
+// this way, so data cannot forge a document end.
 std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, const std::string& prompt,
                                    const std::string& source);
 

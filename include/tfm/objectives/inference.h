@@ -29,9 +29,9 @@ FillMaskResult fill_mask(Objective& objective, const std::string& text, int64_t 
                          const std::string& source = "--text");
 // The id a masked_lm run reads [MASK] as (its last); -1 for other objectives.
 int32_t mask_token_id(const Objective& objective);
-// `text` encoded with each "[MASK]" in it as `mask_id` (the pieces between encoded where they stand, so
-// an error counts from the text's start); mask_id -1: "[MASK]" is text like any other. `positions`, when
-// given, gets the token index of each mask.
+// `text` encoded with each "[MASK]" in it as `mask_id` and each "<|endoftext|>" as the end-of-text token
+// when the vocabulary has one, as a prompt is (Tokenizer::encode_marked); mask_id -1: "[MASK]" is text
+// like any other. `positions`, when given, gets the token index of each mask.
 std::vector<int32_t> encode_with_masks(const Tokenizer& tokenizer, const std::string& text, int32_t mask_id,
                                        const std::string& flag, std::vector<int64_t>* positions = nullptr);
 
