@@ -77,7 +77,7 @@ int run_bench_gemm(const BenchGemmOptions& o) {
     m = built.config();
     B = c.train().batch_size;
     if (objective_capabilities(c.train().objective).encoder_decoder()) {
-      S = c.integer("data.max_source_len") + 1, T = c.integer("data.max_target_len") + 1;
+      S = c.data().max_source_len + 1, T = c.data().max_target_len + 1;
       vocab = fmt::format("vocabulary {} source + {} target", m.source_vocab_size, m.vocab_size);
     } else {
       T = c.train().seq_len;

@@ -31,12 +31,12 @@ struct PrepareOptions {
 
 int run_prepare(const PrepareOptions& o) {
   const Config c = load_config(o.config, o.sets);
-  if (c.string("data.format") != "text")
+  if (c.data().format != DataFormat::Text)
     throw ConfigError(
-        "data.format: \"" + c.string("data.format") +
+        "data.format: \"" + name_of(c.data().format) +
         "\" (sentence pairs, seq2seq) is read whole at every start; the token cache is for text "
         "corpora (train.objective causal_lm, masked_lm)");
-  const std::string path = c.string("data.path");
+  const std::string path = c.data().path;
   TokenCacheOptions cache = token_cache_options(c, true);
   cache.rebuild = o.rebuild;
   cache.threads = o.threads;
@@ -65,7 +65,7 @@ int run_prepare(const PrepareOptions& o) {
     std::printf("documents: %ld, %s\n", static_cast<long>(d.documents),
                 d.document_separator ? "joined by <|endoftext|> (data.document_separator)"
                                      : "concatenated (data.document_separator false)");
-  std::printf("split (data.val_fraction %g): %ld train / %ld val tokens", c.number("data.val_fraction"),
+  std::printf("split (data.val_fraction %g): %ld train / %ld val tokens", c.data().val_fraction,
               static_cast<long>(d.train.size()), static_cast<long>(d.val.size()));
   if (d.val_documents > 0)
     std::printf(" (%ld train / %ld val documents)", static_cast<long>(d.documents - d.val_documents),

@@ -38,7 +38,7 @@ namespace {
 // short for a batch, ...): the file's distinct characters (char), the 256 bytes, or the BPE file's, plus
 // masked_lm's [MASK]. Refused, naming data.path, when the file has no text to take them from.
 int64_t data_vocabulary_size(const Config& c, ObjectiveKind objective) {
-  const std::string path = c.string("data.path");
+  const std::string path = c.data().path;
   const Tokenizer tokenizer = data_vocabulary(c);
   if (tokenizer.size() == 0)
     throw ConfigError("data.path: " + path +
@@ -59,15 +59,15 @@ ConfigModel build_model(const Config& c, int64_t vocab_override, const std::stri
   if (vocab_override <= 0) {
     try {
       m.objective = make_objective(c, nullptr, {true, 0, check});
-      m.vocab_note = "from " + c.string("data.path");
+      m.vocab_note = "from " + c.data().path;
       return m;
     } catch (const IoError& e) {
       if (seq2seq) throw;
-      if (!std::filesystem::exists(c.string("data.path")))
+      if (!std::filesystem::exists(c.data().path))
         throw IoError(std::string(e.what()) +
                       " (the vocabulary comes from the data; --vocab-size N sets one)");
       vocab_override = data_vocabulary_size(c, objective);
-      m.vocab_note = "from the " + c.string("data.tokenizer") + " tokenizer of " + c.string("data.path") +
+      m.vocab_note = "from the " + name_of(c.data().tokenizer) + " tokenizer of " + c.data().path +
                      " (no batch could be built: " + e.what() + ")";
     }
   } else {
@@ -129,7 +129,7 @@ InfoFigures figures_of(const Config& c, const ConfigModel& m) {
   f.seq2seq = objective_capabilities(f.objective).encoder_decoder();
   f.memory = estimate_memory(c, mc, true);  // preflight.h
   f.B = train.batch_size;
-  f.T = f.seq2seq ? c.integer("data.max_target_len") + 1 : train.seq_len;
+  f.T = f.seq2seq ? c.data().max_target_len + 1 : train.seq_len;
   f.P = m.model().parameter_count();
   f.train_flops = m.objective ? m.objective->train_flops_per_token()
                               : LanguageModel::flops_per_token(mc, f.T).train_per_token;
@@ -170,7 +170,7 @@ void print_model(const Config& c, const std::string& file, const ConfigModel& m,
                                             std::to_string(mc.vocab_size) + " target"
                                       : std::to_string(mc.vocab_size);
   fmt::print("config {} (output.dir {}), objective {}\n", file, c.string("output.dir"), name_of(f.objective));
-  fmt::print("vocabulary: {} symbols, {} tokenizer, {}\n", vocab, c.string("data.tokenizer"), m.vocab_note);
+  fmt::print("vocabulary: {} symbols, {} tokenizer, {}\n", vocab, name_of(c.data().tokenizer), m.vocab_note);
   const std::string layers = f.seq2seq ? std::to_string(mc.n_encoder_layers) + " encoder + " +
                                              std::to_string(mc.n_decoder_layers) + " decoder layers"
                                        : std::to_string(mc.n_layers) + " layers";
@@ -252,7 +252,7 @@ void print_costs(const Config& c, const ConfigModel& m, const InfoFigures& f) {
         "forward {}, training {}\n",
         human_count(f.train_flops / 3.0), human_count(f.train_flops));
     fmt::print("memory estimate (batch {} pairs of at most {} + {} tokens): {}\n", f.B,
-               c.integer("data.max_source_len") + 1, f.T, f.memory.summary());
+               c.data().max_source_len + 1, f.T, f.memory.summary());
   } else {
     fmt::print(
         "FLOPs per token (matrix products) at T = {}: forward {}, training {}; per optimizer step ({:.0f} "

@@ -282,8 +282,8 @@ void cross_checks(const json& t, std::vector<std::string>& errors) {
   auto i = [&](const char* p) { return lookup(t, p)->get<int64_t>(); };
   const TrainConfig train = from_tree<TrainConfig>(t);
   const ModelConfig model = from_tree<ModelConfig>(t);
-  const Tokenizer::Kind tokenizer = Tokenizer::parse_kind(lookup(t, "data.tokenizer")->get<std::string>());
-  if (tokenizer == Tokenizer::Kind::Bpe && lookup(t, "data.tokenizer_path")->is_null())
+  const DataConfig data = from_tree<DataConfig>(t);
+  if (data.tokenizer == Tokenizer::Kind::Bpe && !data.tokenizer_path)
     errors.push_back(
         "data.tokenizer_path: required when data.tokenizer = \"bpe\" (make one with tfm tokenizer train)");
   // What the model's options need of each other (nn/model_config.h: heads dividing d_model, top-k, ...).
@@ -315,11 +315,10 @@ void cross_checks(const json& t, std::vector<std::string>& errors) {
     errors.push_back(
         "model.causal: train.objective \"masked_lm\" needs model.causal = false (a causal model "
         "cannot see the tokens after a [MASK])");
-  const std::string format = lookup(t, "data.format")->get<std::string>();
-  if (seq2seq != (format == "pairs"))
+  if (seq2seq != (data.format == DataFormat::Pairs))
     errors.push_back("data.format: train.objective \"" + name_of(objective) + "\" reads " +
-                     (seq2seq ? "\"pairs\"" : "\"text\"") + ", got \"" + format + "\"");
-  if (!seq2seq && tokenizer == Tokenizer::Kind::Word)
+                     (seq2seq ? "\"pairs\"" : "\"text\"") + ", got \"" + name_of(data.format) + "\"");
+  if (!seq2seq && data.tokenizer == Tokenizer::Kind::Word)
     errors.push_back(
         "data.tokenizer: \"word\" is for train.objective \"seq2seq\" (sentence pairs); a text "
         "objective uses \"char\", \"byte\", \"bpe\" or \"gpt2\"");
@@ -470,6 +469,10 @@ ModelConfig Config::model(int64_t vocab_size) const {
 
 TrainConfig Config::train() const {
   return from_tree<TrainConfig>(tree);
+}
+
+DataConfig Config::data() const {
+  return from_tree<DataConfig>(tree);
 }
 
 // ---- parsing ----

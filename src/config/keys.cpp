@@ -75,6 +75,20 @@ struct Codec<std::array<double, 2>> {
   static json put(const std::array<double, 2>& v) { return json::array({v[0], v[1]}); }
   static std::array<double, 2> take(const json& v) { return {v[0].get<double>(), v[1].get<double>()}; }
 };
+template <>
+struct Codec<std::string> {  // a list_as_text key's list reads as its JSON text (Config::string)
+  static constexpr KeyType type = KeyType::String;
+  static json put(const std::string& v) { return v; }
+  static std::string take(const json& v) { return v.is_array() ? v.dump() : v.get<std::string>(); }
+};
+template <class V>  // a key whose null means "unset" (data.tokenizer_path, data.document_separator)
+struct Codec<std::optional<V>> {
+  static constexpr KeyType type = Codec<V>::type;
+  static json put(const std::optional<V>& v) { return v ? Codec<V>::put(*v) : json(); }
+  static std::optional<V> take(const json& v) {
+    return v.is_null() ? std::nullopt : std::optional<V>(Codec<V>::take(v));
+  }
+};
 template <class E>  // an option enum, spelled by its enum_names
 struct Codec<E, std::enable_if_t<std::is_enum_v<E>>> {
   static constexpr KeyType type = KeyType::String;
@@ -106,7 +120,8 @@ struct Key {
     s.default_value = std::move(default_value);
     s.meaning = meaning;
   }
-  // A key bound to a member of its option struct: model.* to ModelConfig's, train.* to TrainConfig's.
+  // A key bound to a member of its option struct: model.* to ModelConfig's, train.* to TrainConfig's,
+  // data.* to DataConfig's.
   template <class S, class V>
   Key(const char* path, V S::*member, const char* meaning) {
     s.path = path;
@@ -209,7 +224,7 @@ const std::vector<ObjectiveKind> kSeq2Seq = {ObjectiveKind::Seq2Seq};
 std::vector<KeySpec> build_table() {
   std::vector<Key> k = {
       Key("seed", T::Integer, 1337, "Seed of initialisation, dropout and batch sampling.").min(0),
-      Key("data.path", T::String, "data/tinyshakespeare.txt",
+      Key("data.path", &DataConfig::path,
           "Training text (or sentence pairs for seq2seq); a relative path is taken from the working "
           "directory, and a run records it absolute (so do data.tokenizer_path and data.cache_dir), so that "
           "its eval, sample and resume find the files from anywhere. Text: a file, a directory (walked "
@@ -219,26 +234,25 @@ std::vector<KeySpec> build_table() {
           "record), either optionally `.gz` or `.zst`, in any case (a walk says what other names, Markdown's "
           "included, it left out); a file named alone, in a list or by a glob is read whatever its name.")
           .or_list(),
-      Key("data.format", T::String, nullptr,
+      Key("data.format", &DataConfig::format,
           "`text`: one UTF-8 text (causal_lm, masked_lm); `pairs`: `source<TAB>target[<TAB>...]` lines "
           "(seq2seq).")
           .derived("\"pairs\" for seq2seq, else \"text\"",
-                   [](const json& t) { return json(seq2seq(t) ? "pairs" : "text"); })
-          .one_of({"text", "pairs"}),
-      Key("data.tokenizer", T::String, "char",
+                   [](const json& t) { return json(seq2seq(t) ? "pairs" : "text"); }),
+      Key("data.tokenizer", &DataConfig::tokenizer,
           "`char`: Unicode code points of the UTF-8 file, vocabulary = its sorted distinct characters; "
           "`byte`: the 256 byte values; `bpe`: byte-level BPE from data.tokenizer_path; `word` (seq2seq): "
           "lowercased words with punctuation split off, rarer than data.min_freq -> `<unk>`; `gpt2`: GPT-2's "
           "tokenizer exactly (50,257 ids, `<|endoftext|>` = 50256, shipped with tfm), or another byte-level "
-          "BPE from data.tokenizer_path.")
-          .one_of({"char", "byte", "bpe", "word", "gpt2"}),
-      Key("data.tokenizer_path", T::String, nullptr,
+          "BPE from data.tokenizer_path."),
+      Key("data.tokenizer_path", &DataConfig::tokenizer_path,
           "data.tokenizer = `bpe`: the file of `tfm tokenizer train`; `gpt2`: a byte-level BPE's "
           "encoder.json + vocab.bpe, vocab.json + merges.txt or Hugging Face tokenizer.json (a directory "
           "holding them, or one of the files), GPT-2's own when unset. The checkpoint keeps a copy.")
           .derived("null (bpe needs one; gpt2 without one is GPT-2's)", [](const json&) { return json(); })
-          .read_with("data.tokenizer", std::vector<std::string>{"bpe", "gpt2"}),
-      Key("data.cache_dir", T::String, nullptr,
+          .read_with("data.tokenizer",
+                     std::vector<Tokenizer::Kind>{Tokenizer::Kind::Bpe, Tokenizer::Kind::Gpt2}),
+      Key("data.cache_dir", &DataConfig::cache_dir,
           "Where a text corpus's token cache lives (tokenized once, memory-mapped by every later train, "
           "resume, eval, sample, heads and sweep point; rebuilt when the file or tokenizer changes). Beside "
           "the "
@@ -247,39 +261,40 @@ std::vector<KeySpec> build_table() {
                    [](const json& t) { return json(default_cache_dir(text(t, "data.path"))); })
           .resumable()
           .only_for(kLanguageModels),
-      Key("data.val_fraction", T::Number, 0.1,
+      Key("data.val_fraction", &DataConfig::val_fraction,
           "The first floor(N * (1 - f)) tokens train, the rest validate; a corpus of D >= 2 documents "
           "splits whole documents: the first floor(D * (1 - f)) in corpus order train (pairs: the last f "
           "of the pairs after a shuffle by the seed).")
           .min(0, true)
           .max(1, true),
-      Key("data.text_field", T::String, "text",
+      Key("data.text_field", &DataConfig::text_field,
           "JSON Lines corpora: the field of each record that holds its text.")
           .only_for(kLanguageModels),
-      Key("data.document_separator", T::Boolean, nullptr,
+      Key("data.document_separator", &DataConfig::document_separator,
           "Join the corpus's documents with a reserved end-of-text token (the vocabulary's last id, never "
           "produced by encoding text; docs/data.md); false concatenates them.")
           .derived("true when the corpus has more than one document (resolved from the data)",
                    [](const json&) { return json(); })
           .only_for(kLanguageModels),
-      Key("data.on_bad_record", T::String, "error",
+      Key("data.on_bad_record", &DataConfig::on_bad_record,
           "A JSON Lines line that is not JSON, lacks data.text_field or holds a non-string there: `error` "
           "stops with FILE:LINE; `skip` skips it and logs the count and the first few.")
-          .one_of({"error", "skip"})
           .only_for(kLanguageModels),
-      Key("data.max_pairs", T::Integer, 0, "Read only the first N pairs of the file (0 = all).")
+      Key("data.max_pairs", &DataConfig::max_pairs, "Read only the first N pairs of the file (0 = all).")
           .min(0)
           .only_for(kSeq2Seq),
-      Key("data.min_freq", T::Integer, 1,
+      Key("data.min_freq", &DataConfig::min_freq,
           "Word tokenizer: a word seen fewer times in the training pairs becomes `<unk>`.")
           .min(1)
           .only_for(kSeq2Seq),
-      Key("data.max_source_len", T::Integer, nullptr, "Source tokens kept per sentence (then `<eos>`).")
+      Key("data.max_source_len", &DataConfig::max_source_len,
+          "Source tokens kept per sentence (then `<eos>`).")
           .derived("model.max_seq_len - 1",
                    [](const json& t) { return json(integer(t, "model.max_seq_len") - 1); })
           .min(1)
           .only_for(kSeq2Seq),
-      Key("data.max_target_len", T::Integer, nullptr, "Target tokens kept per sentence (then `<eos>`).")
+      Key("data.max_target_len", &DataConfig::max_target_len,
+          "Target tokens kept per sentence (then `<eos>`).")
           .derived("model.max_seq_len - 1",
                    [](const json& t) { return json(integer(t, "model.max_seq_len") - 1); })
           .min(1)
@@ -628,5 +643,6 @@ S from_tree(const json& tree) {
 }
 template ModelConfig from_tree<ModelConfig>(const json& tree);
 template TrainConfig from_tree<TrainConfig>(const json& tree);
+template DataConfig from_tree<DataConfig>(const json& tree);
 
 }  // namespace tfm

@@ -83,31 +83,19 @@ Tokenizer::Tokenizer(std::vector<std::string> words) : kind_(Kind::Word), words_
   }
 }
 
+template <>
+const std::vector<std::string>& enum_names<Tokenizer::Kind>() {
+  static const std::vector<std::string> names = {"char", "byte", "bpe", "word", "gpt2"};
+  return names;
+}
+
 Tokenizer::Kind Tokenizer::parse_kind(const std::string& name) {
-  if (name == "char") return Kind::Char;
-  if (name == "byte") return Kind::Byte;
-  if (name == "bpe") return Kind::Bpe;
-  if (name == "word") return Kind::Word;
-  if (name == "gpt2") return Kind::Gpt2;
-  throw ConfigError(
-      "data.tokenizer: expected one of \"char\", \"byte\", \"bpe\", \"word\", \"gpt2\", got \"" + name +
-      "\"");
+  if (const auto kind = enum_from<Kind>(name)) return *kind;
+  throw ConfigError("data.tokenizer: expected one of " + enum_choices<Kind>() + ", got \"" + name + "\"");
 }
 
 std::string Tokenizer::kind_name() const {
-  switch (kind_) {
-    case Kind::Char:
-      return "char";
-    case Kind::Byte:
-      return "byte";
-    case Kind::Bpe:
-      return "bpe";
-    case Kind::Word:
-      return "word";
-    case Kind::Gpt2:
-      return "gpt2";
-  }
-  return "char";
+  return name_of(kind_);
 }
 
 int64_t Tokenizer::size() const {

@@ -56,8 +56,8 @@ std::vector<std::pair<int64_t, int64_t>> shard_rows(int64_t B, int parts) {
 namespace {
 
 Dataset load_text(const Config& c, const Vocabulary* ckpt, int64_t T, const ObjectiveOptions& o) {
-  const std::string path = c.string("data.path");
-  const double f = c.number("data.val_fraction");
+  const std::string path = c.data().path;
+  const double f = c.data().val_fraction;
   TokenCacheOptions cache = token_cache_options(c, o.rank == 0);
   cache.stop = o.stop;
   if (ckpt) return load_dataset(path, ckpt->tokenizer, f, T, cache);  // its end-of-text id decides
@@ -68,9 +68,10 @@ Dataset load_text(const Config& c, const Vocabulary* ckpt, int64_t T, const Obje
 
 Dataset load_new_run_text(const Config& c, int64_t T, const TokenCacheOptions& cache,
                           ShortSplit short_split) {
-  const std::string path = c.string("data.path"), kind = c.string("data.tokenizer");
-  const double f = c.number("data.val_fraction");
-  switch (Tokenizer::parse_kind(kind)) {
+  const DataConfig d = c.data();
+  const std::string& path = d.path;
+  const double f = d.val_fraction;
+  switch (d.tokenizer) {
     case Tokenizer::Kind::Bpe:
     case Tokenizer::Kind::Gpt2: {
       TokenCacheOptions base = cache;
@@ -78,33 +79,32 @@ Dataset load_new_run_text(const Config& c, int64_t T, const TokenCacheOptions& c
       return load_dataset(path, tokenizer_from_file(c), f, T, base, short_split);
     }
     default:  // the vocabulary comes from the corpus
-      return load_dataset(path, kind, f, T, cache, short_split);
+      return load_dataset(path, name_of(d.tokenizer), f, T, cache, short_split);
   }
 }
 
 Tokenizer tokenizer_from_file(const Config& c) {
-  const nlohmann::json& path = c.at("data.tokenizer_path");
-  return Tokenizer::from_file(Tokenizer::parse_kind(c.string("data.tokenizer")),
-                              path.is_string() ? path.get<std::string>() : "");
+  const DataConfig d = c.data();
+  return Tokenizer::from_file(d.tokenizer, d.tokenizer_path.value_or(""));
 }
 
 Tokenizer data_vocabulary(const Config& c) {
-  const Tokenizer::Kind kind = Tokenizer::parse_kind(c.string("data.tokenizer"));
+  const Tokenizer::Kind kind = c.data().tokenizer;
   if (kind == Tokenizer::Kind::Bpe || kind == Tokenizer::Kind::Gpt2) return tokenizer_from_file(c);
   if (kind == Tokenizer::Kind::Word)
     throw ConfigError(
         "data.tokenizer: \"word\" builds its vocabulary from the training pairs; give a trained run with "
         "--run DIR");
-  return open_token_cache(c.string("data.path"), kind, token_cache_options(c, true)).tokenizer;
+  return open_token_cache(c.data().path, kind, token_cache_options(c, true)).tokenizer;
 }
 
 TokenCacheOptions token_cache_options(const Config& c, bool log) {
+  const DataConfig d = c.data();
   TokenCacheOptions o;
-  o.dir = c.string("data.cache_dir");
-  o.text_field = c.string("data.text_field");
-  o.skip_bad_records = c.string("data.on_bad_record") == "skip";
-  const nlohmann::json& separator = c.at("data.document_separator");  // null: resolved from the data
-  if (separator.is_boolean()) o.document_separator = separator.get<bool>();
+  o.dir = d.cache_dir.value_or("");
+  o.text_field = d.text_field;
+  o.skip_bad_records = d.on_bad_record == BadRecord::Skip;
+  o.document_separator = d.document_separator;  // unset: resolved from the data
   // Before the run's log exists (the objective is built first): stderr, so stdout stays the
   // command's own output (sample, translate pipe it).
   if (log) o.log = [](const std::string& line) { std::fprintf(stderr, "tfm: data: %s\n", line.c_str()); };

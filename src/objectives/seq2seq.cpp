@@ -24,22 +24,23 @@ ObjectiveCapabilities seq2seq_capabilities();  // defined below, with the factor
 namespace {
 
 PairOptions pair_options(const Config& c) {
+  const DataConfig d = c.data();
   PairOptions o;
-  o.source_tokenizer = o.target_tokenizer = c.string("data.tokenizer");
-  if (c.at("data.tokenizer_path").is_string())  // bpe's file, or gpt2's (GPT-2's own without one)
-    o.source_tokenizer_path = o.target_tokenizer_path = c.string("data.tokenizer_path");
-  o.min_freq = c.integer("data.min_freq");
-  o.max_pairs = c.integer("data.max_pairs");
-  o.val_fraction = c.number("data.val_fraction");
+  o.source_tokenizer = o.target_tokenizer = name_of(d.tokenizer);
+  if (d.tokenizer_path)  // bpe's file, or gpt2's (GPT-2's own without one)
+    o.source_tokenizer_path = o.target_tokenizer_path = *d.tokenizer_path;
+  o.min_freq = d.min_freq;
+  o.max_pairs = d.max_pairs;
+  o.val_fraction = d.val_fraction;
   o.seed = static_cast<uint64_t>(c.integer("seed"));
-  o.max_source_len = c.integer("data.max_source_len");
-  o.max_target_len = c.integer("data.max_target_len");
+  o.max_source_len = d.max_source_len;
+  o.max_target_len = d.max_target_len;
   return o;
 }
 
 std::optional<PairDataset> load_data_of(const Config& c, const Vocabulary* ckpt, bool load) {
   if (!load) return std::nullopt;
-  const std::string path = c.string("data.path");
+  const std::string path = c.data().path;
   if (!ckpt) return load_pairs(path, pair_options(c));
   if (!ckpt->target_tokenizer)
     throw IoError("the checkpoint of this seq2seq run has no target vocabulary (section vocab.target)");
@@ -96,8 +97,8 @@ class Seq2Seq : public Objective {
   const Tokenizer* target_tokenizer() const override { return &target_; }
   Rng& sampler_rng() override { return sampler_.rng(); }
   bool has_data() const override { return data_.has_value(); }
-  int64_t max_source_len() const { return config_.integer("data.max_source_len"); }
-  int64_t max_target_len() const { return config_.integer("data.max_target_len"); }
+  int64_t max_source_len() const { return config_.data().max_source_len; }
+  int64_t max_target_len() const { return config_.data().max_target_len; }
   // A source text as training saw it: encoded, truncated to data.max_source_len tokens (make_pair_batch
   // appends <eos>). `what` names the flag in errors.
   // The source's ids, cut to data.max_source_len; `whole`, when given, gets the count before the cut.

@@ -243,8 +243,7 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
   }
   if (dist::any(!stopped_reading.empty() || (opt_.stop && opt_.stop->load()))) {
     if (!stopped_reading.empty()) throw Interrupted(stopped_reading);
-    throw Interrupted("stop requested while the data was read (data.path " + config_.string("data.path") +
-                      ")");
+    throw Interrupted("stop requested while the data was read (data.path " + config_.data().path + ")");
   }
   // --init-from: a file that does not fit the model or its vocabulary is refused before anything is written.
   eval_batches_ = objective_->evaluation_batches("val", train_.eval_steps);
@@ -253,7 +252,7 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
     const Vocabulary run_vocabulary{objective_->tokenizer(),
                                     target ? std::optional<Tokenizer>(*target) : std::nullopt};
     init_from_notes_ = load_safetensors_into(objective_->model(), opt_.init_from, &run_vocabulary,
-                                             "data.path " + config_.string("data.path"), &config_);
+                                             "data.path " + config_.data().path, &config_);
   }
   create_run_directory();
   threads_ = platform::configure_threads(static_cast<int>(training_threads(config_)));

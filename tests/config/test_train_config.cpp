@@ -183,3 +183,37 @@ TEST_CASE("train config: each option enum spells its values once, and reads them
   CHECK(name_of(ScheduleKind::InverseSqrt) == "inverse_sqrt");
   CHECK(enum_choices<Precision>() == "\"fp32\" or \"bf16\"");
 }
+
+// data.*: the same binding, to DataConfig (config/data_config.h).
+TEST_CASE("data config: every data.* key is bound to a DataConfig member, and the table's defaults are its",
+          "[config]") {
+  const auto is_data_key = [](const KeySpec& k) { return k.path.rfind("data.", 0) == 0; };
+  int bound = 0;
+  const Config c = resolve_config(json::object());
+  const DataConfig resolved = c.data();
+  for (const KeySpec& k : config_keys()) {
+    INFO(k.path);
+    CHECK(static_cast<bool>(k.data.set) == is_data_key(k));
+    if (!is_data_key(k)) continue;
+    ++bound;
+    // The resolved struct holds the resolved tree's value (data.path's list reads as its JSON text).
+    CHECK(k.data.get(resolved) == (k.list_as_text ? json(c.string(k.path)) : c.at(k.path)));
+    if (!k.default_value.is_null()) CHECK(k.data.get(DataConfig{}) == k.default_value);
+  }
+  CHECK(bound == 13);
+  CHECK(resolved.tokenizer == Tokenizer::Kind::Char);
+  CHECK(resolved.format == DataFormat::Text);
+  CHECK(resolved.on_bad_record == BadRecord::Error);
+  CHECK_FALSE(resolved.document_separator.has_value());  // resolved from the data, later
+  // Set values reach their members; a list stays a list in the tree and reads as its text.
+  const Config set = resolve_config(
+      json::object(), {"data.tokenizer=byte", "data.on_bad_record=skip", "data.document_separator=false",
+                       "data.path=[\"a.txt\", \"b/*.jsonl\"]", "data.tokenizer_path=tok.json"});
+  const DataConfig d = set.data();
+  CHECK(d.tokenizer == Tokenizer::Kind::Byte);
+  CHECK(d.on_bad_record == BadRecord::Skip);
+  CHECK(d.document_separator == std::optional<bool>(false));
+  CHECK(nlohmann::json::parse(d.path) == json::array({"a.txt", "b/*.jsonl"}));
+  CHECK(set.at("data.path").is_array());
+  CHECK(d.tokenizer_path.has_value());
+}

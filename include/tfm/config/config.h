@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tfm/config/data_config.h"
 #include "tfm/config/train_config.h"
 #include "tfm/nn/model_config.h"
 
@@ -65,9 +66,11 @@ struct KeySpec {
   std::function<std::string(const nlohmann::json& tree)> unread_because;
   std::string meaning;
   // The member the key is bound to: model.* keys a ModelConfig's (nn/model_config.h), train.* keys a
-  // TrainConfig's (config/train_config.h); unset for the others.
+  // TrainConfig's (config/train_config.h), data.* keys a DataConfig's (config/data_config.h); unset for
+  // the others (seed, output.dir).
   MemberBinding<ModelConfig> model;
   MemberBinding<TrainConfig> train;
+  MemberBinding<DataConfig> data;
   template <class S>
   const MemberBinding<S>& binding() const;
   template <class S>
@@ -82,6 +85,10 @@ inline const MemberBinding<ModelConfig>& KeySpec::binding<ModelConfig>() const {
 template <>
 inline const MemberBinding<TrainConfig>& KeySpec::binding<TrainConfig>() const {
   return train;
+}
+template <>
+inline const MemberBinding<DataConfig>& KeySpec::binding<DataConfig>() const {
+  return data;
 }
 
 // Every key, in documentation order.
@@ -104,6 +111,9 @@ struct Config {
   ModelConfig model(int64_t vocab_size) const;
   // The training part: every train.* key, resolved.
   TrainConfig train() const;
+  // The data part: every data.* key, resolved (a key resolved from the data itself, such as
+  // data.document_separator, unset until then).
+  DataConfig data() const;
 };
 
 // Parses JSON text; a syntax error throws ConfigError "SOURCE:LINE:COLUMN: malformed JSON: ...".

@@ -25,6 +25,7 @@
 #include "tfm/data/bpe.h"
 #include "tfm/data/gpt2_tokenizer.h"
 #include "tfm/data/utf8.h"
+#include "tfm/engine/enum_names.h"
 
 namespace tfm {
 
@@ -144,6 +145,10 @@ class Tokenizer {
   int32_t unk_ = -1;          // the id of "<unk>", -1 without it
   bool end_of_text_ = false;  // the last id is kEndOfText
 };
+
+// data.tokenizer's spellings of Tokenizer::Kind: "char", "byte", "bpe", "word", "gpt2".
+template <>
+const std::vector<std::string>& enum_names<Tokenizer::Kind>();
 
 // The vocabularies of a trained run (checkpoints keep them): the input side's and, for an
 // encoder-decoder, the target side's.
