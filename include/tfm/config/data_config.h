@@ -30,11 +30,11 @@ struct DataConfig {
   std::optional<std::string> tokenizer_path;  // bpe's file; gpt2's files (unset: GPT-2's own)
   std::optional<std::string> cache_dir;       // unset: .tfm-cache beside the data (data/token_cache.h)
   double val_fraction = 0.1;
-  std::string text_field = "text";           // JSON Lines: the field holding a record's text
-  std::optional<bool> document_separator;    // unset: resolved from the data (more than one document)
+  std::string text_field = "text";         // JSON Lines: the field holding a record's text
+  std::optional<bool> document_separator;  // unset: resolved from the data (more than one document)
   BadRecord on_bad_record = BadRecord::Error;
-  int64_t max_pairs = 0;                     // seq2seq: the first N pairs (0: all)
-  int64_t min_freq = 1;                      // seq2seq's word vocabulary
+  int64_t max_pairs = 0;                           // seq2seq: the first N pairs (0: all)
+  int64_t min_freq = 1;                            // seq2seq's word vocabulary
   int64_t max_source_len = 0, max_target_len = 0;  // seq2seq; resolved from model.max_seq_len
 };
 
