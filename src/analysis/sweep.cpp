@@ -178,7 +178,13 @@ SweepResult run_sweep(const SweepSpec& spec, const std::atomic<bool>* stop, cons
                       " points (the product of the axes' value counts), expected at most " +
                       std::to_string(kMaxSweepPoints) + " (each point is a training run)");
   SweepResult result;
-  result.out = spec.out.empty() ? "runs/sweep_" + fs::path(spec.config).stem().string() : spec.out;
+  // By default named for the config and the swept keys' last names (runs/sweep_shakespeare_char_n_heads),
+  // so that sweeps of one config over other keys keep their own sweep.jsonl and figure.
+  result.out = spec.out;
+  if (result.out.empty()) {
+    result.out = "runs/sweep_" + fs::path(spec.config).stem().string();
+    for (const SweepAxis& a : axes) result.out += "_" + a.key.substr(a.key.rfind('.') + 1);
+  }
   const std::string& out = result.out;
   // Every point's config is resolved before anything is trained: a bad value fails the sweep at once.
   const auto points = points_of(axes);

@@ -112,7 +112,10 @@ std::vector<Command> add_sweep_commands(CLI::App& app) {
       ->type_name("KEY=V1,V2,...")
       ->required();
   s->add_option("--set", o->sets, "Override a key for every point (repeatable)")->type_name("KEY=VALUE");
-  s->add_option("--out", o->out, "Sweep directory (default: runs/sweep_<config name>)")->type_name("DIR");
+  s->add_option(
+       "--out", o->out,
+       "Sweep directory (default: runs/sweep_<config name>_<swept keys>, as runs/sweep_tiny_n_heads)")
+      ->type_name("DIR");
   s->add_flag("--json", o->json, "The table as one JSON object");
   s->add_flag("--no-plot", o->no_plot, "Do not draw OUT/sweep.svg");
   s->footer(

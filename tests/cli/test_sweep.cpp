@@ -205,3 +205,22 @@ TEST_CASE("sweep: what training refuses for one point names the point", "[sweep]
   CHECK(r.status == 2);
   CHECK_THAT(r.out, Catch::Contains("--grid point train.batch_size=100000000: train.batch_size = 100000000"));
 }
+
+TEST_CASE("sweep: by default each grid of a config has its own directory, named for the swept keys",
+          "[sweep][cli]") {
+  tfm_test::TempDir tmp("sweep_default_out");
+  // From a directory of the user's: runs/ is made there.
+  const auto sweep = [&](const std::string& grid) {
+    return tfm_test::run_shell("cd '" + tmp.path + "' && " + tfm_test::tfm_command() + " sweep --config '" +
+                               TFM_SOURCE_DIR + "/configs/tiny.json' --set 'data.path=" + TFM_SOURCE_DIR +
+                               "/tests/data/tiny_shakespeare.txt' --set train.max_steps=1 --no-plot " + grid);
+  };
+  tfm_test::CliRun r = sweep("--grid model.n_heads=2");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  r = sweep("--grid model.n_kv_heads=1 --grid train.optimizer.lr=0.01");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(read_jsonl(tmp.path + "/runs/sweep_tiny_n_heads/sweep.jsonl").size() == 1);
+  CHECK(read_jsonl(tmp.path + "/runs/sweep_tiny_n_kv_heads_lr/sweep.jsonl").size() == 1);
+}

@@ -34,7 +34,7 @@ struct SweepSpec {
   std::string config;             // the JSON config every point starts from
   std::vector<SweepAxis> axes;    // the grid is their product, the first axis slowest
   std::vector<std::string> sets;  // KEY=VALUE overrides for every point
-  std::string out;                // the sweep directory; "" = runs/sweep_<config's stem>
+  std::string out;  // the sweep directory; "" = runs/sweep_<config's stem>_<each swept key's last name>
 };
 
 // What a point that stopped on a NaN/Inf leaves in its directory: the step, what went non-finite and
