@@ -77,7 +77,8 @@ int run_bench_gemm(const BenchGemmOptions& o) {
     m = built.config();
     B = c.train().batch_size;
     if (objective_capabilities(c.train().objective).encoder_decoder()) {
-      S = c.data().max_source_len + 1, T = c.data().max_target_len + 1;
+      const DataConfig d = c.data();
+      S = d.max_source_len + 1, T = d.max_target_len + 1;
       vocab = fmt::format("vocabulary {} source + {} target", m.source_vocab_size, m.vocab_size);
     } else {
       T = c.train().seq_len;

@@ -194,8 +194,9 @@ int eval_command(const EvalOptions& o) {
     const int64_t rows = batches == 0 ? 2 : batches;
     const std::string sizes = "--batches = " + std::to_string(rows) + " (sequences of --dump-logits)";
     check_logits_memory(run.model->config(), rows, T, sizes);
-    const Dataset data = load_dataset(c.data().path, run.checkpoint.tokenizer, c.data().val_fraction, T,
-                                      token_cache_options(c, true));
+    const DataConfig d = c.data();
+    const Dataset data =
+        load_dataset(d.path, run.checkpoint.tokenizer, d.val_fraction, T, token_cache_options(c, true));
     sized_by(sizes, [&] {
       dump_logits(*run.model, c, split == "val" ? data.val : data.train, split, rows, o.dump_path);
     });

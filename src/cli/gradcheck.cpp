@@ -136,11 +136,11 @@ int run_gradcheck(const GradcheckOptions& o) {
                                  ? std::to_string(c.integer("model.n_encoder_layers")) + " encoder + " +
                                        std::to_string(c.integer("model.n_decoder_layers")) + " decoder layers"
                                  : std::to_string(c.integer("model.n_layers")) + " layers";
-  const std::string batch = seq2seq
-                                ? std::to_string(train.batch_size) + " pairs of up to " +
-                                      std::to_string(c.data().max_source_len) + " + " +
-                                      std::to_string(c.data().max_target_len) + " tokens"
-                                : std::to_string(train.batch_size) + " x " + std::to_string(train.seq_len);
+  const DataConfig d = c.data();
+  const std::string batch =
+      seq2seq ? std::to_string(train.batch_size) + " pairs of up to " + std::to_string(d.max_source_len) +
+                    " + " + std::to_string(d.max_target_len) + " tokens"
+              : std::to_string(train.batch_size) + " x " + std::to_string(train.seq_len);
   fmt::print("gradcheck {} ({}): {}, d_model {}, {} heads ({} kv), d_ff {}, vocabulary {}, batch {}{}\n",
              o.config.c_str(), objective->name().c_str(), layers.c_str(), c.integer("model.d_model"),
              c.integer("model.n_heads"), c.integer("model.n_kv_heads"), c.integer("model.d_ff"),

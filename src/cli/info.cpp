@@ -51,6 +51,7 @@ int64_t data_vocabulary_size(const Config& c, ObjectiveKind objective) {
 ConfigModel build_model(const Config& c, int64_t vocab_override, const std::string& what) {
   const ObjectiveKind objective = c.train().objective;
   const bool seq2seq = objective_capabilities(objective).encoder_decoder();
+  const DataConfig data = c.data();
   const auto check = memory_check(c, {what, true, 1});
   ConfigModel m;
   if (vocab_override > 0 && seq2seq)
@@ -59,15 +60,15 @@ ConfigModel build_model(const Config& c, int64_t vocab_override, const std::stri
   if (vocab_override <= 0) {
     try {
       m.objective = make_objective(c, nullptr, {true, 0, check});
-      m.vocab_note = "from " + c.data().path;
+      m.vocab_note = "from " + data.path;
       return m;
     } catch (const IoError& e) {
       if (seq2seq) throw;
-      if (!std::filesystem::exists(c.data().path))
+      if (!std::filesystem::exists(data.path))
         throw IoError(std::string(e.what()) +
                       " (the vocabulary comes from the data; --vocab-size N sets one)");
       vocab_override = data_vocabulary_size(c, objective);
-      m.vocab_note = "from the " + name_of(c.data().tokenizer) + " tokenizer of " + c.data().path +
+      m.vocab_note = "from the " + name_of(data.tokenizer) + " tokenizer of " + data.path +
                      " (no batch could be built: " + e.what() + ")";
     }
   } else {

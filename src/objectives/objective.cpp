@@ -56,11 +56,12 @@ std::vector<std::pair<int64_t, int64_t>> shard_rows(int64_t B, int parts) {
 namespace {
 
 Dataset load_text(const Config& c, const Vocabulary* ckpt, int64_t T, const ObjectiveOptions& o) {
-  const std::string path = c.data().path;
-  const double f = c.data().val_fraction;
   TokenCacheOptions cache = token_cache_options(c, o.rank == 0);
   cache.stop = o.stop;
-  if (ckpt) return load_dataset(path, ckpt->tokenizer, f, T, cache);  // its end-of-text id decides
+  if (ckpt) {  // its end-of-text id decides
+    const DataConfig d = c.data();
+    return load_dataset(d.path, ckpt->tokenizer, d.val_fraction, T, cache);
+  }
   return load_new_run_text(c, T, cache);
 }
 
@@ -89,13 +90,14 @@ Tokenizer tokenizer_from_file(const Config& c) {
 }
 
 Tokenizer data_vocabulary(const Config& c) {
-  const Tokenizer::Kind kind = c.data().tokenizer;
+  const DataConfig d = c.data();
+  const Tokenizer::Kind kind = d.tokenizer;
   if (kind == Tokenizer::Kind::Bpe || kind == Tokenizer::Kind::Gpt2) return tokenizer_from_file(c);
   if (kind == Tokenizer::Kind::Word)
     throw ConfigError(
         "data.tokenizer: \"word\" builds its vocabulary from the training pairs; give a trained run with "
         "--run DIR");
-  return open_token_cache(c.data().path, kind, token_cache_options(c, true)).tokenizer;
+  return open_token_cache(d.path, kind, token_cache_options(c, true)).tokenizer;
 }
 
 TokenCacheOptions token_cache_options(const Config& c, bool log) {

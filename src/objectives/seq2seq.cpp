@@ -73,6 +73,7 @@ class Seq2Seq : public Objective {
  public:
   Seq2Seq(const Config& c, const Vocabulary* ckpt, const ObjectiveOptions& o)
       : config_(c),
+        data_options_(c.data()),
         B_(c.train().batch_size),
         data_(load_data_of(c, ckpt, o.load_data)),
         data_hash_(pairs_hash(data_)),
@@ -97,8 +98,8 @@ class Seq2Seq : public Objective {
   const Tokenizer* target_tokenizer() const override { return &target_; }
   Rng& sampler_rng() override { return sampler_.rng(); }
   bool has_data() const override { return data_.has_value(); }
-  int64_t max_source_len() const { return config_.data().max_source_len; }
-  int64_t max_target_len() const { return config_.data().max_target_len; }
+  int64_t max_source_len() const { return data_options_.max_source_len; }
+  int64_t max_target_len() const { return data_options_.max_target_len; }
   // A source text as training saw it: encoded, truncated to data.max_source_len tokens (make_pair_batch
   // appends <eos>). `what` names the flag in errors.
   // The source's ids, cut to data.max_source_len; `whole`, when given, gets the count before the cut.
@@ -278,6 +279,7 @@ class Seq2Seq : public Objective {
   }
 
   Config config_;
+  DataConfig data_options_;  // config_.data(), read once
   int64_t B_;
   std::optional<PairDataset> data_;
   uint64_t data_hash_;

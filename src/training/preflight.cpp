@@ -201,8 +201,8 @@ MemoryEstimate estimate_memory(const Config& config, const ModelConfig& mc, bool
   const int64_t threads = training_threads(config);
   MemoryEstimate e;
   if (mc.source_vocab_size > 0) {  // sources end with <eos>; decoder inputs start with <bos>
-    e = estimate(mc, B, config.data().max_source_len + 1, config.data().max_target_len + 1, optimizer,
-                 threads, training);
+    const DataConfig d = config.data();
+    e = estimate(mc, B, d.max_source_len + 1, d.max_target_len + 1, optimizer, threads, training);
   } else {
     const int64_t T = train.seq_len;
     e = estimate(mc, B, T, T, optimizer, threads, training);

@@ -6,7 +6,7 @@
 // glob(3) pattern (`data/*.txt`), or a JSON list of these
 // (`["data/books", "data/web/*.jsonl.gz"]`, written as the string's text). A file is, by its name in
 // any case (.TXT is .txt; a walk leaves other names out and notes them):
-//   .txt, .text, .md (or any other name given explicitly): one document, its whole text;
+//   .txt, .text (or any other name given explicitly, .md among them): one document, its whole text;
 //   .jsonl: one document per line, the string at data.text_field of the line's JSON object (blank
 //           lines are no record);
 // and `.gz` / `.zst` of either, decompressed as they are read. A file whose first bytes are another
