@@ -6,8 +6,8 @@
 #      llama.cpp runs tfm's GGUF exports; skipped, saying why, when npm cannot reach its registry), then
 #      `cmake --install` into a temporary prefix and examples/ built and run against the installed package,
 #      beside step 2;
-#   2. an AddressSanitizer + UndefinedBehaviorSanitizer build (-Og -g1), compiled while the Release tests
-#      run and linking the test code the Release build compiled, its library one translation unit
+#   2. an AddressSanitizer + UndefinedBehaviorSanitizer build (-Og -g1), compiled at a lower priority beside
+#      the Release build and tests, linking the test code the Release build compiled, its library one translation unit
 #      (TFM_LIBRARY_ONE_UNIT: the Release build has checked the layers); the same tests. -Og compiles the
 #      instrumented code in half the time of -O1 (the CLI's first batch: 88 -> 35 s of CPU); -g1 keeps
 #      the line tables the sanitizers' stack traces need (file:line) without the full debug information.
@@ -26,23 +26,40 @@ export OMP_WAIT_POLICY=passive  # ctest runs tests side by side: idle OpenMP thr
 release="$TFM_ROOT/build/test"
 asan="$TFM_ROOT/build/asan"
 rm -rf "$release" "$asan"
-echo "tfm: Release build in $release"
-tfm_build "$release" -DCMAKE_BUILD_TYPE=Release -DTFM_WERROR=ON -DTFM_TESTS_PER_FILE=ON
-# The sanitizer build compiles beside the Release tests, at a lower priority: the tests leave cores idle
-# (the llama.cpp check's last minute runs alone), the build takes them. It links the test code the
-# Release build compiled (TFM_TEST_OBJECTS_FROM: the same sources, compiled once) against its own
-# instrumented library, and runs its own instrumented tfm.
-asan_log="$TFM_ROOT/build/asan.log"
-asan_pid="" install_pid=""
+mkdir -p "$TFM_ROOT/build"
+asan_pid="" install_pid="" clients_pid=""
 # What runs in the background is its own process group, stopped with the script (a failed test too).
-trap 'for pid in $asan_pid $install_pid; do kill -- "-$pid" 2>/dev/null || true; done' EXIT
+trap 'for pid in $asan_pid $install_pid $clients_pid; do kill -- "-$pid" 2>/dev/null || true; done' EXIT
+# The real clients (llama.cpp, Chromium, js-tiktoken) are fetched while the Release tree compiles: on a
+# new machine their downloads and Chromium's apt-get took a ctest slot each for most of a minute (the
+# Release tests: 233 s on a new machine, 185 s with the clients cached; AVX-512 Xeon). A check that
+# cannot fetch its client says so and skips when ctest runs it.
+clients_log="$TFM_ROOT/build/clients.log"
+setsid bash -c 'for check in gguf board tiktoken; do "$1/scripts/dev/check_$check.sh" --install-only & done; wait' \
+  _ "$TFM_ROOT" > "$clients_log" 2>&1 &
+clients_pid=$!
+# The sanitizer tree compiles at a lower priority beside everything else from here: first its
+# instrumented library, CLI and board, which need nothing of the Release tree, in the cores the Release
+# build leaves idle (its links and its last long files); then, once the Release tree is built, the test
+# binaries, which link the test code the Release build compiled (TFM_TEST_OBJECTS_FROM: the same sources,
+# compiled once) against that instrumented library; its tests run its own instrumented tfm. Configuring
+# again with the tests on leaves what is built as it is (the same compile commands).
+asan_log="$TFM_ROOT/build/asan.log"
 if [ "${TFM_SANITIZE:-1}" != "0" ]; then
-  echo "tfm: ASan+UBSan build in $asan, beside the Release tests (its output: $asan_log)"
-  setsid nice -n 10 bash -c 'source "$1/scripts/common.sh"; shift; tfm_build "$@"' _ "$TFM_ROOT" "$asan" \
+  echo "tfm: ASan+UBSan build in $asan, beside the Release build and tests (its output: $asan_log)"
+  setsid nice -n 10 bash -c 'source "$1/scripts/common.sh"; asan=$2 release=$3; shift 3
+    tfm_build "$asan" "$@" -DTFM_BUILD_TESTS=OFF
+    until [ -e "$release/.tfm_built" ]; do sleep 1; done
+    tfm_build "$asan" -DTFM_BUILD_TESTS=ON -DTFM_TEST_OBJECTS_FROM="$release"' _ "$TFM_ROOT" "$asan" "$release" \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-Og -g1" -DTFM_SANITIZE=ON -DTFM_WERROR=ON \
-    -DTFM_LIBRARY_ONE_UNIT=ON -DTFM_TEST_OBJECTS_FROM="$release" > "$asan_log" 2>&1 &
+    -DTFM_LIBRARY_ONE_UNIT=ON > "$asan_log" 2>&1 &
   asan_pid=$!
 fi
+echo "tfm: Release build in $release"
+tfm_build "$release" -DCMAKE_BUILD_TYPE=Release -DTFM_WERROR=ON -DTFM_TESTS_PER_FILE=ON
+touch "$release/.tfm_built"
+wait "$clients_pid" || true
+grep -h "^check_[a-z]*.sh: \(installed\|SKIPPED\)" "$clients_log" || true
 echo "tfm: tests (Release)"
 (cd "$release" && ctest --output-on-failure -j "$jobs")
 # ctest counts a skipped check as skipped without its reason: say it (scripts/dev/check_*.sh).
@@ -78,7 +95,9 @@ if [ -n "$asan_pid" ]; then
   # It no longer reads the sanitizer runtimes' own 12 MB of global data at every exit: the sanitizer CLI
   # tests took 0.87x the CPU (6 A/B pairs; AVX2 EPYC), a start 4,921 -> 3,511 page faults.
   export LSAN_OPTIONS="use_globals=0"
-  if ! (cd "$asan" && ctest --output-on-failure -j "$jobs"); then
+  # One job more than the cores: several of these tests wait (on a server, a signal, a child's log line)
+  # with the instrumented tfm doing little, and nothing else runs beside them now.
+  if ! (cd "$asan" && ctest --output-on-failure -j "$((jobs + 1))"); then
     echo "tfm: the failed sanitizer tests once more, with every report's allocation and free stacks whole"
     (cd "$asan" && ASAN_OPTIONS="$asan_common:malloc_context_size=30" \
       ctest --rerun-failed --output-on-failure) || true

@@ -7,6 +7,7 @@
 # TFM_BOARD_SCREENSHOT=1).
 #   puppeteer-core (pinned) installs once into a cache outside the repository; chromium with apt-get.
 # Usage: scripts/dev/check_board.sh [TFM_BINARY]
+#        scripts/dev/check_board.sh --install-only   (step 1 alone: scripts/test.sh fetches while it builds)
 # Environment: TFM_PUPPETEER   install directory (default ${XDG_CACHE_HOME:-~/.cache}/tfm/puppeteer)
 #              TFM_BOARD_KEEP=DIR   keep the runs and screenshots in DIR
 # Exit status: 0 every check passed, 1 a check failed, 2 a setup error, 77 skipped (node/npm or chromium
@@ -14,8 +15,8 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 root=$TFM_ROOT
-tfm_find_binary "${1:-}"
-tfm=$TFM_BIN
+install_only=0
+[[ ${1:-} == --install-only ]] && install_only=1
 skip() { echo "check_board.sh: SKIPPED: $*"; exit 77; }
 
 # ---- 1. chromium and puppeteer-core ----
@@ -30,6 +31,9 @@ fi
 version=24.9.0
 home=${TFM_PUPPETEER:-${XDG_CACHE_HOME:-$HOME/.cache}/tfm/puppeteer}
 tfm_npm_check_package check_board.sh puppeteer-core "$version" "$home"
+((install_only)) && exit 0
+tfm_find_binary "${1:-}"
+tfm=$TFM_BIN
 
 # ---- 2. two tiny runs, a third training beside the board ----
 if [[ -n ${TFM_BOARD_KEEP:-} ]]; then

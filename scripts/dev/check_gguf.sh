@@ -17,6 +17,7 @@
 #      on the CPU), so that the figures are of the file; the f32 file is also run with llama.cpp's
 #      defaults (f16 KV cache, flash attention auto), what a user sees.
 # Usage: scripts/dev/check_gguf.sh [TFM_BINARY]  (default: $TFM_BINARY, else build/dev/tfm, build/release/tfm)
+#        scripts/dev/check_gguf.sh --install-only   (step 1 alone: scripts/test.sh fetches while it builds)
 # Environment: TFM_NODE_LLAMA_CPP   install directory (default ${XDG_CACHE_HOME:-~/.cache}/tfm/node-llama-cpp)
 #              TFM_GGUF_KEEP=DIR    keep the runs, exports and reports in DIR
 # Exit status: 0 every check within its tolerance, 1 a check failed, 2 a setup error, 77 skipped
@@ -24,8 +25,8 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 root=$TFM_ROOT
-tfm_find_binary "${1:-}"
-tfm=$TFM_BIN
+install_only=0
+[[ ${1:-} == --install-only ]] && install_only=1
 
 # ---- 1. node-llama-cpp, CPU only ----
 version=3.22.1
@@ -59,6 +60,9 @@ if ! installed; then
   installed || { echo "check_gguf.sh: node-llama-cpp $version is still missing from $home" >&2; exit 2; }
   echo "check_gguf.sh: installed: $(du -sh "$home/node_modules" | cut -f1) in $home/node_modules"
 fi
+((install_only)) && exit 0
+tfm_find_binary "${1:-}"
+tfm=$TFM_BIN
 
 # ---- 2. four tiny models, exported ----
 if [[ -n ${TFM_GGUF_KEEP:-} ]]; then

@@ -9,19 +9,23 @@
 #   3. `tfm tokenizer encode` of it must give js-tiktoken's ids exactly, and `tfm tokenizer decode` of those
 #      ids the text byte for byte. Prints tfm's encoding speed.
 # Usage: scripts/dev/check_tiktoken.sh [TFM_BINARY]  (default: $TFM_BINARY, else build/dev/tfm, build/release/tfm)
+#        scripts/dev/check_tiktoken.sh --install-only   (step 1 alone: scripts/test.sh fetches while it builds)
 # Environment: TFM_JS_TIKTOKEN   install directory (default ${XDG_CACHE_HOME:-~/.cache}/tfm/js-tiktoken)
 # Exit status: 0 identical, 1 a difference, 2 a setup error, 77 skipped (node/npm missing, or npm cannot
 # reach the registry and nothing is installed yet).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 root=$TFM_ROOT
-tfm_find_binary "${1:-}"
-tfm=$TFM_BIN
+install_only=0
+[[ ${1:-} == --install-only ]] && install_only=1
 
 version=1.0.21
 home=${TFM_JS_TIKTOKEN:-${XDG_CACHE_HOME:-$HOME/.cache}/tfm/js-tiktoken}
 export TFM_JS_TIKTOKEN=$home
 tfm_npm_check_package check_tiktoken.sh js-tiktoken "$version" "$home"
+((install_only)) && exit 0
+tfm_find_binary "${1:-}"
+tfm=$TFM_BIN
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/tfm_check_tiktoken.XXXXXX")
 trap 'rm -rf "$work"' EXIT
