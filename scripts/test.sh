@@ -47,7 +47,10 @@ clients_pid=$!
 asan_log="$TFM_ROOT/build/asan.log"
 if [ "${TFM_SANITIZE:-1}" != "0" ]; then
   echo "tfm: ASan+UBSan build in $asan, beside the Release build and tests (its output: $asan_log)"
-  setsid nice -n 10 bash -c 'source "$1/scripts/common.sh"; asan=$2 release=$3; shift 3
+  # setsid starts a session, and with the kernel's autogroups (sched_autogroup_enabled) each session shares
+  # the CPU equally with the others whatever its processes' nice: the session's own nice is set too.
+  setsid nice -n 10 bash -c 'echo 10 > /proc/self/autogroup 2>/dev/null || true
+    source "$1/scripts/common.sh"; asan=$2 release=$3; shift 3
     tfm_build "$asan" "$@" -DTFM_BUILD_TESTS=OFF
     until [ -e "$release/.tfm_built" ]; do sleep 1; done
     tfm_build "$asan" -DTFM_BUILD_TESTS=ON -DTFM_TEST_OBJECTS_FROM="$release"' _ "$TFM_ROOT" "$asan" "$release" \
