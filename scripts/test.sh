@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, checks the formatting (scripts/dev/format.sh --check), builds from scratch with
 # Ninja and runs every test through ctest, each test file as one process, twice (the test code compiles
-# once, at -Og: docs/testing.md):
+# once, at -O0: docs/testing.md):
 #   1. the Release build (-O3 -march=native, warnings as errors), all tests (with scripts/dev/check_gguf.sh:
 #      llama.cpp runs tfm's GGUF exports; skipped, saying why, when npm cannot reach its registry), then
 #      `cmake --install` into a temporary prefix and examples/ built and run against the installed package,
