@@ -31,9 +31,9 @@ asan_pid="" install_pid="" clients_pid=""
 # What runs in the background is its own process group, stopped with the script (a failed test too).
 trap 'for pid in $asan_pid $install_pid $clients_pid; do kill -- "-$pid" 2>/dev/null || true; done' EXIT
 # The real clients (llama.cpp, Chromium, js-tiktoken) are fetched while the Release tree compiles: on a
-# new machine Chromium's apt-get and the npm downloads ran inside their checks, each holding a ctest slot
-# for most of a minute (the Release tests took 233 s there against 185 with the clients cached; AVX-512
-# Xeon). A check whose client could not be fetched says so and skips when ctest runs it.
+# new machine Chromium's apt-get and the npm downloads had run inside their checks, each holding a ctest
+# slot for most of a minute (the Release tests: 224 -> 198 s, AVX-512 Xeon). A check whose client could
+# not be fetched says so and skips when ctest runs it.
 clients_log="$TFM_ROOT/build/clients.log"
 setsid bash -c 'for check in gguf board tiktoken; do "$1/scripts/dev/check_$check.sh" --install-only & done; wait' \
   _ "$TFM_ROOT" > "$clients_log" 2>&1 &
@@ -45,9 +45,9 @@ grep -h "^check_[a-z]*.sh: \(installed\|SKIPPED\)" "$clients_log" || true
 # The sanitizer build compiles beside the Release tests, in a session of its own (setsid), which the
 # kernel's autogroups give an equal share of the cores whatever the nice of its processes (nice 10 had
 # no effect). Given only the time the Release build and tests left idle, it ended 83 s after them, with
-# a core idle meanwhile (AVX-512 Xeon). It links
-# the test code the Release build compiled (TFM_TEST_OBJECTS_FROM: the same sources, compiled once)
-# against its own instrumented library, and runs its own instrumented tfm.
+# a core idle meanwhile (AVX-512 Xeon). It links the test code the Release build compiled
+# (TFM_TEST_OBJECTS_FROM: the same sources, compiled once) against its own instrumented library, and
+# runs its own instrumented tfm.
 asan_log="$TFM_ROOT/build/asan.log"
 if [ "${TFM_SANITIZE:-1}" != "0" ]; then
   echo "tfm: ASan+UBSan build in $asan, beside the Release tests (its output: $asan_log)"
