@@ -44,16 +44,27 @@ float at_b(const Operands& o, int64_t k, int64_t j) {
   return o.tb ? o.b[j * o.ldb + k] : o.b[k * o.ldb + j];
 }
 
-// alpha op(A) op(B) + beta C in double; `round` first rounds the operands to bfloat16.
+// alpha op(A) op(B) + beta C in double; `round` first rounds the operands to bfloat16. The operands are
+// copied out first, op(A) (M, K) and op(B) transposed (N, K), so that the product's loop is plain
+// arithmetic on pointers: test code compiles at -O0 (CMakeLists.txt), where calling at_a, at_b and the
+// rounding for every multiply-add took 3.5 of this file's 4.9 s.
 std::vector<double> reference(const Operands& o, float alpha, float beta, bool round) {
   auto r = [round](float x) { return static_cast<double>(round ? from_bf16(to_bf16(x)) : x); };
-  std::vector<double> out(o.c.begin(), o.c.end());
+  std::vector<double> a(static_cast<size_t>(o.M * o.K)), b_t(static_cast<size_t>(o.N * o.K));
   for (int64_t i = 0; i < o.M; ++i)
+    for (int64_t k = 0; k < o.K; ++k) a[i * o.K + k] = r(at_a(o, i, k));
+  for (int64_t j = 0; j < o.N; ++j)
+    for (int64_t k = 0; k < o.K; ++k) b_t[j * o.K + k] = r(at_b(o, k, j));
+  std::vector<double> out(o.c.begin(), o.c.end());
+  for (int64_t i = 0; i < o.M; ++i) {
+    const double* a_row = a.data() + i * o.K;
     for (int64_t j = 0; j < o.N; ++j) {
+      const double* b_col = b_t.data() + j * o.K;
       double s = 0;
-      for (int64_t k = 0; k < o.K; ++k) s += r(at_a(o, i, k)) * r(at_b(o, k, j));
+      for (int64_t k = 0; k < o.K; ++k) s += a_row[k] * b_col[k];
       out[i * o.ldc + j] = alpha * s + beta * static_cast<double>(o.c[i * o.ldc + j]);
     }
+  }
   return out;
 }
 
