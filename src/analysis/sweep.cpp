@@ -9,6 +9,7 @@
 
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
+#include "tfm/nn/model_config.h"
 #include "tfm/training/checkpoint.h"
 #include "tfm/training/run_dir.h"
 #include "tfm/training/trainer.h"
@@ -107,11 +108,10 @@ PointLog read_point_log(const std::string& dir) {
 
 // K and V of every layer that keeps a KV cache (the decoder's), float32.
 int64_t kv_cache_bytes_per_token(const Config& config) {
-  const int64_t C = config.integer("model.d_model"), H = config.integer("model.n_heads");
-  const int64_t kv = config.integer("model.n_kv_heads") > 0 ? config.integer("model.n_kv_heads") : H;
+  const ModelConfig m = resolved(config.model(0));
   const bool encoder_decoder = objective_capabilities(config.train().objective).encoder_decoder();
-  const int64_t layers = config.integer(encoder_decoder ? "model.n_decoder_layers" : "model.n_layers");
-  return 2 * layers * kv * (C / H) * 4;
+  const int64_t layers = encoder_decoder ? m.n_decoder_layers : m.n_layers;
+  return 2 * layers * m.n_kv_heads * m.head_dim() * 4;
 }
 
 // A point that stopped on a NaN/Inf, from what its diverged.json holds (the step it stopped at and

@@ -14,6 +14,7 @@
 #include "tfm/config/config.h"
 #include "tfm/data/dataset.h"
 #include "tfm/data/token_cache.h"
+#include "tfm/engine/enum_names.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
 #include "tfm/objectives/text_data.h"
@@ -41,7 +42,7 @@ int run_prepare(const PrepareOptions& o) {
   cache.rebuild = o.rebuild;
   cache.threads = o.threads;
   // A split too short for one sequence is counted and warned about below, whatever the tokenizer.
-  const int64_t seq_len = c.integer("train.seq_len"), need = tokens_for_a_sequence(seq_len);
+  const int64_t seq_len = c.train().seq_len, need = tokens_for_a_sequence(seq_len);
   const Dataset d = load_new_run_text(c, seq_len, cache, ShortSplit::Keep);
   const int64_t n = d.train.size() + d.val.size();
   const double text_bytes = static_cast<double>(d.text_bytes);
@@ -119,7 +120,7 @@ Tokenizer io_tokenizer(const TokenizerIoOptions& o) {
   const Config config = load_config(o.config, o.sets);
   if (target && !objective_capabilities(config.train().objective).encoder_decoder())
     throw ConfigError("--side target: " + o.config + " trains train.objective \"" +
-                      config.string("train.objective") +
+                      name_of(config.train().objective) +
                       "\", which has one vocabulary; source and target are seq2seq's sides");
   return data_vocabulary(config);  // seq2seq: bpe and gpt2 are one file for both sides, word is refused
 }

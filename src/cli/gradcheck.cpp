@@ -19,6 +19,7 @@
 #include "tfm/engine/error.h"
 #include "tfm/engine/platform.h"
 #include "tfm/models/model.h"
+#include "tfm/nn/model_config.h"
 #include "tfm/objectives/objective.h"
 #include "tfm/training/preflight.h"
 
@@ -41,7 +42,8 @@ struct GradcheckOptions {
 // most 2 layers per stack, B = 2 sequences of T = 5 tokens (seq2seq: pairs of up to 4 + 4 tokens,
 // lengths drawn, so padding is exercised). Grouped-query and multi-query stay so (Hkv = H / 2, 1).
 std::vector<std::string> shrink_sets(const Config& c) {
-  const int64_t H = c.integer("model.n_heads"), Hkv = c.integer("model.n_kv_heads");
+  const ModelConfig m = resolved(c.model(0));
+  const int64_t H = m.n_heads, Hkv = m.n_kv_heads;
   const int64_t h = std::min<int64_t>(H, 4);
   const auto set = [](const std::string& key, int64_t v) { return key + "=" + std::to_string(v); };
   std::vector<std::string> sets = {set("model.n_heads", h),
@@ -53,12 +55,12 @@ std::vector<std::string> shrink_sets(const Config& c) {
                                    set("model.max_seq_len", 6),
                                    set("train.batch_size", 2)};
   if (objective_capabilities(c.train().objective).encoder_decoder()) {
-    sets.push_back(set("model.n_encoder_layers", std::min<int64_t>(c.integer("model.n_encoder_layers"), 2)));
-    sets.push_back(set("model.n_decoder_layers", std::min<int64_t>(c.integer("model.n_decoder_layers"), 2)));
+    sets.push_back(set("model.n_encoder_layers", std::min<int64_t>(m.n_encoder_layers, 2)));
+    sets.push_back(set("model.n_decoder_layers", std::min<int64_t>(m.n_decoder_layers, 2)));
     sets.push_back(set("data.max_source_len", 4));
     sets.push_back(set("data.max_target_len", 4));
   } else {
-    sets.push_back(set("model.n_layers", std::min<int64_t>(c.integer("model.n_layers"), 2)));
+    sets.push_back(set("model.n_layers", std::min<int64_t>(m.n_layers, 2)));
     sets.push_back(set("train.seq_len", 5));
   }
   return sets;
@@ -87,6 +89,7 @@ int run_gradcheck(const GradcheckOptions& o) {
   }
   platform::configure_threads(o.threads);
   const TrainConfig train = c.train();
+  const ModelConfig m = resolved(c.model(0));
   const bool seq2seq = objective_capabilities(train.objective).encoder_decoder();
   const Checkpoint vocab = synthetic_vocabularies(c, o.vocab_size);
   const std::unique_ptr<Objective> objective =
@@ -108,7 +111,7 @@ int run_gradcheck(const GradcheckOptions& o) {
   const auto check_at = [&](int attempt) {
     Rng rng(static_cast<uint64_t>(o.seed) * 7919 + static_cast<uint64_t>(attempt) + 1);
     Tensor values = model.flat_values();
-    const float std = 1.2f / std::sqrt(static_cast<float>(c.integer("model.d_model")));
+    const float std = 1.2f / std::sqrt(static_cast<float>(m.d_model));
     for (int64_t i = 0; i < values.numel(); ++i) values.data()[i] = initial[i] + std * rng.normal();
     const std::function<Tensor()> batch_loss = objective->random_batch_loss(rng);
     const std::function<Tensor()> loss = [&model, batch_loss] {
@@ -123,7 +126,7 @@ int run_gradcheck(const GradcheckOptions& o) {
   // new point when kinks were seen or the model has ReLUs; a wrong backward formula fails at every
   // point (the test with a broken op checks that), a kink at one.
   constexpr int kPoints = 4;
-  const bool relu = c.string("model.activation") == "relu";
+  const bool relu = m.activation == Activation::Relu;
   GradCheckReport r = check_at(0);
   for (int attempt = 1; attempt < kPoints && !r.passed && (r.kinks > 0 || relu); ++attempt) {
     fmt::print("point {}: worst error {:.2e} ({}), {} kinks seen{}; checking at a new point\n", attempt,
@@ -132,19 +135,17 @@ int run_gradcheck(const GradcheckOptions& o) {
     r = check_at(attempt);
   }
 
-  const std::string layers = seq2seq
-                                 ? std::to_string(c.integer("model.n_encoder_layers")) + " encoder + " +
-                                       std::to_string(c.integer("model.n_decoder_layers")) + " decoder layers"
-                                 : std::to_string(c.integer("model.n_layers")) + " layers";
+  const std::string layers = seq2seq ? std::to_string(m.n_encoder_layers) + " encoder + " +
+                                           std::to_string(m.n_decoder_layers) + " decoder layers"
+                                     : std::to_string(m.n_layers) + " layers";
   const DataConfig d = c.data();
   const std::string batch =
       seq2seq ? std::to_string(train.batch_size) + " pairs of up to " + std::to_string(d.max_source_len) +
                     " + " + std::to_string(d.max_target_len) + " tokens"
               : std::to_string(train.batch_size) + " x " + std::to_string(train.seq_len);
   fmt::print("gradcheck {} ({}): {}, d_model {}, {} heads ({} kv), d_ff {}, vocabulary {}, batch {}{}\n",
-             o.config.c_str(), objective->name().c_str(), layers.c_str(), c.integer("model.d_model"),
-             c.integer("model.n_heads"), c.integer("model.n_kv_heads"), c.integer("model.d_ff"),
-             objective->tokenizer().size(), batch.c_str(),
+             o.config.c_str(), objective->name().c_str(), layers.c_str(), m.d_model, m.n_heads, m.n_kv_heads,
+             m.d_ff, objective->tokenizer().size(), batch.c_str(),
              o.no_shrink ? "" : " (shrunk; --no-shrink keeps the config's sizes)");
   // The measure, said once with its floor: relative where a derivative is above the floor, the
   // difference over the floor where both are below it (float32 rounding of L would swamp them there).

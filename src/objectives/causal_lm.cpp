@@ -72,7 +72,7 @@ class CausalLm : public TextObjective {
  public:
   CausalLm(const Config& c, const Vocabulary* ckpt, const ObjectiveOptions& o)
       : TextObjective(c, ckpt, o, 0) {
-    if (!c.boolean("model.causal"))
+    if (!model_.config().causal)
       throw ConfigError(
           "model.causal: train.objective \"causal_lm\" needs model.causal = true (a "
           "bidirectional model trained on the next token reads the answer through attention; "

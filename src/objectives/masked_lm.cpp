@@ -25,7 +25,7 @@ class MaskedLm : public TextObjective {
  public:
   MaskedLm(const Config& c, const Vocabulary* ckpt, const ObjectiveOptions& o)
       : TextObjective(c, ckpt, o, 1), mask_prob_(c.train().mask_prob) {
-    if (c.boolean("model.causal"))
+    if (model_.config().causal)
       throw ConfigError(
           "model.causal: train.objective \"masked_lm\" needs model.causal = false (a causal "
           "model cannot see the tokens after a [MASK]; set model.causal=false)");

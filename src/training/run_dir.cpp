@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tfm/config/config.h"
+#include "tfm/engine/enum_names.h"
 #include "tfm/engine/error.h"
 #include "tfm/engine/file_io.h"
 #include "tfm/engine/platform.h"
@@ -319,7 +320,7 @@ bool compare_model_keys(const SafetensorsFile& f, const Config& run) {
                       "); or do without --init-from");
   const std::string name = their_objective->get<std::string>();
   const std::string mismatch = f.source + ": exported from a train.objective \"" + name +
-                               "\" run, this run's is \"" + run.string("train.objective") +
+                               "\" run, this run's is \"" + name_of(run.train().objective) +
                                "\": weights trained for one objective do not start another. ";
   // seq2seq reads sentence pairs, the others text: no --set alone turns one run into the other.
   if (objective_capabilities(objective).data != objective_capabilities(run.train().objective).data)

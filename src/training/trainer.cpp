@@ -211,7 +211,7 @@ TrainingRun::TrainingRun(const Config& config, const TrainOptions& opt, RunLock 
       best_path_(dir_ + "/" + kBestCheckpointFile),
       accum_(train_.grad_accum_steps),
       max_steps_(train_.max_steps),
-      mtp_(config.integer("model.mtp_heads") > 0),
+      mtp_(config.model(0).mtp_heads > 0),
       rank_(dist::rank()),
       nranks_(dist::size()),
       root_(dist::is_root()),
